@@ -1,0 +1,1 @@
+"""Ray measurement cluster, run logs, the search job and the command line."""

@@ -1,0 +1,122 @@
+"""Save and load an OpGraph as one Parquet file (one row per op; in-edges as list columns).
+
+The file is readable without project code (pandas, pyarrow, DuckDB). Its schema metadata carries the
+format version, the graph's metadata and its content hash; loading recomputes the hash, so a damaged
+file is an error, never a silently different graph.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+
+FORMAT_VERSION = 1
+_META_KEY = b"placer.opgraph"
+
+
+def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
+    """Write ``graph`` to ``path`` atomically (temp file, then rename). Returns the path."""
+    path = Path(path)
+    offsets, edge_ids = graph.pred_csr
+    in_src = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(graph.edge_src[edge_ids]))
+    in_bytes = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(graph.edge_bytes[edge_ids]))
+    table = pa.table({
+        "name": pa.array(list(graph.op_names), pa.string()),
+        "kind": pa.array(list(graph.op_kinds), pa.string()),
+        "scope": pa.array(list(graph.scopes), pa.string()),
+        "phase": pa.array(graph.phases, pa.int8()),
+        "flops": pa.array(graph.flops, pa.float64()),
+        "bytes_accessed": pa.array(graph.bytes_accessed, pa.float64()),
+        "out_bytes": pa.array(graph.out_bytes, pa.int64()),
+        "param_bytes": pa.array(graph.param_bytes, pa.int64()),
+        "colocation": pa.array(graph.colocation, pa.int64()),
+        "allowed_mask": pa.array(graph.allowed_mask, pa.uint8()),
+        "in_src": in_src,
+        "in_bytes": in_bytes,
+    })
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "name": graph.name,
+        "framework": graph.framework,
+        "batch_size": graph.batch_size,
+        "num_params": graph.num_params,
+        "source": graph.source,
+        "meta": graph.meta,
+        "content_hash": graph.content_hash,
+    }
+    table = table.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def load_graph_file(path: str | os.PathLike) -> OpGraph:
+    """Read a graph file written by save_graph; any problem is one PlacerError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlacerError(f"graph file {str(path)!r} does not exist")
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types for truncated / non-Parquet files
+        raise PlacerError(f"graph file {str(path)!r} is damaged or not a graph file: {exc}") from None
+    raw = (table.schema.metadata or {}).get(_META_KEY)
+    if raw is None:
+        raise PlacerError(f"graph file {str(path)!r} is a Parquet file but not a placer graph (no metadata)")
+    meta = json.loads(raw)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise PlacerError(f"graph file {str(path)!r} has format version {meta.get('format_version')!r}; "
+                          f"this placer reads version {FORMAT_VERSION}")
+    try:
+        graph = _graph_from_table(table, meta, path)
+    except PlacerError as exc:
+        raise PlacerError(f"graph file {str(path)!r}: {exc}") from None
+    except (KeyError, ValueError, TypeError) as exc:
+        raise PlacerError(f"graph file {str(path)!r} is malformed: {exc}") from None
+    if graph.content_hash != meta.get("content_hash"):
+        raise PlacerError(f"graph file {str(path)!r} is damaged: content hash {graph.content_hash} "
+                          f"does not match the recorded {meta.get('content_hash')}")
+    return graph
+
+
+def _graph_from_table(table: pa.Table, meta: dict, path: Path) -> OpGraph:
+    columns = {name: table.column(name).combine_chunks() for name in table.column_names}
+    in_src, in_bytes = columns["in_src"], columns["in_bytes"]
+    lengths = in_src.value_lengths().fill_null(0).to_numpy()
+    edge_dst = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    return OpGraph(
+        name=meta["name"],
+        framework=meta["framework"],
+        op_names=np.array(columns["name"].to_pylist(), dtype=object),
+        op_kinds=np.array(columns["kind"].to_pylist(), dtype=object),
+        scopes=np.array(columns["scope"].to_pylist(), dtype=object),
+        phases=columns["phase"].to_numpy(),
+        flops=columns["flops"].to_numpy(),
+        bytes_accessed=columns["bytes_accessed"].to_numpy(),
+        out_bytes=columns["out_bytes"].to_numpy(),
+        param_bytes=columns["param_bytes"].to_numpy(),
+        colocation=columns["colocation"].to_numpy(),
+        allowed_mask=columns["allowed_mask"].to_numpy(),
+        edge_src=in_src.flatten().to_numpy(),
+        edge_dst=edge_dst,
+        edge_bytes=in_bytes.flatten().to_numpy(),
+        batch_size=int(meta["batch_size"]),
+        num_params=int(meta["num_params"]),
+        source=meta.get("source", str(path)),
+        meta=meta.get("meta", {}),
+    )

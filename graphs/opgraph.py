@@ -1,0 +1,243 @@
+"""The op-graph IR: a columnar, validated, hashable description of one training step.
+
+Every array is indexed by op id (0..N-1) or edge id (0..E-1). An edge ``(src, dst, bytes)`` says that
+op ``dst`` reads a tensor of ``bytes`` produced by op ``src``. Edges are stored sorted by (src, dst) with
+no duplicates and no self-loops, so two graphs with the same content have the same arrays and hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from graphs.errors import PlacerError
+
+PHASES = ("forward", "backward", "update", "other")
+PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
+DEVICE_KINDS = ("cpu", "gpu")
+ANY_DEVICE = (1 << len(DEVICE_KINDS)) - 1  # allowed_mask value of an op that may run anywhere
+
+
+def kind_bit(device_kind: str) -> int:
+    """Bit of ``device_kind`` in an op's ``allowed_mask``."""
+    try:
+        return 1 << DEVICE_KINDS.index(device_kind)
+    except ValueError:
+        raise PlacerError(f"unknown device kind {device_kind!r} (known: {', '.join(DEVICE_KINDS)})") from None
+
+
+@dataclass(frozen=True, eq=False)
+class OpGraph:
+    name: str
+    framework: str  # "torch" | "tensorflow" | "synthetic" | "manual"
+    op_names: np.ndarray  # (N,) object: unique op names
+    op_kinds: np.ndarray  # (N,) object: framework op type, e.g. "aten.mm", "MatMul"
+    flops: np.ndarray  # (N,) float64: floating-point operations of the op
+    bytes_accessed: np.ndarray  # (N,) float64: bytes read + written by the op
+    out_bytes: np.ndarray  # (N,) int64: bytes of the op's output(s)
+    param_bytes: np.ndarray  # (N,) int64: resident bytes owned by the op (weights + optimizer state)
+    edge_src: np.ndarray  # (E,) int64: producer op
+    edge_dst: np.ndarray  # (E,) int64: consumer op
+    edge_bytes: np.ndarray  # (E,) int64: bytes of the tensor carried
+    colocation: np.ndarray | None = None  # (N,) int64: colocation group; default one group per op
+    scopes: np.ndarray | None = None  # (N,) object: module/name scope, e.g. "encoder.layer1"
+    phases: np.ndarray | None = None  # (N,) int8: index into PHASES
+    allowed_mask: np.ndarray | None = None  # (N,) uint8: bitmask over DEVICE_KINDS
+    batch_size: int = 0
+    num_params: int = 0  # trainable parameters (scalars) of the model
+    source: str = ""  # how the graph was made, e.g. "benchmark rnnlm v1" or a file path
+    meta: dict = field(default_factory=dict)  # free-form str -> str notes, saved with the graph
+
+    def __post_init__(self) -> None:
+        n = len(self.op_names)
+        defaults = {
+            "colocation": np.arange(n, dtype=np.int64),
+            "scopes": np.full(n, "", dtype=object),
+            "phases": np.full(n, PHASE_CODE["other"], dtype=np.int8),
+            "allowed_mask": np.full(n, ANY_DEVICE, dtype=np.uint8),
+        }
+        for key, value in defaults.items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, value)
+        dtypes = {
+            "op_names": object, "op_kinds": object, "scopes": object,
+            "flops": np.float64, "bytes_accessed": np.float64,
+            "out_bytes": np.int64, "param_bytes": np.int64, "colocation": np.int64,
+            "phases": np.int8, "allowed_mask": np.uint8,
+            "edge_src": np.int64, "edge_dst": np.int64, "edge_bytes": np.int64,
+        }
+        for key, dtype in dtypes.items():
+            array = np.asarray(getattr(self, key))
+            if dtype is object:
+                array = np.array([str(x) for x in array], dtype=object) if array.dtype != object else array
+            elif array.dtype != dtype:
+                array = _checked_cast(key, array, dtype)
+            array.setflags(write=False)
+            object.__setattr__(self, key, array)
+        self._canonicalize_edges()
+        validate(self)
+
+    def _canonicalize_edges(self) -> None:
+        """Sort edges by (src, dst) and merge duplicates (keeping the larger tensor)."""
+        src, dst, size = self.edge_src, self.edge_dst, self.edge_bytes
+        if len(src) == 0:
+            return
+        order = np.lexsort((dst, src))
+        src, dst, size = src[order], dst[order], size[order]
+        new_pair = np.ones(len(src), dtype=bool)
+        new_pair[1:] = (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+        if not new_pair.all():
+            starts = np.flatnonzero(new_pair)
+            size = np.maximum.reduceat(size, starts)
+            src, dst = src[starts], dst[starts]
+        for key, array in (("edge_src", src), ("edge_dst", dst), ("edge_bytes", size)):
+            array = np.ascontiguousarray(array)
+            array.setflags(write=False)
+            object.__setattr__(self, key, array)
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.op_names)
+
+    @property
+    def num_edges(self) -> int:
+        return len(self.edge_src)
+
+    @property
+    def num_colocation_groups(self) -> int:
+        return int(self.colocation.max()) + 1 if self.num_ops else 0
+
+    @property
+    def total_flops(self) -> float:
+        return float(self.flops.sum())
+
+    @property
+    def total_param_bytes(self) -> int:
+        return int(self.param_bytes.sum())
+
+    @cached_property
+    def content_hash(self) -> str:
+        """sha256 over every array and the identifying metadata (hex, 16 chars)."""
+        digest = hashlib.sha256()
+        for text in (self.name, self.framework, str(self.batch_size), str(self.num_params)):
+            digest.update(text.encode() + b"\0")
+        for key in ("op_names", "op_kinds", "scopes"):
+            digest.update("\0".join(getattr(self, key)).encode() + b"\1")
+        for key in ("flops", "bytes_accessed", "out_bytes", "param_bytes", "colocation", "phases",
+                    "allowed_mask", "edge_src", "edge_dst", "edge_bytes"):
+            digest.update(np.ascontiguousarray(getattr(self, key)).tobytes())
+        return digest.hexdigest()[:16]
+
+    @cached_property
+    def topo_order(self) -> np.ndarray:
+        """(N,) int64: a deterministic topological order (Kahn's algorithm, smallest op id first)."""
+        return _topological_order(self.num_ops, self.edge_src, self.edge_dst, self.name)
+
+    @cached_property
+    def succ_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(N+1,) offsets and (E,) edge ids sorted by source: successors of op i are
+        edge_dst[ids[offsets[i]:offsets[i+1]]]. Edges are already sorted by src, so ids is arange."""
+        offsets = np.zeros(self.num_ops + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.edge_src, minlength=self.num_ops), out=offsets[1:])
+        return offsets, np.arange(self.num_edges, dtype=np.int64)
+
+    @cached_property
+    def pred_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """(N+1,) offsets and (E,) edge ids grouped by destination."""
+        ids = np.argsort(self.edge_dst, kind="stable").astype(np.int64)
+        offsets = np.zeros(self.num_ops + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.edge_dst, minlength=self.num_ops), out=offsets[1:])
+        return offsets, ids
+
+    def summary(self) -> dict:
+        """The figures `placer graphs show` prints."""
+        return {
+            "name": self.name,
+            "framework": self.framework,
+            "batch_size": self.batch_size,
+            "ops": self.num_ops,
+            "edges": self.num_edges,
+            "flops": self.total_flops,
+            "params": self.num_params,
+            "param_bytes": self.total_param_bytes,
+            "groups": self.num_colocation_groups,
+            "source": self.source,
+            "hash": self.content_hash,
+        }
+
+
+def _checked_cast(key: str, array: np.ndarray, dtype) -> np.ndarray:
+    if array.size and not np.issubdtype(array.dtype, np.number) and array.dtype != bool:
+        raise PlacerError(f"graph field {key!r} must be numeric, got {array.dtype}")
+    if np.issubdtype(dtype, np.integer) and array.size and np.issubdtype(array.dtype, np.floating):
+        if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
+            raise PlacerError(f"graph field {key!r} must hold whole numbers")
+    return array.astype(dtype)
+
+
+def validate(graph: OpGraph) -> None:
+    """Raise PlacerError naming the first problem: lengths, ranges, signs, uniqueness, cycles."""
+    n, where = graph.num_ops, f"graph {graph.name!r}"
+    for key in ("op_kinds", "flops", "bytes_accessed", "out_bytes", "param_bytes", "colocation", "scopes",
+                "phases", "allowed_mask"):
+        if len(getattr(graph, key)) != n:
+            raise PlacerError(f"{where}: {key} has {len(getattr(graph, key))} entries for {n} ops")
+    e = len(graph.edge_src)
+    if len(graph.edge_dst) != e or len(graph.edge_bytes) != e:
+        raise PlacerError(f"{where}: edge arrays differ in length")
+    for key in ("flops", "bytes_accessed"):
+        values = getattr(graph, key)
+        if not np.all(np.isfinite(values)):
+            raise PlacerError(f"{where}: {key} holds a non-finite value")
+    for key in ("flops", "bytes_accessed", "out_bytes", "param_bytes", "edge_bytes"):
+        values = getattr(graph, key)
+        if values.size and values.min() < 0:
+            bad = int(np.argmin(values))
+            raise PlacerError(f"{where}: {key}[{bad}] is negative ({values[bad]})")
+    if e and (graph.edge_src.min() < 0 or graph.edge_dst.min() < 0
+              or graph.edge_src.max() >= n or graph.edge_dst.max() >= n):
+        raise PlacerError(f"{where}: an edge names an op outside 0..{n - 1}")
+    if e and np.any(graph.edge_src == graph.edge_dst):
+        bad = int(np.flatnonzero(graph.edge_src == graph.edge_dst)[0])
+        raise PlacerError(f"{where}: op {graph.op_names[graph.edge_src[bad]]!r} feeds itself (cycle)")
+    if len(set(graph.op_names)) != n:
+        seen: set = set()
+        dup = next(x for x in graph.op_names if x in seen or seen.add(x))
+        raise PlacerError(f"{where}: op name {dup!r} is not unique")
+    if n and (graph.colocation.min() < 0 or graph.colocation.max() >= n):
+        raise PlacerError(f"{where}: colocation ids must lie in 0..{n - 1}")
+    if n and (graph.phases.min() < 0 or graph.phases.max() >= len(PHASES)):
+        raise PlacerError(f"{where}: phase codes must lie in 0..{len(PHASES) - 1}")
+    if n and (np.any(graph.allowed_mask == 0) or graph.allowed_mask.max() > ANY_DEVICE):
+        raise PlacerError(f"{where}: allowed_mask must be a non-empty subset of {DEVICE_KINDS}")
+    graph.topo_order  # raises on a cycle
+
+
+def _topological_order(n: int, src: np.ndarray, dst: np.ndarray, name: str) -> np.ndarray:
+    import heapq
+
+    indegree = np.bincount(dst, minlength=n).astype(np.int64)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=offsets[1:])
+    # edges are sorted by src, so dst[offsets[i]:offsets[i+1]] are op i's successors
+    dst_list = dst.tolist()
+    off = offsets.tolist()
+    deg = indegree.tolist()
+    heap = [i for i in range(n) if deg[i] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        op = heapq.heappop(heap)
+        order.append(op)
+        for k in range(off[op], off[op + 1]):
+            succ = dst_list[k]
+            deg[succ] -= 1
+            if deg[succ] == 0:
+                heapq.heappush(heap, succ)
+    if len(order) != n:
+        stuck = next(i for i in range(n) if deg[i] > 0)
+        raise PlacerError(f"graph {name!r} has a cycle (through op {stuck})")
+    return np.asarray(order, dtype=np.int64)

@@ -1,0 +1,97 @@
+"""Benchmark names -> graphs, built on first use and cached on disk.
+
+A benchmark is a function ``build(**config) -> OpGraph`` registered under a name. Built graphs are cached
+under ``$PLACER_CACHE`` (default ``~/.cache/placer``), keyed by the name, the configuration and the
+project's version, so a changed model or a new release re-traces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from graphs.errors import PlacerError
+from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
+from graphs.opgraph import OpGraph
+
+GRAPHS_VERSION = "1"  # bump when any benchmark's construction changes
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    builder: str  # "module:function", imported only when the graph is built
+    description: str
+    config: dict = field(default_factory=dict)
+
+    def build(self) -> OpGraph:
+        module_name, func_name = self.builder.split(":")
+        return getattr(importlib.import_module(module_name), func_name)(**self.config)
+
+
+BENCHMARKS: dict[str, Benchmark] = {}
+
+
+def register(benchmark: Benchmark) -> None:
+    BENCHMARKS[benchmark.name] = benchmark
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PLACER_CACHE", Path.home() / ".cache" / "placer"))
+
+
+def _cache_path(benchmark: Benchmark) -> Path:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        project_version = version("placer")
+    except PackageNotFoundError:
+        project_version = "dev"
+    key = json.dumps([benchmark.name, benchmark.builder, benchmark.config, GRAPHS_VERSION, FORMAT_VERSION,
+                      project_version], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return cache_dir() / "graphs" / f"{benchmark.name}-{digest}.parquet"
+
+
+def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
+    """Build (or read from the cache) the benchmark called ``name``."""
+    _load_builtin_benchmarks()
+    if name.startswith("synthetic:"):
+        from graphs.synthetic import synthetic_from_spec
+
+        return synthetic_from_spec(name)
+    if name not in BENCHMARKS:
+        raise PlacerError(f"unknown graph {name!r}: not a file and not a benchmark "
+                          f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED])")
+    benchmark = BENCHMARKS[name]
+    path = _cache_path(benchmark)
+    if use_cache and path.is_file():
+        try:
+            return load_graph_file(path)
+        except PlacerError:
+            path.unlink(missing_ok=True)  # a damaged cache entry is rebuilt
+    graph = benchmark.build()
+    if use_cache:
+        save_graph(graph, path)
+    return graph
+
+
+def load_graph(name_or_file: str) -> OpGraph:
+    """A graph file path or a benchmark name; one PlacerError otherwise."""
+    if os.path.sep in name_or_file or name_or_file.endswith(".parquet") or Path(name_or_file).is_file():
+        return load_graph_file(name_or_file)
+    return benchmark_graph(name_or_file)
+
+
+def list_benchmarks() -> list[Benchmark]:
+    _load_builtin_benchmarks()
+    return [BENCHMARKS[name] for name in sorted(BENCHMARKS)]
+
+
+def _load_builtin_benchmarks() -> None:
+    import graphs.benchmarks  # noqa: F401  (registers the built-in benchmarks)

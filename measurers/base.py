@@ -1,0 +1,42 @@
+"""The measurer protocol every way of timing a placement implements.
+
+A measurer is bound once to (graph, machine, settings) and then answers ``measure(placements)``, where
+each placement is an (N,) int array giving every op's device index on that machine. Example::
+
+    class ConstantMeasurer:
+        def __init__(self, graph, machine, runtime_s=1.0):
+            self.graph, self.machine, self.runtime_s = graph, machine, runtime_s
+
+        def measure(self, placements):
+            return [Measurement(self.runtime_s, (self.runtime_s,), "ok", (0,) * self.machine.num_devices, 0.0)
+                    for _ in placements]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+STATUSES = ("ok", "oom", "error", "timeout", "crash")
+FAILED_STATUSES = frozenset(STATUSES) - {"ok"}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    runtime_s: float  # median step time over the timed samples (still set for oom when it is known)
+    samples_s: tuple[float, ...]  # every timed sample, in order
+    status: str  # one of STATUSES
+    peak_bytes: tuple[int, ...]  # per device, in the machine's device order
+    measure_s: float  # wall time the measurement itself took
+    error: str = ""  # what went wrong, where something did
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class Measurer(Protocol):
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        """One Measurement per placement, in order; failures are statuses, never exceptions."""

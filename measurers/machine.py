@@ -1,0 +1,109 @@
+"""Devices, links and machines: what a placement is placed on.
+
+A machine is a list of devices and the links between them. Each link names a *channel*: transfers on
+one channel contend (they are served one at a time, first come first served), transfers on different
+channels overlap. Units are in the names: bytes, seconds, FLOP/s, bytes per second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import DEVICE_KINDS, kind_bit
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # unique within the machine, e.g. "gpu:0"
+    kind: str  # one of graphs.opgraph.DEVICE_KINDS
+    model: str  # catalog profile, e.g. "K80"
+    peak_flops: float  # FLOP/s at the dtype the graphs use (fp32)
+    mem_bandwidth_Bps: float  # device-memory bandwidth, bytes/s
+    memory_bytes: int  # capacity available to the step
+    op_overhead_s: float  # fixed cost per op (kernel launch / dispatch)
+    compute_efficiency: float = 1.0  # fraction of peak_flops a typical dense op reaches
+    memory_efficiency: float = 1.0  # fraction of mem_bandwidth_Bps a typical op reaches
+
+    def __post_init__(self) -> None:
+        if self.kind not in DEVICE_KINDS:
+            raise PlacerError(f"device {self.name!r}: unknown kind {self.kind!r} (known: {', '.join(DEVICE_KINDS)})")
+        for key in ("peak_flops", "mem_bandwidth_Bps", "memory_bytes"):
+            if not getattr(self, key) > 0:
+                raise PlacerError(f"device {self.name!r}: {key} must be positive")
+        if self.op_overhead_s < 0:
+            raise PlacerError(f"device {self.name!r}: op_overhead_s must not be negative")
+        for key in ("compute_efficiency", "memory_efficiency"):
+            if not 0 < getattr(self, key) <= 1:
+                raise PlacerError(f"device {self.name!r}: {key} must lie in (0, 1]")
+
+    @property
+    def kind_bit(self) -> int:
+        return kind_bit(self.kind)
+
+
+@dataclass(frozen=True)
+class Link:
+    src: str  # device name
+    dst: str  # device name
+    bandwidth_Bps: float
+    latency_s: float
+    channel: str  # transfers on the same channel are served one at a time
+
+    def __post_init__(self) -> None:
+        if not self.bandwidth_Bps > 0 or self.latency_s < 0:
+            raise PlacerError(f"link {self.src}->{self.dst}: bandwidth must be positive, latency not negative")
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+    description: str = ""
+    meta: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        names = [d.name for d in self.devices]
+        if not names:
+            raise PlacerError(f"machine {self.name!r} has no devices")
+        if len(set(names)) != len(names):
+            raise PlacerError(f"machine {self.name!r}: device names are not unique")
+        pairs = set()
+        for link in self.links:
+            for end in (link.src, link.dst):
+                if end not in names:
+                    raise PlacerError(f"machine {self.name!r}: link names unknown device {end!r}")
+            pairs.add((link.src, link.dst))
+        for a in names:
+            for b in names:
+                if a != b and (a, b) not in pairs:
+                    raise PlacerError(f"machine {self.name!r}: no link from {a!r} to {b!r}")
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    def device_index(self, name: str) -> int:
+        for i, device in enumerate(self.devices):
+            if device.name == name:
+                return i
+        raise PlacerError(f"machine {self.name!r} has no device {name!r} "
+                          f"(devices: {', '.join(d.name for d in self.devices)})")
+
+    def indices_of_kind(self, kind: str) -> list[int]:
+        return [i for i, d in enumerate(self.devices) if d.kind == kind]
+
+    @property
+    def kind_bits(self) -> np.ndarray:
+        """(D,) uint8: each device's bit in an op's allowed_mask."""
+        return np.array([d.kind_bit for d in self.devices], dtype=np.uint8)
+
+    def link(self, src: int, dst: int) -> Link:
+        a, b = self.devices[src].name, self.devices[dst].name
+        for link in self.links:
+            if link.src == a and link.dst == b:
+                return link
+        raise PlacerError(f"machine {self.name!r}: no link from {a!r} to {b!r}")

@@ -1,0 +1,1 @@
+"""Placement policies: heuristics, baselines and learned placers."""
