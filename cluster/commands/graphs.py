@@ -1,0 +1,135 @@
+"""`placer graphs list|show|export|import`: inspect benchmark graphs and graph files, write graph files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from graphs.errors import PlacerError
+
+SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 1,000,000)")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("graphs", help="list, show, export and import op graphs")
+    commands = parser.add_subparsers(dest="graphs_command", required=True, metavar="ACTION")
+
+    listing = commands.add_parser("list", help="the built-in benchmark graphs")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(func=_list)
+
+    show = commands.add_parser("show", help="figures of a benchmark or graph file")
+    show.add_argument("graph", metavar="NAME_OR_FILE")
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show.add_argument("--groups", type=int, default=256, metavar="G", help="group to at most G (default 256)")
+    show.add_argument("--method", default=None, help="grouping method (default: the grouping default)")
+    show.set_defaults(func=_show)
+
+    export = commands.add_parser("export", help="write a benchmark (or graph file) as a Parquet graph file")
+    export.add_argument("graph", metavar="NAME_OR_FILE")
+    export.add_argument("-o", "--output", required=True, metavar="FILE")
+    export.set_defaults(func=_export)
+
+    importer = commands.add_parser("import", help="trace a PyTorch or Keras model into a graph file")
+    source = importer.add_mutually_exclusive_group(required=True)
+    source.add_argument("--torch", metavar="MODULE:FUNCTION",
+                        help="a function returning (model, example inputs)")
+    source.add_argument("--keras", metavar="FILE_OR_MODULE:FUNCTION",
+                        help="a function returning a compiled Keras model (or a training step)")
+    importer.add_argument("-o", "--output", required=True, metavar="FILE")
+    importer.set_defaults(func=_import)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from graphs.registry import list_benchmarks
+
+    rows = [(b.name, b.description) for b in list_benchmarks()] + [SYNTHETIC_ENTRY]
+    if args.json:
+        print(json.dumps([{"name": name, "description": text} for name, text in rows], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "description", title="benchmark graphs")
+    for name, text in rows:
+        table.add_row(name, text)
+    Console().print(table)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from graphs.grouping import DEFAULT_METHOD, group_ops
+    from graphs.registry import load_graph
+
+    if args.groups < 1:
+        raise PlacerError(f"--groups must be at least 1, got {args.groups}")
+    graph = load_graph(args.graph)
+    method = args.method or DEFAULT_METHOD
+    grouping = group_ops(graph, max_groups=args.groups, method=method)
+    figures = graph.summary()
+    figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=method,
+                   colocation_groups=len(set(graph.colocation.tolist())))
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("figure", "value", title=f"graph {graph.name}")
+    for key, value in figures.items():
+        table.add_row(key, _readable(key, value))
+    Console().print(table)
+    return 0
+
+
+def _readable(key: str, value) -> str:
+    if key == "flops":
+        return f"{value:.4g} ({value / 1e12:.3f} TFLOP)"
+    if key == "param_bytes":
+        return f"{value:,} ({value / 2**20:.1f} MiB)"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from graphs.io import save_graph
+    from graphs.registry import load_graph
+
+    graph = load_graph(args.graph)  # built completely before anything is written
+    path = save_graph(graph, args.output)
+    print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from graphs.io import save_graph
+
+    spec = args.torch or args.keras
+    if os.getcwd() not in sys.path:  # so `placer graphs import --torch mymodels:build` finds ./mymodels.py
+        sys.path.insert(0, os.getcwd())
+    if args.torch:
+        importer = _importer("graphs.torch_import", "import_torch_spec", "PyTorch")
+    else:
+        importer = _importer("graphs.tf_import", "import_keras_spec", "Keras")
+    try:
+        graph = importer(spec)
+    except PlacerError:
+        raise
+    except (ImportError, SyntaxError, AttributeError, FileNotFoundError) as exc:
+        raise PlacerError(f"cannot load model spec {spec!r}: {type(exc).__name__}: {exc}") from None
+    path = save_graph(graph, args.output)
+    print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
+    return 0
+
+
+def _importer(module_name: str, function_name: str, framework: str):
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise PlacerError(f"the {framework} importer is not available ({module_name}.{function_name}): "
+                          f"{exc}") from None

@@ -1,0 +1,391 @@
+"""Grouping: coarsen an op graph into at most G groups that a policy places as units.
+
+Every method starts from the graph's colocation groups ("atoms": a backward op with its forward op, an
+optimizer update with its Variable, as ``graph.colocation`` says), never splits one, never merges two whose
+allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
+
+- ``"metis"`` (default): a balanced min-cut partition of the atom graph (pymetis; vertex weight = nominal
+  compute cost, edge weight = tensor bytes), so heavy edges stay inside groups and groups carry similar work.
+- ``"colocation"``: the papers' co-location heuristics: merge an atom into its single successor /
+  predecessor, then merge along the heaviest edges while a group stays under the average cost (small groups
+  always join their heaviest neighbour), doubling the cap until at most G groups are left.
+- ``"topo"``: cut the topological order into G runs of equal cost.
+
+The default is metis because on the benchmarks it gives the lowest share of tensor bytes crossing groups
+and the most even group costs (tests/bench/bench_grouping.py: on synthetic:100000, 5% of the bytes cross
+against 9% for colocation and 49% for topo, with the heaviest group at 1.5x the mean cost against 2.0x for
+colocation; on rnnlm / nmt all three methods cut about a third of the bytes, which is dominated by Variables
+read at every time step). "colocation" is 3-5x faster; "topo" is the fastest and keeps groups in order.
+
+Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
+same heavy-edge passes. Results depend only on the graph, G, the method and (for metis) the seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from graphs.errors import PlacerError
+from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
+
+METHODS = ("metis", "colocation", "topo")
+DEFAULT_METHOD = "metis"
+DEFAULT_MAX_GROUPS = 256
+# A nominal device for the cost of an op (a roofline with a fixed launch overhead): only relative costs
+# matter, and the overhead gives zero-flop ops (views, Variables) a small non-zero weight.
+NOMINAL_FLOPS_PER_S = 1e13
+NOMINAL_BANDWIDTH_BPS = 1e12
+NOMINAL_OP_OVERHEAD_S = 1e-6
+METIS_PRECOARSEN_FACTOR = 64  # above this many atoms per part, coarsen before calling METIS
+METIS_CLAMP = 8  # METIS sees an atom as at most 1/8 of a part (see _metis)
+
+
+@dataclass(frozen=True, eq=False)
+class Grouping:
+    """A partition of a graph's ops into ``num_groups`` groups, each placed on one device."""
+
+    op_group: np.ndarray  # (N,) int64: dense group id of every op, 0..G-1, every group non-empty
+    num_groups: int
+    group_allowed_mask: np.ndarray  # (G,) uint8: AND of the allowed_mask of the group's ops
+    method: str = ""
+
+    def __post_init__(self) -> None:
+        op_group = np.ascontiguousarray(self.op_group, dtype=np.int64)
+        mask = np.ascontiguousarray(self.group_allowed_mask, dtype=np.uint8)
+        g = int(self.num_groups)
+        if op_group.ndim != 1 or mask.shape != (g,):
+            raise PlacerError(f"grouping: op_group must be (N,) and group_allowed_mask ({g},)")
+        if len(op_group) and (op_group.min() < 0 or op_group.max() >= g):
+            raise PlacerError(f"grouping: group ids must lie in 0..{g - 1}")
+        if np.any(np.bincount(op_group, minlength=g) == 0):
+            raise PlacerError("grouping: every group must hold at least one op")
+        if np.any(mask == 0):
+            raise PlacerError(f"grouping: group {int(np.argmin(mask))} allows no device kind")
+        for key, value in (("op_group", op_group), ("group_allowed_mask", mask)):
+            value.setflags(write=False)
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "num_groups", g)
+
+    @classmethod
+    def from_op_group(cls, op_group: np.ndarray, allowed_mask: np.ndarray, method: str = "") -> Grouping:
+        """Build from dense group ids and the ops' allowed masks (the group masks are their AND)."""
+        op_group = np.asarray(op_group, dtype=np.int64)
+        g = int(op_group.max()) + 1 if len(op_group) else 0
+        return cls(op_group, g, _group_mask_and(op_group, np.asarray(allowed_mask, np.uint8), g), method)
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.op_group)
+
+    def expand(self, group_placement: np.ndarray) -> np.ndarray:
+        """(G,) or (B, G) device per group -> (N,) or (B, N) device per op."""
+        placement = np.asarray(group_placement)
+        if placement.ndim not in (1, 2) or placement.shape[-1] != self.num_groups:
+            raise PlacerError(f"group placement has shape {placement.shape}; expected ({self.num_groups},) "
+                              f"or (B, {self.num_groups})")
+        if placement.size and not np.issubdtype(placement.dtype, np.integer):
+            raise PlacerError(f"group placement must hold integer device indices, got {placement.dtype}")
+        return placement.astype(np.int64, copy=False)[..., self.op_group]
+
+    def collapse(self, op_placement: np.ndarray) -> np.ndarray:
+        """(N,) or (B, N) device per op -> (G,) or (B, G): each group's majority device (ties: lowest index).
+        Exact inverse of ``expand``."""
+        placement = np.asarray(op_placement)
+        if placement.ndim not in (1, 2) or placement.shape[-1] != self.num_ops:
+            raise PlacerError(f"op placement has shape {placement.shape}; expected ({self.num_ops},) "
+                              f"or (B, {self.num_ops})")
+        if placement.size and (not np.issubdtype(placement.dtype, np.integer) or placement.min() < 0):
+            raise PlacerError("op placement must hold non-negative integer device indices")
+        batch = placement.reshape(-1, self.num_ops).astype(np.int64)
+        devices = int(batch.max()) + 1 if batch.size else 1
+        rows = np.arange(len(batch), dtype=np.int64)[:, None]
+        key = (rows * self.num_groups + self.op_group[None, :]) * devices + batch
+        counts = np.bincount(key.ravel(), minlength=len(batch) * self.num_groups * devices)
+        majority = counts.reshape(len(batch), self.num_groups, devices).argmax(axis=2)
+        return majority[0] if placement.ndim == 1 else majority
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        """Arrays to store with a run (np.savez, Parquet columns); ``from_arrays`` reads them back."""
+        return {"op_group": self.op_group, "group_allowed_mask": self.group_allowed_mask,
+                "method": np.array(self.method)}
+
+    @classmethod
+    def from_arrays(cls, arrays) -> Grouping:
+        try:
+            mask = np.asarray(arrays["group_allowed_mask"])
+            method = str(arrays["method"]) if "method" in arrays else ""
+            return cls(np.asarray(arrays["op_group"]), len(mask), mask, method)
+        except KeyError as exc:
+            raise PlacerError(f"grouping arrays lack {exc}") from None
+
+
+def op_cost_s(graph: OpGraph) -> np.ndarray:
+    """(N,) float64: nominal run time of each op (roofline on a nominal device plus a launch overhead)."""
+    return (np.maximum(graph.flops / NOMINAL_FLOPS_PER_S, graph.bytes_accessed / NOMINAL_BANDWIDTH_BPS)
+            + NOMINAL_OP_OVERHEAD_S)
+
+
+def group_edges(graph: OpGraph, op_group: np.ndarray, num_groups: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edges between groups: (src, dst, bytes) with internal edges dropped and parallel ones summed,
+    sorted by (src, dst). Each (E_g,) int64."""
+    return _contract(op_group[graph.edge_src], op_group[graph.edge_dst], graph.edge_bytes, num_groups)
+
+
+def first_topo_position(graph: OpGraph, op_group: np.ndarray) -> np.ndarray:
+    """(G,) float64: for dense group ids, the position in [0, 1] of each group's first op in topological
+    order (a group of a forward op and its backward op sits where the forward op does)."""
+    _, first = np.unique(op_group[graph.topo_order], return_index=True)
+    return first / max(graph.num_ops - 1, 1)
+
+
+def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str = DEFAULT_METHOD,
+              seed: int = 0) -> Grouping:
+    """Coarsen ``graph`` into at most ``max_groups`` groups (see the module docstring for the methods)."""
+    if method not in METHODS:
+        raise PlacerError(f"unknown grouping method {method!r} (known: {', '.join(METHODS)})")
+    if max_groups < 1:
+        raise PlacerError(f"max_groups must be at least 1, got {max_groups}")
+    atoms = _Atoms.of(graph)
+    if atoms.count <= max_groups:
+        return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)
+    if method == "metis":
+        labels = _split_by_mask(_metis_labels(atoms, max_groups, seed), atoms.mask)
+    elif method == "topo":
+        labels = _split_by_mask(_topo_labels(atoms, max_groups), atoms.mask)
+    else:
+        labels = np.arange(atoms.count, dtype=np.int64)
+    forest = _Forest.of(labels, atoms)
+    if method == "colocation":
+        _merge_chains(forest, atoms, max_groups)
+    _merge_to_limit(forest, atoms, max_groups)
+    return _finish(graph, atoms, forest.labels(), method)
+
+
+@dataclass(frozen=True)
+class _Atoms:
+    """The colocation groups of a graph, contracted: the units grouping never splits."""
+
+    of_op: np.ndarray  # (N,) int64: atom of each op
+    count: int
+    cost: np.ndarray  # (A,) float64: summed nominal op cost
+    mask: np.ndarray  # (A,) uint8: AND of the ops' allowed masks
+    topo: np.ndarray  # (A,) float64: topological position of the atom's first op, in [0, 1]
+    src: np.ndarray  # (E_a,) int64: contracted edges, internal ones dropped, parallel ones summed
+    dst: np.ndarray  # (E_a,) int64
+    bytes: np.ndarray  # (E_a,) int64
+
+    @classmethod
+    def of(cls, graph: OpGraph) -> _Atoms:
+        _, of_op = np.unique(graph.colocation, return_inverse=True)
+        of_op = of_op.astype(np.int64).ravel()
+        count = int(of_op.max()) + 1 if len(of_op) else 0
+        mask = _group_mask_and(of_op, graph.allowed_mask, count)
+        if count and np.any(mask == 0):
+            bad = int(np.flatnonzero(mask == 0)[0])
+            names = ", ".join(repr(x) for x in graph.op_names[of_op == bad][:4])
+            raise PlacerError(f"graph {graph.name!r}: colocation group of ops {names} has no device kind "
+                              f"allowed for all of its ops")
+        topo = first_topo_position(graph, of_op)
+        cost = np.bincount(of_op, weights=op_cost_s(graph), minlength=count)
+        src, dst, size = group_edges(graph, of_op, count)
+        return cls(of_op, count, cost, mask, topo, src, dst, size)
+
+
+def _group_mask_and(op_group: np.ndarray, allowed_mask: np.ndarray, num_groups: int) -> np.ndarray:
+    """(G,) uint8: per group, the device-kind bits every one of its ops allows."""
+    sizes = np.bincount(op_group, minlength=num_groups)
+    mask = np.zeros(num_groups, dtype=np.uint8)
+    for bit in range(len(DEVICE_KINDS)):
+        has = np.bincount(op_group, weights=(allowed_mask >> bit) & 1, minlength=num_groups)
+        mask |= ((has == sizes) << bit).astype(np.uint8)
+    return mask
+
+
+def _contract(src: np.ndarray, dst: np.ndarray, size: np.ndarray, count: int):
+    keep = src != dst
+    key = src[keep] * np.int64(count) + dst[keep]
+    unique, inverse = np.unique(key, return_inverse=True)
+    summed = np.bincount(inverse.ravel(), weights=size[keep], minlength=len(unique)).astype(np.int64)
+    return unique // count, unique % count, summed
+
+
+def _split_by_mask(labels: np.ndarray, atom_mask: np.ndarray) -> np.ndarray:
+    """Split every group whose atoms' masks conflict into one group per restricted mask (unrestricted
+    atoms stay together); the merge passes may join the pieces to compatible neighbours later."""
+    count = int(labels.max()) + 1
+    bad = _group_mask_and(labels, atom_mask, count) == 0
+    if not bad.any():
+        return labels
+    restricted = np.where(bad[labels] & (atom_mask != ANY_DEVICE), atom_mask, 0).astype(np.int64)
+    return np.unique(labels * 256 + restricted, return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _metis_labels(atoms: _Atoms, parts: int, seed: int) -> np.ndarray:
+    """Balanced min-cut partition of the atoms into ``parts`` parts. Large graphs are first coarsened along
+    their heaviest edges into pieces of at most 1/16 of a part's cost, which makes METIS several times
+    faster on a million ops at the same cut."""
+    pieces = np.arange(atoms.count, dtype=np.int64)
+    if atoms.count > METIS_PRECOARSEN_FACTOR * parts:
+        forest = _Forest.of(pieces, atoms)
+        order = np.lexsort((atoms.dst, atoms.src, -atoms.bytes))
+        cap = atoms.cost.sum() / parts / 16
+        forest.merge(atoms.src[order], atoms.dst[order], cap, cap / 64, METIS_PRECOARSEN_FACTOR // 2 * parts)
+        pieces = forest.labels()
+    count = int(pieces.max()) + 1
+    cost = np.bincount(pieces, weights=atoms.cost, minlength=count)
+    src, dst, size = _contract(pieces[atoms.src], pieces[atoms.dst], atoms.bytes, count)
+    return _metis(count, cost, src, dst, size, parts, seed)[pieces]
+
+
+def _metis(count: int, cost: np.ndarray, src: np.ndarray, dst: np.ndarray, size: np.ndarray, parts: int,
+           seed: int) -> np.ndarray:
+    """(count,) dense part ids from pymetis on the undirected graph of (src, dst, size) edges."""
+    import pymetis
+
+    src, dst, size = _contract(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([size, size]),
+                               count)
+    starts = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=count), out=starts[1:])
+    # A piece heavier than a part is alone anyway. Unclamped, such heavy-tailed weights make METIS's
+    # initial bisections fail ("Cannot bisect a graph with 0 vertices", printed on stdout) and leave parts
+    # empty; at 1/8 of a part it uses (nearly) every part and keeps the cut.
+    cost = np.minimum(cost, cost.sum() / parts / METIS_CLAMP)
+    vweights = np.maximum(1, np.round(cost / cost.sum() * 1e8)).astype(np.int64)
+    eweights = 1 + np.round(size / max(int(size.max(initial=0)), 1) * 1e3).astype(np.int64)  # coarse: faster
+    result = pymetis.part_graph(parts, pymetis.CSRAdjacency(starts, dst), vweights=vweights, eweights=eweights,
+                                options=pymetis.Options(seed=int(seed)))
+    return np.unique(np.asarray(result.vertex_part), return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _topo_labels(atoms: _Atoms, parts: int) -> np.ndarray:
+    """Cut the atoms, in topological order, into ``parts`` consecutive runs of equal cost."""
+    order = np.lexsort((np.arange(atoms.count), atoms.topo))
+    cost = atoms.cost[order]
+    center = np.cumsum(cost) - cost / 2
+    run = np.minimum((center / cost.sum() * parts).astype(np.int64), parts - 1)
+    labels = np.empty(atoms.count, dtype=np.int64)
+    labels[order] = run
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
+
+
+class _Forest:
+    """Union-find over atoms; roots carry their group's cost and mask."""
+
+    def __init__(self, parent: np.ndarray, cost: np.ndarray, mask: np.ndarray, count: int):
+        self.parent, self.cost, self.mask, self.count = parent, cost, mask, count
+
+    @classmethod
+    def of(cls, labels: np.ndarray, atoms: _Atoms) -> _Forest:
+        count = int(labels.max()) + 1
+        _, first = np.unique(labels, return_index=True)  # the smallest atom of a group is its root
+        parent = first[labels].astype(np.int64)
+        cost = np.zeros(atoms.count)
+        cost[first] = np.bincount(labels, weights=atoms.cost, minlength=count)
+        mask = np.zeros(atoms.count, dtype=np.uint8)
+        mask[first] = _group_mask_and(labels, atoms.mask, count)
+        return cls(parent, cost, mask, count)
+
+    def roots(self) -> np.ndarray:
+        return _find_all(self.parent)
+
+    def labels(self) -> np.ndarray:
+        return np.unique(self.roots(), return_inverse=True)[1].astype(np.int64).ravel()
+
+    def merge(self, u: np.ndarray, v: np.ndarray, cap: float, tiny: float, target: int) -> None:
+        """Union the pairs (u[k], v[k]) in order while compatible and under ``cap`` (or one side is below
+        ``tiny``), until ``target`` groups are left."""
+        self.count = _merge_pairs(self.parent, self.cost, self.mask, u.astype(np.int64), v.astype(np.int64),
+                                  cap, tiny, self.count, target)
+
+
+def _merge_chains(forest: _Forest, atoms: _Atoms, target: int) -> None:
+    """Co-location heuristic: an atom with a single successor (or a single predecessor) joins it."""
+    out_degree = np.bincount(atoms.src, minlength=atoms.count)
+    in_degree = np.bincount(atoms.dst, minlength=atoms.count)
+    chain = (out_degree[atoms.src] == 1) | (in_degree[atoms.dst] == 1)
+    order = np.lexsort((atoms.dst[chain], atoms.src[chain], -atoms.bytes[chain]))
+    cap = atoms.cost.sum() / target
+    forest.merge(atoms.src[chain][order], atoms.dst[chain][order], cap, cap / 64, target)
+
+
+def _merge_to_limit(forest: _Forest, atoms: _Atoms, target: int) -> None:
+    """Merge along the heaviest group-level edges under a cost cap that doubles each pass; then join
+    groups adjacent in topological order; then any compatible groups. Raises if masks forbid ``target``."""
+    total = atoms.cost.sum()
+    base = cap = total / target
+    while forest.count > target and cap <= 2 * total:
+        roots = forest.roots()
+        u, v, size = _contract(roots[atoms.src], roots[atoms.dst], atoms.bytes, atoms.count)
+        order = np.lexsort((v, u, -size))
+        forest.merge(u[order], v[order], cap, base / 64, target)
+        cap *= 2
+    cap = base
+    while forest.count > target and cap <= 2 * total:  # groups with no edge between them
+        roots, topo = _group_topo(forest, atoms)
+        roots = roots[np.argsort(topo, kind="stable")]
+        forest.merge(roots[:-1], roots[1:], cap, base / 64, target)
+        cap *= 2
+    if forest.count > target:  # what is left differs in allowed masks: join equal masks
+        roots, topo = _group_topo(forest, atoms)
+        roots = roots[np.lexsort((topo, forest.mask[roots]))]
+        forest.merge(roots[:-1], roots[1:], np.inf, np.inf, target)
+    if forest.count > target:
+        raise PlacerError(f"cannot group into {target} groups: {forest.count} groups have pairwise disjoint "
+                          f"allowed device kinds")
+
+
+def _group_topo(forest: _Forest, atoms: _Atoms) -> tuple[np.ndarray, np.ndarray]:
+    """The (G,) root atoms and (G,) topological position of the current groups' first ops."""
+    roots, inverse = np.unique(forest.roots(), return_inverse=True)
+    topo = np.full(len(roots), np.inf)
+    np.minimum.at(topo, inverse.ravel(), atoms.topo)
+    return roots, topo
+
+
+def _finish(graph: OpGraph, atoms: _Atoms, atom_labels: np.ndarray, method: str) -> Grouping:
+    """Dense group ids numbered by each group's first op in topological order."""
+    op_labels = atom_labels[atoms.of_op]
+    _, first = np.unique(op_labels[graph.topo_order], return_index=True)
+    rename = np.empty(len(first), dtype=np.int64)
+    rename[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return Grouping.from_op_group(rename[op_labels], graph.allowed_mask, method)
+
+
+@njit(cache=True)
+def _find(parent, a):
+    while parent[a] != a:
+        parent[a] = parent[parent[a]]
+        a = parent[a]
+    return a
+
+
+@njit(cache=True)
+def _find_all(parent):
+    roots = np.empty_like(parent)
+    for a in range(len(parent)):
+        roots[a] = _find(parent, a)
+    return roots
+
+
+@njit(cache=True)
+def _merge_pairs(parent, cost, mask, u, v, cap, tiny, count, target):
+    for k in range(len(u)):
+        if count <= target:
+            break
+        a = _find(parent, u[k])
+        b = _find(parent, v[k])
+        if a == b or (mask[a] & mask[b]) == 0:
+            continue
+        if cost[a] + cost[b] > cap and min(cost[a], cost[b]) > tiny:
+            continue
+        if b < a:
+            a, b = b, a
+        parent[b] = a
+        cost[a] += cost[b]
+        mask[a] &= mask[b]
+        count -= 1
+    return count

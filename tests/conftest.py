@@ -1,0 +1,60 @@
+"""Shared test fixtures: a small OpGraph builder and a private benchmark cache for the whole session."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from graphs.opgraph import PHASE_CODE, OpGraph
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_placer_cache(tmp_path_factory):
+    """Point PLACER_CACHE at a per-session temp dir so tests never touch ~/.cache/placer."""
+    previous = os.environ.get("PLACER_CACHE")
+    os.environ["PLACER_CACHE"] = str(tmp_path_factory.mktemp("placer-cache"))
+    yield
+    if previous is None:
+        os.environ.pop("PLACER_CACHE", None)
+    else:
+        os.environ["PLACER_CACHE"] = previous
+
+
+def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None, param_bytes=None,
+                kinds=None, colocation=None, phases=None, allowed_mask=None, bytes_accessed=None,
+                name: str = "tiny", **extra) -> OpGraph:
+    """A hand-made OpGraph. ``edges`` holds (src, dst) or (src, dst, bytes) tuples (bytes default 4);
+    per-op values default to flops 1e6, out_bytes 4, param_bytes 0, kind "aten.add". ``phases`` may be
+    phase names. Ops are named op0, op1, ..."""
+    edges = [tuple(e) if len(e) == 3 else (e[0], e[1], 4) for e in edges]
+    n = num_ops if num_ops is not None else (1 + max((max(s, d) for s, d, _ in edges), default=-1))
+
+    def per_op(value, default, dtype):
+        return np.full(n, default, dtype=dtype) if value is None else np.asarray(value, dtype=dtype)
+
+    if phases is not None and len(phases) and isinstance(phases[0], str):
+        phases = [PHASE_CODE[p] for p in phases]
+    return OpGraph(
+        name=name, framework="manual",
+        op_names=np.array([f"op{i}" for i in range(n)], dtype=object),
+        op_kinds=np.array(kinds if kinds is not None else ["aten.add"] * n, dtype=object),
+        flops=per_op(flops, 1e6, np.float64),
+        bytes_accessed=per_op(bytes_accessed, 0.0, np.float64),
+        out_bytes=per_op(out_bytes, 4, np.int64),
+        param_bytes=per_op(param_bytes, 0, np.int64),
+        edge_src=np.array([e[0] for e in edges], dtype=np.int64),
+        edge_dst=np.array([e[1] for e in edges], dtype=np.int64),
+        edge_bytes=np.array([e[2] for e in edges], dtype=np.int64),
+        colocation=None if colocation is None else np.asarray(colocation, dtype=np.int64),
+        phases=None if phases is None else np.asarray(phases, dtype=np.int8),
+        allowed_mask=None if allowed_mask is None else np.asarray(allowed_mask, dtype=np.uint8),
+        **extra,
+    )
+
+
+@pytest.fixture
+def make_graph():
+    """The ``build_graph`` helper: ``make_graph([(0, 1), (1, 2, 1024)], flops=[...], ...)``."""
+    return build_graph

@@ -1,0 +1,208 @@
+import numpy as np
+import pytest
+
+from graphs.errors import PlacerError
+from graphs.features import FEATURE_COLUMNS, OP_CLASSES, group_features, op_class
+from graphs.grouping import METHODS, Grouping, group_ops
+
+
+def _random_dag(make_graph, n: int, seed: int, **kwargs):
+    rng = np.random.default_rng(seed)
+    dst = np.repeat(np.arange(1, n), 2)
+    src = (dst * rng.random(len(dst))).astype(np.int64)
+    edges = [(int(s), int(d), int(b)) for s, d, b in zip(src, dst, rng.integers(1, 10**6, len(dst)))]
+    return make_graph(edges, n, flops=rng.lognormal(14, 2, n), **kwargs)
+
+
+def _training_like(make_graph, n_forward: int = 60):
+    """A chain of forward ops, their backward ops (colocated with them) in reverse, and some Variables
+    (colocated with their update ops, which must run on the CPU)."""
+    n = 2 * n_forward
+    edges = [(i, i + 1, 1000) for i in range(n - 1)]  # forward chain then backward chain
+    colocation = np.arange(n)
+    colocation[n_forward:] = np.arange(n_forward)[::-1]  # backward op i+F pairs with forward op F-1-i
+    mask = np.full(n, 3)
+    mask[[5, n - 6]] = 1  # a colocated pair that is CPU-only
+    mask[[20, 21]] = 2  # GPU-only forward ops
+    return make_graph(edges, n, colocation=colocation, allowed_mask=mask)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_group_ops__never_splits_a_colocation_group(make_graph, method):
+    graph = _training_like(make_graph)
+    grouping = group_ops(graph, max_groups=7, method=method)
+    for colocation_id in np.unique(graph.colocation):
+        assert len(np.unique(grouping.op_group[graph.colocation == colocation_id])) == 1
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_group_ops__respects_allowed_masks(make_graph, method):
+    graph = _training_like(make_graph)
+    grouping = group_ops(graph, max_groups=5, method=method)
+    assert grouping.num_groups <= 5
+    group_mask = grouping.group_allowed_mask[grouping.op_group]
+    assert np.all(group_mask != 0)
+    assert np.all((group_mask & graph.allowed_mask) == group_mask)  # group mask is within each op's mask
+    assert group_mask[5] == 1 and group_mask[20] == 2
+
+
+def test_group_ops__two_groups_suffice_for_cpu_only_and_gpu_only_ops(make_graph):
+    graph = make_graph([(0, 1), (1, 2), (2, 3)], allowed_mask=[1, 3, 2, 3])
+    grouping = group_ops(graph, max_groups=2, method="colocation")
+    assert grouping.num_groups == 2
+    assert grouping.op_group[0] != grouping.op_group[2]
+
+
+def test_group_ops__impossible_limit_is_a_clear_error(make_graph):
+    graph = make_graph([(0, 1)], allowed_mask=[1, 2])
+    with pytest.raises(PlacerError, match="disjoint allowed device kinds"):
+        group_ops(graph, max_groups=1)
+
+
+def test_group_ops__colocation_group_with_conflicting_masks_is_an_error(make_graph):
+    graph = make_graph([(0, 1)], colocation=[0, 0], allowed_mask=[1, 2])
+    with pytest.raises(PlacerError, match="no device kind allowed"):
+        group_ops(graph)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("max_groups", [1, 3, 16, 100])
+def test_group_ops__at_most_max_groups_and_dense(make_graph, method, max_groups):
+    graph = _random_dag(make_graph, 300, seed=1)
+    grouping = group_ops(graph, max_groups=max_groups, method=method)
+    assert 1 <= grouping.num_groups <= max_groups
+    assert np.array_equal(np.unique(grouping.op_group), np.arange(grouping.num_groups))
+
+
+def test_group_ops__fewer_colocation_groups_than_limit_are_returned_as_they_are(make_graph):
+    graph = make_graph([(0, 1), (1, 2), (2, 3)], colocation=[0, 2, 2, 0])
+    grouping = group_ops(graph, max_groups=256)
+    assert grouping.num_groups == 2
+    assert grouping.op_group[0] == grouping.op_group[3] != grouping.op_group[1] == grouping.op_group[2]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_group_ops__deterministic(make_graph, method):
+    graph = _random_dag(make_graph, 400, seed=2)
+    first = group_ops(graph, max_groups=20, method=method, seed=5)
+    second = group_ops(graph, max_groups=20, method=method, seed=5)
+    assert np.array_equal(first.op_group, second.op_group)
+
+
+def test_group_ops__metis_keeps_a_heavy_edge_inside_a_group(make_graph):
+    # A chain of 16 equal ops; the edge 3 -> 4 is heavy and lies exactly on a balanced cut.
+    edges = [(i, i + 1, 10**9 if i == 3 else 10) for i in range(15)]
+    graph = make_graph(edges)
+    topo = group_ops(graph, max_groups=4, method="topo")
+    assert topo.op_group[3] != topo.op_group[4]  # the naive cut splits it
+    metis = group_ops(graph, max_groups=4, method="metis")
+    assert metis.num_groups == 4
+    assert metis.op_group[3] == metis.op_group[4]
+
+
+def test_group_ops__heuristic_merges_a_single_successor_chain(make_graph):
+    # Two independent chains of 10 ops: the co-location heuristic groups each chain together.
+    edges = [(i, i + 1) for i in range(9)] + [(i, i + 1) for i in range(10, 19)]
+    grouping = group_ops(make_graph(edges), max_groups=2, method="colocation")
+    assert len(set(grouping.op_group[:10])) == 1 and len(set(grouping.op_group[10:])) == 1
+
+
+def test_group_ops__unknown_method_is_a_clear_error(make_graph):
+    with pytest.raises(PlacerError, match="unknown grouping method"):
+        group_ops(make_graph([(0, 1)]), method="magic")
+
+
+def test_grouping__expand_collapse_round_trip(make_graph):
+    graph = _random_dag(make_graph, 200, seed=3)
+    grouping = group_ops(graph, max_groups=12)
+    rng = np.random.default_rng(0)
+    group_placement = rng.integers(0, 3, grouping.num_groups)
+    op_placement = grouping.expand(group_placement)
+    assert op_placement.shape == (200,)
+    assert np.array_equal(op_placement, group_placement[grouping.op_group])
+    assert np.array_equal(grouping.collapse(op_placement), group_placement)
+    batch = rng.integers(0, 4, (5, grouping.num_groups))
+    assert grouping.expand(batch).shape == (5, 200)
+    assert np.array_equal(grouping.collapse(grouping.expand(batch)), batch)
+
+
+def test_grouping__collapse_takes_the_majority_device():
+    grouping = Grouping.from_op_group(np.array([0, 0, 0, 1, 1]), np.full(5, 3, np.uint8))
+    assert list(grouping.collapse(np.array([2, 1, 2, 0, 1]))) == [2, 0]  # tie 0/1 -> lowest index
+
+
+def test_grouping__wrong_placement_shape_is_a_clear_error():
+    grouping = Grouping.from_op_group(np.array([0, 1, 1]), np.full(3, 3, np.uint8))
+    with pytest.raises(PlacerError, match="expected \\(2,\\)"):
+        grouping.expand(np.array([0, 1, 1]))
+    with pytest.raises(PlacerError, match="expected \\(3,\\)"):
+        grouping.collapse(np.array([0, 1]))
+
+
+def test_grouping__arrays_round_trip_through_npz(make_graph, tmp_path):
+    grouping = group_ops(_training_like(make_graph), max_groups=6, method="colocation")
+    np.savez(tmp_path / "g.npz", **grouping.to_arrays())
+    with np.load(tmp_path / "g.npz", allow_pickle=False) as arrays:
+        loaded = Grouping.from_arrays(arrays)
+    assert np.array_equal(loaded.op_group, grouping.op_group)
+    assert np.array_equal(loaded.group_allowed_mask, grouping.group_allowed_mask)
+    assert loaded.num_groups == grouping.num_groups and loaded.method == "colocation"
+
+
+def test_op_class__maps_torch_and_tensorflow_types():
+    expected = {
+        "aten.mm.default": "matmul", "MatMul": "matmul", "aten.convolution_backward.default": "conv",
+        "Conv2DBackpropFilter": "conv", "aten.add_.Tensor": "elementwise", "Relu": "elementwise",
+        "aten.sum.dim_IntList": "reduction", "Mean": "reduction", "aten.view.default": "memory",
+        "Reshape": "memory", "Variable": "variable", "VarHandleOp": "variable", "Input": "input",
+        "Placeholder": "input", "aten.select.int": "memory", "SelectV2": "elementwise",
+        "SomethingNew": "other",
+    }
+    assert {kind: op_class(kind) for kind in expected} == expected
+
+
+def _hand_made(make_graph):
+    # groups: {0: Input, Variable, mm}  {1: relu, sum};  edges 0->2, 1->2 (inside), 2->3 (1000 B), 3->4
+    graph = make_graph(
+        [(0, 2, 100), (1, 2, 200), (2, 3, 1000), (3, 4, 50)],
+        kinds=["Input", "Variable", "aten.mm.default", "Relu", "aten.sum.default"],
+        flops=[0, 0, 2e6, 1e3, 1e3], out_bytes=[100, 200, 1000, 1000, 4], param_bytes=[0, 600, 0, 0, 0],
+        phases=["other", "other", "forward", "forward", "backward"],
+    )
+    return graph, Grouping.from_op_group(np.array([0, 0, 0, 1, 1]), graph.allowed_mask)
+
+
+def test_group_features__values_on_a_hand_made_graph(make_graph):
+    graph, grouping = _hand_made(make_graph)
+    features = group_features(graph, grouping)
+    k = OP_CLASSES.index
+    assert features.kind_histogram.shape == (2, len(OP_CLASSES))
+    assert features.kind_histogram[0, k("input")] == 1 and features.kind_histogram[0, k("variable")] == 1
+    assert features.kind_histogram[0, k("matmul")] == 1 and features.kind_histogram[1, k("reduction")] == 1
+    assert list(features.flops) == [2e6, 2e3]
+    assert list(features.out_bytes) == [1300, 1004] and list(features.param_bytes) == [600, 0]
+    assert list(features.num_ops) == [3, 2]
+    assert np.allclose(features.phase_fractions, [[1 / 3, 0, 0, 2 / 3], [0.5, 0.5, 0, 0]])
+    assert (list(features.edge_src), list(features.edge_dst), list(features.edge_bytes)) == ([0], [1], [1000])
+    assert list(features.in_bytes) == [0, 1000] and list(features.out_edge_bytes) == [1000, 0]
+    assert list(features.in_degree) == [0, 1] and list(features.out_degree) == [1, 0]
+    assert np.allclose(features.topo_position, [0, 0.75])  # first ops: op0 and op3 of 5
+
+
+def test_group_features__matrix_columns_and_normalization(make_graph):
+    graph, grouping = _hand_made(make_graph)
+    features = group_features(graph, grouping)
+    matrix = features.as_matrix()
+    assert matrix.shape == (2, len(FEATURE_COLUMNS)) and matrix.dtype == np.float32
+    flops_col = FEATURE_COLUMNS.index("log_flops")
+    assert np.allclose(matrix[:, flops_col], [1, -1])  # two groups standardize to +-1
+    assert np.allclose(matrix[:, : len(OP_CLASSES)].sum(axis=1), 1)  # kind fractions
+    raw = features.as_matrix(normalize=False)
+    assert np.allclose(raw[:, flops_col], [2e6, 2e3])
+    assert np.allclose(raw[:, FEATURE_COLUMNS.index("topo_position")], features.topo_position)
+
+
+def test_group_features__grouping_of_another_graph_is_an_error(make_graph):
+    graph, _ = _hand_made(make_graph)
+    with pytest.raises(PlacerError, match="grouping covers"):
+        group_features(graph, Grouping.from_op_group(np.array([0, 1]), np.full(2, 3, np.uint8)))
