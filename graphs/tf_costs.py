@@ -1,0 +1,132 @@
+"""Per-op-type FLOP formulas for TensorFlow ops, from static shapes.
+
+A multiply-add counts as 2 FLOPs. Ops not listed fall back to one FLOP per output element
+(elementwise math); data-movement and bookkeeping ops (reshape, gather, cast, reads, ...) cost 0.
+Unknown dimensions must be filled before these formulas run (see ``tensor_dims``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+# Ops that only move, view or describe data: no arithmetic.
+ZERO_FLOP_KINDS = frozenset({
+    "Placeholder", "Const", "Identity", "IdentityN", "StopGradient", "PreventGradient", "Snapshot", "NoOp",
+    "Reshape", "Shape", "ShapeN", "Size", "Rank", "Squeeze", "ExpandDims", "Transpose", "ConcatV2", "Concat",
+    "Pack", "Unpack", "Slice", "StridedSlice", "StridedSliceGrad", "GatherV2", "GatherNd", "ResourceGather",
+    "Tile", "BroadcastTo", "Fill", "ZerosLike", "OnesLike", "Pad", "PadV2", "MirrorPad", "Cast", "Bitcast",
+    "ReadVariableOp", "VarHandleOp", "AssignVariableOp", "Range", "Split", "SplitV", "DynamicStitch",
+    "BroadcastGradientArgs", "ConcatOffset", "InvertPermutation", "ReverseV2", "OneHot", "Where",
+    "ScatterNd", "TensorScatterUpdate", "Variable", "Input", "If", "StatelessIf", "While", "StatelessWhile",
+    "Case", "StatelessCase",
+})
+
+# Optimizer kernels: FLOPs per element of the variable they update (rough operation counts of the kernels).
+APPLY_FLOPS_PER_ELEMENT = {
+    "ResourceApplyGradientDescent": 2, "ApplyGradientDescent": 2,
+    "ResourceApplyMomentum": 4, "ApplyMomentum": 4, "ResourceApplyKerasMomentum": 4,
+    "ResourceApplyAdam": 10, "ApplyAdam": 10, "ResourceApplyAdamWithAmsgrad": 12,
+    "ResourceApplyAdagrad": 5, "ResourceApplyAdagradV2": 6, "ResourceApplyRMSProp": 8,
+    "ResourceApplyCenteredRMSProp": 10, "ResourceApplyAdadelta": 10, "ResourceApplyAdaMax": 9,
+    "ResourceApplyFtrl": 15, "ResourceApplyFtrlV2": 16, "ResourceApplyProximalAdagrad": 8,
+    "AssignAddVariableOp": 1, "AssignSubVariableOp": 1,
+}
+
+# Normalization and softmax-like ops: FLOPs per element of their main (first) input.
+PER_INPUT_ELEMENT_FLOPS = {
+    "FusedBatchNorm": 5, "FusedBatchNormV2": 5, "FusedBatchNormV3": 5,
+    "FusedBatchNormGrad": 8, "FusedBatchNormGradV2": 8, "FusedBatchNormGradV3": 8,
+    "Softmax": 5, "LogSoftmax": 5,
+    "SoftmaxCrossEntropyWithLogits": 6, "SparseSoftmaxCrossEntropyWithLogits": 6,
+    "Sum": 1, "Mean": 1, "Max": 1, "Min": 1, "Prod": 1, "All": 0, "Any": 0, "ArgMax": 1, "ArgMin": 1,
+    "BiasAddGrad": 1, "L2Loss": 2, "EuclideanNorm": 2,
+}
+
+OpShapes = list[list[int]]  # one list of dims per tensor
+
+
+def _numel(dims: list[int]) -> int:
+    return math.prod(dims) if dims else 1
+
+
+def _matmul(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    a = ins[0]
+    k = a[-2] if attrs.get("transpose_a") or attrs.get("adj_x") else a[-1]
+    return 2.0 * _numel(outs[0]) * k
+
+
+def _conv_forward(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    kh, kw, cin_per_group = ins[1][0], ins[1][1], ins[1][2]
+    return 2.0 * _numel(outs[0]) * kh * kw * cin_per_group
+
+
+def _conv_backprop_input(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    kh, kw, cin_per_group = ins[1][0], ins[1][1], ins[1][2]
+    return 2.0 * _numel(ins[2]) * kh * kw * cin_per_group  # as many MACs as the forward conv
+
+
+def _conv_backprop_filter(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    kh, kw, cin_per_group = outs[0][0], outs[0][1], outs[0][2]
+    return 2.0 * _numel(ins[2]) * kh * kw * cin_per_group
+
+
+def _depthwise_forward(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    return 2.0 * _numel(outs[0]) * ins[1][0] * ins[1][1]
+
+
+def _depthwise_backprop_input(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    return 2.0 * _numel(ins[2]) * ins[1][0] * ins[1][1]
+
+
+def _depthwise_backprop_filter(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    return 2.0 * _numel(ins[2]) * outs[0][0] * outs[0][1]
+
+
+def _window(attrs: dict) -> int:
+    ksize = attrs.get("ksize") or [1, 1, 1, 1]
+    return _numel(list(ksize))
+
+
+def _pool(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    return float(_numel(outs[0]) * _window(attrs))
+
+
+def _pool_grad_from_output_grad(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    # MaxPoolGrad(orig_input, orig_output, grad) and AvgPoolGrad(orig_input_shape, grad): one pass per window
+    return float(_numel(ins[-1]) * _window(attrs))
+
+
+FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {
+    "MatMul": _matmul, "BatchMatMul": _matmul, "BatchMatMulV2": _matmul, "BatchMatMulV3": _matmul,
+    "Conv2D": _conv_forward, "Conv3D": _conv_forward,
+    "Conv2DBackpropInput": _conv_backprop_input, "Conv2DBackpropInputV2": _conv_backprop_input,
+    "Conv2DBackpropFilter": _conv_backprop_filter, "Conv2DBackpropFilterV2": _conv_backprop_filter,
+    "DepthwiseConv2dNative": _depthwise_forward,
+    "DepthwiseConv2dNativeBackpropInput": _depthwise_backprop_input,
+    "DepthwiseConv2dNativeBackpropFilter": _depthwise_backprop_filter,
+    "MaxPool": _pool, "MaxPoolV2": _pool, "AvgPool": _pool,
+    "MaxPoolGrad": _pool_grad_from_output_grad, "MaxPoolGradV2": _pool_grad_from_output_grad,
+    "AvgPoolGrad": _pool_grad_from_output_grad,
+}
+
+FORMULA_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y", "ksize")  # attrs the formulas read
+
+
+def op_flops(kind: str, in_dims: OpShapes, out_dims: OpShapes, attrs: dict, float_output: bool) -> float:
+    """FLOPs of one op from its input and output dims (fully known) and the attrs in FORMULA_ATTRS."""
+    if kind in FORMULAS:
+        return FORMULAS[kind](in_dims, out_dims, attrs)
+    if kind in APPLY_FLOPS_PER_ELEMENT:
+        value_dims = in_dims[-1] if kind.startswith("Assign") else _apply_grad_dims(in_dims)
+        return float(APPLY_FLOPS_PER_ELEMENT[kind] * _numel(value_dims))
+    if kind in PER_INPUT_ELEMENT_FLOPS:
+        return float(PER_INPUT_ELEMENT_FLOPS[kind] * (_numel(in_dims[0]) if in_dims else 0))
+    if kind in ZERO_FLOP_KINDS or not float_output or not out_dims:
+        return 0.0
+    return float(sum(_numel(d) for d in out_dims))  # elementwise: one FLOP per output element
+
+
+def _apply_grad_dims(in_dims: OpShapes) -> list[int]:
+    """The gradient is the largest input of a ResourceApply* op (the others are handles and scalars)."""
+    return max(in_dims, key=_numel) if in_dims else []
