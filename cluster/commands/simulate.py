@@ -1,0 +1,67 @@
+"""`placer simulate`: one placement of one graph on one machine, in the simulator."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("simulate", help="simulate one placement: step time, memory, lower bound")
+    parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark, synthetic:N[:SEED] or file")
+    parser.add_argument("--machine", required=True, metavar="NAME_OR_FILE", help="catalog machine or machine file")
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
+    how.add_argument("--policy", choices=("single-gpu", "cpu-only", "round-robin"))
+    parser.add_argument("--engine", choices=("reference", "fast"), default="fast")
+    parser.add_argument("--profile", metavar="FILE", help="measured per-op times (JSON or Parquet)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--trace", metavar="FILE", help="write the timeline in Chrome trace format")
+    parser.set_defaults(func=_simulate)
+
+
+def _simulate(args) -> int:
+    import time
+
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.costs import load_profile
+    from measurers.placement import load_placement_file, policy_placement
+    from measurers.simulator import Simulator
+
+    graph = load_graph(args.graph)
+    machine = load_machine(args.machine)
+    profile = load_profile(args.profile) if args.profile else None
+    if args.placement:
+        placement = load_placement_file(args.placement, graph, machine)
+    else:
+        placement = policy_placement(graph, machine, args.policy)
+    simulator = Simulator(graph, machine, profile=profile, engine=args.engine)
+    if args.engine == "fast":
+        from measurers.fast_sim import warm_up
+
+        warm_up()  # loads (or compiles) the compiled engine: not part of simulate_s
+    began = time.perf_counter()
+    result = simulator.run(placement, timeline=bool(args.trace))
+    simulate_s = time.perf_counter() - began
+    if args.trace:
+        from measurers.trace import write_trace
+
+        write_trace(args.trace, graph, machine, result)
+    report = {
+        "graph": graph.name, "machine": machine.name, "engine": args.engine,
+        "runtime_s": result.runtime_s, "status": result.status, "lower_bound_s": simulator.lower_bound_s,
+        "simulate_s": simulate_s,
+        "devices": [{"name": d.name, "busy_s": float(result.busy_s[i]), "peak_bytes": int(result.peak_bytes[i]),
+                     "capacity_bytes": int(result.capacity_bytes[i])} for i, d in enumerate(machine.devices)],
+        "link_bytes": {f"{l.src}->{l.dst}": int(b) for l, b in zip(machine.links, result.link_bytes) if b},
+    }
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    print(f"{graph.name} on {machine.name}: step {result.runtime_s:.6g} s ({result.status}), "
+          f"lower bound {report['lower_bound_s']:.6g} s, simulated in {simulate_s * 1e3:.2f} ms ({args.engine})")
+    print(f"{'device':8s} {'busy s':>10s} {'peak GB':>9s} {'capacity GB':>11s}")
+    for d in report["devices"]:
+        flag = "  OOM" if d["peak_bytes"] > d["capacity_bytes"] else ""
+        print(f"{d['name']:8s} {d['busy_s']:10.4g} {d['peak_bytes'] / 1e9:9.3f} {d['capacity_bytes'] / 1e9:11.1f}{flag}")
+    return 0

@@ -1,0 +1,142 @@
+"""The machine catalog: device profiles and named machines, as JSON files a user can copy and edit.
+
+``measurers/catalog/devices.json`` holds device profiles keyed by model (K40, K80, P100, V100, A100, H100,
+H200, server CPUs). Every other ``measurers/catalog/<name>.json`` is a machine::
+
+    {"name": "paper-2gpu", "description": "...",
+     "devices": [{"name": "cpu:0", "model": "Xeon-E5-2699v3"},
+                 {"name": "gpu:0", "model": "K80", "memory_bytes": 6e9}],   # any profile field may be overridden
+     "links": [{"src": "cpu:0", "dst": "gpu:0", "bandwidth_Bps": 10e9, "latency_s": 1e-5,
+                "channel": "pcie:board0:h2d"}, ...]}                          # one link per ordered device pair
+
+A device entry either names a catalog ``model`` (its fields fill in what the entry leaves out) or spells
+out every field. ``machine_to_json`` writes the fully spelled-out form, which loads back unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+
+from graphs.errors import PlacerError
+from measurers.machine import Device, Link, Machine
+
+CATALOG_DIR = Path(__file__).with_name("catalog")
+DEVICES_FILE = CATALOG_DIR / "devices.json"
+NOTE_FIELDS = ("source", "notes")  # free text allowed in profiles and device entries
+
+DEVICE_FIELDS = {f.name: f.type for f in fields(Device)}
+LINK_FIELDS = {f.name: f.type for f in fields(Link)}
+_NUMBER_FIELDS = {"peak_flops", "mem_bandwidth_Bps", "memory_bytes", "op_overhead_s", "compute_efficiency",
+                  "memory_efficiency", "bandwidth_Bps", "latency_s"}
+
+
+def list_machines() -> list[str]:
+    """Names of the machines in the catalog, sorted."""
+    return sorted(p.stem for p in CATALOG_DIR.glob("*.json") if p != DEVICES_FILE)
+
+
+def load_machine(name_or_file: str) -> Machine:
+    """A catalog machine name or a machine JSON file; one PlacerError naming the file and field otherwise."""
+    path = Path(name_or_file)
+    if not path.is_file():
+        if name_or_file not in list_machines():
+            raise PlacerError(f"unknown machine {name_or_file!r}: not a file and not in the catalog "
+                              f"(machines: {', '.join(list_machines())})")
+        path = CATALOG_DIR / f"{name_or_file}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlacerError(f"machine file {str(path)!r} is not readable JSON: {exc}") from None
+    return machine_from_json(data, where=f"machine file {str(path)!r}")
+
+
+def machine_from_json(data: object, where: str = "machine") -> Machine:
+    """Build a Machine from its JSON form (see the module docstring), validating every field."""
+    if not isinstance(data, dict):
+        raise PlacerError(f"{where}: the top level must be an object")
+    name = _field(data, "name", str, where)
+    devices = _field(data, "devices", list, where)
+    links = _field(data, "links", list, where)
+    description = data.get("description", "")
+    unknown = set(data) - {"name", "devices", "links", "description"}
+    if unknown:
+        raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    try:
+        machine = Machine(
+            name=name,
+            devices=tuple(_device(entry, f"{where}: devices[{i}]") for i, entry in enumerate(devices)),
+            links=tuple(_link(entry, f"{where}: links[{i}]") for i, entry in enumerate(links)),
+            description=str(description),
+        )
+    except PlacerError as exc:
+        if str(exc).startswith(where):
+            raise
+        raise PlacerError(f"{where}: {exc}") from None
+    return machine
+
+
+def machine_to_json(machine: Machine) -> dict:
+    """The fully spelled-out JSON form of ``machine`` (loads back to an equal Machine)."""
+    return {
+        "name": machine.name,
+        "description": machine.description,
+        "devices": [{key: getattr(d, key) for key in DEVICE_FIELDS} for d in machine.devices],
+        "links": [{key: getattr(link, key) for key in LINK_FIELDS} for link in machine.links],
+    }
+
+
+@lru_cache(maxsize=1)
+def device_profiles() -> dict[str, dict]:
+    """Catalog device profiles keyed by model (each a dict of Device fields plus a ``source`` note)."""
+    data = json.loads(DEVICES_FILE.read_text())
+    return {model: profile for model, profile in data.items() if not model.startswith("_")}
+
+
+def _device(entry: object, where: str) -> Device:
+    if not isinstance(entry, dict):
+        raise PlacerError(f"{where} must be an object")
+    values: dict = {}
+    model = entry.get("model")
+    if isinstance(model, str) and model in device_profiles():
+        values.update({k: v for k, v in device_profiles()[model].items() if k not in NOTE_FIELDS})
+    elif "kind" not in entry:  # a model we do not know and no spelled-out fields
+        raise PlacerError(f"{where}: model {model!r} is not in the catalog "
+                          f"(models: {', '.join(device_profiles())}) and the entry has no field 'kind'")
+    unknown = set(entry) - set(DEVICE_FIELDS) - set(NOTE_FIELDS)
+    if unknown:
+        raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    values.update({k: v for k, v in entry.items() if k not in NOTE_FIELDS})
+    values = {key: _field(values, key, DEVICE_FIELDS[key], where) for key in DEVICE_FIELDS if key in values
+              or key not in ("compute_efficiency", "memory_efficiency")}
+    values["memory_bytes"] = int(values["memory_bytes"])
+    return Device(**values)
+
+
+def _link(entry: object, where: str) -> Link:
+    if not isinstance(entry, dict):
+        raise PlacerError(f"{where} must be an object")
+    unknown = set(entry) - set(LINK_FIELDS)
+    if unknown:
+        raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    return Link(**{key: _field(entry, key, LINK_FIELDS[key], where) for key in LINK_FIELDS})
+
+
+def _field(data: dict, key: str, expected, where: str):
+    """``data[key]`` checked against the expected type; numbers are any int or float but not bool."""
+    if key not in data:
+        raise PlacerError(f"{where}: missing field {key!r}")
+    value = data[key]
+    if key in _NUMBER_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise PlacerError(f"{where}: field {key!r} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise PlacerError(f"{where}: field {key!r} must be finite, got {value!r}")
+        return float(value) if key != "memory_bytes" else value
+    expected_type = {"str": str, "list": list}.get(expected, expected) if isinstance(expected, str) else expected
+    if expected_type in (str, list) and not isinstance(value, expected_type):
+        raise PlacerError(f"{where}: field {key!r} must be a {expected_type.__name__}, got {value!r}")
+    return value

@@ -1,0 +1,227 @@
+"""What one op costs on one device, and what one transfer costs on one link.
+
+Roofline model. An op of class ``c`` on device ``d`` takes::
+
+    time_s = d.op_overhead_s + max(flops / (d.peak_flops * d.compute_efficiency * COMPUTE_FACTOR[d.kind][c]),
+                                   bytes_accessed / (d.mem_bandwidth_Bps * d.memory_efficiency * MEMORY_FACTOR[d.kind][c]))
+
+The op class comes from the op kind string, torch ("aten.mm.default") and TensorFlow ("MatMul") alike:
+
+- ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs).
+  They reach the device's typical efficiency (factor 1.0).
+- ``elementwise``: pointwise maths, activations and their backward, casts, copies and optimizer updates
+  (add, mul, relu, tanh, ApplyAdam...). Memory-bound in practice; their arithmetic runs at a fraction of peak
+  (0.3 on a GPU, 0.5 on a CPU: no tensor cores / wide FMA chains).
+- ``meta``: ops that launch no kernel: parameters (Variable), inputs, constants, views and reshapes,
+  identities. They take zero time.
+- ``other``: everything else (reductions, softmax, normalization, gathers, concatenation, embeddings...).
+  Half the typical compute rate and 0.7 (GPU) / 0.6 (CPU) of the typical bandwidth: irregular access.
+
+The device's own ``compute_efficiency`` / ``memory_efficiency`` (from the catalog) scale all classes.
+
+Measured costs override the roofline: a profile file, written by the real measurers, keyed by op name and
+device model (see ``OpProfile``). Where the profile has an entry for (op, model), every device of that model
+uses the measured time; elsewhere the roofline stands. Ops a device kind may not run (allowed_mask) cost
+``inf`` there, profile or not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.machine import Machine
+
+OP_CLASSES = ("dense", "elementwise", "meta", "other")
+COMPUTE_FACTOR = {  # fraction of the device's typical compute rate, per device kind and op class
+    "gpu": {"dense": 1.0, "elementwise": 0.3, "meta": 1.0, "other": 0.5},
+    "cpu": {"dense": 1.0, "elementwise": 0.5, "meta": 1.0, "other": 0.5},
+}
+MEMORY_FACTOR = {  # fraction of the device's typical memory bandwidth
+    "gpu": {"dense": 1.0, "elementwise": 1.0, "meta": 1.0, "other": 0.7},
+    "cpu": {"dense": 1.0, "elementwise": 0.8, "meta": 1.0, "other": 0.6},
+}
+
+_DENSE = re.compile(r"(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|linear|einsum|tensordot|matmul|batchmatmul\w*|"
+                    r"sparsematmul|\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|lstm|gru|rnn_\w+)")
+_META = re.compile(r"(variable|variablev2|varhandleop|readvariableop|placeholder\w*|input|const|constant|identity\w*|"
+                   r"noop|stopgradient|shape|size|reshape|squeeze|expanddims|sym_size|getitem|_assert\w*|output)")
+_ATEN_VIEWS = re.compile(r"(view|_unsafe_view|_reshape_alias|expand|expand_as|t|unsqueeze|alias|detach|as_strided|"
+                         r"slice|select|split\w*|unbind|permute|transpose|lift_fresh\w*|empty\w*|unflatten|flatten)")
+_ELEMENTWISE = re.compile(r"(add|addv2|add_|sub|mul|div|realdiv|neg|abs|exp|log|log1p|sqrt|rsqrt|pow|square|"
+                          r"reciprocal|sign|relu\w*|sigmoid\w*|tanh\w*|gelu\w*|silu\w*|elu\w*|selu|softplus\w*|"
+                          r"hardtanh\w*|leaky_relu\w*|threshold\w*|clamp\w*|where|select_v2|maximum|minimum|"
+                          r"addcmul\w*|addcdiv\w*|lerp\w*|fill\w*|zeros_like|ones_like|copy\w*|clone|_to_copy|"
+                          r"cast|biasadd\w*|dropout\w*|native_dropout\w*|bernoulli\w*|masked_fill\w*|eq|ne|lt|le|"
+                          r"gt|ge|logical_\w+|floor|ceil|round|_foreach_\w+|\w*apply\w*|assign\w*|sgd\w*|adam\w*|"
+                          r"mul_|div_|scalar_tensor|full\w*|zeros|ones|arange|rand\w*)")
+_ATEN_OVERLOAD = re.compile(r"\.(default|tensor|scalar|self|int|dim|dim_intlist|out|using_ints|sym\w*|\w+_\w+)$")
+
+
+def op_class(kind: str) -> str:
+    """The cost class of an op kind string (see the module docstring)."""
+    name = kind.strip().lower()
+    is_torch = name.startswith(("aten.", "aten::", "prims.", "torch."))
+    if is_torch:
+        name = _ATEN_OVERLOAD.sub("", re.split(r"[.:]+", name, maxsplit=1)[1])
+        name = name.rstrip("_") if name not in ("add_", "mul_", "div_") else name
+        if _ATEN_VIEWS.fullmatch(name):  # torch views alias their input; TF's Transpose, Slice... copy
+            return "meta"
+    for cls, pattern in (("meta", _META), ("dense", _DENSE), ("elementwise", _ELEMENTWISE)):
+        if pattern.fullmatch(name):
+            return cls
+    return "other"
+
+
+def op_class_codes(graph: OpGraph) -> np.ndarray:
+    """(N,) int8: index into OP_CLASSES of every op (classified once per distinct kind; cached per graph)."""
+    codes = _CLASS_CODES.get(graph)
+    if codes is None:
+        kinds = graph.op_kinds.tolist()
+        code_of = {kind: OP_CLASSES.index(op_class(kind)) for kind in set(kinds)}
+        codes = np.array(list(map(code_of.__getitem__, kinds)), dtype=np.int8).reshape(len(kinds))
+        codes.setflags(write=False)
+        _CLASS_CODES[graph] = codes
+    return codes
+
+
+_CLASS_CODES: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None" = None) -> np.ndarray:
+    """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it."""
+    classes = op_class_codes(graph)  # (N,) int8
+    times = np.empty((graph.num_ops, machine.num_devices), dtype=np.float64)
+    for d, device in enumerate(machine.devices):
+        compute_Fps = np.array([device.peak_flops * device.compute_efficiency * COMPUTE_FACTOR[device.kind][c]
+                                for c in OP_CLASSES])  # (C,)
+        memory_Bps = np.array([device.mem_bandwidth_Bps * device.memory_efficiency * MEMORY_FACTOR[device.kind][c]
+                               for c in OP_CLASSES])  # (C,)
+        roofline_s = np.maximum(graph.flops / compute_Fps[classes], graph.bytes_accessed / memory_Bps[classes])
+        times[:, d] = np.where(classes == OP_CLASSES.index("meta"), 0.0, device.op_overhead_s + roofline_s)
+    if profile is not None:
+        profile.apply(graph, machine, times)
+    allowed = (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0  # (N, D) bool
+    times[~allowed] = np.inf
+    return times
+
+
+def transfer_time_s(machine: Machine, src_dev: int, dst_dev: int, nbytes: float) -> float:
+    """Seconds to move ``nbytes`` from device ``src_dev`` to ``dst_dev`` (0 on the same device)."""
+    if src_dev == dst_dev:
+        return 0.0
+    link = machine.link(src_dev, dst_dev)
+    return link.latency_s + nbytes / link.bandwidth_Bps
+
+
+PROFILE_FORMAT = "placer-op-profile"
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class OpProfile:
+    """Measured per-op times, keyed by (op name, device model). Written by the real measurers.
+
+    On disk either JSON::
+
+        {"format": "placer-op-profile", "version": 1, "graph_hash": "<optional>",
+         "entries": [{"op": "fc1/MatMul", "device_model": "K80", "time_s": 0.00012}, ...]}
+
+    or Parquet with columns ``op`` (string), ``device_model`` (string), ``time_s`` (float64); the file
+    extension decides. Entries for ops the graph does not have are ignored.
+    """
+
+    op_names: np.ndarray  # (K,) object
+    device_models: np.ndarray  # (K,) object
+    time_s: np.ndarray  # (K,) float64
+    graph_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not (len(self.op_names) == len(self.device_models) == len(self.time_s)):
+            raise PlacerError("op profile: columns differ in length")
+        times = np.asarray(self.time_s, dtype=np.float64)
+        if times.size and (not np.all(np.isfinite(times)) or times.min() < 0):
+            raise PlacerError("op profile: every time_s must be finite and not negative")
+        keys = set(zip(self.op_names, self.device_models))
+        if len(keys) != len(self.op_names):
+            raise PlacerError("op profile: an (op, device_model) pair appears twice")
+
+    def apply(self, graph: OpGraph, machine: Machine, times: np.ndarray) -> int:
+        """Overwrite ``times`` (N, D) where measured; returns how many (op, device) cells changed."""
+        op_index = {name: i for i, name in enumerate(graph.op_names)}
+        changed = 0
+        for d, device in enumerate(machine.devices):
+            for op, model, t in zip(self.op_names, self.device_models, self.time_s):
+                i = op_index.get(op)
+                if model == device.model and i is not None:
+                    times[i, d] = t
+                    changed += 1
+        return changed
+
+
+def load_profile(path: str | os.PathLike) -> OpProfile:
+    """Read a profile file (JSON or Parquet); one PlacerError naming the file and the problem otherwise."""
+    path = Path(path)
+    where = f"profile file {str(path)!r}"
+    if not path.is_file():
+        raise PlacerError(f"{where} does not exist")
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path).to_pydict()
+            columns = {key: table[key] for key in ("op", "device_model", "time_s")}
+            graph_hash = ""
+        else:
+            data = json.loads(path.read_text())
+            if data.get("format") != PROFILE_FORMAT or data.get("version") != PROFILE_VERSION:
+                raise PlacerError(f"{where}: not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
+            entries = data["entries"]
+            columns = {key: [entry[key] for entry in entries] for key in ("op", "device_model", "time_s")}
+            graph_hash = str(data.get("graph_hash", ""))
+        times = [float(t) for t in columns["time_s"]]
+    except PlacerError:
+        raise
+    except KeyError as exc:
+        raise PlacerError(f"{where}: missing field {exc.args[0]!r}") from None
+    except Exception as exc:  # unreadable JSON / Parquet, wrong types
+        raise PlacerError(f"{where} is damaged or not a profile: {exc}") from None
+    try:
+        return OpProfile(np.array(columns["op"], dtype=object), np.array(columns["device_model"], dtype=object),
+                         np.array(times, dtype=np.float64), graph_hash)
+    except PlacerError as exc:
+        raise PlacerError(f"{where}: {exc}") from None
+
+
+def save_profile(profile: OpProfile, path: str | os.PathLike) -> Path:
+    """Write ``profile`` as JSON (or Parquet for a .parquet path), atomically."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({"op": list(profile.op_names), "device_model": list(profile.device_models),
+                                     "time_s": profile.time_s}), tmp)
+        else:
+            entries = [{"op": str(o), "device_model": str(m), "time_s": float(t)}
+                       for o, m, t in zip(profile.op_names, profile.device_models, profile.time_s)]
+            Path(tmp).write_text(json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
+                                             "graph_hash": profile.graph_hash, "entries": entries}, indent=1))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path

@@ -1,0 +1,172 @@
+"""Placements: check them, read and write placement files, and the three trivial policies.
+
+An op placement is an (N,) int64 array of device indices into ``machine.devices``. A placement file is
+JSON in one of these forms (device names, or device indices, as values)::
+
+    ["gpu:0", "gpu:1", ...]                       # one entry per op, or one per group
+    {"ops": ["gpu:0", ...]}                       # one entry per op
+    {"ops": {"op name": "gpu:0", ...}}            # every op named once
+    {"groups": ["gpu:0", ...]}                    # one entry per group
+
+Groups are the ``grouping`` passed in ((N,) group id of each op, or an object with an ``op_group`` array),
+else the graph's colocation groups. A bare list whose length matches neither is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.machine import Machine
+
+POLICIES = ("single-gpu", "cpu-only", "round-robin")
+
+
+def check_placement(graph: OpGraph, machine: Machine, placement) -> np.ndarray:
+    """The placement as a read-only (N,) int64 array; PlacerError on wrong length, device or allowed kind."""
+    array = np.asarray(placement)
+    if array.ndim != 1 or len(array) != graph.num_ops:
+        raise PlacerError(f"placement has shape {array.shape} but graph {graph.name!r} has {graph.num_ops} ops")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise PlacerError(f"placement must hold integer device indices, got {array.dtype}")
+    array = array.astype(np.int64, copy=False)
+    num_devices = machine.num_devices
+    if array.size and (array.min() < 0 or array.max() >= num_devices):
+        bad = int(np.flatnonzero((array < 0) | (array >= num_devices))[0])
+        raise PlacerError(f"placement puts op {graph.op_names[bad]!r} on device {int(array[bad])}, "
+                          f"but machine {machine.name!r} has devices 0..{num_devices - 1}")
+    allowed = (graph.allowed_mask & machine.kind_bits[array]) != 0  # (N,) bool
+    if not allowed.all():
+        bad = int(np.flatnonzero(~allowed)[0])
+        device = machine.devices[int(array[bad])]
+        raise PlacerError(f"placement puts op {graph.op_names[bad]!r} ({graph.op_kinds[bad]}) on {device.name!r}, "
+                          f"a {device.kind} device it may not run on")
+    if array is placement:
+        array = array.copy()
+    array.setflags(write=False)
+    return array
+
+
+def load_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machine, grouping=None) -> np.ndarray:
+    """Read a placement file (see the module docstring) and return the checked (N,) op placement."""
+    path = Path(path)
+    where = f"placement file {str(path)!r}"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlacerError(f"{where} does not exist") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PlacerError(f"{where} is not readable JSON: {exc}") from None
+    try:
+        return check_placement(graph, machine, _op_devices(data, graph, machine, _op_groups(graph, grouping)))
+    except PlacerError as exc:
+        raise PlacerError(f"{where}: {exc}") from None
+
+
+def save_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machine, placement) -> Path:
+    """Write ``{"graph", "graph_hash", "machine", "ops": [device name per op]}`` atomically."""
+    placement = check_placement(graph, machine, placement)
+    names = [d.name for d in machine.devices]
+    text = json.dumps({"graph": graph.name, "graph_hash": graph.content_hash, "machine": machine.name,
+                       "ops": [names[d] for d in placement.tolist()]})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def policy_placement(graph: OpGraph, machine: Machine, policy: str) -> np.ndarray:
+    """A trivial placement: every colocation group on the first GPU (``single-gpu``), on the CPU
+    (``cpu-only``), or colocation groups dealt in turn to the GPUs (``round-robin``). A group that may not
+    run on the chosen device goes to the first device it may run on."""
+    if policy not in POLICIES:
+        raise PlacerError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
+    gpus, cpus = machine.indices_of_kind("gpu"), machine.indices_of_kind("cpu")
+    preferred = {"single-gpu": gpus[:1] or cpus[:1], "cpu-only": cpus[:1] or gpus[:1], "round-robin": gpus or cpus}
+    choices = np.array(preferred[policy], dtype=np.int64)
+    groups = np.unique(graph.colocation, return_inverse=True)[1].reshape(-1)  # (N,) dense group ids
+    num_groups = int(groups.max()) + 1 if graph.num_ops else 0
+    group_mask = np.full(num_groups, 0xFF, dtype=np.uint8)
+    np.bitwise_and.at(group_mask, groups, graph.allowed_mask)  # kinds every op of the group may use
+    first_op = np.full(num_groups, graph.num_ops, dtype=np.int64)
+    np.minimum.at(first_op, groups, np.arange(graph.num_ops))
+    rank = np.argsort(np.argsort(first_op, kind="stable"), kind="stable")  # group order of appearance
+    device = choices[rank % len(choices)]  # (G,)
+    bits = machine.kind_bits
+    for g in np.flatnonzero((group_mask & bits[device]) == 0):
+        fits = [d for d in range(machine.num_devices) if group_mask[g] & bits[d]]
+        device[g] = fits[0] if fits else device[g]  # no device fits the whole group: check_placement reports it
+    return check_placement(graph, machine, device[groups])
+
+
+def _op_groups(graph: OpGraph, grouping) -> np.ndarray:
+    groups = graph.colocation if grouping is None else np.asarray(getattr(grouping, "op_group", grouping))
+    if groups.shape != (graph.num_ops,):
+        raise PlacerError(f"grouping has shape {groups.shape}, expected ({graph.num_ops},)")
+    return np.unique(groups, return_inverse=True)[1].reshape(-1).astype(np.int64)  # dense 0..G-1
+
+
+def _op_devices(data, graph: OpGraph, machine: Machine, groups: np.ndarray) -> np.ndarray:
+    num_groups = int(groups.max()) + 1 if len(groups) else 0
+    if isinstance(data, dict):
+        unknown = set(data) - {"ops", "groups", "graph", "graph_hash", "machine"}
+        if unknown or ("ops" in data) == ("groups" in data):
+            raise PlacerError("expected exactly one of the keys 'ops' or 'groups' (and optionally 'graph', "
+                              "'graph_hash', 'machine')")
+        if "groups" in data:
+            return _device_list(data["groups"], machine, num_groups, "groups")[groups]
+        if isinstance(data["ops"], dict):
+            return _named_ops(data["ops"], graph, machine)
+        return _device_list(data["ops"], machine, graph.num_ops, "ops")
+    if not isinstance(data, list):
+        raise PlacerError("expected a list of devices or an object with 'ops' or 'groups'")
+    if len(data) == graph.num_ops:
+        return _device_list(data, machine, graph.num_ops, "ops")
+    if len(data) == num_groups:
+        return _device_list(data, machine, num_groups, "groups")[groups]
+    raise PlacerError(f"has {len(data)} entries, but graph {graph.name!r} has {graph.num_ops} ops "
+                      f"and {num_groups} groups")
+
+
+def _device_list(values, machine: Machine, expected: int, what: str) -> np.ndarray:
+    if not isinstance(values, list) or len(values) != expected:
+        count = len(values) if isinstance(values, list) else "no list of"
+        raise PlacerError(f"'{what}' has {count} entries, expected {expected}")
+    index = {d.name: i for i, d in enumerate(machine.devices)}
+    out = np.empty(len(values), dtype=np.int64)
+    for i, value in enumerate(values):
+        out[i] = _device_index(value, index, machine)
+    return out
+
+
+def _named_ops(mapping: dict, graph: OpGraph, machine: Machine) -> np.ndarray:
+    op_index = {name: i for i, name in enumerate(graph.op_names)}
+    device_index = {d.name: i for i, d in enumerate(machine.devices)}
+    out = np.full(graph.num_ops, -1, dtype=np.int64)
+    for op, value in mapping.items():
+        if op not in op_index:
+            raise PlacerError(f"graph {graph.name!r} has no op {op!r}")
+        out[op_index[op]] = _device_index(value, device_index, machine)
+    missing = np.flatnonzero(out < 0)
+    if len(missing):
+        raise PlacerError(f"op {graph.op_names[missing[0]]!r} has no device ({len(missing)} ops missing)")
+    return out
+
+
+def _device_index(value, index: dict, machine: Machine) -> int:
+    if isinstance(value, str):
+        if value not in index:
+            machine.device_index(value)  # raises the unknown-device error
+        return index[value]
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < machine.num_devices:
+            raise PlacerError(f"device index {value} is outside 0..{machine.num_devices - 1}")
+        return value
+    raise PlacerError(f"a device must be a name or an index, got {value!r}")

@@ -1,0 +1,99 @@
+"""Simulator speed: fast vs reference, ops per second, growth to 1M ops, compile time, batch amortization.
+
+Run: python tests/bench/bench_simulator.py [--quick]   (prints markdown tables)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from graphs.synthetic import synthetic_graph
+from measurers.catalog import load_machine
+from measurers.fast_sim import warm_up
+from measurers.placement import policy_placement
+from measurers.simulator import Simulator, simulate
+
+
+def best_of(repeats: int, func) -> float:
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - began)
+    return min(times)
+
+
+def compile_time_s() -> float:
+    """warm_up() in a fresh process with an empty numba cache: the cost of compiling from scratch."""
+    with tempfile.TemporaryDirectory() as cache:
+        code = "from measurers.fast_sim import warm_up; print(warm_up())"
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NUMBA_CACHE_DIR": cache},
+                             capture_output=True, text=True, check=True)
+        return float(out.stdout.strip().splitlines()[-1])
+
+
+def side_by_side(machine, num_ops: int) -> None:
+    graph = synthetic_graph(num_ops, 0)
+    placement = policy_placement(graph, machine, "round-robin")
+    reference, fast = Simulator(graph, machine, engine="reference"), Simulator(graph, machine, engine="fast")
+    ref_s = best_of(1, lambda: reference.run(placement))
+    fast_s = best_of(5, lambda: fast.run(placement))
+    assert reference.run(placement).runtime_s == fast.run(placement).runtime_s
+    print(f"\n## Fast vs reference, synthetic:{num_ops} on {machine.name}, round-robin (run only, set-up excluded)\n")
+    print("| engine | run s | ops/s |\n|---|---:|---:|")
+    print(f"| reference | {ref_s:.3f} | {num_ops / ref_s:,.0f} |")
+    print(f"| fast | {fast_s:.4f} | {num_ops / fast_s:,.0f} |")
+    print(f"\nspeed-up: {ref_s / fast_s:.0f}x")
+
+
+def growth(machine, sizes) -> None:
+    print(f"\n## Growth on {machine.name} (fast engine; run = best of 3, one placement)\n")
+    print("| ops | edges | build s | set-up s | policy | run s | ops/s | transfers |\n|---:|---:|---:|---:|---|---:|---:|---:|")
+    for num_ops in sizes:
+        began = time.perf_counter()
+        graph = synthetic_graph(num_ops, 0)
+        build_s = time.perf_counter() - began
+        began = time.perf_counter()
+        simulator = Simulator(graph, machine)
+        setup_s = time.perf_counter() - began
+        for policy in ("single-gpu", "round-robin"):
+            placement = policy_placement(graph, machine, policy)
+            run_s = best_of(3, lambda: simulator.run(placement))
+            transfers = len(simulator.run(placement, timeline=True).timeline.transfer_op)
+            print(f"| {num_ops:,} | {graph.num_edges:,} | {build_s:.2f} | {setup_s:.2f} | {policy} | {run_s:.4f} | "
+                  f"{num_ops / run_s:,.0f} | {transfers:,} |")
+
+
+def batch(machine, graph_name: str) -> None:
+    from graphs.registry import load_graph
+
+    graph = load_graph(graph_name)
+    rng = np.random.default_rng(0)
+    placements = rng.integers(1, machine.num_devices, size=(64, graph.num_ops))
+    singles_s = best_of(1, lambda: [simulate(graph, machine, p) for p in placements])
+    batch_s = best_of(1, lambda: Simulator(graph, machine).run_batch(placements))
+    print(f"\n## Batch of 64 placements, {graph.name} ({graph.num_ops:,} ops) on {machine.name}\n")
+    print("| how | total s | per placement ms |\n|---|---:|---:|")
+    print(f"| 64 x simulate() | {singles_s:.3f} | {singles_s / 64 * 1e3:.2f} |")
+    print(f"| Simulator(...).run_batch(64) | {batch_s:.3f} | {batch_s / 64 * 1e3:.2f} |")
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv
+    print(f"# Simulator benchmark ({'quick' if quick else 'full'})\n")
+    print(f"compile from scratch: {compile_time_s():.1f} s; load from cache (this process): {warm_up():.2f} s")
+    paper4 = load_machine("paper-4gpu")
+    side_by_side(paper4, 10_000 if quick else 100_000)
+    growth(paper4, [10_000, 50_000] if quick else [10_000, 50_000, 100_000, 1_000_000])
+    growth(load_machine("h200x8"), [50_000] if quick else [50_000, 1_000_000])
+    batch(paper4, sys.argv[sys.argv.index("--batch-graph") + 1] if "--batch-graph" in sys.argv else "synthetic:20000")
+
+
+if __name__ == "__main__":
+    main()

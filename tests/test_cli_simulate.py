@@ -1,0 +1,75 @@
+"""`placer simulate`: JSON report, placement files, traces, engines, and clean failures."""
+
+import json
+
+import numpy as np
+import pytest
+
+from cluster.cli import main
+from graphs.io import save_graph
+from graphs.synthetic import synthetic_graph
+from measurers.catalog import load_machine
+from measurers.placement import policy_placement, save_placement_file
+
+
+def simulate_json(capsys, *args):
+    assert main(["simulate", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_simulate__json_report_keys_and_lower_bound(capsys):
+    report = simulate_json(capsys, "--graph", "synthetic:2000:1", "--machine", "paper-4gpu", "--policy", "round-robin")
+    assert {"runtime_s", "status", "lower_bound_s", "simulate_s", "devices"} <= set(report)
+    assert report["status"] == "ok" and report["runtime_s"] >= report["lower_bound_s"] > 0
+    assert [d["name"] for d in report["devices"]] == ["cpu:0", "gpu:0", "gpu:1", "gpu:2", "gpu:3"]
+    assert all(set(d) == {"name", "busy_s", "peak_bytes", "capacity_bytes"} for d in report["devices"])
+    assert report["devices"][0]["busy_s"] == 0 and report["devices"][1]["busy_s"] > 0
+
+
+def test_simulate__engines_agree_and_placement_file_matches_policy(tmp_path, capsys):
+    graph = synthetic_graph(1500, 2)
+    graph_file = save_graph(graph, tmp_path / "g.parquet")
+    machine = load_machine("dgx1-v100")
+    placement = save_placement_file(tmp_path / "p.json", graph, machine, policy_placement(graph, machine, "round-robin"))
+    common = ["--graph", str(graph_file), "--machine", "dgx1-v100"]
+    by_policy = simulate_json(capsys, *common, "--policy", "round-robin")
+    by_file = simulate_json(capsys, *common, "--placement", str(placement), "--engine", "reference")
+    assert by_file["runtime_s"] == by_policy["runtime_s"] and by_file["devices"] == by_policy["devices"]
+
+
+def test_simulate__trace_file_is_chrome_trace_format(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policy", "round-robin",
+                 "--trace", str(trace)]) == 0
+    assert "lower bound" in capsys.readouterr().out
+    events = json.loads(trace.read_text())["traceEvents"]
+    ops = [e for e in events if e["ph"] == "X" and e["cat"] != "transfer"]
+    transfers = [e for e in events if e["ph"] == "X" and e["cat"] == "transfer"]
+    assert len(ops) == 300 and transfers and all(e["dur"] >= 0 for e in ops + transfers)
+    assert {e["args"]["name"] for e in events if e["ph"] == "M"} >= {"gpu:0 (K80)", "channel host:staging"}
+
+
+def test_simulate__profile_changes_the_step_time(tmp_path, capsys):
+    graph = synthetic_graph(50, 0)
+    profile = tmp_path / "prof.json"
+    entries = [{"op": name, "device_model": "K80", "time_s": 0.5} for name in graph.op_names]
+    profile.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": entries}))
+    args = ["--graph", "synthetic:50", "--machine", "paper-2gpu", "--policy", "single-gpu"]
+    measured = simulate_json(capsys, *args, "--profile", str(profile))
+    assert measured["runtime_s"] == pytest.approx(50 * 0.5)
+    assert simulate_json(capsys, *args)["runtime_s"] < 1
+
+
+@pytest.mark.parametrize("bad", ["length", "device", "machine", "graph"])
+def test_simulate__bad_input_exits_2_with_one_line_and_writes_no_trace(tmp_path, capsys, bad):
+    placement = tmp_path / "p.json"
+    placement.write_text(json.dumps({"length": ["gpu:0"] * 3, "device": ["tpu:9"] * 100}.get(bad, ["gpu:0"] * 100)))
+    graph = "synthetic:1:1:1" if bad == "graph" else "synthetic:100"
+    machine = "nowhere-9gpu" if bad == "machine" else "paper-2gpu"
+    trace = tmp_path / "t.json"
+    code = main(["simulate", "--graph", graph, "--machine", machine, "--placement", str(placement),
+                 "--trace", str(trace)])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err.startswith("placer: error: ") and captured.err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == [placement]

@@ -1,0 +1,90 @@
+"""The machine catalog, user machine files and `placer machines`."""
+
+import json
+
+import pytest
+
+from cluster.cli import main
+from graphs.errors import PlacerError
+from measurers.catalog import device_profiles, list_machines, load_machine, machine_from_json, machine_to_json
+
+
+def test_catalog__has_the_papers_and_modern_machines():
+    assert {"paper-2gpu", "paper-4gpu", "dgx1-v100", "h200x8"} <= set(list_machines())
+    assert {"K40", "K80", "P100", "V100", "A100", "H100", "H200"} <= set(device_profiles())
+    assert any(p["kind"] == "cpu" for p in device_profiles().values())
+
+
+@pytest.mark.parametrize("name", ["paper-2gpu", "paper-4gpu", "dgx1-v100", "h200x8"])
+def test_catalog_machine__loads_and_round_trips_through_json(name):
+    machine = load_machine(name)
+    assert machine_from_json(json.loads(json.dumps(machine_to_json(machine)))) == machine
+
+
+def test_paper_machines__one_cpu_and_k80_dies_through_the_host():
+    for name, gpus in (("paper-2gpu", 2), ("paper-4gpu", 4)):
+        machine = load_machine(name)
+        assert len(machine.indices_of_kind("cpu")) == 1 and len(machine.indices_of_kind("gpu")) == gpus
+        k80 = machine.devices[1]
+        assert k80.model == "K80" and k80.peak_flops == 4.37e12 and k80.memory_bytes == 12 * 2**30
+        peer = machine.link(1, 2)
+        assert peer.channel == "host:staging" and peer.bandwidth_Bps < machine.link(0, 1).bandwidth_Bps
+
+
+def test_dgx1__nvlink_pairs_are_faster_than_host_pairs():
+    machine = load_machine("dgx1-v100")
+    assert machine.link(1, 2).channel.startswith("nvlink")  # gpu:0 -> gpu:1
+    assert machine.link(1, 6).channel == "host:staging"  # gpu:0 -> gpu:5 has no NVLink
+    assert machine.link(1, 4).bandwidth_Bps == 2 * machine.link(1, 2).bandwidth_Bps  # gpu:0-gpu:3: two links
+
+
+def user_file(tmp_path, mutate):
+    data = machine_to_json(load_machine("paper-2gpu"))
+    data["devices"][1] = {"name": "gpu:0", "model": "K80", "memory_bytes": 6 * 10**9}  # a profile + an override
+    mutate(data)
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_user_machine_file__profile_reference_with_override(tmp_path):
+    machine = load_machine(str(user_file(tmp_path, lambda d: None)))
+    assert machine.devices[1].memory_bytes == 6 * 10**9 and machine.devices[1].peak_flops == 4.37e12
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["devices"][2].update(model="my-gpu") or d["devices"][2].pop("peak_flops"),
+     r"devices\[2\]: missing field 'peak_flops'"),  # spelled out (no catalog model), one field short
+    (lambda d: d["devices"][2].update(memory_bytes="lots"), r"devices\[2\]: field 'memory_bytes' must be a number"),
+    (lambda d: d["devices"][1].update(model="K90"), r"devices\[1\]: model 'K90' is not in the catalog"),
+    (lambda d: d["links"][0].pop("channel"), r"links\[0\]: missing field 'channel'"),
+    (lambda d: d.pop("links"), "missing field 'links'"),
+    (lambda d: d["links"].pop(), "no link from 'gpu:1' to 'gpu:0'"),
+    (lambda d: d["devices"][2].update(op_overhead_s=-1.0), "op_overhead_s must not be negative"),
+    (lambda d: d["devices"][2].update(speed=3), "unknown field 'speed'"),
+])
+def test_user_machine_file__bad_field_is_one_error_naming_file_and_field(tmp_path, mutate, message):
+    path = user_file(tmp_path, mutate)
+    with pytest.raises(PlacerError, match=message) as error:
+        load_machine(str(path))
+    assert "mine.json" in str(error.value)
+
+
+def test_load_machine__unknown_name_or_bad_json(tmp_path):
+    with pytest.raises(PlacerError, match="unknown machine 'dgx9'"):
+        load_machine("dgx9")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(PlacerError, match="not readable JSON"):
+        load_machine(str(tmp_path / "bad.json"))
+
+
+def test_cli_machines__list_show_and_json(capsys):
+    assert main(["machines", "list"]) == 0
+    assert "paper-4gpu" in capsys.readouterr().out
+    assert main(["machines", "show", "h200x8"]) == 0
+    assert "H200" in capsys.readouterr().out
+    assert main(["machines", "show", "dgx1-v100", "--json"]) == 0
+    assert machine_from_json(json.loads(capsys.readouterr().out)) == load_machine("dgx1-v100")
+    assert main(["machines", "show", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1 and "unknown machine 'nope'" in captured.err
