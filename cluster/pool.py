@@ -1,0 +1,546 @@
+"""A pool of measurer actors, one per GPU node, that is itself a Measurer.
+
+Placements go in with ``submit`` (or ``measure`` for a whole batch in order); results come back as they
+finish (``as_completed``, ``poll``, ``gather``). The driver keeps a queue and hands out chunks: cheap
+measurements travel many to a call, so Ray's ~1 ms per call is paid once per chunk. At most
+``calls_per_actor`` calls wait on an actor; an actor runs them one at a time, in order, so the oldest
+unfinished call is the running one: its deadline and its crashes are counted against it.
+
+Faults, all handled in the driver:
+- an actor dies (its process crashed, it was killed, its node left): the running call's placements are
+  measured again one at a time (a single placement that kills ``max_crashes`` actors becomes ``crash``),
+  the other calls go back to the front of the queue, and the actor is replaced on the same node while
+  the node is alive;
+- a call runs past its deadline (``timeout_s`` per placement): the actor is killed (Ray cannot stop a
+  running call otherwise), a lone placement becomes ``timeout``, a chunk is split and retried one by one;
+- a node joins: every ``node_check_interval_s`` the pool adds actors on new GPU nodes.
+Every placement submitted finishes exactly once: as a measurement, a cache hit or a failure status.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol, Sequence
+
+import numpy as np
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from cluster import ray_setup
+from cluster.actors import ActorInfo, ChunkOutcome, error_measurement, remote_actor_class
+from graphs.errors import PlacerError
+from measurers.base import Measurement
+from measurers.factory import MeasurerFactory, MeasurerSpec, as_factory
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    ticket: int  # what submit() returned for this placement
+    placement: np.ndarray  # (N,) int64: the op placement measured
+    measurement: Measurement
+    actor_id: str  # the actor that measured it ("" when no actor ran it)
+    node_id: str
+    submitted_at: float  # wall clock (time.time()) when submit() took it
+    started_at: float  # when the actor call carrying it began (the node's clock)
+    finished_at: float  # when that call ended; for a cache hit both equal the hit's time
+    cache_hit: bool = False
+    attempts: int = 1  # actor calls that carried it (more than 1 after faults)
+    policy: str = ""  # caller's tags, passed through to the run log
+    iteration: int = 0
+    log_placement: np.ndarray | None = None  # (G,) what the log records (group devices); None: placement
+
+    @property
+    def status(self) -> str:
+        return self.measurement.status
+
+    @property
+    def runtime_s(self) -> float:
+        return self.measurement.runtime_s
+
+
+class ResultSink(Protocol):
+    def append(self, result: PoolResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    num_cpu_actors: int = 2
+    """Actors to start when the cluster has no GPU node (or use_gpus is off)."""
+    actor_num_cpus: float = 0.0
+    """CPUs each actor reserves from Ray (0 lets measurers share a small machine)."""
+    use_gpus: bool = True
+    """One actor per GPU node, holding all its GPUs, when the cluster has GPU nodes."""
+    node_labels: dict = field(default_factory=dict)
+    """Only GPU nodes carrying all these labels host measurers (e.g. {"placer/role": "measurer"})."""
+    chunk_size: int = 64
+    """Most placements one call carries; a batch is split so every actor gets work."""
+    calls_per_actor: int = 2
+    """Calls queued on one actor: the next is ready as soon as the running one ends."""
+    max_in_flight: int = 0
+    """Most placements out at actors at once; 0: actors x calls_per_actor x chunk_size."""
+    timeout_s: float | None = None
+    """Limit for one placement; None: the spec's timeout_s (600 s for a bare factory)."""
+    timeout_slack_s: float = 1.0
+    """Added once per call to its deadline (call overhead)."""
+    max_crashes: int = 2
+    """A placement whose measurement kills this many actors is recorded as crash and never retried."""
+    max_start_failures: int = 3
+    """An actor place whose actor fails to start this many times in a row is given up."""
+    node_check_interval_s: float = 10.0
+    """How often to look for GPU nodes that joined."""
+    poll_interval_s: float = 1.0
+    """Longest a wait blocks before the pool checks deadlines and nodes again."""
+
+    def __post_init__(self) -> None:
+        for key in ("num_cpu_actors", "chunk_size", "calls_per_actor", "max_crashes", "max_start_failures"):
+            if getattr(self, key) < 1:
+                raise PlacerError(f"pool setting {key} must be at least 1, got {getattr(self, key)}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise PlacerError(f"pool setting timeout_s must be positive, got {self.timeout_s}")
+
+
+@dataclass(eq=False)
+class _Job:
+    ticket: int
+    key: bytes  # placement bytes (int64): the cache key
+    placement: np.ndarray  # (N,) int64
+    submitted_at: float
+    policy: str
+    iteration: int
+    log_placement: np.ndarray | None
+    solo: bool = False  # measure alone, on an otherwise idle actor (it was on an actor that died)
+    crashes: int = 0
+    attempts: int = 0
+    followers: list = field(default_factory=list)  # jobs with the same key waiting for this one
+
+
+@dataclass(eq=False)
+class _Call:
+    ref: object  # ray.ObjectRef of a ChunkOutcome
+    jobs: list
+    head_since: float | None = None  # monotonic time it became the actor's running call
+    solo: bool = False  # the only call on its actor: if the actor dies, this placement killed it
+
+
+@dataclass(eq=False)
+class _Slot:
+    """A place for one actor: a GPU node (pinned) or one of the CPU actors (anywhere)."""
+    name: str
+    node_id: str | None
+    num_gpus: int
+    handle: object = None
+    ready_ref: object = None  # the info() call of an actor that is starting
+    info: ActorInfo | None = None
+    calls: deque = field(default_factory=deque)
+    start_failures: int = 0
+    retired: bool = False
+
+
+@dataclass(frozen=True)
+class _CacheEntry:
+    measurement: Measurement
+    actor_id: str
+    node_id: str
+
+
+def _compact(placements: np.ndarray) -> np.ndarray:
+    """(B, N) int64 -> the narrowest integer type holding every value (the actor widens it back): calls up
+    to ~100 KB travel inside the call message instead of through the object store."""
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if placements.size == 0 or (placements.min() >= info.min and placements.max() <= info.max):
+            return placements.astype(dtype)
+    return placements
+
+
+class MeasurerPool:
+    """Measurer actors on a Ray cluster; implements the Measurer protocol. Example::
+
+        with MeasurerPool(MeasurerSpec("sim", graph, machine), PoolConfig(num_cpu_actors=2)) as pool:
+            measurements = pool.measure(placements)  # in order
+            tickets = pool.submit(more, policy="cem", iteration=3)
+            for result in pool.as_completed(tickets):
+                print(result.ticket, result.status, result.runtime_s)
+    """
+
+    def __init__(self, measurer: MeasurerSpec | MeasurerFactory, config: PoolConfig | None = None, *,
+                 run_log: ResultSink | None = None, start_timeout_s: float = 120.0):
+        if not ray.is_initialized():
+            raise PlacerError("Ray is not running in this process: call cluster.ray_setup.init_ray() first")
+        self.config = config or PoolConfig()
+        self.run_log = run_log
+        default_timeout_s = measurer.timeout_s if isinstance(measurer, MeasurerSpec) else 600.0
+        self.timeout_s = self.config.timeout_s or default_timeout_s
+        self._factory_ref = ray.put(as_factory(measurer))
+        self._tickets = itertools.count()
+        self._queue: deque[_Job] = deque()
+        self._leaders: dict[bytes, _Job] = {}
+        self._cache: dict[bytes, _CacheEntry] = {}
+        self._finished: OrderedDict[int, PoolResult] = OrderedDict()
+        self._open: set[int] = set()  # tickets submitted and not yet finished
+        self._last_error = ""
+        self._closed = False
+        self._gpu_mode = self.config.use_gpus and bool(ray_setup.gpu_nodes(self.config.node_labels))
+        self._slots: list[_Slot] = []
+        self._next_node_check = time.monotonic() + self.config.node_check_interval_s
+        self._add_slots()
+        self.wait_ready(start_timeout_s)
+
+    # ---- public API --------------------------------------------------------------------------------
+
+    def submit(self, placements: Sequence[np.ndarray], *, policy: str = "", iteration: int = 0,
+               log_placements: Sequence[np.ndarray] | None = None, refresh: bool = False) -> list[int]:
+        """Queue placements; returns one ticket each. ``refresh`` measures again what the cache holds
+        (except a crash, which is never retried)."""
+        self._check_open()
+        if log_placements is not None and len(log_placements) != len(placements):
+            raise PlacerError(f"{len(log_placements)} log placements for {len(placements)} placements")
+        tickets = []
+        now = time.time()
+        for i, placement in enumerate(placements):
+            array = np.ascontiguousarray(placement, dtype=np.int64)  # (N,)
+            if array.ndim != 1:
+                raise PlacerError(f"a placement must be a 1-D array of device indices, got shape {array.shape}")
+            log_placement = None if log_placements is None else np.asarray(log_placements[i])
+            job = _Job(next(self._tickets), array.tobytes(), array, now, policy, iteration, log_placement)
+            self._open.add(job.ticket)
+            tickets.append(job.ticket)
+            self._route(job, refresh)
+        self._dispatch()
+        return tickets
+
+    def gather(self, tickets: Sequence[int]) -> list[PoolResult]:
+        """The results of ``tickets``, in that order, waiting for those not finished yet."""
+        wanted = set(tickets)
+        unknown = wanted - self._open - set(self._finished)
+        if unknown:
+            raise PlacerError(f"unknown or already collected tickets: {sorted(unknown)[:5]}")
+        while not all(t in self._finished for t in wanted):
+            self._pump(self.config.poll_interval_s)
+        return [self._finished.pop(t) for t in tickets]
+
+    def as_completed(self, tickets: Sequence[int] | None = None) -> Iterator[PoolResult]:
+        """Results as they finish: of ``tickets``, or of everything submitted and not yet collected."""
+        wanted = None if tickets is None else set(tickets)
+        while True:
+            ready = [t for t in self._finished if wanted is None or t in wanted]
+            for ticket in ready:
+                if wanted is not None:
+                    wanted.discard(ticket)
+                yield self._finished.pop(ticket)
+            left = self._open if wanted is None else wanted
+            if not left:
+                return
+            self._pump(self.config.poll_interval_s)
+
+    def poll(self, timeout_s: float = 0.0) -> list[PoolResult]:
+        """Whatever has finished (waiting up to ``timeout_s`` for at least one), in finishing order."""
+        deadline = time.monotonic() + timeout_s
+        self._pump(0.0)
+        while not self._finished and self._open and time.monotonic() < deadline:
+            self._pump(min(self.config.poll_interval_s, max(0.0, deadline - time.monotonic())))
+        results = list(self._finished.values())
+        self._finished.clear()
+        return results
+
+    def measure_results(self, placements: Sequence[np.ndarray], **submit_options) -> list[PoolResult]:
+        return self.gather(self.submit(placements, **submit_options))
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        """The Measurer protocol: one Measurement per placement, in order."""
+        return [r.measurement for r in self.measure_results(placements)]
+
+    @property
+    def num_pending(self) -> int:
+        """Placements submitted and not yet finished."""
+        return len(self._open)
+
+    @property
+    def actors(self) -> list[ActorInfo]:
+        """The running actors."""
+        return [s.info for s in self._slots if s.info is not None and not s.retired]
+
+    def wait_ready(self, timeout_s: float = 120.0) -> list[ActorInfo]:
+        """Wait until every actor has started (or its place was given up); at least one must run."""
+        deadline = time.monotonic() + timeout_s
+        while any(s.ready_ref is not None for s in self._slots) and time.monotonic() < deadline:
+            self._pump(min(self.config.poll_interval_s, max(0.0, deadline - time.monotonic())))
+        if not self.actors:
+            self.close()
+            raise PlacerError(f"no measurer actor started within {timeout_s:g} s"
+                              + (f": {self._last_error}" if self._last_error else ""))
+        return self.actors
+
+    def close(self) -> None:
+        """Kill every actor (unfinished placements are dropped) and flush the run log."""
+        if self._closed:
+            return
+        self._closed = True
+        for slot in self._slots:
+            self._kill(slot)
+            slot.retired = True
+        if self.run_log is not None and hasattr(self.run_log, "flush"):
+            self.run_log.flush()
+
+    def __enter__(self) -> MeasurerPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- queue and cache ---------------------------------------------------------------------------
+
+    def _route(self, job: _Job, refresh: bool) -> None:
+        entry = self._cache.get(job.key)
+        if entry is not None and (not refresh or entry.measurement.status == "crash"):
+            now = time.time()
+            self._finish(job, entry.measurement, entry.actor_id, entry.node_id, now, now, cache_hit=True)
+            return
+        leader = self._leaders.get(job.key)
+        if leader is not None and not refresh:
+            leader.followers.append(job)
+            return
+        self._leaders.setdefault(job.key, job)
+        self._queue.append(job)
+
+    def _finish(self, job: _Job, measurement: Measurement, actor_id: str, node_id: str,
+                started_at: float, finished_at: float, cache_hit: bool = False) -> None:
+        result = PoolResult(job.ticket, job.placement, measurement, actor_id, node_id, job.submitted_at,
+                            started_at, finished_at, cache_hit, job.attempts, job.policy, job.iteration,
+                            job.log_placement)
+        if self.run_log is not None:
+            self.run_log.append(result)
+        self._open.discard(job.ticket)
+        self._finished[job.ticket] = result
+        if cache_hit:
+            return
+        self._cache[job.key] = _CacheEntry(measurement, actor_id, node_id)
+        if self._leaders.get(job.key) is job:
+            del self._leaders[job.key]
+        for follower in job.followers:
+            now = time.time()
+            self._finish(follower, measurement, actor_id, node_id, now, now, cache_hit=True)
+
+    def _requeue_front(self, jobs: list[_Job], solo: bool) -> None:
+        for job in reversed(jobs):
+            job.solo = job.solo or solo
+            self._queue.appendleft(job)
+
+    # ---- actors ------------------------------------------------------------------------------------
+
+    def _add_slots(self) -> None:
+        if self._gpu_mode:
+            taken = {s.node_id for s in self._slots}  # a node that left never comes back under its id
+            for node in ray_setup.gpu_nodes(self.config.node_labels):
+                if node.node_id not in taken:
+                    self._slots.append(_Slot(f"node:{node.node_id[:8]}", node.node_id, node.num_gpus))
+        elif not self._slots:
+            self._slots = [_Slot(f"cpu:{i}", None, 0) for i in range(self.config.num_cpu_actors)]
+        for slot in self._slots:
+            if slot.handle is None and not slot.retired:
+                self._start(slot)
+
+    def _start(self, slot: _Slot) -> None:
+        options = {"num_cpus": self.config.actor_num_cpus, "num_gpus": slot.num_gpus}
+        if slot.node_id is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(slot.node_id, soft=False)
+        slot.handle = remote_actor_class().options(**options).remote(self._factory_ref)
+        slot.info = None
+        slot.ready_ref = slot.handle.info.remote()
+
+    def _kill(self, slot: _Slot) -> None:
+        if slot.handle is not None:
+            try:
+                ray.kill(slot.handle, no_restart=True)
+            except Exception:  # already gone
+                pass
+        slot.handle, slot.info, slot.ready_ref = None, None, None
+
+    def _replace(self, slot: _Slot) -> None:
+        """Kill the slot's actor and start another on the same node, unless the node has left."""
+        self._kill(slot)
+        if slot.node_id is not None and not ray_setup.node_alive(slot.node_id):
+            slot.retired = True
+            self._last_error = f"node {slot.node_id[:8]} left the cluster"
+            return
+        self._start(slot)
+
+    # ---- the event loop ----------------------------------------------------------------------------
+
+    def _pump(self, timeout_s: float) -> None:
+        """Hand out work, wait for one event (or the next deadline), handle everything that is ready."""
+        self._check_open()
+        self._dispatch()
+        refs = self._waitable_refs()
+        if not refs:
+            self._recover_empty_pool()
+            return
+        wait_s = min(timeout_s, max(0.0, self._next_deadline() - time.monotonic()))
+        ready, _ = ray.wait(refs, num_returns=1, timeout=wait_s)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        ready_set = set(ready)
+        for slot in list(self._slots):
+            self._handle_ready(slot, ready_set)
+        self._expire_deadlines()
+        if time.monotonic() >= self._next_node_check and self._gpu_mode:
+            self._next_node_check = time.monotonic() + self.config.node_check_interval_s
+            self._add_slots()
+        self._dispatch()
+
+    def _waitable_refs(self) -> list:
+        refs = []
+        for slot in self._slots:
+            if slot.ready_ref is not None:
+                refs.append(slot.ready_ref)
+            refs.extend(call.ref for call in slot.calls)
+        return refs
+
+    def _recover_empty_pool(self) -> None:
+        if not self._queue:
+            return
+        if self._gpu_mode:
+            self._add_slots()
+        if not any(s.handle is not None for s in self._slots):
+            raise PlacerError(f"no measurer actors left with {len(self._open)} placements unmeasured"
+                              + (f" ({self._last_error})" if self._last_error else ""))
+
+    def _dispatch(self) -> None:
+        """Hand queued placements to actors, first come first served, within the in-flight bound.
+
+        A solo job goes only to an idle actor and nothing queues behind it, so when that actor dies the
+        job is known to be the cause (a finished call's reply can be lost when its process dies next)."""
+        ready = [s for s in self._slots if s.info is not None and not s.retired]
+        if not ready:
+            return
+        limit = self.config.max_in_flight or len(ready) * self.config.calls_per_actor * self.config.chunk_size
+        in_flight = sum(len(c.jobs) for s in ready for c in s.calls)
+        while self._queue and in_flight < limit:
+            if self._queue[0].solo:
+                slot = next((s for s in ready if not s.calls), None)
+                jobs = [self._queue[0]]
+            else:
+                open_slots = [s for s in ready if len(s.calls) < self.config.calls_per_actor
+                              and not any(c.solo for c in s.calls)]
+                slot = min(open_slots, key=lambda s: len(s.calls), default=None)
+                free_calls = sum(self.config.calls_per_actor - len(s.calls) for s in open_slots)
+                jobs = self._take_chunk(free_calls, limit - in_flight)
+            if slot is None:
+                return
+            for _ in jobs:
+                self._queue.popleft()
+            self._send(slot, jobs, solo=jobs[0].solo)
+            in_flight += len(jobs)
+
+    def _take_chunk(self, free_calls: int, room: int) -> list[_Job]:
+        """The next call's placements (left in the queue): an even share of the queue over free calls."""
+        share = math.ceil(len(self._queue) / max(1, free_calls))
+        size = max(1, min(self.config.chunk_size, share, room))
+        jobs = []
+        for job in self._queue:
+            if len(jobs) == size or job.solo:
+                break
+            jobs.append(job)
+        return jobs
+
+    def _send(self, slot: _Slot, jobs: list[_Job], solo: bool) -> None:
+        placements = [job.placement for job in jobs]
+        if len({len(p) for p in placements}) == 1:
+            placements = _compact(np.stack(placements))  # (B, N): one small buffer, inlined in the call
+        for job in jobs:
+            job.attempts += 1
+        head_since = time.monotonic() if not slot.calls else None
+        slot.calls.append(_Call(slot.handle.measure.remote(placements), jobs, head_since, solo))
+
+    def _handle_ready(self, slot: _Slot, ready: set) -> None:
+        if slot.ready_ref is not None:
+            if slot.ready_ref in ready:
+                self._actor_started(slot)
+            return
+        while slot.calls and slot.calls[0].ref in ready:
+            call = slot.calls[0]
+            try:
+                outcome: ChunkOutcome = ray.get(call.ref)
+            except ray.exceptions.RayTaskError as exc:  # the call itself failed; the actor lives
+                slot.calls.popleft()
+                for job in call.jobs:
+                    self._finish(job, error_measurement(f"measurer call failed: {exc}"), slot.info.actor_id,
+                                 slot.info.node_id, time.time(), time.time())
+            except Exception as exc:  # the actor died or its node left
+                self._actor_lost(slot, str(exc))
+                return
+            else:
+                slot.calls.popleft()
+                for job, measurement in zip(call.jobs, outcome.measurements):
+                    self._finish(job, measurement, slot.info.actor_id, slot.info.node_id,
+                                 outcome.started_at, outcome.finished_at)
+                slot.start_failures = 0
+            if slot.calls:
+                slot.calls[0].head_since = time.monotonic()
+
+    def _actor_started(self, slot: _Slot) -> None:
+        try:
+            slot.info = ray.get(slot.ready_ref)
+            slot.ready_ref = None
+        except Exception as exc:
+            self._last_error = f"measurer actor on {slot.name} failed to start: {exc}"
+            slot.start_failures += 1
+            init_failed = getattr(exc, "actor_init_failed", False)  # its constructor raised: it will again
+            if init_failed or slot.start_failures >= self.config.max_start_failures:
+                self._kill(slot)
+                slot.retired = True
+            else:
+                self._replace(slot)
+
+    def _actor_lost(self, slot: _Slot, reason: str) -> None:
+        """The slot's actor died. A solo call is to blame; otherwise its placements go again, alone."""
+        calls = list(slot.calls)
+        slot.calls.clear()
+        info = slot.info
+        self._last_error = f"measurer actor on {slot.name} died: {reason.splitlines()[0] if reason else ''}"
+        self._replace(slot)
+        if slot.retired or not calls[0].solo:  # the node left (nobody's fault), or the culprit is unknown
+            self._requeue_front([j for c in calls for j in c.jobs], solo=not slot.retired)
+            return
+        (job,) = calls[0].jobs
+        job.crashes += 1
+        if job.crashes >= self.config.max_crashes:
+            message = f"the measurement killed {job.crashes} actors; last: {reason[:500]}"
+            self._finish(job, error_measurement(message, status="crash"), info.actor_id, info.node_id,
+                         time.time(), time.time())
+        else:
+            self._requeue_front([job], solo=True)
+
+    def _deadline(self, call: _Call) -> float:
+        return call.head_since + self.timeout_s * len(call.jobs) + self.config.timeout_slack_s
+
+    def _next_deadline(self) -> float:
+        heads = [s.calls[0] for s in self._slots if s.calls and s.calls[0].head_since is not None]
+        return min((self._deadline(c) for c in heads), default=math.inf)
+
+    def _expire_deadlines(self) -> None:
+        now = time.monotonic()
+        for slot in list(self._slots):
+            if not slot.calls or slot.calls[0].head_since is None or now < self._deadline(slot.calls[0]):
+                continue
+            calls = list(slot.calls)
+            slot.calls.clear()
+            info = slot.info
+            self._replace(slot)
+            self._requeue_front([j for c in calls[1:] for j in c.jobs], solo=False)
+            head = calls[0]
+            if len(head.jobs) > 1:
+                self._requeue_front(head.jobs, solo=True)
+                continue
+            elapsed_s = now - head.head_since
+            message = f"no result within {self.timeout_s:g} s; the actor was killed"
+            self._finish(head.jobs[0], error_measurement(message, elapsed_s, status="timeout"),
+                         info.actor_id, info.node_id, time.time() - elapsed_s, time.time())
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PlacerError("the measurer pool is closed")

@@ -1,0 +1,96 @@
+"""Start or join Ray, and describe its nodes.
+
+Three ways in: inside a Ray job (``ray job submit`` sets ``RAY_ADDRESS``) or with ``--ray-address`` we
+join the cluster; otherwise we start a local one. A local Ray started here keeps Ray's default token
+authentication (``RAY_AUTH_MODE`` unset: a token is made in ``~/.ray/auth_token``); tests and ``make``
+opt out with ``RAY_AUTH_MODE=disabled``. The dashboard stays off locally (it costs memory and a port).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+
+from graphs.errors import PlacerError
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    node_id: str  # Ray's hex node id
+    alive: bool
+    num_cpus: float
+    num_gpus: int
+    labels: dict = field(default_factory=dict, compare=False)  # str -> str, including ray.io/node-id
+
+    def has_labels(self, wanted: dict) -> bool:
+        return all(self.labels.get(key) == value for key, value in wanted.items())
+
+
+def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every command that measures on Ray shares."""
+    group = parser.add_argument_group("Ray")
+    group.add_argument("--ray-address", default=None,
+                       help="join this Ray cluster (host:port, or 'auto'); default: the RAY_ADDRESS of a Ray job, "
+                            "else start a local Ray")
+    group.add_argument("--ray-num-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
+    group.add_argument("--measurer-actors", type=int, default=2,
+                       help="measurer actors when the cluster has no GPU node (default: 2)")
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None,
+             namespace: str = "placer") -> str:
+    """Connect to Ray (joining ``address`` or RAY_ADDRESS, else starting a local Ray); returns the GCS address.
+
+    Does nothing but return the address when Ray is already initialized in this process.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return ray.get_runtime_context().gcs_address
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if address:
+            ray.init(address=address, namespace=namespace, log_to_driver=True)
+        else:
+            # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
+                     include_dashboard=False)
+    except ConnectionError as exc:
+        raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}") from exc
+    except Exception as exc:
+        if "auth" in str(exc).lower() or "token" in str(exc).lower():
+            raise PlacerError(f"Ray refused the connection ({exc}); a cluster with token authentication needs its "
+                              f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from exc
+        raise
+    return ray.get_runtime_context().gcs_address
+
+
+def shutdown_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def list_nodes(alive_only: bool = True) -> list[NodeInfo]:
+    """Nodes of the connected cluster, from Ray's control store."""
+    import ray
+
+    nodes = []
+    for node in ray.nodes():
+        resources = node.get("Resources", {})
+        info = NodeInfo(node_id=node["NodeID"], alive=bool(node["Alive"]), num_cpus=float(resources.get("CPU", 0)),
+                        num_gpus=int(resources.get("GPU", 0)), labels=dict(node.get("Labels") or {}))
+        if info.alive or not alive_only:
+            nodes.append(info)
+    return nodes
+
+
+def node_alive(node_id: str) -> bool:
+    return any(node.node_id == node_id for node in list_nodes(alive_only=True))
+
+
+def gpu_nodes(labels: dict | None = None) -> list[NodeInfo]:
+    """Alive nodes with at least one GPU (and every label in ``labels``)."""
+    return [n for n in list_nodes() if n.num_gpus >= 1 and n.has_labels(labels or {})]

@@ -1,0 +1,82 @@
+"""Build a measurer from a picklable description, so a Ray actor on any node can build its own.
+
+A ``MeasurerSpec`` carries the graph and machine objects themselves (the pool ships the spec through
+Ray's object store once), so worker nodes need no files. ``build_measurer(spec)`` turns it into a
+``Measurer``. The pool accepts either a spec or any zero-argument factory returning a measurer; tests
+pass their own factories (a measurer that sleeps, hangs or kills its process). Example::
+
+    spec = MeasurerSpec("sim", graph, machine, runs=3, noise_std=0.02, seed=7)
+    measurer = build_measurer(spec)
+    measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.base import Measurer
+from measurers.machine import Machine
+
+MEASURER_KINDS = ("sim", "torch", "tf")
+
+
+@dataclass(frozen=True)
+class MeasurerSpec:
+    kind: str  # one of MEASURER_KINDS
+    graph: OpGraph  # the graph itself, not a file name
+    machine: Machine  # the devices of one node, in the order placements index them
+    runs: int = 1  # timed runs per placement; the median is reported
+    warmup: int = 0  # untimed runs before the timed ones (real measurers)
+    noise_std: float = 0.0  # relative noise of the simulator's samples (0: exact)
+    seed: int = 0
+    timeout_s: float = 600.0  # limit for one placement; the pool enforces it by killing the actor
+
+    def __post_init__(self) -> None:
+        if self.kind not in MEASURER_KINDS:
+            raise PlacerError(f"unknown measurer kind {self.kind!r} (known: {', '.join(MEASURER_KINDS)})")
+        if self.runs < 1:
+            raise PlacerError(f"measurer runs must be at least 1, got {self.runs}")
+        if self.warmup < 0:
+            raise PlacerError(f"measurer warmup must not be negative, got {self.warmup}")
+        if self.noise_std < 0:
+            raise PlacerError(f"measurer noise_std must not be negative, got {self.noise_std}")
+        if not self.timeout_s > 0:
+            raise PlacerError(f"measurer timeout_s must be positive, got {self.timeout_s}")
+
+
+def build_measurer(spec: MeasurerSpec) -> Measurer:
+    """The measurer ``spec`` describes, built in this process."""
+    if spec.kind == "sim":
+        from measurers.sim_measurer import SimulatorMeasurer
+
+        return SimulatorMeasurer(spec.graph, spec.machine, runs=spec.runs, noise_std=spec.noise_std,
+                                 seed=spec.seed)
+    raise PlacerError(f"measurer kind {spec.kind!r} is not available yet: only the simulator ('sim') "
+                      f"measures placements in this version")
+
+
+class SpecFactory:
+    """A zero-argument measurer factory bound to a spec (picklable, unlike a lambda in a closure)."""
+
+    def __init__(self, spec: MeasurerSpec):
+        self.spec = spec
+
+    def __call__(self) -> Measurer:
+        return build_measurer(self.spec)
+
+
+MeasurerFactory = Callable[[], Measurer]
+
+
+def as_factory(measurer: MeasurerSpec | MeasurerFactory) -> MeasurerFactory:
+    """A spec becomes a SpecFactory; a callable is taken as it is."""
+    if isinstance(measurer, MeasurerSpec):
+        if measurer.kind != "sim":
+            build_measurer(measurer)  # fail here, in the driver, with the clear message
+        return SpecFactory(measurer)
+    if not callable(measurer):
+        raise PlacerError(f"a measurer pool needs a MeasurerSpec or a factory, got {type(measurer).__name__}")
+    return measurer
