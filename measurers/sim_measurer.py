@@ -1,8 +1,9 @@
 """The simulator as a Measurer: the embedded default for searches, tests and baseline comparisons.
 
 Each placement is simulated once (the simulator is deterministic); ``runs`` samples are then drawn from a
-multiplicative noise model, ``sample = runtime_s * exp(noise_std * z)`` with ``z ~ N(0, 1)`` from one
-generator seeded with ``seed`` and advanced in call order, and the reported runtime is their median. With
+multiplicative noise model, ``sample = runtime_s * exp(noise_std * z)`` with ``z ~ N(0, 1)`` from a
+generator seeded with ``seed`` and the placement's bytes, and the reported runtime is their median. The
+noise of a placement therefore does not depend on which measurer (or pool actor) drew it, nor when. With
 ``noise_std = 0`` (the default) every sample equals the simulated time. A placement that fails the checks
 (wrong length, unknown device, a device kind an op may not use) is a Measurement with status "error";
 ``measure`` never raises for a bad placement.
@@ -15,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from typing import Sequence
@@ -38,7 +40,7 @@ class SimulatorMeasurer:
             raise PlacerError(f"noise_std must not be negative, got {noise_std}")
         self.graph, self.machine, self.runs, self.noise_std = graph, machine, runs, noise_std
         self.simulator = Simulator(graph, machine, profile=profile, engine=engine)
-        self._rng = np.random.default_rng(seed)
+        self.seed = int(seed)
 
     @property
     def lower_bound_s(self) -> float:
@@ -46,6 +48,10 @@ class SimulatorMeasurer:
 
     def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
         return [self._measure_one(placement) for placement in placements]
+
+    def _noise_rng(self, placement) -> np.random.Generator:
+        digest = hashlib.blake2b(np.ascontiguousarray(placement, dtype=np.int64).tobytes(), digest_size=8).digest()
+        return np.random.default_rng([self.seed, int.from_bytes(digest, "little")])
 
     def _measure_one(self, placement) -> Measurement:
         began = time.perf_counter()
@@ -56,6 +62,6 @@ class SimulatorMeasurer:
                                time.perf_counter() - began, error=str(exc))
         samples = np.full(self.runs, result.runtime_s)
         if self.noise_std > 0:
-            samples = samples * np.exp(self.noise_std * self._rng.standard_normal(self.runs))
+            samples = samples * np.exp(self.noise_std * self._noise_rng(placement).standard_normal(self.runs))
         return Measurement(float(np.median(samples)), tuple(float(s) for s in samples), result.status,
                            tuple(int(b) for b in result.peak_bytes), time.perf_counter() - began)

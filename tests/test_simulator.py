@@ -250,3 +250,13 @@ def test_simulator_measurer__seeded_noise_is_repeatable_and_reported_as_median()
     assert first.samples_s == again.samples_s != other.samples_s
     assert first.runtime_s == float(np.median(first.samples_s)) and len(set(first.samples_s)) == 5
     assert all(abs(s / 3.0 - 1) < 0.6 for s in first.samples_s)
+
+
+def test_simulator_measurer__noise_depends_on_placement_not_on_call_order():
+    from measurers.sim_measurer import SimulatorMeasurer
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 2.0, 0)], [("a", "b", 8)])
+    p, q = np.array([1, 1]), np.array([1, 2])
+    forward = SimulatorMeasurer(graph, toy_machine(), runs=3, noise_std=0.1, seed=7).measure([p, q])
+    backward = SimulatorMeasurer(graph, toy_machine(), runs=3, noise_std=0.1, seed=7).measure([q, p])
+    assert forward[0].samples_s == backward[1].samples_s and forward[1].samples_s == backward[0].samples_s

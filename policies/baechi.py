@@ -1,0 +1,306 @@
+"""Baechi's memory-constrained placers (Jeon et al., SoCC 2020): m-TOPO, m-ETF and m-SCT.
+
+- m-TOPO: walk the ops in topological order and fill one GPU after another, each up to an even share of
+  the model's memory (total / #GPUs + the largest unit), never above its capacity.
+- m-ETF: earliest-task-first list scheduling. Repeatedly start the (ready op, device) pair that can start
+  earliest, where a device is allowed only if the op's unit fits in its remaining memory. Ties go to the op
+  with the longer path to the end of the graph.
+- m-SCT: m-ETF plus "favourite children". A linear program (the relaxation of Hanen-Munier's small
+  communication time scheduling, as Baechi writes it) chooses for each op at most one child whose edge is
+  kept on the same device: variables x_e in [0, 1] (0 = favourite edge: no transfer), start times s_i and
+  the makespan w; minimise w subject to s_i + p_i + c_e x_e <= s_j for every edge e = (i, j),
+  sum_{e out of i} x_e >= outdeg(i) - 1, sum_{e into j} x_e >= indeg(j) - 1, s_i + p_i <= w. Solved with
+  HiGHS through ``scipy.optimize.linprog``; x_e < 1/2 rounds to a favourite edge (each op keeps at most one
+  favourite child and one favourite parent). While scheduling, a device whose last op has a favourite child
+  that is ready is held for it: only that child may start there next (Baechi also lets "urgent" ops
+  through; we do not).
+
+The schedulers run on ops with the unit (group) constraint; Baechi places on GPUs only, so do these
+(ops no GPU may run go to their allowed devices) -- unless the memory estimate does not fit in the GPUs,
+in which case the CPU (host memory) is used as well, after the GPUs for m-TOPO. Memory per unit comes from ``unit_memory_bytes``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.base import DecisionClock, PlacementProblem, check_budget, finish, unit_memory_bytes
+from policies.listsched import (FreeSourceTracker, Reservations, arrival_times_s, bottom_level_s,
+                                candidate_devices, gpus_hold_the_model, mean_times)
+from policies.simple import units_in_topological_order
+
+
+@dataclass
+class MTopoPolicy:
+    name: str = "m-topo"
+    memory_model: str = "auto"
+
+    def place(self, problem, measurer, budget, seed, on_measurement=None):
+        check_budget(budget)
+        clock = DecisionClock()
+        units, note = m_topo_units(problem, self.memory_model)
+        return finish(self.name, problem, units, clock, measurer, on_measurement, notes=note)
+
+
+def m_topo_units(problem: PlacementProblem, memory_model: str = "auto") -> tuple[np.ndarray, str]:
+    gpus = problem.gpu_indices() or list(range(problem.num_devices))
+    if not gpus_hold_the_model(problem):  # spill to the other devices (host memory) after the GPUs
+        gpus = gpus + [d for d in range(problem.num_devices) if d not in gpus]
+    unit_bytes, model = unit_memory_bytes(problem, memory_model, gpus)
+    capacity = problem.usable_bytes()
+    share = unit_bytes.sum() // len(gpus) + unit_bytes.max(initial=0)
+    limit = np.minimum(capacity, share)  # (D,)
+    used = np.zeros(problem.num_devices, dtype=np.int64)
+    units = np.full(problem.num_units, -1, dtype=np.int64)
+    current, overflowed = 0, 0
+    for unit in units_in_topological_order(problem):
+        allowed_gpus = [g for g in gpus if problem.unit_allowed[unit, g]]
+        if not allowed_gpus:  # a unit no GPU may run: its fastest allowed device
+            units[unit] = int(np.argmin(problem.unit_time_s[unit]))
+            used[units[unit]] += unit_bytes[unit]
+            continue
+        while current < len(gpus) - 1 and used[gpus[current]] + unit_bytes[unit] > limit[gpus[current]]:
+            current += 1
+        device = gpus[current] if gpus[current] in allowed_gpus else allowed_gpus[0]
+        if used[device] + unit_bytes[unit] > capacity[device]:  # the last GPU is full: most room left
+            device = max(allowed_gpus, key=lambda g: capacity[g] - used[g])
+            overflowed += used[device] + unit_bytes[unit] > capacity[device]
+        units[unit] = device
+        used[device] += unit_bytes[unit]
+    note = f"memory model {model}" + (f"; {overflowed} groups over capacity" if overflowed else "")
+    return units, note
+
+
+@dataclass
+class METFPolicy:
+    name: str = "m-etf"
+    memory_model: str = "auto"
+    devices: str = "auto"  # "gpus" (Baechi), "all", or "auto": the GPUs unless the model does not fit them
+
+    def place(self, problem, measurer, budget, seed, on_measurement=None):
+        check_budget(budget)
+        clock = DecisionClock()
+        schedule = EtfScheduler(problem, self.memory_model, self.devices).run()
+        return finish(self.name, problem, None, clock, measurer, on_measurement,
+                      op_placement=schedule.device_of, notes=schedule.notes())
+
+
+@dataclass
+class MSCTPolicy:
+    name: str = "m-sct"
+    memory_model: str = "auto"
+    devices: str = "auto"
+
+    def place(self, problem, measurer, budget, seed, on_measurement=None):
+        check_budget(budget)
+        clock = DecisionClock()
+        scheduler = EtfScheduler(problem, self.memory_model, self.devices)
+        favourite = favourite_children(problem, scheduler.cand)
+        scheduler.favourite_child = favourite
+        schedule = scheduler.run()
+        note = f"{int((favourite >= 0).sum())} favourite children; " + schedule.notes()
+        return finish(self.name, problem, None, clock, measurer, on_measurement,
+                      op_placement=schedule.device_of, notes=note)
+
+
+class EtfScheduler:
+    """Earliest-task-first list scheduling under memory limits; with ``favourite_child`` set, m-SCT.
+
+    Exact ETF without scanning every ready op at every step: each device keeps its candidate ops in two
+    heaps, ``pending`` by data-arrival time and ``released`` (arrival <= the device's free time) by
+    priority. Device free times only grow, so ops move from pending to released once. An op that stops
+    fitting on a device (memory only fills up; a unit once placed stays) leaves that device's heaps.
+    """
+
+    def __init__(self, problem: PlacementProblem, memory_model: str = "auto", devices: str = "auto"):
+        self.problem = problem
+        self.cand = candidate_devices(problem, devices)  # (N, D) bool
+        op_mean, edge_mean = mean_times(problem, self.cand)
+        self.priority = bottom_level_s(problem, op_mean, edge_mean)  # (N,)
+        self.reservations = Reservations(problem, self.cand, memory_model)
+        self.sources = FreeSourceTracker(problem, self.cand, self.reservations)
+        self.favourite_child: np.ndarray | None = None  # (N,) int64, -1 where none
+        n, d = problem.graph.num_ops, problem.num_devices
+        self.finish_s = np.zeros(n)
+        self.device_of = np.full(n, -1, dtype=np.int64)
+        self.arrival_s = np.zeros((n, d))  # (N, D) when each ready op's inputs could be on each device
+        self.extra_bytes = np.zeros(n, dtype=np.int64)  # memory of free inputs an op pulls along
+        self.times = np.where(problem.op_allowed, problem.op_time_s, np.inf)  # (N, D)
+        self.device_free = np.zeros(d)
+        self.pending = [[] for _ in range(d)]  # heaps of (arrival_s, -priority, op)
+        self.released = [[] for _ in range(d)]  # heaps of (-priority, arrival_s, op)
+        self.ready: set[int] = set()
+        self.makespan_s = 0.0
+
+    def run(self) -> "EtfScheduler":
+        graph = self.problem.graph
+        indegree = np.bincount(graph.edge_dst, minlength=graph.num_ops)
+        offsets, _ = graph.succ_csr
+        held_for = np.full(self.problem.num_devices, -1, dtype=np.int64)  # m-SCT: favourite child waited for
+        for op in np.flatnonzero(indegree == 0):
+            if not self.sources.free[op]:
+                self._make_ready(int(op))
+        for op in np.flatnonzero(self.sources.free):  # their consumers may be ready now
+            for succ in graph.edge_dst[offsets[op]:offsets[op + 1]]:
+                indegree[succ] -= 1
+                if indegree[succ] == 0:
+                    self._make_ready(int(succ))
+        while self.ready:
+            op, device, start = self._choose(held_for)
+            self.sources.follow(op, device, self.finish_s, self.device_of)
+            self.device_of[op] = device
+            self.finish_s[op] = start + self.times[op, device]
+            self.device_free[device] = self.finish_s[op]
+            self.reservations.place(op, device)
+            self.ready.discard(op)
+            if self.favourite_child is not None:
+                held_for[held_for == op] = -1
+                held_for[device] = self.favourite_child[op]
+            for succ in graph.edge_dst[offsets[op]:offsets[op + 1]]:
+                indegree[succ] -= 1
+                if indegree[succ] == 0:
+                    self._make_ready(int(succ))
+        self._place_orphans()
+        self.makespan_s = float(self.finish_s.max(initial=0.0))
+        return self
+
+    def _make_ready(self, op: int) -> None:
+        self.arrival_s[op] = arrival_times_s(self.problem, op, self.finish_s, self.device_of)
+        self.extra_bytes[op] = self.sources.pending_bytes(op)
+        self.ready.add(op)
+        for device in np.flatnonzero(self.reservations.static[op]):
+            heapq.heappush(self.pending[device], (self.arrival_s[op, device], -self.priority[op], op))
+
+    def _fits(self, op: int, device: int) -> bool:
+        res = self.reservations
+        unit = self.problem.op_unit[op]
+        if res.unit_device[unit] >= 0:
+            return res.unit_device[unit] == device
+        need = res.unit_bytes[unit] + self.extra_bytes[op]
+        return res.used_bytes[device] + need <= res.capacity[device]
+
+    def _best_on(self, device: int) -> tuple[float, float, int] | None:
+        """(start, -priority, op) of the ETF choice on ``device``, or None."""
+        free, pending, released = self.device_free[device], self.pending[device], self.released[device]
+        while pending and pending[0][0] <= free:
+            arrival, neg_priority, op = heapq.heappop(pending)
+            heapq.heappush(released, (neg_priority, arrival, op))
+        for heap, start_of in ((released, lambda entry: free), (pending, lambda entry: entry[0])):
+            while heap:
+                op = heap[0][2]
+                if op in self.ready and self._fits(op, device):
+                    return start_of(heap[0]), -self.priority[op], op
+                heapq.heappop(heap)  # scheduled, or never fits here again
+        return None
+
+    def _choose(self, held_for: np.ndarray) -> tuple[int, int, float]:
+        best = None
+        for device in range(self.problem.num_devices):
+            child = held_for[device]
+            if child >= 0 and child in self.ready and self.reservations.static[child, device] and self._fits(child, device):
+                pick = (max(self.free_at(device), self.arrival_s[child, device]), -self.priority[child], child)
+            else:
+                pick = self._best_on(device)
+            if pick is not None and (best is None or pick[:2] < best[0][:2]):
+                best = (pick, device)
+        if best is None:  # nothing fits anywhere: new units go where most memory is left (may be oom)
+            return self._choose_ignoring_memory()
+        (start, _, op), device = best
+        return op, device, float(start)
+
+    def free_at(self, device: int) -> float:
+        return float(self.device_free[device])
+
+    def _choose_ignoring_memory(self) -> tuple[int, int, float]:
+        ops = np.array(sorted(self.ready), dtype=np.int64)
+        res = self.reservations
+        mask = res.fallback(ops)
+        unplaced = res.unit_device[self.problem.op_unit[ops]] < 0
+        room = np.where(mask, (res.capacity - res.used_bytes)[None, :], np.iinfo(np.int64).min)
+        mask[unplaced] &= room[unplaced] == room[unplaced].max(axis=1, keepdims=True)  # emptiest device
+        start = np.where(mask, np.maximum(self.arrival_s[ops], self.device_free[None, :]), np.inf)
+        rows, cols = np.nonzero(start == start.min())
+        pick = int(np.argmax(self.priority[ops[rows]]))
+        return int(ops[rows[pick]]), int(cols[pick]), float(start[rows[pick], cols[pick]])
+
+    def _place_orphans(self) -> None:
+        """Free sources nobody consumes: with their unit if it is placed, else on the emptiest candidate."""
+        res = self.reservations
+        for op in np.flatnonzero(self.device_of < 0):
+            device = res.unit_device[self.problem.op_unit[op]]
+            if device < 0:
+                options = np.flatnonzero(res.static[op])
+                device = options[np.argmin(res.used_bytes[options])]
+            res.place(int(op), int(device))
+            self.device_of[op] = device
+
+    def notes(self) -> str:
+        return f"scheduled makespan {self.makespan_s:.4g} s; " + self.reservations.notes()
+
+
+def favourite_children(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:
+    """(N,) int64: each op's favourite child (-1 where none), from the LP relaxation solved by HiGHS."""
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    graph = problem.graph
+    n, e = graph.num_ops, graph.num_edges
+    if e == 0:
+        return np.full(n, -1, dtype=np.int64)
+    op_s, edge_s = mean_times(problem, cand)
+    src, dst = graph.edge_src, graph.edge_dst
+    x = np.arange(e)  # variable layout: [x_0..x_{E-1}, s_0..s_{N-1}, w]
+    s = e + np.arange(n)
+    w = e + n
+    rows, cols, vals, rhs = [], [], [], []
+    # precedence: s_i - s_j + c_e x_e <= -p_i
+    r = np.arange(e)
+    rows += [r, r, r]
+    cols += [s[src], s[dst], x]
+    vals += [np.ones(e), -np.ones(e), edge_s]
+    rhs.append(-op_s[src])
+    next_row = e
+    # at most one favourite child per op / favourite parent per op: -sum x_e <= 1 - degree
+    for ends in (src, dst):
+        degree = np.bincount(ends, minlength=n)
+        multi = degree >= 2
+        row_of = np.full(n, -1)
+        row_of[multi] = next_row + np.arange(int(multi.sum()))
+        keep = multi[ends]
+        rows.append(row_of[ends[keep]])
+        cols.append(x[keep])
+        vals.append(-np.ones(int(keep.sum())))
+        rhs.append(1.0 - degree[multi])
+        next_row += int(multi.sum())
+    # makespan: s_i - w <= -p_i
+    r = next_row + np.arange(n)
+    rows += [r, r]
+    cols += [s, np.full(n, w)]
+    vals += [np.ones(n), -np.ones(n)]
+    rhs.append(-op_s)
+    next_row += n
+    a_ub = coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                      shape=(next_row, e + n + 1)).tocsr()
+    cost = np.zeros(e + n + 1)
+    cost[w] = 1.0
+    bounds = [(0.0, 1.0)] * e + [(0.0, None)] * (n + 1)
+    solution = linprog(cost, A_ub=a_ub, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+    if solution.x is None:  # cannot happen for a DAG (all x_e = 1 is feasible); be safe anyway
+        return np.full(n, -1, dtype=np.int64)
+    return _round_favourites(solution.x[:e], src, dst, n)
+
+
+def _round_favourites(x: np.ndarray, src: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
+    """Edges with x < 1/2, most favoured first, kept while each op has one favourite child and parent."""
+    favourite = np.full(n, -1, dtype=np.int64)
+    has_parent = np.zeros(n, dtype=bool)
+    for edge in np.argsort(x, kind="stable"):
+        if x[edge] >= 0.5:
+            break
+        if favourite[src[edge]] < 0 and not has_parent[dst[edge]]:
+            favourite[src[edge]] = dst[edge]
+            has_parent[dst[edge]] = True
+    return favourite

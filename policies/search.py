@@ -1,0 +1,163 @@
+"""Black-box searches over unit (group) placements, scored by the measurer in batches.
+
+- ``random``: every batch drawn uniformly over each unit's allowed devices.
+- ``cem``: the cross-entropy method (the core of Post, Gao et al. 2018). A categorical distribution per
+  unit over its allowed devices, uniform at first; each round samples a batch (from the distribution
+  mixed with a little uniform exploration), keeps the elite fraction (plus the best placement so far),
+  and moves the distribution toward the elites' device frequencies.
+- ``annealing``: simulated annealing / Metropolis MCMC as in FlexFlow's search (Jia et al. 2019). A batch of
+  chains starts from the best single GPU; each step moves one random unit to another allowed device and
+  accepts with probability min(1, exp(-(log c' - log c) / T)), T falling geometrically; at each quarter of
+  the budget the chains restart from the best placement found.
+
+All three measure whole batches through ``measurer.measure`` (so a pool can serve them in parallel), never
+spend more than ``budget`` measurements, take a seed, and call ``on_measurement(placement, measurement)``
+for every measurement. A placement already measured is not measured again (its cost is remembered), so a
+converged search may stop before the budget is spent. Failed placements cost ``FAILED_COST_S`` plus their
+memory overflow, so the searches walk out of out-of-memory regions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.base import (BudgetedMeasurer, DecisionClock, PlacementProblem, check_budget, search_result)
+from policies.simple import best_single_device, single_device_units
+
+STALL_ROUNDS = 50  # rounds in a row that find no new placement before a search gives up early
+
+
+class MemoMeasurer:
+    """Costs of unit placements, measuring only those not seen before (and each only once)."""
+
+    def __init__(self, problem: PlacementProblem, counter: BudgetedMeasurer):
+        self.problem, self.counter = problem, counter
+        self.costs: dict[bytes, float] = {}
+        self.stalled = 0
+
+    @property
+    def done(self) -> bool:
+        return self.counter.left <= 0 or self.stalled >= STALL_ROUNDS
+
+    def evaluate(self, unit_placements: np.ndarray) -> np.ndarray:
+        """(B, U) -> (B,) costs; unseen placements beyond the budget get cost inf."""
+        keys = [row.tobytes() for row in unit_placements]
+        new_rows, seen = [], set()
+        for i, key in enumerate(keys):
+            if key not in self.costs and key not in seen:
+                seen.add(key)
+                new_rows.append(i)
+        new_rows = new_rows[: self.counter.left]
+        if new_rows:
+            costs = self.counter.measure(self.problem.expand(unit_placements[new_rows]))
+            for i, cost in zip(new_rows, costs):
+                self.costs[keys[i]] = cost
+        self.stalled = 0 if new_rows else self.stalled + 1
+        return np.array([self.costs.get(key, np.inf) for key in keys])
+
+
+def sample_units(probs: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """(count, U) int64 draws from per-unit categorical distributions ``probs`` (U, D)."""
+    cumulative = np.cumsum(probs, axis=1)  # (U, D)
+    draws = rng.random((count, probs.shape[0], 1)) * cumulative[None, :, -1:]
+    choice = (draws >= cumulative[None, :, :]).sum(axis=2)
+    return np.minimum(choice, probs.shape[1] - 1).astype(np.int64)
+
+
+def uniform_probs(problem: PlacementProblem) -> np.ndarray:
+    allowed = problem.unit_allowed.astype(np.float64)  # (U, D)
+    return allowed / allowed.sum(axis=1, keepdims=True)
+
+
+def _start(problem, measurer, budget, on_measurement) -> tuple[BudgetedMeasurer, MemoMeasurer]:
+    check_budget(budget)
+    counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), DecisionClock(), on_measurement)
+    return counter, MemoMeasurer(problem, counter)
+
+
+@dataclass
+class RandomSearchPolicy:
+    name: str = "random"
+    places_groups = True  # searches place the coarse groups (class attribute, not an option)
+    batch_size: int = 32
+
+    def place(self, problem, measurer, budget, seed, on_measurement=None):
+        counter, memo = _start(problem, measurer, budget, on_measurement)
+        rng = np.random.default_rng(seed)
+        probs = uniform_probs(problem)
+        while not memo.done:
+            memo.evaluate(sample_units(probs, min(self.batch_size, counter.left), rng))
+        return search_result(self.name, problem, counter)
+
+
+@dataclass
+class CrossEntropyPolicy:
+    name: str = "cem"
+    places_groups = True  # searches place the coarse groups (class attribute, not an option)
+    batch_size: int = 32
+    elite_fraction: float = 0.1  # share of each batch that forms the elite
+    smoothing: float = 0.3  # weight of the elite frequencies in the new distribution
+    exploration_units: float = 2.0  # units per sample drawn uniformly (at most 15% of them): keeps exploring
+
+    def place(self, problem, measurer, budget, seed, on_measurement=None):
+        counter, memo = _start(problem, measurer, budget, on_measurement)
+        rng = np.random.default_rng(seed)
+        uniform = uniform_probs(problem)  # (U, D)
+        probs = uniform.copy()
+        explore = min(0.15, self.exploration_units / max(1, problem.num_units))
+        best_units, best_cost = None, np.inf
+        while not memo.done:
+            batch = sample_units((1 - explore) * probs + explore * uniform, self.batch_size, rng)  # (B, U)
+            costs = memo.evaluate(batch)
+            order = np.argsort(costs, kind="stable")
+            if best_units is None or costs[order[0]] < best_cost:
+                best_units, best_cost = batch[order[0]], costs[order[0]]
+            n_elite = max(1, int(np.ceil(self.elite_fraction * len(batch))))
+            elite = np.vstack([batch[order[:n_elite]], best_units[None, :]])  # (K, U)
+            freq = np.zeros_like(probs)
+            np.add.at(freq, (np.broadcast_to(np.arange(probs.shape[0]), elite.shape), elite), 1.0)
+            probs = (1 - self.smoothing) * probs + self.smoothing * freq / len(elite)
+        return search_result(self.name, problem, counter, notes=f"{len(memo.costs)} distinct placements")
+
+
+@dataclass
+class AnnealingPolicy:
+    name: str = "annealing"
+    places_groups = True  # searches place the coarse groups (class attribute, not an option)
+    chains: int = 8  # placements proposed per batch, one per chain
+    start_temperature: float = 0.05  # in log-runtime units: a 5% worse move is accepted with p = 1/e
+    end_temperature: float = 0.001
+
+    def place(self, problem, measurer, budget, seed, on_measurement=None):
+        counter, memo = _start(problem, measurer, budget, on_measurement)
+        rng = np.random.default_rng(seed)
+        start = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
+        chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 1)), axis=0)  # (C, U)
+        energy = np.log(np.repeat(memo.evaluate(start[None, :]), len(chains)))  # (C,)
+        movable = np.flatnonzero(problem.unit_allowed.sum(axis=1) >= 2)
+        steps = max(1, (int(budget) - 1) // len(chains))
+        step = 0
+        while not memo.done and len(movable):
+            temperature = self.start_temperature * (self.end_temperature / self.start_temperature) ** min(1.0, step / steps)
+            proposals = self._propose(problem, chains, movable, rng)
+            new_energy = np.log(memo.evaluate(proposals))
+            accept = rng.random(len(chains)) < np.exp(np.minimum(0.0, -(new_energy - energy) / temperature))
+            chains[accept], energy[accept] = proposals[accept], new_energy[accept]
+            step += 1
+            if step % max(1, steps // 4) == 0 and counter.best_placement is not None:
+                chains[:] = problem.collapse(counter.best_placement)
+                energy[:] = np.log(counter.best_cost_s)
+        return search_result(self.name, problem, counter, notes=f"{step} annealing steps")
+
+    @staticmethod
+    def _propose(problem, chains, movable, rng) -> np.ndarray:
+        """Each chain moves one random movable unit to a different allowed device."""
+        proposals = chains.copy()
+        units = movable[rng.integers(len(movable), size=len(chains))]
+        for c, unit in enumerate(units):
+            options = np.flatnonzero(problem.unit_allowed[unit])
+            options = options[options != chains[c, unit]]
+            proposals[c, unit] = options[rng.integers(len(options))]
+        return proposals

@@ -1,0 +1,85 @@
+"""Run several policies on one problem with the same measurer, and tabulate the results.
+
+Searches (policies with ``places_groups``) place the problem's groups; the heuristics place colocation
+groups (``PlacementProblem.at_op_level``), which is how their authors ran them. Every row is scored by the
+same measurer and reported next to the lower bound and the best single GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from measurers.base import Measurement, Measurer
+from policies.base import PlacementProblem, PolicyResult, make_policy
+
+SKIPPED = "skipped"  # row status of a policy that does not apply (e.g. no expert rule for the graph)
+
+
+@dataclass(frozen=True)
+class BaselineRow:
+    policy: str
+    runtime_s: float  # nan when skipped
+    status: str  # a Measurement status, or SKIPPED
+    ratio_to_lower_bound: float  # runtime / lower bound (nan when not ok)
+    ratio_to_single_gpu: float  # runtime / best single GPU runtime (nan when either is not ok)
+    placement_time_s: float  # deciding only
+    measure_time_s: float
+    measurements: int
+    notes: str
+    result: PolicyResult | None
+
+
+@dataclass(frozen=True)
+class BaselineTable:
+    graph: str
+    machine: str
+    lower_bound_s: float
+    single_gpu_s: float  # nan when the single GPU placement failed
+    rows: tuple[BaselineRow, ...]
+
+    def best(self) -> BaselineRow | None:
+        ok = [row for row in self.rows if row.status == "ok"]
+        return min(ok, key=lambda row: row.runtime_s) if ok else None
+
+
+def run_baselines(problem: PlacementProblem, measurer: Measurer, policies: Sequence[str], budget: int,
+                  seed: int = 0,
+                  on_measurement: Callable[[str, np.ndarray, Measurement], None] | None = None) -> BaselineTable:
+    """Run each named policy (``budget`` measurements at most each) and score them side by side."""
+    op_problem = problem.at_op_level()
+    results: list[tuple[str, PolicyResult | None, str]] = []
+    for name in policies:
+        policy = make_policy(name)
+        target = problem if getattr(policy, "places_groups", False) else op_problem
+        callback = None if on_measurement is None else _tagged(on_measurement, name)
+        try:
+            results.append((name, policy.place(target, measurer, budget, seed, callback), ""))
+        except PlacerError as exc:
+            results.append((name, None, str(exc)))
+    single = next((r for n, r, _ in results if n == "single-gpu" and r is not None), None)
+    if single is None and op_problem.gpu_indices():
+        single = make_policy("single-gpu").place(op_problem, measurer, 1, seed)
+    single_s = single.best.runtime_s if single is not None and single.best.ok else math.nan
+    rows = tuple(_row(name, result, error, problem.lower_bound_s, single_s) for name, result, error in results)
+    return BaselineTable(problem.graph.name, problem.machine.name, problem.lower_bound_s, single_s, rows)
+
+
+def _tagged(callback, name):
+    return lambda placement, measurement: callback(name, placement, measurement)
+
+
+def _row(name, result, error, lower_bound_s, single_s) -> BaselineRow:
+    if result is None:
+        return BaselineRow(name, math.nan, SKIPPED, math.nan, math.nan, 0.0, 0.0, 0, error, None)
+    m = result.best
+    ok = m.ok
+    return BaselineRow(name, float(m.runtime_s), m.status,
+                       m.runtime_s / lower_bound_s if ok and lower_bound_s > 0 else math.nan,
+                       m.runtime_s / single_s if ok and not math.isnan(single_s) else math.nan,
+                       result.placement_time_s, result.measure_time_s, result.measurements,
+                       result.notes or m.error, result)

@@ -1,0 +1,64 @@
+"""`placer baselines`: the table, its JSON, the run log, and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from cluster.cli import main
+
+
+def run_json(capsys, *args):
+    code = main(["baselines", "--graph", "synthetic:80:2", "--machine", "paper-2gpu", "--json", *args])
+    out = capsys.readouterr()
+    return code, (json.loads(out.out) if code == 0 else None), out.err
+
+
+def test_baselines_json__has_lower_bound_and_one_result_per_policy(capsys):
+    code, payload, _ = run_json(capsys, "--policies", "single-gpu,m-etf,cem,expert", "--budget", "30",
+                                "--groups", "16")
+    assert code == 0
+    assert payload["lower_bound_s"] > 0
+    rows = {row["policy"]: row for row in payload["results"]}
+    assert list(rows) == ["single-gpu", "m-etf", "cem", "expert"]
+    for name in ("single-gpu", "m-etf", "cem"):
+        assert set(rows[name]) >= {"policy", "runtime_s", "status", "placement_time_s", "measurements"}
+        assert rows[name]["runtime_s"] >= payload["lower_bound_s"] * (1 - 1e-9)
+    assert rows["cem"]["measurements"] == 30 and rows["m-etf"]["measurements"] == 1
+    assert rows["single-gpu"]["ratio_to_single_gpu"] == 1.0
+    assert rows["expert"]["status"] == "skipped" and "no expert rule" in rows["expert"]["notes"]
+
+
+def test_baselines_json__same_seed_same_table(capsys):
+    args = ("--policies", "random,annealing", "--budget", "20", "--groups", "8", "--seed", "4")
+    _, first, _ = run_json(capsys, *args)
+    _, second, _ = run_json(capsys, *args)
+    assert [r["runtime_s"] for r in first["results"]] == [r["runtime_s"] for r in second["results"]]
+
+
+def test_baselines_table__prints_every_policy(capsys):
+    code = main(["baselines", "--graph", "synthetic:60", "--machine", "paper-4gpu", "--policies",
+                 "cpu-only,round-robin,metis", "--budget", "5"])
+    out = capsys.readouterr().out
+    assert code == 0
+    for text in ("cpu-only", "round-robin", "metis", "lower bound"):
+        assert text in out
+
+
+def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys):
+    code, payload, _ = run_json(capsys, "--policies", "heft,random", "--budget", "12", "--out", str(tmp_path))
+    assert code == 0
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    rows = pd.read_parquet(folder / "measurements")
+    assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("random", 12)]
+    assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
+
+
+def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys):
+    code, _, err = run_json(capsys, "--policies", "single-gpu,telepathy")
+    assert code == 2 and "unknown policy 'telepathy'" in err
+    code, _, err = run_json(capsys, "--budget", "0")
+    assert code == 2 and "--budget" in err
+    code = main(["baselines", "--graph", "synthetic:20", "--machine", "no-such-machine"])
+    assert code == 2 and "unknown machine 'no-such-machine'" in capsys.readouterr().err
