@@ -7,3 +7,22 @@ from graphs.registry import Benchmark, register
 
 # Entries are registered by the modules' authors below, e.g.
 # register(Benchmark("rnnlm", "graphs.benchmarks.rnn_models:build_rnnlm", "2-layer LSTM LM, batch 64", {...}))
+register(Benchmark("rnnlm", "graphs.benchmarks.torch_models:build_rnnlm",
+                   "2-layer LSTM language model (2048 units, vocab 10k, 35 steps unrolled), batch 64",
+                   {"batch_size": 64, "seq_len": 35, "hidden": 2048, "vocab": 10000, "layers": 2}))
+for _layers in (2, 4, 8):
+    register(Benchmark(f"nmt-{_layers}", "graphs.benchmarks.torch_models:build_nmt",
+                       f"GNMT-style LSTM encoder-decoder with attention, {_layers}+{_layers} layers of 1024, "
+                       "vocab 32k, 40+40 steps unrolled, batch 64",
+                       {"layers": _layers, "batch_size": 64, "src_len": 40, "tgt_len": 40, "hidden": 1024,
+                        "src_vocab": 32000, "tgt_vocab": 32000}))
+register(Benchmark("transformer", "graphs.benchmarks.torch_models:build_transformer",
+                   "GPT-2-small decoder (12 layers, d_model 768, 12 heads, vocab 50257), batch 8, sequence 1024",
+                   {"batch_size": 8, "seq_len": 1024, "d_model": 768, "layers": 12, "heads": 12, "vocab": 50257,
+                    "context": 1024}))
+register(Benchmark("inception-v3", "graphs.benchmarks.keras_models:build_inception_v3",
+                   "Inception-V3 + aux head (keras.applications), batch 32, 299x299, SGD momentum",
+                   {"batch_size": 32, "image_size": 299}))
+register(Benchmark("resnet-50", "graphs.benchmarks.keras_models:build_resnet50",
+                   "ResNet-50 (keras.applications), batch 64, 224x224, SGD momentum",
+                   {"batch_size": 64, "image_size": 224}))

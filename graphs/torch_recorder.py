@@ -1,0 +1,292 @@
+"""Record every aten call of a fake-tensor training step as one op of a graph under construction.
+
+`OpRecorder` is a `TorchDispatchMode` that sits above `FakeTensorMode`: it sees each aten call once, lets
+the fake mode compute output metadata, and records the op's kind, FLOPs, bytes, scope, phase, data edges
+and colocation links. `torch_import.trace_training_step` drives it through forward, backward and update.
+
+Who wrote a tensor: an op's fresh outputs are registered by tensor identity and by storage; a view only by
+tensor identity (it aliases its base); an in-place op re-registers the storage it mutates. A read resolves to
+the tensor's own writer unless its storage was written later (then to that later writer). Every tensor
+seen is kept alive, so ``id()`` and storage keys are never reused during a trace.
+
+Backward → forward: after a forward op returns through autograd its outputs carry ``grad_fn``; the
+recorder stamps that node's ``metadata`` with the op id (when the torch-level call returns), and during
+backward ``torch._C._current_autograd_node()`` names the node whose backward is running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._pytree import tree_leaves
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from graphs.opgraph import PHASE_CODE
+
+NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it differentiates
+# Ops that move no data and are not recorded: aliases (their output resolves to the input's writer),
+# device queries and profiler markers. `_local_scalar_dense` (`.item()`) has no data under fake tensors:
+# it answers 1 and is not recorded.
+ALIAS_OPS = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default}
+SKIPPED_NAMESPACES = {"prim", "profiler"}
+SCALAR_OP = torch.ops.aten._local_scalar_dense.default
+
+
+@dataclass
+class OpTable:
+    """The growing graph: one entry per op in every list, edges as parallel lists."""
+
+    names: list = field(default_factory=list)
+    kinds: list = field(default_factory=list)
+    flops: list = field(default_factory=list)
+    bytes_accessed: list = field(default_factory=list)
+    out_bytes: list = field(default_factory=list)
+    param_bytes: list = field(default_factory=list)
+    scopes: list = field(default_factory=list)
+    phases: list = field(default_factory=list)
+    edge_src: list = field(default_factory=list)
+    edge_dst: list = field(default_factory=list)
+    edge_bytes: list = field(default_factory=list)
+    colocate_pairs: list = field(default_factory=list)  # (op, op) that must share a device
+
+    def add(self, name: str, kind: str, scope: str, phase: str, flops: float = 0.0, bytes_accessed: float = 0.0,
+            out_bytes: int = 0, param_bytes: int = 0) -> int:
+        self.names.append(name)
+        self.kinds.append(kind)
+        self.flops.append(float(flops))
+        self.bytes_accessed.append(float(bytes_accessed))
+        self.out_bytes.append(int(out_bytes))
+        self.param_bytes.append(int(param_bytes))
+        self.scopes.append(scope)
+        self.phases.append(PHASE_CODE[phase])
+        return len(self.names) - 1
+
+
+@dataclass(frozen=True)
+class _Schema:
+    """What an op does to its arguments, read once per overload from its schema."""
+
+    mutated: tuple  # indices of arguments written in place
+    mutated_names: tuple  # their names (for keyword-only arguments such as out=)
+    is_view: bool  # some output aliases an input without writing it
+
+
+def _schema_of(func) -> _Schema:
+    args = func._schema.arguments
+    mutated = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+    view = any(r.alias_info is not None for r in func._schema.returns) and not mutated
+    return _Schema(mutated, tuple(args[i].name for i in mutated), view)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _tensors(tree) -> list:
+    return [x for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    return t.untyped_storage()._cdata
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records ops into ``table``; the driver sets ``phase``, pushes scopes and registers leaves."""
+
+    def __init__(self, table: OpTable) -> None:
+        super().__init__()
+        self.table = table
+        self.phase = "forward"
+        self.muted = False  # pass calls through unrecorded (optimizer warm-up)
+        self.scope_stack: list[str] = []
+        self.param_scopes: list[str] = []  # scope of each parameter's Variable op, by owner index
+        self.param_ops: list[int] = []  # Variable op of each parameter, by owner index
+        self._tensor_writer: dict[int, tuple[int, int]] = {}  # id(tensor) -> (op, stamp)
+        self._storage_writer: dict[int, tuple[int, int]] = {}  # storage key -> (op, stamp)
+        self._owner: dict[int, int] = {}  # storage key -> parameter index (update phase)
+        self._keep: list = []  # strong references: ids and storage keys stay unique
+        self._pending: list[tuple[int, list]] = []  # forward ops whose outputs' grad_fn is not stamped
+        self._schemas: dict = {}
+        self._num_consts = 0
+
+    # -- registration -----------------------------------------------------------------------------------
+    def register(self, t: torch.Tensor, op: int, storage: bool = True) -> None:
+        self._keep.append(t)
+        self._tensor_writer[id(t)] = (op, op)
+        if storage:
+            self._storage_writer[_storage_key(t)] = (op, op)
+
+    def set_owner(self, t: torch.Tensor, param_index: int) -> None:
+        self._keep.append(t)
+        self._owner[_storage_key(t)] = param_index
+
+    def writer_of(self, t: torch.Tensor) -> int:
+        """The op whose output ``t`` is (a constant Input op for a tensor never seen before)."""
+        by_tensor = self._tensor_writer.get(id(t))
+        by_storage = self._storage_writer.get(_storage_key(t))
+        if by_tensor is not None and (by_storage is None or by_storage[1] <= by_tensor[1]):
+            return by_tensor[0]
+        if by_storage is not None:
+            return by_storage[0]
+        op = self.table.add(f"const:{self._num_consts}", "Input", "", "other", out_bytes=tensor_bytes(t))
+        self._num_consts += 1
+        self.register(t, op)
+        return op
+
+    def current_scope(self) -> str:
+        return self.scope_stack[-1] if self.scope_stack else ""
+
+    # -- dispatch ---------------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is SCALAR_OP:
+            return _one_like(args[0])
+        if self.muted or func.namespace in SKIPPED_NAMESPACES:
+            return func(*args, **kwargs)
+        if func in ALIAS_OPS:
+            out = func(*args, **kwargs)
+            source = _tensors(args)[0]
+            self._keep.append(out)
+            self._tensor_writer[id(out)] = (self.writer_of(source), self._tensor_writer_stamp(source))
+            return out
+        node = torch._C._current_autograd_node() if self.phase == "backward" else None
+        out = func(*args, **kwargs)
+        self._record(func, args, kwargs, out, node)
+        return out
+
+    def stamp_pending(self) -> None:
+        """Tag the autograd nodes of finished forward ops with their op ids (called by `GradFnStamper`).
+
+        Latest op first: an in-place op's node is its own, not its input producer's. Reading ``grad_fn`` of
+        a view whose base was written in place makes autograd rebuild the view's node, which may dispatch
+        ops: those are bookkeeping and pass through unrecorded (``muted``).
+        """
+        pending, self._pending = self._pending, []
+        muted, self.muted = self.muted, True
+        try:
+            for op, outputs in reversed(pending):
+                for t in outputs:
+                    node = t.grad_fn
+                    if node is not None and NODE_KEY not in node.metadata:
+                        node.metadata[NODE_KEY] = op
+        finally:
+            self.muted = muted
+
+    def _tensor_writer_stamp(self, t: torch.Tensor) -> int:
+        by_tensor = self._tensor_writer.get(id(t))
+        by_storage = self._storage_writer.get(_storage_key(t))
+        stamps = [w[1] for w in (by_tensor, by_storage) if w is not None]
+        return max(stamps) if stamps else 0
+
+    def _record(self, func, args, kwargs, out, node) -> None:
+        schema = self._schemas.get(func)
+        if schema is None:
+            schema = self._schemas[func] = _schema_of(func)
+        inputs, outputs = _tensors((args, kwargs)), _tensors(out)
+        kind = f"{func.namespace}.{func._overloadpacket.__name__}"
+        in_bytes = sum(tensor_bytes(t) for t in inputs)
+        out_bytes = sum(tensor_bytes(t) for t in outputs)
+        flop_fn = flop_registry.get(func._overloadpacket)
+        flops = flop_fn(*args, out_val=out, **kwargs) if flop_fn is not None else 0
+        sources = [(self.writer_of(t), tensor_bytes(t)) for t in inputs]
+        mutated = self._mutated_tensors(schema, args, kwargs)
+        base = self.writer_of(mutated[0]) if mutated else (sources[0][0] if schema.is_view and sources else None)
+        scope, partner = self._scope_and_partner(node, sources, inputs, base)
+        # A view or an in-place write allocates nothing: its outputs live in its input's storage. A view
+        # moves no data either. Edges out of it still carry the tensor's bytes (a consumer elsewhere needs
+        # the data). Approximation: the base's memory is freed with its last direct consumer (the view op),
+        # not with the view's consumers.
+        fresh_bytes = sum(tensor_bytes(t) for t in outputs
+                          if not schema.is_view and not any(t is m for m in mutated))
+        accessed_bytes = 0 if schema.is_view else in_bytes + out_bytes
+        op = self.table.add(f"{kind}_{len(self.table.names)}", kind, scope, self.phase, flops,
+                            accessed_bytes, fresh_bytes)
+        for src, size in sources:
+            self.table.edge_src.append(src)
+            self.table.edge_dst.append(op)
+            self.table.edge_bytes.append(size)
+        if partner is not None:
+            self.table.colocate_pairs.append((partner, op))
+        for t in mutated:
+            self.register(t, op)
+        for t in outputs:
+            if not any(t is m for m in mutated):  # an in-place op returns the tensor it wrote
+                self.register(t, op, storage=not schema.is_view)
+        if self.phase == "update":
+            self._propagate_owner(inputs, outputs)
+        elif self.phase == "forward":
+            self._pending.append((op, outputs))
+
+    def _mutated_tensors(self, schema: _Schema, args, kwargs) -> list:
+        found = []
+        for index, name in zip(schema.mutated, schema.mutated_names):
+            value = args[index] if index < len(args) else kwargs.get(name)
+            found.extend(_tensors(value))
+        return found
+
+    def _scope_and_partner(self, node, sources, inputs, base) -> tuple[str, int | None]:
+        """Scope of the op being recorded and the op it must be colocated with (or None).
+
+        Backward ops follow the forward op they differentiate, update ops their parameter; only ops
+        without such a link join the producer of the tensor they view or mutate (``base``), so chains of
+        views never merge whole layers.
+        """
+        if self.phase == "backward":
+            forward_op = node.metadata.get(NODE_KEY) if node is not None else None
+            if forward_op is not None:
+                return self.table.scopes[forward_op], forward_op
+            leaf = getattr(node, "variable", None)  # AccumulateGrad: the gradient arrives at its parameter
+            owner = self._owner.get(_storage_key(leaf)) if isinstance(leaf, torch.Tensor) else None
+            if owner is not None:
+                return self.param_scopes[owner], self.param_ops[owner]
+            scope = self.table.scopes[sources[0][0]] if sources else ""
+            return scope, base
+        if self.phase == "update":
+            owner = self._owner_of(inputs)
+            if owner is not None:
+                return self.param_scopes[owner], self.param_ops[owner]
+            return "optimizer", base
+        return self.current_scope(), base
+
+    def _owner_of(self, inputs) -> int | None:
+        for t in inputs:
+            owner = self._owner.get(_storage_key(t))
+            if owner is not None:
+                return owner
+        return None
+
+    def _propagate_owner(self, inputs, outputs) -> None:
+        owner = self._owner_of(inputs)
+        if owner is not None:
+            for t in outputs:
+                self.set_owner(t, owner)
+
+
+class GradFnStamper(TorchFunctionMode):
+    """Stamps autograd nodes after each torch-level call has returned through autograd.
+
+    Not inside ``__torch_dispatch__``: there autograd may still hold a view's lock while it rebuilds that
+    view's ``grad_fn``, and reading ``grad_fn`` then deadlocks.
+    """
+
+    def __init__(self, recorder: OpRecorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.recorder._pending:
+            self.recorder.stamp_pending()
+        return out
+
+
+def _one_like(t: torch.Tensor):
+    """What ``.item()`` answers under fake tensors: 1 of the tensor's type (there is no data)."""
+    if t.dtype == torch.bool:
+        return True
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return 1.0
+    return 1
