@@ -133,9 +133,9 @@ class AnnealingPolicy:
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         counter, memo = _start(problem, measurer, budget, on_measurement)
         rng = np.random.default_rng(seed)
-        start = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
-        chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 1)), axis=0)  # (C, U)
-        energy = np.log(np.repeat(memo.evaluate(start[None, :]), len(chains)))  # (C,)
+        start, start_cost = self._start(problem, memo, budget)
+        chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 2)), axis=0)  # (C, U)
+        energy = np.log(np.full(len(chains), start_cost))  # (C,)
         movable = np.flatnonzero(problem.unit_allowed.sum(axis=1) >= 2)
         steps = max(1, (int(budget) - 1) // len(chains))
         step = 0
@@ -150,6 +150,18 @@ class AnnealingPolicy:
                 chains[:] = problem.collapse(counter.best_placement)
                 energy[:] = np.log(counter.best_cost_s)
         return search_result(self.name, problem, counter, notes=f"{step} annealing steps")
+
+    @staticmethod
+    def _start(problem, memo, budget) -> tuple[np.ndarray, float]:
+        """The better of the best single GPU and Baechi's m-TOPO fill (which fits in memory where the single
+        GPU does not): chains that start out of memory rarely find a fitting placement in time."""
+        from policies.baechi import m_topo_units
+
+        single = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
+        starts = np.stack([single, m_topo_units(problem)[0]])[: max(1, min(2, int(budget)))]  # (S, U)
+        costs = np.asarray(memo.evaluate(starts))
+        best = int(np.argmin(costs))
+        return starts[best].copy(), float(costs[best])
 
     @staticmethod
     def _propose(problem, chains, movable, rng) -> np.ndarray:
