@@ -96,6 +96,7 @@ class RunManifest:
     seed: int
     started_at: str  # ISO 8601, UTC
     policy: str = ""
+    lower_bound_s: float | None = None  # of the graph on the machine, so readers need not rebuild the graph
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
@@ -140,12 +141,14 @@ def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = No
 
 
 def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, policy: str = "",
-                 config: Mapping | None = None, command: Sequence[str] | None = None) -> RunManifest:
+                 config: Mapping | None = None, command: Sequence[str] | None = None,
+                 lower_bound_s: float | None = None) -> RunManifest:
     return RunManifest(
         run_id=run_id, command=tuple(sys.argv if command is None else command), config=dict(config or {}),
         graph_name=graph.name, graph_hash=graph.content_hash, machine_name=machine.name,
         machine=machine_to_json(machine), versions=package_versions(),
-        seed=int(seed), started_at=dt.datetime.now(dt.timezone.utc).isoformat(), policy=policy)
+        seed=int(seed), started_at=dt.datetime.now(dt.timezone.utc).isoformat(), policy=policy,
+        lower_bound_s=None if lower_bound_s is None else float(lower_bound_s))
 
 
 # ---- writing ---------------------------------------------------------------------------------------

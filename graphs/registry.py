@@ -58,6 +58,15 @@ def _cache_path(benchmark: Benchmark) -> Path:
     return cache_dir() / "graphs" / f"{benchmark.name}-{digest}.parquet"
 
 
+def cached_graph_path(name: str) -> Path | None:
+    """Where benchmark ``name`` is cached on disk for this configuration and version, if it is."""
+    _load_builtin_benchmarks()
+    if name not in BENCHMARKS:
+        return None
+    path = _cache_path(BENCHMARKS[name])
+    return path if path.is_file() else None
+
+
 def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
     """Build (or read from the cache) the benchmark called ``name``."""
     _load_builtin_benchmarks()

@@ -5,5 +5,13 @@ Modules import heavy libraries (torch, TensorFlow, Ray) inside their handlers, n
 """
 
 COMMAND_MODULES = [
-    # "cluster.commands.graphs",  # placer graphs list|show|export|import
+    "cluster.commands.analyze",  # placer analyze
+    "cluster.commands.baselines",  # placer baselines
+    "cluster.commands.graphs",  # placer graphs list|show|export|import
+    "cluster.commands.machines",  # placer machines list|show
+    "cluster.commands.measure",  # placer measure
+    "cluster.commands.profile",  # placer profile
+    "cluster.commands.reproduce",  # placer reproduce
+    "cluster.commands.search",  # placer search
+    "cluster.commands.simulate",  # placer simulate
 ]

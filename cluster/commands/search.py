@@ -1,0 +1,113 @@
+"""`placer search`: the main job (see cluster/search.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+from graphs.errors import PlacerError
+
+
+def register(subparsers) -> None:
+    from cluster.search import SearchConfig
+
+    d = SearchConfig()
+    p = subparsers.add_parser("search", help="search placements with a learner or a baseline, measured through the pool",
+                              description="With no flags: the embedded default (local Ray, the simulator, "
+                                          "nmt-2 on paper-2gpu, REINFORCE).")
+    p.add_argument("--graph", default=d.graph, help=f"benchmark name or graph file (default {d.graph})")
+    p.add_argument("--machine", default=d.machine, help=f"catalog name or machine file (default {d.machine})")
+    p.add_argument("--policy", default=d.policy, help="reinforce | ppo | any baseline (default reinforce)")
+    p.add_argument("--measurer", default=d.measurer, choices=("sim", "torch", "tf"))
+    p.add_argument("--budget", type=int, default=d.budget, help=f"measurements (default {d.budget})")
+    p.add_argument("--time-limit", type=float, default=None, dest="time_limit_s", help="seconds")
+    p.add_argument("--workers", type=int, default=d.workers, help="measurer actors without GPU nodes")
+    p.add_argument("--batch", type=int, default=d.batch, help=f"placements per learner iteration (default {d.batch})")
+    p.add_argument("--groups", type=int, default=d.groups, help=f"groups to place (default {d.groups})")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--runs", type=int, default=d.runs, help="timed runs per placement (median)")
+    p.add_argument("--noise", type=float, default=d.noise_std, dest="noise_std",
+                   help="simulator: relative noise per timed run")
+    p.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting a local one")
+    p.add_argument("--out", default=d.out, help=f"folder for run folders (default {d.out})")
+    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from cluster.search import SearchConfig, run_search
+
+    names = SearchConfig.__dataclass_fields__
+    config = SearchConfig(**{k: v for k, v in vars(args).items() if k in names})
+    with _Progress(config.budget, enabled=True) as progress:
+        try:
+            result = run_search(config, progress=progress.update, command=["placer", *sys.argv[1:]])
+        except KeyboardInterrupt as exc:
+            print(f"placer: {exc or 'interrupted'}", file=sys.stderr)
+            return 130
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        print_result(result)
+    return 0
+
+
+class _Progress:
+    """A rich progress bar on stderr: measurements, best step time, ratio to the lower bound, rate."""
+
+    def __init__(self, budget: int, enabled: bool):
+        self.budget, self.enabled = budget, enabled
+        self._bar = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("search"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[best]}"), TextColumn("{task.fields[rate]}"),
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("search", total=self.budget, best="best -", rate="")
+        return self
+
+    def update(self, measured: int, best_runtime_s: float, lower_bound_s: float | None = None) -> None:
+        if self._bar is None:
+            return
+        task = self._bar.tasks[0]
+        rate = measured / task.elapsed if task.elapsed else 0.0
+        best = "best -" if math.isinf(best_runtime_s) else f"best {best_runtime_s:.4f} s"
+        if lower_bound_s and math.isfinite(best_runtime_s):
+            best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"
+        self._bar.update(self._task, completed=min(measured, self.budget), best=best, rate=f"{rate:.1f}/s")
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def print_result(result) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    lb = result.lower_bound_s
+    table = Table(title=f"{result.graph} on {result.machine}: best placements (simulated step time)")
+    for column in ("placement", "step time (s)", "status", "x lower bound"):
+        table.add_column(column)
+
+    def row(name, runtime_s, status):
+        ok = math.isfinite(runtime_s)
+        table.add_row(name, f"{runtime_s:.4f}" if ok else "-", status, f"{runtime_s / lb:.2f}" if ok and lb else "-")
+
+    row(f"{result.policy} (learner's own best)" if result.policy in ("reinforce", "ppo") else result.policy,
+        result.policy_best_runtime_s, "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok")
+    row(f"overall best ({result.best_source})", result.best_runtime_s, "ok")
+    for b in result.baselines:
+        row(b.policy, b.runtime_s, b.status)
+    row("lower bound", lb, "-")
+    console = Console()
+    console.print(table)
+    console.print(f"{result.measurements} measurements, stopped by {result.stop_reason}, {result.wall_s:.1f} s; "
+                  f"run folder: {result.run_dir}")

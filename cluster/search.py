@@ -1,0 +1,348 @@
+"""The search job: graph + machine + policy + measurer + budget -> a run folder and the best placement.
+
+    load graph and machine, group the graph           (graphs/, measurers/)
+    start or join Ray, start the measurer pool        (cluster/pool.py)
+    score the quick baselines through the pool        (policies/table.py)
+    run the policy: the RL trainer or any baseline    (policies/rl_train.py, policies/*)
+      every batch goes to the pool in one call, every result into the run log
+    final table against the baselines and the lower bound
+
+The run folder is the run log of cluster/runlog.py plus ``checkpoint/`` (the learner) and
+``grouping.npz``. ``resume`` continues a stopped run: the learner's weights and RNG come back from the
+checkpoint, and placements already in the log are answered from it instead of being measured again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from cluster.runlog import RunLogWriter, make_run_id, new_manifest, read_manifest, read_run
+from graphs.errors import PlacerError
+from measurers.base import Measurement
+
+LEARNED_POLICIES = ("reinforce", "ppo")
+QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
+GROUPING_FILE = "grouping.npz"
+CHECKPOINT_DIR = "checkpoint"
+
+
+@dataclass
+class SearchConfig:
+    graph: str = "nmt-2"
+    """Benchmark name or graph file."""
+    machine: str = "paper-2gpu"
+    """Catalog machine name or machine file."""
+    policy: str = "reinforce"
+    """reinforce | ppo | any baseline policy name (policies.base.POLICY_CLASSES)."""
+    measurer: str = "sim"
+    """sim | torch | tf."""
+    budget: int = 1200
+    """Measurements the policy may spend (baselines are scored on top of it, one each)."""
+    time_limit_s: float | None = None
+    """Stop the policy after this many seconds (checked between batches)."""
+    workers: int = 2
+    """Measurer actors when the cluster has no GPU node."""
+    batch: int = 32
+    """Placements the learner samples and measures per iteration."""
+    groups: int = 256
+    """Groups the graph is coarsened to; the policy places groups."""
+    seed: int = 0
+    runs: int = 1
+    """Timed runs per placement (median reported)."""
+    noise_std: float = 0.0
+    """Simulator only: relative noise of each timed run (0 = exact)."""
+    ray_address: str | None = None
+    out: str = "runs"
+    """Folder the run folder is made in."""
+    resume: str | None = None
+    """A run folder to continue (its manifest's settings win over the ones here)."""
+    baselines: tuple[str, ...] = QUICK_BASELINES
+    hidden_size: int = 256
+    """Learner width (see policies.rl_train.RLConfig)."""
+
+
+@dataclass
+class BaselineOutcome:
+    policy: str
+    runtime_s: float  # nan when it did not apply
+    status: str
+
+
+@dataclass
+class SearchResult:
+    run_dir: Path
+    graph: str
+    machine: str
+    policy: str
+    best_runtime_s: float  # over everything measured in the run (policy and baselines)
+    best_source: str  # which policy found it
+    policy_best_runtime_s: float  # the searched policy's own best
+    measurements: int  # measured by the policy in this run, resumed part included
+    lower_bound_s: float
+    baselines: list[BaselineOutcome]
+    stop_reason: str
+    wall_s: float
+    seconds_per_update: float = math.nan  # learner only
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["run_dir"] = str(self.run_dir)
+        data["baselines"] = {b.policy: (None if math.isnan(b.runtime_s) else b.runtime_s) for b in self.baselines}
+        data["baseline_status"] = {b.policy: b.status for b in self.baselines}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
+
+
+class LoggedPoolMeasurer:
+    """The Measurer a policy sees: sends each batch to the pool in one call, tags it with the policy and
+    iteration, logs group placements, and answers placements already in the log of a resumed run."""
+
+    def __init__(self, pool, problem, policy: str, known: dict[bytes, Measurement] | None = None,
+                 on_batch: Callable[[Sequence[Measurement]], None] | None = None):
+        self.pool, self.problem, self.policy = pool, problem, policy
+        self.known = known or {}
+        self.on_batch = on_batch
+        self.iteration = 0
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        batch = [np.ascontiguousarray(p, dtype=np.int64) for p in placements]  # B x (N,)
+        out: list[Measurement | None] = [self.known.get(p.tobytes()) for p in batch]
+        todo = [i for i, m in enumerate(out) if m is None]
+        if todo:
+            results = self.pool.measure_results(
+                [batch[i] for i in todo], policy=self.policy, iteration=self.iteration,
+                log_placements=[log_placement(self.problem, batch[i]) for i in todo])
+            for i, result in zip(todo, results):
+                out[i] = result.measurement
+        self.iteration += 1
+        if self.on_batch is not None:
+            self.on_batch(out)
+        return out
+
+
+def log_placement(problem, op_placement: np.ndarray) -> np.ndarray:
+    """What a log row records: the (G,) group placement when every group sits on one device, else the
+    (N,) op placement (a baseline that splits groups). Readers tell them apart by length."""
+    groups = problem.collapse(op_placement)
+    return groups if np.array_equal(problem.expand(groups), op_placement) else op_placement
+
+
+def expand_logged(problem, logged: np.ndarray) -> np.ndarray:
+    """Inverse of log_placement."""
+    logged = np.asarray(logged, dtype=np.int64)
+    return logged if len(logged) == problem.graph.num_ops else problem.expand(logged)
+
+
+def known_measurements(run_dir: Path, problem) -> dict[bytes, Measurement]:
+    """Placements a resumed run already measured (op placement bytes -> Measurement)."""
+    rows = read_run(run_dir)
+    known = {}
+    for row in rows.itertuples():
+        if row.cache_hit:
+            continue
+        op_placement = expand_logged(problem, row.placement)
+        known[op_placement.tobytes()] = Measurement(
+            float(row.runtime_s), tuple(row.samples_s), row.status, tuple(int(b) for b in row.peak_bytes),
+            float(row.measure_s), row.error or "")
+    return known
+
+
+def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
+               command: Sequence[str] | None = None) -> SearchResult:
+    """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
+    ``progress(measured, best_runtime_s)`` is called after every batch."""
+    from cluster import ray_setup
+    from cluster.pool import MeasurerPool, PoolConfig
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.factory import MeasurerSpec
+    from policies.env import reward_of
+
+    started = time.perf_counter()
+    if config.resume:
+        config = _config_of_run(Path(config.resume), config)
+    _check_config(config)
+    graph, machine = load_graph(config.graph), load_machine(config.machine)
+    problem = _problem(graph, machine, config)
+    writer, known = _open_run(config, graph, machine, problem, command, reward_of)
+    run_dir = writer.folder
+    import ray
+
+    owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
+    ray_setup.init_ray(config.ray_address)
+    spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, noise_std=config.noise_std,
+                        seed=config.seed)
+    pool = None
+    stop_reason = "interrupted"
+    try:
+        pool = MeasurerPool(spec, PoolConfig(num_cpu_actors=config.workers), run_log=writer)
+        baselines = _score_baselines(problem, pool, config, known)
+        outcome = _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop)
+        stop_reason = outcome.stop_reason
+    except KeyboardInterrupt:
+        outcome, baselines = None, []
+    finally:
+        if pool is not None:
+            pool.close()
+        writer.close()
+        if owns_ray:
+            ray_setup.shutdown_ray()
+    if outcome is None:
+        raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
+    return _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started)
+
+
+def _check_config(config: SearchConfig) -> None:
+    if config.budget < 1:
+        raise PlacerError(f"--budget must be at least 1 measurement, got {config.budget}")
+    if config.batch < 2:
+        raise PlacerError(f"--batch must be at least 2, got {config.batch}")
+    if config.groups < 1:
+        raise PlacerError(f"--groups must be at least 1, got {config.groups}")
+    if config.time_limit_s is not None and not config.time_limit_s > 0:
+        raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
+    if config.policy not in LEARNED_POLICIES:
+        from policies.base import make_policy
+
+        make_policy(config.policy)  # an unknown name is a clear error before anything starts
+
+
+def _problem(graph, machine, config: SearchConfig):
+    from graphs.grouping import Grouping
+    from policies.base import make_problem
+
+    problem = make_problem(graph, machine, max_groups=config.groups, seed=config.seed)
+    if config.resume:
+        path = Path(config.resume) / GROUPING_FILE
+        if not path.is_file():
+            raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
+        with np.load(path) as arrays:
+            grouping = Grouping.from_arrays(dict(arrays))
+        if len(grouping.op_group) != graph.num_ops:
+            raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
+                              f"graph {graph.name!r} has {graph.num_ops}")
+        problem = replace(problem, op_unit=grouping.op_group, grouping=grouping)
+    return problem
+
+
+def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of):
+    from policies.env import DEFAULT_PENALTY_RUNTIME_S
+
+    def reward_fn(measurement):
+        return reward_of(measurement, DEFAULT_PENALTY_RUNTIME_S)
+
+    if config.resume:
+        run_dir = Path(config.resume)
+        manifest = read_manifest(run_dir)
+        if manifest.graph_hash != graph.content_hash:
+            raise PlacerError(f"run folder {run_dir} was made for graph hash {manifest.graph_hash}, "
+                              f"but {config.graph!r} now has hash {graph.content_hash}")
+        known = known_measurements(run_dir, problem)
+        return RunLogWriter.resume(run_dir, reward_fn=reward_fn), known
+    run_id = make_run_id(graph.name, config.policy, config.seed)
+    manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
+                            config=asdict(config), command=command, lower_bound_s=problem.lower_bound_s)
+    writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_fn)
+    writer.write_groups(problem.op_unit, graph.op_names)
+    np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
+    return writer, {}
+
+
+def _config_of_run(run_dir: Path, overrides: SearchConfig) -> SearchConfig:
+    """The settings a run was started with; budget and time limit may be raised on resume."""
+    manifest = read_manifest(run_dir)
+    saved = dict(manifest.config)
+    saved["baselines"] = tuple(saved.get("baselines", QUICK_BASELINES))
+    names = SearchConfig.__dataclass_fields__
+    config = SearchConfig(**{k: v for k, v in saved.items() if k in names})
+    return replace(config, resume=str(run_dir), budget=max(config.budget, overrides.budget),
+                   time_limit_s=overrides.time_limit_s, ray_address=overrides.ray_address,
+                   workers=overrides.workers)
+
+
+def _score_baselines(problem, pool, config: SearchConfig, known) -> list[BaselineOutcome]:
+    """Score each quick baseline with one measurement through the same pool (logged under its name)."""
+    from policies.base import make_policy
+
+    op_problem = problem.at_op_level()
+    measurer = LoggedPoolMeasurer(pool, problem, "", known)
+    outcomes = []
+    for name in config.baselines:
+        policy = make_policy(name)
+        measurer.policy = name
+        target = problem if getattr(policy, "places_groups", False) else op_problem
+        try:
+            best = policy.place(target, measurer, 1, config.seed).best
+        except PlacerError as exc:  # e.g. no expert rule for this graph
+            outcomes.append(BaselineOutcome(name, math.nan, f"skipped: {exc}"))
+            continue
+        outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
+    return outcomes
+
+
+@dataclass
+class _PolicyOutcome:
+    best_runtime_s: float
+    best_group_placement: np.ndarray | None
+    measurements: int
+    stop_reason: str
+    seconds_per_update: float = math.nan
+
+
+def _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
+    tracker = _BestTracker(progress)
+    measurer = LoggedPoolMeasurer(pool, problem, config.policy, known, on_batch=tracker.update)
+    if config.policy in LEARNED_POLICIES:
+        from policies.rl_train import CHECKPOINT_FILE, RLConfig, train_placer
+
+        checkpoint = run_dir / CHECKPOINT_DIR
+        resume_from = checkpoint if (checkpoint / CHECKPOINT_FILE).is_file() else None
+        rl_config = RLConfig(trainer=config.policy, batch_size=config.batch, seed=config.seed,
+                             hidden_size=config.hidden_size)
+        result = train_placer(problem.graph, problem.machine, problem.grouping, measurer,
+                              budget_measurements=config.budget, time_limit_s=config.time_limit_s,
+                              config=rl_config, checkpoint_dir=checkpoint, resume_from=resume_from,
+                              should_stop=should_stop,
+                              on_iteration=lambda m: writer.append_metrics(m.iteration, _numeric(asdict(m))))
+        return _PolicyOutcome(result.best_runtime_s, result.best_group_placement, result.measurements_used,
+                              result.stop_reason, result.seconds_per_update)
+    from policies.base import make_policy
+
+    policy = make_policy(config.policy)
+    target = problem if getattr(policy, "places_groups", False) else problem.at_op_level()
+    result = policy.place(target, measurer, config.budget, config.seed)
+    runtime = result.best.runtime_s if result.best.ok else math.inf
+    return _PolicyOutcome(runtime, result.group_placement, result.measurements, "budget")
+
+
+def _numeric(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k != "iteration"}
+
+
+@dataclass
+class _BestTracker:
+    progress: Callable[[int, float], None] | None
+    measured: int = 0
+    best_runtime_s: float = math.inf
+
+    def update(self, measurements: Sequence[Measurement]) -> None:
+        self.measured += len(measurements)
+        for m in measurements:
+            if m.ok and m.runtime_s < self.best_runtime_s:
+                self.best_runtime_s = m.runtime_s
+        if self.progress is not None:
+            self.progress(self.measured, self.best_runtime_s)
+
+
+def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -> SearchResult:
+    candidates = [(outcome.best_runtime_s, config.policy)]
+    candidates += [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
+    best_runtime_s, best_source = min(candidates)
+    return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,
+                        best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
+                        baselines, stop_reason, wall_s, outcome.seconds_per_update)
