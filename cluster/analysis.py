@@ -1,0 +1,254 @@
+"""Summaries of run logs, read from the run folders' Parquet files alone (no Ray, no graph rebuild).
+
+    find_runs(paths)            run folders named directly or found below an experiment folder
+    summarize(paths)            one RunSummary per run: best step time, ratios, failures by status, rates
+    policy_bests(rows)          best ok step time of every policy tag logged in a run
+    learning_curve(rows)        every measured step time and the best so far, per measurement and wall time
+
+A run that is still being written, or one whose process was killed, reads the same way: only whole
+Parquet files are ever visible (see cluster/runlog.py). The lower bound is not in the log; it comes from
+``result.json`` (written beside the log by ``placer reproduce``) or, when the graph is already in the
+benchmark cache on disk, from the cached graph; otherwise it is unknown (NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from cluster.runlog import MANIFEST_FILE, RunManifest, read_manifest, read_run
+from graphs.errors import PlacerError
+
+RESULT_FILE = "result.json"  # a finished search's SearchResult.to_json(), written by placer reproduce
+MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
+
+
+@dataclass(frozen=True)
+class PolicyBest:
+    policy: str
+    runtime_s: float  # best ok step time; nan when none was ok
+    status: str  # "ok", or the most common failure status when nothing was ok
+    measurements: int  # rows tagged with this policy (cache hits included)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_dir: str
+    run_id: str
+    graph: str
+    machine: str
+    policy: str
+    best_runtime_s: float  # the run's own policy, ok rows only; nan when none
+    best_overall_s: float  # every row of the run (baselines scored in it included)
+    lower_bound_s: float  # nan when unknown
+    best_baseline_s: float  # best ok row tagged with another policy (this run or a sibling); nan when none
+    best_baseline: str  # its policy tag
+    ratio_to_lower_bound: float
+    ratio_to_best_baseline: float  # < 1: the policy beat every baseline
+    measurements: int  # rows measured (cache hits excluded)
+    cache_hits: int
+    failures: dict[str, int]  # status -> count, failures only
+    wall_s: float  # manifest start to the last finished measurement
+    measurements_per_s: float
+    finished: bool  # result.json is there
+    baselines: tuple[PolicyBest, ...] = field(default=())  # every other policy tag logged in the run
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        return _json_safe(data)
+
+
+@dataclass(frozen=True)
+class LearningCurve:
+    seq: np.ndarray  # (M,) int64: log order
+    elapsed_s: np.ndarray  # (M,) float64: finished_at minus the run's start
+    runtime_s: np.ndarray  # (M,) float64: NaN where unknown
+    ok: np.ndarray  # (M,) bool
+    status: np.ndarray  # (M,) object
+    best_so_far_s: np.ndarray  # (M,) float64: best ok runtime up to and including each row; inf before any
+
+
+def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """Run folders: each path is a run folder, or a folder with run folders below it (an experiment)."""
+    runs: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise PlacerError(f"{raw}: no such file or folder")
+        if not path.is_dir():
+            raise PlacerError(f"{raw}: not a run folder (it is a file)")
+        if (path / MANIFEST_FILE).is_file():
+            runs.append(path)
+            continue
+        found = _runs_below(path, MAX_DEPTH)
+        if not found:
+            raise PlacerError(f"{raw}: not a run folder or an experiment folder (no {MANIFEST_FILE} in it "
+                              f"or in its subfolders)")
+        runs.extend(found)
+    for run in runs:
+        read_manifest(run)  # another format version or a broken manifest: one clear error
+    return runs
+
+
+def _runs_below(folder: Path, depth: int) -> list[Path]:
+    if depth == 0:
+        return []
+    found = []
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (child / MANIFEST_FILE).is_file():
+            found.append(child)
+        else:
+            found.extend(_runs_below(child, depth - 1))
+    return found
+
+
+def policy_bests(rows: pd.DataFrame) -> dict[str, PolicyBest]:
+    """Best ok step time of every policy tag, in the order the tags first appear."""
+    out = {}
+    for policy in dict.fromkeys(rows["policy"].tolist()):
+        mine = rows[rows["policy"] == policy]
+        ok = mine[mine["status"] == "ok"]
+        if len(ok):
+            out[policy] = PolicyBest(policy, float(ok["runtime_s"].min()), "ok", len(mine))
+        else:
+            status = mine["status"].value_counts().idxmax() if len(mine) else "none"
+            out[policy] = PolicyBest(policy, math.nan, str(status), len(mine))
+    return out
+
+
+def learning_curve(rows: pd.DataFrame, started_at: pd.Timestamp | None = None,
+                   policy: str | None = None) -> LearningCurve:
+    """The curve of ``rows`` (one run, ordered by seq), optionally of one policy tag only."""
+    if policy is not None:
+        rows = rows[rows["policy"] == policy]
+    rows = rows.sort_values("seq")
+    runtime = rows["runtime_s"].to_numpy(dtype=np.float64)  # (M,)
+    ok = (rows["status"] == "ok").to_numpy() & np.isfinite(runtime)  # (M,)
+    best = np.minimum.accumulate(np.where(ok, runtime, np.inf)) if len(rows) else np.zeros(0)
+    finished = rows["finished_at"]
+    if started_at is None:
+        started_at = finished.min() if len(rows) else None
+    elapsed = ((finished - started_at).dt.total_seconds().to_numpy(dtype=np.float64) if len(rows)
+               else np.zeros(0))
+    return LearningCurve(rows["seq"].to_numpy(dtype=np.int64), elapsed, runtime, ok,
+                         rows["status"].to_numpy(dtype=object), best)
+
+
+def run_started_at(manifest: RunManifest) -> pd.Timestamp | None:
+    try:
+        return pd.Timestamp(manifest.started_at).tz_convert("UTC")
+    except (ValueError, TypeError):
+        return None
+
+
+def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
+    """One summary per run found under ``paths``; a run without baselines of its own takes the best
+    baseline logged by a sibling run of the same graph and machine (e.g. the other runs of an experiment)."""
+    runs = find_runs(paths)
+    loaded = [(run, read_manifest(run), read_run(run)) for run in runs]
+    baseline_pool: dict[tuple[str, str], list[PolicyBest]] = {}
+    for _, manifest, rows in loaded:
+        key = (manifest.graph_hash, manifest.machine_name)
+        others = [b for p, b in policy_bests(rows).items() if p != manifest.policy]
+        baseline_pool.setdefault(key, []).extend(others)
+    return [_summary(run, manifest, rows, baseline_pool[(manifest.graph_hash, manifest.machine_name)])
+            for run, manifest, rows in loaded]
+
+
+def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[PolicyBest]) -> RunSummary:
+    bests = policy_bests(rows)
+    own = bests.get(manifest.policy)
+    own_best = own.runtime_s if own is not None else math.nan
+    ok_rows = rows[rows["status"] == "ok"]
+    overall = float(ok_rows["runtime_s"].min()) if len(ok_rows) else math.nan
+    ok_pool = [b for b in pool if b.status == "ok"]
+    baseline = min(ok_pool, key=lambda b: b.runtime_s) if ok_pool else None
+    measured = rows[~rows["cache_hit"].astype(bool)]
+    failures = {str(k): int(v) for k, v in rows.loc[rows["status"] != "ok", "status"].value_counts().items()}
+    started = run_started_at(manifest)
+    wall_s = _wall_s(rows, started)
+    lower = lower_bound_of(run, manifest)
+    baseline_s = baseline.runtime_s if baseline is not None else math.nan
+    return RunSummary(
+        run_dir=str(run), run_id=manifest.run_id, graph=manifest.graph_name, machine=manifest.machine_name,
+        policy=manifest.policy, best_runtime_s=own_best, best_overall_s=overall, lower_bound_s=lower,
+        best_baseline_s=baseline_s, best_baseline=baseline.policy if baseline is not None else "",
+        ratio_to_lower_bound=_ratio(own_best, lower), ratio_to_best_baseline=_ratio(own_best, baseline_s),
+        measurements=len(measured), cache_hits=len(rows) - len(measured), failures=failures, wall_s=wall_s,
+        measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,
+        finished=(run / RESULT_FILE).is_file(),
+        baselines=tuple(b for p, b in bests.items() if p != manifest.policy))
+
+
+def _wall_s(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:
+    if not len(rows):
+        return 0.0
+    first = started if started is not None else rows["submitted_at"].min()
+    return max(float((rows["finished_at"].max() - first).total_seconds()), 0.0)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    if math.isfinite(numerator) and math.isfinite(denominator) and denominator > 0:
+        return numerator / denominator
+    return math.nan
+
+
+def lower_bound_of(run: Path, manifest: RunManifest) -> float:
+    """The lower bound: from the manifest, else result.json, else from the graph in the on-disk cache,
+    else NaN."""
+    if manifest.lower_bound_s is not None:
+        return float(manifest.lower_bound_s)
+    path = run / RESULT_FILE
+    if path.is_file():
+        try:
+            value = json.loads(path.read_text()).get("lower_bound_s")
+            if value is not None:
+                return float(value)
+        except (ValueError, AttributeError):
+            pass
+    graph = cached_graph(manifest)
+    if graph is None:
+        return math.nan
+    from measurers.catalog import machine_from_json
+    from measurers.lower_bound import lower_bound_s
+
+    return float(lower_bound_s(graph, machine_from_json(manifest.machine)))
+
+
+def cached_graph(manifest: RunManifest):
+    """The run's graph when it can be had without tracing (a graph file, or the benchmark cache) and
+    still has the hash the run logged; else None."""
+    from graphs import registry
+    from graphs.io import load_graph_file
+
+    name = str(manifest.config.get("graph", manifest.graph_name))
+    candidates = [Path(name)]
+    cached = registry.cached_graph_path(name)
+    if cached is not None:
+        candidates.append(cached)
+    for path in candidates:
+        if path.is_file():
+            try:
+                graph = load_graph_file(path)
+            except PlacerError:
+                continue
+            if graph.content_hash == manifest.graph_hash:
+                return graph
+    return None
+
+
+def _json_safe(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

@@ -1,0 +1,71 @@
+"""`placer analyze RUN_OR_EXPERIMENT_DIR [...]`: a summary table of run logs, and plots with ``--plots DIR``.
+
+Reads the Parquet run logs alone (cluster/analysis.py), so it works on a run that is still being written
+or one that was killed. ``--plots`` adds, per run, the learning curve, the best placement's simulated
+timeline (Gantt chart and Chrome trace) and per-device load (cluster/plots.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("analyze", help="summarize run logs (one row per run) and plot them",
+                              description="Each path is a run folder or a folder with run folders below it "
+                                          "(e.g. an experiment of placer reproduce).")
+    p.add_argument("paths", nargs="+", metavar="RUN_OR_EXPERIMENT_DIR")
+    p.add_argument("--json", action="store_true", help="print the summaries as JSON")
+    p.add_argument("--plots", default=None, metavar="DIR",
+                   help="write PNG plots and the best placement's Chrome trace of every run into DIR")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from cluster.analysis import summarize
+
+    summaries = summarize(args.paths)
+    plots = []
+    if args.plots:
+        from cluster.plots import plot_run
+
+        plots = [plot_run(s.run_dir, args.plots, s.lower_bound_s) for s in summaries]
+    if args.json:
+        payload = [s.to_json() for s in summaries]
+        for entry, made in zip(payload, plots):
+            entry["plots"] = {k: (None if v is None else str(v)) for k, v in vars(made).items()}
+        print(json.dumps(payload, indent=2))
+    else:
+        print_summaries(summaries)
+        for made in plots:
+            written = [str(v) for v in vars(made).values() if v is not None]
+            print("\n".join(written))
+    return 0
+
+
+def _num(x: float, spec: str) -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def print_summaries(summaries) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(summaries)} run(s)")
+    headers = ("graph", "machine", "policy", "best (s)", "x lower bound", "x best baseline", "measurements",
+               "failures", "wall (s)", "meas/s", "state", "run")
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("graph", "machine", "policy", "failures", "state",
+                                                               "run") else "right")
+    for s in summaries:
+        failures = ", ".join(f"{k} {v}" for k, v in sorted(s.failures.items())) or "none"
+        baseline = _num(s.ratio_to_best_baseline, ".3f")
+        if s.best_baseline:
+            baseline += f" ({s.best_baseline})"
+        hits = f" (+{s.cache_hits} cached)" if s.cache_hits else ""
+        table.add_row(s.graph, s.machine, s.policy or "-", _num(s.best_runtime_s, ".4g"),
+                      _num(s.ratio_to_lower_bound, ".3f"), baseline, f"{s.measurements}{hits}", failures,
+                      _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
+                      "finished" if s.finished else "running or stopped", s.run_id)
+    Console(width=220).print(table)

@@ -1,0 +1,124 @@
+"""`placer reproduce EXPERIMENT`: run a paper's table (cluster/experiments.py) and print it beside the paper's.
+
+Each row's searches are run folders under ``<out>/<experiment>/``; running the command again skips the
+finished ones and resumes the rest. ``--quick`` shrinks every budget so the whole table takes minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+COLUMNS = (("cpu-only", "CPU only"), ("single-gpu", "1 GPU"), ("metis", "METIS\n(Scotch/MinCut)"),
+           ("expert", "expert"), ("reinforce", "RL\n(REINFORCE)"), ("m-etf", "m-ETF"), ("m-sct", "m-SCT"),
+           ("annealing", "annealing"))
+
+
+def register(subparsers) -> None:
+    from cluster.experiments import EXPERIMENTS
+
+    p = subparsers.add_parser("reproduce", help="run a paper's experiment and compare with its published table",
+                              description="Rows are run folders under OUT/EXPERIMENT; an interrupted run "
+                                          "continues where it stopped when the command is run again.")
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS))
+    p.add_argument("--measurer", default="sim", choices=("sim", "torch", "tf"))
+    p.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="measurements per search (default 1200; --quick: 8)")
+    p.add_argument("--groups", type=int, default=None, metavar="G", help="groups to place (default 256; --quick: 32)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
+    p.add_argument("--out", default="runs/reproduce", metavar="DIR",
+                   help="folder the experiment folder is made in (default runs/reproduce; --quick adds -quick)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dataclasses import asdict
+
+    from cluster.experiments import cell_results, get_experiment, run_experiment, settings_for
+
+    experiment = get_experiment(args.experiment)
+    settings = settings_for(args.quick, args.measurer, args.budget, args.groups, args.seed)
+    out = args.out + ("-quick" if args.quick and args.out == "runs/reproduce" else "")
+    if settings.quick:
+        print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} groups "
+              f"— a smoke test, not the paper's budget", file=sys.stderr)
+    started = time.perf_counter()
+    folder = run_experiment(experiment.name, out, settings, on_event=_print_event)
+    elapsed_s = time.perf_counter() - started
+    results = cell_results(experiment.name, folder)
+    if args.json:
+        print(json.dumps({"experiment": experiment.name, "title": experiment.title, "quick": settings.quick,
+                          "settings": asdict(settings),
+                          "folder": str(folder), "elapsed_s": elapsed_s,
+                          "rows": [r.to_json() for r in results]}, indent=2))
+    else:
+        print_table(experiment, settings, results, folder, elapsed_s)
+    return 0
+
+
+def _print_event(event) -> None:
+    where = f"[{event.index}/{event.total}] {event.cell.graph} on {event.cell.machine}, {event.policy}"
+    if event.action == "done":
+        best = f"best {event.best_s:.4g} s" if math.isfinite(event.best_s) else "no ok placement"
+        print(f"{where}: done, {best}, {event.wall_s:.0f} s", file=sys.stderr, flush=True)
+    else:
+        print(f"{where}: {event.action}", file=sys.stderr, flush=True)
+
+
+def _fmt(runtime_s: float, status: str) -> str:
+    if math.isfinite(runtime_s):
+        return f"{runtime_s:.3f}"
+    return {"oom": "OOM", "not run": "-"}.get(status, status.split(":")[0])
+
+
+def _paper_cells(paper) -> dict[str, str]:
+    def f(x):
+        return "OOM" if x is None else f"{x:.2f}"
+
+    return {"cpu-only": f(paper.cpu_s), "single-gpu": f(paper.gpu_s),
+            "metis": f"{paper.scotch_s:.2f} / {paper.mincut_s:.2f}", "expert": f(paper.expert_s),
+            "reinforce": f(paper.rl_s)}
+
+
+def print_table(experiment, settings, results, folder, elapsed_s: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    quick = " [QUICK: small budgets, not the paper's]" if settings.quick else ""
+    table = Table(title=f"{experiment.title}: seconds per training step ({settings.measurer}){quick}")
+    for header in ("model", "GPUs", "source", *(h for _, h in COLUMNS), "lower bound", "RL vs best baseline"):
+        table.add_column(header, justify="left" if header in ("model", "source") else "right")
+    for r in results:
+        cells = [_fmt(r.methods[m].runtime_s, r.methods[m].status) for m, _ in COLUMNS]
+        if r.winner:
+            i = [m for m, _ in COLUMNS].index(r.winner)
+            cells[i] = f"[bold]{cells[i]}[/bold]"
+        gain = "-" if math.isnan(r.rl_gain) else f"{r.rl_gain:+.1%} ({r.best_baseline})"
+        lower = "-" if math.isnan(r.lower_bound_s) else f"{r.lower_bound_s:.3f}"
+        table.add_row(r.cell.graph, str(r.cell.gpus), "here", *cells, lower, gain)
+        if r.cell.paper is not None:
+            paper = _paper_cells(r.cell.paper)
+            table.add_row("", "", "paper (approx.)", *(paper.get(m, "") for m, _ in COLUMNS), "",
+                          f"{r.cell.paper.rl_gain:+.1%}", style="dim")
+    console = Console(width=220)
+    console.print(table)
+    console.print("Does the paper's conclusion hold here?")
+    for r in results:
+        for claim in r.claims:
+            verdict = {True: "holds", False: "differs", None: "cannot tell"}[claim.holds]
+            console.print(f"  {r.cell.graph} on {r.cell.gpus} GPUs, {claim.what}: paper {claim.paper}; "
+                          f"here {claim.here} -> {verdict}")
+    measured = sum(r.measurements for r in results)
+    wall = sum(r.wall_s for r in results)
+    unfinished = [r.cell.folder_name for r in results if not r.finished]
+    console.print(f"{experiment.notes}. Bold: fastest method here.")
+    console.print(f"budget {settings.budget} measurements per search (RL batch {settings.batch}), {settings.groups} "
+                  f"groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search wall time "
+                  f"in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
+    if unfinished:
+        console.print(f"unfinished rows: {', '.join(unfinished)}")
+    console.print(f"experiment folder: {folder}  (placer analyze {folder} --plots DIR for curves and timelines)")

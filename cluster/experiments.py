@@ -1,0 +1,361 @@
+"""The papers' experiments: which graphs on which machines, which methods, and the published figures.
+
+An experiment is a list of cells (graph, machine); each cell is one row of the paper's table. Running a
+cell is two searches (``cluster.search.run_search``), each its own run folder under
+``<out>/<experiment>/<graph>__<machine>/``:
+
+    reinforce run    the RL search, with cpu-only, single-gpu, metis, expert, m-etf, m-sct scored in the
+                     same run, through the same pool and measurer (one measurement each)
+    annealing run    simulated annealing with the same budget (beyond the paper)
+
+A finished run leaves ``result.json`` (the SearchResult) beside its log. Running the experiment again
+skips finished runs and resumes unfinished ones (``SearchConfig.resume``), so an interrupted experiment
+continues where it stopped; a finished run is resumed too when ``--budget`` is now larger than its own.
+The table is built from the run folders alone (``cluster.analysis``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from cluster.analysis import RESULT_FILE, lower_bound_of, policy_bests
+from cluster.runlog import MANIFEST_FILE, read_manifest, read_run
+from graphs.errors import PlacerError
+
+EXPERIMENT_FILE = "experiment.json"
+PAPER_BASELINES = ("cpu-only", "single-gpu", "metis", "expert")  # what the 2017 paper compared RL with
+EXTRA_BASELINES = ("m-etf", "m-sct")  # beyond the paper, scored in the RL run
+SEARCHES = ("reinforce", "annealing")  # one run folder each per cell
+METHODS = PAPER_BASELINES + ("reinforce",) + EXTRA_BASELINES + ("annealing",)
+TIE_BAND = 0.05  # relative differences below 5% count as a tie when checking the paper's conclusions
+
+
+@dataclass(frozen=True)
+class PaperRow:
+    """One row of a published table, seconds per training step (None: out of memory). Approximate:
+    recalled from the paper (../shared/PAPERS.md), not checked against the PDF."""
+    cpu_s: float | None
+    gpu_s: float | None
+    scotch_s: float
+    mincut_s: float
+    expert_s: float
+    rl_s: float
+    rl_gain: float  # RL's speed-up over the best baseline: best / rl - 1
+
+    @property
+    def best_single_s(self) -> float:
+        return min(x for x in (self.cpu_s, self.gpu_s, math.inf) if x is not None)
+
+
+@dataclass(frozen=True)
+class Cell:
+    graph: str
+    machine: str
+    gpus: int
+    paper: PaperRow | None = None
+
+    @property
+    def folder_name(self) -> str:
+        return f"{self.graph}__{self.machine}"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    cells: tuple[Cell, ...]
+    claim: str  # the paper's headline, shown where a row has no published figures
+    notes: str = ""
+
+
+def _mirhoseini2017() -> Experiment:
+    rows = {
+        ("rnnlm", 2): PaperRow(6.89, 1.57, 13.43, 11.94, 3.81, 1.57, 0.0),
+        ("rnnlm", 4): PaperRow(6.89, 1.57, 11.52, 10.44, 4.46, 1.57, 0.0),
+        ("nmt-2", 2): PaperRow(10.72, None, 14.19, 11.54, 4.99, 4.04, 0.235),
+        ("nmt-2", 4): PaperRow(10.72, None, 11.23, 11.78, 4.73, 3.92, 0.206),
+        ("inception-v3", 2): PaperRow(26.21, 4.60, 25.24, 22.88, 11.22, 4.60, 0.0),
+        ("inception-v3", 4): PaperRow(26.21, 4.60, 23.41, 24.52, 10.65, 3.85, 0.19),
+    }
+    cells = tuple(Cell(graph, f"paper-{gpus}gpu", gpus, paper) for (graph, gpus), paper in rows.items())
+    return Experiment("mirhoseini2017", "Device Placement Optimization with RL (ICML 2017), Table 1", cells,
+                      "RL wins where one GPU runs out of memory (NMT) or branches overlap (Inception, 4 GPUs); "
+                      "else it ties one GPU",
+                      "METIS stands in for both Scotch and MinCut; paper figures are approximate (PAPERS.md)")
+
+
+def _hierarchical2018() -> Experiment:
+    cells = tuple(Cell(graph, f"paper-{gpus}gpu", gpus)
+                  for graph in ("nmt-2", "nmt-4", "nmt-8", "inception-v3", "resnet-50") for gpus in (2, 4, 8))
+    return Experiment("hierarchical2018", "A Hierarchical Model for Device Placement (ICLR 2018)", cells,
+                      "the planner beats every baseline, by up to 60.6% on 8-layer NMT (approx.)",
+                      "the learned grouper is replaced by graphs.grouping's groups, placed by the seq2seq "
+                      "REINFORCE learner; paper-8gpu is 1 CPU + 8 K80 (measurers/catalog/paper-8gpu.json)")
+
+
+EXPERIMENTS: dict[str, Callable[[], Experiment]] = {
+    "mirhoseini2017": _mirhoseini2017,
+    "hierarchical2018": _hierarchical2018,
+}
+
+
+def get_experiment(name: str) -> Experiment:
+    if name not in EXPERIMENTS:
+        raise PlacerError(f"unknown experiment {name!r} (known: {', '.join(EXPERIMENTS)})")
+    return EXPERIMENTS[name]()
+
+
+@dataclass(frozen=True)
+class Settings:
+    measurer: str = "sim"
+    budget: int = 1200  # measurements of each search (RL and annealing)
+    batch: int = 32  # RL placements per iteration
+    groups: int = 256
+    hidden_size: int = 256
+    seed: int = 0
+    quick: bool = False
+
+
+QUICK = Settings(budget=8, batch=4, groups=32, hidden_size=32, quick=True)
+
+
+def settings_for(quick: bool, measurer: str = "sim", budget: int | None = None, groups: int | None = None,
+                 seed: int = 0) -> Settings:
+    base = QUICK if quick else Settings()
+    out = replace(base, measurer=measurer, seed=seed)
+    if budget is not None:
+        out = replace(out, budget=budget, batch=min(out.batch, max(budget, 2)))
+    if groups is not None:
+        out = replace(out, groups=groups)
+    if out.budget < 1 or out.groups < 1:
+        raise PlacerError(f"--budget and --groups must be at least 1 (got {out.budget}, {out.groups})")
+    return out
+
+
+# ---- running -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Progress of an experiment, one event per search run: what, and what happened."""
+    index: int  # 1-based position among all runs of the experiment
+    total: int
+    cell: Cell
+    policy: str
+    action: str  # "skipped (finished)" | "started" | "resumed" | "done"
+    best_s: float = math.nan
+    wall_s: float = 0.0
+
+
+def run_experiment(name: str, out: str | os.PathLike, settings: Settings,
+                   on_event: Callable[[RunEvent], None] | None = None) -> Path:
+    """Run (or continue) every search of the experiment; returns the experiment folder."""
+    experiment = get_experiment(name)
+    folder = Path(out) / name
+    _check_or_write_settings(folder, experiment, settings)
+    total = len(experiment.cells) * len(SEARCHES)
+    index = 0
+    from cluster import ray_setup
+
+    ray_setup.init_ray()  # one Ray for all runs (RAY_ADDRESS joins a cluster)
+    try:
+        for cell in experiment.cells:
+            for policy in SEARCHES:
+                index += 1
+                _run_cell_search(folder / cell.folder_name, cell, policy, settings, index, total, on_event)
+    finally:
+        ray_setup.shutdown_ray()
+    return folder
+
+
+def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Settings) -> None:
+    path = folder / EXPERIMENT_FILE
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        old = saved.get("settings", {})
+        for key in ("measurer", "quick", "groups", "seed"):
+            if old.get(key) != getattr(settings, key):
+                raise PlacerError(f"{folder} holds the {experiment.name} experiment with {key}={old.get(key)!r}, "
+                                  f"not {getattr(settings, key)!r}: pick another --out")
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    payload = {"experiment": experiment.name, "title": experiment.title, "settings": asdict(settings),
+               "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    tmp = folder / f".{EXPERIMENT_FILE}.tmp"
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+
+
+def read_settings(folder: Path) -> Settings:
+    path = Path(folder) / EXPERIMENT_FILE
+    if not path.is_file():
+        raise PlacerError(f"{folder} is not an experiment folder (no {EXPERIMENT_FILE})")
+    data = json.loads(path.read_text())
+    return Settings(**{k: v for k, v in data.get("settings", {}).items() if k in Settings.__dataclass_fields__})
+
+
+def find_cell_run(cell_dir: Path, policy: str) -> Path | None:
+    """The run folder of ``policy`` in a cell folder (the newest when there are several), or None."""
+    if not cell_dir.is_dir():
+        return None
+    found = []
+    for child in sorted(cell_dir.iterdir()):
+        if child.name.startswith(".") or not (child / MANIFEST_FILE).is_file():
+            continue
+        if read_manifest(child).policy == policy:
+            found.append(child)
+    return found[-1] if found else None
+
+
+def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings, index: int, total: int,
+                     on_event) -> None:
+    from cluster.search import GROUPING_FILE, SearchConfig, run_search
+
+    emit = on_event or (lambda event: None)
+    run_dir = find_cell_run(cell_dir, policy)
+    if run_dir is not None and (run_dir / RESULT_FILE).is_file():
+        if int(read_manifest(run_dir).config.get("budget", 0)) >= settings.budget:
+            emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
+            return
+        (run_dir / RESULT_FILE).unlink()  # a larger budget now: the finished run goes on from where it ended
+    if run_dir is not None and not (run_dir / GROUPING_FILE).is_file():
+        run_dir.rename(run_dir.with_name(f".broken-{time.time_ns()}-{run_dir.name}"))  # died before it could resume
+        run_dir = None
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    config = SearchConfig(graph=cell.graph, machine=cell.machine, policy=policy, measurer=settings.measurer,
+                          budget=settings.budget, batch=settings.batch, groups=settings.groups,
+                          seed=settings.seed, out=str(cell_dir), hidden_size=settings.hidden_size,
+                          baselines=PAPER_BASELINES + EXTRA_BASELINES if policy == "reinforce" else (),
+                          resume=None if run_dir is None else str(run_dir))
+    emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))
+    started = time.perf_counter()
+    result = run_search(config, command=["placer", "reproduce", cell.graph, cell.machine, policy])
+    _write_json(result.run_dir / RESULT_FILE, result.to_json())
+    emit(RunEvent(index, total, cell, policy, "done", result.policy_best_runtime_s, time.perf_counter() - started))
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+
+
+# ---- the table -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MethodResult:
+    runtime_s: float  # nan when not ok or not run
+    status: str  # ok | oom | error | ... | skipped | not run
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One conclusion of the paper, checked on our numbers."""
+    what: str
+    paper: str
+    here: str
+    holds: bool | None  # None: cannot tell (a figure is missing)
+
+
+@dataclass(frozen=True)
+class CellResult:
+    cell: Cell
+    methods: dict[str, MethodResult]
+    lower_bound_s: float
+    rl_gain: float  # RL's speed-up over the best of PAPER_BASELINES: best / rl - 1
+    best_baseline: str  # that baseline
+    winner: str  # fastest method here, all methods
+    claims: tuple[Claim, ...]
+    runs: tuple[str, ...]
+    measurements: int
+    wall_s: float
+    finished: bool
+
+    def to_json(self) -> dict:
+        from cluster.analysis import _json_safe
+
+        data = asdict(self)
+        data["cell"] = {"graph": self.cell.graph, "machine": self.cell.machine, "gpus": self.cell.gpus,
+                        "paper_approx": None if self.cell.paper is None else asdict(self.cell.paper)}
+        return _json_safe(data)
+
+
+def cell_results(name: str, folder: str | os.PathLike) -> list[CellResult]:
+    experiment = get_experiment(name)
+    return [_cell_result(experiment, cell, Path(folder) / cell.folder_name) for cell in experiment.cells]
+
+
+def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResult:
+    from cluster.analysis import _wall_s, run_started_at
+
+    methods = {m: MethodResult(math.nan, "not run") for m in METHODS}
+    lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
+    for policy in SEARCHES:
+        run_dir = find_cell_run(cell_dir, policy)
+        if run_dir is None:
+            finished = False
+            continue
+        manifest, rows = read_manifest(run_dir), read_run(run_dir)
+        for tag, best in policy_bests(rows).items():
+            if tag in methods:
+                methods[tag] = MethodResult(best.runtime_s, best.status)
+        if math.isnan(lower):
+            lower = lower_bound_of(run_dir, manifest)
+        runs.append(str(run_dir))
+        measured += int((~rows["cache_hit"].astype(bool)).sum())
+        wall += _wall_s(rows, run_started_at(manifest))
+        finished &= (run_dir / RESULT_FILE).is_file()
+    baseline = _best_of(methods, PAPER_BASELINES)
+    rl = methods["reinforce"].runtime_s
+    gain = methods[baseline].runtime_s / rl - 1 if baseline and rl > 0 else math.nan
+    winner = _best_of(methods, METHODS)
+    claims = _claims(experiment, cell, methods, gain, baseline)
+    return CellResult(cell, methods, lower, gain, baseline, winner, claims, tuple(runs), measured, wall, finished)
+
+
+def _best_of(methods: dict[str, MethodResult], names) -> str:
+    ok = [(methods[n].runtime_s, n) for n in names if math.isfinite(methods[n].runtime_s)]
+    return min(ok)[1] if ok else ""
+
+
+def _category(gain: float) -> str:
+    if gain >= TIE_BAND:
+        return "RL wins"
+    if gain <= -TIE_BAND:
+        return "RL loses"
+    return "tie"
+
+
+def _claims(experiment: Experiment, cell: Cell, methods, gain: float, baseline: str) -> tuple[Claim, ...]:
+    here_gain = "no RL result" if math.isnan(gain) else f"{gain:+.1%} vs {baseline} ({_category(gain)})"
+    paper = cell.paper
+    if paper is None:
+        holds = None if math.isnan(gain) else gain >= TIE_BAND
+        return (Claim("RL vs best baseline", experiment.claim, here_gain, holds),)
+    claims = [Claim("RL vs best baseline", f"{paper.rl_gain:+.1%} ({_category(paper.rl_gain)})", here_gain,
+                    None if math.isnan(gain) else _category(gain) == _category(paper.rl_gain))]
+    single = min((methods[m].runtime_s for m in ("cpu-only", "single-gpu") if math.isfinite(methods[m].runtime_s)),
+                 default=math.nan)
+    for label, ours, theirs in (("METIS (Scotch/MinCut) vs best single device", methods["metis"],
+                                 min(paper.scotch_s, paper.mincut_s)),
+                                ("expert vs best single device", methods["expert"], paper.expert_s)):
+        claims.append(_slower_claim(label, theirs / paper.best_single_s, ours, single))
+    return tuple(claims)
+
+
+def _slower_claim(label: str, paper_ratio: float, ours: MethodResult, single_s: float) -> Claim:
+    paper_text = f"{paper_ratio:.2f}x ({'slower' if paper_ratio > 1 else 'faster'})"
+    if not math.isfinite(single_s):
+        return Claim(label, paper_text, "no single device ran", None)
+    if not ours.status == "ok":
+        return Claim(label, paper_text, f"{ours.status} (a failed split is no faster)", paper_ratio > 1)
+    ratio = ours.runtime_s / single_s
+    return Claim(label, paper_text, f"{ratio:.2f}x ({'slower' if ratio > 1 else 'faster'})",
+                 (ratio > 1) == (paper_ratio > 1))

@@ -1,0 +1,217 @@
+"""PNG plots of a run (matplotlib, Agg backend) and the best placement's Chrome trace.
+
+    plot_learning_curve(curve, path)        step time of every measurement and the best so far,
+                                            against measurements and against wall time; failures marked
+    plot_timeline(graph, machine, timeline, path)
+                                            the device timeline as a Gantt chart: one row per device (ops,
+                                            coloured by phase) and one per transfer channel
+    plot_device_load(names, busy_s, peak_bytes, capacity_bytes, path)
+                                            compute busy time per device; peak memory against capacity
+    plot_run(run_dir, out_dir)              all of the above for one run folder, plus <run>__trace.json
+
+The timeline is the simulator's, also for a run measured on real hardware: it shows how the cost model
+sees the best placement. Only ``plot_run`` needs the graph (from a graph file or the benchmark cache,
+built if missing); the learning curve needs the Parquet log alone.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphs.errors import PlacerError
+
+PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
+FAILURE_COLOUR = "#C44E52"
+TRANSFER_COLOUR = "#8172B3"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    """Write the figure to a temporary name and rename it, so a failed plot leaves nothing half-written."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, dpi=110)
+        tmp.replace(path)
+    finally:
+        _pyplot().close(fig)
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def plot_learning_curve(curve, path: str | Path, title: str = "", lower_bound_s: float = math.nan) -> Path:
+    """``curve``: cluster.analysis.LearningCurve. Failed measurements are drawn as red crosses at their
+    step time when one is known, else along the top of the plot."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    index = np.arange(1, len(curve.seq) + 1)  # (M,) measurement number
+    finite_best = np.isfinite(curve.best_so_far_s)
+    known = np.isfinite(curve.runtime_s)
+    top = float(np.nanmax(curve.runtime_s[known])) * 1.05 if known.any() else 1.0
+    failed = ~curve.ok
+    failed_y = np.where(known, curve.runtime_s, top)
+    for ax, x, label in ((axes[0], index, "measurements"), (axes[1], curve.elapsed_s, "wall time (s)")):
+        ax.scatter(x[curve.ok], curve.runtime_s[curve.ok], s=9, alpha=0.55, label="measured (ok)")
+        if failed.any():
+            ax.scatter(x[failed], failed_y[failed], s=22, marker="x", color=FAILURE_COLOUR,
+                       label=f"failed ({int(failed.sum())})")
+        if finite_best.any():
+            ax.step(x[finite_best], curve.best_so_far_s[finite_best], where="post", color="black", lw=1.6,
+                    label="best so far")
+        if math.isfinite(lower_bound_s):
+            ax.axhline(lower_bound_s, color="grey", ls="--", lw=1, label="lower bound")
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("step time (s)")
+    axes[0].legend(loc="upper right", fontsize=8)
+    fig.suptitle(title or "learning curve")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+def plot_timeline(graph, machine, timeline, path: str | Path, title: str = "") -> Path:
+    """Gantt chart of a simulated step: ``timeline`` is measurers.simulator.Timeline."""
+    from graphs.opgraph import PHASES
+
+    plt = _pyplot()
+    channels = sorted({link.channel for link in machine.links})
+    rows = [d.name for d in machine.devices] + [f"channel {c}" for c in channels]
+    fig, ax = plt.subplots(figsize=(13, 1.0 + 0.45 * len(rows)))
+    phases = np.asarray(graph.phases)
+    for d in range(machine.num_devices):
+        for p, phase in enumerate(PHASES):
+            mine = (timeline.op_device == d) & (phases == p)
+            if mine.any():
+                start = timeline.op_start_s[mine]
+                spans = np.column_stack([start, timeline.op_end_s[mine] - start])  # (K, 2)
+                ax.broken_barh(spans, (d - 0.4, 0.8), color=PHASE_COLOURS[phase],
+                               label=phase if d == _first_device_with(timeline, phases, p) else None)
+    link_channel = np.array([channels.index(link.channel) for link in machine.links], dtype=np.int64)  # (L,)
+    if len(timeline.transfer_op):
+        row = machine.num_devices + link_channel[timeline.transfer_link]  # (T,)
+        for r in np.unique(row):
+            mine = row == r
+            spans = np.column_stack([timeline.transfer_start_s[mine],
+                                     timeline.transfer_end_s[mine] - timeline.transfer_start_s[mine]])
+            ax.broken_barh(spans, (r - 0.4, 0.8), color=TRANSFER_COLOUR,
+                           label="transfer" if r == row.min() else None)
+    ax.set_yticks(range(len(rows)), rows)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("time in the step (s)")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8, ncol=5)
+    ax.set_title(title or "device timeline (simulated)")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+def _first_device_with(timeline, phases: np.ndarray, phase: int) -> int:
+    devices = timeline.op_device[phases == phase]
+    return int(devices.min()) if len(devices) else -1
+
+
+def plot_device_load(device_names, busy_s, peak_bytes, capacity_bytes, path: str | Path, title: str = "") -> Path:
+    """Two bar charts: compute busy time per device, and peak memory beside each device's capacity."""
+    plt = _pyplot()
+    busy_s = np.asarray(busy_s, dtype=np.float64)  # (D,)
+    peak_gb = np.asarray(peak_bytes, dtype=np.float64) / 1e9  # (D,)
+    capacity_gb = np.asarray(capacity_bytes, dtype=np.float64) / 1e9  # (D,)
+    x = np.arange(len(device_names))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    left.bar(x, busy_s, color=PHASE_COLOURS["forward"])
+    left.set_ylabel("compute busy time (s)")
+    left.set_title("compute per device")
+    share = np.divide(peak_gb, capacity_gb, out=np.zeros_like(peak_gb), where=capacity_gb > 0) * 100  # (D,)
+    right.bar(x, share, color=np.where(share > 100, FAILURE_COLOUR, PHASE_COLOURS["update"]))
+    right.axhline(100, color="black", lw=1, ls="--", label="capacity")
+    for i, (peak, cap) in enumerate(zip(peak_gb, capacity_gb)):
+        right.annotate(f"{peak:.3g}/{cap:.3g} GB", (i, share[i]), ha="center", va="bottom", fontsize=7)
+    right.set_ylabel("peak memory (% of capacity)")
+    right.set_title("peak memory against capacity (red: over)")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_xticks(x, list(device_names), rotation=30)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title or "per-device load")
+    fig.tight_layout()
+    return _save(fig, Path(path))
+
+
+@dataclass(frozen=True)
+class RunPlots:
+    learning_curve: Path
+    timeline: Path | None  # None when the run has no ok placement
+    device_load: Path | None
+    trace: Path | None  # Chrome trace of the best placement
+
+
+def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
+    """Every plot of one run, named ``<run_id>__<plot>.png``, in ``out_dir`` (made if missing)."""
+    from cluster.analysis import learning_curve, run_started_at
+    from cluster.runlog import read_best, read_manifest, read_run
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(run_dir)
+    rows = read_run(run_dir)
+    prefix = out_dir / manifest.run_id
+    title = f"{manifest.graph_name} on {manifest.machine_name}, {manifest.policy or 'run'}"
+    curve = learning_curve(rows, run_started_at(manifest))
+    curve_png = plot_learning_curve(curve, f"{prefix}__learning_curve.png", title, lower_bound_s)
+    best = read_best(run_dir)
+    if best is None:
+        return RunPlots(curve_png, None, None, None)
+    return _plot_best(run_dir, manifest, rows, best, prefix, title, curve_png)
+
+
+def _plot_best(run_dir, manifest, rows, best, prefix: Path, title: str, curve_png: Path) -> RunPlots:
+    from cluster.analysis import cached_graph
+    from cluster.runlog import read_groups
+    from graphs.registry import load_graph
+    from measurers.catalog import machine_from_json
+    from measurers.simulator import Simulator
+    from measurers.trace import write_trace
+
+    machine = machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
+    graph = cached_graph(manifest) or load_graph(str(manifest.config.get("graph", manifest.graph_name)))
+    if graph.content_hash != manifest.graph_hash:
+        raise PlacerError(f"{run_dir}: the run was made for graph hash {manifest.graph_hash}, but "
+                          f"{manifest.graph_name!r} now has hash {graph.content_hash}: cannot replay its placement")
+    op_placement = op_placement_of(best.placement, read_groups(run_dir), graph.num_ops, run_dir)
+    result = Simulator(graph, machine).run(op_placement, timeline=True)
+    found_by = rows.loc[rows["seq"] == best.seq, "policy"]
+    title = f"{title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
+    timeline_png = plot_timeline(graph, machine, result.timeline, f"{prefix}__timeline.png",
+                                 f"{title}, {result.runtime_s:.4g} s simulated")
+    measured = rows.loc[rows["seq"] == best.seq, "peak_bytes"]
+    peak = np.asarray(measured.iloc[0], dtype=np.int64) if len(measured) else result.peak_bytes
+    if len(peak) != machine.num_devices:
+        peak = result.peak_bytes
+    load_png = plot_device_load([d.name for d in machine.devices], result.busy_s, peak, result.capacity_bytes,
+                                f"{prefix}__device_load.png", title)
+    trace = write_trace(f"{prefix}__trace.json", graph, machine, result)
+    return RunPlots(curve_png, timeline_png, load_png, trace)
+
+
+def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where) -> np.ndarray:
+    """(N,) op placement from a logged placement: op devices (length N) or group devices (length G)."""
+    logged = np.asarray(logged, dtype=np.int64)
+    if len(logged) == num_ops:
+        return logged
+    if group_of_op is None or len(group_of_op) != num_ops or (len(group_of_op) and group_of_op.max() >= len(logged)):
+        raise PlacerError(f"{where}: the best placement has {len(logged)} entries, neither the graph's {num_ops} "
+                          f"ops nor a group placement matching groups.parquet")
+    return logged[group_of_op]
