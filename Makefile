@@ -20,13 +20,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/placer demo
+	$(VENV)/bin/placer search
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.run
+	@for script in tests/bench/bench_*.py; do echo "## $$script"; $(PY) $$script || exit 1; done
 
 clean:
 	rm -rf $(VENV) .cache
