@@ -30,3 +30,7 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .cache
+
+# On a GPU machine: real PyTorch measurements against the profiled simulator (skips cleanly without CUDA).
+gpu-check: $(STAMP)
+	$(PY) tests/gpu_check.py

@@ -85,8 +85,10 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
     else:
         model, inputs, targets, loss = _call_builder(spec)
     try:
-        return trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
-                                         batch_size=batch_size)
+        graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
+                                          batch_size=batch_size)
+        graph.meta["keras_spec"] = spec  # lets the real TensorFlow measurer rebuild the step
+        return graph
     except PlacerError:
         raise
     except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)

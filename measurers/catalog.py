@@ -42,6 +42,10 @@ def list_machines() -> list[str]:
 def load_machine(name_or_file: str) -> Machine:
     """A catalog machine name or a machine JSON file; one PlacerError naming the file and field otherwise."""
     path = Path(name_or_file)
+    if name_or_file == "local" and not path.is_file():
+        from measurers.local import local_machine  # the devices this process really has
+
+        return local_machine()
     if not path.is_file():
         if name_or_file not in list_machines():
             raise PlacerError(f"unknown machine {name_or_file!r}: not a file and not in the catalog "

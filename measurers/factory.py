@@ -54,8 +54,30 @@ def build_measurer(spec: MeasurerSpec) -> Measurer:
 
         return SimulatorMeasurer(spec.graph, spec.machine, runs=spec.runs, noise_std=spec.noise_std,
                                  seed=spec.seed)
-    raise PlacerError(f"measurer kind {spec.kind!r} is not available yet: only the simulator ('sim') "
-                      f"measures placements in this version")
+    machine = _node_machine(spec.machine)
+    if spec.kind == "torch":
+        from measurers.torch_measurer import TorchMeasurer
+
+        return TorchMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
+                             seed=spec.seed)
+    from measurers.tf_measurer import TFMeasurer
+
+    return TFMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
+                      seed=spec.seed)
+
+
+def _node_machine(machine: Machine) -> Machine:
+    """The ``local`` machine is re-read where the measurer runs (a Ray actor sees the GPUs Ray gave it);
+    placements index the spec's devices, so the node must have the same ones."""
+    if not machine.meta.get("local"):
+        return machine
+    from measurers.local import local_machine
+
+    here = local_machine()
+    if [d.name for d in here.devices] != [d.name for d in machine.devices]:
+        raise PlacerError(f"machine 'local' was {[d.name for d in machine.devices]} where the search started "
+                          f"but this node has {[d.name for d in here.devices]}")
+    return here
 
 
 class SpecFactory:

@@ -191,11 +191,11 @@ def test_pool__simulator_spec_measures_as_in_process(cluster):
 
 def test_pool__bad_measurer_spec_is_a_clear_error(cluster):
     graph, machine = build_graph([(0, 1)]), load_machine("paper-2gpu")
-    with pytest.raises(PlacerError, match="not available yet"):
-        MeasurerPool(MeasurerSpec("torch", graph, machine))
+    with pytest.raises(PlacerError, match="cannot be rebuilt as a real PyTorch step"):
+        MeasurerPool(MeasurerSpec("torch", graph, machine))  # a hand-built graph has no model behind it
     with pytest.raises(PlacerError, match="unknown measurer kind"):
         MeasurerSpec("jax", graph, machine)
-    with pytest.raises(PlacerError, match="not available yet"):
+    with pytest.raises(PlacerError, match="cannot be rebuilt as a real TensorFlow step"):
         build_measurer(MeasurerSpec("tf", graph, machine))
 
 

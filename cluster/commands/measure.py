@@ -1,0 +1,56 @@
+"""`placer measure`: time one placement of one graph with a real framework (PyTorch or TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("measure", help="run one placement for real and time it (median of N)")
+    parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark or graph file")
+    parser.add_argument("--machine", default="local", metavar="NAME_OR_FILE",
+                        help="'local' (this node's devices, the default) or a machine whose devices it has")
+    parser.add_argument("--measurer", required=True, choices=("torch", "tf"))
+    how = parser.add_mutually_exclusive_group(required=True)
+    how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
+    how.add_argument("--policy", choices=("single-gpu", "cpu-only", "round-robin"))
+    parser.add_argument("--runs", type=int, default=5, metavar="N", help="timed runs (default 5)")
+    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs first (default 5)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="limit for the measurement")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the parameters and inputs")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=_measure)
+
+
+def _measure(args) -> int:
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.factory import MeasurerSpec, build_measurer
+    from measurers.placement import load_placement_file, policy_placement
+
+    graph = load_graph(args.graph)
+    machine = load_machine(args.machine)
+    if args.placement:
+        placement = load_placement_file(args.placement, graph, machine)
+    else:
+        placement = policy_placement(graph, machine, args.policy)
+    spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed,
+                        timeout_s=args.timeout)
+    measurement = build_measurer(spec).measure([placement])[0]
+    report = {
+        "graph": graph.name, "machine": machine.name, "measurer": args.measurer, "runs": args.runs,
+        "warmup": args.warmup, "runtime_s": measurement.runtime_s, "samples_s": list(measurement.samples_s),
+        "status": measurement.status, "error": measurement.error, "measure_s": measurement.measure_s,
+        "devices": [{"name": d.name, "model": d.model, "peak_bytes": int(b)}
+                    for d, b in zip(machine.devices, measurement.peak_bytes)],
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{graph.name} on {machine.name} ({args.measurer}): step {measurement.runtime_s:.6g} s "
+              f"({measurement.status}), median of {len(measurement.samples_s)} after {args.warmup} warm-up runs")
+        if measurement.error:
+            print(f"  {measurement.error}")
+        for d in report["devices"]:
+            print(f"  {d['name']:8s} {d['model']:30s} peak {d['peak_bytes'] / 1e9:.3f} GB")
+    return 0 if measurement.ok else 1

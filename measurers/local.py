@@ -1,0 +1,109 @@
+"""The ``local`` machine: the devices this process really has, so real measurers and the simulator agree.
+
+- one CPU device: its model name (``/proc/cpuinfo``), usable cores (scheduler affinity) and memory
+  (``/proc/meminfo`` MemTotal);
+- one GPU device per CUDA device torch sees (inside a Ray actor: the GPUs Ray gave it, through
+  ``CUDA_VISIBLE_DEVICES``), named ``gpu:0``... in torch's order, with the real name and memory.
+
+Speeds come from the catalog profile whose model name appears in the device's name (``"NVIDIA H200"`` ->
+``H200``, ``"Intel(R) Xeon(R) Platinum 8480+"`` -> ``Xeon-8480``); otherwise from a generic profile
+(CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle). Links: PCIe 4.0 x16 figures between the CPU and each GPU
+(one channel per direction per GPU) and, between GPUs, one egress channel per GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from measurers.catalog import device_profiles
+from measurers.machine import Device, Link, Machine
+
+PCIE_BANDWIDTH_Bps = 25e9  # PCIe 4.0 x16, effective
+PCIE_LATENCY_s = 1e-5
+GENERIC_GPU = {"peak_flops": 15e12, "mem_bandwidth_Bps": 900e9, "op_overhead_s": 5e-6, "compute_efficiency": 0.6,
+               "memory_efficiency": 0.8}
+CPU_HZ, CPU_FLOP_PER_CYCLE = 2.5e9, 32
+
+
+def cpu_name(cpuinfo: str) -> str:
+    match = re.search(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+    return match.group(1).strip() if match else "unknown CPU"
+
+
+def total_memory_bytes(meminfo: str) -> int:
+    match = re.search(r"^MemTotal:\s*(\d+)\s*kB", meminfo, re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else 8 * 2**30
+
+
+def catalog_model(device_name: str, kind: str) -> str | None:
+    """The catalog profile whose model appears in ``device_name`` (the longest such model), if any."""
+    found = []
+    for model, profile in device_profiles().items():
+        if profile.get("kind") != kind:
+            continue
+        key = model.split("-")[-1] if kind == "cpu" else model  # "Xeon-8480" matches "... 8480+"
+        if re.search(rf"(?<![0-9A-Za-z]){re.escape(key)}", device_name):
+            found.append(model)
+    return max(found, key=len) if found else None
+
+
+def cpu_device(name: str, cores: int, memory_bytes: int) -> Device:
+    model = catalog_model(name, "cpu")
+    if model is not None:
+        profile = {k: v for k, v in device_profiles()[model].items() if k not in ("source", "notes", "kind")}
+        profile["memory_bytes"] = memory_bytes
+        return Device(name="cpu:0", kind="cpu", model=model, **profile)
+    return Device(name="cpu:0", kind="cpu", model=f"local-cpu ({name}, {cores} cores)",
+                  peak_flops=cores * CPU_HZ * CPU_FLOP_PER_CYCLE, mem_bandwidth_Bps=20e9 * min(cores, 8) / 2,
+                  memory_bytes=memory_bytes, op_overhead_s=5e-6, compute_efficiency=0.4, memory_efficiency=0.7)
+
+
+def gpu_device(index: int, name: str, memory_bytes: int) -> Device:
+    model = catalog_model(name, "gpu")
+    if model is not None:
+        profile = {k: v for k, v in device_profiles()[model].items() if k not in ("source", "notes", "kind")}
+        profile["memory_bytes"] = memory_bytes
+        return Device(name=f"gpu:{index}", kind="gpu", model=model, **profile)
+    return Device(name=f"gpu:{index}", kind="gpu", model=f"local-gpu ({name})", memory_bytes=memory_bytes,
+                  **GENERIC_GPU)
+
+
+def visible_gpus() -> list[tuple[str, int]]:
+    """(name, total memory bytes) of every CUDA device torch sees; none without torch or CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    return [(torch.cuda.get_device_properties(i).name, int(torch.cuda.get_device_properties(i).total_memory))
+            for i in range(torch.cuda.device_count())]
+
+
+def local_machine(gpus: list[tuple[str, int]] | None = None, cpuinfo: str | None = None,
+                  meminfo: str | None = None, cores: int | None = None) -> Machine:
+    """The machine this process runs on (arguments override what is read, for tests)."""
+    cpuinfo = cpuinfo if cpuinfo is not None else _read("/proc/cpuinfo")
+    meminfo = meminfo if meminfo is not None else _read("/proc/meminfo")
+    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    gpus = visible_gpus() if gpus is None else gpus
+    devices = [cpu_device(cpu_name(cpuinfo), cores, total_memory_bytes(meminfo))]
+    devices += [gpu_device(i, name, memory) for i, (name, memory) in enumerate(gpus)]
+    links = []
+    for i, _ in enumerate(gpus):
+        links.append(Link("cpu:0", f"gpu:{i}", PCIE_BANDWIDTH_Bps, PCIE_LATENCY_s, f"pcie:gpu{i}:h2d"))
+        links.append(Link(f"gpu:{i}", "cpu:0", PCIE_BANDWIDTH_Bps, PCIE_LATENCY_s, f"pcie:gpu{i}:d2h"))
+        for j, _ in enumerate(gpus):
+            if i != j:
+                links.append(Link(f"gpu:{i}", f"gpu:{j}", PCIE_BANDWIDTH_Bps, PCIE_LATENCY_s, f"p2p:gpu{i}:out"))
+    description = f"this node: {cpu_name(cpuinfo)} ({cores} cores)" + "".join(f", {n}" for n, _ in gpus)
+    return Machine("local", tuple(devices), tuple(links), description, meta={"local": "1"})
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""

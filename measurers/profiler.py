@@ -1,0 +1,96 @@
+"""Per-op profiles: every op of a graph timed on every device model of a machine, by a real framework.
+
+For each device model of the machine (one device of each), the whole step runs with every op on that
+device (an op that may not run on its kind stays on the first device it may use), ``warmup`` times untimed
+and then ``runs`` times with each op timed on its own, and the median per op is kept:
+
+- torch: each replayed aten call bracketed by device synchronization (`PlacedReplay.run`);
+- tf: TensorFlow's own per-node times from the run metadata (step stats).
+
+The result is an `OpProfile` (op name, device model, seconds) that the simulator's cost model reads
+(`placer simulate --profile FILE`). Variables and inputs are not timed (they launch no kernel).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphs.opgraph import OpGraph
+from measurers.costs import OpProfile
+from measurers.machine import Machine
+
+
+def model_placements(graph: OpGraph, machine: Machine) -> list[tuple[int, np.ndarray]]:
+    """(device, placement with every op it may run on that device) for one device of each model."""
+    seen, out = set(), []
+    bits = machine.kind_bits
+    for d, device in enumerate(machine.devices):
+        if device.model in seen:
+            continue
+        seen.add(device.model)
+        fallback = np.array([next((k for k in range(machine.num_devices) if mask & bits[k]), d)
+                             for mask in graph.allowed_mask.tolist()], dtype=np.int64)  # (N,)
+        allowed = (graph.allowed_mask & bits[d]) != 0  # (N,) bool
+        out.append((d, np.where(allowed, d, fallback)))
+    return out
+
+
+def profile_torch(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
+                  measurer=None) -> OpProfile:
+    from measurers.torch_measurer import TorchMeasurer
+
+    measurer = measurer or TorchMeasurer(graph, machine, seed=seed)
+    ops, models, times = [], [], []
+    for d, placement in model_placements(graph, machine):
+        replay = measurer.replay_for(placement)
+        for _ in range(warmup):
+            replay.run()
+        samples = []
+        for _ in range(runs):
+            step_times: list[float] = []
+            replay.run(step_times, sync=measurer._sync)
+            samples.append(step_times)
+        median = np.median(np.array(samples), axis=0)  # (M,) seconds per counted op
+        for op, t in zip(measurer.counted_ops.tolist(), median.tolist()):
+            if placement[op] == d:
+                ops.append(graph.op_names[op])
+                models.append(machine.devices[d].model)
+                times.append(t)
+        del replay
+    return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
+
+
+def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
+               measurer=None) -> OpProfile:
+    from measurers.tf_measurer import PlacedSession, TFMeasurer
+
+    measurer = measurer or TFMeasurer(graph, machine, seed=seed)
+    traced = measurer.traced()
+    ops, models, times = [], [], []
+    for d, placement in model_placements(graph, machine):
+        effective = traced.effective_placement(placement)
+        with PlacedSession(traced, [measurer.devices[k] for k in effective.tolist()], measurer.devices) as session:
+            for _ in range(warmup):
+                session.step()
+            per_node: dict[str, list[float]] = {}
+            for _ in range(runs):
+                for stats in session.step(trace=True).step_stats.dev_stats:
+                    for node in stats.node_stats:
+                        per_node.setdefault(node.node_name, []).append(node.op_end_rel_micros * 1e-6)
+        for op, node in enumerate(traced.node_of_op):
+            if effective[op] == d and node in per_node and graph.op_kinds[op] not in ("Variable", "Input"):
+                ops.append(graph.op_names[op])
+                models.append(machine.devices[d].model)
+                times.append(float(np.median(per_node[node])))
+    return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
+
+
+def profile_graph(graph: OpGraph, machine: Machine, measurer_kind: str, runs: int = 3, warmup: int = 1,
+                  seed: int = 0) -> OpProfile:
+    from graphs.errors import PlacerError
+
+    if measurer_kind == "torch":
+        return profile_torch(graph, machine, runs, warmup, seed)
+    if measurer_kind == "tf":
+        return profile_tf(graph, machine, runs, warmup, seed)
+    raise PlacerError(f"unknown measurer {measurer_kind!r} for a profile (known: torch, tf)")

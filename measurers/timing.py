@@ -1,0 +1,60 @@
+"""The timing rule every real measurer shares: warm-up runs discarded, then N timed runs, the median.
+
+``time_runs(run_once, settings, sync=..., clock=...)`` calls ``run_once`` ``warmup + runs`` times, each
+timed sample bracketed by ``sync()`` (device synchronization, so queued GPU work is counted) and read from
+``clock`` (a stub in tests). A measurement that has spent more than ``timeout_s`` in total stops after
+the run in progress and reports ``timeout`` (even when that was the last run) (a run cannot be interrupted from inside; the measurer pool
+kills an actor that hangs).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    runs: int = 5  # timed runs; the median is reported
+    warmup: int = 5  # untimed runs first (allocator, kernels, caches warm up)
+    timeout_s: float = 600.0  # limit for the whole measurement of one placement
+
+    def __post_init__(self) -> None:
+        from graphs.errors import PlacerError
+
+        if self.runs < 1:
+            raise PlacerError(f"runs must be at least 1, got {self.runs}")
+        if self.warmup < 0:
+            raise PlacerError(f"warmup must not be negative, got {self.warmup}")
+        if not self.timeout_s > 0:
+            raise PlacerError(f"timeout_s must be positive, got {self.timeout_s}")
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples_s: tuple[float, ...]  # the timed runs, in order
+    timed_out: bool
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.samples_s) if self.samples_s else math.inf
+
+
+def time_runs(run_once: Callable[[], object], settings: TimingSettings, sync: Callable[[], None] = lambda: None,
+              clock: Callable[[], float] = time.perf_counter) -> Timing:
+    began = clock()
+    samples: list[float] = []
+    for index in range(settings.warmup + settings.runs):
+        sync()
+        start = clock()
+        run_once()
+        sync()
+        end = clock()
+        if index >= settings.warmup:
+            samples.append(end - start)
+        if end - began > settings.timeout_s:
+            return Timing(tuple(samples), True)
+    return Timing(tuple(samples), False)
