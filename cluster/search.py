@@ -53,8 +53,11 @@ class SearchConfig:
     groups: int = 256
     """Groups the graph is coarsened to; the policy places groups."""
     seed: int = 0
-    runs: int = 1
-    """Timed runs per placement (median reported)."""
+    runs: int | None = None
+    """Timed runs per placement (median reported); None: 1 for the simulator, 5 for real measurers."""
+    warmup: int | None = None
+    """Untimed runs before the timed ones; None: 0 for the simulator, 5 for real measurers (the 2018
+    paper's 10 steps, median of the last 5)."""
     noise_std: float = 0.0
     """Simulator only: relative noise of each timed run (0 = exact)."""
     ray_address: str | None = None
@@ -175,12 +178,15 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
 
     owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
     ray_setup.init_ray(config.ray_address)
-    spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, noise_std=config.noise_std,
-                        seed=config.seed)
+    real = config.measurer != "sim"
+    spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
+                        runs=config.runs if config.runs is not None else (5 if real else 1),
+                        warmup=config.warmup if config.warmup is not None else (5 if real else 0))
     pool = None
     stop_reason = "interrupted"
     try:
-        pool = MeasurerPool(spec, PoolConfig(num_cpu_actors=config.workers), run_log=writer)
+        pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if real else 64)
+        pool = MeasurerPool(spec, pool_config, run_log=writer)
         baselines = _score_baselines(problem, pool, config, known)
         outcome = _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop)
         stop_reason = outcome.stop_reason

@@ -62,3 +62,21 @@ def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys):
     assert code == 2 and "--budget" in err
     code = main(["baselines", "--graph", "synthetic:20", "--machine", "no-such-machine"])
     assert code == 2 and "unknown machine 'no-such-machine'" in capsys.readouterr().err
+
+
+def test_baselines__torch_measurer_runs_through_the_pool(tmp_path, capsys, monkeypatch):
+    """Real PyTorch step times through the Ray pool on the node's own devices (the CPU here)."""
+    import ray
+
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    graph_file = tmp_path / "mlp.parquet"
+    assert main(["graphs", "import", "--torch", "tests/fixtures/tiny_models.py:tiny_torch_mlp",
+                 "-o", str(graph_file)]) == 0
+    capsys.readouterr()
+    code = main(["baselines", "--graph", str(graph_file), "--machine", "local", "--measurer", "torch",
+                 "--policies", "cpu-only,m-etf", "--runs", "3", "--warmup", "1", "--json"])
+    assert code == 0
+    rows = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    assert rows["cpu-only"]["status"] == "ok" and rows["cpu-only"]["runtime_s"] > 0
+    assert rows["m-etf"]["measurements"] == 1
+    assert not ray.is_initialized()  # the command shut its Ray down

@@ -24,6 +24,12 @@ def register(subparsers) -> None:
     parser.add_argument("--groups", type=int, default=256, metavar="G",
                         help="searches place at most G groups (default 256)")
     parser.add_argument("--seed", type=int, default=0, metavar="S")
+    parser.add_argument("--measurer", default="sim", choices=("sim", "torch", "tf"),
+                        help="sim: the simulator in this process (default); torch|tf: real runs through the "
+                             "Ray measurer pool, on whatever devices the nodes have")
+    parser.add_argument("--runs", type=int, default=5, help="real measurers: timed runs per placement (median)")
+    parser.add_argument("--warmup", type=int, default=5, help="real measurers: untimed runs first")
+    parser.add_argument("--ray-address", default=None, help="real measurers: join this Ray cluster")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", default=None, metavar="DIR", help="write a run log under DIR")
     parser.set_defaults(func=_run)
@@ -49,7 +55,11 @@ def _run(args: argparse.Namespace) -> int:
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     problem = make_problem(graph, machine, max_groups=args.groups, seed=args.seed)
-    measurer = SimulatorMeasurer(graph, machine, seed=args.seed)
+    pool = None
+    if args.measurer == "sim":
+        measurer = SimulatorMeasurer(graph, machine, seed=args.seed)
+    else:
+        pool = measurer = _real_pool(args, graph, machine)
     log = _open_log(args, graph, machine, policies) if args.out else None
     try:
         table = run_baselines(problem, measurer, policies, args.budget, args.seed,
@@ -57,6 +67,11 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         if log is not None:
             log.close()
+        if pool is not None:
+            from cluster import ray_setup
+
+            pool.close()
+            ray_setup.shutdown_ray()
     payload = table_json(table)
     if log is not None:
         (log.folder / "baselines.json").write_text(json.dumps(payload, indent=2))
@@ -67,6 +82,22 @@ def _run(args: argparse.Namespace) -> int:
         if log is not None:
             print(f"run log: {log.folder}")
     return 0
+
+
+def _real_pool(args, graph, machine):
+    """A measurer pool running the real PyTorch/TensorFlow measurer on every node (one placement per call,
+    so a time limit applies to one placement)."""
+    from cluster import ray_setup
+    from cluster.pool import MeasurerPool, PoolConfig
+    from measurers.factory import MeasurerSpec
+
+    spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed)
+    ray_setup.init_ray(args.ray_address)
+    try:
+        return MeasurerPool(spec, PoolConfig(chunk_size=1))
+    except BaseException:
+        ray_setup.shutdown_ray()
+        raise
 
 
 def table_json(table) -> dict:

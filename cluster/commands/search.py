@@ -26,7 +26,9 @@ def register(subparsers) -> None:
     p.add_argument("--batch", type=int, default=d.batch, help=f"placements per learner iteration (default {d.batch})")
     p.add_argument("--groups", type=int, default=d.groups, help=f"groups to place (default {d.groups})")
     p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--runs", type=int, default=d.runs, help="timed runs per placement (median)")
+    p.add_argument("--runs", type=int, default=None, help="timed runs per placement, median reported "
+                                                         "(default 1 for sim, 5 for torch/tf)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
     p.add_argument("--noise", type=float, default=d.noise_std, dest="noise_std",
                    help="simulator: relative noise per timed run")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting a local one")
