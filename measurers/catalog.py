@@ -55,26 +55,34 @@ def load_machine(name_or_file: str) -> Machine:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PlacerError(f"machine file {str(path)!r} is not readable JSON: {exc}") from None
-    return machine_from_json(data, where=f"machine file {str(path)!r}")
+    return machine_from_json(data, where=f"machine file {str(path)!r}", base_dir=path.parent)
 
 
-def machine_from_json(data: object, where: str = "machine") -> Machine:
-    """Build a Machine from its JSON form (see the module docstring), validating every field."""
+def machine_from_json(data: object, where: str = "machine", base_dir: Path | None = None) -> Machine:
+    """Build a Machine from its JSON form (see the module docstring), validating every field. A
+    ``profile`` path (a file of `placer profile`) is taken relative to ``base_dir`` (the file's folder)."""
     if not isinstance(data, dict):
         raise PlacerError(f"{where}: the top level must be an object")
     name = _field(data, "name", str, where)
     devices = _field(data, "devices", list, where)
     links = _field(data, "links", list, where)
     description = data.get("description", "")
-    unknown = set(data) - {"name", "devices", "links", "description"}
+    unknown = set(data) - {"name", "devices", "links", "description", "profile"}
     if unknown:
         raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
+    profile = str(data.get("profile", ""))
+    if profile:
+        profile_path = Path(profile) if base_dir is None else Path(base_dir) / profile
+        if not profile_path.is_file():
+            raise PlacerError(f"{where}: profile file {str(profile_path)!r} does not exist")
+        profile = str(profile_path.resolve())
     try:
         machine = Machine(
             name=name,
             devices=tuple(_device(entry, f"{where}: devices[{i}]") for i, entry in enumerate(devices)),
             links=tuple(_link(entry, f"{where}: links[{i}]") for i, entry in enumerate(links)),
             description=str(description),
+            profile=profile,
         )
     except PlacerError as exc:
         if str(exc).startswith(where):
@@ -85,12 +93,15 @@ def machine_from_json(data: object, where: str = "machine") -> Machine:
 
 def machine_to_json(machine: Machine) -> dict:
     """The fully spelled-out JSON form of ``machine`` (loads back to an equal Machine)."""
-    return {
+    data = {
         "name": machine.name,
         "description": machine.description,
         "devices": [{key: getattr(d, key) for key in DEVICE_FIELDS} for d in machine.devices],
         "links": [{key: getattr(link, key) for key in LINK_FIELDS} for link in machine.links],
     }
+    if machine.profile:
+        data["profile"] = machine.profile
+    return data
 
 
 @lru_cache(maxsize=1)

@@ -98,7 +98,10 @@ _CLASS_CODES: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKey
 
 
 def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None" = None) -> np.ndarray:
-    """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it."""
+    """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it.
+    Without an explicit ``profile``, the machine file's own profile (if it names one) applies."""
+    if profile is None and machine.profile:
+        profile = load_profile(machine.profile)
     classes = op_class_codes(graph)  # (N,) int8
     times = np.empty((graph.num_ops, machine.num_devices), dtype=np.float64)
     for d, device in enumerate(machine.devices):

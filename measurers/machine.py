@@ -63,6 +63,7 @@ class Machine:
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
     description: str = ""
+    profile: str = ""  # path of a measured per-op profile the cost model reads for this machine ("" = none)
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -85,3 +85,25 @@ def test_profile__torch_profile_covers_every_op_and_feeds_the_simulator(mlp_file
 def test_profile__unknown_graph_origin_is_a_clean_error(capsys):
     code = main(["profile", "--graph", "synthetic:20:1", "--measurer", "torch", "-o", "/tmp/never.json"])
     assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
+
+
+def test_profile__named_inside_a_machine_file_is_used_by_the_simulator(mlp_file, tmp_path, capsys):
+    from measurers.catalog import machine_to_json
+    from measurers.costs import load_profile
+
+    profile_file = tmp_path / "profile.json"
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "2", "-o",
+                 str(profile_file)]) == 0
+    machine_json = machine_to_json(load_machine("local"))
+    machine_json["profile"] = "profile.json"  # relative to the machine file
+    machine_file = tmp_path / "local-profiled.json"
+    machine_file.write_text(json.dumps(machine_json))
+    capsys.readouterr()
+    assert main(["simulate", "--graph", str(mlp_file), "--machine", str(machine_file), "--policy", "cpu-only",
+                 "--json"]) == 0
+    runtime_s = json.loads(capsys.readouterr().out)["runtime_s"]
+    assert runtime_s == pytest.approx(float(load_profile(profile_file).time_s.sum()), rel=1e-6)
+    machine_json["profile"] = "missing.json"
+    machine_file.write_text(json.dumps(machine_json))
+    assert main(["machines", "show", str(machine_file)]) == 2
+    assert "missing.json" in capsys.readouterr().err
