@@ -62,6 +62,7 @@ FEATURE_COLUMNS = (
     *(f"phase_fraction.{p}" for p in PHASES),  # fraction of the group's ops in each phase
     "log_in_bytes", "log_out_edge_bytes", "log_in_degree", "log_out_degree",  # log1p, standardized
     "topo_position",  # topological position of the group's first op, in [0, 1]
+    "forward_position",  # mean topological position of the group's forward ops (all ops if none), in [0, 1]
 )
 _STANDARDIZED = tuple(i for i, name in enumerate(FEATURE_COLUMNS) if name.startswith("log_"))
 
@@ -109,6 +110,7 @@ class GroupFeatures:
     in_degree: np.ndarray  # (G,) int64: number of predecessor groups
     out_degree: np.ndarray  # (G,) int64: number of successor groups
     topo_position: np.ndarray  # (G,) float64: topological position of the group's first op, in [0, 1]
+    forward_position: np.ndarray  # (G,) float64: mean topological position of its forward ops, in [0, 1]
 
     @property
     def num_groups(self) -> int:
@@ -122,7 +124,8 @@ class GroupFeatures:
         neighbours = [self.in_bytes, self.out_edge_bytes, self.in_degree, self.out_degree]
         kinds = self.kind_histogram / num_ops if normalize else self.kind_histogram
         phases = self.phase_fractions if normalize else self.phase_fractions * num_ops
-        columns = [kinds, np.stack(magnitudes, 1), phases, np.stack(neighbours, 1), self.topo_position[:, None]]
+        columns = [kinds, np.stack(magnitudes, 1), phases, np.stack(neighbours, 1), self.topo_position[:, None],
+                   self.forward_position[:, None]]
         matrix = np.concatenate([np.asarray(c, dtype=np.float64) for c in columns], axis=1)
         if normalize:
             logged = np.log1p(matrix[:, _STANDARDIZED])
@@ -155,7 +158,23 @@ def group_features(graph: OpGraph, grouping: Grouping) -> GroupFeatures:
         in_degree=np.bincount(dst, minlength=g).astype(np.int64),
         out_degree=np.bincount(src, minlength=g).astype(np.int64),
         topo_position=first_topo_position(graph, op_group),
+        forward_position=forward_position(graph, op_group, g),
     )
+
+
+def forward_position(graph: OpGraph, op_group: np.ndarray, num_groups: int) -> np.ndarray:
+    """(G,) float64 in [0, 1]: mean topological position of each group's forward ops (of all its ops when
+    it has none). A layer-ish cue: a group's first op is often a Variable at position 0, while its forward
+    ops sit where its layer does."""
+    rank = np.empty(graph.num_ops, dtype=np.float64)  # (N,)
+    rank[graph.topo_order] = np.arange(graph.num_ops) / max(graph.num_ops - 1, 1)
+    forward = graph.phases == PHASES.index("forward")  # (N,)
+    position = np.zeros(num_groups, dtype=np.float64)
+    for ops in (np.ones(graph.num_ops, dtype=bool), forward):  # forward ops win where a group has some
+        count = np.bincount(op_group[ops], minlength=num_groups)
+        total = np.bincount(op_group[ops], weights=rank[ops], minlength=num_groups)
+        position = np.where(count > 0, total / np.maximum(count, 1), position)
+    return position
 
 
 def _sum_int(index: np.ndarray, values: np.ndarray, count: int) -> np.ndarray:

@@ -13,7 +13,6 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from graphs.errors import PlacerError
 from graphs.io import FORMAT_VERSION, load_graph_file, save_graph

@@ -12,8 +12,6 @@ How ops, variables, phases and colocation are derived: see ``graphs.tf_assemble`
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -50,10 +48,25 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     are used; an unknown leading dim becomes ``batch_size``). ``loss``: a callable ``(y_true, y_pred)``,
     a Keras loss or its name; default the model's compiled loss, else mean squared error.
     ``optimizer``: default the model's compiled optimizer, else Adam."""
-    import keras
     import tensorflow as tf
 
     batch = batch_size or _leading_dim(example_inputs) or 1
+    train_step, optimizer = keras_train_step(model, loss, optimizer)
+    specs = [tf.nest.map_structure(lambda x: _spec(x, batch), example) for example in
+             (example_inputs, example_targets)]
+    with _recorded_keras_scopes(model.name) as scope_map:
+        concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
+    return import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
+                              source=f"keras {model.name} + {type(optimizer).__name__}",
+                              optimizer_variables=optimizer.variables)
+
+
+def keras_train_step(model, loss=None, optimizer=None):
+    """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss, tape gradients and the
+    optimizer's update, as a plain Python function to wrap in ``tf.function``."""
+    import keras
+    import tensorflow as tf
+
     loss_fn = _loss_callable(loss, model)
     optimizer = keras.optimizers.get(optimizer or getattr(model, "optimizer", None) or "adam")
     variables = model.trainable_variables
@@ -68,13 +81,7 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
-    specs = [tf.nest.map_structure(lambda x: _spec(x, batch), example) for example in
-             (example_inputs, example_targets)]
-    with _recorded_keras_scopes(model.name) as scope_map:
-        concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
-    return import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
-                              source=f"keras {model.name} + {type(optimizer).__name__}",
-                              optimizer_variables=optimizer.variables)
+    return train_step, optimizer
 
 
 def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None = None) -> OpGraph:
@@ -99,34 +106,12 @@ def _call_builder(spec: str):
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
         raise PlacerError(f"bad Keras spec {spec!r}: expected MODULE:FUNCTION, FILE.py:FUNCTION or FILE.keras")
-    module = _import_module(module_name)
-    builder = getattr(module, func_name, None)
-    if not callable(builder):
-        raise PlacerError(f"module {module_name!r} has no function {func_name!r}")
-    try:
-        result = builder()
-    except Exception as err:  # noqa: BLE001
-        raise PlacerError(f"{spec!r} raised {type(err).__name__}: {err}") from None
+    from graphs.specs import call_spec
+
+    result = call_spec(spec, "keras")
     if not isinstance(result, tuple) or len(result) not in (3, 4):
         raise PlacerError(f"{spec!r} must return (model, inputs, targets) or (model, inputs, targets, loss)")
     return (*result, None) if len(result) == 3 else result
-
-
-def _import_module(module_name: str):
-    try:
-        if module_name.endswith(".py") or "/" in module_name:
-            path = Path(module_name)
-            if not path.is_file():
-                raise PlacerError(f"module file {module_name!r} does not exist")
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module
-        return importlib.import_module(module_name)
-    except PlacerError:
-        raise
-    except Exception as err:  # noqa: BLE001  (SyntaxError, ImportError, errors at import time)
-        raise PlacerError(f"cannot import module {module_name!r}: {type(err).__name__}: {err}") from None
 
 
 def _load_saved_model(path: str, batch_size: int):

@@ -26,11 +26,8 @@ and takes one untraced warm-up step first, so its state exists and the traced st
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import time
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -223,17 +220,10 @@ def import_torch_spec(spec: str) -> OpGraph:
     The function takes no arguments and returns ``(model, example_inputs)`` or
     ``(model, example_inputs, loss_fn)``. Any failure to get there is one PlacerError naming the spec.
     """
-    target, _, func_name = spec.rpartition(":")
-    if not target or not func_name:
-        raise PlacerError(f"torch spec {spec!r}: expected MODULE:FUNCTION or path/to/file.py:FUNCTION")
-    module = _import_target(spec, target)
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise PlacerError(f"torch spec {spec!r}: {target!r} has no function {func_name!r}")
-    try:
-        result = func()
-    except Exception as error:  # the user's code: report it as bad input
-        raise PlacerError(f"torch spec {spec!r}: {func_name}() raised {type(error).__name__}: {error}") from error
+    from graphs.specs import call_spec
+
+    result = call_spec(spec, "torch")
+    func_name = spec.rpartition(":")[2]
     model, example_inputs, loss_fn = _check_spec_result(spec, result)
     try:
         return trace_training_step(model, example_inputs, loss_fn, name=func_name, source=f"torch:{spec}")
@@ -242,24 +232,6 @@ def import_torch_spec(spec: str) -> OpGraph:
     except Exception as error:  # the model's own forward/backward failed on the example inputs
         raise PlacerError(f"torch spec {spec!r}: tracing the training step failed: "
                           f"{type(error).__name__}: {error}") from error
-
-
-def _import_target(spec: str, target: str):
-    try:
-        if target.endswith(".py") or "/" in target:
-            path = Path(target)
-            if not path.is_file():
-                raise PlacerError(f"torch spec {spec!r}: no file {target!r}")
-            module_spec = importlib.util.spec_from_file_location(f"placer_user_{path.stem}", path)
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-            return module
-        return importlib.import_module(target)
-    except PlacerError:
-        raise
-    except Exception as error:  # ImportError, SyntaxError, or anything the module raises on import
-        raise PlacerError(f"torch spec {spec!r}: cannot import {target!r}: {type(error).__name__}: {error}") \
-            from error
 
 
 def _check_spec_result(spec: str, result) -> tuple:

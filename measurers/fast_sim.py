@@ -29,8 +29,6 @@ class FastSimulator:
     """Graph and machine arrays prepared once; ``run`` costs one compiled call per placement."""
 
     def __init__(self, graph: OpGraph, machine: Machine, op_time_s: np.ndarray, alloc_bytes: np.ndarray):
-        from measurers.simulator import SimResult  # noqa: F401  (import cycle: simulator imports us lazily)
-
         self.graph, self.machine = graph, machine
         self.order = graph.topo_order  # (N,) op at each topological position
         position = np.empty(graph.num_ops, dtype=np.int64)

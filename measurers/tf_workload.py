@@ -59,25 +59,13 @@ def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
 
     from graphs.tf_assemble import build_opgraph
     from graphs.tf_flatten import flatten_graph
-    from graphs.tf_import import _loss_callable, _spec
+    from graphs.tf_import import _spec, keras_train_step
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     result = workload.build()
     model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
-    loss_fn = _loss_callable(loss, model)
-    optimizer = keras.optimizers.get(getattr(model, "optimizer", None) or "adam")
-    variables = model.trainable_variables
-    if not optimizer.built:
-        optimizer.build(variables)
-
-    def train_step(inputs, targets):
-        with tf.GradientTape() as tape:
-            predictions = model(inputs, training=True)
-            value = loss_fn(targets, predictions)
-        gradients = tape.gradient(value, variables)
-        optimizer.apply_gradients(zip(gradients, variables))
-        return value
+    train_step, optimizer = keras_train_step(model, loss)
 
     batch = int(np.shape(tf.nest.flatten(inputs)[0])[0] or 1)
     specs = [tf.nest.map_structure(lambda x: _spec(x, batch), example) for example in (inputs, targets)]

@@ -115,10 +115,10 @@ def _benchmark_builder(name: str, config_text: str) -> Callable[[], tuple]:
 
 
 def _call_spec(spec: str) -> tuple:
-    from graphs.torch_import import _check_spec_result, _import_target
+    from graphs.specs import call_spec
+    from graphs.torch_import import _check_spec_result
 
-    target, _, func_name = spec.rpartition(":")
-    return _check_spec_result(spec, getattr(_import_target(spec, target), func_name)())
+    return _check_spec_result(spec, call_spec(spec, "torch"))
 
 
 def _materialize_model(model: nn.Module, seed: int) -> nn.Module:

@@ -5,7 +5,7 @@ import pytest
 
 from graphs.opgraph import OpGraph
 from graphs.synthetic import synthetic_graph
-from measurers.catalog import list_machines, load_machine
+from measurers.catalog import load_machine
 from measurers.machine import Device, Link, Machine
 from measurers.placement import policy_placement
 from measurers.simulator import Simulator

@@ -6,7 +6,6 @@ import json
 import math
 import sys
 
-from graphs.errors import PlacerError
 
 
 def register(subparsers) -> None:

@@ -1,0 +1,53 @@
+"""User specs ``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION``: import the module, call the function.
+
+Both importers (PyTorch and Keras) and the real measurers that rebuild a step from its spec read specs
+the same way; every failure is one PlacerError that names the spec.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from pathlib import Path
+from typing import Callable
+
+from graphs.errors import PlacerError
+
+
+def spec_function(spec: str, what: str) -> tuple[Callable, str]:
+    """The function a spec names, and its name. ``what`` names the spec's kind in errors ("torch")."""
+    target, _, func_name = spec.rpartition(":")
+    if not target or not func_name:
+        raise PlacerError(f"{what} spec {spec!r}: expected MODULE:FUNCTION or path/to/file.py:FUNCTION")
+    func = getattr(import_target(spec, target, what), func_name, None)
+    if not callable(func):
+        raise PlacerError(f"{what} spec {spec!r}: {target!r} has no function {func_name!r}")
+    return func, func_name
+
+
+def call_spec(spec: str, what: str):
+    """Call the function a spec names (no arguments); what it raises is reported as bad input."""
+    func, func_name = spec_function(spec, what)
+    try:
+        return func()
+    except Exception as error:  # the user's code
+        raise PlacerError(f"{what} spec {spec!r}: {func_name}() raised {type(error).__name__}: {error}") from error
+
+
+def import_target(spec: str, target: str, what: str):
+    """A module by dotted name, or a Python file by path."""
+    try:
+        if target.endswith(".py") or "/" in target:
+            path = Path(target)
+            if not path.is_file():
+                raise PlacerError(f"{what} spec {spec!r}: no file {target!r}")
+            module_spec = importlib.util.spec_from_file_location(f"placer_user_{path.stem}", path)
+            module = importlib.util.module_from_spec(module_spec)
+            module_spec.loader.exec_module(module)
+            return module
+        return importlib.import_module(target)
+    except PlacerError:
+        raise
+    except Exception as error:  # ImportError, SyntaxError, or anything the module raises on import
+        raise PlacerError(f"{what} spec {spec!r}: cannot import {target!r}: {type(error).__name__}: {error}") \
+            from error
