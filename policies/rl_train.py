@@ -15,6 +15,19 @@ them. Example::
     result = train_placer(graph, machine, grouping, measurer, budget_measurements=2000,
                           config=RLConfig(trainer="reinforce", batch_size=16, seed=0))
     result.best_runtime_s, result.best_group_placement
+
+Deviations from the paper's recipe, all RLConfig defaults (tuned on nmt-2 / paper-2gpu, 32 groups, 2048
+measurements; see tests/bench/bench_convergence.py):
+
+- groups are decoded in order of the mean topological position of their forward ops
+  (``decode_order="forward_position"``), not in group-index order, so the decoder's "previous device"
+  input makes layer-contiguous pipeline stages easy to sample;
+- advantages are centered batch ranks (``rank_advantages``, see policies/reinforce.py);
+- an entropy bonus of 0.03 and a logit temperature of 3.0 (the paper: none and 1.0): both keep the
+  tanh-squashed logits from saturating, which otherwise freezes the policy on the single-GPU placement;
+- ``checkpoint_every`` 10 iterations (a checkpoint per iteration cost as much as the update itself).
+The search job (cluster/search.py) places 32 groups by default (the paper: 256): with 256 the learner
+costs ~1-4 s per iteration and REINFORCE, CEM and annealing all stall above the expert placement.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from policies.env import PlacementEnv, scored_runtime_s
 
 CHECKPOINT_FILE = "learner.pt"
 TRAINERS = ("reinforce", "ppo")
+DECODE_ORDERS = ("forward_position", "group")
 
 
 @dataclass
@@ -58,12 +72,21 @@ class RLConfig:
     """Global gradient-norm bound (the paper: 1.0)."""
     baseline_decay: float = 0.9
     """REINFORCE: moving-average baseline decay (the paper: 0.9)."""
-    entropy_coeff: float = 0.0
-    """Weight of the policy-entropy bonus in the loss."""
+    entropy_coeff: float = 0.03
+    """Weight of the policy-entropy bonus in the loss (0.03: keeps both GPUs in play; without it the policy
+    collapses onto the single-GPU placement within ~20 iterations on nmt-2)."""
+    batch_baseline: bool = False
+    """REINFORCE: baseline each reward by the mean of the other rewards of its batch (leave-one-out)
+    instead of the moving average."""
+    normalize_advantages: bool = False
+    """REINFORCE: divide advantages by the batch's reward standard deviation (scale-free rewards)."""
+    rank_advantages: bool = True
+    """REINFORCE: use each placement's centered rank in its batch, in [-0.5, 0.5], as its advantage."""
     penalty_runtime_s: float = 100.0
     """Runtime a failed/oom/timeout/crash placement is scored as (the reference: 100 s, reward -10)."""
-    temperature: float = 1.0
-    """Softmax temperature of the device logits, before the tanh squashing."""
+    temperature: float = 3.0
+    """Softmax temperature of the device logits, before the tanh squashing (3.0: at 1.0 the squashed logits
+    saturate within a few Adam steps, their gradient vanishes and the policy freezes)."""
     tanh_constant: float = 5.0
     """Device logits are squashed to +-tanh_constant (see policies/seq2seq.py for why not 1.0)."""
     logit_noise_std: float = 0.5
@@ -78,10 +101,13 @@ class RLConfig:
     """PPO: minibatch size (None: the whole batch, one gradient step per epoch)."""
     vf_loss_coeff: float = 0.5
     """PPO: weight of the value-function loss."""
-    checkpoint_every: int = 1
+    checkpoint_every: int = 10
     """Iterations between checkpoints, when a checkpoint folder is given (one is always written at the end)."""
     torch_threads: int | None = None
     """If set, torch.set_num_threads(torch_threads) for the whole process (1 is fastest on a busy 2-core box)."""
+    decode_order: str = "forward_position"
+    """Order the decoder places the groups in: 'forward_position' (by the mean topological position of each
+    group's forward ops, so runs of one device are layer-contiguous pipeline stages) or 'group' (index order)."""
     seed: int = 0
     """Seeds the network's initial weights and the sampling; same seed + noiseless measurer = same run."""
 
@@ -94,6 +120,8 @@ class RLConfig:
             raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
         if not self.penalty_runtime_s > 0:
             raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
+        if self.decode_order not in DECODE_ORDERS:
+            raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: {', '.join(DECODE_ORDERS)})")
 
     @property
     def learning_rate(self) -> float:
@@ -191,6 +219,8 @@ class _Trainer:
         from ray.rllib.core import DEFAULT_MODULE_ID
         self.module = self.learner.module[DEFAULT_MODULE_ID].unwrapped()
         self.generator = torch.Generator().manual_seed(config.seed)
+        self.order = _decode_order(env, config.decode_order)  # (G,) group placed at each decoder step
+        self.obs = np.ascontiguousarray(env.obs[self.order])  # (G, F + D): the module sees groups in that order
         self.iteration = 0
         self.measurements_used = 0
         self.best_runtime_s = math.inf
@@ -204,11 +234,13 @@ class _Trainer:
         from ray.rllib.core.columns import Columns
         noise = self._noise_std()
         self.module.logit_noise_std = noise
-        obs = np.repeat(self.env.obs[None], size, axis=0)  # (B, G, F + D)
+        obs = np.repeat(self.obs[None], size, axis=0)  # (B, G, F + D), decoder order
         t0 = time.perf_counter()
         out = self.module.forward_exploration({Columns.OBS: torch.from_numpy(obs)}, generator=self.generator)
         t1 = time.perf_counter()
-        actions = out[Columns.ACTIONS].numpy().astype(np.int64)  # (B, G)
+        decoded = out[Columns.ACTIONS].numpy().astype(np.int64)  # (B, G), decoder order
+        actions = np.empty_like(decoded)  # (B, G), group index order
+        actions[:, self.order] = decoded
         op_placements, measurements, rewards = self.env.measure_batch(actions)
         t2 = time.perf_counter()
         if on_batch is not None:
@@ -216,7 +248,7 @@ class _Trainer:
         runtimes = np.array([scored_runtime_s(m, self.env.penalty_runtime_s) if m.ok else math.inf
                              for m in measurements])  # (B,)
         self._track_best(runtimes, actions, op_placements)
-        batch = self._train_batch(obs, actions, rewards, out)
+        batch = self._train_batch(obs, decoded, rewards, out)
         t3 = time.perf_counter()
         results = self._update(batch, size)
         t4 = time.perf_counter()
@@ -281,14 +313,16 @@ class _Trainer:
 
     def result(self, stop_reason: str) -> TrainResult:
         from ray.rllib.core.columns import Columns
-        greedy = self.module.forward_inference({Columns.OBS: torch.from_numpy(self.env.obs[None])})
+        decoded = self.module.forward_inference({Columns.OBS: torch.from_numpy(self.obs[None])})
+        greedy = np.empty(self.env.num_groups, dtype=np.int64)
+        greedy[self.order] = decoded[Columns.ACTIONS][0].numpy()
         return TrainResult(
             best_group_placement=self.best_group_placement, best_op_placement=self.best_op_placement,
             best_runtime_s=self.best_runtime_s, measurements_used=self.measurements_used,
             iterations=self.iteration,
             seconds_per_update=float(np.mean(self._learner_s)) if self._learner_s else 0.0,
             seconds_per_measure_call=float(np.mean(self._measure_s)) if self._measure_s else 0.0,
-            greedy_group_placement=greedy[Columns.ACTIONS][0].numpy().astype(np.int64),
+            greedy_group_placement=greedy,
             stop_reason=stop_reason, history=self.history)
 
     # ---- checkpoints ------------------------------------------------------------------------------
@@ -321,9 +355,9 @@ class _Trainer:
         if state["shape"] != list(self.env.allowed.shape):
             raise PlacerError(f"checkpoint {path} places {state['shape'][0]} groups on {state['shape'][1]} devices, "
                               f"this run {self.env.num_groups} on {self.env.num_devices}")
-        for key in ("trainer", "hidden_size", "tanh_constant"):
-            if state["config"][key] != getattr(self.config, key):
-                raise PlacerError(f"checkpoint {path} was trained with {key}={state['config'][key]!r}, "
+        for key in ("trainer", "hidden_size", "tanh_constant", "decode_order"):
+            if state["config"].get(key, "group") != getattr(self.config, key):
+                raise PlacerError(f"checkpoint {path} was trained with {key}={state['config'].get(key, 'group')!r}, "
                                   f"this run has {getattr(self.config, key)!r}")
         self.module.load_state_dict(state["module"])
         optimizers = dict(self._optimizers())
@@ -336,6 +370,15 @@ class _Trainer:
         self.best_runtime_s = state["best_runtime_s"]
         self.best_group_placement = _array_or_none(state["best_group_placement"])
         self.best_op_placement = _array_or_none(state["best_op_placement"])
+
+
+def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:
+    """(G,) int64: the group the decoder places at each step."""
+    if order == "group" or env.graph is None or not hasattr(env.grouping, "op_group"):
+        return np.arange(env.num_groups, dtype=np.int64)
+    from graphs.features import forward_position
+    position = forward_position(env.graph, np.asarray(env.grouping.op_group), env.num_groups)  # (G,)
+    return np.argsort(position, kind="stable").astype(np.int64)
 
 
 def _build_learner(env: PlacementEnv, config: RLConfig):
@@ -356,7 +399,10 @@ def _build_learner(env: PlacementEnv, config: RLConfig):
         from policies.reinforce import ReinforceLearner
         algo_config = AlgorithmConfig().learners(
             learner_class=ReinforceLearner,
-            learner_config_dict={"baseline_decay": config.baseline_decay, "entropy_coeff": config.entropy_coeff})
+            learner_config_dict={"baseline_decay": config.baseline_decay, "entropy_coeff": config.entropy_coeff,
+                                 "batch_baseline": config.batch_baseline,
+                                 "normalize_advantages": config.normalize_advantages,
+                                 "rank_advantages": config.rank_advantages})
     model_config = {"hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
                     "temperature": config.temperature, "logit_noise_std": config.logit_noise_std}
     algo_config = (algo_config.framework("torch")

@@ -8,8 +8,8 @@ budget (mean over seeds), with the measurements each method needed to get within
 and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower bound for reference,
 plus the learners' seconds per update next to the time of the batched measure call they drive. Usage::
 
-    python tests/bench/bench_convergence.py [--graph nmt-2] [--machine paper-2gpu] [--budget 1536]
-        [--seeds 0] [--methods reinforce ppo cem annealing random] [--batch 32] [--groups 256]
+    python tests/bench/bench_convergence.py [--graph nmt-2] [--machine paper-2gpu] [--budget 2048]
+        [--seeds 0] [--methods reinforce ppo cem annealing random] [--batch 16] [--groups 32]
 """
 
 from __future__ import annotations
@@ -99,11 +99,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graph", default="nmt-2")
     parser.add_argument("--machine", default="paper-2gpu")
-    parser.add_argument("--budget", type=int, default=1536)
+    parser.add_argument("--budget", type=int, default=2048)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--methods", nargs="+", default=[*LEARNERS, "cem", "annealing", "random"])
-    parser.add_argument("--batch", type=int, default=32, help="learners' placements per iteration")
-    parser.add_argument("--groups", type=int, default=256)
+    parser.add_argument("--batch", type=int, default=16, help="learners' placements per iteration")
+    parser.add_argument("--groups", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
 
