@@ -114,9 +114,9 @@ def get_experiment(name: str) -> Experiment:
 @dataclass(frozen=True)
 class Settings:
     measurer: str = "sim"
-    budget: int = 1200  # measurements of each search (RL and annealing)
-    batch: int = 32  # RL placements per iteration
-    groups: int = 256
+    budget: int = 2048  # measurements of each search (RL and annealing); as `placer search`
+    batch: int = 16  # RL placements per iteration
+    groups: int = 32
     hidden_size: int = 256
     seed: int = 0
     quick: bool = False

@@ -74,7 +74,7 @@ class OpGraph:
             if dtype is object:
                 array = np.array([str(x) for x in array], dtype=object) if array.dtype != object else array
             elif array.dtype != dtype:
-                array = _checked_cast(key, array, dtype)
+                array = _checked_cast(self.name, key, array, dtype)
             array.setflags(write=False)
             object.__setattr__(self, key, array)
         self._canonicalize_edges()
@@ -169,12 +169,12 @@ class OpGraph:
         }
 
 
-def _checked_cast(key: str, array: np.ndarray, dtype) -> np.ndarray:
+def _checked_cast(name: str, key: str, array: np.ndarray, dtype) -> np.ndarray:
     if array.size and not np.issubdtype(array.dtype, np.number) and array.dtype != bool:
-        raise PlacerError(f"graph field {key!r} must be numeric, got {array.dtype}")
+        raise PlacerError(f"graph {name!r}: field {key!r} must be numeric, got {array.dtype}")
     if np.issubdtype(dtype, np.integer) and array.size and np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
-            raise PlacerError(f"graph field {key!r} must hold whole numbers")
+            raise PlacerError(f"graph {name!r}: field {key!r} must hold whole numbers")
     return array.astype(dtype)
 
 

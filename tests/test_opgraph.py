@@ -1,0 +1,149 @@
+"""The OpGraph IR and its file format: validation, canonical edges, hashing, exact round trip, bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from graphs.errors import PlacerError
+from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
+from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, kind_bit
+from graphs.registry import load_graph
+
+
+def _diamond(**overrides) -> OpGraph:
+    """a -> b, a -> c, b -> d, c -> d with hand-picked sizes."""
+    fields = dict(
+        name="diamond", framework="manual",
+        op_names=np.array(["a", "b", "c", "d"], dtype=object),
+        op_kinds=np.array(["Input", "aten.mm", "aten.relu", "aten.add"], dtype=object),
+        flops=np.array([0.0, 2e9, 1e6, 1e6]),
+        bytes_accessed=np.array([0.0, 3e6, 2e6, 3e6]),
+        out_bytes=np.array([1000, 2000, 3000, 4000]),
+        param_bytes=np.array([0, 512, 0, 0]),
+        edge_src=np.array([2, 0, 1, 0]), edge_dst=np.array([3, 1, 3, 2]), edge_bytes=np.array([3000, 1000, 2000, 1000]),
+        colocation=np.array([0, 1, 1, 2]),
+        scopes=np.array(["", "layer0", "layer0", "head"], dtype=object),
+        phases=np.array([PHASE_CODE["other"], PHASE_CODE["forward"], PHASE_CODE["forward"], PHASE_CODE["backward"]]),
+        allowed_mask=np.array([ANY_DEVICE, ANY_DEVICE, kind_bit("gpu"), ANY_DEVICE]),
+        batch_size=8, num_params=128, source="hand-made",
+    )
+    fields.update(overrides)
+    return OpGraph(**fields)
+
+
+def test_opgraph__edges_are_sorted_and_duplicates_merged_keeping_the_larger_tensor():
+    graph = _diamond(edge_src=np.array([2, 0, 1, 0, 0]), edge_dst=np.array([3, 1, 3, 2, 1]),
+                     edge_bytes=np.array([3000, 1000, 2000, 1000, 1500]))
+    assert graph.edge_src.tolist() == [0, 0, 1, 2]
+    assert graph.edge_dst.tolist() == [1, 2, 3, 3]
+    assert graph.edge_bytes.tolist() == [1500, 1000, 2000, 3000]
+    assert graph.topo_order.tolist() == [0, 1, 2, 3]
+
+
+def test_opgraph__summary_figures():
+    summary = _diamond().summary()
+    assert (summary["ops"], summary["edges"], summary["flops"]) == (4, 4, 2e9 + 2e6)
+    assert (summary["params"], summary["param_bytes"], summary["groups"]) == (128, 512, 3)
+
+
+def test_opgraph__csr_views_list_successors_and_predecessors():
+    graph = _diamond()
+    offsets, ids = graph.pred_csr
+    assert sorted(graph.edge_src[ids[offsets[3]:offsets[4]]].tolist()) == [1, 2]
+    offsets, ids = graph.succ_csr
+    assert sorted(graph.edge_dst[ids[offsets[0]:offsets[1]]].tolist()) == [1, 2]
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    ({"edge_src": np.array([0, 1, 3]), "edge_dst": np.array([1, 3, 1]), "edge_bytes": np.array([1, 1, 1])}, "cycle"),
+    ({"edge_src": np.array([0, 2]), "edge_dst": np.array([2, 2]), "edge_bytes": np.array([1, 1])}, "feeds itself"),
+    ({"edge_src": np.array([0]), "edge_dst": np.array([7]), "edge_bytes": np.array([1])}, "outside 0..3"),
+    ({"out_bytes": np.array([1, -2, 3, 4])}, "out_bytes[1] is negative"),
+    ({"flops": np.array([0.0, np.nan, 0.0, 0.0])}, "non-finite"),
+    ({"op_names": np.array(["a", "b", "b", "d"], dtype=object)}, "'b' is not unique"),
+    ({"param_bytes": np.array([0, 1, 2])}, "param_bytes has 3 entries for 4 ops"),
+    ({"allowed_mask": np.array([0, 3, 3, 3])}, "allowed_mask"),
+    ({"out_bytes": np.array([1.5, 2, 3, 4])}, "whole numbers"),
+])
+def test_opgraph__bad_graph_is_one_clear_error(overrides, problem):
+    with pytest.raises(PlacerError, match="diamond") as info:
+        _diamond(**overrides)
+    assert problem in str(info.value)
+
+
+def test_opgraph__hash_changes_with_content_and_not_with_edge_order():
+    base = _diamond()
+    reordered = _diamond(edge_src=base.edge_src[::-1].copy(), edge_dst=base.edge_dst[::-1].copy(),
+                         edge_bytes=base.edge_bytes[::-1].copy())
+    heavier = _diamond(flops=np.array([0.0, 3e9, 1e6, 1e6]))
+    assert base.content_hash == reordered.content_hash != heavier.content_hash
+
+
+def test_io__round_trip_is_exact(tmp_path):
+    graph = _diamond(meta={"note": "x"})
+    loaded = load_graph_file(save_graph(graph, tmp_path / "g.parquet"))
+    assert loaded.content_hash == graph.content_hash
+    for key in ("op_names", "op_kinds", "scopes", "flops", "bytes_accessed", "out_bytes", "param_bytes",
+                "colocation", "phases", "allowed_mask", "edge_src", "edge_dst", "edge_bytes"):
+        assert np.array_equal(getattr(loaded, key), getattr(graph, key)), key
+        assert getattr(loaded, key).dtype == getattr(graph, key).dtype, key
+    assert (loaded.name, loaded.batch_size, loaded.num_params, loaded.meta) == ("diamond", 8, 128, {"note": "x"})
+
+
+def test_io__file_is_readable_without_project_code(tmp_path):
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    frame = pq.read_table(path).to_pandas()
+    assert frame["name"].tolist() == ["a", "b", "c", "d"]
+    assert [list(x) for x in frame["in_src"]] == [[], [0], [0], [1, 2]]
+
+
+def test_io__truncated_file_is_a_clear_error(tmp_path):
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    path.write_bytes(path.read_bytes()[:-40])
+    with pytest.raises(PlacerError, match="g.parquet.*damaged"):
+        load_graph_file(path)
+
+
+def test_io__wrong_version_and_foreign_parquet_are_clear_errors(tmp_path):
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"placer.opgraph"])
+    meta["format_version"] = FORMAT_VERSION + 1
+    pq.write_table(table.replace_schema_metadata({b"placer.opgraph": json.dumps(meta).encode()}), path)
+    with pytest.raises(PlacerError, match=f"format version {FORMAT_VERSION + 1}"):
+        load_graph_file(path)
+    pq.write_table(table.replace_schema_metadata({}), path)
+    with pytest.raises(PlacerError, match="not a placer graph"):
+        load_graph_file(path)
+
+
+def test_io__edited_content_fails_the_hash_and_a_cycle_is_named(tmp_path):
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    flops = table.column("flops").to_numpy().copy()
+    flops[1] = 1.0
+    pq.write_table(table.set_column(table.schema.get_field_index("flops"), "flops", [flops]), path)
+    with pytest.raises(PlacerError, match="content hash"):
+        load_graph_file(path)
+    in_src = table.column("in_src").to_pylist()
+    in_src[0] = [3]  # a <- d closes a cycle
+    import pyarrow as pa
+
+    in_bytes = table.column("in_bytes").to_pylist()
+    in_bytes[0] = [4000]
+    cyclic = table.set_column(table.schema.get_field_index("in_src"), "in_src", pa.array(in_src))
+    cyclic = cyclic.set_column(table.schema.get_field_index("in_bytes"), "in_bytes", pa.array(in_bytes))
+    pq.write_table(cyclic, path)
+    with pytest.raises(PlacerError, match="g.parquet.*cycle"):
+        load_graph_file(path)
+
+
+def test_registry__missing_file_and_unknown_name_are_clear_errors(tmp_path):
+    with pytest.raises(PlacerError, match="does not exist"):
+        load_graph(str(tmp_path / "nope.parquet"))
+    with pytest.raises(PlacerError, match="unknown graph 'nmt-3'"):
+        load_graph("nmt-3")
