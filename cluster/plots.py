@@ -169,7 +169,9 @@ def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = ma
     rows = read_run(run_dir)
     prefix = out_dir / manifest.run_id
     title = f"{manifest.graph_name} on {manifest.machine_name}, {manifest.policy or 'run'}"
-    curve = learning_curve(rows, run_started_at(manifest))
+    # the searched policy's own curve; the baselines scored in the same run are not its progress
+    own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
+    curve = learning_curve(rows, run_started_at(manifest), policy=own)
     curve_png = plot_learning_curve(curve, f"{prefix}__learning_curve.png", title, lower_bound_s)
     best = read_best(run_dir)
     if best is None:
