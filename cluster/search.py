@@ -159,7 +159,7 @@ def known_measurements(run_dir: Path, problem) -> dict[bytes, Measurement]:
 def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
                command: Sequence[str] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
-    ``progress(measured, best_runtime_s)`` is called after every batch."""
+    ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch."""
     from cluster import ray_setup
     from cluster.pool import MeasurerPool, PoolConfig
     from graphs.registry import load_graph
@@ -302,7 +302,7 @@ class _PolicyOutcome:
 
 
 def _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
-    tracker = _BestTracker(progress)
+    tracker = _BestTracker(progress, problem.lower_bound_s)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, known, on_batch=tracker.update)
     if config.policy in LEARNED_POLICIES:
         from policies.rl_train import CHECKPOINT_FILE, RLConfig, train_placer
@@ -333,7 +333,8 @@ def _numeric(metrics: dict) -> dict[str, float]:
 
 @dataclass
 class _BestTracker:
-    progress: Callable[[int, float], None] | None
+    progress: Callable[[int, float, float], None] | None
+    lower_bound_s: float
     measured: int = 0
     best_runtime_s: float = math.inf
 
@@ -343,7 +344,7 @@ class _BestTracker:
             if m.ok and m.runtime_s < self.best_runtime_s:
                 self.best_runtime_s = m.runtime_s
         if self.progress is not None:
-            self.progress(self.measured, self.best_runtime_s)
+            self.progress(self.measured, self.best_runtime_s, self.lower_bound_s)
 
 
 def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -> SearchResult:

@@ -86,7 +86,8 @@ def test_search__any_baseline_policy_runs_through_the_pool(local_ray, tmp_path):
 def test_search__ctrl_c_leaves_a_readable_log_with_the_best_placement(local_ray, tmp_path):
     calls = []
 
-    def progress(measured, best_runtime_s):
+    def progress(measured, best_runtime_s, lower_bound_s):
+        assert lower_bound_s > 0 and (math.isinf(best_runtime_s) or best_runtime_s >= lower_bound_s)
         calls.append(measured)
         if len(calls) == 2:
             raise KeyboardInterrupt
