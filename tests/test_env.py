@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 from graphs.errors import PlacerError
+from graphs.grouping import Grouping  # noqa: E402
 from measurers.base import Measurement
 from measurers.machine import Device, Link, Machine
 from policies.env import PlacementEnv, allowed_devices, reward_of, scored_runtime_s
@@ -22,16 +22,6 @@ def _machine() -> Machine:
     names = [d.name for d in devices]
     links = tuple(Link(a, b, 1e10, 1e-5, "bus") for a in names for b in names if a != b)
     return Machine("toy3", devices, links)
-
-
-@dataclass
-class _Grouping:  # stand-in for graphs.grouping.Grouping
-    op_group: np.ndarray  # (N,) int64
-    num_groups: int
-    group_allowed_mask: np.ndarray  # (G,) uint8
-
-    def expand(self, group_placement: np.ndarray) -> np.ndarray:
-        return np.asarray(group_placement)[..., self.op_group]
 
 
 class _CountingMeasurer:
@@ -54,7 +44,7 @@ class _CountingMeasurer:
 
 def _env(penalty_runtime_s: float = 100.0, measurer=None, allowed=(3, 2, 3, 1)) -> PlacementEnv:
     """4 groups over 6 ops; by default group 1 is gpu-only and group 3 cpu-only (kind bits cpu=1, gpu=2)."""
-    grouping = _Grouping(np.array([0, 0, 1, 2, 2, 3]), 4, np.array(allowed, dtype=np.uint8))
+    grouping = Grouping(np.array([0, 0, 1, 2, 2, 3]), 4, np.array(allowed, dtype=np.uint8))
     features = np.arange(12, dtype=np.float32).reshape(4, 3) / 10
     return PlacementEnv(None, _machine(), grouping, measurer or _CountingMeasurer(),
                         penalty_runtime_s=penalty_runtime_s, features=features)

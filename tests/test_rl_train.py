@@ -6,13 +6,13 @@ import os
 
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 
-from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from graphs.errors import PlacerError  # noqa: E402
+from graphs.grouping import Grouping  # noqa: E402
 from measurers.base import Measurement  # noqa: E402
 from measurers.machine import Device, Link, Machine  # noqa: E402
 from policies.rl_train import RLConfig, train_placer  # noqa: E402
@@ -33,16 +33,6 @@ def _machine() -> Machine:
                Device("gpu:0", "gpu", "Y", 1e13, 1e11, 2**34, 1e-6))
     return Machine("toy2", devices, (Link("cpu:0", "gpu:0", 1e10, 1e-5, "pcie"),
                                      Link("gpu:0", "cpu:0", 1e10, 1e-5, "pcie")))
-
-
-@dataclass
-class _Grouping:  # stand-in for graphs.grouping.Grouping
-    op_group: np.ndarray  # (N,) int64
-    num_groups: int
-    group_allowed_mask: np.ndarray  # (G,) uint8
-
-    def expand(self, group_placement: np.ndarray) -> np.ndarray:
-        return np.asarray(group_placement)[..., self.op_group]
 
 
 class _ToyMeasurer:
@@ -77,7 +67,7 @@ class _ToyMeasurer:
 def _train(budget: int, measurer=None, **kwargs):
     config = RLConfig(**{"batch_size": 8, "hidden_size": 32, "seed": 0, "noise_stop_iteration": 5,
                          "torch_threads": 1, **kwargs.pop("config", {})})
-    grouping = _Grouping(np.repeat(np.arange(G), 2), G, np.full(G, 3, np.uint8))
+    grouping = Grouping(np.repeat(np.arange(G), 2), G, np.full(G, 3, np.uint8))
     features = np.random.default_rng(0).normal(size=(G, 6)).astype(np.float32)
     measurer = measurer or _ToyMeasurer()
     result = train_placer(None, _machine(), grouping, measurer, budget_measurements=budget, config=config,
