@@ -23,10 +23,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from cluster.runlog import MANIFEST_FILE, RunManifest, read_manifest, read_run
+from cluster.runlog import MANIFEST_FILE, RESULT_FILE, RunManifest, read_manifest, read_run
 from graphs.errors import PlacerError
 
-RESULT_FILE = "result.json"  # a finished search's SearchResult.to_json(), written by placer reproduce
 MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
 
 

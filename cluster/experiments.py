@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from cluster.analysis import RESULT_FILE, lower_bound_of, policy_bests
-from cluster.runlog import MANIFEST_FILE, read_manifest, read_run
+from cluster.analysis import lower_bound_of, policy_bests
+from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run
 from graphs.errors import PlacerError
 
 EXPERIMENT_FILE = "experiment.json"
@@ -235,15 +235,8 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings
                           resume=None if run_dir is None else str(run_dir))
     emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))
     started = time.perf_counter()
-    result = run_search(config, command=["placer", "reproduce", cell.graph, cell.machine, policy])
-    _write_json(result.run_dir / RESULT_FILE, result.to_json())
+    result = run_search(config, command=["placer", "reproduce", cell.graph, cell.machine, policy])  # writes RESULT_FILE
     emit(RunEvent(index, total, cell, policy, "done", result.policy_best_runtime_s, time.perf_counter() - started))
-
-
-def _write_json(path: Path, payload: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(path)
 
 
 # ---- the table -----------------------------------------------------------------------------------------

@@ -14,7 +14,9 @@ checkpoint, and placements already in the log are answered from it instead of be
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from cluster.runlog import RunLogWriter, make_run_id, new_manifest, read_manifest, read_run
+from cluster.runlog import RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, read_run
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 
@@ -201,7 +203,16 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
             ray_setup.shutdown_ray()
     if outcome is None:
         raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
-    return _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started)
+    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started)
+    _write_result(run_dir, result)
+    return result
+
+
+def _write_result(run_dir: Path, result: SearchResult) -> None:
+    """``result.json``: marks the run finished (readers and `placer reproduce` look for it)."""
+    tmp = run_dir / f".{RESULT_FILE}.tmp"
+    tmp.write_text(json.dumps(result.to_json(), indent=2))
+    os.replace(tmp, run_dir / RESULT_FILE)
 
 
 def _check_config(config: SearchConfig) -> None:
@@ -250,6 +261,7 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
             raise PlacerError(f"run folder {run_dir} was made for graph hash {manifest.graph_hash}, "
                               f"but {config.graph!r} now has hash {graph.content_hash}")
         known = known_measurements(run_dir, problem)
+        (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
         return RunLogWriter.resume(run_dir, reward_fn=reward_fn), known
     run_id = make_run_id(graph.name, config.policy, config.seed)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,

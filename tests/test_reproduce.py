@@ -14,7 +14,7 @@ import pytest
 from test_analysis import write_run
 
 import cluster.search
-from cluster.analysis import RESULT_FILE
+from cluster.runlog import RESULT_FILE
 from cluster.experiments import (EXPERIMENT_FILE, METHODS, cell_results, get_experiment, run_experiment,
                                  settings_for)
 from graphs.errors import PlacerError
@@ -92,12 +92,16 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
     calls = []
 
     def fake_run_search(config, **_):
+        """Like the real one, a finished search leaves its result file."""
         calls.append(config)
         if config.resume:
-            return _FakeResult(Path(config.resume))
-        run_dir = write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget)
-        (run_dir / cluster.search.GROUPING_FILE).write_bytes(b"")
-        return _FakeResult(run_dir)
+            run_dir = Path(config.resume)
+        else:
+            run_dir = write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget)
+            (run_dir / cluster.search.GROUPING_FILE).write_bytes(b"")
+        result = _FakeResult(run_dir)
+        (run_dir / RESULT_FILE).write_text(json.dumps(result.to_json()))
+        return result
 
     monkeypatch.setattr(cluster.search, "run_search", fake_run_search)
     events = []

@@ -47,6 +47,8 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     assert result.best_runtime_s >= result.lower_bound_s
     assert read_manifest(result.run_dir).lower_bound_s == pytest.approx(result.lower_bound_s)
     assert read_best(result.run_dir).runtime_s == pytest.approx(result.best_runtime_s)
+    finished = json.loads((result.run_dir / "result.json").read_text())
+    assert finished["policy_best_runtime_s"] == result.policy_best_runtime_s
     assert len(read_metrics(result.run_dir)) > 0
     assert all(len(p) == 8 for p in learner_rows.placement)  # group placements, 8 groups
     data = result.to_json()
