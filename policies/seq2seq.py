@@ -31,7 +31,7 @@ hierarchical placer: hidden 512, bi-LSTM encoder, forget-gate bias 1.0, temperat
 - ``tanh_constant`` 5.0 (reference 1.0): with 1.0 a group's device probability cannot exceed 0.88 on two
   devices, so a 256-group placement with every group on one GPU (the best one for RNNLM) would almost never
   be sampled; 5.0 allows 0.99995 per group.
-- ``temperature`` 1.0 here; the trainer's ``RLConfig`` passes 3.0 (at 1.0 the squashed logits saturate
+- ``temperature`` 1.0 here; the trainer's ``RLConfig`` passes 2.0 (at 1.0 the squashed logits saturate
   within a few Adam steps and their gradient vanishes). ``logit_noise_std`` 0.5 (set per iteration by the trainer, which decays it to 0).
 - Attention is multiplicative (Luong's "general" form) where the reference's is additive,
   ``v·tanh(W1 enc + W2 h)``: the additive form keeps a (B, G, H) tensor per decoder step for the backward
