@@ -58,3 +58,31 @@ def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None
 def make_graph():
     """The ``build_graph`` helper: ``make_graph([(0, 1), (1, 2, 1024)], flops=[...], ...)``."""
     return build_graph
+
+
+def fake_gpu_cluster(labels: dict | None = None, num_nodes: int = 2, gpus_per_node: int = 4):
+    """A Ray cluster on this machine: a 1-CPU head and ``num_nodes`` nodes of fake GPUs (no CPUs, so
+    measurer actors need ``num_cpus=0``). A generator for module fixtures: ``yield from fake_gpu_cluster()``."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():  # another module's Ray: this one needs its own cluster
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    for _ in range(num_nodes):
+        cluster.add_node(num_cpus=0, num_gpus=gpus_per_node, labels=labels or {})
+    ray.init(address=cluster.address)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny tensors: one torch thread avoids OpenMP barrier stalls on a busy 2-core machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

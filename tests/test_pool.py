@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import ray
-from conftest import build_graph
-from ray.cluster_utils import Cluster
+from conftest import build_graph, fake_gpu_cluster
 
 from cluster.pool import MeasurerPool, PoolConfig
 from cluster.ray_setup import gpu_nodes, init_ray, list_nodes
@@ -46,15 +45,7 @@ class SleepMeasurer:
 
 @pytest.fixture(scope="module")
 def cluster():
-    if ray.is_initialized():  # another module's Ray: this one needs its own cluster
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(num_cpus=0, num_gpus=4, labels={"placer/role": "measurer"})
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    yield from fake_gpu_cluster(labels={"placer/role": "measurer"})
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,7 @@ import time
 import numpy as np
 import pytest
 import ray
-from conftest import build_graph
-from ray.cluster_utils import Cluster
+from conftest import build_graph, fake_gpu_cluster
 
 from cluster.pool import MeasurerPool, PoolConfig
 from cluster.runlog import RunLogWriter, new_manifest, read_run
@@ -49,15 +48,7 @@ def _sleepers(n: int, ms: int, start: int = 0) -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    if ray.is_initialized():  # another module's Ray: this one needs its own cluster
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    for _ in range(2):
-        cluster.add_node(num_cpus=0, num_gpus=4)
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    yield from fake_gpu_cluster()
 
 
 @pytest.fixture

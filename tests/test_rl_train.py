@@ -21,11 +21,8 @@ G = 10  # groups, two ops each
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
 
 
 def _machine() -> Machine:

@@ -19,12 +19,8 @@ G, D, F = 7, 3, 4
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny tensors: one thread avoids OpenMP barrier stalls on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
 
 
 def _module(hidden_size: int = 16, noise: float = 0.0, seed: int = 0) -> Seq2SeqPlacer:
