@@ -257,7 +257,8 @@ class RunLogWriter:
             result.actor_id, result.node_id, _seconds_to_us(result.submitted_at),
             _seconds_to_us(result.started_at), _seconds_to_us(result.finished_at), bool(result.cache_hit),
             m.error))
-        better = self._best is None or m.runtime_s < self._best.runtime_s
+        # ties go to the smaller placement, so the best does not depend on the order results arrived in
+        better = self._best is None or (m.runtime_s, tuple(placement)) < (self._best.runtime_s, self._best.placement)
         if m.status == "ok" and math.isfinite(m.runtime_s) and better:
             self._best = BestPlacement(self.manifest.run_id, seq, float(m.runtime_s), tuple(placement),
                                        dt.datetime.now(dt.timezone.utc).isoformat())

@@ -115,6 +115,14 @@ def test_runlog__best_placement_is_fastest_ok(tmp_path, manifest):
     assert (best.seq, best.runtime_s, best.placement) == (2, 2.0, (2, 1, 2))
 
 
+@pytest.mark.parametrize("order", [(3, 1), (1, 3)])
+def test_runlog__best_placement_tie_goes_to_the_smaller_placement_in_any_arrival_order(tmp_path, manifest, order):
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        for i in order:
+            log.append(_result(i, runtime_s=2.0))
+    assert read_best(tmp_path / manifest.run_id).placement == (1, 1, 2)
+
+
 def test_runlog__resume_continues_sequence_and_files(tmp_path, manifest):
     with RunLogWriter.create(tmp_path, manifest) as log:
         for i in range(3):
