@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from cluster.analysis import lower_bound_of, policy_bests
-from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run
+from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
 
 EXPERIMENT_FILE = "experiment.json"
@@ -187,9 +187,7 @@ def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Set
     folder.mkdir(parents=True, exist_ok=True)
     payload = {"experiment": experiment.name, "title": experiment.title, "settings": asdict(settings),
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    tmp = folder / f".{EXPERIMENT_FILE}.tmp"
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(payload, indent=2))
 
 
 def read_settings(folder: Path) -> Settings:

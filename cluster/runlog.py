@@ -166,7 +166,8 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
             tmp.unlink()
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so a reader sees the old file or the whole new one, never a part."""
     _write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
@@ -220,7 +221,7 @@ class RunLogWriter:
             raise PlacerError(f"run folder {folder} already exists (resume it, or pick another run id)")
         (folder / MEASUREMENTS_DIR).mkdir(parents=True)
         (folder / METRICS_DIR).mkdir()
-        _write_text_atomic(folder / MANIFEST_FILE, manifest.to_json())
+        write_text_atomic(folder / MANIFEST_FILE, manifest.to_json())
         return cls(folder, manifest, **options)
 
     @classmethod
@@ -310,7 +311,7 @@ class RunLogWriter:
                 self._next_part += 1
                 buffer.rows.clear()
         if self._best_dirty:
-            _write_text_atomic(self.folder / BEST_FILE, json.dumps(dataclasses.asdict(self._best), indent=2))
+            write_text_atomic(self.folder / BEST_FILE, json.dumps(dataclasses.asdict(self._best), indent=2))
             self._best_dirty = False
         self._last_flush = time.monotonic()
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,7 +23,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from cluster.runlog import RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, read_run
+from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, read_run,
+                            write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 
@@ -210,9 +210,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
 
 def _write_result(run_dir: Path, result: SearchResult) -> None:
     """``result.json``: marks the run finished (readers and `placer reproduce` look for it)."""
-    tmp = run_dir / f".{RESULT_FILE}.tmp"
-    tmp.write_text(json.dumps(result.to_json(), indent=2))
-    os.replace(tmp, run_dir / RESULT_FILE)
+    write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
 
 
 def _check_config(config: SearchConfig) -> None:
