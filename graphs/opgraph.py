@@ -178,6 +178,25 @@ def _checked_cast(name: str, key: str, array: np.ndarray, dtype) -> np.ndarray:
     return array.astype(dtype)
 
 
+def colocation_groups(num_ops: int, pairs: list) -> np.ndarray:
+    """(N,) int64 dense group ids (numbered by first op) from union-find over ``pairs``."""
+    parent = list(range(num_ops))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    roots = np.array([find(i) for i in range(num_ops)], dtype=np.int64)
+    _, dense = np.unique(roots, return_inverse=True)
+    return dense.astype(np.int64)
+
+
 def validate(graph: OpGraph) -> None:
     """Raise PlacerError naming the first problem: lengths, ranges, signs, uniqueness, cycles."""
     n, where = graph.num_ops, f"graph {graph.name!r}"

@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, kind_bit
+from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit
 from graphs.tf_flatten import RESOURCE_EDGE, FlatOp
 
 GRADIENT_SCOPE = re.compile(r"(gradient_tape|gradients)(_\d+)?")
@@ -245,32 +245,18 @@ def _topo(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]:
 
 
 def _colocation(flat, keep, roles, owner, index, phases, data_edges) -> np.ndarray:
-    n = len(keep)
-    parent = list(range(n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a: int, b: int) -> None:
-        parent[find(a)] = find(b)
-
+    pairs: list[tuple[int, int]] = []
     by_name = {flat[old].name: new for new, old in enumerate(keep)}
     for new, old in enumerate(keep):
         for p, size in flat[old].inputs:  # reads and writes of a parameter; writes of other state
             is_read = flat[old].kind == "ReadVariableOp"
             if size == RESOURCE_EDGE and (roles[owner[p]] == PARAM or roles[owner[p]] == STATE and not is_read):
-                union(new, index[owner[p]])
+                pairs.append((new, index[owner[p]]))
         for target in flat[old].colocate_with:
             if target in by_name:
-                union(new, by_name[target])
-    for op, variable in _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges):
-        union(op, variable)
-    roots = [find(x) for x in range(n)]
-    dense: dict[int, int] = {}
-    return np.array([dense.setdefault(r, len(dense)) for r in roots], dtype=np.int64)  # (N,)
+                pairs.append((new, by_name[target]))
+    pairs += _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges)
+    return colocation_groups(len(keep), pairs)  # (N,)
 
 
 def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges):

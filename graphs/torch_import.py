@@ -36,7 +36,7 @@ from torch import nn
 from torch._subclasses import FakeTensorMode
 
 from graphs.errors import PlacerError
-from graphs.opgraph import OpGraph
+from graphs.opgraph import OpGraph, colocation_groups
 from graphs.torch_recorder import GradFnStamper, OpRecorder, OpTable, tensor_bytes
 
 
@@ -193,25 +193,6 @@ def _to_opgraph(table: OpTable, name: str, batch_size: int, num_params: int, sou
         scopes=np.array(table.scopes, dtype=object), phases=np.array(table.phases, dtype=np.int8),
         batch_size=batch_size, num_params=num_params, source=source, meta=meta,
     )
-
-
-def colocation_groups(num_ops: int, pairs: list) -> np.ndarray:
-    """(N,) int64 dense group ids (numbered by first op) from union-find over ``pairs``."""
-    parent = list(range(num_ops))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    roots = np.array([find(i) for i in range(num_ops)], dtype=np.int64)
-    _, dense = np.unique(roots, return_inverse=True)
-    return dense.astype(np.int64)
 
 
 def import_torch_spec(spec: str) -> OpGraph:

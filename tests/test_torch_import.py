@@ -12,7 +12,8 @@ from torch import nn
 
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
-from graphs.torch_import import colocation_groups, import_torch_spec, trace_training_step
+from graphs.opgraph import colocation_groups
+from graphs.torch_import import import_torch_spec, trace_training_step
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
