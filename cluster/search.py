@@ -55,6 +55,9 @@ class SearchConfig:
     groups: int = 32
     """Groups the graph is coarsened to; the policy places groups (32: the learner searches 2048
     placements of nmt-2 in under a minute and finds better ones than with 256, see policies/rl_train.py)."""
+    grouping: str = "scope"
+    """How ops become groups (graphs.grouping METHODS); "scope" keeps every group inside one layer of the
+    model (METIS for graphs without scopes)."""
     seed: int = 0
     runs: int | None = None
     """Timed runs per placement (median reported); None: 1 for the simulator, 5 for real measurers."""
@@ -222,6 +225,9 @@ def _check_config(config: SearchConfig) -> None:
         raise PlacerError(f"--groups must be at least 1, got {config.groups}")
     if config.time_limit_s is not None and not config.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
+    from graphs.grouping import METHODS
+    if config.grouping not in METHODS:
+        raise PlacerError(f"--grouping must be one of {', '.join(METHODS)}, got {config.grouping!r}")
     if config.policy not in LEARNED_POLICIES:
         from policies.base import make_policy
 
@@ -232,7 +238,8 @@ def _problem(graph, machine, config: SearchConfig):
     from graphs.grouping import Grouping
     from policies.base import make_problem
 
-    problem = make_problem(graph, machine, max_groups=config.groups, seed=config.seed)
+    problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
+                           seed=config.seed)
     if config.resume:
         path = Path(config.resume) / GROUPING_FILE
         if not path.is_file():

@@ -10,6 +10,12 @@ allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
   predecessor, then merge along the heaviest edges while a group stays under the average cost (small groups
   always join their heaviest neighbour), doubling the cap until at most G groups are left.
 - ``"topo"``: cut the topological order into G runs of equal cost.
+- ``"scope"``: the model's own structure: atoms are keyed by their name scope, cut at the deepest level
+  that gives at most G keys (``encoder.layer0``, ``attention``, ...); each key gets a share of the G groups
+  by cost (at least one), and a key with several groups is cut into runs of its topological order (for an
+  unrolled RNN layer: ranges of time steps). Every group then lies inside one layer, so placements that
+  follow the model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that
+  straddle layers cannot. A graph without scopes is grouped as ``"metis"``.
 
 The default is metis because on the benchmarks it gives the lowest share of tensor bytes crossing groups
 and the most even group costs (tests/bench/bench_grouping.py: on synthetic:100000, 5% of the bytes cross
@@ -31,7 +37,7 @@ from numba import njit
 from graphs.errors import PlacerError
 from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
 
-METHODS = ("metis", "colocation", "topo")
+METHODS = ("metis", "colocation", "topo", "scope")
 DEFAULT_METHOD = "metis"
 DEFAULT_MAX_GROUPS = 256
 # A nominal device for the cost of an op (a roofline with a fixed launch overhead): only relative costs
@@ -152,8 +158,12 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     atoms = _Atoms.of(graph)
     if atoms.count <= max_groups:
         return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)
+    if method == "scope" and len(set(graph.scopes.tolist()) - {""}) == 0:
+        method = "metis"  # nothing to follow
     if method == "metis":
         labels = _split_by_mask(_metis_labels(atoms, max_groups, seed), atoms.mask)
+    elif method == "scope":
+        labels = _split_by_mask(_scope_labels(graph, atoms, max_groups), atoms.mask)
     elif method == "topo":
         labels = _split_by_mask(_topo_labels(atoms, max_groups), atoms.mask)
     else:
@@ -270,6 +280,75 @@ def _topo_labels(atoms: _Atoms, parts: int) -> np.ndarray:
     labels = np.empty(atoms.count, dtype=np.int64)
     labels[order] = run
     return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _scope_labels(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
+    """Atoms keyed by scope (see the module docstring), each key cut into cost-proportional topo runs."""
+    keys = _atom_scope_keys(graph, atoms, parts)  # (A,) int64 dense key ids
+    count = int(keys.max()) + 1
+    key_cost = np.bincount(keys, weights=atoms.cost, minlength=count)
+    runs = _share_parts(key_cost, parts)  # (K,) groups per key, summing to max(parts, K)
+    labels = np.empty(atoms.count, dtype=np.int64)
+    next_label = 0
+    for key in range(count):
+        members = np.flatnonzero(keys == key)
+        order = members[np.lexsort((members, atoms.topo[members]))]
+        cost = atoms.cost[order]
+        center = np.cumsum(cost) - cost / 2
+        labels[order] = next_label + np.minimum((center / cost.sum() * runs[key]).astype(np.int64), runs[key] - 1)
+        next_label += runs[key]
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _atom_scope_keys(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
+    """(A,) dense ids of each atom's scope, cut at the deepest dot level with at most ``parts`` distinct keys
+    (level 1 when even that has more). An atom's scope is that of its costliest scoped op ("" if none)."""
+    cost = op_cost_s(graph)
+    scoped = np.flatnonzero(graph.scopes != "")
+    order = scoped[np.lexsort((-cost[scoped], atoms.of_op[scoped]))]  # by atom, costliest op first
+    atom_scope = np.full(atoms.count, "", dtype=object)
+    atom_of = atoms.of_op[order]
+    first = np.flatnonzero(np.r_[True, atom_of[1:] != atom_of[:-1]]) if len(order) else order
+    atom_scope[atom_of[first]] = graph.scopes[order[first]]
+    _inherit_scopes(atom_scope, atoms)
+    split = [str(s).split(".") for s in atom_scope]
+    depth = max((len(p) for p in split), default=1)
+    while depth > 1 and len({tuple(p[:depth]) for p in split}) > parts:
+        depth -= 1
+    return np.unique(np.array([".".join(p[:depth]) for p in split], dtype=object),
+                     return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _inherit_scopes(atom_scope: np.ndarray, atoms: _Atoms) -> None:
+    """Give an unscoped atom the scope of its heaviest scoped producer (else consumer), repeatedly, so a
+    loss or bookkeeping op joins the layer it feeds on instead of taking a group of its own."""
+    order = np.lexsort((atoms.dst, atoms.src, -atoms.bytes))
+    for giver, taker in ((atoms.src[order], atoms.dst[order]), (atoms.dst[order], atoms.src[order])):
+        while True:
+            open_edge = (atom_scope[giver] != "") & (atom_scope[taker] == "")
+            if not open_edge.any():
+                break
+            takers, first = np.unique(taker[open_edge], return_index=True)  # the heaviest edge of each
+            atom_scope[takers] = atom_scope[giver[open_edge][first]]
+
+
+def _share_parts(cost: np.ndarray, parts: int) -> np.ndarray:
+    """(K,) int64: ``parts`` split over K keys in proportion to ``cost``, at least one each (largest
+    remainders get the rest)."""
+    count = len(cost)
+    share = np.ones(count, dtype=np.int64)
+    spare = parts - count
+    if spare <= 0 or cost.sum() <= 0:
+        return share
+    exact = cost / cost.sum() * parts
+    extra = np.minimum(np.maximum(np.floor(exact) - 1, 0).astype(np.int64), spare)
+    while extra.sum() > spare:  # cannot happen often: trim the largest
+        extra[np.argmax(extra)] -= 1
+    share += extra
+    left = spare - int(extra.sum())
+    remainder = exact - share
+    share[np.argsort(-remainder, kind="stable")[:left]] += 1
+    return share
 
 
 class _Forest:

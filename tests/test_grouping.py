@@ -206,3 +206,48 @@ def test_group_features__grouping_of_another_graph_is_an_error(make_graph):
     graph, _ = _hand_made(make_graph)
     with pytest.raises(PlacerError, match="grouping covers"):
         group_features(graph, Grouping.from_op_group(np.array([0, 1]), np.full(2, 3, np.uint8)))
+
+
+def _layered(make_graph, layers: int = 3, steps: int = 12):
+    """An unrolled RNN-like graph: ``layers`` scoped layers of ``steps`` ops (a chain over time, each step
+    feeding the next layer's step), a costly 'softmax' op at the end, and an unscoped loss op."""
+    n = layers * steps + 2
+    op = lambda layer, t: layer * steps + t  # noqa: E731
+    edges = [(op(k, t), op(k, t + 1), 100) for k in range(layers) for t in range(steps - 1)]
+    edges += [(op(k, t), op(k + 1, t), 10) for k in range(layers - 1) for t in range(steps)]
+    edges += [(op(layers - 1, steps - 1), n - 2, 10), (n - 2, n - 1, 10)]
+    scopes = [f"rnn.layer{k}.cell" for k in range(layers) for _ in range(steps)] + ["softmax", ""]
+    flops = np.full(n, 1e9)
+    flops[n - 2] = 4e9
+    return make_graph(edges, n, flops=flops, scopes=np.array(scopes, dtype=object))
+
+
+def test_group_ops__scope_keeps_each_group_inside_one_layer(make_graph):
+    graph = _layered(make_graph)
+    grouping = group_ops(graph, max_groups=8, method="scope")
+    assert grouping.num_groups == 8
+    layer_of = np.array([".".join(s.split(".")[:2]) for s in graph.scopes], dtype=object)
+    scoped = graph.scopes != ""
+    for g in range(grouping.num_groups):
+        assert len(set(layer_of[(grouping.op_group == g) & scoped])) == 1
+    runs = []
+    for k in range(3):  # each layer is cut into runs of consecutive time steps
+        groups = grouping.op_group[k * 12:(k + 1) * 12]
+        assert np.all(np.diff(groups) >= 0)
+        runs.append(len(set(groups)))
+    assert sorted(runs) == [2, 2, 3]  # 7 groups for 36/41 of the cost, by largest remainder
+    assert len(set(grouping.op_group[graph.scopes == "softmax"])) == 1
+
+
+def test_group_ops__scope_levels_coarsen_to_fit_the_limit(make_graph):
+    graph = _layered(make_graph)
+    three = group_ops(graph, max_groups=3, method="scope")  # "rnn" and "softmax" keys: 2 + 1 groups
+    assert three.num_groups == 3
+    assert len(set(three.op_group[:36])) == 2 and three.op_group[36] not in set(three.op_group[:36])
+
+
+def test_group_ops__scope_without_scopes_is_metis(make_graph):
+    graph = _random_dag(make_graph, 300, seed=1)
+    scope = group_ops(graph, max_groups=16, method="scope")
+    metis = group_ops(graph, max_groups=16, method="metis")
+    assert np.array_equal(scope.op_group, metis.op_group)

@@ -10,6 +10,7 @@ plus the learners' seconds per update next to the time of the batched measure ca
 
     python tests/bench/bench_convergence.py [--graph nmt-2] [--machine paper-2gpu] [--budget 2048]
         [--seeds 0] [--methods reinforce ppo cem annealing random] [--batch 16] [--groups 32]
+        [--grouping scope]
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=[*LEARNERS, "cem", "annealing", "random"])
     parser.add_argument("--batch", type=int, default=16, help="learners' placements per iteration")
     parser.add_argument("--groups", type=int, default=32)
+    parser.add_argument("--grouping", default="scope", help="grouping method (the search's default: scope)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     args = parser.parse_args()
 
@@ -116,9 +118,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     graph, machine = load_graph(args.graph), load_machine(args.machine)
-    problem = make_problem(graph, machine, max_groups=args.groups)
+    problem = make_problem(graph, machine, max_groups=args.groups, grouping_method=args.grouping)
     measurer = SimulatorMeasurer(graph, machine)
-    print(f"{args.graph} on {args.machine}: {graph.num_ops} ops, {problem.num_units} groups, budget "
+    print(f"{args.graph} on {args.machine}: {graph.num_ops} ops, {problem.num_units} {args.grouping} groups, budget "
           f"{args.budget}, seeds {args.seeds}, lower bound {problem.lower_bound_s:.4f} s; {os.cpu_count()} CPUs\n")
     marks = [max(1, int(round(f * args.budget))) for f in FRACTIONS]
     print("| method | " + " | ".join(f"best after {m}" for m in marks)
