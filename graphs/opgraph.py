@@ -49,7 +49,7 @@ class OpGraph:
     batch_size: int = 0
     num_params: int = 0  # trainable parameters (scalars) of the model
     source: str = ""  # how the graph was made, e.g. "benchmark rnnlm v1" or a file path
-    meta: dict = field(default_factory=dict)  # free-form str -> str notes, saved with the graph
+    meta: dict = field(default_factory=dict)  # free-form JSON notes, saved with the graph, not hashed
 
     def __post_init__(self) -> None:
         n = len(self.op_names)

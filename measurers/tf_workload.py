@@ -1,7 +1,8 @@
 """The real TensorFlow training step behind an imported Keras graph, as a GraphDef with named nodes.
 
 ``TFWorkload.build() -> (model, inputs, targets[, loss])`` as a Keras spec returns it (see
-`graphs.tf_import.import_keras_spec`); ``tf_workload_from_graph`` finds it from ``graph.meta["keras_spec"]``.
+`graphs.tf_import.import_keras_spec`); ``tf_workload_from_graph`` finds it from ``graph.meta``. A model
+compiled with an optimizer trains with it (as the importer does); otherwise with Adam.
 ``trace_step(workload, seed)`` builds the same training step the importer traces (forward, loss,
 GradientTape gradients, ``optimizer.apply_gradients``) as a concrete ``tf.function``, imports it with the
 importer's own code, and keeps, for every op of that import, the GraphDef node it came from, so a
@@ -44,12 +45,21 @@ class TracedStep:
 
 
 def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
+    """The step behind ``graph``: a built-in Keras benchmark (``meta["keras_step"]``: its step function and
+    settings) or a graph imported from a Keras spec (``meta["keras_spec"]``)."""
+    from graphs.tf_import import _call_builder
+
+    step = graph.meta.get("keras_step")
+    if isinstance(step, dict) and step.get("function"):
+        from graphs.specs import spec_function
+
+        function, _ = spec_function(step["function"], "keras")
+        kwargs = dict(step.get("kwargs", {}))
+        return TFWorkload(lambda: function(**kwargs), f"{step['function']} {kwargs}")
     spec = graph.meta.get("keras_spec")
     if not spec:
         raise PlacerError(f"graph {graph.name!r} (source {graph.source!r}) cannot be rebuilt as a real TensorFlow "
-                          "step: the tf measurer needs a graph imported from a Keras spec")
-    from graphs.tf_import import _call_builder
-
+                          "step: the tf measurer needs a Keras benchmark or a graph imported from a Keras spec")
     return TFWorkload(lambda: _call_builder(spec), spec)
 
 
@@ -59,7 +69,7 @@ def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
 
     from graphs.tf_assemble import build_opgraph
     from graphs.tf_flatten import flatten_graph
-    from graphs.tf_import import _spec, keras_train_step
+    from graphs.tf_import import _leading_dim, _spec, keras_train_step
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
@@ -67,7 +77,7 @@ def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
     model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
     train_step, optimizer = keras_train_step(model, loss)
 
-    batch = int(np.shape(tf.nest.flatten(inputs)[0])[0] or 1)
+    batch = _leading_dim(inputs) or 1
     specs = [tf.nest.map_structure(lambda x: _spec(x, batch), example) for example in (inputs, targets)]
     concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
     flat = flatten_graph(concrete.graph, batch)

@@ -61,10 +61,17 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
 def test_search__same_seed_same_best_placement(local_ray, tmp_path):
     first = run_search(_config(tmp_path / "a"))
     second = run_search(_config(tmp_path / "b"))
-    def learner_best(result):  # results may arrive in another order: ties go to the smaller placement
-        rows = read_run(result.run_dir).query("policy == 'reinforce' and status == 'ok'")
-        return min((r.runtime_s, tuple(int(d) for d in r.placement)) for r in rows.itertuples())
+    def learner_rows(result):  # in submission order: (iteration, placement, status, runtime_s)
+        rows = read_run(result.run_dir).query("policy == 'reinforce'")
+        return sorted((int(r.iteration), tuple(int(d) for d in r.placement), r.status, r.runtime_s)
+                      for r in rows.itertuples())
 
+    def learner_best(result):  # results may arrive in another order: ties go to the smaller placement
+        return min((r[3], r[1]) for r in learner_rows(result) if r[2] == "ok")
+
+    first_rows, second_rows = learner_rows(first), learner_rows(second)
+    diverged = next((pair for pair in zip(first_rows, second_rows) if pair[0] != pair[1]), None)
+    assert diverged is None, f"same seed, different runs; first difference: {diverged}"
     assert first.policy_best_runtime_s == second.policy_best_runtime_s
     assert learner_best(first) == learner_best(second)
     assert read_best(first.run_dir).placement == read_best(second.run_dir).placement

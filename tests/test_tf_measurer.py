@@ -139,3 +139,21 @@ def test_profile_tf__times_from_run_metadata_for_the_ops_that_ran(graph, measure
     assert set(profile.op_names) <= named and (profile.time_s >= 0).all()
     assert not {graph.op_names[i] for i, k in enumerate(graph.op_kinds) if k in ("Variable", "Input")} & set(
         profile.op_names)
+
+
+@pytest.mark.slow
+def test_tf_measurer__rebuilds_a_builtin_keras_benchmark_from_its_saved_graph(tmp_path):
+    """A built-in Keras benchmark (ResNet-50, shrunk) keeps its step function in the graph file's meta, so
+    the TensorFlow measurer runs it placed over three devices."""
+    from graphs.benchmarks.keras_models import build_resnet50
+    from graphs.io import load_graph_file, save_graph
+
+    path = tmp_path / "resnet.parquet"
+    save_graph(build_resnet50(batch_size=2, image_size=32, num_classes=10), path)
+    graph = load_graph_file(path)
+    assert graph.meta["keras_step"]["kwargs"]["image_size"] == 32
+    measurer = TFMeasurer(graph, three_cpus(), runs=1, warmup=0)
+    placement = group_placement(graph, seed=0)
+    result = measurer.measure([placement])[0]
+    assert result.status == "ok" and result.runtime_s > 0, result.error
+    assert len(set(measurer.traced().effective_placement(placement).tolist())) == 3

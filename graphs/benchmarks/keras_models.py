@@ -24,15 +24,10 @@ def build_inception_v3(batch_size: int = 32, image_size: int = 299, num_classes:
                        aux_head: bool = True, optimizer: str = "sgd") -> OpGraph:
     """Inception-V3 training step; the auxiliary head sits on ``mixed7`` as published (5x5 average pool,
     stride 3; 1x1 conv 128; 5x5 conv 768; fully connected ``num_classes``), loss = main + 0.4 aux."""
-    import keras
-
-    from graphs.tf_import import trace_keras_training_step
-
-    model = inception_v3_model(image_size, num_classes, aux_head)
-    loss = _aux_loss if aux_head else keras.losses.SparseCategoricalCrossentropy()
-    graph = trace_keras_training_step(model, *_example_batch(batch_size, image_size), loss=loss,
-                                      optimizer=_optimizer(optimizer), name="inception-v3",
-                                      batch_size=batch_size)
+    settings = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes, aux_head=aux_head,
+                    optimizer=optimizer)
+    model, inputs, targets, loss = inception_v3_step(**settings)
+    graph = _trace(model, inputs, targets, loss, "inception-v3", "inception_v3_step", settings)
     blocks = _inception_blocks(model)
     scopes = [_prefixed_scope(s, blocks) for s in graph.scopes]
     return dataclasses.replace(graph, scopes=np.array(scopes, dtype=object),
@@ -43,16 +38,41 @@ def build_inception_v3(batch_size: int = 32, image_size: int = 299, num_classes:
 def build_resnet50(batch_size: int = 64, image_size: int = 224, num_classes: int = 1000,
                    optimizer: str = "sgd") -> OpGraph:
     """ResNet-50 (He et al. 2016, keras.applications) training step with sparse cross-entropy."""
-    import keras
-
-    from graphs.tf_import import trace_keras_training_step
-
-    model = resnet50_model(image_size, num_classes)
-    graph = trace_keras_training_step(model, *_example_batch(batch_size, image_size),
-                                      loss=keras.losses.SparseCategoricalCrossentropy(),
-                                      optimizer=_optimizer(optimizer), name="resnet-50", batch_size=batch_size)
+    settings = dict(batch_size=batch_size, image_size=image_size, num_classes=num_classes, optimizer=optimizer)
+    graph = _trace(*resnet50_step(**settings), "resnet-50", "resnet50_step", settings)
     return dataclasses.replace(graph, source=f"benchmark resnet-50 (keras.applications, batch {batch_size}, "
                                              f"{image_size}x{image_size}, {optimizer})")
+
+
+def inception_v3_step(batch_size: int = 32, image_size: int = 299, num_classes: int = 1000, aux_head: bool = True,
+                      optimizer: str = "sgd") -> tuple:
+    """``(model compiled with its optimizer, input spec, target spec, loss)``: what the importer traces and
+    the TensorFlow measurer rebuilds (``graph.meta["keras_step"]``)."""
+    import keras
+
+    model = inception_v3_model(image_size, num_classes, aux_head)
+    model.compile(optimizer=_optimizer(optimizer))
+    loss = _aux_loss if aux_head else keras.losses.SparseCategoricalCrossentropy()
+    return (model, *_example_batch(batch_size, image_size), loss)
+
+
+def resnet50_step(batch_size: int = 64, image_size: int = 224, num_classes: int = 1000,
+                  optimizer: str = "sgd") -> tuple:
+    """As ``inception_v3_step``, for ResNet-50 with sparse cross-entropy."""
+    import keras
+
+    model = resnet50_model(image_size, num_classes)
+    model.compile(optimizer=_optimizer(optimizer))
+    return (model, *_example_batch(batch_size, image_size), keras.losses.SparseCategoricalCrossentropy())
+
+
+def _trace(model, inputs, targets, loss, name: str, step_function: str, settings: dict) -> OpGraph:
+    from graphs.tf_import import trace_keras_training_step
+
+    graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name,
+                                      batch_size=settings["batch_size"])
+    graph.meta["keras_step"] = {"function": f"{__name__}:{step_function}", "kwargs": settings}
+    return graph
 
 
 def inception_v3_model(image_size: int = 299, num_classes: int = 1000, aux_head: bool = True):
