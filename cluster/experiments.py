@@ -117,6 +117,7 @@ class Settings:
     budget: int = 2048  # measurements of each search (RL and annealing); as `placer search`
     batch: int = 16  # RL placements per iteration
     groups: int = 32
+    grouping: str = "scope"  # as `placer search`
     hidden_size: int = 256
     seed: int = 0
     quick: bool = False
@@ -177,9 +178,8 @@ def run_experiment(name: str, out: str | os.PathLike, settings: Settings,
 def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Settings) -> None:
     path = folder / EXPERIMENT_FILE
     if path.is_file():
-        saved = json.loads(path.read_text())
-        old = saved.get("settings", {})
-        for key in ("measurer", "quick", "groups", "seed"):
+        old = asdict(read_settings(folder))
+        for key in ("measurer", "quick", "groups", "grouping", "seed"):
             if old.get(key) != getattr(settings, key):
                 raise PlacerError(f"{folder} holds the {experiment.name} experiment with {key}={old.get(key)!r}, "
                                   f"not {getattr(settings, key)!r}: pick another --out")
@@ -194,8 +194,8 @@ def read_settings(folder: Path) -> Settings:
     path = Path(folder) / EXPERIMENT_FILE
     if not path.is_file():
         raise PlacerError(f"{folder} is not an experiment folder (no {EXPERIMENT_FILE})")
-    data = json.loads(path.read_text())
-    return Settings(**{k: v for k, v in data.get("settings", {}).items() if k in Settings.__dataclass_fields__})
+    saved = {"grouping": "metis", **json.loads(path.read_text()).get("settings", {})}  # older folders: METIS
+    return Settings(**{k: v for k, v in saved.items() if k in Settings.__dataclass_fields__})
 
 
 def find_cell_run(cell_dir: Path, policy: str) -> Path | None:
@@ -228,7 +228,7 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings
     cell_dir.mkdir(parents=True, exist_ok=True)
     config = SearchConfig(graph=cell.graph, machine=cell.machine, policy=policy, measurer=settings.measurer,
                           budget=settings.budget, batch=settings.batch, groups=settings.groups,
-                          seed=settings.seed, out=str(cell_dir), hidden_size=settings.hidden_size,
+                          grouping=settings.grouping, seed=settings.seed, out=str(cell_dir), hidden_size=settings.hidden_size,
                           baselines=PAPER_BASELINES + EXTRA_BASELINES if policy == "reinforce" else (),
                           resume=None if run_dir is None else str(run_dir))
     emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))

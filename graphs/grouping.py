@@ -158,7 +158,7 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     atoms = _Atoms.of(graph)
     if atoms.count <= max_groups:
         return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)
-    if method == "scope" and len(set(graph.scopes.tolist()) - {""}) == 0:
+    if method == "scope" and not np.any(graph.scopes != ""):
         method = "metis"  # nothing to follow
     if method == "metis":
         labels = _split_by_mask(_metis_labels(atoms, max_groups, seed), atoms.mask)
@@ -273,30 +273,31 @@ def _metis(count: int, cost: np.ndarray, src: np.ndarray, dst: np.ndarray, size:
 
 def _topo_labels(atoms: _Atoms, parts: int) -> np.ndarray:
     """Cut the atoms, in topological order, into ``parts`` consecutive runs of equal cost."""
-    order = np.lexsort((np.arange(atoms.count), atoms.topo))
+    labels = _cost_runs(np.arange(atoms.count, dtype=np.int64), atoms, parts)
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _cost_runs(members: np.ndarray, atoms: _Atoms, parts: int) -> np.ndarray:
+    """(A,) dense run ids 0..parts-1 of ``members`` (atom ids; the others get -1) cut, in topological order,
+    into ``parts`` consecutive runs of equal cost."""
+    order = members[np.lexsort((members, atoms.topo[members]))]
     cost = atoms.cost[order]
     center = np.cumsum(cost) - cost / 2
-    run = np.minimum((center / cost.sum() * parts).astype(np.int64), parts - 1)
-    labels = np.empty(atoms.count, dtype=np.int64)
-    labels[order] = run
-    return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
+    labels = np.full(atoms.count, -1, dtype=np.int64)
+    labels[order] = np.minimum((center / cost.sum() * parts).astype(np.int64), parts - 1)
+    return labels
 
 
 def _scope_labels(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
     """Atoms keyed by scope (see the module docstring), each key cut into cost-proportional topo runs."""
     keys = _atom_scope_keys(graph, atoms, parts)  # (A,) int64 dense key ids
     count = int(keys.max()) + 1
-    key_cost = np.bincount(keys, weights=atoms.cost, minlength=count)
-    runs = _share_parts(key_cost, parts)  # (K,) groups per key, summing to max(parts, K)
+    runs = _share_parts(np.bincount(keys, weights=atoms.cost, minlength=count), parts)  # (K,) groups per key
     labels = np.empty(atoms.count, dtype=np.int64)
-    next_label = 0
+    first_label = np.concatenate([[0], np.cumsum(runs)[:-1]])  # (K,)
     for key in range(count):
         members = np.flatnonzero(keys == key)
-        order = members[np.lexsort((members, atoms.topo[members]))]
-        cost = atoms.cost[order]
-        center = np.cumsum(cost) - cost / 2
-        labels[order] = next_label + np.minimum((center / cost.sum() * runs[key]).astype(np.int64), runs[key] - 1)
-        next_label += runs[key]
+        labels[members] = first_label[key] + _cost_runs(members, atoms, int(runs[key]))[members]
     return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
 
 
@@ -333,21 +334,11 @@ def _inherit_scopes(atom_scope: np.ndarray, atoms: _Atoms) -> None:
 
 
 def _share_parts(cost: np.ndarray, parts: int) -> np.ndarray:
-    """(K,) int64: ``parts`` split over K keys in proportion to ``cost``, at least one each (largest
-    remainders get the rest)."""
-    count = len(cost)
-    share = np.ones(count, dtype=np.int64)
-    spare = parts - count
-    if spare <= 0 or cost.sum() <= 0:
-        return share
-    exact = cost / cost.sum() * parts
-    extra = np.minimum(np.maximum(np.floor(exact) - 1, 0).astype(np.int64), spare)
-    while extra.sum() > spare:  # cannot happen often: trim the largest
-        extra[np.argmax(extra)] -= 1
-    share += extra
-    left = spare - int(extra.sum())
-    remainder = exact - share
-    share[np.argsort(-remainder, kind="stable")[:left]] += 1
+    """(K,) int64: one group per key, then each of the ``parts - K`` spare groups to the key whose groups
+    are heaviest on average (so the costliest groups are as light as they can be)."""
+    share = np.ones(len(cost), dtype=np.int64)
+    for _ in range(max(parts - len(cost), 0)):
+        share[np.argmax(cost / share)] += 1
     return share
 
 
