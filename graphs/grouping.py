@@ -15,13 +15,16 @@ allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
   by cost (at least one), and a key with several groups is cut into runs of its topological order (for an
   unrolled RNN layer: ranges of time steps). Every group then lies inside one layer, so placements that
   follow the model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that
-  straddle layers cannot. A graph without scopes is grouped as ``"metis"``.
+  straddle layers cannot. A graph without scopes, or with more top-level scopes than G (ResNet-50's
+  Keras layer names), is grouped as ``"metis"``.
 
-The default is metis because on the benchmarks it gives the lowest share of tensor bytes crossing groups
+``group_ops`` defaults to metis because on the benchmarks it gives the lowest share of tensor bytes crossing groups
 and the most even group costs (tests/bench/bench_grouping.py: on synthetic:100000, 5% of the bytes cross
 against 9% for colocation and 49% for topo, with the heaviest group at 1.5x the mean cost against 2.0x for
 colocation; on rnnlm / nmt all three methods cut about a third of the bytes, which is dominated by Variables
 read at every time step). "colocation" is 3-5x faster; "topo" is the fastest and keeps groups in order.
+The search (``placer search``) uses "scope": on nmt-2/nmt-4 the learner's best placement of 32 scope groups
+is 20-30% faster than the expert's, while with 32 METIS groups it lost to the expert on nmt-4 (BENCHMARKS.md).
 
 Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
 same heavy-edge passes. Results depend only on the graph, G, the method and (for metis) the seed.
@@ -158,12 +161,13 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     atoms = _Atoms.of(graph)
     if atoms.count <= max_groups:
         return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)
-    if method == "scope" and not np.any(graph.scopes != ""):
-        method = "metis"  # nothing to follow
+    keys = _atom_scope_keys(graph, atoms, max_groups) if method == "scope" else None
+    if method == "scope" and keys is None:
+        method = "metis"  # no scopes, or more top-level scopes than groups: nothing to follow
     if method == "metis":
         labels = _split_by_mask(_metis_labels(atoms, max_groups, seed), atoms.mask)
     elif method == "scope":
-        labels = _split_by_mask(_scope_labels(graph, atoms, max_groups), atoms.mask)
+        labels = _split_by_mask(_scope_labels(keys, atoms, max_groups), atoms.mask)
     elif method == "topo":
         labels = _split_by_mask(_topo_labels(atoms, max_groups), atoms.mask)
     else:
@@ -288,9 +292,8 @@ def _cost_runs(members: np.ndarray, atoms: _Atoms, parts: int) -> np.ndarray:
     return labels
 
 
-def _scope_labels(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
-    """Atoms keyed by scope (see the module docstring), each key cut into cost-proportional topo runs."""
-    keys = _atom_scope_keys(graph, atoms, parts)  # (A,) int64 dense key ids
+def _scope_labels(keys: np.ndarray, atoms: _Atoms, parts: int) -> np.ndarray:
+    """Atoms grouped by scope key ((A,) dense ids), each key cut into cost-proportional topo runs."""
     count = int(keys.max()) + 1
     runs = _share_parts(np.bincount(keys, weights=atoms.cost, minlength=count), parts)  # (K,) groups per key
     labels = np.empty(atoms.count, dtype=np.int64)
@@ -301,9 +304,12 @@ def _scope_labels(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
     return np.unique(labels, return_inverse=True)[1].astype(np.int64).ravel()
 
 
-def _atom_scope_keys(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
-    """(A,) dense ids of each atom's scope, cut at the deepest dot level with at most ``parts`` distinct keys
-    (level 1 when even that has more). An atom's scope is that of its costliest scoped op ("" if none)."""
+def _atom_scope_keys(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray | None:
+    """(A,) dense ids of each atom's scope, cut at the deepest dot level with at most ``parts`` distinct keys;
+    None when the graph has no scopes or even the top level has more. An atom's scope is that of its
+    costliest scoped op (an unscoped atom inherits one, see ``_inherit_scopes``)."""
+    if not np.any(graph.scopes != ""):
+        return None
     cost = op_cost_s(graph)
     scoped = np.flatnonzero(graph.scopes != "")
     order = scoped[np.lexsort((-cost[scoped], atoms.of_op[scoped]))]  # by atom, costliest op first
@@ -314,8 +320,10 @@ def _atom_scope_keys(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray:
     _inherit_scopes(atom_scope, atoms)
     split = [str(s).split(".") for s in atom_scope]
     depth = max((len(p) for p in split), default=1)
-    while depth > 1 and len({tuple(p[:depth]) for p in split}) > parts:
+    while depth > 0 and len({tuple(p[:depth]) for p in split}) > parts:
         depth -= 1
+    if depth == 0:
+        return None
     return np.unique(np.array([".".join(p[:depth]) for p in split], dtype=object),
                      return_inverse=True)[1].astype(np.int64).ravel()
 

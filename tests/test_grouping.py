@@ -251,3 +251,10 @@ def test_group_ops__scope_without_scopes_is_metis(make_graph):
     scope = group_ops(graph, max_groups=16, method="scope")
     metis = group_ops(graph, max_groups=16, method="metis")
     assert np.array_equal(scope.op_group, metis.op_group)
+
+
+def test_group_ops__scope_with_more_top_level_scopes_than_groups_is_metis(make_graph):
+    graph = _random_dag(make_graph, 300, seed=1, scopes=np.array([f"layer_{i}" for i in range(300)], dtype=object))
+    scope = group_ops(graph, max_groups=16, method="scope")
+    metis = group_ops(graph, max_groups=16, method="metis")
+    assert np.array_equal(scope.op_group, metis.op_group)
