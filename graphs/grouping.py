@@ -342,11 +342,16 @@ def _inherit_scopes(atom_scope: np.ndarray, atoms: _Atoms) -> None:
 
 
 def _share_parts(cost: np.ndarray, parts: int) -> np.ndarray:
-    """(K,) int64: one group per key, then each of the ``parts - K`` spare groups to the key whose groups
-    are heaviest on average (so the costliest groups are as light as they can be)."""
-    share = np.ones(len(cost), dtype=np.int64)
-    for _ in range(max(parts - len(cost), 0)):
-        share[np.argmax(cost / share)] += 1
+    """(K,) int64: ``parts`` split over K keys in proportion to ``cost``, at least one each, the rest by
+    largest remainder. (Giving spare groups to the heaviest groups instead evens group costs, but the
+    learner then finds slower placements of nmt-2: 0.62-0.69 s against 0.47-0.57 s over three seeds.)"""
+    exact = cost / cost.sum() * parts if cost.sum() > 0 else np.zeros(len(cost))
+    share = np.maximum(np.floor(exact), 1).astype(np.int64)
+    while share.sum() > parts and share.max() > 1:  # the ones given to small keys can overshoot
+        share[np.argmax(share)] -= 1
+    left = parts - int(share.sum())
+    if left > 0:
+        share[np.argsort(-(exact - share), kind="stable")[:left]] += 1
     return share
 
 
