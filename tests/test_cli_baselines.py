@@ -60,6 +60,8 @@ def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys):
     assert code == 2 and "unknown policy 'telepathy'" in err
     code, _, err = run_json(capsys, "--budget", "0")
     assert code == 2 and "--budget" in err
+    code, _, err = run_json(capsys, "--grouping", "by-colour")
+    assert code == 2 and "unknown grouping method 'by-colour'" in err
     code = main(["baselines", "--graph", "synthetic:20", "--machine", "no-such-machine"])
     assert code == 2 and "unknown machine 'no-such-machine'" in capsys.readouterr().err
 

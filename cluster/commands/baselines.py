@@ -23,6 +23,8 @@ def register(subparsers) -> None:
                         help="measurements each search may use (heuristics use one; default 500)")
     parser.add_argument("--groups", type=int, default=256, metavar="G",
                         help="searches place at most G groups (default 256)")
+    parser.add_argument("--grouping", default="metis", help="how the searches' groups are made: metis (default), "
+                        "scope (as `placer search`), colocation or topo")
     parser.add_argument("--seed", type=int, default=0, metavar="S")
     parser.add_argument("--measurer", default="sim", choices=("sim", "torch", "tf"),
                         help="sim: the simulator in this process (default); torch|tf: real runs through the "
@@ -54,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
         raise PlacerError(f"--groups must be at least 1, got {args.groups}")
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
-    problem = make_problem(graph, machine, max_groups=args.groups, seed=args.seed)
+    problem = make_problem(graph, machine, max_groups=args.groups, grouping_method=args.grouping, seed=args.seed)
     pool = None
     if args.measurer == "sim":
         measurer = SimulatorMeasurer(graph, machine, seed=args.seed)
@@ -147,7 +149,8 @@ def print_table(table) -> None:
 def _open_log(args, graph, machine, policies):
     from cluster.runlog import RunLogWriter, make_run_id, new_manifest
 
-    config = {"policies": list(policies), "budget": args.budget, "groups": args.groups, "measurer": "sim"}
+    config = {"policies": list(policies), "budget": args.budget, "groups": args.groups, "grouping": args.grouping,
+              "measurer": "sim"}
     manifest = new_manifest(make_run_id(graph.name, "baselines", args.seed), graph, machine, seed=args.seed,
                             policy="baselines", config=config)
     return RunLogWriter.create(args.out, manifest)

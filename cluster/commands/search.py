@@ -10,7 +10,6 @@ import sys
 
 def register(subparsers) -> None:
     from cluster.search import SearchConfig
-    from graphs.grouping import METHODS
 
     d = SearchConfig()
     p = subparsers.add_parser("search", help="search placements with a learner or a baseline, measured through the pool",
@@ -25,8 +24,8 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=d.workers, help="measurer actors without GPU nodes")
     p.add_argument("--batch", type=int, default=d.batch, help=f"placements per learner iteration (default {d.batch})")
     p.add_argument("--groups", type=int, default=d.groups, help=f"groups to place (default {d.groups})")
-    p.add_argument("--grouping", default=d.grouping, choices=METHODS,
-                   help=f"how ops become groups (default {d.grouping}: one layer per group, METIS without scopes)")
+    p.add_argument("--grouping", default=d.grouping, help=f"how ops become groups: scope (default: groups inside "
+                   "one layer of the model; METIS for graphs without scopes), metis, colocation or topo")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--runs", type=int, default=None, help="timed runs per placement, median reported "
                                                          "(default 1 for sim, 5 for torch/tf)")
