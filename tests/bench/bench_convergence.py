@@ -4,8 +4,8 @@ Every method searches the same problem (graph grouped into ``--groups`` groups, 
 same in-process, noise-free simulator, the same budget and the same seeds. ``reinforce`` and ``ppo`` run
 through ``policies.rl_train.train_placer``; ``cem``, ``annealing`` and ``random`` through
 ``policies.base.make_policy``. Prints two markdown tables: the best step time after a few fractions of the
-budget (mean over seeds), with the measurements each method needed to get within 5% of its own final best;
-and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower bound for reference,
+budget (mean over seeds), each seed's final best, and the measurements each method needed to get within 5%
+of its own final best; and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower bound for reference,
 plus the learners' seconds per update next to the time of the batched measure call they drive. Usage::
 
     python tests/bench/bench_convergence.py [--graph nmt-2] [--machine paper-2gpu] [--budget 2048]
@@ -124,8 +124,9 @@ def main() -> None:
           f"{args.budget}, seeds {args.seeds}, lower bound {problem.lower_bound_s:.4f} s; {os.cpu_count()} CPUs\n")
     marks = [max(1, int(round(f * args.budget))) for f in FRACTIONS]
     print("| method | " + " | ".join(f"best after {m}" for m in marks)
-          + " | measurements to within 5% of final | wall s | learner s / update | measure s / batch |")
-    print("|---" * (len(marks) + 5) + "|", flush=True)
+          + " | final best per seed | measurements to within 5% of final | wall s | learner s / update"
+            " | measure s / batch |")
+    print("|---" * (len(marks) + 6) + "|", flush=True)
     for method in args.methods:
         curves = [run_learner(problem, measurer, method, args.budget, seed, args.batch) if method in LEARNERS
                   else run_search(problem, measurer, method, args.budget, seed) for seed in args.seeds]
@@ -136,7 +137,9 @@ def main() -> None:
         upd = np.mean([c.seconds_per_update for c in curves])
         meas = np.mean([c.seconds_per_measure_call for c in curves])
         fmt = (lambda v: "-" if math.isnan(v) else f"{v:.3f}")
-        print(f"| {method} | {cells} | {needed:.0f} | {wall:.0f} | {fmt(upd)} | {fmt(meas)} |", flush=True)
+        per_seed = " / ".join(f"{c.best_s[-1]:.4f}" for c in curves)
+        print(f"| {method} | {cells} | {per_seed} | {needed:.0f} | {wall:.0f} | {fmt(upd)} | {fmt(meas)} |",
+              flush=True)
     print("\n| reference | step time (s) |\n|---|---|")
     for name in HEURISTICS:
         print(f"| {name} | {heuristic_runtime_s(problem, measurer, name):.4f} |")
