@@ -24,7 +24,7 @@ against 9% for colocation and 49% for topo, with the heaviest group at 1.5x the 
 colocation; on rnnlm / nmt all three methods cut about a third of the bytes, which is dominated by Variables
 read at every time step). "colocation" is 3-5x faster; "topo" is the fastest and keeps groups in order.
 The search (``placer search``) uses "scope": on nmt-2/nmt-4 the learner's best placement of 32 scope groups
-is 20-30% faster than the expert's, while with 32 METIS groups it lost to the expert on nmt-4 (BENCHMARKS.md).
+is 22-31% faster than the expert's, while with 32 METIS groups it lost to the expert on nmt-4 (BENCHMARKS.md).
 
 Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
 same heavy-edge passes. Results depend only on the graph, G, the method and (for metis) the seed.

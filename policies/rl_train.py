@@ -16,8 +16,8 @@ them. Example::
                           config=RLConfig(trainer="reinforce", batch_size=16, seed=0))
     result.best_runtime_s, result.best_group_placement
 
-Deviations from the paper's recipe, all RLConfig defaults (tuned on nmt-2 / paper-2gpu, 32 groups, 2048
-measurements; see tests/bench/bench_convergence.py):
+Deviations from the paper's recipe, all RLConfig defaults (tuned on nmt-2 / paper-2gpu, 32 METIS groups,
+2048 measurements; see tests/bench/bench_convergence.py):
 
 - groups are decoded in order of the mean topological position of their forward ops
   (``decode_order="forward_position"``), not in group-index order, so the decoder's "previous device"
@@ -27,7 +27,9 @@ measurements; see tests/bench/bench_convergence.py):
   tanh-squashed logits from saturating, which otherwise freezes the policy on the single-GPU placement;
 - ``checkpoint_every`` 10 iterations (a checkpoint per iteration cost as much as the update itself).
 The search job (cluster/search.py) places 32 groups by default (the paper: 256): with 256 the learner
-costs ~1-4 s per iteration and REINFORCE, CEM and annealing all stall above the expert placement.
+costs ~1-4 s per iteration and REINFORCE, CEM and annealing all stalled above the expert placement; and
+those groups follow the model's layers (``--grouping scope``), with which the learner beats the expert on
+nmt-2 and nmt-4 (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ class RLConfig:
     temperature: float = 2.0
     """Softmax temperature of the device logits, before the tanh squashing (at 1.0 the squashed logits
     saturate within a few Adam steps, their gradient vanishes and the policy freezes; at 3.0 the policy stays
-    too flat to settle: with 32 groups, seed 0 and 2048 measurements, nmt-2 reaches 0.693 s on paper-2gpu and
+    too flat to settle: with 32 METIS groups, seed 0 and 2048 measurements, nmt-2 reaches 0.693 s on paper-2gpu and
     0.561 s on paper-4gpu at 2.0, against 0.746 s / 0.739 s at 3.0 and 0.713 s / 0.707 s at 2.5)."""
     tanh_constant: float = 5.0
     """Device logits are squashed to +-tanh_constant (see policies/seq2seq.py for why not 1.0)."""
