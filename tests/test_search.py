@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from cluster.search import SearchConfig, run_search  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GRAPH = "synthetic:300:1"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -58,23 +62,33 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     json.dumps(data)
 
 
-def test_search__same_seed_same_best_placement(local_ray, tmp_path):
-    first = run_search(_config(tmp_path / "a"))
-    second = run_search(_config(tmp_path / "b"))
-    def learner_rows(result):  # in submission order: (iteration, placement, status, runtime_s)
-        rows = read_run(result.run_dir).query("policy == 'reinforce'")
+def _cli_search(out) -> dict:
+    """`placer search` as a user runs it: a process of its own (its own local Ray), JSON result."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1"}
+    command = [sys.executable, "-m", "cluster.cli", "search", "--graph", GRAPH, "--machine", "paper-2gpu",
+               "--budget", "12", "--batch", "4", "--groups", "8", "--workers", "1", "--seed", "3",
+               "--out", str(out), "--json"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_search__same_seed_same_best_placement(tmp_path):
+    """Two runs with the same seed, graph, machine and budget (noiseless simulator) measure the same
+    placements, batch by batch, and report the same best placement."""
+    first, second = _cli_search(tmp_path / "a"), _cli_search(tmp_path / "b")
+
+    def learner_rows(result):  # (iteration, placement, status, runtime_s), arrival order within a batch aside
+        rows = read_run(result["run_dir"]).query("policy == 'reinforce'")
         return sorted((int(r.iteration), tuple(int(d) for d in r.placement), r.status, r.runtime_s)
                       for r in rows.itertuples())
 
-    def learner_best(result):  # results may arrive in another order: ties go to the smaller placement
-        return min((r[3], r[1]) for r in learner_rows(result) if r[2] == "ok")
-
     first_rows, second_rows = learner_rows(first), learner_rows(second)
+    assert len(first_rows) == 12
     diverged = next((pair for pair in zip(first_rows, second_rows) if pair[0] != pair[1]), None)
     assert diverged is None, f"same seed, different runs; first difference: {diverged}"
-    assert first.policy_best_runtime_s == second.policy_best_runtime_s
-    assert learner_best(first) == learner_best(second)
-    assert read_best(first.run_dir).placement == read_best(second.run_dir).placement
+    assert first["policy_best_runtime_s"] == second["policy_best_runtime_s"]
+    assert read_best(first["run_dir"]).placement == read_best(second["run_dir"]).placement
 
 
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
