@@ -228,7 +228,8 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings
     cell_dir.mkdir(parents=True, exist_ok=True)
     config = SearchConfig(graph=cell.graph, machine=cell.machine, policy=policy, measurer=settings.measurer,
                           budget=settings.budget, batch=settings.batch, groups=settings.groups,
-                          grouping=settings.grouping, seed=settings.seed, out=str(cell_dir), hidden_size=settings.hidden_size,
+                          grouping=settings.grouping, seed=settings.seed, out=str(cell_dir),
+                          hidden_size=settings.hidden_size,
                           baselines=PAPER_BASELINES + EXTRA_BASELINES if policy == "reinforce" else (),
                           resume=None if run_dir is None else str(run_dir))
     emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))

@@ -15,18 +15,19 @@ allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
   by cost (at least one), and a key with several groups is split by METIS on its own atoms (an unrolled
   RNN layer into ranges of time steps, an Inception block along its branches; cutting a key into runs of
   its topological order instead did as well on NMT and worse on Inception-V3, 0.833 against 0.779 s for
-  the learner on paper-4gpu). Every group then lies inside one layer, so placements that
-  follow the model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that
-  straddle layers cannot. A graph without scopes, or with more top-level scopes than G (ResNet-50's
+  the learner on paper-4gpu). Every group then lies inside one layer, so placements that follow the
+  model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that straddle
+  layers cannot. A graph without scopes, or with more top-level scopes than G (ResNet-50's
   Keras layer names), is grouped as ``"metis"``.
 
-``group_ops`` defaults to metis because on the benchmarks it gives the lowest share of tensor bytes crossing groups
-and the most even group costs (tests/bench/bench_grouping.py: on synthetic:100000, 5% of the bytes cross
-against 9% for colocation and 49% for topo, with the heaviest group at 1.5x the mean cost against 2.0x for
-colocation; on rnnlm / nmt all three methods cut about a third of the bytes, which is dominated by Variables
-read at every time step). "colocation" is 3-5x faster; "topo" is the fastest and keeps groups in order.
-The search (``placer search``) uses "scope": on nmt-2/nmt-4 the learner's best placement of 32 scope groups
-is 22-31% faster than the expert's, while with 32 METIS groups it lost to the expert on nmt-4 (BENCHMARKS.md).
+``group_ops`` defaults to metis because on the benchmarks it gives the lowest share of tensor bytes
+crossing groups and the most even group costs (tests/bench/bench_grouping.py: on synthetic:100000, 5% of
+the bytes cross against 9% for colocation and 49% for topo, with the heaviest group at 1.5x the mean cost
+against 2.0x for colocation; on rnnlm / nmt all three methods cut about a third of the bytes, which is
+dominated by Variables read at every time step). "colocation" is 3-5x faster; "topo" is the fastest and
+keeps groups in order. The search (``placer search``) uses "scope": on nmt-2 and nmt-4 the learner's best
+placement of 32 scope groups beats the expert's by a fifth or more, while with 32 METIS groups it lost to
+the expert on nmt-4 (BENCHMARKS.md).
 
 Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
 same heavy-edge passes. Results depend only on the graph, G, the method and (for metis) the seed.
@@ -320,10 +321,10 @@ def _atom_scope_keys(graph: OpGraph, atoms: _Atoms, parts: int) -> np.ndarray | 
     """(A,) dense ids of each atom's scope, cut at the deepest dot level with at most ``parts`` distinct keys;
     None when the graph has no scopes or even the top level has more. An atom's scope is that of its
     costliest scoped op (an unscoped atom inherits one, see ``_inherit_scopes``)."""
-    if not np.any(graph.scopes != ""):
+    scoped = np.flatnonzero(graph.scopes != "")
+    if not len(scoped):
         return None
     cost = op_cost_s(graph)
-    scoped = np.flatnonzero(graph.scopes != "")
     order = scoped[np.lexsort((-cost[scoped], atoms.of_op[scoped]))]  # by atom, costliest op first
     atom_scope = np.full(atoms.count, "", dtype=object)
     atom_of = atoms.of_op[order]
@@ -355,8 +356,8 @@ def _inherit_scopes(atom_scope: np.ndarray, atoms: _Atoms) -> None:
 
 def _share_parts(cost: np.ndarray, parts: int) -> np.ndarray:
     """(K,) int64: ``parts`` split over K keys in proportion to ``cost``, at least one each, the rest by
-    largest remainder. (Giving spare groups to the heaviest groups instead evens group costs, but the
-    learner then finds slower placements of nmt-2: 0.62-0.69 s against 0.47-0.57 s over three seeds.)"""
+    largest remainder. (Giving the spare groups to the keys with the heaviest groups evens group costs,
+    but the learner found slower nmt-2 placements with it: 0.62-0.69 s against 0.47-0.57 s, three seeds.)"""
     exact = cost / cost.sum() * parts if cost.sum() > 0 else np.zeros(len(cost))
     share = np.maximum(np.floor(exact), 1).astype(np.int64)
     while share.sum() > parts and share.max() > 1:  # the ones given to small keys can overshoot
