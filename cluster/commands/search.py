@@ -24,7 +24,7 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=d.workers, help="measurer actors without GPU nodes")
     p.add_argument("--batch", type=int, default=d.batch, help=f"placements per learner iteration (default {d.batch})")
     p.add_argument("--groups", type=int, default=d.groups, help=f"groups to place (default {d.groups})")
-    p.add_argument("--grouping", default=d.grouping, help=f"how ops become groups: scope (default: groups inside "
+    p.add_argument("--grouping", default=d.grouping, help="how ops become groups: scope (default: groups inside "
                    "one layer of the model; METIS for graphs without scopes), metis, colocation or topo")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--runs", type=int, default=None, help="timed runs per placement, median reported "
