@@ -47,8 +47,6 @@ class TracedStep:
 def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
     """The step behind ``graph``: a built-in Keras benchmark (``meta["keras_step"]``: its step function and
     settings) or a graph imported from a Keras spec (``meta["keras_spec"]``)."""
-    from graphs.tf_import import _call_builder
-
     step = graph.meta.get("keras_step")
     if isinstance(step, dict) and step.get("function"):
         from graphs.specs import spec_function
@@ -60,6 +58,8 @@ def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
     if not spec:
         raise PlacerError(f"graph {graph.name!r} (source {graph.source!r}) cannot be rebuilt as a real TensorFlow "
                           "step: the tf measurer needs a Keras benchmark or a graph imported from a Keras spec")
+    from graphs.tf_import import _call_builder
+
     return TFWorkload(lambda: _call_builder(spec), spec)
 
 
