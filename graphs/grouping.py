@@ -12,10 +12,9 @@ allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
 - ``"topo"``: cut the topological order into G runs of equal cost.
 - ``"scope"``: the model's own structure: atoms are keyed by their name scope, cut at the deepest level
   that gives at most G keys (``encoder.layer0``, ``attention``, ...); each key gets a share of the G groups
-  by cost (at least one), and a key with several groups is split by METIS on its own atoms (an unrolled
-  RNN layer into ranges of time steps, an Inception block along its branches; cutting a key into runs of
-  its topological order instead did as well on NMT and worse on Inception-V3, 0.833 against 0.779 s for
-  the learner on paper-4gpu). Every group then lies inside one layer, so placements that follow the
+  by cost (at least one), and a key with several groups is split by METIS on its own atoms (cutting it
+  into runs of its topological order instead did as well on NMT and worse on Inception-V3, whose blocks
+  have parallel branches: 0.833 against 0.779 s for the learner on paper-4gpu). Every group then lies inside one layer, so placements that follow the
   model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that straddle
   layers cannot. A graph without scopes, or with more top-level scopes than G (ResNet-50's
   Keras layer names), is grouped as ``"metis"``.
@@ -291,7 +290,7 @@ def _topo_labels(atoms: _Atoms, parts: int) -> np.ndarray:
 
 def _scope_labels(keys: np.ndarray, atoms: _Atoms, parts: int, seed: int) -> np.ndarray:
     """Atoms grouped by scope key ((A,) dense ids); a key given several groups is split by METIS on its own
-    atoms (an unrolled RNN layer into ranges of time steps, an Inception block along its branches)."""
+    atoms."""
     count = int(keys.max()) + 1
     shares = _share_parts(np.bincount(keys, weights=atoms.cost, minlength=count), parts)  # (K,) groups per key
     labels = np.empty(atoms.count, dtype=np.int64)
