@@ -5,8 +5,9 @@ same in-process, noise-free simulator, the same budget and the same seeds. ``rei
 through ``policies.rl_train.train_placer``; ``cem``, ``annealing`` and ``random`` through
 ``policies.base.make_policy``. Prints two markdown tables: the best step time after a few fractions of the
 budget (mean over seeds), each seed's final best, and the measurements each method needed to get within 5%
-of its own final best; and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower bound for reference,
-plus the learners' seconds per update next to the time of the batched measure call they drive. Usage::
+of its own final best; and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower
+bound for reference, plus the learners' seconds per update next to the time of the batched measure call
+they drive. Usage::
 
     python tests/bench/bench_convergence.py [--graph nmt-2] [--machine paper-2gpu] [--budget 2048]
         [--seeds 0] [--methods reinforce ppo cem annealing random] [--batch 16] [--groups 32]
