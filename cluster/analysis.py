@@ -61,7 +61,7 @@ class RunSummary:
 
     def to_json(self) -> dict:
         data = asdict(self)
-        return _json_safe(data)
+        return json_safe(data)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[Po
     measured = rows[~rows["cache_hit"].astype(bool)]
     failures = {str(k): int(v) for k, v in rows.loc[rows["status"] != "ok", "status"].value_counts().items()}
     started = run_started_at(manifest)
-    wall_s = _wall_s(rows, started)
+    wall_s = wall_s_of(rows, started)
     lower = lower_bound_of(run, manifest)
     baseline_s = baseline.runtime_s if baseline is not None else math.nan
     return RunSummary(
@@ -186,7 +186,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[Po
         baselines=tuple(b for p, b in bests.items() if p != manifest.policy))
 
 
-def _wall_s(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:
+def wall_s_of(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:
     if not len(rows):
         return 0.0
     first = started if started is not None else rows["submitted_at"].min()
@@ -216,7 +216,7 @@ def lower_bound_of(run: Path, manifest: RunManifest) -> float:
     if graph is None:
         return math.nan
     from measurers.catalog import machine_from_json
-    from measurers.lower_bound import lower_bound_s
+    from measurers.sim.lower_bound import lower_bound_s
 
     return float(lower_bound_s(graph, machine_from_json(manifest.machine)))
 
@@ -243,11 +243,11 @@ def cached_graph(manifest: RunManifest):
     return None
 
 
-def _json_safe(value):
+def json_safe(value):
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value

@@ -271,12 +271,12 @@ class CellResult:
     finished: bool
 
     def to_json(self) -> dict:
-        from cluster.analysis import _json_safe
+        from cluster.analysis import json_safe
 
         data = asdict(self)
         data["cell"] = {"graph": self.cell.graph, "machine": self.cell.machine, "gpus": self.cell.gpus,
                         "paper_approx": None if self.cell.paper is None else asdict(self.cell.paper)}
-        return _json_safe(data)
+        return json_safe(data)
 
 
 def cell_results(name: str, folder: str | os.PathLike) -> list[CellResult]:
@@ -285,7 +285,7 @@ def cell_results(name: str, folder: str | os.PathLike) -> list[CellResult]:
 
 
 def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResult:
-    from cluster.analysis import _wall_s, run_started_at
+    from cluster.analysis import wall_s_of, run_started_at
 
     methods = {m: MethodResult(math.nan, "not run") for m in METHODS}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
@@ -302,7 +302,7 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
             lower = lower_bound_of(run_dir, manifest)
         runs.append(str(run_dir))
         measured += int((~rows["cache_hit"].astype(bool)).sum())
-        wall += _wall_s(rows, run_started_at(manifest))
+        wall += wall_s_of(rows, run_started_at(manifest))
         finished &= (run_dir / RESULT_FILE).is_file()
     baseline = _best_of(methods, PAPER_BASELINES)
     rl = methods["reinforce"].runtime_s

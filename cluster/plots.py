@@ -83,7 +83,7 @@ def plot_learning_curve(curve, path: str | Path, title: str = "", lower_bound_s:
 
 
 def plot_timeline(graph, machine, timeline, path: str | Path, title: str = "") -> Path:
-    """Gantt chart of a simulated step: ``timeline`` is measurers.simulator.Timeline."""
+    """Gantt chart of a simulated step: ``timeline`` is measurers.sim.reference.Timeline."""
     from graphs.opgraph import PHASES
 
     plt = _pyplot()
@@ -184,8 +184,8 @@ def _plot_best(run_dir, manifest, rows, best, prefix: Path, title: str, curve_pn
     from cluster.runlog import read_groups
     from graphs.registry import load_graph
     from measurers.catalog import machine_from_json
-    from measurers.simulator import Simulator
-    from measurers.trace import write_trace
+    from measurers.sim.reference import Simulator
+    from measurers.sim.trace import write_trace
 
     machine = machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
     graph = cached_graph(manifest) or load_graph(str(manifest.config.get("graph", manifest.graph_name)))

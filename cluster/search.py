@@ -3,7 +3,7 @@
     load graph and machine, group the graph           (graphs/, measurers/)
     start or join Ray, start the measurer pool        (cluster/pool.py)
     score the quick baselines through the pool        (policies/table.py)
-    run the policy: the RL trainer or any baseline    (policies/rl_train.py, policies/*)
+    run the policy: the RL trainer or any baseline    (policies/rl/loop.py, policies/*)
       every batch goes to the pool in one call, every result into the run log
     final table against the baselines and the lower bound
 
@@ -54,7 +54,7 @@ class SearchConfig:
     """Placements the learner samples and measures per iteration."""
     groups: int = 32
     """Groups the graph is coarsened to; the policy places groups (32: the learner searches 2048
-    placements of nmt-2 in under a minute and finds better ones than with 256, see policies/rl_train.py)."""
+    placements of nmt-2 in under a minute and finds better ones than with 256, see policies/rl/loop.py)."""
     grouping: str = "scope"
     """How ops become groups (graphs.grouping METHODS); "scope" keeps every group inside one layer of the
     model (METIS for graphs without scopes)."""
@@ -73,7 +73,7 @@ class SearchConfig:
     """A run folder to continue (its manifest's settings win over the ones here)."""
     baselines: tuple[str, ...] = QUICK_BASELINES
     hidden_size: int = 256
-    """Learner width (see policies.rl_train.RLConfig)."""
+    """Learner width (see policies.rl.loop.RLConfig)."""
 
 
 @dataclass
@@ -170,7 +170,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec
-    from policies.env import reward_of
+    from policies.rl.env import reward_of
 
     started = time.perf_counter()
     if config.resume:
@@ -254,7 +254,7 @@ def _problem(graph, machine, config: SearchConfig):
 
 
 def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of):
-    from policies.env import DEFAULT_PENALTY_RUNTIME_S
+    from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
     def reward_fn(measurement):
         return reward_of(measurement, DEFAULT_PENALTY_RUNTIME_S)
@@ -322,7 +322,7 @@ def _run_policy(problem, pool, config, known, run_dir, writer, progress, should_
     tracker = _BestTracker(progress, problem.lower_bound_s)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, known, on_batch=tracker.update)
     if config.policy in LEARNED_POLICIES:
-        from policies.rl_train import CHECKPOINT_FILE, RLConfig, train_placer
+        from policies.rl.loop import CHECKPOINT_FILE, RLConfig, train_placer
 
         checkpoint = run_dir / CHECKPOINT_DIR
         resume_from = checkpoint if (checkpoint / CHECKPOINT_FILE).is_file() else None

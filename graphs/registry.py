@@ -59,7 +59,7 @@ def _cache_path(benchmark: Benchmark) -> Path:
 
 def cached_graph_path(name: str) -> Path | None:
     """Where benchmark ``name`` is cached on disk for this configuration and version, if it is."""
-    _load_builtin_benchmarks()
+    load_builtin_benchmarks()
     if name not in BENCHMARKS:
         return None
     path = _cache_path(BENCHMARKS[name])
@@ -68,7 +68,7 @@ def cached_graph_path(name: str) -> Path | None:
 
 def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
     """Build (or read from the cache) the benchmark called ``name``."""
-    _load_builtin_benchmarks()
+    load_builtin_benchmarks()
     if name.startswith("synthetic:"):
         from graphs.synthetic import synthetic_from_spec
 
@@ -97,9 +97,9 @@ def load_graph(name_or_file: str) -> OpGraph:
 
 
 def list_benchmarks() -> list[Benchmark]:
-    _load_builtin_benchmarks()
+    load_builtin_benchmarks()
     return [BENCHMARKS[name] for name in sorted(BENCHMARKS)]
 
 
-def _load_builtin_benchmarks() -> None:
+def load_builtin_benchmarks() -> None:
     import graphs.benchmarks  # noqa: F401  (registers the built-in benchmarks)

@@ -50,17 +50,17 @@ class MeasurerSpec:
 def build_measurer(spec: MeasurerSpec) -> Measurer:
     """The measurer ``spec`` describes, built in this process."""
     if spec.kind == "sim":
-        from measurers.sim_measurer import SimulatorMeasurer
+        from measurers.sim.measurer import SimulatorMeasurer
 
         return SimulatorMeasurer(spec.graph, spec.machine, runs=spec.runs, noise_std=spec.noise_std,
                                  seed=spec.seed)
     machine = _node_machine(spec.machine)
     if spec.kind == "torch":
-        from measurers.torch_measurer import TorchMeasurer
+        from measurers.torch.measurer import TorchMeasurer
 
         return TorchMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
                              seed=spec.seed)
-    from measurers.tf_measurer import TFMeasurer
+    from measurers.tf.measurer import TFMeasurer
 
     return TFMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
                       seed=spec.seed)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphs.opgraph import OpGraph
-from measurers.costs import OpProfile
+from measurers.sim.costs import OpProfile
 from measurers.machine import Machine
 
 
@@ -37,7 +37,7 @@ def model_placements(graph: OpGraph, machine: Machine) -> list[tuple[int, np.nda
 
 def profile_torch(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
                   measurer=None) -> OpProfile:
-    from measurers.torch_measurer import TorchMeasurer
+    from measurers.torch.measurer import TorchMeasurer
 
     measurer = measurer or TorchMeasurer(graph, machine, seed=seed)
     ops, models, times = [], [], []
@@ -62,7 +62,7 @@ def profile_torch(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int =
 
 def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
                measurer=None) -> OpProfile:
-    from measurers.tf_measurer import PlacedSession, TFMeasurer
+    from measurers.tf.measurer import PlacedSession, TFMeasurer
 
     measurer = measurer or TFMeasurer(graph, machine, seed=seed)
     traced = measurer.traced()

@@ -123,7 +123,7 @@ class PlacementProblem:
     def single_device_peak_bytes(self) -> int:
         """Peak memory the simulator's liveness model gives with every op on the first GPU (ops it may not
         run elsewhere): what the whole step needs, for calibrating the heuristics' memory model."""
-        from measurers.simulator import Simulator
+        from measurers.sim.reference import Simulator
 
         gpus = self.gpu_indices() or [0]
         placement = np.where(self.op_allowed[:, gpus[0]], gpus[0], np.argmax(self.op_allowed, axis=1))
@@ -320,8 +320,8 @@ def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None
                  grouping_method: str | None = None, seed: int = 0) -> PlacementProblem:
     """Build a problem: cost-model op times, fitted transfer line, lower bound, and the units to place
     (``max_groups``: the grouping engineer's groups; ``None``: the graph's colocation groups)."""
-    from measurers.costs import op_time_matrix
-    from measurers.lower_bound import lower_bound_s
+    from measurers.sim.costs import op_time_matrix
+    from measurers.sim.lower_bound import lower_bound_s
 
     op_time_s = np.asarray(op_time_matrix(graph, machine, profile), dtype=np.float64)  # (N, D)
     grouping = None
@@ -342,7 +342,7 @@ def fit_transfer_line(machine: Machine) -> tuple[np.ndarray, np.ndarray]:
     """(D, D) latency and seconds per byte: the cost model's transfer time as a line in bytes (Baechi's
     fitted communication model), read off at 0 and 1 GB."""
     try:
-        from measurers.costs import transfer_time_s
+        from measurers.sim.costs import transfer_time_s
     except ImportError:  # the cost module is not there: read the links directly
         def transfer_time_s(m, src, dst, nbytes):
             link = m.link(src, dst)

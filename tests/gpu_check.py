@@ -73,8 +73,8 @@ def main() -> int:
     from graphs.benchmarks.torch_models import build_rnnlm
     from measurers.catalog import load_machine
     from measurers.profiler import profile_torch
-    from measurers.simulator import Simulator
-    from measurers.torch_measurer import TorchMeasurer, default_torch_devices
+    from measurers.sim.reference import Simulator
+    from measurers.torch.measurer import TorchMeasurer, default_torch_devices
 
     config = SMOKE_CONFIG if args.cpu_smoke else GPU_CONFIG
     graph = build_rnnlm(**config)

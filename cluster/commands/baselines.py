@@ -41,7 +41,7 @@ def _run(args: argparse.Namespace) -> int:
     from graphs.errors import PlacerError
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.sim_measurer import SimulatorMeasurer
+    from measurers.sim.measurer import SimulatorMeasurer
     from policies.base import DEFAULT_POLICIES, make_policy, make_problem
     from policies.table import run_baselines
 

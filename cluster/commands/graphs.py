@@ -111,9 +111,9 @@ def _import(args: argparse.Namespace) -> int:
     if os.getcwd() not in sys.path:  # so `placer graphs import --torch mymodels:build` finds ./mymodels.py
         sys.path.insert(0, os.getcwd())
     if args.torch:
-        importer = _importer("graphs.torch_import", "import_torch_spec", "PyTorch")
+        importer = _importer("graphs.torch.importer", "import_torch_spec", "PyTorch")
     else:
-        importer = _importer("graphs.tf_import", "import_keras_spec", "Keras")
+        importer = _importer("graphs.tf.importer", "import_keras_spec", "Keras")
     try:
         graph = importer(spec)
     except PlacerError:

@@ -19,7 +19,7 @@ def _profile(args) -> int:
     from graphs.errors import PlacerError
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.costs import save_profile
+    from measurers.sim.costs import save_profile
     from measurers.profiler import profile_graph
 
     if args.runs < 1 or args.warmup < 0:

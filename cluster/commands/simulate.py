@@ -24,9 +24,9 @@ def _simulate(args) -> int:
 
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.costs import load_profile
+    from measurers.sim.costs import load_profile
     from measurers.placement import load_placement_file, policy_placement
-    from measurers.simulator import Simulator
+    from measurers.sim.reference import Simulator
 
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
@@ -37,14 +37,14 @@ def _simulate(args) -> int:
         placement = policy_placement(graph, machine, args.policy)
     simulator = Simulator(graph, machine, profile=profile, engine=args.engine)
     if args.engine == "fast":
-        from measurers.fast_sim import warm_up
+        from measurers.sim.fast import warm_up
 
         warm_up()  # loads (or compiles) the compiled engine: not part of simulate_s
     began = time.perf_counter()
     result = simulator.run(placement, timeline=bool(args.trace))
     simulate_s = time.perf_counter() - began
     if args.trace:
-        from measurers.trace import write_trace
+        from measurers.sim.trace import write_trace
 
         write_trace(args.trace, graph, machine, result)
     report = {

@@ -1,6 +1,6 @@
 """Keras-applications benchmarks: Inception-V3 (with its auxiliary head) and ResNet-50 training steps.
 
-Both are built with ``keras.applications`` (``weights=None``) and traced by ``graphs.tf_import``.
+Both are built with ``keras.applications`` (``weights=None``) and traced by ``graphs.tf.importer``.
 Optimizer: SGD with momentum 0.9 (the usual ImageNet recipe), so each Variable's ``param_bytes`` is
 weights + gradient + momentum = 3x the weight bytes; pass ``optimizer="adam"`` for 4x.
 Scopes are Keras layer names; Inception-V3's layers are further prefixed by their block
@@ -67,7 +67,7 @@ def resnet50_step(batch_size: int = 64, image_size: int = 224, num_classes: int 
 
 
 def _trace(model, inputs, targets, loss, name: str, step_function: str, settings: dict) -> OpGraph:
-    from graphs.tf_import import trace_keras_training_step
+    from graphs.tf.importer import trace_keras_training_step
 
     graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name,
                                       batch_size=settings["batch_size"])

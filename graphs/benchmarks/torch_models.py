@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphs.opgraph import OpGraph
-from graphs.torch_import import trace_training_step
+from graphs.torch.importer import trace_training_step
 
 
 class LSTMCellLayer(nn.Module):

@@ -24,7 +24,7 @@ def fmt(x: float, spec: str) -> str:
 def bench(graph_name: str, machine_name: str, policies, budget: int, groups: int, seed: int) -> None:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.sim_measurer import SimulatorMeasurer
+    from measurers.sim.measurer import SimulatorMeasurer
     from policies.base import make_problem
     from policies.table import run_baselines
 

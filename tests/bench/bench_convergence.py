@@ -2,7 +2,7 @@
 
 Every method searches the same problem (graph grouped into ``--groups`` groups, on ``--machine``) with the
 same in-process, noise-free simulator, the same budget and the same seeds. ``reinforce`` and ``ppo`` run
-through ``policies.rl_train.train_placer``; ``cem``, ``annealing`` and ``random`` through
+through ``policies.rl.loop.train_placer``; ``cem``, ``annealing`` and ``random`` through
 ``policies.base.make_policy``. Prints two markdown tables: the best step time after a few fractions of the
 budget (mean over seeds), each seed's final best, and the measurements each method needed to get within 5%
 of its own final best; and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower
@@ -50,7 +50,7 @@ def best_curve(runtimes: list[float], budget: int) -> np.ndarray:
 
 
 def run_learner(problem, measurer, trainer: str, budget: int, seed: int, batch: int) -> Curve:
-    from policies.rl_train import RLConfig, train_placer
+    from policies.rl.loop import RLConfig, train_placer
 
     runtimes: list[float] = []
 
@@ -114,7 +114,7 @@ def main() -> None:
 
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.sim_measurer import SimulatorMeasurer
+    from measurers.sim.measurer import SimulatorMeasurer
     from policies.base import make_problem
 
     torch.set_num_threads(args.threads)

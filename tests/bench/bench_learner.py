@@ -32,8 +32,8 @@ def main() -> None:
     from graphs.grouping import group_ops
     from graphs.synthetic import synthetic_graph
     from measurers.catalog import load_machine
-    from measurers.sim_measurer import SimulatorMeasurer
-    from policies.rl_train import RLConfig, train_placer
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.rl.loop import RLConfig, train_placer
 
     graph = synthetic_graph(args.ops, seed=0)
     machine = load_machine("paper-2gpu")

@@ -15,9 +15,9 @@ import numpy as np
 
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
-from measurers.fast_sim import warm_up
+from measurers.sim.fast import warm_up
 from measurers.placement import policy_placement
-from measurers.simulator import Simulator, simulate
+from measurers.sim.reference import Simulator, simulate
 
 
 def best_of(repeats: int, func) -> float:
@@ -32,7 +32,7 @@ def best_of(repeats: int, func) -> float:
 def compile_time_s() -> float:
     """warm_up() in a fresh process with an empty numba cache: the cost of compiling from scratch."""
     with tempfile.TemporaryDirectory() as cache:
-        code = "from measurers.fast_sim import warm_up; print(warm_up())"
+        code = "from measurers.sim.fast import warm_up; print(warm_up())"
         out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "NUMBA_CACHE_DIR": cache},
                              capture_output=True, text=True, check=True)
         return float(out.stdout.strip().splitlines()[-1])

@@ -17,8 +17,8 @@ import torch
 
 from graphs.benchmarks.torch_models import build_rnnlm
 from measurers.catalog import load_machine
-from measurers.torch_measurer import TorchMeasurer
-from measurers.torch_workload import workload_from_graph
+from measurers.torch.measurer import TorchMeasurer
+from measurers.torch.workload import workload_from_graph
 
 CONFIGS = [dict(batch_size=8, seq_len=5, hidden=32, vocab=100, layers=2),
            dict(batch_size=32, seq_len=10, hidden=256, vocab=2000, layers=2)]

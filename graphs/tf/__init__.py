@@ -1,0 +1,1 @@
+"""The TensorFlow importer: a GraphDef of a Keras or tf.function training step becomes an OpGraph."""

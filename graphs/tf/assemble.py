@@ -1,0 +1,305 @@
+"""Assemble an OpGraph from the flattened ops of a TensorFlow training step.
+
+The concrete function's graph is flattened (library functions and control flow inlined, identities
+collapsed, constants dropped; see ``graphs.tf.flatten``) and every remaining op becomes an OpGraph op:
+
+- kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes.
+- Variables: each captured trainable variable becomes one op of kind "Variable" whose ``param_bytes`` are
+  weight + gradient + optimizer slot bytes (Adam: m and v, so 4x the weight bytes). An optimizer slot is
+  found structurally: a non-trainable variable whose data flows into the update of exactly one trainable
+  variable. Its handle is merged into that Variable op. Other variables (BatchNorm moving statistics, the
+  optimizer's step counter and learning rate) become ops of kind "VarHandleOp" holding their own bytes.
+  Edges out of a variable carry the bytes of the value behind the handle.
+- Colocation: a variable with every op that reads or writes it, the update arithmetic that feeds only its
+  update, and the graph's own ``_class = loc:@...`` constraints.
+- Phases: backward = ops under a ``gradient_tape/`` or ``gradients/`` name scope (where TensorFlow puts
+  every op a tape or ``tf.gradients`` adds); update = ops that write a trainable variable or its slots,
+  non-backward ops downstream of a gradient, and ops that only feed updates; Variables, state and inputs
+  are "other"; the rest is forward.
+- allowed_mask: CPU only for op types with no registered GPU kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit
+from graphs.tf.flatten import RESOURCE_EDGE, FlatOp
+
+GRADIENT_SCOPE = re.compile(r"(gradient_tape|gradients)(_\d+)?")
+PARAM, STATE, INPUT, OP = "Variable", "VarHandleOp", "Input", ""
+
+
+def build_opgraph(flat: list[FlatOp], concrete_function, *, name: str, batch_size: int,
+                  scope_map: dict[str, str], source: str, optimizer_variables=()) -> OpGraph:
+    """The OpGraph of ``flat`` (the flattened graph of ``concrete_function``). Writes to
+    ``optimizer_variables`` (e.g. a Keras optimizer's step counter) count as updates."""
+    optimizer_handles = {id(v.handle) for v in _tf_variables(optimizer_variables)}
+    optimizer_states = {i for i, h in _captured_handles(flat, concrete_function) if h in optimizer_handles}
+    roles, value_bytes, numels = _classify_resources(flat, concrete_function)  # renames variable ops
+    owner = _assign_slots(flat, roles)
+    return _assemble(flat, roles, owner, value_bytes, name=name, batch_size=batch_size,
+                     num_params=sum(numels[i] for i, r in enumerate(roles) if r == PARAM),
+                     scope_map=scope_map, source=source, optimizer_states=optimizer_states)
+
+
+def _tf_variables(variables) -> list:
+    """tf.Variables behind Keras 3 variables (their ``.value``) or tf.Variables themselves."""
+    out = []
+    for v in variables:
+        inner = getattr(v, "value", None)
+        out.append(inner if hasattr(inner, "handle") else v)
+    return [v for v in out if hasattr(v, "handle")]
+
+
+def _captured_handles(flat: list[FlatOp], concrete_function) -> list[tuple[int, int]]:
+    """(flat id, id of the captured handle) for each top-level resource argument."""
+    placeholder_to_handle = {internal.op.name: id(external) for external, internal in
+                             concrete_function.graph.captures}
+    return [(i, placeholder_to_handle[op.name]) for i, op in enumerate(flat)
+            if op.is_argument and op.resource_output and op.name in placeholder_to_handle]
+
+
+def _classify_resources(flat: list[FlatOp], concrete_function):
+    """Role of every flat op (PARAM, STATE, INPUT or OP), bytes and element count behind each handle."""
+    by_handle = {id(v.handle): v for v in concrete_function.graph.variables}
+    by_placeholder = {}
+    for external, internal in concrete_function.graph.captures:
+        if id(external) in by_handle:
+            by_placeholder[internal.op.name] = by_handle[id(external)]
+    roles, value_bytes, numels = [OP] * len(flat), [0] * len(flat), [0] * len(flat)
+    taken = {op.name for op in flat}
+    for i, op in enumerate(flat):
+        if not op.is_argument:
+            continue
+        if not op.resource_output:
+            roles[i] = INPUT
+            continue
+        variable = by_placeholder.get(op.name)
+        roles[i] = PARAM if variable is not None and variable.trainable else STATE
+        if variable is not None:
+            op.name = _unique_name(variable.name.split(":")[0], taken)
+            numels[i] = int(np.prod(variable.shape.as_list(), dtype=np.int64))
+            value_bytes[i] = numels[i] * variable.dtype.size
+    return roles, value_bytes, numels
+
+
+def _unique_name(wanted: str, taken: set[str]) -> str:
+    """``wanted`` (a variable's name, e.g. "fc1/kernel") made unique among op names; added to ``taken``."""
+    name, k = wanted, 0
+    while name in taken:
+        k += 1
+        name = f"{wanted}_{k}"
+    taken.add(name)
+    return name
+
+
+def _assign_slots(flat: list[FlatOp], roles: list[str]) -> list[int]:
+    """owner[i]: the op that stands for op i's handle (a slot's trainable variable; else i itself)."""
+    consumers: list[list[int]] = [[] for _ in flat]
+    for j, op in enumerate(flat):
+        for pid, _ in op.inputs:
+            consumers[pid].append(j)
+    writes: list[set[int]] = [set() for _ in flat]  # trainable variables an op writes or applies to
+    for j, op in enumerate(flat):
+        if op.kind != "ReadVariableOp":
+            writes[j] = {pid for pid, size in op.inputs if size == RESOURCE_EDGE and roles[pid] == PARAM}
+    owner = list(range(len(flat)))
+    for i, role in enumerate(roles):
+        if role == STATE:
+            targets = _written_downstream(i, consumers, writes)
+            if len(targets) == 1:
+                owner[i] = next(iter(targets))
+    return owner
+
+
+def _written_downstream(start: int, consumers: list[list[int]], writes: list[set[int]]) -> set[int]:
+    """Trainable variables written by data-descendants of ``start`` (stops once two are found)."""
+    found: set[int] = set()
+    seen, stack = {start}, [start]
+    while stack and len(found) < 2:
+        for c in consumers[stack.pop()]:
+            if c not in seen:
+                seen.add(c)
+                found |= writes[c]
+                stack.append(c)
+    return found
+
+
+def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, scope_map, source,
+              optimizer_states) -> OpGraph:
+    keep = [i for i in range(len(flat)) if owner[i] == i]
+    index = {old: new for new, old in enumerate(keep)}
+    param_bytes = np.zeros(len(keep), dtype=np.int64)  # (N,)
+    for i, role in enumerate(roles):
+        if role == PARAM:
+            param_bytes[index[i]] += 2 * value_bytes[i]  # weights + gradient
+        elif role == STATE:
+            param_bytes[index[owner[i]]] += value_bytes[i]  # slot (merged) or standalone state
+    edges = _edges(flat, keep, owner, index, value_bytes)
+    kinds = [roles[i] if roles[i] != OP else flat[i].kind for i in keep]
+    out_bytes = [value_bytes[i] if roles[i] in (PARAM, STATE) else flat[i].out_bytes for i in keep]
+    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].in_bytes + flat[i].out_bytes
+                + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE) for i in keep]
+    data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
+    phases = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)
+    return OpGraph(
+        name=name, framework="tensorflow",
+        op_names=np.array([flat[i].name for i in keep], dtype=object),
+        op_kinds=np.array(kinds, dtype=object),
+        flops=np.array([flat[i].flops for i in keep], dtype=np.float64),
+        bytes_accessed=np.array(accessed, dtype=np.float64), out_bytes=np.array(out_bytes, dtype=np.int64),
+        param_bytes=param_bytes,
+        edge_src=np.array([e[0] for e in edges], dtype=np.int64),
+        edge_dst=np.array([e[1] for e in edges], dtype=np.int64),
+        edge_bytes=np.array([e[2] for e in edges], dtype=np.int64),
+        colocation=_colocation(flat, keep, roles, owner, index, phases, data_edges),
+        scopes=np.array([_scope(flat[i].name, scope_map) for i in keep], dtype=object),
+        phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
+        batch_size=batch_size, num_params=num_params, source=source,
+    )
+
+
+def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, bool]]:
+    """(src, dst, bytes, is_data) in new ids; control edges carry 0 bytes."""
+    edges = []
+    for i in keep:
+        dst = index[i]
+        for pid, size in flat[i].inputs:
+            src = index[owner[pid]]
+            if src != dst:
+                edges.append((src, dst, value_bytes[pid] if size == RESOURCE_EDGE else size, True))
+        for pid in flat[i].control_inputs:
+            src = index[owner[pid]]
+            if src != dst:
+                edges.append((src, dst, 0, False))
+    return edges
+
+
+def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np.ndarray:
+    n = len(keep)
+    phase = np.full(n, PHASE_CODE["forward"], dtype=np.int8)  # (N,)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for s, d in data_edges:
+        succ[s].append(d)
+        pred[d].append(s)
+    fixed = np.zeros(n, dtype=bool)  # (N,) phase decided by a rule that later rules must not override
+    for new, old in enumerate(keep):
+        if roles[old] != OP:
+            phase[new], fixed[new] = PHASE_CODE["other"], True
+        elif any(GRADIENT_SCOPE.fullmatch(part) for part in flat[old].name.split("/")[:-1]):
+            phase[new], fixed[new] = PHASE_CODE["backward"], True
+        elif any(s == RESOURCE_EDGE and roles[owner[p]] == PARAM for p, s in flat[old].inputs) \
+                and flat[old].kind != "ReadVariableOp":
+            phase[new], fixed[new] = PHASE_CODE["update"], True
+    order = _topo(n, succ, pred)
+    update, backward = PHASE_CODE["update"], PHASE_CODE["backward"]
+    feeds_backward = np.zeros(n, dtype=bool)  # (N,) some data-descendant is a gradient-scoped op
+    feeds_write = np.zeros(n, dtype=bool)  # (N,) some data-descendant writes a parameter
+    for j in reversed(order):
+        feeds_backward[j] = any(phase[c] == backward and fixed[c] or feeds_backward[c] for c in succ[j])
+        feeds_write[j] = any(phase[c] == update and fixed[c] or feeds_write[c] for c in succ[j])
+    for j in order:  # downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer
+        if not fixed[j] and any(phase[p] in (backward, update) for p in pred[j]):
+            if feeds_backward[j]:
+                phase[j] = backward
+            elif feeds_write[j]:
+                phase[j] = update
+    for _ in range(2):  # ops that only feed updates (learning-rate schedules, step counter reads)
+        for j in reversed(order):
+            if not fixed[j] and succ[j] and all(phase[c] == update for c in succ[j]):
+                phase[j] = update
+        _mark_state_writers(flat, keep, roles, owner, index, phase, fixed, succ, optimizer_states)
+    return phase
+
+
+def _mark_state_writers(flat, keep, roles, owner, index, phase, fixed, succ, optimizer_states) -> None:
+    """A write to optimizer state (known optimizer variables, or state an update reads) is an update."""
+    optimizer_ids = {index[owner[i]] for i in optimizer_states}
+    update = PHASE_CODE["update"]
+    for j in range(len(keep)):
+        op = flat[keep[j]]
+        if fixed[j] or op.kind == "ReadVariableOp":
+            continue
+        states = [index[owner[p]] for p, s in op.inputs if s == RESOURCE_EDGE and roles[owner[p]] == STATE]
+        if any(s in optimizer_ids or any(phase[c] == update for c in succ[s]) for s in states):
+            phase[j] = update
+
+
+def _topo(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]:
+    indegree = [len(p) for p in pred]
+    ready = [j for j in range(n) if indegree[j] == 0]
+    order = []
+    while ready:
+        j = ready.pop()
+        order.append(j)
+        for c in succ[j]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                ready.append(c)
+    return order
+
+
+def _colocation(flat, keep, roles, owner, index, phases, data_edges) -> np.ndarray:
+    pairs: list[tuple[int, int]] = []
+    by_name = {flat[old].name: new for new, old in enumerate(keep)}
+    for new, old in enumerate(keep):
+        for p, size in flat[old].inputs:  # reads and writes of a parameter; writes of other state
+            is_read = flat[old].kind == "ReadVariableOp"
+            if size == RESOURCE_EDGE and (roles[owner[p]] == PARAM or roles[owner[p]] == STATE and not is_read):
+                pairs.append((new, index[owner[p]]))
+        for target in flat[old].colocate_with:
+            if target in by_name:
+                pairs.append((new, by_name[target]))
+    pairs += _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges)
+    return colocation_groups(len(keep), pairs)  # (N,)
+
+
+def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges):
+    """(op, variable) for update ops whose outputs flow only into the update of one trainable variable."""
+    n, update = len(keep), PHASE_CODE["update"]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for s, d in data_edges:
+        succ[s].append(d)
+        pred[d].append(s)
+    none, many = -1, -2
+    target = [none] * n
+    for j in reversed(_topo(n, succ, pred)):
+        if phases[j] != update:
+            continue
+        op = flat[keep[j]]
+        mine = {index[owner[p]] for p, s in op.inputs if s == RESOURCE_EDGE and roles[owner[p]] == PARAM}
+        mine |= {target[c] for c in succ[j] if phases[c] == update and target[c] != none}
+        target[j] = many if len(mine) > 1 or many in mine else (next(iter(mine)) if mine else none)
+    return [(j, target[j]) for j in range(n) if target[j] >= 0]
+
+
+def _scope(op_name: str, scope_map: dict[str, str]) -> str:
+    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope."""
+    parts = op_name.split("/")[:-1]
+    while parts and GRADIENT_SCOPE.fullmatch(parts[0]):
+        parts = parts[1:]
+    for k in range(len(parts), 0, -1):
+        mapped = scope_map.get("/".join(parts[:k]))
+        if mapped is not None:
+            return mapped
+    return ".".join(parts)
+
+
+@lru_cache(maxsize=None)
+def _allowed_mask(kind: str) -> int:
+    """CPU only when TensorFlow registers kernels for ``kind`` but none for GPU; any device otherwise."""
+    from tensorflow.python.framework import kernels
+
+    try:
+        devices = {k.device_type for k in kernels.get_registered_kernels_for_op(kind).kernel}
+    except Exception:  # noqa: BLE001  (an op type TF does not know: no constraint to honor)
+        return ANY_DEVICE
+    if devices and not devices & {"GPU", "DEFAULT"}:  # DEFAULT kernels run on every device type
+        return kind_bit("cpu")
+    return ANY_DEVICE

@@ -1,0 +1,278 @@
+"""Flatten a TensorFlow graph and its function library into one list of real ops.
+
+Function calls (PartitionedCall, StatefulPartitionedCall, a library function used as an op type) are
+inlined: the callee's ops become ops named ``<call op name>/<op name>`` whose inputs are the caller's.
+Control flow (If/Case/While and their stateless forms) is inlined once per branch or body, and a zero-cost
+join op named like the control-flow op collects the branch outputs; a loop body therefore counts once,
+whatever its trip count. Identity-like ops are collapsed into their input, NoOps into the control edges
+they stand for, and constants are dropped (they cost nothing and exist on every device that needs them).
+
+TensorFlow is only imported by callers; this module reads ``tf.Graph`` objects through their public
+attributes and converts library functions with ``function_def_to_graph``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from graphs.errors import PlacerError
+from graphs.tf.costs import FORMULA_ATTRS, op_flops
+
+COLLAPSED_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})
+DROPPED_KINDS = frozenset({"Const", "HostConst"})
+CALL_KINDS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
+BRANCH_KINDS = {"If": ("then_branch", "else_branch"), "StatelessIf": ("then_branch", "else_branch")}
+LOOP_KINDS = frozenset({"While", "StatelessWhile"})
+CASE_KINDS = frozenset({"Case", "StatelessCase"})
+RESOURCE_EDGE = -1  # edge bytes placeholder for a resource handle, resolved to the variable's bytes later
+
+
+@dataclass
+class FlatOp:
+    name: str  # flattened TF name: caller op names joined with "/" in front of the op's own name
+    kind: str  # TF op type
+    flops: float
+    in_bytes: int  # bytes of the data (non-resource) inputs
+    out_bytes: int  # bytes of all outputs
+    inputs: list[tuple[int, int]] = field(default_factory=list)  # (producer id, bytes or RESOURCE_EDGE)
+    control_inputs: list[int] = field(default_factory=list)  # producer ids
+    colocate_with: list[str] = field(default_factory=list)  # flattened names from "_class" = "loc:@..."
+    resource_output: bool = False  # the op yields a resource handle (a captured variable)
+    is_argument: bool = False  # a placeholder argument of the top-level function
+
+
+def flatten_graph(graph, batch_size: int) -> list[FlatOp]:
+    """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined."""
+    flattener = _Flattener(batch_size)
+    flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
+    return flattener.ops
+
+
+class _Flattener:
+    def __init__(self, batch_size: int):
+        self.batch_size = batch_size
+        self.ops: list[FlatOp] = []
+
+    def walk(self, graph, prefix: str, bound: list[list[int]] | None, entry_ctrl: list[int]):
+        """Add the ops of ``graph``; ``bound`` maps each function argument to its producer ids.
+        Returns (producer ids per output tensor name, done-ids per op name) for the caller."""
+        src: dict[str, list[int]] = {}  # tensor name -> producer ids
+        done: dict[str, list[int]] = {}  # op name -> ids whose completion the op's completion implies
+        args = {t.name: i for i, t in enumerate(graph.inputs)} if bound is not None else {}
+        for op in _topological_ops(graph):
+            ins = [src.get(t.name, []) for t in op.inputs]
+            ctrl = _union(done.get(c.name, []) for c in op.control_inputs)
+            if not ins and not ctrl:
+                ctrl = list(entry_ctrl)
+            if op.type == "Placeholder" and op.outputs[0].name in args:
+                src[op.outputs[0].name] = list(bound[args[op.outputs[0].name]])
+                done[op.name] = src[op.outputs[0].name]
+            elif op.type == "Placeholder" and bound is not None:  # an argument node replaced on import
+                src[op.outputs[0].name], done[op.name] = [], []
+            elif op.type in COLLAPSED_KINDS:
+                for i, out in enumerate(op.outputs):
+                    src[out.name] = ins[i] if i < len(ins) else []
+                done[op.name] = _union([*ins, ctrl])
+            elif op.type == "NoOp":
+                done[op.name] = _union([*ins, ctrl])
+            elif op.type in DROPPED_KINDS:
+                src[op.outputs[0].name], done[op.name] = [], ctrl
+            elif self._callee_names(op, graph):
+                self._inline(op, graph, prefix, ins, ctrl, src, done)
+            else:
+                new_id = self._add_real_op(op, prefix, ins, ctrl, is_top=bound is None)
+                for out in op.outputs:
+                    src[out.name] = [new_id]
+                done[op.name] = [new_id]
+        return src, done
+
+    def _callee_names(self, op, graph) -> list[str]:
+        if op.type in CALL_KINDS:
+            return [op.get_attr("f").name]
+        if op.type in BRANCH_KINDS:
+            return [op.get_attr(key).name for key in BRANCH_KINDS[op.type]]
+        if op.type in CASE_KINDS:
+            return [f.name for f in op.get_attr("branches")]
+        if op.type in LOOP_KINDS:
+            return [op.get_attr("cond").name, op.get_attr("body").name]
+        if _find_function_def(graph, op.type) is not None:
+            return [op.type]
+        return []
+
+    def _inline(self, op, graph, prefix, ins, ctrl, src, done) -> None:
+        """Inline a call (outputs come from the callee) or control flow (outputs from a join op)."""
+        arg_ins = ins[1:] if op.type in BRANCH_KINDS or op.type in CASE_KINDS else ins
+        arg_tensors = list(op.inputs[1:] if len(arg_ins) < len(ins) else op.inputs)
+        results = []
+        for fname in self._callee_names(op, graph):
+            fdef = _find_function_def(graph, fname)
+            if fdef is None:
+                raise PlacerError(f"op {prefix + op.name!r} calls function {fname!r}, which is not in the library")
+            body = _function_graph(graph, fdef, arg_tensors)
+            inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
+            inner_src, inner_done = self.walk(body, inner_prefix, arg_ins, ctrl)
+            outs = [inner_src.get(t.name, []) for t in body.outputs]
+            ends = _union(inner_done.get(c.name, []) for c in getattr(body, "control_outputs", []))
+            results.append((body, outs, ends))
+        if op.type in CALL_KINDS or len(results) == 1 and op.type not in LOOP_KINDS:
+            body, outs, ends = results[0]
+            for out, ids in zip(op.outputs, outs):
+                src[out.name] = ids
+            done[op.name] = _union([*outs, ends])
+            return
+        join_inputs = [(pid, _tensor_bytes(t, self.batch_size)) for body, outs, _ in results
+                       for t, ids in zip(body.outputs, outs) for pid in ids]
+        if op.type not in LOOP_KINDS:
+            join_inputs += [(pid, _tensor_bytes(op.inputs[0], self.batch_size)) for pid in ins[0]]
+        join = FlatOp(name=prefix + op.name, kind=op.type, flops=0.0, in_bytes=0,
+                      out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
+                      inputs=_dedup(join_inputs), control_inputs=_union(end for _, _, end in results))
+        self.ops.append(join)
+        for out in op.outputs:
+            src[out.name] = [len(self.ops) - 1]
+        done[op.name] = [len(self.ops) - 1]
+
+    def _add_real_op(self, op, prefix: str, ins: list[list[int]], ctrl: list[int], is_top: bool) -> int:
+        import tensorflow as tf
+
+        in_dims = [_dims(t, self.batch_size) for t in op.inputs]
+        out_dims = [_dims(t, self.batch_size) for t in op.outputs]
+        attrs = {key: op.get_attr(key) for key in FORMULA_ATTRS if key in op.node_def.attr}
+        float_output = any(t.dtype.is_floating or t.dtype.is_complex for t in op.outputs)
+        try:
+            flops = op_flops(op.type, in_dims, out_dims, attrs, float_output)
+        except (IndexError, TypeError) as err:  # a formula met shapes it does not expect
+            raise PlacerError(f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): {err}") from None
+        inputs = []
+        for tensor, ids in zip(op.inputs, ins):
+            size = RESOURCE_EDGE if tensor.dtype == tf.resource else _tensor_bytes(tensor, self.batch_size)
+            inputs += [(pid, size) for pid in ids]
+        resource_output = any(t.dtype == tf.resource for t in op.outputs)
+        flat = FlatOp(
+            name=prefix + op.name, kind=op.type, flops=flops,
+            in_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.inputs if t.dtype != tf.resource),
+            out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
+            inputs=_dedup(inputs), control_inputs=ctrl, colocate_with=_colocation_names(op, prefix),
+            resource_output=resource_output, is_argument=is_top and op.type == "Placeholder",
+        )
+        self.ops.append(flat)
+        return len(self.ops) - 1
+
+
+def _topological_ops(graph) -> list:
+    """The graph's ops, producers before consumers (data and control edges), creation order on ties."""
+    ops = graph.get_operations()
+    position = {op.name: i for i, op in enumerate(ops)}
+    indegree = [0] * len(ops)
+    consumers: list[list[int]] = [[] for _ in ops]
+    for i, op in enumerate(ops):
+        preds = {position[t.op.name] for t in op.inputs if t.op.name in position}
+        preds |= {position[c.name] for c in op.control_inputs if c.name in position}
+        indegree[i] = len(preds)
+        for p in preds:
+            consumers[p].append(i)
+    ready = deque(i for i in range(len(ops)) if indegree[i] == 0)
+    order = []
+    while ready:
+        i = ready.popleft()
+        order.append(ops[i])
+        for c in consumers[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                ready.append(c)
+    if len(order) != len(ops):
+        raise PlacerError(f"TensorFlow graph {getattr(graph, 'name', '')!r} has a cycle")
+    return order
+
+
+def _find_function_def(graph, name: str):
+    """The FunctionDef called ``name`` from ``graph``'s library, its outer graphs' or the eager context's."""
+    from tensorflow.python.eager import context
+
+    g = graph
+    while g is not None:
+        function = g._functions.get(name) if hasattr(g, "_functions") else None  # noqa: SLF001
+        if function is not None:
+            return getattr(function, "cached_definition", None) or function.definition
+        g = getattr(g, "outer_graph", None)
+    ctx = context.context()
+    if ctx.has_function(name):
+        return ctx.get_function_def(name)
+    return None
+
+
+def _function_graph(graph, fdef, arg_tensors):
+    """A FuncGraph of ``fdef`` nested in ``graph`` whose arguments have the caller's shapes, including the
+    variable shapes behind resource handles (so shape inference sees through ReadVariableOp)."""
+    import tensorflow as tf
+    from tensorflow.python.framework import func_graph as func_graph_module
+    from tensorflow.python.framework import importer
+    from tensorflow.python.framework.function_def_to_graph import function_def_to_graph_def
+    from tensorflow.python.ops import handle_data_util
+
+    if len(arg_tensors) != len(fdef.signature.input_arg):
+        raise PlacerError(f"function {fdef.signature.name!r} called with {len(arg_tensors)} arguments, "
+                          f"expects {len(fdef.signature.input_arg)}")
+    shapes = [None if t.dtype == tf.resource else t.shape for t in arg_tensors]
+    with graph.as_default():
+        graph_def, flat_names = function_def_to_graph_def(fdef, shapes)
+        body = func_graph_module.FuncGraph(fdef.signature.name)
+    with body.as_default():
+        args = []
+        for tensor, arg in zip(arg_tensors, fdef.signature.input_arg):
+            placeholder = tf.compat.v1.placeholder(tensor.dtype, tensor.shape if tensor.dtype != tf.resource
+                                                   else [], name=f"placer_arg_{arg.name}")
+            if tensor.dtype == tf.resource:
+                handle_data_util.copy_handle_data(tensor, placeholder)
+            args.append(placeholder)
+        input_map = {flat_names[arg.name]: p for arg, p in zip(fdef.signature.input_arg, args)}
+        importer.import_graph_def(graph_def, input_map=input_map, name="")
+        body.inputs = args
+        body.outputs = [body.get_tensor_by_name(flat_names[fdef.ret[arg.name]]) for arg in fdef.signature.output_arg]
+        body.control_outputs = [body.get_operation_by_name(fdef.control_ret[name])
+                                for name in fdef.signature.control_output]
+    return body
+
+
+def _dims(tensor, batch_size: int) -> list[int]:
+    """Static dims with an unknown leading (batch) dim set to ``batch_size`` and other unknowns to 1."""
+    shape = tensor.shape
+    if shape.rank is None:
+        return []
+    return [d if d is not None else (batch_size if i == 0 else 1) for i, d in enumerate(shape.as_list())]
+
+
+def _tensor_bytes(tensor, batch_size: int) -> int:
+    try:
+        itemsize = tensor.dtype.size
+    except (TypeError, ValueError):
+        return 0
+    if tensor.dtype.name in ("resource", "variant", "string"):
+        return 0
+    numel = 1
+    for d in _dims(tensor, batch_size):
+        numel *= d
+    return int(numel * itemsize)
+
+
+def _colocation_names(op, prefix: str) -> list[str]:
+    if "_class" not in op.node_def.attr:
+        return []
+    names = [s.decode() if isinstance(s, bytes) else s for s in op.node_def.attr["_class"].list.s]
+    return [prefix + s[len("loc:@"):] for s in names if s.startswith("loc:@")]
+
+
+def _union(groups) -> list[int]:
+    seen: dict[int, None] = {}
+    for group in groups:
+        for x in group:
+            seen[x] = None
+    return list(seen)
+
+
+def _dedup(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    best: dict[int, int] = {}
+    for pid, size in pairs:
+        best[pid] = max(best.get(pid, size), size)
+    return list(best.items())

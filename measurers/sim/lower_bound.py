@@ -1,0 +1,47 @@
+"""The physical lower bound on a step's time, reported next to every result.
+
+``lower_bound_s = max(critical path, total work / number of devices)``, where every op takes its time on
+its fastest allowed device (``min`` over the op's row of ``op_time_matrix``) and communication is free.
+No placement can beat it: an op never runs faster than on its fastest device, a chain of dependent ops
+runs one after another, and D devices do at most D ops at a time. (The simulator's step time is never
+below it; the work term is summed in a different order than the simulator's clock, so comparisons allow a
+relative rounding slack of about 1e-12.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from graphs.opgraph import OpGraph
+from measurers.sim.costs import OpProfile, op_time_matrix
+from measurers.machine import Machine
+
+
+def lower_bound_s(graph: OpGraph, machine: Machine, profile: OpProfile | None = None) -> float:
+    """max(critical path, total work / D) with each op on its fastest allowed device, no communication."""
+    return lower_bound_from_times(graph, op_time_matrix(graph, machine, profile), machine.num_devices)
+
+
+def lower_bound_from_times(graph: OpGraph, op_time_s: np.ndarray, num_devices: int) -> float:
+    """The bound from an (N, D) op time matrix (``inf`` where an op may not run)."""
+    if graph.num_ops == 0:
+        return 0.0
+    fastest_s = op_time_s.min(axis=1)  # (N,) float64
+    offsets, edge_ids = graph.pred_csr
+    path_s = _critical_path_s(graph.topo_order, offsets, np.ascontiguousarray(graph.edge_src[edge_ids]), fastest_s)
+    return float(max(path_s, fastest_s.sum() / num_devices))
+
+
+@njit(cache=True)
+def _critical_path_s(topo_order, pred_offsets, pred_src, fastest_s):
+    """Longest path (sum of fastest_s along it) through the DAG."""
+    finish = np.zeros(len(topo_order), dtype=np.float64)
+    longest = 0.0
+    for v in topo_order:
+        start = 0.0
+        for j in range(pred_offsets[v], pred_offsets[v + 1]):
+            start = max(start, finish[pred_src[j]])
+        finish[v] = start + fastest_s[v]
+        longest = max(longest, finish[v])
+    return longest

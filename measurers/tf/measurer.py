@@ -1,0 +1,199 @@
+"""The TensorFlow measurer: the step's GraphDef with the device of every node set, run in a Session.
+
+The step is re-traced (`measurers.tf.workload`) and checked op for op against the graph (same kind at
+every index). Per placement, the GraphDef of the step is rewritten: every node gets its op's device (so
+loss and optimizer ops are placed too, which ``with tf.device`` scopes miss); nodes the graph does not
+name (constants, identities) follow their first input; each captured variable becomes a ``VarHandleOp`` on
+its Variable op's device, initialized from the eager value. Grappler and constant folding are off, so the
+nodes that run are the nodes placed. ``run_metadata`` returns TensorFlow's own record of where each node
+ran (step stats). An op that takes a variable's resource runs where that variable lives (TensorFlow's
+placer insists; ``TracedStep.effective_placement``). Timing, statuses and the timeout follow `measurers.timing`; ``ResourceExhaustedError``
+is ``oom``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.base import Measurement
+from measurers.machine import Machine
+from measurers.placement import check_placement
+from measurers.timing import TimingSettings, time_runs
+from measurers.tf.workload import TFWorkload, TracedStep, tf_workload_from_graph, trace_step
+
+
+def tf_device_names(machine: Machine) -> list[str]:
+    """TensorFlow device of each machine device: the k-th CPU -> /device:CPU:k, the k-th GPU -> /device:GPU:k."""
+    counts = {"cpu": 0, "gpu": 0}
+    names = []
+    for device in machine.devices:
+        names.append(f"/device:{device.kind.upper()}:{counts[device.kind]}")
+        counts[device.kind] += 1
+    return names
+
+
+class TFMeasurer:
+    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = 5, warmup: int = 5, timeout_s: float = 600.0,
+                 seed: int = 0, workload: TFWorkload | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
+        self.settings = TimingSettings(runs, warmup, timeout_s)
+        self.workload = workload or tf_workload_from_graph(graph)
+        self.devices = tf_device_names(machine)
+        self._traced: TracedStep | None = None
+
+    def traced(self) -> TracedStep:
+        if self._traced is None:
+            traced = trace_step(self.workload, self.seed)
+            mine, theirs = traced.graph.op_kinds.tolist(), self.graph.op_kinds.tolist()
+            if mine != theirs:
+                index = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+                raise PlacerError(f"the real step does not match graph {self.graph.name!r}: {len(theirs)} ops in the "
+                                  f"graph, {len(mine)} in the step, first difference at op {index}")
+            self._traced = traced
+        return self._traced
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        return [self._measure_one(p) for p in placements]
+
+    def _measure_one(self, placement) -> Measurement:
+        import tensorflow as tf
+
+        began = time.perf_counter()
+        zeros = (0,) * self.machine.num_devices
+        try:
+            placement = check_placement(self.graph, self.machine, placement)
+        except PlacerError as exc:
+            return Measurement(float("inf"), (), "error", zeros, time.perf_counter() - began, str(exc))
+        try:
+            traced = self.traced()
+            effective = traced.effective_placement(placement)
+            with PlacedSession(traced, [self.devices[d] for d in effective.tolist()], self.devices) as run:
+                timing = time_runs(run.step, self.settings, clock=self.clock)
+            status = "timeout" if timing.timed_out else "ok"
+            error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
+            return Measurement(timing.median_s, timing.samples_s, status, zeros, time.perf_counter() - began, error)
+        except tf.errors.ResourceExhaustedError as exc:
+            return Measurement(float("inf"), (), "oom", zeros, time.perf_counter() - began, exc.message.splitlines()[0])
+        except Exception as exc:  # noqa: BLE001  any failure of the step is a status
+            return Measurement(float("inf"), (), "error", zeros, time.perf_counter() - began,
+                               f"{type(exc).__name__}: {exc}")
+
+
+class PlacedSession:
+    """A Session running one placement of a traced step; ``step()`` runs it once, ``step(trace=True)``
+    returns TensorFlow's RunMetadata (where each node ran)."""
+
+    def __init__(self, traced: TracedStep, op_devices: list[str], machine_devices: list[str]):
+        import tensorflow as tf
+
+        self.traced = traced
+        graph_def, init_feeds = placed_graph_def(traced, op_devices)
+        self.tf_graph = tf.Graph()
+        with self.tf_graph.as_default():
+            tf.compat.v1.import_graph_def(graph_def, name="")
+            self._init_ops, self._init_feeds = [], {}
+            for node_name, variable in traced.variables.items():
+                value = tf.compat.v1.placeholder(variable.dtype, variable.shape)
+                handle = self.tf_graph.get_tensor_by_name(f"{node_name}:0")
+                with tf.device(_device_of(graph_def, node_name)):
+                    self._init_ops.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value))
+                self._init_feeds[value] = init_feeds[node_name]
+        counts = {"CPU": sum("CPU" in d for d in machine_devices) or 1, "GPU": sum("GPU" in d for d in machine_devices)}
+        config = tf.compat.v1.ConfigProto(device_count=counts, allow_soft_placement=True)
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
+        config.graph_options.optimizer_options.do_constant_folding = False
+        self.session = tf.compat.v1.Session(graph=self.tf_graph, config=config)
+        concrete = traced.concrete
+        self._fetches = [t.name for t in concrete.graph.outputs]
+        self._targets = [op.name for op in concrete.graph.control_outputs]
+        self._feeds = {t.name: value for t, value in zip(concrete.graph.inputs, traced.args)}
+        self.session.run(self._init_ops, feed_dict=self._init_feeds)
+
+    def step(self, trace: bool = False):
+        import tensorflow as tf
+
+        if not trace:
+            return self.session.run(self._fetches + self._targets, feed_dict=self._feeds)[0]
+        metadata = tf.compat.v1.RunMetadata()
+        options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+        self.session.run(self._fetches + self._targets, feed_dict=self._feeds, options=options,
+                         run_metadata=metadata)
+        return metadata
+
+    def __enter__(self) -> "PlacedSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.session.close()
+
+
+def placed_graph_def(traced: TracedStep, op_devices: list[str]):
+    """The step's GraphDef with every node's device set; captured variables as VarHandleOps.
+
+    Returns (graph_def, {variable node name: initial numpy value})."""
+    import tensorflow as tf
+
+    graph_def = traced.concrete.graph.as_graph_def()
+    device_of = {node: op_devices[i] for i, node in enumerate(traced.node_of_op)}
+    captured_values = {internal.op.name: external for external, internal in traced.concrete.graph.captures}
+    init = {}
+    for node in graph_def.node:
+        variable = traced.variables.get(node.name)
+        if variable is not None:
+            _to_var_handle(node, variable)
+            init[node.name] = variable.numpy()
+        elif node.name in captured_values and node.op == "Placeholder":  # a captured constant tensor
+            value = captured_values[node.name]
+            node.op = "Const"
+            node.ClearField("input")
+            dtype = node.attr["dtype"].type
+            node.attr.clear()
+            node.attr["dtype"].type = dtype
+            node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.numpy()))
+    _set_devices(graph_def, device_of)
+    return graph_def, init
+
+
+def _to_var_handle(node, variable) -> None:
+    node.op = "VarHandleOp"
+    node.ClearField("input")
+    node.attr.clear()
+    node.attr["dtype"].type = variable.dtype.as_datatype_enum
+    node.attr["shape"].shape.CopyFrom(variable.shape.as_proto())
+    node.attr["shared_name"].s = f"placer/{node.name}".encode()
+    node.attr["container"].s = b""
+
+
+def _set_devices(graph_def, device_of: dict) -> None:
+    """Named nodes get their op's device; the others their first placed input's, in dependency order."""
+    nodes = {node.name: node for node in graph_def.node}
+    resolved: dict[str, str] = {}
+
+    def device(name: str, depth: int = 0) -> str:
+        if name in resolved:
+            return resolved[name]
+        if name in device_of:
+            resolved[name] = device_of[name]
+            return resolved[name]
+        resolved[name] = ""
+        node = nodes.get(name)
+        if node is not None and depth < 200:
+            for inp in node.input:
+                found = device(inp.lstrip("^").split(":")[0], depth + 1)
+                if found:
+                    resolved[name] = found
+                    break
+        return resolved[name]
+
+    for node in graph_def.node:
+        node.device = device(node.name)
+
+
+def _device_of(graph_def, name: str) -> str:
+    return next(node.device for node in graph_def.node if node.name == name)

@@ -1,0 +1,114 @@
+"""The real TensorFlow training step behind an imported Keras graph, as a GraphDef with named nodes.
+
+``TFWorkload.build() -> (model, inputs, targets[, loss])`` as a Keras spec returns it (see
+`graphs.tf.importer.import_keras_spec`); ``tf_workload_from_graph`` finds it from ``graph.meta``. A model
+compiled with an optimizer trains with it (as the importer does); otherwise with Adam.
+``trace_step(workload, seed)`` builds the same training step the importer traces (forward, loss,
+GradientTape gradients, ``optimizer.apply_gradients``) as a concrete ``tf.function``, imports it with the
+importer's own code, and keeps, for every op of that import, the GraphDef node it came from, so a
+placement of the graph can be written onto the nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+
+
+@dataclass(frozen=True)
+class TFWorkload:
+    build: Callable[[], tuple]  # () -> (model, inputs, targets[, loss])
+    origin: str = ""
+
+
+@dataclass
+class TracedStep:
+    concrete: object  # the concrete tf.function of the step
+    graph: OpGraph  # the importer's graph of ``concrete``
+    node_of_op: list[str]  # (N,) GraphDef node name of every graph op (flattened names for inlined ops)
+    args: list  # numpy values of the step's arguments (inputs, targets), seeded
+    variables: dict  # captured placeholder node name -> tf.Variable
+    resource_of: dict  # graph op -> the Variable op whose resource it takes as an input
+
+    def effective_placement(self, placement):
+        """TensorFlow runs an op that takes a resource where the resource lives (its placer overrides the
+        device asked for): ``placement`` with those ops moved to their Variable op's device."""
+        effective = np.array(placement, dtype=np.int64)  # (N,)
+        for op, variable_op in self.resource_of.items():
+            effective[op] = effective[variable_op]
+        return effective
+
+
+def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
+    """The step behind ``graph``: a built-in Keras benchmark (``meta["keras_step"]``: its step function and
+    settings) or a graph imported from a Keras spec (``meta["keras_spec"]``)."""
+    step = graph.meta.get("keras_step")
+    if isinstance(step, dict) and step.get("function"):
+        from graphs.specs import spec_function
+
+        function, _ = spec_function(step["function"], "keras")
+        kwargs = dict(step.get("kwargs", {}))
+        return TFWorkload(lambda: function(**kwargs), f"{step['function']} {kwargs}")
+    spec = graph.meta.get("keras_spec")
+    if not spec:
+        raise PlacerError(f"graph {graph.name!r} (source {graph.source!r}) cannot be rebuilt as a real TensorFlow "
+                          "step: the tf measurer needs a Keras benchmark or a graph imported from a Keras spec")
+    from graphs.tf.importer import call_builder
+
+    return TFWorkload(lambda: call_builder(spec), spec)
+
+
+def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.assemble import build_opgraph
+    from graphs.tf.flatten import flatten_graph
+    from graphs.tf.importer import leading_dim, tensor_spec_of, keras_train_step
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    result = workload.build()
+    model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
+    train_step, optimizer = keras_train_step(model, loss)
+
+    batch = leading_dim(inputs) or 1
+    specs = [tf.nest.map_structure(lambda x: tensor_spec_of(x, batch), example) for example in (inputs, targets)]
+    concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
+    flat = flatten_graph(concrete.graph, batch)
+    original = [op.name for op in flat]
+    graph = build_opgraph(flat, concrete, name="tf-step", batch_size=batch, scope_map={}, source="",
+                          optimizer_variables=optimizer.variables)
+    renamed = {op.name: name for op, name in zip(flat, original)}
+    rng = np.random.default_rng(seed)
+    args = [_seeded(rng, t) for t in concrete.graph.inputs[: len(tf.nest.flatten(specs))]]
+    handles = {id(v.handle): v for v in concrete.graph.variables}
+    captured = {internal.op.name: handles[id(external)] for external, internal in concrete.graph.captures
+                if id(external) in handles}
+    node_of_op = [renamed[name] for name in graph.op_names]
+    return TracedStep(concrete, graph, node_of_op, args, captured, _resource_consumers(concrete, node_of_op, captured))
+
+
+def _resource_consumers(concrete, node_of_op: list[str], captured: dict) -> dict[int, int]:
+    op_of_node = {node: i for i, node in enumerate(node_of_op)}
+    owners = {}
+    for node in concrete.graph.as_graph_def().node:
+        op = op_of_node.get(node.name)
+        for name in node.input:
+            source = name.split(":")[0]
+            if op is not None and not name.startswith("^") and source in captured and source in op_of_node:
+                owners[op] = op_of_node[source]
+                break
+    return owners
+
+
+def _seeded(rng: np.random.Generator, placeholder) -> np.ndarray:
+    shape, dtype = placeholder.shape.as_list(), placeholder.dtype.as_numpy_dtype
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 2, shape).astype(dtype)

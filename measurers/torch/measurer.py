@@ -1,0 +1,204 @@
+"""The PyTorch measurer: the real training step of a traced graph, every op on its assigned device.
+
+The step (model, inputs, optimizer) is rebuilt from the graph's origin (`measurers.torch.workload`),
+captured once as aten calls on the CPU and checked op for op against the graph (same kind at every
+index), then replayed per placement (`measurers.torch.program`): leaves (parameters, optimizer state,
+inputs) live on their Variable / Input op's device, every other op runs on its own device, and a tensor
+crosses to another device once per destination. Timing follows `measurers.timing` (warm-up runs, then N
+timed runs, device-synchronized, the median).
+
+Statuses: a placement of the wrong length, with an unknown device or a device kind an op may not use is
+``error`` before anything runs; CUDA out-of-memory is ``oom`` (memory released, the measurer keeps
+working); any other failure ``error`` with its text; past ``timeout_s`` ``timeout``. Example::
+
+    measurer = TorchMeasurer(graph, load_machine("local"), runs=5, warmup=5)
+    [m.runtime_s for m in measurer.measure([placement])]
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.base import Measurement
+from measurers.machine import Machine
+from measurers.placement import check_placement
+from measurers.timing import TimingSettings, time_runs
+from measurers.torch.program import PlacedReplay, Program, SlotRef, capture_step
+from measurers.torch.workload import TorchWorkload, workload_from_graph
+
+LEAF_KINDS = ("Variable", "Input")
+
+
+def default_torch_devices(machine: Machine) -> list[torch.device]:
+    """The torch device of each machine device: CPUs -> ``cpu``, the k-th GPU -> ``cuda:k``."""
+    devices, gpu = [], 0
+    for device in machine.devices:
+        if device.kind == "gpu":
+            if gpu >= (torch.cuda.device_count() if torch.cuda.is_available() else 0):
+                raise PlacerError(f"machine {machine.name!r} has GPU {device.name!r} but torch sees only "
+                                  f"{torch.cuda.device_count() if torch.cuda.is_available() else 0} CUDA devices")
+            devices.append(torch.device("cuda", gpu))
+            gpu += 1
+        else:
+            devices.append(torch.device("cpu"))
+    return devices
+
+
+class TorchMeasurer:
+    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = 5, warmup: int = 5,
+                 timeout_s: float = 600.0, seed: int = 0, workload: TorchWorkload | None = None,
+                 torch_devices: Callable[[Machine], list] = default_torch_devices,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
+        self.settings = TimingSettings(runs, warmup, timeout_s)
+        self.workload = workload or workload_from_graph(graph)
+        self._torch_devices_of = torch_devices  # resolved on first use: a driver may see no GPUs
+        self._torch_devices: list[torch.device] | None = None
+        self.counted_ops = np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))  # (M,) graph op of each step
+        self._program: Program | None = None
+
+    @property
+    def torch_devices(self) -> list[torch.device]:
+        if self._torch_devices is None:
+            self._torch_devices = [torch.device(d) for d in self._torch_devices_of(self.machine)]
+        return self._torch_devices
+
+    # -- the program, captured once ---------------------------------------------------------------------
+    def program(self) -> Program:
+        if self._program is None:
+            self._program = self._capture()
+        return self._program
+
+    def _capture(self) -> Program:
+        step = self.workload.materialize(self.seed)
+        optimizer = step.make_optimizer()
+        leaf_names = _leaf_names(step, optimizer)
+        params = dict(step.model.named_parameters())
+
+        def step_fn():
+            loss = step.loss()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        program = capture_step(step_fn, leaf_names, params)
+        self._check_sequence(program)
+        return program
+
+    def _check_sequence(self, program: Program) -> None:
+        ran = program.counted_kinds
+        expected = self.graph.op_kinds[self.counted_ops].tolist()
+        for index, (want, got) in enumerate(zip(expected, ran)):
+            if want != got:
+                op = self.graph.op_names[self.counted_ops[index]]
+                raise PlacerError(f"the real step does not match graph {self.graph.name!r}: its op {index} "
+                                  f"(graph op {op!r}) is {want} in the graph but the step ran {got}")
+        if len(expected) != len(ran):
+            raise PlacerError(f"the real step does not match graph {self.graph.name!r}: the graph has "
+                              f"{len(expected)} ops besides variables and inputs, the step ran {len(ran)}")
+
+    # -- measuring --------------------------------------------------------------------------------------
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        return [self._measure_one(p) for p in placements]
+
+    def replay_for(self, placement: np.ndarray) -> PlacedReplay:
+        """The placed step (leaves copied to their devices), ready to ``run()``."""
+        program = self.program()
+        step_devices = placement[self.counted_ops].tolist()
+        op_index = {name: i for i, name in enumerate(self.graph.op_names)}
+        leaf_device = {}
+        first_use = _first_consumers(program)
+        for slot in program.leaf_values:
+            op = op_index.get(program.leaf_ops.get(slot, ""))
+            if op is not None:
+                leaf_device[slot] = int(placement[op])
+            else:  # a constant the graph does not name: it starts where it is first read
+                step = first_use.get(slot)
+                leaf_device[slot] = int(step_devices[step]) if step is not None else 0
+        return PlacedReplay(program, step_devices, self.torch_devices, leaf_device)
+
+    def _measure_one(self, placement) -> Measurement:
+        began = time.perf_counter()
+        num = self.machine.num_devices
+        try:
+            placement = check_placement(self.graph, self.machine, placement)
+        except PlacerError as exc:
+            return Measurement(float("inf"), (), "error", (0,) * num, time.perf_counter() - began, str(exc))
+        replay = None
+        try:
+            self._release()  # the previous placement's memory is not this one's
+            self._reset_peaks()
+            replay = self.replay_for(placement)
+            timing = time_runs(replay.run, self.settings, sync=self._sync, clock=self.clock)
+            status = "timeout" if timing.timed_out else "ok"
+            error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
+            return Measurement(timing.median_s, timing.samples_s, status, self._peaks(),
+                               time.perf_counter() - began, error)
+        except torch.cuda.OutOfMemoryError as exc:
+            status, error = "oom", (str(exc).splitlines() or ["CUDA out of memory"])[0]
+        except Exception as exc:  # noqa: BLE001  any failure of the user's step is a status
+            status, error = "error", f"{type(exc).__name__}: {exc}"
+        # Outside the except block: the traceback (frames holding this placement's tensors) is gone now.
+        replay = None  # noqa: F841
+        peaks = self._peaks()
+        self._release()
+        return Measurement(float("inf"), (), status, peaks, time.perf_counter() - began, error)
+
+    # -- devices ----------------------------------------------------------------------------------------
+    def _cuda_devices(self) -> list[torch.device]:
+        return sorted({d for d in self._torch_devices or () if d.type == "cuda"}, key=str)
+
+    def _sync(self) -> None:
+        for device in self._cuda_devices():
+            torch.cuda.synchronize(device)
+
+    def _reset_peaks(self) -> None:
+        for device in self._cuda_devices():
+            torch.cuda.reset_peak_memory_stats(device)
+
+    def _peaks(self) -> tuple[int, ...]:
+        devices = self._torch_devices or [torch.device("cpu")] * self.machine.num_devices
+        return tuple(int(torch.cuda.max_memory_allocated(d)) if d.type == "cuda" else 0 for d in devices)
+
+    def _release(self) -> None:
+        if self._cuda_devices():
+            gc.collect()
+            torch.cuda.empty_cache()
+
+
+def _leaf_names(step, optimizer: torch.optim.Optimizer) -> dict[int, str]:
+    """id(tensor) -> graph leaf op name, as the importer names them (param:NAME, input:I)."""
+    names = {}
+    for name, p in step.model.named_parameters():
+        names[id(p)] = f"param:{name}"
+        for state in optimizer.state.get(p, {}).values():
+            if isinstance(state, torch.Tensor):
+                names[id(state)] = f"param:{name}"
+    for name, b in step.model.named_buffers():
+        names[id(b)] = f"param:{name}"
+    for index, x in enumerate(step.inputs):
+        if isinstance(x, torch.Tensor):
+            names[id(x)] = f"input:{index}"
+    return names
+
+
+def _first_consumers(program: Program) -> dict[int, int]:
+    """Leaf slot -> index (among counted steps) of the first counted step that reads it."""
+    from torch.utils._pytree import tree_flatten
+
+    first: dict[int, int] = {}
+    counted = -1
+    for step in program.steps:
+        if step.counted:
+            counted += 1
+            for x in tree_flatten((step.args, step.kwargs))[0]:
+                if isinstance(x, SlotRef) and x.slot in program.leaf_values:
+                    first.setdefault(x.slot, counted)
+    return first

@@ -1,0 +1,306 @@
+"""Capture one real training step as a list of aten calls, and replay it with every op on its own device.
+
+Why not run the step under autograd with a dispatch mode that moves tensors: autograd checks that the
+gradient of a tensor lives on that tensor's device, so any cross-device edge fails in backward. Instead
+`capture_step` runs the step once on the CPU under a recording `TorchDispatchMode` (the same aten stream
+the importer traced: forward, backward, optimizer update) and keeps every call with its arguments, tensors
+replaced by slot numbers. `PlacedReplay` then calls those aten ops directly (no autograd) with:
+
+- every tensor input moved to the op's device, one copy per (tensor, destination device) until the tensor
+  is written again (as the simulator assumes: each tensor sent once per destination);
+- ``device=`` of factory ops (zeros, arange...) set to the op's device;
+- views and aliases (no kernel, no data) run where their base lives, so they stay views of it;
+- an in-place write to a tensor that lives elsewhere is computed on the op's device and copied back.
+
+Values read by Python during the step (``.item()``, e.g. Adam's step count) are baked into the program
+as the capture saw them: every replay repeats the same step arithmetic, which is what a timing needs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    slot: int
+
+
+@dataclass
+class Step:
+    func: object  # torch OpOverload, or None for a re-striding of ``base``
+    args: tuple  # arguments with SlotRef in place of tensors
+    kwargs: dict
+    out: object  # output structure with SlotRef leaves
+    counted: bool  # the importer recorded this call as a graph op
+    is_view: bool  # output aliases an input (or the call is an alias op)
+    mutated: tuple  # slots written in place
+    restride: tuple = ()  # (base slot, size, stride, offset) for func None
+    inputs: tuple = ()  # every input slot, in argument order
+    invalidates: tuple = ()  # slots whose copies go stale (all aliases of the mutated slots)
+    # A plan for the common case (filled by `capture_step`): top-level tensor arguments, fresh outputs.
+    arg_refs: tuple = ()  # (argument index, slot)
+    simple: bool = False  # no tensor inside a list argument or a keyword, no device= keyword
+    out_refs: tuple = ()  # (index among the output's leaves, slot) of outputs that are new slots
+    call: object = None  # the C++ op behind ``func`` (skips OpOverload's Python wrapper)
+    frees: tuple = ()  # slots read for the last time here (or never read): dropped after the step
+
+
+@dataclass
+class Program:
+    steps: list
+    num_slots: int
+    leaf_values: dict  # slot -> CPU tensor value at first sight (params, state, inputs, constants)
+    leaf_ops: dict  # slot -> graph leaf op name ("param:w", "input:0") where known
+    storage_group: list  # slot -> storage group id (aliasing slots share one)
+    loss_slot: int
+    param_slots: dict = field(default_factory=dict)  # parameter name -> slot
+
+    @property
+    def counted_kinds(self) -> list[str]:
+        return [f"{s.func.namespace}.{s.func._overloadpacket.__name__}" for s in self.steps if s.counted]
+
+
+def _mutated_args(func) -> tuple[tuple, tuple, bool]:
+    args = func._schema.arguments
+    mutated = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
+    is_view = any(r.alias_info is not None for r in func._schema.returns) and not mutated
+    return mutated, tuple(args[i].name for i in mutated), is_view
+
+
+class _Capture(TorchDispatchMode):
+    def __init__(self, leaf_names: dict[int, str]):
+        super().__init__()
+        self.leaf_names = leaf_names  # id(tensor) -> graph leaf op name
+        self.steps: list[Step] = []
+        self.tensors: list[torch.Tensor] = []  # slot -> tensor (kept alive: ids stay unique)
+        self.slot_of: dict[int, int] = {}
+        self.by_storage: dict[int, list[int]] = {}
+        self.group: list[int] = []
+        self.leaf_values: dict[int, torch.Tensor] = {}
+        self.leaf_ops: dict[int, str] = {}
+
+    def _new_slot(self, t: torch.Tensor) -> int:
+        slot = len(self.tensors)
+        self.tensors.append(t)
+        self.slot_of[id(t)] = slot
+        key = t.untyped_storage()._cdata
+        members = self.by_storage.setdefault(key, [])
+        self.group.append(self.group[members[0]] if members else slot)
+        members.append(slot)
+        return slot
+
+    def slot(self, t: torch.Tensor) -> int:
+        """The slot of ``t``: known by identity, else a re-striding of a tensor on the same storage, else a leaf."""
+        slot = self.slot_of.get(id(t))
+        if slot is not None:
+            return slot
+        members = self.by_storage.get(t.untyped_storage()._cdata)
+        if members:
+            base = members[0]
+            slot = self._new_slot(t)
+            self.steps.append(Step(None, (), {}, SlotRef(slot), False, True, (),
+                                   (base, tuple(t.shape), tuple(t.stride()), t.storage_offset())))
+            return slot
+        slot = self._new_slot(t)
+        self.leaf_values[slot] = t.detach().clone()
+        if id(t) in self.leaf_names:
+            self.leaf_ops[slot] = self.leaf_names[id(t)]
+        return slot
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is SCALAR_OP or func.namespace in SKIPPED_NAMESPACES:
+            return func(*args, **kwargs)  # a Python value or a device query: baked in, not replayed
+        ref = lambda x: SlotRef(self.slot(x)) if isinstance(x, torch.Tensor) else x  # noqa: E731
+        t_args, t_kwargs = tree_map(ref, args), tree_map(ref, kwargs)
+        out = func(*args, **kwargs)
+        mutated_idx, mutated_names, is_view = _mutated_args(func)
+        mutated = []
+        for index, name in zip(mutated_idx, mutated_names):
+            value = t_args[index] if index < len(t_args) else t_kwargs.get(name)
+            mutated.extend(x.slot for x in tree_flatten(value)[0] if isinstance(x, SlotRef))
+        inputs = {id(x) for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)}
+
+        def out_ref(x):
+            if not isinstance(x, torch.Tensor):
+                return x
+            return SlotRef(self.slot_of[id(x)] if id(x) in inputs else self._new_slot(x))
+
+        t_out = tree_map(out_ref, out)
+        in_slots = tuple(x.slot for x in tree_flatten((t_args, t_kwargs))[0] if isinstance(x, SlotRef))
+        self.steps.append(Step(func, t_args, t_kwargs, t_out, func not in ALIAS_OPS,
+                               is_view or func in ALIAS_OPS, tuple(mutated), inputs=in_slots))
+        return out
+
+
+def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str],
+                 params: dict[str, torch.Tensor]) -> Program:
+    """Run ``step_fn`` (forward, loss, backward, update; returns the loss) once and record it."""
+    capture = _Capture(leaf_names)
+    with capture:
+        loss = step_fn()
+    loss_slot = capture.slot_of.get(id(loss))
+    if loss_slot is None:
+        raise RuntimeError("the step's loss was not produced by any recorded op")
+    members: dict[int, list[int]] = {}
+    for slot, group in enumerate(capture.group):
+        members.setdefault(group, []).append(slot)
+    for step in capture.steps:
+        step.invalidates = tuple(m for slot in step.mutated for m in members[capture.group[slot]])
+        _plan(step)
+    _plan_frees(capture.steps, loss_slot)
+    return Program(capture.steps, len(capture.tensors), capture.leaf_values, capture.leaf_ops, capture.group,
+                   loss_slot, {name: capture.slot_of[id(p)] for name, p in params.items() if id(p) in capture.slot_of})
+
+
+def _plan(step: Step) -> None:
+    if step.func is None:
+        return
+    step.arg_refs = tuple((i, x.slot) for i, x in enumerate(step.args) if type(x) is SlotRef)
+    step.call = getattr(step.func, "_op", step.func)
+    nested = any(type(x) in (list, tuple) and any(type(y) is SlotRef for y in _leaves(x)) for x in step.args)
+    keyword_refs = any(type(y) is SlotRef for v in step.kwargs.values() for y in _leaves(v))
+    step.simple = not nested and not keyword_refs and step.kwargs.get("device") is None
+    step.out_refs = tuple((i, ref.slot) for i, ref in enumerate(_leaves(step.out))
+                          if type(ref) is SlotRef and ref.slot not in step.inputs)
+
+
+def _plan_frees(steps: list, keep: int) -> None:
+    """Free each slot after its last reader (or its producer, when nothing reads it), as eager PyTorch
+    frees a tensor after its last use, so a placement's peak memory is the step's, not every tensor's."""
+    last: dict[int, int] = {}
+    for index, step in enumerate(steps):
+        reads = (step.restride[0],) if step.func is None else step.inputs
+        outs = (step.out.slot,) if step.func is None else tuple(slot for _, slot in step.out_refs)
+        for slot in (*outs, *reads):
+            last[slot] = index
+    frees: dict[int, list[int]] = {}
+    for slot, index in last.items():
+        if slot != keep:
+            frees.setdefault(index, []).append(slot)
+    for index, step in enumerate(steps):
+        step.frees = tuple(frees.get(index, ()))
+
+
+class PlacedReplay:
+    """One placement of a program: leaves placed once, then ``run()`` replays the step (no autograd).
+
+    ``step_devices``: logical device of every counted step, in order. ``torch_devices``: the torch device of
+    each logical device (several logical devices may share one torch device: copies still happen, which
+    is how CPU-only tests exercise the copy logic). ``leaf_device``: logical device of each leaf slot.
+    """
+
+    def __init__(self, program: Program, step_devices: list[int], torch_devices: list[torch.device],
+                 leaf_device: dict[int, int]):
+        self.program, self.step_devices, self.torch_devices = program, step_devices, torch_devices
+        self.copies = 0  # cross-device copies made by the last run
+        self.leaves = {slot: (program.leaf_values[slot].to(torch_devices[d], copy=True), d)
+                       for slot, d in leaf_device.items()}
+
+    def run(self, step_times_s: list | None = None, sync=None) -> torch.Tensor:
+        """Replay the step once; returns the loss (on its device). With ``step_times_s`` (a list), the time
+        of every counted step is appended to it, each bracketed by ``sync()`` (used by the profiler)."""
+        program = self.program
+        home: list = [None] * program.num_slots  # slot -> tensor where it lives
+        where: list = [-1] * program.num_slots  # slot -> logical device
+        for slot, (t, d) in self.leaves.items():
+            home[slot], where[slot] = t, d
+        cache: dict[int, dict[int, torch.Tensor]] = {}  # slot -> device -> copy
+        self.copies = 0
+        counted = iter(self.step_devices)
+        with torch.no_grad():
+            for step in program.steps:
+                device = next(counted) if step.counted else None
+                if step.func is None:
+                    base, size, stride, offset = step.restride
+                    out_slot = step.out.slot
+                    home[out_slot], where[out_slot] = home[base].as_strided(size, stride, offset), where[base]
+                    self._free(step, home, cache)
+                    continue
+                if step_times_s is not None and step.counted:
+                    sync()
+                    began = time.perf_counter()
+                    self._run_step(step, device, home, where, cache)
+                    sync()
+                    step_times_s.append(time.perf_counter() - began)
+                else:
+                    self._run_step(step, device, home, where, cache)
+                self._free(step, home, cache)
+        return home[program.loss_slot]
+
+    @staticmethod
+    def _free(step: Step, home: list, cache: dict) -> None:
+        for slot in step.frees:
+            home[slot] = None
+            cache.pop(slot, None)
+
+    def _run_step(self, step: Step, device, home: list, where: list, cache: dict) -> None:
+        if step.is_view or device is None:
+            device = where[step.inputs[0]] if step.inputs else (device or 0)
+        if step.simple and all(where[slot] == device for slot in step.inputs):  # the fast path: all local
+            args = list(step.args)
+            for index, slot in step.arg_refs:
+                args[index] = home[slot]
+            out = step.call(*args, **step.kwargs)
+        else:
+            out = self._run_moving(step, device, home, where, cache)
+        for slot in step.invalidates:
+            cache.pop(slot, None)
+        if step.out_refs:
+            leaves = _leaves(out)
+            for index, slot in step.out_refs:  # an input returned (in place) keeps its home
+                home[slot], where[slot] = leaves[index], device
+
+    def _run_moving(self, step: Step, device: int, home: list, where: list, cache: dict):
+        """Run ``step`` on ``device``, copying inputs that live elsewhere (cached per destination)."""
+        torch_device = self.torch_devices[device]
+        written_back: list[tuple[int, torch.Tensor]] = []
+
+        def fetch(slot: int) -> torch.Tensor:
+            if where[slot] == device:
+                return home[slot]
+            if slot in step.mutated:  # written here: a private copy, copied back afterwards
+                copy = home[slot].to(torch_device, copy=True)
+                written_back.append((slot, copy))
+                self.copies += 1
+                return copy
+            copies = cache.setdefault(slot, {})
+            copy = copies.get(device)
+            if copy is None:
+                copy = copies[device] = home[slot].to(torch_device, copy=True)
+                self.copies += 1
+            return copy
+
+        args = tuple(_subst(x, fetch) for x in step.args)
+        kwargs = {k: _subst(v, fetch) for k, v in step.kwargs.items()}
+        if kwargs.get("device") is not None:
+            kwargs["device"] = torch_device
+        out = step.func(*args, **kwargs)
+        for slot, copy in written_back:
+            home[slot].copy_(copy)
+        return out
+
+
+def _subst(x, fetch):
+    """``x`` with every SlotRef replaced by ``fetch(slot)`` (arguments nest only lists and tuples)."""
+    kind = type(x)
+    if kind is SlotRef:
+        return fetch(x.slot)
+    if kind is list or kind is tuple:
+        return kind(_subst(item, fetch) for item in x)
+    return x
+
+
+def _leaves(x) -> list:
+    if type(x) is list or type(x) is tuple:
+        return [leaf for item in x for leaf in _leaves(item)]
+    return [x]

@@ -1,0 +1,155 @@
+"""The real training step behind a traced PyTorch graph: model, inputs and loss, rebuilt with real data.
+
+`graphs.torch.importer` traces a step with fake tensors; a real measurer needs the same step with real
+tensors. ``workload_from_graph(graph)`` finds where the graph came from:
+
+- a benchmark (``graph.source == "benchmark NAME {config}"``): the registered builder
+  ``module:build_X`` has a model function ``module:X_model(**config) -> (model, inputs)``;
+- an import spec (``graph.source == "torch:MODULE:FUNCTION"``): the function returns
+  ``(model, inputs)`` or ``(model, inputs, loss_fn)``.
+
+``TorchWorkload.materialize(seed)`` then gives the model with seeded parameters on the CPU and seeded
+inputs of the traced shapes (integer inputs are drawn below the smallest embedding table, so they are
+valid token ids and class targets), plus the optimizer class the trace used (Adam unless recorded).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+
+
+@dataclass(frozen=True)
+class TorchWorkload:
+    """How to build the step: ``build() -> (model, inputs[, loss_fn])`` and the optimizer's name."""
+
+    build: Callable[[], tuple]
+    optimizer: str = "Adam"
+    origin: str = ""  # where it came from, for error messages
+
+    def materialize(self, seed: int = 0) -> "MaterializedStep":
+        torch.manual_seed(seed)  # a builder that draws its own weights or inputs draws the same ones
+        result = self.build()
+        if not isinstance(result, tuple) or len(result) not in (2, 3):
+            raise PlacerError(f"torch workload {self.origin!r}: expected (model, inputs[, loss_fn])")
+        model, inputs, loss_fn = (*result, None) if len(result) == 2 else result
+        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+        generator = torch.Generator().manual_seed(seed)
+        model = _materialize_model(model, seed)
+        bound = _token_bound(model)
+        real_inputs = tuple(_seeded_like(x, generator, bound) if isinstance(x, torch.Tensor) else x for x in inputs)
+        optimizer_cls = getattr(torch.optim, self.optimizer, None)
+        if optimizer_cls is None:
+            raise PlacerError(f"torch workload {self.origin!r}: unknown optimizer {self.optimizer!r}")
+        return MaterializedStep(model, real_inputs, loss_fn, optimizer_cls)
+
+
+@dataclass
+class MaterializedStep:
+    model: nn.Module  # real parameters on the CPU
+    inputs: tuple  # real tensors on the CPU
+    loss_fn: Callable | None
+    optimizer_cls: type
+
+    def make_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer as the importer builds it (one update op per parameter), after one zero-gradient
+        warm-up step so its state exists (the traced step is a steady-state step)."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = self.optimizer_cls(params, foreach=False)
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return optimizer
+
+    def loss(self) -> torch.Tensor:
+        """Forward pass and loss, as the importer traces it."""
+        output = self.model(*self.inputs)
+        loss = self.loss_fn(output) if self.loss_fn is not None else output
+        return loss if loss.dim() == 0 else loss.sum()
+
+
+def workload_from_graph(graph: OpGraph) -> TorchWorkload:
+    """The workload that produced ``graph``; PlacerError when its origin is not rebuildable."""
+    optimizer = str(graph.meta.get("optimizer", "Adam"))
+    source = graph.source
+    if graph.framework != "torch":
+        raise PlacerError(f"graph {graph.name!r} is a {graph.framework} graph and cannot be rebuilt as a real "
+                          "PyTorch step: measure it with the measurer of its framework")
+    if source.startswith("benchmark "):
+        name, _, config_text = source[len("benchmark "):].partition(" ")
+        return TorchWorkload(_benchmark_builder(name, config_text), optimizer, source)
+    if source.startswith("torch:"):
+        spec = source[len("torch:"):]
+        return TorchWorkload(lambda: _call_spec(spec), optimizer, source)
+    raise PlacerError(f"graph {graph.name!r} (source {source!r}) cannot be rebuilt as a real PyTorch step: "
+                      "the torch measurer needs a torch benchmark or a graph imported from a torch spec")
+
+
+def _benchmark_builder(name: str, config_text: str) -> Callable[[], tuple]:
+    from graphs.registry import BENCHMARKS, load_builtin_benchmarks
+
+    load_builtin_benchmarks()
+    benchmark = BENCHMARKS.get(name)
+    if benchmark is None:
+        raise PlacerError(f"graph comes from benchmark {name!r}, which is not registered")
+    try:
+        config = ast.literal_eval(config_text) if config_text.strip() else dict(benchmark.config)
+    except (ValueError, SyntaxError):
+        raise PlacerError(f"benchmark {name!r}: cannot read its configuration {config_text!r}") from None
+    module_name, func_name = benchmark.builder.split(":")
+    if not func_name.startswith("build_"):
+        raise PlacerError(f"benchmark {name!r}: builder {benchmark.builder!r} has no model function")
+    model_fn = getattr(importlib.import_module(module_name), func_name[len("build_"):] + "_model", None)
+    if model_fn is None:
+        raise PlacerError(f"benchmark {name!r} is not a PyTorch model (no {func_name[6:]}_model in {module_name})")
+    return lambda: model_fn(**config)
+
+
+def _call_spec(spec: str) -> tuple:
+    from graphs.specs import call_spec
+    from graphs.torch.importer import check_spec_result
+
+    return check_spec_result(spec, call_spec(spec, "torch"))
+
+
+def _materialize_model(model: nn.Module, seed: int) -> nn.Module:
+    """Real CPU parameters. A model built on the meta device gets storage, then every module re-initializes
+    under ``seed`` (``reset_parameters``; parameters of modules without one: normal(0, 0.02))."""
+    tensors = [*model.parameters(), *model.buffers()]
+    if not any(t.is_meta for t in tensors):
+        return model.to("cpu").train()
+    model = model.to_empty(device="cpu")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            reset = getattr(module, "reset_parameters", None)
+            if callable(reset):
+                reset()
+            else:
+                for p in module.parameters(recurse=False):
+                    p.normal_(0.0, 0.02)
+                for b in module.buffers(recurse=False):
+                    b.zero_()
+    return model.train()
+
+
+def _token_bound(model: nn.Module) -> int:
+    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
+    return min(sizes) if sizes else 2
+
+
+def _seeded_like(x: torch.Tensor, generator: torch.Generator, bound: int) -> torch.Tensor:
+    if x.dtype == torch.bool:
+        return torch.zeros(x.shape, dtype=torch.bool)
+    if x.dtype.is_floating_point:
+        return torch.randn(x.shape, dtype=x.dtype, generator=generator)
+    return torch.randint(0, bound, x.shape, dtype=x.dtype, generator=generator)

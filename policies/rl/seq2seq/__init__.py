@@ -1,0 +1,1 @@
+"""The 2017 seq2seq placer (Mirhoseini et al.): LSTM encoder over groups, attention decoder over devices."""

@@ -1,0 +1,189 @@
+"""Run-log analysis: small generated run logs with known answers (best, ratios, failures, curves, bad input)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import build_graph
+
+from cluster.analysis import RESULT_FILE, find_runs, learning_curve, policy_bests, summarize
+from cluster.cli import main
+from cluster.pool import PoolResult
+from cluster.runlog import MANIFEST_FILE, RunLogWriter, make_run_id, new_manifest, read_run
+from graphs.errors import PlacerError
+from graphs.io import save_graph
+from measurers.base import Measurement
+from measurers.catalog import load_machine
+from measurers.sim.lower_bound import lower_bound_s
+
+T0 = 1_700_000_000.0  # the runs' start, seconds since the epoch
+STARTED = "2023-11-14T22:13:20+00:00"  # T0 as ISO 8601
+
+# (policy, runtime_s, status, cache_hit): the run's own policy is "annealing"
+ROWS = [
+    ("single-gpu", 2.2, "ok", False),
+    ("expert", 9.0, "oom", False),
+    ("annealing", 3.0, "ok", False),
+    ("annealing", 2.0, "ok", False),
+    ("annealing", 1.0, "oom", False),  # faster but out of memory: never the best
+    ("annealing", 2.5, "ok", False),
+    ("annealing", 1.5, "ok", False),
+    ("annealing", math.nan, "error", False),
+    ("annealing", 1.5, "ok", True),  # answered from the cache
+    ("annealing", math.nan, "timeout", False),
+]
+
+
+def _graph():
+    return build_graph([(0, 1, 4096), (0, 2, 4096), (1, 3, 4096), (2, 3, 4096), (3, 4, 64), (4, 5, 64)],
+                       flops=[1e9, 4e9, 4e9, 1e9, 2e9, 1e9], out_bytes=[4096] * 6,
+                       phases=["forward", "forward", "forward", "backward", "backward", "update"], name="tiny6")
+
+
+def write_run(root: Path, rows=ROWS, policy: str = "annealing", graph=None, machine: str = "paper-2gpu",
+              close: bool = True, graph_file: Path | None = None, start: str = STARTED,
+              budget: int | None = None) -> Path:
+    """A run folder with one measurement per entry of ``rows``, finished 1 s apart from T0 + 1."""
+    graph = graph if graph is not None else _graph()
+    config = {"graph": str(graph_file) if graph_file is not None else graph.name,
+              "budget": len(rows) if budget is None else budget}
+    manifest = new_manifest(make_run_id(graph.name, policy, 0, when=T0), graph, load_machine(machine),
+                            seed=0, policy=policy, config=config, command=["test"])
+    manifest = dataclasses.replace(manifest, started_at=start)
+    writer = RunLogWriter.create(root, manifest, flush_rows=4)
+    devices = load_machine(machine).num_devices
+    for i, (tag, runtime_s, status, hit) in enumerate(rows):
+        placement = np.array([(i + k) % devices for k in range(graph.num_ops)], dtype=np.int64)
+        m = Measurement(runtime_s, (runtime_s,), status, (1000 * (i + 1),) + (0,) * (devices - 1), 0.01)
+        t = T0 + 1 + i
+        writer.append(PoolResult(i, placement, m, "a0", "n0", t - 0.5, t - 0.2, t, hit, 1, tag, i))
+    if close:
+        writer.close()  # else a live run: the whole files of every 4 rows on disk, the rest buffered
+    return writer.folder
+
+
+def test_summarize__best_ratios_failures_and_rates_known(tmp_path):
+    run = write_run(tmp_path)
+    (s,) = summarize([run])
+    assert (s.graph, s.machine, s.policy) == ("tiny6", "paper-2gpu", "annealing")
+    assert s.best_runtime_s == 1.5 and s.best_overall_s == 1.5
+    assert s.best_baseline == "single-gpu" and s.best_baseline_s == 2.2
+    assert s.ratio_to_best_baseline == pytest.approx(1.5 / 2.2)
+    assert s.failures == {"oom": 2, "error": 1, "timeout": 1}
+    assert s.measurements == 9 and s.cache_hits == 1
+    assert s.wall_s == pytest.approx(10.0)  # T0 to the last row, finished at T0 + 10
+    assert s.measurements_per_s == pytest.approx(0.9)
+    assert not s.finished
+    assert {b.policy: b.status for b in s.baselines} == {"single-gpu": "ok", "expert": "oom"}
+
+
+def test_summarize__lower_bound_from_result_json_else_from_the_graph_file(tmp_path):
+    graph = _graph()
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(graph, graph_file)
+    run = write_run(tmp_path / "a", graph=graph, graph_file=graph_file)
+    (s,) = summarize([run])
+    expected = lower_bound_s(graph, load_machine("paper-2gpu"))
+    assert s.lower_bound_s == pytest.approx(expected) and s.ratio_to_lower_bound == pytest.approx(1.5 / expected)
+    (run / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.5}))
+    (s,) = summarize([run])
+    assert s.lower_bound_s == 0.5 and s.ratio_to_lower_bound == 3.0 and s.finished
+
+
+def test_summarize__lower_bound_unknown_without_graph(tmp_path):
+    (s,) = summarize([write_run(tmp_path)])
+    assert math.isnan(s.lower_bound_s) and math.isnan(s.ratio_to_lower_bound)
+
+
+def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_path):
+    cell = tmp_path / "exp" / "tiny6__paper-2gpu"
+    write_run(cell, policy="reinforce", rows=[("single-gpu", 2.0, "ok", False), ("reinforce", 1.8, "ok", False)])
+    write_run(cell, policy="annealing", rows=[("annealing", 1.6, "ok", False)])
+    write_run(tmp_path / "exp" / "other", policy="annealing", rows=[("annealing", 1.0, "ok", False)],
+              machine="paper-4gpu")
+    summaries = {(s.policy, s.machine): s for s in summarize([tmp_path / "exp"])}
+    assert len(summaries) == 3
+    annealing = summaries[("annealing", "paper-2gpu")]
+    assert annealing.best_baseline == "single-gpu" and annealing.ratio_to_best_baseline == pytest.approx(0.8)
+    assert summaries[("reinforce", "paper-2gpu")].ratio_to_best_baseline == pytest.approx(0.9)
+    assert summaries[("annealing", "paper-4gpu")].best_baseline == ""  # another machine: not a sibling
+
+
+def test_learning_curve__best_so_far_ok_only_and_elapsed(tmp_path):
+    run = write_run(tmp_path)
+    curve = learning_curve(read_run(run), policy="annealing")
+    assert curve.seq.tolist() == list(range(2, 10))
+    assert curve.best_so_far_s.tolist() == [3.0, 2.0, 2.0, 2.0, 1.5, 1.5, 1.5, 1.5]
+    assert curve.ok.tolist() == [True, True, False, True, True, False, True, False]
+    whole = learning_curve(read_run(run))
+    assert whole.best_so_far_s.tolist()[:4] == [2.2, 2.2, 2.2, 2.0] and whole.best_so_far_s[-1] == 1.5
+    assert whole.elapsed_s.tolist() == pytest.approx(list(np.arange(10.0)))
+
+
+def test_policy_bests__failed_policy_reports_its_status(tmp_path):
+    bests = policy_bests(read_run(write_run(tmp_path)))
+    assert list(bests) == ["single-gpu", "expert", "annealing"]
+    assert bests["expert"].status == "oom" and math.isnan(bests["expert"].runtime_s)
+    assert bests["annealing"].measurements == 8
+
+
+def test_summarize__live_run_with_stale_temp_file(tmp_path):
+    run = write_run(tmp_path, close=False)
+    (run / "measurements" / ".part-000099.parquet.123.tmp").write_bytes(b"half a file")
+    (s,) = summarize([run])
+    assert s.measurements + s.cache_hits == 8  # two whole files of 4 rows; the rest still buffered
+
+
+def test_summarize__a_run_with_no_rows_yet(tmp_path):
+    (s,) = summarize([write_run(tmp_path, rows=[])])
+    assert s.measurements == 0 and math.isnan(s.best_runtime_s) and s.wall_s == 0.0
+
+
+@pytest.mark.parametrize("case", ["missing", "file", "empty", "version", "garbage"])
+def test_find_runs__bad_input_is_one_clear_error(tmp_path, case):
+    target = tmp_path / "x"
+    if case == "file":
+        target.write_text("hello")
+    elif case == "empty":
+        target.mkdir()
+    elif case in ("version", "garbage"):
+        run = write_run(tmp_path)
+        data = json.loads((run / MANIFEST_FILE).read_text())
+        data["format_version"] = 99
+        (run / MANIFEST_FILE).write_text(json.dumps(data) if case == "version" else "{not json")
+        target = run
+    with pytest.raises(PlacerError) as info:
+        find_runs([target])
+    assert str(target) in str(info.value) or "manifest" in str(info.value)
+    if case == "version":
+        assert "format version 99" in str(info.value)
+
+
+def test_cli_analyze__bad_input_exits_2_with_one_line(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["analyze", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("placer: error:") and "not a run folder" in err[0]
+
+
+def test_cli_analyze__json_rows_for_several_runs(tmp_path, capsys):
+    a = write_run(tmp_path / "a")
+    b = write_run(tmp_path / "b", policy="reinforce", rows=[("reinforce", 4.0, "ok", False)])
+    assert main(["analyze", str(a), str(b), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [p["policy"] for p in payload] == ["annealing", "reinforce"]
+    assert payload[0]["best_runtime_s"] == 1.5 and payload[0]["lower_bound_s"] is None
+    assert payload[1]["best_baseline"] == "single-gpu"  # same graph and machine: a's baseline counts
+
+
+def test_cli_analyze__table_names_every_run(tmp_path, capsys):
+    run = write_run(tmp_path)
+    assert main(["analyze", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert run.name[:30] in out.replace("\n", "") or "annealing" in out
+    assert "oom 2" in out and "1.5" in out

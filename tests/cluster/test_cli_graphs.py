@@ -1,0 +1,160 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster.cli import main
+from graphs.io import load_graph_file, save_graph
+from graphs.registry import list_benchmarks
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+@pytest.fixture
+def graph_file(make_graph, tmp_path):
+    """A 40-op training-like graph file: a chain with colocated forward/backward pairs and a Variable."""
+    n = 40
+    colocation = np.arange(n)
+    colocation[20:] = np.arange(20)[::-1]
+    graph = make_graph([(i, i + 1, 100 + i) for i in range(n - 1)], n, colocation=colocation,
+                       param_bytes=[64] + [0] * (n - 1), kinds=["Variable"] + ["aten.mm.default"] * (n - 1),
+                       name="chain40", batch_size=8, num_params=16)
+    return graph, save_graph(graph, tmp_path / "chain40.parquet")
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert err.startswith("placer: error: ")
+    return err
+
+
+def test_graphs_list__json_names_every_benchmark_and_synthetic(capsys):
+    assert main(["graphs", "list", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    names = [entry["name"] for entry in entries]
+    assert names[:-1] == [b.name for b in list_benchmarks()]
+    assert names[-1] == "synthetic:N[:SEED]"
+    assert all(entry["description"] for entry in entries)
+
+
+def test_graphs_list__table(capsys):
+    assert main(["graphs", "list"]) == 0
+    assert "synthetic:N[:SEED]" in capsys.readouterr().out
+
+
+def test_graphs_show__json_figures_of_a_file(graph_file, capsys):
+    graph, path = graph_file
+    assert main(["graphs", "show", str(path), "--json", "--groups", "5"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["name"] == "chain40" and figures["framework"] == "manual"
+    assert (figures["ops"], figures["edges"]) == (40, 39)
+    assert figures["flops"] == pytest.approx(graph.total_flops)
+    assert (figures["params"], figures["param_bytes"], figures["batch_size"]) == (16, 64, 8)
+    assert 1 <= figures["groups"] <= 5 and figures["colocation_groups"] == 20
+    assert figures["hash"] == graph.content_hash
+
+
+def test_graphs_show__default_groups_keep_colocation_groups(graph_file, capsys):
+    _, path = graph_file
+    assert main(["graphs", "show", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["groups"] == 20  # 20 colocation groups < 256
+
+
+def test_graphs_show__readable_table(graph_file, capsys):
+    _, path = graph_file
+    assert main(["graphs", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "chain40" in out and "colocation_groups" in out and "TFLOP" in out
+
+
+def test_graphs_show__unknown_name_is_one_error_line(capsys):
+    assert main(["graphs", "show", "no-such-graph"]) == 2
+    assert "no-such-graph" in _error_line(capsys)
+
+
+def test_graphs_show__damaged_file_is_one_error_line(tmp_path, capsys):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 this is not really parquet")
+    assert main(["graphs", "show", str(bad)]) == 2
+    assert "bad.parquet" in _error_line(capsys)
+
+
+def test_graphs_show__bad_group_count_is_an_error(graph_file, capsys):
+    _, path = graph_file
+    assert main(["graphs", "show", str(path), "--groups", "0"]) == 2
+    assert "--groups" in _error_line(capsys)
+
+
+def test_graphs_export__writes_an_identical_graph(graph_file, tmp_path, capsys):
+    graph, path = graph_file
+    out = tmp_path / "sub" / "copy.parquet"
+    assert main(["graphs", "export", str(path), "-o", str(out)]) == 0
+    assert load_graph_file(out).content_hash == graph.content_hash
+    assert str(out) in capsys.readouterr().out
+
+
+def test_graphs_export__unknown_name_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "never.parquet"
+    assert main(["graphs", "export", "no-such-graph", "-o", str(out)]) == 2
+    _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_graphs_export__synthetic_graph(tmp_path):
+    out = tmp_path / "s.parquet"
+    assert main(["graphs", "export", "synthetic:3000:1", "-o", str(out)]) == 0
+    assert load_graph_file(out).num_ops == 3000
+
+
+def test_graphs_show__synthetic_graph_groups_to_at_most_g(capsys):
+    assert main(["graphs", "show", "synthetic:3000:1", "--json", "--groups", "64"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["ops"] == 3000 and figures["colocation_groups"] > 64
+    assert 32 <= figures["groups"] <= 64 and figures["max_groups"] == 64
+
+
+def test_graphs_show__bad_synthetic_spec_is_one_error_line(capsys):
+    assert main(["graphs", "show", "synthetic:abc"]) == 2
+    assert "synthetic:abc" in _error_line(capsys)
+
+
+def test_graphs_import__torch_model_end_to_end(tmp_path, capsys):
+    out = tmp_path / "mlp.parquet"
+    assert main(["graphs", "import", "--torch", f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp", "-o", str(out)]) == 0
+    graph = load_graph_file(out)
+    assert graph.framework == "torch" and graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
+    assert (graph.op_kinds == "Variable").sum() == 4
+    assert main(["graphs", "show", str(out), "--json"]) == 0
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("spec, problem", [
+    ("no_such_module_xyz:build", "no_such_module_xyz"),
+    (f"{FIXTURES / 'broken_model.py'}:build", "broken on purpose"),
+    (f"{FIXTURES / 'tiny_models.py'}:missing_function", "missing_function"),
+    (f"{FIXTURES / 'tiny_models.py'}:not_a_model", "must return"),
+])
+def test_graphs_import__bad_torch_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys, spec, problem):
+    out = tmp_path / "never.parquet"
+    assert main(["graphs", "import", "--torch", spec, "-o", str(out)]) == 2
+    assert problem in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_graphs_import__keras_model_end_to_end(tmp_path, capsys):
+    out = tmp_path / "keras_mlp.parquet"
+    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_mlp"
+    assert main(["graphs", "import", "--keras", spec, "-o", str(out)]) == 0, capsys.readouterr().err
+    graph = load_graph_file(out)
+    assert graph.framework == "tensorflow" and graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
+    assert (graph.op_kinds == "Variable").sum() == 4
+    assert 2 in graph.phases and 1 in graph.phases  # update and backward ops are in the graph
+
+
+def test_graphs_import__bad_keras_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "never.parquet"
+    assert main(["graphs", "import", "--keras", f"{FIXTURES / 'broken_model.py'}:build", "-o", str(out)]) == 2
+    assert "broken on purpose" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []

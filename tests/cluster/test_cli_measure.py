@@ -1,0 +1,109 @@
+"""`placer measure`: one real measurement from the command line, JSON report, clean failures."""
+
+import json
+
+import pytest
+
+from cluster.cli import main
+from measurers.factory import MeasurerSpec, build_measurer
+from measurers.catalog import load_machine
+
+SPEC = "tests/fixtures/tiny_models.py:tiny_torch_mlp"
+
+
+@pytest.fixture(scope="module")
+def mlp_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("g") / "mlp.parquet"
+    assert main(["graphs", "import", "--torch", SPEC, "-o", str(path)]) == 0
+    return path
+
+
+def test_measure__torch_json_report(mlp_file, capsys):
+    capsys.readouterr()
+    code = main(["measure", "--graph", str(mlp_file), "--machine", "local", "--measurer", "torch",
+                 "--policy", "cpu-only", "--runs", "3", "--warmup", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["status"] == "ok"
+    assert len(report["samples_s"]) == 3 and report["runtime_s"] == sorted(report["samples_s"])[1]
+    assert report["runs"] == 3 and report["warmup"] == 1 and report["devices"][0]["name"] == "cpu:0"
+
+
+def test_measure__placement_file_of_wrong_length_is_a_clean_error(mlp_file, tmp_path, capsys):
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps(["cpu:0"] * 3))
+    code = main(["measure", "--graph", str(mlp_file), "--measurer", "torch", "--placement", str(bad)])
+    assert code == 2 and "placer: error:" in capsys.readouterr().err
+
+
+def test_measure__graph_that_cannot_be_rebuilt_is_a_clean_error(capsys):
+    code = main(["measure", "--graph", "synthetic:20:1", "--measurer", "torch", "--policy", "cpu-only"])
+    assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
+
+
+def test_build_measurer__torch_spec_builds_a_working_measurer(mlp_file):
+    from graphs.io import load_graph_file
+    from measurers.placement import policy_placement
+
+    graph = load_graph_file(mlp_file)
+    machine = load_machine("local")
+    measurer = build_measurer(MeasurerSpec("torch", graph, machine, runs=2, warmup=0))
+    result = measurer.measure([policy_placement(graph, machine, "cpu-only")])[0]
+    assert result.status == "ok" and len(result.samples_s) == 2
+
+
+def test_measure__tf_json_report_for_an_imported_keras_spec(tmp_path, capsys):
+    pytest.importorskip("tensorflow")
+    path = tmp_path / "keras.parquet"
+    assert main(["graphs", "import", "--keras", "tests/fixtures/tiny_models.py:tiny_keras_mlp", "-o", str(path)]) == 0
+    capsys.readouterr()
+    code = main(["measure", "--graph", str(path), "--measurer", "tf", "--policy", "cpu-only", "--runs", "2",
+                 "--warmup", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["status"] == "ok" and len(report["samples_s"]) == 2 and report["runtime_s"] > 0
+
+
+def test_profile__torch_profile_covers_every_op_and_feeds_the_simulator(mlp_file, tmp_path, capsys):
+    from graphs.io import load_graph_file
+    from measurers.sim.costs import load_profile
+
+    out = tmp_path / "profile.json"
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "2", "-o", str(out)]) == 0
+    graph = load_graph_file(mlp_file)
+    profile = load_profile(out)
+    timed = {i for i, k in enumerate(graph.op_kinds) if k not in ("Variable", "Input")}
+    assert set(profile.op_names) == {graph.op_names[i] for i in timed}
+    assert set(profile.device_models) == {load_machine("local").devices[0].model}
+    assert profile.graph_hash == graph.content_hash and (profile.time_s > 0).all()
+    capsys.readouterr()
+    common = ["simulate", "--graph", str(mlp_file), "--machine", "local", "--policy", "cpu-only", "--json"]
+    assert main([*common, "--profile", str(out)]) == 0
+    profiled = json.loads(capsys.readouterr().out)["runtime_s"]
+    # the step is a chain on one device: its simulated time is the sum of the measured op times
+    assert profiled == pytest.approx(float(profile.time_s.sum()), rel=1e-6)
+
+
+def test_profile__unknown_graph_origin_is_a_clean_error(capsys):
+    code = main(["profile", "--graph", "synthetic:20:1", "--measurer", "torch", "-o", "/tmp/never.json"])
+    assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
+
+
+def test_profile__named_inside_a_machine_file_is_used_by_the_simulator(mlp_file, tmp_path, capsys):
+    from measurers.catalog import machine_to_json
+    from measurers.sim.costs import load_profile
+
+    profile_file = tmp_path / "profile.json"
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "2", "-o",
+                 str(profile_file)]) == 0
+    machine_json = machine_to_json(load_machine("local"))
+    machine_json["profile"] = "profile.json"  # relative to the machine file
+    machine_file = tmp_path / "local-profiled.json"
+    machine_file.write_text(json.dumps(machine_json))
+    capsys.readouterr()
+    assert main(["simulate", "--graph", str(mlp_file), "--machine", str(machine_file), "--policy", "cpu-only",
+                 "--json"]) == 0
+    runtime_s = json.loads(capsys.readouterr().out)["runtime_s"]
+    assert runtime_s == pytest.approx(float(load_profile(profile_file).time_s.sum()), rel=1e-6)
+    machine_json["profile"] = "missing.json"
+    machine_file.write_text(json.dumps(machine_json))
+    assert main(["machines", "show", str(machine_file)]) == 2
+    assert "missing.json" in capsys.readouterr().err

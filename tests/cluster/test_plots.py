@@ -1,0 +1,111 @@
+"""Plots: the PNGs are written and show the data (coloured pixels where the data is), plus the Chrome trace."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from matplotlib import colors
+from matplotlib.image import imread
+from test_analysis import _graph, write_run
+
+from cluster.analysis import learning_curve
+from cluster.cli import main
+from cluster.plots import (FAILURE_COLOUR, PHASE_COLOURS, TRANSFER_COLOUR, op_placement_of, plot_device_load,
+                           plot_learning_curve, plot_run, plot_timeline)
+from cluster.runlog import read_run
+from graphs.errors import PlacerError
+from graphs.io import save_graph
+from measurers.catalog import load_machine
+from measurers.sim.reference import Simulator
+
+
+def _pixels(path) -> np.ndarray:
+    return imread(str(path))[..., :3]  # (H, W, 3) float in [0, 1]
+
+
+def _share_of_colour(path, colour: str, tol: float = 0.06) -> float:
+    """Fraction of the image's pixels within ``tol`` of ``colour``."""
+    image = _pixels(path)
+    target = np.array(colors.to_rgb(colour))
+    return float((np.abs(image - target).max(axis=-1) < tol).mean())
+
+
+def _not_blank(path) -> None:
+    image = _pixels(path)
+    non_white = (image < 0.95).any(axis=-1).mean()
+    assert image.std() > 0.05 and non_white > 0.02, f"{path} looks blank"
+
+
+def test_plot_learning_curve__draws_points_and_marks_failures(tmp_path):
+    curve = learning_curve(read_run(write_run(tmp_path)))
+    png = plot_learning_curve(curve, tmp_path / "curve.png", "test", lower_bound_s=0.5)
+    _not_blank(png)
+    assert _share_of_colour(png, FAILURE_COLOUR) > 1e-4  # red crosses for the 4 failures
+    only_ok = learning_curve(read_run(write_run(tmp_path / "ok", rows=[("cem", 2.0 - i / 10, "ok", False)
+                                                                          for i in range(8)])))
+    png_ok = plot_learning_curve(only_ok, tmp_path / "ok.png")
+    _not_blank(png_ok)
+    assert _share_of_colour(png_ok, FAILURE_COLOUR) == 0.0
+
+
+def test_plot_timeline__gantt_shows_ops_and_transfers(tmp_path):
+    graph, machine = _graph(), load_machine("paper-2gpu")
+    result = Simulator(graph, machine).run(np.array([1, 1, 2, 1, 1, 1]), timeline=True)
+    assert len(result.timeline.transfer_op) > 0
+    png = plot_timeline(graph, machine, result.timeline, tmp_path / "gantt.png")
+    _not_blank(png)
+    assert _share_of_colour(png, TRANSFER_COLOUR) > 1e-4
+    assert _share_of_colour(png, PHASE_COLOURS["forward"]) > 1e-4
+    alone = Simulator(graph, machine).run(np.ones(6, dtype=np.int64), timeline=True)
+    png_alone = plot_timeline(graph, machine, alone.timeline, tmp_path / "alone.png")
+    assert _share_of_colour(png_alone, TRANSFER_COLOUR) == 0.0  # no transfers, no purple
+
+
+def test_plot_device_load__over_capacity_in_red(tmp_path):
+    png = plot_device_load(["cpu:0", "gpu:0"], [0.5, 1.5], [1e9, 3e9], [10e9, 2e9], tmp_path / "load.png")
+    _not_blank(png)
+    assert _share_of_colour(png, FAILURE_COLOUR) > 1e-3
+    fits = plot_device_load(["cpu:0", "gpu:0"], [0.5, 1.5], [1e9, 1e9], [10e9, 2e9], tmp_path / "fits.png")
+    assert _share_of_colour(fits, FAILURE_COLOUR) == 0.0
+
+
+def test_plot_run__all_plots_and_a_chrome_trace_of_the_best(tmp_path):
+    graph = _graph()
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(graph, graph_file)
+    run = write_run(tmp_path / "runs", graph=graph, graph_file=graph_file)
+    made = plot_run(run, tmp_path / "plots")
+    for png in (made.learning_curve, made.timeline, made.device_load):
+        _not_blank(png)
+    trace = json.loads(made.trace.read_text())
+    ops = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e["cat"] != "transfer"]
+    assert len(ops) == graph.num_ops
+    best_placement = [(6 + k) % 3 for k in range(6)]  # row 6 (1.5 s) is the run's best
+    assert sorted({e["pid"] for e in ops}) == sorted(set(best_placement))
+
+
+def test_plot_run__no_ok_measurement_gives_the_curve_only(tmp_path):
+    run = write_run(tmp_path, rows=[("cem", math.nan, "error", False), ("cem", 3.0, "oom", False)])
+    made = plot_run(run, tmp_path / "plots")
+    _not_blank(made.learning_curve)
+    assert made.timeline is None and made.trace is None
+
+
+def test_op_placement_of__groups_expand_and_bad_length_is_an_error():
+    assert op_placement_of([2, 1], np.array([0, 0, 1]), 3, "run").tolist() == [2, 2, 1]
+    assert op_placement_of([0, 1, 2], None, 3, "run").tolist() == [0, 1, 2]
+    with pytest.raises(PlacerError, match="neither"):
+        op_placement_of([0, 1], None, 3, "run")
+
+
+def test_cli_analyze__plots_dir_gets_pngs_and_trace(tmp_path, capsys):
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    write_run(tmp_path / "runs", graph_file=graph_file)
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots")]) == 0
+    names = sorted(p.name.split("__")[-1] for p in (tmp_path / "plots").iterdir())
+    assert names == ["device_load.png", "learning_curve.png", "timeline.png", "trace.json"]
+    assert "timeline.png" in capsys.readouterr().out

@@ -1,0 +1,163 @@
+"""`placer reproduce`: the table and the paper's conclusions from run folders, skip/resume, and the quick run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+from test_analysis import write_run
+
+import cluster.search
+from cluster.runlog import RESULT_FILE
+from cluster.experiments import (EXPERIMENT_FILE, METHODS, cell_results, get_experiment, run_experiment,
+                                 settings_for)
+from graphs.errors import PlacerError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cell_runs(folder: Path, graph: str, machine: str, times: dict[str, float | None], annealing_s: float,
+               finished: bool = True) -> None:
+    """A cell with a reinforce run (every baseline tagged in it; None: oom) and an annealing run."""
+    cell = folder / f"{graph}__{machine}"
+    rows = [(name, math.nan if t is None else t, "oom" if t is None else "ok", False) for name, t in times.items()]
+    for run in (write_run(cell, rows=rows, policy="reinforce", budget=100),
+                write_run(cell, rows=[("annealing", annealing_s, "ok", False)], policy="annealing", budget=100)):
+        if finished:
+            (run / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.5}))
+
+
+def _experiment_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "mirhoseini2017"
+    _cell_runs(folder, "rnnlm", "paper-2gpu", {"cpu-only": 7.0, "single-gpu": 1.6, "metis": 12.0, "expert": 3.9,
+                                               "m-etf": 2.0, "m-sct": 2.1, "reinforce": 1.6}, 1.7)
+    _cell_runs(folder, "nmt-2", "paper-2gpu", {"cpu-only": 10.0, "single-gpu": None, "metis": 4.9, "expert": 5.0,
+                                               "m-etf": 4.5, "m-sct": 4.4, "reinforce": 4.0}, 4.2)
+    return folder
+
+
+def test_cell_results__known_table_and_verdicts(tmp_path):
+    results = {(r.cell.graph, r.cell.gpus): r for r in cell_results("mirhoseini2017", _experiment_folder(tmp_path))}
+    assert len(results) == 6
+    rnnlm = results[("rnnlm", 2)]
+    assert rnnlm.methods["expert"].runtime_s == 3.9 and rnnlm.methods["annealing"].runtime_s == 1.7
+    assert rnnlm.rl_gain == pytest.approx(0.0) and rnnlm.lower_bound_s == 0.5 and rnnlm.finished
+    assert [c.holds for c in rnnlm.claims] == [True, True, True]  # tie with one GPU; METIS, expert slower
+    nmt = results[("nmt-2", 2)]
+    assert nmt.methods["single-gpu"].status == "oom"
+    assert nmt.best_baseline == "metis" and nmt.rl_gain == pytest.approx(0.225) and nmt.winner == "reinforce"
+    rl, metis, expert = nmt.claims
+    assert rl.holds and "RL wins" in rl.here
+    assert metis.holds is False and "faster" in metis.here  # METIS 4.9 beats the CPU's 10.0: unlike the paper
+    assert expert.holds  # the paper's expert also beat the single CPU when the GPU ran out of memory
+    missing = results[("inception-v3", 4)]
+    assert not missing.finished and all(missing.methods[m].status == "not run" for m in METHODS)
+    assert missing.claims[0].holds is None
+
+
+def test_cell_results__json_is_plain_and_marks_paper_figures_approximate(tmp_path):
+    (first, *_) = cell_results("mirhoseini2017", _experiment_folder(tmp_path))
+    data = json.loads(json.dumps(first.to_json()))
+    assert data["cell"]["paper_approx"]["rl_s"] == 1.57 and data["methods"]["reinforce"]["runtime_s"] == 1.6
+
+
+@dataclass
+class _FakeResult:
+    run_dir: Path
+    policy_best_runtime_s: float = 1.0
+
+    def to_json(self) -> dict:
+        return {"lower_bound_s": 0.25}
+
+
+def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_path, monkeypatch):
+    """The search itself is a stand-in here: what matters is which runs are started, resumed or skipped."""
+    folder = tmp_path / "out" / "mirhoseini2017"
+    settings = settings_for(quick=True)
+    run_experiment_settings = folder / EXPERIMENT_FILE
+    folder.mkdir(parents=True)
+    run_experiment_settings.write_text(json.dumps({"settings": {**settings.__dict__}}))
+    experiment = get_experiment("mirhoseini2017")
+    for cell in experiment.cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, finished=cell.graph != "nmt-2")
+    nmt_cells = [folder / c.folder_name for c in experiment.cells if c.graph == "nmt-2"]
+    resumable = next(p for p in nmt_cells[0].iterdir() if "__reinforce__" in p.name)
+    (resumable / cluster.search.GROUPING_FILE).write_bytes(b"")  # killed after the grouping was saved
+    calls = []
+
+    def fake_run_search(config, **_):
+        """Like the real one, a finished search leaves its result file."""
+        calls.append(config)
+        if config.resume:
+            run_dir = Path(config.resume)
+        else:
+            run_dir = write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget)
+            (run_dir / cluster.search.GROUPING_FILE).write_bytes(b"")
+        result = _FakeResult(run_dir)
+        (run_dir / RESULT_FILE).write_text(json.dumps(result.to_json()))
+        return result
+
+    monkeypatch.setattr(cluster.search, "run_search", fake_run_search)
+    events = []
+    run_experiment("mirhoseini2017", tmp_path / "out", settings, on_event=events.append)
+    actions = [(e.cell.graph, e.policy, e.action) for e in events if e.action != "done"]
+    assert actions.count(("rnnlm", "reinforce", "skipped (finished)")) == 2
+    assert ("nmt-2", "reinforce", "resumed") in actions
+    assert sum(a[2] == "started" for a in actions) == 3  # the three nmt-2 runs that died before their grouping
+    assert [c.resume for c in calls].count(str(resumable)) == 1
+    assert all(c.budget == settings.budget and c.groups == settings.groups for c in calls)
+    assert len(list(nmt_cells[0].glob(".broken-*"))) == 1
+    assert all((Path(c.resume or "") / RESULT_FILE).is_file() for c in calls if c.resume)
+    events.clear()
+    run_experiment("mirhoseini2017", tmp_path / "out", settings, on_event=events.append)
+    assert {e.action for e in events} == {"skipped (finished)"} and len(events) == 12
+    events.clear()
+    run_experiment("mirhoseini2017", tmp_path / "out", replace(settings, budget=200), on_event=events.append)
+    actions = [e.action for e in events if e.action != "done"]
+    assert "skipped (finished)" not in actions  # a larger budget: every finished run goes on
+    assert actions.count("resumed") == 4  # the nmt-2 runs (the others have no grouping: started afresh)
+
+
+def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster.search, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "mirhoseini2017"
+    folder.mkdir()
+    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {"measurer": "sim", "quick": False,
+                                                                   "groups": 256, "seed": 0}}))
+    with pytest.raises(PlacerError, match="quick"):
+        run_experiment("mirhoseini2017", tmp_path, settings_for(quick=True))
+
+
+def test_get_experiment__unknown_name_and_hierarchical_cells():
+    with pytest.raises(PlacerError, match="unknown experiment"):
+        get_experiment("nope")
+    cells = get_experiment("hierarchical2018").cells
+    assert {c.graph for c in cells} == {"nmt-2", "nmt-4", "nmt-8", "inception-v3", "resnet-50"}
+    assert {c.machine for c in cells} == {"paper-2gpu", "paper-4gpu", "paper-8gpu"}
+
+
+@pytest.mark.slow
+def test_cli_reproduce__quick_finishes_and_prints_every_row(tmp_path):
+    """Traces rnnlm, nmt-2 and inception-v3 (first time) and runs 12 tiny searches through Ray."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1", "COLUMNS": "240"}
+    command = [sys.executable, "-m", "cluster.cli", "reproduce", "mirhoseini2017", "--quick", "--budget", "4",
+               "--groups", "16", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "QUICK" in done.stdout and "QUICK" in done.stderr
+    table = done.stdout
+    for graph in ("rnnlm", "nmt-2", "inception-v3"):
+        assert table.count(f"│ {graph} ") == 2, table  # one row per machine
+    assert table.count("paper (approx.)") == 6 and "unfinished" not in table
+    assert table.count("-> holds") + table.count("-> differs") + table.count("-> cannot tell") == 18
+    again = subprocess.run(command + ["--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and again.stderr.count("skipped (finished)") == 12
+    rows = json.loads(again.stdout)["rows"]
+    assert len(rows) == 6 and all(r["methods"]["reinforce"]["status"] != "not run" for r in rows)
+    assert all(r["lower_bound_s"] > 0 for r in rows)

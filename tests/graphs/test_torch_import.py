@@ -1,0 +1,245 @@
+"""The PyTorch importer on small models whose figures can be checked by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from graphs.errors import PlacerError
+from graphs.opgraph import PHASE_CODE
+from graphs.opgraph import colocation_groups
+from graphs.torch.importer import import_torch_spec, trace_training_step
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _mlp_graph():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+    return trace_training_step(model, (torch.randn(4, 8),), name="mlp")
+
+
+def _ops(graph, kind=None, phase=None, scope=None) -> np.ndarray:
+    mask = np.ones(graph.num_ops, dtype=bool)
+    if kind is not None:
+        mask &= graph.op_kinds == kind
+    if phase is not None:
+        mask &= graph.phases == PHASE_CODE[phase]
+    if scope is not None:
+        mask &= graph.scopes == scope
+    return np.flatnonzero(mask)
+
+
+def _in_edges(graph, op: int) -> dict[int, int]:
+    """{producer: bytes} of the edges into ``op``."""
+    mask = graph.edge_dst == op
+    return dict(zip(graph.edge_src[mask].tolist(), graph.edge_bytes[mask].tolist()))
+
+
+def test_trace_training_step__mlp_params_and_variables_by_hand():
+    graph = _mlp_graph()
+    assert graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
+    assert (graph.framework, graph.batch_size, graph.name) == ("torch", 4, "mlp")
+    variables = _ops(graph, kind="Variable")
+    weight_bytes = {"param:0.weight": 8 * 16 * 4, "param:0.bias": 16 * 4, "param:2.weight": 32 * 4,
+                    "param:2.bias": 2 * 4}
+    assert {graph.op_names[i]: int(graph.out_bytes[i]) for i in variables} == weight_bytes
+    # fp32 Adam keeps weight, gradient, exp_avg and exp_avg_sq resident
+    assert {graph.op_names[i]: int(graph.param_bytes[i]) for i in variables} == \
+        {k: 4 * v for k, v in weight_bytes.items()}
+    assert {graph.scopes[i] for i in variables} == {"0", "2"}
+    assert graph.param_bytes.sum() == graph.param_bytes[variables].sum()  # only Variables own bytes
+
+
+def test_trace_training_step__mlp_flops_by_hand():
+    graph = _mlp_graph()
+    forward = 2 * 4 * 8 * 16 + 2 * 4 * 16 * 2
+    # layer 2: grad of its input and of its weight; layer 1: grad of its weight only (x needs none)
+    backward = 2 * (2 * 4 * 16 * 2) + 2 * 4 * 8 * 16
+    assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == forward
+    assert graph.flops[graph.phases == PHASE_CODE["backward"]].sum() == backward
+    assert graph.flops[graph.phases == PHASE_CODE["update"]].sum() == 0  # element-wise: bytes only
+    assert graph.total_flops == forward + backward
+
+
+def test_trace_training_step__mlp_edges_and_bytes_by_hand():
+    graph = _mlp_graph()
+    first, second = _ops(graph, kind="aten.addmm", phase="forward")
+    relu = _ops(graph, kind="aten.relu")[0]
+    (x_input,) = _ops(graph, kind="Input")
+    assert graph.out_bytes[x_input] == 4 * 8 * 4
+    assert _in_edges(graph, first)[x_input] == 4 * 8 * 4
+    assert _in_edges(graph, relu) == {first: 4 * 16 * 4}
+    assert _in_edges(graph, second)[relu] == 4 * 16 * 4
+    bias, weight_t, out = 16 * 4, 8 * 16 * 4, 4 * 16 * 4
+    assert graph.bytes_accessed[first] == bias + 4 * 8 * 4 + weight_t + out
+    assert graph.out_bytes[first] == out
+    bias_var = list(graph.op_names).index("param:0.bias")
+    assert _in_edges(graph, first)[bias_var] == bias
+
+
+def test_trace_training_step__every_phase_present():
+    graph = _mlp_graph()
+    counts = np.bincount(graph.phases, minlength=4)
+    assert all(counts[PHASE_CODE[p]] > 0 for p in ("forward", "backward", "update", "other"))
+    other = graph.phases == PHASE_CODE["other"]
+    assert set(graph.op_kinds[other]) == {"Variable", "Input"}
+    assert all(k.startswith("aten.") for k in graph.op_kinds[~other])
+
+
+def test_trace_training_step__backward_ops_colocated_with_their_forward_op():
+    graph = _mlp_graph()
+    for scope in ("0", "2"):
+        (forward_mm,) = _ops(graph, kind="aten.addmm", phase="forward", scope=scope)
+        backward_mms = _ops(graph, kind="aten.mm", phase="backward", scope=scope)
+        assert len(backward_mms) == (1 if scope == "0" else 2)
+        assert np.all(graph.colocation[backward_mms] == graph.colocation[forward_mm])
+    threshold = _ops(graph, kind="aten.threshold_backward")[0]
+    assert graph.colocation[threshold] == graph.colocation[_ops(graph, kind="aten.relu")[0]]
+    assert graph.scopes[threshold] == "1"
+
+
+def test_trace_training_step__update_ops_colocated_with_their_variable():
+    graph = _mlp_graph()
+    update = _ops(graph, phase="update")
+    variables = _ops(graph, kind="Variable")
+    for op in update:
+        group = np.flatnonzero(graph.colocation == graph.colocation[op])
+        owners = [v for v in group if graph.op_kinds[v] == "Variable"]
+        assert len(owners) == 1 and graph.scopes[owners[0]] == graph.scopes[op]
+    for var in variables:
+        kinds = set(graph.op_kinds[graph.colocation == graph.colocation[var]])
+        assert {"aten.lerp_", "aten.addcdiv_"} <= kinds  # Adam's moment and weight updates
+    assert graph.num_colocation_groups < graph.num_ops
+    assert set(np.unique(graph.colocation)) == set(range(graph.num_colocation_groups))  # dense ids
+
+
+class _ViewsAndInPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        y = self.fc(x)
+        y.add_(1.0)
+        flat = y.view(-1)
+        y[:, 0].mul_(2.0)  # writes y's storage through a view
+        return flat.sum() + y.mean()
+
+
+def test_trace_training_step__views_and_inplace_colocated_with_producer():
+    graph = trace_training_step(_ViewsAndInPlace(), (torch.randn(3, 6),))
+    addmm = _ops(graph, kind="aten.addmm", phase="forward")[0]
+    add = _ops(graph, kind="aten.add_", phase="forward")[0]
+    view = _ops(graph, kind="aten.view", phase="forward")[0]
+    mul = _ops(graph, kind="aten.mul_", phase="forward")[0]
+    assert _in_edges(graph, add) == {addmm: 3 * 6 * 4}
+    assert graph.colocation[add] == graph.colocation[addmm] == graph.colocation[view] == graph.colocation[mul]
+    # readers after the in-place write through a view depend on the writer, not the first producer
+    total = _ops(graph, kind="aten.sum", phase="forward")[0]
+    mean = _ops(graph, kind="aten.mean", phase="forward")[0]
+    assert mul in _in_edges(graph, mean)
+    assert mul in _in_edges(graph, total)
+
+
+def test_trace_training_step__loss_fn_targets_become_inputs_and_loss_scope():
+    model = nn.Linear(5, 3)
+    targets = torch.tensor([0, 2, 1, 1])
+    graph = trace_training_step(model, torch.randn(4, 5), loss_fn=lambda out: F.cross_entropy(out, targets))
+    inputs = _ops(graph, kind="Input")
+    assert len(inputs) == 2 and sorted(graph.out_bytes[inputs].tolist()) == [4 * 8, 4 * 5 * 4]
+    nll = _ops(graph, kind="aten.nll_loss_forward")[0]
+    assert graph.scopes[nll] == "loss"
+    assert any(graph.op_kinds[src] == "Input" for src in _in_edges(graph, nll))
+
+
+def test_trace_training_step__frozen_params_and_buffers_are_resident_but_not_trained():
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    model[0].bias.requires_grad_(False)
+    graph = trace_training_step(model, torch.randn(8, 4))
+    assert graph.num_params == 16 + 4 + 4  # weight, BN weight and bias; not the frozen bias
+    names = list(graph.op_names)
+    frozen = names.index("param:0.bias")
+    assert graph.param_bytes[frozen] == 16  # its weight only: no gradient, no optimizer state
+    running_mean = names.index("param:1.running_mean")
+    assert graph.op_kinds[running_mean] == "Variable" and graph.param_bytes[running_mean] == 16
+    assert not np.any((graph.colocation == graph.colocation[frozen]) & (graph.phases == PHASE_CODE["update"]))
+
+
+def test_trace_training_step__optimizer_state_sets_param_bytes():
+    graph = trace_training_step(nn.Linear(3, 2, bias=False), torch.randn(1, 3), optimizer_cls=torch.optim.SGD,
+                                optimizer_kwargs={"lr": 0.1})
+    (variable,) = _ops(graph, kind="Variable")
+    assert graph.param_bytes[variable] == 2 * 6 * 4  # plain SGD: weight + gradient
+    assert graph.meta["optimizer"] == "SGD"
+
+
+def test_trace_training_step__meta_model_allocates_nothing():
+    with torch.device("meta"):
+        model = nn.Linear(60_000, 60_000)  # 14.4 GB of fp32 weights: only fake tensors can trace it
+    graph = trace_training_step(model, torch.empty(2, 60_000, device="meta"))
+    assert graph.num_params == 60_000 * 60_000 + 60_000
+    assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == 2 * 2 * 60_000 * 60_000
+
+
+def test_trace_training_step__model_without_params_is_rejected():
+    with pytest.raises(PlacerError, match="no trainable parameters"):
+        trace_training_step(nn.ReLU(), torch.randn(2, 2))
+
+
+def test_colocation_groups__union_find_dense_ids():
+    assert colocation_groups(5, [(0, 2), (4, 3)]).tolist() == [0, 1, 0, 2, 2]
+    assert colocation_groups(4, [(0, 1), (2, 3), (1, 3)]).tolist() == [0, 0, 0, 0]
+    assert colocation_groups(3, []).tolist() == [0, 1, 2]
+
+
+def test_import_torch_spec__file_function_traces():
+    graph = import_torch_spec(f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp")
+    assert graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
+    assert graph.name == "tiny_torch_mlp" and graph.batch_size == 4
+    assert "tiny_models.py" in graph.source
+
+
+def test_import_torch_spec__module_function_traces():
+    graph = import_torch_spec("graphs.benchmarks.torch_models:rnnlm_spec")
+    assert graph.framework == "torch" and graph.num_params > 0
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_colon_here", "expected MODULE:FUNCTION"),
+    ("no_such_module_xyz:build", "cannot import 'no_such_module_xyz'"),
+    (f"{FIXTURES / 'broken_model.py'}:build", "RuntimeError: this module is broken on purpose"),
+    (f"{FIXTURES / 'missing.py'}:build", "no file"),
+    (f"{FIXTURES / 'tiny_models.py'}:nope", "has no function 'nope'"),
+    (f"{FIXTURES / 'tiny_models.py'}:not_a_model", "must return (model, example_inputs)"),
+])
+def test_import_torch_spec__bad_spec_is_one_placer_error_naming_it(spec, message):
+    with pytest.raises(PlacerError) as caught:
+        import_torch_spec(spec)
+    assert spec in str(caught.value) and message in str(caught.value)
+
+
+def test_import_torch_spec__bad_function_result_or_model_is_rejected(tmp_path):
+    module = tmp_path / "bad_models.py"
+    module.write_text("import torch\n"
+                      "def not_module():\n    return 'model', (torch.zeros(2),)\n"
+                      "def bad_inputs():\n    return torch.nn.Linear(2, 2), ['x']\n"
+                      "def raises():\n    raise ValueError('boom')\n"
+                      "def bad_shape():\n    return torch.nn.Linear(3, 2), (torch.zeros(4, 5),)\n"
+                      "def no_params():\n    return torch.nn.ReLU(), (torch.zeros(4, 5),)\n")
+    for func, message in (("not_module", "torch.nn.Module"), ("bad_inputs", "tuple of tensors"),
+                          ("raises", "ValueError: boom"), ("bad_shape", "tracing the training step failed"),
+                          ("no_params", "no trainable parameters")):
+        with pytest.raises(PlacerError, match=message):
+            import_torch_spec(f"{module}:{func}")
+
+
+def test_trace_training_step__same_model_same_graph():
+    first, second = _mlp_graph(), _mlp_graph()
+    assert first.content_hash == second.content_hash
+    assert first.num_edges == second.num_edges > 0

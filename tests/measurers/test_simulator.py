@@ -1,0 +1,262 @@
+"""Hand-computed timelines (check them with pencil and paper), the cost model and placement files.
+
+The toy machine makes every number round: a "MatMul" op with F flops takes F / 1e9 seconds on a GPU and
+twice that on the CPU (no overhead, efficiency 1); a link moves 1e9 bytes per second with no latency.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph, kind_bit
+from measurers.sim.costs import OpProfile, load_profile, op_class, op_time_matrix, save_profile, transfer_time_s
+from measurers.machine import Device, Link, Machine
+from measurers.placement import check_placement, load_placement_file, policy_placement, save_placement_file
+from measurers.sim.reference import simulate
+
+ENGINES = ("reference", "fast")
+GB = 1_000_000_000
+
+
+def toy_graph(ops, edges, **extra) -> OpGraph:
+    """ops: [(name, seconds on a GPU, out_bytes)], edges: [(src name, dst name, bytes)]."""
+    names = [o[0] for o in ops]
+    index = {name: i for i, name in enumerate(names)}
+    n = len(ops)
+    kinds = extra.pop("kinds", ["MatMul"] * n)
+    return OpGraph(
+        name="toy", framework="manual", op_names=np.array(names, dtype=object), op_kinds=np.array(kinds, dtype=object),
+        flops=np.array([o[1] * 1e9 for o in ops]), bytes_accessed=extra.pop("bytes_accessed", np.zeros(n)),
+        out_bytes=np.array([o[2] for o in ops]), param_bytes=extra.pop("param_bytes", np.zeros(n, dtype=np.int64)),
+        edge_src=np.array([index[e[0]] for e in edges], dtype=np.int64),
+        edge_dst=np.array([index[e[1]] for e in edges], dtype=np.int64),
+        edge_bytes=np.array([e[2] for e in edges], dtype=np.int64), **extra)
+
+
+def toy_machine(num_gpus=2, memory_bytes=100 * GB, shared_channel=False, latency_s=0.0) -> Machine:
+    def device(name, kind, flops):
+        return Device(name, kind, "toy", peak_flops=flops, mem_bandwidth_Bps=1e12, memory_bytes=memory_bytes,
+                      op_overhead_s=0.0)
+
+    devices = [device("cpu:0", "cpu", 0.5e9)] + [device(f"gpu:{i}", "gpu", 1e9) for i in range(num_gpus)]
+    links = [Link(a.name, b.name, 1e9, latency_s, "bus" if shared_channel else f"{a.name}>{b.name}")
+             for a in devices for b in devices if a is not b]
+    return Machine("toy", tuple(devices), tuple(links))
+
+
+def run(graph, machine, devices, engine):
+    placement = [machine.device_index(d) for d in devices]
+    return simulate(graph, machine, np.array(placement), engine=engine, timeline=True)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_chain_on_one_device__ops_run_back_to_back(engine):
+    graph = toy_graph([("a", 1.0, 0), ("b", 2.0, 0), ("c", 3.0, 0)], [("a", "b", 8), ("b", "c", 8)])
+    result = run(graph, toy_machine(), ["gpu:0"] * 3, engine)
+    assert result.timeline.op_start_s.tolist() == [0.0, 1.0, 3.0]
+    assert result.timeline.op_end_s.tolist() == [1.0, 3.0, 6.0]
+    assert result.runtime_s == 6.0 and result.status == "ok"
+    assert result.busy_s.tolist() == [0.0, 6.0, 0.0]
+    assert result.link_bytes.sum() == 0 and len(result.timeline.transfer_op) == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_diamond_on_two_devices__transfers_and_overlap(engine):
+    # a(1s) -> b(2s) and a -> c(3s, on gpu:1); b, c -> d(1s). a->c and c->d carry 1 GB: 1 s each.
+    graph = toy_graph([("a", 1.0, 10), ("b", 2.0, 10), ("c", 3.0, 10), ("d", 1.0, 10)],
+                      [("a", "b", 10), ("a", "c", GB), ("b", "d", 10), ("c", "d", GB)])
+    result = run(graph, toy_machine(), ["gpu:0", "gpu:0", "gpu:1", "gpu:0"], engine)
+    timeline = result.timeline
+    # a 0-1; b 1-3 on gpu:0 while a's output travels 1-2 and c runs 2-5 on gpu:1; c's output travels 5-6; d 6-7
+    assert timeline.op_start_s.tolist() == [0.0, 1.0, 2.0, 6.0]
+    assert timeline.op_end_s.tolist() == [1.0, 3.0, 5.0, 7.0]
+    assert timeline.transfer_op.tolist() == [0, 2]
+    assert timeline.transfer_start_s.tolist() == [1.0, 5.0] and timeline.transfer_end_s.tolist() == [2.0, 6.0]
+    assert result.runtime_s == 7.0
+    assert result.busy_s.tolist() == [0.0, 4.0, 3.0]
+    assert result.link_bytes.sum() == 2 * GB
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_transfer__takes_latency_plus_bytes_over_bandwidth(engine):
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", GB // 2)])
+    machine = toy_machine(latency_s=0.25)
+    result = run(graph, machine, ["gpu:0", "gpu:1"], engine)
+    assert result.timeline.transfer_start_s.tolist() == [1.0]
+    assert result.timeline.transfer_end_s.tolist() == [1.75]  # 0.25 + 0.5e9 / 1e9
+    assert result.runtime_s == 2.75
+    assert transfer_time_s(machine, 1, 2, GB // 2) == 0.75 and transfer_time_s(machine, 1, 1, GB) == 0.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_two_transfers_on_one_channel__are_served_one_after_the_other(engine):
+    # a(1s) on gpu:0 feeds b on gpu:1 and c on cpu:0, 1 GB each (1 s). b and c take 1 GPU-second (c: 2 s on the CPU).
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [("a", "b", GB), ("a", "c", GB)])
+    devices = ["gpu:0", "gpu:1", "cpu:0"]
+    shared = run(graph, toy_machine(shared_channel=True), devices, engine)
+    # both requested at 1; ties go to the lower destination index: cpu:0 (1-2) first, then gpu:1 (2-3)
+    assert shared.timeline.transfer_dst.tolist() == [0, 2]
+    assert shared.timeline.transfer_start_s.tolist() == [1.0, 2.0]
+    assert shared.timeline.transfer_end_s.tolist() == [2.0, 3.0]
+    assert shared.timeline.op_start_s.tolist() == [0.0, 3.0, 2.0]
+    assert shared.runtime_s == 4.0  # c: 2-4 on the CPU; b: 3-4
+    separate = run(graph, toy_machine(shared_channel=False), devices, engine)
+    assert separate.timeline.transfer_end_s.tolist() == [2.0, 2.0]
+    assert separate.runtime_s == 4.0 and separate.timeline.op_end_s.tolist() == [1.0, 3.0, 4.0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_memory_peak__parameters_plus_live_activations(engine):
+    # v: a Variable with 1000 resident bytes (its output aliases them); a(1s, 100 B) -> b(2s, 200 B) -> c(3s, 50 B)
+    graph = toy_graph([("a", 1.0, 100), ("v", 0.0, 400), ("b", 2.0, 200), ("c", 3.0, 50)],
+                      [("a", "b", 100), ("v", "b", 400), ("b", "c", 200)],
+                      kinds=["MatMul", "Variable", "MatMul", "MatMul"], param_bytes=np.array([0, 1000, 0, 0]))
+    result = run(graph, toy_machine(), ["gpu:0"] * 4, engine)
+    # a 0-1 (1000 + 100); v 1-1 (nothing new); b 1-3 (1000 + 100 + 200 = 1300); a freed at 3; c 3-6 (1000 + 200 + 50)
+    assert result.timeline.op_start_s.tolist() == [0.0, 1.0, 1.0, 3.0]
+    assert result.peak_bytes.tolist() == [0, 1300, 0]
+    assert result.runtime_s == 6.0 and result.status == "ok"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_received_copy__counts_on_the_receiver_until_its_last_consumer(engine):
+    graph = toy_graph([("a", 1.0, 300), ("b", 1.0, 20), ("c", 1.0, 5)], [("a", "b", 300), ("b", "c", 20)])
+    result = run(graph, toy_machine(), ["gpu:0", "gpu:1", "gpu:1"], engine)
+    # gpu:1 holds a's copy (300, from the transfer's start) while b runs (+20): 320; then c: 300 freed, 20 + 5
+    assert result.peak_bytes.tolist() == [0, 300, 320]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_oom_placement__is_a_status_with_the_runtime_still_computed(engine):
+    graph = toy_graph([("a", 1.0, 100), ("v", 0.0, 400), ("b", 2.0, 200), ("c", 3.0, 50)],
+                      [("a", "b", 100), ("v", "b", 400), ("b", "c", 200)],
+                      kinds=["MatMul", "Variable", "MatMul", "MatMul"], param_bytes=np.array([0, 1000, 0, 0]))
+    result = run(graph, toy_machine(memory_bytes=1200), ["gpu:0"] * 4, engine)
+    assert result.status == "oom" and result.runtime_s == 6.0
+    assert result.peak_bytes[1] == 1300 and result.capacity_bytes[1] == 1200
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ready_order__ready_time_then_topological_position(engine):
+    # x(1s) and y(1s) are both ready at 0 on one device: x first (earlier in topological order), then y.
+    # z needs x only, so it is ready at 1 but y (ready at 0) goes first.
+    graph = toy_graph([("x", 1.0, 0), ("y", 1.0, 0), ("z", 1.0, 0)], [("x", "z", 1)])
+    result = run(graph, toy_machine(), ["gpu:0"] * 3, engine)
+    assert result.timeline.op_start_s.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_op_class__torch_and_tensorflow_kinds():
+    assert op_class("aten.mm.default") == op_class("MatMul") == op_class("Conv2D") == "dense"
+    assert op_class("aten.relu.default") == op_class("AddV2") == op_class("ResourceApplyAdam") == "elementwise"
+    assert op_class("aten.view.default") == op_class("Variable") == op_class("Identity") == "meta"
+    assert op_class("aten._softmax.default") == op_class("Transpose") == op_class("Mean") == "other"
+
+
+def test_op_time_matrix__roofline_overhead_and_allowed_mask():
+    graph = toy_graph([("mm", 2.0, 0), ("add", 0.0, 0)], [], kinds=["MatMul", "AddV2"],
+                      allowed_mask=np.array([kind_bit("gpu"), 3], dtype=np.uint8), bytes_accessed=np.array([0.0, 3e12]))
+    times = op_time_matrix(graph, toy_machine(num_gpus=1))
+    assert times[0].tolist() == [np.inf, 2.0]  # may not run on the CPU; 2e9 flops at 1e9 FLOP/s
+    assert times[1].tolist() == [3.0 / 0.8, 3.0]  # memory-bound: 3e12 B at 1e12 B/s (CPU elementwise: 0.8)
+
+
+def test_profile__overrides_roofline_for_its_model_and_round_trips(tmp_path):
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
+    profile = OpProfile(np.array(["b", "not-in-graph"], dtype=object), np.array(["toy", "toy"], dtype=object),
+                        np.array([0.125, 9.0]))
+    for name in ("p.json", "p.parquet"):
+        loaded = load_profile(save_profile(profile, tmp_path / name))
+        times = op_time_matrix(graph, toy_machine(num_gpus=1), loaded)
+        assert times[:, 1].tolist() == [1.0, 0.125] and times[1, 0] == 0.125
+        result = simulate(graph, toy_machine(num_gpus=1), np.array([1, 1]), profile=loaded)
+        assert result.runtime_s == 1.125
+
+
+def test_profile__bad_file_is_one_error(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": [{"op": "a"}]}))
+    with pytest.raises(PlacerError, match="missing field 'device_model'"):
+        load_profile(path)
+
+
+def test_check_placement__wrong_length_range_and_kind():
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [], allowed_mask=np.array([2, 3], dtype=np.uint8))
+    machine = toy_machine(num_gpus=1)
+    assert check_placement(graph, machine, [1, 0]).tolist() == [1, 0]
+    with pytest.raises(PlacerError, match="2 ops"):
+        check_placement(graph, machine, [1])
+    with pytest.raises(PlacerError, match="devices 0..1"):
+        check_placement(graph, machine, [1, 5])
+    with pytest.raises(PlacerError, match="'a'.*may not run on"):
+        check_placement(graph, machine, [0, 0])
+
+
+def test_placement_file__per_op_per_group_and_by_name(tmp_path):
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [], colocation=np.array([0, 0, 2]))
+    machine = toy_machine()
+    cases = {"ops.json": ["gpu:0", "gpu:0", "gpu:1"], "groups.json": {"groups": ["gpu:0", "gpu:1"]},
+             "names.json": {"ops": {"a": "gpu:0", "b": "gpu:0", "c": 2}}, "bare.json": ["gpu:0", "gpu:1"]}
+    for name, data in cases.items():
+        (tmp_path / name).write_text(json.dumps(data))
+        assert load_placement_file(tmp_path / name, graph, machine).tolist() == [1, 1, 2], name
+    saved = save_placement_file(tmp_path / "saved.json", graph, machine, [0, 0, 1])
+    assert load_placement_file(saved, graph, machine).tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("data, message", [
+    (["gpu:0"] * 4, "4 entries"), (["gpu:0", "tpu:0", "gpu:0"], "no device 'tpu:0'"),
+    ({"ops": {"a": "gpu:0"}}, "'b' has no device"), ({"groups": ["gpu:0"]}, "'groups' has 1 entries"),
+])
+def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data, message):
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(PlacerError, match=message) as error:
+        load_placement_file(path, graph, toy_machine())
+    assert "bad.json" in str(error.value)
+
+
+def test_policy_placement__keeps_colocation_groups_and_allowed_kinds():
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0), ("d", 1.0, 0)], [],
+                      colocation=np.array([0, 1, 0, 3]), allowed_mask=np.array([3, 3, 3, 1], dtype=np.uint8))
+    machine = toy_machine(num_gpus=2)
+    assert policy_placement(graph, machine, "single-gpu").tolist() == [1, 1, 1, 0]  # d is CPU-only
+    assert policy_placement(graph, machine, "cpu-only").tolist() == [0, 0, 0, 0]
+    assert policy_placement(graph, machine, "round-robin").tolist() == [1, 2, 1, 0]
+
+
+def test_simulator_measurer__noise_off_median_and_statuses():
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = toy_graph([("a", 1.0, 100), ("b", 2.0, 0)], [("a", "b", 100)])
+    measurer = SimulatorMeasurer(graph, toy_machine(memory_bytes=50), runs=3)
+    on_cpu, on_gpu, bad = measurer.measure([np.array([0, 0]), np.array([1, 1]), np.array([0, 9])])
+    assert on_cpu.samples_s == (6.0, 6.0, 6.0) and on_cpu.runtime_s == 6.0 and on_cpu.status == "oom"
+    assert on_gpu.runtime_s == 3.0 and on_gpu.peak_bytes == (0, 100, 0)
+    assert bad.status == "error" and "device 9" in bad.error and bad.runtime_s == np.inf
+
+
+def test_simulator_measurer__seeded_noise_is_repeatable_and_reported_as_median():
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 2.0, 0)], [("a", "b", 8)])
+
+    def sample(seed):
+        return SimulatorMeasurer(graph, toy_machine(), runs=5, noise_std=0.1, seed=seed).measure([np.array([1, 1])])[0]
+
+    first, again, other = sample(4), sample(4), sample(5)
+    assert first.samples_s == again.samples_s != other.samples_s
+    assert first.runtime_s == float(np.median(first.samples_s)) and len(set(first.samples_s)) == 5
+    assert all(abs(s / 3.0 - 1) < 0.6 for s in first.samples_s)
+
+
+def test_simulator_measurer__noise_depends_on_placement_not_on_call_order():
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 2.0, 0)], [("a", "b", 8)])
+    p, q = np.array([1, 1]), np.array([1, 2])
+    forward = SimulatorMeasurer(graph, toy_machine(), runs=3, noise_std=0.1, seed=7).measure([p, q])
+    backward = SimulatorMeasurer(graph, toy_machine(), runs=3, noise_std=0.1, seed=7).measure([q, p])
+    assert forward[0].samples_s == backward[1].samples_s and forward[1].samples_s == backward[0].samples_s

@@ -1,0 +1,159 @@
+"""The TensorFlow measurer: placement fidelity read from TensorFlow's own run metadata, same loss placed and
+unplaced, timing rule, ``ResourceExhaustedError`` as ``oom``, bad placements rejected before anything runs.
+
+Several CPU devices come from the Session's ``device_count`` (the graph-mode form of
+``tf.config.set_logical_device_configuration``), so the test needs no subprocess.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from graphs.errors import PlacerError  # noqa: E402
+from graphs.synthetic import synthetic_graph  # noqa: E402
+from graphs.tf.importer import import_keras_spec  # noqa: E402
+from measurers.machine import Device, Link, Machine  # noqa: E402
+from measurers.tf.measurer import PlacedSession, TFMeasurer, tf_device_names  # noqa: E402
+from measurers.tf.workload import tf_workload_from_graph  # noqa: E402
+
+SPEC = "tests/fixtures/tiny_models.py:tiny_keras_mlp"
+
+
+def three_cpus() -> Machine:
+    devices = tuple(Device(f"cpu:{i}", "cpu", "test-cpu", 1e11, 1e10, 2**30, 1e-6) for i in range(3))
+    links = tuple(Link(a.name, b.name, 1e9, 1e-6, f"{a.name}>{b.name}") for a in devices for b in devices if a != b)
+    return Machine("three-cpus", devices, links)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_keras_spec(SPEC)
+
+
+@pytest.fixture(scope="module")
+def measurer(graph):
+    return TFMeasurer(graph, three_cpus(), runs=2, warmup=1)
+
+
+def group_placement(graph, seed: int) -> np.ndarray:
+    """A random device per colocation group (a variable and the ops that read and write it share one)."""
+    groups = np.unique(graph.colocation, return_inverse=True)[1].reshape(-1)
+    return np.random.default_rng(seed).integers(0, 3, groups.max() + 1)[groups]
+
+
+def constant_derived(graph) -> np.ndarray:
+    """(N,) bool: ops whose every producer is itself constant-derived (constants are not graph ops)."""
+    constant = np.zeros(graph.num_ops, dtype=bool)
+    for op in graph.topo_order.tolist():
+        producers = graph.edge_src[graph.edge_dst == op]
+        constant[op] = graph.op_kinds[op] not in ("Input", "Variable") and bool(np.all(constant[producers]))
+    return constant
+
+
+def where_nodes_ran(metadata) -> dict[str, str]:
+    return {node.node_name: stats.device for stats in metadata.step_stats.dev_stats for node in stats.node_stats}
+
+
+def test_tf_measurer__every_op_runs_on_its_placed_device_per_run_metadata(graph, measurer):
+    asked = group_placement(graph, seed=4)
+    traced = measurer.traced()
+    placement = traced.effective_placement(asked)
+    assert len(set(placement.tolist())) == 3
+    moved = np.flatnonzero(placement != asked)
+    assert all(i in traced.resource_of for i in moved)  # only ops on a variable's resource are moved
+    devices = tf_device_names(measurer.machine)
+    with PlacedSession(traced, [devices[d] for d in placement], devices) as session:
+        ran = where_nodes_ran(session.step(trace=True))
+    constant = constant_derived(graph)
+    checked = 0
+    for op in range(graph.num_ops):
+        node = traced.node_of_op[op]
+        if node not in ran:  # fed inputs do not run; ops computed from constants alone are folded
+            assert graph.op_kinds[op] == "Input" or constant[op], node
+            continue
+        assert ran[node].endswith(devices[placement[op]].replace("/device:", "device:")), (node, ran[node])
+        checked += 1
+    assert checked >= 0.9 * graph.num_ops
+
+
+def test_tf_measurer__placed_step_computes_the_same_losses_as_one_device(graph, measurer):
+    devices = tf_device_names(measurer.machine)
+    traced = measurer.traced()
+    losses = []
+    for placement in (np.zeros(graph.num_ops, dtype=np.int64), group_placement(graph, seed=7)):
+        with PlacedSession(traced, [devices[d] for d in placement], devices) as session:
+            losses.append([float(np.sum(session.step())) for _ in range(3)])  # later steps see the updated weights
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+    assert losses[0][2] != losses[0][0]
+
+
+def test_tf_measurer__median_of_timed_runs_after_warmup(graph):
+    ticks = itertools.count()
+    measurer = TFMeasurer(graph, three_cpus(), runs=3, warmup=2, clock=lambda: float(next(ticks)) ** 2)
+    result = measurer.measure([group_placement(graph, 1)])[0]
+    assert result.status == "ok"
+    assert result.samples_s == (11.0, 15.0, 19.0) and result.runtime_s == 15.0  # calls 5,6 | 7,8 | 9,10
+
+
+def test_tf_measurer__resource_exhausted_is_oom_and_next_placement_runs(graph, measurer, monkeypatch):
+    real_step = PlacedSession.step
+    calls = []
+
+    def exhausted_once(self, trace=False):
+        if not calls:
+            calls.append(1)
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,16]")
+        return real_step(self, trace)
+
+    monkeypatch.setattr(PlacedSession, "step", exhausted_once)
+    first, second = measurer.measure([group_placement(graph, 2)] * 2)
+    assert first.status == "oom" and "OOM when allocating" in first.error
+    assert second.status == "ok" and len(second.samples_s) == 2
+
+
+def test_tf_measurer__bad_placement_rejected_before_anything_runs(graph):
+    measurer = TFMeasurer(graph, three_cpus())
+    short = measurer.measure([np.zeros(graph.num_ops - 1, dtype=np.int64)])[0]
+    wild = np.zeros(graph.num_ops, dtype=np.int64)
+    wild[3] = 7
+    unknown = measurer.measure([wild])[0]
+    assert short.status == unknown.status == "error"
+    assert "shape" in short.error and "device 7" in unknown.error
+    assert measurer._traced is None  # nothing traced, nothing run
+
+
+def test_tf_workload_from_graph__needs_a_keras_spec():
+    with pytest.raises(PlacerError, match="cannot be rebuilt"):
+        tf_workload_from_graph(synthetic_graph(10, 0))
+
+
+def test_profile_tf__times_from_run_metadata_for_the_ops_that_ran(graph, measurer):
+    from measurers.profiler import profile_tf
+
+    profile = profile_tf(graph, measurer.machine, runs=2, warmup=0, measurer=measurer)
+    named = set(graph.op_names.tolist())
+    assert set(profile.device_models) == {"test-cpu"} and len(profile.op_names) > 0.5 * graph.num_ops
+    assert set(profile.op_names) <= named and (profile.time_s >= 0).all()
+    assert not {graph.op_names[i] for i, k in enumerate(graph.op_kinds) if k in ("Variable", "Input")} & set(
+        profile.op_names)
+
+
+@pytest.mark.slow
+def test_tf_measurer__rebuilds_a_builtin_keras_benchmark_from_its_saved_graph(tmp_path):
+    """A built-in Keras benchmark (ResNet-50, shrunk) keeps its step function in the graph file's meta, so
+    the TensorFlow measurer runs it placed over three devices."""
+    from graphs.benchmarks.keras_models import build_resnet50
+    from graphs.io import load_graph_file, save_graph
+
+    path = tmp_path / "resnet.parquet"
+    save_graph(build_resnet50(batch_size=2, image_size=32, num_classes=10), path)
+    graph = load_graph_file(path)
+    assert graph.meta["keras_step"]["kwargs"]["image_size"] == 32
+    measurer = TFMeasurer(graph, three_cpus(), runs=1, warmup=0)
+    placement = group_placement(graph, seed=0)
+    result = measurer.measure([placement])[0]
+    assert result.status == "ok" and result.runtime_s > 0, result.error
+    assert len(set(measurer.traced().effective_placement(placement).tolist())) == 3

@@ -1,0 +1,243 @@
+"""The PyTorch measurer: placed step equals the unplaced one, copies once per destination, timing rules,
+statuses through the real exception types, bad placements rejected before anything runs."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from graphs.benchmarks.torch_models import build_rnnlm
+from graphs.errors import PlacerError
+from graphs.opgraph import PHASE_CODE, OpGraph
+from graphs.torch.importer import trace_training_step
+from measurers.catalog import load_machine
+from measurers.timing import TimingSettings, time_runs
+from measurers.torch.measurer import TorchMeasurer
+from measurers.torch.workload import TorchWorkload, workload_from_graph
+
+RNNLM_TINY = dict(batch_size=2, seq_len=3, hidden=8, vocab=20, layers=2)
+
+
+def all_cpu(machine):
+    """Every machine device mapped to the CPU: logical devices stay distinct, so copies still happen."""
+    return ["cpu"] * machine.num_devices
+
+
+@pytest.fixture(scope="module")
+def rnnlm():
+    return build_rnnlm(**RNNLM_TINY)
+
+
+@pytest.fixture(scope="module")
+def machine():
+    return load_machine("paper-2gpu")  # cpu:0, gpu:0, gpu:1
+
+
+def reference_step(graph: OpGraph, seed: int = 0, workload: TorchWorkload | None = None):
+    """Loss and updated parameters of the ordinary single-device autograd step on the same inputs."""
+    step = (workload or workload_from_graph(graph)).materialize(seed)
+    optimizer = step.make_optimizer()
+    loss = step.loss()
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach()), {name: p.detach().clone() for name, p in step.model.named_parameters()}
+
+
+def placed_results(measurer: TorchMeasurer, placement: np.ndarray):
+    replay = measurer.replay_for(placement)
+    loss = float(replay.run())
+    program = measurer.program()
+    params = {name: replay.leaves[slot][0] for name, slot in program.param_slots.items()}
+    return loss, params, replay.copies
+
+
+def test_torch_measurer__placed_step_matches_single_device_run(rnnlm, machine):
+    ref_loss, ref_params = reference_step(rnnlm)
+    measurer = TorchMeasurer(rnnlm, machine, torch_devices=all_cpu)
+    placement = np.random.default_rng(3).integers(0, machine.num_devices, rnnlm.num_ops)
+    loss, params, copies = placed_results(measurer, placement)
+    assert copies > 100  # the placement really moves tensors between (logical) devices
+    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    assert set(params) == set(ref_params)
+    for name, value in params.items():
+        assert torch.allclose(value, ref_params[name], rtol=1e-5, atol=1e-7), name
+        assert not torch.equal(value, measurer.program().leaf_values[measurer.program().param_slots[name]]), name
+
+
+class SinCos(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        y = self.w * x
+        return (y.sin() + y.cos()).sum()
+
+
+def sincos_workload():
+    return TorchWorkload(lambda: (SinCos(), (torch.randn(3, 4),)), origin="test sincos")
+
+
+def test_torch_measurer__tensor_copied_once_per_destination_device(machine):
+    graph = trace_training_step(SinCos(), (torch.randn(3, 4),), name="sincos")
+    kinds, phases = graph.op_kinds.tolist(), graph.phases
+    forward = [i for i in range(graph.num_ops) if phases[i] == PHASE_CODE["forward"]]
+    sin_op = next(i for i in forward if kinds[i] == "aten.sin")
+    cos_op = next(i for i in forward if kinds[i] == "aten.cos")
+    placement = np.zeros(graph.num_ops, dtype=np.int64)
+    placement[[sin_op, cos_op]] = 1
+    measurer = TorchMeasurer(graph, machine, workload=sincos_workload(), torch_devices=all_cpu)
+    loss, _, copies = placed_results(measurer, placement)
+    # y goes to device 1 once (read by both sin and cos); sin and cos outputs come back for the add.
+    assert copies == 3
+    _, _, copies_unplaced = placed_results(measurer, np.zeros(graph.num_ops, dtype=np.int64))
+    assert copies_unplaced == 0
+    assert loss == pytest.approx(reference_step(graph, workload=measurer.workload)[0], rel=1e-6)
+
+
+def test_timing__warmup_discarded_and_median_reported():
+    durations = iter([100.0, 50.0, 3.0, 1.0, 2.0])  # two warm-up runs, then three timed
+    now = [0.0]
+
+    def run_once():
+        now[0] += next(durations)
+
+    timing = time_runs(run_once, TimingSettings(runs=3, warmup=2), clock=lambda: now[0])
+    assert timing.samples_s == (3.0, 1.0, 2.0)
+    assert timing.median_s == 2.0 and not timing.timed_out
+
+
+def test_timing__stops_with_timeout_past_the_limit():
+    calls = []
+    now = [0.0]
+
+    def run_once():
+        calls.append(1)
+        now[0] += 2.0
+
+    timing = time_runs(run_once, TimingSettings(runs=5, warmup=5, timeout_s=5.0), clock=lambda: now[0])
+    assert timing.timed_out and len(calls) == 3 and timing.samples_s == ()
+
+
+def test_torch_measurer__median_of_runs_after_warmup_with_stub_clock(rnnlm, machine):
+    ticks = itertools.count()
+    measurer = TorchMeasurer(rnnlm, machine, runs=3, warmup=2, torch_devices=all_cpu,
+                             clock=lambda: float(next(ticks)) ** 2 / 10)
+    result = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok" and len(result.samples_s) == 3
+    # clock t^2/10 at call t: began=0, then (start, end) pairs 1,2 | 3,4 (warm-up) | 5,6 | 7,8 | 9,10
+    assert result.samples_s == pytest.approx((1.1, 1.5, 1.9))
+    assert result.runtime_s == pytest.approx(1.5)
+
+
+def test_torch_measurer__timeout_status(rnnlm, machine):
+    ticks = itertools.count()
+    measurer = TorchMeasurer(rnnlm, machine, runs=5, warmup=0, timeout_s=2.5, torch_devices=all_cpu,
+                             clock=lambda: float(next(ticks)))
+    result = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)])[0]
+    assert result.status == "timeout" and "time limit" in result.error and len(result.samples_s) < 5
+
+
+def raising_once(program, exc):
+    """Make the first matmul of the program raise ``exc`` once (a stubbed op)."""
+    step = next(s for s in program.steps if s.counted and "mm" in str(s.func))
+    real_func, real_call = step.func, step.call
+
+    def stub(*args, **kwargs):
+        step.func, step.call = real_func, real_call
+        raise exc
+
+    step.func = step.call = stub
+
+
+def test_torch_measurer__cuda_oom_is_a_status_and_the_next_placement_runs(rnnlm, machine):
+    measurer = TorchMeasurer(rnnlm, machine, runs=1, warmup=0, torch_devices=all_cpu)
+    raising_once(measurer.program(), torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    placement = np.zeros(rnnlm.num_ops, dtype=np.int64)
+    first, second = measurer.measure([placement, placement])
+    assert first.status == "oom" and "out of memory" in first.error and first.samples_s == ()
+    assert second.status == "ok" and second.runtime_s > 0
+
+
+def test_torch_measurer__other_failure_is_error_with_its_text(rnnlm, machine):
+    measurer = TorchMeasurer(rnnlm, machine, runs=1, warmup=0, torch_devices=all_cpu)
+    raising_once(measurer.program(), RuntimeError("kernel exploded"))
+    first, second = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)] * 2)
+    assert first.status == "error" and "kernel exploded" in first.error
+    assert second.status == "ok"
+
+
+@pytest.mark.parametrize("bad", ["short", "out_of_range"])
+def test_torch_measurer__bad_placement_rejected_before_anything_runs(rnnlm, machine, bad):
+    measurer = TorchMeasurer(rnnlm, machine, torch_devices=all_cpu)
+    placement = np.zeros(rnnlm.num_ops - 1 if bad == "short" else rnnlm.num_ops, dtype=np.int64)
+    if bad == "out_of_range":
+        placement[5] = machine.num_devices
+    result = measurer.measure([placement])[0]
+    assert result.status == "error" and ("shape" in result.error or "device" in result.error)
+    assert measurer._program is None  # nothing was built, captured or run
+
+
+def test_torch_measurer__step_that_differs_from_the_graph_is_an_error(machine):
+    graph = trace_training_step(SinCos(), (torch.randn(3, 4),), name="sincos")
+
+    class Other(SinCos):
+        def forward(self, x):
+            return (self.w * x).tanh().sum()
+
+    workload = TorchWorkload(lambda: (Other(), (torch.randn(3, 4),)), origin="other")
+    measurer = TorchMeasurer(graph, machine, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "error" and "does not match graph" in result.error
+
+
+def test_workload_from_graph__benchmark_spec_and_unknown_origin(rnnlm):
+    step = workload_from_graph(rnnlm).materialize(1)
+    assert step.inputs[0].shape == (2, 3) and int(step.inputs[0].max()) < 20
+    assert not any(p.is_meta for p in step.model.parameters())
+    again = workload_from_graph(rnnlm).materialize(1)
+    assert torch.equal(step.inputs[0], again.inputs[0])
+    assert all(torch.equal(a, b) for a, b in zip(step.model.parameters(), again.model.parameters()))
+    from graphs.synthetic import synthetic_graph
+
+    with pytest.raises(PlacerError, match="cannot be rebuilt"):
+        workload_from_graph(synthetic_graph(10, 0))
+
+
+def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, machine):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = TorchMeasurer(rnnlm, machine).measure([np.zeros(rnnlm.num_ops, dtype=np.int64)])[0]
+    assert result.status == "error" and "CUDA" in result.error
+
+
+def test_torch_measurer__runs_inside_a_ray_pool_actor(rnnlm):
+    ray = pytest.importorskip("ray")
+    from cluster.pool import MeasurerPool, PoolConfig
+    from cluster.ray_setup import init_ray
+    from measurers.factory import MeasurerSpec
+
+    if ray.is_initialized():
+        ray.shutdown()
+    init_ray(num_cpus=1)  # a private local Ray, not a cluster another process started
+    try:
+        machine = load_machine("local")
+        spec = MeasurerSpec("torch", rnnlm, machine, runs=2, warmup=1)
+        placement = np.zeros(rnnlm.num_ops, dtype=np.int64)
+        with MeasurerPool(spec, PoolConfig(num_cpu_actors=1, use_gpus=False)) as pool:
+            good, bad = pool.measure([placement, placement[:-1]])
+    finally:
+        ray.shutdown()
+    assert good.status == "ok" and len(good.samples_s) == 2 and good.runtime_s > 0
+    assert bad.status == "error"
+
+
+def test_torch_program__every_tensor_freed_once_after_its_last_use(rnnlm, machine):
+    program = TorchMeasurer(rnnlm, machine, torch_devices=all_cpu).program()
+    freed = [slot for step in program.steps for slot in step.frees]
+    assert len(freed) == len(set(freed)) == program.num_slots - 1 and program.loss_slot not in freed
+    position = {slot: i for i, step in enumerate(program.steps) for slot in step.frees}
+    for i, step in enumerate(program.steps):
+        assert all(position[slot] >= i for slot in step.inputs if slot != program.loss_slot)  # read, then freed

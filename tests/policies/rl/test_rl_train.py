@@ -1,0 +1,192 @@
+"""train_placer end to end with an in-process RLlib Learner (no Ray cluster needed) on a toy problem."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from graphs.errors import PlacerError  # noqa: E402
+from graphs.grouping import Grouping  # noqa: E402
+from measurers.base import Measurement  # noqa: E402
+from measurers.machine import Device, Link, Machine  # noqa: E402
+from policies.rl.loop import RLConfig, train_placer  # noqa: E402
+
+G = 10  # groups, two ops each
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+def _machine() -> Machine:
+    devices = (Device("cpu:0", "cpu", "X", 1e11, 1e10, 2**34, 1e-6),
+               Device("gpu:0", "gpu", "Y", 1e13, 1e11, 2**34, 1e-6))
+    return Machine("toy2", devices, (Link("cpu:0", "gpu:0", 1e10, 1e-5, "pcie"),
+                                     Link("gpu:0", "cpu:0", 1e10, 1e-5, "pcie")))
+
+
+class _ToyMeasurer:
+    """runtime_s = each group's cost on its device + 0.3 s per device switch along the chain.
+
+    Each group has one clearly cheaper device, so the single best placement is known. With
+    ``oom_all_cpu`` a placement with every group on the cpu runs out of memory.
+    """
+
+    def __init__(self, seed: int = 0, oom_all_cpu: bool = False):
+        self.oom_all_cpu = oom_all_cpu
+        rng = np.random.default_rng(seed)
+        cheap = rng.integers(0, 2, G)  # (G,) the better device of each group
+        self.cost = np.where(np.arange(2)[None, :] == cheap[:, None], 0.1, 1.0)  # (G, 2)
+        self.best_runtime_s = self.runtime_s(cheap)
+        self.batch_sizes: list[int] = []
+
+    def runtime_s(self, group_placement: np.ndarray) -> float:
+        return float(self.cost[np.arange(G), group_placement].sum() + 0.3 * np.count_nonzero(np.diff(group_placement)))
+
+    def measure(self, placements):
+        self.batch_sizes.append(len(placements))
+        out = []
+        for op_placement in placements:
+            group_placement = op_placement[::2]
+            runtime_s = self.runtime_s(group_placement)
+            status = "oom" if self.oom_all_cpu and (group_placement == 0).all() else "ok"
+            out.append(Measurement(runtime_s, (runtime_s,), status, (0, 0), 0.0))
+        return out
+
+
+def _train(budget: int, measurer=None, **kwargs):
+    config = RLConfig(**{"batch_size": 8, "hidden_size": 32, "seed": 0, "noise_stop_iteration": 5,
+                         "torch_threads": 1, **kwargs.pop("config", {})})
+    grouping = Grouping(np.repeat(np.arange(G), 2), G, np.full(G, 3, np.uint8))
+    features = np.random.default_rng(0).normal(size=(G, 6)).astype(np.float32)
+    measurer = measurer or _ToyMeasurer()
+    result = train_placer(None, _machine(), grouping, measurer, budget_measurements=budget, config=config,
+                          features=features, **kwargs)
+    return result, measurer
+
+
+def test_train_placer__reinforce_best_improves_over_its_first_batch():
+    result, measurer = _train(8 * 25, config={"trainer": "reinforce"})
+    first = result.history[0]
+    assert result.best_runtime_s < first.batch_best_runtime_s
+    assert np.median([m.mean_reward for m in result.history[-5:]]) > first.mean_reward + 0.3
+    assert result.best_runtime_s <= measurer.best_runtime_s + 0.6  # the optimum or within two device switches
+    assert measurer.batch_sizes == [8] * 25  # every batch in one measure call
+    assert measurer.runtime_s(result.best_group_placement) == pytest.approx(result.best_runtime_s)
+    np.testing.assert_array_equal(result.best_op_placement, np.repeat(result.best_group_placement, 2))
+
+
+def test_train_placer__ppo_trains_and_cuts_the_last_batch_to_the_budget():
+    result, measurer = _train(8 * 3 + 5, config={"trainer": "ppo", "ppo_epochs": 2})
+    assert measurer.batch_sizes == [8, 8, 8, 5]
+    assert result.measurements_used == 29 and result.iterations == 4 and result.stop_reason == "budget"
+    assert all(np.isfinite([m.loss, m.entropy, m.baseline]).all() for m in result.history)
+    assert result.greedy_group_placement.shape == (G,)
+    assert result.seconds_per_update > 0
+
+
+def test_train_placer__same_seed_and_measurer_give_the_same_run():
+    a, _ = _train(24)
+    b, _ = _train(24)
+    c, _ = _train(24, config={"seed": 1})
+    assert [m.mean_reward for m in a.history] == [m.mean_reward for m in b.history]
+    np.testing.assert_array_equal(a.best_group_placement, b.best_group_placement)
+    assert [m.mean_reward for m in a.history] != [m.mean_reward for m in c.history]
+
+
+@pytest.mark.parametrize("trainer", ["reinforce", "ppo"])
+def test_train_placer__resume_continues_exactly_where_the_run_stopped(tmp_path, trainer):
+    straight, _ = _train(40, config={"trainer": trainer})
+    first, _ = _train(16, config={"trainer": trainer}, checkpoint_dir=tmp_path)
+    batches = []
+    resumed, measurer = _train(40, config={"trainer": trainer}, resume_from=tmp_path,
+                               on_batch=lambda it, gp, op, ms, rw: batches.append(it))
+    assert measurer.batch_sizes == [8, 8, 8] and batches == [2, 3, 4]
+    assert resumed.measurements_used == 40 and resumed.iterations == 5
+    assert [m.mean_reward for m in resumed.history] == [m.mean_reward for m in straight.history[2:]]
+    assert resumed.best_runtime_s == straight.best_runtime_s
+
+
+def test_train_placer__resume_rejects_a_checkpoint_of_another_model(tmp_path):
+    _train(8, checkpoint_dir=tmp_path)
+    with pytest.raises(PlacerError, match="hidden_size"):
+        _train(16, config={"hidden_size": 16}, resume_from=tmp_path)
+    with pytest.raises(PlacerError, match="no learner checkpoint"):
+        _train(16, resume_from=tmp_path / "missing")
+
+
+def test_train_placer__on_batch_sees_every_measured_placement():
+    seen = []
+    result, _ = _train(16, on_batch=lambda it, gp, op, ms, rw: seen.append((it, gp.shape, op.shape, len(ms), rw.shape)))
+    assert seen == [(0, (8, G), (8, 2 * G), 8, (8,)), (1, (8, G), (8, 2 * G), 8, (8,))]
+    assert [m.iteration for m in result.history] == [0, 1]
+
+
+def test_train_placer__stops_when_asked_or_out_of_time():
+    calls = []
+    result, _ = _train(80, should_stop=lambda: len(calls) >= 2, on_iteration=calls.append)
+    assert result.iterations == 2 and result.stop_reason == "should_stop"
+    result, measurer = _train(80, time_limit_s=0.0)
+    assert result.iterations == 0 and result.stop_reason == "time_limit" and measurer.batch_sizes == []
+    assert result.best_group_placement is None and result.best_runtime_s == float("inf")
+
+
+def test_rl_config__rejects_bad_settings():
+    with pytest.raises(PlacerError, match="unknown trainer"):
+        RLConfig(trainer="dqn")
+    with pytest.raises(PlacerError, match="batch_size"):
+        RLConfig(batch_size=1)
+
+
+def test_reinforce_policy__places_a_real_problem_through_the_policy_protocol():
+    from graphs.synthetic import synthetic_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.base import make_problem
+    from policies.rl.loop import PPOPolicy, ReinforcePolicy
+
+    graph, machine = synthetic_graph(120, seed=3), load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=12)
+    measurer = SimulatorMeasurer(graph, machine)
+    seen = []
+    options = {"batch_size": 4, "hidden_size": 16, "torch_threads": 1}
+    result = ReinforcePolicy(**options).place(problem, measurer, budget=10, seed=0,
+                                              on_measurement=lambda p, m: seen.append(m))
+    assert result.policy == "reinforce" and result.measurements == 10 and len(seen) == 10
+    assert result.op_placement.shape == (graph.num_ops,)
+    assert result.best.runtime_s == min(m.runtime_s for m in seen if m.ok)
+    assert measurer.measure([result.op_placement])[0].runtime_s == result.best.runtime_s
+    assert problem.unit_allowed[np.arange(problem.num_units), result.group_placement].all()
+    assert PPOPolicy(**options).place(problem, measurer, budget=4, seed=0).measurements == 4
+
+
+def test_reinforce__beats_random_search_at_the_same_budget_on_a_small_graph():
+    from graphs.synthetic import synthetic_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.base import make_policy, make_problem
+    from policies.rl.loop import ReinforcePolicy
+
+    graph, machine = synthetic_graph(400, seed=1), load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=16)
+    measurer = SimulatorMeasurer(graph, machine)
+    budget = 320
+    learned = ReinforcePolicy(batch_size=16, hidden_size=32, torch_threads=1).place(problem, measurer, budget, seed=0)
+    searched = make_policy("random").place(problem, measurer, budget, seed=0)
+    assert learned.measurements == searched.measurements == budget
+    assert learned.best.runtime_s < 0.97 * searched.best.runtime_s
+
+
+def test_centered_ranks__orders_the_batch_and_shares_ties():
+    from policies.rl.reinforce import centered_ranks
+
+    ranks = centered_ranks(torch.tensor([-3.0, -1.0, -2.0, -1.0]))
+    assert torch.allclose(ranks, torch.tensor([-0.5, 0.5 - 1 / 6, -0.5 + 1 / 3, 0.5 - 1 / 6]))
+    assert torch.equal(centered_ranks(torch.tensor([2.0])), torch.zeros(1))

@@ -1,0 +1,140 @@
+"""The seq2seq RLModule alone (no Ray started): shapes, exact log-probabilities, masking, seeding."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from ray.rllib.core.columns import Columns  # noqa: E402
+
+from policies.rl.seq2seq.module import MASKED_LOGIT, Seq2SeqPlacer  # noqa: E402
+
+G, D, F = 7, 3, 4
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+def _module(hidden_size: int = 16, noise: float = 0.0, seed: int = 0) -> Seq2SeqPlacer:
+    torch.manual_seed(seed)
+    return Seq2SeqPlacer(observation_space=gym.spaces.Box(-1e6, 1e6, (G, F + D), np.float32),
+                         action_space=gym.spaces.MultiDiscrete([D] * G),
+                         model_config={"hidden_size": hidden_size, "logit_noise_std": noise})
+
+
+def _obs(batch: int = 5, allowed: np.ndarray | None = None) -> torch.Tensor:
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(G, F)).astype(np.float32)
+    allowed = np.ones((G, D), np.float32) if allowed is None else allowed.astype(np.float32)
+    return torch.from_numpy(np.repeat(np.concatenate([features, allowed], axis=1)[None], batch, axis=0))
+
+
+def _train_logp(module: Seq2SeqPlacer, obs: torch.Tensor, actions: torch.Tensor):
+    out = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions})
+    dist = module.get_train_action_dist_cls().from_logits(out[Columns.ACTION_DIST_INPUTS])
+    return dist, dist.logp(actions)
+
+
+def test_seq2seq__exploration_outputs_have_rllib_shapes():
+    module = _module()
+    out = module.forward_exploration({Columns.OBS: _obs(5)}, generator=torch.Generator().manual_seed(0))
+    assert out[Columns.ACTIONS].shape == (5, G) and out[Columns.ACTIONS].dtype == torch.int64
+    assert out[Columns.ACTION_LOGP].shape == (5,)
+    assert out[Columns.ACTION_DIST_INPUTS].shape == (5, G * D)
+    assert ((out[Columns.ACTIONS] >= 0) & (out[Columns.ACTIONS] < D)).all()
+    assert module.compute_values({Columns.OBS: _obs(5)}).shape == (5,)
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.5])
+def test_seq2seq__train_pass_reproduces_sampling_logp_exactly(noise):
+    module = _module(noise=noise)
+    obs = _obs(6)
+    out = module.forward_exploration({Columns.OBS: obs}, generator=torch.Generator().manual_seed(3))
+    _, logp = _train_logp(module, obs, out[Columns.ACTIONS])
+    torch.testing.assert_close(logp.detach(), out[Columns.ACTION_LOGP], rtol=0, atol=1e-6)
+    assert (out[Columns.ACTION_LOGP] < 0).all()
+
+
+def test_seq2seq__logp_matches_the_autoregressive_product_of_group_probabilities():
+    module = _module()
+    obs = _obs(1)
+    actions = torch.tensor([[0, 2, 1, 1, 0, 2, 2]])
+    out = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions})
+    logits = out[Columns.ACTION_DIST_INPUTS].view(1, G, D)
+    by_hand = sum(torch.log_softmax(logits[0, g], -1)[actions[0, g]] for g in range(G))
+    _, logp = _train_logp(module, obs, actions)
+    torch.testing.assert_close(logp[0], by_hand, rtol=0, atol=1e-5)
+    # changing an early device changes later groups' logits (the decoder is autoregressive)
+    changed = actions.clone()
+    changed[0, 0] = 1
+    logits2 = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: changed})[Columns.ACTION_DIST_INPUTS]
+    assert not torch.allclose(logits2.view(1, G, D)[0, 3], logits[0, 3])
+
+
+def test_seq2seq__forbidden_devices_are_never_sampled_and_masked_in_training():
+    allowed = np.ones((G, D))
+    allowed[1] = [0, 0, 1]  # group 1: only device 2
+    allowed[4] = [1, 0, 0]  # group 4: only device 0
+    module = _module(noise=1.0)
+    obs = _obs(64, allowed)
+    out = module.forward_exploration({Columns.OBS: obs}, generator=torch.Generator().manual_seed(0))
+    assert (out[Columns.ACTIONS][:, 1] == 2).all() and (out[Columns.ACTIONS][:, 4] == 0).all()
+    assert len(torch.unique(out[Columns.ACTIONS][:, 0])) > 1  # free groups still vary
+    greedy = module.forward_inference({Columns.OBS: obs[:1]})[Columns.ACTIONS]
+    assert greedy[0, 1] == 2 and greedy[0, 4] == 0
+    dist, _ = _train_logp(module, obs, out[Columns.ACTIONS])
+    logits = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: out[Columns.ACTIONS]})[
+        Columns.ACTION_DIST_INPUTS].view(64, G, D)
+    assert (logits[:, 1, :2] == MASKED_LOGIT).all()
+    assert torch.isfinite(dist.entropy()).all()
+
+
+def test_seq2seq__sampling_is_repeatable_with_a_seeded_generator():
+    module = _module(noise=0.5)
+    obs = _obs(16)
+    a = module.forward_exploration({Columns.OBS: obs}, generator=torch.Generator().manual_seed(7))[Columns.ACTIONS]
+    b = module.forward_exploration({Columns.OBS: obs}, generator=torch.Generator().manual_seed(7))[Columns.ACTIONS]
+    c = module.forward_exploration({Columns.OBS: obs}, generator=torch.Generator().manual_seed(8))[Columns.ACTIONS]
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_seq2seq__greedy_picks_the_most_likely_device_of_each_group():
+    module = _module()
+    obs = _obs(1)
+    greedy = module.forward_inference({Columns.OBS: obs})[Columns.ACTIONS]
+    logits = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: greedy})[Columns.ACTION_DIST_INPUTS]
+    assert torch.equal(logits.view(1, G, D).argmax(-1), greedy)
+
+
+def test_seq2seq__logp_gradient_reaches_encoder_and_decoder():
+    module = _module()
+    obs = _obs(4)
+    actions = module.forward_exploration({Columns.OBS: obs})[Columns.ACTIONS]
+    _, logp = _train_logp(module, obs, actions)
+    logp.sum().backward()
+    names = ("embed.weight", "encoder.weight_hh_l0", "decoder.weight_ih_l0", "attn_keys.weight", "device_logits.weight")
+    for name in names:
+        grad = dict(module.named_parameters())[name].grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_seq2seq__values_from_embeddings_equal_values_from_observations():
+    module = _module()
+    obs = _obs(3)
+    actions = module.forward_exploration({Columns.OBS: obs})[Columns.ACTIONS]
+    out = module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions})
+    torch.testing.assert_close(module.compute_values({Columns.OBS: obs}, embeddings=out[Columns.EMBEDDINGS]),
+                               module.compute_values({Columns.OBS: obs}))
+
+
+def test_seq2seq__rejects_an_observation_with_the_wrong_group_count():
+    with pytest.raises(ValueError, match="observation"):
+        _module().forward_inference({Columns.OBS: torch.zeros(1, G + 1, F + D)})

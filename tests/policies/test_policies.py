@@ -1,0 +1,238 @@
+"""Every baseline policy: valid placements, allowed kinds, units kept together, memory, budgets, seeds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from graphs.errors import PlacerError
+from graphs.opgraph import kind_bit
+from graphs.synthetic import synthetic_graph
+from measurers.catalog import load_machine
+from measurers.sim.lower_bound import lower_bound_from_times
+from measurers.machine import Machine
+from policies.base import DEFAULT_POLICIES, PlacementProblem, fit_transfer_line, make_policy
+from conftest import build_graph
+
+SEARCHES = ("random", "cem", "annealing")
+NON_EXPERT = tuple(p for p in DEFAULT_POLICIES if p != "expert")
+MEMORY_AWARE = ("m-topo", "m-etf", "m-sct", "heft", "random", "cem", "annealing")
+
+
+class SimMeasurer:
+    """SimulatorMeasurer, recording the size of every batch it is asked to measure."""
+
+    def __init__(self, graph, machine):
+        from measurers.sim.measurer import SimulatorMeasurer
+
+        self.inner = SimulatorMeasurer(graph, machine)
+        self.batches: list[int] = []
+
+    def measure(self, placements):
+        self.batches.append(len(placements))
+        return self.inner.measure(placements)
+
+
+def problem_for(graph, machine, op_unit=None) -> PlacementProblem:
+    from measurers.sim.costs import op_time_matrix
+
+    times = op_time_matrix(graph, machine)
+    if op_unit is None:
+        op_unit = np.unique(graph.colocation, return_inverse=True)[1].reshape(-1)
+    latency, per_byte = fit_transfer_line(machine)
+    return PlacementProblem(graph, machine, np.asarray(op_unit, dtype=np.int64), times, latency, per_byte,
+                            lower_bound_from_times(graph, times, machine.num_devices))
+
+
+def with_gpu_memory(machine: Machine, memory_bytes: int) -> Machine:
+    devices = tuple(dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.kind == "gpu" else d
+                    for d in machine.devices)
+    return dataclasses.replace(machine, devices=devices)
+
+
+@pytest.fixture(scope="module")
+def machine():
+    return load_machine("paper-2gpu")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic_graph(120, seed=3)
+
+
+def cpu_only_graph():
+    """A chain with a CPU-only op in the middle and two colocated ops."""
+    cpu = kind_bit("cpu")
+    allowed = [3, 3, cpu, 3, 3, 3]
+    return build_graph([(0, 1, 10**6), (1, 2, 10**6), (2, 3, 10**6), (3, 4, 10**6), (0, 5, 10**6), (5, 4, 10**6)],
+                       flops=[1e9] * 6, allowed_mask=allowed, colocation=[0, 1, 2, 3, 4, 1], out_bytes=[10**6] * 6)
+
+
+@pytest.mark.parametrize("name", NON_EXPERT)
+def test_policy__places_every_op_on_an_allowed_device_and_keeps_units_together(name, machine):
+    graph = cpu_only_graph()
+    problem = problem_for(graph, machine)
+    measurer = SimMeasurer(graph, machine)
+    result = make_policy(name).place(problem, measurer, 20, seed=1)
+    placement = result.op_placement
+    assert placement.shape == (graph.num_ops,) and placement.dtype == np.int64
+    assert problem.op_allowed[np.arange(graph.num_ops), placement].all()
+    assert placement[2] == machine.device_index("cpu:0")
+    assert placement[1] == placement[5]  # colocated
+    assert 1 <= result.measurements <= 20
+    assert result.placement_time_s >= 0 and result.measure_time_s >= 0
+    assert result.best.runtime_s > 0
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+def test_search__spends_exactly_its_budget_in_batches_and_reports_each_measurement(name, graph, machine):
+    problem = problem_for(graph, machine)
+    measurer = SimMeasurer(graph, machine)
+    seen = []
+    result = make_policy(name).place(problem, measurer, 70, seed=0, on_measurement=lambda p, m: seen.append(m))
+    assert result.measurements == sum(measurer.batches) == len(seen) == 70
+    assert max(measurer.batches) > 1
+    assert min(m.runtime_s for m in seen if m.ok) == pytest.approx(result.best.runtime_s)
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+def test_search__same_seed_same_answer_other_seed_other_path(name, graph, machine):
+    problem = problem_for(graph, machine)
+    first = make_policy(name).place(problem, SimMeasurer(graph, machine), 40, seed=5)
+    again = make_policy(name).place(problem, SimMeasurer(graph, machine), 40, seed=5)
+    assert np.array_equal(first.op_placement, again.op_placement)
+    assert first.best.runtime_s == again.best.runtime_s
+
+
+def test_single_gpu__reports_oom_not_an_exception_when_the_model_does_not_fit(graph, machine):
+    small = with_gpu_memory(machine, graph.total_param_bytes // 3)
+    result = make_policy("single-gpu").place(problem_for(graph, small), SimMeasurer(graph, small), 1, seed=0)
+    assert result.best.status == "oom"
+    assert set(result.op_placement.tolist()) <= {small.device_index("gpu:0"), small.device_index("cpu:0")}
+
+
+def parameter_heavy_graph(layers: int = 12, param_bytes: int = 10**9):
+    """A chain of matmuls, each with its own 1 GB parameter (a Variable feeding it): memory is parameters."""
+    edges = [(i, i + 1, 10**6) for i in range(layers - 1)] + [(layers + i, i, 4) for i in range(layers)]
+    return build_graph(edges, flops=[1e10] * layers + [0.0] * layers, out_bytes=[10**6] * layers + [0] * layers,
+                       param_bytes=[0] * layers + [param_bytes] * layers,
+                       kinds=["aten.mm"] * layers + ["Variable"] * layers, name="params")
+
+
+@pytest.mark.parametrize("name", MEMORY_AWARE)
+def test_memory_aware_policy__fits_when_one_gpu_is_too_small_but_two_are_enough(name, machine):
+    graph = parameter_heavy_graph()  # 12 GB of parameters
+    small = with_gpu_memory(machine, 8 * 10**9)  # one GPU overflows, two fit
+    problem = problem_for(graph, small)
+    measurer = SimMeasurer(graph, small)
+    assert measurer.measure([np.full(graph.num_ops, 1)])[0].status == "oom"
+    result = make_policy(name).place(problem, measurer, 300, seed=0)
+    assert result.best.status == "ok", result.notes
+    assert max(result.best.peak_bytes) <= 8 * 10**9
+
+
+def test_round_robin__deals_units_to_gpus_in_topological_order(machine):
+    graph = build_graph([(0, 1), (1, 2), (2, 3)])
+    result = make_policy("round-robin").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+    assert result.op_placement.tolist() == [1, 2, 1, 2]
+
+
+def test_cpu_only_and_device_k__put_everything_on_that_device(graph, machine):
+    problem, measurer = problem_for(graph, machine), SimMeasurer(graph, machine)
+    assert set(make_policy("cpu-only").place(problem, measurer, 1, 0).op_placement) == {0}
+    assert set(make_policy("device:2").place(problem, measurer, 1, 0).op_placement) == {2}
+
+
+def test_make_policy__unknown_name_and_bad_device_are_errors():
+    with pytest.raises(PlacerError, match="unknown policy 'nope'"):
+        make_policy("nope")
+    with pytest.raises(PlacerError, match="device:K"):
+        make_policy("device:x")
+
+
+def test_m_topo__fills_gpus_in_topological_order(machine):
+    graph = build_graph([(i, i + 1) for i in range(7)], param_bytes=[10**9] * 8, out_bytes=[0] * 8)
+    result = make_policy("m-topo").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+    assert result.op_placement.tolist() == [1] * 5 + [2] * 3  # share 4 GB + largest 1 GB per GPU
+
+
+def test_m_sct__a_chain_keeps_every_child_favourite_and_stays_on_one_gpu(machine):
+    from policies.baechi import favourite_children
+    from policies.listsched import candidate_devices
+
+    graph = build_graph([(i, i + 1, 10**8) for i in range(5)], flops=[1e9] * 6)
+    problem = problem_for(graph, machine)
+    assert favourite_children(problem, candidate_devices(problem, "gpus")).tolist() == [1, 2, 3, 4, 5, -1]
+    result = make_policy("m-sct").place(problem, SimMeasurer(graph, machine), 1, 0)
+    assert len(set(result.op_placement.tolist())) == 1
+
+
+def test_m_etf__spreads_independent_branches_over_the_gpus(machine):
+    graph = build_graph([(0, 1, 4), (0, 2, 4), (1, 3, 4), (2, 3, 4)], flops=[1e6, 1e11, 1e11, 1e6])
+    result = make_policy("m-etf").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+    assert {result.op_placement[1], result.op_placement[2]} == {1, 2}
+
+
+def test_heft__insertion_finds_the_earliest_gap_long_enough():
+    from policies.heft import DeviceSlots
+
+    slots = DeviceSlots()
+    for start, end in ((0.0, 1.0), (2.0, 3.0), (3.5, 5.0)):
+        slots.insert(start, end)
+    assert slots.earliest_start(0.5, 0.8) == 1.0
+    assert slots.earliest_start(0.5, 1.2) == 5.0
+    assert slots.earliest_start(3.0, 0.5) == 3.0
+    assert slots.earliest_start(6.0, 9.0) == 6.0
+
+
+def test_metis__balances_two_heavy_independent_chains_over_two_gpus(machine):
+    graph = build_graph([(0, 1, 10**8), (2, 3, 10**8)], flops=[1e11] * 4)
+    result = make_policy("metis").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+    p = result.op_placement
+    assert p[0] == p[1] and p[2] == p[3] and p[0] != p[2]
+
+
+def test_expert__no_rule_for_a_graph_the_papers_do_not_describe(graph, machine):
+    with pytest.raises(PlacerError, match="no expert rule for graph"):
+        make_policy("expert").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+
+
+def test_expert__nmt_spreads_layers_and_puts_attention_and_softmax_on_the_last_gpu():
+    machine = load_machine("paper-4gpu")
+    scopes = ["encoder.embed", "encoder.layer0", "encoder.layer1.cell", "decoder.embed", "decoder.layer0",
+              "decoder.layer1", "attention", "softmax", "", "encoder.layer0"]
+    edges = [(0, 1), (1, 2), (2, 6), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (9, 1)]
+    graph = build_graph(edges, scopes=np.array(scopes, dtype=object), name="nmt-2", kinds=["aten.mm"] * 10)
+    result = make_policy("expert").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+    gpu = [machine.device_index(f"gpu:{i}") for i in range(4)]
+    assert result.op_placement.tolist() == [gpu[0], gpu[0], gpu[1], gpu[0], gpu[0], gpu[1], gpu[3], gpu[3],
+                                            gpu[3], gpu[0]]
+
+
+def test_expert__rnnlm_puts_one_lstm_layer_per_gpu(machine):
+    scopes = ["embed", "lstm.layer0", "lstm.layer1", "softmax"]
+    graph = build_graph([(0, 1), (1, 2), (2, 3)], scopes=np.array(scopes, dtype=object), name="rnnlm")
+    result = make_policy("expert").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+    assert result.op_placement.tolist() == [1, 1, 2, 2]
+
+
+@pytest.mark.slow
+def test_baselines_on_nmt2__single_gpu_oom_as_the_memory_model_says_and_feasible_policies_ranked():
+    from graphs.registry import load_graph
+    from policies.base import make_problem
+    from policies.table import run_baselines
+
+    graph = load_graph("nmt-2")
+    machine = load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=64)
+    measurer = SimMeasurer(graph, machine)
+    gpu0 = machine.device_index("gpu:0")
+    fits = measurer.measure([np.where(problem.op_allowed[:, gpu0], gpu0, 0)])[0].ok
+    table = run_baselines(problem, measurer, ["single-gpu", "expert", "m-etf", "m-topo", "cem"], budget=40, seed=0)
+    rows = {row.policy: row for row in table.rows}
+    assert rows["single-gpu"].status == ("ok" if fits else "oom")
+    feasible = sorted((r.runtime_s, r.policy) for r in table.rows if r.status == "ok")
+    assert feasible, "no policy found a placement that fits"
+    assert all(t >= table.lower_bound_s * (1 - 1e-9) for t, _ in feasible)
