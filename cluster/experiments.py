@@ -1,7 +1,7 @@
 """The papers' experiments: which graphs on which machines, which methods, and the published figures.
 
 An experiment is a list of cells (graph, machine); each cell is one row of the paper's table. Running a
-cell is two searches (``cluster.search.run_search``), each its own run folder under
+cell is two searches (``cluster.jobs.run_search``), each its own run folder under
 ``<out>/<experiment>/<graph>__<machine>/``:
 
     reinforce run    the RL search, with cpu-only, single-gpu, metis, expert, m-etf, m-sct scored in the
@@ -213,7 +213,7 @@ def find_cell_run(cell_dir: Path, policy: str) -> Path | None:
 
 def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings, index: int, total: int,
                      on_event) -> None:
-    from cluster.search import GROUPING_FILE, SearchConfig, run_search
+    from cluster.jobs import GROUPING_FILE, SearchConfig, run_search
 
     emit = on_event or (lambda event: None)
     run_dir = find_cell_run(cell_dir, policy)

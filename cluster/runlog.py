@@ -50,7 +50,7 @@ MEASUREMENTS_DIR = "measurements"
 METRICS_DIR = "metrics"
 BEST_FILE = "best_placement.json"
 GROUPS_FILE = "groups.parquet"
-RESULT_FILE = "result.json"  # a finished search's result (cluster.search.SearchResult.to_json())
+RESULT_FILE = "result.json"  # a finished search's result (cluster.jobs.SearchResult.to_json())
 VERSIONED_PACKAGES = ("placer", "ray", "torch", "tensorflow", "numpy", "pyarrow")
 
 _TIME = pa.timestamp("us", tz="UTC")

@@ -1,4 +1,4 @@
-"""`placer search`: the main job (see cluster/search.py)."""
+"""`placer search`: the main job (see cluster/jobs.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 
 def register(subparsers) -> None:
-    from cluster.search import SearchConfig
+    from cluster.jobs import SearchConfig
 
     d = SearchConfig()
     p = subparsers.add_parser("search", help="search placements with a learner or a baseline, measured through the pool",
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from cluster.search import SearchConfig, run_search
+    from cluster.jobs import SearchConfig, run_search
 
     names = SearchConfig.__dataclass_fields__
     config = SearchConfig(**{k: v for k, v in vars(args).items() if k in names})

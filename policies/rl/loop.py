@@ -26,7 +26,7 @@ Deviations from the paper's recipe, all RLConfig defaults (tuned on nmt-2 / pape
 - an entropy bonus of 0.03 and a logit temperature of 2.0 (the paper: none and 1.0): both keep the
   tanh-squashed logits from saturating, which otherwise freezes the policy on the single-GPU placement;
 - ``checkpoint_every`` 10 iterations (a checkpoint per iteration cost as much as the update itself).
-The search job (cluster/search.py) places 32 groups by default (the paper: 256): with 256 the learner
+The search job (cluster/jobs.py) places 32 groups by default (the paper: 256): with 256 the learner
 costs ~1-4 s per iteration and REINFORCE, CEM and annealing all stalled above the expert placement; and
 those groups follow the model's layers (``--grouping scope``), with which the learner beats the expert on
 nmt-2 and nmt-4 (BENCHMARKS.md).

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_analysis import write_run
 
-import cluster.search
+import cluster.jobs
 from cluster.runlog import RESULT_FILE
 from cluster.experiments import (EXPERIMENT_FILE, METHODS, cell_results, get_experiment, run_experiment,
                                  settings_for)
@@ -88,7 +88,7 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
         _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, finished=cell.graph != "nmt-2")
     nmt_cells = [folder / c.folder_name for c in experiment.cells if c.graph == "nmt-2"]
     resumable = next(p for p in nmt_cells[0].iterdir() if "__reinforce__" in p.name)
-    (resumable / cluster.search.GROUPING_FILE).write_bytes(b"")  # killed after the grouping was saved
+    (resumable / cluster.jobs.GROUPING_FILE).write_bytes(b"")  # killed after the grouping was saved
     calls = []
 
     def fake_run_search(config, **_):
@@ -98,12 +98,12 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
             run_dir = Path(config.resume)
         else:
             run_dir = write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget)
-            (run_dir / cluster.search.GROUPING_FILE).write_bytes(b"")
+            (run_dir / cluster.jobs.GROUPING_FILE).write_bytes(b"")
         result = _FakeResult(run_dir)
         (run_dir / RESULT_FILE).write_text(json.dumps(result.to_json()))
         return result
 
-    monkeypatch.setattr(cluster.search, "run_search", fake_run_search)
+    monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
     events = []
     run_experiment("mirhoseini2017", tmp_path / "out", settings, on_event=events.append)
     actions = [(e.cell.graph, e.policy, e.action) for e in events if e.action != "done"]
@@ -125,7 +125,7 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
 
 
 def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypatch):
-    monkeypatch.setattr(cluster.search, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
     folder = tmp_path / "mirhoseini2017"
     folder.mkdir()
     (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {"measurer": "sim", "quick": False,

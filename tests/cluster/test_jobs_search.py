@@ -16,7 +16,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from cluster.runlog import read_best, read_manifest, read_metrics, read_run  # noqa: E402
-from cluster.search import SearchConfig, run_search  # noqa: E402
+from cluster.jobs import SearchConfig, run_search  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GRAPH = "synthetic:300:1"
