@@ -4,29 +4,22 @@ Every method starts from the graph's colocation groups ("atoms": a backward op w
 optimizer update with its Variable, as ``graph.colocation`` says), never splits one, never merges two whose
 allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
 
-- ``"metis"`` (default): a balanced min-cut partition of the atom graph (pymetis; vertex weight = nominal
+- ``"metis"``: a balanced min-cut partition of the atom graph (pymetis; vertex weight = nominal
   compute cost, edge weight = tensor bytes), so heavy edges stay inside groups and groups carry similar work.
 - ``"colocation"``: the papers' co-location heuristics: merge an atom into its single successor /
   predecessor, then merge along the heaviest edges while a group stays under the average cost (small groups
   always join their heaviest neighbour), doubling the cap until at most G groups are left.
 - ``"topo"``: cut the topological order into G runs of equal cost.
-- ``"scope"``: the model's own structure: atoms are keyed by their name scope, cut at the deepest level
+- ``"scope"`` (default): the model's own structure: atoms are keyed by their name scope, cut at the deepest level
   that gives at most G keys (``encoder.layer0``, ``attention``, ...); each key gets a share of the G groups
-  by cost (at least one), and a key with several groups is split by METIS on its own atoms (cutting it
-  into runs of its topological order instead did as well on NMT and worse on Inception-V3, whose blocks
-  have parallel branches: 0.833 against 0.779 s for the learner on paper-4gpu). Every group then lies inside one layer, so placements that follow the
+  by cost (at least one), and a key with several groups is split by METIS on its own atoms. Every group then lies inside one layer, so placements that follow the
   model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that straddle
   layers cannot. A graph without scopes, or with more top-level scopes than G (ResNet-50's
   Keras layer names), is grouped as ``"metis"``.
 
-``group_ops`` defaults to metis because on the benchmarks it gives the lowest share of tensor bytes
-crossing groups and the most even group costs (tests/bench/bench_grouping.py: on synthetic:100000, 5% of
-the bytes cross against 9% for colocation and 49% for topo, with the heaviest group at 1.5x the mean cost
-against 2.0x for colocation; on rnnlm / nmt all three methods cut about a third of the bytes, which is
-dominated by Variables read at every time step). "colocation" is 3-5x faster; "topo" is the fastest and
-keeps groups in order. The search (``placer search``) uses "scope": on nmt-2 and nmt-4 the learner's best
-placement of 32 scope groups beats the expert's by a fifth or more, while with 32 METIS groups it lost to
-the expert on nmt-4 (BENCHMARKS.md).
+Every command groups with "scope" into at most 32 groups unless a flag says otherwise (``DEFAULT_METHOD``,
+``DEFAULT_MAX_GROUPS``); BENCHMARKS.md ("Grouping", "Learner") has the measurements behind both choices and
+how the methods compare (bytes crossing groups, group costs, speed).
 
 Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
 same heavy-edge passes. Results depend only on the graph, G, the method and (for metis) the seed.
@@ -43,8 +36,8 @@ from graphs.errors import PlacerError
 from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
 
 METHODS = ("metis", "colocation", "topo", "scope")
-DEFAULT_METHOD = "metis"
-DEFAULT_MAX_GROUPS = 256
+DEFAULT_METHOD = "scope"  # the default of every command (search, baselines, graphs show, reproduce)
+DEFAULT_MAX_GROUPS = 32  # why 32: BENCHMARKS.md, "Learner"
 # A nominal device for the cost of an op (a roofline with a fixed launch overhead): only relative costs
 # matter, and the overhead gives zero-flop ops (views, Variables) a small non-zero weight.
 NOMINAL_FLOPS_PER_S = 1e13
@@ -52,6 +45,21 @@ NOMINAL_BANDWIDTH_BPS = 1e12
 NOMINAL_OP_OVERHEAD_S = 1e-6
 METIS_PRECOARSEN_FACTOR = 64  # above this many atoms per part, coarsen before calling METIS
 METIS_CLAMP = 8  # METIS sees an atom as at most 1/8 of a part (see _metis)
+
+
+def majority_device(op_group: np.ndarray, num_groups: int, op_placement: np.ndarray) -> np.ndarray:
+    """(N,) or (B, N) device per op -> (G,) or (B, G): each group's majority device (ties: lowest index).
+
+    The one group-to-op collapse of the project (groupings, placement problems and the expert rules use
+    it); the exact inverse of expanding a group placement."""
+    placement = np.asarray(op_placement)
+    batch = placement.reshape(-1, placement.shape[-1]).astype(np.int64)  # (B, N)
+    devices = int(batch.max()) + 1 if batch.size else 1
+    rows = np.arange(len(batch), dtype=np.int64)[:, None]
+    key = (rows * num_groups + np.asarray(op_group, dtype=np.int64)[None, :]) * devices + batch
+    counts = np.bincount(key.ravel(), minlength=len(batch) * num_groups * devices)
+    majority = counts.reshape(len(batch), num_groups, devices).argmax(axis=2)  # (B, G)
+    return majority[0] if placement.ndim == 1 else majority
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,13 +118,7 @@ class Grouping:
                               f"or (B, {self.num_ops})")
         if placement.size and (not np.issubdtype(placement.dtype, np.integer) or placement.min() < 0):
             raise PlacerError("op placement must hold non-negative integer device indices")
-        batch = placement.reshape(-1, self.num_ops).astype(np.int64)
-        devices = int(batch.max()) + 1 if batch.size else 1
-        rows = np.arange(len(batch), dtype=np.int64)[:, None]
-        key = (rows * self.num_groups + self.op_group[None, :]) * devices + batch
-        counts = np.bincount(key.ravel(), minlength=len(batch) * self.num_groups * devices)
-        majority = counts.reshape(len(batch), self.num_groups, devices).argmax(axis=2)
-        return majority[0] if placement.ndim == 1 else majority
+        return majority_device(self.op_group, self.num_groups, placement)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Arrays to store with a run (np.savez, Parquet columns); ``from_arrays`` reads them back."""
@@ -196,8 +198,7 @@ class _Atoms:
 
     @classmethod
     def of(cls, graph: OpGraph) -> _Atoms:
-        _, of_op = np.unique(graph.colocation, return_inverse=True)
-        of_op = of_op.astype(np.int64).ravel()
+        of_op = graph.colocation_ids
         count = int(of_op.max()) + 1 if len(of_op) else 0
         mask = _group_mask_and(of_op, graph.allowed_mask, count)
         if count and np.any(mask == 0):

@@ -106,9 +106,15 @@ class OpGraph:
     def num_edges(self) -> int:
         return len(self.edge_src)
 
+    @cached_property
+    def colocation_ids(self) -> np.ndarray:
+        """(N,) int64: each op's colocation group as a dense id 0..C-1 (ordered by the stored label).
+        The one place colocation groups are numbered: grouping, policies and placement files use it."""
+        return dense_ids(self.colocation)
+
     @property
     def num_colocation_groups(self) -> int:
-        return int(self.colocation.max()) + 1 if self.num_ops else 0
+        return int(self.colocation_ids.max()) + 1 if self.num_ops else 0
 
     @property
     def total_flops(self) -> float:
@@ -178,6 +184,11 @@ def _checked_cast(name: str, key: str, array: np.ndarray, dtype) -> np.ndarray:
     return array.astype(dtype)
 
 
+def dense_ids(labels: np.ndarray) -> np.ndarray:
+    """(N,) int64 ids 0..K-1 for (N,) integer labels, in the labels' sorted order."""
+    return np.unique(np.asarray(labels), return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+
 def colocation_groups(num_ops: int, pairs: list) -> np.ndarray:
     """(N,) int64 dense group ids (numbered by first op) from union-find over ``pairs``."""
     parent = list(range(num_ops))
@@ -193,8 +204,7 @@ def colocation_groups(num_ops: int, pairs: list) -> np.ndarray:
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
     roots = np.array([find(i) for i in range(num_ops)], dtype=np.int64)
-    _, dense = np.unique(roots, return_inverse=True)
-    return dense.astype(np.int64)
+    return dense_ids(roots)
 
 
 def validate(graph: OpGraph) -> None:

@@ -1,4 +1,4 @@
-"""Placements: check them, read and write placement files, and the three trivial policies.
+"""Placements: check them, read and write placement files (policies that make them are in policies/).
 
 An op placement is an (N,) int64 array of device indices into ``machine.devices``. A placement file is
 JSON in one of these forms (device names, or device indices, as values)::
@@ -21,11 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from graphs.errors import PlacerError
-from graphs.opgraph import OpGraph
+from graphs.opgraph import OpGraph, dense_ids
 from measurers.machine import Machine
-
-POLICIES = ("single-gpu", "cpu-only", "round-robin")
-
 
 def check_placement(graph: OpGraph, machine: Machine, placement) -> np.ndarray:
     """The placement as a read-only (N,) int64 array; PlacerError on wrong length, device or allowed kind."""
@@ -82,35 +79,13 @@ def save_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machin
     return path
 
 
-def policy_placement(graph: OpGraph, machine: Machine, policy: str) -> np.ndarray:
-    """A trivial placement: every colocation group on the first GPU (``single-gpu``), on the CPU
-    (``cpu-only``), or colocation groups dealt in turn to the GPUs (``round-robin``). A group that may not
-    run on the chosen device goes to the first device it may run on."""
-    if policy not in POLICIES:
-        raise PlacerError(f"unknown policy {policy!r} (known: {', '.join(POLICIES)})")
-    gpus, cpus = machine.indices_of_kind("gpu"), machine.indices_of_kind("cpu")
-    preferred = {"single-gpu": gpus[:1] or cpus[:1], "cpu-only": cpus[:1] or gpus[:1], "round-robin": gpus or cpus}
-    choices = np.array(preferred[policy], dtype=np.int64)
-    groups = np.unique(graph.colocation, return_inverse=True)[1].reshape(-1)  # (N,) dense group ids
-    num_groups = int(groups.max()) + 1 if graph.num_ops else 0
-    group_mask = np.full(num_groups, 0xFF, dtype=np.uint8)
-    np.bitwise_and.at(group_mask, groups, graph.allowed_mask)  # kinds every op of the group may use
-    first_op = np.full(num_groups, graph.num_ops, dtype=np.int64)
-    np.minimum.at(first_op, groups, np.arange(graph.num_ops))
-    rank = np.argsort(np.argsort(first_op, kind="stable"), kind="stable")  # group order of appearance
-    device = choices[rank % len(choices)]  # (G,)
-    bits = machine.kind_bits
-    for g in np.flatnonzero((group_mask & bits[device]) == 0):
-        fits = [d for d in range(machine.num_devices) if group_mask[g] & bits[d]]
-        device[g] = fits[0] if fits else device[g]  # no device fits the whole group: check_placement reports it
-    return check_placement(graph, machine, device[groups])
-
-
 def _op_groups(graph: OpGraph, grouping) -> np.ndarray:
-    groups = graph.colocation if grouping is None else np.asarray(getattr(grouping, "op_group", grouping))
+    if grouping is None:
+        return graph.colocation_ids
+    groups = np.asarray(getattr(grouping, "op_group", grouping))
     if groups.shape != (graph.num_ops,):
         raise PlacerError(f"grouping has shape {groups.shape}, expected ({graph.num_ops},)")
-    return np.unique(groups, return_inverse=True)[1].reshape(-1).astype(np.int64)  # dense 0..G-1
+    return dense_ids(groups)  # dense 0..G-1
 
 
 def _op_devices(data, graph: OpGraph, machine: Machine, groups: np.ndarray) -> np.ndarray:

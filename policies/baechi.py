@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import DecisionClock, PlacementProblem, check_budget, finish, unit_memory_bytes
+from policies.base import DecisionClock, check_budget, finish
+from policies.problem import PlacementProblem, unit_memory_bytes
 from policies.listsched import (FreeSourceTracker, Reservations, arrival_times_s, bottom_level_s,
                                 candidate_devices, gpus_hold_the_model, mean_times)
 from policies.simple import units_in_topological_order

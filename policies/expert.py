@@ -33,7 +33,8 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
-from policies.base import DecisionClock, PlacementProblem, check_budget, finish
+from policies.base import DecisionClock, check_budget, finish
+from policies.problem import PlacementProblem
 
 
 @dataclass
@@ -68,7 +69,7 @@ def expert_units(problem: PlacementProblem) -> tuple[np.ndarray, str]:
     scope_device = {"rnnlm": _rnnlm_scopes, "nmt": _nmt_scopes, "inception-v3": _inception_scopes}[rule]
     op_device = _assign_by_scope(problem.graph.scopes, scope_device(problem, gpus))
     op_device = _propagate(problem, op_device, default=gpus[0])
-    return problem.repair_allowed(_majority_per_unit(problem, op_device)), rule
+    return problem.repair_allowed(problem.collapse(op_device)), rule
 
 
 def _layer_indices(scopes: np.ndarray, prefix: str) -> list[int]:
@@ -152,9 +153,3 @@ def _propagate(problem: PlacementProblem, device: np.ndarray, default: int) -> n
                 device[op] = device[graph.edge_dst[edges[np.argmax(graph.edge_bytes[edges])]]]
     device[device < 0] = default
     return device
-
-
-def _majority_per_unit(problem: PlacementProblem, op_device: np.ndarray) -> np.ndarray:
-    counts = np.zeros((problem.num_units, problem.num_devices), dtype=np.int64)
-    np.add.at(counts, (problem.op_unit, op_device), 1)
-    return counts.argmax(axis=1).astype(np.int64)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import DecisionClock, PlacementProblem, check_budget, finish
+from policies.base import DecisionClock, check_budget, finish
+from policies.problem import PlacementProblem
 from policies.listsched import (FreeSourceTracker, Reservations, arrival_times_s, bottom_level_s,
                                 candidate_devices, mean_times)
 

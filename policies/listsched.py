@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.base import PlacementProblem, unit_memory_bytes
+from policies.problem import PlacementProblem, unit_memory_bytes
 
 
 def candidate_devices(problem: PlacementProblem, use: str) -> np.ndarray:

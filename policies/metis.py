@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import DecisionClock, PlacementProblem, check_budget, finish
+from policies.base import DecisionClock, check_budget, finish
+from policies.problem import PlacementProblem
 
 MAX_TOTAL_WEIGHT = 10**8  # METIS sums weights in 32-bit integers
 

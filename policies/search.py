@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from policies.base import (BudgetedMeasurer, DecisionClock, PlacementProblem, check_budget, search_result)
+from policies.base import BudgetedMeasurer, DecisionClock, check_budget, search_result
+from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
 STALL_ROUNDS = 50  # rounds in a row that find no new placement before a search gives up early
@@ -80,7 +81,6 @@ def _start(problem, measurer, budget, on_measurement) -> tuple[BudgetedMeasurer,
 @dataclass
 class RandomSearchPolicy:
     name: str = "random"
-    places_groups = True  # searches place the coarse groups (class attribute, not an option)
     batch_size: int = 32
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
@@ -95,7 +95,6 @@ class RandomSearchPolicy:
 @dataclass
 class CrossEntropyPolicy:
     name: str = "cem"
-    places_groups = True  # searches place the coarse groups (class attribute, not an option)
     batch_size: int = 32
     elite_fraction: float = 0.1  # share of each batch that forms the elite
     smoothing: float = 0.3  # weight of the elite frequencies in the new distribution
@@ -125,7 +124,6 @@ class CrossEntropyPolicy:
 @dataclass
 class AnnealingPolicy:
     name: str = "annealing"
-    places_groups = True  # searches place the coarse groups (class attribute, not an option)
     chains: int = 8  # placements proposed per batch, one per chain
     start_temperature: float = 0.05  # in log-runtime units: a 5% worse move is accepted with p = 1/e
     end_temperature: float = 0.001

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphs.errors import PlacerError
-from policies.base import DecisionClock, PlacementProblem, check_budget, finish
+from policies.base import DecisionClock, check_budget, finish
+from policies.problem import PlacementProblem
 
 
 def best_single_device(problem: PlacementProblem, kind: str | None = "gpu") -> int:

@@ -1,7 +1,7 @@
 """Run several policies on one problem with the same measurer, and tabulate the results.
 
-Searches (policies with ``places_groups``) place the problem's groups; the heuristics place colocation
-groups (``PlacementProblem.at_op_level``), which is how their authors ran them. Every row is scored by the
+Each policy runs through ``policies.registry.place`` (searches place the problem's groups, heuristics
+colocation groups). Every row is scored by the
 same measurer and reported next to the lower bound and the best single GPU.
 """
 
@@ -15,7 +15,9 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from measurers.base import Measurement, Measurer
-from policies.base import PlacementProblem, PolicyResult, make_policy
+from policies.base import PolicyResult
+from policies.problem import PlacementProblem
+from policies.registry import place
 
 SKIPPED = "skipped"  # row status of a policy that does not apply (e.g. no expert rule for the graph)
 
@@ -51,19 +53,16 @@ def run_baselines(problem: PlacementProblem, measurer: Measurer, policies: Seque
                   seed: int = 0,
                   on_measurement: Callable[[str, np.ndarray, Measurement], None] | None = None) -> BaselineTable:
     """Run each named policy (``budget`` measurements at most each) and score them side by side."""
-    op_problem = problem.at_op_level()
     results: list[tuple[str, PolicyResult | None, str]] = []
     for name in policies:
-        policy = make_policy(name)
-        target = problem if getattr(policy, "places_groups", False) else op_problem
         callback = None if on_measurement is None else _tagged(on_measurement, name)
         try:
-            results.append((name, policy.place(target, measurer, budget, seed, callback), ""))
+            results.append((name, place(name, problem, measurer, budget, seed, callback), ""))
         except PlacerError as exc:
             results.append((name, None, str(exc)))
     single = next((r for n, r, _ in results if n == "single-gpu" and r is not None), None)
-    if single is None and op_problem.gpu_indices():
-        single = make_policy("single-gpu").place(op_problem, measurer, 1, seed)
+    if single is None and problem.gpu_indices():
+        single = place("single-gpu", problem, measurer, 1, seed)
     single_s = single.best.runtime_s if single is not None and single.best.ok else math.nan
     rows = tuple(_row(name, result, error, problem.lower_bound_s, single_s) for name, result, error in results)
     return BaselineTable(problem.graph.name, problem.machine.name, problem.lower_bound_s, single_s, rows)

@@ -22,6 +22,15 @@ def _private_placer_cache(tmp_path_factory):
         os.environ["PLACER_CACHE"] = previous
 
 
+def policy_placement(graph: OpGraph, machine, name: str) -> np.ndarray:
+    """(N,) op placement of a registry policy (``single-gpu``, ``round-robin``, ``device:K``, ...), made the
+    way `placer simulate --policy` makes one (scored once by the simulator)."""
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.registry import place_once
+
+    return place_once(name, graph, machine, SimulatorMeasurer(graph, machine)).op_placement
+
+
 def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None, param_bytes=None,
                 kinds=None, colocation=None, phases=None, allowed_mask=None, bytes_accessed=None,
                 name: str = "tiny", **extra) -> OpGraph:

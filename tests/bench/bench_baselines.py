@@ -25,7 +25,7 @@ def bench(graph_name: str, machine_name: str, policies, budget: int, groups: int
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
-    from policies.base import make_problem
+    from policies.problem import make_problem
     from policies.table import run_baselines
 
     graph, machine = load_graph(graph_name), load_machine(machine_name)
@@ -47,12 +47,12 @@ def bench(graph_name: str, machine_name: str, policies, budget: int, groups: int
 
 
 def main() -> None:
-    from policies.base import DEFAULT_POLICIES
+    from policies.registry import BASELINES
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
     parser.add_argument("--machines", default=",".join(MACHINES))
-    parser.add_argument("--policies", default=",".join(DEFAULT_POLICIES))
+    parser.add_argument("--policies", default=",".join(BASELINES))
     parser.add_argument("--budget", type=int, default=300, help="measurements per search")
     parser.add_argument("--groups", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)

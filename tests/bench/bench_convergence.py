@@ -3,7 +3,7 @@
 Every method searches the same problem (graph grouped into ``--groups`` groups, on ``--machine``) with the
 same in-process, noise-free simulator, the same budget and the same seeds. ``reinforce`` and ``ppo`` run
 through ``policies.rl.loop.train_placer``; ``cem``, ``annealing`` and ``random`` through
-``policies.base.make_policy``. Prints two markdown tables: the best step time after a few fractions of the
+``policies.registry.place``. Prints two markdown tables: the best step time after a few fractions of the
 budget (mean over seeds), each seed's final best, and the measurements each method needed to get within 5%
 of its own final best; and the one-measurement heuristics (single GPU, expert, metis, m-etf) with the lower
 bound for reference, plus the learners' seconds per update next to the time of the batched measure call
@@ -65,25 +65,21 @@ def run_learner(problem, measurer, trainer: str, budget: int, seed: int, batch: 
 
 
 def run_search(problem, measurer, name: str, budget: int, seed: int) -> Curve:
-    from policies.base import make_policy
+    from policies.registry import place
 
     runtimes: list[float] = []
-    policy = make_policy(name)
-    target = problem if getattr(policy, "places_groups", False) else problem.at_op_level()
     started = time.perf_counter()
-    policy.place(target, measurer, budget, seed,
-                 on_measurement=lambda _p, m: runtimes.append(m.runtime_s if m.ok else math.inf))
+    place(name, problem, measurer, budget, seed,
+          on_measurement=lambda _p, m: runtimes.append(m.runtime_s if m.ok else math.inf))
     return Curve(best_curve(runtimes, budget), time.perf_counter() - started)
 
 
 def heuristic_runtime_s(problem, measurer, name: str) -> float:
     from graphs.errors import PlacerError
-    from policies.base import make_policy
+    from policies.registry import place
 
-    policy = make_policy(name)
-    target = problem if getattr(policy, "places_groups", False) else problem.at_op_level()
     try:
-        best = policy.place(target, measurer, 1, 0).best
+        best = place(name, problem, measurer, 1, 0).best
     except PlacerError:
         return math.nan
     return best.runtime_s if best.ok else math.nan
@@ -115,7 +111,7 @@ def main() -> None:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
-    from policies.base import make_problem
+    from policies.problem import make_problem
 
     torch.set_num_threads(args.threads)
     graph, machine = load_graph(args.graph), load_machine(args.machine)

@@ -16,7 +16,8 @@ import numpy as np
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.sim.fast import warm_up
-from measurers.placement import policy_placement
+from measurers.sim.measurer import SimulatorMeasurer
+from policies.registry import place_once
 from measurers.sim.reference import Simulator, simulate
 
 
@@ -40,7 +41,7 @@ def compile_time_s() -> float:
 
 def side_by_side(machine, num_ops: int) -> None:
     graph = synthetic_graph(num_ops, 0)
-    placement = policy_placement(graph, machine, "round-robin")
+    placement = _placement(graph, machine, "round-robin")
     reference, fast = Simulator(graph, machine, engine="reference"), Simulator(graph, machine, engine="fast")
     ref_s = best_of(1, lambda: reference.run(placement))
     fast_s = best_of(5, lambda: fast.run(placement))
@@ -63,7 +64,7 @@ def growth(machine, sizes) -> None:
         simulator = Simulator(graph, machine)
         setup_s = time.perf_counter() - began
         for policy in ("single-gpu", "round-robin"):
-            placement = policy_placement(graph, machine, policy)
+            placement = _placement(graph, machine, policy)
             run_s = best_of(9 if num_ops <= 100_000 else 3, lambda: simulator.run(placement))  # noisy shared cores
             transfers = len(simulator.run(placement, timeline=True).timeline.transfer_op)
             print(f"| {num_ops:,} | {graph.num_edges:,} | {build_s:.2f} | {setup_s:.2f} | {policy} | {run_s:.4f} | "
@@ -93,6 +94,10 @@ def main() -> None:
     growth(paper4, [10_000, 50_000] if quick else [10_000, 50_000, 100_000, 1_000_000])
     growth(load_machine("h200x8"), [50_000] if quick else [50_000, 1_000_000])
     batch(paper4, sys.argv[sys.argv.index("--batch-graph") + 1] if "--batch-graph" in sys.argv else "synthetic:20000")
+
+
+def _placement(graph, machine, policy: str):
+    return place_once(policy, graph, machine, SimulatorMeasurer(graph, machine)).op_placement
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def test_measure__graph_that_cannot_be_rebuilt_is_a_clean_error(capsys):
 
 def test_build_measurer__torch_spec_builds_a_working_measurer(mlp_file):
     from graphs.io import load_graph_file
-    from measurers.placement import policy_placement
+    from conftest import policy_placement
 
     graph = load_graph_file(mlp_file)
     machine = load_machine("local")

@@ -8,7 +8,8 @@ from cluster.cli import main
 from graphs.io import save_graph
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
-from measurers.placement import policy_placement, save_placement_file
+from conftest import policy_placement
+from measurers.placement import save_placement_file
 
 
 def simulate_json(capsys, *args):

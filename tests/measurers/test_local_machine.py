@@ -5,7 +5,7 @@ import pytest
 from measurers.catalog import device_profiles, load_machine
 from measurers.local import catalog_model, local_machine
 from measurers.sim.reference import Simulator
-from measurers.placement import policy_placement
+from conftest import policy_placement
 
 CPUINFO = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n"
 MEMINFO = "MemTotal:       16384 kB\nMemFree:  1 kB\n"

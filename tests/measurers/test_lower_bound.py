@@ -7,7 +7,7 @@ from graphs.opgraph import OpGraph
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.machine import Device, Link, Machine
-from measurers.placement import policy_placement
+from conftest import policy_placement
 from measurers.sim.lower_bound import lower_bound_s
 from measurers.sim.reference import Simulator
 

@@ -13,7 +13,8 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph, kind_bit
 from measurers.sim.costs import OpProfile, load_profile, op_class, op_time_matrix, save_profile, transfer_time_s
 from measurers.machine import Device, Link, Machine
-from measurers.placement import check_placement, load_placement_file, policy_placement, save_placement_file
+from conftest import policy_placement
+from measurers.placement import check_placement, load_placement_file, save_placement_file
 from measurers.sim.reference import simulate
 
 ENGINES = ("reference", "fast")
@@ -216,15 +217,6 @@ def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data
     with pytest.raises(PlacerError, match=message) as error:
         load_placement_file(path, graph, toy_machine())
     assert "bad.json" in str(error.value)
-
-
-def test_policy_placement__keeps_colocation_groups_and_allowed_kinds():
-    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0), ("d", 1.0, 0)], [],
-                      colocation=np.array([0, 1, 0, 3]), allowed_mask=np.array([3, 3, 3, 1], dtype=np.uint8))
-    machine = toy_machine(num_gpus=2)
-    assert policy_placement(graph, machine, "single-gpu").tolist() == [1, 1, 1, 0]  # d is CPU-only
-    assert policy_placement(graph, machine, "cpu-only").tolist() == [0, 0, 0, 0]
-    assert policy_placement(graph, machine, "round-robin").tolist() == [1, 2, 1, 0]
 
 
 def test_simulator_measurer__noise_off_median_and_statuses():

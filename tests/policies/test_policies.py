@@ -13,11 +13,12 @@ from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.sim.lower_bound import lower_bound_from_times
 from measurers.machine import Machine
-from policies.base import DEFAULT_POLICIES, PlacementProblem, fit_transfer_line, make_policy
+from policies.problem import PlacementProblem, fit_transfer_line
+from policies.registry import BASELINES, make_policy
 from conftest import build_graph
 
 SEARCHES = ("random", "cem", "annealing")
-NON_EXPERT = tuple(p for p in DEFAULT_POLICIES if p != "expert")
+NON_EXPERT = tuple(p for p in BASELINES if p != "expert")
 MEMORY_AWARE = ("m-topo", "m-etf", "m-sct", "heft", "random", "cem", "annealing")
 
 
@@ -221,7 +222,7 @@ def test_expert__rnnlm_puts_one_lstm_layer_per_gpu(machine):
 @pytest.mark.slow
 def test_baselines_on_nmt2__single_gpu_oom_as_the_memory_model_says_and_feasible_policies_ranked():
     from graphs.registry import load_graph
-    from policies.base import make_problem
+    from policies.problem import make_problem
     from policies.table import run_baselines
 
     graph = load_graph("nmt-2")

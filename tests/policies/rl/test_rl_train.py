@@ -149,8 +149,8 @@ def test_reinforce_policy__places_a_real_problem_through_the_policy_protocol():
     from graphs.synthetic import synthetic_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
-    from policies.base import make_problem
-    from policies.rl.loop import PPOPolicy, ReinforcePolicy
+    from policies.problem import make_problem
+    from policies.rl.seq2seq.policy import PPOPolicy, ReinforcePolicy
 
     graph, machine = synthetic_graph(120, seed=3), load_machine("paper-2gpu")
     problem = make_problem(graph, machine, max_groups=12)
@@ -171,8 +171,9 @@ def test_reinforce__beats_random_search_at_the_same_budget_on_a_small_graph():
     from graphs.synthetic import synthetic_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
-    from policies.base import make_policy, make_problem
-    from policies.rl.loop import ReinforcePolicy
+    from policies.problem import make_problem
+    from policies.registry import make_policy
+    from policies.rl.seq2seq.policy import ReinforcePolicy
 
     graph, machine = synthetic_graph(400, seed=1), load_machine("paper-2gpu")
     problem = make_problem(graph, machine, max_groups=16)

@@ -1,0 +1,197 @@
+"""The placement problem every policy reads: graph, machine, the units to place, op times, a fitted
+transfer line, the lower bound; and the memory models the memory-constrained heuristics share.
+
+``make_problem(graph, machine, max_groups=G)`` places the grouping engineer's groups (``graphs.grouping``);
+``max_groups=None`` places the graph's colocation groups (``PlacementProblem.at_op_level`` turns the one
+into the other, which is how the list schedulers and partitioners are run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Sequence
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.grouping import majority_device
+from graphs.opgraph import PHASE_CODE, OpGraph
+from measurers.machine import Machine
+
+
+@dataclass(frozen=True)
+class PlacementProblem:
+    graph: OpGraph
+    machine: Machine
+    op_unit: np.ndarray  # (N,) int64: the unit (group) each op belongs to; a unit goes to one device
+    op_time_s: np.ndarray  # (N, D) float64: cost-model time of each op on each device, inf where not allowed
+    comm_latency_s: np.ndarray  # (D, D) float64: fitted transfer latency, 0 on the diagonal
+    comm_s_per_byte: np.ndarray  # (D, D) float64: fitted inverse bandwidth, 0 on the diagonal
+    lower_bound_s: float
+    grouping: object | None = None  # graphs.grouping.Grouping the units come from; None: colocation groups
+
+    @property
+    def num_units(self) -> int:
+        return int(self.op_unit.max()) + 1 if len(self.op_unit) else 0
+
+    @property
+    def num_devices(self) -> int:
+        return self.machine.num_devices
+
+    @cached_property
+    def op_allowed(self) -> np.ndarray:
+        """(N, D) bool: op may run on device (its allowed_mask has the device's kind bit)."""
+        return (self.graph.allowed_mask[:, None] & self.machine.kind_bits[None, :]) != 0
+
+    @cached_property
+    def unit_allowed(self) -> np.ndarray:
+        """(U, D) bool: every op of the unit may run on the device."""
+        allowed = np.ones((self.num_units, self.num_devices), dtype=bool)
+        np.logical_and.at(allowed, self.op_unit, self.op_allowed)
+        if not allowed.any(axis=1).all():
+            bad = int(np.flatnonzero(~allowed.any(axis=1))[0])
+            raise PlacerError(f"group {bad} of graph {self.graph.name!r} has no device on machine "
+                              f"{self.machine.name!r} that all its ops may run on")
+        return allowed
+
+    @cached_property
+    def unit_time_s(self) -> np.ndarray:
+        """(U, D) float64: summed op time of each unit per device (inf where not allowed)."""
+        total = np.zeros((self.num_units, self.num_devices))
+        np.add.at(total, self.op_unit, np.where(self.op_allowed, self.op_time_s, 0.0))
+        return np.where(self.unit_allowed, total, np.inf)
+
+    def at_op_level(self) -> "PlacementProblem":
+        """The same problem with the graph's colocation groups as units (what the list schedulers,
+        partitioners and rules place; searches place the coarser groups)."""
+        return replace(self, op_unit=self.graph.colocation_ids, grouping=None)
+
+    def gpu_indices(self) -> list[int]:
+        return self.machine.indices_of_kind("gpu")
+
+    def expand(self, unit_placement: np.ndarray) -> np.ndarray:
+        """(U,) or (B, U) unit placement -> (N,) or (B, N) op placement."""
+        return np.asarray(unit_placement, dtype=np.int64)[..., self.op_unit]
+
+    def collapse(self, op_placement: np.ndarray) -> np.ndarray:
+        """(N,) op placement -> (U,) unit placement: each unit's majority device (graphs.grouping)."""
+        return majority_device(self.op_unit, self.num_units, op_placement)
+
+    def repair_allowed(self, unit_placement: np.ndarray) -> np.ndarray:
+        """Move every unit on a device it may not use to its fastest allowed device."""
+        units = np.asarray(unit_placement, dtype=np.int64).copy()
+        bad = ~self.unit_allowed[np.arange(self.num_units), units]
+        if bad.any():
+            units[bad] = np.argmin(self.unit_time_s[bad], axis=1)
+        return units
+
+    def transfer_s(self, src: int, dst: int, nbytes: float) -> float:
+        if src == dst:
+            return 0.0
+        return float(self.comm_latency_s[src, dst] + nbytes * self.comm_s_per_byte[src, dst])
+
+    def capacity_bytes(self) -> np.ndarray:
+        """(D,) int64: memory capacity of each device."""
+        return np.array([d.memory_bytes for d in self.machine.devices], dtype=np.int64)
+
+    @cached_property
+    def single_device_peak_bytes(self) -> int:
+        """Peak memory the simulator's liveness model gives with every op on the first GPU (ops it may not
+        run elsewhere): what the whole step needs, for calibrating the heuristics' memory model."""
+        from measurers.sim.reference import Simulator
+
+        gpus = self.gpu_indices() or [0]
+        placement = np.where(self.op_allowed[:, gpus[0]], gpus[0], np.argmax(self.op_allowed, axis=1))
+        return int(Simulator(self.graph, self.machine).run(placement).peak_bytes[gpus[0]])
+
+    def usable_bytes(self) -> np.ndarray:
+        """(D,) int64: what the memory-constrained heuristics may fill (HEADROOM of the capacity)."""
+        return (self.capacity_bytes() * HEADROOM).astype(np.int64)
+
+
+def op_memory_bytes(graph: OpGraph, model: str = "conservative") -> np.ndarray:
+    """(N,) int64 bytes an op keeps on its device, for the memory-constrained heuristics.
+
+    ``conservative`` (Baechi's): parameters plus every output, as if nothing were ever freed.
+    ``saved``: parameters plus the outputs a later phase reads (forward activations the backward pass
+    uses); everything else is taken as a short-lived temporary. The simulator's liveness is the truth;
+    ``unit_memory_bytes`` scales ``saved`` up to the simulator's one-device peak.
+    """
+    if model == "conservative":
+        return graph.param_bytes + graph.out_bytes
+    if model == "saved":
+        later = graph.phases[graph.edge_dst] > graph.phases[graph.edge_src]
+        later &= graph.phases[graph.edge_dst] != PHASE_CODE["other"]
+        saved = np.zeros(graph.num_ops, dtype=bool)
+        saved[graph.edge_src[later]] = True
+        return graph.param_bytes + np.where(saved, graph.out_bytes, 0)
+    raise PlacerError(f"unknown memory model {model!r} (known: {', '.join(MEMORY_MODELS)})")
+
+
+MEMORY_MODELS = ("conservative", "saved")
+HEADROOM = 0.9  # share of a device's memory the heuristics fill: temporaries need the rest
+
+
+def unit_memory_bytes(problem: PlacementProblem, model: str = "auto",
+                      devices: Sequence[int] | None = None) -> tuple[np.ndarray, str]:
+    """(U,) int64 bytes per unit and the model used. ``auto``: conservative when it fits in the total
+    memory of ``devices`` (default: all), else the lighter ``saved`` model (a conservative model that
+    fits nowhere would make every memory-constrained heuristic give up)."""
+    models = MEMORY_MODELS if model == "auto" else (model,)
+    capacity = problem.usable_bytes()[list(devices) if devices is not None else slice(None)].sum()
+    for name in models:
+        per_unit = np.bincount(problem.op_unit, weights=op_memory_bytes(problem.graph, name),
+                               minlength=problem.num_units).astype(np.float64)
+        if name == "saved" and model == "auto":  # calibrate: all units together need the one-device peak
+            peak = problem.single_device_peak_bytes
+            if peak > per_unit.sum() > 0:
+                per_unit *= peak / per_unit.sum()
+                name = "saved, scaled to the one-device peak"
+        if per_unit.sum() <= capacity:
+            break
+    return np.ceil(per_unit).astype(np.int64), name
+
+
+
+
+def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None, profile=None,
+                 grouping_method: str | None = None, seed: int = 0) -> PlacementProblem:
+    """Build a problem: cost-model op times, fitted transfer line, lower bound, and the units to place
+    (``max_groups``: the grouping engineer's groups; ``None``: the graph's colocation groups)."""
+    from measurers.sim.costs import op_time_matrix
+    from measurers.sim.lower_bound import lower_bound_s
+
+    op_time_s = np.asarray(op_time_matrix(graph, machine, profile), dtype=np.float64)  # (N, D)
+    grouping = None
+    if max_groups is not None:
+        from graphs.grouping import group_ops
+
+        kwargs = {"method": grouping_method} if grouping_method else {}
+        grouping = group_ops(graph, max_groups=max_groups, seed=seed, **kwargs)
+        op_unit = np.asarray(grouping.op_group, dtype=np.int64)
+    else:
+        op_unit = graph.colocation_ids
+    latency, per_byte = fit_transfer_line(machine)
+    return PlacementProblem(graph, machine, op_unit, op_time_s, latency, per_byte,
+                            float(lower_bound_s(graph, machine)), grouping)
+
+
+def fit_transfer_line(machine: Machine) -> tuple[np.ndarray, np.ndarray]:
+    """(D, D) latency and seconds per byte: the cost model's transfer time as a line in bytes (Baechi's
+    fitted communication model), read off at 0 and 1 GB."""
+    try:
+        from measurers.sim.costs import transfer_time_s
+    except ImportError:  # the cost module is not there: read the links directly
+        def transfer_time_s(m, src, dst, nbytes):
+            link = m.link(src, dst)
+            return link.latency_s + nbytes / link.bandwidth_Bps
+    d = machine.num_devices
+    latency, per_byte = np.zeros((d, d)), np.zeros((d, d))
+    for src in range(d):
+        for dst in range(d):
+            if src != dst:
+                t0 = float(transfer_time_s(machine, src, dst, 0))
+                latency[src, dst] = t0
+                per_byte[src, dst] = (float(transfer_time_s(machine, src, dst, 10**9)) - t0) / 1e9
+    return latency, per_byte

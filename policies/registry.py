@@ -1,0 +1,111 @@
+"""One registry of every placement policy, learned ones included, and one way to run any of them.
+
+``place(name, problem, measurer, budget, seed)`` is what every command and job calls: it builds the policy
+and hands it the units it places. Heuristics (rules, partitioners, list schedulers) place the graph's
+colocation groups, as their authors ran them; searches and learned placers place the problem's coarse
+groups. ``device:K`` is everything on device K. A new policy joins with ``register_policy``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from graphs.errors import PlacerError
+from measurers.base import Measurer
+from policies.base import OnMeasurement, Policy, PolicyResult
+from policies.problem import PlacementProblem
+
+KINDS = ("heuristic", "search", "learned")
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    name: str
+    target: str  # "module:Class", imported on use so listing policies stays cheap
+    kind: str  # one of KINDS
+    summary: str
+
+    @property
+    def places_groups(self) -> bool:
+        """Searches and learners place the coarse groups; heuristics place colocation groups."""
+        return self.kind != "heuristic"
+
+    @property
+    def learned(self) -> bool:
+        return self.kind == "learned"
+
+
+POLICIES: dict[str, PolicyEntry] = {}
+
+
+def register_policy(entry: PolicyEntry) -> None:
+    if entry.kind not in KINDS:
+        raise PlacerError(f"policy {entry.name!r}: kind must be one of {', '.join(KINDS)}, got {entry.kind!r}")
+    POLICIES[entry.name] = entry
+
+
+for _entry in (
+    PolicyEntry("single-gpu", "policies.simple:SingleGpuPolicy", "heuristic",
+                "everything on the GPU the cost model says is fastest"),
+    PolicyEntry("cpu-only", "policies.simple:CpuOnlyPolicy", "heuristic", "everything on the CPU"),
+    PolicyEntry("round-robin", "policies.simple:RoundRobinPolicy", "heuristic",
+                "colocation groups dealt in turn to the GPUs"),
+    PolicyEntry("expert", "policies.expert:ExpertPolicy", "heuristic", "the papers' hand placements"),
+    PolicyEntry("metis", "policies.metis:MetisPolicy", "heuristic", "balanced min-cut partition"),
+    PolicyEntry("m-topo", "policies.baechi:MTopoPolicy", "heuristic", "Baechi's memory-constrained topo order"),
+    PolicyEntry("m-etf", "policies.baechi:METFPolicy", "heuristic", "Baechi's earliest task first"),
+    PolicyEntry("m-sct", "policies.baechi:MSCTPolicy", "heuristic", "Baechi's small communication times"),
+    PolicyEntry("heft", "policies.heft:HeftPolicy", "heuristic", "heterogeneous earliest finish time"),
+    PolicyEntry("random", "policies.search:RandomSearchPolicy", "search", "random search over the groups"),
+    PolicyEntry("cem", "policies.search:CrossEntropyPolicy", "search", "cross-entropy method"),
+    PolicyEntry("annealing", "policies.search:AnnealingPolicy", "search", "simulated annealing"),
+    PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
+                "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
+    PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),
+):
+    register_policy(_entry)
+
+BASELINES = tuple(name for name, entry in POLICIES.items() if not entry.learned)  # `placer baselines` default
+LEARNED = tuple(name for name, entry in POLICIES.items() if entry.learned)
+
+
+def policy_entry(spec: str) -> PolicyEntry:
+    """The registry entry of ``spec``; ``device:K`` is a heuristic of its own."""
+    if spec.startswith("device:"):
+        try:
+            device = int(spec.split(":", 1)[1])
+        except ValueError:
+            raise PlacerError(f"bad policy {spec!r}: expected device:K with K a device index") from None
+        return PolicyEntry(spec, "policies.simple:SingleDevicePolicy", "heuristic", f"everything on device {device}")
+    if spec not in POLICIES:
+        raise PlacerError(f"unknown policy {spec!r} (known: {', '.join(POLICIES)}, device:K)")
+    return POLICIES[spec]
+
+
+def make_policy(spec: str, **options) -> Policy:
+    """A policy by name; ``options`` go to its constructor (learned policies: RLConfig fields, ``context``)."""
+    entry = policy_entry(spec)
+    module_name, class_name = entry.target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if spec.startswith("device:"):
+        return cls(device=int(spec.split(":", 1)[1]), **options)
+    return cls(**options)
+
+
+def place(spec: str, problem: PlacementProblem, measurer: Measurer, budget: int, seed: int,
+          on_measurement: OnMeasurement | None = None, **options) -> PolicyResult:
+    """Run the named policy on the units it places (see the module docstring) and return its result."""
+    entry = policy_entry(spec)
+    target = problem if entry.places_groups else problem.at_op_level()
+    return make_policy(spec, **options).place(target, measurer, budget, seed, on_measurement)
+
+
+def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> PolicyResult:
+    """A non-learned policy's placement of ``graph`` on ``machine``, scored once by ``measurer``: what
+    ``placer simulate --policy`` and ``placer measure --policy`` run."""
+    from policies.problem import make_problem
+
+    if policy_entry(spec).learned:
+        raise PlacerError(f"{spec!r} is a learned policy: it needs a budget (placer search --policy {spec})")
+    return place(spec, make_problem(graph, machine), measurer, 1, seed)

@@ -1,0 +1,93 @@
+"""The seq2seq placer as a registry policy: ``reinforce`` and ``ppo`` (policies/registry.py).
+
+``place(problem, measurer, budget, seed)`` trains the 2017 seq2seq placer on the problem's groups
+(``problem.grouping``, or its units when it has none) with ``RLConfig(trainer=..., seed=seed, **options)``
+and returns the best placement measured, like the black-box searches do. A ``RunContext`` (``context=``)
+gives it a checkpoint folder to save to and resume from, a time limit, a stop flag and a metrics callback.
+"""
+
+from __future__ import annotations
+
+
+
+
+from graphs.grouping import Grouping
+from measurers.base import Measurement
+from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
+from policies.rl.loop import CHECKPOINT_FILE, RLConfig, train_placer
+
+
+class ReinforcePolicy:
+    name = "reinforce"
+
+    def __init__(self, context: RunContext | None = None, **options):
+        self.context = context or RunContext()
+        self.options = options  # RLConfig fields other than trainer and seed
+
+    def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
+        check_budget(budget)
+        grouping = problem.grouping or Grouping.from_op_group(problem.op_unit, problem.graph.allowed_mask)
+        capture = _LastResults(measurer)
+        counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
+        config = RLConfig(**{**self.options, "trainer": self.name, "seed": seed})
+        ctx = self.context
+        checkpoint = ctx.checkpoint_dir
+        resume_from = checkpoint if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file() else None
+        on_iteration = None
+        if ctx.on_iteration is not None:
+            on_iteration = lambda m: ctx.on_iteration(m.iteration, _numeric(vars(m)))  # noqa: E731
+        result = train_placer(problem.graph, problem.machine, grouping, _CounterView(counter, capture),
+                              budget_measurements=budget, time_limit_s=ctx.time_limit_s, config=config,
+                              checkpoint_dir=checkpoint, resume_from=resume_from, should_stop=ctx.should_stop,
+                              on_iteration=on_iteration)
+        notes = (f"{result.iterations} iterations of {config.batch_size}, "
+                 f"{result.seconds_per_update:.3f} s learner time per iteration")
+        return _with_run_best(search_result(self.name, problem, counter, notes), problem, result)
+
+
+class PPOPolicy(ReinforcePolicy):
+    name = "ppo"
+
+
+def _with_run_best(found: PolicyResult, problem, result) -> PolicyResult:
+    """The result over the whole run: a resumed run's best may come from before the resume (the trainer's
+    checkpoint keeps it), and its measurement count includes those measurements."""
+    from dataclasses import replace
+
+    best, placement = found.best, found.op_placement
+    if result.best_op_placement is not None and (best is None or not best.ok
+                                                 or result.best_runtime_s < best.runtime_s):
+        placement = result.best_op_placement
+        best = Measurement(result.best_runtime_s, (result.best_runtime_s,), "ok",
+                           (0,) * problem.num_devices, 0.0)
+    return replace(found, op_placement=placement,
+                   group_placement=None if placement is None else problem.collapse(placement), best=best,
+                   measurements=result.measurements_used, stop_reason=result.stop_reason,
+                   seconds_per_update=result.seconds_per_update)
+
+
+def _numeric(metrics: dict) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k != "iteration"}
+
+
+class _LastResults:
+    """Passes measure calls through and keeps the last results."""
+
+    def __init__(self, measurer):
+        self.measurer, self.last = measurer, []
+
+    def measure(self, placements):
+        self.last = self.measurer.measure(placements)
+        return self.last
+
+
+class _CounterView:
+    """A Measurer measuring through a BudgetedMeasurer (timing, budget, on_measurement, best kept there)."""
+
+    def __init__(self, counter, capture: _LastResults):
+        self.counter, self.capture = counter, capture
+
+    def measure(self, placements):
+        self.capture.last = []
+        self.counter.measure(placements)
+        return list(self.capture.last)

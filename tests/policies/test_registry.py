@@ -1,0 +1,77 @@
+"""The one policy registry: every command means the same placement by the same name."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cluster.cli import main
+from conftest import build_graph, policy_placement
+from graphs.errors import PlacerError
+from measurers.catalog import load_machine
+from policies.registry import BASELINES, LEARNED, POLICIES, make_policy, place_once, policy_entry
+
+LINK = {"bandwidth_Bps": 1e10, "latency_s": 1e-5}
+
+
+def k80_v100_machine(tmp_path):
+    """1 CPU + a K80 (gpu:0, listed first) + a V100 (gpu:1, faster)."""
+    names = ("cpu:0", "gpu:0", "gpu:1")
+    spec = {"name": "k80-v100", "devices": [{"name": "cpu:0", "model": "Xeon-E5-2699v3"},
+                                            {"name": "gpu:0", "model": "K80"}, {"name": "gpu:1", "model": "V100"}],
+            "links": [{"src": a, "dst": b, **LINK, "channel": f"{a}>{b}"} for a in names for b in names if a != b]}
+    path = tmp_path / "k80-v100.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_registry__every_policy_is_listed_once_with_its_kind():
+    assert set(BASELINES) | set(LEARNED) == set(POLICIES)
+    assert {"reinforce", "ppo"} <= set(LEARNED) and not set(LEARNED) & set(BASELINES)
+    assert policy_entry("device:2").kind == "heuristic"
+    assert make_policy("device:2").device == 2
+    with pytest.raises(PlacerError, match="unknown policy 'nope'"):
+        policy_entry("nope")
+    with pytest.raises(PlacerError, match="device:K"):
+        policy_entry("device:x")
+
+
+def test_single_gpu__simulate_and_baselines_both_take_the_fastest_gpu(tmp_path, capsys):
+    machine_file = str(k80_v100_machine(tmp_path))
+    assert main(["simulate", "--graph", "synthetic:300", "--machine", machine_file, "--policy", "single-gpu",
+                 "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)
+    assert main(["baselines", "--graph", "synthetic:300", "--machine", machine_file,
+                 "--policies", "single-gpu,device:1,device:2", "--json"]) == 0
+    rows = {row["policy"]: row for row in json.loads(capsys.readouterr().out)["results"]}
+    assert rows["device:2"]["runtime_s"] < rows["device:1"]["runtime_s"]  # the V100 is the faster GPU
+    assert simulated["runtime_s"] == pytest.approx(rows["single-gpu"]["runtime_s"], rel=1e-12)
+    assert simulated["runtime_s"] == pytest.approx(rows["device:2"]["runtime_s"], rel=1e-12)
+    busy = {d["name"]: d["busy_s"] for d in simulated["devices"]}
+    assert busy["gpu:1"] > 0 and busy["gpu:0"] == 0
+
+
+def test_simulate__any_baseline_by_name_and_learned_ones_refused(tmp_path, capsys):
+    assert main(["simulate", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policy", "m-etf",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "ok"
+    assert main(["simulate", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policy", "reinforce"]) == 2
+    assert "learned policy" in capsys.readouterr().err
+
+
+def test_policy_placement__keeps_colocation_groups_and_allowed_kinds():
+    graph = build_graph([], 4, colocation=np.array([0, 1, 0, 3]), allowed_mask=np.array([3, 3, 3, 1], dtype=np.uint8))
+    machine = load_machine("paper-2gpu")
+    assert policy_placement(graph, machine, "single-gpu").tolist() == [1, 1, 1, 0]  # op3 is CPU-only
+    assert policy_placement(graph, machine, "cpu-only").tolist() == [0, 0, 0, 0]
+    assert policy_placement(graph, machine, "round-robin").tolist() == [1, 2, 1, 0]
+
+
+def test_place_once__learned_policy_needs_a_budget():
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph, machine = build_graph([(0, 1)]), load_machine("paper-2gpu")
+    with pytest.raises(PlacerError, match="learned policy"):
+        place_once("ppo", graph, machine, SimulatorMeasurer(graph, machine))
