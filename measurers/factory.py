@@ -19,6 +19,7 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.base import Measurer
 from measurers.machine import Machine
+from measurers.timing import default_timing
 
 MEASURER_KINDS = ("sim", "torch", "tf")
 
@@ -28,8 +29,8 @@ class MeasurerSpec:
     kind: str  # one of MEASURER_KINDS
     graph: OpGraph  # the graph itself, not a file name
     machine: Machine  # the devices of one node, in the order placements index them
-    runs: int = 1  # timed runs per placement; the median is reported
-    warmup: int = 0  # untimed runs before the timed ones (real measurers)
+    runs: int | None = None  # timed runs per placement, the median reported; None: default_timing(kind)
+    warmup: int | None = None  # untimed runs before the timed ones; None: default_timing(kind)
     noise_std: float = 0.0  # relative noise of the simulator's samples (0: exact)
     seed: int = 0
     timeout_s: float = 600.0  # limit for one placement; the pool enforces it by killing the actor
@@ -37,6 +38,11 @@ class MeasurerSpec:
     def __post_init__(self) -> None:
         if self.kind not in MEASURER_KINDS:
             raise PlacerError(f"unknown measurer kind {self.kind!r} (known: {', '.join(MEASURER_KINDS)})")
+        default = default_timing(self.kind)
+        if self.runs is None:
+            object.__setattr__(self, "runs", default.runs)
+        if self.warmup is None:
+            object.__setattr__(self, "warmup", default.warmup)
         if self.runs < 1:
             raise PlacerError(f"measurer runs must be at least 1, got {self.runs}")
         if self.warmup < 0:

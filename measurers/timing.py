@@ -33,6 +33,18 @@ class TimingSettings:
             raise PlacerError(f"timeout_s must be positive, got {self.timeout_s}")
 
 
+ESTIMATOR = "median"  # how a measurement's runtime_s is reduced from its timed samples (median_s below)
+
+
+REAL_TIMING = TimingSettings()  # real measurers: 5 warm-up runs thrown away, the median of 5 timed runs
+SIM_TIMING = TimingSettings(runs=1, warmup=0)  # the simulator is deterministic: one run, nothing to warm up
+
+
+def default_timing(measurer_kind: str) -> TimingSettings:
+    """The timing every command uses for ``measurer_kind`` ("sim", "torch", "tf") unless a flag says otherwise."""
+    return SIM_TIMING if measurer_kind == "sim" else REAL_TIMING
+
+
 @dataclass(frozen=True)
 class Timing:
     samples_s: tuple[float, ...]  # the timed runs, in order

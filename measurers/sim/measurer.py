@@ -29,10 +29,11 @@ from measurers.base import Measurement
 from measurers.sim.costs import OpProfile
 from measurers.machine import Machine
 from measurers.sim.reference import Simulator
+from measurers.timing import SIM_TIMING
 
 
 class SimulatorMeasurer:
-    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = 1, noise_std: float = 0.0, seed: int = 0,
+    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = SIM_TIMING.runs, noise_std: float = 0.0, seed: int = 0,
                  profile: OpProfile | str | None = None, engine: str = "fast"):
         if runs < 1:
             raise PlacerError(f"runs must be at least 1, got {runs}")

@@ -23,7 +23,7 @@ from graphs.opgraph import OpGraph
 from measurers.base import Measurement
 from measurers.machine import Machine
 from measurers.placement import check_placement
-from measurers.timing import TimingSettings, time_runs
+from measurers.timing import REAL_TIMING, TimingSettings, time_runs
 from measurers.tf.workload import TFWorkload, TracedStep, tf_workload_from_graph, trace_step
 
 
@@ -38,7 +38,8 @@ def tf_device_names(machine: Machine) -> list[str]:
 
 
 class TFMeasurer:
-    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = 5, warmup: int = 5, timeout_s: float = 600.0,
+    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs,
+                 warmup: int = REAL_TIMING.warmup, timeout_s: float = 600.0,
                  seed: int = 0, workload: TFWorkload | None = None, clock: Callable[[], float] = time.perf_counter):
         self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
         self.settings = TimingSettings(runs, warmup, timeout_s)

@@ -29,7 +29,7 @@ from graphs.opgraph import OpGraph
 from measurers.base import Measurement
 from measurers.machine import Machine
 from measurers.placement import check_placement
-from measurers.timing import TimingSettings, time_runs
+from measurers.timing import REAL_TIMING, TimingSettings, time_runs
 from measurers.torch.program import PlacedReplay, Program, SlotRef, capture_step
 from measurers.torch.workload import TorchWorkload, workload_from_graph
 
@@ -52,7 +52,7 @@ def default_torch_devices(machine: Machine) -> list[torch.device]:
 
 
 class TorchMeasurer:
-    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = 5, warmup: int = 5,
+    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs, warmup: int = REAL_TIMING.warmup,
                  timeout_s: float = 600.0, seed: int = 0, workload: TorchWorkload | None = None,
                  torch_devices: Callable[[Machine], list] = default_torch_devices,
                  clock: Callable[[], float] = time.perf_counter):

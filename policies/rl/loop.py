@@ -46,7 +46,7 @@ import torch
 
 from graphs.errors import PlacerError
 from measurers.base import Measurement
-from policies.rl.env import PlacementEnv, scored_runtime_s
+from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S, PlacementEnv, scored_runtime_s
 
 CHECKPOINT_FILE = "learner.pt"
 TRAINERS = ("reinforce", "ppo")
@@ -84,7 +84,7 @@ class RLConfig:
     """REINFORCE: divide advantages by the batch's reward standard deviation (scale-free rewards)."""
     rank_advantages: bool = True
     """REINFORCE: use each placement's centered rank in its batch, in [-0.5, 0.5], as its advantage."""
-    penalty_runtime_s: float = 100.0
+    penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S
     """Runtime a failed/oom/timeout/crash placement is scored as (the reference: 100 s, reward -10)."""
     temperature: float = 2.0
     """Softmax temperature of the device logits, before the tanh squashing (at 1.0 the squashed logits
