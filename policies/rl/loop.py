@@ -16,20 +16,9 @@ them. Example::
                           config=RLConfig(trainer="reinforce", batch_size=16, seed=0))
     result.best_runtime_s, result.best_group_placement
 
-Deviations from the paper's recipe, all RLConfig defaults (tuned on nmt-2 / paper-2gpu, 32 METIS groups,
-2048 measurements; see tests/bench/bench_convergence.py):
-
-- groups are decoded in order of the mean topological position of their forward ops
-  (``decode_order="forward_position"``), not in group-index order, so the decoder's "previous device"
-  input makes layer-contiguous pipeline stages easy to sample;
-- advantages are centered batch ranks (``rank_advantages``, see policies/rl/reinforce.py);
-- an entropy bonus of 0.03 and a logit temperature of 2.0 (the paper: none and 1.0): both keep the
-  tanh-squashed logits from saturating, which otherwise freezes the policy on the single-GPU placement;
-- ``checkpoint_every`` 10 iterations (a checkpoint per iteration cost as much as the update itself).
-The search job (cluster/jobs.py) places 32 groups by default (the paper: 256): with 256 the learner
-costs ~1-4 s per iteration and REINFORCE, CEM and annealing all stalled above the expert placement; and
-those groups follow the model's layers (``--grouping scope``), with which the learner beats the expert on
-nmt-2 and nmt-4 (BENCHMARKS.md).
+Where the RLConfig defaults depart from the paper's recipe (decode order, rank advantages, entropy bonus,
+temperature, checkpoint interval) each field says so; the measurements behind them are in BENCHMARKS.md
+("Tuning notes").
 """
 
 from __future__ import annotations
@@ -75,8 +64,8 @@ class RLConfig:
     baseline_decay: float = 0.9
     """REINFORCE: moving-average baseline decay (the paper: 0.9)."""
     entropy_coeff: float = 0.03
-    """Weight of the policy-entropy bonus in the loss (0.03: keeps both GPUs in play; without it the policy
-    collapses onto the single-GPU placement within ~20 iterations on nmt-2)."""
+    """Weight of the policy-entropy bonus in the loss (the paper: none; keeps the tanh-squashed logits from
+    saturating onto the single-GPU placement)."""
     batch_baseline: bool = False
     """REINFORCE: baseline each reward by the mean of the other rewards of its batch (leave-one-out)
     instead of the moving average."""
@@ -87,10 +76,8 @@ class RLConfig:
     penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S
     """Runtime a failed/oom/timeout/crash placement is scored as (the reference: 100 s, reward -10)."""
     temperature: float = 2.0
-    """Softmax temperature of the device logits, before the tanh squashing (at 1.0 the squashed logits
-    saturate within a few Adam steps, their gradient vanishes and the policy freezes; at 3.0 the policy stays
-    too flat to settle: with 32 METIS groups, seed 0 and 2048 measurements, nmt-2 reaches 0.693 s on paper-2gpu and
-    0.561 s on paper-4gpu at 2.0, against 0.746 s / 0.739 s at 3.0 and 0.713 s / 0.707 s at 2.5)."""
+    """Softmax temperature of the device logits, before the tanh squashing (the paper: 1.0, at which the
+    squashed logits saturate and the policy freezes)."""
     tanh_constant: float = 5.0
     """Device logits are squashed to +-tanh_constant (see policies/rl/seq2seq/module.py for why not 1.0)."""
     logit_noise_std: float = 0.5
@@ -106,7 +93,8 @@ class RLConfig:
     vf_loss_coeff: float = 0.5
     """PPO: weight of the value-function loss."""
     checkpoint_every: int = 10
-    """Iterations between checkpoints, when a checkpoint folder is given (one is always written at the end)."""
+    """Iterations between checkpoints, when a checkpoint folder is given (one is always written at the end;
+    one per iteration cost as much as the update itself)."""
     torch_threads: int | None = None
     """If set, torch.set_num_threads(torch_threads) for the whole process (1 is fastest on a busy 2-core box)."""
     decode_order: str = "forward_position"
