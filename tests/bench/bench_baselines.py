@@ -21,7 +21,7 @@ def fmt(x: float, spec: str) -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, spec)
 
 
-def bench(graph_name: str, machine_name: str, policies, budget: int, groups: int, seed: int) -> None:
+def bench(graph_name: str, machine_name: str, policies, budget: int, groups: int, grouping: str, seed: int) -> None:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
@@ -30,7 +30,7 @@ def bench(graph_name: str, machine_name: str, policies, budget: int, groups: int
 
     graph, machine = load_graph(graph_name), load_machine(machine_name)
     start = time.perf_counter()
-    problem = make_problem(graph, machine, max_groups=groups, seed=seed)
+    problem = make_problem(graph, machine, max_groups=groups, grouping_method=grouping, seed=seed)
     setup_s = time.perf_counter() - start
     table = run_baselines(problem, SimulatorMeasurer(graph, machine, seed=seed), policies, budget, seed)
     print(f"\n### {graph_name} ({graph.num_ops} ops, {problem.num_units} groups) on {machine_name}: "
@@ -55,13 +55,15 @@ def main() -> None:
     parser.add_argument("--policies", default=",".join(BASELINES))
     parser.add_argument("--budget", type=int, default=300, help="measurements per search")
     parser.add_argument("--groups", type=int, default=256)
+    parser.add_argument("--grouping", default="metis", help="metis: as the table in BENCHMARKS.md was measured")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print(f"budget {args.budget} measurements per search, {args.groups} groups, seed {args.seed}")
+    print(f"budget {args.budget} measurements per search, {args.groups} {args.grouping} groups, seed {args.seed}")
     for graph_name in args.graphs.split(","):
         for machine_name in args.machines.split(","):
             try:
-                bench(graph_name, machine_name, args.policies.split(","), args.budget, args.groups, args.seed)
+                bench(graph_name, machine_name, args.policies.split(","), args.budget, args.groups,
+                      args.grouping, args.seed)
             except Exception as exc:  # a benchmark that cannot be built here is reported, not fatal
                 print(f"\n### {graph_name} on {machine_name}: not run ({type(exc).__name__}: {exc})")
 
