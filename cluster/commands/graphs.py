@@ -37,8 +37,12 @@ def register(subparsers) -> None:
     source.add_argument("--torch", metavar="MODULE:FUNCTION",
                         help="a function returning (model, example inputs)")
     source.add_argument("--keras", metavar="FILE_OR_MODULE:FUNCTION",
-                        help="a function returning a compiled Keras model (or a training step)")
+                        help="a function returning a compiled Keras model or (model, inputs, targets[, loss]), "
+                             "or a .keras file")
     importer.add_argument("-o", "--output", required=True, metavar="FILE")
+    importer.add_argument("--batch-size", type=int, default=None, metavar="N",
+                          help="--keras only: examples per step for a compiled model alone or a .keras file "
+                               "(default 32); it must match the batch of returned inputs")
     importer.set_defaults(func=_import)
 
 
@@ -115,7 +119,7 @@ def _import(args: argparse.Namespace) -> int:
     else:
         importer = _importer("graphs.tf.importer", "import_keras_spec", "Keras")
     try:
-        graph = importer(spec)
+        graph = importer(spec) if args.torch else importer(spec, batch_size=args.batch_size)
     except PlacerError:
         raise
     except (ImportError, SyntaxError, AttributeError, FileNotFoundError) as exc:

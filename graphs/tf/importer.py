@@ -4,7 +4,9 @@
 - ``trace_keras_training_step(model, inputs, targets)``: builds the step (forward, loss, GradientTape
   gradients, ``optimizer.apply_gradients``) as one tf.function and imports it, with Keras layer names
   as scopes.
-- ``import_keras_spec("pkg.mod:fn" | "path/file.py:fn" | "model.keras")``: what the command line uses.
+- ``import_keras_spec("pkg.mod:fn" | "path/file.py:fn" | "model.keras")``: what the command line uses. The
+  function returns a compiled ``keras.Model`` alone (inputs and targets are made up from its input spec,
+  output shapes and compiled loss, see ``bare_model_example``) or ``(model, inputs, targets[, loss])``.
 
 How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`` and
 ``graphs.tf.flatten``. TensorFlow and Keras are imported inside the functions only.
@@ -15,10 +17,28 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 
 KERAS_FILE_SUFFIXES = (".keras", ".h5")
+DEFAULT_BATCH_SIZE = 32  # examples per step of a bare model (a function returning one, or a saved file)
+EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on every import and rebuild
+
+# The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
+# shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
+# output shape) or "regression" (floats in [0, 1), the output shape).
+TARGET_KIND_OF_LOSS = {
+    "sparse_categorical_crossentropy": "class_ids",
+    **dict.fromkeys(("categorical_crossentropy", "categorical_focal_crossentropy", "categorical_hinge",
+                     "kl_divergence"), "one_hot"),
+    **dict.fromkeys(("binary_crossentropy", "binary_focal_crossentropy", "hinge", "squared_hinge", "dice",
+                     "tversky"), "binary"),
+    **dict.fromkeys(("mean_squared_error", "mean_absolute_error", "mean_absolute_percentage_error",
+                     "mean_squared_logarithmic_error", "huber", "log_cosh", "cosine_similarity", "poisson"),
+                    "regression"),
+}
 
 
 def import_tf_function(concrete_function, name: str = "tf_function", batch_size: int | None = None, *,
@@ -85,52 +105,224 @@ def keras_train_step(model, loss=None, optimizer=None):
 
 
 def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None = None) -> OpGraph:
-    """Import "MODULE:FUNCTION", "path/to/file.py:FUNCTION" (the function returns ``(model, inputs,
-    targets)`` or ``(model, inputs, targets, loss)``) or a saved ``.keras`` model file."""
-    if spec.endswith(KERAS_FILE_SUFFIXES):
-        model, inputs, targets, loss = _load_saved_model(spec, batch_size or 1)
-    else:
-        model, inputs, targets, loss = call_builder(spec)
+    """Import "MODULE:FUNCTION", "path/to/file.py:FUNCTION" or a saved ``.keras`` model file.
+
+    The function returns a compiled ``keras.Model`` (stepped on ``batch_size`` made-up examples, default
+    32), ``(model, inputs, targets)`` or ``(model, inputs, targets, loss)`` (``batch_size`` then only fills
+    unknown leading dims and must not contradict the inputs). See ``keras_example``."""
+    model, inputs, targets, loss = keras_example(spec, batch_size)
     try:
         graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
                                           batch_size=batch_size)
-        graph.meta["keras_spec"] = spec  # lets the real TensorFlow measurer rebuild the step
-        return graph
     except PlacerError:
         raise
     except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
         raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
+    # what lets the real TensorFlow measurer rebuild the same step: see measurers.tf.workload
+    graph.meta["keras_spec"] = spec
+    graph.meta["keras_batch_size"] = int(graph.batch_size)
+    return graph
 
 
-def call_builder(spec: str):
+def keras_example(spec: str, batch_size: int | None = None):
+    """``(model, inputs, targets, loss)`` of a Keras spec in any of its forms (see ``import_keras_spec``);
+    ``loss`` None means the model's compiled loss. The TensorFlow measurer rebuilds a step with it."""
+    if batch_size is not None and batch_size < 1:
+        raise PlacerError(f"the batch size must be at least 1, got {batch_size}")
+    if spec.endswith(KERAS_FILE_SUFFIXES):
+        return _saved_model_example(spec, batch_size or DEFAULT_BATCH_SIZE)
+    return call_builder(spec, batch_size)
+
+
+def call_builder(spec: str, batch_size: int | None = None):
+    """Call the function a spec names: ``(model, inputs, targets, loss)`` from what it returns (a bare
+    compiled model gets ``batch_size`` made-up examples, default 32)."""
+    import keras
+
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
         raise PlacerError(f"bad Keras spec {spec!r}: expected MODULE:FUNCTION, FILE.py:FUNCTION or FILE.keras")
     from graphs.specs import call_spec
 
     result = call_spec(spec, "keras")
+    if isinstance(result, keras.Model):
+        return bare_model_example(result, batch_size or DEFAULT_BATCH_SIZE, spec)
     if not isinstance(result, tuple) or len(result) not in (3, 4):
-        raise PlacerError(f"{spec!r} must return (model, inputs, targets) or (model, inputs, targets, loss)")
+        raise PlacerError(f"{spec!r} must return a compiled Keras model, (model, inputs, targets) or "
+                          f"(model, inputs, targets, loss); it returned {type(result).__name__}")
+    returned_batch = leading_dim(result[1])
+    if batch_size and returned_batch and returned_batch != batch_size:
+        raise PlacerError(f"batch size {batch_size} was asked for, but {spec!r} returned inputs of batch "
+                          f"{returned_batch}: leave the batch size out or return a compiled model alone")
     return (*result, None) if len(result) == 3 else result
 
 
-def _load_saved_model(path: str, batch_size: int):
-    import keras
+def bare_model_example(model, batch_size: int, spec: str):
+    """``(model, inputs, targets, None)`` for a compiled Keras model alone: seeded inputs of ``batch_size``
+    examples shaped and typed as the model's inputs, and targets of each output in the kind its compiled
+    loss takes (``TARGET_KIND_OF_LOSS``), in the structure of the outputs (one array, a list or a dict).
+
+    Float inputs are standard normal; integer and bool inputs are 0 or 1, valid indices for any Embedding
+    (the TensorFlow measurer feeds the same range)."""
     import tensorflow as tf
+
+    if not getattr(model, "compiled", False) or getattr(model, "loss", None) is None:
+        raise PlacerError(f"{spec!r} returned Keras model {model.name!r}, which is not compiled with a loss: "
+                          "compile it (model.compile(optimizer=..., loss=...)) or return (model, inputs, targets)")
+    inputs, outputs = (_symbolic_tensors(model, which, spec) for which in ("input", "output"))
+    kinds = _target_kinds(model, outputs, spec)
+    rng = np.random.default_rng(EXAMPLE_SEED)
+    examples = tf.nest.map_structure(lambda tensor: _example_input(tensor, batch_size, rng, spec), inputs)
+    targets = [_example_target(tensor, kind, batch_size, rng, spec)
+               for tensor, kind in zip(tf.nest.flatten(outputs), kinds)]
+    return model, examples, tf.nest.pack_sequence_as(outputs, targets), None
+
+
+def _symbolic_tensors(model, which: str, spec: str):
+    """The model's symbolic inputs or outputs (``which``: "input" or "output") in the structure its call
+    takes or returns: a functional model's own structure, a Sequential model's single tensor."""
+    try:
+        return getattr(model, which)  # a functional model (a Sequential one raises)
+    except (AttributeError, ValueError):
+        pass
+    try:
+        tensors = list(getattr(model, which + "s") or ())  # a Sequential model with a known input shape
+    except (AttributeError, ValueError):
+        tensors = []
+    if not tensors:
+        raise PlacerError(f"{spec!r}: Keras model {model.name!r} has no known {which} shape (a subclassed "
+                          "model, or a Sequential one without keras.Input or build()): give it one or return "
+                          "(model, inputs, targets)")
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+def _batched_shape(tensor, batch_size: int, spec: str, what: str) -> tuple[int, ...]:
+    dims = list(tensor.shape)
+    if None in dims[1:]:
+        raise PlacerError(f"{spec!r}: the model's {what} {tensor.name!r} has shape {tuple(dims)}, with an "
+                          "unknown dim besides the batch: return (model, inputs, targets) of the shapes to trace")
+    return (batch_size, *dims[1:])
+
+
+def _example_input(tensor, batch_size: int, rng: np.random.Generator, spec: str) -> np.ndarray:
+    import tensorflow as tf
+
+    shape = _batched_shape(tensor, batch_size, spec, "input")
+    dtype = tf.as_dtype(tensor.dtype)
+    if dtype.is_floating:
+        return rng.standard_normal(shape).astype(dtype.as_numpy_dtype)
+    if dtype.is_integer or dtype.is_bool:
+        return rng.integers(0, 2, shape).astype(dtype.as_numpy_dtype)
+    raise PlacerError(f"{spec!r}: cannot make up {dtype.name} values for the model's input {tensor.name!r}: "
+                      "return (model, inputs, targets)")
+
+
+def _example_target(output, kind: str, batch_size: int, rng: np.random.Generator, spec: str) -> np.ndarray:
+    shape = _batched_shape(output, batch_size, spec, "output")
+    if kind in ("class_ids", "one_hot"):
+        if len(shape) < 2:
+            raise PlacerError(f"{spec!r}: the model's output {output.name!r} of shape {tuple(output.shape)} "
+                              "has no class axis for its categorical loss: return (model, inputs, targets)")
+        class_ids = rng.integers(0, shape[-1], shape[:-1])
+        if kind == "class_ids":
+            return class_ids.astype(np.int32)
+        return np.eye(shape[-1], dtype=np.float32)[class_ids]
+    if kind == "binary":
+        return rng.integers(0, 2, shape).astype(np.float32)
+    return rng.random(shape, dtype=np.float32)  # [0, 1): valid for log and ratio losses (msle, poisson, mape)
+
+
+def _target_kinds(model, outputs, spec: str) -> list[str]:
+    """The kind of targets of each output (in ``tf.nest.flatten`` order), from its compiled loss; an
+    output that has no loss (a dict loss that leaves it out) gets regression targets it does not use."""
+    names = _output_names(model, outputs)
+    kinds = []
+    for name, loss in zip(names, _output_losses(model.loss, model, outputs)):
+        kind = "regression" if loss is None else TARGET_KIND_OF_LOSS.get(_loss_name(loss))
+        if kind is None:
+            of_output = f" of output {name!r}" if len(names) > 1 else ""
+            raise PlacerError(f"{spec!r}: cannot tell what targets the loss {_loss_name(loss)!r}{of_output} "
+                              "takes: return (model, inputs, targets) from the function instead")
+        kinds.append(kind)
+    return kinds
+
+
+def _output_names(model, outputs) -> list[str]:
+    """Names of the outputs in ``tf.nest.flatten`` order (which sorts a dict's keys)."""
+    import tensorflow as tf
+
+    if isinstance(outputs, dict):
+        return sorted(outputs)
+    count = len(tf.nest.flatten(outputs))
+    names = list(getattr(model, "output_names", None) or ())
+    return names if len(names) == count else [f"output {i}" for i in range(count)]
+
+
+def _output_losses(losses, model, outputs) -> list:
+    """One loss per output (``tf.nest.flatten`` order) from a loss as ``compile`` takes it: one for all, a
+    list in output order, or a dict by output name (an output it leaves out gets None)."""
+    names = _output_names(model, outputs)
+    if isinstance(losses, dict):
+        unknown = sorted(set(losses) - set(names))
+        if unknown:
+            raise PlacerError(f"Keras model {model.name!r} has no outputs {unknown} that its loss names "
+                              f"(its outputs: {names})")
+        return [losses.get(name) for name in names]
+    if isinstance(losses, (list, tuple)):
+        if len(losses) != len(names):
+            raise PlacerError(f"Keras model {model.name!r} has {len(names)} outputs but {len(losses)} losses")
+        return list(losses)
+    return [losses] * len(names)
+
+
+def _loss_name(loss) -> str:
+    """The Keras loss function's name: "mse" and keras.losses.MeanSquaredError() both give
+    "mean_squared_error"; a custom loss gives its own name."""
+    import keras
+
+    if isinstance(loss, str):
+        try:
+            loss = keras.losses.get(loss)
+        except ValueError:
+            return loss
+    loss = getattr(loss, "fn", loss)  # a built-in Loss object wraps its loss function
+    return getattr(loss, "__name__", type(loss).__name__)
+
+
+def _saved_model_example(path: str, batch_size: int):
+    """A saved model compiled with losses whose targets are known is a bare model (``bare_model_example``);
+    any other (uncompiled, or a custom loss) gets float targets shaped like its outputs, trained with its
+    own loss or else mean squared error (see ``_loss_callable``)."""
+    import tensorflow as tf
+
+    model = _load_saved_model(path)
+    if _compiled_with_known_losses(model, path):
+        return bare_model_example(model, batch_size, path)
+
+    def batched(tensor):
+        return tf.TensorSpec(_batched_shape(tensor, batch_size, path, "tensor"), tensor.dtype)
+
+    inputs, outputs = (_symbolic_tensors(model, which, path) for which in ("input", "output"))
+    return model, tf.nest.map_structure(batched, inputs), tf.nest.map_structure(batched, outputs), None
+
+
+def _compiled_with_known_losses(model, spec: str) -> bool:
+    loss = getattr(model, "loss", None)
+    if not getattr(model, "compiled", False) or loss is None:
+        return False
+    losses = _output_losses(loss, model, _symbolic_tensors(model, "output", spec))
+    return all(one is None or _loss_name(one) in TARGET_KIND_OF_LOSS for one in losses)
+
+
+def _load_saved_model(path: str):
+    import keras
 
     if not Path(path).is_file():
         raise PlacerError(f"Keras model file {path!r} does not exist")
     try:
-        model = keras.models.load_model(path, compile=True)
+        return keras.models.load_model(path, compile=True)
     except Exception as err:  # noqa: BLE001
         raise PlacerError(f"cannot load Keras model {path!r}: {type(err).__name__}: {err}") from None
-
-    def specs(tensors):
-        return [tf.TensorSpec([batch_size, *t.shape[1:]], t.dtype) for t in tensors]
-
-    inputs, targets = specs(model.inputs), specs(model.outputs)
-    unwrap = (lambda xs: xs[0] if len(xs) == 1 else xs)
-    return model, unwrap(inputs), unwrap(targets), getattr(model, "loss", None)
 
 
 def _loss_callable(loss, model):
@@ -139,6 +331,14 @@ def _loss_callable(loss, model):
     loss = loss if loss is not None else getattr(model, "loss", None)
     if loss is None:
         return keras.losses.MeanSquaredError()
+    if isinstance(loss, (dict, list, tuple)):
+        return _summed_output_losses(loss, model)
+    return _one_loss_callable(loss)
+
+
+def _one_loss_callable(loss):
+    import keras
+
     if isinstance(loss, str):
         try:
             return keras.losses.get(loss)
@@ -147,6 +347,23 @@ def _loss_callable(loss, model):
     if not callable(loss):
         raise PlacerError(f"loss must be callable or a Keras loss name, got {type(loss).__name__}")
     return loss
+
+
+def _summed_output_losses(losses, model):
+    """A loss per output (a list, or a dict by output name, as ``compile`` takes it) as one callable on
+    the targets and predictions structures: the sum of each output's mean loss (compiled loss weights
+    are left out: they change one multiply per output)."""
+    import tensorflow as tf
+
+    outputs = _symbolic_tensors(model, "output", model.name)
+    functions = [None if one is None else _one_loss_callable(one) for one in _output_losses(losses, model, outputs)]
+
+    def summed(targets, predictions):
+        terms = [tf.reduce_mean(function(target, prediction)) for function, target, prediction
+                 in zip(functions, tf.nest.flatten(targets), tf.nest.flatten(predictions)) if function is not None]
+        return tf.add_n(terms)
+
+    return summed
 
 
 def tensor_spec_of(example, batch_size: int):

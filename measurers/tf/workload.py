@@ -58,9 +58,10 @@ def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
     if not spec:
         raise PlacerError(f"graph {graph.name!r} (source {graph.source!r}) cannot be rebuilt as a real TensorFlow "
                           "step: the tf measurer needs a Keras benchmark or a graph imported from a Keras spec")
-    from graphs.tf.importer import call_builder
+    from graphs.tf.importer import keras_example
 
-    return TFWorkload(lambda: call_builder(spec), spec)
+    batch_size = graph.meta.get("keras_batch_size") or graph.batch_size  # a bare model's made-up batch
+    return TFWorkload(lambda: keras_example(spec, batch_size), spec)
 
 
 def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:

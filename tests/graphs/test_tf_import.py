@@ -220,3 +220,137 @@ def test_import_keras_spec__damaged_keras_file_is_named(tmp_path):
         import_keras_spec(str(damaged))
     with pytest.raises(PlacerError, match="absent.keras"):
         import_keras_spec(str(tmp_path / "absent.keras"))
+
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tiny_models.py")
+
+
+def _import_cli(tmp_path, function, *options):
+    """Run `placer graphs import --keras tests/fixtures/tiny_models.py:FUNCTION` in-process: (exit code, file)."""
+    from cluster.cli import main
+
+    out = tmp_path / f"{function}{'_'.join(options)}.parquet"
+    return main(["graphs", "import", "--keras", f"{FIXTURES}:{function}", "-o", str(out), *options]), out
+
+
+def test_graphs_import_keras__bare_compiled_model_is_a_training_step_at_the_batch_size(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    flops_by_batch = {}
+    for batch in (8, 16):
+        code, out = _import_cli(tmp_path, "tiny_keras_classifier", "--batch-size", str(batch))
+        assert code == 0, capsys.readouterr().err
+        graph = load_graph_file(out)
+        assert graph.batch_size == batch and graph.meta["keras_batch_size"] == batch
+        assert {PHASE_CODE[p] for p in ("forward", "backward", "update")} <= set(graph.phases.tolist())
+        (loss,) = _ops(graph, "SparseSoftmaxCrossEntropyWithLogits")  # the compiled loss, integer class ids
+        assert graph.phases[loss] == PHASE_CODE["forward"]
+        assert len(_ops(graph, "AssignSubVariableOp", phase="update")) == 4  # Adam updates every weight
+        (fc1,) = _ops(graph, "MatMul", scope="fc1", phase="forward")
+        assert graph.out_bytes[fc1] == batch * 16 * 4
+        flops_by_batch[batch] = graph.flops[fc1]
+    assert flops_by_batch == {8: 2 * 8 * 8 * 16, 16: 2 * 16 * 8 * 16}
+
+
+def test_keras_example__int_token_inputs_are_valid_ids_and_class_ids_drop_the_class_axis():
+    from graphs.tf.importer import keras_example
+
+    spec = f"{FIXTURES}:tiny_keras_token_tagger"
+    _, tokens, tags, loss = keras_example(spec, batch_size=4)
+    assert tokens.dtype == np.int32 and tokens.shape == (4, 6) and set(np.unique(tokens)) <= {0, 1}
+    assert tags.dtype == np.int32 and tags.shape == (4, 6)  # output (4, 6, 5) less its class axis
+    assert tags.min() >= 0 and tags.max() < 5 and len(np.unique(tags)) > 1
+    assert loss is None  # the step uses the compiled loss
+    _, again, tags_again, _ = keras_example(spec, batch_size=4)
+    assert np.array_equal(tokens, again) and np.array_equal(tags, tags_again)  # seeded
+
+
+def test_graphs_import_keras__embedding_model_on_token_ids(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    code, out = _import_cli(tmp_path, "tiny_keras_token_tagger", "--batch-size", "4")
+    assert code == 0, capsys.readouterr().err
+    graph = load_graph_file(out)
+    (gather,) = _ops(graph, "GatherV2", phase="forward")  # the Embedding lookup of the int32 token ids
+    assert graph.out_bytes[gather] == 4 * 6 * 4 * 4  # batch x tokens x embedding dim x float32
+    assert len(_ops(graph, "SparseSoftmaxCrossEntropyWithLogits")) == 1
+    assert len(_ops(graph, "Input")) == 2 and graph.batch_size == 4
+
+
+def test_import_keras_spec__regression_model_gets_float_targets_and_default_batch_32():
+    from graphs.tf.importer import DEFAULT_BATCH_SIZE, import_keras_spec, keras_example
+
+    spec = f"{FIXTURES}:tiny_keras_regressor"
+    _, inputs, targets, _ = keras_example(spec)
+    assert inputs.shape == (32, 4) and targets.shape == (32, 3) and targets.dtype == np.float32
+    assert DEFAULT_BATCH_SIZE == 32 and 0 <= targets.min() and targets.max() < 1
+    graph = import_keras_spec(spec)
+    (matmul,) = _ops(graph, "MatMul", scope="out", phase="forward")
+    assert graph.flops[matmul] == 2 * 32 * 4 * 3 and graph.batch_size == 32
+    (square,) = _ops(graph, "Square", phase="forward")  # mean squared error: (targets - outputs) ** 2
+    assert graph.out_bytes[square] == 32 * 3 * 4  # float targets of the output shape
+    assert _ops(graph, "MatMul", scope="out", phase="backward") and _ops(graph, "AssignSubVariableOp", phase="update")
+
+
+def test_import_keras_spec__two_output_model_gets_targets_per_output_name():
+    from graphs.tf.importer import import_keras_spec, keras_example
+
+    spec = f"{FIXTURES}:tiny_keras_two_heads"
+    _, _, targets, _ = keras_example(spec, batch_size=5)
+    assert set(targets) == {"kind", "flag"}
+    assert targets["kind"].shape == (5, 4) and np.array_equal(targets["kind"].sum(axis=1), np.ones(5))  # one-hot
+    assert targets["flag"].shape == (5, 1) and set(np.unique(targets["flag"])) <= {0.0, 1.0}
+    graph = import_keras_spec(spec, batch_size=5)
+    assert len(_ops(graph, "SoftmaxCrossEntropyWithLogits")) == 1  # categorical cross-entropy of "kind"
+    assert all(_ops(graph, "MatMul", scope=head, phase="backward") for head in ("flag", "kind"))
+
+
+def test_import_keras_spec__saved_classifier_file_gets_class_id_targets(tmp_path):
+    import importlib.util
+
+    from graphs.tf.importer import import_keras_spec
+
+    module_spec = importlib.util.spec_from_file_location("tiny_models_for_saving", FIXTURES)
+    tiny_models = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(tiny_models)
+    path = tmp_path / "classifier.keras"
+    tiny_models.tiny_keras_classifier().save(path)
+    graph = import_keras_spec(str(path), batch_size=3)  # targets shaped like the output failed to trace
+    assert len(_ops(graph, "SparseSoftmaxCrossEntropyWithLogits")) == 1 and graph.meta["keras_batch_size"] == 3
+
+
+def _cli_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("placer: error: ") and "\n" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("function, options, phrases", [
+    ("tiny_keras_uncompiled", (), ("'tiny_keras_uncompiled'", "not compiled with a loss", "model.compile(",
+                                   "return (model, inputs, targets)")),
+    ("tiny_keras_custom_loss", (), ("'distance_to_nearest_prototype'", "cannot tell what targets",
+                                    "return (model, inputs, targets)")),
+    ("tiny_keras_mlp", ("--batch-size", "8"), ("batch size 8", "inputs of batch 4")),
+    ("tiny_keras_classifier", ("--batch-size", "0"), ("at least 1, got 0",)),
+])
+def test_graphs_import_keras__bare_model_it_cannot_step_is_one_error_line_and_no_file(
+        tmp_path, capsys, function, options, phrases):
+    code, out = _import_cli(tmp_path, function, *options)
+    assert code == 2
+    err = _cli_error(capsys)
+    assert all(phrase in err for phrase in phrases), err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_tf_measurer__measures_a_bare_model_graph_rebuilt_at_its_batch_on_the_local_machine(tmp_path, capsys):
+    from graphs.io import load_graph_file
+    from measurers.catalog import load_machine
+    from measurers.tf.measurer import TFMeasurer
+
+    code, out = _import_cli(tmp_path, "tiny_keras_classifier", "--batch-size", "8")
+    assert code == 0, capsys.readouterr().err
+    graph = load_graph_file(out)
+    measurer = TFMeasurer(graph, load_machine("local"), runs=2, warmup=1)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok" and len(result.samples_s) == 2 and result.runtime_s > 0, result.error
+    assert np.array_equal(measurer.traced().graph.flops, graph.flops)  # the same step at batch 8, not 32
