@@ -8,7 +8,7 @@ from cluster.cli import main
 from graphs.io import load_graph_file, save_graph
 from graphs.registry import list_benchmarks
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture
