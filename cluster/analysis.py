@@ -6,9 +6,10 @@
     learning_curve(rows)        every measured step time and the best so far, per measurement and wall time
 
 A run that is still being written, or one whose process was killed, reads the same way: only whole
-Parquet files are ever visible (see cluster/runlog.py). The lower bound is not in the log; it comes from
-``result.json`` (written beside the log by ``placer reproduce``) or, when the graph is already in the
-benchmark cache on disk, from the cached graph; otherwise it is unknown (NaN).
+Parquet files are ever visible, and ``read_run`` gives each row once, also while (or after a crash
+while) a finished run's parts are compacted into one file (see cluster/runlog.py). The lower bound is not
+in the log; it comes from ``result.json`` (written beside the log by ``placer reproduce``) or, when the
+graph is already in the benchmark cache on disk, from the cached graph; otherwise it is unknown (NaN).
 """
 
 from __future__ import annotations

@@ -134,17 +134,30 @@ class LoggedPoolMeasurer:
         return out
 
 
-def log_placement(problem, op_placement: np.ndarray) -> np.ndarray:
-    """What a log row records: the (G,) group placement when every group sits on one device, else the
-    (N,) op placement (a baseline that splits groups). Readers tell them apart by length."""
+def log_placement(problem, op_placement: np.ndarray):
+    """What a log row records (a ``cluster.runlog.LoggedPlacement``): the (G,) group placement, level
+    "group", when every group sits on one device, else the (N,) op placement, level "op" (a baseline that
+    splits groups)."""
+    from cluster.runlog import LoggedPlacement
+
     groups = problem.collapse(op_placement)
-    return groups if np.array_equal(problem.expand(groups), op_placement) else op_placement
+    if np.array_equal(problem.expand(groups), op_placement):
+        return LoggedPlacement(groups, "group")
+    return LoggedPlacement(np.asarray(op_placement, dtype=np.int64), "op")
 
 
-def expand_logged(problem, logged: np.ndarray) -> np.ndarray:
-    """Inverse of log_placement."""
+def expand_logged(problem, logged: np.ndarray, level: str | None = None) -> np.ndarray:
+    """Inverse of log_placement: the (N,) op placement of a logged row. ``level`` is the row's
+    placement_level; None (a log of format version 1) tells the levels apart by length."""
+    from cluster.runlog import placement_level_by_length
+
     logged = np.asarray(logged, dtype=np.int64)
-    return logged if len(logged) == problem.graph.num_ops else problem.expand(logged)
+    num_ops = problem.graph.num_ops
+    level = placement_level_by_length(len(logged), num_ops) if level is None else level
+    expected = num_ops if level == "op" else problem.num_units
+    if len(logged) != expected:
+        raise PlacerError(f"a logged {level} placement has {len(logged)} entries; this problem has {expected}")
+    return logged if level == "op" else problem.expand(logged)
 
 
 def known_measurements(run_dir: Path, problem) -> dict[bytes, Measurement]:
@@ -154,7 +167,7 @@ def known_measurements(run_dir: Path, problem) -> dict[bytes, Measurement]:
     for row in rows.itertuples():
         if row.cache_hit:
             continue
-        op_placement = expand_logged(problem, row.placement)
+        op_placement = expand_logged(problem, row.placement, row.placement_level)
         known[op_placement.tobytes()] = Measurement(
             float(row.runtime_s), tuple(row.samples_s), row.status, tuple(int(b) for b in row.peak_bytes),
             float(row.measure_s), row.error or "")

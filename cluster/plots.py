@@ -192,7 +192,8 @@ def _plot_best(run_dir, manifest, rows, best, prefix: Path, title: str, curve_pn
     if graph.content_hash != manifest.graph_hash:
         raise PlacerError(f"{run_dir}: the run was made for graph hash {manifest.graph_hash}, but "
                           f"{manifest.graph_name!r} now has hash {graph.content_hash}: cannot replay its placement")
-    op_placement = op_placement_of(best.placement, read_groups(run_dir), graph.num_ops, run_dir)
+    op_placement = op_placement_of(best.placement, read_groups(run_dir), graph.num_ops, run_dir,
+                                   level=best.placement_level)
     result = Simulator(graph, machine).run(op_placement, timeline=True)
     found_by = rows.loc[rows["seq"] == best.seq, "policy"]
     title = f"{title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
@@ -208,10 +209,15 @@ def _plot_best(run_dir, manifest, rows, best, prefix: Path, title: str, curve_pn
     return RunPlots(curve_png, timeline_png, load_png, trace)
 
 
-def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where) -> np.ndarray:
-    """(N,) op placement from a logged placement: op devices (length N) or group devices (length G)."""
+def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where,
+                    level: str | None = None) -> np.ndarray:
+    """(N,) op placement from a logged placement: op devices or group devices, as ``level`` ("op" |
+    "group") says; None (a log of format version 1) tells them apart by length (N: op devices)."""
     logged = np.asarray(logged, dtype=np.int64)
-    if len(logged) == num_ops:
+    if level == "op" and len(logged) != num_ops:
+        raise PlacerError(f"{where}: the best placement is per op but has {len(logged)} entries, not the "
+                          f"graph's {num_ops}")
+    if level == "op" or (level is None and len(logged) == num_ops):
         return logged
     if group_of_op is None or len(group_of_op) != num_ops or (len(group_of_op) and group_of_op.max() >= len(logged)):
         raise PlacerError(f"{where}: the best placement has {len(logged)} entries, neither the graph's {num_ops} "

@@ -32,6 +32,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster import ray_setup
 from cluster.actors import ActorInfo, ChunkOutcome, error_measurement, remote_actor_class
+from cluster.runlog import LoggedPlacement
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from measurers.factory import MeasurerFactory, MeasurerSpec, as_factory
@@ -51,7 +52,7 @@ class PoolResult:
     attempts: int = 1  # actor calls that carried it (more than 1 after faults)
     policy: str = ""  # caller's tags, passed through to the run log
     iteration: int = 0
-    log_placement: np.ndarray | None = None  # (G,) what the log records (group devices); None: placement
+    log_placement: LoggedPlacement | None = None  # what the log records; None: placement, per op
 
     @property
     def status(self) -> str:
@@ -111,7 +112,7 @@ class _Job:
     submitted_at: float
     policy: str
     iteration: int
-    log_placement: np.ndarray | None
+    log_placement: LoggedPlacement | None
     solo: bool = False  # measure alone, on an otherwise idle actor (it was on an actor that died)
     crashes: int = 0
     attempts: int = 0
@@ -157,6 +158,17 @@ def _compact(placements: np.ndarray) -> np.ndarray:
     return placements
 
 
+def _check_log_placements(log_placements: Sequence[LoggedPlacement] | None, num_placements: int) -> None:
+    if log_placements is None:
+        return
+    if len(log_placements) != num_placements:
+        raise PlacerError(f"{len(log_placements)} log placements for {num_placements} placements")
+    wrong = next((p for p in log_placements if not isinstance(p, LoggedPlacement)), None)
+    if wrong is not None:
+        raise PlacerError(f"a log placement must be a cluster.runlog.LoggedPlacement (devices and level), "
+                          f"got {type(wrong).__name__}")
+
+
 class MeasurerPool:
     """Measurer actors on a Ray cluster; implements the Measurer protocol. Example::
 
@@ -193,19 +205,19 @@ class MeasurerPool:
     # ---- public API --------------------------------------------------------------------------------
 
     def submit(self, placements: Sequence[np.ndarray], *, policy: str = "", iteration: int = 0,
-               log_placements: Sequence[np.ndarray] | None = None, refresh: bool = False) -> list[int]:
-        """Queue placements; returns one ticket each. ``refresh`` measures again what the cache holds
-        (except a crash, which is never retried)."""
+               log_placements: Sequence[LoggedPlacement] | None = None, refresh: bool = False) -> list[int]:
+        """Queue placements; returns one ticket each. ``log_placements``: what the run log records for
+        each (devices and level, group or op); None logs the op placement. ``refresh`` measures again what
+        the cache holds (except a crash, which is never retried)."""
         self._check_open()
-        if log_placements is not None and len(log_placements) != len(placements):
-            raise PlacerError(f"{len(log_placements)} log placements for {len(placements)} placements")
+        _check_log_placements(log_placements, len(placements))
         tickets = []
         now = time.time()
         for i, placement in enumerate(placements):
             array = np.ascontiguousarray(placement, dtype=np.int64)  # (N,)
             if array.ndim != 1:
                 raise PlacerError(f"a placement must be a 1-D array of device indices, got shape {array.shape}")
-            log_placement = None if log_placements is None else np.asarray(log_placements[i])
+            log_placement = None if log_placements is None else log_placements[i]
             job = _Job(next(self._tickets), array.tobytes(), array, now, policy, iteration, log_placement)
             self._open.add(job.ticket)
             tickets.append(job.ticket)

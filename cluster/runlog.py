@@ -2,7 +2,8 @@
 
 Layout of ``<root>/<run_id>/``::
 
-    manifest.json          run id, command, config, graph hash, machine, versions, seed, start time
+    manifest.json          run id, command, config, graph hash, machine, versions, seed, start time,
+                           timing (runs, warmup, estimator: how runtime_s is reduced from samples_s)
     measurements/          Parquet dataset, one small file per flush: part-000000.parquet, ...
     metrics/               the same for learner metrics (long format: iteration, name, value)
     best_placement.json    the fastest ok placement so far
@@ -12,6 +13,21 @@ A ``ParquetWriter`` left open loses its whole file when the process dies (the fo
 so every flush writes a complete small file under a temporary dot-name and ``os.replace``s it into place:
 readers (pandas, pyarrow.dataset, DuckDB) skip dot-files and only ever see whole files. The files read
 without project code, e.g. ``duckdb.sql("select * from 'run/measurements/*.parquet'")``.
+
+A row's ``placement`` is one device per group or one device per op; ``placement_level`` ("group" or
+"op") says which. Logs of format version 1 have no such column: ``read_run`` fills it by length (op when
+the run has no ``groups.parquet`` or the placement has one entry per op, else group).
+
+Compaction. A run that finishes cleanly (``close(compact=True)``, or leaving ``with RunLogWriter...``
+without an exception) rewrites each of ``measurements/`` and ``metrics/`` as one file holding every row in
+``seq`` order, named with the next part number (``part-<highest + 1>.parquet``): write it under a
+dot-name, rename it in, then delete the old parts. A visible file is never changed, only created whole or
+deleted, and every step leaves each row in at least one visible file; a row is in two files only between
+the rename and the last delete (or after a crash there). ``read_run`` / ``read_metrics`` keep the first
+row of each ``seq`` (unique within a run) and list again when a part vanishes between listing and
+reading, so project readers see every row exactly once at every moment. A foreign reader (pandas, DuckDB)
+can see those duplicates in that window or after such a crash, until the run's next clean close (after a
+resume) compacts again. A resumed run goes on with the part number after the highest there.
 """
 
 from __future__ import annotations
@@ -37,6 +53,7 @@ import pyarrow.parquet as pq
 
 from graphs.errors import PlacerError
 from measurers.catalog import machine_to_json
+from measurers.timing import ESTIMATOR, TimingSettings
 
 if TYPE_CHECKING:
     from cluster.pool import PoolResult
@@ -44,7 +61,10 @@ if TYPE_CHECKING:
     from measurers.base import Measurement
     from measurers.machine import Machine
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: placement_level column; runs, warmup and estimator in the manifest
+READABLE_FORMAT_VERSIONS = (1, 2)
+PLACEMENT_LEVELS = ("group", "op")
+DEFAULT_TIMING = TimingSettings()  # what new_manifest records when the caller names no runs / warmup
 MANIFEST_FILE = "manifest.json"
 MEASUREMENTS_DIR = "measurements"
 METRICS_DIR = "metrics"
@@ -52,6 +72,8 @@ BEST_FILE = "best_placement.json"
 GROUPS_FILE = "groups.parquet"
 RESULT_FILE = "result.json"  # a finished search's result (cluster.jobs.SearchResult.to_json())
 VERSIONED_PACKAGES = ("placer", "ray", "torch", "tensorflow", "numpy", "pyarrow")
+_PART_NAME = re.compile(r"part-(\d+)\.parquet")
+READ_ATTEMPTS = 5  # a part deleted by a compaction between listing and reading: list again
 
 _TIME = pa.timestamp("us", tz="UTC")
 MEASUREMENT_SCHEMA = pa.schema([
@@ -59,8 +81,9 @@ MEASUREMENT_SCHEMA = pa.schema([
     ("seq", pa.int64()),  # 0, 1, 2, ... in the order results reached the log
     ("policy", pa.string()),
     ("iteration", pa.int64()),
-    ("placement", pa.list_(pa.int16())),  # group devices, or op devices when ungrouped
-    ("runtime_s", pa.float64()),  # median; NaN when unknown (crash, timeout, error)
+    ("placement", pa.list_(pa.int16())),  # group devices, or op devices: see placement_level
+    ("placement_level", pa.string()),  # "group" | "op"; null in format version 1 (read_run fills it)
+    ("runtime_s", pa.float64()),  # the manifest's estimator (median) of samples_s; NaN when unknown
     ("samples_s", pa.list_(pa.float64())),
     ("status", pa.string()),
     ("reward", pa.float64()),  # null when the writer has no reward function
@@ -98,6 +121,9 @@ class RunManifest:
     started_at: str  # ISO 8601, UTC
     policy: str = ""
     lower_bound_s: float | None = None  # of the graph on the machine, so readers need not rebuild the graph
+    runs: int | None = None  # timed runs per measurement (None: not recorded, format version 1)
+    warmup: int | None = None  # untimed runs before them
+    estimator: str = ESTIMATOR  # how runtime_s is reduced from samples_s
     format_version: int = FORMAT_VERSION
 
     def to_json(self) -> str:
@@ -121,6 +147,19 @@ class BestPlacement:
     runtime_s: float
     placement: tuple[int, ...]  # as logged (group or op devices)
     updated_at: str
+    placement_level: str | None = None  # "group" | "op"; None in files of format version 1
+
+
+@dataclass(frozen=True, eq=False)
+class LoggedPlacement:
+    """What a log row records for a placement: its devices and whether they are per group or per op.
+    The producer (the search job) decides; the pool passes it through to the writer."""
+    devices: np.ndarray  # (G,) or (N,) device indices
+    level: str  # "group" | "op"
+
+    def __post_init__(self) -> None:
+        if self.level not in PLACEMENT_LEVELS:
+            raise PlacerError(f"placement level must be one of {PLACEMENT_LEVELS}, got {self.level!r}")
 
 
 def package_versions() -> dict:
@@ -143,13 +182,18 @@ def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = No
 
 def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, policy: str = "",
                  config: Mapping | None = None, command: Sequence[str] | None = None,
-                 lower_bound_s: float | None = None) -> RunManifest:
+                 lower_bound_s: float | None = None, runs: int = DEFAULT_TIMING.runs,
+                 warmup: int = DEFAULT_TIMING.warmup, estimator: str = ESTIMATOR) -> RunManifest:
+    """``runs`` / ``warmup``: what the run's measurer really does (the simulator: 1 and 0); the defaults
+    are ``measurers.timing.TimingSettings``'s."""
+    timing = TimingSettings(runs=int(runs), warmup=int(warmup))  # a bad count is a PlacerError here
     return RunManifest(
         run_id=run_id, command=tuple(sys.argv if command is None else command), config=dict(config or {}),
         graph_name=graph.name, graph_hash=graph.content_hash, machine_name=machine.name,
         machine=machine_to_json(machine), versions=package_versions(),
         seed=int(seed), started_at=dt.datetime.now(dt.timezone.utc).isoformat(), policy=policy,
-        lower_bound_s=None if lower_bound_s is None else float(lower_bound_s))
+        lower_bound_s=None if lower_bound_s is None else float(lower_bound_s), runs=timing.runs,
+        warmup=timing.warmup, estimator=str(estimator))
 
 
 # ---- writing ---------------------------------------------------------------------------------------
@@ -187,7 +231,8 @@ class _Buffer:
 
 class RunLogWriter:
     """Appends measurement rows and metrics to one run folder; flushes a file every ``flush_rows`` rows or
-    ``flush_interval_s`` seconds, and on ``flush()`` / ``close()``. Example::
+    ``flush_interval_s`` seconds, and on ``flush()`` / ``close()``. ``close(compact=True)`` (or leaving a
+    ``with`` block without an exception) marks a clean finish and compacts the parts. Example::
 
         manifest = new_manifest(make_run_id(graph.name, "cem", 0), graph, machine, seed=0, policy="cem")
         with RunLogWriter.create("runs", manifest, reward_fn=lambda m: -m.runtime_s ** 0.5) as log:
@@ -234,8 +279,7 @@ class RunLogWriter:
             for stale in (folder / sub).glob(".*.tmp"):
                 stale.unlink()  # a flush the dead process never finished
         rows, metrics = read_run(folder), read_metrics(folder)
-        parts = [int(m.group(1)) for sub in (MEASUREMENTS_DIR, METRICS_DIR) for p in (folder / sub).glob("part-*")
-                 if (m := re.fullmatch(r"part-(\d+)\.parquet", p.name))]
+        parts = [number for sub in (MEASUREMENTS_DIR, METRICS_DIR) for number in _part_numbers(folder / sub)]
         return cls(folder, manifest, next_seq=int(rows["seq"].max()) + 1 if len(rows) else 0,
                    next_part=max(parts, default=-1) + 1, best=read_best(folder),
                    next_metric_seq=int(metrics["seq"].max()) + 1 if len(metrics) else 0, **options)
@@ -246,14 +290,17 @@ class RunLogWriter:
         """Buffer one row; returns its sequence number."""
         self._check_open()
         m = result.measurement
-        placement = result.placement if result.log_placement is None else result.log_placement
-        placement = _as_int16(placement)
+        logged = result.log_placement
+        if logged is None:
+            logged = LoggedPlacement(result.placement, "op")
+        placement = _as_int16(logged.devices)
         if reward is None and self.reward_fn is not None:
             reward = float(self.reward_fn(m))
         seq = self._next_seq
         self._next_seq += 1
         self._measurements.rows.append((
-            self.manifest.run_id, seq, result.policy, int(result.iteration), placement, float(m.runtime_s),
+            self.manifest.run_id, seq, result.policy, int(result.iteration), placement, logged.level,
+            float(m.runtime_s),
             [float(s) for s in m.samples_s], m.status, reward, [int(b) for b in m.peak_bytes], float(m.measure_s),
             result.actor_id, result.node_id, _seconds_to_us(result.submitted_at),
             _seconds_to_us(result.started_at), _seconds_to_us(result.finished_at), bool(result.cache_hit),
@@ -262,7 +309,7 @@ class RunLogWriter:
         better = self._best is None or (m.runtime_s, tuple(placement)) < (self._best.runtime_s, self._best.placement)
         if m.status == "ok" and math.isfinite(m.runtime_s) and better:
             self._best = BestPlacement(self.manifest.run_id, seq, float(m.runtime_s), tuple(placement),
-                                       dt.datetime.now(dt.timezone.utc).isoformat())
+                                       dt.datetime.now(dt.timezone.utc).isoformat(), logged.level)
             self._best_dirty = True
         self._maybe_flush()
         return seq
@@ -315,16 +362,21 @@ class RunLogWriter:
             self._best_dirty = False
         self._last_flush = time.monotonic()
 
-    def close(self) -> None:
-        if not self._closed:
-            self.flush()
-            self._closed = True
+    def close(self, compact: bool = False) -> None:
+        """Flush and close. ``compact=True`` says the run finished cleanly: the parts of measurements/ and
+        metrics/ become one file each (``compact_run``). Without it the parts stay (a stopped run)."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True
+        if compact:
+            compact_run(self.folder)
 
     def __enter__(self) -> RunLogWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.close(compact=exc_type is None)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -338,6 +390,37 @@ def _as_int16(placement: np.ndarray) -> list[int]:
     return values.astype(np.int16).tolist()
 
 
+# ---- compaction ------------------------------------------------------------------------------------
+
+
+def _part_numbers(folder: Path) -> list[int]:
+    return [int(m.group(1)) for p in folder.glob("part-*") if (m := _PART_NAME.fullmatch(p.name))]
+
+
+def compact_run(folder: str | os.PathLike) -> None:
+    """Rewrite measurements/ and metrics/ as one part file each (see the module docstring for why a
+    reader never sees a row twice or misses one). Only for a run no writer has open."""
+    folder = Path(folder)
+    read_manifest(folder)
+    _compact_parts(folder / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+    _compact_parts(folder / METRICS_DIR, METRIC_SCHEMA)
+
+
+def _compact_parts(folder: Path, schema: pa.Schema) -> None:
+    numbers = sorted(_part_numbers(folder))
+    if len(numbers) <= 1:
+        return
+    table = _read_table(folder, schema)  # every row once, in seq order
+    target = folder / f"part-{numbers[-1] + 1:06d}.parquet"  # a new name: no visible file is rewritten
+    _write_atomic(target, lambda tmp: pq.write_table(table, tmp))
+    _delete_parts([folder / f"part-{number:06d}.parquet" for number in numbers])
+
+
+def _delete_parts(parts: Sequence[Path]) -> None:
+    for part in parts:
+        part.unlink(missing_ok=True)
+
+
 # ---- reading ---------------------------------------------------------------------------------------
 
 
@@ -347,23 +430,61 @@ def read_manifest(folder: str | os.PathLike) -> RunManifest:
     if not path.is_file():
         raise PlacerError(f"{folder} is not a run folder (no {MANIFEST_FILE})")
     manifest = RunManifest.from_json(path.read_text(), str(path))
-    if manifest.format_version != FORMAT_VERSION:
+    if manifest.format_version not in READABLE_FORMAT_VERSIONS:
+        readable = ", ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
         raise PlacerError(f"{folder}: run log format version {manifest.format_version}, this placer reads "
-                          f"version {FORMAT_VERSION}")
+                          f"versions {readable}")
     return manifest
 
 
-def _read_dataset(folder: Path, schema: pa.Schema) -> pd.DataFrame:
+def _read_table(folder: Path, schema: pa.Schema) -> pa.Table:
+    """Every row under ``folder`` once (the first of each seq: a compaction may have left a row in two
+    files), ordered by seq. Columns a file lacks (an older format) read as nulls."""
     if not folder.is_dir():
-        return schema.empty_table().to_pandas()
-    table = pds.dataset(folder, format="parquet", schema=schema).to_table()
-    return table.sort_by("seq").to_pandas()
+        return schema.empty_table()
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            table = pds.dataset(folder, format="parquet", schema=schema).to_table()
+            break
+        except FileNotFoundError:  # a compaction deleted a part after it was listed: list again
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+    table = table.sort_by("seq")
+    seq = table.column("seq").to_numpy()  # (R,) sorted
+    first = np.ones(len(seq), dtype=bool)
+    first[1:] = seq[1:] != seq[:-1]
+    return table if first.all() else table.filter(pa.array(first))
+
+
+def _read_dataset(folder: Path, schema: pa.Schema) -> pd.DataFrame:
+    return _read_table(folder, schema).to_pandas()
 
 
 def read_run(folder: str | os.PathLike) -> pd.DataFrame:
-    """Every measurement row of one run, ordered by seq."""
+    """Every measurement row of one run, once each, ordered by seq; ``placement_level`` is filled by
+    length for rows written before the column existed."""
     read_manifest(folder)
-    return _read_dataset(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+    rows = _read_dataset(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+    return _fill_placement_level(rows, folder)
+
+
+def _fill_placement_level(rows: pd.DataFrame, folder: str | os.PathLike) -> pd.DataFrame:
+    """Format version 1 rows: op placements have one entry per op (every placement is per op when the run
+    has no group map), the rest are per group."""
+    missing = rows["placement_level"].isna()
+    if not missing.any():
+        return rows
+    group_of_op = read_groups(folder)
+    num_ops = None if group_of_op is None else len(group_of_op)
+    rows.loc[missing, "placement_level"] = [
+        placement_level_by_length(len(p), num_ops) for p in rows.loc[missing, "placement"]]
+    return rows
+
+
+def placement_level_by_length(length: int, num_ops: int | None) -> str:
+    """The format version 1 rule: a placement is per op when it has one entry per op (or the number of
+    ops is unknown because the run logged no group map), else per group."""
+    return "op" if num_ops is None or length == num_ops else "group"
 
 
 def read_runs(folders: Sequence[str | os.PathLike]) -> pd.DataFrame:

@@ -148,11 +148,15 @@ def print_table(table) -> None:
 
 def _open_log(args, graph, machine, policies):
     from cluster.runlog import RunLogWriter, make_run_id, new_manifest
+    from measurers.timing import default_timing
 
     config = {"policies": list(policies), "budget": args.budget, "groups": args.groups, "grouping": args.grouping,
-              "measurer": "sim"}
+              "measurer": args.measurer}
+    timing = default_timing(args.measurer)  # what --runs / --warmup left unset mean (as MeasurerSpec)
     manifest = new_manifest(make_run_id(graph.name, "baselines", args.seed), graph, machine, seed=args.seed,
-                            policy="baselines", config=config)
+                            policy="baselines", config=config,
+                            runs=timing.runs if args.runs is None else args.runs,
+                            warmup=timing.warmup if args.warmup is None else args.warmup)
     return RunLogWriter.create(args.out, manifest)
 
 
@@ -161,11 +165,13 @@ def _logger(log):
     import time
 
     from cluster.pool import PoolResult
+    from cluster.runlog import LoggedPlacement
 
     counter = iter(range(1 << 62))
 
-    def record(policy, placement, measurement):
+    def record(policy, placement, measurement):  # placement: the (N,) op placement measured
         now = time.time()
-        log.append(PoolResult(next(counter), placement, measurement, "", "", now, now, now, policy=policy))
+        log.append(PoolResult(next(counter), placement, measurement, "", "", now, now, now, policy=policy,
+                              log_placement=LoggedPlacement(placement, "op")))
 
     return record

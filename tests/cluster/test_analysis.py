@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from conftest import build_graph
 
+from cluster import runlog
 from cluster.analysis import RESULT_FILE, find_runs, learning_curve, policy_bests, summarize
 from cluster.cli import main
 from cluster.pool import PoolResult
-from cluster.runlog import MANIFEST_FILE, RunLogWriter, make_run_id, new_manifest, read_run
+from cluster.runlog import MANIFEST_FILE, RunLogWriter, compact_run, make_run_id, new_manifest, read_run
 from graphs.errors import PlacerError
 from graphs.io import save_graph
 from measurers.base import Measurement
@@ -137,6 +138,30 @@ def test_summarize__live_run_with_stale_temp_file(tmp_path):
     (run / "measurements" / ".part-000099.parquet.123.tmp").write_bytes(b"half a file")
     (s,) = summarize([run])
     assert s.measurements + s.cache_hits == 8  # two whole files of 4 rows; the rest still buffered
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_summarize__counts_each_row_once_during_and_after_a_compaction(tmp_path, monkeypatch):
+    run = write_run(tmp_path)  # 10 rows in 3 parts
+    before = summarize([run])[0]
+
+    def crash(parts):
+        raise _Crash  # the compacted file is in, no old part deleted yet
+
+    monkeypatch.setattr(runlog, "_delete_parts", crash)
+    with pytest.raises(_Crash):
+        compact_run(run)
+    assert len(list((run / "measurements").glob("part-*.parquet"))) == 4  # every row is in two files
+    during = summarize([run])[0]
+    monkeypatch.undo()
+    compact_run(run)
+    after = summarize([run])[0]
+    assert len(list((run / "measurements").glob("part-*.parquet"))) == 1
+    assert (during.measurements, during.cache_hits, during.failures) == (9, 1, {"oom": 2, "error": 1, "timeout": 1})
+    assert during.to_json() == before.to_json() == after.to_json()
 
 
 def test_summarize__a_run_with_no_rows_yet(tmp_path):

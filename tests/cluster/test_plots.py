@@ -101,6 +101,15 @@ def test_op_placement_of__groups_expand_and_bad_length_is_an_error():
         op_placement_of([0, 1], None, 3, "run")
 
 
+def test_op_placement_of__the_logged_level_wins_over_the_length():
+    groups = np.array([2, 0, 1])  # as many groups as ops, numbered differently
+    assert op_placement_of([5, 6, 7], groups, 3, "run", level="group").tolist() == [7, 5, 6]
+    assert op_placement_of([5, 6, 7], groups, 3, "run", level="op").tolist() == [5, 6, 7]
+    assert op_placement_of([5, 6, 7], groups, 3, "run").tolist() == [5, 6, 7]  # format version 1: by length
+    with pytest.raises(PlacerError, match="per op but has 2 entries"):
+        op_placement_of([0, 1], groups, 3, "run", level="op")
+
+
 def test_cli_analyze__plots_dir_gets_pngs_and_trace(tmp_path, capsys):
     graph_file = tmp_path / "tiny6.parquet"
     save_graph(_graph(), graph_file)

@@ -16,7 +16,7 @@ from conftest import build_graph, fake_gpu_cluster
 
 from cluster.pool import MeasurerPool, PoolConfig
 from cluster.ray_setup import gpu_nodes, init_ray, list_nodes
-from cluster.runlog import RunLogWriter, new_manifest, read_run
+from cluster.runlog import LoggedPlacement, RunLogWriter, new_manifest, read_run
 from graphs.errors import PlacerError
 from graphs.synthetic import synthetic_graph
 from measurers.base import Measurement
@@ -146,13 +146,25 @@ def test_pool__logs_every_result_once(cluster, tmp_path):
     graph, machine = build_graph([(0, 1), (1, 2)]), load_machine("paper-4gpu")
     placements = _placements(20, num_ops=3)
     log = RunLogWriter.create(tmp_path, new_manifest("run", graph, machine, seed=0), flush_rows=7)
+    as_groups = [LoggedPlacement(p[:2], "group") for p in placements]  # what the caller wants logged
     with MeasurerPool(SleepMeasurer, PoolConfig(num_cpu_actors=2, use_gpus=False), run_log=log) as pool:
-        pool.measure_results(placements, policy="random", iteration=1)
+        pool.measure_results(placements, policy="random", iteration=1, log_placements=as_groups)
         pool.measure_results(placements[:3])  # cache hits are logged too
     rows = read_run(tmp_path / "run")
     assert rows["seq"].tolist() == list(range(23)) and rows["cache_hit"].sum() == 3
+    assert rows["placement_level"].tolist() == ["group"] * 20 + ["op"] * 3  # none given: the op placement
+    assert sorted(tuple(p) for p in rows["placement"][:20]) == sorted(tuple(p[:2]) for p in placements)
     assert sorted(rows["runtime_s"][:20]) == sorted(float(p.sum()) for p in placements)
     assert set(rows["node_id"]) <= {n["NodeID"] for n in ray.nodes()} and (rows["policy"][:20] == "random").all()
+
+
+def test_pool__log_placement_without_a_level_is_an_error(cpu_pool):
+    placements = _placements(2, num_ops=3)
+    with pytest.raises(PlacerError, match="LoggedPlacement"):
+        cpu_pool.submit(placements, log_placements=[p[:2] for p in placements])
+    with pytest.raises(PlacerError, match="1 log placements for 2"):
+        cpu_pool.submit(placements, log_placements=[LoggedPlacement(placements[0], "op")])
+    assert cpu_pool.num_pending == 0
 
 
 def test_ray_setup__local_ray_keeps_token_authentication(tmp_path):

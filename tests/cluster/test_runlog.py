@@ -1,9 +1,10 @@
-"""The Parquet run log: rows round-trip, foreign readers, resume, and a writer killed mid-run."""
+"""The Parquet run log: rows round-trip, foreign readers, resume, compaction, and a writer killed mid-run."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,27 +16,36 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow.dataset as pds
+import pyarrow.parquet as pq
 import pytest
 from conftest import build_graph
 
+from cluster import runlog
+from cluster.jobs import expand_logged, log_placement
 from cluster.pool import PoolResult
-from cluster.runlog import (FORMAT_VERSION, MANIFEST_FILE, RunLogWriter, make_run_id, new_manifest, read_best,
-                            read_groups, read_manifest, read_metrics, read_run, read_runs, resume_run)
+from cluster.runlog import (FORMAT_VERSION, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run, make_run_id,
+                            new_manifest, read_best, read_groups, read_manifest, read_metrics, read_run, read_runs,
+                            resume_run)
 from graphs.errors import PlacerError
 from measurers.base import STATUSES, Measurement
 from measurers.catalog import load_machine, machine_from_json
+from measurers.timing import ESTIMATOR, TimingSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _result(i: int, status: str = "ok", runtime_s: float | None = None, cache_hit: bool = False,
-            log_placement=None) -> PoolResult:
+            log_placement: LoggedPlacement | None = None) -> PoolResult:
     runtime_s = 1.0 + i if runtime_s is None else runtime_s
     m = Measurement(runtime_s if status == "ok" else float("nan"), (runtime_s, runtime_s * 1.01), status,
                     (100 * i, 200, 0, 0, 0), 0.01, "" if status == "ok" else f"{status} happened")
     t = 1_700_000_000.0 + i
     return PoolResult(i, np.array([i % 5, 1, 2], dtype=np.int64), m, f"actor{i % 2}", f"node{i % 2}", t, t + 0.5,
                       t + 0.75, cache_hit, 1, "cem", i // 4, log_placement)
+
+
+def _part_files(run: Path, sub: str = "measurements") -> list[str]:
+    return sorted(p.name for p in (run / sub).iterdir())
 
 
 @pytest.fixture
@@ -61,20 +71,140 @@ def test_runlog__rows_round_trip_with_types(tmp_path, manifest):
 
 def test_runlog__group_placement_is_logged_when_given(tmp_path, manifest):
     with RunLogWriter.create(tmp_path, manifest) as log:
-        log.append(_result(0, log_placement=np.array([4, 3])))
+        log.append(_result(0, log_placement=LoggedPlacement(np.array([4, 3]), "group")))
         log.write_groups(np.array([0, 1, 1]), op_names=["a", "b", "c"])
     run = tmp_path / manifest.run_id
     assert list(read_run(run)["placement"][0]) == [4, 3]
     assert read_groups(run).tolist() == [0, 1, 1]
 
 
+def test_runlog__placement_level__group_and_op_rows_in_one_run(tmp_path, manifest):
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        log.write_groups(np.array([2, 0, 1]))  # 3 ops, 3 groups: lengths cannot tell the levels apart
+        log.append(_result(0, runtime_s=1.0, log_placement=LoggedPlacement(np.array([3, 1, 2]), "group")))
+        log.append(_result(1, runtime_s=2.0))  # no log placement: the op placement [1, 1, 2]
+        log.append(_result(2, runtime_s=3.0, log_placement=LoggedPlacement(np.array([0, 0, 1]), "op")))
+    run = tmp_path / manifest.run_id
+    rows = read_run(run)
+    assert rows["placement_level"].tolist() == ["group", "op", "op"]
+    assert [list(p) for p in rows["placement"]] == [[3, 1, 2], [1, 1, 2], [0, 0, 1]]
+    assert read_best(run).placement_level == "group"
+    foreign = duckdb.sql(f"select placement_level from read_parquet('{run}/measurements/*.parquet') order by seq")
+    assert [r[0] for r in foreign.fetchall()] == ["group", "op", "op"]
+
+
+def test_runlog__placement_level__a_bad_level_is_a_placer_error():
+    with pytest.raises(PlacerError, match="placement level"):
+        LoggedPlacement(np.array([0, 1]), "unit")
+
+
+class _Problem:
+    """The part of policies' PlacementProblem that log_placement / expand_logged use."""
+
+    def __init__(self, op_unit):
+        self.op_unit = np.asarray(op_unit, dtype=np.int64)
+        self.num_units = int(self.op_unit.max()) + 1
+        self.graph = type("Graph", (), {"num_ops": len(self.op_unit)})()
+
+    def expand(self, units):
+        return np.asarray(units, dtype=np.int64)[..., self.op_unit]
+
+    def collapse(self, ops):
+        units = np.zeros(self.num_units, dtype=np.int64)
+        units[self.op_unit[::-1]] = np.asarray(ops, dtype=np.int64)[::-1]
+        return units
+
+
+def test_log_placement__level_round_trips_through_the_log_when_groups_equal_ops(tmp_path, manifest):
+    problem = _Problem([2, 0, 1])  # as many groups as ops, numbered differently
+    op_placements = [np.array([1, 2, 3]), np.array([4, 4, 0])]
+    logged = [log_placement(problem, p) for p in op_placements]
+    assert [entry.level for entry in logged] == ["group", "group"]
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        log.write_groups(problem.op_unit)
+        for i, entry in enumerate(logged):
+            log.append(_result(i, log_placement=entry))
+    rows = read_run(tmp_path / manifest.run_id)
+    back = [expand_logged(problem, p, level) for p, level in zip(rows["placement"], rows["placement_level"])]
+    assert [b.tolist() for b in back] == [p.tolist() for p in op_placements]
+    assert expand_logged(problem, rows["placement"][0]).tolist() != op_placements[0].tolist()  # by length: wrong
+
+
+def test_log_placement__split_group_is_logged_per_op_and_a_wrong_length_is_an_error():
+    problem = _Problem([0, 0, 1])
+    entry = log_placement(problem, np.array([1, 2, 3]))  # group 0 split over devices 1 and 2
+    assert entry.level == "op" and entry.devices.tolist() == [1, 2, 3]
+    assert log_placement(problem, np.array([2, 2, 3])).devices.tolist() == [2, 3]
+    with pytest.raises(PlacerError, match="2 entries"):
+        expand_logged(problem, np.array([0, 1]), "op")
+
+
+def _downgrade_to_format_1(run: Path) -> None:
+    """Rewrite a run folder as placer wrote it before format version 2: no placement_level column, no
+    timing in the manifest."""
+    for part in (run / "measurements").glob("part-*.parquet"):
+        pq.write_table(pq.read_table(part).drop_columns(["placement_level"]), part)
+    data = json.loads((run / MANIFEST_FILE).read_text())
+    for key in ("runs", "warmup", "estimator"):
+        del data[key]
+    data["format_version"] = 1
+    (run / MANIFEST_FILE).write_text(json.dumps(data))
+
+
+def test_runlog__format_1_log_reads_levels_by_length_and_resumes(tmp_path, manifest):
+    log = RunLogWriter.create(tmp_path, manifest, flush_rows=1)
+    log.write_groups(np.array([0, 1, 1]))
+    log.append(_result(0, log_placement=LoggedPlacement(np.array([4, 3]), "group")))
+    log.append(_result(1))  # op placement, 3 entries
+    log.close()
+    run = tmp_path / manifest.run_id
+    _downgrade_to_format_1(run)
+    old = read_manifest(run)
+    assert (old.format_version, old.runs, old.warmup) == (1, None, None)
+    assert read_run(run)["placement_level"].tolist() == ["group", "op"]
+    with RunLogWriter.resume(run) as writer:  # a newer placer goes on with the old run
+        writer.append(_result(2, log_placement=LoggedPlacement(np.array([0, 1, 2]), "group")))
+    rows = read_run(run)
+    assert rows["seq"].tolist() == [0, 1, 2] and rows["placement_level"].tolist() == ["group", "op", "group"]
+    assert len(_part_files(run)) == 1  # compacted: old files without the column and new ones with it
+
+
+def test_runlog__format_1_log_without_groups_is_all_op_placements(tmp_path, manifest):
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        log.append(_result(0, log_placement=LoggedPlacement(np.array([4, 3]), "op")))
+    run = tmp_path / manifest.run_id
+    _downgrade_to_format_1(run)
+    assert read_run(run)["placement_level"].tolist() == ["op"]
+
+
+def test_runlog__manifest_names_the_estimator_and_timing(tmp_path, manifest):
+    RunLogWriter.create(tmp_path, manifest).close()
+    data = json.loads((tmp_path / manifest.run_id / MANIFEST_FILE).read_text())
+    defaults = TimingSettings()
+    assert (data["estimator"], data["runs"], data["warmup"]) == (ESTIMATOR, defaults.runs, defaults.warmup)
+    assert ESTIMATOR == "median" and data["format_version"] == 2
+    graph = build_graph([(0, 1)])
+    sim = new_manifest("sim", graph, load_machine("paper-2gpu"), seed=0, runs=1, warmup=0)
+    assert (sim.runs, sim.warmup, sim.estimator) == (1, 0, "median")
+    with pytest.raises(PlacerError, match="runs must be at least 1"):
+        new_manifest("bad", graph, load_machine("paper-2gpu"), seed=0, runs=0)
+
+
 def test_runlog__files_open_without_project_code(tmp_path, manifest):
-    with RunLogWriter.create(tmp_path, manifest, flush_rows=3) as log:
-        for i in range(7):
-            log.append(_result(i, status="crash" if i == 2 else "ok"))
+    log = RunLogWriter.create(tmp_path, manifest, flush_rows=3)
+    for i in range(7):
+        log.append(_result(i, status="crash" if i == 2 else "ok"))
+    log.close()  # not a clean finish: the parts stay
     folder = tmp_path / manifest.run_id / "measurements"
     assert len(list(folder.glob("part-*.parquet"))) == 3  # flushes at 3, 6, and on close
-    assert len(pd.read_parquet(folder)) == 7
+    _assert_foreign_readers_see_seven_rows(folder)
+    compact_run(tmp_path / manifest.run_id)
+    assert len(list(folder.glob("part-*.parquet"))) == 1
+    _assert_foreign_readers_see_seven_rows(folder)
+
+
+def _assert_foreign_readers_see_seven_rows(folder: Path) -> None:
+    assert pd.read_parquet(folder)["seq"].tolist() == list(range(7))
     assert pds.dataset(folder, format="parquet").count_rows() == 7
     counts = duckdb.sql(f"select status, count(*) from read_parquet('{folder}/*.parquet') "
                         f"group by status order by status").fetchall()
@@ -101,7 +231,7 @@ def test_runlog__bad_folders_are_placer_errors(tmp_path, manifest):
     data = json.loads((run / MANIFEST_FILE).read_text())
     data["format_version"] = FORMAT_VERSION + 1
     (run / MANIFEST_FILE).write_text(json.dumps(data))
-    with pytest.raises(PlacerError, match="format version"):
+    with pytest.raises(PlacerError, match=f"format version {FORMAT_VERSION + 1}, this placer reads versions 1, 2"):
         read_run(run)
 
 
@@ -150,6 +280,151 @@ def test_runlog__read_runs_concatenates(tmp_path, manifest):
                 log.append(_result(i))
     rows = read_runs([tmp_path / manifest.run_id, tmp_path / "second"])
     assert rows.groupby("run_id").size().to_dict() == {manifest.run_id: 2, "second": 3}
+
+
+class _Crash(Exception):
+    """Stands for the process dying at that point."""
+
+
+def _stopped_run(root: Path, manifest, rows: int = 1000, rows_per_part: int = 10, metrics: bool = True) -> Path:
+    """A run closed without a clean finish: ``rows`` measurements in parts of ``rows_per_part`` rows, and
+    (``metrics``) one metric per measurement, in as many parts."""
+    flush_rows = rows_per_part * (2 if metrics else 1)  # the writer counts both kinds of rows
+    log = RunLogWriter.create(root, manifest, flush_rows=flush_rows, flush_interval_s=1e9)
+    for i in range(rows):
+        log.append(_result(i))
+        if metrics:
+            log.append_metrics(i, {"loss": float(i)})
+    log.close()
+    return log.folder
+
+
+def _assert_every_row_once(run: Path, rows: int = 1000, metrics: int = 1000) -> None:
+    assert read_run(run)["seq"].tolist() == list(range(rows))
+    assert np.allclose(read_run(run)["runtime_s"], np.arange(rows) + 1.0)
+    assert read_metrics(run)["value"].tolist() == [float(i) for i in range(metrics)]
+
+
+def test_runlog__compaction__thousand_rows_in_a_hundred_parts_become_one_file(tmp_path, manifest):
+    run = _stopped_run(tmp_path, manifest, metrics=False)
+    assert len(_part_files(run)) == 100
+    before = read_run(run)
+    compact_run(run)
+    assert len(_part_files(run)) == 1 and _part_files(run, "metrics") == []
+    after = read_run(run)
+    pd.testing.assert_frame_equal(after, before)
+    assert after["seq"].tolist() == list(range(1000))
+    folder = run / "measurements"
+    assert pd.read_parquet(folder)["seq"].tolist() == list(range(1000))  # the one file is in seq order
+    assert duckdb.sql(f"select count(*), count(distinct seq) from '{folder}/*.parquet'").fetchall() == [(1000, 1000)]
+
+
+def test_runlog__compaction__clean_close_leaves_one_measurement_and_one_metrics_file(tmp_path, manifest):
+    with RunLogWriter.create(tmp_path, manifest, flush_rows=7, flush_interval_s=1e9) as log:
+        for i in range(1000):
+            log.append(_result(i))
+            log.append_metrics(i, {"loss": float(i)})
+        assert len(_part_files(log.folder)) > 100
+        assert len(read_run(log.folder)) < 1000  # the last rows are still buffered: close flushes them first
+    run = log.folder
+    assert len(_part_files(run)) == 1 and len(_part_files(run, "metrics")) == 1
+    _assert_every_row_once(run)
+    assert read_best(run).seq == 0
+
+
+def test_runlog__compaction__not_when_the_run_stops_with_an_exception(tmp_path, manifest):
+    with pytest.raises(KeyboardInterrupt):
+        with RunLogWriter.create(tmp_path, manifest, flush_rows=3) as log:
+            for i in range(7):
+                log.append(_result(i))
+            raise KeyboardInterrupt
+    assert len(_part_files(log.folder)) == 3  # a stopped run keeps its parts: resume may go on
+    _assert_every_row_once(log.folder, rows=7, metrics=0)
+
+
+def test_runlog__compaction__resume_appends_after_the_compacted_file(tmp_path, manifest):
+    run = _stopped_run(tmp_path, manifest, rows=30)
+    compact_run(run)
+    (compacted,) = _part_files(run)
+    writer, rows = resume_run(run, flush_rows=4)
+    assert len(rows) == 30
+    for i in range(30, 40):
+        writer.append(_result(i))
+        writer.append_metrics(i, {"loss": float(i)})
+    writer.flush()
+    assert _part_files(run)[0] == compacted and all(name > compacted for name in _part_files(run)[1:])
+    _assert_every_row_once(run, rows=40, metrics=40)
+    writer.close(compact=True)
+    assert len(_part_files(run)) == 1 and len(_part_files(run, "metrics")) == 1
+    _assert_every_row_once(run, rows=40, metrics=40)
+
+
+@pytest.mark.parametrize("deleted_before_crash", [0, 40])
+def test_runlog__compaction__crash_after_rename_before_deletes_reads_every_row_once(tmp_path, manifest, monkeypatch,
+                                                                                     deleted_before_crash):
+    run = _stopped_run(tmp_path, manifest)
+    real_delete = runlog._delete_parts
+
+    def crash(parts):
+        real_delete(parts[:deleted_before_crash])
+        raise _Crash
+
+    monkeypatch.setattr(runlog, "_delete_parts", crash)
+    with pytest.raises(_Crash):
+        compact_run(run)
+    assert len(_part_files(run)) == 100 - deleted_before_crash + 1  # the compacted file is in, beside parts
+    _assert_every_row_once(run, metrics=1000)
+    monkeypatch.setattr(runlog, "_delete_parts", real_delete)
+    with RunLogWriter.resume(run) as writer:
+        assert writer.rows_logged == 1000
+        writer.append(_result(1000))
+        writer.append_metrics(1000, {"loss": 1000.0})
+    assert len(_part_files(run)) == 1 and len(_part_files(run, "metrics")) == 1
+    _assert_every_row_once(run, rows=1001, metrics=1001)
+    folder = run / "measurements"
+    assert duckdb.sql(f"select count(*), count(distinct seq) from '{folder}/*.parquet'").fetchall() == [(1001, 1001)]
+
+
+def test_runlog__compaction__crash_after_the_temp_file_is_written_reads_every_row_once(tmp_path, manifest,
+                                                                                        monkeypatch):
+    run = _stopped_run(tmp_path, manifest)
+    parts_before = _part_files(run)
+
+    def crash(src, dst):
+        src = Path(src)
+        shutil.copy(src, src.with_name(src.name.replace(".tmp", ".killed.tmp")))  # a killed process leaves it
+        raise _Crash
+
+    monkeypatch.setattr(runlog.os, "replace", crash)
+    with pytest.raises(_Crash):
+        compact_run(run)
+    monkeypatch.undo()
+    assert [n for n in _part_files(run) if not n.startswith(".")] == parts_before
+    assert any(n.startswith(".") and n.endswith(".killed.tmp") for n in _part_files(run))
+    _assert_every_row_once(run)
+    assert pd.read_parquet(run / "measurements")["seq"].tolist() == list(range(1000))  # dot-files skipped
+    RunLogWriter.resume(run).close(compact=True)
+    assert len(_part_files(run)) == 1  # the temp file is gone too
+    _assert_every_row_once(run)
+
+
+def test_runlog__compaction__a_reader_that_listed_the_old_parts_lists_again(tmp_path, manifest, monkeypatch):
+    run = _stopped_run(tmp_path, manifest)
+    real_dataset = runlog.pds.dataset
+    listed = []
+
+    def list_then_compact(*args, **kwargs):
+        dataset = real_dataset(*args, **kwargs)
+        listed.append(dataset)
+        if len(listed) == 1:
+            compact_run(run)  # deletes the parts this first listing holds
+        return dataset
+
+    monkeypatch.setattr(runlog.pds, "dataset", list_then_compact)
+    rows = read_run(run)
+    assert rows["seq"].tolist() == list(range(1000)) and len(_part_files(run)) == 1
+    with pytest.raises(FileNotFoundError):
+        listed[0].to_table()  # what read_run met, and answered by listing again
 
 
 _WRITER_SCRIPT = textwrap.dedent("""
