@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from cluster.commands import COMMAND_MODULES
+from cluster.jsonout import json_stdout
 from graphs.errors import PlacerError
 
 
@@ -20,6 +21,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "json", False):
+        with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
+            return _run(args)
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except PlacerError as exc:

@@ -98,6 +98,8 @@ class SearchResult:
     stop_reason: str
     wall_s: float
     seconds_per_update: float = math.nan  # learner only
+    groups: int = 0  # groups the policy placed: at most config.groups and the graph's colocation groups
+    colocation_groups: int = 0  # the graph's colocation groups (the most groups any grouping makes)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -283,7 +285,8 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
         return RunLogWriter.resume(run_dir, reward_fn=reward_fn), known
     run_id = make_run_id(graph.name, config.policy, config.seed)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
-                            config=asdict(config), command=command, lower_bound_s=problem.lower_bound_s)
+                            config={**asdict(config), "groups_used": problem.num_units}, command=command,
+                            lower_bound_s=problem.lower_bound_s)
     writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_fn)
     writer.write_groups(problem.op_unit, graph.op_names)
     np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
@@ -383,4 +386,5 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -
     best_runtime_s, best_source = min(candidates)
     return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,
                         best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
-                        baselines, stop_reason, wall_s, outcome.seconds_per_update)
+                        baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
+                        problem.graph.num_colocation_groups)

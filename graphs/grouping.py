@@ -157,7 +157,8 @@ def first_topo_position(graph: OpGraph, op_group: np.ndarray) -> np.ndarray:
 
 def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str = DEFAULT_METHOD,
               seed: int = 0) -> Grouping:
-    """Coarsen ``graph`` into at most ``max_groups`` groups (see the module docstring for the methods)."""
+    """Coarsen ``graph`` into at most ``max_groups`` groups (see the module docstring for the methods); never
+    more than its colocation groups, and no partitioner is asked for more parts than it has atoms."""
     if method not in METHODS:
         raise PlacerError(f"unknown grouping method {method!r} (known: {', '.join(METHODS)})")
     if max_groups < 1:
@@ -260,9 +261,11 @@ def _metis_labels(atoms: _Atoms, parts: int, seed: int) -> np.ndarray:
 
 def _metis(count: int, cost: np.ndarray, src: np.ndarray, dst: np.ndarray, size: np.ndarray, parts: int,
            seed: int) -> np.ndarray:
-    """(count,) dense part ids from pymetis on the undirected graph of (src, dst, size) edges."""
+    """(count,) dense part ids from pymetis on the undirected graph of (src, dst, size) edges, in at most
+    ``count`` parts: asked for more parts than vertices, METIS prints warnings on stdout and fails."""
     import pymetis
 
+    parts = min(parts, count)
     src, dst, size = _contract(np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([size, size]),
                                count)
     starts = np.zeros(count + 1, dtype=np.int64)

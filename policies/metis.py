@@ -58,6 +58,8 @@ def metis_units(problem: PlacementProblem, seed: int = 0) -> tuple[np.ndarray, f
         return problem.repair_allowed(np.full(problem.num_units, gpus[0], dtype=np.int64)), 0.0
     src, dst, nbytes = unit_edges(problem)
     u = problem.num_units
+    if u <= len(gpus):  # a GPU per unit; METIS asked for more parts than vertices prints on stdout and fails
+        return problem.repair_allowed(gpus[:u].copy()), float(nbytes.sum())
     both_src = np.concatenate([src, dst])
     both_dst = np.concatenate([dst, src])
     both_w = _scaled(np.concatenate([nbytes, nbytes]))

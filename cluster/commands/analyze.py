@@ -7,8 +7,9 @@ timeline (Gantt chart and Chrome trace) and per-device load (cluster/plots.py).
 
 from __future__ import annotations
 
-import json
 import math
+
+from cluster.jsonout import emit_json
 
 
 def register(subparsers) -> None:
@@ -35,7 +36,7 @@ def run(args) -> int:
         payload = [s.to_json() for s in summaries]
         for entry, made in zip(payload, plots):
             entry["plots"] = {k: (None if v is None else str(v)) for k, v in vars(made).items()}
-        print(json.dumps(payload, indent=2))
+        emit_json(payload)
     else:
         print_summaries(summaries)
         for made in plots:

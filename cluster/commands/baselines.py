@@ -12,6 +12,9 @@ import argparse
 import json
 import math
 
+from cluster.commands.notes import note_groups_above_colocation
+from cluster.jsonout import emit_json
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("baselines", help="run the baseline placers and compare them")
@@ -57,6 +60,7 @@ def _run(args: argparse.Namespace) -> int:
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     problem = make_problem(graph, machine, max_groups=args.groups, grouping_method=args.grouping, seed=args.seed)
+    note_groups_above_colocation(args.groups, graph.num_colocation_groups, graph.name)
     pool = None
     if args.measurer == "sim":
         measurer = SimulatorMeasurer(graph, machine, seed=args.seed)
@@ -75,10 +79,11 @@ def _run(args: argparse.Namespace) -> int:
             pool.close()
             ray_setup.shutdown_ray()
     payload = table_json(table)
+    payload["groups"] = problem.num_units  # the groups the searches placed (at most --groups)
     if log is not None:
         (log.folder / "baselines.json").write_text(json.dumps(payload, indent=2))
     if args.json:
-        print(json.dumps(payload, indent=2))
+        emit_json(payload)
     else:
         print_table(table)
         if log is not None:

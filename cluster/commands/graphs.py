@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
+from cluster.commands.notes import note_groups_above_colocation
+from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 
 SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 1,000,000)")
@@ -51,7 +52,7 @@ def _list(args: argparse.Namespace) -> int:
 
     rows = [(b.name, b.description) for b in list_benchmarks()] + [SYNTHETIC_ENTRY]
     if args.json:
-        print(json.dumps([{"name": name, "description": text} for name, text in rows], indent=2))
+        emit_json([{"name": name, "description": text} for name, text in rows])
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -70,13 +71,14 @@ def _show(args: argparse.Namespace) -> int:
     if args.groups < 1:
         raise PlacerError(f"--groups must be at least 1, got {args.groups}")
     graph = load_graph(args.graph)
+    note_groups_above_colocation(args.groups, graph.num_colocation_groups, graph.name)
     method = args.method or DEFAULT_METHOD
     grouping = group_ops(graph, max_groups=args.groups, method=method)
     figures = graph.summary()
     figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=method,
                    colocation_groups=len(set(graph.colocation.tolist())))
     if args.json:
-        print(json.dumps(figures, indent=2))
+        emit_json(figures)
         return 0
     from rich.console import Console
     from rich.table import Table

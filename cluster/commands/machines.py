@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from cluster.jsonout import emit_json
 
 
 def register(subparsers) -> None:
@@ -31,7 +31,7 @@ def _show(args) -> int:
 
     machine = load_machine(args.machine)
     if args.json:
-        print(json.dumps(machine_to_json(machine), indent=1))
+        emit_json(machine_to_json(machine))
         return 0
     print(f"{machine.name}: {machine.description}")
     print(f"{'device':8s} {'model':15s} {'TFLOP/s':>8s} {'GB/s':>7s} {'memory GB':>9s} {'overhead us':>11s}")

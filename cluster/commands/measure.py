@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from cluster.jsonout import emit_json
 
 
 def register(subparsers) -> None:
@@ -45,7 +45,7 @@ def _measure(args) -> int:
                     for d, b in zip(machine.devices, measurement.peak_bytes)],
     }
     if args.json:
-        print(json.dumps(report))
+        emit_json(report)
     else:
         print(f"{graph.name} on {machine.name} ({args.measurer}): step {measurement.runtime_s:.6g} s "
               f"({measurement.status}), median of {len(measurement.samples_s)} after {args.warmup} warm-up runs")

@@ -6,10 +6,11 @@ finished ones and resumes the rest. ``--quick`` shrinks every budget so the whol
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
+
+from cluster.jsonout import emit_json
 
 COLUMNS = (("cpu-only", "CPU only"), ("single-gpu", "1 GPU"), ("metis", "METIS\n(Scotch/MinCut)"),
            ("expert", "expert"), ("reinforce", "RL\n(REINFORCE)"), ("m-etf", "m-ETF"), ("m-sct", "m-SCT"),
@@ -51,10 +52,10 @@ def run(args) -> int:
     elapsed_s = time.perf_counter() - started
     results = cell_results(experiment.name, folder)
     if args.json:
-        print(json.dumps({"experiment": experiment.name, "title": experiment.title, "quick": settings.quick,
-                          "settings": asdict(settings),
-                          "folder": str(folder), "elapsed_s": elapsed_s,
-                          "rows": [r.to_json() for r in results]}, indent=2))
+        emit_json({"experiment": experiment.name, "title": experiment.title, "quick": settings.quick,
+                   "settings": asdict(settings),
+                   "folder": str(folder), "elapsed_s": elapsed_s,
+                   "rows": [r.to_json() for r in results]})
     else:
         print_table(experiment, settings, results, folder, elapsed_s)
     return 0

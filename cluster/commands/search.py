@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 
+from cluster.commands.notes import note_groups_above_colocation
+from cluster.jsonout import emit_json
 
 
 def register(subparsers) -> None:
@@ -50,8 +51,10 @@ def run(args) -> int:
         except KeyboardInterrupt as exc:
             print(f"placer: {exc or 'interrupted'}", file=sys.stderr)
             return 130
+    if not config.resume:  # a resumed run keeps its own grouping
+        note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        emit_json(result.to_json())
     else:
         print_result(result)
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from cluster.jsonout import emit_json
 
 
 def register(subparsers) -> None:
@@ -56,7 +56,7 @@ def _simulate(args) -> int:
         "link_bytes": {f"{l.src}->{l.dst}": int(b) for l, b in zip(machine.links, result.link_bytes) if b},
     }
     if args.json:
-        print(json.dumps(report))
+        emit_json(report)
         return 0
     print(f"{graph.name} on {machine.name}: step {result.runtime_s:.6g} s ({result.status}), "
           f"lower bound {report['lower_bound_s']:.6g} s, simulated in {simulate_s * 1e3:.2f} ms ({args.engine})")

@@ -258,3 +258,51 @@ def test_group_ops__scope_with_more_top_level_scopes_than_groups_is_metis(make_g
     scope = group_ops(graph, max_groups=16, method="scope")
     metis = group_ops(graph, max_groups=16, method="metis")
     assert np.array_equal(scope.op_group, metis.op_group)
+
+
+def _spy_on_metis(monkeypatch) -> list[tuple[int, int]]:
+    """Record (parts, vertices) of every pymetis.part_graph call, failing the test on more parts than
+    vertices (METIS then prints warnings on stdout and leaves parts empty)."""
+    import pymetis
+
+    calls = []
+    real = pymetis.part_graph
+
+    def spy(nparts, adjacency=None, *args, **kwargs):
+        starts = adjacency.adj_starts if adjacency is not None else kwargs["xadj"]
+        calls.append((int(nparts), len(starts) - 1))
+        assert nparts <= len(starts) - 1, f"METIS asked for {nparts} parts of {len(starts) - 1} vertices"
+        return real(nparts, adjacency, *args, **kwargs)
+
+    monkeypatch.setattr(pymetis, "part_graph", spy)
+    return calls
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_group_ops__never_asks_metis_for_more_parts_than_atoms(make_graph, monkeypatch, method):
+    calls = _spy_on_metis(monkeypatch)
+    graph = _layered(make_graph)  # 41 ops, 41 atoms, scoped layers of 12 ops
+    for max_groups in (10_000, 41, 40, 13, 8, 3):
+        grouping = group_ops(graph, max_groups=max_groups, method=method)
+        assert 1 <= grouping.num_groups <= min(max_groups, graph.num_colocation_groups)
+    if method in ("metis", "scope"):
+        assert calls, "the limits below the atom count should have run METIS"
+
+
+def test_group_ops__far_more_groups_than_atoms_gives_one_group_per_atom_without_metis(make_graph, monkeypatch):
+    calls = _spy_on_metis(monkeypatch)
+    graph = _training_like(make_graph, n_forward=20)  # 40 ops in 20 colocation pairs
+    for method in METHODS:
+        grouping = group_ops(graph, max_groups=256, method=method)
+        assert grouping.num_groups == graph.num_colocation_groups == 20
+    assert calls == []
+
+
+def test_metis__parts_are_capped_at_the_vertex_count(monkeypatch):
+    """The one place grouping calls METIS: asked for 8 parts of 3 pieces, it asks METIS for 3."""
+    from graphs.grouping import _metis
+
+    calls = _spy_on_metis(monkeypatch)
+    labels = _metis(3, np.ones(3), np.array([0, 1]), np.array([1, 2]), np.array([10, 10]), parts=8, seed=0)
+    assert calls == [(3, 3)]
+    assert sorted(labels.tolist()) == [0, 1, 2]

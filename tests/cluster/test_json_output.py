@@ -1,0 +1,143 @@
+"""`--json`: stdout carries exactly one JSON document; METIS's C-level warnings, Ray's driver log lines and
+notes go to stderr. Also: a --groups above the graph's colocation groups is one note, and the real count
+is reported."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from cluster.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+# 55 ops in 51 colocation groups: on 8 GPUs the METIS baseline's partition makes METIS print
+# "***Cannot bisect a graph with 0 vertices!" and "***You are trying to partition a graph into too many
+# parts!" with printf, i.e. on file descriptor 1, not through Python.
+SMALL_GRAPH, SMALL_GRAPH_COLOCATION_GROUPS = "synthetic:55:1", 51
+NOTE = "placer: note: --groups 256 is more than the 51 colocation groups of graph 'synthetic:55:1'; using 51"
+
+
+def _placer(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def test_baselines_json__metis_warnings_on_fd1_go_to_stderr():
+    done = _placer("baselines", "--graph", SMALL_GRAPH, "--machine", "paper-8gpu", "--groups", "256",
+                   "--policies", "metis,single-gpu", "--budget", "2", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    payload = json.loads(done.stdout)  # the whole of stdout: one document, nothing before or after it
+    assert [row["policy"] for row in payload["results"]] == ["metis", "single-gpu"]
+    # Without this the test would prove nothing: METIS must still have written to descriptor 1.
+    assert "***You are trying to partition a graph into too many parts!" in done.stderr
+
+
+def test_baselines_json__groups_above_colocation_groups_is_one_note_and_the_real_count(capsys):
+    code = main(["baselines", "--graph", SMALL_GRAPH, "--machine", "paper-2gpu", "--groups", "256",
+                 "--policies", "single-gpu,random", "--budget", "3", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert json.loads(out.out)["groups"] == SMALL_GRAPH_COLOCATION_GROUPS
+    assert out.err.count("placer: note:") == 1 and NOTE in out.err
+
+
+def test_baselines_json__groups_below_colocation_groups_is_no_note(capsys):
+    code = main(["baselines", "--graph", SMALL_GRAPH, "--machine", "paper-2gpu", "--groups", "8",
+                 "--policies", "random", "--budget", "3", "--json"])
+    out = capsys.readouterr()
+    assert code == 0 and json.loads(out.out)["groups"] <= 8
+    assert "placer: note:" not in out.err
+
+
+def test_graphs_show_json__reports_the_real_group_count_with_one_note(capsys):
+    code = main(["graphs", "show", SMALL_GRAPH, "--groups", "256", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    figures = json.loads(out.out)
+    assert figures["groups"] == figures["colocation_groups"] == SMALL_GRAPH_COLOCATION_GROUPS
+    assert out.err.count("placer: note:") == 1 and NOTE in out.err
+
+
+def test_json_error__goes_to_stderr_with_a_nonzero_exit(capsys):
+    code = main(["machines", "show", "no-such-machine", "--json"])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == "" and "placer: error:" in out.err
+
+
+def test_json_stdout__restores_fd1_and_sys_stdout_afterwards(capfd):
+    stdout_before = sys.stdout
+    assert main(["machines", "show", "paper-2gpu", "--json"]) == 0
+    assert sys.stdout is stdout_before
+    os.write(1, b"after\n")
+    out = capfd.readouterr().out
+    assert json.loads(out[:-len("after\n")])["name"] == "paper-2gpu" and out.endswith("after\n")
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc), so the test only ever touches its own Ray."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _process_title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_first_busy_measurer(process: subprocess.Popen, killed: list[int]) -> None:
+    """SIGKILL the first measurer actor of ``process`` seen running a method (Ray titles it
+    ``ray::MeasurerActor.<method>`` then), so Ray reports a worker that died during a task."""
+    while process.poll() is None:
+        for pid in _descendants(process.pid):
+            if _process_title(pid).startswith("ray::MeasurerActor."):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+        time.sleep(0.01)
+
+
+@pytest.mark.slow  # starts Ray
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the actor's process through /proc")
+def test_search_json__ray_noise_after_a_killed_actor_goes_to_stderr_and_groups_are_the_real_count(tmp_path):
+    command = [sys.executable, "-m", "cluster.cli", "search", "--graph", "synthetic:300", "--machine",
+               "paper-2gpu", "--budget", "64", "--workers", "1", "--groups", "400", "--out", str(tmp_path), "--json"]
+    process = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_first_busy_measurer, args=(process, killed), daemon=True)
+    killer.start()
+    try:
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert killed, "the search ended before its measurer actor could be killed"
+    assert process.returncode == 0, stderr[-3000:]
+    result = json.loads(stdout)  # the whole of stdout
+    assert result["measurements"] == 64
+    assert "A worker died or was killed" in stderr
+    assert result["groups"] == result["colocation_groups"] == 276  # synthetic:300's colocation groups
+    assert stderr.count("placer: note:") == 1
+    assert "--groups 400 is more than the 276 colocation groups of graph 'synthetic:300:0'; using 276" in stderr
