@@ -27,6 +27,7 @@ from typing import Callable
 from cluster.analysis import lower_bound_of, policy_bests
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
+from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 
 EXPERIMENT_FILE = "experiment.json"
 PAPER_BASELINES = ("cpu-only", "single-gpu", "metis", "expert")  # what the 2017 paper compared RL with
@@ -116,8 +117,8 @@ class Settings:
     measurer: str = "sim"
     budget: int = 2048  # measurements of each search (RL and annealing); as `placer search`
     batch: int = 16  # RL placements per iteration
-    groups: int = 32
-    grouping: str = "scope"  # as `placer search`
+    groups: int = DEFAULT_MAX_GROUPS  # as every command
+    grouping: str = DEFAULT_METHOD
     hidden_size: int = 256
     seed: int = 0
     quick: bool = False

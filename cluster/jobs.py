@@ -26,11 +26,13 @@ import numpy as np
 from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, read_run,
                             write_text_atomic)
 from graphs.errors import PlacerError
+from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+from measurers.timing import default_timing
 from measurers.base import Measurement
 
-LEARNED_POLICIES = ("reinforce", "ppo")
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
 GROUPING_FILE = "grouping.npz"
+BASELINES_FILE = "baselines.json"
 CHECKPOINT_DIR = "checkpoint"
 
 
@@ -41,7 +43,7 @@ class SearchConfig:
     machine: str = "paper-2gpu"
     """Catalog machine name or machine file."""
     policy: str = "reinforce"
-    """reinforce | ppo | any baseline policy name (policies.base.POLICY_CLASSES)."""
+    """reinforce | ppo | any baseline policy name (policies.registry.POLICIES)."""
     measurer: str = "sim"
     """sim | torch | tf."""
     budget: int = 2048
@@ -52,18 +54,15 @@ class SearchConfig:
     """Measurer actors when the cluster has no GPU node."""
     batch: int = 16
     """Placements the learner samples and measures per iteration."""
-    groups: int = 32
-    """Groups the graph is coarsened to; the policy places groups (32: the learner searches 2048
-    placements of nmt-2 in under a minute and finds better ones than with 256, see policies/rl/loop.py)."""
-    grouping: str = "scope"
-    """How ops become groups (graphs.grouping METHODS); "scope" keeps every group inside one layer of the
-    model (METIS for graphs without scopes)."""
+    groups: int = DEFAULT_MAX_GROUPS
+    """Groups the graph is coarsened to; searches and learners place groups (graphs.grouping)."""
+    grouping: str = DEFAULT_METHOD
+    """How ops become groups (graphs.grouping METHODS)."""
     seed: int = 0
     runs: int | None = None
-    """Timed runs per placement (median reported); None: 1 for the simulator, 5 for real measurers."""
+    """Timed runs per placement (median reported); None: measurers.timing.default_timing."""
     warmup: int | None = None
-    """Untimed runs before the timed ones; None: 0 for the simulator, 5 for real measurers (the 2018
-    paper's 10 steps, median of the last 5)."""
+    """Untimed runs before the timed ones; None: measurers.timing.default_timing."""
     noise_std: float = 0.0
     """Simulator only: relative noise of each timed run (0 = exact)."""
     ray_address: str | None = None
@@ -201,8 +200,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     ray_setup.init_ray(config.ray_address)
     real = config.measurer != "sim"
     spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
-                        runs=config.runs if config.runs is not None else (5 if real else 1),
-                        warmup=config.warmup if config.warmup is not None else (5 if real else 0))
+                        runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
     pool = None
     stop_reason = "interrupted"
     try:
@@ -216,7 +214,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     finally:
         if pool is not None:
             pool.close()
-        writer.close()
+        writer.close(compact=stop_reason != "interrupted")  # a stopped run keeps its parts for --resume
         if owns_ray:
             ray_setup.shutdown_ray()
     if outcome is None:
@@ -232,26 +230,20 @@ def _write_result(run_dir: Path, result: SearchResult) -> None:
 
 
 def _check_config(config: SearchConfig) -> None:
-    if config.budget < 1:
-        raise PlacerError(f"--budget must be at least 1 measurement, got {config.budget}")
+    from policies.registry import policy_entry
+
+    _check_counts(config.budget, config.groups, config.grouping)
     if config.batch < 2:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
-    if config.groups < 1:
-        raise PlacerError(f"--groups must be at least 1, got {config.groups}")
     if config.time_limit_s is not None and not config.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
-    from graphs.grouping import METHODS
-    if config.grouping not in METHODS:
-        raise PlacerError(f"--grouping must be one of {', '.join(METHODS)}, got {config.grouping!r}")
-    if config.policy not in LEARNED_POLICIES:
-        from policies.base import make_policy
 
-        make_policy(config.policy)  # an unknown name is a clear error before anything starts
+    policy_entry(config.policy)  # an unknown name is a clear error before anything starts
 
 
 def _problem(graph, machine, config: SearchConfig):
     from graphs.grouping import Grouping
-    from policies.base import make_problem
+    from policies.problem import make_problem
 
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
@@ -284,7 +276,10 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
         return RunLogWriter.resume(run_dir, reward_fn=reward_fn), known
     run_id = make_run_id(graph.name, config.policy, config.seed)
+    timing = default_timing(config.measurer)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
+                            runs=timing.runs if config.runs is None else config.runs,
+                            warmup=timing.warmup if config.warmup is None else config.warmup,
                             config={**asdict(config), "groups_used": problem.num_units}, command=command,
                             lower_bound_s=problem.lower_bound_s)
     writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_fn)
@@ -307,17 +302,14 @@ def _config_of_run(run_dir: Path, overrides: SearchConfig) -> SearchConfig:
 
 def _score_baselines(problem, pool, config: SearchConfig, known) -> list[BaselineOutcome]:
     """Score each quick baseline with one measurement through the same pool (logged under its name)."""
-    from policies.base import make_policy
+    from policies.registry import place
 
-    op_problem = problem.at_op_level()
     measurer = LoggedPoolMeasurer(pool, problem, "", known)
     outcomes = []
     for name in config.baselines:
-        policy = make_policy(name)
         measurer.policy = name
-        target = problem if getattr(policy, "places_groups", False) else op_problem
         try:
-            best = policy.place(target, measurer, 1, config.seed).best
+            best = place(name, problem, measurer, 1, config.seed).best
         except PlacerError as exc:  # e.g. no expert rule for this graph
             outcomes.append(BaselineOutcome(name, math.nan, f"skipped: {exc}"))
             continue
@@ -335,33 +327,23 @@ class _PolicyOutcome:
 
 
 def _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
+    """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
+    time limit, stop flag and metrics log (policies.base.RunContext)."""
+    from policies.base import RunContext
+    from policies.registry import place, policy_entry
+
     tracker = _BestTracker(progress, problem.lower_bound_s)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, known, on_batch=tracker.update)
-    if config.policy in LEARNED_POLICIES:
-        from policies.rl.loop import CHECKPOINT_FILE, RLConfig, train_placer
-
-        checkpoint = run_dir / CHECKPOINT_DIR
-        resume_from = checkpoint if (checkpoint / CHECKPOINT_FILE).is_file() else None
-        rl_config = RLConfig(trainer=config.policy, batch_size=config.batch, seed=config.seed,
-                             hidden_size=config.hidden_size, torch_threads=1, checkpoint_every=10)
-        result = train_placer(problem.graph, problem.machine, problem.grouping, measurer,
-                              budget_measurements=config.budget, time_limit_s=config.time_limit_s,
-                              config=rl_config, checkpoint_dir=checkpoint, resume_from=resume_from,
-                              should_stop=should_stop,
-                              on_iteration=lambda m: writer.append_metrics(m.iteration, _numeric(asdict(m))))
-        return _PolicyOutcome(result.best_runtime_s, result.best_group_placement, result.measurements_used,
-                              result.stop_reason, result.seconds_per_update)
-    from policies.base import make_policy
-
-    policy = make_policy(config.policy)
-    target = problem if getattr(policy, "places_groups", False) else problem.at_op_level()
-    result = policy.place(target, measurer, config.budget, config.seed)
-    runtime = result.best.runtime_s if result.best.ok else math.inf
-    return _PolicyOutcome(runtime, result.group_placement, result.measurements, "budget")
-
-
-def _numeric(metrics: dict) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k != "iteration"}
+    options = {}
+    if policy_entry(config.policy).learned:
+        context = RunContext(checkpoint_dir=run_dir / CHECKPOINT_DIR, time_limit_s=config.time_limit_s,
+                             should_stop=should_stop, on_iteration=writer.append_metrics)
+        options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
+                   "checkpoint_every": 10, "context": context}
+    result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
+    runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
+    return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
+                          result.seconds_per_update)
 
 
 @dataclass
@@ -388,3 +370,122 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -
                         best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
                         baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
                         problem.graph.num_colocation_groups)
+
+
+@dataclass
+class BaselinesConfig:
+    """``placer baselines``: every named non-learned policy on one graph and machine, one measurer."""
+    graph: str
+    machine: str
+    policies: tuple[str, ...] | None = None
+    """Registry names (None: every non-learned policy, policies.registry.BASELINES)."""
+    budget: int = 500
+    """Measurements each search may spend (heuristics spend one)."""
+    groups: int = DEFAULT_MAX_GROUPS
+    grouping: str = DEFAULT_METHOD
+    seed: int = 0
+    measurer: str = "sim"
+    """sim: the simulator in this process; torch | tf: real runs through the Ray measurer pool."""
+    runs: int | None = None
+    warmup: int | None = None
+    ray_address: str | None = None
+    out: str | None = None
+    """Write a run log (and baselines.json) under this folder."""
+
+
+@dataclass
+class BaselinesOutcome:
+    table: object  # policies.table.BaselineTable
+    groups: int  # the groups the searches placed (at most config.groups)
+    run_dir: Path | None
+
+    def to_json(self) -> dict:
+        return {**self.table.to_json(), "groups": self.groups}
+
+
+def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
+    """Score every policy of ``config`` side by side through one measurer; log it when ``out`` is set."""
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.factory import MeasurerSpec, build_measurer
+    from policies.problem import make_problem
+    from policies.registry import BASELINES, policy_entry
+    from policies.table import run_baselines as run_table
+
+    policies = BASELINES if config.policies is None else config.policies
+    if not policies:
+        raise PlacerError("--policies names no policy")
+    for name in policies:
+        policy_entry(name)  # unknown names fail before any work
+    _check_counts(config.budget, config.groups, config.grouping)
+    graph, machine = load_graph(config.graph), load_machine(config.machine)
+    problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
+                           seed=config.seed)
+    spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
+    log = _open_baselines_log(config, graph, machine, policies, spec) if config.out else None
+    pool, finished = None, False
+    try:
+        measurer = build_measurer(spec) if config.measurer == "sim" else _real_pool(spec, config.ray_address)
+        pool = None if config.measurer == "sim" else measurer
+        table = run_table(problem, measurer, policies, config.budget, config.seed,
+                          on_measurement=None if log is None else _baseline_logger(log))
+        finished = True
+    finally:
+        if log is not None:
+            log.close(compact=finished)
+        if pool is not None:
+            from cluster import ray_setup
+
+            pool.close()
+            ray_setup.shutdown_ray()
+    outcome = BaselinesOutcome(table, problem.num_units, None if log is None else log.folder)
+    if log is not None:
+        write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
+    return outcome
+
+
+def _check_counts(budget: int, groups: int, grouping: str) -> None:
+    from graphs.grouping import METHODS
+
+    if budget < 1:
+        raise PlacerError(f"--budget must be at least 1 measurement, got {budget}")
+    if groups < 1:
+        raise PlacerError(f"--groups must be at least 1, got {groups}")
+    if grouping not in METHODS:
+        raise PlacerError(f"--grouping: unknown grouping method {grouping!r} (known: {', '.join(METHODS)})")
+
+
+def _real_pool(spec, ray_address: str | None):
+    """A measurer pool running the real PyTorch/TensorFlow measurer on every node (one placement per call,
+    so a time limit applies to one placement)."""
+    from cluster import ray_setup
+    from cluster.pool import MeasurerPool, PoolConfig
+
+    ray_setup.init_ray(ray_address)
+    try:
+        return MeasurerPool(spec, PoolConfig(chunk_size=1))
+    except BaseException:
+        ray_setup.shutdown_ray()
+        raise
+
+
+def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec) -> RunLogWriter:
+    manifest = new_manifest(make_run_id(graph.name, "baselines", config.seed), graph, machine, seed=config.seed,
+                            policy="baselines", config={**asdict(config), "policies": list(policies)},
+                            runs=spec.runs, warmup=spec.warmup)
+    return RunLogWriter.create(config.out, manifest)
+
+
+def _baseline_logger(log: RunLogWriter):
+    """on_measurement for the baselines table: one run-log row per measurement, tagged with the policy."""
+    from cluster.pool import PoolResult
+    from cluster.runlog import LoggedPlacement
+
+    counter = iter(range(1 << 62))
+
+    def record(policy, placement, measurement):  # placement: the (N,) op placement measured
+        now = time.time()
+        log.append(PoolResult(next(counter), placement, measurement, "", "", now, now, now, policy=policy,
+                              log_placement=LoggedPlacement(placement, "op")))
+
+    return record

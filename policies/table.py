@@ -48,6 +48,20 @@ class BaselineTable:
         ok = [row for row in self.rows if row.status == "ok"]
         return min(ok, key=lambda row: row.runtime_s) if ok else None
 
+    def to_json(self) -> dict:
+        """The table as plain JSON values (nan and inf become null)."""
+        return {"graph": self.graph, "machine": self.machine, "lower_bound_s": self.lower_bound_s,
+                "single_gpu_s": _number(self.single_gpu_s),
+                "results": [{"policy": row.policy, "runtime_s": _number(row.runtime_s), "status": row.status,
+                             "ratio_to_lower_bound": _number(row.ratio_to_lower_bound),
+                             "ratio_to_single_gpu": _number(row.ratio_to_single_gpu),
+                             "placement_time_s": row.placement_time_s, "measure_time_s": row.measure_time_s,
+                             "measurements": row.measurements, "notes": row.notes} for row in self.rows]}
+
+
+def _number(x):
+    return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
+
 
 def run_baselines(problem: PlacementProblem, measurer: Measurer, policies: Sequence[str], budget: int,
                   seed: int = 0,

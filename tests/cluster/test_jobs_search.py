@@ -137,7 +137,7 @@ def test_search_cli__bad_input_exits_non_zero_and_writes_nothing(tmp_path, capsy
     assert main(["search", "--graph", GRAPH, "--policy", "telepathy", "--out", str(out)]) == 2
     assert "unknown policy 'telepathy'" in capsys.readouterr().err
     assert main(["search", "--graph", GRAPH, "--grouping", "by-colour", "--out", str(out)]) == 2
-    assert "--grouping must be one of" in capsys.readouterr().err
+    assert "--grouping: unknown grouping method" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -23,7 +23,7 @@ hierarchical placer: hidden 512, bi-LSTM encoder, forget-gate bias 1.0, temperat
 1.0, logit noise 0.5 of the logits' RMS until step 750, Adam at lr 0.1 decayed by 0.95 every 50 steps):
 
 - ``hidden_size`` 256 (the paper's 512): on CPU the learner, not the simulator, is the cost of a search
-  (BENCHMARKS.md, "Learner cost"); 512 would roughly quadruple the LSTM work. Not tuned for quality.
+  (BENCHMARKS.md, "Tuning notes"); 512 would roughly quadruple the LSTM work. Not tuned for quality.
 - The output layer starts near zero, so the first placements are sampled almost uniformly (random
   logits times ``tanh_constant`` would start the search biased toward one device).
 - ``tanh_constant`` 5.0 (reference 1.0): with 1.0 a group's device probability cannot exceed 0.88 on two
