@@ -9,6 +9,7 @@ import sys
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
+from graphs.grouping import DEFAULT_MAX_GROUPS
 
 SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 1,000,000)")
 
@@ -24,7 +25,8 @@ def register(subparsers) -> None:
     show = commands.add_parser("show", help="figures of a benchmark or graph file")
     show.add_argument("graph", metavar="NAME_OR_FILE")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    show.add_argument("--groups", type=int, default=256, metavar="G", help="group to at most G (default 256)")
+    show.add_argument("--groups", type=int, default=DEFAULT_MAX_GROUPS, metavar="G",
+                      help=f"group to at most G (default {DEFAULT_MAX_GROUPS})")
     show.add_argument("--method", default=None, help="grouping method (default: the grouping default)")
     show.set_defaults(func=_show)
 

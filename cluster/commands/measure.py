@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from cluster.jsonout import emit_json
+from measurers.timing import REAL_TIMING
 
 
 def register(subparsers) -> None:
@@ -13,9 +14,12 @@ def register(subparsers) -> None:
     parser.add_argument("--measurer", required=True, choices=("torch", "tf"))
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
-    how.add_argument("--policy", choices=("single-gpu", "cpu-only", "round-robin"))
-    parser.add_argument("--runs", type=int, default=5, metavar="N", help="timed runs (default 5)")
-    parser.add_argument("--warmup", type=int, default=5, metavar="W", help="untimed runs first (default 5)")
+    how.add_argument("--policy", metavar="NAME", help="any non-learned policy of `placer baselines` "
+                     "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
+    parser.add_argument("--runs", type=int, default=REAL_TIMING.runs, metavar="N",
+                        help=f"timed runs (default {REAL_TIMING.runs})")
+    parser.add_argument("--warmup", type=int, default=REAL_TIMING.warmup, metavar="W",
+                        help=f"untimed runs first (default {REAL_TIMING.warmup})")
     parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="limit for the measurement")
     parser.add_argument("--seed", type=int, default=0, help="seed of the parameters and inputs")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -26,17 +30,21 @@ def _measure(args) -> int:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, build_measurer
-    from measurers.placement import load_placement_file, policy_placement
+    from measurers.placement import load_placement_file
+    from policies.registry import place_once, policy_entry
 
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
-    if args.placement:
-        placement = load_placement_file(args.placement, graph, machine)
-    else:
-        placement = policy_placement(graph, machine, args.policy)
+    placement = load_placement_file(args.placement, graph, machine) if args.placement else None
+    if args.policy:
+        policy_entry(args.policy)  # an unknown name fails before the measurer is built
     spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed,
                         timeout_s=args.timeout)
-    measurement = build_measurer(spec).measure([placement])[0]
+    measurer = build_measurer(spec)
+    if placement is not None:
+        measurement = measurer.measure([placement])[0]
+    else:
+        measurement = place_once(args.policy, graph, machine, measurer, args.seed).best
     report = {
         "graph": graph.name, "machine": machine.name, "measurer": args.measurer, "runs": args.runs,
         "warmup": args.warmup, "runtime_s": measurement.runtime_s, "samples_s": list(measurement.samples_s),

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("--measurer", default="sim", choices=("sim", "torch", "tf"))
     p.add_argument("--budget", type=int, default=None, metavar="N",
                    help="measurements per search (default 1200; --quick: 8)")
-    p.add_argument("--groups", type=int, default=None, metavar="G", help="groups to place (default 256; --quick: 32)")
+    p.add_argument("--groups", type=int, default=None, metavar="G", help="groups to place (default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
     p.add_argument("--out", default="runs/reproduce", metavar="DIR",

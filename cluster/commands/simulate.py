@@ -11,7 +11,8 @@ def register(subparsers) -> None:
     parser.add_argument("--machine", required=True, metavar="NAME_OR_FILE", help="catalog machine or machine file")
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
-    how.add_argument("--policy", choices=("single-gpu", "cpu-only", "round-robin"))
+    how.add_argument("--policy", metavar="NAME", help="any non-learned policy of `placer baselines` "
+                     "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
     parser.add_argument("--engine", choices=("reference", "fast"), default="fast")
     parser.add_argument("--profile", metavar="FILE", help="measured per-op times (JSON or Parquet)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -25,8 +26,10 @@ def _simulate(args) -> int:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import load_profile
-    from measurers.placement import load_placement_file, policy_placement
+    from measurers.placement import load_placement_file
+    from measurers.sim.measurer import SimulatorMeasurer
     from measurers.sim.reference import Simulator
+    from policies.registry import place_once
 
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
@@ -34,7 +37,8 @@ def _simulate(args) -> int:
     if args.placement:
         placement = load_placement_file(args.placement, graph, machine)
     else:
-        placement = policy_placement(graph, machine, args.policy)
+        measurer = SimulatorMeasurer(graph, machine, profile=profile, engine=args.engine)
+        placement = place_once(args.policy, graph, machine, measurer).op_placement
     simulator = Simulator(graph, machine, profile=profile, engine=args.engine)
     if args.engine == "fast":
         from measurers.sim.fast import warm_up
