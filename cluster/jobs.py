@@ -397,10 +397,11 @@ class BaselinesConfig:
 class BaselinesOutcome:
     table: object  # policies.table.BaselineTable
     groups: int  # the groups the searches placed (at most config.groups)
+    colocation_groups: int  # the graph's: no grouping makes more groups than these
     run_dir: Path | None
 
     def to_json(self) -> dict:
-        return {**self.table.to_json(), "groups": self.groups}
+        return {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
 
 
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
@@ -438,7 +439,8 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
 
             pool.close()
             ray_setup.shutdown_ray()
-    outcome = BaselinesOutcome(table, problem.num_units, None if log is None else log.folder)
+    outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
+                               None if log is None else log.folder)
     if log is not None:
         write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
     return outcome

@@ -48,7 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     names = BaselinesConfig.__dataclass_fields__
     config = BaselinesConfig(**{**{k: v for k, v in vars(args).items() if k in names}, "policies": policies})
     outcome = run_baselines(config)
-    note_groups_above_colocation(args.groups, outcome.groups, args.graph)
+    note_groups_above_colocation(args.groups, outcome.colocation_groups, outcome.table.graph)
     if args.json:
         emit_json(outcome.to_json())
     else:
