@@ -8,29 +8,16 @@ project's version, so a changed model or a new release re-traces.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphs.benchmarks import BUILTIN, Benchmark
 from graphs.errors import PlacerError
 from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
 from graphs.opgraph import OpGraph
 
 GRAPHS_VERSION = "3"  # bump when any benchmark's construction changes
-
-
-@dataclass(frozen=True)
-class Benchmark:
-    name: str
-    builder: str  # "module:function", imported only when the graph is built
-    description: str
-    config: dict = field(default_factory=dict)
-
-    def build(self) -> OpGraph:
-        module_name, func_name = self.builder.split(":")
-        return getattr(importlib.import_module(module_name), func_name)(**self.config)
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
@@ -102,4 +89,6 @@ def list_benchmarks() -> list[Benchmark]:
 
 
 def load_builtin_benchmarks() -> None:
-    import graphs.benchmarks  # noqa: F401  (registers the built-in benchmarks)
+    """Serve the built-in benchmarks (graphs/benchmarks) beside any a user registered."""
+    for benchmark in BUILTIN:
+        BENCHMARKS.setdefault(benchmark.name, benchmark)

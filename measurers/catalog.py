@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import fields
-from functools import lru_cache
 from pathlib import Path
 
 from graphs.errors import PlacerError
+from measurers.devices import CATALOG_DIR, DEVICES_FILE, device_profiles
 from measurers.machine import Device, Link, Machine
 
-CATALOG_DIR = Path(__file__).with_name("catalog")
-DEVICES_FILE = CATALOG_DIR / "devices.json"
 NOTE_FIELDS = ("source", "notes")  # free text allowed in profiles and device entries
 
 DEVICE_FIELDS = {f.name: f.type for f in fields(Device)}
@@ -102,13 +100,6 @@ def machine_to_json(machine: Machine) -> dict:
     if machine.profile:
         data["profile"] = machine.profile
     return data
-
-
-@lru_cache(maxsize=1)
-def device_profiles() -> dict[str, dict]:
-    """Catalog device profiles keyed by model (each a dict of Device fields plus a ``source`` note)."""
-    data = json.loads(DEVICES_FILE.read_text())
-    return {model: profile for model, profile in data.items() if not model.startswith("_")}
 
 
 def _device(entry: object, where: str) -> Device:

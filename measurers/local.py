@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from measurers.catalog import device_profiles
+from measurers.devices import device_profiles
 from measurers.machine import Device, Link, Machine
 
 PCIE_BANDWIDTH_Bps = 25e9  # PCIe 4.0 x16, effective

@@ -3,10 +3,27 @@
 Each entry names its builder lazily, so listing benchmarks imports neither torch nor TensorFlow.
 """
 
-from graphs.registry import Benchmark, register
+from __future__ import annotations
 
-# Entries are registered by the modules' authors below, e.g.
-# register(Benchmark("rnnlm", "graphs.benchmarks.rnn_models:build_rnnlm", "2-layer LSTM LM, batch 64", {...}))
+import importlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    builder: str  # "module:function", imported only when the graph is built
+    description: str
+    config: dict = field(default_factory=dict)
+
+    def build(self):
+        """The OpGraph (the builder traces the model)."""
+        module_name, func_name = self.builder.split(":")
+        return getattr(importlib.import_module(module_name), func_name)(**self.config)
+
+
+BUILTIN: list[Benchmark] = []  # graphs.registry serves these by name
+register = BUILTIN.append
 register(Benchmark("rnnlm", "graphs.benchmarks.torch_models:build_rnnlm",
                    "2-layer LSTM language model (2048 units, vocab 10k, 35 steps unrolled), batch 64",
                    {"batch_size": 64, "seq_len": 35, "hidden": 2048, "vocab": 10000, "layers": 2}))
