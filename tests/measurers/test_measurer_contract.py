@@ -1,0 +1,101 @@
+"""One contract every measurer keeps (measurers/base.py): the simulator, PyTorch and TensorFlow alike.
+
+Each measurer is built on three devices of this machine (the real ones map them all to the CPU, as their
+own tests do) and answers the same placements: one Measurement each, in order; ``ok`` means a finite
+runtime that is the median of ``runs`` samples; one peak per device; a bad placement is an ``error``
+Measurement, never an exception.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from measurers.base import STATUSES
+from measurers.catalog import load_machine
+from measurers.machine import Device, Link, Machine
+
+RUNS = 3
+
+
+def three_cpus() -> Machine:
+    devices = tuple(Device(f"cpu:{i}", "cpu", "test-cpu", 1e11, 1e10, 2**30, 1e-6) for i in range(3))
+    links = tuple(Link(a.name, b.name, 1e9, 1e-6, f"{a.name}>{b.name}") for a in devices for b in devices if a != b)
+    return Machine("three-cpus", devices, links)
+
+
+def sim_measurer():
+    from graphs.registry import load_graph
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = load_graph("synthetic:300")
+    return graph, SimulatorMeasurer(graph, load_machine("paper-2gpu"), runs=RUNS, noise_std=0.05, seed=3)
+
+
+def torch_measurer():
+    from graphs.benchmarks.torch_models import build_rnnlm
+    from measurers.torch.measurer import TorchMeasurer
+
+    graph = build_rnnlm(batch_size=2, seq_len=3, hidden=8, vocab=20, layers=2)
+    machine = load_machine("paper-2gpu")
+    return graph, TorchMeasurer(graph, machine, runs=RUNS, warmup=1, torch_devices=lambda m: ["cpu"] * m.num_devices)
+
+
+def tf_measurer():
+    pytest.importorskip("tensorflow")
+    from graphs.tf.importer import import_keras_spec
+    from measurers.tf.measurer import TFMeasurer
+
+    graph = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_mlp")
+    return graph, TFMeasurer(graph, three_cpus(), runs=RUNS, warmup=1)
+
+
+@pytest.fixture(scope="module", params=["sim", "torch", "tf"])
+def bound(request):
+    return {"sim": sim_measurer, "torch": torch_measurer, "tf": tf_measurer}[request.param]()
+
+
+def split_placement(graph, num_devices: int) -> np.ndarray:
+    """Colocation groups dealt over the devices the ops may use (every op may use a CPU here)."""
+    placement = graph.colocation_ids % num_devices
+    allowed = (graph.allowed_mask[:, None] >> np.arange(8)[None, :]) & 1  # any kind bit
+    return np.where(allowed.any(axis=1), placement, 0).astype(np.int64)
+
+
+def check_ok_or_failed(measurement, num_devices: int) -> None:
+    assert measurement.status in STATUSES
+    assert len(measurement.peak_bytes) == num_devices
+    assert measurement.measure_s >= 0
+    if measurement.ok:
+        assert len(measurement.samples_s) == RUNS
+        assert np.isfinite(measurement.runtime_s) and measurement.runtime_s > 0
+        assert measurement.runtime_s == pytest.approx(statistics.median(measurement.samples_s))
+
+
+def test_measurer_contract__one_measurement_per_placement_in_order(bound):
+    graph, measurer = bound
+    devices = measurer.machine.num_devices
+    one_device = np.zeros(graph.num_ops, dtype=np.int64)
+    placements = [one_device, split_placement(graph, devices), one_device]
+    results = measurer.measure(placements)
+    assert len(results) == 3
+    for measurement in results:
+        check_ok_or_failed(measurement, devices)
+    assert results[0].status == results[2].status == "ok"
+
+
+def test_measurer_contract__bad_placements_are_error_measurements(bound):
+    graph, measurer = bound
+    devices = measurer.machine.num_devices
+    wrong_length = np.zeros(graph.num_ops + 1, dtype=np.int64)
+    out_of_range = np.full(graph.num_ops, devices, dtype=np.int64)
+    results = measurer.measure([wrong_length, out_of_range])
+    assert [m.status for m in results] == ["error", "error"]
+    assert all(m.error for m in results)
+    assert all(len(m.peak_bytes) == devices for m in results)
+
+
+def test_measurer_contract__empty_batch_gives_empty_list(bound):
+    assert bound[1].measure([]) == []

@@ -1,0 +1,68 @@
+"""One contract every registered policy keeps, learned ones included, run as every command runs them
+(policies.registry.place): within budget, every measurement reported, a valid placement whose
+measurement is the one returned, colocation groups kept, and the same seed gives the same placement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from measurers.catalog import load_machine
+from measurers.sim.measurer import SimulatorMeasurer
+from policies.problem import make_problem
+from policies.registry import POLICIES, place, policy_entry
+
+LEARNER_OPTIONS = {"batch_size": 4, "hidden_size": 16, "torch_threads": 1}
+SEARCH_BUDGET = 8
+
+
+@pytest.fixture(scope="module")
+def problem():
+    from graphs.registry import load_graph
+
+    graph = load_graph("nmt-2")  # every policy applies to it, the expert's rule included
+    return make_problem(graph, load_machine("paper-2gpu"), max_groups=8)
+
+
+class CountingMeasurer:
+    def __init__(self, measurer):
+        self.measurer, self.measured = measurer, 0
+
+    def measure(self, placements):
+        self.measured += len(placements)
+        return self.measurer.measure(placements)
+
+
+def run(name: str, problem, seed: int = 0):
+    entry = policy_entry(name)
+    budget = 1 if entry.kind == "heuristic" else SEARCH_BUDGET
+    measurer = CountingMeasurer(SimulatorMeasurer(problem.graph, problem.machine))
+    seen = []
+    options = LEARNER_OPTIONS if entry.learned else {}
+    result = place(name, problem, measurer, budget, seed, lambda p, m: seen.append(m), **options)
+    return result, measurer, seen, budget
+
+
+@pytest.mark.parametrize("name", [*POLICIES, "device:1"])
+def test_policy_contract__budget_placement_and_measurement(name, problem):
+    result, measurer, seen, budget = run(name, problem)
+    graph = problem.graph
+    assert 1 <= measurer.measured <= budget
+    assert result.measurements == measurer.measured == len(seen)
+    placement = result.op_placement
+    assert placement.shape == (graph.num_ops,) and placement.dtype == np.int64
+    allowed = (graph.allowed_mask & problem.machine.kind_bits[placement]) != 0
+    assert allowed.all()
+    for group in np.unique(graph.colocation_ids):  # a colocation group never split
+        assert len(set(placement[graph.colocation_ids == group].tolist())) == 1
+    if policy_entry(name).places_groups:
+        assert np.array_equal(problem.expand(result.group_placement), placement)
+    again = SimulatorMeasurer(graph, problem.machine).measure([placement])[0]
+    assert again.status == result.best.status and again.runtime_s == pytest.approx(result.best.runtime_s)
+    assert result.placement_time_s >= 0
+
+
+@pytest.mark.parametrize("name", [*POLICIES, "device:1"])
+def test_policy_contract__same_seed_same_placement(name, problem):
+    first, second = run(name, problem, seed=3)[0], run(name, problem, seed=3)[0]
+    assert np.array_equal(first.op_placement, second.op_placement)
