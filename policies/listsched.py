@@ -143,8 +143,12 @@ class FreeSourceTracker:
         offsets, ids = graph.pred_csr
         for src in graph.edge_src[ids[offsets[op]:offsets[op + 1]]]:
             if self.free[src] and device_of[src] < 0:
-                unit_device = res.unit_device[self.problem.op_unit[src]]
+                unit = self.problem.op_unit[src]
+                unit_device = res.unit_device[unit]
                 target = unit_device if unit_device >= 0 else device
+                if not self.problem.unit_allowed[unit, target]:  # e.g. a CPU-only input read on a GPU
+                    options = np.flatnonzero(self.problem.unit_allowed[unit])
+                    target = options[np.argmin(res.used_bytes[options])]
                 res.place(int(src), int(target))
                 device_of[src], finish_s[src] = target, 0.0
 

@@ -99,3 +99,63 @@ def test_measurer_contract__bad_placements_are_error_measurements(bound):
 
 def test_measurer_contract__empty_batch_gives_empty_list(bound):
     assert bound[1].measure([]) == []
+
+
+# -- the same contract through the factory every search uses (MeasurerSpec + build_measurer) -----------------
+
+TINY_TORCH = "tests/fixtures/tiny_models.py:tiny_torch_mlp"
+TINY_GRAPHS = {"sim": TINY_TORCH, "torch": TINY_TORCH, "tf": "tests/fixtures/tiny_models.py:tiny_keras_mlp"}
+
+
+@pytest.fixture(scope="module")
+def tiny_graphs():
+    """Each tiny graph imported once: {spec: graph}."""
+    return {}
+
+
+def tiny_graph(kind: str, cache: dict):
+    spec = TINY_GRAPHS[kind]
+    if spec not in cache:
+        if kind == "tf":
+            pytest.importorskip("tensorflow")
+            from graphs.tf.importer import import_keras_spec
+
+            cache[spec] = import_keras_spec(spec)
+        else:
+            from graphs.torch.importer import import_torch_spec
+
+            cache[spec] = import_torch_spec(spec)
+    return cache[spec]
+
+
+@pytest.mark.parametrize("machine_name", ["local", "three-cpus"])
+@pytest.mark.parametrize("kind", ["sim", "torch", "tf"])
+def test_measurer_contract__built_from_a_spec_keeps_order_statuses_and_repeats(kind, machine_name, tiny_graphs):
+    from measurers.factory import MeasurerSpec, build_measurer
+
+    graph = tiny_graph(kind, tiny_graphs)
+    machine = load_machine("local") if machine_name == "local" else three_cpus()
+    measurer = build_measurer(MeasurerSpec(kind, graph, machine, runs=RUNS, warmup=1, seed=0))
+    devices, n = machine.num_devices, graph.num_ops
+    zeros = np.zeros(n, dtype=np.int64)
+    last = np.full(n, devices - 1, dtype=np.int64)
+    split = split_placement(graph, devices)
+    negative = zeros.copy()
+    negative[n // 2] = -1
+    beyond = zeros.copy()
+    beyond[1] = devices
+    batch = [zeros, zeros[:-1], split, beyond, negative, last, zeros, split]
+    results = measurer.measure(batch)
+    assert len(results) == len(batch)
+    for measurement in results:
+        check_ok_or_failed(measurement, devices)
+    # in order: the bad placements are exactly the errors, each with a message naming what is wrong
+    assert [m.status for m in results] == ["ok", "error", "ok", "error", "error", "ok", "ok", "ok"]
+    assert "shape" in results[1].error
+    assert f"device {devices}" in results[3].error and "device -1" in results[4].error
+    # the same placement twice: the same status; the simulator (noiseless) also the same runtime
+    assert results[0].status == results[6].status and results[2].status == results[7].status
+    if kind == "sim":
+        assert results[0].runtime_s == results[6].runtime_s and results[2].runtime_s == results[7].runtime_s
+        assert results[0].samples_s == (results[0].runtime_s,) * RUNS  # noiseless: every sample the same
+    assert measurer.measure([]) == []

@@ -66,3 +66,69 @@ def test_policy_contract__budget_placement_and_measurement(name, problem):
 def test_policy_contract__same_seed_same_placement(name, problem):
     first, second = run(name, problem, seed=3)[0], run(name, problem, seed=3)[0]
     assert np.array_equal(first.op_placement, second.op_placement)
+
+
+# -- ops restricted to one device kind, and what on_measurement is shown ---------------------------------------
+
+def restricted(graph):
+    """The graph with its inputs (and their colocation groups) CPU-only and its softmax ops GPU-only, as a
+    user's graph file may say: zero-cost sources that may not follow their consumer to a GPU."""
+    import dataclasses
+
+    from graphs.opgraph import kind_bit
+
+    inputs = np.isin(graph.colocation_ids, graph.colocation_ids[graph.op_kinds == "Input"])
+    softmax = np.array([scope.startswith("softmax") for scope in graph.scopes]) & ~inputs
+    mask = graph.allowed_mask.copy()
+    mask[inputs], mask[softmax] = kind_bit("cpu"), kind_bit("gpu")
+    return dataclasses.replace(graph, allowed_mask=mask)
+
+
+@pytest.fixture(scope="module")
+def restricted_problem(problem):
+    return make_problem(restricted(problem.graph), problem.machine, max_groups=8)
+
+
+class RecordingMeasurer:
+    def __init__(self, measurer):
+        self.measurer, self.placements, self.results = measurer, [], []
+
+    def measure(self, placements):
+        results = self.measurer.measure(placements)
+        self.placements += [np.array(p, copy=True) for p in placements]
+        self.results += results
+        return results
+
+
+@pytest.mark.parametrize("name", [*POLICIES, "device:0", "device:1"])
+def test_policy_contract__restricted_ops_stay_on_their_kinds_and_every_measurement_is_reported(name,
+                                                                                             restricted_problem):
+    problem, graph = restricted_problem, restricted_problem.graph
+    assert (graph.allowed_mask == 1).sum() > 0 and (graph.allowed_mask == 2).sum() > 0
+    entry = policy_entry(name)
+    budget = 1 if entry.kind == "heuristic" else SEARCH_BUDGET
+    measurer = RecordingMeasurer(SimulatorMeasurer(graph, problem.machine))
+    seen = []
+    result = place(name, problem, measurer, budget, 1, lambda p, m: seen.append((np.array(p, copy=True), m)),
+                   **(LEARNER_OPTIONS if entry.learned else {}))
+    placement = result.op_placement
+    bad = np.flatnonzero((graph.allowed_mask & problem.machine.kind_bits[placement]) == 0)
+    assert not len(bad), f"{len(bad)} ops on a kind they may not use, e.g. {graph.op_names[bad[0]]!r}"
+    assert result.best.ok, result.best.error
+    for group in np.unique(graph.colocation_ids):
+        assert len(set(placement[graph.colocation_ids == group].tolist())) == 1
+    # on_measurement: called once per measurement, with the placement measured and its measurement
+    assert len(seen) == len(measurer.placements) == result.measurements <= budget
+    for (shown, shown_measurement), measured, measurement in zip(seen, measurer.placements, measurer.results):
+        assert np.array_equal(shown, measured) and shown_measurement is measurement
+    assert any(np.array_equal(placement, p) for p in measurer.placements)  # the answer was measured
+
+
+def test_policy_contract__expert_names_the_graph_it_has_no_rule_for():
+    from graphs.errors import PlacerError
+    from graphs.registry import load_graph
+
+    graph = load_graph("synthetic:300")
+    problem = make_problem(graph, load_machine("paper-2gpu"), max_groups=8)
+    with pytest.raises(PlacerError, match=f"no expert rule for graph {graph.name!r}"):
+        place("expert", problem, SimulatorMeasurer(graph, problem.machine), 1, 0)
