@@ -103,6 +103,13 @@ def test_layering__no_floor_imports_a_higher_one():
     assert not upward, "\n".join(upward)
 
 
+def test_layering__no_relative_imports():
+    """Relative imports would slip past every other check here (they name no floor)."""
+    relative = [f"{path.relative_to(REPO)}:{node.lineno}" for path in project_modules().values()
+                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom) and node.level]
+    assert not relative, "\n".join(relative)
+
+
 def test_layering__no_module_imports_another_modules_private_name():
     modules = project_modules()
     private = [f"{path.relative_to(REPO)}:{line} imports {target}.{imported}"
