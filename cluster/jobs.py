@@ -1,11 +1,17 @@
-"""The search job: graph + machine + policy + measurer + budget -> a run folder and the best placement.
+"""The jobs every command runs; the commands (cluster/commands/) only parse arguments and print.
+
+``run_search`` (``placer search``, and each row of ``placer reproduce``): graph + machine + policy +
+measurer + budget -> a run folder and the best placement::
 
     load graph and machine, group the graph           (graphs/, measurers/)
     start or join Ray, start the measurer pool        (cluster/pool.py)
     score the quick baselines through the pool        (policies/table.py)
-    run the policy: the RL trainer or any baseline    (policies/rl/loop.py, policies/*)
+    run the policy through policies.registry.place  (learned or not; learned ones get a RunContext)
       every batch goes to the pool in one call, every result into the run log
-    final table against the baselines and the lower bound
+    final table against the baselines and the lower bound; the run log is compacted on a clean finish
+
+``run_baselines`` (``placer baselines``): every named non-learned policy scored side by side by one
+measurer (the simulator in this process, or the pool for real measurers), optionally logged.
 
 The run folder is the run log of cluster/runlog.py plus ``checkpoint/`` (the learner) and
 ``grouping.npz``. ``resume`` continues a stopped run: the learner's weights and RNG come back from the
@@ -27,8 +33,8 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest
                             write_text_atomic)
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
-from measurers.timing import default_timing
 from measurers.base import Measurement
+from measurers.timing import default_timing
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
 GROUPING_FILE = "grouping.npz"
