@@ -107,8 +107,10 @@ def print_result(result) -> None:
         ok = math.isfinite(runtime_s)
         table.add_row(name, f"{runtime_s:.4f}" if ok else "-", status, f"{runtime_s / lb:.2f}" if ok and lb else "-")
 
-    row(f"{result.policy} (learner's own best)" if result.policy in ("reinforce", "ppo") else result.policy,
-        result.policy_best_runtime_s, "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok")
+    from policies.registry import policy_entry
+
+    own = f"{result.policy} (learner's own best)" if policy_entry(result.policy).learned else result.policy
+    row(own, result.policy_best_runtime_s, "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok")
     row(f"overall best ({result.best_source})", result.best_runtime_s, "ok")
     for b in result.baselines:
         row(b.policy, b.runtime_s, b.status)
