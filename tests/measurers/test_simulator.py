@@ -13,7 +13,6 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph, kind_bit
 from measurers.sim.costs import OpProfile, load_profile, op_class, op_time_matrix, save_profile, transfer_time_s
 from measurers.machine import Device, Link, Machine
-from conftest import policy_placement
 from measurers.placement import check_placement, load_placement_file, save_placement_file
 from measurers.sim.reference import simulate
 
