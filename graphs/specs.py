@@ -25,6 +25,13 @@ def spec_function(spec: str, what: str) -> tuple[Callable, str]:
     return func, func_name
 
 
+def function_label(func: Callable) -> str:
+    """``module:qualified name`` of a function passed instead of a spec (a ``functools.partial`` shows the
+    function it wraps), for messages."""
+    inner = getattr(func, "func", func)
+    return f"{getattr(inner, '__module__', '?')}:{getattr(inner, '__qualname__', type(inner).__name__)}"
+
+
 def call_spec(spec: str, what: str):
     """Call the function a spec names (no arguments); what it raises is reported as bad input."""
     func, func_name = spec_function(spec, what)

@@ -6,6 +6,7 @@ Modules import heavy libraries (torch, TensorFlow, Ray) inside their handlers, n
 
 COMMAND_MODULES = [
     "cluster.commands.analyze",  # placer analyze
+    "cluster.commands.apply",  # placer apply
     "cluster.commands.baselines",  # placer baselines
     "cluster.commands.graphs",  # placer graphs list|show|export|import
     "cluster.commands.machines",  # placer machines list|show

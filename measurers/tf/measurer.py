@@ -93,6 +93,7 @@ class PlacedSession:
         import tensorflow as tf
 
         self.traced = traced
+        self._reads: dict | None = None  # variable node name -> its read op, made on first read_variables()
         graph_def, init_feeds = placed_graph_def(traced, op_devices)
         self.tf_graph = tf.Graph()
         with self.tf_graph.as_default():
@@ -115,6 +116,27 @@ class PlacedSession:
         self._targets = [op.name for op in concrete.graph.control_outputs]
         self._feeds = {t.name: value for t, value in zip(concrete.graph.inputs, traced.args)}
         self.session.run(self._init_ops, feed_dict=self._init_feeds)
+
+    def feed(self, args: list) -> None:
+        """Feed later steps ``args`` (numpy values of the step's arguments: inputs, then targets, flattened)
+        instead of the traced step's."""
+        names = list(self._feeds)
+        if len(args) != len(names):
+            raise PlacerError(f"the step takes {len(names)} arrays (inputs, then targets), got {len(args)}")
+        self._feeds = dict(zip(names, args))
+
+    def read_variables(self) -> dict[str, np.ndarray]:
+        """Every captured variable's current value in the session, by its GraphDef node name."""
+        import tensorflow as tf
+
+        if self._reads is None:
+            with self.tf_graph.as_default():
+                self._reads = {}
+                for node_name, variable in self.traced.variables.items():
+                    handle = self.tf_graph.get_tensor_by_name(f"{node_name}:0")
+                    with tf.device(handle.op.device):
+                        self._reads[node_name] = tf.raw_ops.ReadVariableOp(resource=handle, dtype=variable.dtype)
+        return self.session.run(self._reads)
 
     def step(self, trace: bool = False):
         import tensorflow as tf

@@ -6,7 +6,8 @@ compiled with an optimizer trains with it (as the importer does); otherwise with
 ``trace_step(workload, seed)`` builds the same training step the importer traces (forward, loss,
 GradientTape gradients, ``optimizer.apply_gradients``) as a concrete ``tf.function``, imports it with the
 importer's own code, and keeps, for every op of that import, the GraphDef node it came from, so a
-placement of the graph can be written onto the nodes.
+placement of the graph can be written onto the nodes. ``trace_model_step`` does the same for a model
+already built (`measurers.tf.apply` traces the user's own model and data with it).
 """
 
 from __future__ import annotations
@@ -65,17 +66,25 @@ def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
 
 
 def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
+    """A fresh Keras session, the seed set, the workload built, its step traced (``trace_model_step``)."""
     import keras
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    result = workload.build()
+    model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
+    return trace_model_step(model, inputs, targets, loss, seed)
+
+
+def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: list | None = None) -> TracedStep:
+    """The training step of ``model`` (its compiled optimizer, else Adam) as a TracedStep. ``args``: the
+    numpy values the step is fed (inputs, then targets, flattened); default seeded values of their shapes."""
     import tensorflow as tf
 
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
     from graphs.tf.importer import leading_dim, tensor_spec_of, keras_train_step
 
-    keras.backend.clear_session()
-    keras.utils.set_random_seed(seed)
-    result = workload.build()
-    model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
     train_step, optimizer = keras_train_step(model, loss)
 
     batch = leading_dim(inputs) or 1
@@ -86,8 +95,9 @@ def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
     graph = build_opgraph(flat, concrete, name="tf-step", batch_size=batch, scope_map={}, source="",
                           optimizer_variables=optimizer.variables)
     renamed = {op.name: name for op, name in zip(flat, original)}
-    rng = np.random.default_rng(seed)
-    args = [_seeded(rng, t) for t in concrete.graph.inputs[: len(tf.nest.flatten(specs))]]
+    if args is None:
+        rng = np.random.default_rng(seed)
+        args = [_seeded(rng, t) for t in concrete.graph.inputs[: len(tf.nest.flatten(specs))]]
     handles = {id(v.handle): v for v in concrete.graph.variables}
     captured = {internal.op.name: handles[id(external)] for external, internal in concrete.graph.captures
                 if id(external) in handles}

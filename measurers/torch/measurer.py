@@ -31,7 +31,7 @@ from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.timing import REAL_TIMING, TimingSettings, time_runs
 from measurers.torch.program import PlacedReplay, Program, SlotRef, capture_step
-from measurers.torch.workload import TorchWorkload, workload_from_graph
+from measurers.torch.workload import MaterializedStep, TorchWorkload, workload_from_graph
 
 LEAF_KINDS = ("Variable", "Input")
 
@@ -79,30 +79,9 @@ class TorchMeasurer:
     def _capture(self) -> Program:
         step = self.workload.materialize(self.seed)
         optimizer = step.make_optimizer()
-        leaf_names = _leaf_names(step, optimizer)
-        params = dict(step.model.named_parameters())
-
-        def step_fn():
-            loss = step.loss()
-            loss.backward()
-            optimizer.step()
-            return loss
-
-        program = capture_step(step_fn, leaf_names, params)
-        self._check_sequence(program)
+        program = capture_training_step(step, optimizer)
+        check_program_matches(self.graph, program)
         return program
-
-    def _check_sequence(self, program: Program) -> None:
-        ran = program.counted_kinds
-        expected = self.graph.op_kinds[self.counted_ops].tolist()
-        for index, (want, got) in enumerate(zip(expected, ran)):
-            if want != got:
-                op = self.graph.op_names[self.counted_ops[index]]
-                raise PlacerError(f"the real step does not match graph {self.graph.name!r}: its op {index} "
-                                  f"(graph op {op!r}) is {want} in the graph but the step ran {got}")
-        if len(expected) != len(ran):
-            raise PlacerError(f"the real step does not match graph {self.graph.name!r}: the graph has "
-                              f"{len(expected)} ops besides variables and inputs, the step ran {len(ran)}")
 
     # -- measuring --------------------------------------------------------------------------------------
     def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
@@ -110,19 +89,7 @@ class TorchMeasurer:
 
     def replay_for(self, placement: np.ndarray) -> PlacedReplay:
         """The placed step (leaves copied to their devices), ready to ``run()``."""
-        program = self.program()
-        step_devices = placement[self.counted_ops].tolist()
-        op_index = {name: i for i, name in enumerate(self.graph.op_names)}
-        leaf_device = {}
-        first_use = _first_consumers(program)
-        for slot in program.leaf_values:
-            op = op_index.get(program.leaf_ops.get(slot, ""))
-            if op is not None:
-                leaf_device[slot] = int(placement[op])
-            else:  # a constant the graph does not name: it starts where it is first read
-                step = first_use.get(slot)
-                leaf_device[slot] = int(step_devices[step]) if step is not None else 0
-        return PlacedReplay(program, step_devices, self.torch_devices, leaf_device)
+        return place_program(self.graph, self.program(), placement, self.torch_devices)
 
     def _measure_one(self, placement) -> Measurement:
         began = time.perf_counter()
@@ -173,7 +140,57 @@ class TorchMeasurer:
             torch.cuda.empty_cache()
 
 
-def _leaf_names(step, optimizer: torch.optim.Optimizer) -> dict[int, str]:
+def capture_training_step(step: MaterializedStep, optimizer: torch.optim.Optimizer,
+                          live_scalars: bool = False) -> Program:
+    """The program of one step (forward, loss, backward, ``optimizer.step()``), run once on the CPU.
+    Parameters and buffers are named in ``Program.param_slots``; see ``capture_step`` for ``live_scalars``."""
+
+    def step_fn():
+        loss = step.loss()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    named = {**dict(step.model.named_parameters()), **dict(step.model.named_buffers())}
+    return capture_step(step_fn, leaf_names(step, optimizer), named, live_scalars)
+
+
+def check_program_matches(graph: OpGraph, program: Program) -> None:
+    """PlacerError unless the program's counted steps are the graph's non-leaf ops, kind for kind."""
+    counted_ops = np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))
+    ran = program.counted_kinds
+    expected = graph.op_kinds[counted_ops].tolist()
+    for index, (want, got) in enumerate(zip(expected, ran)):
+        if want != got:
+            op = graph.op_names[counted_ops[index]]
+            raise PlacerError(f"the real step does not match graph {graph.name!r}: its op {index} "
+                              f"(graph op {op!r}) is {want} in the graph but the step ran {got}")
+    if len(expected) != len(ran):
+        raise PlacerError(f"the real step does not match graph {graph.name!r}: the graph has "
+                          f"{len(expected)} ops besides variables and inputs, the step ran {len(ran)}")
+
+
+def place_program(graph: OpGraph, program: Program, placement: np.ndarray,
+                  torch_devices: list[torch.device]) -> PlacedReplay:
+    """The program with ``placement`` (an (N,) op placement of ``graph``) applied: counted steps on their
+    ops' devices, parameters, optimizer state and inputs on their Variable / Input op's device, constants
+    the graph does not name where they are first read. Leaves are copied to their devices here."""
+    counted_ops = np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))  # (M,) graph op of each counted step
+    step_devices = np.asarray(placement)[counted_ops].tolist()
+    op_index = {name: i for i, name in enumerate(graph.op_names)}
+    leaf_device = {}
+    first_use = _first_consumers(program)
+    for slot in program.leaf_values:
+        op = op_index.get(program.leaf_ops.get(slot, ""))
+        if op is not None:
+            leaf_device[slot] = int(placement[op])
+        else:  # a constant the graph does not name: it starts where it is first read
+            step = first_use.get(slot)
+            leaf_device[slot] = int(step_devices[step]) if step is not None else 0
+    return PlacedReplay(program, step_devices, torch_devices, leaf_device)
+
+
+def leaf_names(step: MaterializedStep, optimizer: torch.optim.Optimizer) -> dict[int, str]:
     """id(tensor) -> graph leaf op name, as the importer names them (param:NAME, input:I)."""
     names = {}
     for name, p in step.model.named_parameters():

@@ -14,6 +14,9 @@ replaced by slot numbers. `PlacedReplay` then calls those aten ops directly (no 
 
 Values read by Python during the step (``.item()``, e.g. Adam's step count) are baked into the program
 as the capture saw them: every replay repeats the same step arithmetic, which is what a timing needs.
+Training needs them live: ``capture_step(..., live_scalars=True)`` records each float read as a step of
+its own and the arguments computed from it as expressions (`measurers.torch.live_scalars`), so every
+replay reads the value anew and recomputes them (Adam's bias correction follows the step count).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES
+from measurers.torch.live_scalars import LiveArg, LiveFloat, ScalarReads
 
 
 @dataclass(frozen=True)
@@ -36,8 +40,8 @@ class SlotRef:
 
 @dataclass
 class Step:
-    func: object  # torch OpOverload, or None for a re-striding of ``base``
-    args: tuple  # arguments with SlotRef in place of tensors
+    func: object  # torch OpOverload, None for a re-striding of ``base``, SCALAR_OP for a live read of inputs[0]
+    args: tuple  # arguments with SlotRef in place of tensors (and LiveArg in place of live floats)
     kwargs: dict
     out: object  # output structure with SlotRef leaves
     counted: bool  # the importer recorded this call as a graph op
@@ -62,7 +66,7 @@ class Program:
     leaf_ops: dict  # slot -> graph leaf op name ("param:w", "input:0") where known
     storage_group: list  # slot -> storage group id (aliasing slots share one)
     loss_slot: int
-    param_slots: dict = field(default_factory=dict)  # parameter name -> slot
+    param_slots: dict = field(default_factory=dict)  # parameter (or buffer) name -> slot
 
     @property
     def counted_kinds(self) -> list[str]:
@@ -87,6 +91,8 @@ class _Capture(TorchDispatchMode):
         self.group: list[int] = []
         self.leaf_values: dict[int, torch.Tensor] = {}
         self.leaf_ops: dict[int, str] = {}
+        self.scalars: ScalarReads | None = None  # set when the capture keeps Python reads live
+        self.num_reads = 0
 
     def _new_slot(self, t: torch.Tensor) -> int:
         slot = len(self.tensors)
@@ -116,12 +122,28 @@ class _Capture(TorchDispatchMode):
             self.leaf_ops[slot] = self.leaf_names[id(t)]
         return slot
 
+    def record_read(self, t: torch.Tensor) -> int:
+        """A live ``.item()`` of ``t``: a step the replay runs to read it again; returns the read's index."""
+        slot = self.slot(t)
+        self.steps.append(Step(SCALAR_OP, (SlotRef(slot),), {}, None, False, False, (), inputs=(slot,)))
+        self.num_reads += 1
+        return self.num_reads - 1
+
+    def _ref(self, x):
+        if isinstance(x, torch.Tensor):
+            return SlotRef(self.slot(x))
+        if isinstance(x, LiveFloat):
+            return LiveArg(x.expr)
+        live = self.scalars.live_values if self.scalars is not None else None
+        if live and type(x) is float and x in live:
+            return LiveArg(live[x])
+        return x
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is SCALAR_OP or func.namespace in SKIPPED_NAMESPACES:
             return func(*args, **kwargs)  # a Python value or a device query: baked in, not replayed
-        ref = lambda x: SlotRef(self.slot(x)) if isinstance(x, torch.Tensor) else x  # noqa: E731
-        t_args, t_kwargs = tree_map(ref, args), tree_map(ref, kwargs)
+        t_args, t_kwargs = tree_map(self._ref, args), tree_map(self._ref, kwargs)
         out = func(*args, **kwargs)
         mutated_idx, mutated_names, is_view = _mutated_args(func)
         mutated = []
@@ -143,11 +165,17 @@ class _Capture(TorchDispatchMode):
 
 
 def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str],
-                 params: dict[str, torch.Tensor]) -> Program:
-    """Run ``step_fn`` (forward, loss, backward, update; returns the loss) once and record it."""
+                 params: dict[str, torch.Tensor], live_scalars: bool = False) -> Program:
+    """Run ``step_fn`` (forward, loss, backward, update; returns the loss) once and record it.
+    ``live_scalars``: float ``.item()`` reads and what is computed from them stay live (module docstring)."""
     capture = _Capture(leaf_names)
-    with capture:
-        loss = step_fn()
+    if live_scalars:
+        capture.scalars = ScalarReads(capture.record_read)
+        with capture, capture.scalars:
+            loss = step_fn()
+    else:
+        with capture:
+            loss = step_fn()
     loss_slot = capture.slot_of.get(id(loss))
     if loss_slot is None:
         raise RuntimeError("the step's loss was not produced by any recorded op")
@@ -163,13 +191,14 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
 
 
 def _plan(step: Step) -> None:
-    if step.func is None:
+    if step.func is None or step.func is SCALAR_OP:
         return
     step.arg_refs = tuple((i, x.slot) for i, x in enumerate(step.args) if type(x) is SlotRef)
     step.call = getattr(step.func, "_op", step.func)
     nested = any(type(x) in (list, tuple) and any(type(y) is SlotRef for y in _leaves(x)) for x in step.args)
     keyword_refs = any(type(y) is SlotRef for v in step.kwargs.values() for y in _leaves(v))
-    step.simple = not nested and not keyword_refs and step.kwargs.get("device") is None
+    live = any(type(y) is LiveArg for y in (*_leaves(list(step.args)), *_leaves(list(step.kwargs.values()))))
+    step.simple = not nested and not keyword_refs and not live and step.kwargs.get("device") is None
     step.out_refs = tuple((i, ref.slot) for i, ref in enumerate(_leaves(step.out))
                           if type(ref) is SlotRef and ref.slot not in step.inputs)
 
@@ -203,6 +232,7 @@ class PlacedReplay:
                  leaf_device: dict[int, int]):
         self.program, self.step_devices, self.torch_devices = program, step_devices, torch_devices
         self.copies = 0  # cross-device copies made by the last run
+        self._reads: list = []  # live ``.item()`` values of the run under way
         self.leaves = {slot: (program.leaf_values[slot].to(torch_devices[d], copy=True), d)
                        for slot, d in leaf_device.items()}
 
@@ -216,6 +246,7 @@ class PlacedReplay:
             home[slot], where[slot] = t, d
         cache: dict[int, dict[int, torch.Tensor]] = {}  # slot -> device -> copy
         self.copies = 0
+        self._reads = []  # this run's live ``.item()`` values, in order
         counted = iter(self.step_devices)
         with torch.no_grad():
             for step in program.steps:
@@ -224,6 +255,10 @@ class PlacedReplay:
                     base, size, stride, offset = step.restride
                     out_slot = step.out.slot
                     home[out_slot], where[out_slot] = home[base].as_strided(size, stride, offset), where[base]
+                    self._free(step, home, cache)
+                    continue
+                if step.func is SCALAR_OP:
+                    self._reads.append(home[step.inputs[0]].item())
                     self._free(step, home, cache)
                     continue
                 if step_times_s is not None and step.counted:
@@ -280,8 +315,8 @@ class PlacedReplay:
                 self.copies += 1
             return copy
 
-        args = tuple(_subst(x, fetch) for x in step.args)
-        kwargs = {k: _subst(v, fetch) for k, v in step.kwargs.items()}
+        args = tuple(_subst(x, fetch, self._reads) for x in step.args)
+        kwargs = {k: _subst(v, fetch, self._reads) for k, v in step.kwargs.items()}
         if kwargs.get("device") is not None:
             kwargs["device"] = torch_device
         out = step.func(*args, **kwargs)
@@ -290,13 +325,16 @@ class PlacedReplay:
         return out
 
 
-def _subst(x, fetch):
-    """``x`` with every SlotRef replaced by ``fetch(slot)`` (arguments nest only lists and tuples)."""
+def _subst(x, fetch, reads: list):
+    """``x`` with every SlotRef replaced by ``fetch(slot)`` and every LiveArg by its value under ``reads``
+    (arguments nest only lists and tuples)."""
     kind = type(x)
     if kind is SlotRef:
         return fetch(x.slot)
+    if kind is LiveArg:
+        return x.value(reads)
     if kind is list or kind is tuple:
-        return kind(_subst(item, fetch) for item in x)
+        return kind(_subst(item, fetch, reads) for item in x)
     return x
 
 

@@ -59,11 +59,12 @@ class MaterializedStep:
     loss_fn: Callable | None
     optimizer_cls: type
 
-    def make_optimizer(self) -> torch.optim.Optimizer:
+    def make_optimizer(self, **options) -> torch.optim.Optimizer:
         """The optimizer as the importer builds it (one update op per parameter), after one zero-gradient
-        warm-up step so its state exists (the traced step is a steady-state step)."""
+        warm-up step so its state exists (the traced step is a steady-state step). ``options``: the
+        optimizer's own (``lr=...``)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = self.optimizer_cls(params, foreach=False)
+        optimizer = self.optimizer_cls(params, foreach=False, **options)
         for p in params:
             p.grad = torch.zeros_like(p)
         optimizer.step()

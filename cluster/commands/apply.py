@@ -1,0 +1,92 @@
+"""`placer apply RUN_DIR`: what a run's best placement does, as something a person can act on.
+
+Which modules / name scopes went to which device (grouped by their top ``--depth`` scope levels), parameter
+bytes and FLOPs per device, and the transfers per step (`cluster.placement_summary`). ``--module-map FILE``
+writes ``{module: device}`` for every module (or Keras layer) as JSON: a file the user reads when moving
+their model, written only when asked, so the command never changes the run folder. To train with the
+placement itself, use ``cluster.apply.apply_torch`` / ``apply_keras`` (README, "Use the result").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from cluster.jsonout import emit_json
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("apply", help="summarize a run's best placement: modules per device, memory, "
+                                            "FLOPs, transfers; write a module -> device map")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder of placer search")
+    p.add_argument("--graph", default=None, metavar="FILE",
+                   help="the run's graph file, when it is not where the run found it")
+    p.add_argument("--depth", type=int, default=2, metavar="N", help="scope levels to group modules by (default 2)")
+    p.add_argument("--module-map", default=None, metavar="FILE", help="write {module: device} as JSON to FILE")
+    p.add_argument("--json", action="store_true", help="print one JSON document")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from cluster.apply import run_summary
+    from cluster.runlog import write_text_atomic
+    from graphs.errors import PlacerError
+
+    if args.depth < 1:
+        raise PlacerError(f"--depth must be at least 1, got {args.depth}")
+    run, summary = run_summary(args.run_dir, args.graph, args.depth)
+    if args.module_map:
+        path = Path(args.module_map)
+        if not path.parent.is_dir():
+            raise PlacerError(f"cannot write the module map: folder {str(path.parent)!r} does not exist")
+        write_text_atomic(path, json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
+                                            "machine": summary.machine, "modules": summary.modules}, indent=2))
+    if args.json:
+        emit_json({"run": run.manifest.run_id, "run_dir": str(run.run_dir), "runtime_s": _finite(run.best.runtime_s),
+                   "module_map_file": args.module_map, **summary.to_json()})
+        return 0
+    _print(run, summary, args.module_map)
+    return 0
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _si(value: float, unit: str) -> str:
+    """``value`` with an SI prefix: 2304 -> "2.3 kB", 3.2e9 -> "3.2 G"."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}".rstrip()
+
+
+def _print(run, summary, module_map: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=160)
+    console.print(f"{summary.graph} on {summary.machine}: best placement of run {run.manifest.run_id} "
+                  f"({run.best.runtime_s:.4g} s per step, found at measurement {run.best.seq})")
+    devices = Table(title="per device")
+    for header in ("device", "ops", "parameters", "FLOPs"):
+        devices.add_column(header, justify="left" if header == "device" else "right")
+    for d in summary.devices:
+        devices.add_row(d.device, str(d.ops), _si(d.param_bytes, "B"), _si(d.flops, ""))
+    console.print(devices)
+    scopes = Table(title="modules / name scopes")
+    for header in ("scope", "devices (ops)", "parameters", "FLOPs"):
+        scopes.add_column(header, justify="left" if header in ("scope", "devices (ops)") else "right")
+    for s in summary.scopes:
+        where = ", ".join(f"{name} ({count})" for name, count in s.ops_per_device.items())
+        scopes.add_row(s.scope, where, _si(s.param_bytes, "B"), _si(s.flops, ""))
+    console.print(scopes)
+    t = summary.transfers
+    console.print(f"transfers per step: {t.count} ({_si(t.total_bytes, 'B')}), one per (producer, "
+                  "destination device)")
+    if summary.split_modules:
+        console.print(f"modules split across devices: {', '.join(summary.split_modules)}")
+    if module_map:
+        console.print(f"module -> device map: {module_map}")

@@ -1,0 +1,121 @@
+"""What a placement does, in terms a person can act on: which modules went where, what each device holds
+and computes, and what crosses between devices each step.
+
+``summarize_placement(graph, machine, placement)`` gives a `PlacementSummary`:
+
+- per device: ops, parameter bytes (``OpGraph.param_bytes``: weights, gradients and optimizer state) and
+  FLOPs; the parameter bytes of all devices add up to the graph's;
+- per scope prefix (the top ``scope_depth`` levels of each op's module / name scope, e.g. ``encoder.layer1``):
+  ops on each device, parameter bytes and FLOPs;
+- transfers per step, counted as the simulator counts them: one per (producer, destination device) that
+  a consumer on another device needs, of the largest edge's bytes among those consumers;
+- ``modules``: every scope -> one device name, the device a user would put that module on: the one
+  holding most of its parameter bytes, else running most of its FLOPs, else most of its ops (ties: the
+  lower device index); ``split_modules`` names the scopes whose ops run on more than one device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from graphs.opgraph import OpGraph
+from measurers.machine import Machine
+
+UNSCOPED = "(top level)"  # ops outside any submodule: inputs, constants, the root module's own ops
+
+
+@dataclass(frozen=True)
+class DeviceLoad:
+    device: str
+    ops: int
+    param_bytes: int
+    flops: float
+
+
+@dataclass(frozen=True)
+class ScopeLoad:
+    scope: str  # the top scope_depth levels, or UNSCOPED
+    ops_per_device: dict  # device name -> ops (devices with none left out)
+    param_bytes: int
+    flops: float
+
+
+@dataclass(frozen=True)
+class Transfers:
+    count: int  # per step: (producer, destination device) pairs
+    total_bytes: int
+
+
+@dataclass(frozen=True)
+class PlacementSummary:
+    graph: str
+    graph_hash: str
+    framework: str
+    machine: str
+    devices: tuple  # DeviceLoad per machine device, in machine order
+    scopes: tuple  # ScopeLoad per scope prefix, in order of first op
+    transfers: Transfers
+    modules: dict  # full scope -> device name
+    split_modules: tuple  # scopes whose ops run on more than one device
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def summarize_placement(graph: OpGraph, machine: Machine, placement: np.ndarray,
+                        scope_depth: int = 2) -> PlacementSummary:
+    """``placement``: (N,) int64 device of every op (already checked against graph and machine)."""
+    placement = np.asarray(placement, dtype=np.int64)  # (N,)
+    names = [d.name for d in machine.devices]
+    num_devices = machine.num_devices
+    devices = tuple(DeviceLoad(names[d], int(np.sum(placement == d)), int(graph.param_bytes[placement == d].sum()),
+                               float(graph.flops[placement == d].sum())) for d in range(num_devices))
+    prefixes = np.array([".".join(s.split(".")[:scope_depth]) if s else UNSCOPED for s in graph.scopes], dtype=object)
+    scopes = tuple(_scope_load(str(p), prefixes == p, graph, placement, names) for p in _in_order(prefixes))
+    modules, split = _modules(graph, placement, names)
+    return PlacementSummary(graph.name, graph.content_hash, graph.framework, machine.name, devices, scopes,
+                            transfers_per_step(graph, placement), modules, split)
+
+
+def transfers_per_step(graph: OpGraph, placement: np.ndarray) -> Transfers:
+    """One transfer per (producer, destination device) with a consumer there, of its largest edge's bytes."""
+    placement = np.asarray(placement, dtype=np.int64)
+    dst_device = placement[graph.edge_dst]  # (E,)
+    cut = placement[graph.edge_src] != dst_device  # (E,) bool
+    if not cut.any():
+        return Transfers(0, 0)
+    keys = graph.edge_src[cut] * (int(placement.max()) + 1) + dst_device[cut]  # (C,) producer x destination
+    unique, inverse = np.unique(keys, return_inverse=True)
+    largest = np.zeros(len(unique), dtype=np.int64)  # (T,) bytes of each transfer
+    np.maximum.at(largest, inverse, graph.edge_bytes[cut])
+    return Transfers(len(unique), int(largest.sum()))
+
+
+def _in_order(labels: np.ndarray) -> list:
+    """Distinct labels in order of first appearance."""
+    _, first = np.unique(labels, return_index=True)
+    return [labels[i] for i in sorted(first)]
+
+
+def _scope_load(scope: str, mask: np.ndarray, graph: OpGraph, placement: np.ndarray, names: list) -> ScopeLoad:
+    counts = np.bincount(placement[mask], minlength=len(names))  # (D,)
+    return ScopeLoad(scope, {names[d]: int(c) for d, c in enumerate(counts) if c},
+                     int(graph.param_bytes[mask].sum()), float(graph.flops[mask].sum()))
+
+
+def _modules(graph: OpGraph, placement: np.ndarray, names: list) -> tuple[dict, tuple]:
+    modules, split = {}, []
+    for scope in _in_order(graph.scopes):
+        if not scope:
+            continue
+        mask = graph.scopes == scope
+        on = placement[mask]  # (n,) devices of the scope's ops
+        by = [np.bincount(on, weights=w, minlength=len(names)) for w in
+              (graph.param_bytes[mask].astype(np.float64), graph.flops[mask], np.ones(len(on)))]  # 3 x (D,)
+        best = max(range(len(names)), key=lambda d: (by[0][d], by[1][d], by[2][d], -d))
+        modules[str(scope)] = names[best]
+        if len(np.unique(on)) > 1:
+            split.append(str(scope))
+    return modules, tuple(split)

@@ -1,0 +1,147 @@
+"""A user's own Keras training step with a placement applied: every node of the step on its device.
+
+``trace_user_keras_step(build_fn, name)`` starts a fresh Keras session (layer names, and so op names, are
+numbered per session, as in the process that imported the graph), sets the seed, calls the function the
+user wrote (the kind `placer graphs import --keras` takes: a compiled model alone, or ``(model, inputs,
+targets[, loss])``) and traces its step twice: as the importer does (the graph, whose content hash the
+caller compares with the placement's) and as the TensorFlow measurer does (`measurers.tf.workload`: the
+concrete function whose GraphDef nodes get the devices). ``place_user_keras_step`` gives a
+`PlacedKerasStep`: the measurer's `PlacedSession` with the user's data. Each call trains once (forward,
+loss, gradients, the optimizer's update, its step count in the graph); variables live on their devices
+in the session between calls, and ``copy_to_model()`` writes them back into the Keras model. Example::
+
+    user = trace_user_keras_step(my_model, "my_model")    # my_model() -> compiled keras.Model
+    with place_user_keras_step(user, placement, machine) as step:
+        for x, y in batches:
+            loss = step(x, y)                              # same shapes as the traced step's
+        step.copy_to_model()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from graphs.specs import function_label
+from measurers.machine import Machine
+from measurers.placement import check_placement
+from measurers.tf.measurer import PlacedSession, tf_device_names
+from measurers.tf.workload import TracedStep, trace_model_step
+
+
+@dataclass
+class UserKerasStep:
+    graph: OpGraph  # the importer's graph of the step
+    traced: TracedStep  # the same step as the measurer runs it, fed the user's data
+    model: object  # the user's keras.Model
+    origin: str  # the function, for messages: "module:function"
+
+
+def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int | None = None,
+                          seed: int = 0) -> UserKerasStep:
+    """Call ``build_fn`` in a fresh Keras session seeded with ``seed`` and trace its step into a graph named
+    ``graph_name``. ``batch_size``: examples made up for a bare model (default the importer's, 32)."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    origin = function_label(build_fn)
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    try:
+        result = build_fn()
+    except Exception as error:  # the user's code
+        raise PlacerError(f"keras function {origin!r} raised {type(error).__name__}: {error}") from error
+    model, inputs, targets, loss = _example(result, origin, batch_size)
+    try:
+        graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=graph_name, batch_size=batch_size)
+        args = [np.asarray(x) for x in tf.nest.flatten((inputs, targets))]
+        traced = trace_model_step(model, inputs, targets, loss, seed, args=args)
+    except PlacerError:
+        raise
+    except Exception as error:  # noqa: BLE001  any tracing failure is bad input
+        raise PlacerError(f"keras function {origin!r}: tracing the training step failed: "
+                          f"{type(error).__name__}: {error}") from error
+    if traced.graph.op_kinds.tolist() != graph.op_kinds.tolist():
+        raise PlacerError(f"keras function {origin!r}: the step traced for running differs from the imported "
+                          f"one ({traced.graph.num_ops} and {graph.num_ops} ops)")
+    return UserKerasStep(graph, traced, model, origin)
+
+
+def _example(result, origin: str, batch_size: int | None) -> tuple:
+    """``(model, inputs, targets, loss)`` of what the function returned, as the importer reads a spec."""
+    import keras
+
+    from graphs.tf.importer import DEFAULT_BATCH_SIZE, bare_model_example
+
+    if isinstance(result, keras.Model):
+        return bare_model_example(result, batch_size or DEFAULT_BATCH_SIZE, origin)
+    if not isinstance(result, tuple) or len(result) not in (3, 4) or not isinstance(result[0], keras.Model):
+        raise PlacerError(f"keras function {origin!r} must return a compiled Keras model, (model, inputs, "
+                          f"targets) or (model, inputs, targets, loss); it returned {type(result).__name__}")
+    return (*result, None) if len(result) == 3 else result
+
+
+@dataclass
+class PlacedKerasStep:
+    """The user's Keras step, placed. ``step(inputs, targets)`` trains once and returns the loss; without
+    them it reuses the last ones (first, the traced example's). Close it (or use ``with``) when done."""
+
+    session: PlacedSession
+    user: UserKerasStep
+    machine: Machine
+    placement: np.ndarray  # (N,) int64: where each op runs (resource readers moved to their variable)
+
+    def __call__(self, inputs=None, targets=None) -> float:
+        if inputs is not None or targets is not None:
+            self._feed(inputs, targets)
+        return float(np.sum(self.session.step()))
+
+    def variables(self) -> dict[str, np.ndarray]:
+        """Current value of every variable the step uses (model weights, optimizer state), by name."""
+        values = self.session.read_variables()
+        return {self.user.traced.variables[node].name: value for node, value in values.items()}
+
+    def copy_to_model(self) -> None:
+        """Write the session's variables back into the Keras model's (and its optimizer's) variables."""
+        for node, value in self.session.read_variables().items():
+            self.user.traced.variables[node].assign(value)
+
+    def _feed(self, inputs, targets) -> None:
+        import tensorflow as tf
+
+        if inputs is None or targets is None:
+            raise PlacerError("pass both inputs and targets (or neither, to reuse the last ones)")
+        values = [np.asarray(x) for x in tf.nest.flatten((inputs, targets))]
+        examples = self.user.traced.args
+        if len(values) != len(examples):
+            raise PlacerError(f"the step takes {len(examples)} arrays (inputs, then targets), got {len(values)}")
+        for index, (value, example) in enumerate(zip(values, examples)):
+            if value.shape != example.shape:
+                raise PlacerError(f"array {index} of the step must have shape {example.shape} (the traced "
+                                  f"step's), got {value.shape}")
+        self.session.feed([v.astype(e.dtype, copy=False) for v, e in zip(values, examples)])
+
+    def close(self) -> None:
+        self.session.__exit__(None, None, None)
+
+    def __enter__(self) -> PlacedKerasStep:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def place_user_keras_step(user: UserKerasStep, placement, machine: Machine) -> PlacedKerasStep:
+    """The user's step placed by ``placement`` ((N,) device of every op of ``user.graph``) on ``machine``;
+    machine devices map to TensorFlow devices as the measurer maps them (``tf_device_names``)."""
+    placement = check_placement(user.graph, machine, placement)
+    devices = tf_device_names(machine)
+    effective = user.traced.effective_placement(placement)
+    session = PlacedSession(user.traced, [devices[d] for d in effective.tolist()], devices)
+    return PlacedKerasStep(session, user, machine, effective)

@@ -1,0 +1,260 @@
+"""From a run folder to the user's own training run: the placed step trains exactly as the unplaced one,
+another model is refused by its graph hash, and `placer apply` summarizes the placement."""
+
+import functools
+import json
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from cluster.apply import apply_keras, apply_torch
+from cluster.cli import main
+from cluster.pool import PoolResult
+from cluster.runlog import LoggedPlacement, RunLogWriter, make_run_id, new_manifest
+from fixtures.tiny_models import tiny_keras_classifier, tiny_torch_classifier
+from graphs.errors import PlacerError
+from graphs.io import save_graph
+from graphs.torch.importer import import_torch_spec
+from measurers.base import Measurement
+from measurers.catalog import load_machine
+from measurers.machine import Device, Link, Machine
+
+TORCH_SPEC = "tests/fixtures/tiny_models.py:tiny_torch_classifier"
+KERAS_SPEC = "tests/fixtures/tiny_models.py:tiny_keras_classifier"
+
+
+def all_cpu(machine):
+    """Every machine device mapped to the CPU: logical devices stay distinct, so copies still happen."""
+    return ["cpu"] * machine.num_devices
+
+
+def three_cpus() -> Machine:
+    devices = tuple(Device(f"cpu:{i}", "cpu", "test-cpu", 1e11, 1e10, 2**30, 1e-6) for i in range(3))
+    links = tuple(Link(a.name, b.name, 1e9, 1e-6, f"{a.name}>{b.name}") for a in devices for b in devices if a != b)
+    return Machine("three-cpus", devices, links)
+
+
+def spread_over_groups(graph, num_devices: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(G,) device per colocation group, using every device, and (N,) group of each op."""
+    groups = graph.colocation_ids
+    rng = np.random.default_rng(seed)
+    while True:
+        devices = rng.integers(0, num_devices, groups.max() + 1)
+        if len(set(devices[groups].tolist())) == num_devices:
+            return devices, groups
+
+
+def write_run(root, graph, graph_file, machine, group_devices=None, group_of_op=None):
+    """A run folder as `placer search` leaves it: manifest, the group map and one ok measurement of
+    ``group_devices`` (no measurement at all when it is None)."""
+    manifest = new_manifest(make_run_id(graph.name, "random", 0), graph, machine, seed=0, policy="random",
+                            config={"graph": str(graph_file)}, command=["placer", "search"], runs=1, warmup=0)
+    with RunLogWriter.create(root, manifest) as log:
+        log.write_groups(group_of_op if group_of_op is not None else graph.colocation_ids, graph.op_names)
+        if group_devices is not None:
+            now = time.time()
+            measurement = Measurement(1e-3, (1e-3,), "ok", (0,) * machine.num_devices, 0.01)
+            log.append(PoolResult(0, group_devices[group_of_op], measurement, "a0", "n0", now, now, now,
+                                  policy="random", log_placement=LoggedPlacement(group_devices, "group")))
+    return log.folder
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory, one_torch_thread):
+    """A run of the classifier's imported graph on paper-2gpu whose best placement uses all three devices."""
+    root = tmp_path_factory.mktemp("torch-run")
+    graph = import_torch_spec(TORCH_SPEC)
+    graph_file = save_graph(graph, root / "classifier.parquet")
+    machine = load_machine("paper-2gpu")
+    devices, groups = spread_over_groups(graph, machine.num_devices, seed=3)
+    return write_run(root, graph, graph_file, machine, devices, groups), graph
+
+
+def batches(count: int, seed: int = 7) -> list:
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, 8, generator=generator), torch.randint(0, 3, (4,), generator=generator))
+            for _ in range(count)]
+
+
+def unplaced_training(data: list, seed: int):
+    """The user's own loop: one device, a fresh Adam, the same model drawn from the same seed."""
+    torch.manual_seed(seed)
+    model, _ = tiny_torch_classifier()
+    optimizer = torch.optim.Adam(model.parameters())
+    losses = []
+    for x, y in data:
+        optimizer.zero_grad()
+        loss = model(x, y)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses, {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_apply_torch__placed_training_matches_unplaced_training(torch_run):
+    run_dir, _ = torch_run
+    data = batches(5)
+    ref_losses, ref_params = unplaced_training(data, seed=11)
+    torch.manual_seed(11)
+    step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+    initial = {name: p.clone() for name, p in step.parameters().items()}
+    losses = [float(step(x, y)) for x, y in data]
+    assert len(set(step.placement.tolist())) == 3 and step.copies > 0  # tensors really cross devices
+    assert losses == pytest.approx(ref_losses, rel=1e-6)
+    params = step.parameters()
+    assert set(params) == set(ref_params)
+    for name, value in params.items():
+        assert torch.allclose(value, ref_params[name], rtol=1e-5, atol=1e-7), name
+        assert not torch.equal(value, initial[name]), name  # trained (Adam's bias correction follows the steps)
+    model, _ = tiny_torch_classifier()
+    step.copy_to(model)
+    assert all(torch.equal(p, params[name]) for name, p in model.named_parameters())
+
+
+def test_apply_torch__a_model_of_another_width_is_refused_naming_the_hash(torch_run):
+    run_dir, graph = torch_run
+    wider = functools.partial(tiny_torch_classifier, hidden=32)
+    with pytest.raises(PlacerError, match="graph hash") as caught:
+        apply_torch(run_dir, wider, torch_devices=all_cpu)
+    assert graph.content_hash in str(caught.value) and "tiny_torch_classifier" in str(caught.value)
+
+
+def test_apply_torch__an_op_placement_array_needs_its_machine_and_the_right_length(torch_run):
+    _, graph = torch_run
+    placement = np.zeros(graph.num_ops, dtype=np.int64)
+    with pytest.raises(PlacerError, match="needs its machine"):
+        apply_torch(placement, tiny_torch_classifier)
+    with pytest.raises(PlacerError, match="placement has shape"):
+        apply_torch(placement[:-1], tiny_torch_classifier, machine="paper-2gpu", torch_devices=all_cpu)
+    step = apply_torch(placement, tiny_torch_classifier, machine="paper-2gpu", torch_devices=all_cpu)
+    assert np.isfinite(float(step())) and step.copies == 0  # one device: nothing crosses
+
+
+def test_apply_torch__inputs_of_another_shape_are_refused(torch_run):
+    run_dir, _ = torch_run
+    step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+    with pytest.raises(PlacerError, match=r"input 0 must be a tensor of shape \(4, 8\)"):
+        step(torch.randn(5, 8), torch.zeros(5, dtype=torch.int64))
+
+
+def test_apply__a_run_without_a_best_placement_is_refused(tmp_path):
+    graph = import_torch_spec(TORCH_SPEC)
+    run_dir = write_run(tmp_path, graph, tmp_path / "missing.parquet", load_machine("paper-2gpu"))
+    with pytest.raises(PlacerError, match="no best placement"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+
+
+# ---- Keras ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keras_run(tmp_path_factory):
+    """A run of the Keras classifier's graph (imported as in a fresh process, batch 8) on three CPUs."""
+    keras = pytest.importorskip("keras")
+    from graphs.tf.importer import import_keras_spec
+
+    root = tmp_path_factory.mktemp("keras-run")
+    keras.backend.clear_session()  # layer and op names are numbered per session, as in a fresh import
+    graph = import_keras_spec(KERAS_SPEC, batch_size=8)
+    machine = three_cpus()
+    devices, groups = spread_over_groups(graph, machine.num_devices, seed=1)
+    return write_run(root, graph, save_graph(graph, root / "keras.parquet"), machine, devices, groups), graph
+
+
+def keras_batches(count: int) -> list:
+    rng = np.random.default_rng(5)
+    return [(rng.standard_normal((8, 8)).astype(np.float32), rng.integers(0, 5, 8).astype(np.int32))
+            for _ in range(count)]
+
+
+def unplaced_keras_training(data: list, seed: int):
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import keras_train_step
+
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    model = tiny_keras_classifier()
+    train_step = tf.function(keras_train_step(model)[0], autograph=False)
+    losses = [float(train_step(x, y)) for x, y in data]
+    return losses, [w.numpy() for w in model.weights]
+
+
+def test_apply_keras__placed_training_matches_unplaced_training(keras_run):
+    run_dir, _ = keras_run
+    data = keras_batches(4)
+    ref_losses, ref_weights = unplaced_keras_training(data, seed=0)
+    with apply_keras(run_dir, tiny_keras_classifier, batch_size=8, seed=0) as step:
+        losses = [step(x, y) for x, y in data]
+        assert len(set(step.placement.tolist())) == 3
+        step.copy_to_model()
+        weights = [w.numpy() for w in step.user.model.weights]
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    assert losses[-1] != losses[0]
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_apply_keras__a_model_of_another_width_is_refused_naming_the_hash(keras_run):
+    import keras
+
+    run_dir, graph = keras_run
+
+    def wider_classifier():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(32, activation="relu", name="fc1"),
+                                  keras.layers.Dense(5, name="logits")], name="tiny_keras_classifier")
+        model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    with pytest.raises(PlacerError, match="graph hash") as caught:
+        apply_keras(run_dir, wider_classifier, batch_size=8)
+    assert graph.content_hash in str(caught.value)
+
+
+# ---- placer apply -----------------------------------------------------------------------------------
+
+
+def test_placer_apply__json_sums_to_the_graph_and_counts_transfers_as_the_simulator(torch_run, tmp_path, capsys):
+    from cluster.apply import read_run_best
+    from measurers.sim.reference import Simulator
+
+    run_dir, graph = torch_run
+    module_map = tmp_path / "modules.json"
+    capsys.readouterr()
+    assert main(["apply", str(run_dir), "--json", "--module-map", str(module_map)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["graph_hash"] == graph.content_hash and report["machine"] == "paper-2gpu"
+    assert sum(d["param_bytes"] for d in report["devices"]) == int(graph.param_bytes.sum())
+    assert sum(d["ops"] for d in report["devices"]) == graph.num_ops
+    assert {s["scope"] for s in report["scopes"]} == {"fc1", "fc2", "(top level)"}
+    run = read_run_best(run_dir)
+    timeline = Simulator(graph, run.machine).run(run.op_placement(graph), timeline=True).timeline
+    assert report["transfers"] == {"count": len(timeline.transfer_op),
+                                   "total_bytes": int(timeline.transfer_bytes.sum())}
+    written = json.loads(module_map.read_text())
+    assert set(written["modules"]) == {"fc1", "fc2"} and written["modules"] == report["modules"]
+    assert set(written["modules"].values()) <= {"cpu:0", "gpu:0", "gpu:1"}
+
+
+def test_placer_apply__prints_a_table_per_device_and_per_scope(torch_run, capsys):
+    run_dir, _ = torch_run
+    assert main(["apply", str(run_dir), "--depth", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "per device" in out and "gpu:1" in out and "fc2" in out and "transfers per step" in out
+
+
+@pytest.mark.parametrize("case", ["not a run", "no best placement"])
+def test_placer_apply__bad_folder_exits_2_and_writes_nothing(case, tmp_path, capsys):
+    run_dir = tmp_path
+    if case == "no best placement":
+        graph = import_torch_spec(TORCH_SPEC)
+        run_dir = write_run(tmp_path, graph, save_graph(graph, tmp_path / "g.parquet"), load_machine("paper-2gpu"))
+    module_map = tmp_path / "modules.json"
+    code = main(["apply", str(run_dir), "--module-map", str(module_map)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("placer: error:") and len(err.strip().splitlines()) == 1
+    assert ("not a run folder" if case == "not a run" else "no best placement") in err
+    assert not module_map.exists()
