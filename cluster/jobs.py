@@ -15,7 +15,9 @@ measurer (the simulator in this process, or the pool for real measurers), option
 
 The run folder is the run log of cluster/runlog.py plus ``checkpoint/`` (the learner) and
 ``grouping.npz``. ``resume`` continues a stopped run: the learner's weights and RNG come back from the
-checkpoint, and placements already in the log are answered from it instead of being measured again.
+checkpoint, and placements already in the log are answered from it instead of being measured again. Its
+settings come from its manifest except those given explicitly (``search_config``, ``resume_config``):
+a higher budget or a time limit is recorded in the manifest, a change of what it searches is refused.
 """
 
 from __future__ import annotations
@@ -23,14 +25,15 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from collections import Counter
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, read_run,
-                            write_text_atomic)
+                            record_resume, write_text_atomic)
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from measurers.base import Measurement
@@ -40,6 +43,7 @@ QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
 GROUPING_FILE = "grouping.npz"
 BASELINES_FILE = "baselines.json"
 CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_EVERY = 10  # learner iterations between checkpoints (one per iteration cost as much as the update)
 
 
 @dataclass
@@ -114,20 +118,37 @@ class SearchResult:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
 
 
+@dataclass
+class PastRows:
+    """What the log of a resumed run already holds."""
+    known: dict[bytes, Measurement] = field(default_factory=dict)
+    """Op placement bytes -> its measurement (rows that were measured, not cache hits)."""
+    logged: Counter = field(default_factory=Counter)
+    """(policy, iteration, op placement bytes) -> rows: what a replayed iteration must not log again."""
+
+
 class LoggedPoolMeasurer:
     """The Measurer a policy sees: sends each batch to the pool in one call, tags it with the policy and
-    iteration, logs group placements, and answers placements already in the log of a resumed run."""
+    iteration (one per call, from ``first_iteration``: a learner resumed from a checkpoint goes on from
+    there), logs group placements, and answers placements already in the log of a resumed run.
 
-    def __init__(self, pool, problem, policy: str, known: dict[bytes, Measurement] | None = None,
-                 on_batch: Callable[[Sequence[Measurement]], None] | None = None):
+    Such a placement is not measured again. If the log holds it under this policy and iteration (the
+    learner replays the iterations after its checkpoint) it is not logged again either; otherwise it is
+    logged as a cache hit, as the pool logs a placement met twice in one session. So a resumed run's log
+    holds the rows a run never stopped would hold, each once."""
+
+    def __init__(self, pool, problem, policy: str, past: PastRows | None = None,
+                 on_batch: Callable[[Sequence[Measurement]], None] | None = None, *,
+                 log: RunLogWriter | None = None, first_iteration: int = 0):
         self.pool, self.problem, self.policy = pool, problem, policy
-        self.known = known or {}
+        self.past = past or PastRows()
         self.on_batch = on_batch
-        self.iteration = 0
+        self.log = log
+        self.iteration = first_iteration
 
     def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
         batch = [np.ascontiguousarray(p, dtype=np.int64) for p in placements]  # B x (N,)
-        out: list[Measurement | None] = [self.known.get(p.tobytes()) for p in batch]
+        out: list[Measurement | None] = [self._from_log(p) for p in batch]
         todo = [i for i, m in enumerate(out) if m is None]
         if todo:
             results = self.pool.measure_results(
@@ -139,6 +160,27 @@ class LoggedPoolMeasurer:
         if self.on_batch is not None:
             self.on_batch(out)
         return out
+
+    def _from_log(self, placement: np.ndarray) -> Measurement | None:
+        """The logged measurement of ``placement`` (None: not measured yet), logging it as a cache hit
+        unless this iteration logged it before the resume."""
+        measurement = self.past.known.get(placement.tobytes())
+        if measurement is None:
+            return None
+        slot = (self.policy, self.iteration, placement.tobytes())
+        if self.past.logged[slot] > 0:
+            self.past.logged[slot] -= 1
+        elif self.log is not None:
+            self._log_cache_hit(placement, measurement)
+        return measurement
+
+    def _log_cache_hit(self, placement: np.ndarray, measurement: Measurement) -> None:
+        from cluster.pool import PoolResult
+
+        now = time.time()
+        self.log.append(PoolResult(-1, placement, measurement, "", "", now, now, now, cache_hit=True,
+                                   policy=self.policy, iteration=self.iteration,
+                                   log_placement=log_placement(self.problem, placement)))
 
 
 def log_placement(problem, op_placement: np.ndarray):
@@ -167,18 +209,17 @@ def expand_logged(problem, logged: np.ndarray, level: str | None = None) -> np.n
     return logged if level == "op" else problem.expand(logged)
 
 
-def known_measurements(run_dir: Path, problem) -> dict[bytes, Measurement]:
-    """Placements a resumed run already measured (op placement bytes -> Measurement)."""
-    rows = read_run(run_dir)
-    known = {}
-    for row in rows.itertuples():
-        if row.cache_hit:
-            continue
-        op_placement = expand_logged(problem, row.placement, row.placement_level)
-        known[op_placement.tobytes()] = Measurement(
-            float(row.runtime_s), tuple(row.samples_s), row.status, tuple(int(b) for b in row.peak_bytes),
-            float(row.measure_s), row.error or "")
-    return known
+def past_rows(run_dir: Path, problem) -> PastRows:
+    """What a resumed run's log holds: the placements it measured and its rows per policy and iteration."""
+    past = PastRows()
+    for row in read_run(run_dir).itertuples():
+        key = expand_logged(problem, row.placement, row.placement_level).tobytes()
+        past.logged[(row.policy, int(row.iteration), key)] += 1
+        if not row.cache_hit:
+            past.known[key] = Measurement(
+                float(row.runtime_s), tuple(row.samples_s), row.status, tuple(int(b) for b in row.peak_bytes),
+                float(row.measure_s), row.error or "")
+    return past
 
 
 def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
@@ -194,11 +235,11 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
 
     started = time.perf_counter()
     if config.resume:
-        config = _config_of_run(Path(config.resume), config)
-    _check_config(config)
+        config = resume_config(config.resume, asdict(config))
+    check_search_config(config)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = _problem(graph, machine, config)
-    writer, known = _open_run(config, graph, machine, problem, command, reward_of)
+    writer, past = _open_run(config, graph, machine, problem, command, reward_of)
     run_dir = writer.folder
     import ray
 
@@ -212,8 +253,8 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     try:
         pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if real else 64)
         pool = MeasurerPool(spec, pool_config, run_log=writer)
-        baselines = _score_baselines(problem, pool, config, known)
-        outcome = _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop)
+        baselines = _score_baselines(problem, pool, config, past, writer)
+        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop)
         stop_reason = outcome.stop_reason
     except KeyboardInterrupt:
         outcome, baselines = None, []
@@ -235,16 +276,40 @@ def _write_result(run_dir: Path, result: SearchResult) -> None:
     write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
 
 
-def _check_config(config: SearchConfig) -> None:
+def check_search_config(config: SearchConfig) -> None:
+    """Every setting of a search, checked before anything starts (no Ray, no graph built, nothing
+    written): bad input is one PlacerError before ``placer search`` draws its progress bar.
+    ``run_search`` calls it too."""
+    from graphs.registry import check_graph_name
+    from measurers.catalog import load_machine
     from policies.registry import policy_entry
 
+    check_graph_name(config.graph)
+    load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
+    policy_entry(config.policy)
     _check_counts(config.budget, config.groups, config.grouping)
+    _check_search_numbers(config)
+    if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
+        raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
+
+
+def _check_search_numbers(config: SearchConfig) -> None:
+    from measurers.factory import MEASURER_KINDS
+
+    if config.measurer not in MEASURER_KINDS:
+        raise PlacerError(f"--measurer: unknown measurer {config.measurer!r} (known: {', '.join(MEASURER_KINDS)})")
     if config.batch < 2:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
     if config.time_limit_s is not None and not config.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
-
-    policy_entry(config.policy)  # an unknown name is a clear error before anything starts
+    if config.workers < 1:
+        raise PlacerError(f"--workers must be at least 1, got {config.workers}")
+    if config.runs is not None and config.runs < 1:
+        raise PlacerError(f"--runs must be at least 1, got {config.runs}")
+    if config.warmup is not None and config.warmup < 0:
+        raise PlacerError(f"--warmup must not be negative, got {config.warmup}")
+    if not config.noise_std >= 0:
+        raise PlacerError(f"--noise must not be negative, got {config.noise_std}")
 
 
 def _problem(graph, machine, config: SearchConfig):
@@ -278,9 +343,10 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
         if manifest.graph_hash != graph.content_hash:
             raise PlacerError(f"run folder {run_dir} was made for graph hash {manifest.graph_hash}, "
                               f"but {config.graph!r} now has hash {graph.content_hash}")
-        known = known_measurements(run_dir, problem)
+        past = past_rows(run_dir, problem)
+        record_resume(run_dir, _resume_changes(manifest, config), command)  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
-        return RunLogWriter.resume(run_dir, reward_fn=reward_fn), known
+        return RunLogWriter.resume(run_dir, reward_fn=reward_fn), past
     run_id = make_run_id(graph.name, config.policy, config.seed)
     timing = default_timing(config.measurer)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
@@ -291,26 +357,78 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
     writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_fn)
     writer.write_groups(problem.op_unit, graph.op_names)
     np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
-    return writer, {}
+    return writer, PastRows()
 
 
-def _config_of_run(run_dir: Path, overrides: SearchConfig) -> SearchConfig:
-    """The settings a run was started with; budget and time limit may be raised on resume."""
-    manifest = read_manifest(run_dir)
+SESSION_SETTINGS = ("workers", "ray_address", "out")
+"""Settings a resume may give for its own session only: how it measures, not what (a resumed run stays
+in its folder, so ``out`` does nothing)."""
+GROWABLE_SETTINGS = ("budget", "time_limit_s")
+"""Settings a resume may change for the rest of the run (recorded in the manifest): the budget only
+upwards; the time limit bounds each session from its start."""
+FLAG_NAMES = {"time_limit_s": "--time-limit", "noise_std": "--noise"}
+
+
+def search_config(given: Mapping[str, object]) -> SearchConfig:
+    """The search the user asked for: ``given`` holds only the settings given explicitly (a command's
+    flags that were on its command line). A new run takes SearchConfig's defaults for the rest; a resumed
+    one (``resume`` given) takes them from its manifest (see ``resume_config``)."""
+    if given.get("resume"):
+        return resume_config(str(given["resume"]), given)
+    return SearchConfig(**given)
+
+
+def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchConfig:
+    """A stopped run's settings from its manifest, with the settings in ``given`` applied: session
+    settings (SESSION_SETTINGS) for this session, a higher budget or a time limit for the rest of the run;
+    a value that would change what the run searches (graph, machine, policy, seed, measurer, batch,
+    groups, ...) is one PlacerError. A given value equal to the manifest's is no change."""
+    saved = _saved_config(read_manifest(run_dir))
+    changes = {}
+    for name, value in given.items():
+        if name == "resume":
+            continue
+        value = tuple(value) if name == "baselines" else value
+        if value == getattr(saved, name) or name in SESSION_SETTINGS:
+            changes[name] = value
+        elif name in GROWABLE_SETTINGS:
+            changes[name] = _grown(name, value, saved, run_dir)
+        else:
+            raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches with {getattr(saved, name)!r}, "
+                              f"and a resumed run keeps it (start a new run to change it)")
+    return replace(saved, resume=str(run_dir), **changes)
+
+
+def _saved_config(manifest) -> SearchConfig:
     saved = dict(manifest.config)
     saved["baselines"] = tuple(saved.get("baselines", QUICK_BASELINES))
     names = SearchConfig.__dataclass_fields__
-    config = SearchConfig(**{k: v for k, v in saved.items() if k in names})
-    return replace(config, resume=str(run_dir), budget=max(config.budget, overrides.budget),
-                   time_limit_s=overrides.time_limit_s, ray_address=overrides.ray_address,
-                   workers=overrides.workers)
+    return SearchConfig(**{k: v for k, v in saved.items() if k in names})
 
 
-def _score_baselines(problem, pool, config: SearchConfig, known) -> list[BaselineOutcome]:
+def _grown(name: str, value, saved: SearchConfig, run_dir) -> object:
+    if name == "budget" and value < saved.budget:
+        raise PlacerError(f"--budget {value}: run {run_dir} has a budget of {saved.budget}; a resumed run can "
+                          f"only raise it")
+    return value
+
+
+def _flag(name: str) -> str:
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+def _resume_changes(manifest, config: SearchConfig) -> dict[str, tuple]:
+    """The growable settings this resume changes: name -> (value in the manifest, new value)."""
+    saved = _saved_config(manifest)
+    return {name: (getattr(saved, name), getattr(config, name)) for name in GROWABLE_SETTINGS
+            if getattr(saved, name) != getattr(config, name)}
+
+
+def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer) -> list[BaselineOutcome]:
     """Score each quick baseline with one measurement through the same pool (logged under its name)."""
     from policies.registry import place
 
-    measurer = LoggedPoolMeasurer(pool, problem, "", known)
+    measurer = LoggedPoolMeasurer(pool, problem, "", past, log=writer)
     outcomes = []
     for name in config.baselines:
         measurer.policy = name
@@ -332,24 +450,48 @@ class _PolicyOutcome:
     seconds_per_update: float = math.nan
 
 
-def _run_policy(problem, pool, config, known, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
+def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
-    time limit, stop flag and metrics log (policies.base.RunContext)."""
+    time limit, stop flag and metrics log (policies.base.RunContext). A resumed learner goes on from its
+    checkpoint: its log rows and the progress count go on from there too."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
 
-    tracker = _BestTracker(progress, problem.lower_bound_s)
-    measurer = LoggedPoolMeasurer(pool, problem, config.policy, known, on_batch=tracker.update)
+    learned = policy_entry(config.policy).learned
+    first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
+    tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured)
+    measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
+                                  first_iteration=first_iteration)
     options = {}
-    if policy_entry(config.policy).learned:
+    if learned:
         context = RunContext(checkpoint_dir=run_dir / CHECKPOINT_DIR, time_limit_s=config.time_limit_s,
-                             should_stop=should_stop, on_iteration=writer.append_metrics)
+                             should_stop=should_stop, on_iteration=_metrics_logger(writer))
         options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
-                   "checkpoint_every": 10, "context": context}
+                   "checkpoint_every": CHECKPOINT_EVERY, "context": context}
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
                           result.seconds_per_update)
+
+
+def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
+    """(iterations, measurements) the learner's checkpoint in ``run_dir`` holds; (0, 0) without one."""
+    from policies.rl.loop import checkpoint_progress
+
+    return checkpoint_progress(run_dir / CHECKPOINT_DIR)
+
+
+def _metrics_logger(writer: RunLogWriter) -> Callable[[int, dict], None]:
+    """The learner's ``on_iteration``: its metrics into the run log, and the log flushed just before each
+    checkpoint (the learner saves one after the iteration whose number + 1 is a multiple of
+    CHECKPOINT_EVERY), so a killed run's checkpoint is never ahead of its log: the measurements it
+    counts are all on disk."""
+    def on_iteration(iteration: int, metrics: dict) -> None:
+        writer.append_metrics(iteration, metrics)
+        if (iteration + 1) % CHECKPOINT_EVERY == 0:
+            writer.flush()
+
+    return on_iteration
 
 
 @dataclass

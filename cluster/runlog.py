@@ -125,6 +125,8 @@ class RunManifest:
     warmup: int | None = None  # untimed runs before them
     estimator: str = ESTIMATOR  # how runtime_s is reduced from samples_s
     format_version: int = FORMAT_VERSION
+    cpu: str = ""  # the CPU model that ran the run: learned policies' results depend on it ("" before)
+    resumes: tuple[dict, ...] = ()  # one record per resume: when, command, settings changed (old, new)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, default=str)
@@ -134,6 +136,7 @@ class RunManifest:
         try:
             data = json.loads(text)
             data["command"] = tuple(data["command"])
+            data["resumes"] = tuple(data.get("resumes", ()))
             names = {f.name for f in dataclasses.fields(RunManifest)}
             return RunManifest(**{k: v for k, v in data.items() if k in names})
         except (ValueError, KeyError, TypeError) as exc:
@@ -173,6 +176,24 @@ def package_versions() -> dict:
     return versions
 
 
+def cpu_model() -> str:
+    """The CPU's model name ("model name" in /proc/cpuinfo; platform.processor() elsewhere; "" unknown).
+
+    Recorded in every manifest: the same seed gives the same learned placement on one CPU model, not
+    across models (torch's float kernels round differently per instruction set)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor()
+
+
 def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = None) -> str:
     """``<graph>__<policy>__<seed>__<UTC time>``, safe as a folder name."""
     stamp = dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc)
@@ -193,7 +214,23 @@ def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, po
         machine=machine_to_json(machine), versions=package_versions(),
         seed=int(seed), started_at=dt.datetime.now(dt.timezone.utc).isoformat(), policy=policy,
         lower_bound_s=None if lower_bound_s is None else float(lower_bound_s), runs=timing.runs,
-        warmup=timing.warmup, estimator=str(estimator))
+        warmup=timing.warmup, estimator=str(estimator), cpu=cpu_model())
+
+
+def record_resume(folder: str | os.PathLike, changed: Mapping[str, tuple], command: Sequence[str] | None = None
+                  ) -> RunManifest:
+    """Note a resume in the run's manifest: ``changed`` (setting -> (old, new)) is applied to its config
+    (so the next resume starts from it) and kept, with the time and command line, under ``resumes``.
+    Written atomically; returns the new manifest."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    record = {"at": dt.datetime.now(dt.timezone.utc).isoformat(),
+              "command": list(sys.argv if command is None else command),
+              "changed": {name: list(values) for name, values in changed.items()}, "cpu": cpu_model()}
+    config = {**manifest.config, **{name: new for name, (_, new) in changed.items()}}
+    updated = dataclasses.replace(manifest, config=config, resumes=(*manifest.resumes, record))
+    write_text_atomic(folder / MANIFEST_FILE, updated.to_json())
+    return updated
 
 
 # ---- writing ---------------------------------------------------------------------------------------

@@ -61,8 +61,7 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
 
         return synthetic_from_spec(name)
     if name not in BENCHMARKS:
-        raise PlacerError(f"unknown graph {name!r}: not a file and not a benchmark "
-                          f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED])")
+        raise _unknown_graph(name)
     benchmark = BENCHMARKS[name]
     path = _cache_path(benchmark)
     if use_cache and path.is_file():
@@ -76,11 +75,37 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
     return graph
 
 
+def _unknown_graph(name: str) -> PlacerError:
+    return PlacerError(f"unknown graph {name!r}: not a file and not a benchmark "
+                       f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED])")
+
+
+def _names_a_file(name_or_file: str) -> bool:
+    return os.path.sep in name_or_file or name_or_file.endswith(".parquet") or Path(name_or_file).is_file()
+
+
 def load_graph(name_or_file: str) -> OpGraph:
     """A graph file path or a benchmark name; one PlacerError otherwise."""
-    if os.path.sep in name_or_file or name_or_file.endswith(".parquet") or Path(name_or_file).is_file():
+    if _names_a_file(name_or_file):
         return load_graph_file(name_or_file)
     return benchmark_graph(name_or_file)
+
+
+def check_graph_name(name_or_file: str) -> None:
+    """The PlacerError ``load_graph`` would raise for a name that names no graph, without building a
+    benchmark (a command checks its flags before it starts anything; building nmt-2 takes seconds). A
+    graph file is read: its damage only shows then."""
+    if _names_a_file(name_or_file):
+        load_graph_file(name_or_file)
+        return
+    if name_or_file.startswith("synthetic:"):
+        from graphs.synthetic import parse_synthetic_spec
+
+        parse_synthetic_spec(name_or_file)
+        return
+    load_builtin_benchmarks()
+    if name_or_file not in BENCHMARKS:
+        raise _unknown_graph(name_or_file)
 
 
 def list_benchmarks() -> list[Benchmark]:

@@ -33,16 +33,28 @@ _KINDS = {  # op kind -> (share of compute ops, FLOPs per output element, bytes 
 
 def synthetic_from_spec(spec: str) -> OpGraph:
     """``synthetic:N`` or ``synthetic:N:SEED`` -> synthetic_graph(N, SEED)."""
+    return synthetic_graph(*parse_synthetic_spec(spec))
+
+
+def parse_synthetic_spec(spec: str) -> tuple[int, int]:
+    """``synthetic:N[:SEED]`` -> (N, SEED), checked without building the graph (so a command can refuse a
+    bad name before it starts anything)."""
     parts = spec.split(":")
     if parts[0] != "synthetic" or len(parts) not in (2, 3) or not all(x.isdigit() for x in parts[1:]):
         raise PlacerError(f"bad synthetic graph name {spec!r}: expected synthetic:N or synthetic:N:SEED")
-    return synthetic_graph(int(parts[1]), int(parts[2]) if len(parts) == 3 else 0)
+    num_ops, seed = int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
+    _check_num_ops(num_ops)
+    return num_ops, seed
+
+
+def _check_num_ops(num_ops: int) -> None:
+    if not 1 <= num_ops <= MAX_OPS:
+        raise PlacerError(f"synthetic graphs have 1..{MAX_OPS} ops, not {num_ops}")
 
 
 def synthetic_graph(num_ops: int, seed: int = 0) -> OpGraph:
     """A seeded random layered training-step DAG of exactly ``num_ops`` ops (see the module docstring)."""
-    if not 1 <= num_ops <= MAX_OPS:
-        raise PlacerError(f"synthetic graphs have 1..{MAX_OPS} ops, not {num_ops}")
+    _check_num_ops(num_ops)
     rng = np.random.default_rng(seed)
     n_in = 1 if num_ops < 48 else 4
     n_var = (num_ops - n_in) // 12

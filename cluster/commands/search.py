@@ -10,41 +10,45 @@ from cluster.jsonout import emit_json
 
 
 def register(subparsers) -> None:
+    """Every setting's argparse default is None, so ``run`` knows which flags were given: a resumed run
+    takes the others from its manifest, a new one from SearchConfig (the defaults the help names)."""
     from cluster.jobs import SearchConfig
 
     d = SearchConfig()
     p = subparsers.add_parser("search", help="search placements with a learner or a baseline, measured through the pool",
                               description="With no flags: the embedded default (local Ray, the simulator, "
-                                          "nmt-2 on paper-2gpu, REINFORCE).")
-    p.add_argument("--graph", default=d.graph, help=f"benchmark name or graph file (default {d.graph})")
-    p.add_argument("--machine", default=d.machine, help=f"catalog name or machine file (default {d.machine})")
-    p.add_argument("--policy", default=d.policy, help="reinforce | ppo | any baseline (default reinforce)")
-    p.add_argument("--measurer", default=d.measurer, choices=("sim", "torch", "tf"))
-    p.add_argument("--budget", type=int, default=d.budget, help=f"measurements (default {d.budget})")
-    p.add_argument("--time-limit", type=float, default=None, dest="time_limit_s", help="seconds")
-    p.add_argument("--workers", type=int, default=d.workers, help="measurer actors without GPU nodes")
-    p.add_argument("--batch", type=int, default=d.batch, help=f"placements per learner iteration (default {d.batch})")
-    p.add_argument("--groups", type=int, default=d.groups, help=f"groups to place (default {d.groups})")
-    p.add_argument("--grouping", default=d.grouping, help="how ops become groups: scope (default: groups inside "
+                                          "nmt-2 on paper-2gpu, REINFORCE). With --resume: the run's own settings, "
+                                          "except a higher --budget, a --time-limit, --workers and --ray-address.")
+    p.add_argument("--graph", help=f"benchmark name or graph file (default {d.graph})")
+    p.add_argument("--machine", help=f"catalog name or machine file (default {d.machine})")
+    p.add_argument("--policy", help="reinforce | ppo | any baseline (default reinforce)")
+    p.add_argument("--measurer", choices=("sim", "torch", "tf"), help=f"default {d.measurer}")
+    p.add_argument("--budget", type=int, help=f"measurements (default {d.budget})")
+    p.add_argument("--time-limit", type=float, dest="time_limit_s", help="seconds (default none)")
+    p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")
+    p.add_argument("--batch", type=int, help=f"placements per learner iteration (default {d.batch})")
+    p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups})")
+    p.add_argument("--grouping", help="how ops become groups: scope (default: groups inside "
                    "one layer of the model; METIS for graphs without scopes), metis, colocation or topo")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--runs", type=int, default=None, help="timed runs per placement, median reported "
-                                                         "(default 1 for sim, 5 for torch/tf)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
-    p.add_argument("--noise", type=float, default=d.noise_std, dest="noise_std",
-                   help="simulator: relative noise per timed run")
-    p.add_argument("--ray-address", default=None, help="join this Ray cluster instead of starting a local one")
-    p.add_argument("--out", default=d.out, help=f"folder for run folders (default {d.out})")
-    p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue a stopped run")
+    p.add_argument("--seed", type=int, help=f"default {d.seed}")
+    p.add_argument("--runs", type=int, help="timed runs per placement, median reported "
+                                           "(default 1 for sim, 5 for torch/tf)")
+    p.add_argument("--warmup", type=int, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
+    p.add_argument("--noise", type=float, dest="noise_std", help=f"simulator: relative noise per timed run "
+                                                                 f"(default {d.noise_std})")
+    p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
+    p.add_argument("--out", help=f"folder for run folders (default {d.out})")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run with its own settings")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from cluster.jobs import SearchConfig, run_search
+    from cluster.jobs import SearchConfig, check_search_config, run_search, search_config
 
     names = SearchConfig.__dataclass_fields__
-    config = SearchConfig(**{k: v for k, v in vars(args).items() if k in names})
+    config = search_config({k: v for k, v in vars(args).items() if k in names and v is not None})
+    check_search_config(config)  # bad input: one error, before the progress bar is drawn
     with _Progress(config.budget, enabled=True) as progress:
         try:
             result = run_search(config, progress=progress.update, command=["placer", *sys.argv[1:]])

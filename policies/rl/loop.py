@@ -26,9 +26,10 @@ from __future__ import annotations
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -180,26 +181,41 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
         torch.set_num_threads(config.torch_threads)
     env = PlacementEnv(graph, machine, grouping, measurer, penalty_runtime_s=config.penalty_runtime_s,
                        features=features)
-    trainer = _Trainer(env, config)
-    if resume_from is not None:
-        trainer.load(Path(resume_from) / CHECKPOINT_FILE)
-    stop_reason = "budget"
-    while trainer.measurements_used < budget_measurements:
-        if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
-            stop_reason = "time_limit"
-            break
-        if should_stop is not None and should_stop():
-            stop_reason = "should_stop"
-            break
-        size = min(config.batch_size, budget_measurements - trainer.measurements_used)
-        metrics = trainer.iterate(size, on_batch)
-        if on_iteration is not None:
-            on_iteration(metrics)
-        if checkpoint_dir is not None and trainer.iteration % config.checkpoint_every == 0:
+    with deterministic_torch():
+        trainer = _Trainer(env, config)
+        if resume_from is not None:
+            trainer.load(Path(resume_from) / CHECKPOINT_FILE)
+        stop_reason = "budget"
+        while trainer.measurements_used < budget_measurements:
+            if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
+                stop_reason = "time_limit"
+                break
+            if should_stop is not None and should_stop():
+                stop_reason = "should_stop"
+                break
+            size = min(config.batch_size, budget_measurements - trainer.measurements_used)
+            metrics = trainer.iterate(size, on_batch)
+            if on_iteration is not None:
+                on_iteration(metrics)
+            if checkpoint_dir is not None and trainer.iteration % config.checkpoint_every == 0:
+                trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
+        if checkpoint_dir is not None:
             trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
-    if checkpoint_dir is not None:
-        trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
-    return trainer.result(stop_reason)
+        return trainer.result(stop_reason)
+
+
+@contextmanager
+def deterministic_torch() -> Iterator[None]:
+    """torch's deterministic kernels wherever it has them (warning, not failing, where it has none),
+    restored on exit. Same seed, same machine, same run; across CPU models the float rounding of torch's
+    kernels still differs, and so may the placements a learner finds (BENCHMARKS.md)."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 class _Trainer:
@@ -362,6 +378,16 @@ class _Trainer:
         self.best_runtime_s = state["best_runtime_s"]
         self.best_group_placement = _array_or_none(state["best_group_placement"])
         self.best_op_placement = _array_or_none(state["best_op_placement"])
+
+
+def checkpoint_progress(checkpoint_dir: str | os.PathLike) -> tuple[int, int]:
+    """(iterations, measurements) a run resumed from ``checkpoint_dir`` starts at; (0, 0) without a
+    checkpoint. The search job numbers a resumed run's log rows and its progress from it."""
+    path = Path(checkpoint_dir) / CHECKPOINT_FILE
+    if not path.is_file():
+        return 0, 0
+    state = torch.load(path, weights_only=True)
+    return int(state["iteration"]), int(state["measurements_used"])
 
 
 def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:

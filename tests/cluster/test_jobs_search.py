@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +103,82 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     assert len(placements) == len(set(placements))  # nothing measured twice
     straight = run_search(_config(tmp_path / "straight", budget=16))
     assert resumed.policy_best_runtime_s == straight.policy_best_runtime_s
+
+
+def _interrupt_at(measured_to_stop: int):
+    """A progress callback that presses Ctrl-C once the learner has measured ``measured_to_stop``."""
+    def progress(measured, best_runtime_s, lower_bound_s):
+        if measured >= measured_to_stop:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def _assert_every_iteration_logged_once(run_dir, budget: int, batch: int) -> None:
+    """The learner's rows are those of a run never stopped: ``budget`` rows, ``batch`` per iteration
+    numbered from 0, and no placement measured twice (a repeat is a cache-hit row)."""
+    rows = read_run(run_dir)
+    learner = rows[rows.policy == "reinforce"]
+    assert len(learner) == budget
+    per_iteration = learner.groupby("iteration").size()
+    assert per_iteration.index.tolist() == list(range(budget // batch)) and set(per_iteration) == {batch}
+    measured = [tuple(p) for p in learner[~learner.cache_hit].placement]
+    assert len(measured) == len(set(measured))
+
+
+def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local_ray, tmp_path, capsys):
+    """A run with a budget below the default, stopped after 11 of its 12 batches (its checkpoint holds
+    10), resumed with no flags: it ends at its own budget, not the command line's default, with each
+    placement logged once. --budget raises it (recorded in the manifest); --graph, --seed and a lower
+    --budget are refused with exit status 2 and change nothing."""
+    from cluster.cli import main
+
+    with pytest.raises(KeyboardInterrupt):
+        run_search(_config(tmp_path, budget=48, batch=4), progress=_interrupt_at(44))
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert main(["search", "--resume", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measurements"] == 48
+    _assert_every_iteration_logged_once(run_dir, budget=48, batch=4)
+
+    assert main(["search", "--resume", str(run_dir), "--budget", "64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measurements"] == 64
+    _assert_every_iteration_logged_once(run_dir, budget=64, batch=4)
+    manifest = read_manifest(run_dir)
+    assert manifest.config["budget"] == 64 and manifest.config["hidden_size"] == 16
+    assert [r["changed"] for r in manifest.resumes] == [{}, {"budget": [48, 64]}]
+
+    for flags, message in ((["--graph", "synthetic:300:2"], "--graph 'synthetic:300:2': run .* searches with "
+                                                             "'synthetic:300:1'"),
+                           (["--seed", "4"], "--seed 4: run .* searches with 3"),
+                           (["--budget", "50"], "--budget 50: run .* has a budget of 64; .* only raise it")):
+        assert main(["search", "--resume", str(run_dir), *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("placer: error: ") and err.count("\n") == 1
+        assert __import__("re").search(message, err), err
+    assert read_manifest(run_dir) == manifest and len(read_run(run_dir)) == 64 + 2  # and two baselines
+
+
+def test_search_cli__killed_run_resumes_to_its_own_budget_each_placement_once(tmp_path):
+    """`placer search --budget 640` killed (SIGKILL) after its first checkpoint, then `placer search
+    --resume RUN_DIR`: 640 measurements, as asked, not the default 2,048, and the log a whole run's."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    search = [sys.executable, "-m", "cluster.cli", "search", "--graph", GRAPH, "--budget", "640", "--batch", "16",
+              "--workers", "1", "--out", str(tmp_path)]
+    driver = subprocess.Popen(search, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not list(tmp_path.glob("*/checkpoint/learner.pt")) and driver.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    driver.send_signal(signal.SIGKILL)
+    driver.communicate(timeout=60)
+    (run_dir,) = list(tmp_path.iterdir())
+    assert not (run_dir / "result.json").exists(), "the run finished before it could be killed"
+    assert len(read_run(run_dir).query("policy == 'reinforce'")) < 640
+
+    resume = [sys.executable, "-m", "cluster.cli", "search", "--resume", str(run_dir), "--json"]
+    done = subprocess.run(resume, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["measurements"] == 640
+    _assert_every_iteration_logged_once(run_dir, budget=640, batch=16)
 
 
 def test_search__any_baseline_policy_runs_through_the_pool(local_ray, tmp_path):

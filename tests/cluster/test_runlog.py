@@ -23,9 +23,9 @@ from conftest import build_graph
 from cluster import runlog
 from cluster.jobs import expand_logged, log_placement
 from cluster.pool import PoolResult
-from cluster.runlog import (FORMAT_VERSION, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run, make_run_id,
-                            new_manifest, read_best, read_groups, read_manifest, read_metrics, read_run, read_runs,
-                            resume_run)
+from cluster.runlog import (FORMAT_VERSION, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run, cpu_model,
+                            make_run_id, new_manifest, read_best, read_groups, read_manifest, read_metrics, read_run,
+                            read_runs, record_resume, resume_run)
 from graphs.errors import PlacerError
 from measurers.base import STATUSES, Measurement
 from measurers.catalog import load_machine, machine_from_json
@@ -219,6 +219,36 @@ def test_runlog__manifest_records_run_facts(tmp_path, manifest):
     assert data["graph_hash"] == build_graph([(0, 1), (1, 2)]).content_hash
     assert machine_from_json(data["machine"]) == load_machine("paper-4gpu")
     assert read_manifest(tmp_path / manifest.run_id) == manifest
+
+
+def test_runlog__manifest_records_the_cpu_model(tmp_path, manifest):
+    RunLogWriter.create(tmp_path, manifest).close()
+    data = json.loads((tmp_path / manifest.run_id / MANIFEST_FILE).read_text())
+    with open("/proc/cpuinfo") as info:
+        model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    assert data["cpu"] == cpu_model() == model
+
+
+def test_runlog__manifest_of_an_older_placer_reads_with_no_cpu_and_no_resumes(tmp_path, manifest):
+    RunLogWriter.create(tmp_path, manifest).close()
+    path = tmp_path / manifest.run_id / MANIFEST_FILE
+    data = json.loads(path.read_text())
+    del data["cpu"], data["resumes"]
+    path.write_text(json.dumps(data))
+    old = read_manifest(tmp_path / manifest.run_id)
+    assert (old.cpu, old.resumes) == ("", ())
+
+
+def test_runlog__record_resume__applies_changes_and_keeps_each_resume(tmp_path, manifest):
+    RunLogWriter.create(tmp_path, manifest).close()
+    run = tmp_path / manifest.run_id
+    record_resume(run, {}, ["placer", "search", "--resume", str(run)])
+    record_resume(run, {"budget": (10, 64)}, ["placer", "search", "--resume", str(run), "--budget", "64"])
+    again = read_manifest(run)
+    assert again.config == {"budget": 64} and again.command == manifest.command  # the starting command stays
+    assert [r["changed"] for r in again.resumes] == [{}, {"budget": [10, 64]}]
+    assert again.resumes[1]["command"][-2:] == ["--budget", "64"] and again.resumes[1]["cpu"] == cpu_model()
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".")]  # written atomically, no leftovers
 
 
 def test_runlog__bad_folders_are_placer_errors(tmp_path, manifest):

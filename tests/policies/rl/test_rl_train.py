@@ -114,6 +114,21 @@ def test_train_placer__resume_continues_exactly_where_the_run_stopped(tmp_path, 
     assert resumed.best_runtime_s == straight.best_runtime_s
 
 
+def test_train_placer__trains_with_deterministic_torch_and_restores_the_setting_after():
+    seen = []
+    assert not torch.are_deterministic_algorithms_enabled()
+    _train(16, on_iteration=lambda m: seen.append(torch.are_deterministic_algorithms_enabled()))
+    assert seen == [True, True] and not torch.are_deterministic_algorithms_enabled()
+
+
+def test_checkpoint_progress__iterations_and_measurements_of_the_checkpoint(tmp_path):
+    from policies.rl.loop import checkpoint_progress
+
+    assert checkpoint_progress(tmp_path) == (0, 0)  # no checkpoint: a run starts at the beginning
+    _train(8 * 2 + 5, checkpoint_dir=tmp_path)
+    assert checkpoint_progress(tmp_path) == (3, 21)
+
+
 def test_train_placer__resume_rejects_a_checkpoint_of_another_model(tmp_path):
     _train(8, checkpoint_dir=tmp_path)
     with pytest.raises(PlacerError, match="hidden_size"):

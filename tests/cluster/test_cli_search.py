@@ -1,0 +1,73 @@
+"""`placer search` as a user first meets it: from a plain shell (none of the Makefile's settings), bad
+flags refused before anything is drawn, and no warning the user cannot act on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+RLLIB_NOISE = ("Not importing TensorFlow", "deprecat", "oneDNN", "cuda drivers")  # case-insensitive
+
+# `placer search` itself (cluster.cli.main), then what it imported: RLlib, and not TensorFlow.
+SEARCH_THEN_REPORT_IMPORTS = (
+    "import sys\n"
+    "from cluster.cli import main\n"
+    "code = main(sys.argv[1:])\n"
+    "print('imported:', 'ray.rllib' in sys.modules, 'tensorflow' in sys.modules, file=sys.stderr)\n"
+    "sys.exit(code)\n"
+)
+
+
+def _plain_shell_env(under_make: bool = False) -> dict[str, str]:
+    """The environment of an activated venv: without RLLIB_TEST_NO_TF_IMPORT, which `make` sets (Ray's
+    token authentication stays off so the test writes no token); ``under_make``: with it."""
+    env = {k: v for k, v in os.environ.items() if k != "RLLIB_TEST_NO_TF_IMPORT"}
+    return {**env, "RAY_AUTH_MODE": "disabled", **({"RLLIB_TEST_NO_TF_IMPORT": "1"} if under_make else {})}
+
+
+def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
+    out = tmp_path / "runs"
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "search", "--graph", "nmt-3", "--out", str(out)],
+                          cwd=REPO, env=_plain_shell_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [done.stderr.strip()]  # one line, no progress bar before it
+    assert done.stderr.startswith("placer: error: unknown graph 'nmt-3'")
+    assert done.stdout == "" and not out.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--machine", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
+    (["--budget", "0"], "--budget must be at least 1"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--noise", "-0.1"], "--noise must not be negative"),
+    (["--resume", "no-such-run"], "no-such-run is not a run folder"),
+])
+def test_search_cli__bad_flags_are_one_error_before_anything_starts(tmp_path, capsys, flags, message):
+    from cluster.cli import main
+
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", "synthetic:300", "--out", str(out), *flags]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"placer: error: {message}") and captured.err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("under_make", [False, True], ids=["plain-shell", "make"])
+def test_search_cli__first_run_prints_no_rllib_noise_and_never_imports_tensorflow(tmp_path, under_make):
+    """From a plain shell and under `make`: no "Not importing TensorFlow" lines, no RLlib deprecation
+    warning, and RLlib (which the learner uses) without TensorFlow (which it would import, taking seconds)."""
+    command = [sys.executable, "-c", SEARCH_THEN_REPORT_IMPORTS, "search", "--graph", "synthetic:300",
+               "--budget", "32", "--batch", "16", "--workers", "1", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO, env=_plain_shell_env(under_make), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    noise = [line for line in done.stderr.splitlines() if any(n.lower() in line.lower() for n in RLLIB_NOISE)]
+    assert noise == [], "\n".join(noise[:5])
+    assert "imported: True False" in done.stderr  # RLlib yes, TensorFlow no
+    assert "32 measurements, stopped by budget" in done.stdout.replace("\n", " ")

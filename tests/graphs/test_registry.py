@@ -1,0 +1,45 @@
+"""Graph names: check_graph_name refuses what load_graph refuses, without building a benchmark."""
+
+from __future__ import annotations
+
+import pytest
+
+from graphs.errors import PlacerError
+from graphs.registry import check_graph_name, load_graph
+
+
+@pytest.mark.parametrize("name, message", [
+    ("nmt-3", "unknown graph 'nmt-3'"),
+    ("synthetic:abc", "bad synthetic graph name"),
+    ("synthetic:0", "synthetic graphs have 1..20000000 ops, not 0"),
+    ("no/such/file.parquet", "does not exist"),
+])
+def test_check_graph_name__refuses_what_load_graph_refuses(name, message):
+    with pytest.raises(PlacerError, match=message):
+        check_graph_name(name)
+    with pytest.raises(PlacerError, match=message):
+        load_graph(name)
+
+
+def test_check_graph_name__accepts_benchmarks_without_building_them(monkeypatch):
+    from graphs import registry
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("a check must not build or read a benchmark")
+
+    monkeypatch.setattr(registry, "benchmark_graph", no_build)
+    monkeypatch.setattr("graphs.synthetic.synthetic_graph", no_build)
+    for name in ("nmt-2", "rnnlm", "inception-v3", "synthetic:300", "synthetic:300:7"):
+        check_graph_name(name)
+
+
+def test_check_graph_name__reads_a_graph_file(tmp_path):
+    from graphs.io import save_graph
+    from graphs.synthetic import synthetic_graph
+
+    path = tmp_path / "g.parquet"
+    save_graph(synthetic_graph(50, 1), path)
+    check_graph_name(str(path))
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(PlacerError, match="damaged or not a graph file"):
+        check_graph_name(str(path))
