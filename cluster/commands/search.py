@@ -1,4 +1,4 @@
-"""`placer search`: the main job (see cluster/jobs.py)."""
+"""`placer search`: the main job (see cluster/jobs/search.py)."""
 
 from __future__ import annotations
 

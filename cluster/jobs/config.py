@@ -1,0 +1,89 @@
+"""The jobs' settings: what a search and a baselines run take, and the checks both share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphs.errors import PlacerError
+from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+
+
+QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
+GROUPING_FILE = "grouping.npz"
+BASELINES_FILE = "baselines.json"
+CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_EVERY = 10  # learner iterations between checkpoints (one per iteration cost as much as the update)
+
+
+
+@dataclass
+class SearchConfig:
+    graph: str = "nmt-2"
+    """Benchmark name or graph file."""
+    machine: str = "paper-2gpu"
+    """Catalog machine name or machine file."""
+    policy: str = "reinforce"
+    """reinforce | ppo | any baseline policy name (policies.registry.POLICIES)."""
+    measurer: str = "sim"
+    """sim | torch | tf."""
+    budget: int = 2048
+    """Measurements the policy may spend (baselines are scored on top of it, one each)."""
+    time_limit_s: float | None = None
+    """Stop the policy after this many seconds (checked between batches)."""
+    workers: int = 2
+    """Measurer actors when the cluster has no GPU node."""
+    batch: int = 16
+    """Placements the learner samples and measures per iteration."""
+    groups: int = DEFAULT_MAX_GROUPS
+    """Groups the graph is coarsened to; searches and learners place groups (graphs.grouping)."""
+    grouping: str = DEFAULT_METHOD
+    """How ops become groups (graphs.grouping METHODS)."""
+    seed: int = 0
+    runs: int | None = None
+    """Timed runs per placement (median reported); None: measurers.timing.default_timing."""
+    warmup: int | None = None
+    """Untimed runs before the timed ones; None: measurers.timing.default_timing."""
+    noise_std: float = 0.0
+    """Simulator only: relative noise of each timed run (0 = exact)."""
+    ray_address: str | None = None
+    out: str = "runs"
+    """Folder the run folder is made in."""
+    resume: str | None = None
+    """A run folder to continue (its manifest's settings win over the ones here)."""
+    baselines: tuple[str, ...] = QUICK_BASELINES
+    hidden_size: int = 256
+    """Learner width (see policies.rl.loop.RLConfig)."""
+
+
+
+@dataclass
+class BaselinesConfig:
+    """``placer baselines``: every named non-learned policy on one graph and machine, one measurer."""
+    graph: str
+    machine: str
+    policies: tuple[str, ...] | None = None
+    """Registry names (None: every non-learned policy, policies.registry.BASELINES)."""
+    budget: int = 500
+    """Measurements each search may spend (heuristics spend one)."""
+    groups: int = DEFAULT_MAX_GROUPS
+    grouping: str = DEFAULT_METHOD
+    seed: int = 0
+    measurer: str = "sim"
+    """sim: the simulator in this process; torch | tf: real runs through the Ray measurer pool."""
+    runs: int | None = None
+    warmup: int | None = None
+    ray_address: str | None = None
+    out: str | None = None
+    """Write a run log (and baselines.json) under this folder."""
+
+
+
+def check_counts(budget: int, groups: int, grouping: str) -> None:
+    from graphs.grouping import METHODS
+
+    if budget < 1:
+        raise PlacerError(f"--budget must be at least 1 measurement, got {budget}")
+    if groups < 1:
+        raise PlacerError(f"--groups must be at least 1, got {groups}")
+    if grouping not in METHODS:
+        raise PlacerError(f"--grouping: unknown grouping method {grouping!r} (known: {', '.join(METHODS)})")

@@ -1,0 +1,82 @@
+"""Which settings a search runs with: the flags given, or, for ``--resume``, the run's manifest with only a
+higher budget or a time limit allowed to change (recorded in the manifest) and the session's own settings."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping
+
+from cluster.jobs.config import QUICK_BASELINES, SearchConfig
+from cluster.runlog import read_manifest
+from graphs.errors import PlacerError
+
+
+SESSION_SETTINGS = ("workers", "ray_address", "out")
+"""Settings a resume may give for its own session only: how it measures, not what (a resumed run stays
+in its folder, so ``out`` does nothing)."""
+GROWABLE_SETTINGS = ("budget", "time_limit_s")
+"""Settings a resume may change for the rest of the run (recorded in the manifest): the budget only
+upwards; the time limit bounds each session from its start."""
+FLAG_NAMES = {"time_limit_s": "--time-limit", "noise_std": "--noise"}
+
+
+
+def search_config(given: Mapping[str, object]) -> SearchConfig:
+    """The search the user asked for: ``given`` holds only the settings given explicitly (a command's
+    flags that were on its command line). A new run takes SearchConfig's defaults for the rest; a resumed
+    one (``resume`` given) takes them from its manifest (see ``resume_config``)."""
+    if given.get("resume"):
+        return resume_config(str(given["resume"]), given)
+    return SearchConfig(**given)
+
+
+
+def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchConfig:
+    """A stopped run's settings from its manifest, with the settings in ``given`` applied: session
+    settings (SESSION_SETTINGS) for this session, a higher budget or a time limit for the rest of the run;
+    a value that would change what the run searches (graph, machine, policy, seed, measurer, batch,
+    groups, ...) is one PlacerError. A given value equal to the manifest's is no change."""
+    saved = _saved_config(read_manifest(run_dir))
+    changes = {}
+    for name, value in given.items():
+        if name == "resume":
+            continue
+        value = tuple(value) if name == "baselines" else value
+        if value == getattr(saved, name) or name in SESSION_SETTINGS:
+            changes[name] = value
+        elif name in GROWABLE_SETTINGS:
+            changes[name] = _grown(name, value, saved, run_dir)
+        else:
+            raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches with {getattr(saved, name)!r}, "
+                              f"and a resumed run keeps it (start a new run to change it)")
+    return replace(saved, resume=str(run_dir), **changes)
+
+
+
+def _saved_config(manifest) -> SearchConfig:
+    saved = dict(manifest.config)
+    saved["baselines"] = tuple(saved.get("baselines", QUICK_BASELINES))
+    names = SearchConfig.__dataclass_fields__
+    return SearchConfig(**{k: v for k, v in saved.items() if k in names})
+
+
+
+def _grown(name: str, value, saved: SearchConfig, run_dir) -> object:
+    if name == "budget" and value < saved.budget:
+        raise PlacerError(f"--budget {value}: run {run_dir} has a budget of {saved.budget}; a resumed run can "
+                          f"only raise it")
+    return value
+
+
+
+def _flag(name: str) -> str:
+    return FLAG_NAMES.get(name, "--" + name.replace("_", "-"))
+
+
+
+def resume_changes(manifest, config: SearchConfig) -> dict[str, tuple]:
+    """The growable settings this resume changes: name -> (value in the manifest, new value)."""
+    saved = _saved_config(manifest)
+    return {name: (getattr(saved, name), getattr(config, name)) for name in GROWABLE_SETTINGS
+            if getattr(saved, name) != getattr(config, name)}

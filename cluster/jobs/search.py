@@ -1,0 +1,319 @@
+"""The search job.
+
+``run_search`` (``placer search``, and each row of ``placer reproduce``): graph + machine + policy +
+measurer + budget -> a run folder and the best placement::
+
+    load graph and machine, group the graph           (graphs/, measurers/)
+    start or join Ray, start the measurer pool        (cluster/pool.py)
+    score the quick baselines through the pool        (policies/table.py)
+    run the policy through policies.registry.place  (learned or not; learned ones get a RunContext)
+      every batch goes to the pool in one call, every result into the run log
+    final table against the baselines and the lower bound; the run log is compacted on a clean finish
+
+The run folder is the run log of cluster/runlog.py plus ``checkpoint/`` (the learner) and
+``grouping.npz``. ``resume`` continues a stopped run: the learner's weights and RNG come back from the
+checkpoint, and placements already in the log are answered from it instead of being measured again. Its
+settings come from its manifest except those given explicitly (``search_config``, ``resume_config``):
+a higher budget or a time limit is recorded in the manifest, a change of what it searches is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from cluster.jobs.config import CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig, check_counts
+from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, past_rows
+from cluster.jobs.resume import resume_changes, resume_config
+from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, record_resume,
+                            write_text_atomic)
+from graphs.errors import PlacerError
+from measurers.base import Measurement
+from measurers.timing import default_timing
+
+
+@dataclass
+class BaselineOutcome:
+    policy: str
+    runtime_s: float  # nan when it did not apply
+    status: str
+
+
+
+@dataclass
+class SearchResult:
+    run_dir: Path
+    graph: str
+    machine: str
+    policy: str
+    best_runtime_s: float  # over everything measured in the run (policy and baselines)
+    best_source: str  # which policy found it
+    policy_best_runtime_s: float  # the searched policy's own best
+    measurements: int  # measured by the policy in this run, resumed part included
+    lower_bound_s: float
+    baselines: list[BaselineOutcome]
+    stop_reason: str
+    wall_s: float
+    seconds_per_update: float = math.nan  # learner only
+    groups: int = 0  # groups the policy placed: at most config.groups and the graph's colocation groups
+    colocation_groups: int = 0  # the graph's colocation groups (the most groups any grouping makes)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["run_dir"] = str(self.run_dir)
+        data["baselines"] = {b.policy: (None if math.isnan(b.runtime_s) else b.runtime_s) for b in self.baselines}
+        data["baseline_status"] = {b.policy: b.status for b in self.baselines}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
+
+
+
+def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
+               command: Sequence[str] | None = None) -> SearchResult:
+    """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
+    ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch."""
+    from cluster import ray_setup
+    from cluster.pool import MeasurerPool, PoolConfig
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.factory import MeasurerSpec
+    from policies.rl.env import reward_of
+
+    started = time.perf_counter()
+    if config.resume:
+        config = resume_config(config.resume, asdict(config))
+    check_search_config(config)
+    graph, machine = load_graph(config.graph), load_machine(config.machine)
+    problem = _problem(graph, machine, config)
+    writer, past = _open_run(config, graph, machine, problem, command, reward_of)
+    run_dir = writer.folder
+    import ray
+
+    owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
+    ray_setup.init_ray(config.ray_address)
+    real = config.measurer != "sim"
+    spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
+                        runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
+    pool = None
+    stop_reason = "interrupted"
+    try:
+        pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if real else 64)
+        pool = MeasurerPool(spec, pool_config, run_log=writer)
+        baselines = _score_baselines(problem, pool, config, past, writer)
+        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop)
+        stop_reason = outcome.stop_reason
+    except KeyboardInterrupt:
+        outcome, baselines = None, []
+    finally:
+        if pool is not None:
+            pool.close()
+        writer.close(compact=stop_reason != "interrupted")  # a stopped run keeps its parts for --resume
+        if owns_ray:
+            ray_setup.shutdown_ray()
+    if outcome is None:
+        raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
+    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started)
+    _write_result(run_dir, result)
+    return result
+
+
+
+def _write_result(run_dir: Path, result: SearchResult) -> None:
+    """``result.json``: marks the run finished (readers and `placer reproduce` look for it)."""
+    write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
+
+
+
+def check_search_config(config: SearchConfig) -> None:
+    """Every setting of a search, checked before anything starts (no Ray, no graph built, nothing
+    written): bad input is one PlacerError before ``placer search`` draws its progress bar.
+    ``run_search`` calls it too."""
+    from graphs.registry import check_graph_name
+    from measurers.catalog import load_machine
+    from policies.registry import policy_entry
+
+    check_graph_name(config.graph)
+    load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
+    policy_entry(config.policy)
+    check_counts(config.budget, config.groups, config.grouping)
+    _check_search_numbers(config)
+    if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
+        raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
+
+
+
+def _check_search_numbers(config: SearchConfig) -> None:
+    from measurers.factory import MEASURER_KINDS
+
+    if config.measurer not in MEASURER_KINDS:
+        raise PlacerError(f"--measurer: unknown measurer {config.measurer!r} (known: {', '.join(MEASURER_KINDS)})")
+    if config.batch < 2:
+        raise PlacerError(f"--batch must be at least 2, got {config.batch}")
+    if config.time_limit_s is not None and not config.time_limit_s > 0:
+        raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
+    if config.workers < 1:
+        raise PlacerError(f"--workers must be at least 1, got {config.workers}")
+    if config.runs is not None and config.runs < 1:
+        raise PlacerError(f"--runs must be at least 1, got {config.runs}")
+    if config.warmup is not None and config.warmup < 0:
+        raise PlacerError(f"--warmup must not be negative, got {config.warmup}")
+    if not config.noise_std >= 0:
+        raise PlacerError(f"--noise must not be negative, got {config.noise_std}")
+
+
+
+def _problem(graph, machine, config: SearchConfig):
+    from graphs.grouping import Grouping
+    from policies.problem import make_problem
+
+    problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
+                           seed=config.seed)
+    if config.resume:
+        path = Path(config.resume) / GROUPING_FILE
+        if not path.is_file():
+            raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
+        with np.load(path) as arrays:
+            grouping = Grouping.from_arrays(dict(arrays))
+        if len(grouping.op_group) != graph.num_ops:
+            raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
+                              f"graph {graph.name!r} has {graph.num_ops}")
+        problem = replace(problem, op_unit=grouping.op_group, grouping=grouping)
+    return problem
+
+
+
+def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of):
+    from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
+
+    def reward_fn(measurement):
+        return reward_of(measurement, DEFAULT_PENALTY_RUNTIME_S)
+
+    if config.resume:
+        run_dir = Path(config.resume)
+        manifest = read_manifest(run_dir)
+        if manifest.graph_hash != graph.content_hash:
+            raise PlacerError(f"run folder {run_dir} was made for graph hash {manifest.graph_hash}, "
+                              f"but {config.graph!r} now has hash {graph.content_hash}")
+        past = past_rows(run_dir, problem)
+        record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
+        (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
+        return RunLogWriter.resume(run_dir, reward_fn=reward_fn), past
+    run_id = make_run_id(graph.name, config.policy, config.seed)
+    timing = default_timing(config.measurer)
+    manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
+                            runs=timing.runs if config.runs is None else config.runs,
+                            warmup=timing.warmup if config.warmup is None else config.warmup,
+                            config={**asdict(config), "groups_used": problem.num_units}, command=command,
+                            lower_bound_s=problem.lower_bound_s)
+    writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_fn)
+    writer.write_groups(problem.op_unit, graph.op_names)
+    np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
+    return writer, PastRows()
+
+
+
+def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer) -> list[BaselineOutcome]:
+    """Score each quick baseline with one measurement through the same pool (logged under its name)."""
+    from policies.registry import place
+
+    measurer = LoggedPoolMeasurer(pool, problem, "", past, log=writer)
+    outcomes = []
+    for name in config.baselines:
+        measurer.policy = name
+        try:
+            best = place(name, problem, measurer, 1, config.seed).best
+        except PlacerError as exc:  # e.g. no expert rule for this graph
+            outcomes.append(BaselineOutcome(name, math.nan, f"skipped: {exc}"))
+            continue
+        outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
+    return outcomes
+
+
+
+@dataclass
+class _PolicyOutcome:
+    best_runtime_s: float
+    best_group_placement: np.ndarray | None
+    measurements: int
+    stop_reason: str
+    seconds_per_update: float = math.nan
+
+
+
+def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
+    """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
+    time limit, stop flag and metrics log (policies.base.RunContext). A resumed learner goes on from its
+    checkpoint: its log rows and the progress count go on from there too."""
+    from policies.base import RunContext
+    from policies.registry import place, policy_entry
+
+    learned = policy_entry(config.policy).learned
+    first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
+    tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured)
+    measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
+                                  first_iteration=first_iteration)
+    options = {}
+    if learned:
+        context = RunContext(checkpoint_dir=run_dir / CHECKPOINT_DIR, time_limit_s=config.time_limit_s,
+                             should_stop=should_stop, on_iteration=_metrics_logger(writer))
+        options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
+                   "checkpoint_every": CHECKPOINT_EVERY, "context": context}
+    result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
+    runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
+    return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
+                          result.seconds_per_update)
+
+
+
+def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
+    """(iterations, measurements) the learner's checkpoint in ``run_dir`` holds; (0, 0) without one."""
+    from policies.rl.loop import checkpoint_progress
+
+    return checkpoint_progress(run_dir / CHECKPOINT_DIR)
+
+
+
+def _metrics_logger(writer: RunLogWriter) -> Callable[[int, dict], None]:
+    """The learner's ``on_iteration``: its metrics into the run log, and the log flushed just before each
+    checkpoint (the learner saves one after the iteration whose number + 1 is a multiple of
+    CHECKPOINT_EVERY), so a killed run's checkpoint is never ahead of its log: the measurements it
+    counts are all on disk."""
+    def on_iteration(iteration: int, metrics: dict) -> None:
+        writer.append_metrics(iteration, metrics)
+        if (iteration + 1) % CHECKPOINT_EVERY == 0:
+            writer.flush()
+
+    return on_iteration
+
+
+
+@dataclass
+class _BestTracker:
+    progress: Callable[[int, float, float], None] | None
+    lower_bound_s: float
+    measured: int = 0
+    best_runtime_s: float = math.inf
+
+    def update(self, measurements: Sequence[Measurement]) -> None:
+        self.measured += len(measurements)
+        for m in measurements:
+            if m.ok and m.runtime_s < self.best_runtime_s:
+                self.best_runtime_s = m.runtime_s
+        if self.progress is not None:
+            self.progress(self.measured, self.best_runtime_s, self.lower_bound_s)
+
+
+
+def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -> SearchResult:
+    candidates = [(outcome.best_runtime_s, config.policy)]
+    candidates += [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
+    best_runtime_s, best_source = min(candidates)
+    return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,
+                        best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
+                        baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
+                        problem.graph.num_colocation_groups)
