@@ -16,9 +16,8 @@ them. Example::
                           config=RLConfig(trainer="reinforce", batch_size=16, seed=0))
     result.best_runtime_s, result.best_group_placement
 
-Where the RLConfig defaults depart from the paper's recipe (decode order, rank advantages, entropy bonus,
-temperature, checkpoint interval) each field says so; the measurements behind them are in BENCHMARKS.md
-("Tuning notes").
+The settings are ``RLConfig`` (policies/rl/config.py); the RLlib Learner is assembled in
+policies/rl/assembly.py.
 """
 
 from __future__ import annotations
@@ -36,93 +35,11 @@ import torch
 
 from graphs.errors import PlacerError
 from measurers.base import Measurement
-from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S, PlacementEnv, scored_runtime_s
+from policies.rl.assembly import build_learner, summarize_update
+from policies.rl.config import RLConfig
+from policies.rl.env import PlacementEnv, scored_runtime_s
 
 CHECKPOINT_FILE = "learner.pt"
-TRAINERS = ("reinforce", "ppo")
-DECODE_ORDERS = ("forward_position", "group")
-
-
-@dataclass
-class RLConfig:
-    trainer: str = "reinforce"
-    """'reinforce' (the 2017 paper: policy gradient with a moving-average baseline) or 'ppo' (as Spotlight)."""
-    batch_size: int = 16
-    """B: placements sampled, measured (in one call) and learned from per iteration."""
-    hidden_size: int = 256
-    """LSTM/attention width (the paper: 512; smaller is cheaper: the learner dominates a simulated search)."""
-    lr: float | None = None
-    """Adam learning rate; None: 1e-3 for reinforce, 5e-4 for ppo (the paper's 0.1, even 0.02, saturates the
-    tanh-squashed logits in one Adam step and the policy collapses onto one placement)."""
-    lr_decay: float = 0.95
-    """Learning-rate factor per ``lr_decay_every`` iterations once decay starts (the paper: 0.95)."""
-    lr_decay_every: int = 50
-    """Iterations between decay steps (the paper: 50)."""
-    lr_decay_start: int = 100
-    """Iteration at which the decay begins (the paper: 400 single-sample steps)."""
-    grad_clip: float = 1.0
-    """Global gradient-norm bound (the paper: 1.0)."""
-    baseline_decay: float = 0.9
-    """REINFORCE: moving-average baseline decay (the paper: 0.9)."""
-    entropy_coeff: float = 0.03
-    """Weight of the policy-entropy bonus in the loss (the paper: none; keeps the tanh-squashed logits from
-    saturating onto the single-GPU placement)."""
-    batch_baseline: bool = False
-    """REINFORCE: baseline each reward by the mean of the other rewards of its batch (leave-one-out)
-    instead of the moving average."""
-    normalize_advantages: bool = False
-    """REINFORCE: divide advantages by the batch's reward standard deviation (scale-free rewards)."""
-    rank_advantages: bool = True
-    """REINFORCE: use each placement's centered rank in its batch, in [-0.5, 0.5], as its advantage."""
-    penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S
-    """Runtime a failed/oom/timeout/crash placement is scored as (the reference: 100 s, reward -10)."""
-    temperature: float = 2.0
-    """Softmax temperature of the device logits, before the tanh squashing (the paper: 1.0, at which the
-    squashed logits saturate and the policy freezes)."""
-    tanh_constant: float = 5.0
-    """Device logits are squashed to +-tanh_constant (see policies/rl/seq2seq/module.py for why not 1.0)."""
-    logit_noise_std: float = 0.5
-    """Noise on the device logits while sampling, times their RMS, decayed linearly to 0 (the paper: 0.5)."""
-    noise_stop_iteration: int = 30
-    """Iteration from which sampling is noise-free."""
-    ppo_clip: float = 0.2
-    """PPO: ratio clip parameter."""
-    ppo_epochs: int = 4
-    """PPO: passes over each batch."""
-    ppo_minibatch_size: int | None = None
-    """PPO: minibatch size (None: the whole batch, one gradient step per epoch)."""
-    vf_loss_coeff: float = 0.5
-    """PPO: weight of the value-function loss."""
-    checkpoint_every: int = 10
-    """Iterations between checkpoints, when a checkpoint folder is given (one is always written at the end;
-    one per iteration cost as much as the update itself)."""
-    torch_threads: int | None = None
-    """If set, torch.set_num_threads(torch_threads) for the whole process (1 is fastest on a busy 2-core box)."""
-    decode_order: str = "forward_position"
-    """Order the decoder places the groups in: 'forward_position' (by the mean topological position of each
-    group's forward ops, so runs of one device are layer-contiguous pipeline stages) or 'group' (index order)."""
-    seed: int = 0
-    """Seeds the network's initial weights and the sampling; same seed + noiseless measurer = same run."""
-
-    def __post_init__(self) -> None:
-        if self.trainer not in TRAINERS:
-            raise PlacerError(f"unknown trainer {self.trainer!r} (known: {', '.join(TRAINERS)})")
-        if self.batch_size < 2:
-            raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
-        if self.hidden_size < 2 or self.hidden_size % 2:
-            raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
-        if not self.penalty_runtime_s > 0:
-            raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
-        if self.decode_order not in DECODE_ORDERS:
-            raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: {', '.join(DECODE_ORDERS)})")
-
-    @property
-    def learning_rate(self) -> float:
-        if self.lr is not None:
-            return self.lr
-        return 1e-3 if self.trainer == "reinforce" else 5e-4
-
-
 @dataclass
 class IterationMetrics:
     iteration: int  # 0-based index of the batch just learned from
@@ -223,7 +140,7 @@ class _Trainer:
 
     def __init__(self, env: PlacementEnv, config: RLConfig):
         self.env, self.config = env, config
-        self.learner = _build_learner(env, config)
+        self.learner = build_learner(env, config)
         from ray.rllib.core import DEFAULT_MODULE_ID
         self.module = self.learner.module[DEFAULT_MODULE_ID].unwrapped()
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -315,7 +232,7 @@ class _Trainer:
         lr = float(self._optimizers()[0][1].param_groups[0]["lr"])  # the lr this update uses
         results = self.learner.update(batch=train_batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1},
                                       **kwargs)
-        summary = _summarize(results, DEFAULT_MODULE_ID, self.config.trainer, batch)
+        summary = summarize_update(results, DEFAULT_MODULE_ID, self.config.trainer, batch)
         summary["lr"] = lr
         return summary
 
@@ -397,74 +314,6 @@ def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:
     from graphs.features import forward_position
     position = forward_position(env.graph, np.asarray(env.grouping.op_group), env.num_groups)  # (G,)
     return np.argsort(position, kind="stable").astype(np.int64)
-
-
-def _build_learner(env: PlacementEnv, config: RLConfig):
-    """An RLlib Learner (in this process) for the seq2seq module with the chosen loss."""
-    from ray.rllib.core import DEFAULT_MODULE_ID
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
-
-    from policies.rl.seq2seq.module import Seq2SeqPlacer
-    if config.trainer == "ppo":
-        from ray.rllib.algorithms.ppo import PPOConfig
-        algo_config = PPOConfig().training(clip_param=config.ppo_clip, vf_loss_coeff=config.vf_loss_coeff,
-                                           entropy_coeff=config.entropy_coeff, use_kl_loss=False,
-                                           vf_clip_param=config.penalty_runtime_s)
-    else:
-        from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
-
-        from policies.rl.reinforce import ReinforceLearner
-        algo_config = AlgorithmConfig().learners(
-            learner_class=ReinforceLearner,
-            learner_config_dict={"baseline_decay": config.baseline_decay, "entropy_coeff": config.entropy_coeff,
-                                 "batch_baseline": config.batch_baseline,
-                                 "normalize_advantages": config.normalize_advantages,
-                                 "rank_advantages": config.rank_advantages})
-    model_config = {"hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
-                    "temperature": config.temperature, "logit_noise_std": config.logit_noise_std}
-    algo_config = (algo_config.framework("torch")
-                   .training(lr=_lr_schedule(config), grad_clip=config.grad_clip, grad_clip_by="global_norm")
-                   .learners(num_learners=0)
-                   .debugging(seed=config.seed))
-    # What AlgorithmConfig.build_learner does, with the module spec given whole (the base config, used for
-    # REINFORCE, has no default module spec to merge it into).
-    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
-        module_class=Seq2SeqPlacer, observation_space=env.observation_space, action_space=env.action_space,
-        model_config=model_config)})
-    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
-    learner.build()
-    return learner
-
-
-def _lr_schedule(config: RLConfig) -> list[list[float]] | float:
-    """The paper's staircase decay as RLlib [[iteration, lr], ...] points (linear between them)."""
-    lr = config.learning_rate
-    if config.lr_decay >= 1.0:
-        return lr
-    points = [[0, lr], [config.lr_decay_start, lr]]
-    for k in range(1, 60):
-        points.append([config.lr_decay_start + k * config.lr_decay_every, lr * config.lr_decay ** k])
-    return points
-
-
-def _summarize(results: dict, module_id: str, trainer: str, batch: dict) -> dict[str, float]:
-    """Plain floats out of the Learner's reduced metrics."""
-    from ray.rllib.core.columns import Columns
-    from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
-    stats = results.get(module_id, {})
-
-    def value(key: str, default: float = math.nan) -> float:
-        item = stats.get(key)
-        if item is None:
-            return default
-        item = item.peek() if hasattr(item, "peek") else item
-        return float(np.asarray(item, dtype=np.float64).mean())
-
-    baseline = (value("reward_baseline") if trainer == "reinforce"
-                else float(np.mean(batch[Columns.VF_PREDS])))
-    return {"loss": value("total_loss"), "policy_loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY),
-            "baseline": baseline}
 
 
 def _tensor_or_none(array: np.ndarray | None) -> torch.Tensor | None:

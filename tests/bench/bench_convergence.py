@@ -50,7 +50,8 @@ def best_curve(runtimes: list[float], budget: int) -> np.ndarray:
 
 
 def run_learner(problem, measurer, trainer: str, budget: int, seed: int, batch: int) -> Curve:
-    from policies.rl.loop import RLConfig, train_placer
+    from policies.rl.config import RLConfig
+    from policies.rl.loop import train_placer
 
     runtimes: list[float] = []
 

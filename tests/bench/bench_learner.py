@@ -33,7 +33,8 @@ def main() -> None:
     from graphs.synthetic import synthetic_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
-    from policies.rl.loop import RLConfig, train_placer
+    from policies.rl.config import RLConfig
+    from policies.rl.loop import train_placer
 
     graph = synthetic_graph(args.ops, seed=0)
     machine = load_machine("paper-2gpu")

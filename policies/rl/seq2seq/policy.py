@@ -14,7 +14,8 @@ from __future__ import annotations
 from graphs.grouping import Grouping
 from measurers.base import Measurement
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
-from policies.rl.loop import CHECKPOINT_FILE, RLConfig, train_placer
+from policies.rl.config import RLConfig
+from policies.rl.loop import CHECKPOINT_FILE, train_placer
 
 
 class ReinforcePolicy:

@@ -15,7 +15,8 @@ from graphs.errors import PlacerError  # noqa: E402
 from graphs.grouping import Grouping  # noqa: E402
 from measurers.base import Measurement  # noqa: E402
 from measurers.machine import Device, Link, Machine  # noqa: E402
-from policies.rl.loop import RLConfig, train_placer  # noqa: E402
+from policies.rl.config import RLConfig  # noqa: E402
+from policies.rl.loop import train_placer  # noqa: E402
 
 G = 10  # groups, two ops each
 

@@ -1,0 +1,79 @@
+"""The RLlib side of a learner: a Learner built alone in this process (no EnvRunners) for the seq2seq
+module with the REINFORCE or PPO loss, its learning-rate schedule, and plain floats out of its metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from policies.rl.config import RLConfig
+from policies.rl.env import PlacementEnv
+
+
+def build_learner(env: PlacementEnv, config: RLConfig):
+    """An RLlib Learner (in this process) for the seq2seq module with the chosen loss."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from policies.rl.seq2seq.module import Seq2SeqPlacer
+    if config.trainer == "ppo":
+        from ray.rllib.algorithms.ppo import PPOConfig
+        algo_config = PPOConfig().training(clip_param=config.ppo_clip, vf_loss_coeff=config.vf_loss_coeff,
+                                           entropy_coeff=config.entropy_coeff, use_kl_loss=False,
+                                           vf_clip_param=config.penalty_runtime_s)
+    else:
+        from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+
+        from policies.rl.reinforce import ReinforceLearner
+        algo_config = AlgorithmConfig().learners(
+            learner_class=ReinforceLearner,
+            learner_config_dict={"baseline_decay": config.baseline_decay, "entropy_coeff": config.entropy_coeff,
+                                 "batch_baseline": config.batch_baseline,
+                                 "normalize_advantages": config.normalize_advantages,
+                                 "rank_advantages": config.rank_advantages})
+    model_config = {"hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
+                    "temperature": config.temperature, "logit_noise_std": config.logit_noise_std}
+    algo_config = (algo_config.framework("torch")
+                   .training(lr=lr_schedule(config), grad_clip=config.grad_clip, grad_clip_by="global_norm")
+                   .learners(num_learners=0)
+                   .debugging(seed=config.seed))
+    # What AlgorithmConfig.build_learner does, with the module spec given whole (the base config, used for
+    # REINFORCE, has no default module spec to merge it into).
+    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
+        module_class=Seq2SeqPlacer, observation_space=env.observation_space, action_space=env.action_space,
+        model_config=model_config)})
+    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
+    learner.build()
+    return learner
+
+
+def lr_schedule(config: RLConfig) -> list[list[float]] | float:
+    """The paper's staircase decay as RLlib [[iteration, lr], ...] points (linear between them)."""
+    lr = config.learning_rate
+    if config.lr_decay >= 1.0:
+        return lr
+    points = [[0, lr], [config.lr_decay_start, lr]]
+    for k in range(1, 60):
+        points.append([config.lr_decay_start + k * config.lr_decay_every, lr * config.lr_decay ** k])
+    return points
+
+
+def summarize_update(results: dict, module_id: str, trainer: str, batch: dict) -> dict[str, float]:
+    """Plain floats out of the Learner's reduced metrics."""
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
+    stats = results.get(module_id, {})
+
+    def value(key: str, default: float = math.nan) -> float:
+        item = stats.get(key)
+        if item is None:
+            return default
+        item = item.peek() if hasattr(item, "peek") else item
+        return float(np.asarray(item, dtype=np.float64).mean())
+
+    baseline = (value("reward_baseline") if trainer == "reinforce"
+                else float(np.mean(batch[Columns.VF_PREDS])))
+    return {"loss": value("total_loss"), "policy_loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY),
+            "baseline": baseline}
