@@ -7,9 +7,10 @@
 
 A run that is still being written, or one whose process was killed, reads the same way: only whole
 Parquet files are ever visible, and ``read_run`` gives each row once, also while (or after a crash
-while) a finished run's parts are compacted into one file (see cluster/runlog.py). The lower bound is not
-in the log; it comes from ``result.json`` (written beside the log by ``placer reproduce``) or, when the
-graph is already in the benchmark cache on disk, from the cached graph; otherwise it is unknown (NaN).
+while) a finished run's parts are compacted into one file (see cluster/runlog.py). The lower bound comes
+from the manifest (searches and baselines runs record it), else from ``result.json`` (written when a
+search finishes) or, when the graph is in the benchmark cache on disk, from the cached graph; otherwise
+it is unknown (NaN).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from cluster.jsonout import json_safe
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, RunManifest, read_manifest, read_run
 from graphs.errors import PlacerError
 
@@ -242,13 +244,3 @@ def cached_graph(manifest: RunManifest):
             if graph.content_hash == manifest.graph_hash:
                 return graph
     return None
-
-
-def json_safe(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value

@@ -272,7 +272,7 @@ class CellResult:
     finished: bool
 
     def to_json(self) -> dict:
-        from cluster.analysis import json_safe
+        from cluster.jsonout import json_safe
 
         data = asdict(self)
         data["cell"] = {"graph": self.cell.graph, "machine": self.cell.machine, "gpus": self.cell.gpus,

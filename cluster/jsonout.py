@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import sys
 from typing import IO, Iterator
@@ -22,10 +23,22 @@ _json_stream: IO[str] | None = None  # the real stdout while json_stdout() is ac
 
 def emit_json(payload) -> None:
     """Print ``payload`` as the command's one JSON document (indented, newline-terminated) on the real
-    stdout, even while everything else written to stdout is being sent to stderr."""
+    stdout, even while everything else written to stdout is being sent to stderr. Infinities and NaN
+    become null: JSON has no such numbers, and `jq` refuses Python's ``Infinity``."""
     stream = _json_stream if _json_stream is not None else sys.stdout
-    stream.write(json.dumps(payload, indent=2) + "\n")
+    stream.write(json.dumps(json_safe(payload), indent=2, allow_nan=False) + "\n")
     stream.flush()
+
+
+def json_safe(value):
+    """``value`` with every non-finite float (also inside dicts, lists and tuples) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 @contextlib.contextmanager

@@ -63,6 +63,7 @@ class RunContext:
     time_limit_s: float | None = None  # stop between batches after this many seconds
     should_stop: Callable[[], bool] | None = None  # polled between batches
     on_iteration: Callable[[int, dict[str, float]], None] | None = None  # learner metrics per iteration
+    before_checkpoint: Callable[[], None] | None = None  # called before every save (flush what it counts)
 
 
 class Policy(Protocol):

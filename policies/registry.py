@@ -66,8 +66,15 @@ for _entry in (
 ):
     register_policy(_entry)
 
-BASELINES = tuple(name for name, entry in POLICIES.items() if not entry.learned)  # `placer baselines` default
-LEARNED = tuple(name for name, entry in POLICIES.items() if entry.learned)
+
+
+def baseline_names() -> tuple[str, ...]:
+    """Every non-learned policy registered so far: what `placer baselines` runs by default."""
+    return tuple(name for name, entry in POLICIES.items() if not entry.learned)
+
+
+def learned_names() -> tuple[str, ...]:
+    return tuple(name for name, entry in POLICIES.items() if entry.learned)
 
 
 def policy_entry(spec: str) -> PolicyEntry:
@@ -102,10 +109,13 @@ def place(spec: str, problem: PlacementProblem, measurer: Measurer, budget: int,
 
 
 def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> PolicyResult:
-    """A non-learned policy's placement of ``graph`` on ``machine``, scored once by ``measurer``: what
-    ``placer simulate --policy`` and ``placer measure --policy`` run."""
+    """A heuristic's placement of ``graph`` on ``machine`` (on colocation groups, as ``placer baselines``
+    runs it), scored once by ``measurer``: what ``placer simulate --policy`` and ``placer measure --policy``
+    run. Searches and learned policies need a budget and are refused."""
     from policies.problem import make_problem
 
-    if policy_entry(spec).learned:
-        raise PlacerError(f"{spec!r} is a learned policy: it needs a budget (placer search --policy {spec})")
+    entry = policy_entry(spec)
+    if entry.kind != "heuristic":
+        raise PlacerError(f"{spec!r} is a {entry.kind} policy: it needs a budget "
+                          f"(placer search --policy {spec}, or placer baselines)")
     return place(spec, make_problem(graph, machine), measurer, 1, seed)

@@ -10,7 +10,6 @@ placement itself, use ``cluster.apply.apply_torch`` / ``apply_keras`` (README, "
 from __future__ import annotations
 
 import json
-import math
 
 from cluster.jsonout import emit_json
 
@@ -44,15 +43,11 @@ def run(args) -> int:
         write_text_atomic(path, json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
                                             "machine": summary.machine, "modules": summary.modules}, indent=2))
     if args.json:
-        emit_json({"run": run.manifest.run_id, "run_dir": str(run.run_dir), "runtime_s": _finite(run.best.runtime_s),
+        emit_json({"run": run.manifest.run_id, "run_dir": str(run.run_dir), "runtime_s": run.best.runtime_s,
                    "module_map_file": args.module_map, **summary.to_json()})
         return 0
     _print(run, summary, args.module_map)
     return 0
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def _si(value: float, unit: str) -> str:

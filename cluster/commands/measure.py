@@ -14,7 +14,7 @@ def register(subparsers) -> None:
     parser.add_argument("--measurer", required=True, choices=("torch", "tf"))
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
-    how.add_argument("--policy", metavar="NAME", help="any non-learned policy of `placer baselines` "
+    how.add_argument("--policy", metavar="NAME", help="any heuristic of `placer baselines` "
                      "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
     parser.add_argument("--runs", type=int, default=REAL_TIMING.runs, metavar="N",
                         help=f"timed runs (default {REAL_TIMING.runs})")

@@ -8,6 +8,8 @@ import sys
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.jsonout import emit_json
 
+_TIMED_BY = {"sim": "simulated", "torch": "measured PyTorch", "tf": "measured TensorFlow"}
+
 
 def register(subparsers) -> None:
     """Every setting's argparse default is None, so ``run`` knows which flags were given: a resumed run
@@ -103,7 +105,8 @@ def print_result(result) -> None:
     from rich.table import Table
 
     lb = result.lower_bound_s
-    table = Table(title=f"{result.graph} on {result.machine}: best placements (simulated step time)")
+    timed_by = _TIMED_BY.get(result.measurer, result.measurer)
+    table = Table(title=f"{result.graph} on {result.machine}: best placements ({timed_by} step time)")
     for column in ("placement", "step time (s)", "status", "x lower bound"):
         table.add_column(column)
 

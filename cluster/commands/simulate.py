@@ -11,7 +11,7 @@ def register(subparsers) -> None:
     parser.add_argument("--machine", required=True, metavar="NAME_OR_FILE", help="catalog machine or machine file")
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
-    how.add_argument("--policy", metavar="NAME", help="any non-learned policy of `placer baselines` "
+    how.add_argument("--policy", metavar="NAME", help="any heuristic of `placer baselines` "
                      "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
     parser.add_argument("--engine", choices=("reference", "fast"), default="fast")
     parser.add_argument("--profile", metavar="FILE", help="measured per-op times (JSON or Parquet)")

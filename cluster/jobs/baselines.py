@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Iterator
 
 from cluster.jobs.config import BASELINES_FILE, BaselinesConfig, check_counts
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
@@ -24,42 +26,38 @@ class BaselinesOutcome:
         return {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
 
 
-
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
-    """Score every policy of ``config`` side by side through one measurer; log it when ``out`` is set."""
+    """Score every policy of ``config`` side by side through one measurer; log it when ``out`` is set.
+    Bad input (a name, a count, a measurer that cannot run the graph, an unreachable cluster) fails before
+    the log is written."""
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.factory import MeasurerSpec, build_measurer
+    from measurers.factory import MeasurerSpec
     from policies.problem import make_problem
-    from policies.registry import BASELINES, policy_entry
+    from policies.registry import baseline_names, policy_entry
     from policies.table import run_baselines as run_table
 
-    policies = BASELINES if config.policies is None else config.policies
+    policies = baseline_names() if config.policies is None else config.policies
     if not policies:
         raise PlacerError("--policies names no policy")
     for name in policies:
-        policy_entry(name)  # unknown names fail before any work
+        if policy_entry(name).learned:  # unknown names fail here too, before any work
+            raise PlacerError(f"--policies: {name!r} is a learned policy; placer search --policy {name} runs it")
     check_counts(config.budget, config.groups, config.grouping)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
     spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
-    log = _open_baselines_log(config, graph, machine, policies, spec) if config.out else None
-    pool, finished = None, False
-    try:
-        measurer = build_measurer(spec) if config.measurer == "sim" else _real_pool(spec, config.ray_address)
-        pool = None if config.measurer == "sim" else measurer
-        table = run_table(problem, measurer, policies, config.budget, config.seed,
-                          on_measurement=None if log is None else _baseline_logger(log))
-        finished = True
-    finally:
-        if log is not None:
-            log.close(compact=finished)
-        if pool is not None:
-            from cluster import ray_setup
-
-            pool.close()
-            ray_setup.shutdown_ray()
+    with _measurer(spec, config.ray_address) as measurer:
+        log = _open_baselines_log(config, graph, machine, policies, spec, problem) if config.out else None
+        finished = False
+        try:
+            table = run_table(problem, measurer, policies, config.budget, config.seed,
+                              on_measurement=None if log is None else _baseline_logger(log))
+            finished = True
+        finally:
+            if log is not None:
+                log.close(compact=finished)
     outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
                                None if log is None else log.folder)
     if log is not None:
@@ -67,28 +65,35 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     return outcome
 
 
+@contextmanager
+def _measurer(spec, ray_address: str | None) -> Iterator:
+    """The simulator in this process, or a pool running the real measurer on every node (one placement per
+    call, so a time limit applies to one placement); Ray is shut down after only if it was started here."""
+    from measurers.factory import build_measurer
 
-def _real_pool(spec, ray_address: str | None):
-    """A measurer pool running the real PyTorch/TensorFlow measurer on every node (one placement per call,
-    so a time limit applies to one placement)."""
+    if spec.kind == "sim":
+        yield build_measurer(spec)
+        return
+    import ray
+
     from cluster import ray_setup
     from cluster.pool import MeasurerPool, PoolConfig
 
+    owns_ray = not ray.is_initialized()
     ray_setup.init_ray(ray_address)
     try:
-        return MeasurerPool(spec, PoolConfig(chunk_size=1))
-    except BaseException:
-        ray_setup.shutdown_ray()
-        raise
+        with MeasurerPool(spec, PoolConfig(chunk_size=1)) as pool:
+            yield pool
+    finally:
+        if owns_ray:
+            ray_setup.shutdown_ray()
 
 
-
-def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec) -> RunLogWriter:
+def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec, problem) -> RunLogWriter:
     manifest = new_manifest(make_run_id(graph.name, "baselines", config.seed), graph, machine, seed=config.seed,
                             policy="baselines", config={**asdict(config), "policies": list(policies)},
-                            runs=spec.runs, warmup=spec.warmup)
+                            runs=spec.runs, warmup=spec.warmup, lower_bound_s=problem.lower_bound_s)
     return RunLogWriter.create(config.out, manifest)
-
 
 
 def _baseline_logger(log: RunLogWriter):

@@ -49,7 +49,9 @@ class SearchConfig:
     out: str = "runs"
     """Folder the run folder is made in."""
     resume: str | None = None
-    """A run folder to continue (its manifest's settings win over the ones here)."""
+    """A run folder to continue. Every other setting must then equal the manifest's, except the session's
+    own (workers, ray_address, out) and a higher budget or a time limit; ``cluster.jobs.search_config``
+    with only the flags a user gave takes the rest from the manifest."""
     baselines: tuple[str, ...] = QUICK_BASELINES
     hidden_size: int = 256
     """Learner width (see policies.rl.loop.RLConfig)."""
@@ -62,7 +64,7 @@ class BaselinesConfig:
     graph: str
     machine: str
     policies: tuple[str, ...] | None = None
-    """Registry names (None: every non-learned policy, policies.registry.BASELINES)."""
+    """Registry names (None: every non-learned policy, policies.registry.baseline_names())."""
     budget: int = 500
     """Measurements each search may spend (heuristics spend one)."""
     groups: int = DEFAULT_MAX_GROUPS

@@ -3,8 +3,10 @@
 ``run_search`` (``placer search``, and each row of ``placer reproduce``): graph + machine + policy +
 measurer + budget -> a run folder and the best placement::
 
+    check every setting                               (check_search_config: nothing started yet)
     load graph and machine, group the graph           (graphs/, measurers/)
-    start or join Ray, start the measurer pool        (cluster/pool.py)
+    build the measurer once, start or join Ray        (bad input fails here, before any file is written)
+    open the run folder, start the measurer pool      (cluster/runlog.py, cluster/pool.py)
     score the quick baselines through the pool        (policies/table.py)
     run the policy through policies.registry.place  (learned or not; learned ones get a RunContext)
       every batch goes to the pool in one call, every result into the run log
@@ -31,6 +33,7 @@ import numpy as np
 from cluster.jobs.config import CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig, check_counts
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, past_rows
 from cluster.jobs.resume import resume_changes, resume_config
+from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, record_resume,
                             write_text_atomic)
 from graphs.errors import PlacerError
@@ -43,7 +46,6 @@ class BaselineOutcome:
     policy: str
     runtime_s: float  # nan when it did not apply
     status: str
-
 
 
 @dataclass
@@ -63,26 +65,27 @@ class SearchResult:
     seconds_per_update: float = math.nan  # learner only
     groups: int = 0  # groups the policy placed: at most config.groups and the graph's colocation groups
     colocation_groups: int = 0  # the graph's colocation groups (the most groups any grouping makes)
+    measurer: str = "sim"  # what timed the placements: sim | torch | tf
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["run_dir"] = str(self.run_dir)
-        data["baselines"] = {b.policy: (None if math.isnan(b.runtime_s) else b.runtime_s) for b in self.baselines}
+        data["baselines"] = {b.policy: b.runtime_s for b in self.baselines}
         data["baseline_status"] = {b.policy: b.status for b in self.baselines}
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
-
+        return json_safe(data)
 
 
 def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
                command: Sequence[str] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
     ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch."""
+    import ray
+
     from cluster import ray_setup
     from cluster.pool import MeasurerPool, PoolConfig
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.factory import MeasurerSpec
-    from policies.rl.env import reward_of
+    from measurers.factory import MeasurerSpec, as_factory
 
     started = time.perf_counter()
     if config.resume:
@@ -90,20 +93,23 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     check_search_config(config)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = _problem(graph, machine, config)
-    writer, past = _open_run(config, graph, machine, problem, command, reward_of)
-    run_dir = writer.folder
-    import ray
-
-    owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
-    ray_setup.init_ray(config.ray_address)
-    real = config.measurer != "sim"
     spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
                         runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
+    factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
+    owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
+    ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
+    try:
+        writer, past = _open_run(config, graph, machine, problem, command)
+    except BaseException:
+        if owns_ray:
+            ray_setup.shutdown_ray()
+        raise
+    run_dir = writer.folder
     pool = None
     stop_reason = "interrupted"
     try:
-        pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if real else 64)
-        pool = MeasurerPool(spec, pool_config, run_log=writer)
+        pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if spec.kind != "sim" else 64)
+        pool = MeasurerPool(factory, pool_config, run_log=writer)
         baselines = _score_baselines(problem, pool, config, past, writer)
         outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop)
         stop_reason = outcome.stop_reason
@@ -122,11 +128,9 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     return result
 
 
-
 def _write_result(run_dir: Path, result: SearchResult) -> None:
     """``result.json``: marks the run finished (readers and `placer reproduce` look for it)."""
     write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
-
 
 
 def check_search_config(config: SearchConfig) -> None:
@@ -144,7 +148,6 @@ def check_search_config(config: SearchConfig) -> None:
     _check_search_numbers(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
-
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
@@ -166,29 +169,25 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--noise must not be negative, got {config.noise_std}")
 
 
-
 def _problem(graph, machine, config: SearchConfig):
     from graphs.grouping import Grouping
     from policies.problem import make_problem
 
-    problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
-                           seed=config.seed)
-    if config.resume:
-        path = Path(config.resume) / GROUPING_FILE
-        if not path.is_file():
-            raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
-        with np.load(path) as arrays:
-            grouping = Grouping.from_arrays(dict(arrays))
-        if len(grouping.op_group) != graph.num_ops:
-            raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
-                              f"graph {graph.name!r} has {graph.num_ops}")
-        problem = replace(problem, op_unit=grouping.op_group, grouping=grouping)
-    return problem
+    if not config.resume:
+        return make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
+                            seed=config.seed)
+    with np.load(Path(config.resume) / GROUPING_FILE) as arrays:  # check_search_config: it is there
+        grouping = Grouping.from_arrays(dict(arrays))
+    if len(grouping.op_group) != graph.num_ops:
+        raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
+                          f"graph {graph.name!r} has {graph.num_ops}")
+    problem = make_problem(graph, machine)  # colocation units, replaced by the run's own grouping
+    return replace(problem, op_unit=grouping.op_group, grouping=grouping)
 
 
-
-def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of):
-    from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
+def _open_run(config: SearchConfig, graph, machine, problem, command):
+    from measurers.catalog import machine_to_json
+    from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S, reward_of
 
     def reward_fn(measurement):
         return reward_of(measurement, DEFAULT_PENALTY_RUNTIME_S)
@@ -199,6 +198,9 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
         if manifest.graph_hash != graph.content_hash:
             raise PlacerError(f"run folder {run_dir} was made for graph hash {manifest.graph_hash}, "
                               f"but {config.graph!r} now has hash {graph.content_hash}")
+        if manifest.machine != machine_to_json(machine):
+            raise PlacerError(f"run folder {run_dir} was made for machine {manifest.machine.get('name')!r} as it "
+                              f"was then; {config.machine!r} now describes other devices or links")
         past = past_rows(run_dir, problem)
         record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
@@ -214,7 +216,6 @@ def _open_run(config: SearchConfig, graph, machine, problem, command, reward_of)
     writer.write_groups(problem.op_unit, graph.op_names)
     np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
     return writer, PastRows()
-
 
 
 def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer) -> list[BaselineOutcome]:
@@ -234,7 +235,6 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
     return outcomes
 
 
-
 @dataclass
 class _PolicyOutcome:
     best_runtime_s: float
@@ -242,7 +242,6 @@ class _PolicyOutcome:
     measurements: int
     stop_reason: str
     seconds_per_update: float = math.nan
-
 
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
@@ -260,7 +259,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     options = {}
     if learned:
         context = RunContext(checkpoint_dir=run_dir / CHECKPOINT_DIR, time_limit_s=config.time_limit_s,
-                             should_stop=should_stop, on_iteration=_metrics_logger(writer))
+                             should_stop=should_stop, on_iteration=writer.append_metrics,
+                             before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
                    "checkpoint_every": CHECKPOINT_EVERY, "context": context}
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
@@ -269,27 +269,11 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                           result.seconds_per_update)
 
 
-
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
     """(iterations, measurements) the learner's checkpoint in ``run_dir`` holds; (0, 0) without one."""
     from policies.rl.loop import checkpoint_progress
 
     return checkpoint_progress(run_dir / CHECKPOINT_DIR)
-
-
-
-def _metrics_logger(writer: RunLogWriter) -> Callable[[int, dict], None]:
-    """The learner's ``on_iteration``: its metrics into the run log, and the log flushed just before each
-    checkpoint (the learner saves one after the iteration whose number + 1 is a multiple of
-    CHECKPOINT_EVERY), so a killed run's checkpoint is never ahead of its log: the measurements it
-    counts are all on disk."""
-    def on_iteration(iteration: int, metrics: dict) -> None:
-        writer.append_metrics(iteration, metrics)
-        if (iteration + 1) % CHECKPOINT_EVERY == 0:
-            writer.flush()
-
-    return on_iteration
-
 
 
 @dataclass
@@ -308,7 +292,6 @@ class _BestTracker:
             self.progress(self.measured, self.best_runtime_s, self.lower_bound_s)
 
 
-
 def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -> SearchResult:
     candidates = [(outcome.best_runtime_s, config.policy)]
     candidates += [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
@@ -316,4 +299,4 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -
     return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,
                         best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
                         baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
-                        problem.graph.num_colocation_groups)
+                        problem.graph.num_colocation_groups, config.measurer)

@@ -81,11 +81,13 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
                  config: RLConfig | None = None, on_batch: OnBatch | None = None,
                  on_iteration: OnIteration | None = None, checkpoint_dir: str | os.PathLike | None = None,
                  resume_from: str | os.PathLike | None = None, should_stop: Callable[[], bool] | None = None,
-                 features: np.ndarray | None = None) -> TrainResult:
+                 features: np.ndarray | None = None,
+                 before_checkpoint: Callable[[], None] | None = None) -> TrainResult:
     """Search placements of ``graph``'s groups on ``machine`` until the measurement budget is spent.
 
     ``budget_measurements`` counts every measurement of the run, those before a resume included; the
-    last batch is cut to what is left. ``time_limit_s`` and ``should_stop`` are checked between batches.
+    last batch is cut to what is left. ``time_limit_s`` and ``should_stop`` are checked between batches;
+    ``before_checkpoint()`` is called before every checkpoint is saved.
     ``on_batch(iteration, group_placements (B, G), op_placements (B, N), measurements, rewards (B,))``
     sees every measured batch; ``on_iteration(IterationMetrics)`` every update. ``features`` overrides
     the (G, F) group feature matrix.
@@ -115,10 +117,16 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
             if on_iteration is not None:
                 on_iteration(metrics)
             if checkpoint_dir is not None and trainer.iteration % config.checkpoint_every == 0:
-                trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
+                _save(trainer, checkpoint_dir, before_checkpoint)
         if checkpoint_dir is not None:
-            trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
+            _save(trainer, checkpoint_dir, before_checkpoint)
         return trainer.result(stop_reason)
+
+
+def _save(trainer: "_Trainer", checkpoint_dir, before_checkpoint: Callable[[], None] | None) -> None:
+    if before_checkpoint is not None:
+        before_checkpoint()  # e.g. the run log flushed: a checkpoint never counts rows that are not on disk
+    trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
 
 
 @contextmanager

@@ -71,3 +71,32 @@ def test_search_cli__first_run_prints_no_rllib_noise_and_never_imports_tensorflo
     assert noise == [], "\n".join(noise[:5])
     assert "imported: True False" in done.stderr  # RLlib yes, TensorFlow no
     assert "32 measurements, stopped by budget" in done.stdout.replace("\n", " ")
+
+
+def test_search_cli__measurer_that_cannot_run_the_graph_writes_nothing(tmp_path, capsys):
+    from cluster.cli import main
+
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", "synthetic:50", "--measurer", "torch", "--out", str(out)]) == 2
+    assert "synthetic" in capsys.readouterr().err
+    assert not out.exists()  # no run folder that looks like a stopped run
+
+
+def test_search_cli__resume_on_a_changed_machine_is_refused_and_changes_nothing(tmp_path, capsys):
+    import json
+
+    from cluster.cli import main
+
+    machine_file = tmp_path / "box.json"
+    machine_file.write_text((REPO / "measurers/catalog/paper-2gpu.json").read_text())
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", "synthetic:300", "--machine", str(machine_file), "--policy", "random",
+                 "--budget", "8", "--workers", "1", "--out", str(out), "--json"]) == 0
+    run_dir = Path(json.loads(capsys.readouterr().out)["run_dir"])
+    spec = json.loads(machine_file.read_text())
+    spec["links"][0]["bandwidth_Bps"] /= 2  # the box changed since the run
+    machine_file.write_text(json.dumps(spec))
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+    assert main(["search", "--resume", str(run_dir), "--budget", "16"]) == 2
+    assert "describes other devices or links" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before

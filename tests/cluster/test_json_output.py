@@ -141,3 +141,12 @@ def test_search_json__ray_noise_after_a_killed_actor_goes_to_stderr_and_groups_a
     assert result["groups"] == result["colocation_groups"] == 276  # synthetic:300's colocation groups
     assert stderr.count("placer: note:") == 1
     assert "--groups 400 is more than the 276 colocation groups of graph 'synthetic:300:0'; using 276" in stderr
+
+
+def test_emit_json__infinities_become_null(capsys):
+    import math
+
+    from cluster.jsonout import emit_json
+
+    emit_json({"runtime_s": math.inf, "samples_s": [1.0, math.nan], "ok": 2.5})
+    assert json.loads(capsys.readouterr().out) == {"runtime_s": None, "samples_s": [1.0, None], "ok": 2.5}

@@ -14,11 +14,11 @@ from measurers.catalog import load_machine
 from measurers.sim.lower_bound import lower_bound_from_times
 from measurers.machine import Machine
 from policies.problem import PlacementProblem, fit_transfer_line
-from policies.registry import BASELINES, make_policy
+from policies.registry import baseline_names, make_policy
 from conftest import build_graph
 
 SEARCHES = ("random", "cem", "annealing")
-NON_EXPERT = tuple(p for p in BASELINES if p != "expert")
+NON_EXPERT = tuple(p for p in baseline_names() if p != "expert")
 MEMORY_AWARE = ("m-topo", "m-etf", "m-sct", "heft", "random", "cem", "annealing")
 
 

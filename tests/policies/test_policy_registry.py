@@ -11,7 +11,8 @@ from cluster.cli import main
 from conftest import build_graph, policy_placement
 from graphs.errors import PlacerError
 from measurers.catalog import load_machine
-from policies.registry import BASELINES, LEARNED, POLICIES, make_policy, place_once, policy_entry
+from policies.registry import (POLICIES, PolicyEntry, baseline_names, learned_names, make_policy, place_once,
+                               policy_entry, register_policy)
 
 LINK = {"bandwidth_Bps": 1e10, "latency_s": 1e-5}
 
@@ -28,8 +29,8 @@ def k80_v100_machine(tmp_path):
 
 
 def test_registry__every_policy_is_listed_once_with_its_kind():
-    assert set(BASELINES) | set(LEARNED) == set(POLICIES)
-    assert {"reinforce", "ppo"} <= set(LEARNED) and not set(LEARNED) & set(BASELINES)
+    assert set(baseline_names()) | set(learned_names()) == set(POLICIES)
+    assert {"reinforce", "ppo"} <= set(learned_names()) and not set(learned_names()) & set(baseline_names())
     assert policy_entry("device:2").kind == "heuristic"
     assert make_policy("device:2").device == 2
     with pytest.raises(PlacerError, match="unknown policy 'nope'"):
@@ -67,6 +68,25 @@ def test_policy_placement__keeps_colocation_groups_and_allowed_kinds():
     assert policy_placement(graph, machine, "single-gpu").tolist() == [1, 1, 1, 0]  # op3 is CPU-only
     assert policy_placement(graph, machine, "cpu-only").tolist() == [0, 0, 0, 0]
     assert policy_placement(graph, machine, "round-robin").tolist() == [1, 2, 1, 0]
+
+
+def test_registry__a_policy_registered_later_joins_the_baselines(monkeypatch):
+    monkeypatch.setitem(POLICIES, "last-gpu", POLICIES["single-gpu"])  # removed again after the test
+    register_policy(PolicyEntry("last-gpu", "policies.simple:SingleGpuPolicy", "heuristic", "test"))
+    assert "last-gpu" in baseline_names() and "last-gpu" not in learned_names()
+
+
+def test_baselines__learned_policy_names_are_refused(capsys):
+    assert main(["baselines", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policies", "ppo"]) == 2
+    assert "learned policy" in capsys.readouterr().err
+
+
+def test_place_once__searches_and_learned_policies_need_a_budget():
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph, machine = build_graph([(0, 1)]), load_machine("paper-2gpu")
+    with pytest.raises(PlacerError, match="search policy"):
+        place_once("annealing", graph, machine, SimulatorMeasurer(graph, machine))
 
 
 def test_place_once__learned_policy_needs_a_budget():

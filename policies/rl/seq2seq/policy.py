@@ -40,7 +40,7 @@ class ReinforcePolicy:
         result = train_placer(problem.graph, problem.machine, grouping, _CounterView(counter, capture),
                               budget_measurements=budget, time_limit_s=ctx.time_limit_s, config=config,
                               checkpoint_dir=checkpoint, resume_from=resume_from, should_stop=ctx.should_stop,
-                              on_iteration=on_iteration)
+                              on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint)
         notes = (f"{result.iterations} iterations of {config.batch_size}, "
                  f"{result.seconds_per_update:.3f} s learner time per iteration")
         return _with_run_best(search_result(self.name, problem, counter, notes), problem, result)
