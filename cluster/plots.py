@@ -22,8 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.errors import PlacerError
-
 PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
 FAILURE_COLOUR = "#C44E52"
 TRANSFER_COLOUR = "#8172B3"
@@ -161,6 +159,7 @@ class RunPlots:
 def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
     """Every plot of one run, named ``<run_id>__<plot>.png``, in ``out_dir`` (made if missing)."""
     from cluster.analysis import learning_curve, run_started_at
+    from cluster.run_best import read_run_best
     from cluster.runlog import read_best, read_manifest, read_run
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -173,28 +172,19 @@ def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = ma
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
     curve = learning_curve(rows, run_started_at(manifest), policy=own)
     curve_png = plot_learning_curve(curve, f"{prefix}__learning_curve.png", title, lower_bound_s)
-    best = read_best(run_dir)
-    if best is None:
+    if read_best(run_dir) is None:
         return RunPlots(curve_png, None, None, None)
-    return _plot_best(run_dir, manifest, rows, best, prefix, title, curve_png)
+    return _plot_best(read_run_best(run_dir), rows, prefix, title, curve_png)
 
 
-def _plot_best(run_dir, manifest, rows, best, prefix: Path, title: str, curve_png: Path) -> RunPlots:
-    from cluster.analysis import cached_graph
-    from cluster.runlog import read_groups
-    from graphs.registry import load_graph
-    from measurers.catalog import machine_from_json
+def _plot_best(run, rows, prefix: Path, title: str, curve_png: Path) -> RunPlots:
+    """``run``: cluster.run_best.RunBest; its graph is found and hash-checked by ``run_graph``."""
+    from cluster.run_best import run_graph
     from measurers.sim.reference import Simulator
     from measurers.sim.trace import write_trace
 
-    machine = machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
-    graph = cached_graph(manifest) or load_graph(str(manifest.config.get("graph", manifest.graph_name)))
-    if graph.content_hash != manifest.graph_hash:
-        raise PlacerError(f"{run_dir}: the run was made for graph hash {manifest.graph_hash}, but "
-                          f"{manifest.graph_name!r} now has hash {graph.content_hash}: cannot replay its placement")
-    op_placement = op_placement_of(best.placement, read_groups(run_dir), graph.num_ops, run_dir,
-                                   level=best.placement_level)
-    result = Simulator(graph, machine).run(op_placement, timeline=True)
+    graph, machine, best = run_graph(run), run.machine, run.best
+    result = Simulator(graph, machine).run(run.op_placement(graph), timeline=True)
     found_by = rows.loc[rows["seq"] == best.seq, "policy"]
     title = f"{title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
     timeline_png = plot_timeline(graph, machine, result.timeline, f"{prefix}__timeline.png",
@@ -207,19 +197,3 @@ def _plot_best(run_dir, manifest, rows, best, prefix: Path, title: str, curve_pn
                                 f"{prefix}__device_load.png", title)
     trace = write_trace(f"{prefix}__trace.json", graph, machine, result)
     return RunPlots(curve_png, timeline_png, load_png, trace)
-
-
-def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where,
-                    level: str | None = None) -> np.ndarray:
-    """(N,) op placement from a logged placement: op devices or group devices, as ``level`` ("op" |
-    "group") says; None (a log of format version 1) tells them apart by length (N: op devices)."""
-    logged = np.asarray(logged, dtype=np.int64)
-    if level == "op" and len(logged) != num_ops:
-        raise PlacerError(f"{where}: the best placement is per op but has {len(logged)} entries, not the "
-                          f"graph's {num_ops}")
-    if level == "op" or (level is None and len(logged) == num_ops):
-        return logged
-    if group_of_op is None or len(group_of_op) != num_ops or (len(group_of_op) and group_of_op.max() >= len(logged)):
-        raise PlacerError(f"{where}: the best placement has {len(logged)} entries, neither the graph's {num_ops} "
-                          f"ops nor a group placement matching groups.parquet")
-    return logged[group_of_op]

@@ -135,19 +135,26 @@ def keras_example(spec: str, batch_size: int | None = None):
 
 
 def call_builder(spec: str, batch_size: int | None = None):
-    """Call the function a spec names: ``(model, inputs, targets, loss)`` from what it returns (a bare
-    compiled model gets ``batch_size`` made-up examples, default 32)."""
-    import keras
-
+    """Call the function a spec names: ``(model, inputs, targets, loss)`` from what it returns (see
+    ``keras_example_from_result``)."""
     module_name, sep, func_name = spec.rpartition(":")
     if not sep or not module_name or not func_name:
         raise PlacerError(f"bad Keras spec {spec!r}: expected MODULE:FUNCTION, FILE.py:FUNCTION or FILE.keras")
     from graphs.specs import call_spec
 
-    result = call_spec(spec, "keras")
+    return keras_example_from_result(call_spec(spec, "keras"), spec, batch_size)
+
+
+def keras_example_from_result(result, spec: str, batch_size: int | None = None):
+    """``(model, inputs, targets, loss)`` of what a user's Keras function returned (``spec`` names the
+    function in errors): a compiled model alone gets ``batch_size`` made-up examples (default 32, see
+    ``bare_model_example``); ``(model, inputs, targets[, loss])`` is taken as it is (``loss`` None: the
+    compiled loss), its inputs' batch must not contradict a ``batch_size`` given."""
+    import keras
+
     if isinstance(result, keras.Model):
         return bare_model_example(result, batch_size or DEFAULT_BATCH_SIZE, spec)
-    if not isinstance(result, tuple) or len(result) not in (3, 4):
+    if not isinstance(result, tuple) or len(result) not in (3, 4) or not isinstance(result[0], keras.Model):
         raise PlacerError(f"{spec!r} must return a compiled Keras model, (model, inputs, targets) or "
                           f"(model, inputs, targets, loss); it returned {type(result).__name__}")
     returned_batch = leading_dim(result[1])

@@ -44,11 +44,13 @@ class UserKerasStep:
 def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int | None = None,
                           seed: int = 0) -> UserKerasStep:
     """Call ``build_fn`` in a fresh Keras session seeded with ``seed`` and trace its step into a graph named
-    ``graph_name``. ``batch_size``: examples made up for a bare model (default the importer's, 32)."""
+    ``graph_name``. ``batch_size``: examples made up for a bare model (default the importer's, 32); a
+    returned ``(model, inputs, targets[, loss])`` must have inputs of that batch (the importer's rules:
+    ``graphs.tf.importer.keras_example_from_result``)."""
     import keras
     import tensorflow as tf
 
-    from graphs.tf.importer import trace_keras_training_step
+    from graphs.tf.importer import keras_example_from_result, trace_keras_training_step
 
     origin = function_label(build_fn)
     keras.backend.clear_session()
@@ -57,7 +59,7 @@ def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int |
         result = build_fn()
     except Exception as error:  # the user's code
         raise PlacerError(f"keras function {origin!r} raised {type(error).__name__}: {error}") from error
-    model, inputs, targets, loss = _example(result, origin, batch_size)
+    model, inputs, targets, loss = keras_example_from_result(result, origin, batch_size)
     try:
         graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=graph_name, batch_size=batch_size)
         args = [np.asarray(x) for x in tf.nest.flatten((inputs, targets))]
@@ -71,20 +73,6 @@ def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int |
         raise PlacerError(f"keras function {origin!r}: the step traced for running differs from the imported "
                           f"one ({traced.graph.num_ops} and {graph.num_ops} ops)")
     return UserKerasStep(graph, traced, model, origin)
-
-
-def _example(result, origin: str, batch_size: int | None) -> tuple:
-    """``(model, inputs, targets, loss)`` of what the function returned, as the importer reads a spec."""
-    import keras
-
-    from graphs.tf.importer import DEFAULT_BATCH_SIZE, bare_model_example
-
-    if isinstance(result, keras.Model):
-        return bare_model_example(result, batch_size or DEFAULT_BATCH_SIZE, origin)
-    if not isinstance(result, tuple) or len(result) not in (3, 4) or not isinstance(result[0], keras.Model):
-        raise PlacerError(f"keras function {origin!r} must return a compiled Keras model, (model, inputs, "
-                          f"targets) or (model, inputs, targets, loss); it returned {type(result).__name__}")
-    return (*result, None) if len(result) == 3 else result
 
 
 @dataclass

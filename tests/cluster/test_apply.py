@@ -144,6 +144,9 @@ def test_apply__a_run_without_a_best_placement_is_refused(tmp_path):
     run_dir = write_run(tmp_path, graph, tmp_path / "missing.parquet", load_machine("paper-2gpu"))
     with pytest.raises(PlacerError, match="no best placement"):
         apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+    (run_dir / "best_placement.json").write_text("[0, 1")
+    with pytest.raises(PlacerError, match=r"best_placement\.json is damaged"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
 
 
 # ---- Keras ------------------------------------------------------------------------------------------
@@ -218,7 +221,7 @@ def test_apply_keras__a_model_of_another_width_is_refused_naming_the_hash(keras_
 
 
 def test_placer_apply__json_sums_to_the_graph_and_counts_transfers_as_the_simulator(torch_run, tmp_path, capsys):
-    from cluster.apply import read_run_best
+    from cluster.run_best import read_run_best
     from measurers.sim.reference import Simulator
 
     run_dir, graph = torch_run

@@ -7,14 +7,15 @@ import math
 
 import numpy as np
 import pytest
+from conftest import build_graph
 from matplotlib import colors
 from matplotlib.image import imread
 from test_analysis import _graph, write_run
 
 from cluster.analysis import learning_curve
 from cluster.cli import main
-from cluster.plots import (FAILURE_COLOUR, PHASE_COLOURS, TRANSFER_COLOUR, op_placement_of, plot_device_load,
-                           plot_learning_curve, plot_run, plot_timeline)
+from cluster.plots import (FAILURE_COLOUR, PHASE_COLOURS, TRANSFER_COLOUR, plot_device_load, plot_learning_curve,
+                           plot_run, plot_timeline)
 from cluster.runlog import read_run
 from graphs.errors import PlacerError
 from graphs.io import save_graph
@@ -94,20 +95,21 @@ def test_plot_run__no_ok_measurement_gives_the_curve_only(tmp_path):
     assert made.timeline is None and made.trace is None
 
 
-def test_op_placement_of__groups_expand_and_bad_length_is_an_error():
-    assert op_placement_of([2, 1], np.array([0, 0, 1]), 3, "run").tolist() == [2, 2, 1]
-    assert op_placement_of([0, 1, 2], None, 3, "run").tolist() == [0, 1, 2]
-    with pytest.raises(PlacerError, match="neither"):
-        op_placement_of([0, 1], None, 3, "run")
+def test_plot_run__a_damaged_best_placement_is_one_error_naming_the_file(tmp_path):
+    run = write_run(tmp_path)
+    (run / "best_placement.json").write_text('{"run_id": "cut short')
+    with pytest.raises(PlacerError, match=r"best_placement\.json is damaged"):
+        plot_run(run, tmp_path / "plots")
 
 
-def test_op_placement_of__the_logged_level_wins_over_the_length():
-    groups = np.array([2, 0, 1])  # as many groups as ops, numbered differently
-    assert op_placement_of([5, 6, 7], groups, 3, "run", level="group").tolist() == [7, 5, 6]
-    assert op_placement_of([5, 6, 7], groups, 3, "run", level="op").tolist() == [5, 6, 7]
-    assert op_placement_of([5, 6, 7], groups, 3, "run").tolist() == [5, 6, 7]  # format version 1: by length
-    with pytest.raises(PlacerError, match="per op but has 2 entries"):
-        op_placement_of([0, 1], groups, 3, "run", level="op")
+def test_plot_run__a_graph_that_no_longer_has_the_runs_hash_is_refused(tmp_path):
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs", graph_file=graph_file)
+    changed = build_graph([(0, 1), (1, 2)], name="tiny6")
+    save_graph(changed, graph_file)  # the file the run names now holds another graph
+    with pytest.raises(PlacerError, match=f"content hash {changed.content_hash}"):
+        plot_run(run, tmp_path / "plots")
 
 
 def test_cli_analyze__plots_dir_gets_pngs_and_trace(tmp_path, capsys):

@@ -24,7 +24,8 @@ from cluster import runlog
 from cluster.jobs import expand_logged, log_placement
 from cluster.pool import PoolResult
 from cluster.runlog import (FORMAT_VERSION, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run, cpu_model,
-                            make_run_id, new_manifest, read_best, read_groups, read_manifest, read_metrics, read_run,
+                            make_run_id, new_manifest, op_placement_of, read_best, read_groups, read_manifest,
+                            read_metrics, read_run,
                             read_runs, record_resume, resume_run)
 from graphs.errors import PlacerError
 from measurers.base import STATUSES, Measurement
@@ -283,6 +284,36 @@ def test_runlog__best_placement_tie_goes_to_the_smaller_placement_in_any_arrival
     assert read_best(tmp_path / manifest.run_id).placement == (1, 1, 2)
 
 
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"run_id": "r"}', '{"placement": 3}', "null"])
+def test_runlog__a_damaged_best_placement_is_one_placer_error_naming_the_file(tmp_path, manifest, text):
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        log.append(_result(0))
+    run = tmp_path / manifest.run_id
+    (run / "best_placement.json").write_text(text)
+    with pytest.raises(PlacerError, match=r"best_placement\.json is damaged"):
+        read_best(run)
+    with pytest.raises(PlacerError, match=r"best_placement\.json is damaged"):
+        RunLogWriter.resume(run)
+
+
+def test_op_placement_of__groups_expand_and_bad_length_is_an_error():
+    assert op_placement_of([2, 1], np.array([0, 0, 1]), 3, "run").tolist() == [2, 2, 1]
+    assert op_placement_of([0, 1, 2], None, 3, "run").tolist() == [0, 1, 2]
+    with pytest.raises(PlacerError, match="neither"):
+        op_placement_of([0, 1], None, 3, "run")
+    with pytest.raises(PlacerError, match="neither"):
+        op_placement_of([0, 1], np.array([0, 2, 1]), 3, "run")  # group 2 has no device
+
+
+def test_op_placement_of__the_logged_level_wins_over_the_length():
+    groups = np.array([2, 0, 1])  # as many groups as ops, numbered differently
+    assert op_placement_of([5, 6, 7], groups, 3, "run", level="group").tolist() == [7, 5, 6]
+    assert op_placement_of([5, 6, 7], groups, 3, "run", level="op").tolist() == [5, 6, 7]
+    assert op_placement_of([5, 6, 7], groups, 3, "run").tolist() == [5, 6, 7]  # format version 1: by length
+    with pytest.raises(PlacerError, match="per op but has 2 entries"):
+        op_placement_of([0, 1], groups, 3, "run", level="op")
+
+
 def test_runlog__resume_continues_sequence_and_files(tmp_path, manifest):
     with RunLogWriter.create(tmp_path, manifest) as log:
         for i in range(3):
@@ -440,7 +471,7 @@ def test_runlog__compaction__crash_after_the_temp_file_is_written_reads_every_ro
 
 def test_runlog__compaction__a_reader_that_listed_the_old_parts_lists_again(tmp_path, manifest, monkeypatch):
     run = _stopped_run(tmp_path, manifest)
-    real_dataset = runlog.pds.dataset
+    real_dataset = pds.dataset
     listed = []
 
     def list_then_compact(*args, **kwargs):
@@ -450,7 +481,7 @@ def test_runlog__compaction__a_reader_that_listed_the_old_parts_lists_again(tmp_
             compact_run(run)  # deletes the parts this first listing holds
         return dataset
 
-    monkeypatch.setattr(runlog.pds, "dataset", list_then_compact)
+    monkeypatch.setattr(pds, "dataset", list_then_compact)
     rows = read_run(run)
     assert rows["seq"].tolist() == list(range(1000)) and len(_part_files(run)) == 1
     with pytest.raises(FileNotFoundError):

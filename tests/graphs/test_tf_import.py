@@ -265,6 +265,24 @@ def test_keras_example__int_token_inputs_are_valid_ids_and_class_ids_drop_the_cl
     assert np.array_equal(tokens, again) and np.array_equal(tags, tags_again)  # seeded
 
 
+def test_keras_example_from_result__tuple_or_bare_model_and_one_error_for_anything_else():
+    """What `placer graphs import` and cluster.apply.apply_keras both read from a user's function."""
+    from graphs.tf.importer import keras_example_from_result
+
+    model = _mlp()
+    model.compile(optimizer="adam", loss="mse")
+    inputs, targets = np.zeros((4, 8), "float32"), np.zeros((4, 4), "float32")
+    assert keras_example_from_result((model, inputs, targets), "fn")[3] is None  # the compiled loss
+    assert keras_example_from_result((model, inputs, targets, "mae"), "fn", batch_size=4)[3] == "mae"
+    _, made_up, _, _ = keras_example_from_result(model, "fn", batch_size=3)
+    assert made_up.shape == (3, 8)
+    with pytest.raises(PlacerError, match="batch size 8 was asked for, but 'fn' returned inputs of batch 4"):
+        keras_example_from_result((model, inputs, targets), "fn", batch_size=8)
+    for wrong in ((inputs, inputs, targets), (model, inputs), [model, inputs, targets], 42):
+        with pytest.raises(PlacerError, match="'fn' must return a compiled Keras model"):
+            keras_example_from_result(wrong, "fn")
+
+
 def test_graphs_import_keras__embedding_model_on_token_ids(tmp_path, capsys):
     from graphs.io import load_graph_file
 

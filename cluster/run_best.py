@@ -1,0 +1,76 @@
+"""A run's best placement with what it was found for: the machine, the group map and the graph, whose
+content hash must be the run's. `cluster.plots` simulates it; `cluster.apply` puts it on the user's step::
+
+    run = read_run_best("runs/my_model__reinforce__0__20261130T120000")
+    graph = run_graph(run)                  # PlacerError unless it hashes as the run's graph
+    placement = run.op_placement(graph)     # (N,) device of every op
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cluster.runlog_format import (BEST_FILE, BestPlacement, RunManifest, op_placement_of, read_best, read_groups,
+                                   read_manifest)
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.catalog import machine_from_json
+from measurers.machine import Machine
+from measurers.placement import check_placement
+
+
+@dataclass(frozen=True)
+class RunBest:
+    """A run's best placement as logged, with what it was found for."""
+
+    run_dir: Path
+    manifest: RunManifest
+    machine: Machine
+    best: BestPlacement
+    group_of_op: np.ndarray | None  # (N,) group of each op; None when the run logs op placements
+
+    def op_placement(self, graph: OpGraph) -> np.ndarray:
+        """(N,) int64 device of every op of ``graph`` (group placements expanded), checked."""
+        placement = op_placement_of(self.best.placement, self.group_of_op, graph.num_ops, self.run_dir,
+                                    level=self.best.placement_level)
+        return check_placement(graph, self.machine, placement)
+
+
+def read_run_best(run_dir: str | os.PathLike) -> RunBest:
+    """PlacerError when ``run_dir`` is not a run folder, has no best placement yet or a damaged one."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    best = read_best(run_dir)
+    if best is None:
+        raise PlacerError(f"run {run_dir} has no best placement yet (no {BEST_FILE}: no placement has been "
+                          "measured ok)")
+    machine = machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
+    return RunBest(run_dir, manifest, machine, best, read_groups(run_dir))
+
+
+def run_graph(run: RunBest, graph_file: str | os.PathLike | None = None) -> OpGraph:
+    """The graph the run placed: ``graph_file``, else the run's graph file or cached benchmark, else the
+    benchmark rebuilt; PlacerError unless it has the run's content hash."""
+    from cluster.analysis import cached_graph
+    from graphs.io import load_graph_file
+    from graphs.registry import load_graph
+
+    name = str(run.manifest.config.get("graph", run.manifest.graph_name))
+    if graph_file is not None:
+        graph = load_graph_file(graph_file)
+    else:
+        graph = cached_graph(run.manifest)
+        if graph is None:
+            try:
+                graph = load_graph(name)
+            except PlacerError as exc:
+                raise PlacerError(f"cannot find graph {name!r} of run {run.run_dir} ({exc}): pass its graph "
+                                  "file (placer apply --graph)") from None
+    if graph.content_hash != run.manifest.graph_hash:
+        raise PlacerError(f"graph {graph.name!r} has content hash {graph.content_hash}, but run {run.run_dir} "
+                          f"placed a graph with hash {run.manifest.graph_hash}")
+    return graph

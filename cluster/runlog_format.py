@@ -1,0 +1,231 @@
+"""The run log's format, and reading it: file names, Parquet schemas, the manifest and best-placement
+records, and the readers (``read_run``, ``read_metrics``, ...).
+
+The layout of a run folder, how files are written and how compaction keeps every row visible exactly
+once: see ``cluster.runlog`` (the writer, which also re-exports every name here, so
+``from cluster.runlog import read_run`` works). This module writes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as pds
+import pyarrow.parquet as pq
+
+from graphs.errors import PlacerError
+from measurers.timing import ESTIMATOR
+
+FORMAT_VERSION = 2  # 2: placement_level column; runs, warmup and estimator in the manifest
+READABLE_FORMAT_VERSIONS = (1, 2)
+PLACEMENT_LEVELS = ("group", "op")
+MANIFEST_FILE = "manifest.json"
+MEASUREMENTS_DIR = "measurements"
+METRICS_DIR = "metrics"
+BEST_FILE = "best_placement.json"
+GROUPS_FILE = "groups.parquet"
+RESULT_FILE = "result.json"  # a finished search's result (cluster.jobs.SearchResult.to_json())
+READ_ATTEMPTS = 5  # a part deleted by a compaction between listing and reading: list again
+
+_TIME = pa.timestamp("us", tz="UTC")
+MEASUREMENT_SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("seq", pa.int64()),  # 0, 1, 2, ... in the order results reached the log
+    ("policy", pa.string()),
+    ("iteration", pa.int64()),
+    ("placement", pa.list_(pa.int16())),  # group devices, or op devices: see placement_level
+    ("placement_level", pa.string()),  # "group" | "op"; null in format version 1 (read_run fills it)
+    ("runtime_s", pa.float64()),  # the manifest's estimator (median) of samples_s; NaN when unknown
+    ("samples_s", pa.list_(pa.float64())),
+    ("status", pa.string()),
+    ("reward", pa.float64()),  # null when the writer has no reward function
+    ("peak_bytes", pa.list_(pa.int64())),  # per device
+    ("measure_s", pa.float64()),  # wall time of the measurement itself
+    ("actor_id", pa.string()),
+    ("node_id", pa.string()),
+    ("submitted_at", _TIME),
+    ("started_at", _TIME),
+    ("finished_at", _TIME),
+    ("cache_hit", pa.bool_()),
+    ("error", pa.string()),
+])
+METRIC_SCHEMA = pa.schema([
+    ("run_id", pa.string()),
+    ("seq", pa.int64()),
+    ("iteration", pa.int64()),
+    ("name", pa.string()),
+    ("value", pa.float64()),
+    ("logged_at", _TIME),
+])
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    run_id: str
+    command: tuple[str, ...]  # the command line that started the run
+    config: dict  # the run's settings, JSON-able
+    graph_name: str
+    graph_hash: str  # OpGraph.content_hash
+    machine_name: str
+    machine: dict  # the Machine as JSON (measurers.catalog.machine_to_json; machine_from_json reads it)
+    versions: dict  # package -> version (None when not installed)
+    seed: int
+    started_at: str  # ISO 8601, UTC
+    policy: str = ""
+    lower_bound_s: float | None = None  # of the graph on the machine, so readers need not rebuild the graph
+    runs: int | None = None  # timed runs per measurement (None: not recorded, format version 1)
+    warmup: int | None = None  # untimed runs before them
+    estimator: str = ESTIMATOR  # how runtime_s is reduced from samples_s
+    format_version: int = FORMAT_VERSION
+    cpu: str = ""  # the CPU model that ran the run: learned policies' results depend on it ("" before)
+    resumes: tuple[dict, ...] = ()  # one record per resume: when, command, settings changed (old, new)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, default=str)
+
+    @staticmethod
+    def from_json(text: str, where: str = "manifest") -> RunManifest:
+        try:
+            data = json.loads(text)
+            data["command"] = tuple(data["command"])
+            data["resumes"] = tuple(data.get("resumes", ()))
+            names = {f.name for f in dataclasses.fields(RunManifest)}
+            return RunManifest(**{k: v for k, v in data.items() if k in names})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PlacerError(f"{where}: not a valid run manifest ({exc})") from None
+
+
+@dataclass(frozen=True)
+class BestPlacement:
+    run_id: str
+    seq: int  # the row of the measurement
+    runtime_s: float
+    placement: tuple[int, ...]  # as logged (group or op devices)
+    updated_at: str
+    placement_level: str | None = None  # "group" | "op"; None in files of format version 1
+
+
+def read_manifest(folder: str | os.PathLike) -> RunManifest:
+    """The run's manifest; a folder without one, or of another format version, is a PlacerError."""
+    path = Path(folder) / MANIFEST_FILE
+    if not path.is_file():
+        raise PlacerError(f"{folder} is not a run folder (no {MANIFEST_FILE})")
+    manifest = RunManifest.from_json(path.read_text(), str(path))
+    if manifest.format_version not in READABLE_FORMAT_VERSIONS:
+        readable = ", ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
+        raise PlacerError(f"{folder}: run log format version {manifest.format_version}, this placer reads "
+                          f"versions {readable}")
+    return manifest
+
+
+def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
+    """Every row under ``folder`` once (the first of each seq: a compaction may have left a row in two
+    files), ordered by seq. Columns a file lacks (an older format) read as nulls."""
+    if not folder.is_dir():
+        return schema.empty_table()
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            table = pds.dataset(folder, format="parquet", schema=schema).to_table()
+            break
+        except FileNotFoundError:  # a compaction deleted a part after it was listed: list again
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+    table = table.sort_by("seq")
+    seq = table.column("seq").to_numpy()  # (R,) sorted
+    first = np.ones(len(seq), dtype=bool)
+    first[1:] = seq[1:] != seq[:-1]
+    return table if first.all() else table.filter(pa.array(first))
+
+
+def _read_dataset(folder: Path, schema: pa.Schema) -> pd.DataFrame:
+    return read_table(folder, schema).to_pandas()
+
+
+def read_run(folder: str | os.PathLike) -> pd.DataFrame:
+    """Every measurement row of one run, once each, ordered by seq; ``placement_level`` is filled by
+    length for rows written before the column existed."""
+    read_manifest(folder)
+    rows = _read_dataset(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+    return _fill_placement_level(rows, folder)
+
+
+def _fill_placement_level(rows: pd.DataFrame, folder: str | os.PathLike) -> pd.DataFrame:
+    """Format version 1 rows: op placements have one entry per op (every placement is per op when the run
+    has no group map), the rest are per group."""
+    missing = rows["placement_level"].isna()
+    if not missing.any():
+        return rows
+    group_of_op = read_groups(folder)
+    num_ops = None if group_of_op is None else len(group_of_op)
+    rows.loc[missing, "placement_level"] = [
+        placement_level_by_length(len(p), num_ops) for p in rows.loc[missing, "placement"]]
+    return rows
+
+
+def placement_level_by_length(length: int, num_ops: int | None) -> str:
+    """The format version 1 rule: a placement is per op when it has one entry per op (or the number of
+    ops is unknown because the run logged no group map), else per group."""
+    return "op" if num_ops is None or length == num_ops else "group"
+
+
+def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where,
+                    level: str | None = None) -> np.ndarray:
+    """(N,) op placement from a logged placement: op devices or group devices (expanded through
+    ``group_of_op``, ``read_groups``'s map), as ``level`` ("op" | "group") says; None (a log of format
+    version 1) tells them apart by length (``placement_level_by_length``). ``where`` names the run in
+    errors."""
+    logged = np.asarray(logged, dtype=np.int64)
+    level = placement_level_by_length(len(logged), num_ops) if level is None else level
+    if level == "op":
+        if len(logged) != num_ops:
+            raise PlacerError(f"{where}: the best placement is per op but has {len(logged)} entries, not the "
+                              f"graph's {num_ops}")
+        return logged
+    if group_of_op is None or len(group_of_op) != num_ops or (len(group_of_op) and group_of_op.max() >= len(logged)):
+        raise PlacerError(f"{where}: the best placement has {len(logged)} entries, neither the graph's {num_ops} "
+                          f"ops nor a group placement matching {GROUPS_FILE}")
+    return logged[group_of_op]
+
+
+def read_runs(folders: Sequence[str | os.PathLike]) -> pd.DataFrame:
+    """The rows of several runs in one frame (told apart by run_id)."""
+    frames = [read_run(f) for f in folders]
+    if not frames:
+        return MEASUREMENT_SCHEMA.empty_table().to_pandas()
+    return pd.concat(frames, ignore_index=True)
+
+
+def read_metrics(folder: str | os.PathLike) -> pd.DataFrame:
+    read_manifest(folder)
+    return _read_dataset(Path(folder) / METRICS_DIR, METRIC_SCHEMA)
+
+
+def read_best(folder: str | os.PathLike) -> BestPlacement | None:
+    """The run's best placement so far; None before any placement was measured ok (no file). A damaged
+    file is a PlacerError naming it."""
+    path = Path(folder) / BEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        data["placement"] = tuple(data["placement"])
+        return BestPlacement(**data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise PlacerError(f"{path} is damaged: {exc}") from None
+
+
+def read_groups(folder: str | os.PathLike) -> np.ndarray | None:
+    """(N,) int64 group of each op, or None when the run logs op placements."""
+    path = Path(folder) / GROUPS_FILE
+    if not path.is_file():
+        return None
+    table = pq.read_table(path).sort_by("op")
+    return table.column("group").to_numpy().astype(np.int64)
