@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from cluster.analysis import lower_bound_of, policy_bests
+from cluster.jobs.config import SearchConfig
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
@@ -115,11 +116,11 @@ def get_experiment(name: str) -> Experiment:
 @dataclass(frozen=True)
 class Settings:
     measurer: str = "sim"
-    budget: int = 2048  # measurements of each search (RL and annealing); as `placer search`
-    batch: int = 16  # RL placements per iteration
+    budget: int = SearchConfig.budget  # measurements of each search (RL and annealing); as `placer search`
+    batch: int = SearchConfig.batch  # RL placements per iteration
     groups: int = DEFAULT_MAX_GROUPS  # as every command
     grouping: str = DEFAULT_METHOD
-    hidden_size: int = 256
+    hidden_size: int = SearchConfig.hidden_size
     seed: int = 0
     quick: bool = False
 
@@ -214,7 +215,7 @@ def find_cell_run(cell_dir: Path, policy: str) -> Path | None:
 
 def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings, index: int, total: int,
                      on_event) -> None:
-    from cluster.jobs import GROUPING_FILE, SearchConfig, run_search
+    from cluster.jobs import GROUPING_FILE, run_search
 
     emit = on_event or (lambda event: None)
     run_dir = find_cell_run(cell_dir, policy)

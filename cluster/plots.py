@@ -81,7 +81,7 @@ def plot_learning_curve(curve, path: str | Path, title: str = "", lower_bound_s:
 
 
 def plot_timeline(graph, machine, timeline, path: str | Path, title: str = "") -> Path:
-    """Gantt chart of a simulated step: ``timeline`` is measurers.sim.reference.Timeline."""
+    """Gantt chart of a simulated step: ``timeline`` is measurers.sim.result.Timeline."""
     from graphs.opgraph import PHASES
 
     plt = _pyplot()

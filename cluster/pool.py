@@ -36,6 +36,7 @@ from cluster.runlog import LoggedPlacement
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from measurers.factory import MeasurerFactory, MeasurerSpec, as_factory
+from measurers.timing import REAL_TIMING
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ class PoolConfig:
     max_in_flight: int = 0
     """Most placements out at actors at once; 0: actors x calls_per_actor x chunk_size."""
     timeout_s: float | None = None
-    """Limit for one placement; None: the spec's timeout_s (600 s for a bare factory)."""
+    """Limit for one placement; None: the spec's timeout_s (REAL_TIMING.timeout_s for a bare factory)."""
     timeout_slack_s: float = 1.0
     """Added once per call to its deadline (call overhead)."""
     max_crashes: int = 2
@@ -185,7 +186,7 @@ class MeasurerPool:
             raise PlacerError("Ray is not running in this process: call cluster.ray_setup.init_ray() first")
         self.config = config or PoolConfig()
         self.run_log = run_log
-        default_timeout_s = measurer.timeout_s if isinstance(measurer, MeasurerSpec) else 600.0
+        default_timeout_s = measurer.timeout_s if isinstance(measurer, MeasurerSpec) else REAL_TIMING.timeout_s
         self.timeout_s = self.config.timeout_s or default_timeout_s
         self._factory_ref = ray.put(as_factory(measurer))
         self._tickets = itertools.count()

@@ -8,7 +8,6 @@ opt out with ``RAY_AUTH_MODE=disabled``. The dashboard stays off locally (it cos
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass, field
 
@@ -25,17 +24,6 @@ class NodeInfo:
 
     def has_labels(self, wanted: dict) -> bool:
         return all(self.labels.get(key) == value for key, value in wanted.items())
-
-
-def add_ray_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options every command that measures on Ray shares."""
-    group = parser.add_argument_group("Ray")
-    group.add_argument("--ray-address", default=None,
-                       help="join this Ray cluster (host:port, or 'auto'); default: the RAY_ADDRESS of a Ray job, "
-                            "else start a local Ray")
-    group.add_argument("--ray-num-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
-    group.add_argument("--measurer-actors", type=int, default=2,
-                       help="measurer actors when the cluster has no GPU node (default: 2)")
 
 
 def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpus: int | None = None,

@@ -20,7 +20,6 @@ from typing import Protocol, Sequence
 import numpy as np
 
 STATUSES = ("ok", "oom", "error", "timeout", "crash")
-FAILED_STATUSES = frozenset(STATUSES) - {"ok"}
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.base import Measurer
 from measurers.machine import Machine
-from measurers.timing import default_timing
+from measurers.timing import REAL_TIMING, default_timing
 
 MEASURER_KINDS = ("sim", "torch", "tf")
 
@@ -33,7 +33,7 @@ class MeasurerSpec:
     warmup: int | None = None  # untimed runs before the timed ones; None: default_timing(kind)
     noise_std: float = 0.0  # relative noise of the simulator's samples (0: exact)
     seed: int = 0
-    timeout_s: float = 600.0  # limit for one placement; the pool enforces it by killing the actor
+    timeout_s: float = REAL_TIMING.timeout_s  # limit for one placement; the pool enforces it by killing the actor
 
     def __post_init__(self) -> None:
         if self.kind not in MEASURER_KINDS:

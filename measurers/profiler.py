@@ -48,7 +48,7 @@ def profile_torch(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int =
         samples = []
         for _ in range(runs):
             step_times: list[float] = []
-            replay.run(step_times, sync=measurer._sync)
+            replay.run(step_times, sync=measurer.sync)
             samples.append(step_times)
         median = np.median(np.array(samples), axis=0)  # (M,) seconds per counted op
         for op, t in zip(measurer.counted_ops.tolist(), median.tolist()):

@@ -180,12 +180,8 @@ def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None
 def fit_transfer_line(machine: Machine) -> tuple[np.ndarray, np.ndarray]:
     """(D, D) latency and seconds per byte: the cost model's transfer time as a line in bytes (Baechi's
     fitted communication model), read off at 0 and 1 GB."""
-    try:
-        from measurers.sim.costs import transfer_time_s
-    except ImportError:  # the cost module is not there: read the links directly
-        def transfer_time_s(m, src, dst, nbytes):
-            link = m.link(src, dst)
-            return link.latency_s + nbytes / link.bandwidth_Bps
+    from measurers.sim.costs import transfer_time_s
+
     d = machine.num_devices
     latency, per_byte = np.zeros((d, d)), np.zeros((d, d))
     for src in range(d):

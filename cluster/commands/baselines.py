@@ -13,25 +13,27 @@ import math
 
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.jsonout import emit_json
-from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 
 
 def register(subparsers) -> None:
+    from cluster.jobs import BaselinesConfig
+
+    d = BaselinesConfig  # its fields' defaults are the flags' defaults (graph and machine have none)
     parser = subparsers.add_parser("baselines", help="run the baseline placers and compare them")
     parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark name or graph file")
     parser.add_argument("--machine", required=True, metavar="NAME_OR_FILE", help="catalog machine or JSON file")
     parser.add_argument("--policies", default=None, metavar="A,B,...",
                         help="policies to run (default: all; device:K is everything on device K)")
-    parser.add_argument("--budget", type=int, default=500, metavar="N",
-                        help="measurements each search may use (heuristics use one; default 500)")
-    parser.add_argument("--groups", type=int, default=DEFAULT_MAX_GROUPS, metavar="G",
-                        help=f"searches place at most G groups (default {DEFAULT_MAX_GROUPS}, as placer search)")
-    parser.add_argument("--grouping", default=DEFAULT_METHOD,
-                        help=f"how the searches' groups are made (default {DEFAULT_METHOD}, as placer search)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S")
-    parser.add_argument("--measurer", default="sim", choices=("sim", "torch", "tf"),
-                        help="sim: the simulator in this process (default); torch|tf: real runs through the "
-                             "Ray measurer pool, on whatever devices the nodes have")
+    parser.add_argument("--budget", type=int, default=d.budget, metavar="N",
+                        help=f"measurements each search may use (heuristics use one; default {d.budget})")
+    parser.add_argument("--groups", type=int, default=d.groups, metavar="G",
+                        help=f"searches place at most G groups (default {d.groups}, as placer search)")
+    parser.add_argument("--grouping", default=d.grouping,
+                        help=f"how the searches' groups are made (default {d.grouping}, as placer search)")
+    parser.add_argument("--seed", type=int, default=d.seed, metavar="S")
+    parser.add_argument("--measurer", default=d.measurer, choices=("sim", "torch", "tf"),
+                        help=f"sim: the simulator in this process; torch|tf: real runs through the "
+                             f"Ray measurer pool, on whatever devices the nodes have (default {d.measurer})")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per placement, median reported "
                         "(default: measurers.timing.default_timing, 1 for sim, 5 for torch/tf)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 0 for sim, 5 for torch/tf)")

@@ -78,7 +78,7 @@ def _show(args: argparse.Namespace) -> int:
     grouping = group_ops(graph, max_groups=args.groups, method=method)
     figures = graph.summary()
     figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=method,
-                   colocation_groups=len(set(graph.colocation.tolist())))
+                   colocation_groups=graph.num_colocation_groups)
     if args.json:
         emit_json(figures)
         return 0
@@ -116,6 +116,9 @@ def _import(args: argparse.Namespace) -> int:
     from graphs.io import save_graph
 
     spec = args.torch or args.keras
+    if args.torch and args.batch_size is not None:
+        raise PlacerError("--batch-size applies to --keras only: a --torch function returns its example inputs, "
+                          "whose batch the graph takes")
     if os.getcwd() not in sys.path:  # so `placer graphs import --torch mymodels:build` finds ./mymodels.py
         sys.path.insert(0, os.getcwd())
     if args.torch:

@@ -20,7 +20,8 @@ def register(subparsers) -> None:
                         help=f"timed runs (default {REAL_TIMING.runs})")
     parser.add_argument("--warmup", type=int, default=REAL_TIMING.warmup, metavar="W",
                         help=f"untimed runs first (default {REAL_TIMING.warmup})")
-    parser.add_argument("--timeout", type=float, default=600.0, metavar="S", help="limit for the measurement")
+    parser.add_argument("--timeout", type=float, default=REAL_TIMING.timeout_s, metavar="S",
+                        help=f"limit for the measurement in seconds (default {REAL_TIMING.timeout_s:g})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the parameters and inputs")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=_measure)

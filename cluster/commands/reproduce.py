@@ -18,7 +18,7 @@ COLUMNS = (("cpu-only", "CPU only"), ("single-gpu", "1 GPU"), ("metis", "METIS\n
 
 
 def register(subparsers) -> None:
-    from cluster.experiments import EXPERIMENTS
+    from cluster.experiments import EXPERIMENTS, QUICK, Settings
 
     p = subparsers.add_parser("reproduce", help="run a paper's experiment and compare with its published table",
                               description="Rows are run folders under OUT/EXPERIMENT; an interrupted run "
@@ -26,8 +26,9 @@ def register(subparsers) -> None:
     p.add_argument("experiment", choices=sorted(EXPERIMENTS))
     p.add_argument("--measurer", default="sim", choices=("sim", "torch", "tf"))
     p.add_argument("--budget", type=int, default=None, metavar="N",
-                   help="measurements per search (default 1200; --quick: 8)")
-    p.add_argument("--groups", type=int, default=None, metavar="G", help="groups to place (default 32)")
+                   help=f"measurements per search (default {Settings.budget}; --quick: {QUICK.budget})")
+    p.add_argument("--groups", type=int, default=None, metavar="G",
+                   help=f"groups to place (default {Settings.groups})")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
     p.add_argument("--out", default="runs/reproduce", metavar="DIR",

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
 
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
 GROUPING_FILE = "grouping.npz"
 BASELINES_FILE = "baselines.json"
 CHECKPOINT_DIR = "checkpoint"
-CHECKPOINT_EVERY = 10  # learner iterations between checkpoints (one per iteration cost as much as the update)
 
 
 
@@ -32,7 +32,7 @@ class SearchConfig:
     """Stop the policy after this many seconds (checked between batches)."""
     workers: int = 2
     """Measurer actors when the cluster has no GPU node."""
-    batch: int = 16
+    batch: int = BATCH_SIZE
     """Placements the learner samples and measures per iteration."""
     groups: int = DEFAULT_MAX_GROUPS
     """Groups the graph is coarsened to; searches and learners place groups (graphs.grouping)."""
@@ -53,8 +53,8 @@ class SearchConfig:
     own (workers, ray_address, out) and a higher budget or a time limit; ``cluster.jobs.search_config``
     with only the flags a user gave takes the rest from the manifest."""
     baselines: tuple[str, ...] = QUICK_BASELINES
-    hidden_size: int = 256
-    """Learner width (see policies.rl.loop.RLConfig)."""
+    hidden_size: int = HIDDEN_SIZE
+    """Learner width (see policies.rl.config.RLConfig)."""
 
 
 

@@ -2,7 +2,8 @@
 
 `OpRecorder` is a `TorchDispatchMode` that sits above `FakeTensorMode`: it sees each aten call once, lets
 the fake mode compute output metadata, and records the op's kind, FLOPs, bytes, scope, phase, data edges
-and colocation links. `torch_import.trace_training_step` drives it through forward, backward and update.
+and colocation links. `graphs.torch.importer.trace_training_step` drives it through forward, backward and
+update.
 
 Who wrote a tensor: an op's fresh outputs are registered by tensor identity and by storage; a view only by
 tensor identity (it aliases its base); an in-place op re-registers the storage it mutates. A read resolves to

@@ -39,7 +39,7 @@ def tf_device_names(machine: Machine) -> list[str]:
 
 class TFMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs,
-                 warmup: int = REAL_TIMING.warmup, timeout_s: float = 600.0,
+                 warmup: int = REAL_TIMING.warmup, timeout_s: float = REAL_TIMING.timeout_s,
                  seed: int = 0, workload: TFWorkload | None = None, clock: Callable[[], float] = time.perf_counter):
         self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
         self.settings = TimingSettings(runs, warmup, timeout_s)

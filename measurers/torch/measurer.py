@@ -53,7 +53,7 @@ def default_torch_devices(machine: Machine) -> list[torch.device]:
 
 class TorchMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs, warmup: int = REAL_TIMING.warmup,
-                 timeout_s: float = 600.0, seed: int = 0, workload: TorchWorkload | None = None,
+                 timeout_s: float = REAL_TIMING.timeout_s, seed: int = 0, workload: TorchWorkload | None = None,
                  torch_devices: Callable[[Machine], list] = default_torch_devices,
                  clock: Callable[[], float] = time.perf_counter):
         self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
@@ -61,7 +61,7 @@ class TorchMeasurer:
         self.workload = workload or workload_from_graph(graph)
         self._torch_devices_of = torch_devices  # resolved on first use: a driver may see no GPUs
         self._torch_devices: list[torch.device] | None = None
-        self.counted_ops = np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))  # (M,) graph op of each step
+        self.counted_ops = counted_op_indices(graph)  # (M,) graph op of each step
         self._program: Program | None = None
 
     @property
@@ -103,7 +103,7 @@ class TorchMeasurer:
             self._release()  # the previous placement's memory is not this one's
             self._reset_peaks()
             replay = self.replay_for(placement)
-            timing = time_runs(replay.run, self.settings, sync=self._sync, clock=self.clock)
+            timing = time_runs(replay.run, self.settings, sync=self.sync, clock=self.clock)
             status = "timeout" if timing.timed_out else "ok"
             error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
             return Measurement(timing.median_s, timing.samples_s, status, self._peaks(),
@@ -122,7 +122,8 @@ class TorchMeasurer:
     def _cuda_devices(self) -> list[torch.device]:
         return sorted({d for d in self._torch_devices or () if d.type == "cuda"}, key=str)
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
+        """Wait for every CUDA device of this measurer to finish its queued work (nothing on the CPU)."""
         for device in self._cuda_devices():
             torch.cuda.synchronize(device)
 
@@ -155,9 +156,15 @@ def capture_training_step(step: MaterializedStep, optimizer: torch.optim.Optimiz
     return capture_step(step_fn, leaf_names(step, optimizer), named, live_scalars)
 
 
+def counted_op_indices(graph: OpGraph) -> np.ndarray:
+    """(M,) int: the graph op of each counted step of the program, in order (every op but the leaves:
+    Variable and Input ops)."""
+    return np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))
+
+
 def check_program_matches(graph: OpGraph, program: Program) -> None:
     """PlacerError unless the program's counted steps are the graph's non-leaf ops, kind for kind."""
-    counted_ops = np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))
+    counted_ops = counted_op_indices(graph)
     ran = program.counted_kinds
     expected = graph.op_kinds[counted_ops].tolist()
     for index, (want, got) in enumerate(zip(expected, ran)):
@@ -175,8 +182,7 @@ def place_program(graph: OpGraph, program: Program, placement: np.ndarray,
     """The program with ``placement`` (an (N,) op placement of ``graph``) applied: counted steps on their
     ops' devices, parameters, optimizer state and inputs on their Variable / Input op's device, constants
     the graph does not name where they are first read. Leaves are copied to their devices here."""
-    counted_ops = np.flatnonzero(~np.isin(graph.op_kinds, LEAF_KINDS))  # (M,) graph op of each counted step
-    step_devices = np.asarray(placement)[counted_ops].tolist()
+    step_devices = np.asarray(placement)[counted_op_indices(graph)].tolist()
     op_index = {name: i for i, name in enumerate(graph.op_names)}
     leaf_device = {}
     first_use = _first_consumers(program)

@@ -13,15 +13,18 @@ from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
 TRAINERS = ("reinforce", "ppo")
 DECODE_ORDERS = ("forward_position", "group")
+HIDDEN_SIZE = 256  # learner width: RLConfig's default, and SearchConfig's, placer reproduce's and the module's
+BATCH_SIZE = 16  # placements per iteration: RLConfig's default, and SearchConfig's and placer reproduce's
+CHECKPOINT_EVERY = 10  # iterations between checkpoints: RLConfig's default, and every search's
 
 
 @dataclass
 class RLConfig:
     trainer: str = "reinforce"
     """'reinforce' (the 2017 paper: policy gradient with a moving-average baseline) or 'ppo' (as Spotlight)."""
-    batch_size: int = 16
+    batch_size: int = BATCH_SIZE
     """B: placements sampled, measured (in one call) and learned from per iteration."""
-    hidden_size: int = 256
+    hidden_size: int = HIDDEN_SIZE
     """LSTM/attention width (the paper: 512; smaller is cheaper: the learner dominates a simulated search)."""
     lr: float | None = None
     """Adam learning rate; None: 1e-3 for reinforce, 5e-4 for ppo (the paper's 0.1, even 0.02, saturates the
@@ -65,7 +68,7 @@ class RLConfig:
     """PPO: minibatch size (None: the whole batch, one gradient step per epoch)."""
     vf_loss_coeff: float = 0.5
     """PPO: weight of the value-function loss."""
-    checkpoint_every: int = 10
+    checkpoint_every: int = CHECKPOINT_EVERY
     """Iterations between checkpoints, when a checkpoint folder is given (one is always written at the end;
     one per iteration cost as much as the update itself)."""
     torch_threads: int | None = None

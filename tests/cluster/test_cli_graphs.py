@@ -143,6 +143,14 @@ def test_graphs_import__bad_torch_spec_is_one_error_line_and_writes_nothing(tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_graphs_import__batch_size_with_torch_is_one_error_line_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "never.parquet"
+    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp"
+    assert main(["graphs", "import", "--torch", spec, "-o", str(out), "--batch-size", "8"]) == 2
+    assert "--batch-size applies to --keras only" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_graphs_import__keras_model_end_to_end(tmp_path, capsys):
     out = tmp_path / "keras_mlp.parquet"
     spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_mlp"

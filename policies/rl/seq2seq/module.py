@@ -53,9 +53,11 @@ from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCateg
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
+from policies.rl.config import HIDDEN_SIZE
+
 MASKED_LOGIT = -1e9  # a forbidden device's logit: probability exactly 0 in float32, finite for KL/entropy
 MODEL_DEFAULTS = {
-    "hidden_size": 256,
+    "hidden_size": HIDDEN_SIZE,
     "tanh_constant": 5.0,
     "temperature": 1.0,
     "logit_noise_std": 0.5,
