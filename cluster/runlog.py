@@ -62,7 +62,7 @@ from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIF
                                    read_manifest, read_metrics, read_run, read_runs, read_table)
 from graphs.errors import PlacerError
 from measurers.catalog import machine_to_json
-from measurers.timing import ESTIMATOR, TimingSettings
+from measurers.timing import ESTIMATOR, REAL_TIMING, TimingSettings
 
 if TYPE_CHECKING:
     from cluster.pool import PoolResult
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     from measurers.base import Measurement
     from measurers.machine import Machine
 
-DEFAULT_TIMING = TimingSettings()  # what new_manifest records when the caller names no runs / warmup
 VERSIONED_PACKAGES = ("placer", "ray", "torch", "tensorflow", "numpy", "pyarrow")
 _PART_NAME = re.compile(r"part-(\d+)\.parquet")
 
@@ -125,8 +124,8 @@ def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = No
 
 def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, policy: str = "",
                  config: Mapping | None = None, command: Sequence[str] | None = None,
-                 lower_bound_s: float | None = None, runs: int = DEFAULT_TIMING.runs,
-                 warmup: int = DEFAULT_TIMING.warmup, estimator: str = ESTIMATOR) -> RunManifest:
+                 lower_bound_s: float | None = None, runs: int = REAL_TIMING.runs,
+                 warmup: int = REAL_TIMING.warmup, estimator: str = ESTIMATOR) -> RunManifest:
     """``runs`` / ``warmup``: what the run's measurer really does (the simulator: 1 and 0); the defaults
     are ``measurers.timing.TimingSettings``'s."""
     timing = TimingSettings(runs=int(runs), warmup=int(warmup))  # a bad count is a PlacerError here
