@@ -38,7 +38,6 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest
                             write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
-from measurers.timing import default_timing
 
 
 @dataclass
@@ -99,7 +98,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
     ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
     try:
-        writer, past = _open_run(config, graph, machine, problem, command)
+        writer, past = _open_run(config, spec, problem, command)
     except BaseException:
         if owns_ray:
             ray_setup.shutdown_ray()
@@ -185,13 +184,12 @@ def _problem(graph, machine, config: SearchConfig):
     return replace(problem, op_unit=grouping.op_group, grouping=grouping)
 
 
-def _open_run(config: SearchConfig, graph, machine, problem, command):
+def _open_run(config: SearchConfig, spec, problem, command):
+    """The run folder (new, or the one resumed); ``spec`` is the measurer's, whose timing the manifest records."""
     from measurers.catalog import machine_to_json
-    from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S, reward_of
+    from policies.rl.env import reward_of  # -sqrt(runtime), failures at the default penalty
 
-    def reward_fn(measurement):
-        return reward_of(measurement, DEFAULT_PENALTY_RUNTIME_S)
-
+    graph, machine = spec.graph, spec.machine
     if config.resume:
         run_dir = Path(config.resume)
         manifest = read_manifest(run_dir)
@@ -204,15 +202,13 @@ def _open_run(config: SearchConfig, graph, machine, problem, command):
         past = past_rows(run_dir, problem)
         record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
-        return RunLogWriter.resume(run_dir, reward_fn=reward_fn), past
+        return RunLogWriter.resume(run_dir, reward_fn=reward_of), past
     run_id = make_run_id(graph.name, config.policy, config.seed)
-    timing = default_timing(config.measurer)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
-                            runs=timing.runs if config.runs is None else config.runs,
-                            warmup=timing.warmup if config.warmup is None else config.warmup,
+                            runs=spec.runs, warmup=spec.warmup,
                             config={**asdict(config), "groups_used": problem.num_units}, command=command,
                             lower_bound_s=problem.lower_bound_s)
-    writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_fn)
+    writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_of)
     writer.write_groups(problem.op_unit, graph.op_names)
     np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
     return writer, PastRows()
