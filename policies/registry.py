@@ -63,6 +63,10 @@ for _entry in (
     PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
     PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),
+    PolicyEntry("hierarchical", "policies.rl.hierarchical.policy:HierarchicalPolicy", "learned",
+                "grouper + seq2seq placer trained jointly (Mirhoseini, Goldie et al. 2018)"),
+    PolicyEntry("post", "policies.rl.post.policy:PostPolicy", "learned",
+                "cross-entropy minimization interleaved with PPO (Post, Gao et al. 2018)"),
 ):
     register_policy(_entry)
 
