@@ -25,11 +25,13 @@ class PolicyEntry:
     target: str  # "module:Class", imported on use so listing policies stays cheap
     kind: str  # one of KINDS
     summary: str
+    groups_itself: bool = False  # learns its own grouping of the colocation groups (the hierarchical planner)
 
     @property
     def places_groups(self) -> bool:
-        """Searches and learners place the coarse groups; heuristics place colocation groups."""
-        return self.kind != "heuristic"
+        """Searches and learners place the coarse groups; heuristics, and learners that group the graph
+        themselves, place colocation groups."""
+        return self.kind != "heuristic" and not self.groups_itself
 
     @property
     def learned(self) -> bool:
@@ -64,7 +66,7 @@ for _entry in (
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
     PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),
     PolicyEntry("hierarchical", "policies.rl.hierarchical.policy:HierarchicalPolicy", "learned",
-                "grouper + seq2seq placer trained jointly (Mirhoseini, Goldie et al. 2018)"),
+                "grouper + seq2seq placer trained jointly (Mirhoseini, Goldie et al. 2018)", groups_itself=True),
     PolicyEntry("post", "policies.rl.post.policy:PostPolicy", "learned",
                 "cross-entropy minimization interleaved with PPO (Post, Gao et al. 2018)"),
 ):
