@@ -2,14 +2,8 @@
 
 Input: the environment's observation (B, G, F + D): the group feature matrix followed by the 0/1 mask of
 the devices each group may use (``policies.rl.env``). Output: one device per group, chosen in group order.
-
-    group features ──Linear──▶ bi-LSTM encoder ──▶ enc (B, G, H) ──┬──▶ attention keys
-                                                                     │
-    for g in 0..G-1:  decoder LSTM step([embed(previous device), enc[:, g]])
-                      context = softmax((W1 enc)·(W2 h) / sqrt(H)) · enc      (content-based attention)
-                      logits_g = C · tanh(Linear([h, context]) / T), forbidden devices masked out
-                      device_g ~ softmax(logits_g + noise)   (exploration) | argmax (inference)
-                                 | the given action           (training: teacher forcing)
+The network itself is ``Seq2SeqNet`` (policies/rl/seq2seq/network.py, plain torch, with its diagram); this
+module adds the RLlib API and a value head on the mean group encoding.
 
 The training pass feeds the taken devices back (teacher forcing) and returns the per-group logits
 concatenated, (B, G·D), as ``Columns.ACTION_DIST_INPUTS``; ``TorchMultiCategorical`` with
@@ -54,8 +48,10 @@ from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
 from policies.rl.config import HIDDEN_SIZE
+from policies.rl.seq2seq.network import MASKED_LOGIT, Seq2SeqNet
 
-MASKED_LOGIT = -1e9  # a forbidden device's logit: probability exactly 0 in float32, finite for KL/entropy
+__all__ = ["MASKED_LOGIT", "MODEL_DEFAULTS", "Seq2SeqPlacer"]
+
 MODEL_DEFAULTS = {
     "hidden_size": HIDDEN_SIZE,
     "tanh_constant": 5.0,
@@ -66,7 +62,7 @@ MODEL_DEFAULTS = {
 
 
 class Seq2SeqPlacer(TorchRLModule, ValueFunctionAPI):
-    """LSTM encoder + attention LSTM decoder placing G groups on D devices, one group at a time."""
+    """``Seq2SeqNet`` placing G groups on D devices, with RLlib's forward passes and a value head."""
 
     def setup(self) -> None:
         cfg = {**MODEL_DEFAULTS, **(self.model_config or {})}
@@ -76,32 +72,20 @@ class Seq2SeqPlacer(TorchRLModule, ValueFunctionAPI):
             raise ValueError("Seq2SeqPlacer needs MultiDiscrete([D] * G): the same devices for every group")
         self.num_features = int(self.observation_space.shape[-1]) - self.num_devices
         hidden = int(cfg["hidden_size"])
-        if hidden % 2:
-            raise ValueError("hidden_size must be even (two encoder directions of hidden_size / 2)")
-        self.tanh_constant = float(cfg["tanh_constant"])
-        self.temperature = float(cfg["temperature"])  # changed between iterations only (train = sample)
-        self.logit_noise_std = float(cfg["logit_noise_std"])
-
-        self.embed = nn.Linear(self.num_features, hidden)
-        self.encoder = nn.LSTM(hidden, hidden // 2, batch_first=True, bidirectional=True)
-        self.device_embedding = nn.Embedding(self.num_devices + 1, hidden)  # index D: the "go" symbol
-        self.decoder = nn.LSTM(2 * hidden, hidden, batch_first=True)
-        self.attn_keys = nn.Linear(hidden, hidden, bias=False)
-        self.attn_query = nn.Linear(hidden, hidden, bias=False)
-        self.device_logits = nn.Linear(2 * hidden, self.num_devices)
+        self.net = Seq2SeqNet(self.num_features, self.num_devices, hidden, tanh_constant=float(cfg["tanh_constant"]),
+                              temperature=float(cfg["temperature"]), forget_bias=float(cfg["forget_bias"]))
+        self.net.logit_noise_std = float(cfg["logit_noise_std"])
         self.value_head = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
-        self._init_forget_bias(float(cfg["forget_bias"]))
-        with torch.no_grad():  # start near uniform: random logits times tanh_constant would favour a device
-            self.device_logits.weight.mul_(0.01)
-            self.device_logits.bias.zero_()
         self._dist_cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=[self.num_devices] * self.num_groups)
 
-    def _init_forget_bias(self, value: float) -> None:
-        with torch.no_grad():
-            for name, param in list(self.encoder.named_parameters()) + list(self.decoder.named_parameters()):
-                if name.startswith("bias_ih"):  # gates ordered (input, forget, cell, output)
-                    quarter = param.shape[0] // 4
-                    param[quarter:2 * quarter].fill_(value)
+    @property
+    def logit_noise_std(self) -> float:
+        """The net's exploration noise (the trainer sets it between iterations)."""
+        return self.net.logit_noise_std
+
+    @logit_noise_std.setter
+    def logit_noise_std(self, value: float) -> None:
+        self.net.logit_noise_std = float(value)
 
     # ---- RLlib API -------------------------------------------------------------------------------
 
@@ -118,88 +102,38 @@ class Seq2SeqPlacer(TorchRLModule, ValueFunctionAPI):
                              **kwargs) -> dict[str, Any]:
         """Sample placements autoregressively (with logit noise); ``generator`` makes it repeatable."""
         with torch.no_grad():
-            return self._act(batch, mode="sample", generator=generator)
+            return self._act(batch, greedy=False, generator=generator)
 
     def _forward_inference(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """The greedy placement: the most likely device for each group in turn."""
         with torch.no_grad():
-            return self._act(batch, mode="greedy")
+            return self._act(batch, greedy=True)
 
     def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Teacher-forced pass over ``batch[ACTIONS]``: per-group logits, (B, G·D)."""
-        obs = torch.as_tensor(batch[Columns.OBS], dtype=torch.float32)
-        enc, state, allowed = self._encode(obs)
+        features, allowed = self._split(batch[Columns.OBS])
         actions = torch.as_tensor(batch[Columns.ACTIONS]).long()
-        logits, _ = self._decode(enc, state, allowed, mode="teacher", actions=actions)
-        return {Columns.ACTION_DIST_INPUTS: logits.flatten(1), Columns.EMBEDDINGS: enc.mean(dim=1)}
+        logits, embeddings = self.net.teacher_and_embedding(features, allowed, actions)
+        return {Columns.ACTION_DIST_INPUTS: logits.flatten(1), Columns.EMBEDDINGS: embeddings}
 
     def compute_values(self, batch: dict[str, Any], embeddings: Any = None) -> torch.Tensor:
         """V(observation), (B,): the expected reward of a placement sampled for this graph."""
         if embeddings is None:
-            embeddings = self._encode(torch.as_tensor(batch[Columns.OBS], dtype=torch.float32))[0].mean(dim=1)
+            embeddings = self.net.embed_groups(self._split(batch[Columns.OBS])[0])
         return self.value_head(embeddings).squeeze(-1)
 
-    # ---- the network ------------------------------------------------------------------------------
+    # ---- helpers ----------------------------------------------------------------------------------
 
-    def _act(self, batch: dict[str, Any], *, mode: str, generator: torch.Generator | None = None) -> dict:
-        obs = torch.as_tensor(batch[Columns.OBS], dtype=torch.float32)
-        enc, state, allowed = self._encode(obs)
-        logits, actions = self._decode(enc, state, allowed, mode=mode, generator=generator)
+    def _act(self, batch: dict[str, Any], *, greedy: bool, generator: torch.Generator | None = None) -> dict:
+        features, allowed = self._split(batch[Columns.OBS])
+        actions, logits = self.net.sample(features, allowed, generator=generator, greedy=greedy)
         flat = logits.flatten(1)  # (B, G * D)
         logp = self._dist_cls.from_logits(flat).logp(actions)  # (B,)
         return {Columns.ACTIONS: actions, Columns.ACTION_LOGP: logp, Columns.ACTION_DIST_INPUTS: flat}
 
-    def _encode(self, obs: torch.Tensor) -> tuple[torch.Tensor, tuple, torch.Tensor]:
-        """obs (B, G, F + D) -> encodings (B, G, H), decoder start state, allowed (B, G, D) bool."""
+    def _split(self, obs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """obs (B, G, F + D) -> features (B, G, F) float32, allowed (B, G, D) bool."""
+        obs = torch.as_tensor(obs, dtype=torch.float32)
         if obs.dim() != 3 or obs.shape[1] != self.num_groups:
             raise ValueError(f"observation must be (B, {self.num_groups}, F + D), got {tuple(obs.shape)}")
-        features, allowed = obs[..., :self.num_features], obs[..., self.num_features:] > 0.5
-        enc, (h_n, c_n) = self.encoder(torch.tanh(self.embed(features)))
-        state = (torch.cat([h_n[0], h_n[1]], dim=-1), torch.cat([c_n[0], c_n[1]], dim=-1))  # (B, H) each
-        return enc, state, allowed
-
-    def _decode(self, enc: torch.Tensor, state: tuple, allowed: torch.Tensor, *, mode: str,
-                actions: torch.Tensor | None = None,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Place the groups in order. Returns logits (B, G, D) and devices (B, G) int64.
-
-        The decoder LSTM reads [embedding of the previous device, the group's encoding]; attention feeds
-        only the logits (as in the reference), so with teacher forcing all G steps run as one LSTM call
-        and one batched attention, while sampling runs the same weights one step at a time.
-        """
-        keys = self.attn_keys(enc)  # (B, G, H)
-        h, c = state[0][None], state[1][None]  # (1, B, H) each
-        go = torch.full((enc.shape[0], 1), self.num_devices, dtype=torch.long, device=enc.device)
-        if mode == "teacher":
-            previous = torch.cat([go, actions[:, :-1]], dim=1)  # (B, G)
-            hidden, _ = self.decoder(torch.cat([self.device_embedding(previous), enc], dim=-1), (h, c))
-            return self._logits(hidden, keys, enc, allowed), actions
-        previous = go[:, 0]
-        all_logits, taken = [], []
-        for g in range(self.num_groups):
-            step_in = torch.cat([self.device_embedding(previous), enc[:, g]], dim=-1)[:, None]  # (B, 1, 2H)
-            hidden, (h, c) = self.decoder(step_in, (h, c))
-            logits = self._logits(hidden, keys, enc, allowed[:, g:g + 1])[:, 0]  # (B, D)
-            device = logits.argmax(dim=-1) if mode == "greedy" else self._sample(logits, allowed[:, g], generator)
-            all_logits.append(logits)
-            taken.append(device)
-            previous = device
-        return torch.stack(all_logits, dim=1), torch.stack(taken, dim=1)
-
-    def _logits(self, hidden: torch.Tensor, keys: torch.Tensor, enc: torch.Tensor,
-                allowed: torch.Tensor) -> torch.Tensor:
-        """Decoder states (B, T, H) -> device logits (B, T, D), squashed, forbidden devices masked."""
-        scores = torch.bmm(self.attn_query(hidden), keys.transpose(1, 2)) * keys.shape[-1] ** -0.5  # (B, T, G)
-        context = torch.bmm(torch.softmax(scores, dim=-1), enc)  # (B, T, H)
-        raw = self.device_logits(torch.cat([hidden, context], dim=-1))  # (B, T, D)
-        logits = self.tanh_constant * torch.tanh(raw / self.temperature)
-        return logits.masked_fill(~allowed, MASKED_LOGIT)
-
-    def _sample(self, logits: torch.Tensor, allowed: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        """Draw one device per row from softmax(logits + noise); noise scaled by the logits' RMS."""
-        if self.logit_noise_std > 0:
-            rms = logits.masked_fill(~allowed, 0.0).pow(2).mean().sqrt()
-            noise = torch.randn(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
-            logits = torch.where(allowed, logits + self.logit_noise_std * rms * noise, logits)
-        probs = torch.softmax(logits, dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        return obs[..., :self.num_features], obs[..., self.num_features:] > 0.5

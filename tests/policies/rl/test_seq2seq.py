@@ -120,7 +120,8 @@ def test_seq2seq__logp_gradient_reaches_encoder_and_decoder():
     actions = module.forward_exploration({Columns.OBS: obs})[Columns.ACTIONS]
     _, logp = _train_logp(module, obs, actions)
     logp.sum().backward()
-    names = ("embed.weight", "encoder.weight_hh_l0", "decoder.weight_ih_l0", "attn_keys.weight", "device_logits.weight")
+    names = ("net.embed.weight", "net.encoder.weight_hh_l0", "net.decoder.weight_ih_l0", "net.attn_keys.weight",
+             "net.device_logits.weight")
     for name in names:
         grad = dict(module.named_parameters())[name].grad
         assert grad is not None and grad.abs().sum() > 0, name
@@ -138,3 +139,55 @@ def test_seq2seq__values_from_embeddings_equal_values_from_observations():
 def test_seq2seq__rejects_an_observation_with_the_wrong_group_count():
     with pytest.raises(ValueError, match="observation"):
         _module().forward_inference({Columns.OBS: torch.zeros(1, G + 1, F + D)})
+
+
+# ---- the plain torch network (policies/rl/seq2seq/network.py) ---------------------------------------
+
+def _net(hidden_size: int = 16, seed: int = 0):
+    from policies.rl.seq2seq.network import Seq2SeqNet
+    torch.manual_seed(seed)
+    return Seq2SeqNet(F, D, hidden_size)
+
+
+def test_seq2seq_net__imports_no_rllib():
+    import subprocess
+    import sys
+    code = "import sys, policies.rl.seq2seq.network; print(any(m.startswith('ray') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_seq2seq_net__distinct_rows_sample_and_teacher_agree_row_by_row():
+    from policies.rl.seq2seq.network import placement_logp
+    net = _net()
+    net.logit_noise_std = 0.5
+    features = torch.randn(4, G, F, generator=torch.Generator().manual_seed(5))  # every row its own graph
+    allowed = torch.ones(4, G, D, dtype=torch.bool)
+    allowed[2, 3] = torch.tensor([False, True, False])
+    with torch.no_grad():
+        actions, logits = net.sample(features, allowed, generator=torch.Generator().manual_seed(1))
+        teacher = net.teacher(features, allowed, actions)
+        alone = net.teacher(features[1:2], allowed[1:2], actions[1:2])  # a row alone: the same logits
+    assert actions.shape == (4, G) and logits.shape == (4, G, D) and actions[2, 3] == 1
+    torch.testing.assert_close(placement_logp(teacher, actions), placement_logp(logits, actions), rtol=0, atol=1e-6)
+    torch.testing.assert_close(alone[0], teacher[1], rtol=0, atol=1e-6)
+    assert not torch.allclose(teacher[0], teacher[1])  # different features, different policies
+    assert net.embed_groups(features).shape == (4, 16)
+
+
+def test_seq2seq_net__placement_logp_and_entropy_match_per_group_categoricals():
+    from policies.rl.seq2seq.network import MASKED_LOGIT, placement_entropy, placement_logp
+    logits = torch.randn(3, G, D, generator=torch.Generator().manual_seed(2))
+    logits[0, 2, 1] = MASKED_LOGIT
+    actions = torch.randint(0, D, (3, G), generator=torch.Generator().manual_seed(3))
+    actions[0, 2] = 0
+    dists = [torch.distributions.Categorical(logits=logits[:, g]) for g in range(G)]
+    torch.testing.assert_close(placement_logp(logits, actions),
+                               sum(d.log_prob(actions[:, g]) for g, d in enumerate(dists)))
+    torch.testing.assert_close(placement_entropy(logits), sum(d.entropy() for d in dists))
+    assert torch.isfinite(placement_entropy(logits)).all()
+
+
+def test_seq2seq_net__rejects_a_mask_that_does_not_match_the_features():
+    with pytest.raises(ValueError, match="allowed"):
+        _net().sample(torch.zeros(2, G, F), torch.ones(2, G, D + 1, dtype=torch.bool))
