@@ -1,0 +1,57 @@
+"""The hierarchical planner's settings (``HierarchicalConfig``), checked on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphs.errors import PlacerError
+from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
+from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
+
+NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
+
+
+@dataclass
+class HierarchicalConfig:
+    num_groups: int = NUM_GROUPS
+    """G: groups the grouper's softmax chooses among (capped at the number of atoms)."""
+    batch_size: int = BATCH_SIZE
+    """B: placements sampled, measured in one call and learned from per iteration."""
+    hidden_size: int = HIDDEN_SIZE
+    """Width of the grouper's hidden layers and of the placer's LSTMs."""
+    lr: float = 1e-3
+    """Adam learning rate of both networks (one optimizer)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm bound."""
+    entropy_coeff: float = 0.03
+    """Weight of the entropy bonus: mean per-atom grouper entropy plus mean per-group placer entropy."""
+    temperature: float = 2.0
+    """Placer logit temperature (as RLConfig's)."""
+    tanh_constant: float = 5.0
+    """Placer logit squashing (as RLConfig's)."""
+    penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S
+    """Runtime a failed placement is scored as."""
+    imitation_steps: int = 60
+    """Supervised steps towards the warm start's placement before RL continues."""
+    warm_entropy_coeff: float = 0.0
+    """Entropy weight once warm-started: no push back towards uniform, so exploration stays local."""
+    checkpoint_every: int = CHECKPOINT_EVERY
+    """Iterations between checkpoints (one is always written at the end)."""
+    torch_threads: int | None = None
+    """If set, torch.set_num_threads for the whole process."""
+    seed: int = 0
+    """Seeds the networks' initial weights and all sampling."""
+
+    def __post_init__(self) -> None:
+        if int(self.num_groups) < 1:
+            raise PlacerError(f"num_groups must be at least 1, got {self.num_groups}")
+        if self.batch_size < 2:
+            raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
+        if self.hidden_size < 2 or self.hidden_size % 2:
+            raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
+        if not self.penalty_runtime_s > 0:
+            raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
+        if self.imitation_steps < 0:
+            raise PlacerError(f"imitation_steps must not be negative, got {self.imitation_steps}")
+        if self.checkpoint_every < 1:
+            raise PlacerError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")

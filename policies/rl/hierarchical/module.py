@@ -1,0 +1,93 @@
+"""The grouper and the hierarchical planner's RLlib module (grouper + the 2017 seq2seq placer).
+
+    atom features (A, F) ──Linear─ReLU─Linear─ReLU─Linear──▶ group logits (A, G) ──▶ group id per atom
+    groups' member features, aggregated per sample (B, G, F + 2) ──▶ Seq2SeqNet ──▶ device per group
+
+The grouper is the paper's feed-forward network: its input is the atom's features (op-class fractions,
+the linear-layer equivalent of an op-type embedding averaged over the atom's ops; log FLOPs, bytes,
+params, op count and cost; phase fractions; in/out degree and bytes; topological positions). Every atom's
+group is drawn independently from its softmax, so a sampled grouping's log-probability is a sum over atoms
+of one gather, cheap at tens of thousands of atoms (RLlib's MultiCategorical over A heads is not used).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+
+from policies.rl.seq2seq.network import Seq2SeqNet
+
+ASSIGN = "assign"  # (B, A) int64: sampled group of every atom
+GROUP_FEATURES = "group_features"  # (B, G, F + 2) float32, decode order
+GROUP_ALLOWED = "group_allowed"  # (B, G, D) bool, decode order
+DEVICES = "devices"  # (B, G) int64, decode order
+ADVANTAGES = "advantages"  # (B,) float32: weight of each row's log-probability
+ENTROPY_SCALE = "entropy_scale"  # (B,) float32: 1 under RL, 0 while imitating
+GROUPER_LOGITS = "grouper_logits"
+PLACER_LOGITS = "placer_logits"
+
+
+class Grouper(nn.Module):
+    """Feed-forward atom -> group softmax (the 2018 paper's grouper)."""
+
+    def __init__(self, num_features: int, num_groups: int, hidden_size: int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(num_features, hidden_size), nn.ReLU(),
+                                 nn.Linear(hidden_size, hidden_size), nn.ReLU(),
+                                 nn.Linear(hidden_size, num_groups))
+        with torch.no_grad():  # start near uniform over the groups
+            self.net[-1].weight.mul_(0.01)
+            self.net[-1].bias.zero_()
+
+    def forward(self, features: Tensor) -> Tensor:
+        """(A, F) -> group logits (A, G)."""
+        return self.net(features)
+
+    def sample(self, logits: Tensor, batch_size: int, generator: torch.Generator | None) -> Tensor:
+        """(A, G) logits -> (B, A) group ids drawn independently per atom and row."""
+        probs = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probs, batch_size, replacement=True, generator=generator).T.contiguous()
+
+
+def grouping_logp(logits: Tensor, assign: Tensor) -> Tensor:
+    """(A, G) logits, (B, A) group ids -> (B,) log-probability of each whole grouping."""
+    logp = torch.log_softmax(logits, dim=-1)  # (A, G)
+    return torch.gather(logp.T, 0, assign).sum(dim=1)  # (B, A) -> (B,)
+
+
+def grouping_entropy(logits: Tensor) -> Tensor:
+    """(A, G) -> scalar: mean per-atom entropy of the grouper."""
+    logp = torch.log_softmax(logits, dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1).mean()
+
+
+class HierarchicalModule(TorchRLModule):
+    """Grouper + placer as one RLlib module: one optimizer, one Learner, both trained on the same loss.
+
+    ``model_config``: atom_features ((A, F) list or tensor), num_groups, num_devices, hidden_size,
+    tanh_constant, temperature. Sampling is done by the trainer through ``grouper`` and ``placer``; the
+    train pass recomputes the logits of what was sampled.
+    """
+
+    def setup(self) -> None:
+        cfg = self.model_config
+        self.register_buffer("atom_inputs", torch.as_tensor(cfg["atom_features"], dtype=torch.float32))  # (A, F)
+        num_features = self.atom_inputs.shape[1]
+        self.grouper = Grouper(num_features, int(cfg["num_groups"]), int(cfg["hidden_size"]))
+        self.placer = Seq2SeqNet(num_features + 2, int(cfg["num_devices"]), int(cfg["hidden_size"]),
+                                 tanh_constant=float(cfg["tanh_constant"]), temperature=float(cfg["temperature"]))
+
+    def group_logits(self) -> Tensor:
+        return self.grouper(self.atom_inputs)
+
+    def _forward(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        return self._forward_train(batch)
+
+    def _forward_train(self, batch: dict[str, Any], **kwargs) -> dict[str, Any]:
+        logits = self.placer.teacher(batch[GROUP_FEATURES].float(), batch[GROUP_ALLOWED].bool(),
+                                     batch[DEVICES].long())
+        return {GROUPER_LOGITS: self.group_logits(), PLACER_LOGITS: logits}

@@ -1,0 +1,111 @@
+"""The hierarchical planner as a registry policy (``hierarchical``; groups_itself, so it gets the problem
+at colocation level: its units are the atoms the grouper assigns).
+
+``place(problem, measurer, budget, seed)`` optionally measures warm-start candidates (best-first op
+placements, ``warm_start=``) inside the budget and imitates the best, then trains grouper and placer
+jointly with REINFORCE until the budget, the time limit or ``should_stop``. The result is the best
+placement measured over the whole run (a resumed run's included). Options: every ``HierarchicalConfig``
+field, ``context`` (policies.base.RunContext) and ``warm_start``; ``seed`` given as an option is
+overridden by ``place``'s seed argument.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from measurers.base import Measurement
+from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
+from policies.rl.hierarchical.config import HierarchicalConfig
+from policies.rl.hierarchical.trainer import CHECKPOINT_FILE
+
+
+class HierarchicalPolicy:
+    name = "hierarchical"
+
+    def __init__(self, context: RunContext | None = None, warm_start: Sequence[np.ndarray] | None = None,
+                 **options):
+        self.context = context or RunContext()
+        self.warm_start = warm_start
+        self.config = HierarchicalConfig(**options)  # bad options fail here, before any work
+
+    def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
+        import torch
+
+        from policies.rl.hierarchical.trainer import HierarchicalTrainer
+        from policies.rl.loop import deterministic_torch
+        from policies.rl.warm_start import check_warm_start, measure_warm_start
+        check_budget(budget)
+        if self.warm_start:
+            check_warm_start(problem, self.warm_start)  # bad candidates fail before the learner is built
+        config = replace(self.config, seed=int(seed))
+        if config.torch_threads is not None:
+            torch.set_num_threads(config.torch_threads)
+        started, ctx = time.perf_counter(), self.context
+        capture = _Capture(measurer)
+        counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
+        checkpoint = ctx.checkpoint_dir
+        with deterministic_torch():
+            trainer = HierarchicalTrainer(problem, counter, capture, config)
+            notes = ""
+            if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file():
+                trainer.load(checkpoint / CHECKPOINT_FILE)
+                counter.budget = max(0, budget - trainer.measurements_used)
+            elif self.warm_start:
+                warm = measure_warm_start(problem, counter, self.warm_start)
+                trainer.measurements_used = counter.used
+                if warm is not None:
+                    match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
+                    notes = (f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s, imitated "
+                             f"({match:.0%} of ops on its device greedily); ")
+            stop_reason = "budget"
+            while trainer.measurements_used < budget:
+                if ctx.time_limit_s is not None and time.perf_counter() - started >= ctx.time_limit_s:
+                    stop_reason = "time_limit"
+                    break
+                if ctx.should_stop is not None and ctx.should_stop():
+                    stop_reason = "should_stop"
+                    break
+                metrics = trainer.iterate(min(config.batch_size, budget - trainer.measurements_used))
+                if ctx.on_iteration is not None:
+                    ctx.on_iteration(trainer.iteration - 1, metrics)
+                if checkpoint is not None and trainer.iteration % config.checkpoint_every == 0:
+                    self._save(trainer)
+            if checkpoint is not None:
+                self._save(trainer)
+        per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else 0.0
+        notes += (f"{trainer.iteration} iterations of {config.batch_size}, {trainer.num_groups} groups, "
+                  f"{per_update:.3f} s learner time per iteration")
+        found = search_result(self.name, problem, counter, notes)
+        return _run_best(found, problem, trainer, stop_reason, per_update)
+
+    def _save(self, trainer) -> None:
+        if self.context.before_checkpoint is not None:
+            self.context.before_checkpoint()
+        trainer.save(self.context.checkpoint_dir / CHECKPOINT_FILE)
+
+
+def _run_best(found: PolicyResult, problem, trainer, stop_reason: str, per_update: float) -> PolicyResult:
+    """The best over the whole run: a resumed run's best may predate the resume (the checkpoint keeps it)."""
+    best, placement = found.best, found.op_placement
+    if trainer.best_op_placement is not None and (best is None or not best.ok
+                                                  or trainer.best_runtime_s < best.runtime_s):
+        placement = trainer.best_op_placement
+        best = Measurement(trainer.best_runtime_s, (trainer.best_runtime_s,), "ok", (0,) * problem.num_devices, 0.0)
+    return replace(found, op_placement=placement, best=best, measurements=trainer.measurements_used,
+                   group_placement=None if placement is None else problem.collapse(placement),
+                   stop_reason=stop_reason, seconds_per_update=per_update)
+
+
+class _Capture:
+    """Passes measure calls through and keeps the last results (the counter reports only costs)."""
+
+    def __init__(self, measurer):
+        self.measurer, self.last = measurer, []
+
+    def measure(self, placements):
+        self.last = list(self.measurer.measure(placements))
+        return self.last

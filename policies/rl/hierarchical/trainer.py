@@ -1,0 +1,192 @@
+"""One hierarchical training run: sample groupings and placements, measure them in one call, update
+grouper and placer jointly; warm-start imitation; checkpoints. The RLlib Learner is built alone in this
+process, as policies/rl/assembly.py does for the seq2seq placer."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphs.errors import PlacerError
+from policies.rl.env import scored_runtime_s
+from policies.rl.hierarchical.config import HierarchicalConfig
+from policies.rl.hierarchical.features import GroupBuilder, atom_features
+from policies.rl.hierarchical.imitation import target_grouping
+from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, ENTROPY_SCALE, GROUP_ALLOWED,
+                                             GROUP_FEATURES)
+
+CHECKPOINT_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
+
+
+def build_learner(atoms, num_groups: int, num_devices: int, config: HierarchicalConfig):
+    """An RLlib TorchLearner (in this process, no EnvRunners) over the grouper + placer module."""
+    import gymnasium as gym
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from policies.rl.hierarchical.learner import HierarchicalLearner
+    from policies.rl.hierarchical.module import HierarchicalModule
+    algo_config = (AlgorithmConfig()
+                   .learners(learner_class=HierarchicalLearner, num_learners=0,
+                             learner_config_dict={"entropy_coeff": config.entropy_coeff})
+                   .framework("torch")
+                   .training(lr=config.lr, grad_clip=config.grad_clip, grad_clip_by="global_norm")
+                   .debugging(seed=config.seed))
+    model_config = {"atom_features": atoms.features, "num_groups": num_groups, "num_devices": num_devices,
+                    "hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
+                    "temperature": config.temperature}
+    spaces = {"observation_space": gym.spaces.Box(-np.inf, np.inf, atoms.features.shape, np.float32),
+              "action_space": gym.spaces.MultiDiscrete([num_groups] * atoms.count)}  # nominal: not sampled by RLlib
+    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
+        module_class=HierarchicalModule, model_config=model_config, **spaces)})
+    torch.manual_seed(config.seed)
+    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
+    learner.build()
+    return learner
+
+
+class HierarchicalTrainer:
+    """State of a run: learner, sampling RNG, counters and the best placement (op level)."""
+
+    def __init__(self, problem, counter, capture, config: HierarchicalConfig):
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        self.problem, self.counter, self.capture, self.config = problem, counter, capture, config
+        self.atoms = atom_features(problem)
+        self.num_groups = min(int(config.num_groups), self.atoms.count)
+        self.builder = GroupBuilder(self.atoms, self.num_groups)
+        self.learner = build_learner(self.atoms, self.num_groups, problem.num_devices, config)
+        self.module = self.learner.module[DEFAULT_MODULE_ID].unwrapped()
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.iteration = 0
+        self.measurements_used = 0
+        self.warm_started = False
+        self.best_runtime_s = math.inf
+        self.best_op_placement: np.ndarray | None = None
+        self.learner_s: list[float] = []
+
+    # ---- one iteration ----------------------------------------------------------------------------
+
+    def sample(self, size: int, greedy: bool = False):
+        """(B, A) groupings, their placer inputs, (B, G) devices in decode order, (B, N) op placements."""
+        with torch.no_grad():
+            logits = self.module.group_logits()  # (A, G)
+            assign = (logits.argmax(dim=1)[None].repeat(size, 1) if greedy
+                      else self.module.grouper.sample(logits, size, self.generator))  # (B, A)
+            inputs = self.builder.inputs(assign)
+            decoded, _ = self.module.placer.sample(inputs.features, inputs.allowed, generator=self.generator,
+                                                   greedy=greedy)  # (B, G)
+            atom_device = self.builder.atom_devices(assign, decoded, inputs.order)  # (B, A)
+        return assign, inputs, decoded, self.problem.expand(atom_device.numpy())
+
+    def iterate(self, size: int) -> dict[str, float]:
+        from policies.rl.reinforce import centered_ranks
+        t0 = time.perf_counter()
+        assign, inputs, decoded, op_placements = self.sample(size)
+        t1 = time.perf_counter()
+        self.capture.last = []
+        self.counter.measure(list(op_placements))
+        measurements = list(self.capture.last)
+        t2 = time.perf_counter()
+        runtimes = np.array([scored_runtime_s(m, self.config.penalty_runtime_s) for m in measurements])  # (B,)
+        ok = np.array([m.ok for m in measurements])
+        self._track_best(np.where(ok, runtimes, math.inf), op_placements)
+        rewards = torch.from_numpy(-np.sqrt(runtimes)).float()  # (B,)
+        advantages = centered_ranks(rewards).numpy()
+        entropy_scale = np.ones(size, np.float32)
+        summary = self._update(assign, inputs, decoded, advantages, entropy_scale)
+        t3 = time.perf_counter()
+        self.iteration += 1
+        self.measurements_used += size
+        self.learner_s.append((t1 - t0) + (t3 - t2))
+        return {**summary, "mean_reward": float(rewards.mean()), "batch_best_runtime_s": float(runtimes.min()),
+                "best_runtime_s": self.best_runtime_s, "num_failed": float((~ok).sum()),
+                "sample_s": t1 - t0, "measure_s": t2 - t1, "update_s": t3 - t2,
+                "measurements_used": float(self.measurements_used)}
+
+    def _track_best(self, runtimes: np.ndarray, op_placements: np.ndarray) -> None:
+        b = int(np.argmin(runtimes))
+        if runtimes[b] < self.best_runtime_s:
+            self.best_runtime_s, self.best_op_placement = float(runtimes[b]), op_placements[b].copy()
+
+    def _update(self, assign, inputs, decoded, advantages: np.ndarray, entropy_scale: np.ndarray) -> dict:
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
+        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+        from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+        batch = {ASSIGN: assign.numpy(), GROUP_FEATURES: inputs.features.numpy(),
+                 GROUP_ALLOWED: inputs.allowed.numpy(), DEVICES: decoded.numpy(),
+                 ADVANTAGES: np.asarray(advantages, np.float32), ENTROPY_SCALE: entropy_scale}
+        size = len(advantages)
+        results = self.learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=size),
+                                      timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1})
+        stats = results.get(DEFAULT_MODULE_ID, {})
+
+        def value(key: str) -> float:
+            item = stats.get(key)
+            item = item.peek() if hasattr(item, "peek") else item
+            return math.nan if item is None else float(np.asarray(item, dtype=np.float64).mean())
+        return {"loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY),
+                "grouper_logp": value("grouper_logp"), "placer_logp": value("placer_logp")}
+
+    # ---- warm start -------------------------------------------------------------------------------
+
+    def imitate(self, unit_placement: np.ndarray, runtime_s: float, op_placement: np.ndarray) -> float:
+        """Supervised steps towards the warm start, then local RL (no entropy push). Returns the share of
+        atoms the greedy grouping + placement puts on the target's device."""
+        target = np.asarray(unit_placement, dtype=np.int64)  # (A,)
+        assign = torch.from_numpy(target_grouping(self.problem, self.atoms.position, target, self.num_groups))[None]
+        inputs = self.builder.inputs(assign)  # (1, G, ...)
+        group_device = torch.zeros(self.num_groups, dtype=torch.int64)
+        group_device[assign[0]] = torch.from_numpy(target)  # one device per group (see imitation.py)
+        decoded = group_device[inputs.order[0]][None]  # (1, G) decode order
+        for _ in range(self.config.imitation_steps):
+            self._update(assign, inputs, decoded, np.ones(1, np.float32), np.zeros(1, np.float32))
+        self.learner.entropy_coeff = self.config.warm_entropy_coeff
+        self.warm_started = True
+        if runtime_s < self.best_runtime_s:
+            self.best_runtime_s, self.best_op_placement = float(runtime_s), np.asarray(op_placement).copy()
+        greedy = self.sample(1, greedy=True)[3][0]
+        return float((greedy == np.asarray(op_placement)).mean())
+
+    # ---- checkpoints ------------------------------------------------------------------------------
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        optimizers = {name: opt.state_dict() for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID)}
+        state = {"config": asdict(self.config), "shape": [self.atoms.count, self.num_groups, self.problem.num_devices],
+                 "module": self.module.state_dict(), "optimizers": optimizers,
+                 "generator": self.generator.get_state(), "iteration": self.iteration,
+                 "measurements_used": self.measurements_used, "best_runtime_s": self.best_runtime_s,
+                 "best_op_placement": None if self.best_op_placement is None else torch.from_numpy(self.best_op_placement),
+                 "warm_started": self.warm_started, "entropy_coeff": self.learner.entropy_coeff}
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> None:
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        if not path.is_file():
+            raise PlacerError(f"no learner checkpoint at {path}")
+        state = torch.load(path, weights_only=True)
+        shape = [self.atoms.count, self.num_groups, self.problem.num_devices]
+        if state["shape"] != shape:
+            raise PlacerError(f"checkpoint {path} is for (atoms, groups, devices) {state['shape']}, not {shape}")
+        self.module.load_state_dict(state["module"])
+        for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID):
+            opt.load_state_dict(state["optimizers"][name])
+        self.generator.set_state(state["generator"])
+        self.iteration, self.measurements_used = int(state["iteration"]), int(state["measurements_used"])
+        self.best_runtime_s = float(state["best_runtime_s"])
+        best = state["best_op_placement"]
+        self.best_op_placement = None if best is None else best.numpy().astype(np.int64)
+        self.warm_started = bool(state["warm_started"])
+        self.learner.entropy_coeff = float(state["entropy_coeff"])
