@@ -1,11 +1,12 @@
 """The papers' experiments: which graphs on which machines, which methods, and the published figures.
 
-An experiment is a list of cells (graph, machine); each cell is one row of the paper's table. Running a
-cell is two searches (``cluster.jobs.run_search``), each its own run folder under
-``<out>/<experiment>/<graph>__<machine>/``:
+An experiment is a list of cells (graph, machine) and the learned policy the paper proposed
+(mirhoseini2017: ``reinforce``, the 2017 seq2seq; hierarchical2018: ``hierarchical``, the grouper + placer).
+Each cell is one row of the paper's table. Running a cell is two searches (``cluster.jobs.run_search``),
+each its own run folder under ``<out>/<experiment>/<graph>__<machine>/``:
 
-    reinforce run    the RL search, with cpu-only, single-gpu, metis, expert, m-etf, m-sct scored in the
-                     same run, through the same pool and measurer (one measurement each)
+    learned run      the experiment's learned policy, with cpu-only, single-gpu, metis, expert, m-etf, m-sct
+                     scored in the same run, through the same pool and measurer (one measurement each)
     annealing run    simulated annealing with the same budget (beyond the paper)
 
 A finished run leaves ``result.json`` (the SearchResult) beside its log. Running the experiment again
@@ -31,17 +32,16 @@ from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 
 EXPERIMENT_FILE = "experiment.json"
-PAPER_BASELINES = ("cpu-only", "single-gpu", "metis", "expert")  # what the 2017 paper compared RL with
-EXTRA_BASELINES = ("m-etf", "m-sct")  # beyond the paper, scored in the RL run
-SEARCHES = ("reinforce", "annealing")  # one run folder each per cell
-METHODS = PAPER_BASELINES + ("reinforce",) + EXTRA_BASELINES + ("annealing",)
+PAPER_BASELINES = ("cpu-only", "single-gpu", "metis", "expert")  # what both papers compared RL with
+EXTRA_BASELINES = ("m-etf", "m-sct")  # beyond the paper, scored in the learned policy's run
+SEARCH_BASELINE = "annealing"  # beyond the paper: a plain search at the learned policy's budget
 TIE_BAND = 0.05  # relative differences below 5% count as a tie when checking the paper's conclusions
 
 
 @dataclass(frozen=True)
 class PaperRow:
-    """One row of a published table, seconds per training step (None: out of memory). Approximate:
-    recalled from the paper (../shared/PAPERS.md), not checked against the PDF."""
+    """One row of a published table, seconds per training step (None: out of memory; nan: not reported).
+    Approximate: recalled from the paper (../shared/PAPERS.md), not checked against the PDF."""
     cpu_s: float | None
     gpu_s: float | None
     scotch_s: float
@@ -52,7 +52,7 @@ class PaperRow:
 
     @property
     def best_single_s(self) -> float:
-        return min(x for x in (self.cpu_s, self.gpu_s, math.inf) if x is not None)
+        return min((x for x in (self.cpu_s, self.gpu_s) if x is not None and math.isfinite(x)), default=math.inf)
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,17 @@ class Experiment:
     cells: tuple[Cell, ...]
     claim: str  # the paper's headline, shown where a row has no published figures
     notes: str = ""
+    learned: str = "reinforce"  # the registry name of the paper's learned policy, run in every cell
+
+    @property
+    def searches(self) -> tuple[str, ...]:
+        """The policies run per cell, one run folder each."""
+        return (self.learned, SEARCH_BASELINE)
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """Every column of the table, in order."""
+        return PAPER_BASELINES + (self.learned,) + EXTRA_BASELINES + (SEARCH_BASELINE,)
 
 
 def _mirhoseini2017() -> Experiment:
@@ -92,13 +103,31 @@ def _mirhoseini2017() -> Experiment:
                       "METIS stands in for both Scotch and MinCut; paper figures are approximate (PAPERS.md)")
 
 
+def _paper_row(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s) -> PaperRow:
+    """A row whose gain is computed from its figures (best of single device, Scotch, MinCut, expert)."""
+    best = min(x for x in (cpu_s, gpu_s, scotch_s, mincut_s, expert_s) if x is not None and math.isfinite(x))
+    return PaperRow(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s, round(best / rl_s - 1, 3))
+
+
 def _hierarchical2018() -> Experiment:
-    cells = tuple(Cell(graph, f"paper-{gpus}gpu", gpus)
-                  for graph in ("nmt-2", "nmt-4", "nmt-8", "inception-v3", "resnet-50") for gpus in (2, 4, 8))
-    return Experiment("hierarchical2018", "A Hierarchical Model for Device Placement (ICLR 2018)", cells,
-                      "the planner beats every baseline, by up to 60.6% on 8-layer NMT (approx.)",
-                      "the learned grouper is replaced by graphs.grouping's groups, placed by the seq2seq "
-                      "REINFORCE learner; paper-8gpu is 1 CPU + 8 K80 (measurers/catalog/paper-8gpu.json)")
+    # (graph, GPUs): CPU only, GPU only, Scotch, MinCut, human expert, hierarchical planner (s per step).
+    # The paper reports runtime reduction over the best baseline: 16.3%, 0%, 0%, 60.6%, 53.7%, -4.9%.
+    rows = {
+        ("inception-v3", 2): _paper_row(0.61, 0.15, 0.93, 0.82, 0.15, 0.13),
+        ("resnet-50", 2): _paper_row(math.nan, 1.18, 6.27, 2.92, 1.18, 1.18),
+        ("rnnlm", 2): _paper_row(6.89, 1.57, 5.62, 5.21, 1.57, 1.57),
+        ("nmt-2", 2): _paper_row(6.46, None, 3.21, 5.34, 2.13, 0.84),
+        ("nmt-4", 4): _paper_row(10.68, None, 11.18, 11.63, 3.64, 1.69),
+        ("nmt-8", 8): _paper_row(11.52, None, 17.85, 19.01, 3.88, 4.07),
+    }
+    cells = tuple(Cell(graph, f"paper-{gpus}gpu", gpus, paper) for (graph, gpus), paper in rows.items())
+    return Experiment("hierarchical2018", "A Hierarchical Model for Device Placement (ICLR 2018), Table 1", cells,
+                      "the planner beats every baseline, by up to 60.6% on 2-layer NMT; ties one GPU where the "
+                      "model fits on it; loses 4.9% to the expert on 8-layer NMT",
+                      "METIS stands in for both Scotch and MinCut; the planner groups the graph itself "
+                      "(policies.rl.hierarchical); paper-8gpu is 1 CPU + 8 K80 (measurers/catalog/paper-8gpu.json); "
+                      "paper figures are approximate (recalled, not checked against the PDF)",
+                      learned="hierarchical")
 
 
 EXPERIMENTS: dict[str, Callable[[], Experiment]] = {
@@ -162,16 +191,18 @@ def run_experiment(name: str, out: str | os.PathLike, settings: Settings,
     experiment = get_experiment(name)
     folder = Path(out) / name
     _check_or_write_settings(folder, experiment, settings)
-    total = len(experiment.cells) * len(SEARCHES)
+    total = len(experiment.cells) * len(experiment.searches)
     index = 0
     from cluster import ray_setup
 
     ray_setup.init_ray()  # one Ray for all runs (RAY_ADDRESS joins a cluster)
     try:
         for cell in experiment.cells:
-            for policy in SEARCHES:
+            for policy in experiment.searches:
                 index += 1
-                _run_cell_search(folder / cell.folder_name, cell, policy, settings, index, total, on_event)
+                baselines = PAPER_BASELINES + EXTRA_BASELINES if policy == experiment.learned else ()
+                _run_cell_search(folder / cell.folder_name, cell, policy, baselines, settings, index, total,
+                                 on_event)
     finally:
         ray_setup.shutdown_ray()
     return folder
@@ -213,8 +244,8 @@ def find_cell_run(cell_dir: Path, policy: str) -> Path | None:
     return found[-1] if found else None
 
 
-def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings, index: int, total: int,
-                     on_event) -> None:
+def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[str, ...], settings: Settings,
+                     index: int, total: int, on_event) -> None:
     from cluster.jobs import GROUPING_FILE, run_search
 
     emit = on_event or (lambda event: None)
@@ -232,7 +263,7 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, settings: Settings
                           budget=settings.budget, batch=settings.batch, groups=settings.groups,
                           grouping=settings.grouping, seed=settings.seed, out=str(cell_dir),
                           hidden_size=settings.hidden_size,
-                          baselines=PAPER_BASELINES + EXTRA_BASELINES if policy == "reinforce" else (),
+                          baselines=baselines,
                           resume=None if run_dir is None else str(run_dir))
     emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))
     started = time.perf_counter()
@@ -261,9 +292,10 @@ class Claim:
 @dataclass(frozen=True)
 class CellResult:
     cell: Cell
+    learned: str  # the experiment's learned policy (a key of methods)
     methods: dict[str, MethodResult]
     lower_bound_s: float
-    rl_gain: float  # RL's speed-up over the best of PAPER_BASELINES: best / rl - 1
+    rl_gain: float  # the learned policy's speed-up over the best of PAPER_BASELINES: best / learned - 1
     best_baseline: str  # that baseline
     winner: str  # fastest method here, all methods
     claims: tuple[Claim, ...]
@@ -289,9 +321,9 @@ def cell_results(name: str, folder: str | os.PathLike) -> list[CellResult]:
 def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResult:
     from cluster.analysis import wall_s_of, run_started_at
 
-    methods = {m: MethodResult(math.nan, "not run") for m in METHODS}
+    methods = {m: MethodResult(math.nan, "not run") for m in experiment.methods}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
-    for policy in SEARCHES:
+    for policy in experiment.searches:
         run_dir = find_cell_run(cell_dir, policy)
         if run_dir is None:
             finished = False
@@ -307,11 +339,12 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
         wall += wall_s_of(rows, run_started_at(manifest))
         finished &= (run_dir / RESULT_FILE).is_file()
     baseline = _best_of(methods, PAPER_BASELINES)
-    rl = methods["reinforce"].runtime_s
+    rl = methods[experiment.learned].runtime_s
     gain = methods[baseline].runtime_s / rl - 1 if baseline and rl > 0 else math.nan
-    winner = _best_of(methods, METHODS)
+    winner = _best_of(methods, experiment.methods)
     claims = _claims(experiment, cell, methods, gain, baseline)
-    return CellResult(cell, methods, lower, gain, baseline, winner, claims, tuple(runs), measured, wall, finished)
+    return CellResult(cell, experiment.learned, methods, lower, gain, baseline, winner, claims, tuple(runs),
+                      measured, wall, finished)
 
 
 def _best_of(methods: dict[str, MethodResult], names) -> str:
@@ -328,7 +361,8 @@ def _category(gain: float) -> str:
 
 
 def _claims(experiment: Experiment, cell: Cell, methods, gain: float, baseline: str) -> tuple[Claim, ...]:
-    here_gain = "no RL result" if math.isnan(gain) else f"{gain:+.1%} vs {baseline} ({_category(gain)})"
+    here_gain = (f"no {experiment.learned} result" if math.isnan(gain)
+                 else f"{gain:+.1%} vs {baseline} ({_category(gain)})")
     paper = cell.paper
     if paper is None:
         holds = None if math.isnan(gain) else gain >= TIE_BAND

@@ -12,9 +12,14 @@ import time
 
 from cluster.jsonout import emit_json
 
-COLUMNS = (("cpu-only", "CPU only"), ("single-gpu", "1 GPU"), ("metis", "METIS\n(Scotch/MinCut)"),
-           ("expert", "expert"), ("reinforce", "RL\n(REINFORCE)"), ("m-etf", "m-ETF"), ("m-sct", "m-SCT"),
-           ("annealing", "annealing"))
+HEADERS = {"cpu-only": "CPU only", "single-gpu": "1 GPU", "metis": "METIS\n(Scotch/MinCut)", "expert": "expert",
+           "m-etf": "m-ETF", "m-sct": "m-SCT", "annealing": "annealing",
+           "reinforce": "RL\n(REINFORCE)", "hierarchical": "RL\n(hierarchical)"}
+
+
+def columns(experiment) -> tuple[tuple[str, str], ...]:
+    """(method, header) of each column: the experiment's methods, its learned policy among them."""
+    return tuple((m, HEADERS.get(m, f"RL\n({m})")) for m in experiment.methods)
 
 
 def register(subparsers) -> None:
@@ -53,7 +58,8 @@ def run(args) -> int:
     elapsed_s = time.perf_counter() - started
     results = cell_results(experiment.name, folder)
     if args.json:
-        emit_json({"experiment": experiment.name, "title": experiment.title, "quick": settings.quick,
+        emit_json({"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
+                   "quick": settings.quick,
                    "settings": asdict(settings),
                    "folder": str(folder), "elapsed_s": elapsed_s,
                    "rows": [r.to_json() for r in results]})
@@ -77,13 +83,13 @@ def _fmt(runtime_s: float, status: str) -> str:
     return {"oom": "OOM", "not run": "-"}.get(status, status.split(":")[0])
 
 
-def _paper_cells(paper) -> dict[str, str]:
+def _paper_cells(paper, learned: str) -> dict[str, str]:
     def f(x):
-        return "OOM" if x is None else f"{x:.2f}"
+        return "OOM" if x is None else "-" if math.isnan(x) else f"{x:.2f}"
 
     return {"cpu-only": f(paper.cpu_s), "single-gpu": f(paper.gpu_s),
             "metis": f"{paper.scotch_s:.2f} / {paper.mincut_s:.2f}", "expert": f(paper.expert_s),
-            "reinforce": f(paper.rl_s)}
+            learned: f(paper.rl_s)}
 
 
 def print_table(experiment, settings, results, folder, elapsed_s: float) -> None:
@@ -92,19 +98,20 @@ def print_table(experiment, settings, results, folder, elapsed_s: float) -> None
 
     quick = " [QUICK: small budgets, not the paper's]" if settings.quick else ""
     table = Table(title=f"{experiment.title}: seconds per training step ({settings.measurer}){quick}")
-    for header in ("model", "GPUs", "source", *(h for _, h in COLUMNS), "lower bound", "RL vs best baseline"):
+    cols = columns(experiment)
+    for header in ("model", "GPUs", "source", *(h for _, h in cols), "lower bound", "RL vs best baseline"):
         table.add_column(header, justify="left" if header in ("model", "source") else "right")
     for r in results:
-        cells = [_fmt(r.methods[m].runtime_s, r.methods[m].status) for m, _ in COLUMNS]
+        cells = [_fmt(r.methods[m].runtime_s, r.methods[m].status) for m, _ in cols]
         if r.winner:
-            i = [m for m, _ in COLUMNS].index(r.winner)
+            i = [m for m, _ in cols].index(r.winner)
             cells[i] = f"[bold]{cells[i]}[/bold]"
         gain = "-" if math.isnan(r.rl_gain) else f"{r.rl_gain:+.1%} ({r.best_baseline})"
         lower = "-" if math.isnan(r.lower_bound_s) else f"{r.lower_bound_s:.3f}"
         table.add_row(r.cell.graph, str(r.cell.gpus), "here", *cells, lower, gain)
         if r.cell.paper is not None:
-            paper = _paper_cells(r.cell.paper)
-            table.add_row("", "", "paper (approx.)", *(paper.get(m, "") for m, _ in COLUMNS), "",
+            paper = _paper_cells(r.cell.paper, experiment.learned)
+            table.add_row("", "", "paper (approx.)", *(paper.get(m, "") for m, _ in cols), "",
                           f"{r.cell.paper.rl_gain:+.1%}", style="dim")
     console = Console(width=220)
     console.print(table)

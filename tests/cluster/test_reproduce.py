@@ -15,7 +15,8 @@ from test_analysis import write_run
 
 import cluster.jobs
 from cluster.runlog import RESULT_FILE
-from cluster.experiments import (EXPERIMENT_FILE, METHODS, cell_results, get_experiment, run_experiment,
+from cluster.commands.reproduce import columns
+from cluster.experiments import (EXPERIMENT_FILE, PAPER_BASELINES, cell_results, get_experiment, run_experiment,
                                  settings_for)
 from graphs.errors import PlacerError
 
@@ -23,11 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cell_runs(folder: Path, graph: str, machine: str, times: dict[str, float | None], annealing_s: float,
-               finished: bool = True) -> None:
-    """A cell with a reinforce run (every baseline tagged in it; None: oom) and an annealing run."""
+               finished: bool = True, learned: str = "reinforce") -> None:
+    """A cell with a learned run (every baseline tagged in it; None: oom) and an annealing run."""
     cell = folder / f"{graph}__{machine}"
     rows = [(name, math.nan if t is None else t, "oom" if t is None else "ok", False) for name, t in times.items()]
-    for run in (write_run(cell, rows=rows, policy="reinforce", budget=100),
+    for run in (write_run(cell, rows=rows, policy=learned, budget=100),
                 write_run(cell, rows=[("annealing", annealing_s, "ok", False)], policy="annealing", budget=100)):
         if finished:
             (run / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.5}))
@@ -57,7 +58,8 @@ def test_cell_results__known_table_and_verdicts(tmp_path):
     assert metis.holds is False and "faster" in metis.here  # METIS 4.9 beats the CPU's 10.0: unlike the paper
     assert expert.holds  # the paper's expert also beat the single CPU when the GPU ran out of memory
     missing = results[("inception-v3", 4)]
-    assert not missing.finished and all(missing.methods[m].status == "not run" for m in METHODS)
+    assert not missing.finished and all(missing.methods[m].status == "not run" for m in missing.methods)
+    assert set(missing.methods) == set(get_experiment("mirhoseini2017").methods) and "reinforce" in missing.methods
     assert missing.claims[0].holds is None
 
 
@@ -65,6 +67,7 @@ def test_cell_results__json_is_plain_and_marks_paper_figures_approximate(tmp_pat
     (first, *_) = cell_results("mirhoseini2017", _experiment_folder(tmp_path))
     data = json.loads(json.dumps(first.to_json()))
     assert data["cell"]["paper_approx"]["rl_s"] == 1.57 and data["methods"]["reinforce"]["runtime_s"] == 1.6
+    assert data["learned"] == "reinforce"
 
 
 @dataclass
@@ -137,9 +140,53 @@ def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypa
 def test_get_experiment__unknown_name_and_hierarchical_cells():
     with pytest.raises(PlacerError, match="unknown experiment"):
         get_experiment("nope")
-    cells = get_experiment("hierarchical2018").cells
-    assert {c.graph for c in cells} == {"nmt-2", "nmt-4", "nmt-8", "inception-v3", "resnet-50"}
-    assert {c.machine for c in cells} == {"paper-2gpu", "paper-4gpu", "paper-8gpu"}
+    experiment = get_experiment("hierarchical2018")
+    assert experiment.learned == "hierarchical" and experiment.searches == ("hierarchical", "annealing")
+    cells = {(c.graph, c.machine) for c in experiment.cells}
+    assert cells == {("inception-v3", "paper-2gpu"), ("resnet-50", "paper-2gpu"), ("rnnlm", "paper-2gpu"),
+                     ("nmt-2", "paper-2gpu"), ("nmt-4", "paper-4gpu"), ("nmt-8", "paper-8gpu")}
+    paper = {c.graph: c.paper for c in experiment.cells}
+    assert paper["nmt-2"].gpu_s is None and paper["nmt-2"].rl_s == 0.84
+    assert 1 - paper["nmt-2"].rl_s / paper["nmt-2"].expert_s == pytest.approx(0.606, abs=0.001)  # the headline
+    assert paper["nmt-8"].rl_gain < 0 and paper["rnnlm"].rl_gain == 0  # the planner lost to the expert on 8 layers
+    assert get_experiment("mirhoseini2017").learned == "reinforce"
+
+
+def test_cell_results__hierarchical_experiment_names_its_learned_column(tmp_path):
+    folder = tmp_path / "hierarchical2018"
+    _cell_runs(folder, "nmt-2", "paper-2gpu", {"cpu-only": 10.0, "single-gpu": None, "metis": 4.9, "expert": 5.0,
+                                               "m-etf": 4.5, "m-sct": 4.4, "hierarchical": 2.5}, 3.0,
+               learned="hierarchical")
+    results = {r.cell.graph: r for r in cell_results("hierarchical2018", folder)}
+    nmt = results["nmt-2"]
+    assert nmt.learned == "hierarchical" and "reinforce" not in nmt.methods
+    assert nmt.methods["hierarchical"].runtime_s == 2.5 and nmt.winner == "hierarchical"
+    assert nmt.rl_gain == pytest.approx(4.9 / 2.5 - 1) and nmt.claims[0].holds  # both: the planner wins
+    assert results["nmt-8"].methods["hierarchical"].status == "not run" and not results["nmt-8"].finished
+    experiment = get_experiment("hierarchical2018")
+    assert [m for m, _ in columns(experiment)] == [*PAPER_BASELINES, "hierarchical", "m-etf", "m-sct", "annealing"]
+    assert dict(columns(experiment))["hierarchical"] == "RL\n(hierarchical)"
+    assert dict(columns(get_experiment("mirhoseini2017")))["reinforce"] == "RL\n(REINFORCE)"
+
+
+def test_run_experiment__hierarchical_runs_the_planner_with_the_baselines_and_annealing(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run_search(config, **_):
+        calls.append(config)
+        run_dir = write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget)
+        (run_dir / cluster.jobs.GROUPING_FILE).write_bytes(b"")
+        (run_dir / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.25}))
+        return _FakeResult(run_dir)
+
+    monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
+    settings = settings_for(quick=True)
+    run_experiment("hierarchical2018", tmp_path, settings)
+    assert [c.policy for c in calls] == ["hierarchical", "annealing"] * 6
+    learned = [c for c in calls if c.policy == "hierarchical"]
+    assert all(set(PAPER_BASELINES) <= set(c.baselines) for c in learned)
+    assert all(c.baselines == () for c in calls if c.policy == "annealing")
+    assert all((c.budget, c.batch, c.hidden_size) == (8, 4, 32) for c in calls)  # the quick settings
 
 
 @pytest.mark.slow
