@@ -41,6 +41,11 @@ def register(subparsers) -> None:
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     p.add_argument("--out", help=f"folder for run folders (default {d.out})")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run with its own settings")
+    p.add_argument("--warm-start", nargs="?", const="auto", metavar="SOURCE",
+                   help="learned policies: imitate these placements first, then learn. SOURCE: auto (the "
+                        "default: the best of the baselines scored at the start, single-gpu, expert, m-etf, "
+                        "m-sct and heft among them), heuristic names (m-etf,heft), a .npy file of one op "
+                        "placement, or a run folder (its best placement)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -53,7 +58,8 @@ def run(args) -> int:
     check_search_config(config)  # bad input: one error, before the progress bar is drawn
     with _Progress(config.budget, enabled=True) as progress:
         try:
-            result = run_search(config, progress=progress.update, command=["placer", *sys.argv[1:]])
+            result = run_search(config, progress=progress.update, command=["placer", *sys.argv[1:]],
+                                on_start=progress.start)  # bad input found on the way: no bar before it
         except KeyboardInterrupt as exc:
             print(f"placer: {exc or 'interrupted'}", file=sys.stderr)
             return 130
@@ -67,14 +73,18 @@ def run(args) -> int:
 
 
 class _Progress:
-    """A rich progress bar on stderr: measurements, best step time, ratio to the lower bound, rate."""
+    """A rich progress bar on stderr: measurements, best step time, ratio to the lower bound, rate. It is
+    drawn from ``start`` (the run folder is open) or the first update, so an error before is one line."""
 
     def __init__(self, budget: int, enabled: bool):
         self.budget, self.enabled = budget, enabled
         self._bar = None
 
     def __enter__(self):
-        if self.enabled:
+        return self
+
+    def start(self, run_dir=None) -> None:
+        if self.enabled and self._bar is None:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -83,9 +93,9 @@ class _Progress:
                                  TimeElapsedColumn(), console=Console(stderr=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task("search", total=self.budget, best="best -", rate="")
-        return self
 
     def update(self, measured: int, best_runtime_s: float, lower_bound_s: float | None = None) -> None:
+        self.start()
         if self._bar is None:
             return
         task = self._bar.tasks[0]
@@ -116,8 +126,13 @@ def print_result(result) -> None:
 
     from policies.registry import policy_entry
 
-    own = f"{result.policy} (learner's own best)" if policy_entry(result.policy).learned else result.policy
+    warm_started = result.warm_start is not None and math.isfinite(result.warm_start_runtime_s)
+    own = result.policy
+    if policy_entry(result.policy).learned:
+        own += " (learner's own best, warm-started)" if warm_started else " (learner's own best)"
     row(own, result.policy_best_runtime_s, "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok")
+    if result.warm_start is not None:
+        row(f"warm start ({result.warm_start})", result.warm_start_runtime_s, "ok" if warm_started else "none ran ok")
     row(f"overall best ({result.best_source})", result.best_runtime_s, "ok")
     for b in result.baselines:
         row(b.policy, b.runtime_s, b.status)

@@ -10,6 +10,12 @@ from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
 
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
+WARM_START_BASELINES = ("single-gpu", "expert", "m-etf", "m-sct", "heft")
+"""Heuristics a search with a warm start scores at its start (with its ``baselines``): the candidates of
+``--warm-start auto``."""
+WARM_START_AUTO = "auto"
+WARM_START_FILE = "warm_start.npy"
+"""A run folder's copy of a warm start read from a file or another run: what a resume starts from."""
 GROUPING_FILE = "grouping.npz"
 BASELINES_FILE = "baselines.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -55,6 +61,11 @@ class SearchConfig:
     baselines: tuple[str, ...] = QUICK_BASELINES
     hidden_size: int = HIDDEN_SIZE
     """Learner width (see policies.rl.config.RLConfig)."""
+    warm_start: str | None = None
+    """Learned policies only: placements the learner imitates first (None: off). "auto": the best of the
+    baselines scored at the start (WARM_START_BASELINES added to ``baselines``); "m-etf,heft": those
+    heuristics; a path: a .npy file of one (N,) op placement, or a run folder (its best placement).
+    See cluster/jobs/warm_start.py."""
 
 
 

@@ -5,9 +5,11 @@ measurer + budget -> a run folder and the best placement::
 
     check every setting                               (check_search_config: nothing started yet)
     load graph and machine, group the graph           (graphs/, measurers/)
+    read and check a warm start file                  (cluster/jobs/warm_start.py)
     build the measurer once, start or join Ray        (bad input fails here, before any file is written)
     open the run folder, start the measurer pool      (cluster/runlog.py, cluster/pool.py)
     score the quick baselines through the pool        (policies/table.py)
+    pick the warm start's candidates                  (--warm-start: the baselines', or the file's)
     run the policy through policies.registry.place  (learned or not; learned ones get a RunContext)
       every batch goes to the pool in one call, every result into the run log
     final table against the baselines and the lower bound; the run log is compacted on a clean finish
@@ -33,6 +35,9 @@ import numpy as np
 from cluster.jobs.config import CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig, check_counts
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, past_rows
 from cluster.jobs.resume import resume_changes, resume_config
+from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSource, check_warm_start_config,
+                                     heuristic_choice, load_warm_start_placement, path_choice,
+                                     save_warm_start_placement, scored_baselines)
 from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, record_resume,
                             write_text_atomic)
@@ -65,6 +70,8 @@ class SearchResult:
     groups: int = 0  # groups the policy placed: at most config.groups and the graph's colocation groups
     colocation_groups: int = 0  # the graph's colocation groups (the most groups any grouping makes)
     measurer: str = "sim"  # what timed the placements: sim | torch | tf
+    warm_start: str | None = None  # the warm start's best candidate: a heuristic's name or the path given
+    warm_start_runtime_s: float = math.nan  # its measured step time; nan: none ran ok (or no warm start)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -75,9 +82,11 @@ class SearchResult:
 
 
 def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
-               command: Sequence[str] | None = None) -> SearchResult:
+               command: Sequence[str] | None = None,
+               on_start: Callable[[Path], None] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
-    ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch."""
+    ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch; ``on_start(run_dir)``
+    once every check has passed and the run folder is open (bad input is raised before it)."""
     import ray
 
     from cluster import ray_setup
@@ -89,9 +98,10 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     started = time.perf_counter()
     if config.resume:
         config = resume_config(config.resume, asdict(config))
-    check_search_config(config)
+    warm_source = check_search_config(config)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = _problem(graph, machine, config)
+    warm_file = load_warm_start_placement(warm_source, problem)  # a bad placement fails before any file
     spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
                         runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
     factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
@@ -104,13 +114,17 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
             ray_setup.shutdown_ray()
         raise
     run_dir = writer.folder
+    save_warm_start_placement(run_dir, warm_file)
+    if on_start is not None:
+        on_start(run_dir)
     pool = None
     stop_reason = "interrupted"
     try:
         pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if spec.kind != "sim" else 64)
         pool = MeasurerPool(factory, pool_config, run_log=writer)
-        baselines = _score_baselines(problem, pool, config, past, writer)
-        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop)
+        baselines, placements = _score_baselines(problem, pool, config, past, writer)
+        warm = _warm_start(warm_source, warm_file, baselines, placements, problem, pool, past, writer)
+        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm)
         stop_reason = outcome.stop_reason
     except KeyboardInterrupt:
         outcome, baselines = None, []
@@ -122,7 +136,8 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
             ray_setup.shutdown_ray()
     if outcome is None:
         raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
-    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started)
+    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
+                     warm)
     _write_result(run_dir, result)
     return result
 
@@ -132,10 +147,11 @@ def _write_result(run_dir: Path, result: SearchResult) -> None:
     write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
 
 
-def check_search_config(config: SearchConfig) -> None:
+def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     """Every setting of a search, checked before anything starts (no Ray, no graph built, nothing
     written): bad input is one PlacerError before ``placer search`` draws its progress bar.
-    ``run_search`` calls it too."""
+    ``run_search`` calls it too. Returns the warm start's source (None: none); a file's placement is
+    checked against the graph by ``run_search``, still before anything is written."""
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
     from policies.registry import policy_entry
@@ -147,6 +163,7 @@ def check_search_config(config: SearchConfig) -> None:
     _check_search_numbers(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
+    return check_warm_start_config(config)
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
@@ -214,21 +231,38 @@ def _open_run(config: SearchConfig, spec, problem, command):
     return writer, PastRows()
 
 
-def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer) -> list[BaselineOutcome]:
-    """Score each quick baseline with one measurement through the same pool (logged under its name)."""
+def _score_baselines(problem, pool, config: SearchConfig, past: PastRows,
+                     writer) -> tuple[list[BaselineOutcome], dict[str, np.ndarray]]:
+    """Score each quick baseline (and each warm-start heuristic) with one measurement through the same
+    pool, logged under its name: the outcomes, and the (N,) op placement of each that placed the graph."""
     from policies.registry import place
 
     measurer = LoggedPoolMeasurer(pool, problem, "", past, log=writer)
-    outcomes = []
-    for name in config.baselines:
+    outcomes, placements = [], {}
+    for name in scored_baselines(config):
         measurer.policy = name
         try:
-            best = place(name, problem, measurer, 1, config.seed).best
+            result = place(name, problem, measurer, 1, config.seed)
         except PlacerError as exc:  # e.g. no expert rule for this graph
             outcomes.append(BaselineOutcome(name, math.nan, f"skipped: {exc}"))
             continue
+        best = result.best
+        placements[name] = np.asarray(result.op_placement, dtype=np.int64)
         outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
-    return outcomes
+    return outcomes, placements
+
+
+def _warm_start(source: WarmStartSource | None, file_placement, baselines: list[BaselineOutcome],
+                placements: dict[str, np.ndarray], problem, pool, past: PastRows,
+                writer) -> WarmStartChoice | None:
+    """The candidates the learner starts from: scored heuristics best-first, or a path's placement scored
+    once here (outside the budget, logged as FILE_POLICY)."""
+    if source is None:
+        return None
+    if file_placement is None:
+        return heuristic_choice(source, {b.policy: b.runtime_s for b in baselines}, placements)
+    measurer = LoggedPoolMeasurer(pool, problem, FILE_POLICY, past, log=writer)
+    return path_choice(source, file_placement, measurer)
 
 
 @dataclass
@@ -240,10 +274,12 @@ class _PolicyOutcome:
     seconds_per_update: float = math.nan
 
 
-def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop) -> _PolicyOutcome:
+def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
+                warm: WarmStartChoice | None = None) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
-    time limit, stop flag and metrics log (policies.base.RunContext). A resumed learner goes on from its
-    checkpoint: its log rows and the progress count go on from there too."""
+    time limit, stop flag and metrics log (policies.base.RunContext), and ``warm_start`` when the search
+    has one. A resumed learner goes on from its checkpoint: its log rows and the progress count go on from
+    there too (and it does not imitate its warm start again)."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
 
@@ -259,6 +295,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
                    "checkpoint_every": CHECKPOINT_EVERY, "context": context}
+        if warm is not None and warm.usable:
+            options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
@@ -288,11 +326,16 @@ class _BestTracker:
             self.progress(self.measured, self.best_runtime_s, self.lower_bound_s)
 
 
-def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s) -> SearchResult:
+def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
+            warm: WarmStartChoice | None = None) -> SearchResult:
     candidates = [(outcome.best_runtime_s, config.policy)]
     candidates += [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
+    if warm is not None and warm.source not in {b.policy for b in baselines} and math.isfinite(warm.runtime_s):
+        candidates.append((warm.runtime_s, f"warm start ({warm.source})"))  # a file's, scored on its own
     best_runtime_s, best_source = min(candidates)
     return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,
                         best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
                         baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
-                        problem.graph.num_colocation_groups, config.measurer)
+                        problem.graph.num_colocation_groups, config.measurer,
+                        warm.source if warm is not None else None,
+                        warm.runtime_s if warm is not None else math.nan)
