@@ -19,6 +19,9 @@ class HierarchicalConfig:
     """B: placements sampled, measured in one call and learned from per iteration."""
     hidden_size: int = HIDDEN_SIZE
     """Width of the grouper's hidden layers and of the placer's LSTMs."""
+    prior_width: float = 1.0
+    """Width, in groups, of the grouper's fixed topological prior (policies/rl/hierarchical/module.py,
+    ``topo_prior``); 0 starts the grouper uniform, as the paper."""
     lr: float = 1e-3
     """Adam learning rate of both networks (one optimizer)."""
     grad_clip: float = 1.0
@@ -33,6 +36,9 @@ class HierarchicalConfig:
     """Runtime a failed placement is scored as."""
     imitation_steps: int = 60
     """Supervised steps towards the warm start's placement before RL continues."""
+    warm_move_prob: float = 0.002
+    """Once warm-started, the probability that an atom is sampled outside its target group (about 9 of
+    nmt-4's 4,406 atoms per placement): exploration around the warm start stays local."""
     warm_entropy_coeff: float = 0.0
     """Entropy weight once warm-started: no push back towards uniform, so exploration stays local."""
     checkpoint_every: int = CHECKPOINT_EVERY
@@ -51,7 +57,11 @@ class HierarchicalConfig:
             raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
         if not self.penalty_runtime_s > 0:
             raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
+        if self.prior_width < 0:
+            raise PlacerError(f"prior_width must not be negative, got {self.prior_width}")
         if self.imitation_steps < 0:
             raise PlacerError(f"imitation_steps must not be negative, got {self.imitation_steps}")
+        if not 0.0 < self.warm_move_prob < 1.0:
+            raise PlacerError(f"warm_move_prob must lie in (0, 1), got {self.warm_move_prob}")
         if self.checkpoint_every < 1:
             raise PlacerError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")

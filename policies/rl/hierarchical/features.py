@@ -38,6 +38,7 @@ class Atoms:
     position: np.ndarray  # (A,) float64: mean forward topological position in [0, 1]
     allowed: np.ndarray  # (A, D) bool
     fallback: np.ndarray  # (A,) int64: fastest allowed device
+    quantile: np.ndarray  # (A,) float64 in [0, 1): cost share of the atoms before it in position order
 
     @property
     def count(self) -> int:
@@ -59,8 +60,11 @@ def atom_features(problem) -> Atoms:
     log_cost = (log_cost - log_cost.mean()) / max(float(log_cost.std()), 1e-6)
     features = np.concatenate([matrix, log_cost[:, None].astype(np.float32)], axis=1)
     fallback = np.argmin(problem.unit_time_s, axis=1).astype(np.int64)  # inf where not allowed
-    return Atoms(features.astype(np.float32), cost, matrix[:, FORWARD_COLUMN].astype(np.float64),
-                 problem.unit_allowed.copy(), fallback)
+    position = matrix[:, FORWARD_COLUMN].astype(np.float64)
+    order = np.argsort(position, kind="stable")
+    quantile = np.empty(len(cost))
+    quantile[order] = (np.cumsum(cost[order]) - cost[order]) / cost.sum()
+    return Atoms(features.astype(np.float32), cost, position, problem.unit_allowed.copy(), fallback, quantile)
 
 
 @dataclass(frozen=True, eq=False)

@@ -40,7 +40,8 @@ def build_learner(atoms, num_groups: int, num_devices: int, config: Hierarchical
                    .framework("torch")
                    .training(lr=config.lr, grad_clip=config.grad_clip, grad_clip_by="global_norm")
                    .debugging(seed=config.seed))
-    model_config = {"atom_features": atoms.features, "num_groups": num_groups, "num_devices": num_devices,
+    model_config = {"atom_features": atoms.features, "atom_quantile": atoms.quantile,
+                    "prior_width": config.prior_width, "num_groups": num_groups, "num_devices": num_devices,
                     "hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
                     "temperature": config.temperature}
     spaces = {"observation_space": gym.spaces.Box(-np.inf, np.inf, atoms.features.shape, np.float32),
@@ -139,14 +140,17 @@ class HierarchicalTrainer:
     # ---- warm start -------------------------------------------------------------------------------
 
     def imitate(self, unit_placement: np.ndarray, runtime_s: float, op_placement: np.ndarray) -> float:
-        """Supervised steps towards the warm start, then local RL (no entropy push). Returns the share of
-        atoms the greedy grouping + placement puts on the target's device."""
+        """Start from the warm start: the grouper's per-atom logits set on the target grouping (see
+        ``HierarchicalModule.set_atom_targets``), supervised steps on grouper and placer towards the
+        target's devices, then local RL (no entropy push). Returns the share of ops the greedy grouping
+        + placement puts on the target's device."""
         target = np.asarray(unit_placement, dtype=np.int64)  # (A,)
         assign = torch.from_numpy(target_grouping(self.problem, self.atoms.position, target, self.num_groups))[None]
         inputs = self.builder.inputs(assign)  # (1, G, ...)
         group_device = torch.zeros(self.num_groups, dtype=torch.int64)
         group_device[assign[0]] = torch.from_numpy(target)  # one device per group (see imitation.py)
         decoded = group_device[inputs.order[0]][None]  # (1, G) decode order
+        self.module.set_atom_targets(assign[0], self.config.warm_move_prob)
         for _ in range(self.config.imitation_steps):
             self._update(assign, inputs, decoded, np.ones(1, np.float32), np.zeros(1, np.float32))
         self.learner.entropy_coeff = self.config.warm_entropy_coeff

@@ -1,0 +1,181 @@
+"""The hierarchical planner (grouper + seq2seq placer): budget, joint loss, allowed devices, seeding,
+checkpoint resume, warm start and bad options, on nmt-2 with tiny networks."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+
+import dataclasses  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from graphs.errors import PlacerError  # noqa: E402
+from graphs.opgraph import kind_bit  # noqa: E402
+from measurers.catalog import load_machine  # noqa: E402
+from measurers.sim.measurer import SimulatorMeasurer  # noqa: E402
+from policies.base import BudgetedMeasurer, DecisionClock, RunContext  # noqa: E402
+from policies.problem import make_problem  # noqa: E402
+from policies.registry import make_policy, place  # noqa: E402
+
+OPTIONS = {"batch_size": 4, "hidden_size": 16, "num_groups": 8, "torch_threads": 1}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+@pytest.fixture(scope="module")
+def problem():
+    from graphs.registry import load_graph
+
+    return make_problem(load_graph("nmt-2"), load_machine("paper-2gpu"), max_groups=None)
+
+
+@pytest.fixture(scope="module")
+def restricted_problem(problem):
+    """Inputs CPU-only, softmax ops GPU-only: atoms that disagree on their devices."""
+    graph = problem.graph
+    inputs = np.isin(graph.colocation_ids, graph.colocation_ids[graph.op_kinds == "Input"])
+    softmax = np.array([scope.startswith("softmax") for scope in graph.scopes]) & ~inputs
+    mask = graph.allowed_mask.copy()
+    mask[inputs], mask[softmax] = kind_bit("cpu"), kind_bit("gpu")
+    return make_problem(dataclasses.replace(graph, allowed_mask=mask), problem.machine, max_groups=None)
+
+
+class Counting:
+    def __init__(self, problem):
+        self.measurer, self.placements = SimulatorMeasurer(problem.graph, problem.machine), []
+
+    def measure(self, placements):
+        self.placements += [np.array(p, copy=True) for p in placements]
+        return self.measurer.measure(placements)
+
+
+def _trainer(problem, **options):
+    from policies.rl.hierarchical.config import HierarchicalConfig
+    from policies.rl.hierarchical.policy import _Capture
+    from policies.rl.hierarchical.trainer import HierarchicalTrainer
+
+    capture = _Capture(Counting(problem))
+    counter = BudgetedMeasurer(capture, 10**6, problem.capacity_bytes(), DecisionClock())
+    return HierarchicalTrainer(problem, counter, capture, HierarchicalConfig(**{**OPTIONS, **options}))
+
+
+def test_hierarchical__stays_within_budget_and_returns_a_measured_placement(problem):
+    measurer = Counting(problem)
+    result = place("hierarchical", problem, measurer, 10, 0, **OPTIONS)
+    assert len(measurer.placements) == result.measurements == 10  # last batch cut to what is left
+    assert result.best.ok and any(np.array_equal(result.op_placement, p) for p in measurer.placements)
+    again = SimulatorMeasurer(problem.graph, problem.machine).measure([result.op_placement])[0]
+    assert again.runtime_s == pytest.approx(result.best.runtime_s)
+    assert result.seconds_per_update > 0
+
+
+def test_hierarchical__update_moves_both_grouper_and_placer(problem):
+    trainer = _trainer(problem, entropy_coeff=0.0)  # only the log-probability terms give gradients
+    grouper_before = [p.detach().clone() for p in trainer.module.grouper.parameters()]
+    placer_before = [p.detach().clone() for p in trainer.module.placer.parameters()]
+    metrics = trainer.iterate(4)
+    assert np.isfinite(metrics["grouper_logp"]) and metrics["grouper_logp"] < 0
+    assert any(not torch.equal(a, b) for a, b in zip(grouper_before, trainer.module.grouper.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(placer_before, trainer.module.placer.parameters()))
+
+
+def test_hierarchical__joint_logp_is_grouper_plus_placer(problem):
+    from policies.rl.hierarchical.module import grouping_logp
+    from policies.rl.seq2seq.network import placement_logp
+
+    trainer = _trainer(problem)
+    assign, inputs, decoded, _ = trainer.sample(3)
+    with torch.no_grad():
+        logits = trainer.module.group_logits()
+        manual = torch.log_softmax(logits, -1)[torch.arange(assign.shape[1]), assign].sum(dim=1)  # (B,)
+        placer = placement_logp(trainer.module.placer.teacher(inputs.features, inputs.allowed, decoded), decoded)
+    assert torch.allclose(grouping_logp(logits, assign), manual, rtol=1e-5)
+    assert (placer < 0).all() and (manual < placer).all()  # the grouper's term is the larger one here
+
+
+def test_hierarchical__sampled_placements_respect_allowed_devices(restricted_problem):
+    problem = restricted_problem
+    trainer = _trainer(problem)
+    _, inputs, decoded, op_placements = trainer.sample(16)
+    allowed = problem.op_allowed[np.arange(problem.graph.num_ops)[None, :], op_placements]  # (B, N)
+    assert allowed.all()
+    assert inputs.allowed.gather(2, decoded[..., None]).all()  # the placer never picks a masked device
+    cpu_only = problem.unit_allowed.sum(axis=1) == 1
+    assert cpu_only.any()
+
+
+def test_hierarchical__group_mask_follows_the_majority_of_cost_and_atoms_fall_back():
+    from policies.rl.hierarchical.features import Atoms, GroupBuilder
+
+    allowed = np.array([[False, True], [True, False], [True, True]])  # atom 0 GPU-only, 1 CPU-only
+    atoms = Atoms(np.zeros((3, 2), np.float32), np.array([3.0, 1.0, 1.0]), np.array([0.2, 0.5, 0.9]),
+                  allowed, np.array([1, 0, 1]), np.array([0.0, 0.6, 0.8]))
+    builder = GroupBuilder(atoms, 2)
+    assign = torch.tensor([[0, 0, 1]])  # group 0 = atoms 0 (cost 3, GPU) and 1 (cost 1, CPU)
+    inputs = builder.inputs(assign)
+    assert inputs.order[0].tolist() == [0, 1]  # by mean position: 0.35 then 0.9
+    assert inputs.allowed[0, 0].tolist() == [False, True]  # GPU allowed for 3/4 of the cost
+    devices = builder.atom_devices(assign, torch.tensor([[1, 0]]), inputs.order)
+    assert devices[0].tolist() == [1, 0, 0]  # the CPU-only atom falls back to its allowed device
+    empty = builder.inputs(torch.tensor([[0, 0, 0]]))
+    assert empty.allowed[0, 1].all() and empty.features[0, 1].abs().sum() == 0  # an empty group, last
+
+
+def test_hierarchical__same_seed_same_result(problem):
+    first = place("hierarchical", problem, Counting(problem), 8, 5, **OPTIONS)
+    second = place("hierarchical", problem, Counting(problem), 8, 5, **OPTIONS)
+    assert np.array_equal(first.op_placement, second.op_placement)
+    assert first.best.runtime_s == second.best.runtime_s
+
+
+def test_hierarchical__checkpoint_resume_continues_the_counts(problem, tmp_path):
+    from policies.rl.loop import checkpoint_progress
+
+    first = place("hierarchical", problem, Counting(problem), 8, 0,
+                  context=RunContext(checkpoint_dir=tmp_path), checkpoint_every=1, **OPTIONS)
+    state = torch.load(tmp_path / "learner.pt", weights_only=True)
+    assert (state["iteration"], state["measurements_used"]) == (2, 8)
+    assert checkpoint_progress(tmp_path) == (2, 8)  # what the search job reads to resume its log
+    measurer = Counting(problem)
+    second = place("hierarchical", problem, measurer, 16, 0, context=RunContext(checkpoint_dir=tmp_path), **OPTIONS)
+    assert len(measurer.placements) == 8 and second.measurements == 16
+    assert torch.load(tmp_path / "learner.pt", weights_only=True)["iteration"] == 4
+    assert second.best.runtime_s <= first.best.runtime_s
+
+
+def test_hierarchical__warm_start_best_never_worse_than_the_start(problem):
+    expert = place("expert", problem, SimulatorMeasurer(problem.graph, problem.machine), 1, 0)
+    measurer = Counting(problem)
+    result = place("hierarchical", problem, measurer, 12, 0, warm_start=[expert.op_placement], **OPTIONS)
+    assert np.array_equal(measurer.placements[0], expert.op_placement)  # measured inside the budget
+    assert result.measurements == len(measurer.placements) == 12
+    assert result.best.runtime_s <= expert.best.runtime_s + 1e-12
+    assert "warm start" in result.notes
+
+
+def test_hierarchical__imitation_reproduces_the_warm_start(problem):
+    from policies.rl.hierarchical.imitation import target_grouping
+
+    expert = place("expert", problem, SimulatorMeasurer(problem.graph, problem.machine), 1, 0)
+    target = problem.collapse(expert.op_placement)  # (A,)
+    trainer = _trainer(problem, imitation_steps=100, hidden_size=32)
+    groups = target_grouping(problem, trainer.atoms.position, target, trainer.num_groups)
+    assert groups.max() < trainer.num_groups
+    for g in np.unique(groups):  # every target group on one device
+        assert len(np.unique(target[groups == g])) == 1
+    match = trainer.imitate(target, expert.best.runtime_s, expert.op_placement)
+    assert match > 0.9
+
+
+def test_hierarchical__bad_options_are_refused():
+    with pytest.raises(PlacerError, match="num_groups"):
+        make_policy("hierarchical", num_groups=0)
+    with pytest.raises(PlacerError, match="batch_size"):
+        make_policy("hierarchical", batch_size=1)
