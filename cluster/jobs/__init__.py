@@ -2,7 +2,8 @@
 
 - ``run_search`` (cluster/jobs/search.py): ``placer search`` and each row of ``placer reproduce``; the
   module's docstring draws the job. Its settings are ``SearchConfig`` (config.py); which of them a
-  resumed run keeps is resume.py; the measurer its policy sees is ``LoggedPoolMeasurer`` (logged.py).
+  resumed run keeps is resume.py; the measurer its policy sees is ``LoggedPoolMeasurer`` (logged.py);
+  where a learner's warm start comes from is warm_start.py.
 - ``run_baselines`` (cluster/jobs/baselines.py): ``placer baselines``, every named non-learned policy
   scored side by side by one measurer, optionally logged.
 """
