@@ -252,3 +252,32 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
     err = capsys.readouterr().err
     assert "that run placed a graph with hash" in err and err.count("\n") == 1
     assert not (tmp_path / "none").exists()
+
+
+def test_search__named_heuristic_that_does_not_apply_leaves_the_learner_cold(local_ray, tmp_path, fake_learner):
+    """expert has no rule for a synthetic graph: skipped, as a baseline is; the learner gets no warm start."""
+    result = run_search(_config(tmp_path, warm_start="expert"))
+    assert fake_learner == [None]
+    assert result.warm_start == "expert" and math.isnan(result.warm_start_runtime_s)
+    assert result.to_json()["warm_start_runtime_s"] is None
+
+
+def test_search__reinforce_starts_from_the_warm_start_and_never_ends_worse(local_ray, tmp_path):
+    """The real learner: its first measurements are the candidates collapsed onto its groups (inside its
+    budget), and its best is no worse than the best of them."""
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from policies.problem import make_problem
+    from policies.rl.warm_start import distinct_unit_placements
+
+    result = run_search(_config(tmp_path, policy="reinforce", warm_start="auto", budget=8, batch=4))
+    rows = read_run(result.run_dir)
+    learner = rows[rows.policy == "reinforce"]
+    assert len(learner) == 8 == result.measurements
+    problem = make_problem(load_graph(GRAPH), load_machine("paper-2gpu"), max_groups=8, seed=3)
+    scored = {b.policy: b.runtime_s for b in result.baselines}
+    ran = [name for _, name in sorted((t, name) for name, t in scored.items() if math.isfinite(t))]
+    units, _ = distinct_unit_placements(problem, [_heuristic_placement(name) for name in ran])  # (K, U)
+    first = learner[learner.iteration == learner.iteration.min()]
+    assert sorted(tuple(p) for p in first.placement) == sorted(tuple(u) for u in units)
+    assert result.policy_best_runtime_s <= first[first.status == "ok"].runtime_s.min()
