@@ -208,3 +208,34 @@ def test_cli_reproduce__quick_finishes_and_prints_every_row(tmp_path):
     rows = json.loads(again.stdout)["rows"]
     assert len(rows) == 6 and all(r["methods"]["reinforce"]["status"] != "not run" for r in rows)
     assert all(r["lower_bound_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_cli_reproduce__hierarchical_quick_runs_the_planner_on_every_row(tmp_path):
+    """The 2018 table with the real hierarchical planner at the quick settings: 12 tiny searches through Ray."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1", "COLUMNS": "240"}
+    command = [sys.executable, "-m", "cluster.cli", "reproduce", "hierarchical2018", "--quick", "--budget", "4",
+               "--groups", "16", "--out", str(tmp_path), "--json"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(done.stdout)
+    assert data["learned"] == "hierarchical" and len(data["rows"]) == 6
+    for row in data["rows"]:
+        assert row["learned"] == "hierarchical" and "reinforce" not in row["methods"]
+        assert row["methods"]["hierarchical"]["status"] != "not run" and row["finished"]
+        assert row["methods"]["annealing"]["status"] != "not run" and row["methods"]["expert"]["status"] != "not run"
+        assert row["cell"]["paper_approx"]["rl_s"] > 0
+
+
+def test_cell_results__hierarchical_side_claims_same_as_one_gpu_and_missing_expert(tmp_path):
+    """The 2018 expert equals one GPU on RNNLM: ours within 5% of one GPU holds; no expert here: cannot tell."""
+    folder = tmp_path / "hierarchical2018"
+    _cell_runs(folder, "rnnlm", "paper-2gpu", {"cpu-only": 4.0, "single-gpu": 1.0, "metis": 1.2, "expert": 1.03,
+                                               "hierarchical": 1.0}, 1.0, learned="hierarchical")
+    _cell_runs(folder, "resnet-50", "paper-2gpu", {"cpu-only": 6.0, "single-gpu": 1.4, "metis": 1.5,
+                                                   "hierarchical": 1.4}, 1.4, learned="hierarchical")
+    results = {r.cell.graph: r for r in cell_results("hierarchical2018", folder)}
+    rl, metis, expert = results["rnnlm"].claims
+    assert expert.holds and "same" in expert.paper and "same" in expert.here
+    assert rl.holds and "tie" in rl.here and metis.holds
+    assert results["resnet-50"].claims[2].holds is None and "not run" in results["resnet-50"].claims[2].here
