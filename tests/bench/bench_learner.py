@@ -1,10 +1,12 @@
-"""Seconds per learner update (G=256 groups, B=64 placements) against the measurement time it drives.
+"""Seconds per learner iteration of the seq2seq placer (sampling + update) against the measurement time.
 
-Runs the seq2seq learner on a synthetic graph grouped into 256 groups on the paper's 1 CPU + 2 GPU machine,
-times the exploration pass, the learner update and the one batched simulator call per iteration, and prints
-a markdown table. Usage::
+Issue 13's targets, on one torch thread at batch 16 and hidden 256: at most 0.5 s per iteration at 256 groups
+and 0.1 s at 32. Runs the learner on a synthetic graph grouped into each group count on the paper's
+1 CPU + 2 GPU machine, times the exploration pass, the learner update (PPO: all its epochs; the per-epoch
+figure beside it) and the one batched simulator call per iteration, and prints a markdown table, a row per
+trainer, group count, hidden size and thread count. Usage::
 
-    python tests/bench/bench_learner.py [--iterations 1] [--hidden 128 256] [--threads 1] [--ops 3000]
+    python tests/bench/bench_learner.py [--iterations 3] [--groups 256 32] [--hidden 256] [--batch 16]
 """
 
 from __future__ import annotations
@@ -20,42 +22,50 @@ import torch  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=1, help="timed iterations after a warm-up one")
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--groups", type=int, default=256)
+    parser.add_argument("--iterations", type=int, default=3, help="timed iterations after a warm-up one")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--groups", type=int, nargs="+", default=[256, 32])
     parser.add_argument("--ops", type=int, default=3000)
-    parser.add_argument("--hidden", type=int, nargs="+", default=[128, 256])
+    parser.add_argument("--hidden", type=int, nargs="+", default=[256])
     parser.add_argument("--threads", type=int, nargs="+", default=[1])
     parser.add_argument("--trainers", nargs="+", default=["reinforce", "ppo"])
     args = parser.parse_args()
 
-    from graphs.grouping import group_ops
     from graphs.synthetic import synthetic_graph
     from measurers.catalog import load_machine
+
+    graph = synthetic_graph(args.ops, seed=0)
+    machine = load_machine("paper-2gpu")
+    print(f"graph: synthetic {graph.num_ops} ops; machine paper-2gpu; B={args.batch}; torch {torch.__version__}; "
+          f"{os.cpu_count()} CPUs; mean of {args.iterations} iterations after a warm-up one\n")
+    print("| trainer | groups | hidden | threads | sample s | update s | per epoch s | sample + update s "
+          "| measure s (B sims) |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    for trainer in args.trainers:
+        for groups in args.groups:
+            for hidden in args.hidden:
+                for threads in args.threads:
+                    print(_row(graph, machine, args, trainer, groups, hidden, threads), flush=True)
+
+
+def _row(graph, machine, args, trainer: str, groups: int, hidden: int, threads: int) -> str:
+    """One table row: the mean seconds of the timed iterations."""
+    from graphs.grouping import group_ops
     from measurers.sim.measurer import SimulatorMeasurer
     from policies.rl.config import RLConfig
     from policies.rl.loop import train_placer
 
-    graph = synthetic_graph(args.ops, seed=0)
-    machine = load_machine("paper-2gpu")
-    grouping = group_ops(graph, max_groups=args.groups)
-    measurer = SimulatorMeasurer(graph, machine)
-    print(f"graph: synthetic {graph.num_ops} ops, {grouping.num_groups} groups; machine paper-2gpu; "
-          f"B={args.batch}; torch {torch.__version__}; {os.cpu_count()} CPUs\n")
-    print("| trainer | hidden | threads | sample s | update s | learner s / iteration | measure s (B sims) |")
-    print("|---|---|---|---|---|---|---|", flush=True)
-    for trainer in args.trainers:
-        for hidden in args.hidden:
-            for threads in args.threads:
-                config = RLConfig(trainer=trainer, batch_size=args.batch, hidden_size=hidden, torch_threads=threads)
-                result = train_placer(graph, machine, grouping, measurer, config=config,
-                                      budget_measurements=args.batch * (args.iterations + 1))
-                history = result.history[1:]  # the first iteration includes one-time set-up
-                sample_s = np.mean([m.sample_s for m in history])
-                update_s = np.mean([m.update_s for m in history])
-                measure_s = np.mean([m.measure_s for m in history])
-                print(f"| {trainer} | {hidden} | {threads} | {sample_s:.2f} | {update_s:.2f} | "
-                      f"{sample_s + update_s:.2f} | {measure_s:.3f} |", flush=True)
+    grouping = group_ops(graph, max_groups=groups)
+    config = RLConfig(trainer=trainer, batch_size=args.batch, hidden_size=hidden, torch_threads=threads)
+    result = train_placer(graph, machine, grouping, SimulatorMeasurer(graph, machine), config=config,
+                          budget_measurements=args.batch * (args.iterations + 1))
+    history = result.history[1:]  # the first iteration includes one-time set-up
+    sample_s = np.mean([m.sample_s for m in history])
+    update_s = np.mean([m.update_s for m in history])
+    measure_s = np.mean([m.measure_s for m in history])
+    epochs = config.ppo_epochs if trainer == "ppo" else 1
+    return (f"| {trainer} | {grouping.num_groups} | {hidden} | {threads} | {sample_s:.3f} | {update_s:.3f} | "
+            f"{update_s / epochs:.3f} | {sample_s + update_s:.3f} | {measure_s:.3f} |")
 
 
 if __name__ == "__main__":

@@ -77,11 +77,12 @@ class Seq2SeqNet(nn.Module):
         """``teacher``'s logits (B, G, D) and ``embed_groups``' (B, H) from one encoder pass."""
         self._check(features, allowed)
         enc, state = self._encode(features)
-        return self._decode_teacher(enc, state, allowed, actions.long()), enc.mean(dim=1)
+        embedding = enc.mean(dim=1).expand(features.shape[0], -1)  # (B, H)
+        return self._decode_teacher(enc, state, allowed, actions.long()), embedding
 
     def embed_groups(self, features: Tensor) -> Tensor:
         """(B, G, F) -> (B, H): the mean group encoding (input of a value head)."""
-        return self._encode(features)[0].mean(dim=1)
+        return self._encode(features)[0].mean(dim=1).expand(features.shape[0], -1)
 
     # ---- the network ------------------------------------------------------------------------------
 
@@ -93,51 +94,153 @@ class Seq2SeqNet(nn.Module):
                              f"got {tuple(allowed.shape)}")
 
     def _encode(self, features: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """features (B, G, F) -> encodings (B, G, H), decoder start state ((B, H), (B, H))."""
+        """features (B, G, F) -> encodings (B', G, H), decoder start state ((B', H), (B', H)).
+
+        B' is 1 when every row holds the same features (the seq2seq trainer repeats one graph B times)
+        and the features need no gradient: the encoder then runs once and the decoder broadcasts its output
+        over the batch (the parameters' gradients are the same). Otherwise B' = B.
+        """
+        if features.shape[0] > 1 and not features.requires_grad and _rows_equal(features):
+            features = features[:1]
         enc, (h_n, c_n) = self.encoder(torch.tanh(self.embed(features)))
-        state = (torch.cat([h_n[0], h_n[1]], dim=-1), torch.cat([c_n[0], c_n[1]], dim=-1))  # (B, H) each
+        state = (torch.cat([h_n[0], h_n[1]], dim=-1), torch.cat([c_n[0], c_n[1]], dim=-1))  # (B', H) each
         return enc, state
 
+    def _precompute(self, enc: Tensor) -> dict[str, Tensor]:
+        """What every decoder step reads, computed once for all G steps from the encodings (B', G, H).
+
+        The decoder's input projection splits into W_prev·embed(previous device), a (D + 1, 4H) table, and
+        W_enc·enc[:, g]; attention scores q(h)·k(enc) = h·(Wq^T k) and the context's share of the logits
+        (softmax · enc)·Wc^T = softmax · (enc·Wc^T), so no step builds a context vector.
+        """
+        hidden = self.hidden_size
+        w_ih, w_out = self.decoder.weight_ih_l0, self.device_logits.weight  # (4H, 2H), (D, 2H)
+        bias = self.decoder.bias_ih_l0 + self.decoder.bias_hh_l0  # (4H,)
+        return {
+            "enc_gates": torch.matmul(enc, w_ih[:, hidden:].t()) + bias,  # (B', G, 4H)
+            "prev_gates": self.device_embedding.weight @ w_ih[:, :hidden].t(),  # (D + 1, 4H)
+            "score_keys": torch.matmul(self.attn_keys(enc), self.attn_query.weight) * hidden ** -0.5,  # (B', G, H)
+            "enc_out": torch.matmul(enc, w_out[:, hidden:].t()),  # (B', G, D)
+            "w_out_h": w_out[:, :hidden],  # (D, H)
+        }
+
     def _decode_teacher(self, enc: Tensor, state: tuple, allowed: Tensor, actions: Tensor) -> Tensor:
-        keys = self.attn_keys(enc)  # (B, G, H)
-        go = torch.full((enc.shape[0], 1), self.num_devices, dtype=torch.long, device=enc.device)
+        pre = self._precompute(enc)
+        batch = actions.shape[0]
+        go = torch.full((batch, 1), self.num_devices, dtype=torch.long, device=enc.device)
         previous = torch.cat([go, actions[:, :-1]], dim=1)  # (B, G)
-        hidden, _ = self.decoder(torch.cat([self.device_embedding(previous), enc], dim=-1),
-                                 (state[0][None], state[1][None]))
-        return self._logits(hidden, keys, enc, allowed)
+        gates_in = pre["enc_gates"] + pre["prev_gates"][previous]  # (B, G, 4H)
+        h0, c0 = (s.expand(batch, -1) for s in state)  # (B, H) each
+        hidden = LSTMRecurrence.apply(gates_in, h0, c0, self.decoder.weight_hh_l0)  # (B, G, H)
+        scores = torch.matmul(hidden, pre["score_keys"].transpose(1, 2))  # (B, G, G)
+        raw = hidden @ pre["w_out_h"].t() + torch.matmul(torch.softmax(scores, dim=-1), pre["enc_out"])
+        return self._squash(raw + self.device_logits.bias, allowed)  # (B, G, D)
 
     def _decode_steps(self, enc: Tensor, state: tuple, allowed: Tensor, *, generator: torch.Generator | None,
                       greedy: bool) -> tuple[Tensor, Tensor]:
-        keys = self.attn_keys(enc)  # (B, G, H)
-        h, c = state[0][None], state[1][None]  # (1, B, H) each
-        previous = torch.full((enc.shape[0],), self.num_devices, dtype=torch.long, device=enc.device)
-        all_logits, taken = [], []
-        for g in range(enc.shape[1]):
-            step_in = torch.cat([self.device_embedding(previous), enc[:, g]], dim=-1)[:, None]  # (B, 1, 2H)
-            hidden, (h, c) = self.decoder(step_in, (h, c))
-            logits = self._logits(hidden, keys, enc, allowed[:, g:g + 1])[:, 0]  # (B, D)
-            device = logits.argmax(dim=-1) if greedy else self._draw(logits, allowed[:, g], generator)
-            all_logits.append(logits)
-            taken.append(device)
+        """The same recurrence as ``_decode_teacher``, one step at a time, each step feeding its draw back."""
+        pre = self._precompute(enc)
+        batch, groups, hidden = allowed.shape[0], allowed.shape[1], self.hidden_size
+        h, c = (s.expand(batch, -1).contiguous() for s in state)  # (B, H) each
+        enc_gates = pre["enc_gates"].transpose(0, 1)  # (G, B', 4H): one slice per step
+        w_hh_t = self.decoder.weight_hh_l0.t()  # (H, 4H)
+        previous = torch.full((batch,), self.num_devices, dtype=torch.long, device=enc.device)
+        taken = torch.empty(batch, groups, dtype=torch.long, device=enc.device)
+        all_logits = torch.empty(batch, groups, self.num_devices, device=enc.device)
+        for g in range(groups):
+            gates = torch.addmm(enc_gates[g] + pre["prev_gates"][previous], h, w_hh_t)  # (B, 4H)
+            h, c = _lstm_cell(gates, c, hidden)
+            scores = torch.matmul(h[:, None], pre["score_keys"].transpose(1, 2))[:, 0]  # (B, G)
+            raw = h @ pre["w_out_h"].t() + torch.matmul(torch.softmax(scores, dim=-1)[:, None], pre["enc_out"])[:, 0]
+            logits = self._squash(raw + self.device_logits.bias, allowed[:, g])  # (B, D)
+            device = logits.argmax(dim=-1) if greedy else _draw(logits, allowed[:, g], self.logit_noise_std, generator)
+            all_logits[:, g] = logits
+            taken[:, g] = device
             previous = device
-        return torch.stack(taken, dim=1), torch.stack(all_logits, dim=1)
+        return taken, all_logits
 
-    def _logits(self, hidden: Tensor, keys: Tensor, enc: Tensor, allowed: Tensor) -> Tensor:
-        """Decoder states (B, T, H) -> device logits (B, T, D), squashed, forbidden devices masked."""
-        scores = torch.bmm(self.attn_query(hidden), keys.transpose(1, 2)) * keys.shape[-1] ** -0.5  # (B, T, G)
-        context = torch.bmm(torch.softmax(scores, dim=-1), enc)  # (B, T, H)
-        raw = self.device_logits(torch.cat([hidden, context], dim=-1))  # (B, T, D)
+    def _squash(self, raw: Tensor, allowed: Tensor) -> Tensor:
+        """Raw device scores (..., D) -> logits within +-tanh_constant, forbidden devices masked."""
         logits = self.tanh_constant * torch.tanh(raw / self.temperature)
         return logits.masked_fill(~allowed, MASKED_LOGIT)
 
-    def _draw(self, logits: Tensor, allowed: Tensor, generator: torch.Generator | None) -> Tensor:
-        """Draw one device per row from softmax(logits + noise); noise scaled by the logits' RMS."""
-        if self.logit_noise_std > 0:
-            rms = logits.masked_fill(~allowed, 0.0).pow(2).mean().sqrt()
-            noise = torch.randn(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
-            logits = torch.where(allowed, logits + self.logit_noise_std * rms * noise, logits)
-        probs = torch.softmax(logits, dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+def _rows_equal(features: Tensor) -> bool:
+    """Whether every row of (B, G, F) equals the first (a stride-0 expand answers without comparing)."""
+    if features.stride(0) == 0:
+        return True
+    return bool(torch.equal(features, features[:1].expand_as(features)))
+
+
+def _lstm_cell(gates: Tensor, c: Tensor, hidden: int) -> tuple[Tensor, Tensor]:
+    """One LSTM step from its pre-activations (B, 4H), gates ordered (input, forget, cell, output)."""
+    act = torch.sigmoid(gates)
+    cell = torch.tanh(gates[:, 2 * hidden:3 * hidden])
+    c = torch.addcmul(act[:, hidden:2 * hidden] * c, act[:, :hidden], cell)
+    return act[:, 3 * hidden:] * torch.tanh(c), c
+
+
+def _draw(logits: Tensor, allowed: Tensor, noise_std: float, generator: torch.Generator | None) -> Tensor:
+    """One device per row of logits (B, D) from softmax(logits + noise); noise scaled by the logits' RMS over
+    the batch. Drawn step by step as before the fast paths, so a seed gives the placements it gave then
+    (up to float rounding): drawing a whole decode's numbers up front saved no measurable time."""
+    if noise_std > 0:
+        rms = logits.masked_fill(~allowed, 0.0).pow(2).mean().sqrt()
+        noise = torch.randn(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)
+        logits = torch.where(allowed, logits + noise_std * rms * noise, logits)
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(-1)
+
+
+class LSTMRecurrence(torch.autograd.Function):
+    """h_t = LSTM(x_t + h_{t-1}·W_hh^T, c_{t-1}) over T steps, with a hand-written backward pass.
+
+    The input projection and biases are already in ``gates_in`` (B, T, 4H), so the decoder's input
+    projection runs once for all steps (and once for all rows when they share features); autograd would
+    otherwise record some ten nodes per step. Returns the hidden states (B, T, H).
+    """
+
+    @staticmethod
+    def forward(ctx, gates_in: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tensor:
+        batch, steps, four_h = gates_in.shape
+        hidden = four_h // 4
+        x = gates_in.transpose(0, 1).contiguous()  # (T, B, 4H)
+        acts = torch.empty_like(x)  # sigmoid(i, f, o) and tanh(cell gate) per step
+        hs = x.new_empty(steps + 1, batch, hidden)  # h_{-1} .. h_{T-1}
+        cs = x.new_empty(steps + 1, batch, hidden)
+        hs[0], cs[0] = h0, c0
+        w_hh_t = w_hh.t()
+        for t in range(steps):
+            gates = torch.addmm(x[t], hs[t], w_hh_t)
+            torch.sigmoid(gates, out=acts[t])
+            acts[t, :, 2 * hidden:3 * hidden] = torch.tanh(gates[:, 2 * hidden:3 * hidden])
+            a = acts[t]
+            torch.addcmul(a[:, hidden:2 * hidden] * cs[t], a[:, :hidden], a[:, 2 * hidden:3 * hidden], out=cs[t + 1])
+            torch.mul(a[:, 3 * hidden:], torch.tanh(cs[t + 1]), out=hs[t + 1])
+        ctx.save_for_backward(acts, hs, cs, w_hh)
+        return hs[1:].transpose(0, 1)
+
+    @staticmethod
+    def backward(ctx, grad_hs: Tensor):
+        acts, hs, cs, w_hh = ctx.saved_tensors
+        steps, batch, four_h = acts.shape
+        hidden = four_h // 4
+        i, f, g, o = acts.split(hidden, dim=-1)  # (T, B, H) each
+        tanh_c = torch.tanh(cs[1:])
+        # d gates / d (dc, dh), all steps at once: [di, df, dg] = dc * k[:, :, :3H], do = dh * k[:, :, 3H:]
+        k = torch.cat([g * i * (1 - i), cs[:-1] * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
+        dc_from_h = o * (1 - tanh_c * tanh_c)  # (T, B, H)
+        grad = grad_hs.transpose(0, 1)  # (T, B, H)
+        d_gates = torch.empty_like(acts)
+        dh = torch.zeros(batch, hidden, dtype=acts.dtype)
+        dc = torch.zeros(batch, hidden, dtype=acts.dtype)
+        for t in range(steps - 1, -1, -1):
+            dh = dh + grad[t]
+            dc = torch.addcmul(dc, dh, dc_from_h[t])
+            torch.mul(torch.cat([dc, dc, dc, dh], dim=-1), k[t], out=d_gates[t])
+            dh = d_gates[t] @ w_hh
+            dc = dc * f[t]
+        d_w_hh = d_gates.reshape(-1, four_h).t() @ hs[:-1].reshape(-1, hidden)  # (4H, H)
+        return d_gates.transpose(0, 1), dh, dc, d_w_hh
 
 
 def placement_logp(logits: Tensor, actions: Tensor) -> Tensor:

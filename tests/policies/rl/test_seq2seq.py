@@ -191,3 +191,62 @@ def test_seq2seq_net__placement_logp_and_entropy_match_per_group_categoricals():
 def test_seq2seq_net__rejects_a_mask_that_does_not_match_the_features():
     with pytest.raises(ValueError, match="allowed"):
         _net().sample(torch.zeros(2, G, F), torch.ones(2, G, D + 1, dtype=torch.bool))
+
+
+def _reference_teacher_logits(net, features, allowed, actions):
+    """The network written plainly (nn.LSTM calls, explicit attention context), per row."""
+    enc, (h_n, c_n) = net.encoder(torch.tanh(net.embed(features)))
+    state = (torch.cat([h_n[0], h_n[1]], -1)[None], torch.cat([c_n[0], c_n[1]], -1)[None])
+    previous = torch.cat([torch.full_like(actions[:, :1], D), actions[:, :-1]], dim=1)
+    hidden, _ = net.decoder(torch.cat([net.device_embedding(previous), enc], dim=-1), state)
+    keys = net.attn_keys(enc)
+    scores = torch.bmm(net.attn_query(hidden), keys.transpose(1, 2)) * keys.shape[-1] ** -0.5
+    context = torch.bmm(torch.softmax(scores, dim=-1), enc)
+    raw = net.device_logits(torch.cat([hidden, context], dim=-1))
+    return (net.tanh_constant * torch.tanh(raw / net.temperature)).masked_fill(~allowed, -1e9)
+
+
+@pytest.mark.parametrize("shared_rows", [True, False])
+def test_seq2seq_net__fast_paths_match_the_plain_network_in_value_and_gradient(shared_rows):
+    """Precomputed projections, the hand-written LSTM backward and the shared-row encoding change no math."""
+    net = _net(hidden_size=8).double()
+    gen = torch.Generator().manual_seed(4)
+    features = torch.randn(1 if shared_rows else 3, G, F, generator=gen, dtype=torch.float64).expand(3, G, F)
+    features = features.contiguous()  # equal rows are found by comparing, not by stride
+    allowed = torch.rand(3, G, D, generator=gen) > 0.3
+    allowed[..., 0] = True
+    actions = torch.where(allowed[..., 1], 1, 0)
+    weights = torch.randn(3, G, D, generator=gen, dtype=torch.float64).masked_fill(~allowed, 0.0)
+    fast = net.teacher(features, allowed, actions)
+    grads_fast = torch.autograd.grad((fast * weights).sum(), list(net.parameters()))
+    plain = _reference_teacher_logits(net, features, allowed, actions)
+    grads_plain = torch.autograd.grad((plain * weights).sum(), list(net.parameters()))
+    torch.testing.assert_close(fast, plain, rtol=1e-10, atol=1e-10)
+    for (name, _), a, b in zip(net.named_parameters(), grads_fast, grads_plain):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=name)
+
+
+def test_seq2seq_net__lstm_recurrence_passes_gradcheck():
+    from policies.rl.seq2seq.network import LSTMRecurrence
+    gen = torch.Generator().manual_seed(6)
+    args = [torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+            for shape in [(2, 5, 12), (2, 3), (2, 3), (12, 3)]]
+    assert torch.autograd.gradcheck(LSTMRecurrence.apply, args)
+
+
+def test_seq2seq__placement_distribution_matches_rllib_multi_categorical():
+    from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
+    module = _module()
+    gen = torch.Generator().manual_seed(9)
+    flat, other = (torch.randn(4, G * D, generator=gen) for _ in range(2))
+    flat[0, :2] = MASKED_LOGIT  # group 0 of row 0: only device 2
+    actions = torch.randint(0, D, (4, G), generator=gen)
+    actions[0, 0] = 2
+    ours = module.get_train_action_dist_cls()
+    rllib = TorchMultiCategorical.get_partial_dist_cls(input_lens=[D] * G)
+    torch.testing.assert_close(ours.from_logits(flat).logp(actions), rllib.from_logits(flat).logp(actions))
+    torch.testing.assert_close(ours.from_logits(flat).entropy(), rllib.from_logits(flat).entropy())
+    torch.testing.assert_close(ours.from_logits(flat).kl(ours.from_logits(other)),
+                               rllib.from_logits(flat).kl(rllib.from_logits(other)))
+    assert ours.from_logits(flat).sample().shape == (4, G)
+    assert torch.equal(ours.from_logits(flat).to_deterministic().sample(), flat.view(4, G, D).argmax(-1))
