@@ -114,12 +114,12 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
             ray_setup.shutdown_ray()
         raise
     run_dir = writer.folder
-    save_warm_start_placement(run_dir, warm_file)
-    if on_start is not None:
-        on_start(run_dir)
     pool = None
     stop_reason = "interrupted"
     try:
+        save_warm_start_placement(run_dir, warm_file)
+        if on_start is not None:
+            on_start(run_dir)
         pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if spec.kind != "sim" else 64)
         pool = MeasurerPool(factory, pool_config, run_log=writer)
         baselines, placements = _score_baselines(problem, pool, config, past, writer)
