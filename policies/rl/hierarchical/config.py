@@ -34,13 +34,22 @@ class HierarchicalConfig:
     """Placer logit squashing (as RLConfig's)."""
     penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S
     """Runtime a failed placement is scored as."""
-    imitation_steps: int = 60
-    """Supervised steps towards the warm start's placement before RL continues."""
+    imitation_steps: int = 200
+    """At most this many supervised placer steps towards the warm start's devices (it stops earlier once
+    its greedy decode gives them)."""
+    imitation_lr: float = 1e-2
+    """Adam learning rate of those supervised steps."""
     warm_move_prob: float = 0.002
     """Once warm-started, the probability that an atom is sampled outside its target group (about 9 of
     nmt-4's 4,406 atoms per placement): exploration around the warm start stays local."""
+    warm_placement_prob: float = 0.5
+    """Imitation continues until the placer samples the target's devices for the target grouping whole
+    with at least this probability (so most sampled placements differ from it by a group or two)."""
     warm_entropy_coeff: float = 0.0
     """Entropy weight once warm-started: no push back towards uniform, so exploration stays local."""
+    decode_order: str = "group"
+    """'group': the placer places groups in index order (topological by construction); 'position': each
+    sample's groups sorted by their members' mean position (see policies/rl/hierarchical/features.py)."""
     checkpoint_every: int = CHECKPOINT_EVERY
     """Iterations between checkpoints (one is always written at the end)."""
     torch_threads: int | None = None
@@ -63,5 +72,9 @@ class HierarchicalConfig:
             raise PlacerError(f"imitation_steps must not be negative, got {self.imitation_steps}")
         if not 0.0 < self.warm_move_prob < 1.0:
             raise PlacerError(f"warm_move_prob must lie in (0, 1), got {self.warm_move_prob}")
+        if not 0.0 < self.warm_placement_prob < 1.0:
+            raise PlacerError(f"warm_placement_prob must lie in (0, 1), got {self.warm_placement_prob}")
+        if self.decode_order not in ("group", "position"):
+            raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: group, position)")
         if self.checkpoint_every < 1:
             raise PlacerError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")

@@ -4,7 +4,7 @@ placement, and that group's device. No RLlib here.
 Groups follow ``graphs.grouping``'s default method with ``max_groups=G``, split where a group straddles
 devices of the target; if the split makes more than G groups, each device's pieces (sorted by mean forward
 position) are dealt into contiguous runs, the G groups shared among the devices by piece count (at least
-one each). Only when the target uses more devices than G does a group straddle devices; its atoms on
+one each). Groups are numbered by their members' mean position (the placer's decode order). Only when the target uses more devices than G does a group straddle devices; its atoms on
 other devices then follow the atom rule of ``features`` (fastest allowed device), so imitation is exact
 whenever G >= the number of devices used.
 """
@@ -24,7 +24,7 @@ def target_grouping(problem, position: np.ndarray, device: np.ndarray, num_group
     atom_group[problem.op_unit] = coarse  # atoms are never split by grouping
     keys, piece = np.unique(atom_group * problem.num_devices + device, return_inverse=True)
     if len(keys) <= num_groups:
-        return piece.astype(np.int64)
+        return _by_position(piece.astype(np.int64), position)
     piece_device = keys % problem.num_devices  # (P,)
     piece_position = np.bincount(piece, weights=position) / np.bincount(piece)  # (P,)
     quota = _quotas(np.bincount(piece_device, minlength=problem.num_devices), num_groups)
@@ -38,7 +38,16 @@ def target_grouping(problem, position: np.ndarray, device: np.ndarray, num_group
         label[ordered] = start + (np.arange(len(ordered)) * quota[d]) // len(ordered)
         start += quota[d]
     label = np.minimum(label, num_groups - 1)
-    return label[piece]
+    return _by_position(label[piece], position)
+
+
+def _by_position(groups: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """The same groups renumbered 0.. in order of their members' mean position (the decode order)."""
+    _, dense = np.unique(groups, return_inverse=True)
+    mean = np.bincount(dense, weights=position) / np.bincount(dense)
+    rank = np.empty(len(mean), dtype=np.int64)
+    rank[np.argsort(mean, kind="stable")] = np.arange(len(mean))
+    return rank[dense]
 
 
 def _quotas(pieces: np.ndarray, total: int) -> np.ndarray:

@@ -62,7 +62,7 @@ class HierarchicalTrainer:
         self.problem, self.counter, self.capture, self.config = problem, counter, capture, config
         self.atoms = atom_features(problem)
         self.num_groups = min(int(config.num_groups), self.atoms.count)
-        self.builder = GroupBuilder(self.atoms, self.num_groups)
+        self.builder = GroupBuilder(self.atoms, self.num_groups, by_position=config.decode_order == "position")
         self.learner = build_learner(self.atoms, self.num_groups, problem.num_devices, config)
         self.module = self.learner.module[DEFAULT_MODULE_ID].unwrapped()
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -151,14 +151,34 @@ class HierarchicalTrainer:
         group_device[assign[0]] = torch.from_numpy(target)  # one device per group (see imitation.py)
         decoded = group_device[inputs.order[0]][None]  # (1, G) decode order
         self.module.set_atom_targets(assign[0], self.config.warm_move_prob)
-        for _ in range(self.config.imitation_steps):
-            self._update(assign, inputs, decoded, np.ones(1, np.float32), np.zeros(1, np.float32))
+        self._fit_placer(inputs, decoded)
         self.learner.entropy_coeff = self.config.warm_entropy_coeff
         self.warm_started = True
         if runtime_s < self.best_runtime_s:
             self.best_runtime_s, self.best_op_placement = float(runtime_s), np.asarray(op_placement).copy()
         greedy = self.sample(1, greedy=True)[3][0]
         return float((greedy == np.asarray(op_placement)).mean())
+
+    def _fit_placer(self, inputs, decoded: torch.Tensor) -> None:
+        """Supervised steps (a plain Adam of their own at ``imitation_lr``; the RL optimizer is left
+        fresh) until the placer's greedy decode of the target grouping gives the target's devices and it
+        samples them whole with probability ``warm_placement_prob``, at most ``imitation_steps``."""
+        from policies.rl.seq2seq.network import placement_logp
+        placer = self.module.placer
+        optimizer = torch.optim.Adam(placer.parameters(), lr=self.config.imitation_lr)
+        enough = float(np.log(self.config.warm_placement_prob))
+        for step in range(self.config.imitation_steps):
+            optimizer.zero_grad()
+            logp = placement_logp(placer.teacher(inputs.features, inputs.allowed, decoded), decoded).mean()
+            if step % 10 == 0 and float(logp.detach()) >= enough:
+                with torch.no_grad():
+                    greedy, _ = placer.sample(inputs.features, inputs.allowed, greedy=True)
+                if torch.equal(greedy, decoded):
+                    break
+            loss = -logp
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(placer.parameters(), self.config.grad_clip * 10)
+            optimizer.step()
 
     # ---- checkpoints ------------------------------------------------------------------------------
 

@@ -120,12 +120,14 @@ def test_hierarchical__group_mask_follows_the_majority_of_cost_and_atoms_fall_ba
     builder = GroupBuilder(atoms, 2)
     assign = torch.tensor([[0, 0, 1]])  # group 0 = atoms 0 (cost 3, GPU) and 1 (cost 1, CPU)
     inputs = builder.inputs(assign)
-    assert inputs.order[0].tolist() == [0, 1]  # by mean position: 0.35 then 0.9
+    assert inputs.order[0].tolist() == [0, 1]  # group index order (the default)
     assert inputs.allowed[0, 0].tolist() == [False, True]  # GPU allowed for 3/4 of the cost
     devices = builder.atom_devices(assign, torch.tensor([[1, 0]]), inputs.order)
     assert devices[0].tolist() == [1, 0, 0]  # the CPU-only atom falls back to its allowed device
     empty = builder.inputs(torch.tensor([[0, 0, 0]]))
-    assert empty.allowed[0, 1].all() and empty.features[0, 1].abs().sum() == 0  # an empty group, last
+    assert empty.allowed[0, 1].all() and empty.features[0, 1].abs().sum() == 0  # an empty group
+    by_position = GroupBuilder(atoms, 2, by_position=True).inputs(torch.tensor([[1, 1, 0]]))
+    assert by_position.order[0].tolist() == [1, 0]  # group 1's members sit earlier (0.35 against 0.9)
 
 
 def test_hierarchical__same_seed_same_result(problem):
@@ -171,7 +173,9 @@ def test_hierarchical__imitation_reproduces_the_warm_start(problem):
     for g in np.unique(groups):  # every target group on one device
         assert len(np.unique(target[groups == g])) == 1
     match = trainer.imitate(target, expert.best.runtime_s, expert.op_placement)
-    assert match > 0.9
+    assert match == 1.0  # the greedy grouping + placement is the warm start
+    sampled = trainer.sample(8)[3]  # (B, N): exploration stays near it
+    assert np.median((sampled == expert.op_placement[None]).mean(axis=1)) > 0.9
 
 
 def test_hierarchical__bad_options_are_refused():
