@@ -23,7 +23,8 @@ def register(subparsers) -> None:
                                           "except a higher --budget, a --time-limit, --workers and --ray-address.")
     p.add_argument("--graph", help=f"benchmark name or graph file (default {d.graph})")
     p.add_argument("--machine", help=f"catalog name or machine file (default {d.machine})")
-    p.add_argument("--policy", help="reinforce | ppo | any baseline (default reinforce)")
+    p.add_argument("--policy", help="a learned policy (reinforce, ppo, hierarchical, post) or any "
+                   "baseline (default reinforce)")
     p.add_argument("--measurer", choices=("sim", "torch", "tf"), help=f"default {d.measurer}")
     p.add_argument("--budget", type=int, help=f"measurements (default {d.budget})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s", help="seconds (default none)")

@@ -29,7 +29,7 @@ class SearchConfig:
     machine: str = "paper-2gpu"
     """Catalog machine name or machine file."""
     policy: str = "reinforce"
-    """reinforce | ppo | any baseline policy name (policies.registry.POLICIES)."""
+    """A learned policy (reinforce, ppo, hierarchical, post) or any other name in policies.registry.POLICIES."""
     measurer: str = "sim"
     """sim | torch | tf."""
     budget: int = 2048
