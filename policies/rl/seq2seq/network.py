@@ -128,30 +128,49 @@ class Seq2SeqNet(nn.Module):
         pre = self._precompute(enc)
         batch = actions.shape[0]
         go = torch.full((batch, 1), self.num_devices, dtype=torch.long, device=enc.device)
-        previous = torch.cat([go, actions[:, :-1]], dim=1)  # (B, G)
-        gates_in = pre["enc_gates"] + pre["prev_gates"][previous]  # (B, G, 4H)
+        previous = torch.cat([go, actions[:, :-1]], dim=1).t()  # (G, B): time-major from here
+        one_hot = nn.functional.one_hot(previous, self.num_devices + 1).to(enc.dtype)  # (G, B, D + 1)
+        # a one-hot matmul, not an index: its backward is one matmul where index_put's is serial
+        gates_in = pre["enc_gates"].transpose(0, 1) + one_hot @ pre["prev_gates"]  # (G, B, 4H)
         h0, c0 = (s.expand(batch, -1) for s in state)  # (B, H) each
-        hidden = LSTMRecurrence.apply(gates_in, h0, c0, self.decoder.weight_hh_l0)  # (B, G, H)
+        hidden = LSTMRecurrence.apply(gates_in, h0, c0, self.decoder.weight_hh_l0).transpose(0, 1)  # (B, G, H)
         scores = torch.matmul(hidden, pre["score_keys"].transpose(1, 2))  # (B, G, G)
         raw = hidden @ pre["w_out_h"].t() + torch.matmul(torch.softmax(scores, dim=-1), pre["enc_out"])
         return self._squash(raw + self.device_logits.bias, allowed)  # (B, G, D)
 
     def _decode_steps(self, enc: Tensor, state: tuple, allowed: Tensor, *, generator: torch.Generator | None,
                       greedy: bool) -> tuple[Tensor, Tensor]:
-        """The same recurrence as ``_decode_teacher``, one step at a time, each step feeding its draw back."""
+        """The same recurrence as ``_decode_teacher``, one step at a time, each step feeding its draw back.
+
+        With one encoding for all rows (B' = 1), each step's new h meets all its weights in ONE matmul,
+        h·[W_hh^T | score keys^T | W_out_h^T]: the next step's recurrent term, this step's attention scores
+        and the hidden state's share of this step's logits.
+        """
         pre = self._precompute(enc)
         batch, groups, hidden = allowed.shape[0], allowed.shape[1], self.hidden_size
+        four_h = 4 * hidden
         h, c = (s.expand(batch, -1).contiguous() for s in state)  # (B, H) each
         enc_gates = pre["enc_gates"].transpose(0, 1)  # (G, B', 4H): one slice per step
-        w_hh_t = self.decoder.weight_hh_l0.t()  # (H, 4H)
+        shared = enc.shape[0] == 1
+        right = [self.decoder.weight_hh_l0.t()]  # (H, 4H)
+        if shared:
+            right += [pre["score_keys"][0].t(), pre["w_out_h"].t()]  # (H, G), (H, D)
+        weights = torch.cat(right, dim=1)  # (H, 4H [+ G + D])
+        enc_out = pre["enc_out"][0] if shared else pre["enc_out"]  # (G, D) | (B, G, D)
+        recurrent = h @ weights[:, :four_h]  # (B, 4H)
         previous = torch.full((batch,), self.num_devices, dtype=torch.long, device=enc.device)
         taken = torch.empty(batch, groups, dtype=torch.long, device=enc.device)
         all_logits = torch.empty(batch, groups, self.num_devices, device=enc.device)
         for g in range(groups):
-            gates = torch.addmm(enc_gates[g] + pre["prev_gates"][previous], h, w_hh_t)  # (B, 4H)
-            h, c = _lstm_cell(gates, c, hidden)
-            scores = torch.matmul(h[:, None], pre["score_keys"].transpose(1, 2))[:, 0]  # (B, G)
-            raw = h @ pre["w_out_h"].t() + torch.matmul(torch.softmax(scores, dim=-1)[:, None], pre["enc_out"])[:, 0]
+            h, c = _lstm_cell(recurrent + enc_gates[g] + pre["prev_gates"][previous], c, hidden)
+            if shared:
+                out = h @ weights  # (B, 4H + G + D)
+                recurrent, scores, raw_h = out[:, :four_h], out[:, four_h:four_h + groups], out[:, four_h + groups:]
+                raw = torch.addmm(raw_h, torch.softmax(scores, dim=-1), enc_out)  # (B, D)
+            else:
+                recurrent = h @ weights
+                scores = torch.bmm(h[:, None], pre["score_keys"].transpose(1, 2))  # (B, 1, G)
+                raw = h @ pre["w_out_h"].t() + torch.bmm(torch.softmax(scores, dim=-1), enc_out)[:, 0]
             logits = self._squash(raw + self.device_logits.bias, allowed[:, g])  # (B, D)
             device = logits.argmax(dim=-1) if greedy else _draw(logits, allowed[:, g], self.logit_noise_std, generator)
             all_logits[:, g] = logits
@@ -194,16 +213,16 @@ def _draw(logits: Tensor, allowed: Tensor, noise_std: float, generator: torch.Ge
 class LSTMRecurrence(torch.autograd.Function):
     """h_t = LSTM(x_t + h_{t-1}·W_hh^T, c_{t-1}) over T steps, with a hand-written backward pass.
 
-    The input projection and biases are already in ``gates_in`` (B, T, 4H), so the decoder's input
-    projection runs once for all steps (and once for all rows when they share features); autograd would
-    otherwise record some ten nodes per step. Returns the hidden states (B, T, H).
+    The input projection and biases are already in ``gates_in`` (T, B, 4H), time-major, so the decoder's
+    input projection runs once for all steps (and once for all rows when they share features); autograd
+    would otherwise record some ten nodes per step. Returns the hidden states (T, B, H).
     """
 
     @staticmethod
     def forward(ctx, gates_in: Tensor, h0: Tensor, c0: Tensor, w_hh: Tensor) -> Tensor:
-        batch, steps, four_h = gates_in.shape
+        steps, batch, four_h = gates_in.shape
         hidden = four_h // 4
-        x = gates_in.transpose(0, 1).contiguous()  # (T, B, 4H)
+        x = gates_in.contiguous()  # (T, B, 4H)
         acts = torch.empty_like(x)  # sigmoid(i, f, o) and tanh(cell gate) per step
         hs = x.new_empty(steps + 1, batch, hidden)  # h_{-1} .. h_{T-1}
         cs = x.new_empty(steps + 1, batch, hidden)
@@ -212,12 +231,12 @@ class LSTMRecurrence(torch.autograd.Function):
         for t in range(steps):
             gates = torch.addmm(x[t], hs[t], w_hh_t)
             torch.sigmoid(gates, out=acts[t])
-            acts[t, :, 2 * hidden:3 * hidden] = torch.tanh(gates[:, 2 * hidden:3 * hidden])
+            torch.tanh(gates[:, 2 * hidden:3 * hidden], out=acts[t, :, 2 * hidden:3 * hidden])
             a = acts[t]
             torch.addcmul(a[:, hidden:2 * hidden] * cs[t], a[:, :hidden], a[:, 2 * hidden:3 * hidden], out=cs[t + 1])
             torch.mul(a[:, 3 * hidden:], torch.tanh(cs[t + 1]), out=hs[t + 1])
         ctx.save_for_backward(acts, hs, cs, w_hh)
-        return hs[1:].transpose(0, 1)
+        return hs[1:]
 
     @staticmethod
     def backward(ctx, grad_hs: Tensor):
@@ -229,7 +248,7 @@ class LSTMRecurrence(torch.autograd.Function):
         # d gates / d (dc, dh), all steps at once: [di, df, dg] = dc * k[:, :, :3H], do = dh * k[:, :, 3H:]
         k = torch.cat([g * i * (1 - i), cs[:-1] * f * (1 - f), i * (1 - g * g), tanh_c * o * (1 - o)], dim=-1)
         dc_from_h = o * (1 - tanh_c * tanh_c)  # (T, B, H)
-        grad = grad_hs.transpose(0, 1)  # (T, B, H)
+        grad = grad_hs  # (T, B, H)
         d_gates = torch.empty_like(acts)
         dh = torch.zeros(batch, hidden, dtype=acts.dtype)
         dc = torch.zeros(batch, hidden, dtype=acts.dtype)
@@ -240,7 +259,7 @@ class LSTMRecurrence(torch.autograd.Function):
             dh = d_gates[t] @ w_hh
             dc = dc * f[t]
         d_w_hh = d_gates.reshape(-1, four_h).t() @ hs[:-1].reshape(-1, hidden)  # (4H, H)
-        return d_gates.transpose(0, 1), dh, dc, d_w_hh
+        return d_gates, dh, dc, d_w_hh
 
 
 def placement_logp(logits: Tensor, actions: Tensor) -> Tensor:

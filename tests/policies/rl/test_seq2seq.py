@@ -230,7 +230,7 @@ def test_seq2seq_net__lstm_recurrence_passes_gradcheck():
     from policies.rl.seq2seq.network import LSTMRecurrence
     gen = torch.Generator().manual_seed(6)
     args = [torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
-            for shape in [(2, 5, 12), (2, 3), (2, 3), (12, 3)]]
+            for shape in [(5, 2, 12), (2, 3), (2, 3), (12, 3)]]  # (T, B, 4H), (B, H), (B, H), (4H, H)
     assert torch.autograd.gradcheck(LSTMRecurrence.apply, args)
 
 
