@@ -1,5 +1,5 @@
-"""The RLlib side of a learner: a Learner built alone in this process (no EnvRunners) for the seq2seq
-module with the REINFORCE or PPO loss, its learning-rate schedule, and plain floats out of its metrics."""
+"""The RLlib side of a learner: a Learner built alone in this process (no EnvRunners) for the seq2seq or
+the factorized module with the REINFORCE or PPO loss, its learning-rate schedule, and plain floats out of its metrics."""
 
 from __future__ import annotations
 
@@ -11,13 +11,21 @@ from policies.rl.config import RLConfig
 from policies.rl.env import PlacementEnv
 
 
+def module_class(name: str):
+    """The RLModule class of ``RLConfig.module``: 'seq2seq' or 'factorized' (Post's per-group table)."""
+    if name == "factorized":
+        from policies.rl.post.module import FactorizedPlacer
+        return FactorizedPlacer
+    from policies.rl.seq2seq.module import Seq2SeqPlacer
+    return Seq2SeqPlacer
+
+
 def build_learner(env: PlacementEnv, config: RLConfig):
-    """An RLlib Learner (in this process) for the seq2seq module with the chosen loss."""
+    """An RLlib Learner (in this process) for ``config.module``'s module with the chosen loss."""
     from ray.rllib.core import DEFAULT_MODULE_ID
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
-    from policies.rl.seq2seq.module import Seq2SeqPlacer
     if config.trainer == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig
         algo_config = PPOConfig().training(clip_param=config.ppo_clip, vf_loss_coeff=config.vf_loss_coeff,
@@ -42,7 +50,7 @@ def build_learner(env: PlacementEnv, config: RLConfig):
     # What AlgorithmConfig.build_learner does, with the module spec given whole (the base config, used for
     # REINFORCE, has no default module spec to merge it into).
     module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
-        module_class=Seq2SeqPlacer, observation_space=env.observation_space, action_space=env.action_space,
+        module_class=module_class(config.module), observation_space=env.observation_space, action_space=env.action_space,
         model_config=model_config)})
     learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
     learner.build()

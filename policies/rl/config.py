@@ -6,15 +6,17 @@ checkpoint interval) each field says so; the measurements behind them are in BEN
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from graphs.errors import PlacerError
 from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
 TRAINERS = ("reinforce", "ppo")
 DECODE_ORDERS = ("forward_position", "group")
+MODULES = ("seq2seq", "factorized")
 HIDDEN_SIZE = 256  # learner width: RLConfig's default, and SearchConfig's, placer reproduce's and the module's
 BATCH_SIZE = 16  # placements per iteration: RLConfig's default, and SearchConfig's and placer reproduce's
+FACTORIZED_LR = 3e-2  # the factorized module's default: its raw logits need steps far larger than an LSTM's
 CHECKPOINT_EVERY = 10  # iterations between checkpoints: RLConfig's default, and every search's
 
 
@@ -27,8 +29,8 @@ class RLConfig:
     hidden_size: int = HIDDEN_SIZE
     """LSTM/attention width (the paper: 512; smaller is cheaper: the learner dominates a simulated search)."""
     lr: float | None = None
-    """Adam learning rate; None: 1e-3 for reinforce, 5e-4 for ppo (the paper's 0.1, even 0.02, saturates the
-    tanh-squashed logits in one Adam step and the policy collapses onto one placement)."""
+    """Adam learning rate; None: 1e-3 for reinforce, 5e-4 for ppo, FACTORIZED_LR for the factorized module
+    (the paper's 0.1, even 0.02, saturates the tanh-squashed logits in one Adam step and the policy collapses onto one placement)."""
     lr_decay: float = 0.95
     """Learning-rate factor per ``lr_decay_every`` iterations once decay starts (the paper: 0.95)."""
     lr_decay_every: int = 50
@@ -76,6 +78,30 @@ class RLConfig:
     decode_order: str = "forward_position"
     """Order the decoder places the groups in: 'forward_position' (by the mean topological position of each
     group's forward ops, so runs of one device are layer-contiguous pipeline stages) or 'group' (index order)."""
+    module: str = "seq2seq"
+    """The policy network: 'seq2seq' (the 2017 paper's LSTM placer) or 'factorized' (Post's independent
+    per-group device distributions, a (G, D) logit table: hidden_size, tanh_constant and temperature unused)."""
+    warm_start_steps: int = 300
+    """Most Adam steps of the supervised imitation of a warm start (teacher-forced cross-entropy); it stops
+    earlier once the greedy placement is the target and ``imitation_target_prob`` is reached."""
+    imitation_lr: float = 1e-2
+    """Adam learning rate of the imitation and cross-entropy steps (their own optimizer: the RL optimizer's
+    moment estimates are left as the policy gradient made them)."""
+    imitation_target_prob: float = 0.9
+    """Imitation stops once the target's mean per-group probability reaches this: below 1 so that samples
+    still move a few groups off the target (local search around the warm start)."""
+    warm_entropy_coeff: float | None = 0.0
+    """Entropy-bonus weight of a warm-started run (None: ``entropy_coeff``); the bonus pulls the policy back
+    toward uniform, away from the warm start it imitated."""
+    ce_every: int = 0
+    """Iterations between cross-entropy minimization steps (Post; 0: none): the policy is fitted to the
+    elite placements measured in the last ``ce_window`` iterations, with the imitation routine."""
+    ce_steps: int = 5
+    """Adam steps per cross-entropy minimization step."""
+    elite_fraction: float = 0.1
+    """Share of the window's placements (best first) the cross-entropy step fits; the best so far is added."""
+    ce_window: int = 4
+    """Iterations whose placements the cross-entropy step chooses its elites from."""
     seed: int = 0
     """Seeds the network's initial weights and the sampling; same seed + noiseless measurer = same run."""
 
@@ -88,11 +114,25 @@ class RLConfig:
             raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
         if not self.penalty_runtime_s > 0:
             raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
+        if self.module not in MODULES:
+            raise PlacerError(f"unknown module {self.module!r} (known: {', '.join(MODULES)})")
+        if not 0.0 < self.elite_fraction <= 1.0:
+            raise PlacerError(f"elite_fraction must lie in (0, 1], got {self.elite_fraction}")
+        if self.warm_start_steps < 0 or self.ce_every < 0 or self.ce_steps < 0 or self.ce_window < 1:
+            raise PlacerError("warm_start_steps, ce_every and ce_steps must not be negative, ce_window at least 1")
         if self.decode_order not in DECODE_ORDERS:
             raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: {', '.join(DECODE_ORDERS)})")
+
+    def for_warm_start(self) -> "RLConfig":
+        """This config for a warm-started run: no logit noise (it would wipe out the imitated start) and the
+        ``warm_entropy_coeff`` bonus (the bonus pulls toward uniform, away from the start)."""
+        entropy = self.entropy_coeff if self.warm_entropy_coeff is None else self.warm_entropy_coeff
+        return replace(self, logit_noise_std=0.0, entropy_coeff=entropy)
 
     @property
     def learning_rate(self) -> float:
         if self.lr is not None:
             return self.lr
+        if self.module == "factorized":
+            return FACTORIZED_LR
         return 1e-3 if self.trainer == "reinforce" else 5e-4

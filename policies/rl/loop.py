@@ -82,7 +82,8 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
                  on_iteration: OnIteration | None = None, checkpoint_dir: str | os.PathLike | None = None,
                  resume_from: str | os.PathLike | None = None, should_stop: Callable[[], bool] | None = None,
                  features: np.ndarray | None = None,
-                 before_checkpoint: Callable[[], None] | None = None) -> TrainResult:
+                 before_checkpoint: Callable[[], None] | None = None, warm_start=None,
+                 measurements_before: int = 0) -> TrainResult:
     """Search placements of ``graph``'s groups on ``machine`` until the measurement budget is spent.
 
     ``budget_measurements`` counts every measurement of the run, those before a resume included; the
@@ -91,6 +92,11 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
     ``on_batch(iteration, group_placements (B, G), op_placements (B, N), measurements, rewards (B,))``
     sees every measured batch; ``on_iteration(IterationMetrics)`` every update. ``features`` overrides
     the (G, F) group feature matrix.
+
+    ``warm_start`` (a ``policies.rl.warm_start.WarmStart``, its ``unit_placement`` in ``grouping``'s group
+    order) was measured before the call, as were ``measurements_before`` placements in all: a fresh run
+    counts them in its budget, starts its best-so-far at the warm start and imitates it
+    (``config.warm_start_steps``) before the first batch; a resumed run does neither (its checkpoint has them).
     """
     config = config or RLConfig()
     if budget_measurements < 0:
@@ -104,6 +110,12 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
         trainer = _Trainer(env, config)
         if resume_from is not None:
             trainer.load(Path(resume_from) / CHECKPOINT_FILE)
+        else:
+            trainer.measurements_used = int(measurements_before)
+            if warm_start is not None:
+                trainer.start_from(warm_start)
+                if checkpoint_dir is not None:  # a resumed run does not imitate again
+                    _save(trainer, checkpoint_dir, before_checkpoint)
         stop_reason = "budget"
         while trainer.measurements_used < budget_measurements:
             if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
@@ -160,6 +172,8 @@ class _Trainer:
         self.best_group_placement: np.ndarray | None = None
         self.best_op_placement: np.ndarray | None = None
         self.history: list[IterationMetrics] = []
+        self.window: list[tuple[np.ndarray, np.ndarray]] = []  # last ce_window batches: runtimes (B,), actions (B, G)
+        self.imitation_steps = 0  # Adam steps of imitation and cross-entropy minimization so far
         self._learner_s: list[float] = []
         self._measure_s: list[float] = []
 
@@ -184,6 +198,7 @@ class _Trainer:
         batch = self._train_batch(obs, decoded, rewards, out)
         t3 = time.perf_counter()
         results = self._update(batch, size)
+        self._cross_entropy_step(runtimes, actions)
         t4 = time.perf_counter()
         self.iteration += 1
         self.measurements_used += size
@@ -210,6 +225,76 @@ class _Trainer:
             self.best_runtime_s = float(runtimes[b])
             self.best_group_placement = actions[b].copy()
             self.best_op_placement = op_placements[b].copy()
+
+    # ---- warm start and cross-entropy minimization ----------------------------------------------------
+
+    def start_from(self, warm) -> None:
+        """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
+        if warm.runtime_s < self.best_runtime_s:
+            self.best_runtime_s = float(warm.runtime_s)
+            self.best_group_placement = np.asarray(warm.unit_placement, dtype=np.int64).copy()
+            self.best_op_placement = np.asarray(warm.op_placement, dtype=np.int64).copy()
+        self.imitate(np.asarray(warm.unit_placement, dtype=np.int64)[None], self.config.warm_start_steps,
+                     stop_prob=self.config.imitation_target_prob)
+
+    def imitate(self, unit_placements: np.ndarray, steps: int, stop_prob: float | None = None) -> int:
+        """Fit the policy to ``unit_placements`` (K, G) (group index order): Adam steps on the
+        teacher-forced cross-entropy -mean log pi(target) / G. With ``stop_prob``, stop once the greedy
+        placement is the first target and its mean per-group probability reaches ``stop_prob``.
+
+        Its own Adam optimizer, fresh per call, at ``config.imitation_lr``: the learner's optimizer keeps
+        the moment estimates the policy gradient made (imitation gradients are far larger and would
+        scale its steps down for many iterations), and a fresh optimizer leaves nothing to checkpoint.
+        Returns the steps taken.
+        """
+        from ray.rllib.core.columns import Columns
+        targets = np.asarray(unit_placements, dtype=np.int64)[:, self.order]  # (K, G) decoder order
+        obs = torch.from_numpy(np.repeat(self.obs[None], len(targets), axis=0))  # (K, G, F + D)
+        actions = torch.from_numpy(targets)
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        optimizer = torch.optim.Adam(params, lr=self.config.imitation_lr)
+        dist_cls = self.module.get_train_action_dist_cls()
+        for step in range(steps):
+            flat = self.module.forward_train({Columns.OBS: obs, Columns.ACTIONS: actions})[Columns.ACTION_DIST_INPUTS]
+            if stop_prob is not None and self._imitated(flat, targets, stop_prob):
+                return step
+            loss = -dist_cls.from_logits(flat).logp(actions).mean() / self.env.num_groups
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            self.imitation_steps += 1
+        return steps
+
+    def _imitated(self, flat: torch.Tensor, targets: np.ndarray, stop_prob: float) -> bool:
+        """Is the first target's mean per-group probability >= stop_prob and the greedy placement it?"""
+        from ray.rllib.core.columns import Columns
+        with torch.no_grad():
+            probs = torch.softmax(flat[0].view(self.env.num_groups, -1), dim=-1)  # (G, D)
+            mean_prob = float(probs[torch.arange(len(targets[0])), torch.from_numpy(targets[0])].mean())
+            if mean_prob < stop_prob:
+                return False
+            greedy = self.module.forward_inference({Columns.OBS: torch.from_numpy(self.obs[None])})[Columns.ACTIONS]
+        return bool(np.array_equal(greedy[0].numpy(), targets[0]))
+
+    def _cross_entropy_step(self, runtimes: np.ndarray, actions: np.ndarray) -> None:
+        """Post's step: every ``ce_every`` iterations fit the policy to the elites of the last ``ce_window``
+        batches (their best ``elite_fraction``, failures never) and the best placement so far."""
+        every = self.config.ce_every
+        if every <= 0:
+            return
+        self.window = (self.window + [(runtimes.copy(), actions.copy())])[-self.config.ce_window:]
+        if (self.iteration + 1) % every:
+            return
+        window_runtimes = np.concatenate([r for r, _ in self.window])  # (W,)
+        window_actions = np.concatenate([a for _, a in self.window])  # (W, G)
+        ok = np.flatnonzero(np.isfinite(window_runtimes))
+        count = int(np.ceil(self.config.elite_fraction * len(window_runtimes)))
+        elite = ok[np.argsort(window_runtimes[ok], kind="stable")][:count]
+        targets = [window_actions[i] for i in elite]
+        if self.best_group_placement is not None:
+            targets.insert(0, self.best_group_placement)
+        if targets:
+            self.imitate(np.stack(targets), self.config.ce_steps)
 
     def _train_batch(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, out: dict) -> dict:
         from ray.rllib.core.columns import Columns
@@ -272,6 +357,8 @@ class _Trainer:
             "measurements_used": self.measurements_used, "best_runtime_s": self.best_runtime_s,
             "best_group_placement": _tensor_or_none(self.best_group_placement),
             "best_op_placement": _tensor_or_none(self.best_op_placement),
+            "window": [(torch.from_numpy(r), torch.from_numpy(a)) for r, a in self.window],
+            "imitation_steps": self.imitation_steps,
         }
         tmp = path.with_name(path.name + ".tmp")
         torch.save(state, tmp)
@@ -288,9 +375,10 @@ class _Trainer:
         if state["shape"] != list(self.env.allowed.shape):
             raise PlacerError(f"checkpoint {path} places {state['shape'][0]} groups on {state['shape'][1]} devices, "
                               f"this run {self.env.num_groups} on {self.env.num_devices}")
-        for key in ("trainer", "hidden_size", "tanh_constant", "decode_order"):
-            if state["config"].get(key, "group") != getattr(self.config, key):
-                raise PlacerError(f"checkpoint {path} was trained with {key}={state['config'].get(key, 'group')!r}, "
+        defaults = {"decode_order": "group", "module": "seq2seq"}  # of checkpoints older than these fields
+        for key in ("trainer", "hidden_size", "tanh_constant", "decode_order", "module"):
+            if state["config"].get(key, defaults.get(key)) != getattr(self.config, key):
+                raise PlacerError(f"checkpoint {path} was trained with {key}={state['config'].get(key, defaults.get(key))!r}, "
                                   f"this run has {getattr(self.config, key)!r}")
         self.module.load_state_dict(state["module"])
         optimizers = dict(self._optimizers())
@@ -303,6 +391,8 @@ class _Trainer:
         self.best_runtime_s = state["best_runtime_s"]
         self.best_group_placement = _array_or_none(state["best_group_placement"])
         self.best_op_placement = _array_or_none(state["best_op_placement"])
+        self.window = [(r.numpy().copy(), a.numpy().astype(np.int64)) for r, a in state.get("window", [])]
+        self.imitation_steps = int(state.get("imitation_steps", 0))
 
 
 def checkpoint_progress(checkpoint_dir: str | os.PathLike) -> tuple[int, int]:

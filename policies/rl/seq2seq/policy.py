@@ -4,50 +4,71 @@
 (``problem.grouping``, or its units when it has none) with ``RLConfig(trainer=..., seed=seed, **options)``
 and returns the best placement measured, like the black-box searches do. A ``RunContext`` (``context=``)
 gives it a checkpoint folder to save to and resume from, a time limit, a stop flag and a metrics callback.
+``warm_start`` (candidate op placements, best first; policies/rl/warm_start.py) are measured first, in the
+budget; the learner imitates the best that ran and starts its best-so-far there (a resumed run skips this:
+its checkpoint holds both). A warm-started run uses ``RLConfig.for_warm_start`` (no logit noise, the
+``warm_entropy_coeff`` bonus), so its samples stay near the start: local search around it.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
 
-
+import numpy as np
 
 from graphs.grouping import Grouping
 from measurers.base import Measurement
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
 from policies.rl.config import RLConfig
 from policies.rl.loop import CHECKPOINT_FILE, train_placer
+from policies.rl.warm_start import measure_warm_start
 
 
 class ReinforcePolicy:
     name = "reinforce"
+    trainer = "reinforce"  # RLConfig.trainer
+    defaults: dict = {}  # RLConfig fields this policy sets unless the options do
 
-    def __init__(self, context: RunContext | None = None, **options):
+    def __init__(self, context: RunContext | None = None, warm_start: Sequence[np.ndarray] | None = None,
+                 **options):
         self.context = context or RunContext()
+        self.warm_start = None if warm_start is None else list(warm_start)
         self.options = options  # RLConfig fields other than trainer and seed
+
+    def make_config(self, seed: int) -> RLConfig:
+        config = RLConfig(**{**self.defaults, **self.options, "trainer": self.trainer, "seed": seed})
+        return config.for_warm_start() if self.warm_start else config
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         check_budget(budget)
         grouping = problem.grouping or Grouping.from_op_group(problem.op_unit, problem.graph.allowed_mask)
         capture = _LastResults(measurer)
         counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
-        config = RLConfig(**{**self.options, "trainer": self.name, "seed": seed})
+        config = self.make_config(seed)
         ctx = self.context
         checkpoint = ctx.checkpoint_dir
         resume_from = checkpoint if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file() else None
+        warm = None
+        if self.warm_start and resume_from is None:
+            warm = measure_warm_start(problem, counter, self.warm_start)
         on_iteration = None
         if ctx.on_iteration is not None:
             on_iteration = lambda m: ctx.on_iteration(m.iteration, _numeric(vars(m)))  # noqa: E731
         result = train_placer(problem.graph, problem.machine, grouping, _CounterView(counter, capture),
                               budget_measurements=budget, time_limit_s=ctx.time_limit_s, config=config,
                               checkpoint_dir=checkpoint, resume_from=resume_from, should_stop=ctx.should_stop,
-                              on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint)
+                              on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint,
+                              warm_start=warm, measurements_before=counter.used)
         notes = (f"{result.iterations} iterations of {config.batch_size}, "
                  f"{result.seconds_per_update:.3f} s learner time per iteration")
+        if warm is not None:
+            notes += f"; warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s"
         return _with_run_best(search_result(self.name, problem, counter, notes), problem, result)
 
 
 class PPOPolicy(ReinforcePolicy):
     name = "ppo"
+    trainer = "ppo"
 
 
 def _with_run_best(found: PolicyResult, problem, result) -> PolicyResult:

@@ -1,0 +1,137 @@
+"""Warm start: candidates checked, measured in the budget, imitated, and never reported worse than they ran."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from conftest import build_graph  # noqa: E402
+
+from graphs.errors import PlacerError  # noqa: E402
+from graphs.grouping import Grouping  # noqa: E402
+from graphs.opgraph import kind_bit  # noqa: E402
+from measurers.catalog import load_machine  # noqa: E402
+from measurers.sim.measurer import SimulatorMeasurer  # noqa: E402
+from policies.base import BudgetedMeasurer, DecisionClock  # noqa: E402
+from policies.problem import make_problem  # noqa: E402
+from policies.rl.warm_start import check_warm_start, measure_warm_start  # noqa: E402
+
+OPTIONS = {"batch_size": 4, "hidden_size": 16, "torch_threads": 1}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """Six ops in a chain on paper-2gpu (cpu:0, gpu:0, gpu:1); op 0 only on the cpu, ops 2 and 3 colocated."""
+    machine = load_machine("paper-2gpu")
+    mask = [kind_bit("cpu")] + [kind_bit("cpu") | kind_bit("gpu")] * 5
+    graph = build_graph([(i, i + 1) for i in range(5)], colocation=[0, 1, 2, 2, 3, 4], allowed_mask=mask)
+    return make_problem(graph, machine)
+
+
+@pytest.fixture(scope="module")
+def nmt():
+    from graphs.registry import load_graph
+
+    graph = load_graph("nmt-2")
+    return make_problem(graph, load_machine("paper-2gpu"), max_groups=8)
+
+
+def test_check_warm_start__returns_int64_copies(tiny):
+    placement = np.array([0, 1, 1, 1, 2, 2], dtype=np.int32)
+    (checked,) = check_warm_start(tiny, [placement])
+    assert checked.dtype == np.int64 and checked is not placement
+    np.testing.assert_array_equal(checked, placement)
+
+
+@pytest.mark.parametrize("placement, message", [
+    ([0, 1, 1, 1, 2], r"shape \(5,\), expected \(6,\)"),
+    ([0, 1, 1, 1, 2, 3], "names device 3, outside 0..2"),
+    ([0, 1, 1, 1, 2, -1], "names device -1"),
+    ([1, 1, 1, 1, 2, 2], "puts op 0 on gpu:0, a device kind it may not use"),
+    ([0, 1, 1, 2, 2, 2], "splits colocation group 2"),
+    ([0.0, 1, 1, 1, 2, 2], "integer device indices"),
+])
+def test_check_warm_start__names_the_problem(tiny, placement, message):
+    with pytest.raises(PlacerError, match=message) as error:
+        check_warm_start(tiny, [np.zeros(6, dtype=np.int64), np.asarray(placement)])
+    assert "warm-start candidate 1" in str(error.value) and "'tiny'" in str(error.value)
+
+
+class _Counting:
+    def __init__(self, measurer):
+        self.measurer, self.calls = measurer, []
+
+    def measure(self, placements):
+        self.calls.append(len(placements))
+        return self.measurer.measure(placements)
+
+
+def test_measure_warm_start__one_call_in_the_budget_duplicates_dropped_best_returned(nmt):
+    measurer = _Counting(SimulatorMeasurer(nmt.graph, nmt.machine))
+    seen = []
+    counter = BudgetedMeasurer(measurer, 10, nmt.capacity_bytes(), DecisionClock(), lambda p, m: seen.append(m))
+    one_gpu = nmt.expand(np.full(nmt.num_units, 1))
+    split = nmt.expand(np.array([1, 2] * (nmt.num_units // 2)))
+    warm = measure_warm_start(nmt, counter, [split, one_gpu, split.copy()])
+    assert measurer.calls == [2] and counter.used == 2 and len(seen) == 2
+    runtimes = [m.runtime_s for m in seen]
+    assert warm.runtime_s == min(runtimes)
+    assert warm.candidate == int(np.argmin(runtimes))
+    np.testing.assert_array_equal(warm.op_placement, nmt.expand(warm.unit_placement))
+
+
+def test_measure_warm_start__none_without_budget_or_candidates(nmt):
+    counter = BudgetedMeasurer(SimulatorMeasurer(nmt.graph, nmt.machine), 0, nmt.capacity_bytes(), DecisionClock())
+    assert measure_warm_start(nmt, counter, [nmt.expand(np.ones(nmt.num_units, dtype=np.int64))]) is None
+    assert measure_warm_start(nmt, counter, []) is None and counter.used == 0
+
+
+def test_reinforce__warm_started_run_never_reports_worse_than_its_warm_start(nmt):
+    from policies.registry import place
+
+    measurer = _Counting(SimulatorMeasurer(nmt.graph, nmt.machine))
+    round_robin = nmt.expand(np.arange(nmt.num_units) % 2 + 1)
+    seen = []
+    result = place("reinforce", nmt, measurer, 10, 0, lambda p, m: seen.append(m), warm_start=[round_robin],
+                   **OPTIONS)
+    warm_runtime_s = seen[0].runtime_s
+    assert measurer.calls[0] == 1 and sum(measurer.calls) == 10 == result.measurements
+    assert result.best.runtime_s <= warm_runtime_s
+    assert "warm start: candidate 0" in result.notes
+
+
+def _toy_trainer(config):
+    from policies.rl.env import PlacementEnv
+    from policies.rl.loop import _Trainer, deterministic_torch
+
+    groups = 12
+    machine = load_machine("paper-2gpu")
+    grouping = Grouping(np.arange(groups), groups, np.full(groups, 3, np.uint8))
+    features = np.random.default_rng(0).normal(size=(groups, 5)).astype(np.float32)
+    env = PlacementEnv(None, machine, grouping, None, features=features)
+    with deterministic_torch():  # building a learner seeds torch and turns deterministic kernels on: restored here
+        return _Trainer(env, config)
+
+
+def test_imitate__greedy_placement_becomes_the_target_and_stops_early():
+    from ray.rllib.core.columns import Columns
+    import torch
+
+    from policies.rl.config import RLConfig
+
+    trainer = _toy_trainer(RLConfig(hidden_size=16, batch_size=4, torch_threads=1))
+    target = np.random.default_rng(3).integers(0, 3, 12)
+    steps = trainer.imitate(target[None], 400, stop_prob=0.9)
+    greedy = np.empty(12, dtype=np.int64)
+    decoded = trainer.module.forward_inference({Columns.OBS: torch.from_numpy(trainer.obs[None])})[Columns.ACTIONS]
+    greedy[trainer.order] = decoded[0].numpy()
+    np.testing.assert_array_equal(greedy, target)
+    assert 0 < steps < 400
