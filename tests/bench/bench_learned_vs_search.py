@@ -194,14 +194,14 @@ def row_table(graph: str, machine: str, methods: list[str], seeds: list[int], re
 
 def verdict(means: dict[str, float], expert_s: float | None) -> str:
     learned = [(v, m) for m, v in means.items() if is_learned(m) and not math.isnan(v)]
-    searches = [means[m] for m in SEARCHES if m in means and not math.isnan(means[m])]
+    searches = [m for m in SEARCHES if m in means and not math.isnan(means[m])]
     if not learned or not searches:
         return "verdict: cannot tell (a learned method or both searches missing)"
     best_s, best = min(learned)
-    target = min(searches)
+    target = min(means[m] for m in searches)
     at_or_below = "yes" if best_s <= target else "no"
     vs_expert = "-" if expert_s is None else ("yes" if best_s < expert_s else "no")
-    return (f"verdict: best learned {best} {best_s:.4f} s vs min(cem, annealing) {target:.4f} s "
+    return (f"verdict: best learned {best} {best_s:.4f} s vs min({', '.join(searches)}) {target:.4f} s "
             f"({best_s / target - 1:+.1%}): at or below: **{at_or_below}**; below the expert: **{vs_expert}**")
 
 
