@@ -9,11 +9,21 @@
                                  | the given action           (training: teacher forcing)
 
 ``sample`` decodes step by step; ``teacher`` feeds the given devices back and, since attention feeds only
-the logits (as in the reference), runs all G decoder steps as one LSTM call and one batched attention. Both
+the logits (as in the reference), runs the decoder's recurrence alone and then one batched attention. Both
 compute the same logits for the same devices (to float rounding, ~1e-6), so the log-probability recorded
 at sampling time is the one training recomputes. Rows of a batch may carry different features (the
 hierarchical planner's grouper gives each placement its own); see policies/rl/seq2seq/module.py for the
 sizes and the departures from the reference.
+
+Fast paths (issue 13), the same math as the diagram (tests/policies/rl/test_seq2seq.py compares values
+and gradients with the network written plainly):
+
+- Equal rows (the seq2seq trainer repeats one graph B times) are encoded once and broadcast.
+- The decoder's input projection is split into a (D + 1, 4H) table for the previous device and one matmul
+  of all encodings; attention folds into h·(Wq^T k) and softmax·(enc·Wc^T), so no step forms a context.
+- ``LSTMRecurrence``: the decoder's recurrence over precomputed input gates with a hand-written backward
+  (one matmul per step each way, the weight gradient as one matmul at the end).
+- Sampling with shared rows multiplies each step's h by all its weights at once.
 """
 
 from __future__ import annotations
