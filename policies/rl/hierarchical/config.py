@@ -27,7 +27,8 @@ class HierarchicalConfig:
     grad_clip: float = 1.0
     """Global gradient-norm bound."""
     entropy_coeff: float = 0.03
-    """Weight of the entropy bonus: mean per-atom grouper entropy plus mean per-group placer entropy."""
+    """Weight of the entropy bonus: mean per-atom grouper entropy plus summed per-group placer entropy
+    (policies/rl/hierarchical/learner.py says why)."""
     temperature: float = 2.0
     """Placer logit temperature (as RLConfig's)."""
     tanh_constant: float = 5.0

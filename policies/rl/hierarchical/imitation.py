@@ -4,9 +4,9 @@ placement, and that group's device. No RLlib here.
 Groups follow ``graphs.grouping``'s default method with ``max_groups=G``, split where a group straddles
 devices of the target; if the split makes more than G groups, each device's pieces (sorted by mean forward
 position) are dealt into contiguous runs, the G groups shared among the devices by piece count (at least
-one each). Groups are numbered by their members' mean position (the placer's decode order). Only when the target uses more devices than G does a group straddle devices; its atoms on
-other devices then follow the atom rule of ``features`` (fastest allowed device), so imitation is exact
-whenever G >= the number of devices used.
+one each). Groups are numbered by their members' mean position (the placer's decode order). Only when
+the target uses more devices than G does a group straddle devices (its atoms then follow the group's
+device, as ``features`` says), so imitation is exact whenever G >= the number of devices used.
 """
 
 from __future__ import annotations

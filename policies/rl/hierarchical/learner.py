@@ -5,8 +5,11 @@
 
 ``advantage_b`` comes in the batch: the centered rank of the reward in its batch under RL (as
 ``policies.rl.reinforce`` does by default), 1 while imitating a warm start (then the loss is the negative
-log-likelihood of the target and ``entropy_scale`` is 0). H_grouper is the mean per-atom entropy, H_placer
-the mean per-group entropy, so neither network's bonus scales with the graph's size.
+log-likelihood of the target and ``entropy_scale`` is 0). H_placer is the sum of the groups' entropies
+(mean over the batch), as the seq2seq learner's MultiCategorical entropy is; H_grouper is the MEAN of the
+atoms' entropies. Tried on nmt-4 / paper-4gpu (2,048 measurements): both as means, the placer collapsed
+onto one GPU (1.30 s; single-gpu 1.37 s); both as sums, the grouper's bonus (about 4,400 atoms) kept
+every grouping spread across the graph (2.9 s).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ class HierarchicalLearner(TorchLearner):
         logp_placer = placement_logp(placer_logits, batch[DEVICES])  # (B,)
         advantages = batch[ADVANTAGES].float()  # (B,)
         policy_loss = -(advantages * (logp_grouper + logp_placer)).mean()
-        entropy = grouping_entropy(grouper_logits) + placement_entropy(placer_logits).mean() / placer_logits.shape[1]
+        entropy = grouping_entropy(grouper_logits) + placement_entropy(placer_logits).mean()
         loss = policy_loss - self.entropy_coeff * batch[ENTROPY_SCALE].float().mean() * entropy
         self.metrics.log_dict({POLICY_LOSS_KEY: policy_loss, ENTROPY_KEY: entropy,
                                GROUPER_LOGP_KEY: logp_grouper.mean(), PLACER_LOGP_KEY: logp_placer.mean()},

@@ -88,8 +88,8 @@ def topo_prior(quantile: Tensor, num_groups: int, width: float) -> Tensor:
 class HierarchicalModule(TorchRLModule):
     """Grouper + placer as one RLlib module: one optimizer, one Learner, both trained on the same loss.
 
-    ``model_config``: atom_features ((A, F) list or tensor), atom_quantile (A,), prior_width, num_groups, num_devices, hidden_size,
-    tanh_constant, temperature. Sampling is done by the trainer through ``grouper`` and ``placer``; the
+    ``model_config``: atom_features ((A, F) list or tensor), atom_quantile (A,), prior_width, num_groups,
+    num_devices, hidden_size, tanh_constant, temperature. Sampling is done by the trainer through ``grouper`` and ``placer``; the
     train pass recomputes the logits of what was sampled.
     """
 

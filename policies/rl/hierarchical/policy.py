@@ -20,7 +20,7 @@ import numpy as np
 from measurers.base import Measurement
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
 from policies.rl.hierarchical.config import HierarchicalConfig
-from policies.rl.hierarchical.trainer import CHECKPOINT_FILE
+from policies.rl.hierarchical.trainer import CHECKPOINT_FILE, LastResults
 
 
 class HierarchicalPolicy:
@@ -45,7 +45,7 @@ class HierarchicalPolicy:
         if config.torch_threads is not None:
             torch.set_num_threads(config.torch_threads)
         started, ctx = time.perf_counter(), self.context
-        capture = _Capture(measurer)
+        capture = LastResults(measurer)
         counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
         checkpoint = ctx.checkpoint_dir
         with deterministic_torch():
@@ -98,14 +98,3 @@ def _run_best(found: PolicyResult, problem, trainer, stop_reason: str, per_updat
     return replace(found, op_placement=placement, best=best, measurements=trainer.measurements_used,
                    group_placement=None if placement is None else problem.collapse(placement),
                    stop_reason=stop_reason, seconds_per_update=per_update)
-
-
-class _Capture:
-    """Passes measure calls through and keeps the last results (the counter reports only costs)."""
-
-    def __init__(self, measurer):
-        self.measurer, self.last = measurer, []
-
-    def measure(self, placements):
-        self.last = list(self.measurer.measure(placements))
-        return self.last

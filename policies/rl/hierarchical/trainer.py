@@ -54,6 +54,17 @@ def build_learner(atoms, num_groups: int, num_devices: int, config: Hierarchical
     return learner
 
 
+class LastResults:
+    """Passes measure calls through and keeps the last results (a BudgetedMeasurer reports only costs)."""
+
+    def __init__(self, measurer):
+        self.measurer, self.last = measurer, []
+
+    def measure(self, placements):
+        self.last = list(self.measurer.measure(placements))
+        return self.last
+
+
 class HierarchicalTrainer:
     """State of a run: learner, sampling RNG, counters and the best placement (op level)."""
 
@@ -190,7 +201,8 @@ class HierarchicalTrainer:
                  "module": self.module.state_dict(), "optimizers": optimizers,
                  "generator": self.generator.get_state(), "iteration": self.iteration,
                  "measurements_used": self.measurements_used, "best_runtime_s": self.best_runtime_s,
-                 "best_op_placement": None if self.best_op_placement is None else torch.from_numpy(self.best_op_placement),
+                 "best_op_placement": (None if self.best_op_placement is None
+                                       else torch.from_numpy(self.best_op_placement)),
                  "warm_started": self.warm_started, "entropy_coeff": self.learner.entropy_coeff}
         tmp = path.with_name(path.name + ".tmp")
         torch.save(state, tmp)

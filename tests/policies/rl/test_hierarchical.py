@@ -58,10 +58,9 @@ class Counting:
 
 def _trainer(problem, **options):
     from policies.rl.hierarchical.config import HierarchicalConfig
-    from policies.rl.hierarchical.policy import _Capture
-    from policies.rl.hierarchical.trainer import HierarchicalTrainer
+    from policies.rl.hierarchical.trainer import HierarchicalTrainer, LastResults
 
-    capture = _Capture(Counting(problem))
+    capture = LastResults(Counting(problem))
     counter = BudgetedMeasurer(capture, 10**6, problem.capacity_bytes(), DecisionClock())
     return HierarchicalTrainer(problem, counter, capture, HierarchicalConfig(**{**OPTIONS, **options}))
 
