@@ -42,7 +42,7 @@ def build_learner(env: PlacementEnv, config: RLConfig):
                                  "normalize_advantages": config.normalize_advantages,
                                  "rank_advantages": config.rank_advantages})
     model_config = {"hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
-                    "temperature": config.temperature, "logit_noise_std": config.logit_noise_std}
+                    "temperature": config.temperature, "logit_noise_std": config.logit_noise_std, "uniform_mix": config.uniform_mix}
     algo_config = (algo_config.framework("torch")
                    .training(lr=lr_schedule(config), grad_clip=config.grad_clip, grad_clip_by="global_norm")
                    .learners(num_learners=0)

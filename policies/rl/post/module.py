@@ -9,7 +9,10 @@ learned scalar (every observation is the same graph, so a network would learn a 
     exploration: device_g ~ softmax(logits_g + noise)    inference: argmax    training: the same logits
 
 ``logit_noise_std`` (set per iteration by the trainer) perturbs which device is drawn, times the logits'
-RMS, as in the seq2seq module; the recorded log-probability is the noise-free one. ``hidden_size``,
+RMS, as in the seq2seq module; ``uniform_mix`` mixes that share of the uniform distribution over the
+allowed devices into the sampling distribution (as the cross-entropy method does, so a converged policy
+still proposes new placements). The recorded log-probability is that of the unmixed, noise-free policy
+(PPO's clipped ratio absorbs the difference). ``hidden_size``,
 ``tanh_constant`` and ``temperature`` in ``model_config`` are accepted and unused.
 """
 
@@ -39,6 +42,7 @@ class FactorizedPlacer(TorchRLModule, ValueFunctionAPI):
             raise ValueError("FactorizedPlacer needs MultiDiscrete([D] * G): the same devices for every group")
         self.num_features = int(self.observation_space.shape[-1]) - self.num_devices
         self.logit_noise_std = float((self.model_config or {}).get("logit_noise_std", 0.0))
+        self.uniform_mix = float((self.model_config or {}).get("uniform_mix", 0.0))
         self.logits = nn.Parameter(torch.zeros(self.num_groups, self.num_devices))  # (G, D)
         self.value = nn.Parameter(torch.zeros(()))
         self._dist_cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=[self.num_devices] * self.num_groups)
@@ -74,7 +78,12 @@ class FactorizedPlacer(TorchRLModule, ValueFunctionAPI):
                 rms = logits.masked_fill(~allowed, 0.0).pow(2).mean().sqrt()
                 noise = torch.randn(logits.shape, generator=generator)
                 drawn = torch.where(allowed, logits + self.logit_noise_std * rms * noise, logits)
-            probs = torch.softmax(drawn, dim=-1).flatten(0, 1)  # (B * G, D)
+            probs = torch.softmax(drawn, dim=-1)  # (B, G, D)
+            if self.uniform_mix > 0:  # as the cross-entropy method: a little uniform exploration keeps searching
+                allowed = (logits > MASKED_LOGIT / 2).float()
+                uniform = allowed / allowed.sum(dim=-1, keepdim=True)
+                probs = (1 - self.uniform_mix) * probs + self.uniform_mix * uniform
+            probs = probs.flatten(0, 1)  # (B * G, D)
             actions = torch.multinomial(probs, 1, generator=generator).view(logits.shape[:2])  # (B, G)
             return self._out(logits, actions)
 

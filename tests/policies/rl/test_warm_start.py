@@ -135,3 +135,41 @@ def test_imitate__greedy_placement_becomes_the_target_and_stops_early():
     greedy[trainer.order] = decoded[0].numpy()
     np.testing.assert_array_equal(greedy, target)
     assert 0 < steps < 400
+
+
+class _SumMeasurer:
+    """runtime_s = 1 + the sum of the device indices (ops = groups here): all on device 0 is best."""
+
+    def measure(self, placements):
+        from measurers.base import Measurement
+
+        return [Measurement(1.0 + float(np.sum(p)), (), "ok", (0, 0, 0), 0.0) for p in placements]
+
+
+def test_train_placer__warm_start_counts_before_and_a_resumed_run_does_not_imitate_again(tmp_path):
+    import torch
+
+    from policies.rl.config import RLConfig
+    from policies.rl.loop import CHECKPOINT_FILE, train_placer
+    from policies.rl.warm_start import WarmStart
+
+    groups = 12
+    grouping = Grouping(np.arange(groups), groups, np.full(groups, 3, np.uint8))
+    features = np.random.default_rng(0).normal(size=(groups, 5)).astype(np.float32)
+    target = np.zeros(groups, dtype=np.int64)
+    warm = WarmStart(target, target.copy(), 0.5, 0)  # better than anything the measurer can return
+    config = RLConfig(hidden_size=16, batch_size=4, torch_threads=1, checkpoint_every=1)
+
+    def run(budget, **kwargs):
+        return train_placer(None, load_machine("paper-2gpu"), grouping, _SumMeasurer(), budget_measurements=budget,
+                            config=config, features=features, checkpoint_dir=tmp_path, **kwargs)
+
+    first = run(9, warm_start=warm, measurements_before=1)
+    assert first.measurements_used == 9 and first.iterations == 2  # 1 before, then batches of 4 and 4
+    assert first.best_runtime_s == 0.5
+    np.testing.assert_array_equal(first.best_group_placement, target)
+    imitated = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)["imitation_steps"]
+    assert imitated > 0
+    resumed = run(17, warm_start=warm, measurements_before=1, resume_from=tmp_path)
+    assert resumed.measurements_used == 17 and resumed.best_runtime_s == 0.5
+    assert torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)["imitation_steps"] == imitated
