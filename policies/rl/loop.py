@@ -198,7 +198,7 @@ class _Trainer:
         batch = self._train_batch(obs, decoded, rewards, out)
         t3 = time.perf_counter()
         results = self._update(batch, size)
-        self._cross_entropy_step(runtimes, actions)
+        self._cross_entropy_step(self._elite_costs(measurements), actions)
         t4 = time.perf_counter()
         self.iteration += 1
         self.measurements_used += size
@@ -276,9 +276,18 @@ class _Trainer:
             greedy = self.module.forward_inference({Columns.OBS: torch.from_numpy(self.obs[None])})[Columns.ACTIONS]
         return bool(np.array_equal(greedy[0].numpy(), targets[0]))
 
+    def _elite_costs(self, measurements: Sequence[Measurement]) -> np.ndarray:
+        """(B,) what the cross-entropy step ranks by: ``policies.base.measurement_cost_s`` (the runtime when
+        ok; a failure by how far it overflows memory, so elites walk out of out-of-memory regions as the
+        searches do); inf for a placement rejected before measuring."""
+        from policies.base import measurement_cost_s
+        capacity = np.array([d.memory_bytes for d in self.env.machine.devices], dtype=np.float64)  # (D,)
+        return np.array([measurement_cost_s(m, capacity) if m.ok or len(m.peak_bytes) == len(capacity)
+                         and any(m.peak_bytes) else math.inf for m in measurements])
+
     def _cross_entropy_step(self, runtimes: np.ndarray, actions: np.ndarray) -> None:
         """Post's step: every ``ce_every`` iterations fit the policy to the elites of the last ``ce_window``
-        batches (their best ``elite_fraction``, failures never) and the best placement so far."""
+        batches (their best ``elite_fraction`` by cost, see ``_elite_costs``) and the best placement so far."""
         every = self.config.ce_every
         if every <= 0:
             return

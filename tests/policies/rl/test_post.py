@@ -131,3 +131,16 @@ def test_post__warm_started_run_starts_from_and_never_reports_worse_than_its_war
     one_gpu = nmt.expand(np.full(nmt.num_units, 1))
     result, measurer, seen = _post(nmt, 0, warm_start=[one_gpu])
     assert measurer.measured == 18 and result.best.runtime_s <= seen[0]
+
+
+def test_elite_costs__runtime_when_ok_overflow_when_out_of_memory_inf_when_rejected():
+    from measurers.base import Measurement
+
+    trainer = _trainer()
+    capacity = trainer.env.machine.devices[1].memory_bytes
+    fits = Measurement(0.5, (0.5,), "ok", (0, 1, 1), 0.0)
+    near = Measurement(float("nan"), (), "oom", (0, capacity + 1, 0), 0.0)
+    far = Measurement(float("nan"), (), "oom", (0, 3 * capacity, 0), 0.0)
+    rejected = Measurement(float("nan"), (), "error", (0, 0, 0), 0.0, "group 0 may not run on gpu:0")
+    costs = trainer._elite_costs([fits, far, near, rejected])
+    assert costs[0] == 0.5 and costs[0] < costs[2] < costs[1] < np.inf and costs[3] == np.inf
