@@ -10,7 +10,7 @@ from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
 
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
-WARM_START_BASELINES = ("single-gpu", "expert", "m-etf", "m-sct", "heft")
+WARM_START_BASELINES = ("single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft")
 """Heuristics a search with a warm start scores at its start (with its ``baselines``): the candidates of
 ``--warm-start auto``."""
 WARM_START_AUTO = "auto"

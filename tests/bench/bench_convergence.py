@@ -30,7 +30,6 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 import numpy as np  # noqa: E402
 
 WS_SUFFIX = "+ws"
-WARM_START_HEURISTICS = ("single-gpu", "expert", "m-etf", "m-sct", "heft")
 REFERENCE_HEURISTICS = ("single-gpu", "expert", "metis", "m-etf")
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
@@ -84,7 +83,9 @@ def heuristic_result(problem, measurer, name: str):
 def warm_start_placements(problem, measurer) -> list[np.ndarray]:
     """The quick heuristics' op placements that ran, fastest first: (N,) int64 each."""
     scored = []
-    for name in WARM_START_HEURISTICS:
+    from cluster.jobs.config import WARM_START_BASELINES  # what `placer search --warm-start` scores
+
+    for name in WARM_START_BASELINES:
         result = heuristic_result(problem, measurer, name)
         if result is not None and result.best is not None and result.best.ok:
             scored.append((result.best.runtime_s, name, np.asarray(result.op_placement, dtype=np.int64)))

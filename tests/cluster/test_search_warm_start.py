@@ -161,7 +161,7 @@ def test_search__warm_start_names_and_paths_are_checked_before_ray(tmp_path, mon
 def test_search__auto_warm_start_hands_the_policy_the_baselines_fastest_first(local_ray, tmp_path, fake_learner):
     result = run_search(_config(tmp_path, warm_start="auto"))
     scored = {b.policy: b.runtime_s for b in result.baselines}
-    assert set(scored) == {"single-gpu", "expert", "m-etf", "m-sct", "heft"}  # quick ones and the warm start's
+    assert set(scored) == {"single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft"}  # quick ones and the warm start's
     ran = sorted((t, name) for name, t in scored.items() if math.isfinite(t))
     assert len(ran) >= 2 and math.isnan(scored["expert"])  # no expert rule for a synthetic graph
     assert result.warm_start == ran[0][1] and result.warm_start_runtime_s == ran[0][0]

@@ -56,6 +56,17 @@ class Counting:
         return self.measurer.measure(placements)
 
 
+
+@pytest.fixture(autouse=True)
+def _torch_settings_restored():
+    """Building an RLlib learner with a seed turns torch's deterministic mode on for the whole process
+    (RLlib's set_torch_seed); the policy builds inside deterministic_torch(), and so do these tests."""
+    from policies.rl.loop import deterministic_torch
+
+    with deterministic_torch():
+        yield
+
+
 def _trainer(problem, **options):
     from policies.rl.hierarchical.config import HierarchicalConfig
     from policies.rl.hierarchical.trainer import HierarchicalTrainer, LastResults
