@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
@@ -53,6 +53,7 @@ class PolicyResult:
     notes: str = ""  # what the policy wants a reader to know (memory model used, fallbacks)
     stop_reason: str = "budget"  # "budget" | "time_limit" | "should_stop"
     seconds_per_update: float = math.nan  # learned policies: learner time per iteration, measuring excluded
+    warm_start_runtime_s: float = math.nan  # warm-started learners: the start as measured on their own units
 
 
 @dataclass
@@ -159,3 +160,16 @@ def search_result(name: str, problem: PlacementProblem, counter: BudgetedMeasure
     groups = None if best is None else problem.collapse(best)
     return PolicyResult(name, best, groups, counter.clock.decide_s, counter.clock.measure_s,
                         counter.used, counter.best_measurement, notes)
+
+
+def with_run_best(found: PolicyResult, problem: PlacementProblem, run_best_op_placement: np.ndarray | None,
+                  run_best_runtime_s: float, **fields) -> PolicyResult:
+    """A learner's result over its whole run: a resumed run's best may predate the resume (its checkpoint
+    keeps the placement and runtime, not the whole Measurement), and ``fields`` (the run's measurement
+    count, stop reason, ...) replace this session's."""
+    best, placement = found.best, found.op_placement
+    if run_best_op_placement is not None and (best is None or not best.ok or run_best_runtime_s < best.runtime_s):
+        placement = run_best_op_placement
+        best = Measurement(run_best_runtime_s, (run_best_runtime_s,), "ok", (0,) * problem.num_devices, 0.0)
+    return replace(found, op_placement=placement, best=best,
+                   group_placement=None if placement is None else problem.collapse(placement), **fields)

@@ -72,6 +72,9 @@ class SearchResult:
     measurer: str = "sim"  # what timed the placements: sim | torch | tf
     warm_start: str | None = None  # the warm start's best candidate: a heuristic's name or the path given
     warm_start_runtime_s: float = math.nan  # its measured step time; nan: none ran ok (or no warm start)
+    warm_start_on_groups_s: float = math.nan  # the start the learner imitated, as measured on its own groups
+    # (a heuristic's placement collapsed onto the searched groups can run slower than the heuristic's own):
+    # the learner's best is never worse than this; nan when it did not warm-start in this session (a resume)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -272,6 +275,7 @@ class _PolicyOutcome:
     measurements: int
     stop_reason: str
     seconds_per_update: float = math.nan
+    warm_start_on_groups_s: float = math.nan
 
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
@@ -300,7 +304,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
-                          result.seconds_per_update)
+                          result.seconds_per_update, result.warm_start_runtime_s)
 
 
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
@@ -338,4 +342,4 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
                         baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
                         problem.graph.num_colocation_groups, config.measurer,
                         warm.source if warm is not None else None,
-                        warm.runtime_s if warm is not None else math.nan)
+                        warm.runtime_s if warm is not None else math.nan, outcome.warm_start_on_groups_s)

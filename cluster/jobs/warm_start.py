@@ -16,6 +16,7 @@ Candidates are ordered best-first by their measured step time; the result names 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -76,6 +77,8 @@ def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
         return WarmStartSource(text, path=saved)
     if text == WARM_START_AUTO:
         return WarmStartSource(text)
+    if not text.strip():
+        raise PlacerError("--warm-start: empty source (give auto, heuristic names, a .npy file or a run folder)")
     names = tuple(name.strip() for name in text.split(","))
     unknown = [name for name in names if not _is_heuristic(name)]
     if not unknown:
@@ -149,7 +152,10 @@ def _run_best_placement(run_dir: Path, graph) -> np.ndarray:
 def save_warm_start_placement(run_dir: Path, placement: np.ndarray | None) -> None:
     """Keep a path's placement in the run folder: a resume starts from it even when the path is gone."""
     if placement is not None and not (run_dir / WARM_START_FILE).is_file():
-        np.save(run_dir / WARM_START_FILE, placement)
+        partial = run_dir / f".{WARM_START_FILE}.partial"
+        with open(partial, "wb") as handle:  # np.save on a path would add ".npy" to the partial name
+            np.save(handle, placement)
+        os.replace(partial, run_dir / WARM_START_FILE)  # a resume never reads half a file
 
 
 def heuristic_choice(source: WarmStartSource, runtimes_s: Mapping[str, float],

@@ -118,6 +118,7 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
     return [
         (["--warm-start", "telepathy"], "--warm-start: unknown warm start 'telepathy': not a heuristic"),
         (["--warm-start", "m-etf,cem"], "--warm-start: unknown warm start 'cem'"),
+        (["--warm-start", " "], "--warm-start: empty source"),
         (["--warm-start", str(tmp_path / "missing.npy")], "--warm-start: unknown warm start"),
         (["--warm-start", str(tmp_path / "placement.txt")], "a file must be a .npy file"),
         (["--policy", "random", "--warm-start"], "--warm-start needs a learned --policy"),
@@ -281,3 +282,5 @@ def test_search__reinforce_starts_from_the_warm_start_and_never_ends_worse(local
     first = learner[learner.iteration == learner.iteration.min()]
     assert sorted(tuple(p) for p in first.placement) == sorted(tuple(u) for u in units)
     assert result.policy_best_runtime_s <= first[first.status == "ok"].runtime_s.min()
+    assert result.warm_start_on_groups_s == first[first.status == "ok"].runtime_s.min()  # reported as the start
+    assert result.to_json()["warm_start_on_groups_s"] == result.warm_start_on_groups_s

@@ -11,14 +11,15 @@ overridden by ``place``'s seed argument.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
-from measurers.base import Measurement
-from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
+from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result,
+                           with_run_best)
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.trainer import CHECKPOINT_FILE, LastResults
 
@@ -50,7 +51,7 @@ class HierarchicalPolicy:
         checkpoint = ctx.checkpoint_dir
         with deterministic_torch():
             trainer = HierarchicalTrainer(problem, counter, capture, config)
-            notes = ""
+            notes, warm_runtime_s = "", math.nan
             if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file():
                 trainer.load(checkpoint / CHECKPOINT_FILE)
                 counter.budget = max(0, budget - trainer.measurements_used)
@@ -58,7 +59,10 @@ class HierarchicalPolicy:
                 warm = measure_warm_start(problem, counter, self.warm_start)
                 trainer.measurements_used = counter.used
                 if warm is not None:
+                    warm_runtime_s = warm.runtime_s
                     match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
+                    if checkpoint is not None:  # a resume must not measure and imitate again
+                        self._save(trainer)
                     notes = (f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s, imitated "
                              f"({match:.0%} of ops on its device greedily); ")
             stop_reason = "budget"
@@ -79,22 +83,12 @@ class HierarchicalPolicy:
         per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else 0.0
         notes += (f"{trainer.iteration} iterations of {config.batch_size}, {trainer.num_groups} groups, "
                   f"{per_update:.3f} s learner time per iteration")
-        found = search_result(self.name, problem, counter, notes)
-        return _run_best(found, problem, trainer, stop_reason, per_update)
+        found = replace(search_result(self.name, problem, counter, notes), warm_start_runtime_s=warm_runtime_s)
+        return with_run_best(found, problem, trainer.best_op_placement, trainer.best_runtime_s,
+                             measurements=trainer.measurements_used, stop_reason=stop_reason,
+                             seconds_per_update=per_update)
 
     def _save(self, trainer) -> None:
         if self.context.before_checkpoint is not None:
             self.context.before_checkpoint()
         trainer.save(self.context.checkpoint_dir / CHECKPOINT_FILE)
-
-
-def _run_best(found: PolicyResult, problem, trainer, stop_reason: str, per_update: float) -> PolicyResult:
-    """The best over the whole run: a resumed run's best may predate the resume (the checkpoint keeps it)."""
-    best, placement = found.best, found.op_placement
-    if trainer.best_op_placement is not None and (best is None or not best.ok
-                                                  or trainer.best_runtime_s < best.runtime_s):
-        placement = trainer.best_op_placement
-        best = Measurement(trainer.best_runtime_s, (trainer.best_runtime_s,), "ok", (0,) * problem.num_devices, 0.0)
-    return replace(found, op_placement=placement, best=best, measurements=trainer.measurements_used,
-                   group_placement=None if placement is None else problem.collapse(placement),
-                   stop_reason=stop_reason, seconds_per_update=per_update)

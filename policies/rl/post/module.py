@@ -5,7 +5,7 @@ devices; the distributions are one (G, D) table of logits, shared by every obser
 being placed. Forbidden devices (the observation's mask columns) are masked out. The value function is a
 learned scalar (every observation is the same graph, so a network would learn a constant anyway).
 
-    logits (G, D) ──mask──▶ ACTION_DIST_INPUTS (B, G·D)   TorchMultiCategorical(input_lens=[D] * G)
+    logits (G, D) ──mask──▶ ACTION_DIST_INPUTS (B, G·D)   PlacementDistribution (policies/rl/seq2seq/module.py)
     exploration: device_g ~ softmax(logits_g + noise)    inference: argmax    training: the same logits
 
 ``logit_noise_std`` (set per iteration by the trainer) perturbs which device is drawn, times the logits'
@@ -25,11 +25,10 @@ import torch
 from torch import nn
 
 from ray.rllib.core.columns import Columns
-from ray.rllib.core.distribution.torch.torch_distribution import TorchMultiCategorical
 from ray.rllib.core.rl_module.apis.value_function_api import ValueFunctionAPI
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
-MASKED_LOGIT = -1e9  # a forbidden device's logit: probability exactly 0 in float32, finite for KL/entropy
+from policies.rl.seq2seq.module import MASKED_LOGIT, PlacementDistribution
 
 
 class FactorizedPlacer(TorchRLModule, ValueFunctionAPI):
@@ -45,7 +44,7 @@ class FactorizedPlacer(TorchRLModule, ValueFunctionAPI):
         self.uniform_mix = float((self.model_config or {}).get("uniform_mix", 0.0))
         self.logits = nn.Parameter(torch.zeros(self.num_groups, self.num_devices))  # (G, D)
         self.value = nn.Parameter(torch.zeros(()))
-        self._dist_cls = TorchMultiCategorical.get_partial_dist_cls(input_lens=[self.num_devices] * self.num_groups)
+        self._dist_cls = PlacementDistribution.get_partial_dist_cls(num_devices=self.num_devices)
 
     def get_inference_action_dist_cls(self):
         return self._dist_cls

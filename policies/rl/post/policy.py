@@ -22,7 +22,6 @@ POST_DEFAULTS = {
     "logit_noise_std": 0.0,
     "lr_decay": 1.0,
     "imitation_target_prob": 0.4,  # a softer prior: at 0.9 the factorized policy searched only near the start
-    "lr": 1e-2,  # tuned on nmt-4 / paper-4gpu: FACTORIZED_LR (3e-2) converged early on seed 1
 }
 
 

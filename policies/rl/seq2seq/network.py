@@ -260,8 +260,8 @@ class LSTMRecurrence(torch.autograd.Function):
         dc_from_h = o * (1 - tanh_c * tanh_c)  # (T, B, H)
         grad = grad_hs  # (T, B, H)
         d_gates = torch.empty_like(acts)
-        dh = torch.zeros(batch, hidden, dtype=acts.dtype)
-        dc = torch.zeros(batch, hidden, dtype=acts.dtype)
+        dh = torch.zeros(batch, hidden, dtype=acts.dtype, device=acts.device)
+        dc = torch.zeros(batch, hidden, dtype=acts.dtype, device=acts.device)
         for t in range(steps - 1, -1, -1):
             dh = dh + grad[t]
             dc = torch.addcmul(dc, dh, dc_from_h[t])

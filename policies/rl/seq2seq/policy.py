@@ -12,13 +12,14 @@ its checkpoint holds both). A warm-started run uses ``RLConfig.for_warm_start`` 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
 from graphs.grouping import Grouping
-from measurers.base import Measurement
-from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
+from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result,
+                           with_run_best)
 from policies.rl.config import RLConfig
 from policies.rl.loop import CHECKPOINT_FILE, train_placer
 from policies.rl.warm_start import measure_warm_start
@@ -35,22 +36,23 @@ class ReinforcePolicy:
         self.warm_start = None if warm_start is None else list(warm_start)
         self.options = options  # RLConfig fields other than trainer and seed
 
-    def make_config(self, seed: int) -> RLConfig:
+    def make_config(self, seed: int, warm_started: bool) -> RLConfig:
         config = RLConfig(**{**self.defaults, **self.options, "trainer": self.trainer, "seed": seed})
-        return config.for_warm_start() if self.warm_start else config
+        return config.for_warm_start() if warm_started else config
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         check_budget(budget)
         grouping = problem.grouping or Grouping.from_op_group(problem.op_unit, problem.graph.allowed_mask)
         capture = _LastResults(measurer)
         counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
-        config = self.make_config(seed)
         ctx = self.context
         checkpoint = ctx.checkpoint_dir
         resume_from = checkpoint if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file() else None
         warm = None
         if self.warm_start and resume_from is None:
             warm = measure_warm_start(problem, counter, self.warm_start)
+        # A resumed run was warm-started if it was given candidates (its checkpoint holds the imitated policy).
+        config = self.make_config(seed, warm is not None or bool(self.warm_start and resume_from is not None))
         on_iteration = None
         if ctx.on_iteration is not None:
             on_iteration = lambda m: ctx.on_iteration(m.iteration, _numeric(vars(m)))  # noqa: E731
@@ -61,31 +63,18 @@ class ReinforcePolicy:
                               warm_start=warm, measurements_before=counter.used)
         notes = (f"{result.iterations} iterations of {config.batch_size}, "
                  f"{result.seconds_per_update:.3f} s learner time per iteration")
+        found = search_result(self.name, problem, counter, notes)
         if warm is not None:
-            notes += f"; warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s"
-        return _with_run_best(search_result(self.name, problem, counter, notes), problem, result)
+            found = replace(found, notes=f"{notes}; warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s",
+                            warm_start_runtime_s=warm.runtime_s)
+        return with_run_best(found, problem, result.best_op_placement, result.best_runtime_s,
+                             measurements=result.measurements_used, stop_reason=result.stop_reason,
+                             seconds_per_update=result.seconds_per_update)
 
 
 class PPOPolicy(ReinforcePolicy):
     name = "ppo"
     trainer = "ppo"
-
-
-def _with_run_best(found: PolicyResult, problem, result) -> PolicyResult:
-    """The result over the whole run: a resumed run's best may come from before the resume (the trainer's
-    checkpoint keeps it), and its measurement count includes those measurements."""
-    from dataclasses import replace
-
-    best, placement = found.best, found.op_placement
-    if result.best_op_placement is not None and (best is None or not best.ok
-                                                 or result.best_runtime_s < best.runtime_s):
-        placement = result.best_op_placement
-        best = Measurement(result.best_runtime_s, (result.best_runtime_s,), "ok",
-                           (0,) * problem.num_devices, 0.0)
-    return replace(found, op_placement=placement,
-                   group_placement=None if placement is None else problem.collapse(placement), best=best,
-                   measurements=result.measurements_used, stop_reason=result.stop_reason,
-                   seconds_per_update=result.seconds_per_update)
 
 
 def _numeric(metrics: dict) -> dict[str, float]:

@@ -144,3 +144,12 @@ def test_elite_costs__runtime_when_ok_overflow_when_out_of_memory_inf_when_rejec
     rejected = Measurement(float("nan"), (), "error", (0, 0, 0), 0.0, "group 0 may not run on gpu:0")
     costs = trainer._elite_costs([fits, far, near, rejected])
     assert costs[0] == 0.5 and costs[0] < costs[2] < costs[1] < np.inf and costs[3] == np.inf
+
+
+def test_post__uniform_mix_is_refused_for_the_seq2seq_module():
+    from graphs.errors import PlacerError
+    from policies.rl.config import RLConfig
+
+    assert RLConfig(module="factorized", uniform_mix=0.05).uniform_mix == 0.05
+    with pytest.raises(PlacerError, match="uniform_mix applies to the factorized module only"):
+        RLConfig(module="seq2seq", uniform_mix=0.05)
