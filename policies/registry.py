@@ -3,7 +3,8 @@
 ``place(name, problem, measurer, budget, seed)`` is what every command and job calls: it builds the policy
 and hands it the units it places. Heuristics (rules, partitioners, list schedulers) place the graph's
 colocation groups, as their authors ran them; searches and learned placers place the problem's coarse
-groups. ``device:K`` is everything on device K. A new policy joins with ``register_policy``.
+groups, except a learner that groups the graph itself (``groups_itself``: the hierarchical planner), which
+gets the colocation groups to group. ``device:K`` is everything on device K. A new policy joins with ``register_policy``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,15 @@
-"""Train the seq2seq placer with REINFORCE or PPO, a whole batch of placements per measurement call.
+"""Train a placer over fixed groups (the seq2seq module, or Post's factorized one) with REINFORCE or PPO,
+a whole batch of placements per measurement call.
 
-The loop, one iteration per batch (an RLlib Learner built alone, in this process; no EnvRunners)::
+A warm-started run first imitates its start (``_Trainer.imitate``: teacher-forced cross-entropy with its own
+Adam) and begins with that start as its best. Then one iteration per batch (an RLlib Learner built alone,
+in this process; no EnvRunners)::
 
-    sample B placements with the module's exploration pass   (autoregressive, seeded torch.Generator)
+    sample B placements with the module's exploration pass   (seeded torch.Generator)
     measure all B with ONE measurer.measure call             (the pool measures them in parallel)
     rewards = -sqrt(runtime_s), failures as the penalty runtime
     learner.update(batch)                                    (REINFORCE + moving-average baseline, or PPO)
+    Post only (ce_every > 0): fit the policy to the elite placements of the last batches (imitate again)
 
 PPO gets its advantages in the batch: a placement is a one-step episode, so GAE reduces to
 ``reward - V(obs)`` (standardized over the batch, as RLlib's GAE connector does) and the value target is
