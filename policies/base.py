@@ -51,7 +51,7 @@ class PolicyResult:
     measurements: int  # placements measured (at most the budget)
     best: Measurement  # the measurement of op_placement
     notes: str = ""  # what the policy wants a reader to know (memory model used, fallbacks)
-    stop_reason: str = "budget"  # "budget" | "time_limit" | "should_stop"
+    stop_reason: str = "budget"  # "budget" | "time_limit" | "should_stop" | "converged" (learners: nothing new sampled)
     seconds_per_update: float = math.nan  # learned policies: learner time per iteration, measuring excluded
     warm_start_runtime_s: float = math.nan  # warm-started learners: the start as measured on their own units
 

@@ -41,9 +41,10 @@ from graphs.errors import PlacerError
 from measurers.base import Measurement
 from policies.rl.assembly import build_learner, summarize_update
 from policies.rl.config import RLConfig
-from policies.rl.env import PlacementEnv, scored_runtime_s
+from policies.rl.env import PlacementEnv, reward_of, scored_runtime_s
 
 CHECKPOINT_FILE = "learner.pt"
+STALL_ITERATIONS = 50  # iterations in a row that sample only placements measured before: the run has converged
 @dataclass
 class IterationMetrics:
     iteration: int  # 0-based index of the batch just learned from
@@ -73,7 +74,7 @@ class TrainResult:
     seconds_per_update: float  # mean learner cost per iteration: sampling + update, measurement excluded
     seconds_per_measure_call: float  # mean wall time of the batch measure calls this session
     greedy_group_placement: np.ndarray  # (G,) int64: the trained policy's most likely placement
-    stop_reason: str  # "budget" | "time_limit" | "should_stop"
+    stop_reason: str  # "budget" | "time_limit" | "should_stop" | "converged" (STALL_ITERATIONS)
     history: list[IterationMetrics] = field(default_factory=list)
 
 
@@ -91,10 +92,13 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
     """Search placements of ``graph``'s groups on ``machine`` until the measurement budget is spent.
 
     ``budget_measurements`` counts every measurement of the run, those before a resume included; the
-    last batch is cut to what is left. ``time_limit_s`` and ``should_stop`` are checked between batches;
+    last batch is cut to what is left. A placement sampled again in this session is not measured again
+    and costs nothing (the searches' accounting); after ``STALL_ITERATIONS`` batches with nothing new the
+    run stops as "converged". ``time_limit_s`` and ``should_stop`` are checked between batches;
     ``before_checkpoint()`` is called before every checkpoint is saved.
     ``on_batch(iteration, group_placements (B, G), op_placements (B, N), measurements, rewards (B,))``
-    sees every measured batch; ``on_iteration(IterationMetrics)`` every update. ``features`` overrides
+    sees every sampled batch (a repeat with its earlier measurement); ``on_iteration(IterationMetrics)``
+    every update. ``features`` overrides
     the (G, F) group feature matrix.
 
     ``warm_start`` (a ``policies.rl.warm_start.WarmStart``, its ``unit_placement`` in ``grouping``'s group
@@ -127,6 +131,9 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
                 break
             if should_stop is not None and should_stop():
                 stop_reason = "should_stop"
+                break
+            if trainer.stalled >= STALL_ITERATIONS:
+                stop_reason = "converged"
                 break
             size = min(config.batch_size, budget_measurements - trainer.measurements_used)
             metrics = trainer.iterate(size, on_batch)
@@ -178,6 +185,8 @@ class _Trainer:
         self.history: list[IterationMetrics] = []
         self.window: list[tuple[np.ndarray, np.ndarray]] = []  # last ce_window batches: runtimes (B,), actions (B, G)
         self.imitation_steps = 0  # Adam steps of imitation and cross-entropy minimization so far
+        self.memo: dict[bytes, Measurement] = {}  # group placement bytes -> its measurement, this session
+        self.stalled = 0  # iterations in a row that sampled nothing new
         self._learner_s: list[float] = []
         self._measure_s: list[float] = []
 
@@ -192,7 +201,7 @@ class _Trainer:
         decoded = out[Columns.ACTIONS].numpy().astype(np.int64)  # (B, G), decoder order
         actions = np.empty_like(decoded)  # (B, G), group index order
         actions[:, self.order] = decoded
-        op_placements, measurements, rewards = self.env.measure_batch(actions)
+        op_placements, measurements, rewards, fresh = self._measure_unseen(actions)
         t2 = time.perf_counter()
         if on_batch is not None:
             on_batch(self.iteration, actions, op_placements, measurements, rewards)
@@ -205,7 +214,8 @@ class _Trainer:
         self._cross_entropy_step(self._elite_costs(measurements), actions)
         t4 = time.perf_counter()
         self.iteration += 1
-        self.measurements_used += size
+        self.measurements_used += fresh
+        self.stalled = 0 if fresh else self.stalled + 1
         self._learner_s.append((t1 - t0) + (t4 - t3))
         self._measure_s.append(t2 - t1)
         metrics = IterationMetrics(
@@ -216,6 +226,22 @@ class _Trainer:
             lr=results["lr"], logit_noise_std=noise, sample_s=t1 - t0, measure_s=t2 - t1, update_s=t4 - t3)
         self.history.append(metrics)
         return metrics
+
+    def _measure_unseen(self, actions: np.ndarray) -> tuple[np.ndarray, list[Measurement], np.ndarray, int]:
+        """Measure the placements (B, G) this session has not measured; a repeat reuses its measurement and
+        spends no budget, as the searches' ``MemoMeasurer`` does (the same budget accounting for every
+        method; a converged policy samples its favourite placement again and again). Returns op placements
+        (B, N), one Measurement per row, rewards (B,) and how many placements were measured."""
+        keys = [row.tobytes() for row in actions]
+        unseen = list(dict.fromkeys(key for key in keys if key not in self.memo))  # each once, batch order
+        if unseen:
+            first_row = {key: row for row, key in reversed(list(enumerate(keys)))}
+            _, measured, _ = self.env.measure_batch(actions[[first_row[key] for key in unseen]])
+            self.memo.update(zip(unseen, measured))
+        measurements = [self.memo[key] for key in keys]
+        op_placements = np.asarray(self.env.grouping.expand(actions), dtype=np.int64)  # (B, N)
+        rewards = np.array([reward_of(m, self.env.penalty_runtime_s) for m in measurements], dtype=np.float64)
+        return op_placements, measurements, rewards, len(unseen)
 
     def _noise_std(self) -> float:
         stop = self.config.noise_stop_iteration
@@ -371,7 +397,7 @@ class _Trainer:
             "best_group_placement": _tensor_or_none(self.best_group_placement),
             "best_op_placement": _tensor_or_none(self.best_op_placement),
             "window": [(torch.from_numpy(r), torch.from_numpy(a)) for r, a in self.window],
-            "imitation_steps": self.imitation_steps,
+            "imitation_steps": self.imitation_steps, "memo": _memo_state(self.memo, self.env.num_groups),
         }
         tmp = path.with_name(path.name + ".tmp")
         torch.save(state, tmp)
@@ -404,6 +430,7 @@ class _Trainer:
         self.best_runtime_s = state["best_runtime_s"]
         self.best_group_placement = _array_or_none(state["best_group_placement"])
         self.best_op_placement = _array_or_none(state["best_op_placement"])
+        self.memo = _memo_from_state(state.get("memo"))  # a resumed run does not measure its repeats either
         self.window = [(r.numpy().copy(), a.numpy().astype(np.int64)) for r, a in state.get("window", [])]
         self.imitation_steps = int(state.get("imitation_steps", 0))
 
@@ -425,6 +452,29 @@ def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:
     from graphs.features import forward_position
     position = forward_position(env.graph, np.asarray(env.grouping.op_group), env.num_groups)  # (G,)
     return np.argsort(position, kind="stable").astype(np.int64)
+
+
+def _memo_state(memo: dict[bytes, Measurement], num_groups: int) -> dict:
+    """The memo as tensors (a checkpoint loads with weights_only): placements (K, G), runtimes (K,),
+    statuses, peak bytes (K, D). Samples, timings and error texts are not kept."""
+    keys = list(memo)
+    values = [memo[key] for key in keys]
+    placements = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), num_groups)
+    return {"placements": torch.from_numpy(placements.copy()),
+            "runtime_s": torch.tensor([m.runtime_s for m in values], dtype=torch.float64),
+            "status": [m.status for m in values],
+            "peak_bytes": torch.tensor([list(m.peak_bytes) for m in values], dtype=torch.int64)}
+
+
+def _memo_from_state(state: dict | None) -> dict[bytes, Measurement]:
+    if state is None:  # a checkpoint older than the memo
+        return {}
+    memo = {}
+    for placement, runtime_s, status, peak in zip(state["placements"].numpy(), state["runtime_s"].tolist(),
+                                                  state["status"], state["peak_bytes"].tolist()):
+        memo[np.ascontiguousarray(placement, dtype=np.int64).tobytes()] = Measurement(
+            runtime_s, (runtime_s,), status, tuple(peak), 0.0)
+    return memo
 
 
 def _tensor_or_none(array: np.ndarray | None) -> torch.Tensor | None:

@@ -47,12 +47,14 @@ class _ToyMeasurer:
         self.cost = np.where(np.arange(2)[None, :] == cheap[:, None], 0.1, 1.0)  # (G, 2)
         self.best_runtime_s = self.runtime_s(cheap)
         self.batch_sizes: list[int] = []
+        self.measured: list[bytes] = []  # every group placement sent to measure, in order
 
     def runtime_s(self, group_placement: np.ndarray) -> float:
         return float(self.cost[np.arange(G), group_placement].sum() + 0.3 * np.count_nonzero(np.diff(group_placement)))
 
     def measure(self, placements):
         self.batch_sizes.append(len(placements))
+        self.measured += [bytes(p[::2].astype(np.int64)) for p in placements]
         out = []
         for op_placement in placements:
             group_placement = op_placement[::2]
@@ -79,15 +81,19 @@ def test_train_placer__reinforce_best_improves_over_its_first_batch():
     assert result.best_runtime_s < first.batch_best_runtime_s
     assert np.median([m.mean_reward for m in result.history[-5:]]) > first.mean_reward + 0.3
     assert result.best_runtime_s <= measurer.best_runtime_s + 0.6  # the optimum or within two device switches
-    assert measurer.batch_sizes == [8] * 25  # every batch in one measure call
+    # one measure call per batch, holding only placements not measured before (the searches' accounting):
+    assert all(1 <= size <= 8 for size in measurer.batch_sizes) and len(measurer.batch_sizes) <= result.iterations
+    assert len(set(measurer.measured)) == len(measurer.measured) == result.measurements_used
+    assert result.measurements_used == 8 * 25 or result.stop_reason == "converged"
     assert measurer.runtime_s(result.best_group_placement) == pytest.approx(result.best_runtime_s)
     np.testing.assert_array_equal(result.best_op_placement, np.repeat(result.best_group_placement, 2))
 
 
 def test_train_placer__ppo_trains_and_cuts_the_last_batch_to_the_budget():
     result, measurer = _train(8 * 3 + 5, config={"trainer": "ppo", "ppo_epochs": 2})
-    assert measurer.batch_sizes == [8, 8, 8, 5]
-    assert result.measurements_used == 29 and result.iterations == 4 and result.stop_reason == "budget"
+    assert sum(measurer.batch_sizes) == result.measurements_used == 29 and result.stop_reason == "budget"
+    assert max(measurer.batch_sizes) <= 8 and result.iterations == len(result.history) >= 4
+    assert result.history[-1].batch_size <= 29 - result.history[-2].measurements_used < 8  # the last batch cut
     assert all(np.isfinite([m.loss, m.entropy, m.baseline]).all() for m in result.history)
     assert result.greedy_group_placement.shape == (G,)
     assert result.seconds_per_update > 0
@@ -105,21 +111,24 @@ def test_train_placer__same_seed_and_measurer_give_the_same_run():
 @pytest.mark.parametrize("trainer", ["reinforce", "ppo"])
 def test_train_placer__resume_continues_exactly_where_the_run_stopped(tmp_path, trainer):
     straight, _ = _train(40, config={"trainer": trainer})
-    first, _ = _train(16, config={"trainer": trainer}, checkpoint_dir=tmp_path)
+    done = []  # the first session stops after two batches, as a killed run does (between batches)
+    first, _ = _train(40, config={"trainer": trainer}, checkpoint_dir=tmp_path, should_stop=lambda: len(done) >= 2,
+                      on_iteration=done.append)
     batches = []
     resumed, measurer = _train(40, config={"trainer": trainer}, resume_from=tmp_path,
                                on_batch=lambda it, gp, op, ms, rw: batches.append(it))
-    assert measurer.batch_sizes == [8, 8, 8] and batches == [2, 3, 4]
-    assert resumed.measurements_used == 40 and resumed.iterations == 5
-    assert [m.mean_reward for m in resumed.history] == [m.mean_reward for m in straight.history[2:]]
+    assert batches == list(range(first.iterations, straight.iterations))  # numbering goes on
+    assert sum(measurer.batch_sizes) == 40 - first.measurements_used  # repeats of the first part not measured
+    assert resumed.measurements_used == 40 and resumed.iterations == straight.iterations
+    assert [m.mean_reward for m in resumed.history] == [m.mean_reward for m in straight.history[first.iterations:]]
     assert resumed.best_runtime_s == straight.best_runtime_s
 
 
 def test_train_placer__trains_with_deterministic_torch_and_restores_the_setting_after():
     seen = []
     assert not torch.are_deterministic_algorithms_enabled()
-    _train(16, on_iteration=lambda m: seen.append(torch.are_deterministic_algorithms_enabled()))
-    assert seen == [True, True] and not torch.are_deterministic_algorithms_enabled()
+    result, _ = _train(16, on_iteration=lambda m: seen.append(torch.are_deterministic_algorithms_enabled()))
+    assert seen == [True] * result.iterations and len(seen) >= 2 and not torch.are_deterministic_algorithms_enabled()
 
 
 def test_checkpoint_progress__iterations_and_measurements_of_the_checkpoint(tmp_path):
@@ -140,9 +149,11 @@ def test_train_placer__resume_rejects_a_checkpoint_of_another_model(tmp_path):
 
 def test_train_placer__on_batch_sees_every_measured_placement():
     seen = []
-    result, _ = _train(16, on_batch=lambda it, gp, op, ms, rw: seen.append((it, gp.shape, op.shape, len(ms), rw.shape)))
-    assert seen == [(0, (8, G), (8, 2 * G), 8, (8,)), (1, (8, G), (8, 2 * G), 8, (8,))]
-    assert [m.iteration for m in result.history] == [0, 1]
+    result, measurer = _train(16, on_batch=lambda it, gp, op, ms, rw: seen.append((it, gp.shape, op.shape, len(ms),
+                                                                                    rw.shape)))
+    sizes = [m.batch_size for m in result.history]  # sampled per iteration: repeats included
+    assert seen == [(it, (b, G), (b, 2 * G), b, (b,)) for it, b in enumerate(sizes)]
+    assert sizes[:2] == [8, 8] and sum(measurer.batch_sizes) == result.measurements_used == 16
 
 
 def test_train_placer__stops_when_asked_or_out_of_time():
@@ -207,3 +218,24 @@ def test_centered_ranks__orders_the_batch_and_shares_ties():
     ranks = centered_ranks(torch.tensor([-3.0, -1.0, -2.0, -1.0]))
     assert torch.allclose(ranks, torch.tensor([-0.5, 0.5 - 1 / 6, -0.5 + 1 / 3, 0.5 - 1 / 6]))
     assert torch.equal(centered_ranks(torch.tensor([2.0])), torch.zeros(1))
+
+
+def test_train_placer__repeats_cost_nothing_and_a_run_with_nothing_new_stops_converged():
+    """One group on two devices: two placements exist; after both are measured every batch is repeats,
+    measured never again, and the run stops as converged instead of spinning until the budget."""
+    from policies.rl.loop import STALL_ITERATIONS
+
+    class Constant:
+        calls: list[int] = []
+
+        def measure(self, placements):
+            self.calls.append(len(placements))
+            return [Measurement(1.0, (1.0,), "ok", (0, 0), 0.0) for _ in placements]
+
+    measurer = Constant()
+    grouping = Grouping(np.zeros(2, dtype=np.int64), 1, np.full(1, 3, np.uint8))
+    features = np.ones((1, 6), dtype=np.float32)
+    result = train_placer(None, _machine(), grouping, measurer, budget_measurements=1000, features=features,
+                          config=RLConfig(batch_size=4, hidden_size=8, seed=0, torch_threads=1))
+    assert result.stop_reason == "converged" and result.measurements_used == sum(measurer.calls) <= 2
+    assert result.iterations >= STALL_ITERATIONS and result.iterations < 1000 // 4
