@@ -115,14 +115,16 @@ def _interrupt_at(measured_to_stop: int):
 
 
 def _assert_every_iteration_logged_once(run_dir, budget: int, batch: int) -> None:
-    """The learner's rows are those of a run never stopped: ``budget`` rows, ``batch`` per iteration
-    numbered from 0, and no placement measured twice (a repeat is a cache-hit row)."""
+    """The learner's rows are those of a run never stopped: ``budget`` rows, at most ``batch`` per iteration
+    (a placement sampled again is not measured again), iterations numbered from 0 in order, and no placement
+    measured twice."""
     rows = read_run(run_dir)
     learner = rows[rows.policy == "reinforce"]
     assert len(learner) == budget
     per_iteration = learner.groupby("iteration").size()
-    assert per_iteration.index.tolist() == list(range(budget // batch)) and set(per_iteration) == {batch}
-    measured = [tuple(p) for p in learner[~learner.cache_hit].placement]
+    assert per_iteration.index[0] == 0 and per_iteration.index.is_monotonic_increasing
+    assert per_iteration.max() <= batch and learner.iteration.is_monotonic_increasing
+    measured = [tuple(p) for p in learner.placement]
     assert len(measured) == len(set(measured))
 
 
@@ -162,7 +164,9 @@ def test_search_cli__killed_run_resumes_to_its_own_budget_each_placement_once(tm
     """`placer search --budget 640` killed (SIGKILL) after its first checkpoint, then `placer search
     --resume RUN_DIR`: 640 measurements, as asked, not the default 2,048, and the log a whole run's."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    search = [sys.executable, "-m", "cluster.cli", "search", "--graph", GRAPH, "--budget", "640", "--batch", "16",
+    # synthetic:1000 (not GRAPH): the learner does not converge on it before 640 measurements
+    search = [sys.executable, "-m", "cluster.cli", "search", "--graph", "synthetic:1000:1", "--budget", "640",
+              "--batch", "16",
               "--workers", "1", "--out", str(tmp_path)]
     driver = subprocess.Popen(search, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
