@@ -27,7 +27,6 @@ GROUP_FEATURES = "group_features"  # (B, G, F + 2) float32, decode order
 GROUP_ALLOWED = "group_allowed"  # (B, G, D) bool, decode order
 DEVICES = "devices"  # (B, G) int64, decode order
 ADVANTAGES = "advantages"  # (B,) float32: weight of each row's log-probability
-ENTROPY_SCALE = "entropy_scale"  # (B,) float32: 1 under RL, 0 while imitating
 GROUPER_LOGITS = "grouper_logits"
 PLACER_LOGITS = "placer_logits"
 

@@ -18,7 +18,7 @@ from policies.rl.env import scored_runtime_s
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.features import GroupBuilder, atom_features
 from policies.rl.hierarchical.imitation import target_grouping
-from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, ENTROPY_SCALE, GROUP_ALLOWED,
+from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
 
 CHECKPOINT_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
@@ -112,8 +112,7 @@ class HierarchicalTrainer:
         self._track_best(np.where(ok, runtimes, math.inf), op_placements)
         rewards = torch.from_numpy(-np.sqrt(runtimes)).float()  # (B,)
         advantages = centered_ranks(rewards).numpy()
-        entropy_scale = np.ones(size, np.float32)
-        summary = self._update(assign, inputs, decoded, advantages, entropy_scale)
+        summary = self._update(assign, inputs, decoded, advantages)
         t3 = time.perf_counter()
         self.iteration += 1
         self.measurements_used += size
@@ -128,14 +127,14 @@ class HierarchicalTrainer:
         if runtimes[b] < self.best_runtime_s:
             self.best_runtime_s, self.best_op_placement = float(runtimes[b]), op_placements[b].copy()
 
-    def _update(self, assign, inputs, decoded, advantages: np.ndarray, entropy_scale: np.ndarray) -> dict:
+    def _update(self, assign, inputs, decoded, advantages: np.ndarray) -> dict:
         from ray.rllib.core import DEFAULT_MODULE_ID
         from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
         from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
         from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
         batch = {ASSIGN: assign.numpy(), GROUP_FEATURES: inputs.features.numpy(),
                  GROUP_ALLOWED: inputs.allowed.numpy(), DEVICES: decoded.numpy(),
-                 ADVANTAGES: np.asarray(advantages, np.float32), ENTROPY_SCALE: entropy_scale}
+                 ADVANTAGES: np.asarray(advantages, np.float32)}
         size = len(advantages)
         results = self.learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=size),
                                       timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1})
