@@ -140,7 +140,7 @@ def run_jobs(jobs: list[Job], out: Path, workers: int) -> None:
 
 def method_problem(methods: list[str]) -> str:
     """Why the method names cannot run ('' when they can): unknown names, a warm-started non-learner."""
-    from bench_convergence import WS_SUFFIX, split_method
+    from bench_convergence import WS_SUFFIX
     from graphs.errors import PlacerError
 
     for method in methods:
