@@ -21,6 +21,16 @@ FACTORIZED_LR = 1e-2  # the factorized module's default: its raw logits need ste
 CHECKPOINT_EVERY = 10  # iterations between checkpoints: RLConfig's default, and every search's
 
 
+def check_learner_sizes(batch_size: int, hidden_size: int, penalty_runtime_s: float) -> None:
+    """The settings every learner's config shares (RLConfig, the hierarchical planner's), checked alike."""
+    if batch_size < 2:
+        raise PlacerError(f"batch_size must be at least 2, got {batch_size}")
+    if hidden_size < 2 or hidden_size % 2:
+        raise PlacerError(f"hidden_size must be an even number >= 2, got {hidden_size}")
+    if not penalty_runtime_s > 0:
+        raise PlacerError(f"penalty_runtime_s must be positive, got {penalty_runtime_s}")
+
+
 @dataclass
 class RLConfig:
     trainer: str = "reinforce"
@@ -113,12 +123,7 @@ class RLConfig:
     def __post_init__(self) -> None:
         if self.trainer not in TRAINERS:
             raise PlacerError(f"unknown trainer {self.trainer!r} (known: {', '.join(TRAINERS)})")
-        if self.batch_size < 2:
-            raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
-        if self.hidden_size < 2 or self.hidden_size % 2:
-            raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
-        if not self.penalty_runtime_s > 0:
-            raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
+        check_learner_sizes(self.batch_size, self.hidden_size, self.penalty_runtime_s)
         if self.module not in MODULES:
             raise PlacerError(f"unknown module {self.module!r} (known: {', '.join(MODULES)})")
         if not 0.0 <= self.uniform_mix < 1.0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphs.errors import PlacerError
-from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
+from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE, check_learner_sizes
 from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
 NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
@@ -62,12 +62,7 @@ class HierarchicalConfig:
     def __post_init__(self) -> None:
         if int(self.num_groups) < 1:
             raise PlacerError(f"num_groups must be at least 1, got {self.num_groups}")
-        if self.batch_size < 2:
-            raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
-        if self.hidden_size < 2 or self.hidden_size % 2:
-            raise PlacerError(f"hidden_size must be an even number >= 2, got {self.hidden_size}")
-        if not self.penalty_runtime_s > 0:
-            raise PlacerError(f"penalty_runtime_s must be positive, got {self.penalty_runtime_s}")
+        check_learner_sizes(self.batch_size, self.hidden_size, self.penalty_runtime_s)
         if self.prior_width < 0:
             raise PlacerError(f"prior_width must not be negative, got {self.prior_width}")
         if self.imitation_steps < 0:
