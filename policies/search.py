@@ -127,11 +127,12 @@ class AnnealingPolicy:
     chains: int = 8  # placements proposed per batch, one per chain
     start_temperature: float = 0.05  # in log-runtime units: a 5% worse move is accepted with p = 1/e
     end_temperature: float = 0.001
+    warm_start: list | None = None  # op placements (N,) to start from too, as the learners' warm start
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         counter, memo = _start(problem, measurer, budget, on_measurement)
         rng = np.random.default_rng(seed)
-        start, start_cost = self._start(problem, memo, budget)
+        start, start_cost = self._start(problem, memo, budget, self.warm_start)
         chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 2)), axis=0)  # (C, U)
         energy = np.log(np.full(len(chains), start_cost))  # (C,)
         movable = np.flatnonzero(problem.unit_allowed.sum(axis=1) >= 2)
@@ -150,13 +151,17 @@ class AnnealingPolicy:
         return search_result(self.name, problem, counter, notes=f"{step} annealing steps")
 
     @staticmethod
-    def _start(problem, memo, budget) -> tuple[np.ndarray, float]:
-        """The better of the best single GPU and Baechi's m-TOPO fill (which fits in memory where the single
-        GPU does not): chains that start out of memory rarely find a fitting placement in time."""
+    def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float]:
+        """The best of the best single GPU, Baechi's m-TOPO fill (which fits in memory where the single
+        GPU does not: chains that start out of memory rarely find a fitting placement in time) and the
+        ``warm_start`` op placements collapsed onto the units (checked as the learners' are)."""
         from policies.baechi import m_topo_units
+        from policies.rl.warm_start import check_warm_start
 
         single = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
-        starts = np.stack([single, m_topo_units(problem)[0]])[: max(1, min(2, int(budget)))]  # (S, U)
+        warm = [problem.collapse(p) for p in check_warm_start(problem, warm_start)] if warm_start else []
+        starts = np.stack([single, m_topo_units(problem)[0], *warm])  # (S, U)
+        starts = starts[: max(1, min(len(starts), int(budget)))]
         costs = np.asarray(memo.evaluate(starts))
         best = int(np.argmin(costs))
         return starts[best].copy(), float(costs[best])

@@ -140,7 +140,7 @@ def run_jobs(jobs: list[Job], out: Path, workers: int) -> None:
 
 def method_problem(methods: list[str]) -> str:
     """Why the method names cannot run ('' when they can): unknown names, a warm-started non-learner."""
-    from bench_convergence import WS_SUFFIX
+    from bench_convergence import WARM_SEARCHES, WS_SUFFIX, split_method
     from graphs.errors import PlacerError
 
     for method in methods:
@@ -148,8 +148,8 @@ def method_problem(methods: list[str]) -> str:
             learned = is_learned(method)
         except PlacerError as exc:
             return f"--methods: {exc}"
-        if method.endswith(WS_SUFFIX) and not learned:
-            return f"--methods: {method!r}: only learned policies can be warm-started ({WS_SUFFIX})"
+        if method.endswith(WS_SUFFIX) and not learned and split_method(method)[0] not in WARM_SEARCHES:
+            return f"--methods: {method!r}: only learned policies and {', '.join(WARM_SEARCHES)} can be warm-started"
     return ""
 
 

@@ -237,3 +237,25 @@ def test_baselines_on_nmt2__single_gpu_oom_as_the_memory_model_says_and_feasible
     feasible = sorted((r.runtime_s, r.policy) for r in table.rows if r.status == "ok")
     assert feasible, "no policy found a placement that fits"
     assert all(t >= table.lower_bound_s * (1 - 1e-9) for t, _ in feasible)
+
+
+def test_annealing__warm_start_is_among_its_starts_and_bad_ones_are_refused():
+    """Annealing takes the learners' warm start too: the candidates, collapsed onto its groups, are
+    measured with its own starts and the chains begin at the best, so it never ends above them."""
+    from graphs.registry import load_graph
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    graph, machine = load_graph("nmt-2"), load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=8)
+    measurer = SimulatorMeasurer(graph, machine)
+    expert = place("expert", problem, measurer, 1, 0).op_placement
+    seen = []
+    result = place("annealing", problem, measurer, 12, 0, lambda p, m: seen.append((p.copy(), m.runtime_s)),
+                   warm_start=[expert])
+    collapsed = problem.expand(problem.collapse(expert))
+    starts = [runtime for placement, runtime in seen[:3] if np.array_equal(placement, collapsed)]
+    assert len(starts) == 1 and result.best.runtime_s <= starts[0]
+    with pytest.raises(PlacerError, match="warm-start candidate 0"):
+        place("annealing", problem, measurer, 12, 0, warm_start=[expert[:-1]])
