@@ -27,6 +27,7 @@ class PolicyEntry:
     kind: str  # one of KINDS
     summary: str
     groups_itself: bool = False  # learns its own grouping of the colocation groups (the hierarchical planner)
+    warm_startable: bool = False  # a non-learned policy that takes ``warm_start`` too (annealing)
 
     @property
     def places_groups(self) -> bool:
@@ -37,6 +38,11 @@ class PolicyEntry:
     @property
     def learned(self) -> bool:
         return self.kind == "learned"
+
+    @property
+    def takes_warm_start(self) -> bool:
+        """Its constructor takes ``warm_start`` (op placements, best-first): every learner, and annealing."""
+        return self.learned or self.warm_startable
 
 
 POLICIES: dict[str, PolicyEntry] = {}
@@ -62,7 +68,8 @@ for _entry in (
     PolicyEntry("heft", "policies.heft:HeftPolicy", "heuristic", "heterogeneous earliest finish time"),
     PolicyEntry("random", "policies.search:RandomSearchPolicy", "search", "random search over the groups"),
     PolicyEntry("cem", "policies.search:CrossEntropyPolicy", "search", "cross-entropy method"),
-    PolicyEntry("annealing", "policies.search:AnnealingPolicy", "search", "simulated annealing"),
+    PolicyEntry("annealing", "policies.search:AnnealingPolicy", "search", "simulated annealing",
+                warm_startable=True),
     PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
     PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),
@@ -82,6 +89,11 @@ def baseline_names() -> tuple[str, ...]:
 
 def learned_names() -> tuple[str, ...]:
     return tuple(name for name, entry in POLICIES.items() if entry.learned)
+
+
+def warm_start_names() -> tuple[str, ...]:
+    """Every policy that takes a warm start."""
+    return tuple(name for name, entry in POLICIES.items() if entry.takes_warm_start)
 
 
 def policy_entry(spec: str) -> PolicyEntry:

@@ -299,8 +299,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
                    "checkpoint_every": CHECKPOINT_EVERY, "context": context}
-        if warm is not None and warm.usable:
-            options["warm_start"] = warm.candidates  # (N,) op placements, best-first
+    if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
+        options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,

@@ -58,13 +58,13 @@ class WarmStartChoice:
 def check_warm_start_config(config: SearchConfig) -> WarmStartSource | None:
     """The warm start's source, checked without the graph (check_search_config): a learned policy, names
     that are heuristics, or a path that exists (a resumed run starts from its own copy)."""
-    from policies.registry import learned_names, policy_entry
+    from policies.registry import policy_entry, warm_start_names
 
     if config.warm_start is None:
         return None
     entry = policy_entry(config.policy)
-    if not entry.learned:
-        raise PlacerError(f"--warm-start needs a learned --policy ({', '.join(learned_names())}); "
+    if not entry.takes_warm_start:
+        raise PlacerError(f"--warm-start needs a --policy that takes one ({', '.join(warm_start_names())}); "
                           f"{config.policy!r} is a {entry.kind} policy")
     return parse_warm_start(config.warm_start, config.resume)
 

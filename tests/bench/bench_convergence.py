@@ -30,7 +30,6 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 import numpy as np  # noqa: E402
 
 WS_SUFFIX = "+ws"
-WARM_SEARCHES = ("annealing",)  # searches that take a warm start too (they start from its best)
 REFERENCE_HEURISTICS = ("single-gpu", "expert", "metis", "m-etf")
 FRACTIONS = (0.1, 0.25, 0.5, 1.0)
 
@@ -101,8 +100,8 @@ def run_method(problem, measurer, method: str, budget: int, seed: int, batch: in
 
     name, warm = split_method(method)
     entry = policy_entry(name)
-    if warm and not (entry.learned or name in WARM_SEARCHES):
-        raise PlacerError(f"{method!r}: only learned policies and {', '.join(WARM_SEARCHES)} can be warm-started")
+    if warm and not entry.takes_warm_start:
+        raise PlacerError(f"{method!r}: {name!r} takes no warm start")
     options = {}
     if entry.learned:
         options = {"batch_size": batch, "hidden_size": hidden, "torch_threads": 1}

@@ -140,16 +140,17 @@ def run_jobs(jobs: list[Job], out: Path, workers: int) -> None:
 
 def method_problem(methods: list[str]) -> str:
     """Why the method names cannot run ('' when they can): unknown names, a warm-started non-learner."""
-    from bench_convergence import WARM_SEARCHES, WS_SUFFIX, split_method
+    from bench_convergence import WS_SUFFIX, split_method
     from graphs.errors import PlacerError
+    from policies.registry import policy_entry
 
     for method in methods:
         try:
-            learned = is_learned(method)
+            takes = policy_entry(split_method(method)[0]).takes_warm_start
         except PlacerError as exc:
             return f"--methods: {exc}"
-        if method.endswith(WS_SUFFIX) and not learned and split_method(method)[0] not in WARM_SEARCHES:
-            return f"--methods: {method!r}: only learned policies and {', '.join(WARM_SEARCHES)} can be warm-started"
+        if method.endswith(WS_SUFFIX) and not takes:
+            return f"--methods: {method!r}: that policy takes no warm start ({WS_SUFFIX})"
     return ""
 
 

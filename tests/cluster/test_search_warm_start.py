@@ -121,7 +121,7 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
         (["--warm-start", " "], "--warm-start: empty source"),
         (["--warm-start", str(tmp_path / "missing.npy")], "--warm-start: unknown warm start"),
         (["--warm-start", str(tmp_path / "placement.txt")], "a file must be a .npy file"),
-        (["--policy", "random", "--warm-start"], "--warm-start needs a learned --policy"),
+        (["--policy", "random", "--warm-start"], "--warm-start needs a --policy that takes one"),
         (["--policy", "m-etf", "--warm-start", "expert"], "'m-etf' is a heuristic policy"),
         (["--warm-start", str(tmp_path / "short.npy")], "warm-start candidate 0 for graph"),
         (["--warm-start", str(tmp_path / "device7.npy")], "names device 7, outside 0..2"),
@@ -284,3 +284,22 @@ def test_search__reinforce_starts_from_the_warm_start_and_never_ends_worse(local
     assert result.policy_best_runtime_s <= first[first.status == "ok"].runtime_s.min()
     assert result.warm_start_on_groups_s == first[first.status == "ok"].runtime_s.min()  # reported as the start
     assert result.to_json()["warm_start_on_groups_s"] == result.warm_start_on_groups_s
+
+
+def test_search__annealing_takes_the_warm_start_and_never_ends_above_it(local_ray, tmp_path):
+    """The one search that takes a warm start: its chains start at the best of its own starts and the
+    heuristics' placements collapsed onto its groups, measured inside its budget."""
+    result = run_search(_config(tmp_path, policy="annealing", warm_start="heft", budget=12))
+    rows = read_run(result.run_dir)
+    annealing = rows[rows.policy == "annealing"]
+    assert len(annealing) == result.measurements <= 12
+    assert result.warm_start == "heft" and math.isfinite(result.warm_start_runtime_s)
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from policies.problem import make_problem
+
+    problem = make_problem(load_graph(GRAPH), load_machine("paper-2gpu"), max_groups=8, seed=3)
+    heft_units = tuple(problem.collapse(_heuristic_placement("heft")))
+    first = annealing.iloc[:3]  # single GPU, m-TOPO and the warm start, measured together first
+    assert heft_units in {tuple(p) for p in first.placement}
+    assert result.policy_best_runtime_s <= first[[tuple(p) == heft_units for p in first.placement]].runtime_s.min()
