@@ -45,8 +45,9 @@ def register(subparsers) -> None:
     p.add_argument("--warm-start", nargs="?", const="auto", metavar="SOURCE",
                    help="learned policies (and annealing): start from these placements (learners imitate "
                         "them first, then learn). SOURCE: auto (the default: the best of the baselines "
-                        "scored at the start, single-gpu, expert, m-topo, m-etf, m-sct and heft among them), heuristic names (m-etf,heft), a .npy file of one op "
-                        "placement, or a run folder (its best placement)")
+                        "scored at the start, single-gpu, expert, m-topo, m-etf, m-sct and heft among them), "
+                        "heuristic names (m-etf,heft), a .npy file of one op placement, or a run folder (its "
+                        "best placement)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
