@@ -3,9 +3,10 @@
 Every method searches the same problem (graph grouped into ``--groups`` groups, on ``--machine``) with the
 same in-process, noise-free simulator, the same budget and the same seeds, all through
 ``policies.registry.place`` (the hierarchical planner groups the graph itself, from the colocation groups).
-Learned policies get ``batch_size``, ``hidden_size`` and one torch thread. A method named ``NAME+ws`` is the
-learned policy NAME warm-started from the quick heuristics' placements (single GPU, expert, m-ETF, m-SCT,
-HEFT; best first, failures dropped), which it measures inside its own budget.
+Learned policies get ``batch_size``, ``hidden_size`` and one torch thread. A method named ``NAME+ws`` is
+policy NAME (a learner, or annealing) warm-started from the quick heuristics' placements (`placer search
+--warm-start`'s list, cluster.jobs.config.WARM_START_BASELINES; best first, failures dropped), which it
+measures inside its own budget.
 
 Prints two markdown tables: the best step time after a few fractions of the budget (mean over seeds), each
 seed's final best, the mean final best as a multiple of the lower bound, and the measurements each method

@@ -2,8 +2,8 @@
 
 Each (row, method, seed) is one job, run in a fresh process (a pool of ``--jobs`` workers, one torch thread
 each) through ``bench_convergence.run_method``: the in-process simulator, ``--groups`` groups by
-``--grouping``, the same budget for every method; ``NAME+ws`` is a learned policy warm-started from the
-quick heuristics. Each finished job is appended to ``--out`` as one JSON line, so an interrupted run is
+``--grouping``, the same budget for every method; ``NAME+ws`` is a learned policy (or annealing)
+warm-started from the quick heuristics. Each finished job is appended to ``--out`` as one JSON line, so an interrupted run is
 resumed by running the same command again (done jobs are skipped; failed ones are retried). Prints, per
 row, each method's mean best step time and each seed's, as a multiple of the lower bound, and whether the
 best learned method (mean over seeds) is at or below min(cem, annealing) and below the expert. Usage::
