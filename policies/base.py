@@ -97,6 +97,18 @@ class DecisionClock:
         return time.perf_counter() - self.started - self.measure_s
 
 
+class LastResults:
+    """A Measurer passing measure calls through and keeping the last Measurements: a BudgetedMeasurer
+    reports only costs, and a learner needs the measurements themselves (statuses, peaks)."""
+
+    def __init__(self, measurer: Measurer):
+        self.measurer, self.last = measurer, []
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        self.last = list(self.measurer.measure(placements))
+        return self.last
+
+
 @dataclass
 class BudgetedMeasurer:
     """Wraps a measurer: never exceeds ``budget``, times the calls, reports each measurement, keeps the

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from graphs.errors import PlacerError
-from policies.base import BudgetedMeasurer
+from policies.base import BudgetedMeasurer, LastResults
 from policies.problem import PlacementProblem
 
 
@@ -100,25 +100,14 @@ def measure_warm_start(problem: PlacementProblem, counter: BudgetedMeasurer,
     units, origin = units[:counter.left], origin[:counter.left]
     op_placements = problem.expand(units)  # (K, N)
     before = counter.measurer
-    capture = _Capture(before)
+    capture = LastResults(before)
     counter.measurer = capture
     try:
         counter.measure(list(op_placements))
     finally:
         counter.measurer = before
     best: WarmStart | None = None
-    for k, measurement in enumerate(capture.results):
+    for k, measurement in enumerate(capture.last):
         if measurement.ok and (best is None or measurement.runtime_s < best.runtime_s):
             best = WarmStart(units[k].copy(), op_placements[k].copy(), float(measurement.runtime_s), origin[k])
     return best
-
-
-class _Capture:
-    """Passes measure calls through, keeping the results (the counter reports only costs)."""
-
-    def __init__(self, measurer):
-        self.measurer, self.results = measurer, []
-
-    def measure(self, placements):
-        self.results = list(self.measurer.measure(placements))
-        return self.results

@@ -18,10 +18,10 @@ from typing import Sequence
 
 import numpy as np
 
-from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result,
-                           with_run_best)
+from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
+                           search_result, with_run_best)
 from policies.rl.hierarchical.config import HierarchicalConfig
-from policies.rl.hierarchical.trainer import CHECKPOINT_FILE, LastResults
+from policies.rl.hierarchical.trainer import CHECKPOINT_FILE
 
 
 class HierarchicalPolicy:

@@ -54,17 +54,6 @@ def build_learner(atoms, num_groups: int, num_devices: int, config: Hierarchical
     return learner
 
 
-class LastResults:
-    """Passes measure calls through and keeps the last results (a BudgetedMeasurer reports only costs)."""
-
-    def __init__(self, measurer):
-        self.measurer, self.last = measurer, []
-
-    def measure(self, placements):
-        self.last = list(self.measurer.measure(placements))
-        return self.last
-
-
 class HierarchicalTrainer:
     """State of a run: learner, sampling RNG, counters and the best placement (op level)."""
 

@@ -18,8 +18,8 @@ from typing import Sequence
 import numpy as np
 
 from graphs.grouping import Grouping
-from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result,
-                           with_run_best)
+from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
+                           search_result, with_run_best)
 from policies.rl.config import RLConfig
 from policies.rl.loop import CHECKPOINT_FILE, train_placer
 from policies.rl.warm_start import measure_warm_start
@@ -43,7 +43,7 @@ class ReinforcePolicy:
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         check_budget(budget)
         grouping = problem.grouping or Grouping.from_op_group(problem.op_unit, problem.graph.allowed_mask)
-        capture = _LastResults(measurer)
+        capture = LastResults(measurer)
         counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
         ctx = self.context
         checkpoint = ctx.checkpoint_dir
@@ -81,21 +81,10 @@ def _numeric(metrics: dict) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k != "iteration"}
 
 
-class _LastResults:
-    """Passes measure calls through and keeps the last results."""
-
-    def __init__(self, measurer):
-        self.measurer, self.last = measurer, []
-
-    def measure(self, placements):
-        self.last = self.measurer.measure(placements)
-        return self.last
-
-
 class _CounterView:
     """A Measurer measuring through a BudgetedMeasurer (timing, budget, on_measurement, best kept there)."""
 
-    def __init__(self, counter, capture: _LastResults):
+    def __init__(self, counter, capture: LastResults):
         self.counter, self.capture = counter, capture
 
     def measure(self, placements):

@@ -69,7 +69,8 @@ def _torch_settings_restored():
 
 def _trainer(problem, **options):
     from policies.rl.hierarchical.config import HierarchicalConfig
-    from policies.rl.hierarchical.trainer import HierarchicalTrainer, LastResults
+    from policies.base import LastResults
+    from policies.rl.hierarchical.trainer import HierarchicalTrainer
 
     capture = LastResults(Counting(problem))
     counter = BudgetedMeasurer(capture, 10**6, problem.capacity_bytes(), DecisionClock())
