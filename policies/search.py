@@ -154,12 +154,13 @@ class AnnealingPolicy:
     def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float]:
         """The best of the best single GPU, Baechi's m-TOPO fill (which fits in memory where the single
         GPU does not: chains that start out of memory rarely find a fitting placement in time) and the
-        ``warm_start`` op placements collapsed onto the units (checked as the learners' are)."""
+        ``warm_start`` op placements collapsed onto the units, checked, repaired and deduplicated as the
+        learners' are (policies.rl.warm_start)."""
         from policies.baechi import m_topo_units
-        from policies.rl.warm_start import check_warm_start
+        from policies.rl.warm_start import check_warm_start, distinct_unit_placements
 
         single = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
-        warm = [problem.collapse(p) for p in check_warm_start(problem, warm_start)] if warm_start else []
+        warm = distinct_unit_placements(problem, check_warm_start(problem, warm_start))[0] if warm_start else []
         starts = np.stack([single, m_topo_units(problem)[0], *warm])  # (S, U)
         starts = starts[: max(1, min(len(starts), int(budget)))]
         costs = np.asarray(memo.evaluate(starts))
