@@ -27,6 +27,7 @@ from numba import njit
 
 from graphs.opgraph import OpGraph
 from measurers.machine import Machine
+from measurers.sim.links import link_table
 from measurers.sim.result import SimResult, Timeline
 
 
@@ -51,15 +52,10 @@ class FastSimulator:
         self.op_time_s = np.ascontiguousarray(op_time_s[self.order])  # (N, D)
         self.alloc_bytes = np.ascontiguousarray(alloc_bytes[self.order])  # (N,)
         self.param_bytes = np.ascontiguousarray(graph.param_bytes[self.order])  # (N,)
-        num_devices = machine.num_devices
-        self.link_of = np.full((num_devices, num_devices), -1, dtype=np.int64)  # (D, D)
-        for k, link in enumerate(machine.links):
-            self.link_of[machine.device_index(link.src), machine.device_index(link.dst)] = k
-        channels = sorted({link.channel for link in machine.links})
-        self.link_channel = np.array([channels.index(l.channel) for l in machine.links], dtype=np.int64)  # (L,)
-        self.link_latency_s = np.array([l.latency_s for l in machine.links], dtype=np.float64)  # (L,)
-        self.link_bandwidth_Bps = np.array([l.bandwidth_Bps for l in machine.links], dtype=np.float64)  # (L,)
-        self.num_channels = len(channels)
+        links = link_table(machine)
+        self.link_of, self.link_channel = links.link_of, links.link_channel  # (D, D), (L,)
+        self.link_latency_s, self.link_bandwidth_Bps = links.latency_s, links.bandwidth_Bps  # (L,), (L,)
+        self.num_channels = links.num_channels
         self.capacity_bytes = np.array([d.memory_bytes for d in machine.devices], dtype=np.int64)  # (D,)
 
     def run(self, placement: np.ndarray, want_timeline: bool = False):

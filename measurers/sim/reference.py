@@ -43,6 +43,7 @@ from graphs.opgraph import OpGraph
 from measurers.sim.costs import OpProfile, load_profile, op_class_codes, op_time_matrix, OP_CLASSES
 from measurers.machine import Machine
 from measurers.placement import check_placement
+from measurers.sim.links import link_table
 from measurers.sim.result import SimResult, Timeline
 
 ENGINES = ("reference", "fast")
@@ -115,9 +116,11 @@ def simulate_reference(graph: OpGraph, machine: Machine, placement: np.ndarray, 
     for u, v, size in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
         succ[u].append((v, size))
         pred[v].append(u)
-    link_index = {(machine.device_index(l.src), machine.device_index(l.dst)): k for k, l in enumerate(machine.links)}
-    channels = sorted({l.channel for l in machine.links})
-    link_channel = [channels.index(l.channel) for l in machine.links]
+    links = link_table(machine)
+    link_index = {(src, dst): int(links.link_of[src, dst]) for src in range(num_devices) for dst in range(num_devices)
+                  if src != dst}
+    channels = links.channel_names
+    link_channel = links.link_channel.tolist()
 
     # Transfers: one per (producer, destination device), numbered in (topological position, device) order.
     transfer_bytes: dict[tuple[int, int], int] = {}
