@@ -1,0 +1,328 @@
+"""A mixed-integer relaxation of the simulator, for the placements of one coarsening (HiGHS).
+
+``solve_relaxation(problem, time_limit_s, integer=True)`` returns a proven lower bound on the simulated
+step time (``measurers/sim/reference.py``) of every placement that keeps each unit of
+``problem.op_unit`` on one device and does not run out of memory. Every constraint below holds for the
+simulator's actual schedule of any such placement, so that schedule (with ``w`` its step time) is a
+feasible point: the optimum is at most the step time, and so is HiGHS's dual bound when a time limit
+stops it. ``integer=False`` drops integrality (the LP relaxation: weaker, cheaper; only an LP solved to
+optimality is reported, since a simplex stopped early proves nothing).
+
+Variables (times in milliseconds inside the model, for the solver's absolute tolerances):
+
+- ``x[u,d]`` binary, for the devices the unit may use; ``sum_d x[u,d] = 1``. In the simulator's schedule:
+  1 where the unit runs.
+- ``s[i] >= 0`` per op: the op's start time. ``p_i(x) = sum_d t[i,d] x[unit(i),d]`` is its run time.
+- ``z[a,b]`` in [0,1] per ordered pair of units joined by an edge ``a -> b``: ``z >= x[a,d] - x[b,d]``
+  for every d, so ``z = 1`` is forced exactly when a and b run on different devices (true value: that
+  indicator).
+- ``y[a,b,p,q]`` in [0,1] for such pairs and allowed ``p != q``: ``y >= x[a,p] + x[b,q] - 1``, so y is 1
+  when a is on p and b on q (true value: that indicator).
+- ``w``: the step time, minimised.
+
+Constraints, and why the simulator's schedule meets each:
+
+1. Precedence, per edge ``i -> j``. Same unit: j starts after i ends, ``s_j >= s_i + p_i``. Different
+   units a, b: a consumer on another device starts after the transfer ``(i, device(j))`` arrives; that
+   transfer is requested when i ends and takes ``latency + bytes / bandwidth`` of the link, for a size at
+   least this edge's bytes (the simulator sends the largest edge to that device). With ``c_e`` the least
+   such time over allowed device pairs and ``T_e[p,q]`` the time on each pair,
+   ``s_j >= s_i + p_i + c_e z[a,b] + sum_{p != q} (T_e[p,q] - c_e) y[a,b,p,q]``: at the true indicators
+   the comm term is exactly ``T_e`` of the pair used (0 on one device).
+2. Step time: ``w >= s_i + p_i`` for every sink (every op ends by the last event).
+3. Device work: ``w >= sum_u T[u,d] x[u,d]``: a device runs its ops one at a time.
+4. Channel load: a channel serves one transfer at a time, so ``w >=`` the summed durations of its
+   transfers. Per producer op i (unit a) and consumer unit b != a, let ``B[i,b]`` be the largest edge
+   bytes from i into b, and ``alpha_i = 1 / k_i`` with ``k_i`` the number of such units b. The simulator
+   sends one transfer per (i, destination device q) lasting ``L + max_{b on q} B[i,b] / BW``; the
+   weights ``alpha_i (L + B[i,b] / BW)`` of the units b on q sum to at most that (at most ``k_i`` terms,
+   each at most the max, times ``1 / k_i``), so
+   ``w >= sum_{a,b} sum_{(p,q) on the channel} (K[a,b] L_pq + S[a,b] / BW_pq) y[a,b,p,q]`` with
+   ``K[a,b] = sum_i alpha_i`` and ``S[a,b] = sum_i alpha_i B[i,b]`` over the producers i in a never
+   exceeds the channel's busy time.
+5. Memory: ``sum_u param_bytes[u] x[u,d] <= capacity[d]``: parameters are resident for the whole step,
+   so a placement that is not ``oom`` satisfies it.
+
+Constraints 1-3 imply the closed-form bound (``measurers/sim/lower_bound.py``): a path's ops take at least
+their fastest time, and the device rows sum to at least the total fastest work. The solver's answers carry
+its tolerances (primal feasibility 1e-7 in milliseconds, i.e. 1e-10 s per row): compare with a relative
+slack of about 1e-6.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import highspy
+import numpy as np
+
+from measurers.sim.links import link_table
+from policies.problem import PlacementProblem
+
+MS_PER_S = 1e3
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class RelaxationResult:
+    bound_s: float | None  # proven lower bound (None: the solver proved none, e.g. an LP cut short)
+    status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), ...
+    wall_s: float  # building and solving
+    num_rows: int
+    num_cols: int
+
+
+class _Rows:
+    """Row-wise sparse constraints ``lower <= a . v <= upper`` collected as triplets."""
+
+    def __init__(self) -> None:
+        self.row: list[np.ndarray] = []
+        self.col: list[np.ndarray] = []
+        self.val: list[np.ndarray] = []
+        self.lower: list[np.ndarray] = []
+        self.upper: list[np.ndarray] = []
+        self.count = 0
+
+    def add(self, row_of_term, col, val, lower, upper) -> None:
+        """``row_of_term``: (K,) local row index (0..R-1) of each term; ``lower``/``upper``: (R,)."""
+        lower = np.atleast_1d(np.asarray(lower, dtype=np.float64))
+        self.row.append(np.asarray(row_of_term, dtype=np.int64) + self.count)
+        self.col.append(np.asarray(col, dtype=np.int64))
+        self.val.append(np.asarray(val, dtype=np.float64))
+        self.lower.append(lower)
+        self.upper.append(np.broadcast_to(np.asarray(upper, dtype=np.float64), lower.shape))
+        self.count += len(lower)
+
+    def csr(self):
+        row, col, val = (np.concatenate(parts) for parts in (self.row, self.col, self.val))
+        order = np.argsort(row, kind="stable")
+        start = np.zeros(self.count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row, minlength=self.count), out=start[1:])
+        return start, col[order], val[order], np.concatenate(self.lower), np.concatenate(self.upper)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Column indices of the model's variables."""
+
+    x_col: np.ndarray  # (U, D) int64, -1 where the unit may not use the device
+    pair_a: np.ndarray  # (P,) int64 producer unit of each cross pair
+    pair_b: np.ndarray  # (P,) int64 consumer unit
+    z_col: np.ndarray  # (P,) int64
+    y_col: np.ndarray  # (P, D, D) int64, -1 where not a variable
+    s_col: np.ndarray  # (N,) int64
+    w_col: int
+    num_cols: int
+
+
+def _layout(problem: PlacementProblem) -> _Layout:
+    allowed = problem.unit_allowed  # (U, D) bool
+    units, devices = allowed.shape
+    x_col = np.full((units, devices), -1, dtype=np.int64)
+    x_col[allowed] = np.arange(int(allowed.sum()))
+    nxt = int(allowed.sum())
+    src_unit = problem.op_unit[problem.graph.edge_src]
+    dst_unit = problem.op_unit[problem.graph.edge_dst]
+    cross = src_unit != dst_unit
+    pairs = np.unique(np.stack([src_unit[cross], dst_unit[cross]], axis=1), axis=0).reshape(-1, 2)
+    z_col = nxt + np.arange(len(pairs))
+    nxt += len(pairs)
+    y_ok = allowed[pairs[:, 0], :, None] & allowed[pairs[:, 1], None, :] & ~np.eye(devices, dtype=bool)
+    y_col = np.full(y_ok.shape, -1, dtype=np.int64)  # (P, D, D)
+    y_col[y_ok] = nxt + np.arange(int(y_ok.sum()))
+    nxt += int(y_ok.sum())
+    s_col = nxt + np.arange(problem.graph.num_ops)
+    nxt += problem.graph.num_ops
+    return _Layout(x_col, pairs[:, 0].copy(), pairs[:, 1].copy(), z_col, y_col, s_col, nxt, nxt + 1)
+
+
+def _pair_index(layout: _Layout, units: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    key = layout.pair_a * units + layout.pair_b  # sorted (np.unique)
+    return np.searchsorted(key, a * units + b)
+
+
+def _runtime_terms(problem, layout, ops, rows_of_ops, sign):
+    """Terms ``sign * p_i(x)`` for each op in ``ops`` (rows ``rows_of_ops``), in milliseconds."""
+    x = layout.x_col[problem.op_unit[ops]]  # (K, D)
+    t = np.where(x >= 0, problem.op_time_s[ops], 0.0) * MS_PER_S
+    keep = x >= 0
+    rows = np.broadcast_to(np.asarray(rows_of_ops)[:, None], x.shape)
+    return rows[keep], x[keep], sign * t[keep]
+
+
+def _add_assignment_rows(rows: _Rows, problem, layout) -> None:
+    allowed = layout.x_col >= 0
+    unit_of_term = np.nonzero(allowed)[0]
+    rows.add(unit_of_term, layout.x_col[allowed], np.ones(len(unit_of_term)), np.ones(problem.num_units), 1.0)
+    # z[a,b] - x[a,d] + x[b,d] >= 0 for every d that a may use.
+    pa, d = np.nonzero(layout.x_col[layout.pair_a] >= 0)
+    xb = layout.x_col[layout.pair_b[pa], d]
+    r = np.arange(len(pa))
+    has_b = xb >= 0
+    rows.add(np.concatenate([r, r, r[has_b]]),
+             np.concatenate([layout.z_col[pa], layout.x_col[layout.pair_a[pa], d], xb[has_b]]),
+             np.concatenate([np.ones(len(r)), -np.ones(len(r)), np.ones(int(has_b.sum()))]),
+             np.zeros(len(r)), np.inf)
+    # y[a,b,p,q] - x[a,p] - x[b,q] >= -1.
+    pi, p, q = np.nonzero(layout.y_col >= 0)
+    r = np.arange(len(pi))
+    rows.add(np.concatenate([r, r, r]),
+             np.concatenate([layout.y_col[pi, p, q], layout.x_col[layout.pair_a[pi], p],
+                             layout.x_col[layout.pair_b[pi], q]]),
+             np.concatenate([np.ones(len(r)), -np.ones(len(r)), -np.ones(len(r))]),
+             -np.ones(len(r)), np.inf)
+
+
+def _add_precedence_rows(rows: _Rows, problem, layout, links) -> None:
+    graph, units = problem.graph, problem.num_units
+    src, dst = graph.edge_src, graph.edge_dst
+    r = np.arange(graph.num_edges)
+    rt_rows, rt_cols, rt_vals = _runtime_terms(problem, layout, src, r, -1.0)
+    cross = np.flatnonzero(problem.op_unit[src] != problem.op_unit[dst])
+    pair = _pair_index(layout, units, problem.op_unit[src[cross]], problem.op_unit[dst[cross]])
+    comm_ms = links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S  # (C, D, D)
+    y = layout.y_col[pair]  # (C, D, D)
+    c_min = np.where(y >= 0, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
+    c_min = np.where(np.isfinite(c_min), c_min, 0.0)
+    extra = comm_ms - c_min[:, None, None]
+    keep = (y >= 0) & (extra > 0)
+    ce, _, _ = np.nonzero(keep)
+    rows.add(np.concatenate([r, r, rt_rows, cross, cross[ce]]),
+             np.concatenate([layout.s_col[dst], layout.s_col[src], rt_cols, layout.z_col[pair], y[keep]]),
+             np.concatenate([np.ones(len(r)), -np.ones(len(r)), rt_vals, -c_min, -extra[keep]]),
+             np.zeros(len(r)), np.inf)
+
+
+def _add_makespan_rows(rows: _Rows, problem, layout) -> None:
+    graph = problem.graph
+    sinks = np.flatnonzero(np.bincount(graph.edge_src, minlength=graph.num_ops) == 0)
+    r = np.arange(len(sinks))
+    rt_rows, rt_cols, rt_vals = _runtime_terms(problem, layout, sinks, r, -1.0)
+    rows.add(np.concatenate([r, r, rt_rows]),
+             np.concatenate([np.full(len(r), layout.w_col), layout.s_col[sinks], rt_cols]),
+             np.concatenate([np.ones(len(r)), -np.ones(len(r)), rt_vals]), np.zeros(len(r)), np.inf)
+    # Device work: w - sum_u T[u,d] x[u,d] >= 0.
+    u, d = np.nonzero(layout.x_col >= 0)
+    devices = problem.num_devices
+    rows.add(np.concatenate([np.arange(devices), d]),
+             np.concatenate([np.full(devices, layout.w_col), layout.x_col[u, d]]),
+             np.concatenate([np.ones(devices), -problem.unit_time_s[u, d] * MS_PER_S]),
+             np.zeros(devices), np.inf)
+
+
+def _pair_traffic(problem, layout) -> tuple[np.ndarray, np.ndarray]:
+    """(P,) K[a,b] and S[a,b] of constraint 4: alpha-weighted producer count and bytes per cross pair."""
+    graph, units = problem.graph, problem.num_units
+    src, dst = graph.edge_src, graph.edge_dst
+    cross = problem.op_unit[src] != problem.op_unit[dst]
+    op_b = np.stack([src[cross], problem.op_unit[dst[cross]]], axis=1)  # (C, 2) producer op, consumer unit
+    keys, inverse = np.unique(op_b, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    max_bytes = np.zeros(len(keys))
+    np.maximum.at(max_bytes, inverse, graph.edge_bytes[cross].astype(np.float64))
+    k_of_op = np.bincount(keys[:, 0], minlength=graph.num_ops)  # consumer units per producer op
+    alpha = 1.0 / k_of_op[keys[:, 0]]
+    pair = _pair_index(layout, units, problem.op_unit[keys[:, 0]], keys[:, 1])
+    count = np.bincount(pair, weights=alpha, minlength=len(layout.pair_a))
+    size = np.bincount(pair, weights=alpha * max_bytes, minlength=len(layout.pair_a))
+    return count, size
+
+
+def _add_channel_rows(rows: _Rows, problem, layout, links) -> None:
+    count, size = _pair_traffic(problem, layout)
+    pi, p, q = np.nonzero(layout.y_col >= 0)
+    link = links.link_of[p, q]
+    busy_ms = (count[pi] * links.latency_s[link] + size[pi] / links.bandwidth_Bps[link]) * MS_PER_S
+    channel = links.link_channel[link]
+    c = links.num_channels
+    rows.add(np.concatenate([np.arange(c), channel]),
+             np.concatenate([np.full(c, layout.w_col), layout.y_col[pi, p, q]]),
+             np.concatenate([np.ones(c), -busy_ms]), np.zeros(c), np.inf)
+
+
+def _add_memory_rows(rows: _Rows, problem, layout) -> None:
+    param_gb = np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
+                           minlength=problem.num_units) / GB
+    u, d = np.nonzero(layout.x_col >= 0)
+    devices = problem.num_devices
+    rows.add(d, layout.x_col[u, d], param_gb[u], np.full(devices, -np.inf), problem.capacity_bytes() / GB)
+
+
+def build_model(problem: PlacementProblem, integer: bool = True) -> highspy.HighsLp:
+    """The relaxation of the module docstring as a HiGHS model (objective: w, in milliseconds)."""
+    layout = _layout(problem)
+    links = link_table(problem.machine)
+    rows = _Rows()
+    _add_assignment_rows(rows, problem, layout)
+    _add_precedence_rows(rows, problem, layout, links)
+    _add_makespan_rows(rows, problem, layout)
+    _add_channel_rows(rows, problem, layout, links)
+    _add_memory_rows(rows, problem, layout)
+    start, index, value, row_lower, row_upper = rows.csr()
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = layout.num_cols, rows.count
+    cost = np.zeros(layout.num_cols)
+    cost[layout.w_col] = 1.0
+    upper = np.full(layout.num_cols, np.inf)
+    upper[: layout.s_col[0] if problem.graph.num_ops else layout.w_col] = 1.0  # x, z, y in [0, 1]
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, np.zeros(layout.num_cols), upper
+    lp.row_lower_, lp.row_upper_ = row_lower, row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = layout.num_cols, rows.count
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = start, index, value
+    if integer:
+        kinds = [highspy.HighsVarType.kContinuous] * layout.num_cols
+        for col in layout.x_col[layout.x_col >= 0].tolist():
+            kinds[col] = highspy.HighsVarType.kInteger
+        lp.integrality_ = kinds
+    return lp
+
+
+def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bool = True,
+                     threads: int = 1) -> RelaxationResult:
+    """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal)."""
+    began = time.perf_counter()
+    lp = build_model(problem, integer)
+    highs = _quiet_highs()
+    highs.setOptionValue("threads", int(threads))
+    highs.setOptionValue("random_seed", 0)
+    remaining_s = max(time_limit_s - (time.perf_counter() - began), 0.01)
+    highs.setOptionValue("time_limit", float(remaining_s))
+    highs.passModel(lp)
+    highs.run()
+    status = highs.getModelStatus()
+    name = _status_name(status)
+    info = highs.getInfo()
+    bound_ms = None
+    if integer and np.isfinite(info.mip_dual_bound):
+        bound_ms = max(float(info.mip_dual_bound), 0.0)
+    elif not integer and name == "optimal":
+        bound_ms = float(info.objective_function_value)
+    return RelaxationResult(None if bound_ms is None else bound_ms / MS_PER_S, name,
+                            time.perf_counter() - began, lp.num_row_, lp.num_col_)
+
+
+def _quiet_highs() -> highspy.Highs:
+    """A silent solver. HiGHS prints its banner on stdout (file descriptor 1, below Python) when the first
+    solver of a process is made: that would break a ``--json`` document, so fd 1 points at /dev/null then."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            highs = highspy.Highs()
+            highs.setOptionValue("output_flag", False)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    return highs
+
+
+def _status_name(status) -> str:
+    names = {highspy.HighsModelStatus.kOptimal: "optimal", highspy.HighsModelStatus.kTimeLimit: "time limit",
+             highspy.HighsModelStatus.kInfeasible: "infeasible",
+             highspy.HighsModelStatus.kInterrupt: "interrupted"}
+    return names.get(status, str(status).rsplit(".", 1)[-1].removeprefix("k").lower())

@@ -1,0 +1,142 @@
+"""The relaxation bound (policies/exact/relaxation.py, bound.py) against the simulator: on graphs small
+enough to enumerate, it never exceeds the best simulated step of any placement that fits in memory, and
+never falls below the closed-form bound."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from graphs.errors import PlacerError
+from measurers.machine import Device, Link, Machine
+from measurers.sim.reference import Simulator
+from policies.exact.bound import EVERY_PLACEMENT, proven_bound
+from policies.exact.relaxation import solve_relaxation
+from policies.problem import make_problem
+from conftest import build_graph
+
+REL = 1e-6  # the solver's tolerances (see relaxation.py)
+
+
+def staging_machine(num_gpus: int = 2, gpu_memory_bytes: int = 4 * 10**9) -> Machine:
+    """A CPU and ``num_gpus`` GPUs; every GPU-to-GPU copy shares one channel, as on paper-4gpu."""
+    devices = [Device("cpu:0", "cpu", "r", 2e9, 1e12, 10**10, 1e-5)]
+    devices += [Device(f"gpu:{i}", "gpu", "r", 1e10, 1e12, gpu_memory_bytes, 1e-5) for i in range(num_gpus)]
+    links = []
+    for a, b in itertools.permutations(devices, 2):
+        staged = a.kind == "gpu" and b.kind == "gpu"
+        links.append(Link(a.name, b.name, 5e8 if staged else 1e9, 2e-5 if staged else 1e-5,
+                          "staging" if staged else f"{a.name}>{b.name}"))
+    return Machine("staging", tuple(devices), tuple(links))
+
+
+def random_graph(seed: int, num_ops: int = 7, **extra):
+    rng = np.random.default_rng(seed)
+    edges = [(i, j, int(rng.integers(10**4, 10**7))) for i in range(num_ops) for j in range(i + 1, num_ops)
+             if rng.random() < 0.35]
+    return build_graph(edges, num_ops, flops=rng.uniform(1e5, 5e7, num_ops), name=f"random{seed}", **extra)
+
+
+def best_simulated_s(problem) -> float:
+    """The least simulated step over every unit placement that does not run out of memory."""
+    sim = Simulator(problem.graph, problem.machine, engine="reference")
+    choices = [np.flatnonzero(row) for row in problem.unit_allowed]
+    best = np.inf
+    for units in itertools.product(*choices):
+        result = sim.run(problem.expand(np.array(units)))
+        if result.status == "ok":
+            best = min(best, result.runtime_s)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_relaxation__between_closed_form_and_every_simulated_placement(seed):
+    machine = staging_machine(num_gpus=2 if seed % 2 else 3)
+    problem = make_problem(random_graph(seed, num_ops=7 if seed % 2 else 6), machine)
+    assert problem.num_units == problem.graph.num_ops  # single-op groups
+    best_s = best_simulated_s(problem)
+    mip = solve_relaxation(problem, 30.0, integer=True)
+    lp = solve_relaxation(problem, 30.0, integer=False)
+    assert mip.status == "optimal" and lp.status == "optimal"
+    assert mip.bound_s <= best_s * (1 + REL)
+    assert lp.bound_s <= mip.bound_s * (1 + REL)
+    assert lp.bound_s >= problem.lower_bound_s * (1 - REL)
+
+
+def test_relaxation__copies_lift_the_mip_bound_above_the_closed_form():
+    """A fork of four heavy branches joined again, on two GPUs: the closed form (work / 2) lets the
+    branches share the GPUs with free copies; any placement that uses both GPUs pays for copies on the one
+    staging channel, and the MIP bound says so (0.6 s against 0.5 s; the best placement runs 0.767 s)."""
+    edges = [(0, k, 5 * 10**7) for k in range(1, 5)] + [(k, 5, 5 * 10**7) for k in range(1, 5)]
+    graph = build_graph(edges, 6, flops=[5e8] * 6, allowed_mask=[2] * 6)  # GPUs only
+    problem = make_problem(graph, staging_machine(num_gpus=2))
+    mip = solve_relaxation(problem, 30.0)
+    assert mip.bound_s > problem.lower_bound_s * (1 + 1e-3)
+    assert mip.bound_s <= best_simulated_s(problem) * (1 + REL)
+
+
+def test_relaxation__memory_rules_out_placements_that_do_not_fit():
+    """Each GPU holds the parameters of two ops only: the bound is below the best placement that fits,
+    and above the best unconstrained one (which puts everything on one GPU)."""
+    graph = random_graph(3, num_ops=6, param_bytes=[10**9] * 6, allowed_mask=[2] * 6)
+    tight = make_problem(graph, staging_machine(num_gpus=3, gpu_memory_bytes=2 * 10**9 + 10**8))
+    roomy = make_problem(graph, staging_machine(num_gpus=3, gpu_memory_bytes=10**11))
+    tight_s, roomy_s = best_simulated_s(tight), best_simulated_s(roomy)
+    assert tight_s > roomy_s
+    mip = solve_relaxation(tight, 30.0)
+    assert roomy_s * (1 - REL) <= mip.bound_s <= tight_s * (1 + REL)
+
+
+def test_relaxation__memory_that_fits_nothing_is_infeasible():
+    graph = random_graph(1, num_ops=4, param_bytes=[10**11] * 4, allowed_mask=[2] * 4)
+    result = solve_relaxation(make_problem(graph, staging_machine(num_gpus=2)), 10.0)
+    assert result.status == "infeasible" and result.bound_s is None
+
+
+@pytest.fixture(scope="module")
+def rnnlm_problem():
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    return make_problem(load_graph("rnnlm"), load_machine("paper-2gpu"), max_groups=6, grouping_method="scope")
+
+
+def test_bound__rnnlm_groups_lie_between_closed_form_and_simulated_placements(rnnlm_problem):
+    problem = rnnlm_problem
+    report = proven_bound(problem, 20.0)
+    assert report.lp_status == "optimal"
+    assert report.lp_s <= report.mip_s * (1 + REL)
+    assert report.best_s == max(report.closed_form_s, report.lp_s, report.mip_s)
+    assert report.best_s >= report.closed_form_s
+    sim = Simulator(problem.graph, problem.machine)
+    rng = np.random.default_rng(0)
+    placements = [np.full(problem.num_units, d) for d in problem.gpu_indices()]
+    placements += [rng.choice(problem.gpu_indices(), problem.num_units) for _ in range(8)]
+    for units in placements:
+        result = sim.run(problem.expand(problem.repair_allowed(units)))
+        if result.status == "ok":
+            assert report.best_s <= result.runtime_s * (1 + REL)
+    if report.best_s > report.closed_form_s:
+        assert report.holds_for == f"placements of {report.grouping}"
+        assert "6" in report.grouping and "rnnlm" in report.grouping
+
+
+def test_bound__time_limit_is_respected_and_zero_is_closed_form_only(rnnlm_problem):
+    closed = proven_bound(rnnlm_problem, 0)
+    assert (closed.lp_s, closed.mip_s, closed.lp_status, closed.mip_status) == (None, None, "skipped", "skipped")
+    assert closed.best_s == rnnlm_problem.lower_bound_s and closed.holds_for == EVERY_PLACEMENT
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    problem = make_problem(load_graph("rnnlm"), load_machine("paper-4gpu"), max_groups=32)
+    report = proven_bound(problem, 1.5)
+    assert report.wall_s < 1.5 + 1.0  # HiGHS checks its clock between nodes
+    assert report.best_s >= report.closed_form_s
+
+
+@pytest.mark.parametrize("limit", [-1.0, float("nan"), float("inf")])
+def test_bound__bad_time_limit_is_one_error(rnnlm_problem, limit):
+    with pytest.raises(PlacerError, match="time limit"):
+        proven_bound(rnnlm_problem, limit)
