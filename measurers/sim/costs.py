@@ -5,7 +5,8 @@ Roofline model. An op of class ``c`` on device ``d`` takes::
     time_s = d.op_overhead_s + max(flops / (d.peak_flops * d.compute_efficiency * COMPUTE_FACTOR[d.kind][c]),
                                    bytes_accessed / (d.mem_bandwidth_Bps * d.memory_efficiency * MEMORY_FACTOR[d.kind][c]))
 
-The op class comes from the op kind string, torch ("aten.mm.default") and TensorFlow ("MatMul") alike:
+The op class comes from the op kind string, torch ("aten.mm.default") and TensorFlow ("MatMul") alike
+(``graphs.op_classes``, re-exported here):
 
 - ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs).
   They reach the device's typical efficiency (factor 1.0).
@@ -29,19 +30,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from graphs.errors import PlacerError
+from graphs.op_classes import OP_CLASSES, op_class, op_class_codes  # noqa: F401 (re-exported)
 from graphs.opgraph import OpGraph
 from measurers.machine import Machine
 
-OP_CLASSES = ("dense", "elementwise", "meta", "other")
 COMPUTE_FACTOR = {  # fraction of the device's typical compute rate, per device kind and op class
     "gpu": {"dense": 1.0, "elementwise": 0.3, "meta": 1.0, "other": 0.5},
     "cpu": {"dense": 1.0, "elementwise": 0.5, "meta": 1.0, "other": 0.5},
@@ -50,52 +49,6 @@ MEMORY_FACTOR = {  # fraction of the device's typical memory bandwidth
     "gpu": {"dense": 1.0, "elementwise": 1.0, "meta": 1.0, "other": 0.7},
     "cpu": {"dense": 1.0, "elementwise": 0.8, "meta": 1.0, "other": 0.6},
 }
-
-_DENSE = re.compile(r"(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|linear|einsum|tensordot|matmul|batchmatmul\w*|"
-                    r"sparsematmul|\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|lstm|gru|rnn_\w+)")
-_META = re.compile(r"(variable|variablev2|varhandleop|readvariableop|placeholder\w*|input|const|constant|identity\w*|"
-                   r"noop|stopgradient|shape|size|reshape|squeeze|expanddims|sym_size|getitem|_assert\w*|output)")
-_ATEN_VIEWS = re.compile(r"(view|_unsafe_view|_reshape_alias|expand|expand_as|t|unsqueeze|alias|detach|as_strided|"
-                         r"slice|select|split\w*|unbind|permute|transpose|lift_fresh\w*|empty\w*|unflatten|flatten)")
-_ELEMENTWISE = re.compile(r"(add|addv2|add_|sub|mul|div|realdiv|neg|abs|exp|log|log1p|sqrt|rsqrt|pow|square|"
-                          r"reciprocal|sign|relu\w*|sigmoid\w*|tanh\w*|gelu\w*|silu\w*|elu\w*|selu|softplus\w*|"
-                          r"hardtanh\w*|leaky_relu\w*|threshold\w*|clamp\w*|where|select_v2|maximum|minimum|"
-                          r"addcmul\w*|addcdiv\w*|lerp\w*|fill\w*|zeros_like|ones_like|copy\w*|clone|_to_copy|"
-                          r"cast|biasadd\w*|dropout\w*|native_dropout\w*|bernoulli\w*|masked_fill\w*|eq|ne|lt|le|"
-                          r"gt|ge|logical_\w+|floor|ceil|round|_foreach_\w+|\w*apply\w*|assign\w*|sgd\w*|adam\w*|"
-                          r"mul_|div_|scalar_tensor|full\w*|zeros|ones|arange|rand\w*)")
-_ATEN_OVERLOAD = re.compile(r"\.(default|tensor|scalar|self|int|dim|dim_intlist|out|using_ints|sym\w*|\w+_\w+)$")
-
-
-def op_class(kind: str) -> str:
-    """The cost class of an op kind string (see the module docstring)."""
-    name = kind.strip().lower()
-    is_torch = name.startswith(("aten.", "aten::", "prims.", "torch."))
-    if is_torch:
-        name = _ATEN_OVERLOAD.sub("", re.split(r"[.:]+", name, maxsplit=1)[1])
-        name = name.rstrip("_") if name not in ("add_", "mul_", "div_") else name
-        if _ATEN_VIEWS.fullmatch(name):  # torch views alias their input; TF's Transpose, Slice... copy
-            return "meta"
-    for cls, pattern in (("meta", _META), ("dense", _DENSE), ("elementwise", _ELEMENTWISE)):
-        if pattern.fullmatch(name):
-            return cls
-    return "other"
-
-
-def op_class_codes(graph: OpGraph) -> np.ndarray:
-    """(N,) int8: index into OP_CLASSES of every op (classified once per distinct kind; cached per graph)."""
-    codes = _CLASS_CODES.get(graph)
-    if codes is None:
-        kinds = graph.op_kinds.tolist()
-        code_of = {kind: OP_CLASSES.index(op_class(kind)) for kind in set(kinds)}
-        codes = np.array(list(map(code_of.__getitem__, kinds)), dtype=np.int8).reshape(len(kinds))
-        codes.setflags(write=False)
-        _CLASS_CODES[graph] = codes
-    return codes
-
-
-_CLASS_CODES: "weakref.WeakKeyDictionary[OpGraph, np.ndarray]" = weakref.WeakKeyDictionary()
-
 
 def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None" = None) -> np.ndarray:
     """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it.
