@@ -16,6 +16,12 @@ allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
   model's layers (the expert's, pipelines of layers) can be expressed, which METIS groups that straddle
   layers cannot. A graph without scopes, or with more top-level scopes than G (ResNet-50's
   Keras layer names), is grouped as ``"metis"``.
+- ``"fusion"``: Moirai's fusion-aware coarsening: first contract the atoms along the edges a runtime would
+  fuse (``graphs.fusion``: element-wise chains into their producer, views, bias/activation/normalization
+  after a matmul or conv, element-wise prologues of reductions; never across phases, at most one
+  matmul/conv per unit), so no group boundary cuts a fused kernel; then group those fused units as
+  ``"scope"`` groups atoms (``"metis"`` without scopes). With room for every atom alone (as for every
+  method), nothing is fused.
 
 Every command groups with "scope" into at most 32 groups unless a flag says otherwise (``DEFAULT_METHOD``,
 ``DEFAULT_MAX_GROUPS``); BENCHMARKS.md ("Grouping", "Learner") has the measurements behind both choices and
@@ -33,9 +39,10 @@ import numpy as np
 from numba import njit
 
 from graphs.errors import PlacerError
+from graphs.fusion import fusible_edges, fusion_anchors
 from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
 
-METHODS = ("metis", "colocation", "topo", "scope")
+METHODS = ("metis", "colocation", "topo", "scope", "fusion")
 DEFAULT_METHOD = "scope"  # the default of every command (search, baselines, graphs show, reproduce)
 DEFAULT_MAX_GROUPS = 32  # why 32: BENCHMARKS.md, "Learner"
 # A nominal device for the cost of an op (a roofline with a fixed launch overhead): only relative costs
@@ -164,8 +171,14 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     if max_groups < 1:
         raise PlacerError(f"max_groups must be at least 1, got {max_groups}")
     atoms = _Atoms.of(graph)
-    if atoms.count <= max_groups:
+    if atoms.count <= max_groups:  # every method: room for each atom alone
         return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)
+    fused = method == "fusion"  # fused units take the atoms' place, then are grouped as "scope" groups atoms
+    if fused:
+        atoms = _Atoms.of(graph, _fused_units(graph, atoms))
+        if atoms.count <= max_groups:
+            return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)
+        method = "scope"
     keys = _atom_scope_keys(graph, atoms, max_groups) if method == "scope" else None
     if method == "scope" and keys is None:
         method = "metis"  # no scopes, or more top-level scopes than groups: nothing to follow
@@ -181,7 +194,25 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     if method == "colocation":
         _merge_chains(forest, atoms, max_groups)
     _merge_to_limit(forest, atoms, max_groups)
-    return _finish(graph, atoms, forest.labels(), method)
+    return _finish(graph, atoms, forest.labels(), "fusion" if fused else method)
+
+
+def fused_unit_ids(graph: OpGraph) -> np.ndarray:
+    """(N,) int64: dense id of each op's fused unit: the colocation atoms contracted along the edges
+    ``graphs.fusion`` says a runtime would fuse, never joining two units that both hold a dense op (TVM's
+    one anchor per fused kernel; without it, colocation chains the kernels of every time step into one
+    unit) nor two whose allowed device kinds are disjoint. Edges are taken in (src, dst) order."""
+    return _fused_units(graph, _Atoms.of(graph))
+
+
+def _fused_units(graph: OpGraph, atoms: _Atoms) -> np.ndarray:
+    fuse = fusible_edges(graph)  # (E,) bool
+    anchors = np.bincount(atoms.of_op, weights=fusion_anchors(graph), minlength=atoms.count)  # (A,) dense ops
+    forest = _Forest(np.arange(atoms.count, dtype=np.int64), anchors, atoms.mask.copy(), atoms.count)
+    # The merge skips a pair when the summed "cost" exceeds the cap while both sides exceed ``tiny``: with
+    # cost = dense ops, cap 1 and tiny 0, that is exactly when both sides hold a dense op.
+    forest.merge(atoms.of_op[graph.edge_src[fuse]], atoms.of_op[graph.edge_dst[fuse]], 1.0, 0.0, 0)
+    return forest.labels()[atoms.of_op]
 
 
 @dataclass(frozen=True)
@@ -198,8 +229,9 @@ class _Atoms:
     bytes: np.ndarray  # (E_a,) int64
 
     @classmethod
-    def of(cls, graph: OpGraph) -> _Atoms:
-        of_op = graph.colocation_ids
+    def of(cls, graph: OpGraph, of_op: np.ndarray | None = None) -> _Atoms:
+        """The colocation groups, or the units of dense ids ``of_op`` (N,) that must be unions of them."""
+        of_op = graph.colocation_ids if of_op is None else of_op
         count = int(of_op.max()) + 1 if len(of_op) else 0
         mask = _group_mask_and(of_op, graph.allowed_mask, count)
         if count and np.any(mask == 0):
