@@ -15,7 +15,9 @@
   that is ready is held for it: only that child may start there next (Baechi also lets "urgent" ops
   through; we do not).
 
-The schedulers run on ops with the unit (group) constraint; Baechi places on GPUs only, so do these
+Transfers are timed as the simulator times them (``policies.listsched.TransferBook``): one per (producer,
+destination device), queued on its link's channel, so transfers that share a channel are serialized in the
+schedule as in the simulated step. The schedulers run on ops with the unit (group) constraint; Baechi places on GPUs only, so do these
 (ops no GPU may run go to their allowed devices) -- unless the memory estimate does not fit in the GPUs,
 in which case the CPU (host memory) is used as well, after the GPUs for m-TOPO. Memory per unit comes from ``unit_memory_bytes``.
 """
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from policies.base import DecisionClock, check_budget, finish
 from policies.problem import PlacementProblem, unit_memory_bytes
-from policies.listsched import (FreeSourceTracker, Reservations, arrival_times_s, bottom_level_s,
+from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, bottom_level_s,
                                 candidate_devices, gpus_hold_the_model, mean_times)
 from policies.simple import units_in_topological_order
 
@@ -107,17 +110,25 @@ class MSCTPolicy:
                       op_placement=schedule.device_of, notes=note)
 
 
+DISPATCH = ("fifo", "priority")  # which op a device starts next (EtfScheduler._best_on)
+
+
 class EtfScheduler:
     """Earliest-task-first list scheduling under memory limits; with ``favourite_child`` set, m-SCT.
 
     Exact ETF without scanning every ready op at every step: each device keeps its candidate ops in two
     heaps, ``pending`` by data-arrival time and ``released`` (arrival <= the device's free time) by
-    priority. Device free times only grow, so ops move from pending to released once. An op that stops
-    fitting on a device (memory only fills up; a unit once placed stays) leaves that device's heaps.
+    priority. Device free times only grow, and so do arrival times (channels only fill up: see
+    ``TransferBook``), so a heap entry's arrival is a lower bound that is refreshed when the entry comes to
+    the top (``_arrival``). An op that stops fitting on a device (memory only fills up; a unit once placed
+    stays) leaves that device's heaps.
     """
 
-    def __init__(self, problem: PlacementProblem, memory_model: str = "auto", devices: str = "auto"):
-        self.problem = problem
+    def __init__(self, problem: PlacementProblem, memory_model: str = "auto", devices: str = "auto",
+                 dispatch: str = "fifo"):
+        if dispatch not in DISPATCH:
+            raise PlacerError(f"unknown dispatch {dispatch!r} (known: {', '.join(DISPATCH)})")
+        self.problem, self.dispatch = problem, dispatch
         self.cand = candidate_devices(problem, devices)  # (N, D) bool
         op_mean, edge_mean = mean_times(problem, self.cand)
         self.priority = bottom_level_s(problem, op_mean, edge_mean)  # (N,)
@@ -127,12 +138,15 @@ class EtfScheduler:
         n, d = problem.graph.num_ops, problem.num_devices
         self.finish_s = np.zeros(n)
         self.device_of = np.full(n, -1, dtype=np.int64)
+        self.book = TransferBook(problem, self.finish_s, self.device_of)
         self.arrival_s = np.zeros((n, d))  # (N, D) when each ready op's inputs could be on each device
+        self.arrival_version = np.zeros((n, d), dtype=np.int64)  # (N, D) book.version arrival_s was asked at
         self.extra_bytes = np.zeros(n, dtype=np.int64)  # memory of free inputs an op pulls along
         self.times = np.where(problem.op_allowed, problem.op_time_s, np.inf)  # (N, D)
         self.device_free = np.zeros(d)
-        self.pending = [[] for _ in range(d)]  # heaps of (arrival_s, -priority, op)
-        self.released = [[] for _ in range(d)]  # heaps of (-priority, arrival_s, op)
+        self.pending = [[] for _ in range(d)]  # heaps of (arrival_s, tie, op)
+        self.released = [[] for _ in range(d)]  # heaps of (tie, arrival_s, op); "priority" dispatch only
+        self.tie = (-self.priority if dispatch == "priority" else self.book.position_array).tolist()  # (N,)
         self.ready: set[int] = set()
         self.makespan_s = 0.0
 
@@ -152,6 +166,7 @@ class EtfScheduler:
         while self.ready:
             op, device, start = self._choose(held_for)
             self.sources.follow(op, device, self.finish_s, self.device_of)
+            start = max(start, self.book.commit(op, device))  # (later only if a free input went elsewhere)
             self.device_of[op] = device
             self.finish_s[op] = start + self.times[op, device]
             self.device_free[device] = self.finish_s[op]
@@ -169,11 +184,19 @@ class EtfScheduler:
         return self
 
     def _make_ready(self, op: int) -> None:
-        self.arrival_s[op] = arrival_times_s(self.problem, op, self.finish_s, self.device_of)
+        self.arrival_s[op] = self.book.arrival_all_s(op)
+        self.arrival_version[op] = self.book.version
         self.extra_bytes[op] = self.sources.pending_bytes(op)
         self.ready.add(op)
         for device in np.flatnonzero(self.reservations.static[op]):
-            heapq.heappush(self.pending[device], (self.arrival_s[op, device], -self.priority[op], op))
+            heapq.heappush(self.pending[device], (self.arrival_s[op, device], self.tie[op], op))
+
+    def _arrival(self, op: int, device: int) -> float:
+        """op's input arrival time on ``device`` under the transfers booked so far."""
+        if self.arrival_version[op, device] != self.book.version:
+            self.arrival_s[op, device] = self.book.arrival_s(op, device)
+            self.arrival_version[op, device] = self.book.version
+        return float(self.arrival_s[op, device])
 
     def _fits(self, op: int, device: int) -> bool:
         res = self.reservations
@@ -183,26 +206,50 @@ class EtfScheduler:
         need = res.unit_bytes[unit] + self.extra_bytes[op]
         return res.used_bytes[device] + need <= res.capacity[device]
 
-    def _best_on(self, device: int) -> tuple[float, float, int] | None:
-        """(start, -priority, op) of the ETF choice on ``device``, or None."""
-        free, pending, released = self.device_free[device], self.pending[device], self.released[device]
-        while pending and pending[0][0] <= free:
-            arrival, neg_priority, op = heapq.heappop(pending)
-            heapq.heappush(released, (neg_priority, arrival, op))
-        for heap, start_of in ((released, lambda entry: free), (pending, lambda entry: entry[0])):
-            while heap:
-                op = heap[0][2]
-                if op in self.ready and self._fits(op, device):
-                    return start_of(heap[0]), -self.priority[op], op
-                heapq.heappop(heap)  # scheduled, or never fits here again
+    def _pending_top(self, device: int) -> tuple[float, float, int] | None:
+        """The pending entry of ``device`` with the earliest up-to-date arrival, or None."""
+        pending = self.pending[device]
+        while pending:
+            arrival, tie, op = pending[0]
+            if op not in self.ready or not self._fits(op, device):
+                heapq.heappop(pending)  # scheduled, or never fits here again
+                continue
+            fresh = self._arrival(op, device)
+            if fresh <= arrival:
+                return pending[0]
+            heapq.heapreplace(pending, (fresh, tie, op))
         return None
+
+    def _best_on(self, device: int) -> tuple[float, float, int] | None:
+        """(start, -priority, op) of the ETF choice on ``device``, or None. ``fifo``: the op whose inputs
+        arrive first (ties: topological position), as the simulator dispatches; ``priority``: among the
+        ops whose inputs are there when the device is free, the one with the longest path to the end."""
+        free, pending, released = self.device_free[device], self.pending[device], self.released[device]
+        if self.dispatch == "fifo":
+            top = self._pending_top(device)
+            return None if top is None else (max(free, top[0]), -self.priority[top[2]], top[2])
+        while (top := self._pending_top(device)) is not None and top[0] <= free:
+            heapq.heappop(pending)
+            heapq.heappush(released, (top[1], top[0], top[2]))
+        while released:
+            tie, _, op = released[0]
+            if op not in self.ready or not self._fits(op, device):
+                heapq.heappop(released)
+                continue
+            fresh = self._arrival(op, device)
+            if fresh <= free:
+                return free, -self.priority[op], op
+            heapq.heappop(released)  # its inputs now arrive later (a channel filled up): pending again
+            heapq.heappush(pending, (fresh, tie, op))
+        top = self._pending_top(device)
+        return None if top is None else (top[0], -self.priority[top[2]], top[2])
 
     def _choose(self, held_for: np.ndarray) -> tuple[int, int, float]:
         best = None
         for device in range(self.problem.num_devices):
             child = held_for[device]
             if child >= 0 and child in self.ready and self.reservations.static[child, device] and self._fits(child, device):
-                pick = (max(self.free_at(device), self.arrival_s[child, device]), -self.priority[child], child)
+                pick = (max(self.free_at(device), self._arrival(child, device)), -self.priority[child], child)
             else:
                 pick = self._best_on(device)
             if pick is not None and (best is None or pick[:2] < best[0][:2]):
@@ -222,7 +269,8 @@ class EtfScheduler:
         unplaced = res.unit_device[self.problem.op_unit[ops]] < 0
         room = np.where(mask, (res.capacity - res.used_bytes)[None, :], np.iinfo(np.int64).min)
         mask[unplaced] &= room[unplaced] == room[unplaced].max(axis=1, keepdims=True)  # emptiest device
-        start = np.where(mask, np.maximum(self.arrival_s[ops], self.device_free[None, :]), np.inf)
+        arrival = np.array([self.book.arrival_all_s(int(op)) for op in ops])  # (R, D)
+        start = np.where(mask, np.maximum(arrival, self.device_free[None, :]), np.inf)
         rows, cols = np.nonzero(start == start.min())
         pick = int(np.argmax(self.priority[ops[rows]]))
         return int(ops[rows[pick]]), int(cols[pick]), float(start[rows[pick], cols[pick]])

@@ -7,7 +7,9 @@
 
 Unlike ETF, HEFT compares finish times, so a slow CPU is used only when it actually finishes an op first;
 it therefore considers every allowed device. Units (groups) stay together: the first op of a unit picks
-the device among those where the unit's memory fits, and the rest of the unit follows.
+the device among those where the unit's memory fits, and the rest of the unit follows. Inputs arrive as
+the simulator moves them (``policies.listsched.TransferBook``): one transfer per (producer, device), queued
+on its link's channel behind the transfers already booked there.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import numpy as np
 
 from policies.base import DecisionClock, check_budget, finish
 from policies.problem import PlacementProblem
-from policies.listsched import (FreeSourceTracker, Reservations, arrival_times_s, bottom_level_s,
+from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, bottom_level_s,
                                 candidate_devices, mean_times)
 
 
@@ -52,18 +54,22 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto",
     slots = [DeviceSlots() for _ in range(problem.num_devices)]
     finish_s = np.zeros(graph.num_ops)
     device_of = np.full(graph.num_ops, -1, dtype=np.int64)
+    book = TransferBook(problem, finish_s, device_of)
     for op in order[~sources.free[order]]:
         ops = np.array([op])
         mask = reservations.feasible(ops, np.array([sources.pending_bytes(int(op))]))[0]
         if not mask.any():
             mask = reservations.fallback(ops)[0]
-        ready_s = arrival_times_s(problem, int(op), finish_s, device_of)  # (D,)
         best = (np.inf, np.inf, -1)
-        for device in np.flatnonzero(mask):
-            start = slots[device].earliest_start(ready_s[device], times[op, device])
-            best = min(best, (start + times[op, device], start, int(device)))
+        for device in np.flatnonzero(mask).tolist():
+            start = slots[device].earliest_start(book.arrival_s(int(op), device), times[op, device])
+            best = min(best, (start + times[op, device], start, device))
         end, start, device = best
         sources.follow(int(op), device, finish_s, device_of)
+        ready_s = book.commit(int(op), device)
+        if ready_s > start:  # a free input went elsewhere (its unit's device): it has to be sent
+            start = slots[device].earliest_start(ready_s, times[op, device])
+            end = start + times[op, device]
         slots[device].insert(start, end)
         finish_s[op], device_of[op] = end, device
         reservations.place(int(op), device)

@@ -1,5 +1,6 @@
-"""Shared pieces of the list schedulers (m-ETF, m-SCT, HEFT): candidate devices, data-arrival times,
-memory reservation per unit, and the static priority (bottom level).
+"""Shared pieces of the list schedulers (m-ETF, m-SCT, HEFT): candidate devices, data-arrival times
+(``TransferBook``: the simulator's transfers and channels), memory reservation per unit, and the static
+priority (bottom level).
 
 The schedulers place *ops*, one at a time, under the unit constraint: the first op of a unit to be
 scheduled picks the device and reserves the whole unit's memory there; the unit's later ops follow it.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from measurers.sim.links import LinkTable, link_table
 from policies.problem import PlacementProblem, unit_memory_bytes
 
 
@@ -50,17 +52,23 @@ def bottom_level_s(problem: PlacementProblem, op_cost_s: np.ndarray, edge_cost_s
 
 
 def mean_times(problem: PlacementProblem, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(N,) mean op time over its candidate devices and (E,) mean transfer time over distinct device pairs
-    of the candidates (HEFT's average costs; Baechi's single-device-type costs when GPUs are alike)."""
+    """(N,) mean op time over its candidate devices and (E,) mean transfer time (the simulator's links,
+    ``LinkTable.transfer_matrix_s``) over distinct device pairs of the candidates (HEFT's average costs;
+    Baechi's single-device-type costs when GPUs are alike)."""
     times = np.where(cand, problem.op_time_s, 0.0)
     op_mean = times.sum(axis=1) / np.maximum(cand.sum(axis=1), 1)
     used = np.flatnonzero(cand.any(axis=0))
     if len(used) < 2:
         return op_mean, np.zeros(problem.graph.num_edges)
-    pairs = [(a, b) for a in used for b in used if a != b]
-    lat = np.mean([problem.comm_latency_s[a, b] for a, b in pairs])
-    per_byte = np.mean([problem.comm_s_per_byte[a, b] for a, b in pairs])
-    return op_mean, lat + problem.graph.edge_bytes * per_byte
+    links = link_table(problem.machine)
+    pair = links.link_of[np.ix_(used, used)] >= 0  # (K, K) distinct pairs with a link
+    edge_mean = np.zeros(problem.graph.num_edges)
+    chunk = 65536  # (chunk, K, K) float64 at a time
+    for lo in range(0, problem.graph.num_edges, chunk):
+        nbytes = problem.graph.edge_bytes[lo:lo + chunk]
+        matrix = links.transfer_matrix_s(nbytes)[:, used][:, :, used]  # (chunk, K, K)
+        edge_mean[lo:lo + chunk] = matrix[:, pair].mean(axis=1)
+    return op_mean, edge_mean
 
 
 class Reservations:
@@ -153,20 +161,89 @@ class FreeSourceTracker:
                 device_of[src], finish_s[src] = target, 0.0
 
 
-def arrival_times_s(problem: PlacementProblem, op: int, finish_s: np.ndarray, device_of: np.ndarray) -> np.ndarray:
-    """(D,) time op's last input could arrive on each device, given its (scheduled) predecessors."""
-    offsets, ids = problem.graph.pred_csr
-    edges = ids[offsets[op]:offsets[op + 1]]
-    if len(edges) == 0:
-        return np.zeros(problem.num_devices)
-    src = problem.graph.edge_src[edges]
-    src_dev = device_of[src]
-    unplaced = src_dev < 0  # free sources not placed yet: they will follow this op (no transfer)
-    if unplaced.any():
-        edges, src, src_dev = edges[~unplaced], src[~unplaced], src_dev[~unplaced]
-        if len(edges) == 0:
-            return np.zeros(problem.num_devices)
-    nbytes = problem.graph.edge_bytes[edges].astype(np.float64)
-    arrive = (finish_s[src][:, None] + problem.comm_latency_s[src_dev]
-              + nbytes[:, None] * problem.comm_s_per_byte[src_dev])  # (P, D); diagonal terms are 0
-    return arrive.max(axis=0)
+class TransferBook:
+    """Transfers as the simulator makes them (``measurers.sim.reference``): one per (producer, destination
+    device), of the edge's bytes, on its link's channel, timed by ``LinkTable.transfer_s``; a channel
+    serves one transfer at a time, so a transfer starts at max(producer end, channel free).
+
+    ``arrival_s`` asks, without committing, when an op's inputs would all be on a device (its new transfers
+    queued on their channels in the simulator's order: producer end, then topological position);
+    ``commit`` books those transfers once the op is placed there. Channels only fill up, so an arrival
+    time asked earlier is a lower bound of the one asked now (``version`` counts the commits).
+    """
+
+    def __init__(self, problem: PlacementProblem, finish_s: np.ndarray, device_of: np.ndarray):
+        self.problem, self.finish_s, self.device_of = problem, finish_s, device_of  # shared (N,) arrays
+        self.links: LinkTable = link_table(problem.machine)
+        self.channel_of = self.links.channel_of.tolist()  # [D][D] channel index, -1 on the diagonal
+        self.channel_free_s = [0.0] * self.links.num_channels
+        self.booked_s: dict[tuple[int, int], float] = {}  # (producer, dst device) -> transfer end
+        self.version = 0
+        graph = problem.graph
+        position = np.empty(graph.num_ops, dtype=np.int64)
+        position[graph.topo_order] = np.arange(graph.num_ops)
+        self.position_array = position  # (N,) topological position of each op
+        self.position = position.tolist()
+        self.inputs = _inputs_by_producer(problem)  # per op: [(producer, bytes)] in topological order
+
+    def arrival_s(self, op: int, device: int) -> float:
+        """When op's last placed input would be on ``device`` if op were placed there now."""
+        ready, _ = self._plan(op, device)
+        return ready
+
+    def arrival_all_s(self, op: int) -> np.ndarray:
+        """(D,) ``arrival_s`` on every device."""
+        return np.array([self._plan(op, d)[0] for d in range(self.problem.num_devices)])
+
+    def commit(self, op: int, device: int) -> float:
+        """Book op's new input transfers to ``device``; returns when its inputs are all there."""
+        ready, new = self._plan(op, device)
+        for producer, channel, end_s in new:
+            self.booked_s[producer, device] = end_s
+            self.channel_free_s[channel] = max(self.channel_free_s[channel], end_s)
+        if new:
+            self.version += 1
+        return ready
+
+    def _plan(self, op: int, device: int) -> tuple[float, list[tuple[int, int, float]]]:
+        """(inputs-ready time, [(producer, channel, transfer end)] of the transfers op would add)."""
+        finish_s, device_of, booked = self.finish_s, self.device_of, self.booked_s
+        ready, requests = 0.0, []
+        for producer, nbytes in self.inputs[op]:
+            src = int(device_of[producer])
+            if src < 0:  # a free source not placed yet: it will follow op (no transfer)
+                continue
+            if src == device:
+                ready = max(ready, float(finish_s[producer]))
+            elif (producer, device) in booked:
+                ready = max(ready, booked[producer, device])
+            else:
+                requests.append((float(finish_s[producer]), self.position[producer], producer, src, nbytes))
+        if len(requests) > 1:
+            requests.sort()
+        new, free = [], {}
+        for request_s, _, producer, src, nbytes in requests:
+            channel = self.channel_of[src][device]
+            start = max(request_s, free.get(channel, self.channel_free_s[channel]))
+            free[channel] = end = start + self.links.transfer_s(src, device, nbytes)
+            new.append((producer, channel, end))
+            ready = max(ready, end)
+        return ready, new
+
+
+def _inputs_by_producer(problem: PlacementProblem) -> list[list[tuple[int, int]]]:
+    """Per op, its distinct producers with the largest edge bytes from each, sorted by topological position
+    (the order in which the simulator queues transfers that are requested at the same time)."""
+    graph = problem.graph
+    position = np.empty(graph.num_ops, dtype=np.int64)
+    position[graph.topo_order] = np.arange(graph.num_ops)
+    order = np.lexsort((position[graph.edge_src], graph.edge_dst))  # by consumer, then producer position
+    inputs: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_ops)]
+    for src, dst, nbytes in zip(graph.edge_src[order].tolist(), graph.edge_dst[order].tolist(),
+                                graph.edge_bytes[order].tolist()):
+        row = inputs[dst]
+        if row and row[-1][0] == src:
+            row[-1] = (src, max(row[-1][1], nbytes))
+        else:
+            row.append((src, nbytes))
+    return inputs
