@@ -54,6 +54,9 @@ class PolicyResult:
     stop_reason: str = "budget"  # "budget" | "time_limit" | "should_stop" | "converged" (learners: nothing new sampled)
     seconds_per_update: float = math.nan  # learned policies: learner time per iteration, measuring excluded
     warm_start_runtime_s: float = math.nan  # warm-started learners: the start as measured on their own units
+    solver_makespan_s: float = math.nan  # exact: the solver's own makespan of the placement (its model, not measured)
+    solver_bound_s: float = math.nan  # exact: the solver's proven lower bound on its model's makespan
+    solver_status: str = ""  # exact: optimal | feasible | infeasible | unknown, "" for other policies
 
 
 @dataclass

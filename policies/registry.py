@@ -28,6 +28,7 @@ class PolicyEntry:
     summary: str
     groups_itself: bool = False  # learns its own grouping of the colocation groups (the hierarchical planner)
     warm_startable: bool = False  # a non-learned policy that takes ``warm_start`` too (annealing)
+    default_baseline: bool = True  # `placer baselines` runs it when no --policies are named (exact: not, it is slow)
 
     @property
     def places_groups(self) -> bool:
@@ -41,7 +42,7 @@ class PolicyEntry:
 
     @property
     def takes_warm_start(self) -> bool:
-        """Its constructor takes ``warm_start`` (op placements, best-first): every learner, and annealing."""
+        """Its constructor takes ``warm_start`` (op placements, best-first): every learner, annealing and exact."""
         return self.learned or self.warm_startable
 
 
@@ -70,6 +71,9 @@ for _entry in (
     PolicyEntry("cem", "policies.search:CrossEntropyPolicy", "search", "cross-entropy method"),
     PolicyEntry("annealing", "policies.search:AnnealingPolicy", "search", "simulated annealing",
                 warm_startable=True),
+    PolicyEntry("exact", "policies.exact.policy:ExactPolicy", "search",
+                "joint placement and scheduling of the groups solved by CP-SAT (Moirai's formulation)",
+                warm_startable=True, default_baseline=False),
     PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
     PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),
@@ -83,8 +87,9 @@ for _entry in (
 
 
 def baseline_names() -> tuple[str, ...]:
-    """Every non-learned policy registered so far: what `placer baselines` runs by default."""
-    return tuple(name for name, entry in POLICIES.items() if not entry.learned)
+    """Every non-learned policy registered so far that runs by default (not ``exact``): what `placer
+    baselines` runs when no policies are named."""
+    return tuple(name for name, entry in POLICIES.items() if not entry.learned and entry.default_baseline)
 
 
 def learned_names() -> tuple[str, ...]:

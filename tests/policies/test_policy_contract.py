@@ -13,7 +13,12 @@ from policies.problem import make_problem
 from policies.registry import POLICIES, place, policy_entry
 
 LEARNER_OPTIONS = {"batch_size": 4, "hidden_size": 16, "torch_threads": 1}
+EXACT_OPTIONS = {"time_limit_s": 30.0, "num_workers": 1, "work_limit": 1.0}  # reproducible: deterministic time
 SEARCH_BUDGET = 8
+
+
+def policy_options(name: str) -> dict:
+    return LEARNER_OPTIONS if policy_entry(name).learned else EXACT_OPTIONS if name == "exact" else {}
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +43,7 @@ def run(name: str, problem, seed: int = 0):
     budget = 1 if entry.kind == "heuristic" else SEARCH_BUDGET
     measurer = CountingMeasurer(SimulatorMeasurer(problem.graph, problem.machine))
     seen = []
-    options = LEARNER_OPTIONS if entry.learned else {}
-    result = place(name, problem, measurer, budget, seed, lambda p, m: seen.append(m), **options)
+    result = place(name, problem, measurer, budget, seed, lambda p, m: seen.append(m), **policy_options(name))
     return result, measurer, seen, budget
 
 
@@ -110,7 +114,7 @@ def test_policy_contract__restricted_ops_stay_on_their_kinds_and_every_measureme
     measurer = RecordingMeasurer(SimulatorMeasurer(graph, problem.machine))
     seen = []
     result = place(name, problem, measurer, budget, 1, lambda p, m: seen.append((np.array(p, copy=True), m)),
-                   **(LEARNER_OPTIONS if entry.learned else {}))
+                   **policy_options(name))
     placement = result.op_placement
     bad = np.flatnonzero((graph.allowed_mask & problem.machine.kind_bits[placement]) == 0)
     assert not len(bad), f"{len(bad)} ops on a kind they may not use, e.g. {graph.op_names[bad[0]]!r}"

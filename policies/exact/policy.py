@@ -1,0 +1,130 @@
+"""``exact``: joint placement and scheduling of the coarse groups, solved by CP-SAT (policies/exact/cpsat.py).
+
+The policy builds the model of the problem's groups, solves it within ``time_limit_s`` (warm-started from
+``warm_start``'s first candidate, else from the best single GPU), and measures the placement with the
+measurer as every policy does. The model only approximates the measurer (coarse groups run as blocks,
+activations are not in its memory model), so while time and budget remain and the measurement is worse
+than the model said (or out of memory), it forbids that placement (a no-good cut) and solves again,
+keeping the best measured; it stops when the model's proven bound reaches the best measured step. On
+single-op groups, where the model is a relaxation of the simulator (or, with the dispatch rule, equal to
+it), this makes ``exact`` exact with respect to the simulator.
+
+A solver that stops at its limit without a solution is no error: the policy returns the warm start (or
+the best single GPU), measured, and says so in ``notes`` and ``solver_status`` ("no solution"), so a
+search that runs several policies goes on with the others.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
+from policies.exact.cpsat import ExactModel, Solution, model_size
+from policies.exact.quotient import QuotientGraph, quotient_graph
+from policies.problem import PlacementProblem
+from policies.simple import best_single_device, single_device_units
+
+SOLVERS = ("cpsat",)
+MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what a workstation holds
+MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
+DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
+
+
+@dataclass
+class ExactPolicy:
+    name: str = "exact"
+    time_limit_s: float = 60.0  # solver wall time, all solves together
+    solver: str = "cpsat"
+    warm_start: list | None = None  # op placements (N,), best first: the first is the solver's hint
+    num_workers: int | None = None  # CP-SAT workers; None: os.cpu_count() capped at 8
+    work_limit: float | None = None  # CP-SAT deterministic time per solve: with num_workers=1, reproducible runs
+    dispatch: str = "auto"  # "on": encode the simulator's FIFO dispatch; "off": free order; "auto": see DISPATCH_MAX_GROUPS
+
+    def place(self, problem: PlacementProblem, measurer, budget, seed, on_measurement=None) -> PolicyResult:
+        check_budget(budget)
+        self._check_options()
+        clock = DecisionClock()
+        quotient = quotient_graph(problem)
+        check_size(quotient)
+        counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), clock, on_measurement)
+        hint, hint_name = self._hint(problem)
+        dispatch = self.dispatch == "on" or (self.dispatch == "auto" and quotient.single_op
+                                             and quotient.num_groups <= DISPATCH_MAX_GROUPS)
+        model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=dispatch)
+        deadline = clock.started + float(self.time_limit_s)
+        first, chosen, solves, proven = None, None, 0, False
+        tolerance_s = (quotient.num_groups + 2 * quotient.num_edges + 1) * model.tick_s  # rounding of ticks
+        while counter.left > 0 and time.perf_counter() < deadline:
+            solution = model.solve(deadline - time.perf_counter(), hint, self.num_workers, seed, self.work_limit)
+            solves += 1
+            first = solution if first is None else first
+            if solution.unit_placement is None:
+                proven = solution.status == "infeasible" and chosen is not None  # every other placement cut
+                break
+            cost = counter.measure([problem.expand(solution.unit_placement)])[0]
+            if chosen is None or cost < chosen[1]:  # as the counter keeps its best: strictly better
+                chosen = (solution, cost)
+            if solution.bound_s >= counter.best_cost_s - tolerance_s:
+                proven = solution.status == "optimal"
+                break
+            if solution.status != "optimal":
+                break  # stopped at its limit: no time left for another solve
+            model.forbid(solution.unit_placement)
+            hint = None
+        if chosen is None:
+            return self._fallback(problem, counter, hint_name, first, quotient)
+        return self._result(problem, counter, chosen[0], first, solves, proven, dispatch)
+
+    def _check_options(self) -> None:
+        if not (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
+            raise PlacerError(f"exact: time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
+        if self.solver not in SOLVERS:
+            raise PlacerError(f"exact: unknown solver {self.solver!r} (known: {', '.join(SOLVERS)})")
+        if self.dispatch not in ("auto", "on", "off"):
+            raise PlacerError(f"exact: dispatch must be auto, on or off, got {self.dispatch!r}")
+
+    def _hint(self, problem: PlacementProblem) -> tuple[np.ndarray, str]:
+        """(U,) the solver's starting placement: the first warm-start candidate, else the best single GPU."""
+        if self.warm_start:
+            from policies.rl.warm_start import check_warm_start, distinct_unit_placements
+
+            return distinct_unit_placements(problem, check_warm_start(problem, self.warm_start))[0][0], "the warm start"
+        kind = "gpu" if problem.gpu_indices() else None
+        return single_device_units(problem, best_single_device(problem, kind)), "the best single GPU"
+
+    def _fallback(self, problem, counter: BudgetedMeasurer, hint_name: str, first: Solution | None,
+                  quotient: QuotientGraph) -> PolicyResult:
+        hint, _ = self._hint(problem)
+        counter.measure([problem.expand(hint)])
+        status = first.status if first is not None else "unknown"
+        notes = (f"the solver found no placement of the {quotient.num_groups} groups within {self.time_limit_s:g} s "
+                 f"({status}): returning {hint_name}")
+        result = search_result(self.name, problem, counter, notes=notes)
+        return replace(result, stop_reason="time_limit", solver_status=f"{status}, no solution",
+                       solver_bound_s=first.bound_s if first is not None else math.nan)
+
+    def _result(self, problem, counter: BudgetedMeasurer, chosen: Solution, first: Solution, solves: int,
+                proven: bool, dispatch: bool) -> PolicyResult:
+        result = search_result(self.name, problem, counter)
+        measured = result.best.runtime_s if result.best.ok else math.nan
+        notes = (f"solver ({'dispatch rule' if dispatch else 'free order'}, {solves} solve(s)): makespan "
+                 f"{chosen.makespan_s:.6g} s, bound {first.bound_s:.6g} s, {first.status}; measured "
+                 f"{measured:.6g} s{' (proven best for the measurer)' if proven else ''}")
+        return replace(result, notes=notes, stop_reason="converged" if proven else "time_limit",
+                       solver_makespan_s=float(chosen.makespan_s), solver_bound_s=float(first.bound_s),
+                       solver_status=first.status)
+
+
+def check_size(quotient: QuotientGraph) -> None:
+    """PlacerError when the model would not fit the solver's memory (MAX_GROUPS, MAX_MODEL_SIZE)."""
+    size = model_size(quotient)
+    if quotient.num_groups > MAX_GROUPS or size > MAX_MODEL_SIZE:
+        raise PlacerError(f"exact: {quotient.num_groups} groups on {quotient.num_devices} devices "
+                          f"({quotient.num_edges} group edges, model size ~{size:,}) is more than the solver can "
+                          f"hold (at most {MAX_GROUPS} groups and a model size of {MAX_MODEL_SIZE:,}): "
+                          f"place fewer, coarser groups (--groups)")
