@@ -11,9 +11,10 @@
   the makespan w; minimise w subject to s_i + p_i + c_e x_e <= s_j for every edge e = (i, j),
   sum_{e out of i} x_e >= outdeg(i) - 1, sum_{e into j} x_e >= indeg(j) - 1, s_i + p_i <= w. Solved with
   HiGHS through ``scipy.optimize.linprog``; x_e < 1/2 rounds to a favourite edge (each op keeps at most one
-  favourite child and one favourite parent). While scheduling, a device whose last op has a favourite child
-  that is ready is held for it: only that child may start there next (Baechi also lets "urgent" ops
-  through; we do not).
+  favourite child and one favourite parent). While scheduling, a favourite child goes to its parent's
+  device (its edge carries no transfer), where it starts in the device's order like any other op. (Baechi
+  instead holds the parent's device idle for the child, letting "urgent" ops through; the simulator -- and
+  a real executor -- dispatches whatever is ready, so a hold would be a schedule no step follows.)
 
 Transfers are timed as the simulator times them (``policies.listsched.TransferBook``): one per (producer,
 destination device), queued on its link's channel, so transfers that share a channel are serialized in the
@@ -142,6 +143,7 @@ class EtfScheduler:
         self.arrival_s = np.zeros((n, d))  # (N, D) when each ready op's inputs could be on each device
         self.arrival_version = np.zeros((n, d), dtype=np.int64)  # (N, D) book.version arrival_s was asked at
         self.extra_bytes = np.zeros(n, dtype=np.int64)  # memory of free inputs an op pulls along
+        self.home = np.full(n, -1, dtype=np.int64)  # m-SCT: the device a favourite child must go to
         self.times = np.where(problem.op_allowed, problem.op_time_s, np.inf)  # (N, D)
         self.device_free = np.zeros(d)
         self.pending = [[] for _ in range(d)]  # heaps of (arrival_s, tie, op)
@@ -154,7 +156,6 @@ class EtfScheduler:
         graph = self.problem.graph
         indegree = np.bincount(graph.edge_dst, minlength=graph.num_ops)
         offsets, _ = graph.succ_csr
-        held_for = np.full(self.problem.num_devices, -1, dtype=np.int64)  # m-SCT: favourite child waited for
         for op in np.flatnonzero(indegree == 0):
             if not self.sources.free[op]:
                 self._make_ready(int(op))
@@ -164,8 +165,9 @@ class EtfScheduler:
                 if indegree[succ] == 0:
                     self._make_ready(int(succ))
         while self.ready:
-            op, device, start = self._choose(held_for)
-            self.sources.follow(op, device, self.finish_s, self.device_of)
+            op, device, start = self._choose()
+            if self.sources.follow(op, device, self.finish_s, self.device_of):
+                self.book.invalidate()
             start = max(start, self.book.commit(op, device))  # (later only if a free input went elsewhere)
             self.device_of[op] = device
             self.finish_s[op] = start + self.times[op, device]
@@ -173,8 +175,7 @@ class EtfScheduler:
             self.reservations.place(op, device)
             self.ready.discard(op)
             if self.favourite_child is not None:
-                held_for[held_for == op] = -1
-                held_for[device] = self.favourite_child[op]
+                self._send_home(int(self.favourite_child[op]), device)
             for succ in graph.edge_dst[offsets[op]:offsets[op + 1]]:
                 indegree[succ] -= 1
                 if indegree[succ] == 0:
@@ -184,8 +185,8 @@ class EtfScheduler:
         return self
 
     def _make_ready(self, op: int) -> None:
-        self.arrival_s[op] = self.book.arrival_all_s(op)
-        self.arrival_version[op] = self.book.version
+        self.arrival_s[op] = self.book.inputs_done_s(op)  # a lower bound, asked for when at a heap's top
+        self.arrival_version[op] = -1
         self.extra_bytes[op] = self.sources.pending_bytes(op)
         self.ready.add(op)
         for device in np.flatnonzero(self.reservations.static[op]):
@@ -197,6 +198,11 @@ class EtfScheduler:
             self.arrival_s[op, device] = self.book.arrival_s(op, device)
             self.arrival_version[op, device] = self.book.version
         return float(self.arrival_s[op, device])
+
+    def _may_start(self, op: int, device: int) -> bool:
+        """op is still to schedule and may go to ``device`` now (memory, unit, m-SCT's favourite edge)."""
+        home = self.home[op]
+        return op in self.ready and (home < 0 or home == device) and self._fits(op, device)
 
     def _fits(self, op: int, device: int) -> bool:
         res = self.reservations
@@ -211,7 +217,7 @@ class EtfScheduler:
         pending = self.pending[device]
         while pending:
             arrival, tie, op = pending[0]
-            if op not in self.ready or not self._fits(op, device):
+            if not self._may_start(op, device):
                 heapq.heappop(pending)  # scheduled, or never fits here again
                 continue
             fresh = self._arrival(op, device)
@@ -233,7 +239,7 @@ class EtfScheduler:
             heapq.heappush(released, (top[1], top[0], top[2]))
         while released:
             tie, _, op = released[0]
-            if op not in self.ready or not self._fits(op, device):
+            if not self._may_start(op, device):
                 heapq.heappop(released)
                 continue
             fresh = self._arrival(op, device)
@@ -244,20 +250,24 @@ class EtfScheduler:
         top = self._pending_top(device)
         return None if top is None else (top[0], -self.priority[top[2]], top[2])
 
-    def _choose(self, held_for: np.ndarray) -> tuple[int, int, float]:
+    def _choose(self) -> tuple[int, int, float]:
         best = None
         for device in range(self.problem.num_devices):
-            child = held_for[device]
-            if child >= 0 and child in self.ready and self.reservations.static[child, device] and self._fits(child, device):
-                pick = (max(self.free_at(device), self._arrival(child, device)), -self.priority[child], child)
-            else:
-                pick = self._best_on(device)
+            pick = self._best_on(device)
             if pick is not None and (best is None or pick[:2] < best[0][:2]):
                 best = (pick, device)
         if best is None:  # nothing fits anywhere: new units go where most memory is left (may be oom)
             return self._choose_ignoring_memory()
         (start, _, op), device = best
         return op, device, float(start)
+
+    def _send_home(self, child: int, device: int) -> None:
+        """m-SCT: the favourite child of an op placed on ``device`` goes there too, if its unit may."""
+        if child < 0 or not self.reservations.static[child, device]:
+            return
+        unit_device = self.reservations.unit_device[self.problem.op_unit[child]]
+        if unit_device < 0 and self._fits(child, device) or unit_device == device:
+            self.home[child] = device
 
     def free_at(self, device: int) -> float:
         return float(self.device_free[device])

@@ -65,7 +65,7 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto",
             start = slots[device].earliest_start(book.arrival_s(int(op), device), times[op, device])
             best = min(best, (start + times[op, device], start, device))
         end, start, device = best
-        sources.follow(int(op), device, finish_s, device_of)
+        sources.follow(int(op), device, finish_s, device_of)  # HEFT asks each arrival once: no invalidate
         ready_s = book.commit(int(op), device)
         if ready_s > start:  # a free input went elsewhere (its unit's device): it has to be sent
             start = slots[device].earliest_start(ready_s, times[op, device])

@@ -135,9 +135,14 @@ class FreeSourceTracker:
     def __init__(self, problem: PlacementProblem, cand: np.ndarray, reservations: Reservations):
         self.problem, self.reservations = problem, reservations
         self.free = free_sources(problem, cand)  # (N,) bool
+        graph = problem.graph
+        self.has_free_input = np.bincount(graph.edge_dst[self.free[graph.edge_src]],
+                                          minlength=graph.num_ops) > 0  # (N,) bool
 
     def pending_bytes(self, op: int) -> int:
         """Memory of the still unplaced units of op's free inputs (they will follow op)."""
+        if not self.has_free_input[op]:
+            return 0
         graph, res = self.problem.graph, self.reservations
         offsets, ids = graph.pred_csr
         src = graph.edge_src[ids[offsets[op]:offsets[op + 1]]]
@@ -145,10 +150,13 @@ class FreeSourceTracker:
         units = units[res.unit_device[units] < 0]
         return int(res.unit_bytes[units].sum())
 
-    def follow(self, op: int, device: int, finish_s: np.ndarray, device_of: np.ndarray) -> None:
-        """Place op's unplaced free inputs on ``device`` (at time 0)."""
+    def follow(self, op: int, device: int, finish_s: np.ndarray, device_of: np.ndarray) -> int:
+        """Place op's unplaced free inputs on ``device`` (at time 0); returns how many were placed."""
+        if not self.has_free_input[op]:
+            return 0
         graph, res = self.problem.graph, self.reservations
         offsets, ids = graph.pred_csr
+        placed = 0
         for src in graph.edge_src[ids[offsets[op]:offsets[op + 1]]]:
             if self.free[src] and device_of[src] < 0:
                 unit = self.problem.op_unit[src]
@@ -159,6 +167,8 @@ class FreeSourceTracker:
                     target = options[np.argmin(res.used_bytes[options])]
                 res.place(int(src), int(target))
                 device_of[src], finish_s[src] = target, 0.0
+                placed += 1
+        return placed
 
 
 class TransferBook:
@@ -191,9 +201,18 @@ class TransferBook:
         ready, _ = self._plan(op, device)
         return ready
 
+    def inputs_done_s(self, op: int) -> float:
+        """When op's last placed input ends: a lower bound of ``arrival_s`` on every device."""
+        finish_s, device_of = self.finish_s, self.device_of
+        return max((float(finish_s[p]) for p, _ in self.inputs[op] if device_of[p] >= 0), default=0.0)
+
     def arrival_all_s(self, op: int) -> np.ndarray:
         """(D,) ``arrival_s`` on every device."""
         return np.array([self._plan(op, d)[0] for d in range(self.problem.num_devices)])
+
+    def invalidate(self) -> None:
+        """Producers were placed outside ``commit`` (free sources): arrival times asked before may be stale."""
+        self.version += 1
 
     def commit(self, op: int, device: int) -> float:
         """Book op's new input transfers to ``device``; returns when its inputs are all there."""
