@@ -1,8 +1,9 @@
 """``exact``: joint placement and scheduling of the coarse groups, solved by CP-SAT (policies/exact/cpsat.py).
 
-The policy builds the model of the problem's groups, solves it within ``time_limit_s`` (warm-started from
-``warm_start``'s first candidate, else from the best single GPU), and measures the placement with the
-measurer as every policy does. The model only approximates the measurer (coarse groups run as blocks,
+The policy builds the model of the problem's groups (scheduled as pieces, or as Moirai's blocks where the
+pieces would be many: policies/exact/quotient.py), solves it within ``time_limit_s`` (the whole schedule
+hinted from ``warm_start``'s first candidate, else from the best single GPU), and measures the placement
+with the measurer as every policy does. The model only approximates the measurer (pieces run as blocks,
 activations are not in its memory model), so while time and budget remain and the measurement is worse
 than the model said (or out of memory), it forbids that placement (a no-good cut) and solves again,
 keeping the best measured; it stops when the model's proven bound reaches the best measured step. On
@@ -25,7 +26,7 @@ import numpy as np
 from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size
-from policies.exact.quotient import QuotientGraph, quotient_graph
+from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
@@ -33,6 +34,7 @@ SOLVERS = ("cpsat",)
 MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what a workstation holds
 MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
 DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
+MAX_PIECES_PER_GROUP = 2.0  # split "auto": rounds while they give at most this many pieces per group, else blocks
 
 
 @dataclass
@@ -44,41 +46,56 @@ class ExactPolicy:
     num_workers: int | None = None  # CP-SAT workers; None: os.cpu_count() capped at 8
     work_limit: float | None = None  # CP-SAT deterministic time per solve: with num_workers=1, reproducible runs
     dispatch: str = "auto"  # "on": encode the simulator's FIFO dispatch; "off": free order; "auto": see DISPATCH_MAX_GROUPS
+    split: str = "auto"  # groups as pieces (quotient.py): "rounds", "none" (Moirai's blocks), "auto": see MAX_PIECES_PER_GROUP
 
     def place(self, problem: PlacementProblem, measurer, budget, seed, on_measurement=None) -> PolicyResult:
         check_budget(budget)
         self._check_options()
         clock = DecisionClock()
-        quotient = quotient_graph(problem)
+        quotient = self._quotient(problem)
         check_size(quotient)
         counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), clock, on_measurement)
-        hint, hint_name = self._hint(problem)
         dispatch = self.dispatch == "on" or (self.dispatch == "auto" and quotient.single_op
                                              and quotient.num_groups <= DISPATCH_MAX_GROUPS)
         model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=dispatch)
-        deadline = clock.started + float(self.time_limit_s)
-        first, chosen, solves, proven = None, None, 0, False
-        tolerance_s = (quotient.num_groups + 2 * quotient.num_edges + 1) * model.tick_s  # rounding of ticks
+        run = self._solve_and_measure(problem, model, counter, clock.started + float(self.time_limit_s), seed)
+        if run.chosen is None:
+            return self._fallback(problem, counter, run.first, quotient)
+        return self._result(problem, counter, run, quotient, dispatch)
+
+    def _solve_and_measure(self, problem, model: ExactModel, counter: BudgetedMeasurer, deadline: float,
+                           seed: int) -> "SolveRun":
+        """Solve, measure, cut the placement and solve again while the model's bound is below the best
+        measured step (and time and budget remain)."""
+        run, hint = SolveRun(), self._hint(problem)[0]
+        q = model.quotient
+        tolerance_s = (q.num_pieces + 2 * q.num_edges + 1) * model.tick_s  # ticks are rounded down
         while counter.left > 0 and time.perf_counter() < deadline:
             solution = model.solve(deadline - time.perf_counter(), hint, self.num_workers, seed, self.work_limit)
-            solves += 1
-            first = solution if first is None else first
+            run.solves += 1
+            run.first = solution if run.first is None else run.first
             if solution.unit_placement is None:
-                proven = solution.status == "infeasible" and chosen is not None  # every other placement cut
+                run.converged = solution.status == "infeasible" and run.chosen is not None  # all others cut
                 break
             cost = counter.measure([problem.expand(solution.unit_placement)])[0]
-            if chosen is None or cost < chosen[1]:  # as the counter keeps its best: strictly better
-                chosen = (solution, cost)
+            if run.chosen is None or cost < run.chosen_cost_s:  # as the counter keeps its best: strictly better
+                run.chosen, run.chosen_cost_s = solution, cost
             if solution.bound_s >= counter.best_cost_s - tolerance_s:
-                proven = solution.status == "optimal"
+                run.converged = solution.status == "optimal"
                 break
             if solution.status != "optimal":
                 break  # stopped at its limit: no time left for another solve
             model.forbid(solution.unit_placement)
             hint = None
-        if chosen is None:
-            return self._fallback(problem, counter, hint_name, first, quotient)
-        return self._result(problem, counter, chosen[0], first, solves, proven, dispatch)
+        return run
+
+    def _quotient(self, problem: PlacementProblem) -> QuotientGraph:
+        if self.split != "auto":
+            return quotient_graph(problem, self.split)
+        rounds = quotient_graph(problem, "rounds")
+        if rounds.num_pieces <= MAX_PIECES_PER_GROUP * rounds.num_groups:
+            return rounds
+        return quotient_graph(problem, "none")
 
     def _check_options(self) -> None:
         if not (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
@@ -87,6 +104,8 @@ class ExactPolicy:
             raise PlacerError(f"exact: unknown solver {self.solver!r} (known: {', '.join(SOLVERS)})")
         if self.dispatch not in ("auto", "on", "off"):
             raise PlacerError(f"exact: dispatch must be auto, on or off, got {self.dispatch!r}")
+        if self.split not in ("auto", *SPLITS):
+            raise PlacerError(f"exact: split must be auto, {' or '.join(SPLITS)}, got {self.split!r}")
 
     def _hint(self, problem: PlacementProblem) -> tuple[np.ndarray, str]:
         """(U,) the solver's starting placement: the first warm-start candidate, else the best single GPU."""
@@ -97,9 +116,9 @@ class ExactPolicy:
         kind = "gpu" if problem.gpu_indices() else None
         return single_device_units(problem, best_single_device(problem, kind)), "the best single GPU"
 
-    def _fallback(self, problem, counter: BudgetedMeasurer, hint_name: str, first: Solution | None,
+    def _fallback(self, problem, counter: BudgetedMeasurer, first: Solution | None,
                   quotient: QuotientGraph) -> PolicyResult:
-        hint, _ = self._hint(problem)
+        hint, hint_name = self._hint(problem)
         counter.measure([problem.expand(hint)])
         status = first.status if first is not None else "unknown"
         notes = (f"the solver found no placement of the {quotient.num_groups} groups within {self.time_limit_s:g} s "
@@ -108,16 +127,30 @@ class ExactPolicy:
         return replace(result, stop_reason="time_limit", solver_status=f"{status}, no solution",
                        solver_bound_s=first.bound_s if first is not None else math.nan)
 
-    def _result(self, problem, counter: BudgetedMeasurer, chosen: Solution, first: Solution, solves: int,
-                proven: bool, dispatch: bool) -> PolicyResult:
+    def _result(self, problem, counter: BudgetedMeasurer, run: "SolveRun", quotient: QuotientGraph,
+                dispatch: bool) -> PolicyResult:
         result = search_result(self.name, problem, counter)
-        measured = result.best.runtime_s if result.best.ok else math.nan
-        notes = (f"solver ({'dispatch rule' if dispatch else 'free order'}, {solves} solve(s)): makespan "
-                 f"{chosen.makespan_s:.6g} s, bound {first.bound_s:.6g} s, {first.status}; measured "
-                 f"{measured:.6g} s{' (proven best for the measurer)' if proven else ''}")
-        return replace(result, notes=notes, stop_reason="converged" if proven else "time_limit",
-                       solver_makespan_s=float(chosen.makespan_s), solver_bound_s=float(first.bound_s),
-                       solver_status=first.status)
+        measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
+        model = (f"{quotient.num_groups} groups as {quotient.num_pieces} pieces, "
+                 f"{'dispatch rule' if dispatch else 'free order'}")
+        proof = ""
+        if run.converged:
+            proof = " (proven best for the measurer)" if quotient.single_op else " (model solved, bound reached)"
+        notes = (f"solver ({model}, {run.solves} solve(s)): makespan {run.chosen.makespan_s:.6g} s, bound "
+                 f"{run.first.bound_s:.6g} s, {run.first.status}; measured {measured}{proof}")
+        return replace(result, notes=notes, stop_reason="converged" if run.converged else "time_limit",
+                       solver_makespan_s=float(run.chosen.makespan_s), solver_bound_s=float(run.first.bound_s),
+                       solver_status=run.first.status)
+
+
+@dataclass
+class SolveRun:
+    """What the solve-measure-cut loop found."""
+    first: Solution | None = None  # the first solve: its bound holds for every placement
+    chosen: Solution | None = None  # the solve whose placement measured best
+    chosen_cost_s: float = math.inf
+    solves: int = 0
+    converged: bool = False  # the model's bound reached the best measured step
 
 
 def check_size(quotient: QuotientGraph) -> None:
