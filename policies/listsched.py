@@ -185,7 +185,9 @@ class TransferBook:
     def __init__(self, problem: PlacementProblem, finish_s: np.ndarray, device_of: np.ndarray):
         self.problem, self.finish_s, self.device_of = problem, finish_s, device_of  # shared (N,) arrays
         self.links: LinkTable = link_table(problem.machine)
-        self.channel_of = self.links.channel_of.tolist()  # [D][D] channel index, -1 on the diagonal
+        num_devices = problem.num_devices  # (LinkTable.channel_of fails on a machine without links)
+        self.channel_of = (self.links.channel_of.tolist() if self.links.num_channels
+                           else [[-1] * num_devices for _ in range(num_devices)])  # [D][D], -1 on the diagonal
         self.channel_free_s = [0.0] * self.links.num_channels
         self.booked_s: dict[tuple[int, int], float] = {}  # (producer, dst device) -> transfer end
         self.version = 0

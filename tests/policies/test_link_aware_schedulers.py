@@ -138,3 +138,11 @@ def test_etf__priority_dispatch_still_available_and_unknown_dispatch_refused():
     assert (scheduler.device_of >= 0).all() and scheduler.makespan_s == pytest.approx(1.95)
     with pytest.raises(PlacerError, match="unknown dispatch"):
         EtfScheduler(problem, dispatch="lifo")
+
+
+@pytest.mark.parametrize("name", SCHEDULERS)
+def test_scheduler__a_machine_of_one_device_has_no_links_and_no_transfers(name):
+    graph = fork_join_graph()
+    machine = Machine("one", bus_machine(1).devices, ())
+    device_of, makespan_s = schedule(make_problem(graph, machine), name)
+    assert device_of.tolist() == [0] * 5 and makespan_s == pytest.approx(3.75)
