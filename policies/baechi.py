@@ -3,8 +3,11 @@
 - m-TOPO: walk the ops in topological order and fill one GPU after another, each up to an even share of
   the model's memory (total / #GPUs + the largest unit), never above its capacity.
 - m-ETF: earliest-task-first list scheduling. Repeatedly start the (ready op, device) pair that can start
-  earliest, where a device is allowed only if the op's unit fits in its remaining memory. Ties go to the op
-  with the longer path to the end of the graph.
+  earliest, where a device is allowed only if the op's unit fits in its remaining memory. On one device the
+  candidate is the op whose inputs arrive first (ties: topological position), the order in which the
+  simulator dispatches, so the schedule is one the step follows (Baechi's own pick, the longest path to the
+  end among the ops already there, is ``EtfScheduler(dispatch="priority")``); between devices, ties go to
+  the op with the longer path to the end of the graph.
 - m-SCT: m-ETF plus "favourite children". A linear program (the relaxation of Hanen-Munier's small
   communication time scheduling, as Baechi writes it) chooses for each op at most one child whose edge is
   kept on the same device: variables x_e in [0, 1] (0 = favourite edge: no transfer), start times s_i and
