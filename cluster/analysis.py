@@ -10,7 +10,8 @@ Parquet files are ever visible, and ``read_run`` gives each row once, also while
 while) a finished run's parts are compacted into one file (see cluster/runlog.py). The lower bound comes
 from the manifest (searches and baselines runs record it), else from ``result.json`` (written when a
 search finishes) or, when the graph is in the benchmark cache on disk, from the cached graph; otherwise
-it is unknown (NaN).
+it is unknown (NaN). The proven bound (policies/exact/bound.py) is read, never solved: from the manifest,
+else ``result.json``; runs made before it was recorded have none (NaN).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class RunSummary:
     measurements_per_s: float
     finished: bool  # result.json is there
     baselines: tuple[PolicyBest, ...] = field(default=())  # every other policy tag logged in the run
+    proven_bound_s: float = math.nan  # best proven bound recorded by the run; nan when none was
+    proven_bound_holds_for: str = ""  # the placements it holds for (e.g. "placements of the 32 scope groups ...")
+    ratio_to_proven_bound: float = math.nan
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -177,6 +181,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[Po
     started = run_started_at(manifest)
     wall_s = wall_s_of(rows, started)
     lower = lower_bound_of(run, manifest)
+    proven_s, proven_for = proven_bound_of(run, manifest)
     baseline_s = baseline.runtime_s if baseline is not None else math.nan
     return RunSummary(
         run_dir=str(run), run_id=manifest.run_id, graph=manifest.graph_name, machine=manifest.machine_name,
@@ -186,7 +191,8 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[Po
         measurements=len(measured), cache_hits=len(rows) - len(measured), failures=failures, wall_s=wall_s,
         measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,
         finished=(run / RESULT_FILE).is_file(),
-        baselines=tuple(b for p, b in bests.items() if p != manifest.policy))
+        baselines=tuple(b for p, b in bests.items() if p != manifest.policy),
+        proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s))
 
 
 def wall_s_of(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:
@@ -222,6 +228,22 @@ def lower_bound_of(run: Path, manifest: RunManifest) -> float:
     from measurers.sim.lower_bound import lower_bound_s
 
     return float(lower_bound_s(graph, machine_from_json(manifest.machine)))
+
+
+def proven_bound_of(run: Path, manifest: RunManifest) -> tuple[float, str]:
+    """(seconds, what it holds for) of the proven bound the run recorded: the manifest's, else
+    result.json's; (NaN, "") when neither has one."""
+    if manifest.proven_bound_s is not None:
+        return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
+    path = run / RESULT_FILE
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("proven_bound_s") is not None:
+                return float(data["proven_bound_s"]), str(data.get("proven_bound_holds_for") or "")
+        except (ValueError, AttributeError, TypeError):
+            pass
+    return math.nan, ""
 
 
 def cached_graph(manifest: RunManifest):

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from cluster.analysis import lower_bound_of, policy_bests
+from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
@@ -153,9 +153,10 @@ class Settings:
     hidden_size: int = SearchConfig.hidden_size
     seed: int = 0
     quick: bool = False
+    bound_time_limit_s: float = SearchConfig.bound_time_limit_s  # the proven bound of each cell's groups
 
 
-QUICK = Settings(budget=8, batch=4, groups=32, hidden_size=32, quick=True)
+QUICK = Settings(budget=8, batch=4, groups=32, hidden_size=32, quick=True, bound_time_limit_s=2.0)
 
 
 def settings_for(quick: bool, measurer: str = "sim", budget: int | None = None, groups: int | None = None,
@@ -260,10 +261,13 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
         run_dir.rename(run_dir.with_name(f".broken-{time.time_ns()}-{run_dir.name}"))  # died before it could resume
         run_dir = None
     cell_dir.mkdir(parents=True, exist_ok=True)
+    bound_time_limit_s = settings.bound_time_limit_s  # a resumed run keeps its own (and its bound, in its manifest)
+    if run_dir is not None:
+        bound_time_limit_s = read_manifest(run_dir).config.get("bound_time_limit_s", SearchConfig.bound_time_limit_s)
     config = SearchConfig(graph=cell.graph, machine=cell.machine, policy=policy, measurer=settings.measurer,
                           budget=settings.budget, batch=settings.batch, groups=settings.groups,
                           grouping=settings.grouping, seed=settings.seed, out=str(cell_dir),
-                          hidden_size=settings.hidden_size,
+                          hidden_size=settings.hidden_size, bound_time_limit_s=bound_time_limit_s,
                           baselines=baselines,
                           resume=None if run_dir is None else str(run_dir))
     emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))
@@ -304,6 +308,14 @@ class CellResult:
     measurements: int
     wall_s: float
     finished: bool
+    proven_bound_s: float = math.nan  # best proven bound of the cell's searched groups (from its run folders)
+    proven_bound_holds_for: str = ""
+
+    @property
+    def ratio_to_proven_bound(self) -> float:
+        """The fastest method's step time over the proven bound (nan when either is unknown)."""
+        best_s = self.methods[self.winner].runtime_s if self.winner else math.nan
+        return best_s / self.proven_bound_s if self.proven_bound_s > 0 else math.nan
 
     def to_json(self) -> dict:
         from cluster.jsonout import json_safe
@@ -311,6 +323,7 @@ class CellResult:
         data = asdict(self)
         data["cell"] = {"graph": self.cell.graph, "machine": self.cell.machine, "gpus": self.cell.gpus,
                         "paper_approx": None if self.cell.paper is None else asdict(self.cell.paper)}
+        data["ratio_to_proven_bound"] = self.ratio_to_proven_bound
         return json_safe(data)
 
 
@@ -324,6 +337,7 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
 
     methods = {m: MethodResult(math.nan, "not run") for m in experiment.methods}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
+    proven, proven_for = math.nan, ""
     for policy in experiment.searches:
         run_dir = find_cell_run(cell_dir, policy)
         if run_dir is None:
@@ -335,6 +349,8 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
                 methods[tag] = MethodResult(best.runtime_s, best.status)
         if math.isnan(lower):
             lower = lower_bound_of(run_dir, manifest)
+        if math.isnan(proven):
+            proven, proven_for = proven_bound_of(run_dir, manifest)
         runs.append(str(run_dir))
         measured += int((~rows["cache_hit"].astype(bool)).sum())
         wall += wall_s_of(rows, run_started_at(manifest))
@@ -345,7 +361,7 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
     winner = _best_of(methods, experiment.methods)
     claims = _claims(experiment, cell, methods, gain, baseline)
     return CellResult(cell, experiment.learned, methods, lower, gain, baseline, winner, claims, tuple(runs),
-                      measured, wall, finished)
+                      measured, wall, finished, proven, proven_for)
 
 
 def _best_of(methods: dict[str, MethodResult], names) -> str:

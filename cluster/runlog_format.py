@@ -87,6 +87,8 @@ class RunManifest:
     format_version: int = FORMAT_VERSION
     cpu: str = ""  # the CPU model that ran the run: learned policies' results depend on it ("" before)
     resumes: tuple[dict, ...] = ()  # one record per resume: when, command, settings changed (old, new)
+    proven_bound_s: float | None = None  # best proven bound (policies.exact.bound); None: not computed (older runs)
+    proven_bound_holds_for: str | None = None  # the placements it holds for, e.g. "every placement"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, default=str)

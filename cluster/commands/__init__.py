@@ -8,6 +8,7 @@ COMMAND_MODULES = [
     "cluster.commands.analyze",  # placer analyze
     "cluster.commands.apply",  # placer apply
     "cluster.commands.baselines",  # placer baselines
+    "cluster.commands.bound",  # placer bound
     "cluster.commands.graphs",  # placer graphs list|show|export|import
     "cluster.commands.machines",  # placer machines list|show
     "cluster.commands.measure",  # placer measure

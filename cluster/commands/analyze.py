@@ -54,8 +54,8 @@ def print_summaries(summaries) -> None:
     from rich.table import Table
 
     table = Table(title=f"{len(summaries)} run(s)")
-    headers = ("graph", "machine", "policy", "best (s)", "x lower bound", "x best baseline", "measurements",
-               "failures", "wall (s)", "meas/s", "state", "run")
+    headers = ("graph", "machine", "policy", "best (s)", "x lower bound", "x proven bound", "x best baseline",
+               "measurements", "failures", "wall (s)", "meas/s", "state", "run")
     for header in headers:
         table.add_column(header, justify="left" if header in ("graph", "machine", "policy", "failures", "state",
                                                                "run") else "right")
@@ -66,7 +66,12 @@ def print_summaries(summaries) -> None:
             baseline += f" ({s.best_baseline})"
         hits = f" (+{s.cache_hits} cached)" if s.cache_hits else ""
         table.add_row(s.graph, s.machine, s.policy or "-", _num(s.best_runtime_s, ".4g"),
-                      _num(s.ratio_to_lower_bound, ".3f"), baseline, f"{s.measurements}{hits}", failures,
+                      _num(s.ratio_to_lower_bound, ".3f"), _num(s.ratio_to_proven_bound, ".3f"), baseline, f"{s.measurements}{hits}", failures,
                       _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
                       "finished" if s.finished else "running or stopped", s.run_id)
-    Console(width=220).print(table)
+    console = Console(width=240)
+    console.print(table)
+    bounds = {(s.graph, s.machine, s.proven_bound_holds_for): s.proven_bound_s for s in summaries
+              if math.isfinite(s.proven_bound_s)}
+    for (graph, machine, holds_for), bound_s in bounds.items():  # which placements each proven bound holds for
+        console.print(f"{graph} on {machine}: proven bound {bound_s:.4g} s holds for {holds_for}")

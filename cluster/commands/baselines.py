@@ -38,6 +38,9 @@ def register(subparsers) -> None:
                         "(default: measurers.timing.default_timing, 1 for sim, 5 for torch/tf)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
     parser.add_argument("--ray-address", default=None, help="real measurers: join this Ray cluster")
+    parser.add_argument("--bound-time-limit", type=float, default=d.bound_time_limit_s, dest="bound_time_limit_s",
+                        metavar="S", help=f"seconds for the proven bound on the searches' groups (placer bound; "
+                                          f"default {d.bound_time_limit_s:g}, 0: the closed form only)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--out", default=None, metavar="DIR", help="write a run log under DIR")
     parser.set_defaults(func=_run)
@@ -54,13 +57,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(outcome.to_json())
     else:
-        print_table(outcome.table)
+        print_table(outcome.table, outcome.bound)
         if outcome.run_dir is not None:
             print(f"run log: {outcome.run_dir}")
     return 0
 
 
-def print_table(table) -> None:
+def print_table(table, bound=None) -> None:
+    """``bound``: the BoundReport of the searches' groups (policies.exact.bound), or None."""
     from rich.console import Console
     from rich.table import Table
 
@@ -68,14 +72,19 @@ def print_table(table) -> None:
         return "-" if x is None or not math.isfinite(x) else format(x, spec)
 
     best = table.best()
-    out = Table(title=f"{table.graph} on {table.machine}: lower bound {table.lower_bound_s:.4g} s, "
-                      f"best single GPU {fmt(table.single_gpu_s, '.4g')} s")
-    for column in ("policy", "step time (s)", "status", "x lower bound", "x single GPU", "placement time (s)",
-                   "measurements", "notes"):
+    proven_s = math.nan if bound is None else bound.best_s
+    title = (f"{table.graph} on {table.machine}: lower bound {table.lower_bound_s:.4g} s, "
+             f"best single GPU {fmt(table.single_gpu_s, '.4g')} s")
+    if bound is not None:  # heuristics place colocation groups: a bound for coarser groups need not hold for them
+        title += f"; proven bound {bound.best_s:.4g} s for {bound.holds_for}"
+    out = Table(title=title)
+    for column in ("policy", "step time (s)", "status", "x lower bound", "x proven bound", "x single GPU",
+                   "placement time (s)", "measurements", "notes"):
         out.add_column(column, justify="left" if column in ("policy", "status", "notes") else "right")
     for row in table.rows:
         style = "bold" if best is not None and row is best else None
+        to_proven = row.runtime_s / proven_s if proven_s > 0 else math.nan
         out.add_row(row.policy, fmt(row.runtime_s, ".4g"), row.status, fmt(row.ratio_to_lower_bound, ".3f"),
-                    fmt(row.ratio_to_single_gpu, ".3f"), fmt(row.placement_time_s, ".3g"), str(row.measurements),
-                    row.notes, style=style)
+                    fmt(to_proven, ".3f"), fmt(row.ratio_to_single_gpu, ".3f"), fmt(row.placement_time_s, ".3g"),
+                    str(row.measurements), row.notes, style=style)
     Console(width=200).print(out)

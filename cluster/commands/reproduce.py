@@ -99,7 +99,8 @@ def print_table(experiment, settings, results, folder, elapsed_s: float) -> None
     quick = " [QUICK: small budgets, not the paper's]" if settings.quick else ""
     table = Table(title=f"{experiment.title}: seconds per training step ({settings.measurer}){quick}")
     cols = columns(experiment)
-    for header in ("model", "GPUs", "source", *(h for _, h in cols), "lower bound", "RL vs best baseline"):
+    for header in ("model", "GPUs", "source", *(h for _, h in cols), "lower bound", "proven bound",
+                   "best x proven", "RL vs best baseline"):
         table.add_column(header, justify="left" if header in ("model", "source") else "right")
     for r in results:
         cells = [_fmt(r.methods[m].runtime_s, r.methods[m].status) for m, _ in cols]
@@ -108,10 +109,12 @@ def print_table(experiment, settings, results, folder, elapsed_s: float) -> None
             cells[i] = f"[bold]{cells[i]}[/bold]"
         gain = "-" if math.isnan(r.rl_gain) else f"{r.rl_gain:+.1%} ({r.best_baseline})"
         lower = "-" if math.isnan(r.lower_bound_s) else f"{r.lower_bound_s:.3f}"
-        table.add_row(r.cell.graph, str(r.cell.gpus), "here", *cells, lower, gain)
+        proven = "-" if math.isnan(r.proven_bound_s) else f"{r.proven_bound_s:.3f}"
+        to_proven = "-" if math.isnan(r.ratio_to_proven_bound) else f"{r.ratio_to_proven_bound:.2f}"
+        table.add_row(r.cell.graph, str(r.cell.gpus), "here", *cells, lower, proven, to_proven, gain)
         if r.cell.paper is not None:
             paper = _paper_cells(r.cell.paper, experiment.learned)
-            table.add_row("", "", "paper (approx.)", *(paper.get(m, "") for m, _ in cols), "",
+            table.add_row("", "", "paper (approx.)", *(paper.get(m, "") for m, _ in cols), "", "", "",
                           f"{r.cell.paper.rl_gain:+.1%}", style="dim")
     console = Console(width=220)
     console.print(table)
@@ -124,7 +127,10 @@ def print_table(experiment, settings, results, folder, elapsed_s: float) -> None
     measured = sum(r.measurements for r in results)
     wall = sum(r.wall_s for r in results)
     unfinished = [r.cell.folder_name for r in results if not r.finished]
-    console.print(f"{experiment.notes}. Bold: fastest method here.")
+    console.print(f"{experiment.notes}. Bold: fastest method here. Proven bound (placer bound): for placements "
+                  f"of the searched groups ({settings.groups} {settings.grouping} groups) when above the lower "
+                  f"bound; best x proven: the fastest method over it (heuristics place finer groups and may go "
+                  f"below it).")
     console.print(f"budget {settings.budget} measurements per search (RL batch {settings.batch}), {settings.groups} "
                   f"groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search wall time "
                   f"in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")

@@ -39,6 +39,9 @@ def register(subparsers) -> None:
     p.add_argument("--warmup", type=int, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
     p.add_argument("--noise", type=float, dest="noise_std", help=f"simulator: relative noise per timed run "
                                                                  f"(default {d.noise_std})")
+    p.add_argument("--bound-time-limit", type=float, dest="bound_time_limit_s", metavar="S",
+                   help=f"seconds for the proven bound on the searched groups, solved once at the start "
+                        f"(placer bound; default {d.bound_time_limit_s:g}, 0: the closed form only)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     p.add_argument("--out", help=f"folder for run folders (default {d.out})")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run with its own settings")
@@ -116,15 +119,18 @@ def print_result(result) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    lb = result.lower_bound_s
+    lb, proven = result.lower_bound_s, result.proven_bound_s
     timed_by = _TIMED_BY.get(result.measurer, result.measurer)
     table = Table(title=f"{result.graph} on {result.machine}: best placements ({timed_by} step time)")
-    for column in ("placement", "step time (s)", "status", "x lower bound"):
+    for column in ("placement", "step time (s)", "status", "x lower bound", "x proven bound"):
         table.add_column(column)
+
+    def ratio(runtime_s, bound_s):
+        return f"{runtime_s / bound_s:.2f}" if math.isfinite(runtime_s) and bound_s and math.isfinite(bound_s) else "-"
 
     def row(name, runtime_s, status):
         ok = math.isfinite(runtime_s)
-        table.add_row(name, f"{runtime_s:.4f}" if ok else "-", status, f"{runtime_s / lb:.2f}" if ok and lb else "-")
+        table.add_row(name, f"{runtime_s:.4f}" if ok else "-", status, ratio(runtime_s, lb), ratio(runtime_s, proven))
 
     from policies.registry import policy_entry
 
@@ -141,7 +147,15 @@ def print_result(result) -> None:
     for b in result.baselines:
         row(b.policy, b.runtime_s, b.status)
     row("lower bound", lb, "-")
+    if math.isfinite(proven):
+        row("proven bound", proven, "-")
     console = Console()
     console.print(table)
+    if math.isfinite(proven):
+        from policies.exact.bound import EVERY_PLACEMENT
+
+        finer = ("; placements of finer groups (the heuristics') may go below it"
+                 if result.proven_bound_holds_for != EVERY_PLACEMENT else "")
+        console.print(f"proven bound (placer bound) {proven:.4f} s holds for {result.proven_bound_holds_for}{finer}")
     console.print(f"{result.measurements} measurements, stopped by {result.stop_reason}, {result.wall_s:.1f} s; "
                   f"run folder: {result.run_dir}")

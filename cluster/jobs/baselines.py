@@ -4,13 +4,14 @@ measurer (the simulator in this process, or the Ray pool for real measurers), op
 from __future__ import annotations
 
 import json
+import math
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from cluster.jobs.config import BASELINES_FILE, BaselinesConfig, check_counts
+from cluster.jobs.config import BASELINES_FILE, BaselinesConfig, check_bound_time_limit, check_counts
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -21,9 +22,22 @@ class BaselinesOutcome:
     groups: int  # the groups the searches placed (at most config.groups)
     colocation_groups: int  # the graph's: no grouping makes more groups than these
     run_dir: Path | None
+    bound: object = None  # policies.exact.bound.BoundReport for the searches' groups
 
     def to_json(self) -> dict:
-        return {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
+        data = {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
+        if self.bound is not None:
+            from cluster.jsonout import json_safe
+
+            data["proven_bound_s"] = self.bound.best_s
+            data["proven_bound_holds_for"] = self.bound.holds_for
+            data["proven_bound"] = json_safe(self.bound.to_json())
+            for row in data["results"]:
+                runtime_s = row["runtime_s"]
+                row["ratio_to_proven_bound"] = (runtime_s / self.bound.best_s if runtime_s is not None
+                                                and self.bound.best_s > 0 and math.isfinite(self.bound.best_s)
+                                                else None)
+        return data
 
 
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
@@ -44,12 +58,16 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
         if policy_entry(name).learned:  # unknown names fail here too, before any work
             raise PlacerError(f"--policies: {name!r} is a learned policy; placer search --policy {name} runs it")
     check_counts(config.budget, config.groups, config.grouping)
+    check_bound_time_limit(config.bound_time_limit_s)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
+    from cluster.jobs.search import proven_bound_once
+
+    bound = proven_bound_once(problem, config.bound_time_limit_s)  # for the searches' groups
     spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
     with _measurer(spec, config.ray_address) as measurer:
-        log = _open_baselines_log(config, graph, machine, policies, spec, problem) if config.out else None
+        log = _open_baselines_log(config, graph, machine, policies, spec, problem, bound) if config.out else None
         finished = False
         try:
             table = run_table(problem, measurer, policies, config.budget, config.seed,
@@ -59,7 +77,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
             if log is not None:
                 log.close(compact=finished)
     outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
-                               None if log is None else log.folder)
+                               None if log is None else log.folder, bound)
     if log is not None:
         write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
     return outcome
@@ -89,10 +107,11 @@ def _measurer(spec, ray_address: str | None) -> Iterator:
             ray_setup.shutdown_ray()
 
 
-def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec, problem) -> RunLogWriter:
+def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec, problem, bound) -> RunLogWriter:
     manifest = new_manifest(make_run_id(graph.name, "baselines", config.seed), graph, machine, seed=config.seed,
                             policy="baselines", config={**asdict(config), "policies": list(policies)},
                             runs=spec.runs, warmup=spec.warmup, lower_bound_s=problem.lower_bound_s)
+    manifest = replace(manifest, proven_bound_s=float(bound.best_s), proven_bound_holds_for=bound.holds_for)
     return RunLogWriter.create(config.out, manifest)
 
 

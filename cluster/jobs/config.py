@@ -61,6 +61,9 @@ class SearchConfig:
     baselines: tuple[str, ...] = QUICK_BASELINES
     hidden_size: int = HIDDEN_SIZE
     """Learner width (see policies.rl.config.RLConfig)."""
+    bound_time_limit_s: float = 10.0
+    """Seconds for the proven bound (policies.exact.bound: LP and MIP relaxations on the searched groups),
+    solved once at the start; 0: the closed form only."""
     warm_start: str | None = None
     """Learned policies only: placements the learner imitates first (None: off). "auto": the best of the
     baselines scored at the start (WARM_START_BASELINES added to ``baselines``); "m-etf,heft": those
@@ -88,7 +91,16 @@ class BaselinesConfig:
     ray_address: str | None = None
     out: str | None = None
     """Write a run log (and baselines.json) under this folder."""
+    bound_time_limit_s: float = 10.0
+    """Seconds for the proven bound on the searches' groups (see SearchConfig); 0: the closed form only."""
 
+
+
+def check_bound_time_limit(seconds: float, flag: str = "--bound-time-limit") -> None:
+    import math
+
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise PlacerError(f"{flag} must be a finite number of seconds >= 0, got {seconds}")
 
 
 def check_counts(budget: int, groups: int, grouping: str) -> None:

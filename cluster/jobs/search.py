@@ -13,6 +13,8 @@ measurer + budget -> a run folder and the best placement::
     run the policy through policies.registry.place  (learned or not; learned ones get a RunContext)
       every batch goes to the pool in one call, every result into the run log
     final table against the baselines and the lower bound; the run log is compacted on a clean finish
+    (the proven bound of the searched groups, policies/exact/bound.py, is solved once before Ray starts,
+    within ``bound_time_limit_s``, and kept in the manifest: a resume reads it from there)
 
 The run folder is the run log of cluster/runlog.py plus ``checkpoint/`` (the learner) and
 ``grouping.npz``. ``resume`` continues a stopped run: the learner's weights and RNG come back from the
@@ -32,7 +34,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from cluster.jobs.config import CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig, check_counts
+from cluster.jobs.config import (CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig,
+                                 check_bound_time_limit, check_counts)
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, past_rows
 from cluster.jobs.resume import resume_changes, resume_config
 from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSource, check_warm_start_config,
@@ -75,6 +78,8 @@ class SearchResult:
     warm_start_on_groups_s: float = math.nan  # the start the learner imitated, as measured on its own groups
     # (a heuristic's placement collapsed onto the searched groups can run slower than the heuristic's own):
     # the learner's best is never worse than this; nan when it did not warm-start in this session (a resume)
+    proven_bound_s: float = math.nan  # best proven bound for the searched groups (policies.exact.bound)
+    proven_bound_holds_for: str = ""  # the placements it holds for ("every placement" for the closed form)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -105,13 +110,14 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = _problem(graph, machine, config)
     warm_file = load_warm_start_placement(warm_source, problem)  # a bad placement fails before any file
+    bound_s, bound_holds_for = _search_bound(problem, config)
     spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
                         runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
     factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
     owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
     ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
     try:
-        writer, past = _open_run(config, spec, problem, command)
+        writer, past = _open_run(config, spec, problem, command, (bound_s, bound_holds_for))
     except BaseException:
         if owns_ray:
             ray_setup.shutdown_ray()
@@ -141,6 +147,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
         raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
     result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
                      warm)
+    result = replace(result, proven_bound_s=bound_s, proven_bound_holds_for=bound_holds_for)
     _write_result(run_dir, result)
     return result
 
@@ -163,6 +170,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
     policy_entry(config.policy)
     check_counts(config.budget, config.groups, config.grouping)
+    check_bound_time_limit(config.bound_time_limit_s)
     _check_search_numbers(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
@@ -204,8 +212,9 @@ def _problem(graph, machine, config: SearchConfig):
     return replace(problem, op_unit=grouping.op_group, grouping=grouping)
 
 
-def _open_run(config: SearchConfig, spec, problem, command):
-    """The run folder (new, or the one resumed); ``spec`` is the measurer's, whose timing the manifest records."""
+def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, str]):
+    """The run folder (new, or the one resumed); ``spec`` is the measurer's, whose timing the manifest records,
+    ``bound`` the proven bound (seconds, what it holds for) a new run's manifest records."""
     from measurers.catalog import machine_to_json
     from policies.rl.env import reward_of  # -sqrt(runtime), failures at the default penalty
 
@@ -228,10 +237,38 @@ def _open_run(config: SearchConfig, spec, problem, command):
                             runs=spec.runs, warmup=spec.warmup,
                             config={**asdict(config), "groups_used": problem.num_units}, command=command,
                             lower_bound_s=problem.lower_bound_s)
+    manifest = replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
     writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_of)
     writer.write_groups(problem.op_unit, graph.op_names)
     np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
     return writer, PastRows()
+
+
+_BOUNDS: dict[tuple, object] = {}  # (graph hash, machine, grouping digest, time limit) -> BoundReport
+
+
+def proven_bound_once(problem, time_limit_s: float):
+    """The problem's BoundReport (policies.exact.bound), solved once per graph, machine, grouping and time
+    limit in this process: `placer reproduce` runs two searches of each cell on the same groups."""
+    import hashlib
+
+    from policies.exact.bound import proven_bound
+
+    grouping = hashlib.sha256(np.ascontiguousarray(problem.op_unit, dtype=np.int64).tobytes()).hexdigest()
+    key = (problem.graph.content_hash, problem.machine, grouping, float(time_limit_s))
+    if key not in _BOUNDS:
+        _BOUNDS[key] = proven_bound(problem, time_limit_s)
+    return _BOUNDS[key]
+
+
+def _search_bound(problem, config: SearchConfig) -> tuple[float, str]:
+    """(seconds, what it holds for): a resumed run's from its manifest, else solved for the searched groups."""
+    if config.resume:
+        manifest = read_manifest(config.resume)
+        if manifest.proven_bound_s is not None:
+            return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
+    report = proven_bound_once(problem, config.bound_time_limit_s)
+    return report.best_s, report.holds_for
 
 
 def _score_baselines(problem, pool, config: SearchConfig, past: PastRows,

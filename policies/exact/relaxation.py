@@ -42,6 +42,12 @@ Constraints, and why the simulator's schedule meets each:
    exceeds the channel's busy time.
 5. Memory: ``sum_u param_bytes[u] x[u,d] <= capacity[d]``: parameters are resident for the whole step,
    so a placement that is not ``oom`` satisfies it.
+6. Heads and tails per device (the one-machine bound of job-shop scheduling). ``head_i``: the longest
+   path of fastest op times before op i (no op starts earlier in any schedule), ``tail_i``: the longest
+   path of fastest times after it (the step lasts at least that long after i ends). For thresholds h, t
+   and the ops K = {i : head_i >= h, tail_i >= t}: those of K on device d run one at a time, the first
+   starts at >= h and the step goes on >= t after the last ends, so
+   ``w >= h + t + sum_{i in K} t[i,d] x[unit(i),d]``. A grid of HEAD_TAIL_LEVELS^2 thresholds per device.
 
 Constraints 1-3 imply the closed-form bound (``measurers/sim/lower_bound.py``): a path's ops take at least
 their fastest time, and the device rows sum to at least the total fastest work. The solver's answers carry
@@ -64,6 +70,7 @@ from policies.problem import PlacementProblem
 
 MS_PER_S = 1e3
 GB = 1e9
+HEAD_TAIL_LEVELS = 16  # quantiles of heads and of tails used as thresholds in constraint 6
 
 
 @dataclass(frozen=True)
@@ -183,7 +190,9 @@ def _add_precedence_rows(rows: _Rows, problem, layout, links) -> None:
     rt_rows, rt_cols, rt_vals = _runtime_terms(problem, layout, src, r, -1.0)
     cross = np.flatnonzero(problem.op_unit[src] != problem.op_unit[dst])
     pair = _pair_index(layout, units, problem.op_unit[src[cross]], problem.op_unit[dst[cross]])
-    comm_ms = links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S  # (C, D, D)
+    devices = problem.num_devices
+    comm_ms = (links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S if len(links.latency_s)
+               else np.zeros((len(cross), devices, devices)))  # (C, D, D); a machine without links: one device
     y = layout.y_col[pair]  # (C, D, D)
     c_min = np.where(y >= 0, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
     c_min = np.where(np.isfinite(c_min), c_min, 0.0)
@@ -194,6 +203,46 @@ def _add_precedence_rows(rows: _Rows, problem, layout, links) -> None:
              np.concatenate([layout.s_col[dst], layout.s_col[src], rt_cols, layout.z_col[pair], y[keep]]),
              np.concatenate([np.ones(len(r)), -np.ones(len(r)), rt_vals, -c_min, -extra[keep]]),
              np.zeros(len(r)), np.inf)
+
+
+def heads_and_tails_s(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray]:
+    """(N,) earliest start and (N,) least remaining time after the end of each op: longest paths of each
+    op's fastest time on the devices its unit may use (communication free)."""
+    graph = problem.graph
+    allowed = problem.unit_allowed[problem.op_unit]  # (N, D)
+    fastest = np.where(allowed, problem.op_time_s, np.inf).min(axis=1).tolist()  # (N,)
+    succ = [[] for _ in range(graph.num_ops)]
+    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        succ[u].append(v)
+    order = graph.topo_order.tolist()
+    head, tail = [0.0] * graph.num_ops, [0.0] * graph.num_ops
+    for u in order:
+        end = head[u] + fastest[u]
+        for v in succ[u]:
+            if end > head[v]:
+                head[v] = end
+    for u in reversed(order):
+        tail[u] = max((fastest[v] + tail[v] for v in succ[u]), default=0.0)
+    return np.array(head), np.array(tail)
+
+
+def _add_head_tail_rows(rows: _Rows, problem, layout) -> None:
+    head, tail = heads_and_tails_s(problem)
+    levels = np.linspace(0.0, 1.0, HEAD_TAIL_LEVELS, endpoint=False)
+    u, d = np.nonzero(layout.x_col >= 0)
+    op_time = np.where(problem.unit_allowed[problem.op_unit], problem.op_time_s, 0.0)  # (N, D)
+    for h in np.unique(np.quantile(head, levels)):
+        for t in np.unique(np.quantile(tail, levels)):
+            chosen = (head >= h) & (tail >= t)  # (N,)
+            if not chosen.any():
+                continue
+            work = np.zeros((problem.num_units, problem.num_devices))  # (U, D) seconds of chosen ops
+            np.add.at(work, problem.op_unit[chosen], op_time[chosen])
+            keep = work[u, d] > 0
+            rows.add(np.concatenate([np.arange(problem.num_devices), d[keep]]),
+                     np.concatenate([np.full(problem.num_devices, layout.w_col), layout.x_col[u[keep], d[keep]]]),
+                     np.concatenate([np.ones(problem.num_devices), -work[u[keep], d[keep]] * MS_PER_S]),
+                     np.full(problem.num_devices, (h + t) * MS_PER_S), np.inf)
 
 
 def _add_makespan_rows(rows: _Rows, problem, layout) -> None:
@@ -261,6 +310,7 @@ def build_model(problem: PlacementProblem, integer: bool = True) -> highspy.High
     _add_makespan_rows(rows, problem, layout)
     _add_channel_rows(rows, problem, layout, links)
     _add_memory_rows(rows, problem, layout)
+    _add_head_tail_rows(rows, problem, layout)
     start, index, value, row_lower, row_upper = rows.csr()
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = layout.num_cols, rows.count

@@ -101,6 +101,23 @@ def test_summarize__lower_bound_unknown_without_graph(tmp_path):
     assert math.isnan(s.lower_bound_s) and math.isnan(s.ratio_to_lower_bound)
 
 
+def test_summarize__proven_bound_from_the_manifest_else_result_json_else_unknown(tmp_path):
+    old = write_run(tmp_path / "old")  # made before the proven bound was recorded: its manifest loads without it
+    (s,) = summarize([old])
+    assert math.isnan(s.proven_bound_s) and math.isnan(s.ratio_to_proven_bound) and s.proven_bound_holds_for == ""
+    (old / RESULT_FILE).write_text(json.dumps({"proven_bound_s": 0.75, "proven_bound_holds_for": "every placement"}))
+    (s,) = summarize([old])
+    assert s.proven_bound_s == 0.75 and s.ratio_to_proven_bound == 2.0 and s.proven_bound_holds_for == "every placement"
+    run = write_run(tmp_path / "new")
+    path = run / MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "proven_bound_s": 0.6,
+                                "proven_bound_holds_for": "placements of the 8 scope groups of tiny6"}))
+    (s,) = summarize([run])
+    assert s.proven_bound_s == 0.6 and s.ratio_to_proven_bound == pytest.approx(2.5)
+    assert s.proven_bound_holds_for == "placements of the 8 scope groups of tiny6"
+
+
 def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_path):
     cell = tmp_path / "exp" / "tiny6__paper-2gpu"
     write_run(cell, policy="reinforce", rows=[("single-gpu", 2.0, "ok", False), ("reinforce", 1.8, "ok", False)])
@@ -203,6 +220,7 @@ def test_cli_analyze__json_rows_for_several_runs(tmp_path, capsys):
     payload = json.loads(capsys.readouterr().out)
     assert [p["policy"] for p in payload] == ["annealing", "reinforce"]
     assert payload[0]["best_runtime_s"] == 1.5 and payload[0]["lower_bound_s"] is None
+    assert payload[0]["proven_bound_s"] is None and payload[0]["ratio_to_proven_bound"] is None
     assert payload[1]["best_baseline"] == "single-gpu"  # same graph and machine: a's baseline counts
 
 
@@ -212,3 +230,4 @@ def test_cli_analyze__table_names_every_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert run.name[:30] in out.replace("\n", "") or "annealing" in out
     assert "oom 2" in out and "1.5" in out
+    assert "x proven bound" in out.replace("\n", " ") or "proven" in out  # the column, "-" without a bound

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from cluster.cli import main
 
@@ -28,6 +29,13 @@ def test_baselines_json__has_lower_bound_and_one_result_per_policy(capsys):
     assert rows["cem"]["measurements"] == 30 and rows["m-etf"]["measurements"] == 1
     assert rows["single-gpu"]["ratio_to_single_gpu"] == 1.0
     assert rows["expert"]["status"] == "skipped" and "no expert rule" in rows["expert"]["notes"]
+    assert payload["proven_bound_s"] >= payload["lower_bound_s"]
+    grouping = payload["proven_bound"]["grouping"]  # the searches' groups, e.g. "the 16 scope groups of ..."
+    assert grouping.startswith("the 16 ") and grouping.endswith(" groups of synthetic:80:2")
+    assert payload["proven_bound_holds_for"] in ("every placement", f"placements of {grouping}")
+    cem = rows["cem"]  # a search of the bound's own groups: never below it
+    assert cem["ratio_to_proven_bound"] == pytest.approx(cem["runtime_s"] / payload["proven_bound_s"])
+    assert cem["ratio_to_proven_bound"] >= 1 - 1e-6
 
 
 def test_baselines_json__same_seed_same_table(capsys):
@@ -42,7 +50,7 @@ def test_baselines_table__prints_every_policy(capsys):
                  "cpu-only,round-robin,metis", "--budget", "5"])
     out = capsys.readouterr().out
     assert code == 0
-    for text in ("cpu-only", "round-robin", "metis", "lower bound"):
+    for text in ("cpu-only", "round-robin", "metis", "lower bound", "x proven", "proven bound"):
         assert text in out
 
 
@@ -55,11 +63,19 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
 
 
+def test_baselines__zero_bound_time_limit_gives_the_closed_form(capsys):
+    code, payload, _ = run_json(capsys, "--policies", "single-gpu", "--bound-time-limit", "0")
+    assert code == 0 and payload["proven_bound_s"] == payload["lower_bound_s"]
+    assert payload["proven_bound_holds_for"] == "every placement" and payload["proven_bound"]["mip_status"] == "skipped"
+
+
 def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys):
     code, _, err = run_json(capsys, "--policies", "single-gpu,telepathy")
     assert code == 2 and "unknown policy 'telepathy'" in err
     code, _, err = run_json(capsys, "--budget", "0")
     assert code == 2 and "--budget" in err
+    code, _, err = run_json(capsys, "--bound-time-limit", "-2")
+    assert code == 2 and "--bound-time-limit" in err
     code, _, err = run_json(capsys, "--grouping", "by-colour")
     assert code == 2 and "unknown grouping method 'by-colour'" in err
     code = main(["baselines", "--graph", "synthetic:20", "--machine", "no-such-machine"])

@@ -46,6 +46,7 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--budget", "0"], "--budget must be at least 1"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--noise", "-0.1"], "--noise must not be negative"),
+    (["--bound-time-limit", "-1"], "--bound-time-limit must be a finite number of seconds >= 0"),
     (["--resume", "no-such-run"], "no-such-run is not a run folder"),
 ])
 def test_search_cli__bad_flags_are_one_error_before_anything_starts(tmp_path, capsys, flags, message):

@@ -52,6 +52,11 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     assert result.best_runtime_s <= result.policy_best_runtime_s
     assert result.best_runtime_s >= result.lower_bound_s
     assert read_manifest(result.run_dir).lower_bound_s == pytest.approx(result.lower_bound_s)
+    assert result.proven_bound_s >= result.lower_bound_s and result.proven_bound_holds_for
+    assert read_manifest(result.run_dir).proven_bound_s == result.proven_bound_s
+    if result.proven_bound_holds_for != "every placement":  # the learner places the bound's own groups
+        assert result.proven_bound_holds_for == "placements of the 8 metis groups of " + result.graph
+        assert result.policy_best_runtime_s >= result.proven_bound_s * (1 - 1e-6)
     assert read_best(result.run_dir).runtime_s == pytest.approx(result.best_runtime_s)
     finished = json.loads((result.run_dir / "result.json").read_text())
     assert finished["policy_best_runtime_s"] == result.policy_best_runtime_s
@@ -231,5 +236,6 @@ def test_search_cli__json_output(local_ray, tmp_path, capsys):
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert data["measurements"] == 8 and data["lower_bound_s"] > 0
+    assert data["proven_bound_s"] >= data["lower_bound_s"] and data["proven_bound_holds_for"]
     assert set(data["baselines"]) == {"single-gpu", "expert", "m-etf"}
     assert np.isfinite(data["best_runtime_s"])

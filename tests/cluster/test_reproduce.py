@@ -31,7 +31,8 @@ def _cell_runs(folder: Path, graph: str, machine: str, times: dict[str, float | 
     for run in (write_run(cell, rows=rows, policy=learned, budget=100),
                 write_run(cell, rows=[("annealing", annealing_s, "ok", False)], policy="annealing", budget=100)):
         if finished:
-            (run / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.5}))
+            (run / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.5, "proven_bound_s": 0.8,
+                                                       "proven_bound_holds_for": "placements of the test groups"}))
 
 
 def _experiment_folder(tmp_path: Path) -> Path:
@@ -49,6 +50,8 @@ def test_cell_results__known_table_and_verdicts(tmp_path):
     rnnlm = results[("rnnlm", 2)]
     assert rnnlm.methods["expert"].runtime_s == 3.9 and rnnlm.methods["annealing"].runtime_s == 1.7
     assert rnnlm.rl_gain == pytest.approx(0.0) and rnnlm.lower_bound_s == 0.5 and rnnlm.finished
+    assert rnnlm.proven_bound_s == 0.8 and rnnlm.ratio_to_proven_bound == pytest.approx(1.6 / 0.8)
+    assert rnnlm.proven_bound_holds_for == "placements of the test groups"
     assert [c.holds for c in rnnlm.claims] == [True, True, True]  # tie with one GPU; METIS, expert slower
     nmt = results[("nmt-2", 2)]
     assert nmt.methods["single-gpu"].status == "oom"
@@ -68,6 +71,7 @@ def test_cell_results__json_is_plain_and_marks_paper_figures_approximate(tmp_pat
     data = json.loads(json.dumps(first.to_json()))
     assert data["cell"]["paper_approx"]["rl_s"] == 1.57 and data["methods"]["reinforce"]["runtime_s"] == 1.6
     assert data["learned"] == "reinforce"
+    assert data["proven_bound_s"] == 0.8 and data["ratio_to_proven_bound"] == pytest.approx(2.0)
 
 
 @dataclass
@@ -202,6 +206,7 @@ def test_cli_reproduce__quick_finishes_and_prints_every_row(tmp_path):
     for graph in ("rnnlm", "nmt-2", "inception-v3"):
         assert table.count(f"│ {graph} ") == 2, table  # one row per machine
     assert table.count("paper (approx.)") == 6 and "unfinished" not in table
+    assert "proven" in table  # the proven bound columns
     assert table.count("-> holds") + table.count("-> differs") + table.count("-> cannot tell") == 18
     again = subprocess.run(command + ["--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and again.stderr.count("skipped (finished)") == 12

@@ -246,6 +246,7 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
     assert np.array_equal(given[0], read_run_best(first.run_dir).op_placement(load_graph(GRAPH)))
     assert _table_row(table, f"warm start ({first.run_dir})").startswith(f"{first.best_runtime_s:.4f} │ ok")
     assert f"{FAKE} (learner's own best, warm-started)" in table
+    assert "x proven bound" in table and "proven bound (placer bound)" in table  # the column and what it holds for
 
     other = run_search(_config(tmp_path / "other", policy="random", graph="synthetic:300:2"))
     assert main(["search", *BASE_FLAGS, "--policy", FAKE, "--out", str(tmp_path / "none"),

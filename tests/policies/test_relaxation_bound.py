@@ -95,6 +95,14 @@ def test_relaxation__memory_that_fits_nothing_is_infeasible():
     assert result.status == "infeasible" and result.bound_s is None
 
 
+def test_relaxation__one_device_without_links_is_its_serial_time():
+    graph = random_graph(2, num_ops=5)
+    machine = Machine("one", (Device("cpu:0", "cpu", "r", 2e9, 1e12, 10**10, 1e-5),), ())
+    problem = make_problem(graph, machine)
+    result = solve_relaxation(problem, 10.0)
+    assert result.bound_s == pytest.approx(best_simulated_s(problem), rel=REL)
+
+
 @pytest.fixture(scope="module")
 def rnnlm_problem():
     from graphs.registry import load_graph
