@@ -7,10 +7,12 @@ optional interval per (piece, allowed device) of the piece's time there, present
 some consumer piece of another group is on ``q`` and ``a`` is not; it has one optional interval per source
 device ``p`` (present iff ``a`` is on ``p``) whose size is the simulator's transfer time on link ``p -> q``
 (``LinkTable``) of the largest piece edge into a consumer on ``q``, and lies on that link's channel:
-``AddNoOverlap`` per channel. A transfer starts after its producer ends; a consumer starts after its producer ends and, on
-another device, after the transfer to its device ends. Device memory: the parameter bytes of the groups
-on a device fit its capacity (the simulator keeps parameters resident, so this never cuts a placement
-that fits; activations are not modelled: the measurer says "oom" for those). Objective: the makespan.
+``AddNoOverlap`` per channel. A transfer starts after its producer ends; a consumer starts after its
+producer ends and, on another device, after the transfer to its device ends. Device memory: the parameter
+bytes of the groups on a device fit its capacity (the simulator keeps parameters resident, so this never
+cuts a placement that fits; activations are not modelled: the measurer says "oom" for those). Objective:
+the makespan. Transfer sizes are per-pair optional intervals (not element constraints): one literal per
+source device, which keeps every interval's size a constant where the consumers' edges are alike.
 
 Times are integer ticks (``tick_s``, chosen from the instance so the horizon spans about 1e7 ticks, 1 us
 at most); durations are rounded down, so with single-op groups and ``dispatch=False`` every schedule the
@@ -65,9 +67,8 @@ class Transfer:
 
 def choose_tick_s(quotient: QuotientGraph, transfer_s: np.ndarray) -> float:
     """A power of ten, at most MAX_TICK_S, with the serial horizon about TICKS_PER_HORIZON ticks."""
-    horizon_s = float(np.where(np.isfinite(quotient.time_s), quotient.time_s, 0.0).max(axis=1).sum() + transfer_s.max(initial=0.0)
-                      * max(1, quotient.num_edges))
-    horizon_s = max(horizon_s, 1e-9)
+    compute_s = np.where(np.isfinite(quotient.time_s), quotient.time_s, 0.0).max(axis=1).sum()
+    horizon_s = max(float(compute_s + transfer_s.max(initial=0.0) * max(1, quotient.num_edges)), 1e-9)
     return min(MAX_TICK_S, 10.0 ** math.floor(math.log10(horizon_s / TICKS_PER_HORIZON)))
 
 
@@ -113,33 +114,33 @@ class ExactModel:
         self.horizon = horizon
         self.x: list[dict[int, cp_model.IntVar]] = []  # per group: device -> literal
         for u in range(num_groups):
-            xs = {d: m.NewBoolVar(f"x{u}_{d}") for d in np.flatnonzero(q.allowed[u]).tolist()}
-            m.AddExactlyOne(xs.values())
+            xs = {d: m.new_bool_var(f"x{u}_{d}") for d in np.flatnonzero(q.allowed[u]).tolist()}
+            m.add_exactly_one(xs.values())
             self.x.append(xs)
         self.px = [self.x[u] for u in q.piece_group.tolist()]  # per piece: its group's literals
         self.start, self.end = [], []
         device_intervals: list[list] = [[] for _ in range(num_devices)]
         for k, xs in enumerate(self.px):
-            s, e = m.NewIntVar(0, horizon, f"s{k}"), m.NewIntVar(0, horizon, f"e{k}")
-            m.Add(e == s + sum(int(piece_ticks[k, d]) * var for d, var in xs.items()))
+            s, e = m.new_int_var(0, horizon, f"s{k}"), m.new_int_var(0, horizon, f"e{k}")
+            m.add(e == s + sum(int(piece_ticks[k, d]) * var for d, var in xs.items()))
             for d, var in xs.items():
-                device_intervals[d].append(m.NewOptionalIntervalVar(s, int(piece_ticks[k, d]), e, var, f"g{k}_{d}"))
+                device_intervals[d].append(m.new_optional_interval_var(s, int(piece_ticks[k, d]), e, var, f"g{k}_{d}"))
             self.start.append(s)
             self.end.append(e)
         for intervals in device_intervals:
-            m.AddNoOverlap(intervals)
-        self.makespan = m.NewIntVar(0, horizon, "makespan")
+            m.add_no_overlap(intervals)
+        self.makespan = m.new_int_var(0, horizon, "makespan")
         for e in self.end:
-            m.Add(self.makespan >= e)
+            m.add(self.makespan >= e)
         for a, b in zip(q.edge_src.tolist(), q.edge_dst.tolist()):
-            m.Add(self.start[b] >= self.end[a])
+            m.add(self.start[b] >= self.end[a])
         self._build_transfers(horizon)
         for d in range(num_devices):
             terms = [(int(q.param_bytes[u]), self.x[u][d]) for u in range(num_groups)
                      if d in self.x[u] and q.param_bytes[u] > 0]
             if terms and sum(w for w, _ in terms) > capacity_bytes[d]:
-                m.Add(sum(w * var for w, var in terms) <= int(capacity_bytes[d]))
-        m.Minimize(self.makespan)
+                m.add(sum(w * var for w, var in terms) <= int(capacity_bytes[d]))
+        m.minimize(self.makespan)
 
     def _build_transfers(self, horizon: int) -> None:
         q, m, links = self.quotient, self.model, self.links
@@ -158,53 +159,54 @@ class ExactModel:
                 if not mine or sources == [dst]:
                     continue
                 consumers = [int(q.edge_dst[k]) for k in mine]
-                present = m.NewBoolVar(f"y{a}_{dst}")
+                present = m.new_bool_var(f"y{a}_{dst}")
                 here = x[a].get(dst)
                 if here is not None:
-                    m.AddImplication(present, here.Not())
-                m.AddBoolOr([x[b][dst] for b in consumers]).OnlyEnforceIf(present)
+                    m.add_implication(present, here.negated())
+                m.add_bool_or([x[b][dst] for b in consumers]).only_enforce_if(present)
                 for b in consumers:
-                    m.AddBoolOr([x[b][dst].Not(), present] + ([here] if here is not None else []))
-                t = Transfer(a, dst, present, m.NewIntVar(0, horizon, f"ts{a}_{dst}"),
-                             m.NewIntVar(0, horizon, f"te{a}_{dst}"), consumers, mine)
-                m.Add(t.start >= self.end[a])
-                m.Add(self.makespan >= t.end).OnlyEnforceIf(present)
+                    m.add_bool_or([x[b][dst].negated(), present] + ([here] if here is not None else []))
+                t = Transfer(a, dst, present, m.new_int_var(0, horizon, f"ts{a}_{dst}"),
+                             m.new_int_var(0, horizon, f"te{a}_{dst}"), consumers, mine)
+                m.add(t.start >= self.end[a])
+                m.add(self.makespan >= t.end).only_enforce_if(present)
+                elsewhere = [here.negated()] if here is not None else []  # the producer is not on dst
                 for b in consumers:
-                    m.Add(self.start[b] >= t.end).OnlyEnforceIf([x[b][dst]] + ([here.Not()] if here is not None else []))
+                    m.add(self.start[b] >= t.end).only_enforce_if([x[b][dst]] + elsewhere)
                 for p in sources:
                     if p == dst:
                         continue
-                    on_p = m.NewBoolVar(f"z{a}_{p}_{dst}")
-                    m.AddBoolAnd([x[a][p], present]).OnlyEnforceIf(on_p)
-                    m.AddBoolOr([x[a][p].Not(), present.Not(), on_p])
+                    on_p = m.new_bool_var(f"z{a}_{p}_{dst}")
+                    m.add_bool_and([x[a][p], present]).only_enforce_if(on_p)
+                    m.add_bool_or([x[a][p].negated(), present.negated(), on_p])
                     sizes = [int(edge_ticks[k, p, dst]) for k in mine]
                     if min(sizes) == max(sizes):
                         size = sizes[0]
                     else:
-                        size = m.NewIntVar(min(sizes), max(sizes), f"sz{a}_{p}_{dst}")
+                        size = m.new_int_var(min(sizes), max(sizes), f"sz{a}_{p}_{dst}")
                         for b, need in zip(consumers, sizes):
-                            m.Add(size >= need).OnlyEnforceIf(x[b][dst])
-                    interval = m.NewOptionalIntervalVar(t.start, size, t.end, on_p, f"t{a}_{p}_{dst}")
+                            m.add(size >= need).only_enforce_if(x[b][dst])
+                    interval = m.new_optional_interval_var(t.start, size, t.end, on_p, f"t{a}_{p}_{dst}")
                     channel_intervals[int(channel_of[p, dst])].append(interval)
                     t.by_source[p] = (on_p, size, sizes)
                 self.transfers.append(t)
         for intervals in channel_intervals:
-            m.AddNoOverlap(intervals)
+            m.add_no_overlap(intervals)
 
     def forbid(self, unit_placement: np.ndarray) -> None:
         """A no-good cut: the model may not choose ``unit_placement`` again."""
-        self.model.AddBoolOr([self.x[u][int(d)].Not() for u, d in enumerate(unit_placement)])
+        self.model.add_bool_or([self.x[u][int(d)].negated() for u, d in enumerate(unit_placement)])
 
     def solve(self, time_limit_s: float, hints: np.ndarray | None = None, num_workers: int | None = None,
               seed: int = 0, work_limit: float | None = None) -> Solution:
         """Solve within ``time_limit_s`` (and ``work_limit``, CP-SAT's deterministic time, when given);
         ``hints`` (U,) is a unit placement to start from (the whole schedule is hinted: policies/exact/hint.py)."""
-        self.model.ClearHints()
+        self.model.clear_hints()
         if hints is not None:
             from policies.exact.hint import schedule_hint
 
             for var, value in schedule_hint(self, np.asarray(hints, dtype=np.int64)):
-                self.model.AddHint(var, value)
+                self.model.add_hint(var, value)
         solver = cp_model.CpSolver()
         solver.parameters.max_time_in_seconds = float(time_limit_s)
         solver.parameters.num_workers = int(num_workers or min(8, os.cpu_count() or 1))
@@ -214,13 +216,13 @@ class ExactModel:
         if self.quotient.num_pieces > LARGE_PIECES:  # probing alone took 16 s of presolve on rnnlm's 609 pieces
             solver.parameters.cp_model_probing_level = 0
         started = time.perf_counter()
-        code = solver.Solve(self.model)
+        code = solver.solve(self.model)
         wall_s = time.perf_counter() - started
         status = STATUS.get(code, "unknown")
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            bound = math.inf if code == cp_model.INFEASIBLE else solver.BestObjectiveBound() * self.tick_s
+            bound = math.inf if code == cp_model.INFEASIBLE else solver.best_objective_bound * self.tick_s
             return Solution(None, math.nan, float(bound), status, wall_s)
-        placement = np.array([next(d for d, var in xs.items() if solver.BooleanValue(var)) for xs in self.x],
+        placement = np.array([next(d for d, var in xs.items() if solver.boolean_value(var)) for xs in self.x],
                              dtype=np.int64)
-        return Solution(placement, solver.ObjectiveValue() * self.tick_s, solver.BestObjectiveBound() * self.tick_s,
-                        status, wall_s)
+        return Solution(placement, solver.objective_value * self.tick_s,
+                        solver.best_objective_bound * self.tick_s, status, wall_s)

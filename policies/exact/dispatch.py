@@ -47,8 +47,8 @@ class _Item:
 def _any(model: cp_model.CpModel, literals: list):
     if len(literals) == 1:
         return literals[0]
-    any_of = model.NewBoolVar("")
-    model.AddMaxEquality(any_of, literals)
+    any_of = model.new_bool_var("")
+    model.add_max_equality(any_of, literals)
     return any_of
 
 
@@ -58,22 +58,23 @@ def _ready_times(em) -> list:
     transfer = {(t.producer, t.dst): t for t in em.transfers}
     arrivals: list[list] = [[] for _ in range(q.num_pieces)]
     for a, b in zip(q.edge_src.tolist(), q.edge_dst.tolist()):
-        arrival = m.NewIntVar(0, em.horizon, f"arr{a}_{b}")
+        arrival = m.new_int_var(0, em.horizon, f"arr{a}_{b}")
         for d, on_d in em.px[b].items():
             here = em.px[a].get(d)
             if here is not None:
-                m.Add(arrival == em.end[a]).OnlyEnforceIf([on_d, here])
+                m.add(arrival == em.end[a]).only_enforce_if([on_d, here])
             if (a, d) in transfer:
-                m.Add(arrival == transfer[(a, d)].end).OnlyEnforceIf([on_d] + ([here.Not()] if here is not None else []))
+                elsewhere = [here.negated()] if here is not None else []
+                m.add(arrival == transfer[(a, d)].end).only_enforce_if([on_d] + elsewhere)
         arrivals[b].append(arrival)
     ready = []
     for u in range(q.num_pieces):
-        r = m.NewIntVar(0, em.horizon, f"ready{u}")
+        r = m.new_int_var(0, em.horizon, f"ready{u}")
         if arrivals[u]:
-            m.AddMaxEquality(r, arrivals[u])
+            m.add_max_equality(r, arrivals[u])
         else:
-            m.Add(r == 0)
-        m.Add(em.start[u] >= r)
+            m.add(r == 0)
+        m.add(em.start[u] >= r)
         ready.append(r)
     return ready
 
@@ -87,19 +88,19 @@ def _exact_transfer_sizes(em) -> None:
                 continue
             witnesses = []
             for b, k in zip(t.consumers, t.edges):
-                w = m.NewBoolVar("")
-                m.AddImplication(w, em.px[b][t.dst])
-                m.Add(size == int(edge_ticks[k, p, t.dst])).OnlyEnforceIf(w)
+                w = m.new_bool_var("")
+                m.add_implication(w, em.px[b][t.dst])
+                m.add(size == int(edge_ticks[k, p, t.dst])).only_enforce_if(w)
                 witnesses.append(w)
-            m.AddBoolOr(witnesses).OnlyEnforceIf(on_p)
+            m.add_bool_or(witnesses).only_enforce_if(on_p)
 
 
 def _fifo_non_delay(m: cp_model.CpModel, items: list[_Item]) -> None:
     """Items sharing a resource run in (ready, key) order, each at max(ready, end of the one before)."""
     witnesses: list[list] = [[] for _ in items]
     for j, item in enumerate(items):
-        w = m.NewBoolVar("")
-        m.Add(item.start == item.ready).OnlyEnforceIf(w)
+        w = m.new_bool_var("")
+        m.add(item.start == item.ready).only_enforce_if(w)
         witnesses[j].append(w)
     for i, j in itertools.combinations(range(len(items)), 2):
         if items[j].key < items[i].key:
@@ -108,24 +109,24 @@ def _fifo_non_delay(m: cp_model.CpModel, items: list[_Item]) -> None:
         shared = [r for r in first.where if r in second.where]
         if not shared:
             continue
-        together = m.NewBoolVar("")
+        together = m.new_bool_var("")
         pairs = []
         for r in shared:
-            both = m.NewBoolVar("")
-            m.AddBoolAnd([first.where[r], second.where[r]]).OnlyEnforceIf(both)
-            m.AddBoolOr([first.where[r].Not(), second.where[r].Not(), both])
+            both = m.new_bool_var("")
+            m.add_bool_and([first.where[r], second.where[r]]).only_enforce_if(both)
+            m.add_bool_or([first.where[r].negated(), second.where[r].negated(), both])
             pairs.append(both)
-        m.AddMaxEquality(together, pairs)
-        before = m.NewBoolVar("")  # first runs before second (when together)
-        m.Add(first.ready <= second.ready).OnlyEnforceIf(before)
-        m.Add(first.ready > second.ready).OnlyEnforceIf(before.Not())
-        m.Add(second.start >= first.end).OnlyEnforceIf([together, before])
-        m.Add(first.start >= second.end).OnlyEnforceIf([together, before.Not()])
-        for a, b, order in ((first, j, before), (second, i, before.Not())):
-            w = m.NewBoolVar("")  # items[b] starts when `a` ends
-            m.AddImplication(w, together)
-            m.AddImplication(w, order)
-            m.Add(items[b].start == a.end).OnlyEnforceIf(w)
+        m.add_max_equality(together, pairs)
+        before = m.new_bool_var("")  # first runs before second (when together)
+        m.add(first.ready <= second.ready).only_enforce_if(before)
+        m.add(first.ready > second.ready).only_enforce_if(before.negated())
+        m.add(second.start >= first.end).only_enforce_if([together, before])
+        m.add(first.start >= second.end).only_enforce_if([together, before.negated()])
+        for a, b, order in ((first, j, before), (second, i, before.negated())):
+            w = m.new_bool_var("")  # items[b] starts when `a` ends
+            m.add_implication(w, together)
+            m.add_implication(w, order)
+            m.add(items[b].start == a.end).only_enforce_if(w)
             witnesses[b].append(w)
     for ws in witnesses:
-        m.AddBoolOr(ws)
+        m.add_bool_or(ws)

@@ -45,8 +45,8 @@ class ExactPolicy:
     warm_start: list | None = None  # op placements (N,), best first: the first is the solver's hint
     num_workers: int | None = None  # CP-SAT workers; None: os.cpu_count() capped at 8
     work_limit: float | None = None  # CP-SAT deterministic time per solve: with num_workers=1, reproducible runs
-    dispatch: str = "auto"  # "on": encode the simulator's FIFO dispatch; "off": free order; "auto": see DISPATCH_MAX_GROUPS
-    split: str = "auto"  # groups as pieces (quotient.py): "rounds", "none" (Moirai's blocks), "auto": see MAX_PIECES_PER_GROUP
+    dispatch: str = "auto"  # "on": the simulator's FIFO dispatch; "off": free order; "auto": DISPATCH_MAX_GROUPS
+    split: str = "auto"  # groups as pieces: "rounds", "none" (Moirai's blocks); "auto": MAX_PIECES_PER_GROUP
 
     def place(self, problem: PlacementProblem, measurer, budget, seed, on_measurement=None) -> PolicyResult:
         check_budget(budget)
@@ -98,7 +98,8 @@ class ExactPolicy:
         return quotient_graph(problem, "none")
 
     def _check_options(self) -> None:
-        if not (isinstance(self.time_limit_s, (int, float)) and self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
+        limit = self.time_limit_s
+        if not (isinstance(limit, (int, float)) and limit > 0 and math.isfinite(limit)):
             raise PlacerError(f"exact: time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
         if self.solver not in SOLVERS:
             raise PlacerError(f"exact: unknown solver {self.solver!r} (known: {', '.join(SOLVERS)})")

@@ -98,7 +98,8 @@ def quotient_graph(problem: PlacementProblem, split: str = "rounds") -> Quotient
 def group_order(graph: OpGraph, unit: np.ndarray, num_units: int, position: np.ndarray) -> np.ndarray:
     """(U,) rank of each group (``unit``: (N,) the group of each op): a topological order of the group
     graph when it is a DAG, else the order of the groups' mean topological position."""
-    mean = np.bincount(unit, weights=position, minlength=num_units) / np.maximum(np.bincount(unit, minlength=num_units), 1)
+    sizes = np.maximum(np.bincount(unit, minlength=num_units), 1)  # (U,)
+    mean = np.bincount(unit, weights=position, minlength=num_units) / sizes  # (U,) mean topological position
     src, dst = unit[graph.edge_src], unit[graph.edge_dst]
     cut = src != dst
     pairs = np.unique(src[cut] * num_units + dst[cut])
