@@ -31,7 +31,9 @@ class LinkTable:
     @property
     def channel_of(self) -> np.ndarray:
         """(D, D) int64: channel of the link from src to dst, -1 on the diagonal."""
-        return np.where(self.link_of >= 0, self.link_channel[self.link_of], -1)
+        if not len(self.link_channel):  # one device, no links
+            return np.full_like(self.link_of, -1)
+        return np.where(self.link_of >= 0, self.link_channel[np.maximum(self.link_of, 0)], -1)
 
     def transfer_s(self, src: int, dst: int, nbytes: float) -> float:
         """Seconds the simulator gives a transfer of ``nbytes`` from ``src`` to ``dst`` (0 on one device)."""
@@ -43,6 +45,8 @@ class LinkTable:
     def transfer_matrix_s(self, nbytes: np.ndarray) -> np.ndarray:
         """(..., D, D) seconds to move ``nbytes`` (...) along every device pair; 0 on the diagonal."""
         nbytes = np.asarray(nbytes, dtype=np.float64)[..., None, None]
+        if not len(self.link_channel):  # one device, no links
+            return np.zeros(nbytes.shape[:-2] + self.link_of.shape)
         link = np.maximum(self.link_of, 0)
         times = self.latency_s[link] + nbytes / self.bandwidth_Bps[link]
         return np.where(self.link_of >= 0, times, 0.0)

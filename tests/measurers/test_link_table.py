@@ -26,3 +26,13 @@ def test_gpu_to_gpu_copies_on_paper_4gpu_share_one_channel():
     gpu_pairs = {int(links.channel_of[a, b]) for a in range(1, 5) for b in range(1, 5) if a != b}
     assert len(gpu_pairs) == 1
     assert links.channel_of[0, 1] != links.channel_of[1, 0]  # host-to-device and back are two channels
+
+
+def test_a_one_device_machine_has_no_links_and_free_transfers():
+    from measurers.machine import Device, Machine
+
+    machine = Machine("one", (Device("cpu:0", "cpu", "x", 1e12, 1e11, 2**30, 1e-6),), ())
+    links = link_table(machine)
+    assert links.channel_of.tolist() == [[-1]]
+    assert links.transfer_matrix_s(np.array([5.0])).tolist() == [[[0.0]]]
+    assert links.transfer_s(0, 0, 1e9) == 0.0
