@@ -47,6 +47,7 @@ class ExactPolicy:
     work_limit: float | None = None  # CP-SAT deterministic time per solve: with num_workers=1, reproducible runs
     dispatch: str = "auto"  # "on": the simulator's FIFO dispatch; "off": free order; "auto": DISPATCH_MAX_GROUPS
     split: str = "auto"  # groups as pieces: "rounds", "none" (Moirai's blocks); "auto": MAX_PIECES_PER_GROUP
+    max_rounds: int | None = None  # split "rounds": at most this many pieces per group (quotient.py)
 
     def place(self, problem: PlacementProblem, measurer, budget, seed, on_measurement=None) -> PolicyResult:
         check_budget(budget)
@@ -91,7 +92,7 @@ class ExactPolicy:
 
     def _quotient(self, problem: PlacementProblem) -> QuotientGraph:
         if self.split != "auto":
-            return quotient_graph(problem, self.split)
+            return quotient_graph(problem, self.split, self.max_rounds)
         rounds = quotient_graph(problem, "rounds")
         if rounds.num_pieces <= MAX_PIECES_PER_GROUP * rounds.num_groups:
             return rounds
@@ -107,6 +108,8 @@ class ExactPolicy:
             raise PlacerError(f"exact: dispatch must be auto, on or off, got {self.dispatch!r}")
         if self.split not in ("auto", *SPLITS):
             raise PlacerError(f"exact: split must be auto, {' or '.join(SPLITS)}, got {self.split!r}")
+        if self.max_rounds is not None and not int(self.max_rounds) >= 1:
+            raise PlacerError(f"exact: max_rounds must be at least 1, got {self.max_rounds!r}")
 
     def _hint(self, problem: PlacementProblem) -> tuple[np.ndarray, str]:
         """(U,) the solver's starting placement: the first warm-start candidate, else the best single GPU."""

@@ -65,15 +65,20 @@ class QuotientGraph:
 SPLITS = ("rounds", "none")
 
 
-def quotient_graph(problem: PlacementProblem, split: str = "rounds") -> QuotientGraph:
+def quotient_graph(problem: PlacementProblem, split: str = "rounds", max_rounds: int | None = None) -> QuotientGraph:
     """``split``: how a group becomes pieces. ``rounds``: as in the module docstring (a DAG of pieces with
-    every dependency, possibly many pieces). ``none``: one block per group, as Moirai schedules a
-    coarsened graph, the edges that run against the group order dropped (smaller and looser)."""
+    every dependency, possibly many pieces); ``max_rounds`` R: the rounds bucketed into R, so at most R
+    pieces per group, and the edges inside a bucket that run against the group order dropped. ``none``:
+    one block per group (R = 1), as Moirai schedules a coarsened graph."""
     graph, unit = problem.graph, problem.op_unit
     position = np.empty(graph.num_ops, dtype=np.int64)  # (N,)
     position[graph.topo_order] = np.arange(graph.num_ops)
     rank = group_order(graph, unit, problem.num_units, position)  # (U,)
-    op_piece = op_pieces(graph, unit, rank) if split == "rounds" else unit  # (N,)
+    rounds = op_rounds(graph, unit, rank) if split == "rounds" else np.zeros(graph.num_ops, dtype=np.int64)  # (N,)
+    if max_rounds is not None:
+        rounds = rounds * int(max_rounds) // (int(rounds.max(initial=0)) + 1)
+    key = rounds * (problem.num_units + 1) + unit
+    op_piece = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)  # (N,)
     num_pieces = int(op_piece.max()) + 1 if len(op_piece) else 0
     piece_group = np.zeros(num_pieces, dtype=np.int64)
     piece_group[op_piece] = unit
@@ -82,8 +87,12 @@ def quotient_graph(problem: PlacementProblem, split: str = "rounds") -> Quotient
     topo_position = np.full(num_pieces, graph.num_ops, dtype=np.int64)
     np.minimum.at(topo_position, op_piece, position)
     edge_src, edge_dst, edge_bytes, edge_transfers = piece_edges(graph, op_piece, num_pieces)
-    if split != "rounds":  # pieces are the groups
-        keep = rank[edge_src] < rank[edge_dst]
+    piece_round = np.zeros(num_pieces, dtype=np.int64)
+    piece_round[op_piece] = rounds
+    against = piece_round[edge_src] == piece_round[edge_dst]  # (E,) in one round, against the group order:
+    against &= rank[piece_group[edge_src]] > rank[piece_group[edge_dst]]
+    if against.any():  # only where rounds were bucketed
+        keep = ~against
         edge_src, edge_dst, edge_bytes, edge_transfers = (edge_src[keep], edge_dst[keep], edge_bytes[keep],
                                                           edge_transfers[keep])
     allowed = problem.unit_allowed
@@ -124,8 +133,8 @@ def group_order(graph: OpGraph, unit: np.ndarray, num_units: int, position: np.n
     return rank
 
 
-def op_pieces(graph: OpGraph, unit: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """(N,) dense piece id of each op: (group, round) as in the module docstring."""
+def op_rounds(graph: OpGraph, unit: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """(N,) the round of each op (module docstring): a piece is the ops of one group in one round."""
     offsets, edge_ids = graph.pred_csr
     preds = graph.edge_src[edge_ids].tolist()
     starts, group_rank = offsets.tolist(), rank[unit].tolist()
@@ -137,8 +146,7 @@ def op_pieces(graph: OpGraph, unit: np.ndarray, rank: np.ndarray) -> np.ndarray:
             if r > best:
                 best = r
         rounds[v] = best
-    key = np.asarray(rounds, dtype=np.int64) * (int(unit.max(initial=0)) + 1) + unit
-    return np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return np.asarray(rounds, dtype=np.int64)
 
 
 def piece_edges(graph: OpGraph, op_piece: np.ndarray, num_pieces: int):

@@ -130,6 +130,9 @@ def test_quotient__groups_that_feed_each_other_are_scheduled_as_pieces_or_as_blo
     blocks = quotient_graph(problem, "none")
     assert blocks.piece_group.tolist() == [0, 1]
     assert list(zip(blocks.edge_src.tolist(), blocks.edge_dst.tolist())) == [(0, 1)]  # B -> A dropped
+    one_round = quotient_graph(problem, "rounds", max_rounds=1)  # rounds bucketed into one: the blocks
+    assert np.array_equal(one_round.piece_group, blocks.piece_group)
+    assert np.array_equal(one_round.edge_src, blocks.edge_src) and np.array_equal(one_round.edge_dst, blocks.edge_dst)
 
 
 @pytest.fixture(scope="module")
