@@ -106,6 +106,14 @@ def test_exact__free_order_model_with_cuts_still_reaches_the_optimum():
     assert "free order" in result.notes
 
 
+def test_exact__a_machine_of_one_device_without_links():
+    base = load_machine("paper-2gpu")
+    machine, graph = dataclasses.replace(base, name="one-gpu", devices=base.devices[1:2], links=()), random_dag(6, 0)
+    result = place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=10)
+    assert not result.op_placement.any() and result.solver_status == "optimal"
+    assert result.solver_makespan_s == pytest.approx(result.best.runtime_s, rel=1e-3)
+
+
 # -- the quotient: pieces, bytes, Moirai's blocks -------------------------------------------------------------
 
 def two_group_problem(op_unit, edges):
