@@ -20,10 +20,16 @@
   a real executor -- dispatches whatever is ready, so a hold would be a schedule no step follows.)
 
 Transfers are timed as the simulator times them (``policies.listsched.TransferBook``): one per (producer,
-destination device), queued on its link's channel, so transfers that share a channel are serialized in the
-schedule as in the simulated step. The schedulers run on ops with the unit (group) constraint; Baechi places on GPUs only, so do these
+destination device), queued on its link's channel in order of request time, so transfers that share a
+channel are serialized in the schedule as in the simulated step. A transfer is booked as soon as its
+reader's device is known (the reader's group is placed: ``SendAhead``), not only when the reader is
+placed, since the simulator sends it when the producer ends. The scheduled makespan is the replay of the
+decisions (each op's device, each device's order) through that model (``replay_finish_s``).
+
+The schedulers run on ops with the unit (group) constraint; Baechi places on GPUs only, so do these
 (ops no GPU may run go to their allowed devices) -- unless the memory estimate does not fit in the GPUs,
-in which case the CPU (host memory) is used as well, after the GPUs for m-TOPO. Memory per unit comes from ``unit_memory_bytes``.
+in which case the CPU (host memory) is used as well, after the GPUs for m-TOPO. Memory per unit comes from
+``unit_memory_bytes``.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from graphs.errors import PlacerError
 from policies.base import DecisionClock, check_budget, finish
 from policies.problem import PlacementProblem, unit_memory_bytes
 from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, bottom_level_s,
-                                candidate_devices, gpus_hold_the_model, mean_times)
+                                SendAhead, candidate_devices, gpus_hold_the_model, mean_times,
+                                replay_finish_s)
 from policies.simple import units_in_topological_order
 
 
@@ -153,6 +160,9 @@ class EtfScheduler:
         self.released = [[] for _ in range(d)]  # heaps of (tie, arrival_s, op); "priority" dispatch only
         self.tie = (-self.priority if dispatch == "priority" else self.book.position_array).tolist()  # (N,)
         self.ready: set[int] = set()
+        self.device_order: list[list[int]] = [[] for _ in range(d)]  # ops in the order each device starts them
+        self.send_ahead = True  # book a transfer once its reader's device is known (False: once the reader is)
+        self.sender = SendAhead(problem, self.book, self.reservations)
         self.makespan_s = 0.0
 
     def run(self) -> "EtfScheduler":
@@ -169,13 +179,18 @@ class EtfScheduler:
                     self._make_ready(int(succ))
         while self.ready:
             op, device, start = self._choose()
-            if self.sources.follow(op, device, self.finish_s, self.device_of):
+            followers = self.sources.follow(op, device, self.finish_s, self.device_of)
+            if followers:
                 self.book.invalidate()
             start = max(start, self.book.commit(op, device))  # (later only if a free input went elsewhere)
             self.device_of[op] = device
             self.finish_s[op] = start + self.times[op, device]
             self.device_free[device] = self.finish_s[op]
+            self.device_order[device].append(op)
+            new_unit = self.reservations.unit_device[self.problem.op_unit[op]] < 0
             self.reservations.place(op, device)
+            if self.send_ahead:
+                self.sender.send_placed(op, new_unit, followers)
             self.ready.discard(op)
             if self.favourite_child is not None:
                 self._send_home(int(self.favourite_child[op]), device)
@@ -184,7 +199,8 @@ class EtfScheduler:
                 if indegree[succ] == 0:
                     self._make_ready(int(succ))
         self._place_orphans()
-        self.makespan_s = float(self.finish_s.max(initial=0.0))
+        self.replayed_finish_s = replay_finish_s(self.problem, self.book, self.device_order)  # (N,)
+        self.makespan_s = float(self.replayed_finish_s.max(initial=0.0))
         return self
 
     def _make_ready(self, op: int) -> None:

@@ -2,14 +2,19 @@
 
 1. Rank every op by its upward rank: its mean time over the devices plus the longest (mean transfer +
    rank) path through its successors. Higher rank first (ties: topological order) is a valid order.
-2. Take ops in that order; put each on the device where it would *finish* earliest, using the earliest
-   idle slot long enough for it after its inputs arrive (insertion-based).
+2. Take ops in that order; put each on the device where it would *finish* earliest. The paper uses the
+   earliest idle slot long enough for it after its inputs arrive (insertion-based: ``timeline="insertion"``);
+   the simulator, like a real executor, runs a device's ops in order of input arrival and never leaves
+   the device idle while one is ready, so by default (``timeline="fifo"``) a device is such a queue: an
+   op that becomes ready before ops already queued runs before them and pushes them later.
 
 Unlike ETF, HEFT compares finish times, so a slow CPU is used only when it actually finishes an op first;
 it therefore considers every allowed device. Units (groups) stay together: the first op of a unit picks
 the device among those where the unit's memory fits, and the rest of the unit follows. Inputs arrive as
 the simulator moves them (``policies.listsched.TransferBook``): one transfer per (producer, device), queued
-on its link's channel behind the transfers already booked there.
+on its link's channel in order of request time, booked as soon as its reader's device is known
+(``SendAhead``). The scheduled makespan is the replay of the decisions through that model
+(``replay_finish_s``).
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from policies.base import DecisionClock, check_budget, finish
 from policies.problem import PlacementProblem
-from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, bottom_level_s,
-                                candidate_devices, mean_times)
+from policies.listsched import (FifoQueue, FreeSourceTracker, Job, Reservations, SendAhead, TransferBook,
+                                bottom_level_s, candidate_devices, mean_times, replay_finish_s)
 
 
 @dataclass
@@ -38,46 +44,84 @@ class HeftPolicy:
                       notes=f"scheduled makespan {makespan_s:.4g} s; {notes}")
 
 
-def heft_schedule(problem: PlacementProblem, memory_model: str = "auto",
-                  devices: str = "all") -> tuple[np.ndarray, float, str]:
-    """(N,) device of every op, the schedule's own makespan, and notes."""
+TIMELINES = ("fifo", "insertion")  # how a device's time is modelled (heft_schedule)
+
+
+def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices: str = "all",
+                  timeline: str = "fifo") -> tuple[np.ndarray, float, str]:
+    """(N,) device of every op, the schedule's own makespan, and notes.
+
+    ``timeline="fifo"``: a device runs its ops in order of input arrival (ties: topological position), as
+    the simulator dispatches; an op that becomes ready before ops already queued on a device runs before
+    them and pushes them later. ``"insertion"``: the paper's insertion into the earliest idle slot, an
+    order the simulator does not follow (it under-estimates the step). The makespan is the replay of the
+    decisions (``replay_finish_s``)."""
+    if timeline not in TIMELINES:
+        raise PlacerError(f"unknown HEFT timeline {timeline!r} (known: {', '.join(TIMELINES)})")
     graph = problem.graph
     cand = candidate_devices(problem, devices)  # (N, D)
     op_mean, edge_mean = mean_times(problem, cand)
     rank = bottom_level_s(problem, op_mean, edge_mean)  # upward rank
-    position = np.empty(graph.num_ops, dtype=np.int64)
-    position[graph.topo_order] = np.arange(graph.num_ops)
-    order = np.lexsort((position, -rank))
     times = np.where(problem.op_allowed, problem.op_time_s, np.inf)  # (N, D)
     reservations = Reservations(problem, cand, memory_model)
     sources = FreeSourceTracker(problem, cand, reservations)
-    slots = [DeviceSlots() for _ in range(problem.num_devices)]
     finish_s = np.zeros(graph.num_ops)
     device_of = np.full(graph.num_ops, -1, dtype=np.int64)
     book = TransferBook(problem, finish_s, device_of)
-    for op in order[~sources.free[order]]:
+    sender = SendAhead(problem, book, reservations)
+    position = book.position_array
+    timelines = [FifoDevice(position) if timeline == "fifo" else DeviceSlots() for _ in range(problem.num_devices)]
+    order = np.lexsort((position, -rank))
+    for op in order[~sources.free[order]].tolist():
         ops = np.array([op])
-        mask = reservations.feasible(ops, np.array([sources.pending_bytes(int(op))]))[0]
+        mask = reservations.feasible(ops, np.array([sources.pending_bytes(op)]))[0]
         if not mask.any():
             mask = reservations.fallback(ops)[0]
-        best = (np.inf, np.inf, -1)
+        best = (np.inf, -1)
         for device in np.flatnonzero(mask).tolist():
-            start = slots[device].earliest_start(book.arrival_s(int(op), device), times[op, device])
-            best = min(best, (start + times[op, device], start, device))
-        end, start, device = best
-        sources.follow(int(op), device, finish_s, device_of)  # HEFT asks each arrival once: no invalidate
-        ready_s = book.commit(int(op), device)
-        if ready_s > start:  # a free input went elsewhere (its unit's device): it has to be sent
-            start = slots[device].earliest_start(ready_s, times[op, device])
-            end = start + times[op, device]
-        slots[device].insert(start, end)
-        finish_s[op], device_of[op] = end, device
-        reservations.place(int(op), device)
+            _, end = timelines[device].slot(op, book.arrival_s(op, device), times[op, device])
+            best = min(best, (end, device))
+        device = best[1]
+        followers = sources.follow(op, device, finish_s, device_of)  # HEFT asks each arrival once
+        ready_s = book.commit(op, device)  # later than asked only if a free input went elsewhere
+        new_unit = reservations.unit_device[problem.op_unit[op]] < 0
+        _, finish_s[op] = timelines[device].add(op, ready_s, times[op, device])
+        device_of[op] = device
+        reservations.place(op, device)
+        sender.send_placed(op, new_unit, followers)
     for op in np.flatnonzero(device_of < 0):  # free sources nobody consumes
         unit_device = reservations.unit_device[problem.op_unit[op]]
         device_of[op] = unit_device if unit_device >= 0 else int(np.argmin(np.where(cand[op], 0, 1)))
         reservations.place(int(op), int(device_of[op]))
-    return device_of, float(finish_s.max(initial=0.0)), reservations.notes()
+    replayed_s = replay_finish_s(problem, book, [t.order() for t in timelines])  # (N,)
+    return device_of, float(replayed_s.max(initial=0.0)), reservations.notes()
+
+
+class FifoDevice:
+    """A device that runs its ops in order of input arrival (ties: topological position), one at a time."""
+
+    def __init__(self, position: np.ndarray):
+        self.position = position  # (N,) topological position of each op
+        self.queue = FifoQueue()
+        self.op_of: dict[Job, int] = {}
+
+    def slot(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:
+        """(start, end) op would get if queued now."""
+        job = Job((ready_s, int(self.position[op])), duration_s)
+        self.queue.plan([job], {})
+        return job.start_s, job.end_s
+
+    def add(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:
+        """Queue op (the ops after it may start later); returns its (start, end)."""
+        job = Job((ready_s, int(self.position[op])), duration_s)
+        moved: dict[Job, float] = {}
+        self.queue.plan([job], moved)
+        self.queue.add([job], moved)
+        self.op_of[job] = op
+        return job.start_s, job.end_s
+
+    def order(self) -> list[int]:
+        return [self.op_of[job] for job in self.queue.jobs]
 
 
 class DeviceSlots:
@@ -86,6 +130,7 @@ class DeviceSlots:
     def __init__(self) -> None:
         self.starts = np.zeros(0)  # (K,) float64
         self.ends = np.zeros(0)  # (K,) float64, sorted too: intervals do not overlap
+        self.ops: list[int] = []  # (K,) the op of each interval
 
     def earliest_start(self, ready_s: float, duration_s: float) -> float:
         """Earliest start >= ready_s of an idle gap of at least duration_s."""
@@ -96,8 +141,24 @@ class DeviceSlots:
         fits = np.flatnonzero(gap_start + duration_s <= self.starts[i:])
         return float(gap_start[fits[0]]) if len(fits) else max(ready_s, float(self.ends[-1]))
 
-    def insert(self, start_s: float, end_s: float) -> None:
-        # a zero-length op goes before, a real one after, the intervals starting at the same time
+    def slot(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:
+        start = self.earliest_start(ready_s, duration_s)
+        return start, start + duration_s
+
+    def add(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:
+        start, end = self.slot(op, ready_s, duration_s)
+        self.insert(start, end, op)
+        return start, end
+
+    def order(self) -> list[int]:
+        return list(self.ops)
+
+    def insert(self, start_s: float, end_s: float, op: int = -1) -> None:
+        # a zero-length op goes after the zero-length ones (its producers may be among them) and before the
+        # real ones starting at the same time; a real one after all of them
         i = int(np.searchsorted(self.starts, start_s, side="left" if end_s == start_s else "right"))
+        while end_s == start_s and i < len(self.starts) and self.starts[i] == start_s == self.ends[i]:
+            i += 1
         self.starts = np.insert(self.starts, i, start_s)
         self.ends = np.insert(self.ends, i, end_s)
+        self.ops.insert(i, op)

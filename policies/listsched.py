@@ -9,6 +9,8 @@ This is how Baechi treats TensorFlow colocation groups.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from measurers.sim.links import LinkTable, link_table
@@ -171,15 +173,100 @@ class FreeSourceTracker:
         return placed
 
 
+class Job:
+    """One piece of work for a ``FifoQueue``: requested at ``key[0]``, served for ``duration_s``."""
+
+    __slots__ = ("key", "duration_s", "start_s", "end_s", "pinned")
+
+    def __init__(self, key: tuple, duration_s: float):
+        self.key = key  # (request time s, tie-breakers...): the order of service
+        self.duration_s = duration_s
+        self.start_s = self.end_s = 0.0
+        self.pinned = False
+
+
+class Booking(Job):
+    """One booked transfer: the output of ``producer`` sent to device ``dst`` on ``channel``."""
+
+    __slots__ = ("producer", "dst", "channel")
+
+    def __init__(self, key: tuple[float, int, int], producer: int, dst: int, channel: int, duration_s: float):
+        super().__init__(key, duration_s)  # key: (request s, producer's topological position, dst device)
+        self.producer, self.dst, self.channel = producer, dst, channel
+
+
+class FifoQueue:
+    """A server that does one job at a time, in order of key (request time first), without waiting while
+    a job is requested: a job starts at max(its request, the end of the job before it). This is how the
+    simulator serves a channel's transfers and a device's ready ops (``measurers.sim.reference``).
+
+    A job requested before some queued ones goes ahead of them, and they start later; ``plan`` times new
+    jobs without queueing them, ``add`` queues them. ``pin`` keeps a job and those before it where they
+    are: new jobs queue after them, whatever their request time."""
+
+    def __init__(self) -> None:
+        self.jobs: list[Job] = []  # in order of service: jobs[pinned:] sorted by key
+        self.keys: list[tuple] = []  # their keys
+        self.pinned = 0  # jobs[:pinned] keep their times: no new job goes ahead of them (``pin``)
+
+    def pin(self, job: Job) -> None:
+        """Keep queued ``job`` and the jobs before it where they are (something was timed from its end)."""
+        if not job.pinned:
+            index = bisect.bisect_left(self.keys, job.key, lo=self.pinned)
+            for earlier in self.jobs[self.pinned:index + 1]:
+                earlier.pinned = True
+            self.pinned = index + 1
+
+    @property
+    def free_s(self) -> float:
+        return self.jobs[-1].end_s if self.jobs else 0.0
+
+    def plan(self, new: list[Job], moved: dict[Job, float]) -> None:
+        """Time ``new`` (sorted by key) as if queued and record in ``moved`` {queued job: its new start} of
+        the jobs they push later; stops at the first queued job after them that keeps its time."""
+        jobs, keys = self.jobs, self.keys
+        i = bisect.bisect_right(keys, new[0].key, lo=self.pinned)
+        free = jobs[i - 1].end_s if i else 0.0
+        j = 0
+        while j < len(new) or i < len(jobs):
+            if j < len(new) and (i == len(jobs) or new[j].key < keys[i]):
+                job, j = new[j], j + 1
+                job.start_s = max(job.key[0], free)
+                free = job.end_s = job.start_s + job.duration_s
+                continue
+            job, i = jobs[i], i + 1
+            start_s = max(job.key[0], free)
+            if start_s == job.start_s and j == len(new):
+                break
+            if start_s != job.start_s:
+                moved[job] = start_s
+            free = start_s + job.duration_s
+
+    def add(self, new: list[Job], moved: dict[Job, float]) -> None:
+        """Queue ``new`` (timed by ``plan``) and move the jobs ``plan`` recorded in ``moved``."""
+        for job in new:
+            index = bisect.bisect_right(self.keys, job.key, lo=self.pinned)
+            self.keys.insert(index, job.key)
+            self.jobs.insert(index, job)
+        for job, start_s in moved.items():
+            job.start_s, job.end_s = start_s, start_s + job.duration_s
+
+
 class TransferBook:
     """Transfers as the simulator makes them (``measurers.sim.reference``): one per (producer, destination
-    device), of the edge's bytes, on its link's channel, timed by ``LinkTable.transfer_s``; a channel
-    serves one transfer at a time, so a transfer starts at max(producer end, channel free).
+    device), of the edge's bytes, on its link's channel, timed by ``LinkTable.transfer_s``. A channel
+    serves one transfer at a time in order of request time (the producer's end; ties: the producer's
+    topological position, then the destination device): a transfer starts at max(its request, the end of
+    the transfer before it in that order) (``FifoQueue``).
 
-    ``arrival_s`` asks, without committing, when an op's inputs would all be on a device (its new transfers
-    queued on their channels in the simulator's order: producer end, then topological position);
-    ``commit`` books those transfers once the op is placed there. Channels only fill up, so an arrival
-    time asked earlier is a lower bound of the one asked now (``version`` counts the commits).
+    ``arrival_s`` asks, without committing, when an op's inputs would all be on a device; ``commit`` books
+    those transfers once the op is placed there; ``send`` books one before any reader is placed. A
+    transfer requested before some booked ones goes ahead of them, as the simulator would have served it
+    first, and they start later -- unless a placed op reads one of them: then that one and those before it
+    keep their times (they are pinned), so the schedule never relies on a time that changes later.
+    Booked transfers only move later, so an arrival time asked earlier is a lower bound of the one asked
+    now (``version`` counts the commits). ``replay_finish_s`` serves each channel in request order
+    again once all decisions are made.
     """
 
     def __init__(self, problem: PlacementProblem, finish_s: np.ndarray, device_of: np.ndarray):
@@ -188,8 +275,9 @@ class TransferBook:
         num_devices = problem.num_devices  # (LinkTable.channel_of fails on a machine without links)
         self.channel_of = (self.links.channel_of.tolist() if self.links.num_channels
                            else [[-1] * num_devices for _ in range(num_devices)])  # [D][D], -1 on the diagonal
-        self.channel_free_s = [0.0] * self.links.num_channels
-        self.booked_s: dict[tuple[int, int], float] = {}  # (producer, dst device) -> transfer end
+        self.channels = [FifoQueue() for _ in range(self.links.num_channels)]
+        self.pin_read = True  # a transfer that a placed op reads keeps its time (``FifoQueue.pin``)
+        self.booked: dict[tuple[int, int], Booking] = {}  # (producer, dst device) -> its transfer
         self.version = 0
         graph = problem.graph
         position = np.empty(graph.num_ops, dtype=np.int64)
@@ -198,9 +286,14 @@ class TransferBook:
         self.position = position.tolist()
         self.inputs = _inputs_by_producer(problem)  # per op: [(producer, bytes)] in topological order
 
+    @property
+    def channel_free_s(self) -> list[float]:
+        """When each channel has served every transfer booked on it."""
+        return [channel.free_s for channel in self.channels]
+
     def arrival_s(self, op: int, device: int) -> float:
         """When op's last placed input would be on ``device`` if op were placed there now."""
-        ready, _ = self._plan(op, device)
+        ready, _, _ = self._plan(op, device)
         return ready
 
     def inputs_done_s(self, op: int) -> float:
@@ -218,18 +311,43 @@ class TransferBook:
 
     def commit(self, op: int, device: int) -> float:
         """Book op's new input transfers to ``device``; returns when its inputs are all there."""
-        ready, new = self._plan(op, device)
-        for producer, channel, end_s in new:
-            self.booked_s[producer, device] = end_s
-            self.channel_free_s[channel] = max(self.channel_free_s[channel], end_s)
-        if new:
-            self.version += 1
+        ready, new, moved = self._plan(op, device)
+        self._book(new, moved)
+        if self.pin_read:
+            for producer, _ in self.inputs[op]:
+                booking = self.booked.get((producer, device))
+                if booking is not None:
+                    self.channels[booking.channel].pin(booking)
         return ready
 
-    def _plan(self, op: int, device: int) -> tuple[float, list[tuple[int, int, float]]]:
-        """(inputs-ready time, [(producer, channel, transfer end)] of the transfers op would add)."""
-        finish_s, device_of, booked = self.finish_s, self.device_of, self.booked_s
-        ready, requests = 0.0, []
+    def send(self, producer: int, device: int, nbytes: int) -> None:
+        """Book the transfer of a placed producer's output to ``device`` now, before any reader there is
+        placed (the simulator sends it when the producer ends, wherever its readers are in the schedule)."""
+        if (producer, device) in self.booked or self.device_of[producer] in (-1, device):
+            return
+        src = int(self.device_of[producer])
+        key = (float(self.finish_s[producer]), self.position[producer], device)
+        booking = Booking(key, producer, device, self.channel_of[src][device],
+                          self.links.transfer_s(src, device, nbytes))
+        moved: dict[Booking, float] = {}
+        self.channels[booking.channel].plan([booking], moved)
+        self._book([booking], moved)
+
+    def _book(self, new: list[Booking], moved: dict[Job, float]) -> None:
+        for channel in {booking.channel for booking in new}:
+            self.channels[channel].add([booking for booking in new if booking.channel == channel], {})
+        for job, start_s in moved.items():
+            job.start_s, job.end_s = start_s, start_s + job.duration_s
+        for booking in new:
+            self.booked[booking.producer, booking.dst] = booking
+        if new:
+            self.version += 1
+
+    def _plan(self, op: int, device: int) -> tuple[float, list[Booking], dict[Booking, float]]:
+        """(inputs-ready time, the transfers op would add (timed), {booked transfer: its new start} of
+        those the new ones would push later)."""
+        finish_s, device_of, booked = self.finish_s, self.device_of, self.booked
+        ready, new, needed = 0.0, [], []
         for producer, nbytes in self.inputs[op]:
             src = int(device_of[producer])
             if src < 0:  # a free source not placed yet: it will follow op (no transfer)
@@ -237,19 +355,134 @@ class TransferBook:
             if src == device:
                 ready = max(ready, float(finish_s[producer]))
             elif (producer, device) in booked:
-                ready = max(ready, booked[producer, device])
+                needed.append(booked[producer, device])
             else:
-                requests.append((float(finish_s[producer]), self.position[producer], producer, src, nbytes))
-        if len(requests) > 1:
-            requests.sort()
-        new, free = [], {}
-        for request_s, _, producer, src, nbytes in requests:
-            channel = self.channel_of[src][device]
-            start = max(request_s, free.get(channel, self.channel_free_s[channel]))
-            free[channel] = end = start + self.links.transfer_s(src, device, nbytes)
-            new.append((producer, channel, end))
-            ready = max(ready, end)
-        return ready, new
+                key = (float(finish_s[producer]), self.position[producer], device)
+                new.append(Booking(key, producer, device, self.channel_of[src][device],
+                                   self.links.transfer_s(src, device, nbytes)))
+        moved: dict[Booking, float] = {}
+        for channel in {booking.channel for booking in new}:
+            queued = sorted((b for b in new if b.channel == channel), key=lambda b: b.key)
+            self.channels[channel].plan(queued, moved)
+        for booking in new:
+            ready = max(ready, booking.end_s)
+        for booking in needed:
+            ready = max(ready, moved[booking] + booking.duration_s if booking in moved else booking.end_s)
+        return ready, new, moved
+
+
+class SendAhead:
+    """Books a transfer as soon as both ends are known, instead of when its reader is placed: the simulator
+    sends an output when its producer ends, and a reader's device is known early when its unit (group) is
+    placed already. Booked earlier, a transfer is queued among the transfers requested near the same time,
+    and fewer transfers that placed ops rely on are pushed later (``TransferBook``)."""
+
+    def __init__(self, problem: PlacementProblem, book: TransferBook, reservations: Reservations):
+        self.problem, self.book, self.reservations = problem, book, reservations
+        graph = problem.graph
+        self.succ_offsets, _ = graph.succ_csr
+        self.pred_offsets, self.pred_ids = graph.pred_csr
+        order = np.argsort(problem.op_unit, kind="stable")
+        bounds = np.searchsorted(problem.op_unit[order], np.arange(problem.num_units + 1))
+        self.unit_ops = [order[bounds[u]:bounds[u + 1]] for u in range(problem.num_units)]  # ops of each unit
+
+    def send_placed(self, op: int, new_unit: bool, followers: int = 0) -> None:
+        """``op`` was just placed: send its output to readers whose device is known; if it placed its unit,
+        send the placed producers' outputs that the unit's other ops read; with ``followers``, op's free
+        inputs were placed along with it: send theirs too."""
+        graph, res, book = self.problem.graph, self.reservations, self.book
+        if followers:
+            for edge in self.pred_ids[self.pred_offsets[op]:self.pred_offsets[op + 1]].tolist():
+                producer = int(graph.edge_src[edge])
+                if book.finish_s[producer] == 0.0 and book.device_of[producer] >= 0:
+                    self.send_placed(producer, False)
+        lo, hi = self.succ_offsets[op], self.succ_offsets[op + 1]
+        reader_device = res.unit_device[self.problem.op_unit[graph.edge_dst[lo:hi]]]
+        for device, nbytes in zip(reader_device.tolist(), graph.edge_bytes[lo:hi].tolist()):
+            if device >= 0:
+                book.send(op, device, nbytes)
+        if not new_unit:
+            return
+        device = int(book.device_of[op])
+        for other in self.unit_ops[self.problem.op_unit[op]].tolist():
+            if book.device_of[other] >= 0:
+                continue
+            for edge in self.pred_ids[self.pred_offsets[other]:self.pred_offsets[other + 1]].tolist():
+                producer = int(graph.edge_src[edge])
+                if book.device_of[producer] >= 0:
+                    book.send(producer, device, int(graph.edge_bytes[edge]))
+
+
+def replay_finish_s(problem: PlacementProblem, book: TransferBook, device_order: list[list[int]]) -> np.ndarray:
+    """(N,) when every op ends when the scheduler's decisions are carried out in its own timing model:
+    ops on ``book.device_of``, each device running its ops in ``device_order`` (ops not listed there, e.g.
+    free sources, first, in topological order), each channel serving the booked transfers in order of
+    request time (the ``TransferBook`` keys: the producers' ends as scheduled), one at a time.
+
+    While scheduling, a transfer may have queued behind pinned transfers requested later, and one that
+    went ahead of others pushed them, and possibly the ops reading them, later; this gives every op and
+    transfer its final time: a longest path through the data, device-order and channel-order edges, each
+    transfer one per (producer, device), of the largest edge bytes to that device, as the simulator sends
+    it. (The devices keep the scheduler's order: the simulator's own dispatch may differ.)
+    """
+    graph, device_of = problem.graph, book.device_of.tolist()
+    n = graph.num_ops
+    duration = [float(problem.op_time_s[op, device_of[op]]) for op in range(n)]
+    listed = np.zeros(n, dtype=bool)
+    for order in device_order:
+        listed[order] = True
+    succ: list[list[int]] = [[] for _ in range(n)]  # op -> ops or transfer nodes (n + k) after it
+    for d, order in enumerate(device_order):
+        first = [op for op in graph.topo_order.tolist() if not listed[op] and device_of[op] == d]
+        sequence = first + list(order)
+        for a, b in zip(sequence, sequence[1:]):
+            succ[a].append(b)
+    transfers = {key: k for k, key in enumerate(book.booked)}  # (producer, dst) -> transfer node n + k
+    transfer_bytes = [0] * len(transfers)
+    readers: list[list[int]] = [[] for _ in transfers]
+    for u, v, nbytes in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_bytes.tolist()):
+        if device_of[u] == device_of[v]:
+            succ[u].append(v)
+            continue
+        k = transfers.get((u, device_of[v]))
+        if k is None:
+            raise AssertionError(f"op {v} reads op {u} from another device without a booked transfer")
+        transfer_bytes[k] = max(transfer_bytes[k], nbytes)
+        readers[k].append(v)
+    succ += readers
+    for (u, _), k in transfers.items():
+        succ[u].append(n + k)
+    for channel in book.channels:
+        jobs = sorted(channel.jobs, key=lambda job: job.key)  # the order the channel serves them in
+        for a, b in zip(jobs, jobs[1:]):
+            succ[n + transfers[a.producer, a.dst]].append(n + transfers[b.producer, b.dst])
+    duration += [book.links.transfer_s(device_of[u], dst, nbytes)
+                 for (u, dst), nbytes in zip(book.booked, transfer_bytes)]
+    return _longest_path_ends(succ, duration)[:n]
+
+
+def _longest_path_ends(succ: list[list[int]], duration_s: list[float]) -> np.ndarray:
+    """(V,) end time of every node of a DAG (start = latest end of its predecessors, 0 without any)."""
+    indegree = [0] * len(succ)
+    for nexts in succ:
+        for b in nexts:
+            indegree[b] += 1
+    start = [0.0] * len(succ)
+    end = [0.0] * len(succ)
+    stack = [a for a, degree in enumerate(indegree) if degree == 0]
+    done = 0
+    while stack:
+        a = stack.pop()
+        done += 1
+        end[a] = start[a] + duration_s[a]
+        for b in succ[a]:
+            start[b] = max(start[b], end[a])
+            indegree[b] -= 1
+            if indegree[b] == 0:
+                stack.append(b)
+    if done != len(succ):
+        raise AssertionError("the schedule's device and channel orders contradict its data edges")
+    return np.array(end)
 
 
 def _inputs_by_producer(problem: PlacementProblem) -> list[list[tuple[int, int]]]:
