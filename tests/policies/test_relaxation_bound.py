@@ -13,8 +13,7 @@ from graphs.errors import PlacerError
 from measurers.machine import Device, Link, Machine
 from measurers.sim.reference import Simulator
 from policies.exact.bound import EVERY_PLACEMENT, proven_bound
-from policies.exact.relaxation import interchangeable_classes, solve_relaxation
-from measurers.sim.links import link_table
+from policies.exact.relaxation import solve_relaxation
 from policies.problem import make_problem
 from conftest import build_graph
 
@@ -94,17 +93,6 @@ def test_relaxation__memory_that_fits_nothing_is_infeasible():
     graph = random_graph(1, num_ops=4, param_bytes=[10**11] * 4, allowed_mask=[2] * 4)
     result = solve_relaxation(make_problem(graph, staging_machine(num_gpus=2)), 10.0)
     assert result.status == "infeasible" and result.bound_s is None
-
-
-def test_relaxation__interchangeable_devices_are_those_a_swap_maps_onto_themselves():
-    """The two GPUs of the test machine swap (their CPU links' channels swap too); on paper-4gpu only the
-    two dies of one board do (another board's CPU links are another channel); the CPU swaps with none."""
-    from measurers.catalog import load_machine
-
-    small = make_problem(random_graph(0), staging_machine(num_gpus=3))
-    assert interchangeable_classes(small, link_table(small.machine)) == [[1, 2, 3]]
-    paper = make_problem(random_graph(0), load_machine("paper-4gpu"))
-    assert interchangeable_classes(paper, link_table(paper.machine)) == [[1, 2], [3, 4]]
 
 
 def test_relaxation__one_device_without_links_is_its_serial_time():
