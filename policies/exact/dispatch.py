@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 from ortools.sat.python import cp_model
 
 

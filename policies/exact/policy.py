@@ -10,6 +10,10 @@ keeping the best measured; it stops when the model's proven bound reaches the be
 single-op groups, where the model is a relaxation of the simulator (or, with the dispatch rule, equal to
 it), this makes ``exact`` exact with respect to the simulator.
 
+``solver="highs"`` instead takes its placements from the simulator's relaxation (policies/exact/
+relaxed_search.py): the relaxation's bound holds for the measurer itself (every placement of the groups),
+where CP-SAT's bound holds for its model of whole groups only.
+
 A solver that stops at its limit without a solution is no error: the policy returns the warm start (or
 the best single GPU), measured, and says so in ``notes`` and ``solver_status`` ("no solution"), so a
 search that runs several policies goes on with the others.
@@ -27,10 +31,11 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
+from policies.exact.relaxed_search import relaxed_search
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
-SOLVERS = ("cpsat",)
+SOLVERS = ("cpsat", "highs")
 MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what a workstation holds
 MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
 DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
@@ -53,9 +58,11 @@ class ExactPolicy:
         check_budget(budget)
         self._check_options()
         clock = DecisionClock()
+        counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), clock, on_measurement)
+        if self.solver == "highs":
+            return self._place_relaxed(problem, counter, clock.started + float(self.time_limit_s))
         quotient = self._quotient(problem)
         check_size(quotient)
-        counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), clock, on_measurement)
         dispatch = self.dispatch == "on" or (self.dispatch == "auto" and quotient.single_op
                                              and quotient.num_groups <= DISPATCH_MAX_GROUPS)
         model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=dispatch)
@@ -89,6 +96,30 @@ class ExactPolicy:
             model.forbid(solution.unit_placement)
             hint = None
         return run
+
+    def _place_relaxed(self, problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> PolicyResult:
+        """solver "highs": placements of the simulator's relaxation, measured (policies/exact/relaxed_search.py)."""
+        if problem.num_units > MAX_GROUPS:
+            raise PlacerError(f"exact: {problem.num_units} groups is more than the solver takes (at most "
+                              f"{MAX_GROUPS}): place fewer, coarser groups (--groups)")
+        run = relaxed_search(problem, counter, deadline, threads=self.num_workers or 1)
+        bound = f"bound {run.bound_s:.6g} s ({run.bound_status})" if math.isfinite(run.bound_s) else \
+            f"no bound ({run.bound_status})"
+        if counter.best_placement is None:
+            hint, hint_name = self._hint(problem)
+            counter.measure([problem.expand(hint)])
+            notes = (f"the relaxation gave no placement of the {problem.num_units} groups within "
+                     f"{self.time_limit_s:g} s ({bound}): returning {hint_name}")
+            return replace(search_result(self.name, problem, counter, notes=notes), stop_reason="time_limit",
+                           solver_status=f"{run.bound_status}, no solution", solver_bound_s=run.bound_s)
+        result = search_result(self.name, problem, counter)
+        model_s = run.model_s(result.group_placement)
+        measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
+        notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s)): {bound} for every "
+                 f"placement of these groups; its w of the chosen placement {model_s:.6g} s; measured {measured}"
+                 + (" (proven best for the measurer)" if run.converged else ""))
+        return replace(result, notes=notes, stop_reason="converged" if run.converged else "time_limit",
+                       solver_makespan_s=model_s, solver_bound_s=run.bound_s, solver_status=run.bound_status)
 
     def _quotient(self, problem: PlacementProblem) -> QuotientGraph:
         if self.split != "auto":

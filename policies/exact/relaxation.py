@@ -62,10 +62,12 @@ slack of about 1e-6.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import highspy
 import numpy as np
@@ -85,6 +87,8 @@ class RelaxationResult:
     wall_s: float  # building and solving
     num_rows: int
     num_cols: int
+    unit_placement: np.ndarray | None = None  # (U,) int64: a MIP's best integer point, None without one
+    makespan_s: float = math.nan  # the model's w at unit_placement
 
 
 class _Rows:
@@ -305,11 +309,49 @@ def _add_memory_rows(rows: _Rows, problem, layout) -> None:
     rows.add(d, layout.x_col[u, d], param_gb[u], np.full(devices, -np.inf), problem.capacity_bytes() / GB)
 
 
-def build_model(problem: PlacementProblem, integer: bool = True) -> highspy.HighsLp:
-    """The relaxation of the module docstring as a HiGHS model (objective: w, in milliseconds)."""
+def build_model(problem: PlacementProblem, integer: bool = True, placement_weight: float = 0.0,
+                forbidden: Sequence[np.ndarray] = ()) -> highspy.HighsLp:
+    """The relaxation of the module docstring as a HiGHS model (objective: w, in milliseconds; plus
+    ``placement_weight`` times the tie-breaking cost of ``_placement_cost``; ``forbidden`` (U,) unit
+    placements are cut off)."""
+    return _build(problem, integer, placement_weight, forbidden)[0]
+
+
+def _placement_cost(problem, layout, links) -> np.ndarray:
+    """(num_cols,) milliseconds: each unit's time on its device and each cut pair's least copy time of all
+    its edges. Many placements share the relaxation's optimum (it sees no queueing); among them this
+    prefers fast devices and few copies, which the simulator rewards."""
+    cost = np.zeros(layout.num_cols)
+    allowed = layout.x_col >= 0
+    cost[layout.x_col[allowed]] = problem.unit_time_s[allowed] * MS_PER_S
+    graph = problem.graph
+    cross = np.flatnonzero(problem.op_unit[graph.edge_src] != problem.op_unit[graph.edge_dst])
+    if len(cross) and len(links.latency_s):
+        comm_ms = links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S  # (C, D, D)
+        off_diagonal = ~np.eye(problem.num_devices, dtype=bool)
+        least_ms = np.where(off_diagonal, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
+        pair = _pair_index(layout, problem.num_units, problem.op_unit[graph.edge_src[cross]],
+                           problem.op_unit[graph.edge_dst[cross]])
+        cost[layout.z_col] = np.bincount(pair, weights=least_ms, minlength=len(layout.z_col))
+    return cost
+
+
+def _add_forbidden_rows(rows: _Rows, problem, layout, forbidden: Sequence[np.ndarray]) -> None:
+    """No-good cuts: sum_u x[u, P_u] <= U - 1 for each forbidden placement P."""
+    units = np.arange(problem.num_units)
+    for k, placement in enumerate(forbidden):
+        cols = layout.x_col[units, np.asarray(placement, dtype=np.int64)]
+        cols = cols[cols >= 0]
+        rows.add(np.zeros(len(cols), dtype=np.int64), cols, np.ones(len(cols)), np.array([-np.inf]),
+                 float(len(cols) - 1))
+
+
+def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
+           forbidden: Sequence[np.ndarray]) -> tuple[highspy.HighsLp, _Layout]:
     layout = _layout(problem)
     links = link_table(problem.machine)
     rows = _Rows()
+    _add_forbidden_rows(rows, problem, layout, forbidden)
     _add_assignment_rows(rows, problem, layout)
     _add_precedence_rows(rows, problem, layout, links)
     _add_makespan_rows(rows, problem, layout)
@@ -319,7 +361,7 @@ def build_model(problem: PlacementProblem, integer: bool = True) -> highspy.High
     start, index, value, row_lower, row_upper = rows.csr()
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = layout.num_cols, rows.count
-    cost = np.zeros(layout.num_cols)
+    cost = placement_weight * _placement_cost(problem, layout, links) if placement_weight else np.zeros(layout.num_cols)
     cost[layout.w_col] = 1.0
     upper = np.full(layout.num_cols, np.inf)
     upper[: layout.s_col[0] if problem.graph.num_ops else layout.w_col] = 1.0  # x, z, y in [0, 1]
@@ -333,14 +375,17 @@ def build_model(problem: PlacementProblem, integer: bool = True) -> highspy.High
         for col in layout.x_col[layout.x_col >= 0].tolist():
             kinds[col] = highspy.HighsVarType.kInteger
         lp.integrality_ = kinds
-    return lp
+    return lp, layout
 
 
 def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bool = True,
-                     threads: int = 1) -> RelaxationResult:
-    """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal)."""
+                     threads: int = 1, placement_weight: float = 0.0,
+                     forbidden: Sequence[np.ndarray] = ()) -> RelaxationResult:
+    """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal).
+    A MIP also returns its best integer placement. With ``placement_weight`` or ``forbidden`` the model
+    is no longer the relaxation of every placement, so no bound is returned (``bound_s`` None)."""
     began = time.perf_counter()
-    lp = build_model(problem, integer)
+    lp, layout = _build(problem, integer, placement_weight, forbidden)
     highs = _quiet_highs()
     highs.setOptionValue("threads", int(threads))
     highs.setOptionValue("random_seed", 0)
@@ -356,8 +401,20 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
         bound_ms = max(float(info.mip_dual_bound), 0.0)
     elif not integer and name == "optimal":
         bound_ms = float(info.objective_function_value)
+    if placement_weight or len(forbidden):
+        bound_ms = None
+    placement, makespan_s = _incumbent(highs, layout) if integer else (None, math.nan)
     return RelaxationResult(None if bound_ms is None else bound_ms / MS_PER_S, name,
-                            time.perf_counter() - began, lp.num_row_, lp.num_col_)
+                            time.perf_counter() - began, lp.num_row_, lp.num_col_, placement, makespan_s)
+
+
+def _incumbent(highs: highspy.Highs, layout: _Layout) -> tuple[np.ndarray | None, float]:
+    """(U,) the MIP's best integer placement and its w in seconds, or (None, nan) when it has none."""
+    if highs.getInfo().primal_solution_status != 2:  # 2: a feasible point
+        return None, math.nan
+    values = np.asarray(highs.getSolution().col_value)
+    x = np.where(layout.x_col >= 0, values[np.maximum(layout.x_col, 0)], -1.0)  # (U, D)
+    return x.argmax(axis=1).astype(np.int64), float(values[layout.w_col]) / MS_PER_S
 
 
 def _quiet_highs() -> highspy.Highs:

@@ -1,0 +1,53 @@
+"""``exact --solver highs`` (policies/exact/relaxed_search.py): placements of the simulator's relaxation,
+measured, with no-good cuts between solves; the first solve's bound holds for every placement."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from measurers.sim.measurer import SimulatorMeasurer
+from policies.exact.relaxation import solve_relaxation
+from policies.problem import make_problem
+from policies.registry import place
+from test_exact import exhaustive_optimum_s, own_channels_machine, random_dag
+
+
+def test_relaxation__returns_its_integer_point_and_a_cut_placement_is_never_returned_again():
+    graph, machine = random_dag(7, 5), own_channels_machine()
+    problem = make_problem(graph, machine)
+    first = solve_relaxation(problem, 20)
+    assert first.status == "optimal" and first.unit_placement is not None
+    assert first.makespan_s == pytest.approx(first.bound_s, rel=1e-6)  # optimal: w at the point is the bound
+    second = solve_relaxation(problem, 20, forbidden=[first.unit_placement])
+    assert second.unit_placement is not None and not np.array_equal(second.unit_placement, first.unit_placement)
+    assert second.bound_s is None  # with cuts it is no longer a relaxation of every placement
+    assert solve_relaxation(problem, 20, placement_weight=0.01).bound_s is None
+
+
+def test_exact_highs__measures_distinct_placements_never_below_its_bound():
+    graph, machine = random_dag(7, 6), own_channels_machine()
+    problem = make_problem(graph, machine)
+    measured = []
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 6, 0, time_limit_s=30, solver="highs",
+                   on_measurement=lambda placement, _m: measured.append(placement.tobytes()))
+    optimum_s = exhaustive_optimum_s(graph, machine)
+    assert len(measured) == len(set(measured)) == result.measurements >= 1
+    assert result.solver_bound_s <= optimum_s * (1 + 1e-6) <= result.best.runtime_s * (1 + 1e-6)
+    assert result.measurements == 6 or result.stop_reason == "converged"
+    assert "relaxation (HiGHS" in result.notes
+
+
+def test_exact_highs__time_limit_and_bound_on_32_groups():
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    problem = make_problem(load_graph("rnnlm"), load_machine("paper-2gpu"), max_groups=32)
+    started = time.perf_counter()
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 10, 0, time_limit_s=6,
+                   solver="highs")
+    assert time.perf_counter() - started < 6 + 6.0  # building the model, one measurement past the last solve
+    assert result.best.ok and problem.lower_bound_s <= result.solver_bound_s <= result.best.runtime_s
+    assert np.array_equal(problem.expand(result.group_placement), result.op_placement)
