@@ -29,6 +29,7 @@ class PolicyEntry:
     groups_itself: bool = False  # learns its own grouping of the colocation groups (the hierarchical planner)
     warm_startable: bool = False  # a non-learned policy that takes ``warm_start`` too (annealing)
     default_baseline: bool = True  # `placer baselines` runs it when no --policies are named (exact: not, it is slow)
+    takes_time_limit: bool = False  # its constructor takes ``time_limit_s`` (exact: the solver's wall time)
 
     @property
     def places_groups(self) -> bool:
@@ -73,7 +74,7 @@ for _entry in (
                 warm_startable=True),
     PolicyEntry("exact", "policies.exact.policy:ExactPolicy", "search",
                 "joint placement and scheduling of the groups solved by CP-SAT (Moirai's formulation)",
-                warm_startable=True, default_baseline=False),
+                warm_startable=True, default_baseline=False, takes_time_limit=True),
     PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
     PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),

@@ -139,6 +139,9 @@ def print_result(result) -> None:
     if policy_entry(result.policy).learned:
         own += " (learner's own best, warm-started)" if warm_started else " (learner's own best)"
     row(own, result.policy_best_runtime_s, "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok")
+    if result.solver is not None:  # exact: the solver's own figures next to the measured step
+        row(f"{result.policy}: the solver's makespan", result.solver.makespan_s, result.solver.status)
+        row(f"{result.policy}: the solver's bound (of its model)", result.solver.bound_s, result.solver.status)
     if result.warm_start is not None:
         row(f"warm start ({result.warm_start})", result.warm_start_runtime_s, "ok" if warm_started else "none ran ok")
         if math.isfinite(result.warm_start_on_groups_s):  # what the learner imitated and never ends worse than
@@ -157,5 +160,7 @@ def print_result(result) -> None:
         finer = ("; placements of finer groups (the heuristics') may go below it"
                  if result.proven_bound_holds_for != EVERY_PLACEMENT else "")
         console.print(f"proven bound (placer bound) {proven:.4f} s holds for {result.proven_bound_holds_for}{finer}")
+    if result.solver is not None:
+        console.print(f"{result.policy}: {result.solver.notes}")
     console.print(f"{result.measurements} measurements, stopped by {result.stop_reason}, {result.wall_s:.1f} s; "
                   f"run folder: {result.run_dir}")

@@ -55,6 +55,22 @@ class BaselineOutcome:
     status: str
 
 
+@dataclass(frozen=True)
+class SolverFigures:
+    """What a solver policy (exact) says of its placement, next to the measured step."""
+    makespan_s: float  # the solver's model of the placement it returned
+    bound_s: float  # the solver's proven bound (for what, its notes say)
+    status: str
+    notes: str
+
+    @classmethod
+    def of(cls, result) -> "SolverFigures | None":
+        """From a PolicyResult; None for a policy without a solver."""
+        if not result.solver_status:
+            return None
+        return cls(result.solver_makespan_s, result.solver_bound_s, result.solver_status, result.notes)
+
+
 @dataclass
 class SearchResult:
     run_dir: Path
@@ -80,6 +96,7 @@ class SearchResult:
     # the learner's best is never worse than this; nan when it did not warm-start in this session (a resume)
     proven_bound_s: float = math.nan  # best proven bound for the searched groups (policies.exact.bound)
     proven_bound_holds_for: str = ""  # the placements it holds for ("every placement" for the closed form)
+    solver: SolverFigures | None = None  # exact: the solver's own makespan, bound and status
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -313,6 +330,7 @@ class _PolicyOutcome:
     stop_reason: str
     seconds_per_update: float = math.nan
     warm_start_on_groups_s: float = math.nan
+    solver: SolverFigures | None = None
 
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
@@ -338,10 +356,13 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                    "checkpoint_every": CHECKPOINT_EVERY, "context": context}
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
+    if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:
+        options["time_limit_s"] = config.time_limit_s  # exact: its solver's wall time
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
-                          result.seconds_per_update, result.warm_start_runtime_s)
+                          result.seconds_per_update, result.warm_start_runtime_s,
+                          SolverFigures.of(result))
 
 
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
@@ -379,4 +400,5 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
                         baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,
                         problem.graph.num_colocation_groups, config.measurer,
                         warm.source if warm is not None else None,
-                        warm.runtime_s if warm is not None else math.nan, outcome.warm_start_on_groups_s)
+                        warm.runtime_s if warm is not None else math.nan, outcome.warm_start_on_groups_s,
+                        solver=outcome.solver)

@@ -150,3 +150,17 @@ def test_emit_json__infinities_become_null(capsys):
 
     emit_json({"runtime_s": math.inf, "samples_s": [1.0, math.nan], "ok": 2.5})
     assert json.loads(capsys.readouterr().out) == {"runtime_s": None, "samples_s": [1.0, None], "ok": 2.5}
+
+
+def test_search_json__exact_reports_its_solver_next_to_the_measured_step_within_its_time_limit(tmp_path):
+    """`placer search --policy exact --time-limit S --json`: one document with the solver's makespan, bound
+    and status beside the measured step (CP-SAT's and HiGHS's banners stay off stdout)."""
+    done = _placer("search", "--graph", "synthetic:40:2", "--machine", "paper-2gpu", "--policy", "exact",
+                   "--budget", "4", "--time-limit", "3", "--groups", "8", "--workers", "1", "--out", str(tmp_path),
+                   "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    payload = json.loads(done.stdout)
+    solver = payload["solver"]
+    assert solver["status"] in ("optimal", "feasible") and solver["makespan_s"] > 0
+    assert solver["bound_s"] <= solver["makespan_s"] and "solver (" in solver["notes"]
+    assert payload["policy_best_runtime_s"] > 0 and 1 <= payload["measurements"] <= 4
