@@ -73,7 +73,7 @@ for _entry in (
     PolicyEntry("annealing", "policies.search:AnnealingPolicy", "search", "simulated annealing",
                 warm_startable=True),
     PolicyEntry("exact", "policies.exact.policy:ExactPolicy", "search",
-                "joint placement and scheduling of the groups solved by CP-SAT (Moirai's formulation)",
+                "solver: the simulator's relaxation (HiGHS) or joint scheduling (CP-SAT, Moirai)",
                 warm_startable=True, default_baseline=False, takes_time_limit=True),
     PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),

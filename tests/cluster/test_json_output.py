@@ -161,6 +161,6 @@ def test_search_json__exact_reports_its_solver_next_to_the_measured_step_within_
     assert done.returncode == 0, done.stderr[-3000:]
     payload = json.loads(done.stdout)
     solver = payload["solver"]
-    assert solver["status"] in ("optimal", "feasible") and solver["makespan_s"] > 0
-    assert solver["bound_s"] <= solver["makespan_s"] and "solver (" in solver["notes"]
+    assert solver["status"] in ("optimal", "time limit") and solver["makespan_s"] > 0
+    assert solver["bound_s"] <= solver["makespan_s"] * (1 + 1e-6) and "relaxation (HiGHS" in solver["notes"]
     assert payload["policy_best_runtime_s"] > 0 and 1 <= payload["measurements"] <= 4

@@ -1,4 +1,5 @@
-"""``exact`` (policies/exact/): CP-SAT's joint placement and schedule against every placement simulated.
+"""``exact`` (policies/exact/): CP-SAT's joint placement and schedule against every placement simulated
+(``solver="auto"`` takes CP-SAT for these few single-op groups; HiGHS's relaxation: test_exact_relaxed.py).
 
 On random DAGs of single-op groups on 1 CPU + 2 GPUs: the measured step of exact's placement is the
 exhaustive optimum (every placement through the reference simulator's engine), its proven bound is no
@@ -153,7 +154,8 @@ def rnnlm_problem():
 def test_exact__time_limit_is_respected_on_32_groups(rnnlm_problem):
     problem = rnnlm_problem
     started = time.perf_counter()
-    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 10, 0, time_limit_s=5)
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 10, 0, time_limit_s=5,
+                   solver="cpsat")
     wall_s = time.perf_counter() - started
     assert result.placement_time_s < 5 + 2.0 and wall_s < 5 + 5.0  # CP-SAT ends its running tasks, on shared cores
     assert result.solver_status in ("feasible", "optimal") and result.best.ok
@@ -166,7 +168,7 @@ def test_exact__no_solution_in_time_returns_the_warm_start_and_says_so(rnnlm_pro
     problem = rnnlm_problem
     start = problem.expand(np.where(np.arange(problem.num_units) < 16, 1, 2))
     result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 10, 0, time_limit_s=1e-4,
-                   warm_start=[start])
+                   warm_start=[start], solver="cpsat")
     assert np.array_equal(result.op_placement, start) and result.measurements == 1
     assert "no solution" in result.solver_status and "found no placement" in result.notes
     assert math.isnan(result.solver_makespan_s)
@@ -186,7 +188,9 @@ def test_exact__too_many_groups_for_the_solver_is_refused():
     problem = make_problem(graph, machine)  # colocation groups: about 1,400 of them
     assert problem.num_units > 1000
     with pytest.raises(PlacerError, match=r"more than the solver can hold \(at most 1000 groups"):
-        ExactPolicy(time_limit_s=5).place(problem, SimulatorMeasurer(graph, machine), 5, 0)
+        ExactPolicy(time_limit_s=5, solver="cpsat").place(problem, SimulatorMeasurer(graph, machine), 5, 0)
+    with pytest.raises(PlacerError, match=r"more than the solver can hold \(at most 1000 groups"):
+        ExactPolicy(time_limit_s=5, solver="highs").place(problem, SimulatorMeasurer(graph, machine), 5, 0)
 
 
 def test_exact__unknown_solver_is_refused():

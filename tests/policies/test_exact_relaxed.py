@@ -51,3 +51,15 @@ def test_exact_highs__time_limit_and_bound_on_32_groups():
     assert time.perf_counter() - started < 6 + 6.0  # building the model, one measurement past the last solve
     assert result.best.ok and problem.lower_bound_s <= result.solver_bound_s <= result.best.runtime_s
     assert np.array_equal(problem.expand(result.group_placement), result.op_placement)
+
+
+def test_exact_auto__cpsat_for_few_single_op_groups_highs_for_coarse_groups():
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from policies.exact.policy import cpsat_is_exact
+
+    graph, machine = random_dag(7, 6), own_channels_machine()
+    assert cpsat_is_exact(make_problem(graph, machine))
+    assert not cpsat_is_exact(make_problem(load_graph("rnnlm"), load_machine("paper-2gpu"), max_groups=32))
+    result = place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=20)
+    assert "dispatch rule" in result.notes  # CP-SAT's model
