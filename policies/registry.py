@@ -30,6 +30,7 @@ class PolicyEntry:
     warm_startable: bool = False  # a non-learned policy that takes ``warm_start`` too (annealing)
     default_baseline: bool = True  # `placer baselines` runs it when no --policies are named (exact: not, it is slow)
     takes_time_limit: bool = False  # its constructor takes ``time_limit_s`` (exact: the solver's wall time)
+    max_groups: int | None = None  # the most groups it can place (exact: policies.exact.policy.MAX_GROUPS)
 
     @property
     def places_groups(self) -> bool:
@@ -74,7 +75,7 @@ for _entry in (
                 warm_startable=True),
     PolicyEntry("exact", "policies.exact.policy:ExactPolicy", "search",
                 "solver: the simulator's relaxation (HiGHS) or joint scheduling (CP-SAT, Moirai)",
-                warm_startable=True, default_baseline=False, takes_time_limit=True),
+                warm_startable=True, default_baseline=False, takes_time_limit=True, max_groups=1000),
     PolicyEntry("reinforce", "policies.rl.seq2seq.policy:ReinforcePolicy", "learned",
                 "seq2seq placer trained with REINFORCE (Mirhoseini et al. 2017)"),
     PolicyEntry("ppo", "policies.rl.seq2seq.policy:PPOPolicy", "learned", "seq2seq placer trained with PPO"),

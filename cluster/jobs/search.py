@@ -185,8 +185,11 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
 
     check_graph_name(config.graph)
     load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
-    policy_entry(config.policy)
+    entry = policy_entry(config.policy)
     check_counts(config.budget, config.groups, config.grouping)
+    if entry.max_groups is not None and config.groups > entry.max_groups:
+        raise PlacerError(f"--groups {config.groups}: policy {config.policy!r} places at most {entry.max_groups} "
+                          f"groups (its solver's memory); use --groups {entry.max_groups} or fewer")
     check_bound_time_limit(config.bound_time_limit_s)
     _check_search_numbers(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():

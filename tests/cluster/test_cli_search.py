@@ -48,6 +48,8 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--noise", "-0.1"], "--noise must not be negative"),
     (["--bound-time-limit", "-1"], "--bound-time-limit must be a finite number of seconds >= 0"),
     (["--resume", "no-such-run"], "no-such-run is not a run folder"),
+    (["--policy", "exact", "--groups", "1500"], "--groups 1500: policy 'exact' places at most 1000 groups"),
+    (["--policy", "exact", "--time-limit", "0"], "--time-limit must be positive"),
 ])
 def test_search_cli__bad_flags_are_one_error_before_anything_starts(tmp_path, capsys, flags, message):
     from cluster.cli import main

@@ -63,3 +63,10 @@ def test_exact_auto__cpsat_for_few_single_op_groups_highs_for_coarse_groups():
     assert not cpsat_is_exact(make_problem(load_graph("rnnlm"), load_machine("paper-2gpu"), max_groups=32))
     result = place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=20)
     assert "dispatch rule" in result.notes  # CP-SAT's model
+
+
+def test_exact_registry_limit_is_the_policys():
+    from policies.exact.policy import MAX_GROUPS
+    from policies.registry import policy_entry
+
+    assert policy_entry("exact").max_groups == MAX_GROUPS
