@@ -70,3 +70,21 @@ def test_exact_registry_limit_is_the_policys():
     from policies.registry import policy_entry
 
     assert policy_entry("exact").max_groups == MAX_GROUPS
+
+
+def test_proven_bound__adds_the_exact_solvers_bound_where_its_model_is_the_simulator():
+    """On a few single-op groups CP-SAT's dispatch-rule model is the simulator: its bound is the optimum
+    over every placement (enumerated), at least the relaxations', and it is the best proven bound."""
+    from policies.exact.bound import SKIPPED, proven_bound
+
+    graph, machine = random_dag(7, 6), own_channels_machine()
+    report = proven_bound(make_problem(graph, machine), 30)
+    optimum_s = exhaustive_optimum_s(graph, machine)
+    assert report.exact_status == "optimal"
+    assert report.exact_s == pytest.approx(optimum_s, rel=1e-3) and report.exact_s <= optimum_s * (1 + 1e-9)
+    assert report.best_s == report.exact_s >= report.mip_s * (1 - 1e-9)
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    coarse = proven_bound(make_problem(load_graph("rnnlm"), load_machine("paper-2gpu"), max_groups=8), 5)
+    assert coarse.exact_status == SKIPPED and coarse.exact_s is None
