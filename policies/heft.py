@@ -108,7 +108,7 @@ class FifoDevice:
     def slot(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:
         """(start, end) op would get if queued now."""
         job = Job((ready_s, int(self.position[op])), duration_s)
-        self.queue.plan([job], {})
+        self.queue.plan([job], None)
         return job.start_s, job.end_s
 
     def add(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:

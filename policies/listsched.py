@@ -10,6 +10,7 @@ This is how Baechi treats TensorFlow colocation groups.
 from __future__ import annotations
 
 import bisect
+import itertools
 
 import numpy as np
 
@@ -221,26 +222,34 @@ class FifoQueue:
     def free_s(self) -> float:
         return self.jobs[-1].end_s if self.jobs else 0.0
 
-    def plan(self, new: list[Job], moved: dict[Job, float]) -> None:
+    def plan(self, new: list[Job], moved: dict[Job, float] | None) -> None:
         """Time ``new`` (sorted by key) as if queued and record in ``moved`` {queued job: its new start} of
-        the jobs they push later; stops at the first queued job after them that keeps its time."""
+        the jobs they push later; stops at the first queued job after them that keeps its time (right
+        after the last new job when ``moved`` is None)."""
         jobs, keys = self.jobs, self.keys
         i = bisect.bisect_right(keys, new[0].key, lo=self.pinned)
         free = jobs[i - 1].end_s if i else 0.0
-        j = 0
-        while j < len(new) or i < len(jobs):
-            if j < len(new) and (i == len(jobs) or new[j].key < keys[i]):
-                job, j = new[j], j + 1
-                job.start_s = max(job.key[0], free)
-                free = job.end_s = job.start_s + job.duration_s
-                continue
-            job, i = jobs[i], i + 1
-            start_s = max(job.key[0], free)
-            if start_s == job.start_s and j == len(new):
+        num_jobs = len(jobs)
+        for job in new:  # the new jobs, and the queued ones between them
+            while i < num_jobs and keys[i] < job.key:
+                queued = jobs[i]
+                i += 1
+                request_s = queued.key[0]
+                start_s = request_s if request_s > free else free
+                if moved is not None and start_s != queued.start_s:
+                    moved[queued] = start_s
+                free = start_s + queued.duration_s
+            job.start_s = max(job.key[0], free)
+            free = job.end_s = job.start_s + job.duration_s
+        if moved is None:
+            return
+        for queued in itertools.islice(jobs, i, None):  # the queued ones after them, until one keeps its time
+            request_s = queued.key[0]
+            start_s = request_s if request_s > free else free
+            if start_s == queued.start_s:
                 break
-            if start_s != job.start_s:
-                moved[job] = start_s
-            free = start_s + job.duration_s
+            moved[queued] = start_s
+            free = start_s + queued.duration_s
 
     def add(self, new: list[Job], moved: dict[Job, float]) -> None:
         """Queue ``new`` (timed by ``plan``) and move the jobs ``plan`` recorded in ``moved``."""

@@ -6,7 +6,12 @@ each scheduler's own scheduled makespan, the simulated step of its placement (``
 ``Simulator``), their ratio, the scheduler's running time, and the ratio of the simulated step to the
 expert's (``policies.expert``) where the graph has an expert rule.
 
-Run:   python tests/bench/bench_schedule_agreement.py run LABEL            (writes runs/schedule_agreement_LABEL.json)
+The scheduled makespan is each scheduler's own (the replay of its decisions, ``policies.listsched
+.replay_finish_s``); ``heft-insertion`` is HEFT with the paper's insertion into idle slots
+(``heft_schedule(timeline="insertion")``), not run unless named.
+
+Run:   python tests/bench/bench_schedule_agreement.py run LABEL [GRAPHS [MACHINES [SCHEDULERS]]]
+                                                 (comma-separated lists; writes runs/schedule_agreement_LABEL.json)
        python tests/bench/bench_schedule_agreement.py table BEFORE AFTER   (markdown table of the two JSON files)
 """
 
@@ -22,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 GRAPHS = ("nmt-2", "nmt-4", "nmt-8", "rnnlm", "inception-v3", "resnet-50", "transformer", "keras-mobilenetv2")
 MACHINES = ("paper-2gpu", "paper-4gpu")
-SCHEDULERS = ("m-etf", "m-sct", "heft")
+SCHEDULERS = ("m-etf", "m-sct", "heft")  # and "heft-insertion" when asked for
 KERAS_NAME = "keras-mobilenetv2"
 RUNS = Path("runs")
 AGREEMENT = 0.10  # |scheduled / simulated - 1| that counts as agreement
@@ -58,8 +63,8 @@ def schedule(problem, name: str):
     from policies.baechi import EtfScheduler, favourite_children
     from policies.heft import heft_schedule
 
-    if name == "heft":
-        device_of, makespan_s, _ = heft_schedule(problem)
+    if name in ("heft", "heft-insertion"):
+        device_of, makespan_s, _ = heft_schedule(problem, timeline="insertion" if name == "heft-insertion" else "fifo")
         return device_of, makespan_s
     scheduler = EtfScheduler(problem)
     if name == "m-sct":
@@ -79,7 +84,7 @@ def expert_step_s(problem, simulator) -> float | None:
     return simulator.run(problem.expand(units)).runtime_s
 
 
-def measure(graphs, machines) -> list[dict]:
+def measure(graphs, machines, schedulers=SCHEDULERS) -> list[dict]:
     from measurers.catalog import load_machine
     from measurers.sim.reference import Simulator
     from policies.problem import make_problem
@@ -92,7 +97,7 @@ def measure(graphs, machines) -> list[dict]:
             problem = make_problem(graph, machine)  # colocation groups, as `placer baselines` runs them
             simulator = Simulator(graph, machine)
             expert_s = expert_step_s(problem, simulator)
-            for name in SCHEDULERS:
+            for name in schedulers:
                 start = time.perf_counter()
                 device_of, makespan_s = schedule(problem.at_op_level(), name)
                 elapsed_s = time.perf_counter() - start
@@ -137,8 +142,9 @@ def main(argv: list[str]) -> None:
     if argv[:1] == ["run"] and len(argv) >= 2:
         graphs = argv[2].split(",") if len(argv) > 2 else GRAPHS
         machines = argv[3].split(",") if len(argv) > 3 else MACHINES
+        schedulers = argv[4].split(",") if len(argv) > 4 else SCHEDULERS
         RUNS.mkdir(exist_ok=True)
-        rows = measure(graphs, machines)
+        rows = measure(graphs, machines, schedulers)
         (RUNS / f"schedule_agreement_{argv[1]}.json").write_text(json.dumps(rows, indent=1))
     elif argv[:1] == ["table"] and len(argv) == 3:
         before, after = (json.loads((RUNS / f"schedule_agreement_{label}.json").read_text()) for label in argv[1:])
