@@ -1,6 +1,8 @@
 """Shared pieces of the list schedulers (m-ETF, m-SCT, HEFT): candidate devices, data-arrival times
-(``TransferBook``: the simulator's transfers and channels), memory reservation per unit, and the static
-priority (bottom level).
+(``TransferBook``: the simulator's transfers, on channels that serve them in order of request time,
+``FifoQueue``; ``SendAhead`` books them as soon as both ends are known), the schedule's makespan
+(``replay_finish_s``: the decisions replayed through that model), memory reservation per unit, and the
+static priority (bottom level).
 
 The schedulers place *ops*, one at a time, under the unit constraint: the first op of a unit to be
 scheduled picks the device and reserves the whole unit's memory there; the unit's later ops follow it.
@@ -285,7 +287,6 @@ class TransferBook:
         self.channel_of = (self.links.channel_of.tolist() if self.links.num_channels
                            else [[-1] * num_devices for _ in range(num_devices)])  # [D][D], -1 on the diagonal
         self.channels = [FifoQueue() for _ in range(self.links.num_channels)]
-        self.pin_read = True  # a transfer that a placed op reads keeps its time (``FifoQueue.pin``)
         self.booked: dict[tuple[int, int], Booking] = {}  # (producer, dst device) -> its transfer
         self.version = 0
         graph = problem.graph
@@ -322,11 +323,10 @@ class TransferBook:
         """Book op's new input transfers to ``device``; returns when its inputs are all there."""
         ready, new, moved = self._plan(op, device)
         self._book(new, moved)
-        if self.pin_read:
-            for producer, _ in self.inputs[op]:
-                booking = self.booked.get((producer, device))
-                if booking is not None:
-                    self.channels[booking.channel].pin(booking)
+        for producer, _ in self.inputs[op]:  # op is timed from these: they keep their times
+            booking = self.booked.get((producer, device))
+            if booking is not None:
+                self.channels[booking.channel].pin(booking)
         return ready
 
     def send(self, producer: int, device: int, nbytes: int) -> None:
