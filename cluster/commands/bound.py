@@ -1,8 +1,8 @@
 """`placer bound`: the best proven lower bound on a graph's step time on a machine (policies/exact/bound.py).
 
-Three bounds, each with what it holds for: the closed form (critical path, work / devices: every
-placement), and the LP and MIP relaxations of the simulator (placements of the searched groups that fit
-in memory; a bound for a coarsening is not a bound for finer placements).
+Each bound with what it holds for: the closed form (critical path, work / devices: every placement), the
+LP and MIP relaxations of the simulator and, on a few single-op groups, the exact solver's (placements of
+the searched groups that fit in memory; a bound for a coarsening is not a bound for finer placements).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def register(subparsers) -> None:
                    help=f"how ops become groups (default {DEFAULT_METHOD}, as placer search)")
     p.add_argument("--seed", type=int, default=0, help="the grouping's seed, as placer search --seed (default 0)")
     p.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S, dest="time_limit_s", metavar="S",
-                   help=f"seconds for the LP and MIP together (default {DEFAULT_TIME_LIMIT_S:g}; 0: the closed "
-                        f"form only)")
+                   help=f"seconds for the LP, the MIP and (a few single-op groups) CP-SAT together "
+                        f"(default {DEFAULT_TIME_LIMIT_S:g}; 0: the closed form only)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.set_defaults(func=run)
 

@@ -1,6 +1,6 @@
 """The best proven lower bound on a problem's step time, and what it holds for.
 
-``proven_bound(problem, time_limit_s)`` gathers three bounds:
+``proven_bound(problem, time_limit_s)`` gathers four bounds:
 
 - the closed form, ``max(critical path, work / devices)`` (``measurers/sim/lower_bound.py``): it holds for
   every placement of the graph;
@@ -8,9 +8,10 @@
 - its mixed-integer relaxation (HiGHS's dual bound, optimal or cut short by the time limit): these hold
   for the placements that keep each unit of ``problem.op_unit`` on one device and fit in memory, i.e. for
   the coarsening searched, not for placements of finer groups;
-- the exact solver's bound (CP-SAT, policies/exact/cpsat.py) where its model is the simulator: a few
-  single-op groups (``policies.exact.policy.cpsat_is_exact``), with the time the relaxations left. On
-  coarse groups its model (groups run whole) is no relaxation of the simulator, so it is not used there.
+- the exact solver's bound (CP-SAT, policies/exact/cpsat.py, free order) where its model is a relaxation
+  of the simulator: a few single-op groups (``policies.exact.policy.cpsat_is_exact``), with the time the
+  relaxations left (ticks rounded down keep it one; the dispatch rule's model is not used: rounding can
+  reorder near-ties). On coarse groups its model (groups run whole) is no relaxation, so it is not used.
 
 ``best_s`` is the largest of them; ``holds_for`` says for which placements it holds. ``time_limit_s`` is
 shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
@@ -44,7 +45,7 @@ class BoundReport:
     exact_status: str
     exact_wall_s: float
     grouping: str  # the coarsening the LP and MIP bounds hold for, e.g. "the 32 scope groups of nmt-2"
-    best_s: float  # the largest of the three
+    best_s: float  # the largest of them
     holds_for: str  # what best_s holds for: EVERY_PLACEMENT or "placements of <grouping>"
     time_limit_s: float
     wall_s: float
@@ -93,7 +94,7 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
 
 
 def _exact_bound(problem: PlacementProblem, left_s: float, threads: int):
-    """CP-SAT's Solution on the dispatch-rule model when that model is the simulator and time is left."""
+    """CP-SAT's Solution on the free-order model when it is a relaxation of the simulator and time is left."""
     from policies.exact.policy import cpsat_is_exact
 
     if left_s <= 0 or not cpsat_is_exact(problem):
@@ -101,5 +102,5 @@ def _exact_bound(problem: PlacementProblem, left_s: float, threads: int):
     from policies.exact.cpsat import ExactModel
     from policies.exact.quotient import quotient_graph
 
-    model = ExactModel(quotient_graph(problem), problem.machine, problem.capacity_bytes(), dispatch=True)
+    model = ExactModel(quotient_graph(problem), problem.machine, problem.capacity_bytes(), dispatch=False)
     return model.solve(left_s, num_workers=threads)

@@ -72,6 +72,7 @@ from typing import Sequence
 import highspy
 import numpy as np
 
+from graphs.errors import PlacerError
 from measurers.sim.links import link_table
 from policies.problem import PlacementProblem
 
@@ -392,7 +393,10 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     remaining_s = max(time_limit_s - (time.perf_counter() - began), 0.01)
     highs.setOptionValue("time_limit", float(remaining_s))
     highs.passModel(lp)
-    highs.run()
+    if highs.run() != highspy.HighsStatus.kOk and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
+        # HiGHS keeps one task scheduler per process: a later solve asking another thread count fails
+        raise PlacerError(f"HiGHS could not solve the relaxation (threads={threads}; one process must use "
+                          f"one thread count)")
     status = highs.getModelStatus()
     name = _status_name(status)
     info = highs.getInfo()

@@ -43,9 +43,10 @@ class RelaxedRun:
         return self.model_s_of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
 
 
-def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float,
-                   threads: int = 1) -> RelaxedRun:
-    """Steps 1 and 2 of the module docstring; the measured placements are in ``counter``."""
+def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> RelaxedRun:
+    """Steps 1 and 2 of the module docstring; the measured placements are in ``counter``. HiGHS runs on one
+    thread, as ``placer bound`` does: its task scheduler is one per process and takes one thread count."""
+    threads = 1
     run = RelaxedRun()
     first = solve_relaxation(problem, BOUND_SHARE * (deadline - time.perf_counter()), threads=threads)
     run.solves, run.bound_status = 1, first.status
