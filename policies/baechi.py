@@ -221,7 +221,16 @@ class EtfScheduler:
     def _may_start(self, op: int, device: int) -> bool:
         """op is still to schedule and may go to ``device`` now (memory, unit, m-SCT's favourite edge)."""
         home = self.home[op]
+        if home >= 0 and op in self.ready and not self._fits(op, home):
+            self._release_home(op)  # its parent's device filled up before it was scheduled: anywhere again
+            home = -1
         return op in self.ready and (home < 0 or home == device) and self._fits(op, device)
+
+    def _release_home(self, op: int) -> None:
+        """Forget op's favourite device and offer it to every device again (the others dropped it)."""
+        self.home[op] = -1
+        for device in np.flatnonzero(self.reservations.static[op]):
+            heapq.heappush(self.pending[device], (self._arrival(op, int(device)), self.tie[op], op))
 
     def _fits(self, op: int, device: int) -> bool:
         res = self.reservations

@@ -252,3 +252,18 @@ def test_heft__paper_insertion_timeline_still_available_and_unknown_timeline_ref
     assert Simulator(graph, machine, engine="reference").run(device_of).runtime_s == pytest.approx(makespan_s)
     with pytest.raises(PlacerError, match="unknown HEFT timeline"):
         heft_schedule(problem, timeline="gaps")
+
+
+def test_m_sct__a_favourite_child_whose_parents_device_filled_up_may_go_anywhere_again():
+    """m-SCT sends a favourite child to its parent's device; if that device's memory fills before the child
+    is scheduled, the child is offered to every device again instead of waiting for the fallback."""
+    graph = build_graph([(0, 1), (1, 2)], 3)
+    problem = make_problem(graph, load_machine("paper-2gpu"))
+    scheduler = EtfScheduler(problem, devices="all")
+    child, home, other = 1, 1, 2
+    scheduler._make_ready(child)
+    scheduler.home[child] = home
+    assert not scheduler._may_start(child, other)  # held for its parent's device
+    scheduler.reservations.used_bytes[home] = scheduler.reservations.capacity[home] + 1  # that device is full
+    assert scheduler._may_start(child, other) and scheduler.home[child] == -1
+    assert any(entry[2] == child for entry in scheduler.pending[other])
