@@ -61,7 +61,7 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
             run.converged = True
             break
         left_s = deadline - time.perf_counter()
-        if left_s < MIN_SOLVE_S:
+        if left_s < MIN_SOLVE_S or counter.left == 0:
             break
         found = solve_relaxation(problem, left_s, threads=threads, placement_weight=PLACEMENT_WEIGHT,
                                  forbidden=forbidden)

@@ -130,3 +130,10 @@ def test_bounds_stay_below_the_optimum_when_ready_times_tie_within_a_tick():
     assert free.bound_s <= optimum_s * (1 + 1e-9)
     dispatch = ExactModel(quotient_graph(problem), problem.machine, problem.capacity_bytes(), dispatch=True).solve(20)
     assert dispatch.bound_s > optimum_s * 1.5  # why its bound is never reported: rounding reorders the tie
+
+
+def test_exact_highs__no_solve_after_the_budget_is_spent():
+    graph, machine = random_dag(7, 6), own_channels_machine()
+    result = place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 2, 0, time_limit_s=30,
+                   solver="highs")
+    assert result.measurements <= 2 and "2 solve(s)" in result.notes or result.stop_reason == "converged"
