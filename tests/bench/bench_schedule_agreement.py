@@ -13,6 +13,7 @@ The scheduled makespan is each scheduler's own (the replay of its decisions, ``p
 Run:   python tests/bench/bench_schedule_agreement.py run LABEL [GRAPHS [MACHINES [SCHEDULERS]]]
                                                  (comma-separated lists; writes runs/schedule_agreement_LABEL.json)
        python tests/bench/bench_schedule_agreement.py table BEFORE AFTER   (markdown table of the two JSON files)
+       python tests/bench/bench_schedule_agreement.py            (measure now, print the table: `make bench`)
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["table"] and len(argv) == 3:
         before, after = (json.loads((RUNS / f"schedule_agreement_{label}.json").read_text()) for label in argv[1:])
         print(table(before, after))
+    elif not argv:  # `make bench`: measure now, print the table without a "before"
+        print(table([], measure(GRAPHS, MACHINES, SCHEDULERS)))
     else:
         raise SystemExit(__doc__)
 
