@@ -61,17 +61,9 @@ def load(name: str):
 
 def schedule(problem, name: str):
     """(device_of (N,), scheduled makespan s) of scheduler ``name`` on an op-level problem."""
-    from policies.baechi import EtfScheduler, favourite_children
-    from policies.heft import heft_schedule
+    from policies.schedulers import list_schedule
 
-    if name in ("heft", "heft-insertion"):
-        device_of, makespan_s, _ = heft_schedule(problem, timeline="insertion" if name == "heft-insertion" else "fifo")
-        return device_of, makespan_s
-    scheduler = EtfScheduler(problem)
-    if name == "m-sct":
-        scheduler.favourite_child = favourite_children(problem, scheduler.cand)
-    scheduler.run()
-    return scheduler.device_of, scheduler.makespan_s
+    return list_schedule(problem, name)
 
 
 def expert_step_s(problem, simulator) -> float | None:

@@ -11,11 +11,12 @@ from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.machine import Device, Link, Machine
 from measurers.sim.reference import Simulator
-from policies.baechi import EtfScheduler, favourite_children
+from policies.baechi import EtfScheduler
 from policies.heft import FifoDevice, heft_schedule
 from policies.listsched import (FifoQueue, Job, Reservations, SendAhead, TransferBook, candidate_devices,
                                 replay_finish_s)
 from policies.problem import make_problem
+from policies.schedulers import list_schedule
 from conftest import build_graph
 
 SCHEDULERS = ("m-etf", "m-sct", "heft")
@@ -30,15 +31,7 @@ def bus_machine(num_gpus: int = 3) -> Machine:
     return Machine("bus", gpus, links)
 
 
-def schedule(problem, name: str) -> tuple[np.ndarray, float]:
-    if name in ("heft", "heft-insertion"):
-        device_of, makespan_s, _ = heft_schedule(problem, timeline="insertion" if name == "heft-insertion" else "fifo")
-        return device_of, makespan_s
-    scheduler = EtfScheduler(problem)
-    if name == "m-sct":
-        scheduler.favourite_child = favourite_children(problem, scheduler.cand)
-    scheduler.run()
-    return scheduler.device_of, scheduler.makespan_s
+schedule = list_schedule  # (device_of (N,), the scheduler's own makespan s)
 
 
 def fork_join_graph():
@@ -267,3 +260,9 @@ def test_m_sct__a_favourite_child_whose_parents_device_filled_up_may_go_anywhere
     scheduler.reservations.used_bytes[home] = scheduler.reservations.capacity[home] + 1  # that device is full
     assert scheduler._may_start(child, other) and scheduler.home[child] == -1
     assert any(entry[2] == child for entry in scheduler.pending[other])
+
+
+def test_list_schedule__unknown_name_is_refused():
+    problem = make_problem(build_graph([(0, 1)], 2), load_machine("paper-2gpu"))
+    with pytest.raises(PlacerError, match="unknown list scheduler 'etf'"):
+        list_schedule(problem, "etf")
