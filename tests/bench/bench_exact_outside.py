@@ -1,0 +1,52 @@
+"""Issue 16 on a graph from outside the project: Keras MobileNetV2, imported as bench_schedule_agreement.py
+imports it, at 32 scope groups on paper-2gpu and paper-4gpu: the proven bound (60 s), `exact` (60 s), cem and
+annealing at 2,048 measurements (seed 0) and the list schedulers, one JSON line per machine. Usage::
+
+    python tests/bench/bench_exact_outside.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MACHINES = ("paper-2gpu", "paper-4gpu")
+HEURISTICS = ("single-gpu", "m-etf", "m-sct", "heft")
+SEARCHES = ("cem", "annealing")
+
+
+def row(graph, machine_name: str) -> dict:
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.exact.bound import proven_bound
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    machine = load_machine(machine_name)
+    problem = make_problem(graph, machine, max_groups=32, grouping_method="scope")
+    measurer = SimulatorMeasurer(graph, machine)
+    bound = proven_bound(problem, 60)
+    out = {"machine": machine_name, "closed_form_s": bound.closed_form_s, "lp_s": bound.lp_s, "mip_s": bound.mip_s,
+           "mip_status": bound.mip_status, "proven_bound_s": bound.best_s}
+    for name in HEURISTICS:
+        out[name] = place(name, problem, measurer, 1, 0).best.runtime_s
+    for name in SEARCHES:
+        out[name] = place(name, problem, measurer, 2048, 0).best.runtime_s
+    exact = place("exact", problem, measurer, 16, 0, time_limit_s=60)
+    out["exact"], out["exact_bound_s"] = exact.best.runtime_s, exact.solver_bound_s
+    return out
+
+
+def main() -> None:
+    from bench_schedule_agreement import KERAS_NAME, load
+
+    graph = load(KERAS_NAME)
+    for machine_name in MACHINES:
+        print(json.dumps(row(graph, machine_name)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
