@@ -18,7 +18,7 @@ in its folder, so ``out`` does nothing)."""
 GROWABLE_SETTINGS = ("budget", "time_limit_s")
 """Settings a resume may change for the rest of the run (recorded in the manifest): the budget only
 upwards; the time limit bounds each session from its start."""
-FLAG_NAMES = {"time_limit_s": "--time-limit", "noise_std": "--noise"}
+FLAG_NAMES = {"time_limit_s": "--time-limit", "noise_std": "--noise", "bound_time_limit_s": "--bound-time-limit"}
 
 
 
