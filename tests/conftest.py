@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+import graphs.native_order  # noqa: F401  (before any test module imports TensorFlow)
 from graphs.opgraph import PHASE_CODE, OpGraph
 
 

@@ -131,6 +131,7 @@ def _optimizer(name: str):
 
 
 def _example_batch(batch_size: int, image_size: int):
+    import graphs.native_order  # noqa: F401  (OR-Tools before TensorFlow)
     import tensorflow as tf
 
     return (tf.TensorSpec((batch_size, image_size, image_size, 3), tf.float32),
