@@ -59,6 +59,7 @@ class ExactPolicy:
     warm_start: list | None = None  # op placements (N,), best first: the first is the solver's hint
     num_workers: int | None = None  # CP-SAT workers; None: os.cpu_count() capped at 8 (HiGHS: always one)
     work_limit: float | None = None  # CP-SAT deterministic time per solve: with num_workers=1, reproducible runs
+    # (HiGHS stops on wall time: its runs repeat only when every solve finishes within its share)
     dispatch: str = "auto"  # "on": the simulator's FIFO dispatch; "off": free order; "auto": DISPATCH_MAX_GROUPS
     split: str = "auto"  # groups as pieces: "rounds", "none" (Moirai's blocks); "auto": MAX_PIECES_PER_GROUP
     max_rounds: int | None = None  # split "rounds": at most this many pieces per group (quotient.py)
