@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from measurers.sim.measurer import SimulatorMeasurer
+from measurers.sim.reference import Simulator
 from policies.exact.relaxation import solve_relaxation
 from policies.problem import make_problem
 from policies.registry import place
@@ -137,3 +138,23 @@ def test_exact_highs__no_solve_after_the_budget_is_spent():
     result = place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 2, 0, time_limit_s=30,
                    solver="highs")
     assert result.measurements <= 2 and "2 solve(s)" in result.notes or result.stop_reason == "converged"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_relaxation_bound__below_every_placement_of_multi_op_units(seed):
+    """The channel-load and precedence rows count bytes per producer op and consumer unit: with several ops
+    per unit, the MIP bound stays at or below the best simulated step over every placement of the units."""
+    import dataclasses
+
+    from measurers.catalog import load_machine
+
+    graph, machine = random_dag(10, 40 + seed), load_machine("paper-2gpu")
+    base = make_problem(graph, machine)
+    op_unit = np.array([0, 0, 1, 1, 1, 2, 2, 3, 3, 3])  # 4 units of consecutive ops (a DAG's order)
+    problem = dataclasses.replace(base, op_unit=op_unit)
+    simulator = Simulator(graph, machine)
+    steps = [simulator.run(problem.expand(np.array(units)))
+             for units in itertools.product(range(machine.num_devices), repeat=4)]
+    best_s = min(r.runtime_s for r in steps if r.status == "ok")
+    bound = solve_relaxation(problem, 30)
+    assert bound.status == "optimal" and problem.lower_bound_s * (1 - 1e-9) <= bound.bound_s <= best_s * (1 + 1e-6)
