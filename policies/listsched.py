@@ -283,9 +283,7 @@ class TransferBook:
     def __init__(self, problem: PlacementProblem, finish_s: np.ndarray, device_of: np.ndarray):
         self.problem, self.finish_s, self.device_of = problem, finish_s, device_of  # shared (N,) arrays
         self.links: LinkTable = link_table(problem.machine)
-        num_devices = problem.num_devices  # (LinkTable.channel_of fails on a machine without links)
-        self.channel_of = (self.links.channel_of.tolist() if self.links.num_channels
-                           else [[-1] * num_devices for _ in range(num_devices)])  # [D][D], -1 on the diagonal
+        self.channel_of = self.links.channel_of.tolist()  # [D][D], -1 on the diagonal
         self.channels = [FifoQueue() for _ in range(self.links.num_channels)]
         self.booked: dict[tuple[int, int], Booking] = {}  # (producer, dst device) -> its transfer
         self.version = 0

@@ -76,9 +76,7 @@ def edge_transfer_s(quotient: QuotientGraph, links: LinkTable) -> np.ndarray:
     """(E, D, D) seconds each quotient edge's transfer takes on each device pair (0 on the diagonal): the
     link table's time of its bytes plus one latency per further producer op."""
     times = links.transfer_matrix_s(quotient.edge_bytes)  # (E, D, D)
-    if not len(links.latency_s):  # one device, no links
-        return times
-    latency = np.where(links.link_of >= 0, links.latency_s[np.maximum(links.link_of, 0)], 0.0)  # (D, D)
+    latency = links.transfer_matrix_s(0.0)  # (D, D): an empty transfer takes the link's latency
     return times + (quotient.edge_transfers - 1)[:, None, None] * latency[None, :, :]
 
 

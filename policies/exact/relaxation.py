@@ -193,16 +193,22 @@ def _add_assignment_rows(rows: _Rows, problem, layout) -> None:
              -np.ones(len(r)), np.inf)
 
 
+def _cross_edges(problem, layout, links) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(C,) the edges between units, (C,) their unit pair (index into layout.pair_a/b) and (C, D, D) the
+    milliseconds each takes on each device pair (0 on the diagonal)."""
+    graph = problem.graph
+    src, dst = graph.edge_src, graph.edge_dst
+    cross = np.flatnonzero(problem.op_unit[src] != problem.op_unit[dst])
+    pair = _pair_index(layout, problem.num_units, problem.op_unit[src[cross]], problem.op_unit[dst[cross]])
+    return cross, pair, links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S
+
+
 def _add_precedence_rows(rows: _Rows, problem, layout, links) -> None:
-    graph, units = problem.graph, problem.num_units
+    graph = problem.graph
     src, dst = graph.edge_src, graph.edge_dst
     r = np.arange(graph.num_edges)
     rt_rows, rt_cols, rt_vals = _runtime_terms(problem, layout, src, r, -1.0)
-    cross = np.flatnonzero(problem.op_unit[src] != problem.op_unit[dst])
-    pair = _pair_index(layout, units, problem.op_unit[src[cross]], problem.op_unit[dst[cross]])
-    devices = problem.num_devices
-    comm_ms = (links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S if len(links.latency_s)
-               else np.zeros((len(cross), devices, devices)))  # (C, D, D); a machine without links: one device
+    cross, pair, comm_ms = _cross_edges(problem, layout, links)
     y = layout.y_col[pair]  # (C, D, D)
     c_min = np.where(y >= 0, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
     c_min = np.where(np.isfinite(c_min), c_min, 0.0)
@@ -325,14 +331,10 @@ def _placement_cost(problem, layout, links) -> np.ndarray:
     cost = np.zeros(layout.num_cols)
     allowed = layout.x_col >= 0
     cost[layout.x_col[allowed]] = problem.unit_time_s[allowed] * MS_PER_S
-    graph = problem.graph
-    cross = np.flatnonzero(problem.op_unit[graph.edge_src] != problem.op_unit[graph.edge_dst])
-    if len(cross) and len(links.latency_s):
-        comm_ms = links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S  # (C, D, D)
+    if problem.num_devices > 1:  # on one device no edge is ever cut
+        _, pair, comm_ms = _cross_edges(problem, layout, links)
         off_diagonal = ~np.eye(problem.num_devices, dtype=bool)
         least_ms = np.where(off_diagonal, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
-        pair = _pair_index(layout, problem.num_units, problem.op_unit[graph.edge_src[cross]],
-                           problem.op_unit[graph.edge_dst[cross]])
         cost[layout.z_col] = np.bincount(pair, weights=least_ms, minlength=len(layout.z_col))
     return cost
 
