@@ -297,9 +297,6 @@ class EtfScheduler:
         if unit_device < 0 and self._fits(child, device) or unit_device == device:
             self.home[child] = device
 
-    def free_at(self, device: int) -> float:
-        return float(self.device_free[device])
-
     def _choose_ignoring_memory(self) -> tuple[int, int, float]:
         ops = np.array(sorted(self.ready), dtype=np.int64)
         res = self.reservations

@@ -2,7 +2,7 @@
 
 A ``PlacementProblem`` (policies/problem.py) bundles what every policy may read: the graph, the machine, the units it places
 (the groups of a ``Grouping``, or the graph's colocation groups when there is no grouping), the cost
-model's op-time matrix, a fitted line for transfer times and the lower bound. A policy answers
+model's op-time matrix and the lower bound (transfer times: the machine's links, measurers/sim/links.py). A policy answers
 ``place(problem, measurer, budget, seed, on_measurement=None) -> PolicyResult``; it may spend at most
 ``budget`` measurements (heuristics spend one: the score of their answer). A tiny new policy::
 

@@ -1,5 +1,6 @@
-"""The placement problem every policy reads: graph, machine, the units to place, op times, a fitted
-transfer line, the lower bound; and the memory models the memory-constrained heuristics share.
+"""The placement problem every policy reads: graph, machine, the units to place, op times, the lower
+bound; and the memory models the memory-constrained heuristics share. (Transfer times come from the
+machine's links: measurers/sim/links.py.)
 
 ``make_problem(graph, machine, max_groups=G)`` places the grouping engineer's groups (``graphs.grouping``);
 ``max_groups=None`` places the graph's colocation groups (``PlacementProblem.at_op_level`` turns the one
@@ -26,8 +27,6 @@ class PlacementProblem:
     machine: Machine
     op_unit: np.ndarray  # (N,) int64: the unit (group) each op belongs to; a unit goes to one device
     op_time_s: np.ndarray  # (N, D) float64: cost-model time of each op on each device, inf where not allowed
-    comm_latency_s: np.ndarray  # (D, D) float64: fitted transfer latency, 0 on the diagonal
-    comm_s_per_byte: np.ndarray  # (D, D) float64: fitted inverse bandwidth, 0 on the diagonal
     lower_bound_s: float
     grouping: object | None = None  # graphs.grouping.Grouping the units come from; None: colocation groups
 
@@ -85,11 +84,6 @@ class PlacementProblem:
         if bad.any():
             units[bad] = np.argmin(self.unit_time_s[bad], axis=1)
         return units
-
-    def transfer_s(self, src: int, dst: int, nbytes: float) -> float:
-        if src == dst:
-            return 0.0
-        return float(self.comm_latency_s[src, dst] + nbytes * self.comm_s_per_byte[src, dst])
 
     def capacity_bytes(self) -> np.ndarray:
         """(D,) int64: memory capacity of each device."""
@@ -157,7 +151,7 @@ def unit_memory_bytes(problem: PlacementProblem, model: str = "auto",
 
 def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None, profile=None,
                  grouping_method: str | None = None, seed: int = 0) -> PlacementProblem:
-    """Build a problem: cost-model op times, fitted transfer line, lower bound, and the units to place
+    """Build a problem: cost-model op times, lower bound, and the units to place
     (``max_groups``: the grouping engineer's groups; ``None``: the graph's colocation groups)."""
     from measurers.sim.costs import op_time_matrix
     from measurers.sim.lower_bound import lower_bound_s
@@ -172,22 +166,4 @@ def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None
         op_unit = np.asarray(grouping.op_group, dtype=np.int64)
     else:
         op_unit = graph.colocation_ids
-    latency, per_byte = fit_transfer_line(machine)
-    return PlacementProblem(graph, machine, op_unit, op_time_s, latency, per_byte,
-                            float(lower_bound_s(graph, machine)), grouping)
-
-
-def fit_transfer_line(machine: Machine) -> tuple[np.ndarray, np.ndarray]:
-    """(D, D) latency and seconds per byte: the cost model's transfer time as a line in bytes (Baechi's
-    fitted communication model), read off at 0 and 1 GB."""
-    from measurers.sim.costs import transfer_time_s
-
-    d = machine.num_devices
-    latency, per_byte = np.zeros((d, d)), np.zeros((d, d))
-    for src in range(d):
-        for dst in range(d):
-            if src != dst:
-                t0 = float(transfer_time_s(machine, src, dst, 0))
-                latency[src, dst] = t0
-                per_byte[src, dst] = (float(transfer_time_s(machine, src, dst, 10**9)) - t0) / 1e9
-    return latency, per_byte
+    return PlacementProblem(graph, machine, op_unit, op_time_s, float(lower_bound_s(graph, machine)), grouping)

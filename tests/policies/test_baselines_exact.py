@@ -57,9 +57,12 @@ def case(request):
 
 def serial_transfer_s(problem) -> float:
     """Every edge's tensor moved over the slowest link, one after another."""
-    worst = max(problem.transfer_s(a, b, 1) - problem.transfer_s(a, b, 0) for a in range(problem.num_devices)
+    from measurers.sim.links import link_table
+
+    links = link_table(problem.machine)
+    worst = max(links.transfer_s(a, b, 1) - links.transfer_s(a, b, 0) for a in range(problem.num_devices)
                 for b in range(problem.num_devices) if a != b)
-    latency = problem.comm_latency_s.max()
+    latency = links.transfer_matrix_s(0.0).max()
     return float(problem.graph.edge_bytes.sum() * worst + problem.graph.num_edges * latency)
 
 

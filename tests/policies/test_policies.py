@@ -13,7 +13,7 @@ from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.sim.lower_bound import lower_bound_from_times
 from measurers.machine import Machine
-from policies.problem import PlacementProblem, fit_transfer_line
+from policies.problem import PlacementProblem
 from policies.registry import baseline_names, make_policy
 from conftest import build_graph
 
@@ -42,8 +42,7 @@ def problem_for(graph, machine, op_unit=None) -> PlacementProblem:
     times = op_time_matrix(graph, machine)
     if op_unit is None:
         op_unit = np.unique(graph.colocation, return_inverse=True)[1].reshape(-1)
-    latency, per_byte = fit_transfer_line(machine)
-    return PlacementProblem(graph, machine, np.asarray(op_unit, dtype=np.int64), times, latency, per_byte,
+    return PlacementProblem(graph, machine, np.asarray(op_unit, dtype=np.int64), times,
                             lower_bound_from_times(graph, times, machine.num_devices))
 
 
