@@ -143,6 +143,14 @@ class OpGraph:
         return _topological_order(self.num_ops, self.edge_src, self.edge_dst, self.name)
 
     @cached_property
+    def topo_position(self) -> np.ndarray:
+        """(N,) int64: each op's position in ``topo_order`` (its inverse permutation)."""
+        position = np.empty(self.num_ops, dtype=np.int64)
+        position[self.topo_order] = np.arange(self.num_ops, dtype=np.int64)
+        position.setflags(write=False)
+        return position
+
+    @cached_property
     def succ_csr(self) -> tuple[np.ndarray, np.ndarray]:
         """(N+1,) offsets and (E,) edge ids sorted by source: successors of op i are
         edge_dst[ids[offsets[i]:offsets[i+1]]]. Edges are already sorted by src, so ids is arange."""

@@ -158,7 +158,7 @@ class EtfScheduler:
         self.device_free = np.zeros(d)
         self.pending = [[] for _ in range(d)]  # heaps of (arrival_s, tie, op)
         self.released = [[] for _ in range(d)]  # heaps of (tie, arrival_s, op); "priority" dispatch only
-        self.tie = (-self.priority if dispatch == "priority" else self.book.position_array).tolist()  # (N,)
+        self.tie = (-self.priority if dispatch == "priority" else problem.graph.topo_position).tolist()  # (N,)
         self.ready: set[int] = set()
         self.device_order: list[list[int]] = [[] for _ in range(d)]  # ops in the order each device starts them
         self.send_ahead = True  # book a transfer once its reader's device is known (False: once the reader is)

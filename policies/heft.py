@@ -69,7 +69,7 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices
     device_of = np.full(graph.num_ops, -1, dtype=np.int64)
     book = TransferBook(problem, finish_s, device_of)
     sender = SendAhead(problem, book, reservations)
-    position = book.position_array
+    position = graph.topo_position  # (N,)
     timelines = [FifoDevice(position) if timeline == "fifo" else DeviceSlots() for _ in range(problem.num_devices)]
     order = np.lexsort((position, -rank))
     for op in order[~sources.free[order]].tolist():

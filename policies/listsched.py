@@ -287,11 +287,7 @@ class TransferBook:
         self.channels = [FifoQueue() for _ in range(self.links.num_channels)]
         self.booked: dict[tuple[int, int], Booking] = {}  # (producer, dst device) -> its transfer
         self.version = 0
-        graph = problem.graph
-        position = np.empty(graph.num_ops, dtype=np.int64)
-        position[graph.topo_order] = np.arange(graph.num_ops)
-        self.position_array = position  # (N,) topological position of each op
-        self.position = position.tolist()
+        self.position = problem.graph.topo_position.tolist()  # (N,) topological position of each op
         self.inputs = _inputs_by_producer(problem)  # per op: [(producer, bytes)] in topological order
 
     @property
@@ -496,9 +492,7 @@ def _inputs_by_producer(problem: PlacementProblem) -> list[list[tuple[int, int]]
     """Per op, its distinct producers with the largest edge bytes from each, sorted by topological position
     (the order in which the simulator queues transfers that are requested at the same time)."""
     graph = problem.graph
-    position = np.empty(graph.num_ops, dtype=np.int64)
-    position[graph.topo_order] = np.arange(graph.num_ops)
-    order = np.lexsort((position[graph.edge_src], graph.edge_dst))  # by consumer, then producer position
+    order = np.lexsort((graph.topo_position[graph.edge_src], graph.edge_dst))  # by consumer, then producer position
     inputs: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_ops)]
     for src, dst, nbytes in zip(graph.edge_src[order].tolist(), graph.edge_dst[order].tolist(),
                                 graph.edge_bytes[order].tolist()):

@@ -90,8 +90,6 @@ class RoundRobinPolicy:
 
 def units_in_topological_order(problem: PlacementProblem) -> np.ndarray:
     """(U,) unit ids sorted by the topological position of their first op."""
-    position = np.empty(problem.graph.num_ops, dtype=np.int64)
-    position[problem.graph.topo_order] = np.arange(problem.graph.num_ops)
     first = np.full(problem.num_units, np.iinfo(np.int64).max)
-    np.minimum.at(first, problem.op_unit, position)
+    np.minimum.at(first, problem.op_unit, problem.graph.topo_position)
     return np.argsort(first, kind="stable")

@@ -37,8 +37,7 @@ class FastSimulator:
     def __init__(self, graph: OpGraph, machine: Machine, op_time_s: np.ndarray, alloc_bytes: np.ndarray):
         self.graph, self.machine = graph, machine
         self.order = graph.topo_order  # (N,) op at each topological position
-        position = np.empty(graph.num_ops, dtype=np.int64)
-        position[self.order] = np.arange(graph.num_ops, dtype=np.int64)
+        position = graph.topo_position  # (N,)
         src, dst = position[graph.edge_src], position[graph.edge_dst]  # (E,) relabelled
         identity = np.array_equal(self.order, np.arange(graph.num_ops))
         by_src = np.arange(len(src)) if identity else np.lexsort((dst, src))  # graph edges are (src, dst) sorted

@@ -71,8 +71,7 @@ def quotient_graph(problem: PlacementProblem, split: str = "rounds", max_rounds:
     pieces per group, and the edges inside a bucket that run against the group order dropped. ``none``:
     one block per group (R = 1), as Moirai schedules a coarsened graph."""
     graph, unit = problem.graph, problem.op_unit
-    position = np.empty(graph.num_ops, dtype=np.int64)  # (N,)
-    position[graph.topo_order] = np.arange(graph.num_ops)
+    position = graph.topo_position  # (N,)
     rank = group_order(graph, unit, problem.num_units, position)  # (U,)
     rounds = op_rounds(graph, unit, rank) if split == "rounds" else np.zeros(graph.num_ops, dtype=np.int64)  # (N,)
     if max_rounds is not None:

@@ -12,6 +12,7 @@ from graphs.errors import PlacerError
 from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
 from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, kind_bit
 from graphs.registry import load_graph
+from conftest import build_graph
 
 
 def _diamond(**overrides) -> OpGraph:
@@ -147,3 +148,11 @@ def test_registry__missing_file_and_unknown_name_are_clear_errors(tmp_path):
         load_graph(str(tmp_path / "nope.parquet"))
     with pytest.raises(PlacerError, match="unknown graph 'nmt-3'"):
         load_graph("nmt-3")
+
+
+def test_topo_position_is_the_inverse_of_topo_order_and_read_only():
+    graph = build_graph([(3, 1), (1, 0), (2, 0), (4, 2)], 5)
+    position = graph.topo_position
+    assert np.array_equal(position[graph.topo_order], np.arange(5))
+    assert all(position[u] < position[v] for u, v in zip(graph.edge_src, graph.edge_dst))
+    assert not position.flags.writeable
