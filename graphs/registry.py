@@ -2,7 +2,8 @@
 
 A benchmark is a function ``build(**config) -> OpGraph`` registered under a name. Built graphs are cached
 under ``$PLACER_CACHE`` (default ``~/.cache/placer``), keyed by the name, the configuration and the
-project's version, so a changed model or a new release re-traces.
+project's version, so a changed model or a new release re-traces. ``family:KIND:SEED`` names
+(graphs.families) are built and cached the same way, keyed by their drawn configuration.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from graphs.benchmarks import BUILTIN, Benchmark
 from graphs.errors import PlacerError
+from graphs.families import KINDS, family_benchmark, is_family_name, parse_family_name
 from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
 from graphs.opgraph import OpGraph
 
@@ -46,11 +48,19 @@ def _cache_path(benchmark: Benchmark) -> Path:
 
 def cached_graph_path(name: str) -> Path | None:
     """Where benchmark ``name`` is cached on disk for this configuration and version, if it is."""
-    load_builtin_benchmarks()
-    if name not in BENCHMARKS:
+    benchmark = _find_benchmark(name)
+    if benchmark is None:
         return None
-    path = _cache_path(BENCHMARKS[name])
+    path = _cache_path(benchmark)
     return path if path.is_file() else None
+
+
+def _find_benchmark(name: str) -> Benchmark | None:
+    """The registered benchmark or the drawn family member ``name`` stands for; None for neither."""
+    load_builtin_benchmarks()
+    if is_family_name(name):
+        return family_benchmark(name)
+    return BENCHMARKS.get(name)
 
 
 def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
@@ -60,9 +70,9 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
         from graphs.synthetic import synthetic_from_spec
 
         return synthetic_from_spec(name)
-    if name not in BENCHMARKS:
+    benchmark = _find_benchmark(name)
+    if benchmark is None:
         raise _unknown_graph(name)
-    benchmark = BENCHMARKS[name]
     path = _cache_path(benchmark)
     if use_cache and path.is_file():
         try:
@@ -77,7 +87,8 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
 
 def _unknown_graph(name: str) -> PlacerError:
     return PlacerError(f"unknown graph {name!r}: not a file and not a benchmark "
-                       f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED])")
+                       f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED], "
+                       f"family:KIND:SEED with KIND one of {', '.join(KINDS)})")
 
 
 def _names_a_file(name_or_file: str) -> bool:
@@ -102,6 +113,9 @@ def check_graph_name(name_or_file: str) -> None:
         from graphs.synthetic import parse_synthetic_spec
 
         parse_synthetic_spec(name_or_file)
+        return
+    if is_family_name(name_or_file):
+        parse_family_name(name_or_file)
         return
     load_builtin_benchmarks()
     if name_or_file not in BENCHMARKS:

@@ -8,7 +8,7 @@ TensorFlow graphs. Every model returns its own loss (softmax + cross-entropy), s
 Scope names are a contract with the expert placements (a prefix match selects a layer):
 RNNLM ``embed``, ``lstm.layer{i}``, ``softmax``; NMT ``encoder.embed``, ``encoder.layer{i}``,
 ``decoder.embed``, ``decoder.layer{i}``, ``attention``, ``softmax``; transformer ``embed``, ``blocks.{i}``,
-``head``.
+``head``; branchy CNN ``stem``, ``stages.{i}``, ``head``.
 
 Configurations (paper scale, the registered defaults):
 - RNNLM: 2 LSTM layers of 2048 units, embedding 2048, vocabulary 10,000 and 35 unrolled steps (Zaremba et
@@ -23,6 +23,9 @@ Configurations (paper scale, the registered defaults):
 - transformer: GPT-2 small (12 layers, d_model 768, 12 heads, vocabulary 50,257, context 1024, tied input and
   output embeddings, 124,439,808 parameters), batch 8, sequence 1024; dropout left out (it moves data but
   adds no FLOPs and no parameters).
+- branchy CNN (no paper benchmark; the ``cnn`` kind of graphs.families): a small image classifier whose
+  stages hold inception-like blocks (2-4 parallel convolution branches of kernels 1, 3, 5, 7, concatenated,
+  merged by a 1x1 convolution, optionally added to the block's input), max pooling between stages.
 """
 
 from __future__ import annotations
@@ -300,3 +303,119 @@ def build_transformer(**config) -> OpGraph:
 def rnnlm_spec() -> tuple[nn.Module, tuple]:
     """A tiny RNNLM for ``placer graphs import --torch graphs.benchmarks.torch_models:rnnlm_spec``."""
     return rnnlm_model(batch_size=4, seq_len=3, hidden=16, vocab=50)
+
+
+class ConvBNReLU(nn.Module):
+    """``kernel`` x ``kernel`` convolution (same padding, no bias), batch norm, ReLU."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel, stride=stride, padding=kernel // 2, bias=False)
+        self.bn = nn.BatchNorm2d(out_channels)
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+
+class Branch(nn.Module):
+    """One branch of an inception-like block: a 1x1 convolution, then a ``kernel`` x ``kernel`` one (none
+    when ``kernel`` is 1)."""
+
+    def __init__(self, channels: int, branch_channels: int, kernel: int) -> None:
+        super().__init__()
+        self.reduce = ConvBNReLU(channels, branch_channels, 1)
+        self.conv = ConvBNReLU(branch_channels, branch_channels, kernel) if kernel > 1 else None
+
+    def forward(self, x):
+        x = self.reduce(x)
+        return self.conv(x) if self.conv is not None else x
+
+
+class BranchBlock(nn.Module):
+    """Parallel branches of kernels 1, 3, 5, 7 (the first ``branches``), concatenated along channels and
+    merged back to ``channels`` by a 1x1 convolution; with ``residual`` the block's input is added."""
+
+    KERNELS = (1, 3, 5, 7)
+
+    def __init__(self, channels: int, branches: int, residual: bool) -> None:
+        super().__init__()
+        branch_channels = max(channels // branches, 8)
+        self.branches = nn.ModuleList(Branch(channels, branch_channels, k) for k in self.KERNELS[:branches])
+        self.merge = ConvBNReLU(branch_channels * branches, channels, 1)
+        self.residual = residual
+
+    def forward(self, x):
+        y = self.merge(torch.cat([branch(x) for branch in self.branches], dim=1))
+        return x + y if self.residual else y
+
+
+class CNNStage(nn.Module):
+    """Max pooling (stride 2) and a 1x1 widening convolution (none for the first stage), then the blocks."""
+
+    def __init__(self, in_channels: int, channels: int, blocks: int, branches: int, residual: bool,
+                 downsample: bool) -> None:
+        super().__init__()
+        self.pool = nn.MaxPool2d(2) if downsample else None
+        self.transition = ConvBNReLU(in_channels, channels, 1) if in_channels != channels else None
+        self.blocks = nn.ModuleList(BranchBlock(channels, branches, residual) for _ in range(blocks))
+
+    def forward(self, x):
+        if self.pool is not None:
+            x = self.pool(x)
+        if self.transition is not None:
+            x = self.transition(x)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class ClassifierHead(nn.Module):
+    """Global average pooling, a linear classifier, cross-entropy."""
+
+    def __init__(self, channels: int, classes: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(channels, classes)
+
+    def forward(self, x, targets):
+        return F.cross_entropy(self.fc(x.mean(dim=(2, 3))), targets)
+
+
+class BranchyCNN(nn.Module):
+    """Stem (3x3, stride 2), stages of inception-like blocks with pooling between them, classifier head.
+    Stage ``i`` is ``width * 2**i`` channels wide."""
+
+    def __init__(self, width: int, blocks: list[int], branches: list[int], residual: list[bool],
+                 classes: int) -> None:
+        super().__init__()
+        self.stem = ConvBNReLU(3, width, 3, stride=2)
+        stages, channels = [], width
+        for i, (n_blocks, n_branches, res) in enumerate(zip(blocks, branches, residual)):
+            stages.append(CNNStage(channels, width * 2 ** i, n_blocks, n_branches, res, downsample=i > 0))
+            channels = width * 2 ** i
+        self.stages = nn.ModuleList(stages)
+        self.head = ClassifierHead(channels, classes)
+
+    def forward(self, images, targets):
+        x = self.stem(images)
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(x, targets)
+
+
+def branchy_cnn_model(batch_size: int = 32, image_size: int = 64, width: int = 32,
+                      blocks: tuple[int, ...] = (2, 2, 2), branches: tuple[int, ...] = (3, 3, 3),
+                      residual: tuple[bool, ...] = (True, True, True), classes: int = 100
+                      ) -> tuple[nn.Module, tuple]:
+    """A small CNN with branching blocks and its inputs (images (B, 3, S, S), labels (B,)), on the meta
+    device. ``blocks``, ``branches`` and ``residual`` hold one entry per stage."""
+    if not len(blocks) == len(branches) == len(residual):
+        raise ValueError(f"one entry per stage: blocks {blocks}, branches {branches}, residual {residual}")
+    with torch.device("meta"):
+        model = BranchyCNN(width, list(blocks), list(branches), list(residual), classes)
+    images = torch.empty(batch_size, 3, image_size, image_size, device="meta")
+    return model, (images, torch.empty(batch_size, dtype=torch.long, device="meta"))
+
+
+def build_branchy_cnn(**config) -> OpGraph:
+    model, inputs = branchy_cnn_model(**config)
+    return trace_training_step(model, inputs, name="branchy-cnn", source=f"benchmark branchy-cnn {config}")
