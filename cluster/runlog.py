@@ -173,6 +173,11 @@ def write_text_atomic(path: Path, text: str) -> None:
     _write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
+def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+    """Write ``table`` to ``path`` so a reader sees the old file or the whole new one, never a part."""
+    _write_atomic(Path(path), lambda tmp: pq.write_table(table, tmp))
+
+
 def _seconds_to_us(seconds: float) -> int:
     return int(round(seconds * 1e6))
 

@@ -16,4 +16,5 @@ COMMAND_MODULES = [
     "cluster.commands.reproduce",  # placer reproduce
     "cluster.commands.search",  # placer search
     "cluster.commands.simulate",  # placer simulate
+    "cluster.commands.train",  # placer train
 ]

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
                                           "except a higher --budget, a --time-limit, --workers and --ray-address.")
     p.add_argument("--graph", help=f"benchmark name or graph file (default {d.graph})")
     p.add_argument("--machine", help=f"catalog name or machine file (default {d.machine})")
-    p.add_argument("--policy", help="a learned policy (reinforce, ppo, hierarchical, post) or any "
+    p.add_argument("--policy", help="a learned policy (reinforce, ppo, hierarchical, post, gdp, placeto) or any "
                    "baseline (default reinforce)")
     p.add_argument("--measurer", choices=("sim", "torch", "tf"), help=f"default {d.measurer}")
     p.add_argument("--budget", type=int, help=f"measurements (default {d.budget})")
@@ -51,6 +51,11 @@ def register(subparsers) -> None:
                         "scored at the start, single-gpu, expert, m-topo, m-etf, m-sct and heft among them), "
                         "heuristic names (m-etf,heft), a .npy file of one op placement, or a run folder (its "
                         "best placement)")
+    p.add_argument("--init", metavar="CHECKPOINT|pretrained|scratch",
+                   help="gdp and placeto: the network's weights: a checkpoint from placer train, pretrained (the "
+                        "default: the committed checkpoint, policies/rl/gnn/pretrained/) or scratch")
+    p.add_argument("--order", help="placeto: the order it visits the groups in, topo (default), reverse-topo, bfs "
+                                   "or random")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 

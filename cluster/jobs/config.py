@@ -69,6 +69,11 @@ class SearchConfig:
     baselines scored at the start (WARM_START_BASELINES added to ``baselines``); "m-etf,heft": those
     heuristics; a path: a .npy file of one (N,) op placement, or a run folder (its best placement).
     See cluster/jobs/warm_start.py."""
+    init: str | None = None
+    """gdp and placeto only: the network's weights: a checkpoint file from `placer train`, "pretrained" (None
+    means it too: the committed checkpoint, policies/rl/gnn/checkpoint.py pretrained_path) or "scratch"."""
+    order: str | None = None
+    """placeto only: the order it visits the groups in (policies.rl.gnn.config.ORDERS; None: its default)."""
 
 
 

@@ -192,6 +192,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
                           f"groups (its solver's memory); use --groups {entry.max_groups} or fewer")
     check_bound_time_limit(config.bound_time_limit_s)
     _check_search_numbers(config)
+    _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
     return check_warm_start_config(config)
@@ -214,6 +215,33 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--warmup must not be negative, got {config.warmup}")
     if not config.noise_std >= 0:
         raise PlacerError(f"--noise must not be negative, got {config.noise_std}")
+
+
+def _check_gnn_settings(config: SearchConfig) -> None:
+    """--init and --order belong to the graph-neural policies; their weights are read and checked here
+    (a missing pre-trained checkpoint, a damaged file, the other policy's: one error naming the file)."""
+    from policies.rl.gnn.config import KINDS, ORDERS
+
+    if config.init is not None and config.policy not in KINDS:
+        raise PlacerError(f"--init: only for --policy {' or '.join(KINDS)}, not {config.policy!r}")
+    if config.order is not None and config.policy != "placeto":
+        raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {config.policy!r}")
+    if config.policy not in KINDS:
+        return
+    if config.order is not None and config.order not in ORDERS:
+        raise PlacerError(f"--order: unknown order {config.order!r} (known: {', '.join(ORDERS)})")
+    from policies.rl.gnn.policy import initial_weights
+
+    initial_weights(config.policy, config.init)
+
+
+def _gnn_options(config: SearchConfig) -> dict:
+    """The options only gdp and placeto take (check_search_config: the others have none)."""
+    from policies.rl.gnn.config import KINDS
+
+    if config.policy not in KINDS:
+        return {}
+    return {"init": config.init, **({} if config.order is None else {"order": config.order})}
 
 
 def _problem(graph, machine, config: SearchConfig):
@@ -356,7 +384,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                              should_stop=should_stop, on_iteration=writer.append_metrics,
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
-                   "checkpoint_every": CHECKPOINT_EVERY, "context": context}
+                   "checkpoint_every": CHECKPOINT_EVERY, "context": context, **_gnn_options(config)}
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:

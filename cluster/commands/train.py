@@ -1,0 +1,294 @@
+"""`placer train`: train a graph-neural placer (gdp, placeto) across graphs and machines into one checkpoint.
+
+One problem per (graph, machine), trained round-robin by policies.rl.gnn.family.train_family and measured
+by the simulator in this process (no Ray, no pool). Writes the checkpoint (-o, policies/rl/gnn/checkpoint.py)
+and, beside it, ``CHECKPOINT.metrics.parquet``: one row per update (policies.rl.gnn.trainer.UpdateMetrics),
+rewritten whole at least whenever the checkpoint is; a resumed run appends to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+from cluster.jsonout import emit_json
+from graphs.errors import PlacerError
+
+FAMILIES_PREFIX = "families:"
+HELD_OUT = ("nmt-8", "inception-v3", "resnet-50", "transformer")
+"""Benchmarks the committed checkpoints never train on: the project's zero-shot figures hold them out."""
+METRICS_EVERY = 50  # updates between rewrites of the metrics file (train_family's checkpoint_every)
+
+
+def register(subparsers) -> None:
+    from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+    from policies.rl.gnn.config import ORDERS, GnnConfig
+
+    d = GnnConfig()
+    p = subparsers.add_parser("train", help="train a graph-neural placer (gdp, placeto) on many graphs and machines",
+                              description="Trains one network round-robin on every (graph, machine) pair and "
+                                          "writes a checkpoint for placer search --init. Training measures with "
+                                          "the simulator, in this process (no Ray).")
+    p.add_argument("--policy", required=True, help="gdp or placeto")
+    p.add_argument("--graphs", required=True, nargs="+", metavar="NAME_OR_FILE",
+                   help="graphs to train on: benchmark names, graph files, family:KIND:SEED, or families:N[:START] "
+                        "(N family graphs, seeds START, START+1, ...)")
+    p.add_argument("--machines", required=True, nargs="+", metavar="NAME_OR_FILE",
+                   help="catalog machines or machine files")
+    p.add_argument("--budget", required=True, type=int, metavar="N", help="simulator measurements over all problems")
+    p.add_argument("-o", "--out", required=True, metavar="CHECKPOINT", help="checkpoint file to write")
+    p.add_argument("--groups", type=int, default=DEFAULT_MAX_GROUPS,
+                   help=f"groups per graph (default {DEFAULT_MAX_GROUPS})")
+    p.add_argument("--grouping", default=DEFAULT_METHOD, help=f"how ops become groups (default {DEFAULT_METHOD})")
+    p.add_argument("--seed", type=int, default=0, help="network, sampling and grouping seed (default 0)")
+    p.add_argument("--batch", type=int, default=d.batch_size,
+                   help=f"placements per update (placeto: episodes side by side; default {d.batch_size})")
+    p.add_argument("--hidden", type=int, default=d.hidden_size, help=f"embedding width (default {d.hidden_size})")
+    p.add_argument("--layers", type=int, default=d.num_layers, help=f"message-passing layers (default {d.num_layers})")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
+    p.add_argument("--order", default=d.order, help=f"placeto: the order it visits groups in, {'|'.join(ORDERS)} "
+                                                    f"(default {d.order})")
+    p.add_argument("--time-limit", type=float, dest="time_limit_s", metavar="S", help="seconds (default none)")
+    p.add_argument("--resume", action="store_true", help="continue the checkpoint at -o (same graphs, machines "
+                                                         "and network)")
+    p.add_argument("--json", action="store_true", help="print the result as one JSON document")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config, graphs, updates_before = check_train_args(args)
+    held_out = [g for g in graphs if g in HELD_OUT]
+    if held_out:
+        print(f"placer: note: training on held-out benchmark {', '.join(held_out)}: the committed checkpoints "
+              "never trained on it (the zero-shot figures hold it out)", file=sys.stderr)
+    problems = _problems(graphs, args.machines, args)
+    result, log, wall_s = _train(args, config, problems, updates_before)
+    summary = {"policy": config.kind, "problems": [p.name for p in problems],
+               "updates": result.updates, "measurements": result.measurements_used, "budget": args.budget,
+               "wall_s": result.wall_s, "updates_per_s": result.updates / result.wall_s if result.wall_s else 0.0,
+               "session_wall_s": wall_s, "stop_reason": result.stop_reason, "checkpoint": str(result.checkpoint),
+               "metrics": str(log.path), "metrics_rows": log.rows_written}
+    if args.json:
+        emit_json(summary)
+    else:
+        print_summary(summary)
+    return 0
+
+
+# ---- checks: every one before anything is built or written ----------------------------------------------
+
+
+def check_train_args(args: argparse.Namespace):
+    """(GnnConfig, graph names with families:N expanded, updates the resumed checkpoint holds or 0); one
+    PlacerError for the first bad input."""
+    from cluster.jobs.config import check_counts
+    from graphs.registry import check_graph_name
+    from measurers.catalog import load_machine
+    from policies.rl.gnn.config import GnnConfig
+
+    config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
+                       lr=args.lr, order=args.order, seed=args.seed)
+    check_counts(args.budget, args.groups, args.grouping)
+    if args.time_limit_s is not None and not args.time_limit_s > 0:
+        raise PlacerError(f"--time-limit must be positive, got {args.time_limit_s}")
+    graphs = expand_graphs(args.graphs)
+    for name in graphs:
+        check_graph_name(name)
+    for name in args.machines:
+        load_machine(name)
+    _check_unique(graphs, "--graphs")
+    _check_unique(args.machines, "--machines")
+    return config, graphs, _check_output(Path(args.out), config.kind, args.resume)
+
+
+def expand_graphs(entries: list[str]) -> list[str]:
+    """``families:N`` / ``families:N:START`` -> graphs.families.family_names(N, START); others as given."""
+    from graphs.families import family_names
+
+    graphs = []
+    for entry in entries:
+        if not entry.startswith(FAMILIES_PREFIX):
+            graphs.append(entry)
+            continue
+        parts = entry[len(FAMILIES_PREFIX):].split(":")
+        if len(parts) > 2 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise PlacerError(f"bad --graphs entry {entry!r}: expected families:N or families:N:START "
+                              "(non-negative integers)")
+        graphs.extend(family_names(int(parts[0]), int(parts[1]) if len(parts) == 2 else 0))
+    return graphs
+
+
+def _check_unique(names: list[str], flag: str) -> None:
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise PlacerError(f"{flag}: {', '.join(repeated)} given more than once")
+
+
+def _check_output(out: Path, policy: str, resume: bool) -> int:
+    """Updates the checkpoint to resume holds (0 for a new one)."""
+    from policies.rl.gnn.checkpoint import read_checkpoint
+
+    if resume:  # missing, damaged or the other policy's: one error naming the file
+        return int(read_checkpoint(out, policy)["progress"].get("updates", 0))
+    if out.exists():
+        raise PlacerError(f"{out} exists: pass --resume to continue it, or choose another path")
+    return 0
+
+
+# ---- training ---------------------------------------------------------------------------------------------
+
+
+def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) -> list:
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.rl.gnn.family import TrainProblem
+
+    loaded = [(m, load_machine(m)) for m in machines]
+    problems = []
+    for graph_name in graphs:
+        graph = load_graph(graph_name)
+        for machine_name, machine in loaded:
+            problem = make_problem(graph, machine, max_groups=args.groups, grouping_method=args.grouping,
+                                   seed=args.seed)
+            problems.append(TrainProblem(f"{graph_name}@{machine_name}", problem, SimulatorMeasurer(graph, machine)))
+    return problems
+
+
+def _train(args: argparse.Namespace, config, problems: list, updates_before: int):
+    """train_family with the progress bar and the metrics log: (FamilyResult, MetricsLog, session seconds)."""
+    import time
+
+    from policies.rl.gnn.family import train_family
+
+    log = MetricsLog(metrics_path(args.out), updates_before)
+    stall = _Stall(len(problems))
+    started = time.perf_counter()
+    with _Progress(args.budget) as progress:
+        def on_update(metrics) -> None:
+            stall.updated()
+            log.append(metrics)
+            progress.update(metrics)
+
+        result = train_family(problems, config, args.budget, args.out, resume=args.resume,
+                              time_limit_s=args.time_limit_s, should_stop=stall.should_stop, on_update=on_update,
+                              checkpoint_every=METRICS_EVERY)
+    log.flush()
+    if stall.fired and result.stop_reason == "should_stop":  # fewer measurements left than one batch needs
+        from dataclasses import replace
+        result = replace(result, stop_reason="budget")
+    return result, log, time.perf_counter() - started
+
+
+class _Stall:
+    """Stops train_family when a whole round of problems ends without an update: the budget left is smaller
+    than a batch (every problem shares it), and train_family would otherwise ask again forever."""
+
+    def __init__(self, num_problems: int):
+        self.limit, self.calls, self.fired = num_problems + 1, 0, False
+
+    def updated(self) -> None:
+        self.calls = 0
+
+    def should_stop(self) -> bool:
+        self.calls += 1
+        self.fired = self.calls > self.limit
+        return self.fired
+
+
+def metrics_path(checkpoint: str | Path) -> Path:
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + ".metrics.parquet")
+
+
+class MetricsLog:
+    """One row per update (every UpdateMetrics field), rewritten atomically from all rows every METRICS_EVERY
+    updates (just before train_family writes its checkpoint) and at the end. A resumed run starts from the
+    rows of the ``updates_before`` updates its checkpoint holds (rows past them, written by a run stopped
+    before its checkpoint was, are updates the resumed run does again)."""
+
+    def __init__(self, path: Path, updates_before: int):
+        import pyarrow.parquet as pq
+
+        self.path, self.rows, self.rows_written = path, [], 0
+        if updates_before and path.is_file():
+            self.rows = pq.read_table(path).to_pylist()[:updates_before]
+
+    def append(self, metrics) -> None:
+        from dataclasses import asdict
+
+        self.rows.append(asdict(metrics))
+        if len(self.rows) % METRICS_EVERY == 0:
+            self.flush()
+
+    def flush(self) -> None:
+        import pyarrow as pa
+
+        from cluster.runlog import write_parquet_atomic
+
+        write_parquet_atomic(self.path, pa.Table.from_pylist(self.rows, schema=_schema()))
+        self.rows_written = len(self.rows)
+
+
+def _schema():
+    import pyarrow as pa
+
+    from policies.rl.gnn.trainer import UpdateMetrics
+
+    types = {"iteration": pa.int64(), "problem": pa.string(), "measurements_used": pa.int64()}
+    return pa.schema([(name, types.get(name, pa.float64())) for name in UpdateMetrics.__dataclass_fields__])
+
+
+# ---- output -----------------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """A rich progress bar on stderr: measurements of the budget, updates per second, the last problem's
+    batch best."""
+
+    def __init__(self, budget: int):
+        self.budget, self._bar, self._updates = budget, None, 0
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+                             TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
+                             console=Console(stderr=True), transient=False)
+        self._bar.__enter__()
+        self._task = self._bar.add_task("train", total=self.budget, rate="", best="")
+        return self
+
+    def update(self, metrics) -> None:
+        self._updates += 1
+        task = self._bar.tasks[0]
+        rate = self._updates / task.elapsed if task.elapsed else 0.0
+        best = (f"{metrics.problem}: batch best {metrics.batch_best_runtime_s:.4f} s"
+                if math.isfinite(metrics.batch_best_runtime_s) else f"{metrics.problem}: none ran ok")
+        self._bar.update(self._task, completed=min(metrics.measurements_used, self.budget),
+                         rate=f"{rate:.1f} updates/s", best=best)
+
+    def __exit__(self, *exc):
+        self._bar.__exit__(*exc)
+
+
+def print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"placer train: {summary['policy']}", show_header=False)
+    table.add_column("")
+    table.add_column("")
+    problems = summary["problems"]
+    shown = ", ".join(problems[:4]) + (f", ... ({len(problems)} in all)" if len(problems) > 4 else "")
+    for label, value in (("policy", summary["policy"]), ("problems", shown), ("updates", str(summary["updates"])),
+                         ("measurements", f"{summary['measurements']} of {summary['budget']}"),
+                         ("wall time", f"{summary['wall_s']:.1f} s (this session {summary['session_wall_s']:.1f} s)"),
+                         ("updates/s", f"{summary['updates_per_s']:.2f}"), ("stopped by", summary["stop_reason"]),
+                         ("checkpoint", summary["checkpoint"]), ("metrics", summary["metrics"])):
+        table.add_row(label, value)
+    Console().print(table)

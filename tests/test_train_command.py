@@ -1,0 +1,242 @@
+"""`placer train` (checkpoint, metrics, resume, JSON, bad input writing nothing) and `placer search --init
+--order` with the graph-neural placers: a trained checkpoint placing zero-shot and fine-tuning, bad
+checkpoints refused with one error line naming the file before anything starts."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+pytestmark = pytest.mark.slow
+GRAPH = "synthetic:300"
+SMALL = ["--machines", "paper-2gpu", "--groups", "8", "--batch", "4", "--hidden", "8", "--layers", "1"]
+SEARCH = ["--graph", GRAPH, "--machine", "paper-2gpu", "--groups", "8", "--batch", "4", "--workers", "1",
+          "--bound-time-limit", "0"]
+
+
+def _train(out: Path, *flags: str, policy: str = "gdp", budget: int = 48) -> int:
+    from cluster.cli import main
+
+    return main(["train", "--policy", policy, "--graphs", GRAPH, *SMALL, "--budget", str(budget), "-o", str(out),
+                 *flags])
+
+
+def _one_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("placer: error: ") and captured.err.count("\n") == 1, captured.err
+    return captured.err
+
+
+def _metrics(path: Path):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(Path(str(path) + ".metrics.parquet")).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A gdp checkpoint of 48 measurements on synthetic:300 and the `--json` document its training printed."""
+    out = tmp_path_factory.mktemp("train") / "gdp.pt"
+    capture = pytest.MonkeyPatch()
+    stdout = io.StringIO()
+    capture.setattr(sys, "stdout", stdout)
+    try:
+        assert _train(out, "--json") == 0
+    finally:
+        capture.undo()
+    return out, stdout.getvalue()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    from cluster import ray_setup
+
+    ray_setup.init_ray(num_cpus=2)
+    yield
+    ray_setup.shutdown_ray()
+
+
+def test_train__writes_a_checkpoint_and_one_metrics_row_per_update(trained):
+    from policies.rl.gnn.checkpoint import read_checkpoint
+    from policies.rl.gnn.trainer import UpdateMetrics
+
+    out, printed = trained
+    data = json.loads(printed)  # exactly one JSON document, nothing else on stdout
+    state = read_checkpoint(out, "gdp")
+    assert state["progress"]["problems"] == [f"{GRAPH}@paper-2gpu"] == data["problems"]
+    assert state["architecture"] == {"kind": "gdp", "hidden_size": 8, "num_layers": 1}
+    rows = _metrics(out)
+    assert len(rows) == data["updates"] == state["progress"]["updates"] >= 2
+    assert list(rows[0]) == [f.name for f in fields(UpdateMetrics)]
+    assert [r["iteration"] for r in rows] == list(range(len(rows)))
+    assert 40 <= data["measurements"] <= 48 and rows[-1]["measurements_used"] == data["measurements"]
+    assert data["stop_reason"] == "budget" and data["checkpoint"] == str(out) and data["policy"] == "gdp"
+
+
+def test_train__resume_continues_the_same_problems_and_appends_metrics(trained, tmp_path, capsys):
+    from policies.rl.gnn.checkpoint import read_checkpoint
+
+    source, printed = trained
+    out = tmp_path / "gdp.pt"
+    shutil.copy(source, out)
+    shutil.copy(str(source) + ".metrics.parquet", str(out) + ".metrics.parquet")
+    before, first = json.loads(printed), _metrics(out)
+    assert _train(out, "--resume", "--json", budget=96) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = _metrics(out)
+    assert data["updates"] > before["updates"] and len(rows) == data["updates"]
+    assert rows[:len(first)] == first  # the earlier rows kept, the new ones after them
+    assert [r["iteration"] for r in rows] == list(range(len(rows)))
+    assert read_checkpoint(out, "gdp")["progress"]["problems"] == before["problems"]
+    assert before["measurements"] < data["measurements"] <= 96
+
+
+def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    out = tmp_path / "placeto.pt"
+    assert _train(out, "--order", "bfs", policy="placeto", budget=40) == 0
+    table = capsys.readouterr().out
+    assert "placeto" in table and str(out) in table and "stopped by" in table
+    assert len(_metrics(out)) >= 1
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--policy", "reinforce"], "unknown graph-neural policy 'reinforce'"),
+    (["--graphs", "nmt-3"], "unknown graph 'nmt-3'"),
+    (["--graphs", "families:x"], "bad --graphs entry 'families:x'"),
+    (["--machines", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
+    (["--budget", "0"], "--budget must be at least 1"),
+    (["--groups", "0"], "--groups must be at least 1"),
+    (["--order", "sideways"], "unknown --order 'sideways'"),
+    (["--resume"], "no such file"),
+])
+def test_train__bad_input_is_one_error_and_writes_nothing(tmp_path, capsys, flags, message):
+    from cluster.cli import main
+
+    base = {"--policy": "gdp", "--graphs": GRAPH, "--machines": "paper-2gpu", "--budget": "8", "--groups": "8"}
+    args = ["train", "-o", str(tmp_path / "c.pt")]
+    for flag, value in base.items():
+        args += [flag, value] if flag not in flags else []
+    assert main(args + flags) == 2
+    assert message in _one_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train__existing_output_and_bad_resumes_are_refused(trained, tmp_path, capsys):
+    source, _ = trained
+    out = tmp_path / "c.pt"
+    out.write_bytes(b"mine")
+    assert _train(out) == 2
+    assert f"{out} exists: pass --resume to continue it, or choose another path" in _one_error(capsys)
+    assert _train(out, "--resume") == 2  # random bytes: damaged
+    assert f"checkpoint {out} is damaged" in _one_error(capsys)
+    other = tmp_path / "other.pt"
+    shutil.copy(source, other)
+    assert _train(other, "--resume", policy="placeto") == 2
+    assert f"checkpoint {other} is a gdp checkpoint, not placeto" in _one_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "other.pt"] and out.read_bytes() == b"mine"
+
+
+def test_train__families_expand_and_held_out_benchmarks_are_noted(capsys, monkeypatch):
+    from cluster.cli import main
+    from cluster.commands import train
+
+    assert train.expand_graphs(["families:2:5", GRAPH, "families:1"]) == [
+        "family:rnn:5", "family:cnn:6", GRAPH, "family:rnn:0"]
+
+    def stop(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "_problems", stop)  # after the checks and the note, before anything is built
+    assert main(["train", "--policy", "gdp", "--graphs", "transformer", GRAPH, "--machines", "paper-2gpu",
+                 "--budget", "8", "-o", "/nonexistent-dir/c.pt"]) == 130
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("placer: note: training on held-out benchmark transformer: the committed")
+
+
+def test_search__gdp_from_a_checkpoint_places_zero_shot_then_fine_tunes(trained, local_ray, tmp_path, capsys):
+    from cluster.cli import main
+    from cluster.runlog import read_manifest
+
+    checkpoint, _ = trained
+    out = tmp_path / "runs"
+    assert main(["search", *SEARCH, "--policy", "gdp", "--init", str(checkpoint), "--budget", "1", "--out", str(out),
+                 "--json"]) == 0
+    zero_shot = json.loads(capsys.readouterr().out)
+    assert zero_shot["policy"] == "gdp" and zero_shot["measurements"] == 1
+    assert zero_shot["policy_best_runtime_s"] > 0
+    assert read_manifest(zero_shot["run_dir"]).config["init"] == str(checkpoint)
+    assert main(["search", *SEARCH, "--policy", "gdp", "--init", str(checkpoint), "--budget", "32", "--out", str(out),
+                 "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    assert 1 < tuned["measurements"] <= 32 and tuned["seconds_per_update"] > 0
+    assert tuned["policy_best_runtime_s"] <= zero_shot["policy_best_runtime_s"]  # it measures the zero shot first
+
+
+def _bad_checkpoints(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
+    """(file, policy it is given to, what the error says) for each kind of bad --init."""
+    import numpy as np
+    import torch
+
+    truncated = folder / "truncated.pt"
+    truncated.write_bytes(source.read_bytes()[:1000])
+    noise = folder / "noise.pt"
+    noise.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    learner = folder / "learner.pt"  # what a reinforce search's checkpoint folder holds
+    torch.save({"policy": "reinforce", "iteration": 3, "weights": {"w": torch.zeros(2)}}, learner)
+    edited = folder / "edited.pt"
+    state = torch.load(source, weights_only=True)
+    first = next(iter(state["feature_layout"]))
+    state["feature_layout"][first] = state["feature_layout"][first][::-1]
+    torch.save(state, edited)
+    return [(truncated, "gdp", "damaged or truncated"), (noise, "gdp", "damaged or truncated"),
+            (learner, "gdp", "not a gdp/placeto checkpoint"), (source, "placeto", "a gdp checkpoint, not placeto"),
+            (edited, "gdp", "another feature layout")]
+
+
+def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path, capsys):
+    from cluster.cli import main
+
+    out = tmp_path / "runs"
+    for path, policy, message in _bad_checkpoints(trained[0], tmp_path):
+        assert main(["search", *SEARCH, "--policy", policy, "--init", str(path), "--budget", "8",
+                     "--out", str(out)]) == 2, path
+        err = _one_error(capsys)
+        assert f"checkpoint {path}" in err and message in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--policy", "reinforce", "--init", "scratch"], "--init: only for --policy gdp or placeto, not 'reinforce'"),
+    (["--policy", "random", "--order", "bfs"], "--order: only for --policy placeto (it visits groups in order)"),
+    (["--policy", "gdp", "--init", "scratch", "--order", "bfs"], "--order: only for --policy placeto"),
+    (["--policy", "placeto", "--init", "scratch", "--order", "sideways"], "--order: unknown order 'sideways'"),
+])
+def test_search__init_and_order_belong_to_the_graph_neural_policies(tmp_path, capsys, flags, message):
+    from cluster.cli import main
+
+    assert main(["search", *SEARCH, *flags, "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
+    assert message in _one_error(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_search__a_missing_pretrained_checkpoint_says_to_pass_init_scratch(tmp_path, capsys, monkeypatch):
+    from cluster.cli import main
+    from policies.rl.gnn import checkpoint
+
+    monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", tmp_path / "pretrained")
+    assert main(["search", *SEARCH, "--policy", "placeto", "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
+    err = _one_error(capsys)
+    assert str(tmp_path / "pretrained" / "placeto.pt") in err and "--init scratch" in err
+    assert not (tmp_path / "runs").exists()
