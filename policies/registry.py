@@ -83,6 +83,10 @@ for _entry in (
                 "grouper + seq2seq placer trained jointly (Mirhoseini, Goldie et al. 2018)", groups_itself=True),
     PolicyEntry("post", "policies.rl.post.policy:PostPolicy", "learned",
                 "cross-entropy minimization interleaved with PPO (Post, Gao et al. 2018)"),
+    PolicyEntry("gdp", "policies.rl.gnn.policy:GdpPolicy", "learned",
+                "graph-neural one-shot placer, pre-trained across graphs (GDP, Zhou et al. 2019)"),
+    PolicyEntry("placeto", "policies.rl.gnn.policy:PlacetoPolicy", "learned",
+                "graph-neural iterative placer, pre-trained across graphs (Placeto, Addanki et al. 2019)"),
 ):
     register_policy(_entry)
 

@@ -81,11 +81,19 @@ def run_job(job: Job) -> dict:
         record.update(best_s=best if math.isfinite(best) else None, lower_bound_s=problem.lower_bound_s,
                       measurements=int(np.isfinite(curve.best_s).sum()), references=references,
                       seconds_per_update=None if math.isnan(curve.seconds_per_update) else curve.seconds_per_update,
-                      error=None)
+                      curve=curve_points(curve.best_s), error=None)
     except Exception as exc:  # one failed job must not end the table: recorded, retried on the next run
         record.update(best_s=None, error=f"{type(exc).__name__}: {exc}")
     record["wall_s"] = time.perf_counter() - started
     return record
+
+
+def curve_points(best_s) -> dict[str, float | None]:
+    """The best step time after 1, 2, 4, ... measurements and after the last one (None before the first
+    ok placement): enough to read off how many measurements a method needed to get within x% of a figure."""
+    import math
+    points = sorted({min(2 ** k, len(best_s)) for k in range(len(best_s).bit_length() + 1)} | {len(best_s)})
+    return {str(n): (float(best_s[n - 1]) if math.isfinite(best_s[n - 1]) else None) for n in points if n >= 1}
 
 
 def read_records(path: Path) -> list[dict]:

@@ -1,0 +1,86 @@
+"""The graph-neural placers' checkpoint file: what `placer train` writes and `--init` reads.
+
+One ``torch.save`` dict (tensors and plain values only, read back with ``weights_only=True``)::
+
+    format: "placer-gnn"          version: CHECKPOINT_VERSION
+    policy: "gdp" | "placeto"     feature_layout: inputs.FEATURE_LAYOUT (column names)
+    architecture: {kind, hidden_size, num_layers}
+    trainer: GnnTrainer.state()   (network, optimizer, generators, iteration)
+    progress: {measurements_used, wall_s, updates, problems: ["graph@machine", ...], budget, ...}
+
+``read_checkpoint`` refuses, with one PlacerError naming the file and the problem: a missing file, a
+damaged or truncated one, a file that is not such a checkpoint (another policy's learner.pt included), a
+checkpoint of the other policy, and one whose feature layout or format version differs from this code's.
+Written to a temporary file and renamed, so an interrupted save never leaves half a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from graphs.errors import PlacerError
+from policies.rl.gnn.inputs import FEATURE_LAYOUT
+
+FORMAT = "placer-gnn"
+CHECKPOINT_VERSION = 1
+PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+
+
+def pretrained_path(policy: str) -> Path:
+    """Where the committed checkpoint of ``policy`` lies (it may not exist)."""
+    return PRETRAINED_DIR / f"{policy}.pt"
+
+
+def layout_lists() -> dict[str, list[str]]:
+    return {key: list(columns) for key, columns in FEATURE_LAYOUT.items()}
+
+
+def write_checkpoint(path: str | os.PathLike, policy: str, trainer_state: dict, progress: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"format": FORMAT, "version": CHECKPOINT_VERSION, "policy": policy, "feature_layout": layout_lists(),
+             "architecture": {k: trainer_state["config"][k] for k in ("kind", "hidden_size", "num_layers")},
+             "trainer": trainer_state, "progress": progress}
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
+    """The checkpoint at ``path`` for ``policy``, checked (see the module docstring)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PlacerError(f"checkpoint {path}: no such file")
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError... for damaged files
+        raise PlacerError(f"checkpoint {path} is damaged or truncated ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise PlacerError(f"checkpoint {path} is not a gdp/placeto checkpoint (a checkpoint of another "
+                          "policy, or another file)")
+    if state.get("version") != CHECKPOINT_VERSION:
+        raise PlacerError(f"checkpoint {path} has format version {state.get('version')}, this version reads "
+                          f"{CHECKPOINT_VERSION}: retrain it with placer train")
+    if state.get("policy") != policy:
+        raise PlacerError(f"checkpoint {path} is a {state.get('policy')} checkpoint, not {policy}")
+    if state.get("feature_layout") != layout_lists():
+        raise PlacerError(f"checkpoint {path} was trained on another feature layout than this version's "
+                          f"({_layout_difference(state.get('feature_layout'))}): retrain it with placer train")
+    try:
+        state["trainer"]["net"], state["architecture"]["hidden_size"]
+    except (KeyError, TypeError):
+        raise PlacerError(f"checkpoint {path} lacks its network weights or architecture") from None
+    return state
+
+
+def _layout_difference(stored) -> str:
+    if not isinstance(stored, dict):
+        return "no layout stored"
+    for key, columns in layout_lists().items():
+        if stored.get(key) != columns:
+            return f"{key} columns {stored.get(key)} instead of {columns}"
+    return "different feature groups"

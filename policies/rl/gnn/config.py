@@ -1,0 +1,53 @@
+"""The graph-neural placers' settings (``GnnConfig``), shared by `placer train` and `placer search`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphs.errors import PlacerError
+
+KINDS = ("gdp", "placeto")
+ORDERS = ("topo", "reverse-topo", "bfs", "random")
+
+
+@dataclass(frozen=True)
+class GnnConfig:
+    kind: str = "gdp"
+    """'gdp' (one shot: a device distribution per group) or 'placeto' (re-place one group per step)."""
+    hidden_size: int = 64
+    """Width of every embedding (small: it must generalize from a few dozen graphs)."""
+    num_layers: int = 3
+    """Message-passing layers of the graph encoder."""
+    batch_size: int = 16
+    """GDP: placements sampled per update; Placeto: episodes run side by side (each step measures them together)."""
+    lr: float = 1e-3
+    """Adam learning rate (also of fine-tuning from a checkpoint)."""
+    entropy_coeff: float = 0.01
+    """Weight of the mean per-decision entropy bonus."""
+    grad_clip: float = 1.0
+    """Global gradient-norm bound."""
+    order: str = "topo"
+    """Placeto: the order it visits the groups in: topo, reverse-topo, bfs (from the sources), random."""
+    failure_factor: float = 3.0
+    """A failed (out-of-memory) placement is scored as this many times the worst ok runtime seen on the
+    problem (the REINFORCE ranks only need it worst; Placeto's improvement rewards need it finite)."""
+    imitation_steps: int = 100
+    """Adam steps fitting a warm start (GDP; Placeto starts its episodes at the warm start instead)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise PlacerError(f"unknown graph-neural policy {self.kind!r} (known: {', '.join(KINDS)})")
+        if self.order not in ORDERS:
+            raise PlacerError(f"unknown --order {self.order!r} (known: {', '.join(ORDERS)})")
+        if self.batch_size < 2:
+            raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
+        if self.hidden_size < 4 or self.num_layers < 1:
+            raise PlacerError(f"hidden_size must be >= 4 and num_layers >= 1, got {self.hidden_size}, {self.num_layers}")
+        if not self.lr > 0 or self.failure_factor <= 1.0:
+            raise PlacerError(f"lr must be positive and failure_factor above 1, got {self.lr}, {self.failure_factor}")
+
+    @property
+    def architecture(self) -> dict:
+        """What a checkpoint's network depends on (the rest may change when fine-tuning)."""
+        return {"kind": self.kind, "hidden_size": self.hidden_size, "num_layers": self.num_layers}

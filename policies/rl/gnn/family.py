@@ -1,0 +1,120 @@
+"""Training a graph-neural placer across a family of problems (what `placer train` runs).
+
+The problems (graph, machine, grouping) are visited round-robin in an order reshuffled every round by
+the trainer's seeded generator; each visit is one update (GDP: one batch of placements; Placeto: one
+batch of episodes). ``budget`` counts measurements over all problems; a placement sampled again on the
+same problem costs nothing. The checkpoint (policies/rl/gnn/checkpoint.py) is written every
+``checkpoint_every`` updates and at the end; ``resume=True`` continues from the one at ``out``, which must
+have been trained on the same problems with the same network.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from graphs.errors import PlacerError
+from measurers.base import Measurer
+from policies.base import BudgetedMeasurer, DecisionClock
+from policies.problem import PlacementProblem
+from policies.rl.gnn.checkpoint import read_checkpoint, write_checkpoint
+from policies.rl.gnn.config import GnnConfig
+from policies.rl.gnn.problems import Slot
+from policies.rl.gnn.trainer import UpdateMetrics
+
+UNLIMITED = 2 ** 62
+IDLE_ROUNDS = 3  # rounds over every problem that measure nothing new: the policy has converged
+
+
+@dataclass(frozen=True)
+class TrainProblem:
+    name: str  # "graph@machine", unique
+    problem: PlacementProblem
+    measurer: Measurer
+
+
+@dataclass(frozen=True)
+class FamilyResult:
+    updates: int
+    measurements_used: int
+    wall_s: float  # this session's and every session's before a resume
+    stop_reason: str  # "budget" | "time_limit" | "should_stop" | "converged" (IDLE_ROUNDS)
+    checkpoint: Path
+
+
+def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: int, out: str | Path, *,
+                 resume: bool = False, time_limit_s: float | None = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 on_update: Callable[[UpdateMetrics], None] | None = None,
+                 checkpoint_every: int = 50) -> FamilyResult:
+    from policies.rl.gnn.trainer import GnnTrainer
+    from policies.rl.loop import deterministic_torch
+
+    if not problems:
+        raise PlacerError("placer train needs at least one graph and one machine")
+    if budget < 1:
+        raise PlacerError(f"--budget must be at least 1 measurement, got {budget}")
+    out, names = Path(out), [p.name for p in problems]
+    slots = [Slot(p.problem, BudgetedMeasurer(p.measurer, UNLIMITED, p.problem.capacity_bytes(), DecisionClock()),
+                  config.failure_factor) for p in problems]
+    with deterministic_torch():
+        trainer = GnnTrainer(config)
+        progress = {"measurements_used": 0, "wall_s": 0.0, "updates": 0, "problems": names, "budget": budget,
+                    "config": {k: v for k, v in vars(config).items()}}
+        if resume:
+            progress = _resumed(out, config, names, trainer, budget)
+        started, before_s = time.perf_counter(), float(progress["wall_s"])
+        order: list[int] = []
+        stop_reason, idle = "budget", 0
+
+        def save() -> None:
+            progress["wall_s"] = before_s + time.perf_counter() - started
+            write_checkpoint(out, config.kind, trainer.state(), progress)
+
+        while progress["measurements_used"] < budget:
+            if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
+                stop_reason = "time_limit"
+                break
+            if should_stop is not None and should_stop():
+                stop_reason = "should_stop"
+                break
+            if idle >= IDLE_ROUNDS * len(slots):
+                stop_reason = "converged"
+                break
+            if not order:
+                order = list(trainer.rng.permutation(len(slots)))
+            k = int(order.pop())
+            slot = slots[k]
+            slot.counter.budget = slot.counter.used + budget - progress["measurements_used"]
+            used = slot.counter.used
+            metrics = trainer.iterate(slot, name=names[k])
+            progress["measurements_used"] += slot.counter.used - used
+            idle = 0 if slot.counter.used > used else idle + 1
+            if metrics is None:
+                continue
+            progress["updates"] += 1
+            metrics.measurements_used = progress["measurements_used"]
+            if on_update is not None:
+                on_update(metrics)
+            if progress["updates"] % checkpoint_every == 0:
+                save()
+        save()
+    return FamilyResult(progress["updates"], progress["measurements_used"], float(progress["wall_s"]),
+                        stop_reason, out)
+
+
+def _resumed(out: Path, config: GnnConfig, names: list[str], trainer, budget: int) -> dict:
+    state = read_checkpoint(out, config.kind)
+    if state["architecture"] != config.architecture:
+        raise PlacerError(f"checkpoint {out} holds a network {state['architecture']}, not {config.architecture}: "
+                          "resume with the same --hidden and --layers")
+    progress = dict(state["progress"])
+    if progress.get("problems") != names:
+        raise PlacerError(f"checkpoint {out} was trained on {progress.get('problems')}, not {names}: resume "
+                          "with the same --graphs and --machines")
+    trainer.load_state(state["trainer"])
+    progress["budget"] = budget
+    return progress
+

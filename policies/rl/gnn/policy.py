@@ -1,0 +1,174 @@
+"""``gdp`` and ``placeto`` as registry policies (policies/registry.py): place one problem, from a
+pre-trained network or from scratch.
+
+``init``: a checkpoint file from `placer train`, ``"pretrained"`` (the default: the committed checkpoint,
+``checkpoint.pretrained_path``) or ``"scratch"`` (fresh weights). The network's size comes from the
+checkpoint (or ``GnnConfig``'s defaults from scratch); the search's ``hidden_size`` is not used.
+
+With a budget of 1 the answer is the zero-shot placement: one forward pass (Placeto: one greedy pass over
+the groups), one measurement. A larger budget measures that placement first, then fine-tunes on this
+graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
+``STALL_ITERATIONS`` updates with nothing new end the run as "converged". A warm start (op placements,
+best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
+``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo's best, counters) to resume from.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from graphs.errors import PlacerError
+from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
+from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
+from policies.rl.gnn.config import GnnConfig
+from policies.rl.gnn.problems import Slot
+
+STALL_ITERATIONS = 30
+LEARNER_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
+_SEARCH_ONLY = ("hidden_size", "torch_threads", "checkpoint_every")  # search options the network ignores
+
+
+@dataclass(frozen=True)
+class Initial:
+    """Where the network's weights come from."""
+    source: str  # "scratch", or the checkpoint file
+    state: dict | None  # the checked checkpoint; None from scratch
+
+
+def initial_weights(policy: str, init: str | None) -> Initial:
+    if init in (None, "pretrained"):
+        path = pretrained_path(policy)
+        if not path.is_file():
+            raise PlacerError(f"no pre-trained {policy} checkpoint at {path}: train one with placer train, or "
+                              "pass --init scratch")
+        return Initial(str(path), read_checkpoint(path, policy))
+    if init == "scratch":
+        return Initial("scratch", None)
+    return Initial(str(init), read_checkpoint(init, policy))
+
+
+class GdpPolicy:
+    name = "gdp"
+
+    def __init__(self, context: RunContext | None = None, warm_start: Sequence[np.ndarray] | None = None,
+                 init: str | None = None, **options):
+        self.context = context or RunContext()
+        self.warm_start = None if warm_start is None else list(warm_start)
+        self.initial = initial_weights(self.name, init)
+        self.torch_threads = options.get("torch_threads")
+        self.checkpoint_every = int(options.get("checkpoint_every") or 10)
+        known = {f.name for f in fields(GnnConfig)} - {"kind", "seed"}
+        unknown = set(options) - known - set(_SEARCH_ONLY)
+        if unknown:
+            raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
+        self.options = {k: v for k, v in options.items() if k in known}
+
+    def config(self, seed: int) -> GnnConfig:
+        architecture = {} if self.initial.state is None else {
+            k: v for k, v in self.initial.state["architecture"].items() if k != "kind"}
+        return GnnConfig(**{**self.options, **architecture, "kind": self.name, "seed": seed})
+
+    def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
+        from policies.rl.gnn.trainer import GnnTrainer
+        from policies.rl.loop import deterministic_torch
+        from policies.rl.warm_start import measure_warm_start
+
+        check_budget(budget)
+        if self.torch_threads is not None:
+            torch.set_num_threads(self.torch_threads)
+        config = self.config(seed)
+        counter = BudgetedMeasurer(measurer, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
+        slot = Slot(problem, counter, config.failure_factor)
+        with deterministic_torch():
+            trainer = GnnTrainer(config)
+            if self.initial.state is not None:
+                trainer.load_state(self.initial.state["trainer"], weights_only=True)
+            resumed = self._resume(trainer, slot)
+            start, notes = None, [f"weights: {self.initial.source}"]
+            if not resumed:
+                warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
+                if warm is not None:
+                    start = warm.unit_placement
+                    if config.kind == "gdp":
+                        trainer.imitate(slot, start)
+                    notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
+                slot.measure(trainer.greedy(slot, start)[None])  # the zero-shot placement, measured first
+            stop_reason = self._fine_tune(trainer, slot, start)
+            self._save(trainer, slot)
+        if trainer.learner_s:
+            notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each")
+        found = search_result(self.name, problem, counter, "; ".join(notes))
+        return self._with_slot_best(found, problem, slot, stop_reason, trainer)
+
+    def _fine_tune(self, trainer, slot: Slot, start: np.ndarray | None) -> str:
+        ctx, started, stalled = self.context, time.perf_counter(), 0
+        while slot.counter.left >= 2:
+            if ctx.time_limit_s is not None and time.perf_counter() - started >= ctx.time_limit_s:
+                return "time_limit"
+            if ctx.should_stop is not None and ctx.should_stop():
+                return "should_stop"
+            if stalled >= STALL_ITERATIONS:
+                return "converged"
+            used = slot.counter.used
+            metrics = trainer.iterate(slot, start)
+            if metrics is None:
+                break
+            stalled = 0 if slot.counter.used > used else stalled + 1
+            if ctx.on_iteration is not None:
+                ctx.on_iteration(metrics.iteration, {k: float(v) for k, v in vars(metrics).items()
+                                                     if isinstance(v, (int, float)) and k != "iteration"})
+            if ctx.checkpoint_dir is not None and trainer.iteration % self.checkpoint_every == 0:
+                self._save(trainer, slot)
+        return "budget"
+
+    # ---- the run's own checkpoint (resume) ------------------------------------------------------
+
+    def _learner_path(self) -> Path | None:
+        folder = self.context.checkpoint_dir
+        return None if folder is None else Path(folder) / LEARNER_FILE
+
+    def _save(self, trainer, slot: Slot) -> None:
+        path = self._learner_path()
+        if path is None:
+            return
+        if self.context.before_checkpoint is not None:
+            self.context.before_checkpoint()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        best = None if slot.best_units is None else torch.from_numpy(slot.best_units)
+        state = {"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
+                 "measurements_used": slot.counter.used, "best_runtime_s": slot.best_runtime_s,
+                 "best_units": best, "num_groups": slot.num_groups}
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        tmp.replace(path)
+
+    def _resume(self, trainer, slot: Slot) -> bool:
+        path = self._learner_path()
+        if path is None or not path.is_file():
+            return False
+        state = torch.load(path, weights_only=True)
+        if state.get("policy") != self.name or state.get("num_groups") != slot.num_groups:
+            raise PlacerError(f"{path} is not a {self.name} learner of {slot.num_groups} groups")
+        trainer.load_state(state["trainer"])
+        slot.counter.used = int(state["measurements_used"])
+        slot.best_runtime_s = float(state["best_runtime_s"])
+        slot.best_units = None if state["best_units"] is None else state["best_units"].numpy().astype(np.int64)
+        return True
+
+    def _with_slot_best(self, found: PolicyResult, problem, slot: Slot, stop_reason: str, trainer) -> PolicyResult:
+        from policies.base import with_run_best
+        best_op = None if slot.best_units is None else problem.expand(slot.best_units)
+        spu = float(np.mean(trainer.learner_s)) if trainer.learner_s else math.nan
+        return with_run_best(found, problem, best_op, slot.best_runtime_s, measurements=slot.counter.used,
+                             stop_reason=stop_reason, seconds_per_update=spu)
+
+
+class PlacetoPolicy(GdpPolicy):
+    name = "placeto"

@@ -1,0 +1,111 @@
+"""A problem as the graph-neural trainer holds it (``Slot``): its inputs as tensors, how its placements are
+measured (through a ``BudgetedMeasurer``: budget, timing, ``on_measurement``), a memo so that a placement
+sampled again costs nothing (the searches' accounting), and its best so far. No RLlib here."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from graphs.features import FEATURE_COLUMNS
+from policies.base import FAILED_COST_S, BudgetedMeasurer
+from policies.problem import PlacementProblem
+from policies.rl.gnn.inputs import GraphInputs, graph_inputs
+
+
+@dataclass
+class Slot:
+    problem: PlacementProblem
+    counter: BudgetedMeasurer
+    failure_factor: float = 3.0
+    inputs: GraphInputs = field(init=False)
+    tensors: dict[str, torch.Tensor] = field(init=False)
+    adjacency: torch.Tensor = field(init=False)  # (G, G) float64 bytes between groups, both directions
+    memo: dict[bytes, float] = field(default_factory=dict)  # unit placement bytes -> cost (runtime or failed)
+    best_runtime_s: float = math.inf
+    best_units: np.ndarray | None = None  # (G,) int64
+    worst_ok_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.inputs = graph_inputs(self.problem)
+        x = self.inputs
+        self.tensors = {"node": torch.from_numpy(x.node), "edge_index": torch.from_numpy(x.edge_index),
+                        "edge": torch.from_numpy(x.edge), "device": torch.from_numpy(x.device),
+                        "pair": torch.from_numpy(x.pair), "allowed": torch.from_numpy(x.allowed)}
+        g = x.num_groups
+        adjacency = np.zeros((g, g))
+        np.add.at(adjacency, (x.edge_index[0], x.edge_index[1]), x.edge_bytes)
+        self.adjacency = torch.from_numpy(adjacency)
+
+    @property
+    def num_groups(self) -> int:
+        return self.inputs.num_groups
+
+    def measure(self, units: np.ndarray) -> np.ndarray:
+        """(B, G) unit placements -> (B,) runtimes (inf for failures, and for rows past the budget). Each
+        placement not measured before is measured once, all in one call; repeats are free."""
+        units = np.ascontiguousarray(units, dtype=np.int64)
+        keys = [row.tobytes() for row in units]
+        unseen = list(dict.fromkeys(k for k in keys if k not in self.memo))[: self.counter.left]
+        if unseen:
+            first = {k: i for i, k in reversed(list(enumerate(keys)))}
+            rows = units[[first[k] for k in unseen]]
+            costs = self.counter.measure(list(self.problem.expand(rows)))
+            for key, row, cost in zip(unseen, rows, costs):
+                self.memo[key] = cost
+                if cost < FAILED_COST_S:
+                    self.worst_ok_s = max(self.worst_ok_s, cost)
+                    if cost < self.best_runtime_s:
+                        self.best_runtime_s, self.best_units = float(cost), row.copy()
+        return np.array([self.memo.get(k, math.inf) for k in keys])
+
+    def scored(self, runtimes: np.ndarray) -> np.ndarray:
+        """Runtimes with failures (and unmeasured rows) as ``failure_factor`` times the worst ok runtime."""
+        worst = self.worst_ok_s if self.worst_ok_s > 0 else 1.0
+        return np.where(runtimes < FAILED_COST_S, runtimes, self.failure_factor * worst)
+
+    def fastest_single_device(self) -> np.ndarray:
+        """(G,) everything on the device the cost model says is fastest (repaired to allowed devices): where
+        Placeto's episodes start without a warm start, and no measurement is spent to find it."""
+        work = np.where(self.inputs.allowed, self.inputs.work_s, 0.0).sum(axis=0)  # (D,)
+        gpus = self.problem.gpu_indices() or list(range(self.problem.num_devices))
+        device = min(gpus, key=lambda d: work[d])
+        return self.problem.repair_allowed(np.full(self.num_groups, device, dtype=np.int64))
+
+
+def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:
+    """(G,) the groups in the order Placeto visits them: topo (by forward position), reverse-topo, bfs from
+    the source groups (by edges), or random."""
+    position = slot.inputs.node[:, list(_NODE_INDEX)].mean(axis=1)  # (G,) topo and forward positions
+    topo = np.argsort(position, kind="stable")
+    if order == "topo":
+        return topo
+    if order == "reverse-topo":
+        return topo[::-1].copy()
+    if order == "random":
+        return rng.permutation(slot.num_groups)
+    return _bfs(slot, topo)
+
+
+def _bfs(slot: Slot, topo: np.ndarray) -> np.ndarray:
+    g = slot.num_groups
+    src, dst = slot.inputs.edge_index[:, slot.inputs.edge[:, 1] > 0.5]  # forward edges only
+    indegree = np.bincount(dst, minlength=g)
+    frontier = [int(v) for v in topo if indegree[v] == 0]
+    seen = np.zeros(g, dtype=bool)
+    seen[frontier] = True
+    visited: list[int] = []
+    while frontier:
+        visited += frontier
+        leaving = np.isin(src, frontier)
+        nxt = sorted({int(d) for d in dst[leaving] if not seen[d]})
+        seen[nxt] = True
+        frontier = nxt
+    rest = [int(v) for v in topo if not seen[v]]
+    return np.array(visited + rest, dtype=np.int64)
+
+
+_NODE_INDEX = (FEATURE_COLUMNS.index("topo_position"), FEATURE_COLUMNS.index("forward_position"))

@@ -1,0 +1,234 @@
+"""Training the graph-neural placers: on one problem (`placer search --policy gdp|placeto`) or round-robin
+over a family of problems (`placer train`); one RLlib Learner (in this process, no EnvRunners) either way.
+
+GDP, one update per batch::
+
+    logits (G, D) = net(graph); B placements drawn, each group independently; measured in ONE call
+    advantages = centered ranks of -sqrt(runtime) in the batch; learner.update
+
+Placeto, one update per batch of B episodes run side by side from the same start::
+
+    for each group t in the visiting order: draw its device in every episode given the placement so
+    far; measure the B placements (one call; an unchanged placement is not measured again)
+    reward of a step = (step time before - step time after) / step time at the start
+    advantages = return-to-go minus its mean over the episodes; learner.update
+
+``greedy`` placements (the most likely device per group; Placeto: one greedy pass, no measurement in
+between) are the zero-shot answer: one forward pass, one measurement.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from policies.rl.gnn.config import GnnConfig
+from policies.rl.gnn.module import ACTIONS, ADVANTAGES, GRAPH_KEYS, STATE, TARGETS
+from policies.rl.gnn.network import placement_state
+from policies.rl.gnn.problems import Slot, visit_order
+
+
+@dataclass
+class UpdateMetrics:
+    iteration: int
+    problem: str  # graph on machine
+    measurements_used: int  # total over every problem so far
+    batch_best_runtime_s: float  # inf when nothing ran ok
+    mean_scored_runtime_s: float
+    loss: float
+    entropy: float
+    sample_s: float
+    measure_s: float
+    update_s: float
+
+
+def build_learner(config: GnnConfig):
+    import gymnasium as gym
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    from policies.rl.gnn.learner import GnnLearner
+    from policies.rl.gnn.module import GnnModule
+    algo_config = (AlgorithmConfig()
+                   .learners(learner_class=GnnLearner, num_learners=0,
+                             learner_config_dict={"entropy_coeff": config.entropy_coeff})
+                   .framework("torch")
+                   .training(lr=config.lr, grad_clip=config.grad_clip, grad_clip_by="global_norm")
+                   .debugging(seed=config.seed))
+    spaces = {"observation_space": gym.spaces.Box(-np.inf, np.inf, (1,), np.float32),
+              "action_space": gym.spaces.Discrete(2)}  # nominal: the module reads its own batch keys
+    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
+        module_class=GnnModule, model_config=config.architecture, **spaces)})
+    torch.manual_seed(config.seed)
+    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
+    learner.build()
+    return learner
+
+
+class GnnTrainer:
+    """Learner, sampling generator and counters of a run over one or more problems."""
+
+    def __init__(self, config: GnnConfig):
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        self.config = config
+        self.learner = build_learner(config)
+        self.net = self.learner.module[DEFAULT_MODULE_ID].unwrapped().net
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.rng = np.random.default_rng(config.seed)
+        self.iteration = 0
+        self.learner_s: list[float] = []
+
+    # ---- zero shot ------------------------------------------------------------------------------
+
+    def greedy(self, slot: Slot, start: np.ndarray | None = None) -> np.ndarray:
+        """(G,) the policy's most likely placement (Placeto: one greedy pass from ``start``)."""
+        with torch.no_grad():
+            if self.config.kind == "gdp":
+                return self.net(slot.tensors).argmax(dim=1).numpy().astype(np.int64)
+            start = slot.fastest_single_device() if start is None else start
+            return self._episode(slot, start, 1, greedy=True)[0][0]
+
+    # ---- one update -----------------------------------------------------------------------------
+
+    def iterate(self, slot: Slot, start: np.ndarray | None = None, name: str = "") -> UpdateMetrics | None:
+        """One batch on ``slot`` and one update; None when its budget left nothing to learn from."""
+        t0 = time.perf_counter()
+        if self.config.kind == "gdp":
+            batch, runtimes, measure_s = self._gdp_batch(slot)
+        else:
+            start = slot.fastest_single_device() if start is None else start
+            batch, runtimes, measure_s = self._placeto_batch(slot, start)
+        if batch is None:
+            return None
+        t1 = time.perf_counter()
+        summary = self._update(slot, batch)
+        t2 = time.perf_counter()
+        self.iteration += 1
+        self.learner_s.append(t2 - t0 - measure_s)
+        ok = runtimes[np.isfinite(runtimes) & (runtimes < 1e6)]
+        return UpdateMetrics(self.iteration - 1, name, slot.counter.used, float(ok.min()) if len(ok) else np.inf,
+                             float(slot.scored(runtimes).mean()), summary["loss"], summary["entropy"],
+                             t1 - t0 - measure_s, measure_s, t2 - t1)
+
+    def _gdp_batch(self, slot: Slot):
+        size = min(self.config.batch_size, max(slot.counter.left, 0))
+        if size < 2:
+            return None, None, 0.0
+        with torch.no_grad():
+            probs = torch.softmax(self.net(slot.tensors), dim=-1)  # (G, D)
+        actions = torch.multinomial(probs, size, replacement=True, generator=self.generator).T.numpy()  # (B, G)
+        t = time.perf_counter()
+        runtimes = slot.measure(actions)  # (B,)
+        measure_s = time.perf_counter() - t
+        from policies.rl.reinforce import centered_ranks
+        advantages = centered_ranks(torch.from_numpy(-np.sqrt(slot.scored(runtimes)))).numpy()
+        return {ACTIONS: actions, ADVANTAGES: advantages.astype(np.float32)}, runtimes, measure_s
+
+    def _placeto_batch(self, slot: Slot, start: np.ndarray):
+        size = min(self.config.batch_size, max(slot.counter.left, 0))
+        if size < 2:
+            return None, None, 0.0
+        start_s = slot.scored(slot.measure(start[None]))[0]
+        t = time.perf_counter()
+        (placements, targets, actions, states, runtimes, measure_s) = self._episode(slot, start, size)
+        if targets.shape[1] == 0:
+            return None, None, 0.0
+        scored = slot.scored(runtimes)  # (B, S)
+        before = np.concatenate([np.full((size, 1), start_s), scored[:, :-1]], axis=1)
+        rewards = (before - scored) / start_s  # (B, S)
+        returns = np.cumsum(rewards[:, ::-1], axis=1)[:, ::-1]
+        advantages = returns - returns.mean(axis=0, keepdims=True)
+        del t
+        batch = {TARGETS: targets, ACTIONS: actions, STATE: states, ADVANTAGES: advantages.astype(np.float32)}
+        return batch, runtimes[:, -1], measure_s
+
+    def _episode(self, slot: Slot, start: np.ndarray, size: int, greedy: bool = False):
+        """Run ``size`` episodes from ``start``: (B, G) final placements, (B, S) targets, actions, (B, S, D, F)
+        states, (B, S) runtimes after each step (none measured when greedy) and the seconds spent measuring.
+        Stops early when the budget is spent."""
+        order = visit_order(slot, self.config.order, self.rng)
+        placements = torch.from_numpy(np.repeat(start[None], size, axis=0))  # (B, G)
+        total_s = float(np.where(slot.inputs.allowed, slot.inputs.work_s, np.inf).min(axis=1).sum())
+        work = torch.from_numpy(slot.inputs.work_s)
+        targets, actions, states, runtimes, measure_s = [], [], [], [], 0.0
+        with torch.no_grad():
+            groups, devices = self.net.embed(slot.tensors)
+            for target in order:
+                if not greedy and slot.counter.left <= 0:
+                    break
+                target_b = torch.full((size,), int(target), dtype=torch.int64)
+                state = placement_state(placements, target_b, slot.adjacency, work, total_s)  # (B, D, F)
+                logits = self.net.step_logits(groups, devices, slot.tensors, target_b, state)  # (B, D)
+                choice = (logits.argmax(dim=1) if greedy else
+                          torch.multinomial(torch.softmax(logits, dim=1), 1, generator=self.generator)[:, 0])
+                placements[:, target] = choice
+                targets.append(target_b)
+                actions.append(choice)
+                states.append(state)
+                if not greedy:
+                    t = time.perf_counter()
+                    runtimes.append(slot.measure(placements.numpy()))
+                    measure_s += time.perf_counter() - t
+        final = placements.numpy().astype(np.int64)
+        if not targets:
+            empty = np.zeros((size, 0), dtype=np.int64)
+            return final, empty, empty, np.zeros((size, 0, slot.problem.num_devices, 3)), np.zeros((size, 0)), measure_s
+        return (final, torch.stack(targets, 1).numpy(), torch.stack(actions, 1).numpy(),
+                torch.stack(states, 1).numpy(), np.stack(runtimes, 1) if runtimes else np.zeros((size, 0)),
+                measure_s)
+
+    def _update(self, slot: Slot, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
+        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+        from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+        size = len(batch[ADVANTAGES])
+        graph = {key: np.repeat(slot.tensors[key].numpy()[None], size, axis=0) for key in GRAPH_KEYS}
+        rows = SampleBatch({**graph, **batch})
+        results = self.learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: rows}, env_steps=size),
+                                      timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1})
+        stats = results.get(DEFAULT_MODULE_ID, {})
+
+        def value(key: str) -> float:
+            item = stats.get(key)
+            item = item.peek() if hasattr(item, "peek") else item
+            return float("nan") if item is None else float(np.asarray(item, dtype=np.float64).mean())
+        return {"loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY)}
+
+    # ---- warm start -----------------------------------------------------------------------------
+
+    def imitate(self, slot: Slot, units: np.ndarray) -> None:
+        """GDP: fit the device distributions to ``units`` (G,) with Adam steps of their own (cross-entropy)."""
+        target = torch.from_numpy(np.asarray(units, dtype=np.int64))
+        optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr * 3)
+        for _ in range(self.config.imitation_steps):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self.net(slot.tensors), target)
+            loss.backward()
+            optimizer.step()
+
+    # ---- state ----------------------------------------------------------------------------------
+
+    def state(self) -> dict:
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        optimizers = {name: opt.state_dict() for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID)}
+        return {"config": asdict(self.config), "net": self.net.state_dict(), "optimizers": optimizers,
+                "generator": self.generator.get_state(), "rng": self.rng.bit_generator.state,
+                "iteration": self.iteration}
+
+    def load_state(self, state: dict, weights_only: bool = False) -> None:
+        """Restore a run (or, ``weights_only``, just the network: fine-tuning starts a fresh optimizer)."""
+        self.net.load_state_dict(state["net"])
+        if weights_only:
+            return
+        from ray.rllib.core import DEFAULT_MODULE_ID
+        for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID):
+            opt.load_state_dict(state["optimizers"][name])
+        self.generator.set_state(state["generator"])
+        self.rng.bit_generator.state = state["rng"]
+        self.iteration = int(state["iteration"])
