@@ -1,0 +1,193 @@
+"""``gdp`` and ``placeto`` as registry policies (policies/rl/gnn/policy.py) and their trainer
+(trainer.py): the budget is kept, fine-tuning never ends worse than the zero-shot or warm-start
+placement, runs repeat under a seed, imitation reaches its target, and a run resumes from its own
+checkpoint instead of starting over."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphs.errors import PlacerError
+from graphs.registry import load_graph
+from measurers.catalog import load_machine
+from measurers.sim.measurer import SimulatorMeasurer
+from policies.base import BudgetedMeasurer, DecisionClock, RunContext
+from policies.problem import make_problem
+from policies.registry import make_policy, place
+from policies.rl.gnn.config import GnnConfig
+from policies.rl.gnn.problems import Slot
+
+torch.set_num_threads(1)
+SMALL = {"init": "scratch", "hidden_size": 8, "num_layers": 1, "batch_size": 4}
+KINDS = ("gdp", "placeto")
+
+
+class Counting:
+    """A measurer passing calls through and counting the placements it was asked to measure."""
+
+    def __init__(self, measurer):
+        self.measurer, self.used = measurer, 0
+
+    def measure(self, placements):
+        self.used += len(placements)
+        return self.measurer.measure(placements)
+
+
+@pytest.fixture(scope="module")
+def setup():
+    graph, machine = load_graph("synthetic:200"), load_machine("paper-2gpu")
+    return make_problem(graph, machine, max_groups=8), SimulatorMeasurer(graph, machine)
+
+
+def _runtime_s(problem, measurer, units: np.ndarray) -> float:
+    [result] = measurer.measure([problem.expand(np.asarray(units))])
+    assert result.ok
+    return result.runtime_s
+
+
+def _greedy(kind: str, problem, seed: int = 0) -> np.ndarray:
+    """The zero-shot placement of a scratch network built as the policy builds it."""
+    from policies.rl.gnn.trainer import GnnTrainer
+    from policies.rl.loop import deterministic_torch
+
+    config = make_policy(kind, **SMALL).config(seed)
+    with deterministic_torch():
+        trainer = GnnTrainer(config)
+        return trainer.greedy(Slot(problem, counter=None))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_budget_of_one_measures_the_zero_shot_placement_once(setup, kind):
+    problem, measurer = setup
+    counted = Counting(measurer)
+    result = place(kind, problem, counted, 1, 0, **SMALL)
+    assert counted.used == 1 and result.measurements == 1
+    greedy = _greedy(kind, problem)
+    np.testing.assert_array_equal(result.group_placement, greedy)
+    assert result.best.runtime_s == pytest.approx(_runtime_s(problem, measurer, greedy), rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_fine_tuning_keeps_the_budget_and_beats_zero_shot(setup, kind):
+    problem, measurer = setup
+    counted = Counting(measurer)
+    result = place(kind, problem, counted, 40, 0, **SMALL)
+    assert counted.used <= 40 and result.measurements == counted.used
+    assert result.measurements > 1
+    zero_shot_s = _runtime_s(problem, measurer, _greedy(kind, problem))
+    assert result.best.ok and result.best.runtime_s <= zero_shot_s
+    assert result.best.runtime_s == pytest.approx(_runtime_s(problem, measurer, result.group_placement), rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_seed_same_placement(setup, kind):
+    problem, measurer = setup
+    first = place(kind, problem, measurer, 24, 3, **SMALL)
+    second = place(kind, problem, measurer, 24, 3, **SMALL)
+    np.testing.assert_array_equal(first.op_placement, second.op_placement)
+    assert first.best.runtime_s == second.best.runtime_s and first.measurements == second.measurements
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_warm_start_is_never_lost(setup, kind):
+    problem, measurer = setup
+    warm = place("m-etf", problem, measurer, 1, 0).op_placement
+    warm_s = _runtime_s(problem, measurer, problem.collapse(warm))
+    counted = Counting(measurer)
+    result = make_policy(kind, warm_start=[warm], **SMALL).place(problem, counted, 12, 0)
+    assert counted.used <= 12
+    assert result.best.ok and result.best.runtime_s <= warm_s * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_imitation_reaches_its_target(setup, kind):
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    problem, measurer = setup
+    trainer = GnnTrainer(GnnConfig(kind=kind, hidden_size=8, num_layers=1, batch_size=4, seed=0))
+    slot = Slot(problem, BudgetedMeasurer(measurer, 10, problem.capacity_bytes(), DecisionClock()))
+    target = np.array([1, 2, 2, 1, 0, 1, 2, 2])
+    assert not np.array_equal(trainer.greedy(slot), target)
+    loss = trainer.imitate([slot], [target], 150)
+    np.testing.assert_array_equal(trainer.greedy(slot), target)
+    assert loss < 0.5
+    assert slot.counter.used == 0  # imitation measures nothing
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_resumes_from_its_own_checkpoint(setup, kind, tmp_path):
+    problem, measurer = setup
+    context = RunContext(checkpoint_dir=tmp_path)
+    counted = Counting(measurer)
+    first = make_policy(kind, context=context, **SMALL).place(problem, counted, 20, 0)
+    saved = torch.load(tmp_path / "learner.pt", weights_only=True)
+    assert saved["policy"] == kind and saved["measurements_used"] == first.measurements == counted.used
+    assert saved["best_runtime_s"] == pytest.approx(first.best.runtime_s)
+    counted.used = 0
+    second = make_policy(kind, context=context, **SMALL).place(problem, counted, 40, 0)
+    assert counted.used == 40 - first.measurements  # the first run's measurements count, not restart
+    assert second.measurements == 40
+    assert second.best.runtime_s <= first.best.runtime_s
+    assert torch.load(tmp_path / "learner.pt", weights_only=True)["measurements_used"] == 40
+
+
+def test_another_policys_learner_is_refused(setup, tmp_path):
+    problem, measurer = setup
+    make_policy("gdp", context=RunContext(checkpoint_dir=tmp_path), **SMALL).place(problem, measurer, 4, 0)
+    with pytest.raises(PlacerError, match="learner.pt"):
+        make_policy("placeto", context=RunContext(checkpoint_dir=tmp_path), **SMALL).place(problem, measurer, 4, 0)
+
+
+def test_unknown_option_is_refused():
+    with pytest.raises(PlacerError, match="hidden_sise"):
+        make_policy("gdp", init="scratch", hidden_sise=8)
+
+
+def test_slot_measures_each_placement_once(setup):
+    problem, measurer = setup
+    counted = Counting(measurer)
+    slot = Slot(problem, BudgetedMeasurer(counted, 3, problem.capacity_bytes(), DecisionClock()))
+    a, b, c = np.full(8, 1), np.full(8, 2), np.array([1, 2] * 4)
+    first = slot.measure(np.stack([a, b, a]))
+    assert counted.used == 2 and slot.counter.used == 2 and first[0] == first[2]
+    second = slot.measure(np.stack([b, c, np.full(8, 0)]))  # one new within budget, the last past it
+    assert counted.used == 3 and second[0] == first[1] and np.isfinite(second[1]) and np.isinf(second[2])
+    assert slot.best_runtime_s == min(first.min(), second[1])
+    np.testing.assert_array_equal(slot.best_units, [a, b, c][int(np.argmin([first[0], first[1], second[1]]))])
+
+
+@pytest.mark.parametrize("order", ["topo", "reverse-topo", "bfs", "random"])
+def test_visit_orders_visit_every_group_once(setup, order):
+    from policies.rl.gnn.problems import visit_order
+
+    slot = Slot(setup[0], counter=None)
+    visited = visit_order(slot, order, np.random.default_rng(0))
+    assert sorted(visited.tolist()) == list(range(slot.num_groups))
+    if order == "reverse-topo":
+        np.testing.assert_array_equal(visited, visit_order(slot, "topo", np.random.default_rng(0))[::-1])
+
+
+@pytest.mark.parametrize("options, word", [({"kind": "seq2seq"}, "seq2seq"), ({"order": "dfs"}, "dfs"),
+                                           ({"batch_size": 1}, "batch_size"), ({"hidden_size": 2}, "hidden_size"),
+                                           ({"lr": 0.0}, "lr"), ({"failure_factor": 1.0}, "failure_factor")])
+def test_bad_settings_are_refused(options, word):
+    with pytest.raises(PlacerError, match=word):
+        GnnConfig(**options)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_placements_keep_to_allowed_devices(make_graph, kind):
+    graph = make_graph([(i, i + 1, 4096) for i in range(5)], flops=[1e9] * 6, allowed_mask=[3, 3, 1, 3, 3, 3])
+    machine = load_machine("paper-2gpu")
+    problem = make_problem(graph, machine)
+    allowed = Slot(problem, counter=None).inputs.allowed  # (G, D)
+    assert not allowed.all()
+    counted = Counting(SimulatorMeasurer(graph, machine))
+    seen = []
+    result = place(kind, problem, counted, 12, 0, on_measurement=lambda op, m: seen.append(op), **SMALL)
+    assert result.best.ok and counted.used == result.measurements == len(seen) <= 12
+    assert all(op[2] == 0 for op in seen)  # nothing measured puts the CPU-only op elsewhere
+    assert allowed[np.arange(problem.num_units), result.group_placement].all()
+    assert result.op_placement[2] == 0  # the CPU-only op is on the CPU

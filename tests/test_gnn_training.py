@@ -1,0 +1,209 @@
+"""Training the graph-neural placers over problems: the teachers (policies/rl/gnn/teacher.py), the family
+loop (family.py) and its checked checkpoint (checkpoint.py), which a policy can start from."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphs.errors import PlacerError
+from graphs.registry import load_graph
+from measurers.catalog import load_machine
+from measurers.sim.measurer import SimulatorMeasurer
+from policies.problem import make_problem
+from policies.registry import place
+from policies.rl.gnn.checkpoint import read_checkpoint, write_checkpoint
+from policies.rl.gnn.config import GnnConfig
+from policies.rl.gnn.family import TrainProblem, train_family
+from policies.rl.gnn.problems import Slot, visit_order
+from policies.rl.gnn.symmetry import canonical_placement, device_automorphisms
+from policies.rl.gnn.teacher import teach
+
+torch.set_num_threads(1)
+SMALL = GnnConfig(kind="gdp", hidden_size=8, num_layers=1, batch_size=4, seed=0)
+
+
+class Counting:
+    """A measurer passing calls through and counting the placements it was asked to measure."""
+
+    def __init__(self, measurer):
+        self.measurer, self.used = measurer, 0
+
+    def measure(self, placements):
+        self.used += len(placements)
+        return self.measurer.measure(placements)
+
+
+def _train_problem(graph_name: str, machine_name: str, groups: int = 8) -> TrainProblem:
+    graph, machine = load_graph(graph_name), load_machine(machine_name)
+    return TrainProblem(f"{graph_name}@{machine_name}", make_problem(graph, machine, max_groups=groups),
+                        SimulatorMeasurer(graph, machine))
+
+
+@pytest.fixture(scope="module")
+def two_problems():
+    return [_train_problem("synthetic:200", "paper-2gpu"), _train_problem("synthetic:200", "paper-4gpu", 6)]
+
+
+@pytest.fixture(scope="module")
+def family_run(two_problems, tmp_path_factory):
+    out = tmp_path_factory.mktemp("family") / "gdp.pt"
+    counted = [TrainProblem(p.name, p.problem, Counting(p.measurer)) for p in two_problems]
+    seen = []
+    result = train_family(counted, SMALL, 60, out, teacher_budget=16, imitation_steps=10,
+                          on_teacher=lambda name, found: seen.append(name))
+    return out, result, counted, seen
+
+
+def test_teacher_runtime_is_its_placements_runtime(two_problems):
+    problem = two_problems[1]  # paper-4gpu: alike GPUs to relabel
+    slot = Slot(problem.problem, counter=None)
+    order = visit_order(slot, "topo", np.random.default_rng(0))
+    counted = Counting(problem.measurer)
+    found = teach(problem.problem, counted, 16, 0, order)
+    assert found is not None and found.measurements == counted.used and counted.used <= 16
+    assert found.units.shape == (problem.problem.num_units,)
+    autos = device_automorphisms(problem.problem.machine)
+    np.testing.assert_array_equal(canonical_placement(found.units, order, autos), found.units)
+    [measured] = problem.measurer.measure([problem.problem.expand(found.units)])
+    assert measured.ok and measured.runtime_s == pytest.approx(found.runtime_s, rel=1e-9)
+    single = place("single-gpu", problem.problem, problem.measurer, 1, 0).best.runtime_s
+    assert found.runtime_s <= single  # single-gpu is among the teacher's starts
+
+
+def test_teacher_with_too_small_a_budget_finds_nothing(two_problems):
+    problem = two_problems[0]
+    counted = Counting(problem.measurer)
+    order = np.arange(problem.problem.num_units)
+    assert teach(problem.problem, counted, 1, 0, order) is None
+    assert counted.used <= 1
+
+
+def test_family_checkpoint_holds_the_teachers(family_run, two_problems):
+    out, result, counted, seen = family_run
+    state = read_checkpoint(out, "gdp")
+    progress = state["progress"]
+    names = [p.name for p in two_problems]
+    assert seen == names and progress["problems"] == names
+    assert set(progress["teachers"]) == set(names)
+    for problem in two_problems:
+        teacher = progress["teachers"][problem.name]
+        assert len(teacher["units"]) == problem.problem.num_units and teacher["runtime_s"] > 0
+    assert result.measurements_used == progress["measurements_used"] <= 60
+    assert sum(c.measurer.used for c in counted) == result.measurements_used  # what was measured, counted
+    assert result.updates == progress["updates"] > 0 and result.checkpoint == out
+    assert state["architecture"] == SMALL.architecture
+    assert np.isfinite(progress["imitation_loss"])
+
+
+def test_family_resume_refuses_other_problems(family_run, two_problems):
+    out = family_run[0]
+    other = [two_problems[0], _train_problem("family:transformer:0", "paper-2gpu")]
+    with pytest.raises(PlacerError, match="family:transformer:0@paper-2gpu") as error:
+        train_family(other, SMALL, 80, out, resume=True)
+    assert str(out) in str(error.value)
+
+
+def test_family_resume_continues_the_count(family_run, two_problems, tmp_path):
+    import shutil
+
+    out = tmp_path / "gdp.pt"
+    shutil.copy(family_run[0], out)
+    before = read_checkpoint(out, "gdp")["progress"]
+    result = train_family(two_problems, SMALL, 72, out, resume=True, teacher_budget=16, imitation_steps=10)
+    after = read_checkpoint(out, "gdp")["progress"]
+    assert result.measurements_used == after["measurements_used"] <= 72
+    assert after["updates"] >= before["updates"] and after["teachers"] == before["teachers"]
+
+
+def test_resume_with_another_network_is_refused(family_run, two_problems):
+    wider = GnnConfig(kind="gdp", hidden_size=16, num_layers=1, batch_size=4)
+    with pytest.raises(PlacerError, match="hidden"):
+        train_family(two_problems, wider, 80, family_run[0], resume=True)
+
+
+# ---- the checkpoint file --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def imitated(two_problems):
+    """A trainer fitted to one placement of the first problem, and that placement."""
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    trainer = GnnTrainer(SMALL)
+    slot = Slot(two_problems[0].problem, counter=None)
+    target = np.array([2, 1, 1, 2, 0, 2, 1, 1])
+    trainer.imitate([slot], [target], 300)
+    np.testing.assert_array_equal(trainer.greedy(slot), target)
+    return trainer, target
+
+
+def test_round_trip_and_zero_shot_from_it(imitated, two_problems, tmp_path):
+    trainer, target = imitated
+    path = tmp_path / "sub" / "gdp.pt"
+    write_checkpoint(path, "gdp", trainer.state(), {"measurements_used": 7, "problems": ["x@y"]})
+    state = read_checkpoint(path, "gdp")
+    assert state["progress"] == {"measurements_used": 7, "problems": ["x@y"]}
+    assert state["architecture"] == {"kind": "gdp", "hidden_size": 8, "num_layers": 1}
+    for key, value in trainer.net.state_dict().items():
+        torch.testing.assert_close(state["trainer"]["net"][key], value)
+    problem = two_problems[0]
+    result = place("gdp", problem.problem, problem.measurer, 1, 5, init=str(path))
+    np.testing.assert_array_equal(result.group_placement, target)
+    assert result.measurements == 1
+
+
+def _written(trainer, tmp_path, policy="gdp"):
+    path = tmp_path / "ckpt.pt"
+    write_checkpoint(path, policy, trainer.state(), {"measurements_used": 0})
+    return path
+
+
+def test_wrong_policy_is_refused(imitated, tmp_path):
+    path = _written(imitated[0], tmp_path)
+    with pytest.raises(PlacerError, match="placeto") as error:
+        read_checkpoint(path, "placeto")
+    assert str(path) in str(error.value)
+
+
+def test_edited_feature_layout_is_refused(imitated, tmp_path):
+    path = _written(imitated[0], tmp_path)
+    state = torch.load(path, weights_only=True)
+    state["feature_layout"]["pair"] = state["feature_layout"]["pair"][:-1]
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match="feature layout") as error:
+        read_checkpoint(path, "gdp")
+    assert str(path) in str(error.value) and "pair" in str(error.value)
+
+
+def test_truncated_file_is_refused(imitated, tmp_path):
+    path = _written(imitated[0], tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(PlacerError, match="damaged or truncated") as error:
+        read_checkpoint(path, "gdp")
+    assert str(path) in str(error.value)
+
+
+def test_missing_and_foreign_files_are_refused(tmp_path):
+    with pytest.raises(PlacerError, match="no such file") as error:
+        read_checkpoint(tmp_path / "absent.pt", "gdp")
+    assert str(tmp_path / "absent.pt") in str(error.value)
+    foreign = tmp_path / "learner.pt"
+    torch.save({"policy": "gdp", "trainer": {}}, foreign)
+    with pytest.raises(PlacerError, match="not a gdp/placeto checkpoint") as error:
+        read_checkpoint(foreign, "gdp")
+    assert str(foreign) in str(error.value)
+    with pytest.raises(PlacerError, match=str(foreign)):
+        place("gdp", None, None, 1, 0, init=str(foreign))
+
+
+def test_other_format_version_is_refused(imitated, tmp_path):
+    path = _written(imitated[0], tmp_path)
+    state = torch.load(path, weights_only=True)
+    state["version"] = 99
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match="version 99") as error:
+        read_checkpoint(path, "gdp")
+    assert str(path) in str(error.value)
