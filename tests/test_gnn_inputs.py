@@ -86,8 +86,6 @@ def test_no_feature_depends_on_op_names(graph):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
 
 
-@pytest.mark.xfail(strict=True, reason="inputs._gpu_bandwidth_Bps averages each GPU's links to every device, the "
-                   "CPU's included, so log_compute_to_comm and log_transfer_to_mean_work change with the GPU count")
 def test_more_alike_gpus_keep_group_and_edge_features(graph):
     two, four = _inputs(graph, "paper-2gpu"), _inputs(graph, "paper-4gpu")
     np.testing.assert_array_equal(two.edge_index, four.edge_index)

@@ -11,8 +11,9 @@ so one network reads graphs of any size and machines with any number of devices:
 - devices (D, F_DEVICE): kind, speed relative to the fastest device on this graph, memory, mean link
   bandwidth, and the device's ordinal among devices of its kind (what lets a network map early layers to
   one GPU and late layers to another although the GPUs are alike);
-- pairs (G, D, F_PAIR): how much slower the group runs on the device than on its fastest one, and the
-  share of the device's memory its parameters take.
+- pairs (G, D, F_PAIR): how much slower the group runs on the device than on its fastest one, the
+  share of the device's memory its parameters take, and (the same for every group) how the whole step's
+  one-device memory peak compares with the device's memory: what says a graph must be split to fit.
 
 ``FEATURE_LAYOUT`` names every column; a checkpoint stores it and refuses a network trained on another.
 """
@@ -33,7 +34,7 @@ NODE_COLUMNS = (*FEATURE_COLUMNS, "work_share", "log_compute_to_comm")
 EDGE_COLUMNS = ("log_transfer_to_mean_work", "forward_edge")
 DEVICE_COLUMNS = ("is_cpu", "is_gpu", "log_relative_speed", "log_memory_gib", "log_mean_bandwidth_gbps",
                   "kind_ordinal", "inverse_kind_count")
-PAIR_COLUMNS = ("log_slowdown", "param_memory_share", "allowed")
+PAIR_COLUMNS = ("log_slowdown", "param_memory_share", "log2_graph_memory_share", "allowed")
 FEATURE_LAYOUT = {"node": NODE_COLUMNS, "edge": EDGE_COLUMNS, "device": DEVICE_COLUMNS, "pair": PAIR_COLUMNS}
 GIB = 2.0 ** 30
 
@@ -85,8 +86,9 @@ def graph_inputs(problem: PlacementProblem) -> GraphInputs:
     slowdown = np.where(allowed, (work_s + 1e-9) / (best_s[:, None] + 1e-9), 1e3)  # >= 1
     memory = np.array([d.memory_bytes for d in problem.machine.devices], dtype=np.float64)  # (D,)
     param_share = summary.param_bytes.astype(np.float64)[:, None] / memory[None, :]
+    whole_share = np.clip(np.log2(problem.single_device_peak_bytes / memory), -4.0, 4.0) / 4.0  # (D,)
     pair = np.stack([np.log10(np.minimum(slowdown, 1e3)) / 3.0, np.minimum(param_share, 2.0),
-                     allowed.astype(np.float64)], axis=2)
+                     np.broadcast_to(whole_share, slowdown.shape), allowed.astype(np.float64)], axis=2)
     for name, array in (("group", node), ("edge", edge), ("pair", pair)):
         if not np.isfinite(array).all():
             raise PlacerError(f"graph {problem.graph.name!r}: non-finite {name} features (a cost of NaN or inf?)")
@@ -125,7 +127,12 @@ def _mean_bandwidth_Bps(problem: PlacementProblem) -> np.ndarray:
 
 
 def _gpu_bandwidth_Bps(problem: PlacementProblem) -> float:
-    """The typical bandwidth between accelerators (all devices when there are fewer than two GPUs)."""
+    """The median bandwidth of the links between accelerators (between all devices when there are fewer
+    than two GPUs): the same on a box of 2 or 8 alike GPUs, so group and edge features do not change."""
+    table = link_table(problem.machine)
     gpus = problem.gpu_indices()
-    bandwidth = _mean_bandwidth_Bps(problem)
-    return float(np.median(bandwidth[gpus] if len(gpus) >= 2 else bandwidth))
+    members = gpus if len(gpus) >= 2 else list(range(problem.num_devices))
+    if len(members) < 2 or not len(table.bandwidth_Bps):
+        return 1e9
+    links = table.link_of[np.ix_(members, members)][~np.eye(len(members), dtype=bool)]
+    return float(np.median(table.bandwidth_Bps[links]))
