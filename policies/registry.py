@@ -18,6 +18,9 @@ from policies.base import OnMeasurement, Policy, PolicyResult
 from policies.problem import PlacementProblem
 
 KINDS = ("heuristic", "search", "learned")
+QUICK_HEURISTICS = ("single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft")
+"""Heuristics cheap enough to score at the start of a search: ``--warm-start auto``'s candidates, and
+where the graph-neural placers' teacher searches start."""
 
 
 @dataclass(frozen=True)

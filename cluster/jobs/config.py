@@ -6,11 +6,12 @@ from dataclasses import dataclass
 
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+from policies.registry import QUICK_HEURISTICS
 from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
 
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
-WARM_START_BASELINES = ("single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft")
+WARM_START_BASELINES = QUICK_HEURISTICS
 """Heuristics a search with a warm start scores at its start (with its ``baselines``): the candidates of
 ``--warm-start auto``."""
 WARM_START_AUTO = "auto"

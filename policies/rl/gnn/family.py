@@ -1,6 +1,8 @@
 """Training a graph-neural placer across a family of problems (what `placer train` runs).
 
-The problems (graph, machine, grouping) are visited round-robin in an order reshuffled every round by
+First, with a ``teacher_budget``, each problem gets a teacher (policies/rl/gnn/teacher.py: the quick
+heuristics, then annealing, ``teacher_budget`` measurements) and the network imitates the teachers'
+placements for ``imitation_steps`` Adam steps; then it learns from rewards. The problems (graph, machine, grouping) are visited round-robin in an order reshuffled every round by
 the trainer's seeded generator; each visit is one update (GDP: one batch of placements; Placeto: one
 batch of episodes). ``budget`` counts measurements over all problems; a placement sampled again on the
 same problem costs nothing. The checkpoint (policies/rl/gnn/checkpoint.py) is written every
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
+
 from graphs.errors import PlacerError
 from measurers.base import Measurer
 from policies.base import BudgetedMeasurer, DecisionClock
@@ -22,6 +26,7 @@ from policies.problem import PlacementProblem
 from policies.rl.gnn.checkpoint import read_checkpoint, write_checkpoint
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.problems import Slot
+from policies.rl.gnn.teacher import Teaching, teach
 from policies.rl.gnn.trainer import UpdateMetrics
 
 UNLIMITED = 2 ** 62
@@ -48,7 +53,8 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
                  resume: bool = False, time_limit_s: float | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  on_update: Callable[[UpdateMetrics], None] | None = None,
-                 checkpoint_every: int = 50) -> FamilyResult:
+                 checkpoint_every: int = 50, teacher_budget: int = 0, imitation_steps: int = 0,
+                 on_teacher: Callable[[str, Teaching | None], None] | None = None) -> FamilyResult:
     from policies.rl.gnn.trainer import GnnTrainer
     from policies.rl.loop import deterministic_torch
 
@@ -72,6 +78,11 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         def save() -> None:
             progress["wall_s"] = before_s + time.perf_counter() - started
             write_checkpoint(out, config.kind, trainer.state(), progress)
+
+        if teacher_budget > 0 and "teachers" not in progress:
+            _teach_and_imitate(problems, slots, trainer, progress, budget, teacher_budget, imitation_steps,
+                               on_teacher)
+            save()
 
         while progress["measurements_used"] < budget:
             if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
@@ -103,6 +114,29 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         save()
     return FamilyResult(progress["updates"], progress["measurements_used"], float(progress["wall_s"]),
                         stop_reason, out)
+
+
+def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, teacher_budget: int,
+                       imitation_steps: int, on_teacher) -> None:
+    """A teacher per problem (while the budget lasts), then imitation of every teacher that found one."""
+    teachers: dict[str, dict] = {}
+    for k, (problem, slot) in enumerate(zip(problems, slots)):
+        left = budget - progress["measurements_used"]
+        if left < 2:
+            break
+        found = teach(problem.problem, problem.measurer, min(teacher_budget, left), trainer.config.seed + k,
+                      slot.position, slot.work_weight)
+        progress["measurements_used"] += min(teacher_budget, left) if found is None else found.measurements
+        if on_teacher is not None:
+            on_teacher(problem.name, found)
+        if found is not None:
+            teachers[problem.name] = {"units": found.units.tolist(), "runtime_s": found.runtime_s}
+    progress["teachers"] = teachers
+    taught = [k for k, p in enumerate(problems) if p.name in teachers]
+    if taught and imitation_steps > 0:
+        progress["imitation_loss"] = trainer.imitate(
+            [slots[k] for k in taught], [np.array(teachers[problems[k].name]["units"]) for k in taught],
+            imitation_steps)
 
 
 def _resumed(out: Path, config: GnnConfig, names: list[str], trainer, budget: int) -> dict:

@@ -97,7 +97,7 @@ class GdpPolicy:
                 if warm is not None:
                     start = warm.unit_placement
                     if config.kind == "gdp":
-                        trainer.imitate(slot, start)
+                        trainer.imitate([slot], [start], config.imitation_steps)
                     notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
                 slot.measure(trainer.greedy(slot, start)[None])  # the zero-shot placement, measured first
             stop_reason = self._fine_tune(trainer, slot, start)

@@ -24,6 +24,8 @@ class Slot:
     inputs: GraphInputs = field(init=False)
     tensors: dict[str, torch.Tensor] = field(init=False)
     adjacency: torch.Tensor = field(init=False)  # (G, G) float64 bytes between groups, both directions
+    work: torch.Tensor = field(init=False)  # (G, D) float64 compute time of each group on each device
+    total_work_s: float = field(init=False)  # every group on its fastest device, summed
     memo: dict[bytes, float] = field(default_factory=dict)  # unit placement bytes -> cost (runtime or failed)
     best_runtime_s: float = math.inf
     best_units: np.ndarray | None = None  # (G,) int64
@@ -39,10 +41,26 @@ class Slot:
         adjacency = np.zeros((g, g))
         np.add.at(adjacency, (x.edge_index[0], x.edge_index[1]), x.edge_bytes)
         self.adjacency = torch.from_numpy(adjacency)
+        self.work = torch.from_numpy(x.work_s)
+        self.total_work_s = float(np.where(x.allowed, x.work_s, np.inf).min(axis=1).sum())
 
     @property
     def num_groups(self) -> int:
         return self.inputs.num_groups
+
+    @property
+    def position(self) -> np.ndarray:
+        """(G,) in [0, 1]: the mean of each group's topological and forward positions."""
+        return self.inputs.node[:, list(_NODE_INDEX)].mean(axis=1).astype(np.float64)
+
+    @property
+    def work_weight(self) -> np.ndarray:
+        """(G,) each group's share of the work, scaled to mean 1, at least 0.1: what imitation weighs a
+        group's decision by (where a light group goes hardly changes the step, so a teacher's choice for
+        it is noise)."""
+        share = np.where(self.inputs.allowed, self.inputs.work_s, np.inf).min(axis=1)
+        share = share / max(share.sum(), 1e-12) * self.num_groups
+        return np.maximum(share, 0.1)
 
     def measure(self, units: np.ndarray) -> np.ndarray:
         """(B, G) unit placements -> (B,) runtimes (inf for failures, and for rows past the budget). Each
@@ -79,8 +97,7 @@ class Slot:
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:
     """(G,) the groups in the order Placeto visits them: topo (by forward position), reverse-topo, bfs from
     the source groups (by edges), or random."""
-    position = slot.inputs.node[:, list(_NODE_INDEX)].mean(axis=1)  # (G,) topo and forward positions
-    topo = np.argsort(position, kind="stable")
+    topo = np.argsort(slot.position, kind="stable")
     if order == "topo":
         return topo
     if order == "reverse-topo":

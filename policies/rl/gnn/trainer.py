@@ -153,8 +153,6 @@ class GnnTrainer:
         Stops early when the budget is spent."""
         order = visit_order(slot, self.config.order, self.rng)
         placements = torch.from_numpy(np.repeat(start[None], size, axis=0))  # (B, G)
-        total_s = float(np.where(slot.inputs.allowed, slot.inputs.work_s, np.inf).min(axis=1).sum())
-        work = torch.from_numpy(slot.inputs.work_s)
         targets, actions, states, runtimes, measure_s = [], [], [], [], 0.0
         with torch.no_grad():
             groups, devices = self.net.embed(slot.tensors)
@@ -162,7 +160,7 @@ class GnnTrainer:
                 if not greedy and slot.counter.left <= 0:
                     break
                 target_b = torch.full((size,), int(target), dtype=torch.int64)
-                state = placement_state(placements, target_b, slot.adjacency, work, total_s)  # (B, D, F)
+                state = placement_state(placements, target_b, slot.adjacency, slot.work, slot.total_work_s)  # (B, D, F)
                 logits = self.net.step_logits(groups, devices, slot.tensors, target_b, state)  # (B, D)
                 choice = (logits.argmax(dim=1) if greedy else
                           torch.multinomial(torch.softmax(logits, dim=1), 1, generator=self.generator)[:, 0])
@@ -202,15 +200,45 @@ class GnnTrainer:
 
     # ---- warm start -----------------------------------------------------------------------------
 
-    def imitate(self, slot: Slot, units: np.ndarray) -> None:
-        """GDP: fit the device distributions to ``units`` (G,) with Adam steps of their own (cross-entropy)."""
-        target = torch.from_numpy(np.asarray(units, dtype=np.int64))
+    def imitate(self, slots: list[Slot], targets: list[np.ndarray], steps: int) -> float:
+        """Fit the policy to the placements ``targets`` (one (G,) per slot) with ``steps`` Adam steps of
+        their own (the RL optimizer's moments are left alone), visiting the slots in reshuffled rounds;
+        returns the mean cross-entropy of the last round."""
         optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr * 3)
-        for _ in range(self.config.imitation_steps):
+        order: list[int] = []
+        losses: list[float] = []
+        for _ in range(steps):
+            if not order:
+                order, losses = list(self.rng.permutation(len(slots))), []
+            k = int(order.pop())
             optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(self.net(slot.tensors), target)
+            loss = self._imitation_loss(slots[k], np.asarray(targets[k], dtype=np.int64))
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.net.parameters(), self.config.grad_clip * 10)
             optimizer.step()
+            losses.append(float(loss.detach()))
+        return float(np.mean(losses)) if losses else float("nan")
+
+    def _imitation_loss(self, slot: Slot, target: np.ndarray) -> torch.Tensor:
+        """GDP: cross-entropy of each group's distribution against its target device. Placeto: of each
+        step of a teacher-forced episode (from the fastest single device, groups set to their targets in
+        the visiting order) against the step's target device. Both weighted by ``Slot.work_weight``."""
+        wanted = torch.from_numpy(target)
+        weight = torch.from_numpy(slot.work_weight).float()  # (G,)
+        if self.config.kind == "gdp":
+            loss = torch.nn.functional.cross_entropy(self.net(slot.tensors), wanted, reduction="none")
+            return (loss * weight).sum() / weight.sum()
+        order = visit_order(slot, self.config.order, self.rng)  # (S,) = (G,)
+        before = np.repeat(slot.fastest_single_device()[None], len(order), axis=0)  # (S, G) placement before step s
+        done = np.tril(np.ones((len(order), len(order)), dtype=bool), -1)  # step s has placed order[:s]
+        rows, cols = np.nonzero(done)
+        before[rows, order[cols]] = target[order[cols]]
+        steps = torch.from_numpy(order)
+        groups, devices = self.net.embed(slot.tensors)
+        state = placement_state(torch.from_numpy(before), steps, slot.adjacency, slot.work, slot.total_work_s)
+        logits = self.net.step_logits(groups, devices, slot.tensors, steps, state)  # (S, D)
+        loss = torch.nn.functional.cross_entropy(logits, wanted[steps], reduction="none")
+        return (loss * weight[steps]).sum() / weight.sum()
 
     # ---- state ----------------------------------------------------------------------------------
 

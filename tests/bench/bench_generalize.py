@@ -1,0 +1,255 @@
+"""Issue 14's tables: do the graph-neural placers (gdp, placeto) generalize to graphs and machines they
+never trained on?
+
+Every row is a held-out graph (never in a training set) on a machine, searched as `placer search` does
+(32 scope groups, the in-process simulator). References: the from-scratch REINFORCE runs of
+``bench_learned_vs_search.py`` (JSON lines with their curves, ``--reinforce``), the quick heuristics
+(one measurement each) and annealing. Sections::
+
+    zero-shot   gdp and placeto with --budget 1 (one forward pass, one measurement) on paper-2gpu/4gpu
+    fine-tune   each policy from its checkpoint, --budget 204 (10x fewer than 2,048), seeds 0 1 2
+    devices     zero-shot on paper-8gpu, dgx1-v100, h200x8 against annealing given 64 measurements
+    orders      placeto zero-shot with each visiting order (checkpoints given by --order-init ORDER=PATH)
+
+Usage::
+
+    python tests/bench/bench_generalize.py SECTION [--init-gdp PATH] [--init-placeto PATH]
+        [--reinforce runs/bench_reinforce_heldout.jsonl] [--seeds 0 1 2] [--out runs/bench_generalize.jsonl]
+
+Each finished job is one JSON line in ``--out``; a rerun skips the jobs already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+
+HELD_OUT = ("nmt-8", "inception-v3", "resnet-50", "transformer")
+PAPER_MACHINES = ("paper-2gpu", "paper-4gpu")
+OTHER_MACHINES = ("paper-8gpu", "dgx1-v100", "h200x8")
+QUICK = ("single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft")
+FINE_TUNE_BUDGET = 204
+ANNEALING_BUDGET = 64
+
+
+def problem_for(graph_name: str, machine_name: str):
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+
+    graph, machine = load_graph(graph_name), load_machine(machine_name)
+    return make_problem(graph, machine, max_groups=32, grouping_method="scope"), SimulatorMeasurer(graph, machine)
+
+
+def run_job(job: dict) -> dict:
+    """One job: {"kind": zero-shot|fine-tune|quick|annealing, graph, machine, policy, seed, budget, init, order}."""
+    import torch
+
+    from graphs.errors import PlacerError
+    from policies.registry import place
+
+    torch.set_num_threads(1)
+    problem, measurer = problem_for(job["graph"], job["machine"])
+    started = time.perf_counter()
+    record = dict(job)
+    if job["kind"] == "quick":
+        runtimes = {}
+        for name in QUICK:
+            try:
+                best = place(name, problem, measurer, 1, 0).best
+            except PlacerError:
+                continue
+            runtimes[name] = best.runtime_s if best.ok else None
+        record["runtimes"] = runtimes
+    else:
+        options = {}
+        if job["policy"] in ("gdp", "placeto"):
+            options["init"] = job["init"]
+            if job.get("order"):
+                options["order"] = job["order"]
+        curve: list[float] = []
+        best_so_far = [math.inf]
+
+        def on_measurement(_placement, measurement):
+            if measurement.ok:
+                best_so_far[0] = min(best_so_far[0], measurement.runtime_s)
+            curve.append(best_so_far[0])
+        result = place(job["policy"], problem, measurer, job["budget"], job["seed"], on_measurement, **options)
+        record["best_s"] = result.best.runtime_s if result.best is not None and result.best.ok else None
+        record["measurements"] = result.measurements
+        record["curve"] = {str(n): (curve[n - 1] if math.isfinite(curve[n - 1]) else None)
+                           for n in sorted({1, 8, 16, 32, 64, 128, len(curve)}) if 1 <= n <= len(curve)}
+    record["wall_s"] = time.perf_counter() - started
+    return record
+
+
+def read_lines(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def key(job: dict) -> str:
+    return json.dumps({k: job.get(k) for k in ("kind", "graph", "machine", "policy", "seed", "budget", "init", "order")},
+                      sort_keys=True)
+
+
+def run_all(jobs: list[dict], out: Path) -> list[dict]:
+    done = {key(r): r for r in read_lines(out)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as sink:
+        for i, job in enumerate(jobs, 1):
+            if key(job) in done:
+                continue
+            record = run_job(job)
+            done[key(job)] = record
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
+            print(f"[{i}/{len(jobs)}] {job['kind']} {job['graph']} {job['machine']} {job.get('policy', '')} "
+                  f"seed {job.get('seed')}: {record.get('best_s', '')} ({record['wall_s']:.0f} s)", file=sys.stderr, flush=True)
+    return [done[key(job)] for job in jobs]
+
+
+def reinforce_reference(path: Path) -> dict[tuple[str, str], list[dict]]:
+    """(graph, machine) -> the from-scratch REINFORCE records (each with best_s and its curve)."""
+    refs: dict[tuple[str, str], list[dict]] = {}
+    for record in read_lines(path):
+        if record.get("method") == "reinforce" and record.get("best_s") is not None:
+            refs.setdefault((record["graph"], record["machine"]), []).append(record)
+    return refs
+
+
+def quick_best(records: list[dict], graph: str, machine: str) -> tuple[str, float]:
+    runtimes = next(r["runtimes"] for r in records if r["kind"] == "quick" and r["graph"] == graph
+                    and r["machine"] == machine)
+    ok = {k: v for k, v in runtimes.items() if v is not None}
+    name = min(ok, key=ok.get)
+    return name, ok[name]
+
+
+def mean(values) -> float:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else math.nan
+
+
+def zero_shot_section(args, rows) -> None:
+    jobs = [dict(kind="quick", graph=g, machine=m) for g, m in rows]
+    jobs += [dict(kind="zero-shot", graph=g, machine=m, policy=p, seed=0, budget=1, init=args.init[p])
+             for g, m in rows for p in args.policies]
+    records = run_all(jobs, args.out)
+    refs = reinforce_reference(args.reinforce)
+    print("| graph | machine | " + " | ".join(f"{p} zero-shot (s)" for p in args.policies) +
+          " | best quick (s) | REINFORCE 2,048 mean (s) | best zero-shot / REINFORCE | within 10% | <= best quick |")
+    print("|---" * (len(args.policies) + 7) + "|")
+    for g, m in rows:
+        shots = {p: next(r["best_s"] for r in records if r["kind"] == "zero-shot" and r["graph"] == g and
+                         r["machine"] == m and r["policy"] == p) for p in args.policies}
+        name, quick = quick_best(records, g, m)
+        ref = mean(r["best_s"] for r in refs.get((g, m), []))
+        best = min((v for v in shots.values() if v is not None), default=math.inf)
+        cells = " | ".join("fail" if v is None else f"{v:.4f}" for v in shots.values())
+        print(f"| {g} | {m} | {cells} | {quick:.4f} ({name}) | {ref:.4f} | {best / ref:.3f} | "
+              f"{'yes' if best <= 1.1 * ref else 'no'} | {'yes' if best <= quick * (1 + 1e-9) else 'no'} |")
+
+
+def fine_tune_section(args, rows) -> None:
+    jobs = [dict(kind="fine-tune", graph=g, machine=m, policy=p, seed=s, budget=args.budget, init=args.init[p])
+            for g, m in rows for p in args.policies for s in args.seeds]
+    records = run_all(jobs, args.out)
+    refs = reinforce_reference(args.reinforce)
+    print(f"| graph | machine | policy | best after {args.budget} (mean; per seed) | REINFORCE 2,048 (mean) | "
+          "ratio | within 5% | REINFORCE's measurements to within 5% of its own final |")
+    print("|---" * 8 + "|")
+    for g, m in rows:
+        ref_runs = refs.get((g, m), [])
+        ref = mean(r["best_s"] for r in ref_runs)
+        needed = [_first_within(r["curve"], r["best_s"] * 1.05) for r in ref_runs]
+        for p in args.policies:
+            mine = [r["best_s"] for r in records if r["kind"] == "fine-tune" and r["graph"] == g and
+                    r["machine"] == m and r["policy"] == p]
+            value = mean(mine)
+            seeds = " / ".join("fail" if v is None else f"{v:.4f}" for v in mine)
+            print(f"| {g} | {m} | {p} | {value:.4f}; {seeds} | {ref:.4f} | {value / ref:.3f} | "
+                  f"{'yes' if value <= 1.05 * ref else 'no'} | {' / '.join(str(n) for n in needed)} |")
+
+
+def _first_within(curve: dict, target_s: float) -> str:
+    for n in sorted(curve, key=int):
+        if curve[n] is not None and curve[n] <= target_s:
+            return f"<= {n}"
+    return "-"
+
+
+def devices_section(args) -> None:
+    rows = [(g, m) for m in OTHER_MACHINES for g in HELD_OUT]
+    jobs = [dict(kind="zero-shot", graph=g, machine=m, policy=p, seed=0, budget=1, init=args.init[p])
+            for g, m in rows for p in args.policies]
+    jobs += [dict(kind="annealing", graph=g, machine=m, policy="annealing", seed=s, budget=ANNEALING_BUDGET)
+             for g, m in rows for s in args.seeds]
+    records = run_all(jobs, args.out)
+    print("| graph | machine | " + " | ".join(f"{p} zero-shot (s)" for p in args.policies) +
+          f" | annealing {ANNEALING_BUDGET} (mean; per seed) | best zero-shot better |")
+    print("|---" * (len(args.policies) + 4) + "|")
+    for g, m in rows:
+        shots = [next(r["best_s"] for r in records if r["kind"] == "zero-shot" and r["graph"] == g and
+                      r["machine"] == m and r["policy"] == p) for p in args.policies]
+        ann = [r["best_s"] for r in records if r["kind"] == "annealing" and r["graph"] == g and r["machine"] == m]
+        best = min((v for v in shots if v is not None), default=math.inf)
+        print(f"| {g} | {m} | " + " | ".join("fail" if v is None else f"{v:.4f}" for v in shots) +
+              f" | {mean(ann):.4f}; {' / '.join('fail' if v is None else f'{v:.4f}' for v in ann)} | "
+              f"{'yes' if best < mean(ann) else 'no'} |")
+
+
+def orders_section(args, rows) -> None:
+    orders = dict(item.split("=", 1) for item in args.order_init)
+    jobs = [dict(kind="zero-shot", graph=g, machine=m, policy="placeto", seed=0, budget=1, init=path, order=order)
+            for g, m in rows for order, path in orders.items()]
+    records = run_all(jobs, args.out)
+    print("| graph | machine | " + " | ".join(orders) + " |")
+    print("|---" * (len(orders) + 2) + "|")
+    for g, m in rows:
+        cells = [next(r["best_s"] for r in records if r["kind"] == "zero-shot" and r["graph"] == g and
+                      r["machine"] == m and r.get("order") == order) for order in orders]
+        print(f"| {g} | {m} | " + " | ".join("fail" if v is None else f"{v:.4f}" for v in cells) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section", choices=("zero-shot", "fine-tune", "devices", "orders"))
+    parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"])
+    parser.add_argument("--init-gdp", default="pretrained")
+    parser.add_argument("--init-placeto", default="pretrained")
+    parser.add_argument("--order-init", nargs="*", default=[], metavar="ORDER=PATH")
+    parser.add_argument("--reinforce", type=Path, default=Path("runs/bench_reinforce_heldout.jsonl"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=int, default=FINE_TUNE_BUDGET)
+    parser.add_argument("--out", type=Path, default=Path("runs/bench_generalize.jsonl"))
+    args = parser.parse_args()
+    args.init = {"gdp": args.init_gdp, "placeto": args.init_placeto}
+    rows = [(g, m) for g in HELD_OUT for m in PAPER_MACHINES]
+    if args.section == "zero-shot":
+        zero_shot_section(args, rows)
+    elif args.section == "fine-tune":
+        fine_tune_section(args, rows)
+    elif args.section == "devices":
+        devices_section(args)
+    else:
+        orders_section(args, rows)
+
+
+if __name__ == "__main__":
+    main()
