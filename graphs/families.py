@@ -21,7 +21,7 @@ Kinds and ranges (inclusive; "step" is the grid a value is drawn on):
   8,000-50,257.
 - ``cnn``: the branchy CNN (inception-like blocks): stages 2-4, per stage 1-3 blocks of 2-4 parallel
   branches and a residual add with probability 1/2, base width 16-64 (step 8; stage i is width x 2^i),
-  image 32-128 (step 16), batch 8-64 (step 8), classes 10-1,000.
+  image 32-224 (step 16), batch 8-64 (step 8), classes 10-1,000.
 
 The ranges stay clear of the held-out benchmarks: nmt-8 (8 layers), the GPT-2-small transformer (12 layers,
 sequence 1024), inception-v3 and resnet-50 (Keras, far deeper). Every family graph has roughly 300-10,000
@@ -132,7 +132,7 @@ def _draw_cnn(rng: np.random.Generator) -> tuple[str, dict]:
     return "cnn", {"blocks": [_grid(rng, 1, 3) for _ in range(stages)],
                    "branches": [_grid(rng, 2, 4) for _ in range(stages)],
                    "residual": [bool(rng.random() < 0.5) for _ in range(stages)],
-                   "width": _grid(rng, 16, 64, 8), "image_size": _grid(rng, 32, 128, 16),
+                   "width": _grid(rng, 16, 64, 8), "image_size": _grid(rng, 32, 224, 16),
                    "batch_size": _grid(rng, 8, 64, 8), "classes": _grid(rng, 10, 1000)}
 
 

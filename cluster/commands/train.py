@@ -39,8 +39,14 @@ def register(subparsers) -> None:
                    help="catalog machines or machine files")
     p.add_argument("--budget", required=True, type=int, metavar="N", help="simulator measurements over all problems")
     p.add_argument("-o", "--out", required=True, metavar="CHECKPOINT", help="checkpoint file to write")
-    p.add_argument("--groups", type=int, default=DEFAULT_MAX_GROUPS,
-                   help=f"groups per graph (default {DEFAULT_MAX_GROUPS})")
+    p.add_argument("--groups", type=int, nargs="+", default=[DEFAULT_MAX_GROUPS], metavar="G",
+                   help=f"groups per graph (default {DEFAULT_MAX_GROUPS}); several values train on each graph "
+                        "grouped each way")
+    p.add_argument("--teacher-budget", type=int, default=0, metavar="N",
+                   help="measurements of a teacher search per problem (quick heuristics, then annealing) whose "
+                        "best placement the network imitates before it learns from rewards (default 0: none)")
+    p.add_argument("--imitation-steps", type=int, default=2000, metavar="N",
+                   help="Adam steps imitating the teachers (default 2000; used with --teacher-budget)")
     p.add_argument("--grouping", default=DEFAULT_METHOD, help=f"how ops become groups (default {DEFAULT_METHOD})")
     p.add_argument("--seed", type=int, default=0, help="network, sampling and grouping seed (default 0)")
     p.add_argument("--batch", type=int, default=d.batch_size,
@@ -90,7 +96,10 @@ def check_train_args(args: argparse.Namespace):
 
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
                        lr=args.lr, order=args.order, seed=args.seed)
-    check_counts(args.budget, args.groups, args.grouping)
+    for groups in args.groups:
+        check_counts(args.budget, groups, args.grouping)
+    if args.teacher_budget < 0 or args.imitation_steps < 0:
+        raise PlacerError("--teacher-budget and --imitation-steps must not be negative")
     if args.time_limit_s is not None and not args.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {args.time_limit_s}")
     graphs = expand_graphs(args.graphs)
@@ -152,9 +161,11 @@ def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) 
     for graph_name in graphs:
         graph = load_graph(graph_name)
         for machine_name, machine in loaded:
-            problem = make_problem(graph, machine, max_groups=args.groups, grouping_method=args.grouping,
-                                   seed=args.seed)
-            problems.append(TrainProblem(f"{graph_name}@{machine_name}", problem, SimulatorMeasurer(graph, machine)))
+            for groups in args.groups:
+                problem = make_problem(graph, machine, max_groups=groups, grouping_method=args.grouping,
+                                       seed=args.seed)
+                name = f"{graph_name}@{machine_name}" + (f"/{groups}" if len(args.groups) > 1 else "")
+                problems.append(TrainProblem(name, problem, SimulatorMeasurer(graph, machine)))
     return problems
 
 
@@ -165,38 +176,17 @@ def _train(args: argparse.Namespace, config, problems: list, updates_before: int
     from policies.rl.gnn.family import train_family
 
     log = MetricsLog(metrics_path(args.out), updates_before)
-    stall = _Stall(len(problems))
     started = time.perf_counter()
     with _Progress(args.budget) as progress:
         def on_update(metrics) -> None:
-            stall.updated()
             log.append(metrics)
             progress.update(metrics)
 
         result = train_family(problems, config, args.budget, args.out, resume=args.resume,
-                              time_limit_s=args.time_limit_s, should_stop=stall.should_stop, on_update=on_update,
-                              checkpoint_every=METRICS_EVERY)
+                              time_limit_s=args.time_limit_s, on_update=on_update, checkpoint_every=METRICS_EVERY,
+                              teacher_budget=args.teacher_budget, imitation_steps=args.imitation_steps)
     log.flush()
-    if stall.fired and result.stop_reason == "should_stop":  # fewer measurements left than one batch needs
-        from dataclasses import replace
-        result = replace(result, stop_reason="budget")
     return result, log, time.perf_counter() - started
-
-
-class _Stall:
-    """Stops train_family when a whole round of problems ends without an update: the budget left is smaller
-    than a batch (every problem shares it), and train_family would otherwise ask again forever."""
-
-    def __init__(self, num_problems: int):
-        self.limit, self.calls, self.fired = num_problems + 1, 0, False
-
-    def updated(self) -> None:
-        self.calls = 0
-
-    def should_stop(self) -> bool:
-        self.calls += 1
-        self.fired = self.calls > self.limit
-        return self.fired
 
 
 def metrics_path(checkpoint: str | Path) -> Path:

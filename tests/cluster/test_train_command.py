@@ -240,3 +240,20 @@ def test_search__a_missing_pretrained_checkpoint_says_to_pass_init_scratch(tmp_p
     err = _one_error(capsys)
     assert str(tmp_path / "pretrained" / "placeto.pt") in err and "--init scratch" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_train__several_group_counts_and_a_teacher(tmp_path, capsys):
+    """--groups 4 6 trains on the graph grouped both ways (one problem each, named /G); --teacher-budget
+    gives every problem a teacher the checkpoint keeps, inside the budget."""
+    from cluster.cli import main
+    from policies.rl.gnn.checkpoint import read_checkpoint
+
+    out = tmp_path / "gdp.pt"
+    flags = ["--machines", "paper-2gpu", "--groups", "4", "6", "--batch", "4", "--hidden", "8", "--layers", "1"]
+    assert main(["train", "--policy", "gdp", "--graphs", GRAPH, *flags, "--budget", "60", "-o", str(out),
+                 "--teacher-budget", "12", "--imitation-steps", "5", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["problems"] == [f"{GRAPH}@paper-2gpu/4", f"{GRAPH}@paper-2gpu/6"]
+    progress = read_checkpoint(out, "gdp")["progress"]
+    assert set(progress["teachers"]) == set(summary["problems"])
+    assert progress["measurements_used"] <= 60 and summary["measurements"] == progress["measurements_used"]

@@ -72,7 +72,7 @@ def _check_cnn(c: dict) -> None:
     assert 2 <= stages <= 4 and len(c["branches"]) == len(c["residual"]) == stages
     assert all(_in(b, 1, 3) for b in c["blocks"]) and all(_in(b, 2, 4) for b in c["branches"])
     assert all(isinstance(r, bool) for r in c["residual"])
-    assert _in(c["width"], 16, 64, 8) and _in(c["image_size"], 32, 128, 16)
+    assert _in(c["width"], 16, 64, 8) and _in(c["image_size"], 32, 224, 16)
     assert _in(c["batch_size"], 8, 64, 8) and _in(c["classes"], 10, 1000)
 
 

@@ -84,7 +84,7 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
                                on_teacher)
             save()
 
-        while progress["measurements_used"] < budget:
+        while budget - progress["measurements_used"] >= 2:  # a batch needs two placements at least
             if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
                 stop_reason = "time_limit"
                 break
