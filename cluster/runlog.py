@@ -115,11 +115,19 @@ def cpu_model() -> str:
     return platform.processor()
 
 
-def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = None) -> str:
-    """``<graph>__<policy>__<seed>__<UTC time>``, safe as a folder name."""
+def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = None,
+                root: str | os.PathLike | None = None) -> str:
+    """``<graph>__<policy>__<seed>__<UTC time>``, safe as a folder name; with ``root``, ``-2``, ``-3``, ...
+    appended while ``root`` already holds a run of that name (two runs started within one second)."""
     stamp = dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc)
-    text = f"{graph_name}__{policy}__{seed}__{stamp:%Y%m%dT%H%M%S}"
-    return re.sub(r"[^A-Za-z0-9_.=-]", "-", text)
+    text = re.sub(r"[^A-Za-z0-9_.=-]", "-", f"{graph_name}__{policy}__{seed}__{stamp:%Y%m%dT%H%M%S}")
+    if root is None:
+        return text
+    run_id, k = text, 1
+    while (Path(root) / run_id).exists():
+        k += 1
+        run_id = f"{text}-{k}"
+    return run_id
 
 
 def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, policy: str = "",

@@ -54,6 +54,8 @@ def register(subparsers) -> None:
     p.add_argument("--hidden", type=int, default=d.hidden_size, help=f"embedding width (default {d.hidden_size})")
     p.add_argument("--layers", type=int, default=d.num_layers, help=f"message-passing layers (default {d.num_layers})")
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
+    p.add_argument("--entropy", type=float, default=d.entropy_coeff, dest="entropy_coeff",
+                   help=f"weight of the entropy bonus (default {d.entropy_coeff:g})")
     p.add_argument("--order", default=d.order, help=f"placeto: the order it visits groups in, {'|'.join(ORDERS)} "
                                                     f"(default {d.order})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s", metavar="S", help="seconds (default none)")
@@ -95,7 +97,7 @@ def check_train_args(args: argparse.Namespace):
     from policies.rl.gnn.config import GnnConfig
 
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
-                       lr=args.lr, order=args.order, seed=args.seed)
+                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
     if args.teacher_budget < 0 or args.imitation_steps < 0:
@@ -109,6 +111,7 @@ def check_train_args(args: argparse.Namespace):
         load_machine(name)
     _check_unique(graphs, "--graphs")
     _check_unique(args.machines, "--machines")
+    _check_unique([str(g) for g in args.groups], "--groups")
     return config, graphs, _check_output(Path(args.out), config.kind, args.resume)
 
 
@@ -184,7 +187,8 @@ def _train(args: argparse.Namespace, config, problems: list, updates_before: int
 
         result = train_family(problems, config, args.budget, args.out, resume=args.resume,
                               time_limit_s=args.time_limit_s, on_update=on_update, checkpoint_every=METRICS_EVERY,
-                              teacher_budget=args.teacher_budget, imitation_steps=args.imitation_steps)
+                              teacher_budget=args.teacher_budget, imitation_steps=args.imitation_steps,
+                              settings={"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed})
     log.flush()
     return result, log, time.perf_counter() - started
 

@@ -108,7 +108,8 @@ def _measurer(spec, ray_address: str | None) -> Iterator:
 
 
 def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec, problem, bound) -> RunLogWriter:
-    manifest = new_manifest(make_run_id(graph.name, "baselines", config.seed), graph, machine, seed=config.seed,
+    manifest = new_manifest(make_run_id(graph.name, "baselines", config.seed, root=config.out), graph, machine,
+                            seed=config.seed,
                             policy="baselines", config={**asdict(config), "policies": list(policies)},
                             runs=spec.runs, warmup=spec.warmup, lower_bound_s=problem.lower_bound_s)
     manifest = replace(manifest, proven_bound_s=float(bound.best_s), proven_bound_holds_for=bound.holds_for)

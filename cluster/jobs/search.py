@@ -280,7 +280,7 @@ def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, 
         record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
         return RunLogWriter.resume(run_dir, reward_fn=reward_of), past
-    run_id = make_run_id(graph.name, config.policy, config.seed)
+    run_id = make_run_id(graph.name, config.policy, config.seed, root=config.out)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
                             runs=spec.runs, warmup=spec.warmup,
                             config={**asdict(config), "groups_used": problem.num_units}, command=command,

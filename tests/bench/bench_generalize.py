@@ -7,7 +7,8 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
 (one measurement each) and annealing. Sections::
 
     zero-shot   gdp and placeto with --budget 1 (one forward pass, one measurement) on paper-2gpu/4gpu
-    fine-tune   each policy from its checkpoint, --budget 204 (10x fewer than 2,048), seeds 0 1 2
+    fine-tune   each policy from its checkpoint, --budget 204 (10x fewer than 2,048), seeds 0 1 2, cold and
+                warm-started (+ws: the quick heuristics' placements, measured in the budget)
     devices     zero-shot on paper-8gpu, dgx1-v100, h200x8 against annealing given 64 measurements
     orders      placeto zero-shot with each visiting order (checkpoints given by --order-init ORDER=PATH)
 
@@ -75,6 +76,10 @@ def run_job(job: dict) -> dict:
             options["init"] = job["init"]
             if job.get("order"):
                 options["order"] = job["order"]
+        if job.get("warm_start"):  # the quick heuristics' placements, best first, measured in the budget
+            sys.path.insert(0, str(Path(__file__).parent))
+            from bench_convergence import warm_start_placements
+            options["warm_start"] = warm_start_placements(problem, measurer)
         curve: list[float] = []
         best_so_far = [math.inf]
 
@@ -104,8 +109,8 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def key(job: dict) -> str:
-    return json.dumps({k: job.get(k) for k in ("kind", "graph", "machine", "policy", "seed", "budget", "init", "order")},
-                      sort_keys=True)
+    return json.dumps({k: job.get(k) for k in ("kind", "graph", "machine", "policy", "seed", "budget", "init", "order",
+                                               "warm_start")}, sort_keys=True)
 
 
 def run_all(jobs: list[dict], out: Path) -> list[dict]:
@@ -167,8 +172,8 @@ def zero_shot_section(args, rows) -> None:
 
 
 def fine_tune_section(args, rows) -> None:
-    jobs = [dict(kind="fine-tune", graph=g, machine=m, policy=p, seed=s, budget=args.budget, init=args.init[p])
-            for g, m in rows for p in args.policies for s in args.seeds]
+    jobs = [dict(kind="fine-tune", graph=g, machine=m, policy=p, seed=s, budget=args.budget, init=args.init[p],
+                 warm_start=ws) for g, m in rows for p in args.policies for s in args.seeds for ws in (False, True)]
     records = run_all(jobs, args.out)
     refs = reinforce_reference(args.reinforce)
     print(f"| graph | machine | policy | best after {args.budget} (mean; per seed) | REINFORCE 2,048 (mean) | "
@@ -179,12 +184,14 @@ def fine_tune_section(args, rows) -> None:
         ref = mean(r["best_s"] for r in ref_runs)
         needed = [_first_within(r["curve"], r["best_s"] * 1.05) for r in ref_runs]
         for p in args.policies:
-            mine = [r["best_s"] for r in records if r["kind"] == "fine-tune" and r["graph"] == g and
-                    r["machine"] == m and r["policy"] == p]
-            value = mean(mine)
-            seeds = " / ".join("fail" if v is None else f"{v:.4f}" for v in mine)
-            print(f"| {g} | {m} | {p} | {value:.4f}; {seeds} | {ref:.4f} | {value / ref:.3f} | "
-                  f"{'yes' if value <= 1.05 * ref else 'no'} | {' / '.join(str(n) for n in needed)} |")
+            for ws in (False, True):
+                mine = [r["best_s"] for r in records if r["kind"] == "fine-tune" and r["graph"] == g and
+                        r["machine"] == m and r["policy"] == p and bool(r.get("warm_start")) == ws]
+                value = mean(mine)
+                seeds = " / ".join("fail" if v is None else f"{v:.4f}" for v in mine)
+                print(f"| {g} | {m} | {p}{'+ws' if ws else ''} | {value:.4f}; {seeds} | {ref:.4f} | "
+                      f"{value / ref:.3f} | {'yes' if value <= 1.05 * ref else 'no'} | "
+                      f"{' / '.join(str(n) for n in needed)} |")
 
 
 def _first_within(curve: dict, target_s: float) -> str:

@@ -533,3 +533,14 @@ def test_runlog__sigkill_mid_run_leaves_readable_folder(tmp_path, kill_after_fil
     assert np.allclose(rows["runtime_s"], rows["seq"] + 1.0)
     assert len(read_metrics(tmp_path / "killed")) >= len(rows) - 3  # killed between the two files of a flush
     assert duckdb.sql(f"select count(*) from read_parquet('{folder}/*.parquet')").fetchall() == [(len(rows),)]
+
+
+def test_run_ids_started_within_one_second_do_not_collide(tmp_path):
+    """Two runs of the same graph, policy and seed started in the same second get distinct folders."""
+    from cluster.runlog import make_run_id
+
+    first = make_run_id("nmt-2", "reinforce", 0, when=0.0, root=tmp_path)
+    (tmp_path / first).mkdir()
+    second = make_run_id("nmt-2", "reinforce", 0, when=0.0, root=tmp_path)
+    assert second == first + "-2" and not (tmp_path / second).exists()
+    assert make_run_id("nmt-2", "reinforce", 0, when=0.0) == first  # without a root: the plain name

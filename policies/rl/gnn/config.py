@@ -44,6 +44,8 @@ class GnnConfig:
             raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
         if self.hidden_size < 4 or self.num_layers < 1:
             raise PlacerError(f"hidden_size must be >= 4 and num_layers >= 1, got {self.hidden_size}, {self.num_layers}")
+        if self.entropy_coeff < 0:
+            raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
         if not self.lr > 0 or self.failure_factor <= 1.0:
             raise PlacerError(f"lr must be positive and failure_factor above 1, got {self.lr}, {self.failure_factor}")
 

@@ -54,7 +54,10 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
                  should_stop: Callable[[], bool] | None = None,
                  on_update: Callable[[UpdateMetrics], None] | None = None,
                  checkpoint_every: int = 50, teacher_budget: int = 0, imitation_steps: int = 0,
-                 on_teacher: Callable[[str, Teaching | None], None] | None = None) -> FamilyResult:
+                 on_teacher: Callable[[str, Teaching | None], None] | None = None,
+                 settings: dict | None = None) -> FamilyResult:
+    """Train on ``problems`` (see the module docstring). ``settings`` (plain values: how the problems were
+    built, e.g. the grouping) are stored in the checkpoint, and a resumed run must have the same."""
     from policies.rl.gnn.trainer import GnnTrainer
     from policies.rl.loop import deterministic_torch
 
@@ -68,10 +71,17 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
     with deterministic_torch():
         trainer = GnnTrainer(config)
         progress = {"measurements_used": 0, "wall_s": 0.0, "updates": 0, "problems": names, "budget": budget,
-                    "config": {k: v for k, v in vars(config).items()}}
+                    "config": {k: v for k, v in vars(config).items()}, "settings": dict(settings or {})}
         if resume:
-            progress = _resumed(out, config, names, trainer, budget)
+            progress = _resumed(out, config, names, dict(settings or {}), trainer, budget)
         started, before_s = time.perf_counter(), float(progress["wall_s"])
+
+        def stop_now() -> str | None:
+            if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
+                return "time_limit"
+            if should_stop is not None and should_stop():
+                return "should_stop"
+            return None
         order: list[int] = []
         stop_reason, idle = "budget", 0
 
@@ -81,15 +91,13 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
 
         if teacher_budget > 0 and "teachers" not in progress:
             _teach_and_imitate(problems, slots, trainer, progress, budget, teacher_budget, imitation_steps,
-                               on_teacher)
+                               on_teacher, stop_now)
             save()
 
         while budget - progress["measurements_used"] >= 2:  # a batch needs two placements at least
-            if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
-                stop_reason = "time_limit"
-                break
-            if should_stop is not None and should_stop():
-                stop_reason = "should_stop"
+            stopped = stop_now()
+            if stopped is not None:
+                stop_reason = stopped
                 break
             if idle >= IDLE_ROUNDS * len(slots):
                 stop_reason = "converged"
@@ -117,12 +125,13 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
 
 
 def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, teacher_budget: int,
-                       imitation_steps: int, on_teacher) -> None:
-    """A teacher per problem (while the budget lasts), then imitation of every teacher that found one."""
+                       imitation_steps: int, on_teacher, stop_now) -> None:
+    """A teacher per problem (while the budget and the time last), then imitation of every teacher that
+    found one."""
     teachers: dict[str, dict] = {}
     for k, (problem, slot) in enumerate(zip(problems, slots)):
         left = budget - progress["measurements_used"]
-        if left < 2:
+        if left < 2 or stop_now() is not None:
             break
         found = teach(problem.problem, problem.measurer, min(teacher_budget, left), trainer.config.seed + k,
                       slot.position, slot.work_weight)
@@ -139,7 +148,7 @@ def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, te
             imitation_steps)
 
 
-def _resumed(out: Path, config: GnnConfig, names: list[str], trainer, budget: int) -> dict:
+def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int) -> dict:
     state = read_checkpoint(out, config.kind)
     if state["architecture"] != config.architecture:
         raise PlacerError(f"checkpoint {out} holds a network {state['architecture']}, not {config.architecture}: "
@@ -148,6 +157,9 @@ def _resumed(out: Path, config: GnnConfig, names: list[str], trainer, budget: in
     if progress.get("problems") != names:
         raise PlacerError(f"checkpoint {out} was trained on {progress.get('problems')}, not {names}: resume "
                           "with the same --graphs and --machines")
+    if progress.get("settings", {}) != settings:
+        raise PlacerError(f"checkpoint {out} was trained with {progress.get('settings')}, not {settings}: resume "
+                          "with the same settings")
     trainer.load_state(state["trainer"])
     progress["budget"] = budget
     return progress

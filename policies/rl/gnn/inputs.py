@@ -4,8 +4,8 @@ Nothing here depends on op names, and every value is a share, a ratio or a log o
 so one network reads graphs of any size and machines with any number of devices:
 
 - groups (G, F_NODE): the group feature matrix of ``graphs.features`` (op-class and phase fractions,
-  standardized log magnitudes, topological positions) plus the group's share of the graph's work and its
-  compute-to-communication ratio;
+  standardized log magnitudes, topological positions) plus the group's work against the mean group's
+  (the same for 16 or 64 groups) and its compute-to-communication ratio;
 - edges (E, F_EDGE): both directions of every group edge, with the transfer time of its bytes relative
   to the mean group's work and a direction flag;
 - devices (D, F_DEVICE): kind, speed relative to the fastest device on this graph, memory, mean link
@@ -30,7 +30,7 @@ from graphs.grouping import Grouping
 from measurers.sim.links import link_table
 from policies.problem import PlacementProblem
 
-NODE_COLUMNS = (*FEATURE_COLUMNS, "work_share", "log_compute_to_comm")
+NODE_COLUMNS = (*FEATURE_COLUMNS, "log2_work_to_mean", "log_compute_to_comm")
 EDGE_COLUMNS = ("log_transfer_to_mean_work", "forward_edge")
 DEVICE_COLUMNS = ("is_cpu", "is_gpu", "log_relative_speed", "log_memory_gib", "log_mean_bandwidth_gbps",
                   "kind_ordinal", "inverse_kind_count")
@@ -77,7 +77,8 @@ def graph_inputs(problem: PlacementProblem) -> GraphInputs:
     group_bytes = (summary.in_bytes + summary.out_edge_bytes).astype(np.float64)  # (G,)
     compute_to_comm = (best_s + 1e-9) / (group_bytes / bandwidth_Bps + 1e-9)
     node = np.concatenate([summary.as_matrix(),
-                           np.stack([best_s / total_s, np.log10(compute_to_comm) / 3.0], axis=1)], axis=1)
+                           np.stack([np.clip(np.log2(best_s / mean_work_s + 1e-6), -8.0, 8.0) / 4.0,
+                                     np.log10(compute_to_comm) / 3.0], axis=1)], axis=1)
     src, dst, nbytes = summary.edge_src, summary.edge_dst, summary.edge_bytes.astype(np.float64)
     transfer = np.log10((nbytes / bandwidth_Bps + 1e-9) / mean_work_s + 1e-6) / 3.0
     edge_index = np.stack([np.concatenate([src, dst]), np.concatenate([dst, src])]).astype(np.int64)
@@ -117,13 +118,18 @@ def device_features(problem: PlacementProblem, best_s: np.ndarray) -> np.ndarray
 
 
 def _mean_bandwidth_Bps(problem: PlacementProblem) -> np.ndarray:
-    """(D,) mean bandwidth of each device's links to the others (1 GB/s on a one-device machine)."""
+    """(D,) mean bandwidth of each device's links to the other devices of its kind (to all others when it
+    is alone of its kind; 1 GB/s on a one-device machine): alike GPUs read the same on a box of 2 or 8."""
     table = link_table(problem.machine)
     d = problem.num_devices
+    out = np.full(d, 1e9)
     if d < 2 or not len(table.bandwidth_Bps):
-        return np.full(d, 1e9)
-    links = table.link_of[~np.eye(d, dtype=bool)].reshape(d, d - 1)
-    return table.bandwidth_Bps[links].mean(axis=1)
+        return out
+    kinds = np.array([device.kind for device in problem.machine.devices])
+    for i in range(d):
+        peers = [j for j in range(d) if j != i and kinds[j] == kinds[i]] or [j for j in range(d) if j != i]
+        out[i] = table.bandwidth_Bps[table.link_of[i, peers]].mean()
+    return out
 
 
 def _gpu_bandwidth_Bps(problem: PlacementProblem) -> float:

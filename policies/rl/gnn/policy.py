@@ -10,6 +10,8 @@ the groups), one measurement. A larger budget measures that placement first, the
 graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
 ``STALL_ITERATIONS`` updates with nothing new end the run as "converged". A warm start (op placements,
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
+Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
+across graphs starts them all from the fastest single device), so each pass improves on the last.
 ``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo's best, counters) to resume from.
 """
 
@@ -64,7 +66,7 @@ class GdpPolicy:
         self.initial = initial_weights(self.name, init)
         self.torch_threads = options.get("torch_threads")
         self.checkpoint_every = int(options.get("checkpoint_every") or 10)
-        known = {f.name for f in fields(GnnConfig)} - {"kind", "seed"}
+        known = {f.name for f in fields(GnnConfig)} - {"kind", "seed"} - set(_SEARCH_ONLY)
         unknown = set(options) - known - set(_SEARCH_ONLY)
         if unknown:
             raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
@@ -96,6 +98,7 @@ class GdpPolicy:
                 warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
                 if warm is not None:
                     start = warm.unit_placement
+                    slot.record(start, warm.runtime_s)  # fine-tuning improves on it, and never reports worse
                     if config.kind == "gdp":
                         trainer.imitate([slot], [start], config.imitation_steps)
                     notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
@@ -117,6 +120,8 @@ class GdpPolicy:
             if stalled >= STALL_ITERATIONS:
                 return "converged"
             used = slot.counter.used
+            if trainer.config.kind == "placeto" and slot.best_units is not None:
+                start = slot.best_units  # fine-tuning improves the best placement so far, episode after episode
             metrics = trainer.iterate(slot, start)
             if metrics is None:
                 break
@@ -153,8 +158,11 @@ class GdpPolicy:
         path = self._learner_path()
         if path is None or not path.is_file():
             return False
-        state = torch.load(path, weights_only=True)
-        if state.get("policy") != self.name or state.get("num_groups") != slot.num_groups:
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception as exc:  # a damaged or truncated file
+            raise PlacerError(f"{path} is damaged or truncated ({type(exc).__name__}): remove it to start over") from None
+        if not isinstance(state, dict) or state.get("policy") != self.name or state.get("num_groups") != slot.num_groups:
             raise PlacerError(f"{path} is not a {self.name} learner of {slot.num_groups} groups")
         trainer.load_state(state["trainer"])
         slot.counter.used = int(state["measurements_used"])

@@ -67,18 +67,24 @@ class Slot:
         placement not measured before is measured once, all in one call; repeats are free."""
         units = np.ascontiguousarray(units, dtype=np.int64)
         keys = [row.tobytes() for row in units]
-        unseen = list(dict.fromkeys(k for k in keys if k not in self.memo))[: self.counter.left]
+        unseen = list(dict.fromkeys(k for k in keys if k not in self.memo))[: max(self.counter.left, 0)]
         if unseen:
             first = {k: i for i, k in reversed(list(enumerate(keys)))}
             rows = units[[first[k] for k in unseen]]
             costs = self.counter.measure(list(self.problem.expand(rows)))
-            for key, row, cost in zip(unseen, rows, costs):
-                self.memo[key] = cost
-                if cost < FAILED_COST_S:
-                    self.worst_ok_s = max(self.worst_ok_s, cost)
-                    if cost < self.best_runtime_s:
-                        self.best_runtime_s, self.best_units = float(cost), row.copy()
+            for row, cost in zip(rows, costs):
+                self.record(row, cost)
         return np.array([self.memo.get(k, math.inf) for k in keys])
+
+    def record(self, units: np.ndarray, cost: float) -> None:
+        """Remember the cost (``measurement_cost_s``) of the (G,) placement ``units``, measured elsewhere
+        (a warm start) or here."""
+        units = np.ascontiguousarray(units, dtype=np.int64)
+        self.memo[units.tobytes()] = float(cost)
+        if cost < FAILED_COST_S:
+            self.worst_ok_s = max(self.worst_ok_s, float(cost))
+            if cost < self.best_runtime_s:
+                self.best_runtime_s, self.best_units = float(cost), units.copy()
 
     def scored(self, runtimes: np.ndarray) -> np.ndarray:
         """Runtimes with failures (and unmeasured rows) as ``failure_factor`` times the worst ok runtime."""
@@ -95,8 +101,9 @@ class Slot:
 
 
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:
-    """(G,) the groups in the order Placeto visits them: topo (by forward position), reverse-topo, bfs from
-    the source groups (by edges), or random."""
+    """(G,) the groups in the order Placeto visits them: topo (by ``Slot.position``, the mean of the first
+    op's and the forward ops' topological positions), reverse-topo, bfs from the source groups (by edges),
+    or random."""
     topo = np.argsort(slot.position, kind="stable")
     if order == "topo":
         return topo

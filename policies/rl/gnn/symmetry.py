@@ -13,13 +13,14 @@ position x device index; ties: the placement read in topological order that is l
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
 from measurers.machine import Machine
 from measurers.sim.links import link_table
 
-MAX_PERMUTED = 8  # devices of one kind permuted exhaustively (8! = 40,320 candidates)
+MAX_PERMUTED = 8  # at most 8! = 40,320 relabelings are tried (over every class of alike devices together)
 
 
 def device_automorphisms(machine: Machine) -> np.ndarray:
@@ -37,7 +38,8 @@ def device_automorphisms(machine: Machine) -> np.ndarray:
     classes: dict[tuple, list[int]] = {}
     for i, key in enumerate(models):
         classes.setdefault(key, []).append(i)
-    if any(len(members) > MAX_PERMUTED for members in classes.values()):
+    candidates = int(np.prod([math.factorial(len(members)) for members in classes.values()]))
+    if candidates > math.factorial(MAX_PERMUTED):  # too many to try: no relabeling
         return np.arange(d, dtype=np.int64)[None]
     found = []
     for choice in itertools.product(*(itertools.permutations(m) for m in classes.values())):

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from policies.base import FAILED_COST_S
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.module import ACTIONS, ADVANTAGES, GRAPH_KEYS, STATE, TARGETS
 from policies.rl.gnn.network import placement_state
@@ -110,7 +111,7 @@ class GnnTrainer:
         t2 = time.perf_counter()
         self.iteration += 1
         self.learner_s.append(t2 - t0 - measure_s)
-        ok = runtimes[np.isfinite(runtimes) & (runtimes < 1e6)]
+        ok = runtimes[np.isfinite(runtimes) & (runtimes < FAILED_COST_S)]
         return UpdateMetrics(self.iteration - 1, name, slot.counter.used, float(ok.min()) if len(ok) else np.inf,
                              float(slot.scored(runtimes).mean()), summary["loss"], summary["entropy"],
                              t1 - t0 - measure_s, measure_s, t2 - t1)
@@ -133,31 +134,32 @@ class GnnTrainer:
         size = min(self.config.batch_size, max(slot.counter.left, 0))
         if size < 2:
             return None, None, 0.0
-        start_s = slot.scored(slot.measure(start[None]))[0]
         t = time.perf_counter()
-        (placements, targets, actions, states, runtimes, measure_s) = self._episode(slot, start, size)
+        start_runtime = slot.measure(start[None])  # (1,) once per problem: the memo has it after
+        start_measure_s = time.perf_counter() - t
+        _, targets, actions, states, runtimes, measure_s = self._episode(slot, start, size)
         if targets.shape[1] == 0:
             return None, None, 0.0
+        start_s = slot.scored(start_runtime)[0]  # scored after the episode: the failure score may have grown
         scored = slot.scored(runtimes)  # (B, S)
         before = np.concatenate([np.full((size, 1), start_s), scored[:, :-1]], axis=1)
         rewards = (before - scored) / start_s  # (B, S)
         returns = np.cumsum(rewards[:, ::-1], axis=1)[:, ::-1]
         advantages = returns - returns.mean(axis=0, keepdims=True)
-        del t
         batch = {TARGETS: targets, ACTIONS: actions, STATE: states, ADVANTAGES: advantages.astype(np.float32)}
-        return batch, runtimes[:, -1], measure_s
+        return batch, runtimes[:, -1], measure_s + start_measure_s
 
     def _episode(self, slot: Slot, start: np.ndarray, size: int, greedy: bool = False):
         """Run ``size`` episodes from ``start``: (B, G) final placements, (B, S) targets, actions, (B, S, D, F)
         states, (B, S) runtimes after each step (none measured when greedy) and the seconds spent measuring.
-        Stops early when the budget is spent."""
+        Stops early, before a step whose ``size`` placements the budget left cannot all measure."""
         order = visit_order(slot, self.config.order, self.rng)
         placements = torch.from_numpy(np.repeat(start[None], size, axis=0))  # (B, G)
         targets, actions, states, runtimes, measure_s = [], [], [], [], 0.0
         with torch.no_grad():
             groups, devices = self.net.embed(slot.tensors)
             for target in order:
-                if not greedy and slot.counter.left <= 0:
+                if not greedy and slot.counter.left < size:
                     break
                 target_b = torch.full((size,), int(target), dtype=torch.int64)
                 state = placement_state(placements, target_b, slot.adjacency, slot.work, slot.total_work_s)  # (B, D, F)
