@@ -39,6 +39,9 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 
 KINDS = ("rnn", "cnn", "transformer")
+HELD_OUT = ("nmt-8", "inception-v3", "resnet-50", "transformer")
+"""Benchmarks no family range reproduces and no committed checkpoint trains on: the graphs the
+graph-neural placers' zero-shot figures are measured on."""
 PREFIX = "family:"
 NMT_MAX_LAYER_STEPS = 140  # layers x (source + target length): bounds an nmt family graph's op count
 

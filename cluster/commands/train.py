@@ -17,7 +17,6 @@ from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 
 FAMILIES_PREFIX = "families:"
-HELD_OUT = ("nmt-8", "inception-v3", "resnet-50", "transformer")
 """Benchmarks the committed checkpoints never train on: the project's zero-shot figures hold them out."""
 METRICS_EVERY = 50  # updates between rewrites of the metrics file (train_family's checkpoint_every)
 
@@ -67,6 +66,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config, graphs, updates_before = check_train_args(args)
+    from graphs.families import HELD_OUT
+
     held_out = [g for g in graphs if g in HELD_OUT]
     if held_out:
         print(f"placer: note: training on held-out benchmark {', '.join(held_out)}: the committed checkpoints "

@@ -74,14 +74,58 @@ def summarize_update(results: dict, module_id: str, trainer: str, batch: dict) -
     from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
     stats = results.get(module_id, {})
 
-    def value(key: str, default: float = math.nan) -> float:
-        item = stats.get(key)
-        if item is None:
-            return default
-        item = item.peek() if hasattr(item, "peek") else item
-        return float(np.asarray(item, dtype=np.float64).mean())
+    def value(key: str) -> float:
+        return metric_value(stats, key)
 
     baseline = (value("reward_baseline") if trainer == "reinforce"
                 else float(np.mean(batch[Columns.VF_PREDS])))
     return {"loss": value("total_loss"), "policy_loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY),
             "baseline": baseline}
+
+
+def standalone_learner(learner_class, module_class, model_config: dict, spaces: dict, *, lr: float,
+                       grad_clip: float, seed: int, learner_config: dict):
+    """An RLlib TorchLearner alone in this process (no EnvRunners) around one custom module whose train
+    pass reads its own batch keys (``spaces`` are nominal): the hierarchical and graph-neural placers'."""
+    import torch
+    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
+
+    algo_config = (AlgorithmConfig()
+                   .learners(learner_class=learner_class, num_learners=0, learner_config_dict=learner_config)
+                   .framework("torch")
+                   .training(lr=lr, grad_clip=grad_clip, grad_clip_by="global_norm")
+                   .debugging(seed=seed))
+    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
+        module_class=module_class, model_config=model_config, **spaces)})
+    torch.manual_seed(seed)
+    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
+    learner.build()  # RLlib's seeding turns torch's deterministic algorithms on for the whole process:
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)  # the caller decides (loop.deterministic_torch)
+    return learner
+
+
+def update_on_batch(learner, batch: dict[str, np.ndarray], iteration: int, keys: dict[str, str]) -> dict[str, float]:
+    """One ``learner.update`` on a ready batch of row-aligned arrays; the reduced metrics named by ``keys``
+    (output name -> the learner's metric key) as plain floats (nan when the learner logged none)."""
+    from ray.rllib.core import DEFAULT_MODULE_ID
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+    from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+    size = len(next(iter(batch.values())))
+    results = learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=size),
+                             timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: iteration + 1})
+    stats = results.get(DEFAULT_MODULE_ID, {})
+    return {name: metric_value(stats, key) for name, key in keys.items()}
+
+
+def metric_value(stats: dict, key: str, default: float = math.nan) -> float:
+    """A reduced RLlib metric (a Stats object or a value) as a float, averaged; ``default`` when absent."""
+    item = stats.get(key)
+    if item is None:
+        return default
+    item = item.peek() if hasattr(item, "peek") else item
+    return float(np.asarray(item, dtype=np.float64).mean())

@@ -31,11 +31,13 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+sys.path.insert(0, str(Path(__file__).parent))
 
-HELD_OUT = ("nmt-8", "inception-v3", "resnet-50", "transformer")
+from bench_learned_vs_search import read_records as read_lines  # noqa: E402
+from graphs.families import HELD_OUT  # noqa: E402
+
 PAPER_MACHINES = ("paper-2gpu", "paper-4gpu")
 OTHER_MACHINES = ("paper-8gpu", "dgx1-v100", "h200x8")
-QUICK = ("single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft")
 FINE_TUNE_BUDGET = 204
 ANNEALING_BUDGET = 64
 
@@ -63,7 +65,8 @@ def run_job(job: dict) -> dict:
     record = dict(job)
     if job["kind"] == "quick":
         runtimes = {}
-        for name in QUICK:
+        from policies.registry import QUICK_HEURISTICS
+        for name in QUICK_HEURISTICS:
             try:
                 best = place(name, problem, measurer, 1, 0).best
             except PlacerError:
@@ -77,7 +80,6 @@ def run_job(job: dict) -> dict:
             if job.get("order"):
                 options["order"] = job["order"]
         if job.get("warm_start"):  # the quick heuristics' placements, best first, measured in the budget
-            sys.path.insert(0, str(Path(__file__).parent))
             from bench_convergence import warm_start_placements
             options["warm_start"] = warm_start_placements(problem, measurer)
         curve: list[float] = []
@@ -94,18 +96,6 @@ def run_job(job: dict) -> dict:
                            for n in sorted({1, 8, 16, 32, 64, 128, len(curve)}) if 1 <= n <= len(curve)}
     record["wall_s"] = time.perf_counter() - started
     return record
-
-
-def read_lines(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def key(job: dict) -> str:
@@ -147,8 +137,9 @@ def quick_best(records: list[dict], graph: str, machine: str) -> tuple[str, floa
 
 
 def mean(values) -> float:
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else math.nan
+    """The mean, nan when any value is missing (a failed run must not make a row look better)."""
+    values = list(values)
+    return sum(values) / len(values) if values and all(v is not None for v in values) else math.nan
 
 
 def zero_shot_section(args, rows) -> None:

@@ -91,7 +91,6 @@ def run_job(job: Job) -> dict:
 def curve_points(best_s) -> dict[str, float | None]:
     """The best step time after 1, 2, 4, ... measurements and after the last one (None before the first
     ok placement): enough to read off how many measurements a method needed to get within x% of a figure."""
-    import math
     points = sorted({min(2 ** k, len(best_s)) for k in range(len(best_s).bit_length() + 1)} | {len(best_s)})
     return {str(n): (float(best_s[n - 1]) if math.isfinite(best_s[n - 1]) else None) for n in points if n >= 1}
 

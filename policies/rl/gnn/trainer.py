@@ -48,27 +48,15 @@ class UpdateMetrics:
 
 def build_learner(config: GnnConfig):
     import gymnasium as gym
-    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
-    from ray.rllib.core import DEFAULT_MODULE_ID
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from policies.rl.assembly import standalone_learner
     from policies.rl.gnn.learner import GnnLearner
     from policies.rl.gnn.module import GnnModule
-    algo_config = (AlgorithmConfig()
-                   .learners(learner_class=GnnLearner, num_learners=0,
-                             learner_config_dict={"entropy_coeff": config.entropy_coeff})
-                   .framework("torch")
-                   .training(lr=config.lr, grad_clip=config.grad_clip, grad_clip_by="global_norm")
-                   .debugging(seed=config.seed))
     spaces = {"observation_space": gym.spaces.Box(-np.inf, np.inf, (1,), np.float32),
               "action_space": gym.spaces.Discrete(2)}  # nominal: the module reads its own batch keys
-    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
-        module_class=GnnModule, model_config=config.architecture, **spaces)})
-    torch.manual_seed(config.seed)
-    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
-    learner.build()
-    return learner
+    return standalone_learner(GnnLearner, GnnModule, config.architecture, spaces, lr=config.lr,
+                              grad_clip=config.grad_clip, seed=config.seed,
+                              learner_config={"entropy_coeff": config.entropy_coeff})
 
 
 class GnnTrainer:
@@ -183,22 +171,13 @@ class GnnTrainer:
                 measure_s)
 
     def _update(self, slot: Slot, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        from ray.rllib.core import DEFAULT_MODULE_ID
         from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
-        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
-        from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+        from policies.rl.assembly import update_on_batch
         size = len(batch[ADVANTAGES])
         graph = {key: np.repeat(slot.tensors[key].numpy()[None], size, axis=0) for key in GRAPH_KEYS}
-        rows = SampleBatch({**graph, **batch})
-        results = self.learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: rows}, env_steps=size),
-                                      timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1})
-        stats = results.get(DEFAULT_MODULE_ID, {})
-
-        def value(key: str) -> float:
-            item = stats.get(key)
-            item = item.peek() if hasattr(item, "peek") else item
-            return float("nan") if item is None else float(np.asarray(item, dtype=np.float64).mean())
-        return {"loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY)}
+        return update_on_batch(self.learner, {**graph, **batch}, self.iteration,
+                               {"loss": POLICY_LOSS_KEY, "entropy": ENTROPY_KEY})
 
     # ---- warm start -----------------------------------------------------------------------------
 

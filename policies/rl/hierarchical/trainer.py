@@ -27,31 +27,19 @@ CHECKPOINT_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress 
 def build_learner(atoms, num_groups: int, num_devices: int, config: HierarchicalConfig):
     """An RLlib TorchLearner (in this process, no EnvRunners) over the grouper + placer module."""
     import gymnasium as gym
-    from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
-    from ray.rllib.core import DEFAULT_MODULE_ID
-    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
-    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
 
+    from policies.rl.assembly import standalone_learner
     from policies.rl.hierarchical.learner import HierarchicalLearner
     from policies.rl.hierarchical.module import HierarchicalModule
-    algo_config = (AlgorithmConfig()
-                   .learners(learner_class=HierarchicalLearner, num_learners=0,
-                             learner_config_dict={"entropy_coeff": config.entropy_coeff})
-                   .framework("torch")
-                   .training(lr=config.lr, grad_clip=config.grad_clip, grad_clip_by="global_norm")
-                   .debugging(seed=config.seed))
     model_config = {"atom_features": atoms.features, "atom_quantile": atoms.quantile,
                     "prior_width": config.prior_width, "num_groups": num_groups, "num_devices": num_devices,
                     "hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
                     "temperature": config.temperature}
     spaces = {"observation_space": gym.spaces.Box(-np.inf, np.inf, atoms.features.shape, np.float32),
               "action_space": gym.spaces.MultiDiscrete([num_groups] * atoms.count)}  # nominal: not sampled by RLlib
-    module_spec = MultiRLModuleSpec(rl_module_specs={DEFAULT_MODULE_ID: RLModuleSpec(
-        module_class=HierarchicalModule, model_config=model_config, **spaces)})
-    torch.manual_seed(config.seed)
-    learner = algo_config.learner_class(config=algo_config, module_spec=module_spec)
-    learner.build()
-    return learner
+    return standalone_learner(HierarchicalLearner, HierarchicalModule, model_config, spaces, lr=config.lr,
+                              grad_clip=config.grad_clip, seed=config.seed,
+                              learner_config={"entropy_coeff": config.entropy_coeff})
 
 
 class HierarchicalTrainer:
@@ -117,24 +105,15 @@ class HierarchicalTrainer:
             self.best_runtime_s, self.best_op_placement = float(runtimes[b]), op_placements[b].copy()
 
     def _update(self, assign, inputs, decoded, advantages: np.ndarray) -> dict:
-        from ray.rllib.core import DEFAULT_MODULE_ID
         from ray.rllib.core.learner.learner import ENTROPY_KEY, POLICY_LOSS_KEY
-        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
-        from ray.rllib.utils.metrics import NUM_ENV_STEPS_SAMPLED_LIFETIME
+
+        from policies.rl.assembly import update_on_batch
         batch = {ASSIGN: assign.numpy(), GROUP_FEATURES: inputs.features.numpy(),
                  GROUP_ALLOWED: inputs.allowed.numpy(), DEVICES: decoded.numpy(),
                  ADVANTAGES: np.asarray(advantages, np.float32)}
-        size = len(advantages)
-        results = self.learner.update(batch=MultiAgentBatch({DEFAULT_MODULE_ID: SampleBatch(batch)}, env_steps=size),
-                                      timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1})
-        stats = results.get(DEFAULT_MODULE_ID, {})
-
-        def value(key: str) -> float:
-            item = stats.get(key)
-            item = item.peek() if hasattr(item, "peek") else item
-            return math.nan if item is None else float(np.asarray(item, dtype=np.float64).mean())
-        return {"loss": value(POLICY_LOSS_KEY), "entropy": value(ENTROPY_KEY),
-                "grouper_logp": value("grouper_logp"), "placer_logp": value("placer_logp")}
+        return update_on_batch(self.learner, batch, self.iteration,
+                               {"loss": POLICY_LOSS_KEY, "entropy": ENTROPY_KEY, "grouper_logp": "grouper_logp",
+                                "placer_logp": "placer_logp"})
 
     # ---- warm start -------------------------------------------------------------------------------
 
