@@ -177,8 +177,11 @@ def _train(args: argparse.Namespace, config, problems: list, updates_before: int
     """train_family with the progress bar and the metrics log: (FamilyResult, MetricsLog, session seconds)."""
     import time
 
+    import torch
+
     from policies.rl.gnn.family import train_family
 
+    torch.set_num_threads(1)  # a small network: one thread is fastest, as the search's learners run
     log = MetricsLog(metrics_path(args.out), updates_before)
     started = time.perf_counter()
     with _Progress(args.budget) as progress:
