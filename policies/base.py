@@ -100,6 +100,19 @@ class DecisionClock:
         return time.perf_counter() - self.started - self.measure_s
 
 
+class CountingMeasurer:
+    """A Measurer passing measure calls through and counting the placements measured (no budget: a
+    ``BudgetedMeasurer`` enforces one, and reports costs rather than Measurements)."""
+
+    def __init__(self, measurer: Measurer):
+        self.measurer, self.used = measurer, 0
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        results = list(self.measurer.measure(placements))
+        self.used += len(results)
+        return results
+
+
 class LastResults:
     """A Measurer passing measure calls through and keeping the last Measurements: a BudgetedMeasurer
     reports only costs, and a learner needs the measurements themselves (statuses, peaks)."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from measurers.base import Measurer
+from policies.base import CountingMeasurer
 from policies.problem import PlacementProblem
 from policies.registry import QUICK_HEURISTICS, place
 from policies.rl.gnn.symmetry import canonical_placement, device_automorphisms
@@ -37,7 +38,7 @@ def teach(problem: PlacementProblem, measurer: Measurer, budget: int, seed: int,
           weight: np.ndarray) -> Teaching | None:
     """The best placement of the problem's groups found with ``budget`` measurements (None if none ran
     ok), canonical for the groups' topological ``position`` (G,) and work ``weight`` (G,)."""
-    counted = _Counted(measurer)
+    counted = CountingMeasurer(measurer)
     starts = []
     for name in QUICK_HEURISTICS:
         if budget - counted.used <= 1:
@@ -63,14 +64,3 @@ def teach(problem: PlacementProblem, measurer: Measurer, budget: int, seed: int,
             units, runtime_s = canonical, float(measured.runtime_s)
     return Teaching(units, runtime_s, counted.used)
 
-
-class _Counted:
-    """A Measurer passing calls through and counting them."""
-
-    def __init__(self, measurer: Measurer):
-        self.measurer, self.used = measurer, 0
-
-    def measure(self, placements):
-        results = self.measurer.measure(placements)
-        self.used += len(results)
-        return results

@@ -13,7 +13,7 @@ from graphs.errors import PlacerError
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.sim.measurer import SimulatorMeasurer
-from policies.base import BudgetedMeasurer, DecisionClock, RunContext
+from policies.base import BudgetedMeasurer, CountingMeasurer, DecisionClock, RunContext
 from policies.problem import make_problem
 from policies.registry import make_policy, place
 from policies.rl.gnn.config import GnnConfig
@@ -24,15 +24,7 @@ SMALL = {"init": "scratch", "hidden_size": 8, "num_layers": 1, "batch_size": 4}
 KINDS = ("gdp", "placeto")
 
 
-class Counting:
-    """A measurer passing calls through and counting the placements it was asked to measure."""
 
-    def __init__(self, measurer):
-        self.measurer, self.used = measurer, 0
-
-    def measure(self, placements):
-        self.used += len(placements)
-        return self.measurer.measure(placements)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +53,7 @@ def _greedy(kind: str, problem, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("kind", KINDS)
 def test_budget_of_one_measures_the_zero_shot_placement_once(setup, kind):
     problem, measurer = setup
-    counted = Counting(measurer)
+    counted = CountingMeasurer(measurer)
     result = place(kind, problem, counted, 1, 0, **SMALL)
     assert counted.used == 1 and result.measurements == 1
     greedy = _greedy(kind, problem)
@@ -72,7 +64,7 @@ def test_budget_of_one_measures_the_zero_shot_placement_once(setup, kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_fine_tuning_keeps_the_budget_and_beats_zero_shot(setup, kind):
     problem, measurer = setup
-    counted = Counting(measurer)
+    counted = CountingMeasurer(measurer)
     result = place(kind, problem, counted, 40, 0, **SMALL)
     assert counted.used <= 40 and result.measurements == counted.used
     assert result.measurements > 1
@@ -95,7 +87,7 @@ def test_warm_start_is_never_lost(setup, kind):
     problem, measurer = setup
     warm = place("m-etf", problem, measurer, 1, 0).op_placement
     warm_s = _runtime_s(problem, measurer, problem.collapse(warm))
-    counted = Counting(measurer)
+    counted = CountingMeasurer(measurer)
     result = make_policy(kind, warm_start=[warm], **SMALL).place(problem, counted, 12, 0)
     assert counted.used <= 12
     assert result.best.ok and result.best.runtime_s <= warm_s * (1 + 1e-9)
@@ -120,7 +112,7 @@ def test_imitation_reaches_its_target(setup, kind):
 def test_run_resumes_from_its_own_checkpoint(setup, kind, tmp_path):
     problem, measurer = setup
     context = RunContext(checkpoint_dir=tmp_path)
-    counted = Counting(measurer)
+    counted = CountingMeasurer(measurer)
     first = make_policy(kind, context=context, **SMALL).place(problem, counted, 20, 0)
     saved = torch.load(tmp_path / "learner.pt", weights_only=True)
     assert saved["policy"] == kind and saved["measurements_used"] == first.measurements == counted.used
@@ -147,7 +139,7 @@ def test_unknown_option_is_refused():
 
 def test_slot_measures_each_placement_once(setup):
     problem, measurer = setup
-    counted = Counting(measurer)
+    counted = CountingMeasurer(measurer)
     slot = Slot(problem, BudgetedMeasurer(counted, 3, problem.capacity_bytes(), DecisionClock()))
     a, b, c = np.full(8, 1), np.full(8, 2), np.array([1, 2] * 4)
     first = slot.measure(np.stack([a, b, a]))
@@ -184,7 +176,7 @@ def test_placements_keep_to_allowed_devices(make_graph, kind):
     problem = make_problem(graph, machine)
     allowed = Slot(problem, counter=None).inputs.allowed  # (G, D)
     assert not allowed.all()
-    counted = Counting(SimulatorMeasurer(graph, machine))
+    counted = CountingMeasurer(SimulatorMeasurer(graph, machine))
     seen = []
     result = place(kind, problem, counted, 12, 0, on_measurement=lambda op, m: seen.append(op), **SMALL)
     assert result.best.ok and counted.used == result.measurements == len(seen) <= 12

@@ -11,6 +11,7 @@ from graphs.errors import PlacerError
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.sim.measurer import SimulatorMeasurer
+from policies.base import CountingMeasurer
 from policies.problem import make_problem
 from policies.registry import place
 from policies.rl.gnn.checkpoint import read_checkpoint, write_checkpoint
@@ -24,15 +25,7 @@ torch.set_num_threads(1)
 SMALL = GnnConfig(kind="gdp", hidden_size=8, num_layers=1, batch_size=4, seed=0)
 
 
-class Counting:
-    """A measurer passing calls through and counting the placements it was asked to measure."""
 
-    def __init__(self, measurer):
-        self.measurer, self.used = measurer, 0
-
-    def measure(self, placements):
-        self.used += len(placements)
-        return self.measurer.measure(placements)
 
 
 def _train_problem(graph_name: str, machine_name: str, groups: int = 8) -> TrainProblem:
@@ -49,7 +42,7 @@ def two_problems():
 @pytest.fixture(scope="module")
 def family_run(two_problems, tmp_path_factory):
     out = tmp_path_factory.mktemp("family") / "gdp.pt"
-    counted = [TrainProblem(p.name, p.problem, Counting(p.measurer)) for p in two_problems]
+    counted = [TrainProblem(p.name, p.problem, CountingMeasurer(p.measurer)) for p in two_problems]
     seen = []
     result = train_family(counted, SMALL, 60, out, teacher_budget=16, imitation_steps=10,
                           on_teacher=lambda name, found: seen.append(name))
@@ -59,7 +52,7 @@ def family_run(two_problems, tmp_path_factory):
 def test_teacher_runtime_is_its_placements_runtime(two_problems):
     problem = two_problems[1]  # paper-4gpu: alike GPUs to relabel
     slot = Slot(problem.problem, counter=None)
-    counted = Counting(problem.measurer)
+    counted = CountingMeasurer(problem.measurer)
     found = teach(problem.problem, counted, 16, 0, slot.position, slot.work_weight)
     assert found is not None and found.measurements == counted.used and counted.used <= 16
     assert found.units.shape == (problem.problem.num_units,)
@@ -74,7 +67,7 @@ def test_teacher_runtime_is_its_placements_runtime(two_problems):
 
 def test_teacher_with_too_small_a_budget_finds_nothing(two_problems):
     problem = two_problems[0]
-    counted = Counting(problem.measurer)
+    counted = CountingMeasurer(problem.measurer)
     slot = Slot(problem.problem, counter=None)
     assert teach(problem.problem, counted, 1, 0, slot.position, slot.work_weight) is None
     assert counted.used <= 1
