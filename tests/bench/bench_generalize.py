@@ -10,7 +10,8 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
     fine-tune   each policy from its checkpoint, --budget 204 (10x fewer than 2,048), seeds 0 1 2, cold and
                 warm-started (+ws: the quick heuristics' placements, measured in the budget)
     devices     zero-shot on paper-8gpu, dgx1-v100, h200x8 against annealing given 64 measurements
-    orders      placeto zero-shot with each visiting order (checkpoints given by --order-init ORDER=PATH)
+    orders      placeto trained with each visiting order (--order-init ORDER=PATH ...): zero-shot and
+                after --budget measurements
 
 Usage::
 
@@ -224,16 +225,32 @@ def devices_section(args) -> None:
 
 
 def orders_section(args, rows) -> None:
+    """Placeto trained with each visiting order (one checkpoint each, the same problems and budget), each
+    used with its own order: zero-shot, and the mean best after ``--budget`` measurements over the seeds."""
     orders = dict(item.split("=", 1) for item in args.order_init)
-    jobs = [dict(kind="zero-shot", graph=g, machine=m, policy="placeto", seed=0, budget=1, init=path, order=order)
-            for g, m in rows for order, path in orders.items()]
+    jobs = [dict(kind=kind, graph=g, machine=m, policy="placeto", seed=s, budget=budget, init=path, order=order)
+            for g, m in rows for order, path in orders.items()
+            for kind, budget, seeds in (("zero-shot", 1, [0]), ("fine-tune", args.budget, args.seeds)) for s in seeds]
     records = run_all(jobs, args.out)
-    print("| graph | machine | " + " | ".join(orders) + " |")
+    print("| graph | machine | " + " | ".join(f"{o}: zero-shot / {args.budget}" for o in orders) + " |")
     print("|---" * (len(orders) + 2) + "|")
+    totals = {order: [] for order in orders}
     for g, m in rows:
-        cells = [next(r["best_s"] for r in records if r["kind"] == "zero-shot" and r["graph"] == g and
-                      r["machine"] == m and r.get("order") == order) for order in orders]
-        print(f"| {g} | {m} | " + " | ".join("fail" if v is None else f"{v:.4f}" for v in cells) + " |")
+        cells = []
+        for order in orders:
+            mine = [r for r in records if r["graph"] == g and r["machine"] == m and r.get("order") == order]
+            shot = mean(r["best_s"] for r in mine if r["kind"] == "zero-shot")
+            tuned = mean(r["best_s"] for r in mine if r["kind"] == "fine-tune")
+            totals[order].append((shot, tuned))
+            cells.append(f"{shot:.4f} / {tuned:.4f}")
+        print(f"| {g} | {m} | " + " | ".join(cells) + " |")
+    print("| geometric mean over the rows | | " + " | ".join(
+        f"{_geomean(v[0] for v in totals[o]):.4f} / {_geomean(v[1] for v in totals[o]):.4f}" for o in orders) + " |")
+
+
+def _geomean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else math.nan
 
 
 def main() -> None:

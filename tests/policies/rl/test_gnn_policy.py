@@ -183,3 +183,18 @@ def test_placements_keep_to_allowed_devices(make_graph, kind):
     assert all(op[2] == 0 for op in seen)  # nothing measured puts the CPU-only op elsewhere
     assert allowed[np.arange(problem.num_units), result.group_placement].all()
     assert result.op_placement[2] == 0  # the CPU-only op is on the CPU
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_committed_checkpoint_is_picked_up_by_default_and_places_zero_shot(kind, setup):
+    """`placer search --policy gdp|placeto` without --init reads policies/rl/gnn/pretrained/KIND.pt: it
+    exists, passes every check of this version (feature layout included) and places a graph it never saw
+    with one measurement, every group on a device it may use."""
+    from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
+
+    state = read_checkpoint(pretrained_path(kind), kind)
+    assert state["progress"]["measurements_used"] > 0 and not any("synthetic" in p for p in state["progress"]["problems"])
+    problem, measurer = setup
+    result = place(kind, problem, measurer, 1, 0)
+    assert result.measurements == 1 and result.best is not None
+    assert problem.unit_allowed[np.arange(problem.num_units), result.group_placement].all()
