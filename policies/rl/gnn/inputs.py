@@ -16,6 +16,8 @@ so one network reads graphs of any size and machines with any number of devices:
   one-device memory peak compares with the device's memory: what says a graph must be split to fit.
 
 ``FEATURE_LAYOUT`` names every column; a checkpoint stores it and refuses a network trained on another.
+A change to what a column means must rename it (as ``work_share`` became ``log2_work_to_mean``): the names
+are all a checkpoint can compare.
 """
 
 from __future__ import annotations
