@@ -82,8 +82,6 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
             if should_stop is not None and should_stop():
                 return "should_stop"
             return None
-        order: list[int] = []
-        stop_reason, idle = "budget", 0
 
         def save() -> None:
             progress["wall_s"] = before_s + time.perf_counter() - started
@@ -93,35 +91,42 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
             _teach_and_imitate(problems, slots, trainer, progress, budget, teacher_budget, imitation_steps,
                                on_teacher, stop_now)
             save()
-
-        while budget - progress["measurements_used"] >= 2:  # a batch needs two placements at least
-            stopped = stop_now()
-            if stopped is not None:
-                stop_reason = stopped
-                break
-            if idle >= IDLE_ROUNDS * len(slots):
-                stop_reason = "converged"
-                break
-            if not order:
-                order = list(trainer.rng.permutation(len(slots)))
-            k = int(order.pop())
-            slot = slots[k]
-            slot.counter.budget = slot.counter.used + budget - progress["measurements_used"]
-            used = slot.counter.used
-            metrics = trainer.iterate(slot, name=names[k])
-            progress["measurements_used"] += slot.counter.used - used
-            idle = 0 if slot.counter.used > used else idle + 1
-            if metrics is None:
-                continue
-            progress["updates"] += 1
-            metrics.measurements_used = progress["measurements_used"]
-            if on_update is not None:
-                on_update(metrics)
-            if progress["updates"] % checkpoint_every == 0:
-                save()
+        stop_reason = _round_robin(slots, names, trainer, progress, budget, stop_now, on_update,
+                                   lambda: progress["updates"] % checkpoint_every == 0 and save())
         save()
     return FamilyResult(progress["updates"], progress["measurements_used"], float(progress["wall_s"]),
                         stop_reason, out)
+
+
+def _round_robin(slots: list[Slot], names: list[str], trainer, progress: dict, budget: int, stop_now,
+                 on_update, after_update) -> str:
+    """Visit the problems in reshuffled rounds, one update each, until the budget, a stop or
+    ``IDLE_ROUNDS`` rounds with nothing new measured; returns the stop reason."""
+    order: list[int] = []
+    idle = 0
+    while budget - progress["measurements_used"] >= 2:  # a batch needs two placements at least
+        stopped = stop_now()
+        if stopped is not None:
+            return stopped
+        if idle >= IDLE_ROUNDS * len(slots):
+            return "converged"
+        if not order:
+            order = list(trainer.rng.permutation(len(slots)))
+        k = int(order.pop())
+        slot = slots[k]
+        slot.counter.budget = slot.counter.used + budget - progress["measurements_used"]
+        used = slot.counter.used
+        metrics = trainer.iterate(slot, name=names[k])
+        progress["measurements_used"] += slot.counter.used - used
+        idle = 0 if slot.counter.used > used else idle + 1
+        if metrics is None:
+            continue
+        progress["updates"] += 1
+        metrics.measurements_used = progress["measurements_used"]
+        if on_update is not None:
+            on_update(metrics)
+        after_update()
+    return "budget"
 
 
 def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, teacher_budget: int,
