@@ -15,10 +15,11 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
 
 Usage::
 
-    python tests/bench/bench_generalize.py SECTION [--init-gdp PATH] [--init-placeto PATH]
+    python tests/bench/bench_generalize.py [SECTION] [--init-gdp PATH] [--init-placeto PATH]
         [--reinforce runs/bench_reinforce_heldout.jsonl] [--seeds 0 1 2] [--out runs/bench_generalize.jsonl]
 
-Each finished job is one JSON line in ``--out``; a rerun skips the jobs already there.
+Each finished job is one JSON line in ``--out``; a rerun skips the jobs already there. The REINFORCE
+references missing from ``--reinforce`` are run first (bench_learned_vs_search.py's jobs).
 """
 
 from __future__ import annotations
@@ -129,6 +130,18 @@ def run_all(jobs: list[dict], out: Path) -> list[dict]:
             print(f"[{i}/{len(jobs)}] {job['kind']} {job['graph']} {job['machine']} {job.get('policy', '')} "
                   f"seed {job.get('seed')}: {record.get('best_s', '')} ({record['wall_s']:.0f} s)", file=sys.stderr, flush=True)
     return [done[key(job)] for job in jobs]
+
+
+def ensure_reinforce_reference(path: Path, rows, seeds) -> None:
+    """Run the from-scratch REINFORCE references (bench_learned_vs_search's jobs, 2,048 measurements) that
+    ``path`` does not hold yet, so the tables always have their reference."""
+    from bench_learned_vs_search import Job, pending_jobs, read_records, run_jobs
+
+    jobs = [Job(g, m, "reinforce", seed, 2048, 32, "scope", 16, 256) for g, m in rows for seed in seeds]
+    todo = pending_jobs(jobs, read_records(path))
+    if todo:
+        print(f"{len(todo)} REINFORCE reference runs to do first, into {path}", file=sys.stderr, flush=True)
+        run_jobs(todo, path, 1)
 
 
 def reinforce_reference(path: Path) -> dict[tuple[str, str], list[dict]]:
@@ -255,7 +268,8 @@ def _geomean(values) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", choices=("zero-shot", "fine-tune", "devices", "orders"))
+    parser.add_argument("section", nargs="?", default="all", choices=("all", "zero-shot", "fine-tune", "devices", "orders"),
+                        help="all (the default): zero-shot, fine-tune, devices, and orders when --order-init is given")
     parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"])
     parser.add_argument("--init-gdp", default="pretrained")
     parser.add_argument("--init-placeto", default="pretrained")
@@ -267,14 +281,15 @@ def main() -> None:
     args = parser.parse_args()
     args.init = {"gdp": args.init_gdp, "placeto": args.init_placeto}
     rows = [(g, m) for g in HELD_OUT for m in PAPER_MACHINES]
-    if args.section == "zero-shot":
-        zero_shot_section(args, rows)
-    elif args.section == "fine-tune":
-        fine_tune_section(args, rows)
-    elif args.section == "devices":
-        devices_section(args)
-    else:
-        orders_section(args, rows)
+    if args.section in ("all", "zero-shot", "fine-tune"):
+        ensure_reinforce_reference(args.reinforce, rows, args.seeds)
+    sections = {"zero-shot": lambda: zero_shot_section(args, rows), "fine-tune": lambda: fine_tune_section(args, rows),
+                "devices": lambda: devices_section(args), "orders": lambda: orders_section(args, rows)}
+    chosen = [args.section] if args.section != "all" else ["zero-shot", "fine-tune", "devices"] + (
+        ["orders"] if args.order_init else [])
+    for name in chosen:
+        print(f"\n### {name}\n", flush=True)
+        sections[name]()
 
 
 if __name__ == "__main__":
