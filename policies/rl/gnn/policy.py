@@ -12,7 +12,8 @@ graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled ag
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
 across graphs starts them all from the fastest single device), so each pass improves on the last.
-``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo's best, counters) to resume from.
+``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo of measured placements, the
+best, counters) to resume from: a resumed run measures nothing twice.
 """
 
 from __future__ import annotations
@@ -147,9 +148,13 @@ class GdpPolicy:
             self.context.before_checkpoint()
         path.parent.mkdir(parents=True, exist_ok=True)
         best = None if slot.best_units is None else torch.from_numpy(slot.best_units)
+        keys = list(slot.memo)
+        memo_units = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), slot.num_groups)  # (K, G)
         state = {"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
                  "measurements_used": slot.counter.used, "best_runtime_s": slot.best_runtime_s,
-                 "best_units": best, "num_groups": slot.num_groups}
+                 "best_units": best, "num_groups": slot.num_groups, "worst_ok_s": slot.worst_ok_s,
+                 "memo_units": torch.from_numpy(memo_units.copy()),
+                 "memo_cost_s": torch.tensor([slot.memo[k] for k in keys], dtype=torch.float64)}
         tmp = path.with_name(path.name + ".tmp")
         torch.save(state, tmp)
         tmp.replace(path)
@@ -168,6 +173,9 @@ class GdpPolicy:
         slot.counter.used = int(state["measurements_used"])
         slot.best_runtime_s = float(state["best_runtime_s"])
         slot.best_units = None if state["best_units"] is None else state["best_units"].numpy().astype(np.int64)
+        for units, cost in zip(state["memo_units"].numpy(), state["memo_cost_s"].tolist()):
+            slot.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = float(cost)  # not measured again
+        slot.worst_ok_s = float(state["worst_ok_s"])
         return True
 
     def _with_slot_best(self, found: PolicyResult, problem, slot: Slot, stop_reason: str, trainer) -> PolicyResult:
