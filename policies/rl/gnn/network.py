@@ -62,10 +62,14 @@ class PairScorer(nn.Module):
 
     def forward(self, groups: Tensor, devices: Tensor, pair: Tensor, allowed: Tensor) -> Tensor:
         """groups (..., G, H), devices (D, H), pair (..., G, D, P), allowed (G, D) -> logits (..., G, D)."""
-        context = self.context(groups.mean(dim=-2, keepdim=True))[..., None, :]  # (..., 1, 1, H)
-        hidden = (self.group(groups)[..., :, None, :] + self.device(devices) + self.pair(pair) + context)
-        logits = self.out(hidden).squeeze(-1)
-        return logits.masked_fill(~allowed, MASKED_LOGIT)
+        return self.score(groups, devices, pair, allowed, groups.mean(dim=-2, keepdim=True))
+
+    def score(self, rows: Tensor, devices: Tensor, pair: Tensor, allowed: Tensor, mean_group: Tensor) -> Tensor:
+        """The groups ``rows`` (..., H) on every device: devices (D, H), pair (..., D, P), allowed (..., D),
+        ``mean_group`` (..., H) the mean embedding of the graph's groups (broadcast) -> logits (..., D)."""
+        hidden = (self.group(rows)[..., None, :] + self.device(devices) + self.pair(pair)
+                  + self.context(mean_group)[..., None, :])
+        return self.out(hidden).squeeze(-1).masked_fill(~allowed, MASKED_LOGIT)
 
 
 class _Base(nn.Module):
@@ -108,12 +112,7 @@ class PlacetoNet(_Base):
                     state: Tensor) -> Tensor:
         """Logits (..., D) for re-placing group ``targets`` (...) in ``state`` (..., D, S)."""
         pair = torch.cat([inputs["pair"][targets], state], dim=-1)  # (..., D, P + S)
-        allowed = inputs["allowed"][targets]  # (..., D)
-        context = self.scorer.context(groups.mean(dim=0))  # (H,)
-        hidden = (self.scorer.group(groups[targets])[..., None, :] + self.scorer.device(devices)
-                  + self.scorer.pair(pair) + context)
-        logits = self.scorer.out(hidden).squeeze(-1)
-        return logits.masked_fill(~allowed, MASKED_LOGIT)
+        return self.scorer.score(groups[targets], devices, pair, inputs["allowed"][targets], groups.mean(dim=0))
 
 
 def placement_state(placements: Tensor, targets: Tensor, adjacency: Tensor, work_s: Tensor,
