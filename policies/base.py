@@ -70,6 +70,16 @@ class RunContext:
     before_checkpoint: Callable[[], None] | None = None  # called before every save (flush what it counts)
 
 
+def early_stop(started: float, time_limit_s: float | None, should_stop: Callable[[], bool] | None) -> str | None:
+    """What every learner checks between batches: "time_limit" once ``time_limit_s`` seconds have passed
+    since ``started`` (``time.perf_counter()``), "should_stop" when ``should_stop()`` says so, else None."""
+    if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
+        return "time_limit"
+    if should_stop is not None and should_stop():
+        return "should_stop"
+    return None
+
+
 class Policy(Protocol):
     name: str
 

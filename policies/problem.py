@@ -44,6 +44,14 @@ class PlacementProblem:
         return (self.graph.allowed_mask[:, None] & self.machine.kind_bits[None, :]) != 0
 
     @cached_property
+    def unit_grouping(self):
+        """The ``graphs.grouping.Grouping`` of the units: ``grouping``, or one built from ``op_unit`` (the
+        colocation groups) when the problem has none."""
+        from graphs.grouping import Grouping
+
+        return self.grouping or Grouping.from_op_group(self.op_unit, self.graph.allowed_mask)
+
+    @cached_property
     def unit_allowed(self) -> np.ndarray:
         """(U, D) bool: every op of the unit may run on the device."""
         allowed = np.ones((self.num_units, self.num_devices), dtype=bool)

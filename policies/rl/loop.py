@@ -39,6 +39,7 @@ import torch
 
 from graphs.errors import PlacerError
 from measurers.base import Measurement
+from policies.base import early_stop
 from policies.rl.assembly import build_learner, summarize_update
 from policies.rl.config import RLConfig
 from policies.rl.env import PlacementEnv, reward_of, scored_runtime_s
@@ -126,11 +127,9 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
                     _save(trainer, checkpoint_dir, before_checkpoint)
         stop_reason = "budget"
         while trainer.measurements_used < budget_measurements:
-            if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
-                stop_reason = "time_limit"
-                break
-            if should_stop is not None and should_stop():
-                stop_reason = "should_stop"
+            stopped = early_stop(started, time_limit_s, should_stop)
+            if stopped is not None:
+                stop_reason = stopped
                 break
             if trainer.stalled >= STALL_ITERATIONS:
                 stop_reason = "converged"
@@ -150,6 +149,16 @@ def _save(trainer: "_Trainer", checkpoint_dir, before_checkpoint: Callable[[], N
     if before_checkpoint is not None:
         before_checkpoint()  # e.g. the run log flushed: a checkpoint never counts rows that are not on disk
     trainer.save(Path(checkpoint_dir) / CHECKPOINT_FILE)
+
+
+def save_state(state: dict, path: str | os.PathLike) -> None:
+    """``torch.save`` of a learner's state to ``path``, through a temporary file renamed over it: an
+    interrupted save never leaves half a checkpoint (its folder is made if missing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 @contextmanager
@@ -386,7 +395,6 @@ class _Trainer:
 
     def save(self, path: Path) -> None:
         """Weights, optimizer, baseline, sampling RNG, counters and best placement, written atomically."""
-        path.parent.mkdir(parents=True, exist_ok=True)
         optimizers = {name: opt.state_dict() for name, opt in self._optimizers()}
         state = {
             "config": asdict(self.config), "shape": list(self.env.allowed.shape),
@@ -399,9 +407,7 @@ class _Trainer:
             "window": [(torch.from_numpy(r), torch.from_numpy(a)) for r, a in self.window],
             "imitation_steps": self.imitation_steps, "memo": _memo_state(self.memo, self.env.num_groups),
         }
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        save_state(state, path)
 
     def _optimizers(self) -> list:
         from ray.rllib.core import DEFAULT_MODULE_ID

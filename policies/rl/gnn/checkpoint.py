@@ -23,6 +23,7 @@ import torch
 
 from graphs.errors import PlacerError
 from policies.rl.gnn.inputs import FEATURE_LAYOUT
+from policies.rl.loop import save_state
 
 FORMAT = "placer-gnn"
 CHECKPOINT_VERSION = 1
@@ -39,14 +40,10 @@ def layout_lists() -> dict[str, list[str]]:
 
 
 def write_checkpoint(path: str | os.PathLike, policy: str, trainer_state: dict, progress: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {"format": FORMAT, "version": CHECKPOINT_VERSION, "policy": policy, "feature_layout": layout_lists(),
              "architecture": {k: trainer_state["config"][k] for k in ("kind", "hidden_size", "num_layers")},
              "trainer": trainer_state, "progress": progress}
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    save_state(state, path)
 
 
 def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:

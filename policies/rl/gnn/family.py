@@ -21,7 +21,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from measurers.base import Measurer
-from policies.base import BudgetedMeasurer, DecisionClock
+from policies.base import BudgetedMeasurer, CountingMeasurer, DecisionClock, early_stop
 from policies.problem import PlacementProblem
 from policies.rl.gnn.checkpoint import read_checkpoint, write_checkpoint
 from policies.rl.gnn.config import GnnConfig
@@ -77,11 +77,7 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         started, before_s = time.perf_counter(), float(progress["wall_s"])
 
         def stop_now() -> str | None:
-            if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
-                return "time_limit"
-            if should_stop is not None and should_stop():
-                return "should_stop"
-            return None
+            return early_stop(started, time_limit_s, should_stop)
 
         def save() -> None:
             progress["wall_s"] = before_s + time.perf_counter() - started
@@ -138,9 +134,10 @@ def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, te
         left = budget - progress["measurements_used"]
         if left < 2 or stop_now() is not None:
             break
-        found = teach(problem.problem, problem.measurer, min(teacher_budget, left), trainer.config.seed + k,
+        counted = CountingMeasurer(problem.measurer)  # what a teacher that found nothing spent counts too
+        found = teach(problem.problem, counted, min(teacher_budget, left), trainer.config.seed + k,
                       slot.position, slot.work_weight)
-        progress["measurements_used"] += min(teacher_budget, left) if found is None else found.measurements
+        progress["measurements_used"] += counted.used
         if on_teacher is not None:
             on_teacher(problem.name, found)
         if found is not None:

@@ -28,7 +28,6 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.features import FEATURE_COLUMNS, group_features
-from graphs.grouping import Grouping
 from measurers.sim.links import link_table
 from policies.problem import PlacementProblem
 
@@ -62,14 +61,9 @@ class GraphInputs:
         return self.device.shape[0]
 
 
-def problem_grouping(problem: PlacementProblem) -> Grouping:
-    return problem.grouping or Grouping.from_op_group(problem.op_unit, problem.graph.allowed_mask)
-
-
 def graph_inputs(problem: PlacementProblem) -> GraphInputs:
     """The features of ``problem``'s units on its machine."""
-    grouping = problem_grouping(problem)
-    summary = group_features(problem.graph, grouping)
+    summary = group_features(problem.graph, problem.unit_grouping)
     allowed = problem.unit_allowed  # (G, D)
     work_s = problem.unit_time_s  # (G, D)
     best_s = np.where(allowed, work_s, np.inf).min(axis=1)  # (G,)

@@ -28,10 +28,12 @@ import numpy as np
 import torch
 
 from graphs.errors import PlacerError
-from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, search_result
+from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
+                           search_result)
 from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.problems import Slot
+from policies.rl.loop import save_state
 
 STALL_ITERATIONS = 30
 LEARNER_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
@@ -114,10 +116,9 @@ class GdpPolicy:
     def _fine_tune(self, trainer, slot: Slot, start: np.ndarray | None) -> str:
         ctx, started, stalled = self.context, time.perf_counter(), 0
         while slot.counter.left >= 2:
-            if ctx.time_limit_s is not None and time.perf_counter() - started >= ctx.time_limit_s:
-                return "time_limit"
-            if ctx.should_stop is not None and ctx.should_stop():
-                return "should_stop"
+            stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
+            if stopped is not None:
+                return stopped
             if stalled >= STALL_ITERATIONS:
                 return "converged"
             used = slot.counter.used
@@ -146,7 +147,6 @@ class GdpPolicy:
             return
         if self.context.before_checkpoint is not None:
             self.context.before_checkpoint()
-        path.parent.mkdir(parents=True, exist_ok=True)
         best = None if slot.best_units is None else torch.from_numpy(slot.best_units)
         keys = list(slot.memo)
         memo_units = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), slot.num_groups)  # (K, G)
@@ -155,9 +155,7 @@ class GdpPolicy:
                  "best_units": best, "num_groups": slot.num_groups, "worst_ok_s": slot.worst_ok_s,
                  "memo_units": torch.from_numpy(memo_units.copy()),
                  "memo_cost_s": torch.tensor([slot.memo[k] for k in keys], dtype=torch.float64)}
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(state, tmp)
-        tmp.replace(path)
+        save_state(state, path)
 
     def _resume(self, trainer, slot: Slot) -> bool:
         path = self._learner_path()

@@ -94,10 +94,10 @@ class Slot:
     def fastest_single_device(self) -> np.ndarray:
         """(G,) everything on the device the cost model says is fastest (repaired to allowed devices): where
         Placeto's episodes start without a warm start, and no measurement is spent to find it."""
-        work = np.where(self.inputs.allowed, self.inputs.work_s, 0.0).sum(axis=0)  # (D,)
-        gpus = self.problem.gpu_indices() or list(range(self.problem.num_devices))
-        device = min(gpus, key=lambda d: work[d])
-        return self.problem.repair_allowed(np.full(self.num_groups, device, dtype=np.int64))
+        from policies.simple import best_single_device, single_device_units
+
+        kind = "gpu" if self.problem.gpu_indices() else None
+        return single_device_units(self.problem, best_single_device(self.problem, kind))
 
 
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
-                           search_result, with_run_best)
+                           early_stop, search_result, with_run_best)
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.trainer import CHECKPOINT_FILE
 
@@ -67,11 +67,9 @@ class HierarchicalPolicy:
                              f"({match:.0%} of ops on its device greedily); ")
             stop_reason = "budget"
             while trainer.measurements_used < budget:
-                if ctx.time_limit_s is not None and time.perf_counter() - started >= ctx.time_limit_s:
-                    stop_reason = "time_limit"
-                    break
-                if ctx.should_stop is not None and ctx.should_stop():
-                    stop_reason = "should_stop"
+                stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
+                if stopped is not None:
+                    stop_reason = stopped
                     break
                 metrics = trainer.iterate(min(config.batch_size, budget - trainer.measurements_used))
                 if ctx.on_iteration is not None:

@@ -5,7 +5,6 @@ process, as policies/rl/assembly.py does for the seq2seq placer."""
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -20,6 +19,7 @@ from policies.rl.hierarchical.features import GroupBuilder, atom_features
 from policies.rl.hierarchical.imitation import target_grouping
 from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
+from policies.rl.loop import save_state
 
 CHECKPOINT_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
 
@@ -161,7 +161,6 @@ class HierarchicalTrainer:
     # ---- checkpoints ------------------------------------------------------------------------------
 
     def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         from ray.rllib.core import DEFAULT_MODULE_ID
         optimizers = {name: opt.state_dict() for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID)}
         state = {"config": asdict(self.config), "shape": [self.atoms.count, self.num_groups, self.problem.num_devices],
@@ -171,9 +170,7 @@ class HierarchicalTrainer:
                  "best_op_placement": (None if self.best_op_placement is None
                                        else torch.from_numpy(self.best_op_placement)),
                  "warm_started": self.warm_started, "entropy_coeff": self.learner.entropy_coeff}
-        tmp = path.with_name(path.name + ".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        save_state(state, path)
 
     def load(self, path: Path) -> None:
         from ray.rllib.core import DEFAULT_MODULE_ID

@@ -17,7 +17,6 @@ from typing import Sequence
 
 import numpy as np
 
-from graphs.grouping import Grouping
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
                            search_result, with_run_best)
 from policies.rl.config import RLConfig
@@ -42,7 +41,7 @@ class ReinforcePolicy:
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         check_budget(budget)
-        grouping = problem.grouping or Grouping.from_op_group(problem.op_unit, problem.graph.allowed_mask)
+        grouping = problem.unit_grouping
         capture = LastResults(measurer)
         counter = BudgetedMeasurer(capture, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
         ctx = self.context
