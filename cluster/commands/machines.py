@@ -23,6 +23,8 @@ def _list(args) -> int:
         models = ", ".join(sorted({f"{sum(d.model == m for d in machine.devices)} x {m}"
                                    for m in (d.model for d in machine.devices)}))
         print(f"{name:12s} {machine.num_devices:2d} devices  {models}")
+    print(f"{'hetero:SEED':12s} seeded heterogeneous machines: mixed GPU generations or a CPU with its "
+          "integrated GPU (seeds from 1000 on: held out from training)")
     return 0
 
 
