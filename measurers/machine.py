@@ -7,7 +7,8 @@ channels overlap. Units are in the names: bytes, seconds, FLOP/s, bytes per seco
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import numpy as np
 
@@ -108,3 +109,23 @@ class Machine:
             if link.src == a and link.dst == b:
                 return link
         raise PlacerError(f"machine {self.name!r}: no link from {a!r} to {b!r}")
+
+    def kept_device_indices(self, names: Sequence[str]) -> np.ndarray:
+        """(D',) int64, ascending: the indices of the devices that stay when ``names`` leave, i.e. where
+        device i of ``without_devices(names)`` sits in this machine (a reduced placement's index i means
+        device kept[i] here). An unknown name is a PlacerError listing the devices."""
+        gone = {self.device_index(name) for name in names}  # device_index names the machine's devices
+        if len(gone) == self.num_devices:
+            raise PlacerError(f"machine {self.name!r}: cannot remove the last device "
+                              f"(removing {', '.join(names)} leaves none)")
+        return np.array([i for i in range(self.num_devices) if i not in gone], dtype=np.int64)
+
+    def without_devices(self, names: Sequence[str]) -> Machine:
+        """This machine minus the devices ``names`` and every link touching them (a device that left a
+        running search): named "<name>-without-<device>[-<device>...]", the kept devices in their order."""
+        kept = self.kept_device_indices(names)
+        devices = tuple(self.devices[i] for i in kept)
+        left = {d.name for d in devices}
+        links = tuple(link for link in self.links if link.src in left and link.dst in left)
+        gone = [d.name for i, d in enumerate(self.devices) if i not in set(kept.tolist())]
+        return replace(self, name=f"{self.name}-without-{'-'.join(gone)}", devices=devices, links=links)
