@@ -1,0 +1,91 @@
+"""Node records -> OpGraph: the part the ONNX and OpenVINO IR importers share.
+
+An importer walks its model in topological order and hands over one ``NodeCost`` per op and the tensors
+between ops; this module sums tensors between the same two ops into one edge, derives scopes from the
+names, marks every op forward and records what has no FLOP formula.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from graphs.inference.flops import sorted_counts
+from graphs.opgraph import PHASE_CODE, OpGraph
+
+
+@dataclass(frozen=True)
+class NodeCost:
+    name: str
+    op_type: str
+    flops: float | None  # None: the op type has no formula (imported with bytes only)
+    in_bytes: int  # activations read (from other ops or graph inputs)
+    out_bytes: int  # tensors written
+    weight_bytes: int  # weights read (initializers / Constants), shared ones included
+    param_bytes: int  # weights this op owns: each weight is owned by its first consumer
+
+
+@dataclass(frozen=True)
+class ImportedModel:
+    name: str
+    framework: str  # "onnx" | "openvino"
+    model_file: str  # absolute path of the model file
+    nodes: list[NodeCost]
+    edges: list[tuple[int, int, int]]  # (producer op, consumer op, bytes) per tensor; repeats are summed
+    batch_size: int
+    num_params: int
+
+
+def scope_of(name: str) -> str:
+    """``/encoder/layer.0/attention/MatMul`` -> ``encoder/layer.0/attention``; a bare name has no scope."""
+    head, _, _ = name.strip("/").rpartition("/")
+    return head
+
+
+def unique_names(names: list[str]) -> list[str]:
+    """``names`` with repeats suffixed ``_1``, ``_2``, ... (never colliding with an existing name)."""
+    taken, seen, result = set(names), set(), []
+    for name in names:
+        candidate, k = name, 0
+        while candidate in seen or (candidate != name and candidate in taken):
+            k += 1
+            candidate = f"{name}_{k}"
+        seen.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def to_opgraph(model: ImportedModel) -> OpGraph:
+    """The OpGraph of an imported inference model; meta carries the model file and the op types without
+    a FLOP formula (``{}`` when every op had one)."""
+    nodes = model.nodes
+    pair_bytes: dict[tuple[int, int], int] = defaultdict(int)
+    for src, dst, size in model.edges:
+        if src != dst:
+            pair_bytes[(src, dst)] += int(size)
+    pairs = sorted(pair_bytes)
+    missing = Counter(node.op_type for node in nodes if node.flops is None)
+    model_file = os.path.abspath(model.model_file)
+    return OpGraph(
+        name=model.name,
+        framework=model.framework,
+        op_names=np.array([node.name for node in nodes], dtype=object),
+        op_kinds=np.array([node.op_type for node in nodes], dtype=object),
+        flops=np.array([node.flops or 0.0 for node in nodes], dtype=np.float64),
+        bytes_accessed=np.array([node.in_bytes + node.out_bytes + node.weight_bytes for node in nodes],
+                                dtype=np.float64),
+        out_bytes=np.array([node.out_bytes for node in nodes], dtype=np.int64),
+        param_bytes=np.array([node.param_bytes for node in nodes], dtype=np.int64),
+        edge_src=np.array([p[0] for p in pairs], dtype=np.int64),
+        edge_dst=np.array([p[1] for p in pairs], dtype=np.int64),
+        edge_bytes=np.array([pair_bytes[p] for p in pairs], dtype=np.int64),
+        scopes=np.array([scope_of(node.name) for node in nodes], dtype=object),
+        phases=np.full(len(nodes), PHASE_CODE["forward"], dtype=np.int8),
+        batch_size=model.batch_size,
+        num_params=model.num_params,
+        source=model_file,
+        meta={"model_file": model_file, "ops_without_flops": sorted_counts(missing)},
+    )

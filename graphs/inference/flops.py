@@ -1,0 +1,139 @@
+"""FLOP formulas per op type from static shapes, shared by the ONNX and OpenVINO IR importers.
+
+One table maps both vocabularies (ONNX ``Conv``, OpenVINO ``Convolution``, ...) to a few families. A
+multiply-add counts as 2 FLOPs (the project's convention: ResNet-50 at 224x224 is about 2 x 4.1e9 FLOPs).
+Elementwise ops (transcendental ones included) cost one FLOP per output element; normalizations and
+softmax a few per input element; data-movement ops (Reshape, Transpose, Concat, Gather, Cast, ...) cost 0,
+deliberately: they have a formula. An op type absent from the table has no formula: ``op_flops`` returns
+None and the importers list it in ``graph.meta["ops_without_flops"]``.
+
+Shapes are tuples of ints (unknown dims already replaced by 1) or None for a tensor of unknown rank; a
+formula that needs a shape it lacks gives 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from functools import partial
+from typing import Callable
+
+Shape = tuple[int, ...] | None
+Formula = Callable[[list[Shape], list[Shape], dict], float]
+
+
+def numel(shape: Shape) -> int:
+    """Elements of a tensor of ``shape`` (a scalar has 1; unknown rank counts 0)."""
+    return 0 if shape is None else math.prod(shape)
+
+
+def _first(shapes: list[Shape]) -> Shape:
+    return shapes[0] if shapes else None
+
+
+def _zero(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    return 0.0
+
+
+def _per_output(per_element: float, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    return float(per_element * sum(numel(s) for s in outs))
+
+
+def _per_input(per_element: float, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    return float(per_element * numel(_first(ins)))
+
+
+def _conv(skip_weight_dims: int, over_input: bool, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """2 x (output elements) x (weight elements per output element). The weight dims after the first
+    ``skip_weight_dims`` are the MACs per output element (per input element for transposed convolutions)."""
+    weight = ins[1] if len(ins) > 1 else None
+    pixels = ins[0] if over_input else _first(outs)
+    if weight is None or pixels is None:
+        return 0.0
+    flops = 2.0 * numel(pixels) * math.prod(weight[skip_weight_dims:])
+    if len(ins) > 2 and not over_input:  # ONNX Conv's optional bias: one add per output element
+        flops += numel(_first(outs))
+    return flops
+
+
+def _matmul(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    a = _first(ins)
+    if a is None or not a or _first(outs) is None:
+        return 0.0
+    k = a[-2] if attrs.get("transpose_a") and len(a) > 1 else a[-1]
+    return 2.0 * numel(_first(outs)) * k
+
+
+def _gemm(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """ONNX Gemm: alpha*A'B' + beta*C; A is 2-D, transposed when transA."""
+    a, out = _first(ins), _first(outs)
+    if a is None or len(a) != 2 or out is None:
+        return 0.0
+    k = a[0] if attrs.get("transA") else a[1]
+    return 2.0 * numel(out) * k + (numel(out) if len(ins) > 2 else 0)
+
+
+def _pool(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """One FLOP per window element per output element (ONNX ``kernel_shape``, OpenVINO ``kernel``)."""
+    kernel = attrs.get("kernel_shape") or attrs.get("kernel") or ()
+    return float(numel(_first(outs)) * math.prod(kernel))
+
+
+ZERO_FLOP_TYPES = (
+    # ONNX
+    "Reshape", "Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Flatten", "Slice", "Split",
+    "Unsqueeze", "Squeeze", "Cast", "CastLike", "Shape", "Size", "Identity", "Expand", "Tile", "Pad",
+    "Constant", "ConstantOfShape", "Range", "Dropout", "ScatterND", "ScatterElements", "DepthToSpace",
+    "SpaceToDepth", "OneHot", "NonZero", "Trilu", "EyeLike",
+    # OpenVINO
+    "ShapeOf", "StridedSlice", "Broadcast", "Convert", "ConvertLike", "VariadicSplit", "ScatterUpdate",
+    "ScatterNDUpdate", "ScatterElementsUpdate", "Roll", "ReverseSequence",
+)
+ELEMENTWISE_TYPES = (
+    # ONNX
+    "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Relu", "Tanh", "Sigmoid", "Erf", "Gelu", "Exp", "Log", "Neg",
+    "Abs", "Max", "Min", "Mean", "Sum", "Clip", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
+    "PRelu", "Softplus", "Softsign", "Mish", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Sign",
+    "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Mod",
+    "IsNaN", "IsInf", "BitShift",
+    # OpenVINO
+    "Multiply", "Subtract", "Divide", "Power", "Maximum", "Minimum", "SquaredDifference", "Clamp", "Negative",
+    "Ceiling", "HSwish", "HSigmoid", "Swish", "Select", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot",
+    "LogicalXor", "FloorMod", "FakeQuantize",
+)
+PER_INPUT_ELEMENT = {
+    # normalization and softmax: a few FLOPs per element of the main input
+    "BatchNormalization": 2, "BatchNormInference": 2,  # inference: one scale and one shift per element
+    "LayerNormalization": 5, "MVN": 5, "InstanceNormalization": 5, "GroupNormalization": 5,
+    "NormalizeL2": 3, "LpNormalization": 3, "LRN": 5,
+    "Softmax": 5, "LogSoftmax": 5, "SoftMax": 5,
+    # reductions: one pass over the input
+    "ReduceMean": 1, "ReduceSum": 1, "ReduceMax": 1, "ReduceMin": 1, "ReduceProd": 1, "ReduceL1": 2,
+    "ReduceL2": 2, "ReduceSumSquare": 2, "ReduceLogSum": 2, "ReduceLogSumExp": 3, "ArgMax": 1, "ArgMin": 1,
+    "TopK": 1, "CumSum": 1,
+    # global pooling: one pass over the input
+    "GlobalAveragePool": 1, "GlobalMaxPool": 1, "AdaptiveAvgPool": 1, "AdaptiveMaxPool": 1,
+}
+
+FORMULAS: dict[str, Formula] = {
+    **{name: _zero for name in ZERO_FLOP_TYPES},
+    **{name: partial(_per_output, 1) for name in ELEMENTWISE_TYPES},
+    **{name: partial(_per_input, factor) for name, factor in PER_INPUT_ELEMENT.items()},
+    "Conv": partial(_conv, 1, False), "Convolution": partial(_conv, 1, False),
+    "GroupConvolution": partial(_conv, 2, False),
+    "ConvTranspose": partial(_conv, 1, True), "ConvolutionBackpropData": partial(_conv, 1, True),
+    "GroupConvolutionBackpropData": partial(_conv, 2, True),
+    "MatMul": _matmul, "Gemm": _gemm,
+    "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
+}
+
+
+def op_flops(op_type: str, in_shapes: list[Shape], out_shapes: list[Shape], attrs: dict) -> float | None:
+    """FLOPs of one op, or None when ``op_type`` has no formula (the importer then keeps its bytes only)."""
+    formula = FORMULAS.get(op_type)
+    return None if formula is None else float(formula(in_shapes, out_shapes, attrs))
+
+
+def sorted_counts(counts: Counter) -> dict[str, int]:
+    """``{op_type: count}`` sorted by type name: what ``meta["ops_without_flops"]`` holds."""
+    return {name: int(counts[name]) for name in sorted(counts)}

@@ -1,0 +1,171 @@
+"""ONNX model file -> inference OpGraph: one op per ONNX node, tensors between nodes as edges.
+
+Graph inputs and initializers are not ops: an initializer's bytes are resident ``param_bytes`` of the first
+node that reads it (each initializer counted once), and every node that reads it pays its bytes in
+``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``; a dim it leaves symbolic counts as 1
+(batch 1 inference), a tensor of unknown rank as 0 bytes.
+
+Subgraph ops (If, Loop, Scan) are one op each: the tensors their bodies read from the outer graph are
+edges into them, but they have no FLOP formula, so their body's FLOPs are not counted and they are listed in
+``meta["ops_without_flops"]`` with any other op type the table in ``graphs.inference.flops`` lacks.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from graphs.errors import PlacerError
+from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
+from graphs.inference.flops import Shape, op_flops
+from graphs.opgraph import OpGraph
+
+FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
+
+
+def import_onnx(path: str, name: str | None = None) -> OpGraph:
+    """The OpGraph of the ONNX model at ``path`` (framework "onnx", every op forward)."""
+    model_file = _existing(path)
+    model = _load_checked(model_file)
+    graph = model.graph
+    if not graph.node:
+        raise PlacerError(f"ONNX model {model_file} has no nodes")
+    tensors = _tensor_table(graph)
+    initializers = {init.name: init for init in graph.initializer}
+    names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)])
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    nodes, edges, owned = [], [], set()
+    for i, node in enumerate(graph.node):
+        inputs = [t for t in node.input if t] + _outer_reads(node, set(node.input))
+        in_bytes = weight_bytes = param_bytes = 0
+        for tensor in inputs:
+            size = _bytes(tensors.get(tensor))
+            if tensor in producer:
+                edges.append((producer[tensor], i, size))
+                in_bytes += size
+            elif tensor in initializers:
+                weight_bytes += size
+                param_bytes += 0 if tensor in owned else size
+                owned.add(tensor)
+            else:
+                in_bytes += size  # a graph input
+        outputs = [t for t in node.output if t]
+        flops = op_flops(node.op_type, [_shape(tensors.get(t)) for t in node.input if t],
+                         [_shape(tensors.get(t)) for t in outputs], _attributes(node))
+        nodes.append(NodeCost(names[i], node.op_type, flops, in_bytes,
+                              sum(_bytes(tensors.get(t)) for t in outputs), weight_bytes, param_bytes))
+    num_params = sum(math.prod(init.dims) for init in initializers.values()
+                     if _type_name(init.data_type) in FLOAT_TYPES)
+    return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes, edges,
+                                    _batch_size(graph, initializers), int(num_params)))
+
+
+def _existing(path: str) -> Path:
+    model_file = Path(path).resolve()
+    if not model_file.is_file():
+        raise PlacerError(f"ONNX model {model_file} does not exist")
+    return model_file
+
+
+def _load_checked(model_file: Path):
+    """The model with inferred shapes; any failure of the onnx package (a foreign library whose parse and
+    check errors have no common base) becomes one PlacerError naming the file."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(str(model_file))
+        model = onnx.load(str(model_file))
+        return onnx.shape_inference.infer_shapes(model)
+    except Exception as exc:  # noqa: BLE001 - DecodeError, ValidationError, InferenceError, OSError, ...
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
+        raise PlacerError(f"{model_file} is not a valid ONNX model ({type(exc).__name__}: {message})") from None
+
+
+TensorInfo = tuple[Shape, int]  # (shape with unknown dims as 1, or None for unknown rank; bytes per element)
+
+
+def _tensor_table(graph) -> dict[str, TensorInfo]:
+    """Every tensor the graph declares: inputs, outputs, inferred value_info, then initializers."""
+    table = {}
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        if value.type.HasField("tensor_type"):
+            tensor_type = value.type.tensor_type
+            shape = tuple(_dim(d) for d in tensor_type.shape.dim) if tensor_type.HasField("shape") else None
+            table[value.name] = (shape, _itemsize(tensor_type.elem_type))
+    for init in graph.initializer:
+        table[init.name] = (tuple(init.dims), _itemsize(init.data_type))
+    return table
+
+
+def _dim(dim) -> int:
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 1
+
+
+def _itemsize(elem_type: int) -> int:
+    import onnx
+
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize
+    except (KeyError, TypeError, ValueError):  # UNDEFINED, STRING and the like: no fixed size
+        return 0
+
+
+def _type_name(elem_type: int) -> str:
+    import onnx
+
+    return onnx.TensorProto.DataType.Name(elem_type)
+
+
+def _shape(info: TensorInfo | None) -> Shape:
+    return None if info is None else info[0]
+
+
+def _bytes(info: TensorInfo | None) -> int:
+    if info is None or info[0] is None:
+        return 0
+    return math.prod(info[0]) * info[1]
+
+
+def _attributes(node) -> dict:
+    """The node's int, float and string attributes (the formulas read kernel_shape, transA, ...)."""
+    import onnx
+
+    kinds = {onnx.AttributeProto.INT, onnx.AttributeProto.INTS, onnx.AttributeProto.FLOAT,
+             onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRING}
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.type in kinds}
+
+
+def _outer_reads(node, listed: set[str]) -> list[str]:
+    """Tensors a subgraph op's bodies read from the enclosing graph (implicit inputs), in first-read order."""
+    import onnx
+
+    reads: list[str] = []
+    for attribute in node.attribute:
+        bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+        for body in bodies:
+            reads += [t for t in _free_names(body) if t not in listed and t not in reads]
+    return reads
+
+
+def _free_names(body) -> list[str]:
+    """Names a (nested) graph reads but neither defines nor receives as inputs."""
+    defined = {v.name for v in body.input} | {init.name for init in body.initializer}
+    free: list[str] = []
+    for node in body.node:
+        for tensor in [t for t in node.input if t] + _outer_reads(node, set(node.input)):
+            if tensor not in defined and tensor not in free:
+                free.append(tensor)
+        defined.update(node.output)
+    return free
+
+
+def _batch_size(graph, initializers: dict) -> int:
+    """The first real graph input's leading dim when it is static, else 1."""
+    for value in graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        dims = value.type.tensor_type.shape.dim
+        if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0:
+            return int(dims[0].dim_value)
+        return 1
+    return 1

@@ -1,0 +1,118 @@
+"""OpenVINO IR (``model.xml`` + ``model.bin`` beside it) -> inference OpGraph.
+
+Contract with the OpenVINO measurer: op names are the nodes' friendly names (unique in a model, or the
+import fails), Parameter, Result and Constant nodes are not ops, ``meta["model_file"]`` is the .xml path.
+A Constant's bytes are resident ``param_bytes`` of its first consumer (counted once) and read bytes
+(``bytes_accessed``) of every consumer; a tensor from a Parameter is read bytes, not an edge.
+``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the converter's
+folding, e.g. batch norms folded into one scale and shift).
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from pathlib import Path
+
+from graphs.errors import PlacerError
+from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph
+from graphs.inference.flops import Shape, op_flops
+from graphs.opgraph import OpGraph
+
+NOT_OPS = ("Parameter", "Result", "Constant")
+
+
+def import_openvino_ir(xml_path: str, name: str | None = None) -> OpGraph:
+    """The OpGraph of the OpenVINO IR at ``xml_path`` (framework "openvino", every op forward)."""
+    xml_file = _checked_ir_files(xml_path)
+    model = _read_model(xml_file)
+    ops = [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
+    _require_unique_names(xml_file, ops)
+    index = {node.get_instance_id(): i for i, node in enumerate(ops)}
+    nodes, edges, owned = [], [], set()
+    for i, node in enumerate(ops):
+        in_bytes = weight_bytes = param_bytes = 0
+        for port in node.inputs():
+            source = port.get_source_output()
+            producer, size = source.get_node(), _bytes(source)
+            kind = producer.get_type_name()
+            if kind == "Constant":
+                weight_bytes += size
+                param_bytes += 0 if producer.get_instance_id() in owned else size
+                owned.add(producer.get_instance_id())
+            else:
+                in_bytes += size
+                if kind != "Parameter":
+                    edges.append((index[producer.get_instance_id()], i, size))
+        flops = op_flops(node.get_type_name(), [_shape(p.get_source_output()) for p in node.inputs()],
+                         [_shape(out) for out in node.outputs()], node.get_attributes())
+        nodes.append(NodeCost(node.get_friendly_name(), node.get_type_name(), flops, in_bytes,
+                              sum(_bytes(out) for out in node.outputs()), weight_bytes, param_bytes))
+    return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, edges,
+                                    _batch_size(model), _num_params(model)))
+
+
+def _checked_ir_files(xml_path: str) -> Path:
+    """The resolved .xml path, after checking it is IR XML and that its .bin is there when it has weights
+    (so a damaged file is named plainly instead of by every OpenVINO frontend in turn)."""
+    xml_file = Path(xml_path).resolve()
+    if not xml_file.is_file():
+        raise PlacerError(f"OpenVINO IR {xml_file} does not exist")
+    try:
+        root = ElementTree.parse(xml_file).getroot()
+    except ElementTree.ParseError as exc:
+        raise PlacerError(f"OpenVINO IR {xml_file} is not well-formed XML ({exc})") from None
+    if root.tag != "net":
+        raise PlacerError(f"{xml_file} is not an OpenVINO IR: its root element is <{root.tag}>, not <net>")
+    has_weights = any(layer.get("type") == "Const" for layer in root.iter("layer"))
+    if has_weights and not xml_file.with_suffix(".bin").is_file():
+        raise PlacerError(f"OpenVINO IR {xml_file}: its weights file {xml_file.with_suffix('.bin')} is missing")
+    return xml_file
+
+
+def _read_model(xml_file: Path):
+    import openvino as ov
+
+    bin_file = xml_file.with_suffix(".bin")
+    try:
+        return ov.Core().read_model(str(xml_file), str(bin_file) if bin_file.is_file() else None)
+    except RuntimeError as exc:  # OpenVINO raises RuntimeError for every parse or validation failure
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        raise PlacerError(f"OpenVINO cannot read IR {xml_file}: {lines[-1] if lines else 'no detail'}") from None
+
+
+def _require_unique_names(xml_file: Path, ops: list) -> None:
+    counts = Counter(node.get_friendly_name() for node in ops)
+    repeated = sorted(name for name, count in counts.items() if count > 1)
+    if repeated:
+        raise PlacerError(f"OpenVINO IR {xml_file}: friendly names are not unique ({len(repeated)} repeated, "
+                          f"e.g. {repeated[0]!r}); the OpenVINO measurer addresses ops by friendly name")
+
+
+def _shape(output) -> Shape:
+    """Static dims of an output port; a dynamic dim counts as 1, a dynamic rank gives None."""
+    shape = output.get_partial_shape()
+    if shape.rank.is_dynamic:
+        return None
+    return tuple(dim.get_length() if dim.is_static else 1 for dim in shape)
+
+
+def _bytes(output) -> int:
+    shape = _shape(output)
+    return 0 if shape is None else math.prod(shape) * output.get_element_type().size
+
+
+def _batch_size(model) -> int:
+    """The first Parameter's leading dim when it is static, else 1."""
+    for parameter in model.get_parameters():
+        shape = parameter.get_output_partial_shape(0)
+        if shape.rank.is_static and shape.rank.get_length() > 0 and shape[0].is_static:
+            return max(1, shape[0].get_length())
+        return 1
+    return 1
+
+
+def _num_params(model) -> int:
+    return sum(math.prod(_shape(node.output(0)) or ()) for node in model.get_ordered_ops()
+               if node.get_type_name() == "Constant" and node.get_output_element_type(0).is_real())
