@@ -35,13 +35,17 @@ def register(subparsers) -> None:
     export.add_argument("-o", "--output", required=True, metavar="FILE")
     export.set_defaults(func=_export)
 
-    importer = commands.add_parser("import", help="trace a PyTorch or Keras model into a graph file")
+    importer = commands.add_parser("import", help="trace a PyTorch or Keras model, or read an ONNX model or "
+                                                  "OpenVINO IR, into a graph file")
     source = importer.add_mutually_exclusive_group(required=True)
     source.add_argument("--torch", metavar="MODULE:FUNCTION",
                         help="a function returning (model, example inputs)")
     source.add_argument("--keras", metavar="FILE_OR_MODULE:FUNCTION",
                         help="a function returning a compiled Keras model or (model, inputs, targets[, loss]), "
                              "or a .keras file")
+    source.add_argument("--onnx", metavar="FILE", help="an ONNX model file (an inference graph, batch as exported)")
+    source.add_argument("--openvino", metavar="FILE.xml",
+                        help="an OpenVINO IR .xml (its .bin beside it; an inference graph)")
     importer.add_argument("-o", "--output", required=True, metavar="FILE")
     importer.add_argument("--batch-size", type=int, default=None, metavar="N",
                           help="--keras only: examples per step for a compiled model alone or a .keras file "
@@ -115,6 +119,23 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from graphs.io import save_graph
 
+    if (args.onnx or args.openvino) and args.batch_size is not None:
+        raise PlacerError("--batch-size applies to --keras only: an ONNX model or OpenVINO IR has its batch "
+                          "in its input shapes")
+    graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
+    _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
+    path = save_graph(graph, args.output)
+    print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
+    return 0
+
+
+def _read_model_file(args: argparse.Namespace):
+    if args.onnx:
+        return _importer("graphs.inference.onnx_import", "import_onnx", "ONNX")(args.onnx)
+    return _importer("graphs.inference.openvino_import", "import_openvino_ir", "OpenVINO")(args.openvino)
+
+
+def _trace_model(args: argparse.Namespace):
     spec = args.torch or args.keras
     if args.torch and args.batch_size is not None:
         raise PlacerError("--batch-size applies to --keras only: a --torch function returns its example inputs, "
@@ -126,14 +147,21 @@ def _import(args: argparse.Namespace) -> int:
     else:
         importer = _importer("graphs.tf.importer", "import_keras_spec", "Keras")
     try:
-        graph = importer(spec) if args.torch else importer(spec, batch_size=args.batch_size)
+        return importer(spec) if args.torch else importer(spec, batch_size=args.batch_size)
     except PlacerError:
         raise
     except (ImportError, SyntaxError, AttributeError, FileNotFoundError) as exc:
         raise PlacerError(f"cannot load model spec {spec!r}: {type(exc).__name__}: {exc}") from None
-    path = save_graph(graph, args.output)
-    print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
-    return 0
+
+
+def _warn_ops_without_flops(missing: dict[str, int]) -> None:
+    """One stderr line naming the op types imported with bytes only, so a FLOP total is read knowingly."""
+    if not missing:
+        return
+    listed = ", ".join(f"{kind} ({count})" for kind, count in missing.items())
+    noun = "op type has" if len(missing) == 1 else "op types have"
+    print(f"placer: warning: {len(missing)} {noun} no FLOP formula, imported with bytes only: {listed}",
+          file=sys.stderr)
 
 
 def _importer(module_name: str, function_name: str, framework: str):
