@@ -21,7 +21,7 @@ from measurers.base import Measurer
 from measurers.machine import Machine
 from measurers.timing import REAL_TIMING, default_timing
 
-MEASURER_KINDS = ("sim", "torch", "tf")
+MEASURER_KINDS = ("sim", "torch", "tf", "openvino")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,11 @@ def build_measurer(spec: MeasurerSpec) -> Measurer:
 
         return TorchMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
                              seed=spec.seed)
+    if spec.kind == "openvino":
+        from measurers.openvino.measurer import OpenVinoMeasurer
+
+        return OpenVinoMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
+                                seed=spec.seed)
     from measurers.tf.measurer import TFMeasurer
 
     return TFMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,

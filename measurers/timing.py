@@ -38,11 +38,16 @@ ESTIMATOR = "median"  # how a measurement's runtime_s is reduced from its timed 
 
 REAL_TIMING = TimingSettings()  # real measurers: 5 warm-up runs thrown away, the median of 5 timed runs
 SIM_TIMING = TimingSettings(runs=1, warmup=0)  # the simulator is deterministic: one run, nothing to warm up
+# OpenVINO inference: one run takes milliseconds next to a compile of seconds, so more samples cost little and
+# steady the median; its first inferences allocate buffers, a few warm-ups cover that (kernels are compiled
+# with the model, not on first use)
+INFERENCE_TIMING = TimingSettings(runs=10, warmup=3)
 
 
 def default_timing(measurer_kind: str) -> TimingSettings:
-    """The timing every command uses for ``measurer_kind`` ("sim", "torch", "tf") unless a flag says otherwise."""
-    return SIM_TIMING if measurer_kind == "sim" else REAL_TIMING
+    """The timing every command uses for ``measurer_kind`` ("sim", "torch", "tf", "openvino") unless a flag
+    says otherwise."""
+    return {"sim": SIM_TIMING, "openvino": INFERENCE_TIMING}.get(measurer_kind, REAL_TIMING)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,137 @@
+"""The OpenVINO measurer: real inference of an imported model, each op on its placed OpenVINO device.
+
+The graph comes from an OpenVINO IR or ONNX file (``graph.meta["model_file"]``, read with
+``ov.Core().read_model``; graph ops are the model's nodes by friendly name, Parameter / Constant / Result
+nodes are not ops). Per placement the model's nodes get manual HETERO affinities (measurers.openvino.affinity:
+ops on their devices, other nodes with a neighbour op) and the model is compiled on ``HETERO:<devices>``,
+always through HETERO so one-device and split placements are timed the same way. Compilation is not timed;
+timing follows measurers.timing: warm-up inferences, then N timed ones on seeded random inputs, the median.
+
+Statuses: a bad placement (length, device index, allowed kind) is ``error`` before anything compiles; an
+OpenVINO failure whose text says memory ran out is ``oom``, any other ``error`` with its text; past
+``timeout_s`` ``timeout``. A machine device the runtime lacks, a missing or unreadable model file, or a graph
+whose ops are not the model's nodes is a PlacerError at construction. Peak bytes: for a GPU the plugin's
+``GPU_MEMORY_STATISTICS`` (bytes it holds while the placement is loaded, after the timed runs); 0 for CPUs,
+which OpenVINO does not account per model. Example::
+
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=10, warmup=3)
+    [m.runtime_s for m in measurer.measure([placement])]
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+from measurers.base import Measurement
+from measurers.machine import Machine
+from measurers.openvino.affinity import apply_affinity, check_graph_matches, node_devices
+from measurers.openvino.devices import openvino_device_names
+from measurers.openvino.inputs import ov_message, random_inputs
+from measurers.placement import check_placement
+from measurers.timing import INFERENCE_TIMING, TimingSettings, time_runs
+
+OOM_PATTERN = re.compile(r"out of memory|CL_OUT_OF_RESOURCES|CL_MEM_OBJECT_ALLOCATION_FAILURE|"
+                         r"failed to allocate|std::bad_alloc", re.IGNORECASE)
+
+
+class OpenVinoMeasurer:
+    def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = INFERENCE_TIMING.runs,
+                 warmup: int = INFERENCE_TIMING.warmup, timeout_s: float = INFERENCE_TIMING.timeout_s, seed: int = 0,
+                 core=None, ov_devices: Sequence[str] | None = None, clock: Callable[[], float] = time.perf_counter):
+        import openvino as ov
+
+        self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
+        self.settings = TimingSettings(runs, warmup, timeout_s)
+        self.core = core or ov.Core()
+        self.device_names = openvino_device_names(machine, self.core.available_devices, ov_devices)  # (D,)
+        self.model_file = model_file_of(graph)
+        self.model = read_model(self.core, self.model_file)
+        check_graph_matches(graph, self.model, self.model_file)
+        self.inputs = random_inputs(self.model, seed, graph.batch_size)  # one array per model input
+
+    # -- one placement, compiled and run --------------------------------------------------------------
+    def compile_for(self, placement: np.ndarray):
+        """The model compiled with ``placement`` (an (N,) checked op placement) as HETERO affinities."""
+        devices = node_devices(self.model, self.graph, placement, self.device_names)
+        target = apply_affinity(self.model, devices)
+        return self.core.compile_model(self.model, target)
+
+    def infer_once(self, placement, inputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+        """The model's outputs (in order) for ``inputs`` (default: the seeded random ones) under ``placement``."""
+        compiled = self.compile_for(check_placement(self.graph, self.machine, placement))
+        results = compiled(list(self.inputs if inputs is None else inputs))
+        return [np.array(results[output]) for output in compiled.outputs]
+
+    # -- measuring ------------------------------------------------------------------------------------
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        return [self._measure_one(p) for p in placements]
+
+    def _measure_one(self, placement) -> Measurement:
+        began = time.perf_counter()
+        zeros = (0,) * self.machine.num_devices
+        try:
+            placement = check_placement(self.graph, self.machine, placement)
+        except PlacerError as exc:
+            return Measurement(float("inf"), (), "error", zeros, time.perf_counter() - began, str(exc))
+        try:
+            request = self._request(placement)
+            timing = time_runs(request.infer, self.settings, clock=self.clock)
+            peaks = self._peaks(placement)
+        except Exception as exc:  # noqa: BLE001  any OpenVINO failure is a status, never the caller's crash
+            message = ov_message(exc)
+            status = "oom" if OOM_PATTERN.search(message) else "error"
+            return Measurement(float("inf"), (), status, zeros, time.perf_counter() - began,
+                               f"{type(exc).__name__}: {message}")
+        status = "timeout" if timing.timed_out else "ok"
+        error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
+        return Measurement(timing.median_s, timing.samples_s, status, peaks, time.perf_counter() - began, error)
+
+    def _request(self, placement: np.ndarray):
+        """An infer request of the placed model with the random inputs already set (host tensors)."""
+        import openvino as ov
+
+        request = self.compile_for(placement).create_infer_request()
+        for index, array in enumerate(self.inputs):
+            request.set_input_tensor(index, ov.Tensor(np.ascontiguousarray(array)))
+        return request
+
+    def _peaks(self, placement: np.ndarray) -> tuple[int, ...]:
+        used = set(placement.tolist())
+        return tuple(gpu_bytes(self.core, name) if i in used and device.kind == "gpu" else 0
+                     for i, (device, name) in enumerate(zip(self.machine.devices, self.device_names)))
+
+
+def model_file_of(graph: OpGraph) -> str:
+    """The model file the graph was imported from (``graph.meta["model_file"]``); PlacerError if absent."""
+    model_file = graph.meta.get("model_file")
+    if not model_file:
+        raise PlacerError(f"graph {graph.name!r} names no model file (meta['model_file']); the OpenVINO "
+                          f"measurer needs a graph imported from an OpenVINO IR or ONNX file")
+    if not Path(model_file).is_file():
+        raise PlacerError(f"graph {graph.name!r}: model file {model_file!r} does not exist")
+    return str(model_file)
+
+
+def read_model(core, model_file: str):
+    """``core.read_model``, its failure a PlacerError naming the file."""
+    try:
+        return core.read_model(model_file)
+    except Exception as exc:  # noqa: BLE001  OpenVINO raises RuntimeError and others for a damaged file
+        raise PlacerError(f"model file {model_file!r} cannot be read by OpenVINO: {ov_message(exc)}") from None
+
+
+def gpu_bytes(core, device_name: str) -> int:
+    """Bytes the OpenVINO GPU plugin reports holding on ``device_name`` (all allocation kinds); 0 when it
+    does not say."""
+    try:
+        stats = core.get_property(device_name, "GPU_MEMORY_STATISTICS")
+    except Exception:  # noqa: BLE001  a plugin without the property
+        return 0
+    return int(sum(int(v) for v in dict(stats).values()))
