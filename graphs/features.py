@@ -28,6 +28,7 @@ _EXACT = {
     "argmax": "reduction", "argmin": "reduction", "logsumexp": "reduction", "all": "reduction", "any": "reduction",
     "embedding": "memory", "embedding_dense_backward": "memory", "biasaddgrad": "reduction",
     "t": "memory", "_unsafe_view": "memory",
+    "gemm": "matmul", "convert": "memory", "flatten": "memory", "mvn": "reduction",  # ONNX / OpenVINO types
     **{cmp: "elementwise" for cmp in ("eq", "ne", "gt", "lt", "ge", "le", "equal", "notequal", "greater",
                                       "less", "greaterequal", "lessequal", "select", "selectv2")},
 }
@@ -68,7 +69,7 @@ _STANDARDIZED = tuple(i for i, name in enumerate(FEATURE_COLUMNS) if name.starts
 
 
 def op_class(kind: str) -> str:
-    """The OP_CLASSES entry of a torch ("aten.mm.default") or TensorFlow ("MatMul") op type."""
+    """The OP_CLASSES entry of a torch ("aten.mm.default"), TensorFlow ("MatMul"), ONNX or OpenVINO op type."""
     name = kind.lower()
     if name.startswith("aten."):
         name = name[5:].split(".")[0]

@@ -1,6 +1,6 @@
-"""Op classes: what kind of kernel an op kind string launches, torch ("aten.mm.default") and TensorFlow
-("MatMul") alike. The simulator's cost model (measurers.sim.costs) and fusion-aware grouping (graphs.fusion)
-both read it.
+"""Op classes: what kind of kernel an op kind string launches, torch ("aten.mm.default"), TensorFlow
+("MatMul"), ONNX ("Gemm") and OpenVINO ("Convolution", "Multiply") alike. The simulator's cost model
+(measurers.sim.costs) and fusion-aware grouping (graphs.fusion) both read it.
 
 - ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs).
 - ``elementwise``: pointwise maths, activations and their backward, casts, copies and optimizer updates
@@ -24,9 +24,11 @@ from graphs.opgraph import OpGraph
 OP_CLASSES = ("dense", "elementwise", "meta", "other")
 
 _DENSE = re.compile(r"(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|linear|einsum|tensordot|matmul|batchmatmul\w*|"
-                    r"sparsematmul|\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|lstm|gru|rnn_\w+)")
+                    r"sparsematmul|gemm|(?!convert$)\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|"
+                    r"lstm|gru|rnn_\w+)")
 _META = re.compile(r"(variable|variablev2|varhandleop|readvariableop|placeholder\w*|input|const|constant|identity\w*|"
-                   r"noop|stopgradient|shape|size|reshape|squeeze|expanddims|sym_size|getitem|_assert\w*|output)")
+                   r"noop|stopgradient|shape|shapeof|size|reshape|squeeze|unsqueeze|expanddims|sym_size|getitem|"
+                   r"_assert\w*|output)")
 _ATEN_VIEWS = re.compile(r"(view|_unsafe_view|_reshape_alias|expand|expand_as|t|unsqueeze|alias|detach|as_strided|"
                          r"slice|select|split\w*|unbind|permute|transpose|lift_fresh\w*|empty\w*|unflatten|flatten)")
 _ELEMENTWISE = re.compile(r"(add|addv2|add_|sub|mul|div|realdiv|neg|abs|exp|log|log1p|sqrt|rsqrt|pow|square|"
@@ -35,7 +37,9 @@ _ELEMENTWISE = re.compile(r"(add|addv2|add_|sub|mul|div|realdiv|neg|abs|exp|log|
                           r"addcmul\w*|addcdiv\w*|lerp\w*|fill\w*|zeros_like|ones_like|copy\w*|clone|_to_copy|"
                           r"cast|biasadd\w*|dropout\w*|native_dropout\w*|bernoulli\w*|masked_fill\w*|eq|ne|lt|le|"
                           r"gt|ge|logical_\w+|floor|ceil|round|_foreach_\w+|\w*apply\w*|assign\w*|sgd\w*|adam\w*|"
-                          r"mul_|div_|scalar_tensor|full\w*|zeros|ones|arange|rand\w*)")
+                          r"mul_|div_|scalar_tensor|full\w*|zeros|ones|arange|rand\w*|"
+                          r"multiply|subtract|divide|power|erf|convert|clip|squareddifference|swish|hswish|mish|"
+                          r"hsigmoid|prelu|softsign)")
 _ATEN_OVERLOAD = re.compile(r"\.(default|tensor|scalar|self|int|dim|dim_intlist|out|using_ints|sym\w*|\w+_\w+)$")
 
 
