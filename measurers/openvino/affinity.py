@@ -5,10 +5,11 @@ then ``compile_model(model, "HETERO:GPU.0,CPU")`` splits the model into one subm
 same-affinity region and compiles each on its device (``HETERO_NUMBER_OF_SUBMODELS`` counts them; a node
 whose affinity names a device makes HETERO load that device's plugin even when the priorities list omits it).
 
-A node whose friendly name is a graph op runs on that op's device. Every other node (Parameter, Constant,
-Result, a weight decompression Convert the graph does not name) takes a neighbour op's device: the device of
-its first consumer that has one (a Constant lives where it is read), else of its first producer (a Result
-stays where its value was made), else the first device of the placement.
+A node is an op's when its friendly name is the op's name, or (ONNX) one of its output tensors is the op's
+(measurers.openvino.onnx_ops). Every other node (Parameter, Constant, Result, a weight decompression Convert,
+a piece of an ONNX node OpenVINO split in several) takes a neighbour's device: that of its first consumer
+that has one (a Constant lives where it is read), else of its first producer (a Result stays where its value
+was made), else the first device of the placement.
 """
 
 from __future__ import annotations
@@ -21,22 +22,31 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 
 
-def check_graph_matches(graph: OpGraph, model, model_file: str) -> None:
-    """PlacerError unless every graph op names a node of the model (matched by friendly name)."""
-    names = {node.get_friendly_name() for node in model.get_ordered_ops()}
-    missing = [name for name in graph.op_names.tolist() if name not in names]
+def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int] | None = None) -> dict[str, int]:
+    """Unique node name (``node.get_name()``) -> graph op index, for the nodes that are ops; PlacerError
+    unless every graph op has a node. ``tensor_ops``: tensor name -> op index, checked before names."""
+    tensor_ops = tensor_ops or {}
+    op_index = {name: i for i, name in enumerate(graph.op_names.tolist())}
+    matched = {}
+    for node in model.get_ordered_ops():
+        by_tensor = [tensor_ops[t] for out in node.outputs() for t in out.get_names() if t in tensor_ops]
+        op = by_tensor[0] if by_tensor else op_index.get(node.get_friendly_name())
+        if op is not None:
+            matched[node.get_name()] = op
+    missing = sorted(set(range(graph.num_ops)) - set(matched.values()))
     if missing:
         raise PlacerError(f"graph {graph.name!r} does not match model file {model_file!r}: {len(missing)} ops "
-                          f"are not nodes of the model, e.g. {missing[0]!r}")
+                          f"are not nodes of the model, e.g. {graph.op_names[missing[0]]!r}")
+    return matched
 
 
-def node_devices(model, graph: OpGraph, placement: np.ndarray, device_names: Sequence[str]) -> dict[str, str]:
-    """Unique node name (``node.get_name()``) -> OpenVINO device, for every node of ``model``.
-    ``placement`` is the (N,) device index of each graph op; ``device_names`` the OpenVINO name of each."""
-    op_device = {name: device_names[int(d)] for name, d in zip(graph.op_names.tolist(), placement.tolist())}
+def node_devices(model, matched: dict[str, int], placement: np.ndarray,
+                 device_names: Sequence[str]) -> dict[str, str]:
+    """Unique node name -> OpenVINO device, for every node of ``model``. ``matched`` is ``match_ops``'s
+    answer, ``placement`` the (N,) device index of each graph op, ``device_names`` the OpenVINO name of each."""
     nodes = list(model.get_ordered_ops())  # topological
     fallback = device_names[int(placement[0])] if len(placement) else device_names[0]
-    chosen = {n.get_name(): op_device[n.get_friendly_name()] for n in nodes if n.get_friendly_name() in op_device}
+    chosen = {name: device_names[int(placement[op])] for name, op in matched.items()}
     for node in reversed(nodes):  # consumers first: a chain Constant -> Convert -> op resolves in one pass
         if node.get_name() not in chosen:
             found = [chosen[c] for c in _consumers(node) if c in chosen]

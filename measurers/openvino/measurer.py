@@ -1,8 +1,8 @@
 """The OpenVINO measurer: real inference of an imported model, each op on its placed OpenVINO device.
 
 The graph comes from an OpenVINO IR or ONNX file (``graph.meta["model_file"]``, read with
-``ov.Core().read_model``; graph ops are the model's nodes by friendly name, Parameter / Constant / Result
-nodes are not ops). Per placement the model's nodes get manual HETERO affinities (measurers.openvino.affinity:
+``ov.Core().read_model``; graph ops are the model's nodes by friendly name, or for an ONNX-imported graph
+by the tensors they compute; Parameter / Constant / Result nodes are not ops). Per placement the model's nodes get manual HETERO affinities (measurers.openvino.affinity:
 ops on their devices, other nodes with a neighbour op) and the model is compiled on ``HETERO:<devices>``,
 always through HETERO so one-device and split placements are timed the same way. Compilation is not timed;
 timing follows measurers.timing: warm-up inferences, then N timed ones on seeded random inputs, the median.
@@ -31,9 +31,10 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement
 from measurers.machine import Machine
-from measurers.openvino.affinity import apply_affinity, check_graph_matches, node_devices
+from measurers.openvino.affinity import apply_affinity, match_ops, node_devices
 from measurers.openvino.devices import openvino_device_names
 from measurers.openvino.inputs import ov_message, random_inputs
+from measurers.openvino.onnx_ops import onnx_tensor_ops
 from measurers.placement import check_placement
 from measurers.timing import INFERENCE_TIMING, TimingSettings, time_runs
 
@@ -53,13 +54,13 @@ class OpenVinoMeasurer:
         self.device_names = openvino_device_names(machine, self.core.available_devices, ov_devices)  # (D,)
         self.model_file = model_file_of(graph)
         self.model = read_model(self.core, self.model_file)
-        check_graph_matches(graph, self.model, self.model_file)
+        self.matched = match_ops(self.model, graph, self.model_file, onnx_tensor_ops(graph, self.model_file))
         self.inputs = random_inputs(self.model, seed, graph.batch_size)  # one array per model input
 
     # -- one placement, compiled and run --------------------------------------------------------------
     def compile_for(self, placement: np.ndarray):
         """The model compiled with ``placement`` (an (N,) checked op placement) as HETERO affinities."""
-        devices = node_devices(self.model, self.graph, placement, self.device_names)
+        devices = node_devices(self.model, self.matched, placement, self.device_names)
         target = apply_affinity(self.model, devices)
         return self.core.compile_model(self.model, target)
 

@@ -1,0 +1,33 @@
+"""Which graph op made each tensor of an ONNX model, so OpenVINO's nodes can be matched to ONNX-imported ops.
+
+OpenVINO renames some ONNX nodes as it reads them (the node making a graph output takes the output's name;
+one ONNX node may become several OpenVINO nodes), so friendly names alone do not find every op. Tensor names
+survive: an OpenVINO node's output carries the ONNX tensor name it computes. The ONNX importer
+(graphs.inference.onnx_import) makes op i of the graph from node i of the ONNX graph, in order; that order
+is checked here op for op (same count, same op type) before it is relied on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphs.errors import PlacerError
+from graphs.opgraph import OpGraph
+
+
+def onnx_tensor_ops(graph: OpGraph, model_file: str) -> dict[str, int]:
+    """ONNX tensor name -> index of the graph op producing it; empty unless ``model_file`` is ONNX and the
+    graph was imported from it (framework "onnx")."""
+    if graph.framework != "onnx" or Path(model_file).suffix.lower() != ".onnx":
+        return {}
+    import onnx
+
+    try:
+        nodes = list(onnx.load(model_file, load_external_data=False).graph.node)
+    except Exception as exc:  # noqa: BLE001  a damaged protobuf raises DecodeError and others
+        raise PlacerError(f"model file {model_file!r} is not a readable ONNX model: {exc}") from None
+    kinds = graph.op_kinds.tolist()
+    if len(nodes) != len(kinds) or any(node.op_type != kind for node, kind in zip(nodes, kinds)):
+        raise PlacerError(f"graph {graph.name!r} was not imported from {model_file!r} as it is now: the graph has "
+                          f"{len(kinds)} ops, the file {len(nodes)} nodes (or their types differ)")
+    return {tensor: i for i, node in enumerate(nodes) for tensor in node.output if tensor}

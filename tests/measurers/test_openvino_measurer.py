@@ -1,0 +1,248 @@
+"""The OpenVINO measurer: HETERO affinities honoured (a split makes submodels, outputs unchanged), timing
+rules, statuses, clear errors for missing devices and bad model files, the factory kind, the GPU check."""
+
+import os
+import statistics
+
+import numpy as np
+import pytest
+
+ov = pytest.importorskip("openvino")
+
+from graphs.errors import PlacerError  # noqa: E402
+from graphs.opgraph import OpGraph  # noqa: E402
+from measurers.factory import MeasurerSpec, build_measurer  # noqa: E402
+from measurers.machine import Device, Link, Machine  # noqa: E402
+from measurers.openvino.affinity import match_ops, node_devices  # noqa: E402
+from measurers.openvino.check import SKIP_LINE, gpu_check_openvino, split_check  # noqa: E402
+from measurers.openvino.devices import openvino_machine  # noqa: E402
+from measurers.openvino.measurer import OpenVinoMeasurer  # noqa: E402
+from measurers.openvino.sample import sample_graph, save_sample_model  # noqa: E402
+from measurers.timing import INFERENCE_TIMING, default_timing  # noqa: E402
+
+OPS = ["conv", "relu", "flat", "logits"]  # the sample model's ops, in order; a chain
+
+
+def graph_of(model_file, ops=OPS) -> OpGraph:
+    """The sample model's op graph written out by hand: op names are the model's friendly names."""
+    n = len(ops)
+    return OpGraph(name="ov-sample", framework="openvino", op_names=np.array(ops, object),
+                   op_kinds=np.array(["Convolution", "Relu", "Reshape", "MatMul"][:n], object),
+                   flops=np.zeros(n), bytes_accessed=np.zeros(n), out_bytes=np.full(n, 1024),
+                   param_bytes=np.zeros(n, np.int64), edge_src=np.arange(n - 1), edge_dst=np.arange(1, n),
+                   edge_bytes=np.full(n - 1, 1024), batch_size=1, meta={"model_file": str(model_file)})
+
+
+def machine_of(kinds) -> Machine:
+    devices = tuple(Device(f"{kind}:{i}", kind, "test", 1e11, 1e10, 2**30, 1e-6) for i, kind in enumerate(kinds))
+    links = tuple(Link(a.name, b.name, 1e9, 1e-6, f"{a.name}>{b.name}") for a in devices for b in devices if a != b)
+    return Machine("test-" + "-".join(kinds), devices, links)
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory):
+    return save_sample_model(tmp_path_factory.mktemp("ov"))
+
+
+@pytest.fixture(scope="module")
+def two_core():
+    """A core with a second OpenVINO device, ``CPUB``: the CPU plugin registered again under another name
+    (OpenVINO requires the name to contain the plugin's, ``CPU``), so a split is real HETERO work here."""
+    core = ov.Core()
+    core.register_plugin(os.path.join(os.path.dirname(ov.__file__), "libs", "libopenvino_intel_cpu_plugin.so"),
+                         "CPUB")
+    return core
+
+
+def test_sample_graph__matches_the_hand_written_graph(model_file):
+    made = sample_graph(model_file)
+    assert made.op_names.tolist() == OPS and made.edge_src.tolist() == [0, 1, 2]
+    assert made.edge_dst.tolist() == [1, 2, 3] and made.meta["model_file"] == str(model_file)
+
+
+def test_all_cpu_placement__ok_with_the_median_of_the_timed_runs(model_file):
+    graph = graph_of(model_file)
+    calls = []
+
+    def clock():
+        calls.append(1)
+        return float(len(calls)) ** 2  # each sample longer than the one before
+
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=3, warmup=2, clock=clock)
+    [m] = measurer.measure([np.zeros(graph.num_ops, np.int64)])
+    assert m.ok and m.error == "" and m.peak_bytes == (0,)
+    assert len(calls) == 1 + 2 * (2 + 3)  # start, then a bracket around every warm-up and timed run
+    assert len(m.samples_s) == 3 and m.runtime_s == statistics.median(m.samples_s) and m.runtime_s > 0
+    assert m.samples_s[0] < m.samples_s[1] < m.samples_s[2]  # the timed runs are the last three, in order
+
+
+def test_real_clock__positive_runtime_one_measurement_per_placement(model_file):
+    graph = graph_of(model_file)
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=3, warmup=1)
+    found = measurer.measure([np.zeros(graph.num_ops, np.int64)] * 2)
+    assert len(found) == 2 and all(m.ok and 0 < m.runtime_s < 1 and len(m.samples_s) == 3 for m in found)
+
+
+def test_outputs_with_affinities__equal_the_plain_cpu_compile(model_file):
+    graph = graph_of(model_file)
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=1, warmup=0, seed=4)
+    placement = np.zeros(graph.num_ops, np.int64)
+    assert measurer.compile_for(placement).get_property("HETERO_NUMBER_OF_SUBMODELS") == 1
+    plain = ov.Core().compile_model(str(model_file), "CPU")
+    expected = plain(measurer.inputs)[plain.outputs[0]]
+    [got] = measurer.infer_once(placement)
+    assert got.shape == (1, 5) and np.abs(got).max() > 0
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_split_over_two_openvino_devices__submodels_and_same_outputs(model_file, two_core):
+    graph = graph_of(model_file)
+    measurer = OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), runs=2, warmup=1, core=two_core,
+                                ov_devices=["CPU", "CPUB"])
+    alone, middle, halves = np.zeros(4, np.int64), np.array([0, 1, 1, 0]), np.array([1, 1, 0, 0])
+    counts = [measurer.compile_for(p).get_property("HETERO_NUMBER_OF_SUBMODELS") for p in (alone, middle, halves)]
+    assert counts == [1, 3, 2]  # one submodel per connected same-device region: the affinities are honoured
+    assert measurer.compile_for(middle).get_property("EXECUTION_DEVICES") == ["CPU", "CPUB"]
+    reference = measurer.infer_once(alone)[0]
+    for placement in (middle, halves):
+        np.testing.assert_allclose(measurer.infer_once(placement)[0], reference, rtol=1e-5, atol=1e-5)
+    assert all(m.ok for m in measurer.measure([middle, halves]))
+
+
+def test_node_devices__non_ops_take_a_neighbour_ops_device(model_file):
+    graph = graph_of(model_file)
+    model = ov.Core().read_model(str(model_file))
+    matched = match_ops(model, graph, str(model_file))
+    devices = node_devices(model, matched, np.array([1, 0, 0, 1]), ["CPU", "CPUB"])
+    by_name = {n.get_friendly_name(): devices[n.get_name()] for n in model.get_ordered_ops()}
+    assert by_name["conv"] == "CPUB" and by_name["relu"] == by_name["flat"] == "CPU" and by_name["logits"] == "CPUB"
+    assert by_name["x"] == by_name["kernel"] == "CPUB"  # input and weights where the convolution reads them
+    assert by_name["flat_shape"] == "CPU" and by_name["dense"] == "CPUB"  # constants with their consumer
+    assert by_name["out"] == "CPUB"  # the result with its producer
+
+
+def test_device_the_runtime_lacks__placer_error_naming_it(model_file):
+    graph = graph_of(model_file)
+    with pytest.raises(PlacerError, match=r"device 'gpu:1' needs OpenVINO device 'GPU.0', which this runtime lacks"):
+        OpenVinoMeasurer(graph, machine_of(["cpu", "gpu"]))
+    with pytest.raises(PlacerError, match=r"'cpu:1' needs OpenVINO device 'NPU9'"):
+        OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), ov_devices=["CPU", "NPU9"])
+    with pytest.raises(PlacerError, match=r"has 2 devices but 1 OpenVINO device names"):
+        OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), ov_devices=["CPU"])
+
+
+def test_missing_or_damaged_model__placer_error(model_file, tmp_path):
+    with pytest.raises(PlacerError, match="does not exist"):
+        OpenVinoMeasurer(graph_of(tmp_path / "gone.xml"), openvino_machine())
+    damaged = tmp_path / "damaged.xml"
+    damaged.write_text(model_file.read_text()[:200])  # cut off mid-file
+    with pytest.raises(PlacerError, match=r"damaged.xml' cannot be read by OpenVINO: \w") as caught:
+        OpenVinoMeasurer(graph_of(damaged), openvino_machine())
+    assert "src/" not in str(caught.value)  # OpenVINO's C++ source locations left out
+    unnamed = graph_of(model_file)
+    unnamed.meta.pop("model_file")
+    with pytest.raises(PlacerError, match="names no model file"):
+        OpenVinoMeasurer(unnamed, openvino_machine())
+    with pytest.raises(PlacerError, match="'softmax'"):
+        OpenVinoMeasurer(graph_of(model_file, OPS[:3] + ["softmax"]), openvino_machine())
+
+
+class FailingCore:
+    """An OpenVINO core whose compile fails with ``message`` (how an out-of-memory GPU answers)."""
+
+    def __init__(self, core, message: str):
+        self.core, self.message = core, message
+
+    def compile_model(self, *args, **kwargs):
+        raise RuntimeError(f"Exception from src/plugins/intel_gpu/src/x.cpp:1:\n{self.message}\n")
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+
+def test_statuses__failures_are_measurements_never_exceptions(model_file):
+    graph = graph_of(model_file)
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=1, warmup=0)
+    zeros = np.zeros(graph.num_ops, np.int64)
+    short, outside = measurer.measure([zeros[:2], zeros + 3])
+    assert short.status == outside.status == "error" and "shape" in short.error and "devices 0..0" in outside.error
+    measurer.core = FailingCore(measurer.core, "[GPU] out of memory: CL_OUT_OF_RESOURCES")
+    [oom] = measurer.measure([zeros])
+    assert oom.status == "oom" and "src/plugins" not in oom.error and "out of memory" in oom.error
+    measurer.core = FailingCore(measurer.core.core, "unsupported layer")
+    [error] = measurer.measure([zeros])
+    assert error.status == "error" and error.error == "RuntimeError: unsupported layer"
+    assert error.runtime_s == float("inf") and error.samples_s == ()
+
+
+def test_timeout__past_the_limit(model_file):
+    graph = graph_of(model_file)
+    now = [0.0]
+
+    def clock():
+        now[0] += 1.0
+        return now[0]
+
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=5, warmup=5, timeout_s=2.5, clock=clock)
+    [m] = measurer.measure([np.zeros(graph.num_ops, np.int64)])
+    assert m.status == "timeout" and "time limit" in m.error
+
+
+def save_tiny_onnx(path):
+    """Conv -> Relu -> Flatten -> MatMul; OpenVINO reads the last node under its output's name ``y``."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "W"),
+               numpy_helper.from_array(rng.standard_normal((256, 5)).astype(np.float32), "M")]
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"), helper.make_node("Flatten", ["r"], ["f"], name="flat"),
+             helper.make_node("MatMul", ["f", "M"], ["y"], name="logits")]
+    body = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], weights)
+    onnx.save(helper.make_model(body, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def test_onnx_import__ops_matched_through_their_tensors_and_split(tmp_path, two_core):
+    from graphs.inference.onnx_import import import_onnx
+
+    path = save_tiny_onnx(tmp_path / "tiny.onnx")
+    graph = import_onnx(str(path))
+    assert graph.op_names.tolist() == OPS  # ONNX node names; OpenVINO calls the MatMul "y"
+    measurer = OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), runs=2, warmup=1, core=two_core,
+                                ov_devices=["CPU", "CPUB"])
+    split = np.array([0, 0, 1, 1])
+    assert measurer.compile_for(split).get_property("HETERO_NUMBER_OF_SUBMODELS") == 2
+    np.testing.assert_allclose(measurer.infer_once(split)[0], measurer.infer_once(np.zeros(4, np.int64))[0],
+                               rtol=1e-5, atol=1e-5)
+    [m] = measurer.measure([split])
+    assert m.ok and m.runtime_s > 0
+
+
+def test_openvino_import__measured_as_imported(model_file, two_core):
+    from graphs.inference.openvino_import import import_openvino_ir
+
+    graph = import_openvino_ir(str(model_file))
+    assert graph.op_names.tolist() == OPS and graph.meta["model_file"] == str(model_file)
+    measurer = OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), runs=2, warmup=1, core=two_core,
+                                ov_devices=["CPU", "CPUB"])
+    assert all(m.ok for m in measurer.measure([np.zeros(4, np.int64), np.array([1, 0, 1, 0])]))
+
+
+def test_factory__openvino_kind_with_its_default_timing(model_file):
+    graph = graph_of(model_file)
+    measurer = build_measurer(MeasurerSpec("openvino", graph, openvino_machine()))
+    assert isinstance(measurer, OpenVinoMeasurer)
+    assert default_timing("openvino") == INFERENCE_TIMING
+    assert (measurer.settings.runs, measurer.settings.warmup) == (INFERENCE_TIMING.runs, INFERENCE_TIMING.warmup)
+    assert openvino_machine().meta["openvino_devices"].split(",")[0] == "CPU"
+
+
+def test_gpu_check__skips_without_an_openvino_gpu_and_reports_a_split(two_core):
+    if any(name.startswith("GPU") for name in ov.Core().available_devices):
+        pytest.skip("this node has an OpenVINO GPU; the check runs for real in tests/gpu_check.py")
+    assert gpu_check_openvino() == SKIP_LINE
+    line = split_check(two_core, machine_of(["cpu", "cpu"]), 1, ov_devices=["CPU", "CPUB"], runs=2, warmup=1)
+    assert line.startswith("openvino CPUB (") and "split submodels 2" in line and " ms" in line
