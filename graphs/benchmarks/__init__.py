@@ -1,4 +1,5 @@
-"""The built-in benchmark graphs: real framework models traced at the papers' scale.
+"""The built-in benchmark graphs: real framework models traced at the papers' scale, and batch-1 inference
+graphs read from exported ONNX / OpenVINO IR files (graphs.benchmarks.inference_models).
 
 Each entry names its builder lazily, so listing benchmarks imports neither torch nor TensorFlow.
 """
@@ -43,3 +44,14 @@ register(Benchmark("inception-v3", "graphs.benchmarks.keras_models:build_incepti
 register(Benchmark("resnet-50", "graphs.benchmarks.keras_models:build_resnet50",
                    "ResNet-50 (keras.applications), batch 64, 224x224, SGD momentum",
                    {"batch_size": 64, "image_size": 224}))
+register(Benchmark("inception-v3-infer", "graphs.benchmarks.inference_models:build_inception_v3_infer",
+                   "Inception-V3 inference (keras.applications -> OpenVINO IR, no aux head), batch 1, 299x299",
+                   {"batch_size": 1, "image_size": 299}))
+register(Benchmark("resnet-50-infer", "graphs.benchmarks.inference_models:build_resnet50_infer",
+                   "ResNet-50 inference (keras.applications -> OpenVINO IR), batch 1, 224x224",
+                   {"batch_size": 1, "image_size": 224}))
+register(Benchmark("bert-base-infer", "graphs.benchmarks.inference_models:build_bert_base_infer",
+                   "BERT-base encoder inference (PyTorch -> ONNX; 12 layers, hidden 768, 12 heads, vocab 30522), "
+                   "batch 1, sequence 128",
+                   {"batch_size": 1, "seq_len": 128, "hidden": 768, "layers": 12, "heads": 12, "ffn": 3072,
+                    "vocab": 30522, "max_positions": 512}))
