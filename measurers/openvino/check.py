@@ -30,11 +30,12 @@ def split_check(core, machine: Machine, other: int, ov_devices: Sequence[str] | 
                 warmup: int = 3) -> str:
     """One line: the sample model's median ms on device 0, on device ``other`` and split between them, the
     split's HETERO submodel count and its largest difference from the device-0 outputs."""
+    from graphs.inference.openvino_import import import_openvino_ir
     from measurers.openvino.measurer import OpenVinoMeasurer
-    from measurers.openvino.sample import sample_graph, save_sample_model
+    from measurers.openvino.sample import save_sample_model
 
     with tempfile.TemporaryDirectory() as directory:
-        graph = sample_graph(save_sample_model(directory, channels=64, size=64, classes=100))
+        graph = import_openvino_ir(str(save_sample_model(directory, channels=64, size=64, classes=100)))
         measurer = OpenVinoMeasurer(graph, machine, runs=runs, warmup=warmup, core=core, ov_devices=ov_devices)
         names = measurer.device_names
         on_other = np.isin(graph.op_names, ["conv", "relu"])  # (N,) bool

@@ -3,7 +3,9 @@
 A machine device maps to an OpenVINO device name: explicitly (``ov_devices``, one name per machine device,
 or ``machine.meta["openvino_devices"]``, comma-separated, as ``openvino_machine`` records it), else by kind:
 ``cpu`` -> ``CPU``, the k-th ``gpu`` of the machine -> ``GPU.k`` (or ``GPU`` where OpenVINO lists a single
-GPU under that name). A name the runtime lacks is a PlacerError naming the machine device. Example::
+GPU under that name). A name the runtime lacks is a PlacerError naming the machine device. Machine devices
+that map to one OpenVINO device (two ``cpu`` devices: both ``CPU``) run as that one device: a placement
+split between them is no split. Example::
 
     machine = openvino_machine()                         # e.g. cpu:0 -> CPU, gpu:0 -> GPU.0
     names = openvino_device_names(machine, ov.Core().available_devices)

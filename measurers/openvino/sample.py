@@ -1,10 +1,8 @@
-"""A small OpenVINO model and its op graph, for the GPU check and the measurer's tests.
+"""A small OpenVINO model for the GPU check and the measurer's tests.
 
-``save_sample_model(directory)`` writes ``sample.xml`` / ``sample.bin``: Parameter -> Convolution -> Relu
--> Reshape -> MatMul -> Result, in fp32. ``sample_graph(model_file)`` is the op graph of such a file as
-the measurer reads it: every node but Parameter / Constant / Result is an op named by its friendly name,
-an edge wherever one op reads another's output, its bytes from the static output shape (no FLOP or cost
-figures: those are the importer's business, graphs/inference/).
+``save_sample_model(directory)`` writes ``sample.xml`` / ``sample.bin``: Parameter -> Convolution (``conv``)
+-> Relu (``relu``) -> Reshape (``flat``) -> MatMul (``logits``) -> Result, in fp32; its op graph is
+``graphs.inference.openvino_import.import_openvino_ir(path)``.
 """
 
 from __future__ import annotations
@@ -12,10 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-
-from graphs.opgraph import OpGraph
-
-NOT_OPS = ("Parameter", "Constant", "Result")
 
 
 def save_sample_model(directory: str | Path, channels: int = 4, size: int = 8, classes: int = 5,
@@ -36,27 +30,3 @@ def save_sample_model(directory: str | Path, channels: int = 4, size: int = 8, c
     path = Path(directory) / "sample.xml"
     ov.save_model(model, path, compress_to_fp16=False)
     return path
-
-
-def sample_graph(model_file: str | Path, name: str = "openvino-sample") -> OpGraph:
-    """The op graph of ``model_file`` (names, kinds, edges, output bytes); ``meta["model_file"]`` set."""
-    import openvino as ov
-
-    nodes = [n for n in ov.Core().read_model(str(model_file)).get_ordered_ops() if n.get_type_name() not in NOT_OPS]
-    index = {n.get_name(): i for i, n in enumerate(nodes)}
-    out_bytes = [sum(_bytes(n, k) for k in range(n.get_output_size())) for n in nodes]
-    edges = [(index[v.get_node().get_name()], i, _bytes(v.get_node(), v.get_index()))
-             for i, n in enumerate(nodes) for v in n.input_values() if v.get_node().get_name() in index]
-    src, dst, size = (np.array(column, dtype=np.int64) for column in zip(*edges)) if edges else ([], [], [])
-    n = len(nodes)
-    return OpGraph(name=name, framework="openvino", op_names=np.array([x.get_friendly_name() for x in nodes], object),
-                   op_kinds=np.array([x.get_type_name() for x in nodes], object), flops=np.zeros(n),
-                   bytes_accessed=np.zeros(n), out_bytes=np.array(out_bytes, np.int64),
-                   param_bytes=np.zeros(n, np.int64), edge_src=src, edge_dst=dst, edge_bytes=size,
-                   batch_size=1, source=str(model_file), meta={"model_file": str(Path(model_file).resolve())})
-
-
-def _bytes(node, output: int) -> int:
-    shape = node.get_output_partial_shape(output)
-    count = int(np.prod([d.get_length() for d in shape])) if shape.is_static else 0
-    return count * node.get_output_element_type(output).size
