@@ -1,0 +1,56 @@
+"""HSDAG's settings (``HsdagConfig``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphs.errors import PlacerError
+
+ADVANTAGES = ("rank", "baseline")
+INITS = ("scratch", "pretrained")
+
+
+@dataclass(frozen=True)
+class HsdagConfig:
+    hidden_size: int = 64
+    """Width of every embedding."""
+    num_layers: int = 3
+    """Message-passing layers of the graph encoder."""
+    batch_size: int = 16
+    """Placements (parses and their devices) sampled per update, measured in one call."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    entropy_coeff: float = 0.01
+    """Weight of the entropy bonus (mean Bernoulli entropy of the merges plus mean device entropy)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm bound."""
+    advantage: str = "rank"
+    """'rank': centered ranks of -runtime in the batch (as gdp and reinforce); 'baseline': the paper's
+    REINFORCE, -runtime (relative to the first batch's mean) minus a moving-average baseline."""
+    baseline_decay: float = 0.9
+    """'baseline' advantages: weight of the old baseline in each moving-average step."""
+    failure_factor: float = 3.0
+    """A failed placement is scored as this many times the worst ok runtime seen on the problem."""
+    imitation_steps: int = 100
+    """Adam steps fitting a warm start (the parse that merges every edge whose ends share a device)."""
+    init: str = "scratch"
+    """'scratch' or 'pretrained': encoder, device MLP and pair scorer from gdp's committed checkpoint
+    (its hidden size and layer count then replace these)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.advantage not in ADVANTAGES:
+            raise PlacerError(f"hsdag: unknown advantage {self.advantage!r} (known: {', '.join(ADVANTAGES)})")
+        if self.init not in INITS:
+            raise PlacerError(f"hsdag: unknown init {self.init!r} (known: {', '.join(INITS)})")
+        if self.batch_size < 2:
+            raise PlacerError(f"hsdag: batch_size must be at least 2, got {self.batch_size}")
+        if self.hidden_size < 4 or self.num_layers < 1:
+            raise PlacerError(f"hsdag: hidden_size must be >= 4 and num_layers >= 1, got {self.hidden_size}, "
+                              f"{self.num_layers}")
+        if self.entropy_coeff < 0 or not self.lr > 0 or self.failure_factor <= 1.0:
+            raise PlacerError(f"hsdag: entropy_coeff >= 0, lr > 0 and failure_factor > 1 needed, got "
+                              f"{self.entropy_coeff}, {self.lr}, {self.failure_factor}")
+        if not 0.0 <= self.baseline_decay < 1.0 or self.imitation_steps < 0:
+            raise PlacerError(f"hsdag: baseline_decay in [0, 1) and imitation_steps >= 0 needed, got "
+                              f"{self.baseline_decay}, {self.imitation_steps}")

@@ -1,0 +1,185 @@
+"""``hsdag`` as a registry policy (policies/registry.py): learn groups and their devices on one problem.
+
+The run measures the greedy parse first (every edge with merge probability above 1/2 collapsed, each
+group on its most likely device), then trains (``HsdagTrainer.iterate``) until the budget is spent; a
+placement sampled again costs nothing, and ``STALL_ITERATIONS`` updates with nothing new end the run as
+"converged". A warm start (op placements, best first) is measured in the budget, and the policy imitates
+the best that ran (its parse: edges whose ends share a device collapsed) before training; the run never
+reports worse than it. The network is kept by the instance: a second ``place`` (say on the machine
+with a device removed: the network reads any number of devices) continues from it with a fresh
+optimizer, and from ``self.warm_start`` when one is set. Weights start from scratch, or with
+``init="pretrained"`` the encoder, device MLP and pair scorer come from gdp's committed checkpoint.
+``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo of measured placements,
+the best, counters): a resumed run measures nothing twice.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from graphs.errors import PlacerError
+from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
+                           search_result, with_run_best)
+from policies.rl.gnn.hsdag.config import HsdagConfig
+from policies.rl.gnn.hsdag.parser import HsdagNet, ParseEdges
+from policies.rl.gnn.hsdag.trainer import HsdagTrainer
+from policies.rl.gnn.problems import Slot
+from policies.rl.loop import save_state
+
+STALL_ITERATIONS = 30
+LEARNER_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
+_SEARCH_ONLY = ("torch_threads", "checkpoint_every")
+_PRETRAINED_MODULES = ("encoder.", "devices.", "scorer.")  # what HsdagNet shares with GdpNet
+
+
+class HsdagPolicy:
+    name = "hsdag"
+
+    def __init__(self, context: RunContext | None = None, warm_start: Sequence[np.ndarray] | None = None,
+                 **options):
+        self.context = context or RunContext()
+        self.warm_start = None if warm_start is None else list(warm_start)
+        self.torch_threads = options.get("torch_threads")
+        self.checkpoint_every = int(options.get("checkpoint_every") or 10)
+        known = {f.name for f in fields(HsdagConfig)} - {"seed"}
+        unknown = set(options) - known - set(_SEARCH_ONLY)
+        if unknown:
+            raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
+        self.options = {k: v for k, v in options.items() if k in known and v is not None}
+        self.trainer: HsdagTrainer | None = None  # kept across place calls
+        self.config(0)  # bad settings fail here, not in place
+
+    def config(self, seed: int) -> HsdagConfig:
+        options = dict(self.options)
+        if options.get("init") == "pretrained":
+            options.update(_pretrained_state()["architecture"])
+            options.pop("kind", None)
+        return HsdagConfig(**{**options, "seed": seed})
+
+    def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
+        from policies.rl.loop import deterministic_torch
+        from policies.rl.warm_start import measure_warm_start
+
+        check_budget(budget)
+        if self.torch_threads is not None:
+            torch.set_num_threads(self.torch_threads)
+        config = self.config(seed)
+        counter = BudgetedMeasurer(measurer, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
+        slot = Slot(problem, counter, config.failure_factor)
+        edges = ParseEdges.of(slot.tensors)
+        notes, warm_runtime_s = [f"weights: {config.init}" + (" (kept from the last run)" if self.trainer else "")], math.nan
+        with deterministic_torch():
+            trainer = self._trainer(config)
+            if not self._resume(trainer, slot):
+                warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
+                if warm is not None:
+                    slot.record(warm.unit_placement, warm.runtime_s)  # training never reports worse
+                    trainer.imitate(slot, edges, warm.unit_placement, config.imitation_steps)
+                    warm_runtime_s = warm.runtime_s
+                    notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
+                slot.measure(trainer.greedy(slot, edges)[None])
+            stop_reason, groups = self._train(trainer, slot, edges)
+            self._save(trainer, slot)
+        if trainer.learner_s:
+            notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each; "
+                         f"groups per sample: {groups[0]:.1f} first batch, {groups[-1]:.1f} last")
+        found = search_result(self.name, problem, counter, "; ".join(notes))
+        best_op = None if slot.best_units is None else problem.expand(slot.best_units)
+        spu = float(np.mean(trainer.learner_s)) if trainer.learner_s else math.nan
+        return with_run_best(found, problem, best_op, slot.best_runtime_s, measurements=slot.counter.used,
+                             stop_reason=stop_reason, seconds_per_update=spu, warm_start_runtime_s=warm_runtime_s)
+
+    def _trainer(self, config: HsdagConfig) -> HsdagTrainer:
+        """The kept trainer with a fresh optimizer, or a new one (weights seeded by ``config.seed``)."""
+        if self.trainer is not None:
+            self.trainer.fresh_optimizer(config.seed)
+            return self.trainer
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            net = HsdagNet(config.hidden_size, config.num_layers)
+        if config.init == "pretrained":
+            shared = {k: v for k, v in _pretrained_state()["trainer"]["net"].items()
+                      if k.startswith(_PRETRAINED_MODULES)}
+            missing, unexpected = net.load_state_dict(shared, strict=False)
+            if unexpected or any(not k.startswith("edge_scorer.") for k in missing):
+                raise PlacerError(f"hsdag: gdp's checkpoint does not fit the network (missing {missing}, "
+                                  f"unexpected {unexpected})")
+        self.trainer = HsdagTrainer(config, net)
+        return self.trainer
+
+    def _train(self, trainer: HsdagTrainer, slot: Slot, edges: ParseEdges) -> tuple[str, list[float]]:
+        """Iterate until the budget, the time limit or the stop flag ends the run; the stop reason and
+        the mean groups per sample of each batch."""
+        ctx, started, stalled, groups = self.context, time.perf_counter(), 0, []
+        while slot.counter.left >= 2:
+            stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
+            if stopped is not None:
+                return stopped, groups
+            if stalled >= STALL_ITERATIONS:
+                return "converged", groups
+            used = slot.counter.used
+            metrics = trainer.iterate(slot, edges)
+            if metrics is None:
+                break
+            groups.append(metrics.mean_groups)
+            stalled = 0 if slot.counter.used > used else stalled + 1
+            if ctx.on_iteration is not None:
+                ctx.on_iteration(metrics.iteration, {k: float(v) for k, v in vars(metrics).items()
+                                                     if isinstance(v, (int, float)) and k != "iteration"})
+            if ctx.checkpoint_dir is not None and trainer.iteration % self.checkpoint_every == 0:
+                self._save(trainer, slot)
+        return "budget", groups
+
+    # ---- the run's own checkpoint (resume) ------------------------------------------------------
+
+    def _learner_path(self) -> Path | None:
+        folder = self.context.checkpoint_dir
+        return None if folder is None else Path(folder) / LEARNER_FILE
+
+    def _save(self, trainer: HsdagTrainer, slot: Slot) -> None:
+        path = self._learner_path()
+        if path is None:
+            return
+        if self.context.before_checkpoint is not None:
+            self.context.before_checkpoint()
+        keys = list(slot.memo)
+        memo_units = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), slot.num_groups)  # (K, G)
+        state = {"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
+                 "measurements_used": slot.counter.used, "best_runtime_s": slot.best_runtime_s,
+                 "best_units": None if slot.best_units is None else torch.from_numpy(slot.best_units),
+                 "num_groups": slot.num_groups, "worst_ok_s": slot.worst_ok_s,
+                 "memo_units": torch.from_numpy(memo_units.copy()),
+                 "memo_cost_s": torch.tensor([slot.memo[k] for k in keys], dtype=torch.float64)}
+        save_state(state, path)
+
+    def _resume(self, trainer: HsdagTrainer, slot: Slot) -> bool:
+        path = self._learner_path()
+        if path is None or not path.is_file():
+            return False
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception as exc:  # a damaged or truncated file
+            raise PlacerError(f"{path} is damaged or truncated ({type(exc).__name__}): remove it to start over") from None
+        if not isinstance(state, dict) or state.get("policy") != self.name or state.get("num_groups") != slot.num_groups:
+            raise PlacerError(f"{path} is not a {self.name} learner of {slot.num_groups} units")
+        trainer.load_state(state["trainer"])
+        slot.counter.used = int(state["measurements_used"])
+        slot.best_runtime_s = float(state["best_runtime_s"])
+        slot.best_units = None if state["best_units"] is None else state["best_units"].numpy().astype(np.int64)
+        for units, cost in zip(state["memo_units"].numpy(), state["memo_cost_s"].tolist()):
+            slot.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = float(cost)  # not measured again
+        slot.worst_ok_s = float(state["worst_ok_s"])
+        return True
+
+
+def _pretrained_state() -> dict:
+    from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
+
+    return read_checkpoint(pretrained_path("gdp"), "gdp")
