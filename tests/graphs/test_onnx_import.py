@@ -1,0 +1,176 @@
+"""The ONNX importer on a model written by hand with onnx.helper, whose figures are checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphs.errors import PlacerError
+from graphs.inference.onnx_import import import_onnx
+from graphs.opgraph import PHASE_CODE
+
+BATCH = 2
+F32 = 4  # bytes per float32
+
+
+def _hand_model():
+    """x (2,3,8,8) -> conv (3x3, 4 filters, bias) -> unnamed Relu -> flat (Reshape) -> fc (Gemm, bias)
+    -> scale (Mul by s) -> fancy (custom domain, reads s again); sum = fc + scale. Two graph outputs."""
+    init = numpy_helper.from_array
+    initializers = [
+        init(np.ones((4, 3, 3, 3), np.float32), "w"), init(np.ones(4, np.float32), "b"),
+        init(np.array([BATCH, -1], np.int64), "flat_shape"),
+        init(np.ones((144, 4), np.float32), "m"), init(np.ones(4, np.float32), "bias"),
+        init(np.ones((1, 4), np.float32), "s"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Reshape", ["r", "flat_shape"], ["f"], name="flat"),
+        helper.make_node("Gemm", ["f", "m", "bias"], ["g"], name="fc"),
+        helper.make_node("Mul", ["g", "s"], ["h"], name="scale"),
+        helper.make_node("FancyOp", ["h", "s"], ["y"], name="fancy", domain="com.example"),
+        helper.make_node("Add", ["g", "h"], ["z"], name="sum"),
+    ]
+    graph = helper.make_graph(
+        nodes, "hand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [BATCH, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [BATCH, 4]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [BATCH, 4])], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.example", 1)])
+
+
+@pytest.fixture
+def hand_onnx(tmp_path):
+    path = tmp_path / "hand.onnx"
+    onnx.save(_hand_model(), str(path))
+    return path
+
+
+def _by_name(graph, values) -> dict:
+    return dict(zip(graph.op_names.tolist(), np.asarray(values).tolist()))
+
+
+def test_import_onnx__ops_names_kinds_and_metadata(hand_onnx):
+    graph = import_onnx(str(hand_onnx))
+    assert graph.op_names.tolist() == ["conv", "Relu_1", "flat", "fc", "scale", "fancy", "sum"]
+    assert graph.op_kinds.tolist() == ["Conv", "Relu", "Reshape", "Gemm", "Mul", "FancyOp", "Add"]
+    assert (graph.name, graph.framework, graph.batch_size) == ("hand", "onnx", BATCH)
+    assert set(graph.phases.tolist()) == {PHASE_CODE["forward"]}
+    assert graph.meta["model_file"] == str(hand_onnx.resolve()) == graph.source
+    assert graph.meta["ops_without_flops"] == {"FancyOp": 1}
+    assert graph.num_params == 108 + 4 + 144 * 4 + 4 + 4  # float initializers only: not flat_shape
+
+
+def test_import_onnx__flops_by_hand(hand_onnx):
+    graph = import_onnx(str(hand_onnx))
+    conv_out = BATCH * 4 * 6 * 6
+    assert _by_name(graph, graph.flops) == {
+        "conv": 2 * conv_out * 3 * 3 * 3 + conv_out,  # MACs x 2 + bias
+        "Relu_1": conv_out, "flat": 0, "fc": 2 * BATCH * 4 * 144 + BATCH * 4,
+        "scale": BATCH * 4, "fancy": 0, "sum": BATCH * 4,
+    }
+
+
+def test_import_onnx__edges_carry_tensor_bytes_and_weights_are_owned_once(hand_onnx):
+    graph = import_onnx(str(hand_onnx))
+    act, small = BATCH * 144 * F32, BATCH * 4 * F32
+    edges = {(graph.op_names[s], graph.op_names[d]): int(b)
+             for s, d, b in zip(graph.edge_src, graph.edge_dst, graph.edge_bytes)}
+    assert edges == {("conv", "Relu_1"): act, ("Relu_1", "flat"): act, ("flat", "fc"): act,
+                     ("fc", "scale"): small, ("scale", "fancy"): small, ("fc", "sum"): small,
+                     ("scale", "sum"): small}  # no edge from the graph input x
+    assert _by_name(graph, graph.param_bytes) == {
+        "conv": (108 + 4) * F32, "Relu_1": 0, "flat": 2 * 8, "fc": (576 + 4) * F32, "scale": 4 * F32,
+        "fancy": 0, "sum": 0}  # s belongs to scale, its first reader
+    accessed = _by_name(graph, graph.bytes_accessed)
+    assert accessed["conv"] == BATCH * 3 * 64 * F32 + act + (108 + 4) * F32
+    assert accessed["fancy"] == small + small + 4 * F32  # h in, y out, s read again
+    assert _by_name(graph, graph.out_bytes)["fancy"] == small  # its output's declared shape
+
+
+def test_import_onnx__simulates_on_one_device(hand_onnx):
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = import_onnx(str(hand_onnx))
+    (measurement,) = SimulatorMeasurer(graph, load_machine("paper-2gpu")).measure(
+        [np.zeros(graph.num_ops, dtype=np.int64)])
+    assert measurement.ok and measurement.runtime_s > 0
+
+
+def test_import_onnx__repeated_node_names_are_made_unique(tmp_path):
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="act"), helper.make_node("Relu", ["a"], ["y"], name="act")]
+    graph = helper.make_graph(nodes, "dups", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    path = tmp_path / "dups.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    imported = import_onnx(str(path), name="renamed")
+    assert imported.op_names.tolist() == ["act", "act_1"] and imported.name == "renamed"
+    assert imported.edge_src.tolist() == [0] and imported.edge_dst.tolist() == [1]
+
+
+def test_import_onnx__if_is_one_op_fed_by_what_its_branches_read_and_listed_without_flops(tmp_path):
+    value = helper.make_tensor_value_info
+    branch = {name: helper.make_graph([helper.make_node(kind, ["h"], [f"{name}_out"])], name, [],
+                                      [value(f"{name}_out", TensorProto.FLOAT, [4])])
+              for name, kind in (("then", "Identity"), ("else", "Neg"))}
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("If", ["flag"], ["y"], name="choose", then_branch=branch["then"],
+                              else_branch=branch["else"])]
+    inputs = [value("x", TensorProto.FLOAT, [4]), value("flag", TensorProto.BOOL, [])]
+    graph = helper.make_graph(nodes, "branchy", inputs, [value("y", TensorProto.FLOAT, [4])])
+    path = tmp_path / "branchy.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    imported = import_onnx(str(path))
+    assert imported.op_names.tolist() == ["relu", "choose"]
+    assert list(zip(imported.edge_src.tolist(), imported.edge_dst.tolist(), imported.edge_bytes.tolist())) == \
+        [(0, 1, 16)]  # h, read inside both branches
+    assert imported.meta["ops_without_flops"] == {"If": 1} and imported.flops[1] == 0
+
+
+def _damaged(tmp_path, hand_onnx) -> dict:
+    data = hand_onnx.read_bytes()
+    files = {"truncated": data[: len(data) // 2], "random": np.random.default_rng(0).bytes(2000), "empty": b""}
+    broken = _hand_model()
+    broken.graph.node[3].input[0] = "nowhere"  # fc reads a tensor nothing makes
+    files["dangling"] = broken.SerializeToString()
+    paths = {}
+    for label, content in files.items():
+        paths[label] = tmp_path / f"{label}.onnx"
+        paths[label].write_bytes(content)
+    return paths
+
+
+def test_import_onnx__damaged_files_are_placer_errors_naming_the_file(tmp_path, hand_onnx):
+    for label, path in _damaged(tmp_path, hand_onnx).items():
+        with pytest.raises(PlacerError, match=str(path)) as caught:
+            import_onnx(str(path))
+        assert "not a valid ONNX model" in str(caught.value), label
+    with pytest.raises(PlacerError, match="does not exist"):
+        import_onnx(str(tmp_path / "absent.onnx"))
+
+
+def test_cli_graphs_import_onnx__writes_the_graph_and_warns_once(tmp_path, hand_onnx, capsys):
+    from cluster.cli import main
+    from graphs.io import load_graph_file
+
+    out = tmp_path / "hand.parquet"
+    assert main(["graphs", "import", "--onnx", str(hand_onnx), "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if "warning" in line]
+    assert warnings == ["placer: warning: 1 op type has no FLOP formula, imported with bytes only: FancyOp (1)"]
+    assert load_graph_file(out).content_hash == import_onnx(str(hand_onnx)).content_hash
+
+
+def test_cli_graphs_import_onnx__damaged_file_exits_2_and_writes_nothing(tmp_path, hand_onnx, capsys):
+    from cluster.cli import main
+
+    damaged = _damaged(tmp_path, hand_onnx)["truncated"]
+    out = tmp_path / "never.parquet"
+    assert main(["graphs", "import", "--onnx", str(damaged), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placer: error:") and str(damaged) in err and "Traceback" not in err
+    assert not out.exists() and list(tmp_path.glob("*.parquet")) == []

@@ -1,0 +1,131 @@
+"""The OpenVINO IR importer on an IR built by hand with openvino.opset13, figures checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+
+from graphs.errors import PlacerError
+from graphs.inference.openvino_import import import_openvino_ir
+from graphs.opgraph import PHASE_CODE
+
+F32 = 4
+
+
+def _hand_model(repeat_name: bool = False) -> ov.Model:
+    """x (1,3,8,8) -> conv (3x3, 4 filters) -> relu -> flat (Reshape) -> fc (MatMul) -> bias (Add b)
+    -> scale (Multiply b again); fc also feeds scale's sibling "gate" (Sigmoid) into the Result."""
+    x = ops.parameter([1, 3, 8, 8], np.float32, name="x")
+    conv = ops.convolution(x, ops.constant(np.ones((4, 3, 3, 3), np.float32)), [1, 1], [0, 0], [0, 0], [1, 1])
+    relu = ops.relu(conv)
+    flat = ops.reshape(relu, ops.constant(np.array([1, 144], np.int64)), special_zero=False)
+    fc = ops.matmul(flat, ops.constant(np.ones((144, 4), np.float32)), False, False)
+    b = ops.constant(np.ones((1, 4), np.float32))
+    bias = ops.add(fc, b)
+    scale = ops.multiply(bias, b)
+    gate = ops.sigmoid(fc)
+    out = ops.add(scale, gate)
+    names = ["conv", "relu", "flat", "fc", "bias", "scale", "gate", "relu" if repeat_name else "out"]
+    for node, name in zip((conv, relu, flat, fc, bias, scale, gate, out), names):
+        node.set_friendly_name(name)
+    return ov.Model([ops.result(out)], [x], "hand_ir")
+
+
+@pytest.fixture
+def hand_ir(tmp_path):
+    path = tmp_path / "hand.xml"
+    ov.save_model(_hand_model(), str(path), compress_to_fp16=False)
+    return path
+
+
+def _by_name(graph, values) -> dict:
+    return dict(zip(graph.op_names.tolist(), np.asarray(values).tolist()))
+
+
+def test_import_openvino_ir__ops_are_the_non_constant_nodes_by_friendly_name(hand_ir):
+    graph = import_openvino_ir(str(hand_ir))
+    assert sorted(graph.op_names.tolist()) == sorted(["conv", "relu", "flat", "fc", "bias", "scale", "gate", "out"])
+    assert _by_name(graph, graph.op_kinds) == {
+        "conv": "Convolution", "relu": "Relu", "flat": "Reshape", "fc": "MatMul", "bias": "Add",
+        "scale": "Multiply", "gate": "Sigmoid", "out": "Add"}
+    assert (graph.name, graph.framework, graph.batch_size) == ("hand", "openvino", 1)
+    assert set(graph.phases.tolist()) == {PHASE_CODE["forward"]}
+    assert graph.meta == {"model_file": str(hand_ir.resolve()), "ops_without_flops": {}}
+    assert graph.source == str(hand_ir.resolve())
+    assert graph.num_params == 108 + 144 * 4 + 4  # float Constants; the int64 shape is not a parameter
+
+
+def test_import_openvino_ir__flops_edges_and_weights_by_hand(hand_ir):
+    graph = import_openvino_ir(str(hand_ir))
+    assert _by_name(graph, graph.flops) == {"conv": 2 * 144 * 27, "relu": 144, "flat": 0, "fc": 2 * 4 * 144,
+                                            "bias": 4, "scale": 4, "gate": 4, "out": 4}
+    edges = {(graph.op_names[s], graph.op_names[d]): int(b)
+             for s, d, b in zip(graph.edge_src, graph.edge_dst, graph.edge_bytes)}
+    act, small = 144 * F32, 4 * F32
+    assert edges == {("conv", "relu"): act, ("relu", "flat"): act, ("flat", "fc"): act, ("fc", "bias"): small,
+                     ("bias", "scale"): small, ("fc", "gate"): small, ("scale", "out"): small,
+                     ("gate", "out"): small}  # nothing from the Parameter, nothing to the Result
+    owned = _by_name(graph, graph.param_bytes)
+    assert owned == {"conv": 108 * F32, "relu": 0, "flat": 2 * 8, "fc": 576 * F32, "bias": small, "scale": 0,
+                     "gate": 0, "out": 0}  # b is the first reader's (bias), counted once
+    accessed = _by_name(graph, graph.bytes_accessed)
+    assert accessed["conv"] == 3 * 64 * F32 + act + 108 * F32
+    assert accessed["scale"] == small + small + small  # bias in, b read, out
+
+
+def test_import_openvino_ir__simulates_on_one_device(hand_ir):
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = import_openvino_ir(str(hand_ir))
+    (measurement,) = SimulatorMeasurer(graph, load_machine("paper-2gpu")).measure(
+        [np.zeros(graph.num_ops, dtype=np.int64)])
+    assert measurement.ok and measurement.runtime_s > 0
+
+
+def test_import_openvino_ir__repeated_friendly_names_fail_clearly(tmp_path):
+    path = tmp_path / "dups.xml"
+    ov.save_model(_hand_model(repeat_name=True), str(path), compress_to_fp16=False)
+    with pytest.raises(PlacerError, match="friendly names are not unique.*'relu'"):
+        import_openvino_ir(str(path))
+
+
+def test_import_openvino_ir__damaged_files_are_placer_errors_naming_the_file(tmp_path, hand_ir):
+    text = hand_ir.read_bytes()
+    cases = {"truncated": (text[: len(text) // 2], True, "not well-formed XML"),
+             "random": (np.random.default_rng(0).bytes(500), True, "not well-formed XML"),
+             "not_ir": (b"<model><layer/></model>", True, "not an OpenVINO IR"),
+             "no_bin": (text, False, "weights file .* is missing")}
+    for label, (content, with_bin, problem) in cases.items():
+        xml = tmp_path / f"{label}.xml"
+        xml.write_bytes(content)
+        if with_bin:
+            xml.with_suffix(".bin").write_bytes(hand_ir.with_suffix(".bin").read_bytes())
+        with pytest.raises(PlacerError, match=problem) as caught:
+            import_openvino_ir(str(xml))
+        assert str(xml) in str(caught.value), label
+    with pytest.raises(PlacerError, match="does not exist"):
+        import_openvino_ir(str(tmp_path / "absent.xml"))
+
+
+def test_import_openvino_ir__short_weights_file_is_a_placer_error(tmp_path, hand_ir):
+    xml = tmp_path / "short.xml"
+    xml.write_bytes(hand_ir.read_bytes())
+    xml.with_suffix(".bin").write_bytes(hand_ir.with_suffix(".bin").read_bytes()[:100])
+    with pytest.raises(PlacerError, match=f"OpenVINO cannot read IR {xml}"):
+        import_openvino_ir(str(xml))
+
+
+def test_cli_graphs_import_openvino__writes_the_graph_without_warning(tmp_path, hand_ir, capsys):
+    from cluster.cli import main
+    from graphs.io import load_graph_file
+
+    out = tmp_path / "hand.parquet"
+    assert main(["graphs", "import", "--openvino", str(hand_ir), "-o", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert load_graph_file(out).meta["model_file"] == str(hand_ir.resolve())
+    hand_ir.with_suffix(".bin").unlink()
+    assert main(["graphs", "import", "--openvino", str(hand_ir), "-o", str(tmp_path / "none.parquet")]) == 2
+    assert not (tmp_path / "none.parquet").exists()
