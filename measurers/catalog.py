@@ -16,20 +16,15 @@ out every field. ``machine_to_json`` writes the fully spelled-out form, which lo
 from __future__ import annotations
 
 import json
-import math
-from dataclasses import fields
 from pathlib import Path
 
 from graphs.errors import PlacerError
 from measurers.devices import CATALOG_DIR, DEVICES_FILE, device_profiles
-from measurers.machine import Device, Link, Machine
+from measurers.machine import Machine
+from measurers.machine_json import machine_from_json, machine_to_json
 
-NOTE_FIELDS = ("source", "notes")  # free text allowed in profiles and device entries
-
-DEVICE_FIELDS = {f.name: f.type for f in fields(Device)}
-LINK_FIELDS = {f.name: f.type for f in fields(Link)}
-_NUMBER_FIELDS = {"peak_flops", "mem_bandwidth_Bps", "memory_bytes", "op_overhead_s", "compute_efficiency",
-                  "memory_efficiency", "bandwidth_Bps", "latency_s"}
+__all__ = [  # the profiles and the JSON form are re-exported: callers need one module
+    "device_profiles", "list_machines", "load_machine", "machine_from_json", "machine_to_json"]
 
 
 def list_machines() -> list[str]:
@@ -58,95 +53,3 @@ def load_machine(name_or_file: str) -> Machine:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise PlacerError(f"machine file {str(path)!r} is not readable JSON: {exc}") from None
     return machine_from_json(data, where=f"machine file {str(path)!r}", base_dir=path.parent)
-
-
-def machine_from_json(data: object, where: str = "machine", base_dir: Path | None = None) -> Machine:
-    """Build a Machine from its JSON form (see the module docstring), validating every field. A
-    ``profile`` path (a file of `placer profile`) is taken relative to ``base_dir`` (the file's folder)."""
-    if not isinstance(data, dict):
-        raise PlacerError(f"{where}: the top level must be an object")
-    name = _field(data, "name", str, where)
-    devices = _field(data, "devices", list, where)
-    links = _field(data, "links", list, where)
-    description = data.get("description", "")
-    unknown = set(data) - {"name", "devices", "links", "description", "profile"}
-    if unknown:
-        raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    profile = str(data.get("profile", ""))
-    if profile:
-        profile_path = Path(profile) if base_dir is None else Path(base_dir) / profile
-        if not profile_path.is_file():
-            raise PlacerError(f"{where}: profile file {str(profile_path)!r} does not exist")
-        profile = str(profile_path.resolve())
-    try:
-        machine = Machine(
-            name=name,
-            devices=tuple(_device(entry, f"{where}: devices[{i}]") for i, entry in enumerate(devices)),
-            links=tuple(_link(entry, f"{where}: links[{i}]") for i, entry in enumerate(links)),
-            description=str(description),
-            profile=profile,
-        )
-    except PlacerError as exc:
-        if str(exc).startswith(where):
-            raise
-        raise PlacerError(f"{where}: {exc}") from None
-    return machine
-
-
-def machine_to_json(machine: Machine) -> dict:
-    """The fully spelled-out JSON form of ``machine`` (loads back to an equal Machine)."""
-    data = {
-        "name": machine.name,
-        "description": machine.description,
-        "devices": [{key: getattr(d, key) for key in DEVICE_FIELDS} for d in machine.devices],
-        "links": [{key: getattr(link, key) for key in LINK_FIELDS} for link in machine.links],
-    }
-    if machine.profile:
-        data["profile"] = machine.profile
-    return data
-
-
-def _device(entry: object, where: str) -> Device:
-    if not isinstance(entry, dict):
-        raise PlacerError(f"{where} must be an object")
-    values: dict = {}
-    model = entry.get("model")
-    if isinstance(model, str) and model in device_profiles():
-        values.update({k: v for k, v in device_profiles()[model].items() if k not in NOTE_FIELDS})
-    elif "kind" not in entry:  # a model we do not know and no spelled-out fields
-        raise PlacerError(f"{where}: model {model!r} is not in the catalog "
-                          f"(models: {', '.join(device_profiles())}) and the entry has no field 'kind'")
-    unknown = set(entry) - set(DEVICE_FIELDS) - set(NOTE_FIELDS)
-    if unknown:
-        raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    values.update({k: v for k, v in entry.items() if k not in NOTE_FIELDS})
-    values = {key: _field(values, key, DEVICE_FIELDS[key], where) for key in DEVICE_FIELDS if key in values
-              or key not in ("compute_efficiency", "memory_efficiency")}
-    values["memory_bytes"] = int(values["memory_bytes"])
-    return Device(**values)
-
-
-def _link(entry: object, where: str) -> Link:
-    if not isinstance(entry, dict):
-        raise PlacerError(f"{where} must be an object")
-    unknown = set(entry) - set(LINK_FIELDS)
-    if unknown:
-        raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    return Link(**{key: _field(entry, key, LINK_FIELDS[key], where) for key in LINK_FIELDS})
-
-
-def _field(data: dict, key: str, expected, where: str):
-    """``data[key]`` checked against the expected type; numbers are any int or float but not bool."""
-    if key not in data:
-        raise PlacerError(f"{where}: missing field {key!r}")
-    value = data[key]
-    if key in _NUMBER_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise PlacerError(f"{where}: field {key!r} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise PlacerError(f"{where}: field {key!r} must be finite, got {value!r}")
-        return float(value) if key != "memory_bytes" else value
-    expected_type = {"str": str, "list": list}.get(expected, expected) if isinstance(expected, str) else expected
-    if expected_type in (str, list) and not isinstance(value, expected_type):
-        raise PlacerError(f"{where}: field {key!r} must be a {expected_type.__name__}, got {value!r}")
-    return value

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphs.errors import PlacerError
-from measurers.catalog import machine_from_json
+from measurers.machine_json import machine_from_json
 
 PREFIX = "hetero:"
 HELD_OUT_SEED = 1000
