@@ -39,6 +39,10 @@ def load_machine(name_or_file: str) -> Machine:
         from measurers.local import local_machine  # the devices this process really has
 
         return local_machine()
+    if name_or_file == "openvino" and not path.is_file():
+        from measurers.openvino.devices import openvino_machine  # the devices OpenVINO sees here
+
+        return openvino_machine()
     if name_or_file.startswith("hetero:") and not path.is_file():
         from measurers.machine_families import hetero_machine  # seeded heterogeneous boxes
 
@@ -46,7 +50,7 @@ def load_machine(name_or_file: str) -> Machine:
     if not path.is_file():
         if name_or_file not in list_machines():
             raise PlacerError(f"unknown machine {name_or_file!r}: not a file and not in the catalog "
-                              f"(machines: {', '.join(list_machines())}, hetero:SEED)")
+                              f"(machines: {', '.join(list_machines())}, local, openvino, hetero:SEED)")
         path = CATALOG_DIR / f"{name_or_file}.json"
     try:
         data = json.loads(path.read_text())

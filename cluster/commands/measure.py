@@ -1,25 +1,29 @@
-"""`placer measure`: time one placement of one graph with a real framework (PyTorch or TensorFlow)."""
+"""`placer measure`: time one placement of one graph with a real framework (PyTorch, TensorFlow, or OpenVINO
+for imported inference graphs)."""
 
 from __future__ import annotations
 
 from cluster.jsonout import emit_json
-from measurers.timing import REAL_TIMING
+from measurers.timing import INFERENCE_TIMING, REAL_TIMING
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("measure", help="run one placement for real and time it (median of N)")
     parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark or graph file")
     parser.add_argument("--machine", default="local", metavar="NAME_OR_FILE",
-                        help="'local' (this node's devices, the default) or a machine whose devices it has")
-    parser.add_argument("--measurer", required=True, choices=("torch", "tf"))
+                        help="'local' (this node's devices, the default), 'openvino' (the devices OpenVINO sees "
+                             "here) or a machine whose devices it has")
+    parser.add_argument("--measurer", required=True, choices=("torch", "tf", "openvino"),
+                        help="openvino: graphs imported from ONNX or OpenVINO IR (placer graphs import), "
+                             "per-op devices through OpenVINO's HETERO mode")
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
     how.add_argument("--policy", metavar="NAME", help="any heuristic of `placer baselines` "
                      "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
-    parser.add_argument("--runs", type=int, default=REAL_TIMING.runs, metavar="N",
-                        help=f"timed runs (default {REAL_TIMING.runs})")
-    parser.add_argument("--warmup", type=int, default=REAL_TIMING.warmup, metavar="W",
-                        help=f"untimed runs first (default {REAL_TIMING.warmup})")
+    parser.add_argument("--runs", type=int, metavar="N",
+                        help=f"timed runs (default {REAL_TIMING.runs}; openvino {INFERENCE_TIMING.runs})")
+    parser.add_argument("--warmup", type=int, metavar="W",
+                        help=f"untimed runs first (default {REAL_TIMING.warmup}; openvino {INFERENCE_TIMING.warmup})")
     parser.add_argument("--timeout", type=float, default=REAL_TIMING.timeout_s, metavar="S",
                         help=f"limit for the measurement in seconds (default {REAL_TIMING.timeout_s:g})")
     parser.add_argument("--seed", type=int, default=0, help="seed of the parameters and inputs")
@@ -32,7 +36,12 @@ def _measure(args) -> int:
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, build_measurer
     from measurers.placement import load_placement_file
+    from measurers.timing import default_timing
     from policies.registry import place_once, policy_entry
+
+    timing = default_timing(args.measurer)
+    args.runs = timing.runs if args.runs is None else args.runs
+    args.warmup = timing.warmup if args.warmup is None else args.warmup
 
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)

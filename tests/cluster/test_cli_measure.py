@@ -107,3 +107,24 @@ def test_profile__named_inside_a_machine_file_is_used_by_the_simulator(mlp_file,
     machine_file.write_text(json.dumps(machine_json))
     assert main(["machines", "show", str(machine_file)]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_measure__openvino_inference_of_an_imported_ir(tmp_path, capsys):
+    from measurers.openvino.sample import save_sample_model
+
+    xml = save_sample_model(tmp_path)
+    graph_file = tmp_path / "sample.parquet"
+    assert main(["graphs", "import", "--openvino", str(xml), "-o", str(graph_file)]) == 0
+    capsys.readouterr()
+    code = main(["measure", "--graph", str(graph_file), "--machine", "openvino", "--measurer", "openvino",
+                 "--policy", "cpu-only", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["status"] == "ok" and report["runtime_s"] > 0
+    assert (report["runs"], report["warmup"]) == (10, 3) and len(report["samples_s"]) == 10  # inference defaults
+    assert report["machine"] == "openvino" and report["devices"][0]["name"] == "cpu:0"
+
+
+def test_measure__openvino_on_a_graph_without_a_model_file_is_a_clean_error(capsys):
+    code = main(["measure", "--graph", "synthetic:20:1", "--machine", "openvino", "--measurer", "openvino",
+                 "--policy", "cpu-only"])
+    assert code == 2 and "placer: error:" in capsys.readouterr().err
