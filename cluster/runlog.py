@@ -162,6 +162,17 @@ def record_resume(folder: str | os.PathLike, changed: Mapping[str, tuple], comma
     return updated
 
 
+def record_device_removal(folder: str | os.PathLike, record: Mapping[str, object]) -> RunManifest:
+    """Note a device that left the search (``placer search --remove-device``) under ``device_removals`` in
+    the run's manifest, with the time. Written atomically; returns the new manifest."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    entry = {**record, "at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    updated = dataclasses.replace(manifest, device_removals=(*manifest.device_removals, entry))
+    write_text_atomic(folder / MANIFEST_FILE, updated.to_json())
+    return updated
+
+
 # ---- writing ---------------------------------------------------------------------------------------
 
 
@@ -226,6 +237,7 @@ class RunLogWriter:
         self._metrics = _Buffer(METRIC_SCHEMA)
         self._best = best
         self._best_dirty = False
+        self._forbidden: set[int] = set()  # devices that left the run: the best never uses them
         self._last_flush = time.monotonic()
         self._closed = False
 
@@ -278,7 +290,7 @@ class RunLogWriter:
             m.error))
         # ties go to the smaller placement, so the best does not depend on the order results arrived in
         better = self._best is None or (m.runtime_s, tuple(placement)) < (self._best.runtime_s, self._best.placement)
-        if m.status == "ok" and math.isfinite(m.runtime_s) and better:
+        if m.status == "ok" and math.isfinite(m.runtime_s) and better and not self._forbidden.intersection(placement):
             self._best = BestPlacement(self.manifest.run_id, seq, float(m.runtime_s), tuple(placement),
                                        dt.datetime.now(dt.timezone.utc).isoformat(), logged.level)
             self._best_dirty = True
@@ -303,6 +315,32 @@ class RunLogWriter:
             columns["op_name"] = pa.array([str(n) for n in op_names], pa.string())
         table = pa.table(columns)
         _write_atomic(self.folder / GROUPS_FILE, lambda tmp: pq.write_table(table, tmp))
+
+    def forbid_devices(self, devices: Sequence[int]) -> None:
+        """Devices (indices in the manifest's machine) that left the run: from now on the best placement
+        (``best_placement.json``) is the fastest ok row using none of them, earlier rows included; none
+        such: no best file."""
+        self._check_open()
+        self._forbidden.update(int(d) for d in devices)
+        if self._best is None or not self._forbidden.intersection(self._best.placement):
+            return
+        self.flush()  # every row so far on disk, so the log can be read back
+        self._best = self._best_allowed_row()
+        if self._best is None:
+            (self.folder / BEST_FILE).unlink(missing_ok=True)
+        self._best_dirty = self._best is not None
+        self.flush()
+
+    def _best_allowed_row(self) -> BestPlacement | None:
+        rows = read_run(self.folder)
+        ok = rows[(rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))]
+        allowed = [(float(r.runtime_s), tuple(int(d) for d in r.placement), int(r.seq), r.placement_level)
+                   for r in ok.itertuples() if not self._forbidden.intersection(int(d) for d in r.placement)]
+        if not allowed:
+            return None
+        runtime_s, placement, seq, level = min(allowed)  # ties: the smaller placement, as ``append`` does
+        return BestPlacement(self.manifest.run_id, seq, runtime_s, placement,
+                             dt.datetime.now(dt.timezone.utc).isoformat(), level)
 
     @property
     def best(self) -> BestPlacement | None:

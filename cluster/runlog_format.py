@@ -89,6 +89,9 @@ class RunManifest:
     resumes: tuple[dict, ...] = ()  # one record per resume: when, command, settings changed (old, new)
     proven_bound_s: float | None = None  # best proven bound (policies.exact.bound); None: not computed (older runs)
     proven_bound_holds_for: str | None = None  # the placements it holds for, e.g. "every placement"
+    device_removals: tuple[dict, ...] = ()  # devices that left the search (placer search --remove-device), one
+    # record each: device, index (in `machine`), trigger, at_measurement (the policy's count), at_seq (the first
+    # row logged after it: rows from there never use the device), machine_after; () in runs without any
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, default=str)
@@ -99,6 +102,7 @@ class RunManifest:
             data = json.loads(text)
             data["command"] = tuple(data["command"])
             data["resumes"] = tuple(data.get("resumes", ()))
+            data["device_removals"] = tuple(data.get("device_removals", ()))
             names = {f.name for f in dataclasses.fields(RunManifest)}
             return RunManifest(**{k: v for k, v in data.items() if k in names})
         except (ValueError, KeyError, TypeError) as exc:

@@ -56,6 +56,10 @@ def register(subparsers) -> None:
                         "default: the committed checkpoint, policies/rl/gnn/pretrained/) or scratch")
     p.add_argument("--order", help="placeto: the order it visits the groups in, topo (default), reverse-topo, bfs "
                                    "or random")
+    p.add_argument("--remove-device", action="append", dest="remove_devices", metavar="NAME@MEASUREMENTS",
+                   help="device NAME leaves after that many of the policy's measurements (e.g. gpu:1@200), or "
+                        "NAME@node-lost: when the measurer pool first loses a GPU node; the policy goes on, on the "
+                        "devices left (repeatable; not with reinforce, ppo, hierarchical, post; not with --resume)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -64,7 +68,8 @@ def run(args) -> int:
     from cluster.jobs import SearchConfig, check_search_config, run_search, search_config
 
     names = SearchConfig.__dataclass_fields__
-    config = search_config({k: v for k, v in vars(args).items() if k in names and v is not None})
+    config = search_config({k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items()
+                            if k in names and v is not None})
     check_search_config(config)  # bad input: one error, before the progress bar is drawn
     with _Progress(config.budget, enabled=True) as progress:
         try:
@@ -167,5 +172,13 @@ def print_result(result) -> None:
         console.print(f"proven bound (placer bound) {proven:.4f} s holds for {result.proven_bound_holds_for}{finer}")
     if result.solver is not None:
         console.print(f"{result.policy}: {result.solver.notes}")
+    for removal in result.device_removals:
+        when = (f"left after measurement {removal['at_measurement']}" if removal["removed"]
+                else "never left (its trigger did not come)")
+        console.print(f"--remove-device {removal['requested']}: {removal['device']} {when}")
+    if result.final_devices is not None:
+        console.print(f"overall best on the devices left ({', '.join(result.final_devices)})"
+                      + (f"; left out, on a removed device: {', '.join(result.baselines_on_removed_devices)}"
+                         if result.baselines_on_removed_devices else ""))
     console.print(f"{result.measurements} measurements, stopped by {result.stop_reason}, {result.wall_s:.1f} s; "
                   f"run folder: {result.run_dir}")

@@ -75,6 +75,9 @@ class SearchConfig:
     means it too: the committed checkpoint, policies/rl/gnn/checkpoint.py pretrained_path) or "scratch"."""
     order: str | None = None
     """placeto only: the order it visits the groups in (policies.rl.gnn.config.ORDERS; None: its default)."""
+    remove_devices: tuple[str, ...] = ()
+    """Devices that leave during the search, "NAME@MEASUREMENTS" or "NAME@node-lost" (cluster/jobs/removal.py):
+    the policy goes on, on the devices left. Not with policies whose network has one output per device."""
 
 
 

@@ -38,6 +38,9 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
     a value that would change what the run searches (graph, machine, policy, seed, measurer, batch,
     groups, ...) is one PlacerError. A given value equal to the manifest's is no change."""
     saved = _saved_config(read_manifest(run_dir))
+    if given.get("remove_devices") or saved.remove_devices:
+        raise PlacerError(f"--remove-device is not supported for resumed runs (run {run_dir}"
+                          + (" removes devices during its search)" if saved.remove_devices else ")"))
     changes = {}
     for name, value in given.items():
         if name == "resume":
@@ -57,6 +60,7 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
 def _saved_config(manifest) -> SearchConfig:
     saved = dict(manifest.config)
     saved["baselines"] = tuple(saved.get("baselines", QUICK_BASELINES))
+    saved["remove_devices"] = tuple(saved.get("remove_devices", ()))
     names = SearchConfig.__dataclass_fields__
     return SearchConfig(**{k: v for k, v in saved.items() if k in names})
 

@@ -12,6 +12,7 @@ measurer + budget -> a run folder and the best placement::
     pick the warm start's candidates                  (--warm-start: the baselines', or the file's)
     run the policy through policies.registry.place  (learned or not; learned ones get a RunContext)
       every batch goes to the pool in one call, every result into the run log
+      (--remove-device: the policy is placed phase by phase, devices leaving between: removal.py)
     final table against the baselines and the lower bound; the run log is compacted on a clean finish
     (the proven bound of the searched groups, policies/exact/bound.py, is solved once before Ray starts,
     within ``bound_time_limit_s``, and kept in the manifest: a resume reads it from there)
@@ -28,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -36,14 +37,16 @@ import numpy as np
 
 from cluster.jobs.config import (CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig,
                                  check_bound_time_limit, check_counts)
-from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, past_rows
+from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
+from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
+                                  place_with_removals)
 from cluster.jobs.resume import resume_changes, resume_config
 from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSource, check_warm_start_config,
                                      heuristic_choice, load_warm_start_placement, path_choice,
                                      save_warm_start_placement, scored_baselines)
 from cluster.jsonout import json_safe
-from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest, record_resume,
-                            write_text_atomic)
+from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest,
+                            record_device_removal, record_resume, write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 
@@ -97,6 +100,15 @@ class SearchResult:
     proven_bound_s: float = math.nan  # best proven bound for the searched groups (policies.exact.bound)
     proven_bound_holds_for: str = ""  # the placements it holds for ("every placement" for the closed form)
     solver: SolverFigures | None = None  # exact: the solver's own makespan, bound and status
+    # --remove-device: best_runtime_s, best_source and policy_best_runtime_s are then over placements that use
+    # only final_devices (a baseline or an earlier best on a removed device does not count; it stays listed)
+    device_removals: list[dict] = field(default_factory=list)  # one record per --remove-device: device, index,
+    # trigger, requested, removed (false: never came), at_measurement (the policy's count), machine_after
+    final_devices: list[str] | None = None  # the devices left at the end; None without --remove-device
+    best_placement: list[int] | None = None  # with --remove-device: the overall best's placement (original
+    # device indices, per group or per op as best_placement_level says), using only final_devices
+    best_placement_level: str | None = None
+    baselines_on_removed_devices: list[str] = field(default_factory=list)  # baselines left out of the best
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -126,6 +138,8 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     warm_source = check_search_config(config)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem = _problem(graph, machine, config)
+    removals = check_removals(config, machine)
+    check_removals_for_problem(problem, removals)  # the graph's ops keep a device of their kinds
     warm_file = load_warm_start_placement(warm_source, problem)  # a bad placement fails before any file
     bound_s, bound_holds_for = _search_bound(problem, config)
     spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
@@ -150,10 +164,10 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
         pool = MeasurerPool(factory, pool_config, run_log=writer)
         baselines, placements = _score_baselines(problem, pool, config, past, writer)
         warm = _warm_start(warm_source, warm_file, baselines, placements, problem, pool, past, writer)
-        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm)
+        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals)
         stop_reason = outcome.stop_reason
     except KeyboardInterrupt:
-        outcome, baselines = None, []
+        outcome, baselines, placements = None, [], {}
     finally:
         if pool is not None:
             pool.close()
@@ -164,6 +178,8 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
         raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
     result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
                      warm)
+    if removals:
+        result = _on_final_devices(result, problem, outcome, placements, warm)
     result = replace(result, proven_bound_s=bound_s, proven_bound_holds_for=bound_holds_for)
     _write_result(run_dir, result)
     return result
@@ -192,6 +208,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
                           f"groups (its solver's memory); use --groups {entry.max_groups} or fewer")
     check_bound_time_limit(config.bound_time_limit_s)
     _check_search_numbers(config)
+    check_removals(config, load_machine(config.machine))
     _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
@@ -362,10 +379,13 @@ class _PolicyOutcome:
     seconds_per_update: float = math.nan
     warm_start_on_groups_s: float = math.nan
     solver: SolverFigures | None = None
+    best_op_placement: np.ndarray | None = None  # (N,) with --remove-device: the policy's best on the final devices
+    removals: list[dict] | None = None  # with --remove-device: PhasedOutcome.removals
+    final_devices: np.ndarray | None = None  # (D',) indices of the devices left
 
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
-                warm: WarmStartChoice | None = None) -> _PolicyOutcome:
+                warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = ()) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
     time limit, stop flag and metrics log (policies.base.RunContext), and ``warm_start`` when the search
     has one. A resumed learner goes on from its checkpoint: its log rows and the progress count go on from
@@ -380,7 +400,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                                   first_iteration=first_iteration)
     options = {}
     if learned:
-        context = RunContext(checkpoint_dir=run_dir / CHECKPOINT_DIR, time_limit_s=config.time_limit_s,
+        checkpoint_dir = None if removals else run_dir / CHECKPOINT_DIR  # a run with removals is not resumed
+        context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=config.time_limit_s,
                              should_stop=should_stop, on_iteration=writer.append_metrics,
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
@@ -389,11 +410,68 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:
         options["time_limit_s"] = config.time_limit_s  # exact: its solver's wall time
+    if removals:
+        return _run_with_removals(problem, pool, config, writer, measurer, options, removals)
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
                           result.seconds_per_update, result.warm_start_runtime_s,
                           SolverFigures.of(result))
+
+
+def _run_with_removals(problem, pool, config, writer, measurer, options: dict,
+                       removals: Sequence[DeviceRemoval]) -> _PolicyOutcome:
+    """The policy placed phase by phase while devices leave (cluster/jobs/removal.py); each removal is noted
+    in the manifest (``device_removals``) and the run log's best stops counting the device."""
+    def on_removal(records: list[dict], devices: list[int]) -> None:
+        for record in records:
+            record["at_seq"] = writer.rows_logged  # rows from this one on never use the device
+            record_device_removal(writer.folder, record)
+        writer.forbid_devices(devices)
+
+    phased = place_with_removals(config.policy, problem, measurer, config.budget, config.seed, options, removals,
+                                 node_lost=lambda: bool(pool.lost_nodes()), on_removal=on_removal)
+    first, last = phased.first, phased.last
+    groups = None if phased.best_op_placement is None else problem.collapse(phased.best_op_placement)
+    return _PolicyOutcome(phased.best_runtime_s, groups, phased.measurements, phased.stop_reason,
+                          last.seconds_per_update if last is not None else math.nan,
+                          first.warm_start_runtime_s if first is not None else math.nan,
+                          SolverFigures.of(last) if last is not None else None,
+                          phased.best_op_placement, phased.removals, phased.kept)
+
+
+def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, placements: dict[str, np.ndarray],
+                      warm: WarmStartChoice | None) -> SearchResult:
+    """With --remove-device: the overall best among placements that use only the devices left (the policy's,
+    the baselines', a warm start file's), its placement, and what was left out."""
+    kept = set(outcome.final_devices.tolist())
+
+    def fits(placement) -> bool:
+        return placement is not None and set(np.unique(placement).tolist()) <= kept
+
+    candidates = []
+    if fits(outcome.best_op_placement):
+        candidates.append((outcome.best_runtime_s, result.policy, outcome.best_op_placement))
+    left_out = []
+    for b in result.baselines:
+        if math.isnan(b.runtime_s) or b.policy not in placements:
+            continue
+        if fits(placements[b.policy]):
+            candidates.append((b.runtime_s, b.policy, placements[b.policy]))
+        else:
+            left_out.append(b.policy)
+    named = {b.policy for b in result.baselines}
+    if warm is not None and warm.source not in named and math.isfinite(warm.runtime_s) and fits(warm.candidates[0]):
+        candidates.append((warm.runtime_s, f"warm start ({warm.source})", warm.candidates[0]))
+    devices = [problem.machine.devices[i].name for i in outcome.final_devices]
+    if not candidates:
+        return replace(result, best_runtime_s=math.inf, best_source="none on the final devices",
+                       device_removals=outcome.removals, final_devices=devices, baselines_on_removed_devices=left_out)
+    runtime_s, source, placement = min(candidates, key=lambda c: c[0])
+    logged = log_placement(problem, placement)
+    return replace(result, best_runtime_s=runtime_s, best_source=source, device_removals=outcome.removals,
+                   final_devices=devices, best_placement=[int(d) for d in logged.devices],
+                   best_placement_level=logged.level, baselines_on_removed_devices=left_out)
 
 
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
