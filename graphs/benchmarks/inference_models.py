@@ -20,6 +20,7 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -86,7 +87,9 @@ def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:
     keras.utils.set_random_seed(0)  # the same weights every build
     model = make_model()
     size = config["image_size"]
-    ov_model = ov.convert_model(model, input=[config["batch_size"], size, size, 3])
+    with warnings.catch_warnings():  # Keras notes the converter's tuple of inputs; the model has one input
+        warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
+        ov_model = ov.convert_model(model, input=[config["batch_size"], size, size, 3])
     xml_path = model_path(name, config, ".xml")
     _save_ir(ov_model, xml_path)
     return import_openvino_ir(str(xml_path), name=name)

@@ -1,0 +1,113 @@
+"""The batch-1 inference benchmarks: small builds checked exactly, paper-size builds (slow) against the
+published figures. FLOPs count a multiply-add as 2 (ResNet-50 at 224x224: about 2 x 4.1e9)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphs.opgraph import PHASE_CODE
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+BERT_BASE_PARAMS = 109_482_240  # embeddings 23,837,184 + 12 x 7,087,872 + pooler 590,592
+SMALL_BERT = dict(batch_size=1, seq_len=16, hidden=64, layers=2, heads=4, ffn=128, vocab=100, max_positions=32)
+
+
+def _bert_params(hidden: int, layers: int, ffn: int, vocab: int, max_positions: int, **_) -> int:
+    embeddings = (vocab + max_positions + 2) * hidden + 2 * hidden
+    layer = 4 * (hidden * hidden + hidden) + (hidden * ffn + ffn) + (ffn * hidden + hidden) + 4 * hidden
+    return embeddings + layers * layer + hidden * hidden + hidden
+
+
+def _dense_flops(seq_len: int, hidden: int, layers: int, heads: int, ffn: int, **_) -> int:
+    """MatMul + Gemm FLOPs of the encoder: projections and FFN per token, attention scores and context,
+    the pooler's Gemm on the first token (its bias add included, as Gemm's formula counts it)."""
+    per_token = 4 * hidden * hidden + 2 * hidden * ffn
+    attention = 2 * seq_len * seq_len * hidden
+    return 2 * layers * (seq_len * per_token + attention) + 2 * hidden * hidden + hidden
+
+
+def _simulates(graph) -> bool:
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    (measurement,) = SimulatorMeasurer(graph, load_machine("paper-2gpu")).measure(
+        [np.zeros(graph.num_ops, dtype=np.int64)])
+    return measurement.ok
+
+
+def _in_model_cache(path: str) -> bool:
+    from graphs.registry import cache_dir
+
+    return Path(path).is_file() and Path(path).parent == cache_dir() / "models"
+
+
+def test_registry__inference_benchmarks_are_listed_at_batch_1():
+    from graphs.registry import list_benchmarks
+
+    configs = {b.name: b.config for b in list_benchmarks()}
+    assert configs["resnet-50-infer"] == {"batch_size": 1, "image_size": 224}
+    assert configs["inception-v3-infer"] == {"batch_size": 1, "image_size": 299}
+    assert configs["bert-base-infer"]["seq_len"] == 128 and configs["bert-base-infer"]["layers"] == 12
+
+
+def test_build_bert_base_infer__small_encoder_params_and_matmul_flops_exact():
+    from graphs.benchmarks.inference_models import build_bert_base_infer
+
+    graph = build_bert_base_infer(**SMALL_BERT)
+    assert (graph.name, graph.framework, graph.batch_size) == ("bert-base-infer", "onnx", 1)
+    assert graph.num_params == _bert_params(**SMALL_BERT)
+    dense = np.isin(graph.op_kinds, ["MatMul", "Gemm"])
+    assert graph.flops[dense].sum() == _dense_flops(**SMALL_BERT)
+    assert graph.meta["ops_without_flops"] == {} and set(graph.phases.tolist()) == {PHASE_CODE["forward"]}
+    assert _in_model_cache(graph.meta["model_file"]) and graph.meta["model_file"].endswith(".onnx")
+    assert _simulates(graph)
+
+
+def test_build_resnet50_infer__small_image_is_an_openvino_graph_with_its_ir_kept():
+    from graphs.benchmarks.inference_models import build_resnet50_infer
+
+    graph = build_resnet50_infer(image_size=32)
+    assert (graph.framework, graph.batch_size) == ("openvino", 1)
+    assert int((graph.op_kinds == "Convolution").sum()) == 53  # 1 stem + 16 blocks x 3 + 4 shortcuts
+    assert graph.meta["ops_without_flops"] == {}
+    xml = graph.meta["model_file"]
+    assert _in_model_cache(xml) and Path(xml).with_suffix(".bin").is_file()
+    assert _simulates(graph)
+
+
+@pytest.mark.slow
+def test_resnet50_infer__flops_near_2x_4_1e9_and_cached_graph_keeps_its_ir():
+    from graphs.registry import benchmark_graph
+
+    graph = benchmark_graph("resnet-50-infer")
+    assert graph.total_flops == pytest.approx(2 * 4.1e9, rel=0.15)
+    assert graph.meta["ops_without_flops"] == {}
+    again = benchmark_graph("resnet-50-infer")  # read from the cache: still names the IR on disk
+    assert again.content_hash == graph.content_hash and _in_model_cache(again.meta["model_file"])
+
+
+@pytest.mark.slow
+def test_inception_v3_infer__flops_near_2x_5_7e9():
+    from graphs.registry import benchmark_graph
+
+    graph = benchmark_graph("inception-v3-infer")
+    assert graph.total_flops == pytest.approx(2 * 5.7e9, rel=0.15)
+    assert graph.meta["ops_without_flops"] == {} and _simulates(graph)
+
+
+@pytest.mark.slow
+def test_bert_base_infer__110m_params_and_dense_flops():
+    from graphs.registry import benchmark_graph
+
+    graph = benchmark_graph("bert-base-infer")
+    assert graph.num_params == pytest.approx(110e6, rel=0.05)
+    assert graph.num_params == BERT_BASE_PARAMS == _bert_params(hidden=768, layers=12, ffn=3072, vocab=30522,
+                                                                max_positions=512)
+    dense = np.isin(graph.op_kinds, ["MatMul", "Gemm"])
+    assert graph.flops[dense].sum() == _dense_flops(seq_len=128, hidden=768, layers=12, heads=12, ffn=3072)
+    assert _simulates(graph)
