@@ -40,9 +40,10 @@ class ImportedModel:
 
 
 def scope_of(name: str) -> str:
-    """``/encoder/layer.0/attention/MatMul`` -> ``encoder/layer.0/attention``; a bare name has no scope."""
+    """``/encoder/layer.0/attention/MatMul`` -> ``encoder.layer.0.attention``: the dotted module path the
+    torch benchmarks' scopes use (expert placements match scope prefixes); a bare name has no scope."""
     head, _, _ = name.strip("/").rpartition("/")
-    return head
+    return head.replace("/", ".")
 
 
 def unique_names(names: list[str]) -> list[str]:

@@ -64,6 +64,7 @@ def test_build_bert_base_infer__small_encoder_params_and_matmul_flops_exact():
     dense = np.isin(graph.op_kinds, ["MatMul", "Gemm"])
     assert graph.flops[dense].sum() == _dense_flops(**SMALL_BERT)
     assert graph.meta["ops_without_flops"] == {} and set(graph.phases.tolist()) == {PHASE_CODE["forward"]}
+    assert {"layers.0.attention.query", "layers.1.output", "pooler"} <= set(graph.scopes.tolist())
     assert _in_model_cache(graph.meta["model_file"]) and graph.meta["model_file"].endswith(".onnx")
     assert _simulates(graph)
 
