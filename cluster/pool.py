@@ -13,7 +13,9 @@ Faults, all handled in the driver:
   the node is alive;
 - a call runs past its deadline (``timeout_s`` per placement): the actor is killed (Ray cannot stop a
   running call otherwise), a lone placement becomes ``timeout``, a chunk is split and retried one by one;
-- a node joins: every ``node_check_interval_s`` the pool adds actors on new GPU nodes.
+- a node joins: every ``node_check_interval_s`` the pool adds actors on new GPU nodes;
+- a GPU node leaves for good: its place is retired, and the pool reports the node (``lost_nodes()``, and
+  ``on_node_lost`` when given): a search can take that as devices leaving (``--remove-device NAME@node-lost``).
 Every placement submitted finishes exactly once: as a measurement, a cache hit or a failure status.
 """
 
@@ -24,7 +26,7 @@ import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import ray
@@ -62,6 +64,16 @@ class PoolResult:
     @property
     def runtime_s(self) -> float:
         return self.measurement.runtime_s
+
+
+@dataclass(frozen=True)
+class LostNode:
+    """A GPU node whose measurer actor died and that has left the cluster: its place is retired for good."""
+    node_id: str
+    slot: str  # the place's name, "node:<first 8 hex of the id>"
+    num_gpus: int
+    seen_at: float  # wall clock (time.time()) when the pool saw it gone
+    reason: str  # what the pool saw (the actor's death, or its failed start)
 
 
 class ResultSink(Protocol):
@@ -181,11 +193,14 @@ class MeasurerPool:
     """
 
     def __init__(self, measurer: MeasurerSpec | MeasurerFactory, config: PoolConfig | None = None, *,
-                 run_log: ResultSink | None = None, start_timeout_s: float = 120.0):
+                 run_log: ResultSink | None = None, start_timeout_s: float = 120.0,
+                 on_node_lost: Callable[[LostNode], None] | None = None):
         if not ray.is_initialized():
             raise PlacerError("Ray is not running in this process: call cluster.ray_setup.init_ray() first")
         self.config = config or PoolConfig()
         self.run_log = run_log
+        self.on_node_lost = on_node_lost  # called once per GPU node that left, when the pool sees it
+        self._lost: list[LostNode] = []
         default_timeout_s = measurer.timeout_s if isinstance(measurer, MeasurerSpec) else REAL_TIMING.timeout_s
         self.timeout_s = self.config.timeout_s or default_timeout_s
         self._factory_ref = ray.put(as_factory(measurer))
@@ -271,6 +286,10 @@ class MeasurerPool:
     def num_pending(self) -> int:
         """Placements submitted and not yet finished."""
         return len(self._open)
+
+    def lost_nodes(self) -> tuple[LostNode, ...]:
+        """GPU nodes that left the cluster during this pool's life, in the order the pool saw them go."""
+        return tuple(self._lost)
 
     @property
     def actors(self) -> list[ActorInfo]:
@@ -378,9 +397,33 @@ class MeasurerPool:
         self._kill(slot)
         if slot.node_id is not None and not ray_setup.node_alive(slot.node_id):
             slot.retired = True
+            self._note_lost(slot, self._last_error)
             self._last_error = f"node {slot.node_id[:8]} left the cluster"
             return
         self._start(slot)
+
+    def _retire_departed(self) -> None:
+        """Places on GPU nodes that left, noticed without a failed call (an actor given no work since):
+        retired, their calls queued again, the node reported."""
+        alive = {node.node_id for node in ray_setup.list_nodes(alive_only=True)}
+        for slot in self._slots:
+            if slot.node_id is None or slot.retired or slot.node_id in alive:
+                continue
+            calls = list(slot.calls)
+            slot.calls.clear()
+            self._kill(slot)
+            slot.retired = True
+            self._note_lost(slot, f"node {slot.node_id[:8]} is no longer alive")
+            self._requeue_front([job for call in calls for job in call.jobs], solo=False)
+
+    def _note_lost(self, slot: _Slot, reason: str) -> None:
+        """Report a GPU node that left (once): ``lost_nodes()`` and the ``on_node_lost`` callback."""
+        if slot.node_id is None or any(lost.node_id == slot.node_id for lost in self._lost):
+            return
+        lost = LostNode(slot.node_id, slot.name, slot.num_gpus, time.time(), reason)
+        self._lost.append(lost)
+        if self.on_node_lost is not None:
+            self.on_node_lost(lost)
 
     # ---- the event loop ----------------------------------------------------------------------------
 
@@ -402,6 +445,7 @@ class MeasurerPool:
         self._expire_deadlines()
         if time.monotonic() >= self._next_node_check and self._gpu_mode:
             self._next_node_check = time.monotonic() + self.config.node_check_interval_s
+            self._retire_departed()
             self._add_slots()
         self._dispatch()
 
@@ -506,6 +550,8 @@ class MeasurerPool:
             if init_failed or slot.start_failures >= self.config.max_start_failures:
                 self._kill(slot)
                 slot.retired = True
+                if slot.node_id is not None and not ray_setup.node_alive(slot.node_id):
+                    self._note_lost(slot, self._last_error)  # it left while its actor was starting
             else:
                 self._replace(slot)
 
