@@ -9,7 +9,7 @@ catalogs have them, else ``paper-2gpu`` with ``inception-v3``, ``resnet-50`` and
 markdown table of step times (mean over seeds, and the range) with ratios against cpu-only and against
 the best non-learned method (heuristics and annealing). Usage::
 
-    python tests/bench/bench_hsdag.py [--machine M] [--graphs G ...] [--budget 500] [--seeds 0 1 2]
+    python tests/bench/bench_hsdag.py [--machine M] [--graphs G ...] [--budget 500] [--seeds 0 1 2] [--groups 32]
         [--policies cpu-only single-gpu heft m-etf annealing reinforce placeto hsdag]
         [--hsdag KEY=VALUE ...]       (HsdagPolicy options, e.g. init=pretrained; repeatable)
 """
@@ -85,6 +85,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=500)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument("--groups", type=int, default=None, help="units of the searches and learners "
+                        "(default: the search's, graphs.grouping.DEFAULT_MAX_GROUPS)")
     parser.add_argument("--hsdag", nargs="*", default=[], help="HsdagPolicy options KEY=VALUE")
     args = parser.parse_args()
 
@@ -101,15 +103,16 @@ def main() -> None:
     machine_name, graph_names = default_setting()
     machine_name, graph_names = args.machine or machine_name, args.graphs or graph_names
     hsdag_options = parse_options(args.hsdag)
+    groups = args.groups or DEFAULT_MAX_GROUPS
     machine = load_machine(machine_name)
     print(f"machine {machine_name}, graphs {' '.join(graph_names)}, budget {args.budget}, seeds "
-          f"{' '.join(map(str, args.seeds))}, groups {DEFAULT_MAX_GROUPS} {DEFAULT_METHOD}, simulator; "
+          f"{' '.join(map(str, args.seeds))}, groups {groups} {DEFAULT_METHOD}, simulator; "
           f"hsdag options {hsdag_options or 'default'}\n", flush=True)
     table: dict[str, dict[str, list[float]]] = {p: {} for p in args.policies}
     walls: dict[str, list[float]] = {p: [] for p in args.policies}
     for graph_name in graph_names:
         graph = load_graph(graph_name)
-        problem = make_problem(graph, machine, max_groups=DEFAULT_MAX_GROUPS, grouping_method=DEFAULT_METHOD)
+        problem = make_problem(graph, machine, max_groups=groups, grouping_method=DEFAULT_METHOD)
         measurer = SimulatorMeasurer(graph, machine)
         for name in args.policies:
             seeds = args.seeds[:1] if policy_entry(name).kind == "heuristic" else args.seeds
