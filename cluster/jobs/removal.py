@@ -18,7 +18,9 @@ Before a phase after a removal, a policy that takes a warm start gets one: the b
 far, each of its units (groups) with an op on a removed device moved whole to the allowed device left
 that the cost model says runs the unit fastest (``PlacementProblem.unit_time_s``), re-indexed to the
 reduced machine (``moved_placement``). Policies whose network has one output per device of the machine
-(FIXED_DEVICE_POLICIES) cannot go on and are refused up front.
+(FIXED_DEVICE_POLICIES), and ``device:K`` (a fixed device index), cannot go on and are refused up front.
+A learner's time limit spans all phases; ``exact``'s solver limit applies to each phase's solve. A run
+with removals keeps no learner checkpoint (it cannot be resumed).
 
 Measuring: one pool and one run log on the ORIGINAL machine. ``ReducedMachineMeasurer`` maps a reduced
 placement's device i to ``kept[i]`` (``Machine.kept_device_indices``), so log rows keep the original
