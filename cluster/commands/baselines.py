@@ -31,12 +31,13 @@ def register(subparsers) -> None:
     parser.add_argument("--grouping", default=d.grouping,
                         help=f"how the searches' groups are made (default {d.grouping}, as placer search)")
     parser.add_argument("--seed", type=int, default=d.seed, metavar="S")
-    parser.add_argument("--measurer", default=d.measurer, choices=("sim", "torch", "tf"),
-                        help=f"sim: the simulator in this process; torch|tf: real runs through the "
+    parser.add_argument("--measurer", default=d.measurer, choices=("sim", "torch", "tf", "openvino"),
+                        help=f"sim: the simulator in this process; torch|tf|openvino: real runs through the "
                              f"Ray measurer pool, on whatever devices the nodes have (default {d.measurer})")
     parser.add_argument("--runs", type=int, default=None, help="timed runs per placement, median reported "
-                        "(default: measurers.timing.default_timing, 1 for sim, 5 for torch/tf)")
-    parser.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
+                        "(default: measurers.timing.default_timing, 1 for sim, 5 for torch/tf, 10 for openvino)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed runs first (default 0 for sim, 5 for torch/tf, 3 for openvino)")
     parser.add_argument("--ray-address", default=None, help="real measurers: join this Ray cluster")
     parser.add_argument("--bound-time-limit", type=float, default=d.bound_time_limit_s, dest="bound_time_limit_s",
                         metavar="S", help=f"seconds for the proven bound on the searches' groups (placer bound; "

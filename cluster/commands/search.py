@@ -8,13 +8,15 @@ import sys
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.jsonout import emit_json
 
-_TIMED_BY = {"sim": "simulated", "torch": "measured PyTorch", "tf": "measured TensorFlow"}
+_TIMED_BY = {"sim": "simulated", "torch": "measured PyTorch", "tf": "measured TensorFlow",
+             "openvino": "measured OpenVINO inference"}
 
 
 def register(subparsers) -> None:
     """Every setting's argparse default is None, so ``run`` knows which flags were given: a resumed run
     takes the others from its manifest, a new one from SearchConfig (the defaults the help names)."""
     from cluster.jobs import SearchConfig
+    from measurers.factory import MEASURER_KINDS
 
     d = SearchConfig()
     p = subparsers.add_parser("search", help="search placements with a learner or a baseline, measured through the pool",
@@ -25,7 +27,8 @@ def register(subparsers) -> None:
     p.add_argument("--machine", help=f"catalog name or machine file (default {d.machine})")
     p.add_argument("--policy", help="a learned policy (reinforce, ppo, hierarchical, post, gdp, placeto) or any "
                    "baseline (default reinforce)")
-    p.add_argument("--measurer", choices=("sim", "torch", "tf"), help=f"default {d.measurer}")
+    p.add_argument("--measurer", choices=MEASURER_KINDS, help=f"default {d.measurer} (openvino: graphs imported "
+                   "from ONNX or OpenVINO IR, per-op devices through OpenVINO's HETERO mode)")
     p.add_argument("--budget", type=int, help=f"measurements (default {d.budget})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s", help="seconds (default none)")
     p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")

@@ -103,3 +103,31 @@ def test_search_cli__resume_on_a_changed_machine_is_refused_and_changes_nothing(
     assert main(["search", "--resume", str(run_dir), "--budget", "16"]) == 2
     assert "describes other devices or links" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+
+def test_search_cli__openvino_measures_an_imported_ir_through_the_pool(tmp_path, capsys):
+    import json
+
+    from cluster.cli import main
+    from measurers.openvino.sample import save_sample_model
+
+    graph_file = tmp_path / "sample.parquet"
+    assert main(["graphs", "import", "--openvino", str(save_sample_model(tmp_path)), "-o", str(graph_file)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", str(graph_file), "--machine", "openvino", "--measurer", "openvino",
+                 "--policy", "random", "--budget", "2", "--workers", "1", "--runs", "2", "--warmup", "1",
+                 "--bound-time-limit", "0", "--out", str(out), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["measurer"] == "openvino" and 0 < result["best_runtime_s"] < 1.0
+    manifest = json.loads(next(out.glob("*/manifest.json")).read_text())
+    assert (manifest["runs"], manifest["warmup"]) == (2, 1)
+
+
+def test_search_cli__openvino_on_a_traced_graph_writes_nothing(tmp_path, capsys):
+    from cluster.cli import main
+
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", "synthetic:50", "--machine", "openvino", "--measurer", "openvino",
+                 "--out", str(out)]) == 2
+    assert "model file" in capsys.readouterr().err and not out.exists()
