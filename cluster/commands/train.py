@@ -1,4 +1,4 @@
-"""`placer train`: train a graph-neural placer (gdp, placeto) across graphs and machines into one checkpoint.
+"""`placer train`: train a graph-neural placer (gdp, placeto, giph) across graphs and machines into one checkpoint.
 
 One problem per (graph, machine), trained round-robin by policies.rl.gnn.family.train_family and measured
 by the simulator in this process (no Ray, no pool). Writes the checkpoint (-o, policies/rl/gnn/checkpoint.py)
@@ -26,16 +26,18 @@ def register(subparsers) -> None:
     from policies.rl.gnn.config import ORDERS, GnnConfig
 
     d = GnnConfig()
-    p = subparsers.add_parser("train", help="train a graph-neural placer (gdp, placeto) on many graphs and machines",
+    p = subparsers.add_parser("train", help="train a graph-neural placer (gdp, placeto, giph) on many graphs and "
+                                            "machines",
                               description="Trains one network round-robin on every (graph, machine) pair and "
                                           "writes a checkpoint for placer search --init. Training measures with "
                                           "the simulator, in this process (no Ray).")
-    p.add_argument("--policy", required=True, help="gdp or placeto")
+    p.add_argument("--policy", required=True, help="gdp, placeto or giph")
     p.add_argument("--graphs", required=True, nargs="+", metavar="NAME_OR_FILE",
                    help="graphs to train on: benchmark names, graph files, family:KIND:SEED, or families:N[:START] "
                         "(N family graphs, seeds START, START+1, ...)")
     p.add_argument("--machines", required=True, nargs="+", metavar="NAME_OR_FILE",
-                   help="catalog machines or machine files")
+                   help="catalog machines, machine files or hetero:SEED (the seeded heterogeneous family; seeds "
+                        "from 1000 on are held out)")
     p.add_argument("--budget", required=True, type=int, metavar="N", help="simulator measurements over all problems")
     p.add_argument("-o", "--out", required=True, metavar="CHECKPOINT", help="checkpoint file to write")
     p.add_argument("--groups", type=int, nargs="+", default=[DEFAULT_MAX_GROUPS], metavar="G",
@@ -57,6 +59,10 @@ def register(subparsers) -> None:
                    help=f"weight of the entropy bonus (default {d.entropy_coeff:g})")
     p.add_argument("--order", default=d.order, help=f"placeto: the order it visits groups in, {'|'.join(ORDERS)} "
                                                     f"(default {d.order})")
+    p.add_argument("--episode-steps", type=int, default=d.episode_steps, dest="episode_steps",
+                   help=f"giph: relocation moves per episode (default {d.episode_steps})")
+    p.add_argument("--discount", type=float, default=d.discount,
+                   help=f"giph: discount of later moves' rewards (default {d.discount:g})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s", metavar="S", help="seconds (default none)")
     p.add_argument("--resume", action="store_true", help="continue the checkpoint at -o (same graphs, machines "
                                                          "and network)")
@@ -98,11 +104,14 @@ def check_train_args(args: argparse.Namespace):
     from policies.rl.gnn.config import GnnConfig
 
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
-                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed)
+                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed,
+                       episode_steps=args.episode_steps, discount=args.discount)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
     if args.teacher_budget < 0 or args.imitation_steps < 0:
         raise PlacerError("--teacher-budget and --imitation-steps must not be negative")
+    if config.kind == "giph" and args.teacher_budget > 0:
+        raise PlacerError("--teacher-budget: giph learns from rewards only (no imitation of a teacher)")
     if args.time_limit_s is not None and not args.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {args.time_limit_s}")
     graphs = expand_graphs(args.graphs)

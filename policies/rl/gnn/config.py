@@ -6,20 +6,22 @@ from dataclasses import dataclass
 
 from graphs.errors import PlacerError
 
-KINDS = ("gdp", "placeto")
+KINDS = ("gdp", "placeto", "giph")
 ORDERS = ("topo", "reverse-topo", "bfs", "random")
 
 
 @dataclass(frozen=True)
 class GnnConfig:
     kind: str = "gdp"
-    """'gdp' (one shot: a device distribution per group) or 'placeto' (re-place one group per step)."""
+    """'gdp' (one shot: a device distribution per group), 'placeto' (re-place one group per step) or 'giph'
+    (relocate any one group to another device per step, chosen among every (group, device) pair)."""
     hidden_size: int = 64
     """Width of every embedding (small: it must generalize from a few dozen graphs)."""
     num_layers: int = 3
     """Message-passing layers of the graph encoder."""
     batch_size: int = 16
-    """GDP: placements sampled per update; Placeto: episodes run side by side (each step measures them together)."""
+    """GDP: placements sampled per update; Placeto, GiPH: episodes run side by side (each step measures them
+    together)."""
     lr: float = 1e-3
     """Adam learning rate (also of fine-tuning from a checkpoint)."""
     entropy_coeff: float = 0.01
@@ -31,6 +33,13 @@ class GnnConfig:
     failure_factor: float = 3.0
     """A failed (out-of-memory) placement is scored as this many times the worst ok runtime seen on the
     problem (the REINFORCE ranks only need it worst; Placeto's improvement rewards need it finite)."""
+    episode_steps: int = 16
+    """GiPH: relocation moves per episode (at most the number of groups times the devices minus one)."""
+    discount: float = 0.95
+    """GiPH: discount of later steps' rewards in a step's return."""
+    random_start: float = 0.5
+    """GiPH training across a family: the share of episode batches that start from a random placement
+    (the rest start from the fastest single device), so the policy learns moves from varied states."""
     imitation_steps: int = 100
     """Adam steps fitting a warm start (GDP; Placeto starts its episodes at the warm start instead)."""
     seed: int = 0
@@ -46,6 +55,9 @@ class GnnConfig:
             raise PlacerError(f"hidden_size must be >= 4 and num_layers >= 1, got {self.hidden_size}, {self.num_layers}")
         if self.entropy_coeff < 0:
             raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
+        if self.episode_steps < 1 or not 0.0 < self.discount <= 1.0 or not 0.0 <= self.random_start <= 1.0:
+            raise PlacerError(f"episode_steps must be >= 1, discount in (0, 1] and random_start in [0, 1], got "
+                              f"{self.episode_steps}, {self.discount}, {self.random_start}")
         if not self.lr > 0 or self.failure_factor <= 1.0:
             raise PlacerError(f"lr must be positive and failure_factor above 1, got {self.lr}, {self.failure_factor}")
 

@@ -12,6 +12,11 @@
   improved, as (group, device) features: is the group on the device now, the share of the group's traffic
   whose other end is on the device, and the device's share of the work. Departure from the paper: the
   placement enters the scorer, not the message passing, so one encoder pass serves a whole episode.
+- ``GiphNet`` (GiPH, relocation moves): Placeto's network scoring every (group, device) pair at once given
+  the placement (``full_placement_state``); one softmax over all pairs except each group's current device
+  (and disallowed pairs) picks the move "group g to device d". Departure from the paper: no gpNet (a graph
+  whose nodes are the (task, device) pairs); the pair scorer over the shared group and device embeddings
+  with the placement's state plays its part, so the encoder is the one GDP and Placeto use.
 
 Not allowed (group, device) pairs get ``MASKED_LOGIT``. Sizes never depend on G or D.
 """
@@ -113,6 +118,31 @@ class PlacetoNet(_Base):
         """Logits (..., D) for re-placing group ``targets`` (...) in ``state`` (..., D, S)."""
         pair = torch.cat([inputs["pair"][targets], state], dim=-1)  # (..., D, P + S)
         return self.scorer.score(groups[targets], devices, pair, inputs["allowed"][targets], groups.mean(dim=0))
+
+
+class GiphNet(PlacetoNet):
+    """GiPH's policy: one distribution over every relocation move (group, other device) of a placement."""
+
+    def step_logits(self, groups: Tensor, devices: Tensor, inputs: dict[str, Tensor], targets: Tensor,
+                    state: Tensor) -> Tensor:
+        """Flat move logits (..., G * D) (move k = group k // D to device k % D) of the groups ``targets``
+        (..., G) (every group, in order) in ``state`` (..., G, D, S) from ``full_placement_state``; a
+        group's current device (state column 0) and disallowed devices get ``MASKED_LOGIT``."""
+        pair = torch.cat([inputs["pair"][targets], state], dim=-1)  # (..., G, D, P + S)
+        logits = self.scorer.score(groups[targets], devices, pair, inputs["allowed"][targets],
+                                   groups.mean(dim=0))  # (..., G, D)
+        logits = logits.masked_fill(state[..., 0] > 0.5, MASKED_LOGIT)
+        return logits.flatten(-2)
+
+
+def full_placement_state(placements: Tensor, adjacency: Tensor, work_s: Tensor, total_work_s: float) -> Tensor:
+    """``placement_state`` of every group at once: (..., G) placements -> (..., G, D, S) (GiPH's input)."""
+    num_devices = work_s.shape[1]
+    onehot = torch.nn.functional.one_hot(placements, num_devices).to(work_s.dtype)  # (..., G, D)
+    traffic_share = (adjacency @ onehot) / adjacency.sum(dim=-1)[:, None].clamp_min(1.0)  # (..., G, D)
+    finite_work = torch.where(torch.isfinite(work_s), work_s, torch.zeros_like(work_s))
+    device_work = (onehot * finite_work).sum(dim=-2) / max(total_work_s, 1e-12)  # (..., D)
+    return torch.stack([onehot, traffic_share, device_work[..., None, :].expand_as(onehot)], dim=-1).float()
 
 
 def placement_state(placements: Tensor, targets: Tensor, adjacency: Tensor, work_s: Tensor,

@@ -1,4 +1,4 @@
-"""``gdp`` and ``placeto`` as registry policies (policies/registry.py): place one problem, from a
+"""``gdp``, ``placeto`` and ``giph`` as registry policies (policies/registry.py): place one problem, from a
 pre-trained network or from scratch.
 
 ``init``: a checkpoint file from `placer train`, ``"pretrained"`` (the default: the committed checkpoint,
@@ -12,6 +12,12 @@ graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled ag
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
 across graphs starts them all from the fastest single device), so each pass improves on the last.
+GiPH starts at the warm start (else the fastest single device), measures it, then its greedy moves one by
+one (``episode_steps`` measurements at most), then fine-tunes with episodes of moves from the best so far.
+
+A second ``place`` on the same instance (a device left the machine: the problem has fewer devices) keeps
+the network and its optimizer as the first call left them, not the weights of ``init``, and starts from
+``warm_start`` when the caller set it for the new problem (the networks read any number of devices).
 ``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo of measured placements, the
 best, counters) to resume from: a resumed run measures nothing twice.
 """
@@ -61,6 +67,7 @@ def initial_weights(policy: str, init: str | None) -> Initial:
 
 class GdpPolicy:
     name = "gdp"
+    search_defaults: dict = {}  # GnnConfig fields a search uses unless its options say otherwise
 
     def __init__(self, context: RunContext | None = None, warm_start: Sequence[np.ndarray] | None = None,
                  init: str | None = None, **options):
@@ -73,7 +80,8 @@ class GdpPolicy:
         unknown = set(options) - known - set(_SEARCH_ONLY)
         if unknown:
             raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
-        self.options = {k: v for k, v in options.items() if k in known}
+        self.options = {**self.search_defaults, **{k: v for k, v in options.items() if k in known}}
+        self.trainer = None  # built by the first place(), kept by the next ones (a device removed)
 
     def config(self, seed: int) -> GnnConfig:
         architecture = {} if self.initial.state is None else {
@@ -81,37 +89,54 @@ class GdpPolicy:
         return GnnConfig(**{**self.options, **architecture, "kind": self.name, "seed": seed})
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
-        from policies.rl.gnn.trainer import GnnTrainer
         from policies.rl.loop import deterministic_torch
         from policies.rl.warm_start import measure_warm_start
 
         check_budget(budget)
         if self.torch_threads is not None:
             torch.set_num_threads(self.torch_threads)
-        config = self.config(seed)
         counter = BudgetedMeasurer(measurer, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
-        slot = Slot(problem, counter, config.failure_factor)
         with deterministic_torch():
-            trainer = GnnTrainer(config)
-            if self.initial.state is not None:
-                trainer.load_state(self.initial.state["trainer"], weights_only=True)
-            resumed = self._resume(trainer, slot)
-            start, notes = None, [f"weights: {self.initial.source}"]
+            first = self.trainer is None
+            trainer = self._trainer(self.config(seed))
+            slot = Slot(problem, counter, trainer.config.failure_factor)
+            resumed = first and self._resume(trainer, slot)
+            start = None
+            notes = [f"weights: {self.initial.source}" if first else "weights: kept from the previous place call"]
             if not resumed:
                 warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
                 if warm is not None:
                     start = warm.unit_placement
                     slot.record(start, warm.runtime_s)  # fine-tuning improves on it, and never reports worse
-                    if config.kind == "gdp":
-                        trainer.imitate([slot], [start], config.imitation_steps)
+                    if trainer.config.kind == "gdp":
+                        trainer.imitate([slot], [start], trainer.config.imitation_steps)
                     notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
-                slot.measure(trainer.greedy(slot, start)[None])  # the zero-shot placement, measured first
+                self._zero_shot(trainer, slot, start)
             stop_reason = self._fine_tune(trainer, slot, start)
             self._save(trainer, slot)
         if trainer.learner_s:
             notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each")
         found = search_result(self.name, problem, counter, "; ".join(notes))
         return self._with_slot_best(found, problem, slot, stop_reason, trainer)
+
+    def _trainer(self, config: GnnConfig):
+        """The first call's trainer from ``init``; the same one (network and optimizer) on later calls."""
+        from policies.rl.gnn.trainer import GnnTrainer
+
+        if self.trainer is None:
+            self.trainer = GnnTrainer(config)
+            if self.initial.state is not None:
+                self.trainer.load_state(self.initial.state["trainer"], weights_only=True)
+        return self.trainer
+
+    def _zero_shot(self, trainer, slot: Slot, start: np.ndarray | None) -> None:
+        """Measure the policy's zero-shot placement (GiPH: the start, then its greedy moves one by one)."""
+        if trainer.config.kind != "giph" or slot.counter.left < 2:
+            slot.measure(trainer.greedy(slot, start)[None])
+            return
+        start = slot.fastest_single_device() if start is None else start
+        slot.measure(start[None])
+        trainer.giph_rollout(slot, start, measure=True)
 
     def _fine_tune(self, trainer, slot: Slot, start: np.ndarray | None) -> str:
         ctx, started, stalled = self.context, time.perf_counter(), 0
@@ -122,8 +147,8 @@ class GdpPolicy:
             if stalled >= STALL_ITERATIONS:
                 return "converged"
             used = slot.counter.used
-            if trainer.config.kind == "placeto" and slot.best_units is not None:
-                start = slot.best_units  # fine-tuning improves the best placement so far, episode after episode
+            if trainer.config.kind != "gdp":  # fine-tuning improves the best placement so far, episode after episode
+                start = slot.best_units if slot.best_units is not None else slot.fastest_single_device()
             metrics = trainer.iterate(slot, start)
             if metrics is None:
                 break
@@ -152,7 +177,8 @@ class GdpPolicy:
         memo_units = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), slot.num_groups)  # (K, G)
         state = {"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
                  "measurements_used": slot.counter.used, "best_runtime_s": slot.best_runtime_s,
-                 "best_units": best, "num_groups": slot.num_groups, "worst_ok_s": slot.worst_ok_s,
+                 "best_units": best, "num_groups": slot.num_groups,
+                 "num_devices": slot.problem.num_devices, "worst_ok_s": slot.worst_ok_s,
                  "memo_units": torch.from_numpy(memo_units.copy()),
                  "memo_cost_s": torch.tensor([slot.memo[k] for k in keys], dtype=torch.float64)}
         save_state(state, path)
@@ -165,8 +191,10 @@ class GdpPolicy:
             state = torch.load(path, weights_only=True)
         except Exception as exc:  # a damaged or truncated file
             raise PlacerError(f"{path} is damaged or truncated ({type(exc).__name__}): remove it to start over") from None
-        if not isinstance(state, dict) or state.get("policy") != self.name or state.get("num_groups") != slot.num_groups:
-            raise PlacerError(f"{path} is not a {self.name} learner of {slot.num_groups} groups")
+        devices = slot.problem.num_devices
+        if (not isinstance(state, dict) or state.get("policy") != self.name
+                or state.get("num_groups") != slot.num_groups or state.get("num_devices", devices) != devices):
+            raise PlacerError(f"{path} is not a {self.name} learner of {slot.num_groups} groups on {devices} devices")
         trainer.load_state(state["trainer"])
         slot.counter.used = int(state["measurements_used"])
         slot.best_runtime_s = float(state["best_runtime_s"])
@@ -186,3 +214,8 @@ class GdpPolicy:
 
 class PlacetoPolicy(GdpPolicy):
     name = "placeto"
+
+
+class GiphPolicy(GdpPolicy):
+    name = "giph"
+    search_defaults = {"batch_size": 4, "episode_steps": 16}  # several updates in a search's few hundred measurements

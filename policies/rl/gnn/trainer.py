@@ -13,8 +13,12 @@ Placeto, one update per batch of B episodes run side by side from the same start
     reward of a step = (step time before - step time after) / step time at the start
     advantages = return-to-go minus its mean over the episodes; learner.update
 
+GiPH (policies/rl/gnn/giph.py), one update per batch of B episodes of relocation moves from the same start
+(training: a random placement or the fastest single device), discounted improvement rewards.
+
 ``greedy`` placements (the most likely device per group; Placeto: one greedy pass, no measurement in
-between) are the zero-shot answer: one forward pass, one measurement.
+between; GiPH: the most likely move ``episode_steps`` times) are the zero-shot answer: one forward pass,
+one measurement.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from graphs.errors import PlacerError
 from policies.base import FAILED_COST_S
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.module import ACTIONS, ADVANTAGES, GRAPH_KEYS, STATE, TARGETS
@@ -80,6 +85,8 @@ class GnnTrainer:
             if self.config.kind == "gdp":
                 return self.net(slot.tensors).argmax(dim=1).numpy().astype(np.int64)
             start = slot.fastest_single_device() if start is None else start
+            if self.config.kind == "giph":
+                return self.giph_rollout(slot, start, measure=False)
             return self._episode(slot, start, 1, greedy=True)[0][0]
 
     # ---- one update -----------------------------------------------------------------------------
@@ -89,6 +96,13 @@ class GnnTrainer:
         t0 = time.perf_counter()
         if self.config.kind == "gdp":
             batch, runtimes, measure_s = self._gdp_batch(slot)
+        elif self.config.kind == "giph":
+            from policies.rl.gnn.giph import giph_batch, random_placement
+            if start is None:
+                start = (random_placement(slot, self.rng) if self.rng.random() < self.config.random_start
+                         else slot.fastest_single_device())
+            batch, runtimes, measure_s = giph_batch(self.net, slot, start, self.config.batch_size,
+                                                    self.config.episode_steps, self.config.discount, self.generator)
         else:
             start = slot.fastest_single_device() if start is None else start
             batch, runtimes, measure_s = self._placeto_batch(slot, start)
@@ -103,6 +117,13 @@ class GnnTrainer:
         return UpdateMetrics(self.iteration - 1, name, slot.counter.used, float(ok.min()) if len(ok) else np.inf,
                              float(slot.scored(runtimes).mean()), summary["loss"], summary["entropy"],
                              t1 - t0 - measure_s, measure_s, t2 - t1)
+
+    def giph_rollout(self, slot: Slot, start: np.ndarray, measure: bool = True) -> np.ndarray:
+        """(G,) GiPH's placement after ``episode_steps`` greedy moves from ``start``; ``measure``: each
+        placement on the way is measured (in the budget; the slot keeps the best)."""
+        from policies.rl.gnn.giph import run_episodes
+        return run_episodes(self.net, slot, start, 1, self.config.episode_steps, self.generator, greedy=True,
+                            measure=measure).final[0]
 
     def _gdp_batch(self, slot: Slot):
         size = min(self.config.batch_size, max(slot.counter.left, 0))
@@ -184,7 +205,10 @@ class GnnTrainer:
     def imitate(self, slots: list[Slot], targets: list[np.ndarray], steps: int) -> float:
         """Fit the policy to the placements ``targets`` (one (G,) per slot) with ``steps`` Adam steps of
         their own (the RL optimizer's moments are left alone), visiting the slots in reshuffled rounds;
-        returns the mean cross-entropy of the last round."""
+        returns the mean cross-entropy of the last round. GiPH learns from rewards only."""
+        if self.config.kind == "giph":
+            raise PlacerError("giph learns from rewards only: it has no imitation of a teacher (--teacher-budget) "
+                              "and starts its episodes at a warm start instead")
         optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr * 3)
         order: list[int] = []
         losses: list[float] = []

@@ -1,0 +1,231 @@
+"""Issue 15's tables for ``giph``: machines and graphs it never trained on, and a device that leaves.
+
+Sections (the simulator in this process, 32 scope groups, torch on one thread)::
+
+    unseen   each held-out machine x graph x seed, budget --budget: heft (one measurement, colocation
+             groups), then from two starts, the fastest single device ("1dev") and HEFT's placement on the
+             groups ("heft"): giph's start and its greedy moves with no update (1 + episode_steps
+             measurements, "zero-shot"), giph, placeto and annealing after --budget measurements
+    removal  giph runs --before measurements on each --removal-machines, the GPU holding the most groups of
+             its best placement leaves, the same instance continues (warm start: that best with the GPU's
+             groups moved, --moved) against a fresh giph on the smaller machine with --budget: measurements
+             to come within 10% of the fresh search's result
+
+Usage::
+
+    python tests/bench/bench_giph.py [unseen|removal] [--seeds 0 1 2] [--budget 200] [--init PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+
+os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+MACHINES = ("k80-v100", "a100-h100", "desktop-igpu", "hetero:1000", "hetero:1002")
+GRAPHS = ("resnet-50", "inception-v3", "transformer")
+
+
+def _setup(graph_name: str, machine, seed: int):
+    from graphs.grouping import DEFAULT_MAX_GROUPS
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+
+    graph = load_graph(graph_name)
+    machine = load_machine(machine) if isinstance(machine, str) else machine
+    return (make_problem(graph, machine, max_groups=DEFAULT_MAX_GROUPS, seed=seed),
+            SimulatorMeasurer(graph, machine))
+
+
+def _runtime(result) -> float:
+    return result.best.runtime_s if result.best.ok else math.inf
+
+
+def _start_runtime(problem, measurer, op_placement: np.ndarray) -> float:
+    """The start as the searches measure it: collapsed onto the groups (repaired to allowed devices)."""
+    units = problem.repair_allowed(problem.collapse(op_placement))
+    [result] = measurer.measure([problem.expand(units[None])[0]])
+    return result.runtime_s if result.ok else math.inf
+
+
+def _starts(problem, measurer, seed: int) -> dict[str, np.ndarray]:
+    """Op placements of the two starts, and HEFT's result."""
+    from policies.registry import place
+    from policies.rl.gnn.problems import Slot
+
+    heft = place("heft", problem, measurer, 1, seed)
+    single = problem.expand(Slot(problem, None).fastest_single_device())
+    return {"1dev": single, "heft": heft.op_placement}, _runtime(heft)
+
+
+def unseen(args) -> None:
+    from policies.registry import place
+
+    from policies.rl.gnn.policy import GiphPolicy
+    giph_init = {"init": args.init} if args.init else {}
+    rows = []
+    for machine in args.machines:
+        for graph in args.graphs:
+            for seed in args.seeds:
+                t0 = time.perf_counter()
+                problem, measurer = _setup(graph, machine, seed)
+                starts, heft_s = _starts(problem, measurer, seed)
+                for start_name, start in starts.items():
+                    row = {"machine": machine, "graph": graph, "seed": seed, "start": start_name, "heft": heft_s}
+                    zero = GiphPolicy(warm_start=[start], torch_threads=1, **giph_init)
+                    row["start_s"] = _start_runtime(problem, measurer, start)
+                    row["giph0"] = _runtime(zero.place(problem, measurer, 1 + zero.options["episode_steps"], seed))
+                    row["giph"] = _runtime(place("giph", problem, measurer, args.budget, seed, warm_start=[start],
+                                                 torch_threads=1, **giph_init))
+                    row["placeto"] = _runtime(place("placeto", problem, measurer, args.budget, seed,
+                                                    warm_start=[start], torch_threads=1))
+                    row["annealing"] = _runtime(place("annealing", problem, measurer, args.budget, seed,
+                                                      warm_start=[start]))
+                    rows.append(row)
+                print(f"<!-- {machine} {graph} seed {seed}: {time.perf_counter() - t0:.1f} s -->", flush=True)
+    _print_unseen(rows, args)
+
+
+def _print_unseen(rows: list[dict], args) -> None:
+    print(f"\n### Unseen machines, budget {args.budget} (step time ms, mean over seeds {args.seeds})\n")
+    print("| machine | graph | start | heft | start on groups | giph zero-shot | giph | placeto | annealing "
+          "| giph <= heft (seeds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    keys = sorted({(r["machine"], r["graph"], r["start"]) for r in rows}, key=lambda k: (
+        args.machines.index(k[0]), args.graphs.index(k[1]), k[2]))
+    met = {"1dev": [0, 0], "heft": [0, 0]}
+    for machine, graph, start in keys:
+        group = [r for r in rows if (r["machine"], r["graph"], r["start"]) == (machine, graph, start)]
+        cells = [_ms(np.mean([r[k] for r in group])) for k in ("heft", "start_s", "giph0", "giph", "placeto",
+                                                                "annealing")]
+        hits = sum(r["giph"] <= r["heft"] * (1 + 1e-9) for r in group)
+        met[start][0] += hits
+        met[start][1] += len(group)
+        print(f"| {machine} | {graph} | {start} | " + " | ".join(cells) + f" | {hits}/{len(group)} |")
+    for start, (hits, total) in met.items():
+        print(f"\ngiph at or below HEFT from start {start}: {hits} of {total} runs")
+    for key in ("giph0", "giph", "placeto", "annealing"):
+        for start in ("1dev", "heft"):
+            ratio = [r[key] / r["heft"] for r in rows if r["start"] == start and math.isfinite(r[key])]
+            print(f"- {key} from {start}: geometric mean of step time / HEFT's = "
+                  f"{math.exp(np.mean(np.log(ratio))):.3f}" if ratio else f"- {key} from {start}: none ran ok")
+
+
+def _ms(value: float) -> str:
+    return f"{value * 1e3:.2f}" if math.isfinite(value) else "failed"
+
+
+class Trace:
+    """on_measurement: every runtime in order (inf for failures)."""
+
+    def __init__(self):
+        self.runtimes: list[float] = []
+
+    def __call__(self, placement, measurement) -> None:
+        self.runtimes.append(measurement.runtime_s if measurement.ok else math.inf)
+
+    def first_within(self, target_s: float) -> int | None:
+        """Measurements spent until one came within ``target_s`` (None: never)."""
+        for k, runtime in enumerate(self.runtimes):
+            if runtime <= target_s:
+                return k + 1
+        return None
+
+    def best(self) -> float:
+        return min(self.runtimes, default=math.inf)
+
+
+def removal(args) -> None:
+    print(f"\n### Removal: giph {args.before} measurements, the GPU holding most groups of its best leaves, the "
+          f"same instance continues with budget {args.budget}, against a fresh giph on the smaller machine "
+          f"(step time ms; removed groups moved: {args.moved})\n")
+    print("| machine | graph | seed | removed | before removal | warm start on smaller | continued best | fresh best "
+          "| continued: meas. to within 10% of fresh | fresh: meas. to its best | fresh: meas. to within 10% |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    summary = []
+    for machine_name in args.removal_machines:
+        for graph in args.graphs:
+            for seed in args.seeds:
+                summary.append(_removal_row(args, machine_name, graph, seed))
+    met = sum(got is not None and got < used for got, _, used in summary)
+    met_best = sum(got is not None and got < to_best for got, to_best, _ in summary)
+    print(f"\ncontinued within 10% of fresh in fewer measurements than fresh used ({args.budget}): {met} of "
+          f"{len(summary)}; fewer than fresh needed to reach its own best: {met_best} of {len(summary)}")
+
+
+def _removal_row(args, machine_name: str, graph: str, seed: int) -> tuple[int | None, int, int]:
+    from policies.rl.gnn.policy import GiphPolicy
+
+    giph_init = {"init": args.init} if args.init else {}
+    problem, measurer = _setup(graph, machine_name, seed)
+    policy = GiphPolicy(torch_threads=1, **giph_init)
+    first = policy.place(problem, measurer, args.before, seed)
+    machine = problem.machine
+    gpus = [i for i, d in enumerate(machine.devices) if d.kind == "gpu"]
+    units = first.group_placement
+    gone = max(gpus, key=lambda i: (np.sum(units == i), -i))
+    name = machine.devices[gone].name
+    kept = machine.kept_device_indices([name])
+    small_problem, small_measurer = _setup(graph, machine.without_devices([name]), seed)
+    if args.moved == "job":  # what placer search --remove-device does: each group to its fastest kept device
+        from cluster.jobs.removal import moved_placement
+        policy.warm_start = [moved_placement(problem, first.op_placement, kept)]
+    else:
+        policy.warm_start = [small_problem.expand(_moved(units, kept, small_problem))]
+    continued, fresh = Trace(), Trace()
+    policy.place(small_problem, small_measurer, args.budget, seed, on_measurement=continued)
+    GiphPolicy(torch_threads=1, **giph_init).place(small_problem, small_measurer, args.budget, seed,
+                                                  on_measurement=fresh)
+    target = fresh.best() * 1.10
+    got = continued.first_within(target)
+    to_best = fresh.runtimes.index(fresh.best()) + 1
+    print(f"| {machine_name} | {graph} | {seed} | {name} | {_ms(_runtime(first))} | {_ms(continued.runtimes[0])} | "
+          f"{_ms(continued.best())} | {_ms(fresh.best())} | {got if got else 'never'} | {to_best} | "
+          f"{fresh.first_within(target)} |", flush=True)
+    return got, to_best, len(fresh.runtimes)
+
+
+def _moved(units: np.ndarray, kept: np.ndarray, small_problem) -> np.ndarray:
+    """(G,) ``units`` on the smaller machine: kept devices renumbered, the removed device's groups together
+    on the one kept device that runs them fastest (by the cost model; splitting them would add transfers)."""
+    small = np.full_like(units, -1)
+    on_kept = np.isin(units, kept)
+    small[on_kept] = np.searchsorted(kept, units[on_kept])
+    time_s = np.where(small_problem.unit_allowed, small_problem.unit_time_s, np.inf)[~on_kept]  # (orphans, D')
+    small[~on_kept] = int(time_s.sum(axis=0).argmin())
+    return small_problem.repair_allowed(small)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("section", nargs="?", choices=("unseen", "removal"))
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--before", type=int, default=100, help="removal: measurements before the GPU leaves")
+    parser.add_argument("--machines", nargs="+", default=list(MACHINES))
+    parser.add_argument("--graphs", nargs="+", default=list(GRAPHS))
+    parser.add_argument("--removal-machines", nargs="+", default=["k80-v100", "a100-h100", "hetero:1002"])
+    parser.add_argument("--moved", choices=("job", "together"), default="job",
+                        help="removal: the removed GPU's groups each to its fastest kept device (as placer search "
+                             "--remove-device does), or together to the one kept device fastest for them all")
+    parser.add_argument("--init", help="giph checkpoint (default: the committed one)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    if args.section in (None, "unseen"):
+        unseen(args)
+    if args.section in (None, "removal"):
+        removal(args)
+    print(f"\n<!-- {time.perf_counter() - started:.0f} s -->")
+
+
+if __name__ == "__main__":
+    main()
