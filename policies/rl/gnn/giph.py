@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from policies.rl.gnn.module import ACTIONS, ADVANTAGES, STATE, TARGETS
 from policies.rl.gnn.network import MASKED_LOGIT, full_placement_state
@@ -50,13 +51,15 @@ def random_placement(slot: Slot, rng: np.random.Generator) -> np.ndarray:
 
 def run_episodes(net, slot: Slot, start: np.ndarray, size: int, steps: int, generator: torch.Generator,
                  greedy: bool = False, measure: bool = True) -> Episodes:
-    """``size`` episodes of up to ``steps`` moves from ``start`` (greedy: the most likely move each step).
-    Stops before a step whose ``size`` placements the budget left cannot all measure (when measuring), and
-    when no group has another allowed device."""
+    """``size`` episodes of up to ``steps`` moves from ``start`` (greedy: the most likely move each step
+    that does not return to a placement the episode has visited: a deterministic policy would otherwise
+    go back and forth between two). Stops before a step whose ``size`` placements the budget left cannot
+    all measure (when measuring), and when no group has another allowed device."""
     num_groups, num_devices = slot.num_groups, slot.problem.num_devices
     placements = torch.from_numpy(np.repeat(np.asarray(start, dtype=np.int64)[None], size, axis=0))  # (B, G)
     every = torch.arange(num_groups).expand(size, num_groups)  # (B, G)
     actions, states, runtimes, measure_s = [], [], [], 0.0
+    visited = [placements.clone()]  # greedy: placements each episode has been in, (B, G) each
     with torch.no_grad():
         groups, devices = net.embed(slot.tensors)
         for _ in range(steps):
@@ -64,11 +67,14 @@ def run_episodes(net, slot: Slot, start: np.ndarray, size: int, steps: int, gene
                 break
             state = full_placement_state(placements, slot.adjacency, slot.work, slot.total_work_s)  # (B, G, D, S)
             logits = net.step_logits(groups, devices, slot.tensors, every, state)  # (B, G * D)
+            if greedy:
+                logits = _without_revisits(logits, placements, visited, num_devices)
             if bool((logits.max(dim=1).values <= MASKED_LOGIT / 2).any()):
                 break  # nowhere to move
             move = (logits.argmax(dim=1) if greedy else
                     torch.multinomial(torch.softmax(logits, dim=1), 1, generator=generator)[:, 0])  # (B,)
             placements[torch.arange(size), move // num_devices] = move % num_devices
+            visited.append(placements.clone())
             actions.append(move)
             states.append(state)
             if measure:
@@ -83,6 +89,21 @@ def run_episodes(net, slot: Slot, start: np.ndarray, size: int, steps: int, gene
                     states=torch.stack(states, 1).numpy() if taken else np.zeros(shape, dtype=np.float32),
                     runtimes=(np.stack(runtimes, 1) if runtimes else np.full((size, taken), np.inf)),
                     measure_s=measure_s)
+
+
+def _without_revisits(logits: Tensor, placements: Tensor, visited: list[Tensor], num_devices: int) -> Tensor:
+    """Mask the moves (B, G * D) that lead back to a visited placement: one group away from it, that
+    group's device there."""
+    logits = logits.clone()
+    rows = torch.arange(len(placements))
+    for before in visited:
+        differ = placements != before  # (B, G)
+        one_away = differ.sum(dim=1) == 1  # (B,)
+        if bool(one_away.any()):
+            group = differ.int().argmax(dim=1)  # (B,)
+            back = group * num_devices + before[rows, group]  # (B,)
+            logits[rows[one_away], back[one_away]] = MASKED_LOGIT
+    return logits
 
 
 def discounted_returns(rewards: np.ndarray, discount: float) -> np.ndarray:

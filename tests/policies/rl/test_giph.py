@@ -69,6 +69,21 @@ def test_moves_leave_the_current_device_for_an_allowed_one(setup):
         np.testing.assert_array_equal(placement, episodes.final[b])
 
 
+def test_greedy_moves_never_return_to_a_visited_placement(setup):
+    problem, measurer = setup
+    slot = _slot(problem, measurer)
+    trainer = _trainer()
+    start = slot.fastest_single_device()
+    episodes = run_episodes(trainer.net, slot, start, 1, 40, trainer.generator, greedy=True, measure=False)
+    placement, seen = start.copy(), {start.tobytes()}
+    for move in episodes.actions[0]:
+        group, device = divmod(int(move), problem.num_devices)
+        placement[group] = device
+        assert placement.tobytes() not in seen
+        seen.add(placement.tobytes())
+    assert len(seen) == 41
+
+
 def test_full_state_matches_placetos_state_of_each_group(setup):
     problem, measurer = setup
     slot = _slot(problem, measurer)
@@ -146,7 +161,7 @@ def test_checkpoint_round_trips_and_a_policy_starts_from_it(setup, tmp_path):
         read_checkpoint(out, "placeto")
     policy = GiphPolicy(init=str(out))
     found = policy.place(problem, CountingMeasurer(measurer), 1, 0)
-    trained = _trainer(SMALL)
+    trained = _trainer(policy.config(0))  # the search's episode length, the checkpoint's network
     trained.load_state(state["trainer"], weights_only=True)
     np.testing.assert_array_equal(found.group_placement, trained.greedy(_slot(problem, measurer)))
     with pytest.raises(PlacerError, match="rewards only"):
