@@ -5,7 +5,8 @@ Sections (the simulator in this process, 32 scope groups, torch on one thread)::
     unseen   each held-out machine x graph x seed, budget --budget: heft (one measurement, colocation
              groups), then from two starts, the fastest single device ("1dev") and HEFT's placement on the
              groups ("heft"): giph's start and its greedy moves with no update (1 + episode_steps
-             measurements, "zero-shot"), giph, placeto and annealing after --budget measurements
+             measurements, "zero-shot"), giph (pre-trained and from scratch), placeto and annealing after
+             --budget measurements
     removal  giph runs --before measurements on each --removal-machines, the GPU holding the most groups of
              its best placement leaves, the same instance continues (warm start: that best with the GPU's
              groups moved, --moved) against a fresh giph on the smaller machine with --budget: measurements
@@ -85,6 +86,8 @@ def unseen(args) -> None:
                     row["giph0"] = _runtime(zero.place(problem, measurer, 1 + zero.options["episode_steps"], seed))
                     row["giph"] = _runtime(place("giph", problem, measurer, args.budget, seed, warm_start=[start],
                                                  torch_threads=1, **giph_init))
+                    row["giph_scratch"] = _runtime(place("giph", problem, measurer, args.budget, seed,
+                                                         warm_start=[start], torch_threads=1, init="scratch"))
                     row["placeto"] = _runtime(place("placeto", problem, measurer, args.budget, seed,
                                                     warm_start=[start], torch_threads=1))
                     row["annealing"] = _runtime(place("annealing", problem, measurer, args.budget, seed,
@@ -96,23 +99,23 @@ def unseen(args) -> None:
 
 def _print_unseen(rows: list[dict], args) -> None:
     print(f"\n### Unseen machines, budget {args.budget} (step time ms, mean over seeds {args.seeds})\n")
-    print("| machine | graph | start | heft | start on groups | giph zero-shot | giph | placeto | annealing "
-          "| giph <= heft (seeds) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| machine | graph | start | heft | start on groups | giph zero-shot | giph | giph scratch | placeto "
+          "| annealing | giph <= heft (seeds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted({(r["machine"], r["graph"], r["start"]) for r in rows}, key=lambda k: (
         args.machines.index(k[0]), args.graphs.index(k[1]), k[2]))
     met = {"1dev": [0, 0], "heft": [0, 0]}
     for machine, graph, start in keys:
         group = [r for r in rows if (r["machine"], r["graph"], r["start"]) == (machine, graph, start)]
-        cells = [_ms(np.mean([r[k] for r in group])) for k in ("heft", "start_s", "giph0", "giph", "placeto",
-                                                                "annealing")]
+        cells = [_ms(np.mean([r[k] for r in group])) for k in ("heft", "start_s", "giph0", "giph", "giph_scratch",
+                                                                "placeto", "annealing")]
         hits = sum(r["giph"] <= r["heft"] * (1 + 1e-9) for r in group)
         met[start][0] += hits
         met[start][1] += len(group)
         print(f"| {machine} | {graph} | {start} | " + " | ".join(cells) + f" | {hits}/{len(group)} |")
     for start, (hits, total) in met.items():
         print(f"\ngiph at or below HEFT from start {start}: {hits} of {total} runs")
-    for key in ("giph0", "giph", "placeto", "annealing"):
+    for key in ("giph0", "giph", "giph_scratch", "placeto", "annealing"):
         for start in ("1dev", "heft"):
             ratio = [r[key] / r["heft"] for r in rows if r["start"] == start and math.isfinite(r[key])]
             print(f"- {key} from {start}: geometric mean of step time / HEFT's = "

@@ -218,4 +218,4 @@ class PlacetoPolicy(GdpPolicy):
 
 class GiphPolicy(GdpPolicy):
     name = "giph"
-    search_defaults = {"batch_size": 4, "episode_steps": 16}  # several updates in a search's few hundred measurements
+    search_defaults = {"batch_size": 2, "episode_steps": 32}  # long walks, several updates in a few hundred measurements
