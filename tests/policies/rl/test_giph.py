@@ -208,3 +208,12 @@ def test_placer_search_runs_giph_on_a_held_out_machine(tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and 1 <= result["measurements"] <= 40
     assert np.isfinite(result["best_runtime_s"])
+
+
+def test_placer_train_refuses_a_teacher_for_giph(tmp_path, capsys):
+    from cluster.cli import main
+
+    code = main(["train", "--policy", "giph", "--graphs", "synthetic:200", "--machines", "hetero:1", "--budget", "50",
+                 "--teacher-budget", "8", "-o", str(tmp_path / "giph.pt")])
+    assert code == 2 and "rewards only" in capsys.readouterr().err
+    assert not (tmp_path / "giph.pt").exists()
