@@ -90,6 +90,10 @@ for _entry in (
                 "graph-neural one-shot placer, pre-trained across graphs (GDP, Zhou et al. 2019)"),
     PolicyEntry("placeto", "policies.rl.gnn.policy:PlacetoPolicy", "learned",
                 "graph-neural iterative placer, pre-trained across graphs (Placeto, Addanki et al. 2019)"),
+    PolicyEntry("giph", "policies.rl.gnn.policy:GiphPolicy", "learned",
+                "graph policy of relocation moves, trained across heterogeneous machines (GiPH, Hu et al. 2023)"),
+    PolicyEntry("hsdag", "policies.rl.gnn.hsdag.policy:HsdagPolicy", "learned",
+                "structure-aware placer: graph parsing into groups it chooses, then devices (HSDAG, 2024)"),
 ):
     register_policy(_entry)
 

@@ -25,7 +25,7 @@ def register(subparsers) -> None:
                                           "except a higher --budget, a --time-limit, --workers and --ray-address.")
     p.add_argument("--graph", help=f"benchmark name or graph file (default {d.graph})")
     p.add_argument("--machine", help=f"catalog name or machine file (default {d.machine})")
-    p.add_argument("--policy", help="a learned policy (reinforce, ppo, hierarchical, post, gdp, placeto) or any "
+    p.add_argument("--policy", help="a learned policy (reinforce, ppo, hierarchical, post, gdp, placeto, giph, hsdag) or any "
                    "baseline (default reinforce)")
     p.add_argument("--measurer", choices=MEASURER_KINDS, help=f"default {d.measurer} (openvino: graphs imported "
                    "from ONNX or OpenVINO IR, per-op devices through OpenVINO's HETERO mode)")
@@ -55,8 +55,9 @@ def register(subparsers) -> None:
                         "heuristic names (m-etf,heft), a .npy file of one op placement, or a run folder (its "
                         "best placement)")
     p.add_argument("--init", metavar="CHECKPOINT|pretrained|scratch",
-                   help="gdp and placeto: the network's weights: a checkpoint from placer train, pretrained (the "
-                        "default: the committed checkpoint, policies/rl/gnn/pretrained/) or scratch")
+                   help="gdp, placeto and giph: the network's weights: a checkpoint from placer train, pretrained "
+                        "(the default: the committed checkpoint, policies/rl/gnn/pretrained/) or scratch; hsdag: "
+                        "scratch (the default) or pretrained (gdp's encoder)")
     p.add_argument("--order", help="placeto: the order it visits the groups in, topo (default), reverse-topo, bfs "
                                    "or random")
     p.add_argument("--remove-device", action="append", dest="remove_devices", metavar="NAME@MEASUREMENTS",

@@ -239,10 +239,14 @@ def _check_gnn_settings(config: SearchConfig) -> None:
     (a missing pre-trained checkpoint, a damaged file, the other policy's: one error naming the file)."""
     from policies.rl.gnn.config import KINDS, ORDERS
 
-    if config.init is not None and config.policy not in KINDS:
-        raise PlacerError(f"--init: only for --policy {' or '.join(KINDS)}, not {config.policy!r}")
+    takes_init = (*KINDS, "hsdag")
+    if config.init is not None and config.policy not in takes_init:
+        raise PlacerError(f"--init: only for --policy {' or '.join(takes_init)}, not {config.policy!r}")
     if config.order is not None and config.policy != "placeto":
         raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {config.policy!r}")
+    if config.policy == "hsdag" and config.init not in (None, "pretrained", "scratch"):
+        raise PlacerError(f"--init: hsdag starts from scratch or pretrained (the encoder of gdp's committed "
+                          f"checkpoint), not {config.init!r}")
     if config.policy not in KINDS:
         return
     if config.order is not None and config.order not in ORDERS:
@@ -253,9 +257,11 @@ def _check_gnn_settings(config: SearchConfig) -> None:
 
 
 def _gnn_options(config: SearchConfig) -> dict:
-    """The options only gdp and placeto take (check_search_config: the others have none)."""
+    """The options only the graph-neural policies take (check_search_config: the others have none)."""
     from policies.rl.gnn.config import KINDS
 
+    if config.policy == "hsdag":
+        return {} if config.init is None else {"init": config.init}
     if config.policy not in KINDS:
         return {}
     return {"init": config.init, **({} if config.order is None else {"order": config.order})}

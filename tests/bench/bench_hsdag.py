@@ -12,6 +12,7 @@ the best non-learned method (heuristics and annealing). Usage::
     python tests/bench/bench_hsdag.py [--machine M] [--graphs G ...] [--budget 500] [--seeds 0 1 2] [--groups 32]
         [--policies cpu-only single-gpu heft m-etf annealing reinforce placeto hsdag]
         [--hsdag KEY=VALUE ...]       (HsdagPolicy options, e.g. init=pretrained; repeatable)
+        [--warm-start HEURISTIC]      (learners and annealing start from its placement, e.g. heft)
 """
 
 from __future__ import annotations
@@ -49,14 +50,18 @@ def default_setting() -> tuple[str, tuple[str, ...]]:
     return PAPER_SETTING
 
 
-def run_policy(name: str, problem, measurer, budget: int, seed: int, hsdag_options: dict) -> tuple[float, float, str]:
-    """(step time in s, inf when it failed; wall seconds; notes) of one run."""
+def run_policy(name: str, problem, measurer, budget: int, seed: int, hsdag_options: dict,
+               warm_start=None) -> tuple[float, float, str]:
+    """(step time in s, inf when it failed; wall seconds; notes) of one run; ``warm_start``: an (N,) op
+    placement the policies that take one start from."""
     from policies.registry import place, policy_entry
 
     entry = policy_entry(name)
     options = dict(LEARNED_OPTIONS) if entry.learned else {}
     if name == "hsdag":
         options.update(hsdag_options)
+    if warm_start is not None and entry.takes_warm_start:
+        options["warm_start"] = [warm_start]
     started = time.perf_counter()
     result = place(name, problem, measurer, budget if entry.kind != "heuristic" else 1, seed, **options)
     wall_s = time.perf_counter() - started
@@ -88,6 +93,9 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=None, help="units of the searches and learners "
                         "(default: the search's, graphs.grouping.DEFAULT_MAX_GROUPS)")
     parser.add_argument("--hsdag", nargs="*", default=[], help="HsdagPolicy options KEY=VALUE")
+    parser.add_argument("--warm-start", default=None, metavar="HEURISTIC",
+                        help="policies that take a warm start (learners, annealing) start from this heuristic's "
+                             "placement, as `placer search --warm-start HEURISTIC` does")
     args = parser.parse_args()
 
     import torch
@@ -107,17 +115,23 @@ def main() -> None:
     machine = load_machine(machine_name)
     print(f"machine {machine_name}, graphs {' '.join(graph_names)}, budget {args.budget}, seeds "
           f"{' '.join(map(str, args.seeds))}, groups {groups} {DEFAULT_METHOD}, simulator; "
-          f"hsdag options {hsdag_options or 'default'}\n", flush=True)
+          f"hsdag options {hsdag_options or 'default'}, warm start {args.warm_start or 'none'}\n", flush=True)
     table: dict[str, dict[str, list[float]]] = {p: {} for p in args.policies}
     walls: dict[str, list[float]] = {p: [] for p in args.policies}
     for graph_name in graph_names:
         graph = load_graph(graph_name)
         problem = make_problem(graph, machine, max_groups=groups, grouping_method=DEFAULT_METHOD)
         measurer = SimulatorMeasurer(graph, machine)
+        warm = None
+        if args.warm_start:
+            from policies.registry import place
+
+            warm = place(args.warm_start, problem, measurer, 1, 0).op_placement
         for name in args.policies:
             seeds = args.seeds[:1] if policy_entry(name).kind == "heuristic" else args.seeds
             for seed in seeds:
-                runtime_s, wall_s, notes = run_policy(name, problem, measurer, args.budget, seed, hsdag_options)
+                runtime_s, wall_s, notes = run_policy(name, problem, measurer, args.budget, seed, hsdag_options,
+                                                      warm)
                 table[name].setdefault(graph_name, []).append(runtime_s)
                 walls[name].append(wall_s)
                 print(f"  {graph_name} {name} seed {seed}: {runtime_s * 1e3:.2f} ms in {wall_s:.1f} s"

@@ -218,7 +218,8 @@ def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path,
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--policy", "reinforce", "--init", "scratch"], "--init: only for --policy gdp or placeto, not 'reinforce'"),
+    (["--policy", "reinforce", "--init", "scratch"], "--init: only for --policy gdp or placeto or giph or hsdag, not 'reinforce'"),
+    (["--policy", "hsdag", "--init", "gdp.pt"], "--init: hsdag starts from scratch or pretrained"),
     (["--policy", "random", "--order", "bfs"], "--order: only for --policy placeto (it visits groups in order)"),
     (["--policy", "gdp", "--init", "scratch", "--order", "bfs"], "--order: only for --policy placeto"),
     (["--policy", "placeto", "--init", "scratch", "--order", "sideways"], "--order: unknown order 'sideways'"),
