@@ -178,11 +178,9 @@ def _removal_row(args, machine_name: str, graph: str, seed: int) -> tuple[int | 
     name = machine.devices[gone].name
     kept = machine.kept_device_indices([name])
     small_problem, small_measurer = _setup(graph, machine.without_devices([name]), seed)
-    if args.moved == "job":  # what placer search --remove-device does: each group to its fastest kept device
-        from cluster.jobs.removal import moved_placement
-        policy.warm_start = [moved_placement(problem, first.op_placement, kept)]
-    else:
-        policy.warm_start = [small_problem.expand(_moved(units, kept, small_problem))]
+    from cluster.jobs.removal import moved_placement  # what placer search --remove-device starts from
+
+    policy.warm_start = [moved_placement(problem, first.op_placement, kept)]
     continued, fresh = Trace(), Trace()
     policy.place(small_problem, small_measurer, args.budget, seed, on_measurement=continued)
     GiphPolicy(torch_threads=1, **giph_init).place(small_problem, small_measurer, args.budget, seed,
@@ -196,17 +194,6 @@ def _removal_row(args, machine_name: str, graph: str, seed: int) -> tuple[int | 
     return got, to_best, len(fresh.runtimes)
 
 
-def _moved(units: np.ndarray, kept: np.ndarray, small_problem) -> np.ndarray:
-    """(G,) ``units`` on the smaller machine: kept devices renumbered, the removed device's groups together
-    on the one kept device that runs them fastest (by the cost model; splitting them would add transfers)."""
-    small = np.full_like(units, -1)
-    on_kept = np.isin(units, kept)
-    small[on_kept] = np.searchsorted(kept, units[on_kept])
-    time_s = np.where(small_problem.unit_allowed, small_problem.unit_time_s, np.inf)[~on_kept]  # (orphans, D')
-    small[~on_kept] = int(time_s.sum(axis=0).argmin())
-    return small_problem.repair_allowed(small)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("section", nargs="?", choices=("unseen", "removal"))
@@ -216,9 +203,6 @@ def main() -> None:
     parser.add_argument("--machines", nargs="+", default=list(MACHINES))
     parser.add_argument("--graphs", nargs="+", default=list(GRAPHS))
     parser.add_argument("--removal-machines", nargs="+", default=["k80-v100", "a100-h100", "hetero:1002"])
-    parser.add_argument("--moved", choices=("job", "together"), default="job",
-                        help="removal: the removed GPU's groups each to its fastest kept device (as placer search "
-                             "--remove-device does), or together to the one kept device fastest for them all")
     parser.add_argument("--init", help="giph checkpoint (default: the committed one)")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -67,7 +67,7 @@ def test_reduced_machine_measurer__times_as_the_simulator_on_the_reduced_machine
     assert [p.tolist() for p in seen] == [kept[p].tolist() for p in placements]
 
 
-def test_moved_placement__units_on_a_removed_device_go_whole_to_their_fastest_device_left():
+def test_moved_placement__units_on_a_removed_device_move_together_where_they_finish_first():
     from cluster.jobs.removal import moved_placement
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
@@ -78,13 +78,18 @@ def test_moved_placement__units_on_a_removed_device_go_whole_to_their_fastest_de
     kept = problem.machine.kept_device_indices(["gpu:1"])
     moved = moved_placement(problem, problem.expand(units), kept)  # (N,) on the reduced machine
     assert moved.min() >= 0 and moved.max() < len(kept)
+    orphans = np.flatnonzero(units == GPU1)
+    targets = set()
     for unit in range(problem.num_units):
         ops = problem.op_unit == unit
         if units[unit] != GPU1:
             assert (kept[moved[ops]] == units[unit]).all()  # stays where it was
         else:
             assert len(set(moved[ops].tolist())) == 1  # whole
-            assert kept[moved[ops][0]] == kept[np.argmin(problem.unit_time_s[unit, kept])]
+            targets.add(int(kept[moved[ops][0]]))
+    assert len(targets) == 1  # together, as they were on the removed device
+    finish_s = {d: problem.unit_time_s[(units == d), d].sum() + problem.unit_time_s[orphans, d].sum() for d in kept}
+    assert targets.pop() == min(finish_s, key=finish_s.get)  # where the work there plus theirs is least
 
 
 # -- a search that loses a device ---------------------------------------------------------------------------
