@@ -136,21 +136,20 @@ def reduced_problem(problem, names: Sequence[str]):
 def moved_placement(problem, op_placement: np.ndarray, kept: np.ndarray) -> np.ndarray:
     """(N,) op placement on ``problem``'s machine -> (N,) on the machine of devices ``kept`` (indices into
     it). The units with an op on a device not kept move together, as they were together before, to the one
-    kept device allowed for all of them where they would finish first by the cost model: the least work
-    already there plus their work there. (Each to its own fastest device instead splits what ran on one
-    device, often across the CPU: bench_giph's removal table.) When no kept device is allowed for all of
-    them, each goes to its own fastest allowed device. The rest stay. Re-indexed: kept[i] becomes i."""
+    kept device allowed for all of them that the cost model runs them fastest on. (Each to its own fastest
+    device splits what ran on one device, often across the CPU; weighing in the work already on a device
+    sent them to a slow one whose links cost more: bench_giph's removal table, BENCHMARKS.md issue 15.)
+    When no kept device is allowed for all of them, each goes to its own fastest allowed device. The rest
+    stay. Re-indexed: kept[i] becomes i."""
     placement = np.asarray(op_placement, dtype=np.int64).copy()  # (N,)
     gone = ~np.isin(placement, kept)  # (N,)
     units = np.unique(problem.op_unit[gone])
     if len(units):
         times_s = problem.unit_time_s[np.ix_(units, kept)]  # (U', K): inf where a unit may not run
+        together_s = times_s.sum(axis=0)  # (K,)
         target = np.full(problem.num_units, -1, dtype=np.int64)
-        if np.isfinite(times_s.sum(axis=0)).any():
-            staying = np.setdiff1d(np.arange(problem.num_units), units)
-            on_device = problem.collapse(placement)[staying]  # (U - U',) the staying units' devices
-            load_s = np.array([problem.unit_time_s[staying[on_device == d], d].sum() for d in kept])  # (K,)
-            target[units] = kept[np.argmin(load_s + times_s.sum(axis=0))]
+        if np.isfinite(together_s).any():
+            target[units] = kept[np.argmin(together_s)]
         else:
             target[units] = kept[np.argmin(times_s, axis=1)]
         moving = target[problem.op_unit] >= 0

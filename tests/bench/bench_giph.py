@@ -149,7 +149,7 @@ class Trace:
 def removal(args) -> None:
     print(f"\n### Removal: giph {args.before} measurements, the GPU holding most groups of its best leaves, the "
           f"same instance continues with budget {args.budget}, against a fresh giph on the smaller machine "
-          f"(step time ms; removed groups moved: {args.moved})\n")
+          f"(step time ms; the removed GPU's groups moved as placer search --remove-device moves them)\n")
     print("| machine | graph | seed | removed | before removal | warm start on smaller | continued best | fresh best "
           "| continued: meas. to within 10% of fresh | fresh: meas. to its best | fresh: meas. to within 10% |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
