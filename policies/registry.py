@@ -93,7 +93,8 @@ for _entry in (
     PolicyEntry("giph", "policies.rl.gnn.policy:GiphPolicy", "learned",
                 "graph policy of relocation moves, trained across heterogeneous machines (GiPH, Hu et al. 2023)"),
     PolicyEntry("hsdag", "policies.rl.gnn.hsdag.policy:HsdagPolicy", "learned",
-                "structure-aware placer: graph parsing into groups it chooses, then devices (HSDAG, 2024)"),
+                "structure-aware placer: graph parsing into groups it chooses, then devices (HSDAG, 2024)",
+                groups_itself=True),
 ):
     register_policy(_entry)
 

@@ -4,8 +4,10 @@ The structure-aware paper's setting is inference graphs on a CPU plus an integra
 machine ``cpu-igpu`` with ``inception-v3-infer``, ``resnet-50-infer`` and ``bert-base-infer`` when the
 catalogs have them, else ``paper-2gpu`` with ``inception-v3``, ``resnet-50`` and ``transformer``
 (training graphs; the header says which). Every policy runs through ``policies.registry.place`` as
-``placer search`` / ``placer baselines`` run it (heuristics on colocation groups, the rest on the 32
-``scope`` groups); heuristics once, the others once per seed, learners on one torch thread. Prints a
+``placer search`` / ``placer baselines`` run it (heuristics and hsdag, which groups the graph itself
+(registry ``groups_itself``), on colocation groups, the rest on the ``--groups`` coarse groups: 32 ``scope``
+groups by default; ``--groups 1024`` puts annealing and the other learners at op level too, the fair
+comparison for hsdag); heuristics once, the others once per seed, learners on one torch thread. Prints a
 markdown table of step times (mean over seeds, and the range) with ratios against cpu-only and against
 the best non-learned method (heuristics and annealing). Usage::
 

@@ -95,7 +95,8 @@ def test_log_prob_is_the_networks_probability_of_the_sample(setup):
             assert float(logp[b]) == pytest.approx(edge_logp + device_logp, rel=1e-4, abs=1e-4)
 
 
-def test_probabilities_of_every_sample_sum_to_one(make_graph):
+@pytest.mark.parametrize("temperature", [1.0, 3.0])
+def test_probabilities_of_every_sample_sum_to_one(make_graph, temperature):
     graph = make_graph([(0, 1, 1 << 20), (1, 2, 1 << 20), (0, 2, 1 << 10)], flops=[1e9, 2e9, 1e9], name="tri")
     problem = make_problem(graph, load_machine("paper-2gpu"))  # 3 units, 3 devices
     slot, edges = _parse(problem)
@@ -107,7 +108,7 @@ def test_probabilities_of_every_sample_sum_to_one(make_graph):
         for devices in itertools.product(range(num_devices), repeat=k):
             sample = Sample(np.array([merged]), rows, np.array(devices, dtype=np.int64))
             with torch.no_grad():
-                total += float(log_prob(net, slot.tensors, edges, sample)[0].exp())
+                total += float(log_prob(net, slot.tensors, edges, sample, temperature)[0].exp())
     assert edges.num_edges == 3 and total == pytest.approx(1.0, abs=1e-4)
 
 
@@ -212,3 +213,36 @@ def test_budget_of_one_measures_the_greedy_parse(setup):
     counted = CountingMeasurer(measurer)
     result = HsdagPolicy(**SMALL).place(problem, counted, 1, 0)
     assert counted.used == result.measurements == 1 and result.best.ok
+
+
+def test_heat_raises_the_temperature_by_its_growth_up_to_the_cap():
+    from policies.rl.gnn.hsdag.config import HsdagConfig
+    from policies.rl.gnn.hsdag.trainer import HsdagTrainer
+
+    trainer = HsdagTrainer(HsdagConfig(hidden_size=8, num_layers=1, stall_temperature_growth=2.0, max_temperature=5.0))
+    assert trainer.temperature == 1.0
+    assert trainer.heat() and trainer.temperature == 2.0
+    assert trainer.heat() and trainer.heat() and trainer.temperature == 5.0
+    assert not trainer.heat() and trainer.temperature == 5.0
+    assert not HsdagTrainer(HsdagConfig(hidden_size=8, num_layers=1, stall_temperature_growth=1.0)).heat()
+
+
+def test_a_hotter_draw_spreads_the_devices(setup):
+    problem, _ = setup
+    slot, edges = _parse(problem)
+    net = _net(3)
+    cold = draw(net, slot.tensors, edges, 64, torch.Generator().manual_seed(0), temperature=0.2)
+    hot = draw(net, slot.tensors, edges, 64, torch.Generator().manual_seed(0), temperature=20.0)
+    distinct = lambda s: len({row.tobytes() for row in s.unit_device})  # noqa: E731
+    assert distinct(hot) > distinct(cold)
+    assert abs(hot.merged.mean() - 0.5) < abs(cold.merged.mean() - 0.5)  # merges towards a fair coin
+
+
+def test_a_stalled_run_heats_up_and_measures_more_before_it_stops(setup):
+    _, measurer = setup
+    problem = make_problem(measurer.graph, measurer.machine, max_groups=6)  # 3^6 placements at most
+    runs = {growth: HsdagPolicy(**SMALL, stall_temperature_growth=growth).place(problem, measurer, 300, 0)
+            for growth in (1.0, 1.5)}
+    assert runs[1.0].stop_reason == "converged" and runs[1.0].measurements < 300
+    assert runs[1.5].measurements > runs[1.0].measurements
+    assert runs[1.5].best.runtime_s <= runs[1.0].best.runtime_s

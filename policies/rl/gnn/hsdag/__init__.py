@@ -1,7 +1,7 @@
 """HSDAG (Duan et al., NeurIPS 2024, "A structure-aware framework for learning device placements on
 computation graphs"): a placer that chooses its own groups, then a device per group.
 
-    problem units (the coarsened graph) ─GraphEncoder─▶ unit embeddings (G, H)
+    units (colocation groups: the registry gives it ``at_op_level``) ─GraphEncoder─▶ embeddings (G, H)
     edge MLP over (both ends' embeddings, edge features) ─▶ merge probability per unit edge (M,)
     graph parsing: one Bernoulli merge decision per edge; connected components of the merged edges are
         the groups (K of them: an outcome of the sample, not a setting)

@@ -31,6 +31,11 @@ class HsdagConfig:
     """'baseline' advantages: weight of the old baseline in each moving-average step."""
     failure_factor: float = 3.0
     """A failed placement is scored as this many times the worst ok runtime seen on the problem."""
+    stall_temperature_growth: float = 1.5
+    """A stalled run (policy.STALL_ITERATIONS updates with nothing new) multiplies the sampling
+    temperature by this (1: never; the stall then ends the run)."""
+    max_temperature: float = 8.0
+    """The sampling temperature's cap; a run stops early only when it stalls at the cap."""
     imitation_steps: int = 100
     """Adam steps fitting a warm start (the parse that merges every edge whose ends share a device)."""
     init: str = "scratch"
@@ -51,6 +56,9 @@ class HsdagConfig:
         if self.entropy_coeff < 0 or not self.lr > 0 or self.failure_factor <= 1.0:
             raise PlacerError(f"hsdag: entropy_coeff >= 0, lr > 0 and failure_factor > 1 needed, got "
                               f"{self.entropy_coeff}, {self.lr}, {self.failure_factor}")
+        if self.stall_temperature_growth < 1.0 or self.max_temperature < 1.0:
+            raise PlacerError(f"hsdag: stall_temperature_growth and max_temperature must be >= 1, got "
+                              f"{self.stall_temperature_growth}, {self.max_temperature}")
         if not 0.0 <= self.baseline_decay < 1.0 or self.imitation_steps < 0:
             raise PlacerError(f"hsdag: baseline_decay in [0, 1) and imitation_steps >= 0 needed, got "
                               f"{self.baseline_decay}, {self.imitation_steps}")

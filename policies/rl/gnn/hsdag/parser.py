@@ -12,6 +12,9 @@ A sample of B placements of one problem::
     device logits (R, D) = PairScorer(group rows, devices, pairs, context = the sample's mean group row)
     log pi(sample) = sum of the M merge decisions' log-probs + sum of the K_b devices' log-probs
 
+``temperature`` T divides every logit (merges and devices) when sampling and scoring: T > 1 flattens a
+policy that has settled, so a stalled run still draws placements it has not measured (near its mode).
+
 The encoder, device MLP and pair scorer are the gnn package's (``GraphEncoder``, ``PairScorer``), with
 the same module names as ``GdpNet``'s so gdp's checkpoint can initialize them.
 """
@@ -133,19 +136,19 @@ def components(edges: ParseEdges, merged: np.ndarray) -> np.ndarray:
 
 
 def draw(net: HsdagNet, tensors: dict[str, Tensor], edges: ParseEdges, size: int,
-         generator: torch.Generator | None, greedy: bool = False) -> Sample:
-    """``size`` samples (greedy: one, every edge with merge probability above 1/2 collapsed and each
-    group on its most likely device)."""
+         generator: torch.Generator | None, greedy: bool = False, temperature: float = 1.0) -> Sample:
+    """``size`` samples at ``temperature`` (greedy: one, every edge with merge probability above 1/2
+    collapsed and each group on its most likely device)."""
     with torch.no_grad():
         units, devices = net.embed(tensors)
-        merge_p = torch.sigmoid(net.merge_logits(units, edges))  # (M,)
+        merge_p = torch.sigmoid(net.merge_logits(units, edges) / temperature)  # (M,)
         if greedy:
             merged = (merge_p > 0.5)[None].numpy()
         else:
             merged = (torch.rand((size, edges.num_edges), generator=generator) < merge_p).numpy()  # (B, M)
         rows = components(edges, merged)
         num_rows = int(rows.max()) + 1
-        logits = net.device_logits(units, devices, tensors, torch.from_numpy(rows), num_rows)  # (R, D)
+        logits = net.device_logits(units, devices, tensors, torch.from_numpy(rows), num_rows) / temperature  # (R, D)
         if greedy:
             chosen = logits.argmax(dim=1)
         else:
@@ -153,17 +156,18 @@ def draw(net: HsdagNet, tensors: dict[str, Tensor], edges: ParseEdges, size: int
     return Sample(merged, rows, chosen.numpy().astype(np.int64))
 
 
-def log_prob(net: HsdagNet, tensors: dict[str, Tensor], edges: ParseEdges, sample: Sample) -> tuple[Tensor, Tensor]:
-    """(B,) log-probability of each sample under ``net`` (with gradients) and the mean entropy of its
-    decisions: merge Bernoullis (mean over edges) plus group devices (mean over groups)."""
+def log_prob(net: HsdagNet, tensors: dict[str, Tensor], edges: ParseEdges, sample: Sample,
+             temperature: float = 1.0) -> tuple[Tensor, Tensor]:
+    """(B,) log-probability of each sample under ``net`` at ``temperature`` (with gradients) and the mean
+    entropy of its decisions: merge Bernoullis (mean over edges) plus group devices (mean over groups)."""
     units, devices = net.embed(tensors)
-    merge_logits = net.merge_logits(units, edges)  # (M,)
+    merge_logits = net.merge_logits(units, edges) / temperature  # (M,)
     merged = torch.from_numpy(sample.merged).to(units.dtype)  # (B, M)
     log_merge, log_keep = torch.nn.functional.logsigmoid(merge_logits), torch.nn.functional.logsigmoid(-merge_logits)
     edge_logp = (merged * log_merge + (1.0 - merged) * log_keep).sum(dim=1)  # (B,)
     rows = torch.from_numpy(sample.rows)
     num_rows = len(sample.group_device)
-    log_p = torch.log_softmax(net.device_logits(units, devices, tensors, rows, num_rows), dim=1)  # (R, D)
+    log_p = torch.log_softmax(net.device_logits(units, devices, tensors, rows, num_rows) / temperature, dim=1)  # (R, D)
     chosen = log_p.gather(1, torch.from_numpy(sample.group_device)[:, None])[:, 0]  # (R,)
     device_logp = units.new_zeros(rows.shape[0]).index_add(0, _sample_of_row(rows, num_rows), chosen)
     merge_entropy = -(torch.sigmoid(merge_logits) * log_merge + torch.sigmoid(-merge_logits) * log_keep)

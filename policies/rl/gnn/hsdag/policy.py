@@ -1,9 +1,16 @@
 """``hsdag`` as a registry policy (policies/registry.py): learn groups and their devices on one problem.
 
+It groups the graph itself (registry ``groups_itself``): ``policies.registry.place`` hands it the colocation
+groups (``problem.at_op_level()``), as the paper parses op-level graphs; on the coarse ``scope`` groups the
+inference graphs on cpu-igpu left nothing better than all-on-the-iGPU (bench_hsdag). A place called directly
+places whatever units its problem has.
+
 The run measures the greedy parse first (every edge with merge probability above 1/2 collapsed, each
 group on its most likely device), then trains (``HsdagTrainer.iterate``) until the budget is spent; a
-placement sampled again costs nothing, and ``STALL_ITERATIONS`` updates with nothing new end the run as
-"converged". A warm start (op placements, best first) is measured in the budget, and the policy imitates
+placement sampled again costs nothing. ``STALL_ITERATIONS`` updates in a row with nothing new (free: they
+measure nothing) raise the sampling temperature one step (``HsdagTrainer.heat``), so the rest of the
+budget goes to placements near the policy's mode; only a stall at the temperature's cap ends the run
+early, as "converged". A warm start (op placements, best first) is measured in the budget, and the policy imitates
 the best that ran (its parse: edges whose ends share a device collapsed) before training; the run never
 reports worse than it. The network is kept by the instance: a second ``place`` (say on the machine
 with a device removed: the network reads any number of devices) continues from it with a fresh
@@ -123,7 +130,9 @@ class HsdagPolicy:
             if stopped is not None:
                 return stopped, groups
             if stalled >= STALL_ITERATIONS:
-                return "converged", groups
+                if not trainer.heat():
+                    return "converged", groups
+                stalled = 0
             used = slot.counter.used
             metrics = trainer.iterate(slot, edges)
             if metrics is None:

@@ -4,7 +4,11 @@
     runtimes = Slot.measure(placements)        a placement measured before costs nothing (the memo)
     advantages: centered ranks of -runtime in the batch ('rank'), or -runtime / the first batch's mean
         runtime minus a moving-average baseline ('baseline', the paper's REINFORCE)
-    loss = -mean_b(advantage_b * log pi(sample_b)) - entropy_coeff * entropy;  Adam, gradient clipping
+    loss = -mean_b(advantage_b * log pi_T(sample_b)) - entropy_coeff * entropy;  Adam, gradient clipping
+
+Sampling and scoring run at a temperature T (parser): 1 at first; ``heat`` multiplies it by
+``stall_temperature_growth`` (capped at ``max_temperature``) when the run has stalled, so a policy that
+settled keeps spending the budget on placements near its mode instead of redrawing it.
 
 Plain torch (no RLlib): a sample's action is a parse with a varying number of groups, which none of the
 RLlib modules here describe.
@@ -32,6 +36,8 @@ class HsdagMetrics:
     batch_best_runtime_s: float  # inf when nothing ran ok
     mean_scored_runtime_s: float
     mean_groups: float  # groups per sample in the batch: what the parser chose
+    new_placements: int  # placements of the batch not measured before
+    temperature: float  # the temperature the batch was drawn at
     loss: float
     entropy: float
     sample_s: float
@@ -51,6 +57,15 @@ class HsdagTrainer:
         self.baseline: float | None = None  # 'baseline' advantages: moving average of the rewards
         self.reward_scale_s: float | None = None  # the first batch's mean scored runtime
         self.learner_s: list[float] = []
+        self.temperature = 1.0  # sampling temperature: raised by heat when the run stalls
+
+    def heat(self) -> bool:
+        """Raise the sampling temperature one step; False when it cannot rise (at its cap, or growth 1)."""
+        raised = min(self.temperature * self.config.stall_temperature_growth, self.config.max_temperature)
+        if raised <= self.temperature:
+            return False
+        self.temperature = raised
+        return True
 
     def greedy(self, slot: Slot, edges: ParseEdges) -> np.ndarray:
         """(G,) the most likely parse's placement, repaired to allowed devices."""
@@ -62,21 +77,22 @@ class HsdagTrainer:
         size = min(self.config.batch_size, max(slot.counter.left, 0))
         if size < 2:
             return None
-        t0 = time.perf_counter()
-        sample = draw(self.net, slot.tensors, edges, size, self.generator)
+        t0, temperature, used = time.perf_counter(), self.temperature, slot.counter.used
+        sample = draw(self.net, slot.tensors, edges, size, self.generator, temperature=temperature)
         placements = np.stack([slot.problem.repair_allowed(row) for row in sample.unit_device])  # (B, G)
         t1 = time.perf_counter()
         runtimes = slot.measure(placements)  # (B,)
         t2 = time.perf_counter()
         scored = slot.scored(runtimes)  # (B,)
-        loss, entropy = self._update(slot, edges, sample, self._advantages(scored))
+        loss, entropy = self._update(slot, edges, sample, self._advantages(scored), temperature)
         t3 = time.perf_counter()
+        new = slot.counter.used - used
         self.iteration += 1
         self.learner_s.append((t1 - t0) + (t3 - t2))
         ok = runtimes[runtimes < FAILED_COST_S]
         return HsdagMetrics(self.iteration - 1, slot.counter.used, float(ok.min()) if len(ok) else np.inf,
-                            float(scored.mean()), float(sample.num_groups.mean()), loss, entropy,
-                            t1 - t0, t2 - t1, t3 - t2)
+                            float(scored.mean()), float(sample.num_groups.mean()), new, temperature, loss,
+                            entropy, t1 - t0, t2 - t1, t3 - t2)
 
     def _advantages(self, scored: np.ndarray) -> torch.Tensor:
         """(B,) advantages of the batch's scored runtimes (see the module docstring)."""
@@ -91,8 +107,9 @@ class HsdagTrainer:
             decay * self.baseline + (1.0 - decay) * float(rewards.mean()))
         return torch.from_numpy(rewards - baseline).float()
 
-    def _update(self, slot: Slot, edges: ParseEdges, sample: Sample, advantages: torch.Tensor) -> tuple[float, float]:
-        logp, entropy = log_prob(self.net, slot.tensors, edges, sample)  # (B,), ()
+    def _update(self, slot: Slot, edges: ParseEdges, sample: Sample, advantages: torch.Tensor,
+                temperature: float) -> tuple[float, float]:
+        logp, entropy = log_prob(self.net, slot.tensors, edges, sample, temperature)  # (B,), ()
         loss = -(advantages * logp).mean() - self.config.entropy_coeff * entropy
         self.optimizer.zero_grad()
         loss.backward()
@@ -121,12 +138,14 @@ class HsdagTrainer:
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(seed)
         self.baseline, self.reward_scale_s, self.iteration, self.learner_s = None, None, 0, []
+        self.temperature = 1.0
 
     def state(self) -> dict:
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "iteration": self.iteration,
                 "baseline": np.nan if self.baseline is None else self.baseline,
-                "reward_scale_s": np.nan if self.reward_scale_s is None else self.reward_scale_s}
+                "reward_scale_s": np.nan if self.reward_scale_s is None else self.reward_scale_s,
+                "temperature": self.temperature}
 
     def load_state(self, state: dict) -> None:
         self.net.load_state_dict(state["net"])
@@ -136,3 +155,4 @@ class HsdagTrainer:
         baseline, scale = float(state["baseline"]), float(state["reward_scale_s"])
         self.baseline = None if np.isnan(baseline) else baseline
         self.reward_scale_s = None if np.isnan(scale) else scale
+        self.temperature = float(state.get("temperature", 1.0))
