@@ -2,10 +2,14 @@
 
 The graph comes from an OpenVINO IR or ONNX file (``graph.meta["model_file"]``, read with
 ``ov.Core().read_model``; graph ops are the model's nodes by friendly name, or for an ONNX-imported graph
-by the tensors they compute; Parameter / Constant / Result nodes are not ops). Per placement the model's nodes get manual HETERO affinities (measurers.openvino.affinity:
-ops on their devices, other nodes with a neighbour op) and the model is compiled on ``HETERO:<devices>``,
-always through HETERO so one-device and split placements are timed the same way. Compilation is not timed;
-timing follows measurers.timing: warm-up inferences, then N timed ones on seeded random inputs, the median.
+by the tensors they compute; Parameter / Constant / Result nodes are not ops). Per placement the model's
+nodes get manual HETERO affinities (measurers.openvino.affinity: ops on their devices, other nodes with a
+neighbour op) and the model is compiled on ``HETERO:<devices>``, always through HETERO so one-device and
+split placements are timed the same way. Compilation is not timed; timing follows measurers.timing:
+warm-up inferences, then N timed ones on seeded random inputs, the median. Every device computes in fp32
+(``INFERENCE_PRECISION``, the hint set on each device used), as the graphs' FLOP and byte counts and the
+simulator's device figures assume; OpenVINO's own default is bf16 on CPUs with AMX (5x faster for
+resnet-50-infer on the development machine: BENCHMARKS.md, issue 15) and f16 on GPUs.
 
 Statuses: a bad placement (length, device index, allowed kind) is ``error`` before anything compiles; an
 OpenVINO failure whose text says memory ran out is ``oom``, any other ``error`` with its text; past
@@ -38,6 +42,7 @@ from measurers.openvino.onnx_ops import onnx_tensor_ops
 from measurers.placement import check_placement
 from measurers.timing import INFERENCE_TIMING, TimingSettings, time_runs
 
+INFERENCE_PRECISION = "f32"
 OOM_PATTERN = re.compile(r"out of memory|CL_OUT_OF_RESOURCES|CL_MEM_OBJECT_ALLOCATION_FAILURE|"
                          r"failed to allocate|std::bad_alloc", re.IGNORECASE)
 
@@ -52,6 +57,8 @@ class OpenVinoMeasurer:
         self.settings = TimingSettings(runs, warmup, timeout_s)
         self.core = core or ov.Core()
         self.device_names = openvino_device_names(machine, self.core.available_devices, ov_devices)  # (D,)
+        for name in set(self.device_names):
+            self.core.set_property(name, {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION})
         self.model_file = model_file_of(graph)
         self.model = read_model(self.core, self.model_file)
         self.matched = match_ops(self.model, graph, self.model_file, onnx_tensor_ops(graph, self.model_file))

@@ -82,7 +82,8 @@ def test_outputs_with_affinities__equal_the_plain_cpu_compile(model_file):
     measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=1, warmup=0, seed=4)
     placement = np.zeros(graph.num_ops, np.int64)
     assert measurer.compile_for(placement).get_property("HETERO_NUMBER_OF_SUBMODELS") == 1
-    plain = ov.Core().compile_model(str(model_file), "CPU")
+    assert str(measurer.core.get_property("CPU", "INFERENCE_PRECISION_HINT")) == "<Type: 'float32'>"  # not bf16
+    plain = ov.Core().compile_model(str(model_file), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     expected = plain(measurer.inputs)[plain.outputs[0]]
     [got] = measurer.infer_once(placement)
     assert got.shape == (1, 5) and np.abs(got).max() > 0
