@@ -66,6 +66,10 @@ def main() -> int:
     if args.threads or args.cpu_smoke:
         torch.set_num_threads(args.threads or 1)
 
+    if not args.cpu_smoke:
+        from measurers.openvino.check import gpu_check_openvino  # an Intel GPU, through OpenVINO's HETERO mode
+
+        print(f"gpu-check (OpenVINO): {gpu_check_openvino()}")
     if not args.cpu_smoke and not torch.cuda.is_available():
         print("gpu-check: no CUDA device visible; nothing to validate (skipped)")
         return 0

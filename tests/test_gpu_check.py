@@ -30,3 +30,4 @@ def test_gpu_check__without_cuda_skips_cleanly():
         pytest.skip("a GPU is visible: the plain run validates it instead")
     done = _run()
     assert done.returncode == 0 and "skipped" in done.stdout
+    assert "gpu-check (OpenVINO): skipped: no OpenVINO GPU" in done.stdout  # this box has no Intel GPU either
