@@ -38,7 +38,7 @@ from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunCon
                            search_result)
 from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
 from policies.rl.gnn.config import GnnConfig
-from policies.rl.gnn.problems import Slot
+from policies.rl.gnn.problems import Slot, read_learner_file
 from policies.rl.loop import save_state
 
 STALL_ITERATIONS = 30
@@ -172,36 +172,16 @@ class GdpPolicy:
             return
         if self.context.before_checkpoint is not None:
             self.context.before_checkpoint()
-        best = None if slot.best_units is None else torch.from_numpy(slot.best_units)
-        keys = list(slot.memo)
-        memo_units = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), slot.num_groups)  # (K, G)
-        state = {"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
-                 "measurements_used": slot.counter.used, "best_runtime_s": slot.best_runtime_s,
-                 "best_units": best, "num_groups": slot.num_groups,
-                 "num_devices": slot.problem.num_devices, "worst_ok_s": slot.worst_ok_s,
-                 "memo_units": torch.from_numpy(memo_units.copy()),
-                 "memo_cost_s": torch.tensor([slot.memo[k] for k in keys], dtype=torch.float64)}
-        save_state(state, path)
+        save_state({"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
+                    **slot.progress_state()}, path)
 
     def _resume(self, trainer, slot: Slot) -> bool:
         path = self._learner_path()
         if path is None or not path.is_file():
             return False
-        try:
-            state = torch.load(path, weights_only=True)
-        except Exception as exc:  # a damaged or truncated file
-            raise PlacerError(f"{path} is damaged or truncated ({type(exc).__name__}): remove it to start over") from None
-        devices = slot.problem.num_devices
-        if (not isinstance(state, dict) or state.get("policy") != self.name
-                or state.get("num_groups") != slot.num_groups or state.get("num_devices", devices) != devices):
-            raise PlacerError(f"{path} is not a {self.name} learner of {slot.num_groups} groups on {devices} devices")
+        state = read_learner_file(path, self.name, slot)
         trainer.load_state(state["trainer"])
-        slot.counter.used = int(state["measurements_used"])
-        slot.best_runtime_s = float(state["best_runtime_s"])
-        slot.best_units = None if state["best_units"] is None else state["best_units"].numpy().astype(np.int64)
-        for units, cost in zip(state["memo_units"].numpy(), state["memo_cost_s"].tolist()):
-            slot.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = float(cost)  # not measured again
-        slot.worst_ok_s = float(state["worst_ok_s"])
+        slot.load_progress(state)
         return True
 
     def _with_slot_best(self, found: PolicyResult, problem, slot: Slot, stop_reason: str, trainer) -> PolicyResult:

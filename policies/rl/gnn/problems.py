@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from graphs.errors import PlacerError
 from graphs.features import FEATURE_COLUMNS
 from policies.base import FAILED_COST_S, BudgetedMeasurer
 from policies.problem import PlacementProblem
@@ -47,6 +49,26 @@ class Slot:
     @property
     def num_groups(self) -> int:
         return self.inputs.num_groups
+
+    def progress_state(self) -> dict:
+        """What a resumed search needs of this slot (tensors, so ``torch.load(weights_only=True)`` reads it):
+        measurements used, the best, and the memo of measured placements, so nothing is measured twice."""
+        keys = list(self.memo)
+        memo_units = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), self.num_groups)  # (K, G)
+        return {"measurements_used": self.counter.used, "best_runtime_s": self.best_runtime_s,
+                "best_units": None if self.best_units is None else torch.from_numpy(self.best_units),
+                "num_groups": self.num_groups, "num_devices": self.problem.num_devices,
+                "worst_ok_s": self.worst_ok_s, "memo_units": torch.from_numpy(memo_units.copy()),
+                "memo_cost_s": torch.tensor([self.memo[k] for k in keys], dtype=torch.float64)}
+
+    def load_progress(self, state: dict) -> None:
+        """Take back what ``progress_state`` saved."""
+        self.counter.used = int(state["measurements_used"])
+        self.best_runtime_s = float(state["best_runtime_s"])
+        self.best_units = None if state["best_units"] is None else state["best_units"].numpy().astype(np.int64)
+        for units, cost in zip(state["memo_units"].numpy(), state["memo_cost_s"].tolist()):
+            self.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = float(cost)  # not measured again
+        self.worst_ok_s = float(state["worst_ok_s"])
 
     @property
     def position(self) -> np.ndarray:
@@ -133,3 +155,17 @@ def _bfs(slot: Slot, topo: np.ndarray) -> np.ndarray:
 
 
 _NODE_INDEX = (FEATURE_COLUMNS.index("topo_position"), FEATURE_COLUMNS.index("forward_position"))
+
+
+def read_learner_file(path: Path, policy: str, slot: Slot) -> dict:
+    """The state a search's learner saved at ``path`` (``progress_state`` plus the policy's own), checked
+    to be ``policy``'s on this slot's groups and devices; a PlacerError naming the file otherwise."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:  # a damaged or truncated file
+        raise PlacerError(f"{path} is damaged or truncated ({type(exc).__name__}): remove it to start over") from None
+    devices = slot.problem.num_devices
+    if (not isinstance(state, dict) or state.get("policy") != policy
+            or state.get("num_groups") != slot.num_groups or state.get("num_devices", devices) != devices):
+        raise PlacerError(f"{path} is not a {policy} learner of {slot.num_groups} groups on {devices} devices")
+    return state
