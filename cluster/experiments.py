@@ -27,6 +27,7 @@ from typing import Callable
 
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig
+from policies.rl.config import BATCH_SIZE
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
@@ -147,7 +148,7 @@ def get_experiment(name: str) -> Experiment:
 class Settings:
     measurer: str = "sim"
     budget: int = SearchConfig.budget  # measurements of each search (RL and annealing); as `placer search`
-    batch: int = SearchConfig.batch  # RL placements per iteration
+    batch: int = BATCH_SIZE  # RL placements per iteration, as `placer search` gives the seq2seq learners
     groups: int = DEFAULT_MAX_GROUPS  # as every command
     grouping: str = DEFAULT_METHOD
     hidden_size: int = SearchConfig.hidden_size

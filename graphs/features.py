@@ -28,7 +28,7 @@ _EXACT = {
     "argmax": "reduction", "argmin": "reduction", "logsumexp": "reduction", "all": "reduction", "any": "reduction",
     "embedding": "memory", "embedding_dense_backward": "memory", "biasaddgrad": "reduction",
     "t": "memory", "_unsafe_view": "memory",
-    "gemm": "matmul", "convert": "memory", "flatten": "memory", "mvn": "reduction",  # ONNX / OpenVINO types
+    "gemm": "matmul", "convert": "memory", "convertlike": "memory", "flatten": "memory", "mvn": "reduction",  # ONNX / OpenVINO types
     **{cmp: "elementwise" for cmp in ("eq", "ne", "gt", "lt", "ge", "le", "equal", "notequal", "greater",
                                       "less", "greaterequal", "lessequal", "select", "selectv2")},
 }

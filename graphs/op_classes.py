@@ -24,7 +24,7 @@ from graphs.opgraph import OpGraph
 OP_CLASSES = ("dense", "elementwise", "meta", "other")
 
 _DENSE = re.compile(r"(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|linear|einsum|tensordot|matmul|batchmatmul\w*|"
-                    r"sparsematmul|gemm|(?!convert$)\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|"
+                    r"sparsematmul|gemm|(?!convert)\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|"
                     r"lstm|gru|rnn_\w+)")
 _META = re.compile(r"(variable|variablev2|varhandleop|readvariableop|placeholder\w*|input|const|constant|identity\w*|"
                    r"noop|stopgradient|shape|shapeof|size|reshape|squeeze|unsqueeze|expanddims|sym_size|getitem|"
@@ -38,8 +38,8 @@ _ELEMENTWISE = re.compile(r"(add|addv2|add_|sub|mul|div|realdiv|neg|abs|exp|log|
                           r"cast|biasadd\w*|dropout\w*|native_dropout\w*|bernoulli\w*|masked_fill\w*|eq|ne|lt|le|"
                           r"gt|ge|logical_\w+|floor|ceil|round|_foreach_\w+|\w*apply\w*|assign\w*|sgd\w*|adam\w*|"
                           r"mul_|div_|scalar_tensor|full\w*|zeros|ones|arange|rand\w*|"
-                          r"multiply|subtract|divide|power|erf|convert|clip|squareddifference|swish|hswish|mish|"
-                          r"hsigmoid|prelu|softsign)")
+                          r"multiply|subtract|divide|power|erf|convert|convertlike|clip|squareddifference|swish|"
+                          r"hswish|mish|hsigmoid|prelu|softsign)")
 _ATEN_OVERLOAD = re.compile(r"\.(default|tensor|scalar|self|int|dim|dim_intlist|out|using_ints|sym\w*|\w+_\w+)$")
 
 

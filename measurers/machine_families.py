@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphs.errors import PlacerError
+from measurers.devices import device_profiles
 from measurers.machine_json import machine_from_json
 
 PREFIX = "hetero:"
@@ -39,7 +40,7 @@ def is_hetero_name(name: str) -> bool:
 def parse_hetero_name(name: str) -> int:
     """The seed of ``hetero:SEED``; a PlacerError for anything else."""
     text = name[len(PREFIX):] if is_hetero_name(name) else ""
-    if not text.isdigit():
+    if not text.isdigit() or text != str(int(text)):  # one name per machine: hetero:7, not hetero:007
         raise PlacerError(f"bad machine name {name!r}: expected {PREFIX}SEED with SEED a whole number >= 0")
     return int(text)
 
@@ -79,7 +80,9 @@ def _server_box(rng: np.random.Generator) -> dict:
 
 def _client_box(rng: np.random.Generator) -> dict:
     cpu, igpu = CLIENT_PAIRS[int(rng.integers(len(CLIENT_PAIRS)))]
-    devices = [{"name": "cpu:0", "model": cpu}, {"name": "gpu:0", "model": igpu}]
+    host_bytes, igpu_bytes = device_profiles()[cpu]["memory_bytes"], device_profiles()[igpu]["memory_bytes"]
+    devices = [{"name": "cpu:0", "model": cpu, "memory_bytes": host_bytes - igpu_bytes},  # one DRAM, shared
+               {"name": "gpu:0", "model": igpu}]
     links = _both_ways("cpu:0", "gpu:0", DRAM_COPY_Bps, 5e-6, "dram:copy", same_channel=True)
     description = f"seeded client machine: {cpu} + integrated {igpu} sharing host memory"
     if rng.random() < 0.5:

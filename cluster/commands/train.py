@@ -59,9 +59,9 @@ def register(subparsers) -> None:
                    help=f"weight of the entropy bonus (default {d.entropy_coeff:g})")
     p.add_argument("--order", default=d.order, help=f"placeto: the order it visits groups in, {'|'.join(ORDERS)} "
                                                     f"(default {d.order})")
-    p.add_argument("--episode-steps", type=int, default=d.episode_steps, dest="episode_steps",
+    p.add_argument("--episode-steps", type=int, default=None, dest="episode_steps",
                    help=f"giph: relocation moves per episode (default {d.episode_steps})")
-    p.add_argument("--discount", type=float, default=d.discount,
+    p.add_argument("--discount", type=float, default=None,
                    help=f"giph: discount of later moves' rewards (default {d.discount:g})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s", metavar="S", help="seconds (default none)")
     p.add_argument("--resume", action="store_true", help="continue the checkpoint at -o (same graphs, machines "
@@ -103,9 +103,14 @@ def check_train_args(args: argparse.Namespace):
     from measurers.catalog import load_machine
     from policies.rl.gnn.config import GnnConfig
 
+    giph_only = {"--episode-steps": args.episode_steps, "--discount": args.discount}
+    given = [flag for flag, value in giph_only.items() if value is not None]
+    if given and args.policy != "giph":
+        raise PlacerError(f"{given[0]}: only for --policy giph (it walks episodes of moves), not {args.policy!r}")
+    giph = {key: value for key, value in (("episode_steps", args.episode_steps), ("discount", args.discount))
+            if value is not None}
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
-                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed,
-                       episode_steps=args.episode_steps, discount=args.discount)
+                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed, **giph)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
     if args.teacher_budget < 0 or args.imitation_steps < 0:

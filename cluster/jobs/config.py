@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.registry import QUICK_HEURISTICS
-from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE
+from policies.rl.config import CHECKPOINT_EVERY, HIDDEN_SIZE
 
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")
@@ -32,15 +32,16 @@ class SearchConfig:
     policy: str = "reinforce"
     """A learned policy (reinforce, ppo, hierarchical, post) or any other name in policies.registry.POLICIES."""
     measurer: str = "sim"
-    """sim | torch | tf."""
+    """sim | torch | tf | openvino."""
     budget: int = 2048
     """Measurements the policy may spend (baselines are scored on top of it, one each)."""
     time_limit_s: float | None = None
     """Stop the policy after this many seconds (checked between batches)."""
     workers: int = 2
     """Measurer actors when the cluster has no GPU node."""
-    batch: int = BATCH_SIZE
-    """Placements the learner samples and measures per iteration."""
+    batch: int | None = None
+    """Placements the learner samples and measures per iteration; None: the policy's own (BATCH_SIZE of
+    policies.rl.config for the seq2seq learners, the graph-neural placers' search defaults)."""
     groups: int = DEFAULT_MAX_GROUPS
     """Groups the graph is coarsened to; searches and learners place groups (graphs.grouping)."""
     grouping: str = DEFAULT_METHOD

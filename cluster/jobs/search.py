@@ -220,7 +220,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
 
     if config.measurer not in MEASURER_KINDS:
         raise PlacerError(f"--measurer: unknown measurer {config.measurer!r} (known: {', '.join(MEASURER_KINDS)})")
-    if config.batch < 2:
+    if config.batch is not None and config.batch < 2:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
     if config.time_limit_s is not None and not config.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
@@ -254,6 +254,12 @@ def _check_gnn_settings(config: SearchConfig) -> None:
     from policies.rl.gnn.policy import initial_weights
 
     initial_weights(config.policy, config.init)
+
+
+def _graph_neural(policy: str) -> bool:
+    from policies.rl.gnn.config import KINDS
+
+    return policy in (*KINDS, "hsdag")
 
 
 def _gnn_options(config: SearchConfig) -> dict:
@@ -410,8 +416,12 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=config.time_limit_s,
                              should_stop=should_stop, on_iteration=writer.append_metrics,
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
-        options = {"batch_size": config.batch, "hidden_size": config.hidden_size, "torch_threads": 1,
-                   "checkpoint_every": CHECKPOINT_EVERY, "context": context, **_gnn_options(config)}
+        options = {"torch_threads": 1, "checkpoint_every": CHECKPOINT_EVERY, "context": context,
+                   **_gnn_options(config)}
+        if not _graph_neural(config.policy):  # the graph-neural placers have their own network sizes
+            options["hidden_size"] = config.hidden_size
+        if config.batch is not None:  # else the policy's own batch (the graph-neural placers' differ)
+            options["batch_size"] = config.batch
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:

@@ -239,3 +239,26 @@ def test_search_cli__json_output(local_ray, tmp_path, capsys):
     assert data["proven_bound_s"] >= data["lower_bound_s"] and data["proven_bound_holds_for"]
     assert set(data["baselines"]) == {"single-gpu", "expert", "m-etf"}
     assert np.isfinite(data["best_runtime_s"])
+
+
+@pytest.mark.parametrize("policy, batch, given", [("giph", None, {}), ("hsdag", None, {}),
+                                                   ("giph", 4, {"batch_size": 4}),
+                                                   ("reinforce", None, {"hidden_size": 16})])
+def test_search__graph_neural_placers_keep_their_own_batch_and_network_size(local_ray, tmp_path, monkeypatch,
+                                                                             policy, batch, given):
+    """The search's --batch reaches a learner only when given; its seq2seq width never reaches the
+    graph-neural placers (their search defaults and checkpoints fix theirs)."""
+    import policies.registry
+
+    seen = {}
+    original = policies.registry.place
+
+    def recording_place(spec, problem, measurer, budget, seed, on_measurement=None, **options):
+        if spec == policy:
+            seen.update(options)
+        return original(spec, problem, measurer, budget, seed, on_measurement, **options)
+
+    monkeypatch.setattr(policies.registry, "place", recording_place)
+    run_search(_config(tmp_path, policy=policy, batch=batch, budget=8, bound_time_limit_s=0))
+    for key in ("batch_size", "hidden_size"):
+        assert seen.get(key) == given.get(key), (key, seen.get(key))

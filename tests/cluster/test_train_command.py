@@ -201,7 +201,7 @@ def _bad_checkpoints(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
     state["feature_layout"][first] = state["feature_layout"][first][::-1]
     torch.save(state, edited)
     return [(truncated, "gdp", "damaged or truncated"), (noise, "gdp", "damaged or truncated"),
-            (learner, "gdp", "not a gdp/placeto checkpoint"), (source, "placeto", "a gdp checkpoint, not placeto"),
+            (learner, "gdp", "not a gdp/placeto/giph checkpoint"), (source, "placeto", "a gdp checkpoint, not placeto"),
             (edited, "gdp", "another feature layout")]
 
 

@@ -29,7 +29,7 @@ def test_cpu_igpu__integrated_gpu_shares_the_hosts_dram():
     cpu, igpu = machine.devices
     assert (cpu.kind, igpu.kind) == ("cpu", "gpu")
     assert igpu.mem_bandwidth_Bps == cpu.mem_bandwidth_Bps  # one DRAM
-    assert igpu.memory_bytes < cpu.memory_bytes  # the GPU's share of it
+    assert igpu.memory_bytes + cpu.memory_bytes == 16 * 2**30  # one host memory, split, not counted twice
     assert machine.link(0, 1).channel == machine.link(1, 0).channel == "dram:copy"
     assert igpu.peak_flops > cpu.peak_flops
 
@@ -42,9 +42,14 @@ def test_hetero_family__deterministic_and_varied():
     assert any({"Iris-Xe-96EU", "UHD-770"} & models for models in gpu_models)  # client boxes appear
     assert all(2 <= m.num_devices <= 5 and m.indices_of_kind("cpu") == [0] for m in machines)
     assert hetero_machine(f"hetero:{HELD_OUT_SEED}") != machines[0]
+    for m in machines:  # a client box's CPU and iGPU split one host memory
+        models = [d.model for d in m.devices[:2]]
+        if models[1] in ("Iris-Xe-96EU", "UHD-770"):
+            host = {"Iris-Xe-96EU": 16, "UHD-770": 32}[models[1]] * 2**30
+            assert m.devices[0].memory_bytes + m.devices[1].memory_bytes == host
 
 
-@pytest.mark.parametrize("name", ["hetero:", "hetero:x", "hetero:-1", "hetero:1.5"])
+@pytest.mark.parametrize("name", ["hetero:", "hetero:x", "hetero:-1", "hetero:1.5", "hetero:007"])
 def test_hetero_family__bad_names_are_clear_errors(name):
     with pytest.raises(PlacerError, match="hetero:SEED"):
         load_machine(name)

@@ -150,7 +150,7 @@ def test_ready_order__ready_time_then_topological_position(engine):
 def test_op_class__torch_and_tensorflow_kinds():
     assert op_class("aten.mm.default") == op_class("MatMul") == op_class("Conv2D") == "dense"
     assert op_class("Gemm") == op_class("Convolution") == op_class("GroupConvolution") == "dense"  # ONNX, OpenVINO
-    assert op_class("Convert") == op_class("Multiply") == op_class("Erf") == "elementwise"  # a cast is no conv
+    assert op_class("Convert") == op_class("ConvertLike") == op_class("Erf") == "elementwise"  # casts, no conv
     assert op_class("ShapeOf") == op_class("Unsqueeze") == "meta"
     assert op_class("aten.relu.default") == op_class("AddV2") == op_class("ResourceApplyAdam") == "elementwise"
     assert op_class("aten.view.default") == op_class("Variable") == op_class("Identity") == "meta"

@@ -57,8 +57,8 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         raise PlacerError(f"checkpoint {path} is damaged or truncated ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise PlacerError(f"checkpoint {path} is not a gdp/placeto checkpoint (nor a giph one: a checkpoint of "
-                          "another policy, or another file)")
+        raise PlacerError(f"checkpoint {path} is not a gdp/placeto/giph checkpoint (a checkpoint of another "
+                          "policy, or another file)")
     if state.get("version") != CHECKPOINT_VERSION:
         raise PlacerError(f"checkpoint {path} has format version {state.get('version')}, this version reads "
                           f"{CHECKPOINT_VERSION}: retrain it with placer train")

@@ -217,3 +217,13 @@ def test_placer_train_refuses_a_teacher_for_giph(tmp_path, capsys):
                  "--teacher-budget", "8", "-o", str(tmp_path / "giph.pt")])
     assert code == 2 and "rewards only" in capsys.readouterr().err
     assert not (tmp_path / "giph.pt").exists()
+
+
+@pytest.mark.parametrize("flag", ["--episode-steps", "--discount"])
+def test_placer_train_refuses_giphs_flags_for_the_other_placers(tmp_path, capsys, flag):
+    from cluster.cli import main
+
+    code = main(["train", "--policy", "placeto", "--graphs", "synthetic:200", "--machines", "hetero:1",
+                 "--budget", "50", flag, "8", "-o", str(tmp_path / "placeto.pt")])
+    assert code == 2 and f"{flag}: only for --policy giph" in capsys.readouterr().err
+    assert not (tmp_path / "placeto.pt").exists()

@@ -186,7 +186,7 @@ def test_missing_and_foreign_files_are_refused(tmp_path):
     assert str(tmp_path / "absent.pt") in str(error.value)
     foreign = tmp_path / "learner.pt"
     torch.save({"policy": "gdp", "trainer": {}}, foreign)
-    with pytest.raises(PlacerError, match="not a gdp/placeto checkpoint") as error:
+    with pytest.raises(PlacerError, match="not a gdp/placeto/giph checkpoint") as error:
         read_checkpoint(foreign, "gdp")
     assert str(foreign) in str(error.value)
     with pytest.raises(PlacerError, match=str(foreign)):

@@ -181,6 +181,7 @@ def test_warm_start_then_a_second_place_on_a_machine_with_a_device_fewer(setup):
     assert first.warm_start_runtime_s == pytest.approx(warm.best.runtime_s)
     assert first.best.runtime_s <= warm.best.runtime_s and "warm start" in first.notes
     trained = {k: v.clone() for k, v in policy.trainer.net.state_dict().items()}
+    updates = policy.trainer.iteration
 
     smaller = _without_last_device(problem.machine)
     problem2 = make_problem(problem.graph, smaller, max_groups=16)
@@ -194,6 +195,7 @@ def test_warm_start_then_a_second_place_on_a_machine_with_a_device_fewer(setup):
     assert second.best.runtime_s <= warm2.best.runtime_s
     changed = [k for k, v in policy.trainer.net.state_dict().items() if not torch.equal(v, trained[k])]
     assert changed  # trained further from the kept weights
+    assert policy.trainer.iteration > updates > 0  # the update count goes on: the run's metrics number each once
 
 
 def test_resume_measures_nothing_twice(setup, tmp_path):

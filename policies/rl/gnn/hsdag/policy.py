@@ -83,8 +83,9 @@ class HsdagPolicy:
         edges = ParseEdges.of(slot.tensors)
         notes, warm_runtime_s = [f"weights: {config.init}" + (" (kept from the last run)" if self.trainer else "")], math.nan
         with deterministic_torch():
+            first = self.trainer is None
             trainer = self._trainer(config)
-            if not self._resume(trainer, slot):
+            if not (first and self._resume(trainer, slot)):  # a later call is another problem: nothing to resume
                 warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
                 if warm is not None:
                     slot.record(warm.unit_placement, warm.runtime_s)  # training never reports worse

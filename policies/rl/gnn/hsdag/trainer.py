@@ -134,10 +134,10 @@ class HsdagTrainer:
 
     def fresh_optimizer(self, seed: int) -> None:
         """Another problem (a device removed): the network stays, the optimizer, generator and baseline
-        start over."""
+        start over; the iteration count goes on (a run's metrics log numbers every update once)."""
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(seed)
-        self.baseline, self.reward_scale_s, self.iteration, self.learner_s = None, None, 0, []
+        self.baseline, self.reward_scale_s, self.learner_s = None, None, []
         self.temperature = 1.0
 
     def state(self) -> dict:
