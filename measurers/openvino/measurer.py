@@ -8,7 +8,7 @@ neighbour op) and the model is compiled on ``HETERO:<devices>``, always through 
 split placements are timed the same way. Compilation is not timed; timing follows measurers.timing:
 warm-up inferences, then N timed ones on seeded random inputs, the median. Every device computes in fp32
 (``INFERENCE_PRECISION``, the hint set on each device used), as the graphs' FLOP and byte counts and the
-simulator's device figures assume; OpenVINO's own default is bf16 on CPUs with AMX (5x faster for
+simulator's device figures assume; OpenVINO's own default is bf16 on CPUs with AMX (3.8x faster for
 resnet-50-infer on the development machine: BENCHMARKS.md, issue 15) and f16 on GPUs.
 
 Statuses: a bad placement (length, device index, allowed kind) is ``error`` before anything compiles; an
