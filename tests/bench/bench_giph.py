@@ -9,8 +9,8 @@ Sections (the simulator in this process, 32 scope groups, torch on one thread)::
              --budget measurements
     removal  giph runs --before measurements on each --removal-machines, the GPU holding the most groups of
              its best placement leaves, the same instance continues (warm start: that best with the GPU's
-             groups moved, --moved) against a fresh giph on the smaller machine with --budget: measurements
-             to come within 10% of the fresh search's result
+             groups moved as `placer search --remove-device` moves them) against a fresh giph on the smaller
+             machine with --budget: measurements to come within 10% of the fresh search's result
 
 Usage::
 
