@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -38,11 +37,9 @@ from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunCon
                            search_result)
 from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
 from policies.rl.gnn.config import GnnConfig
-from policies.rl.gnn.problems import Slot, read_learner_file
-from policies.rl.loop import save_state
+from policies.rl.gnn.problems import Slot, resume_learner, save_learner
 
 STALL_ITERATIONS = 30
-LEARNER_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
 _SEARCH_ONLY = ("hidden_size", "torch_threads", "checkpoint_every")  # search options the network ignores
 
 
@@ -162,27 +159,11 @@ class GdpPolicy:
 
     # ---- the run's own checkpoint (resume) ------------------------------------------------------
 
-    def _learner_path(self) -> Path | None:
-        folder = self.context.checkpoint_dir
-        return None if folder is None else Path(folder) / LEARNER_FILE
-
     def _save(self, trainer, slot: Slot) -> None:
-        path = self._learner_path()
-        if path is None:
-            return
-        if self.context.before_checkpoint is not None:
-            self.context.before_checkpoint()
-        save_state({"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
-                    **slot.progress_state()}, path)
+        save_learner(self.context, self.name, trainer, slot)
 
     def _resume(self, trainer, slot: Slot) -> bool:
-        path = self._learner_path()
-        if path is None or not path.is_file():
-            return False
-        state = read_learner_file(path, self.name, slot)
-        trainer.load_state(state["trainer"])
-        slot.load_progress(state)
-        return True
+        return resume_learner(self.context, self.name, trainer, slot)
 
     def _with_slot_best(self, found: PolicyResult, problem, slot: Slot, stop_reason: str, trainer) -> PolicyResult:
         from policies.base import with_run_best

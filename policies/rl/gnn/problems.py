@@ -13,7 +13,7 @@ import torch
 
 from graphs.errors import PlacerError
 from graphs.features import FEATURE_COLUMNS
-from policies.base import FAILED_COST_S, BudgetedMeasurer
+from policies.base import FAILED_COST_S, BudgetedMeasurer, RunContext
 from policies.problem import PlacementProblem
 from policies.rl.gnn.inputs import GraphInputs, graph_inputs
 
@@ -157,9 +157,27 @@ def _bfs(slot: Slot, topo: np.ndarray) -> np.ndarray:
 _NODE_INDEX = (FEATURE_COLUMNS.index("topo_position"), FEATURE_COLUMNS.index("forward_position"))
 
 
-def read_learner_file(path: Path, policy: str, slot: Slot) -> dict:
-    """The state a search's learner saved at ``path`` (``progress_state`` plus the policy's own), checked
-    to be ``policy``'s on this slot's groups and devices; a PlacerError naming the file otherwise."""
+def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
+    """Write a search learner's state (``trainer.state()``, its iteration, the slot's progress) to
+    ``learner.pt`` in the run's checkpoint folder; nothing without one."""
+    from policies.rl.loop import CHECKPOINT_FILE, save_state  # the file checkpoint_progress reads
+
+    if context.checkpoint_dir is None:
+        return
+    if context.before_checkpoint is not None:
+        context.before_checkpoint()
+    save_state({"policy": policy, "trainer": trainer.state(), "iteration": trainer.iteration,
+                **slot.progress_state()}, Path(context.checkpoint_dir) / CHECKPOINT_FILE)
+
+
+def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> bool:
+    """Load what ``save_learner`` wrote into ``trainer`` and ``slot``; False when there is nothing to load.
+    A file of another policy, other groups or other devices, or a damaged one: a PlacerError naming it."""
+    from policies.rl.loop import CHECKPOINT_FILE
+
+    path = None if context.checkpoint_dir is None else Path(context.checkpoint_dir) / CHECKPOINT_FILE
+    if path is None or not path.is_file():
+        return False
     try:
         state = torch.load(path, weights_only=True)
     except Exception as exc:  # a damaged or truncated file
@@ -168,4 +186,6 @@ def read_learner_file(path: Path, policy: str, slot: Slot) -> dict:
     if (not isinstance(state, dict) or state.get("policy") != policy
             or state.get("num_groups") != slot.num_groups or state.get("num_devices", devices) != devices):
         raise PlacerError(f"{path} is not a {policy} learner of {slot.num_groups} groups on {devices} devices")
-    return state
+    trainer.load_state(state["trainer"])
+    slot.load_progress(state)
+    return True

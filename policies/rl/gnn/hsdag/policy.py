@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import fields
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -37,11 +36,9 @@ from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunCon
 from policies.rl.gnn.hsdag.config import HsdagConfig
 from policies.rl.gnn.hsdag.parser import HsdagNet, ParseEdges
 from policies.rl.gnn.hsdag.trainer import HsdagTrainer
-from policies.rl.gnn.problems import Slot, read_learner_file
-from policies.rl.loop import save_state
+from policies.rl.gnn.problems import Slot, resume_learner, save_learner
 
 STALL_ITERATIONS = 30
-LEARNER_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
 _SEARCH_ONLY = ("torch_threads", "checkpoint_every")
 _PRETRAINED_MODULES = ("encoder.", "devices.", "scorer.")  # what HsdagNet shares with GdpNet
 
@@ -149,27 +146,11 @@ class HsdagPolicy:
 
     # ---- the run's own checkpoint (resume) ------------------------------------------------------
 
-    def _learner_path(self) -> Path | None:
-        folder = self.context.checkpoint_dir
-        return None if folder is None else Path(folder) / LEARNER_FILE
-
     def _save(self, trainer: HsdagTrainer, slot: Slot) -> None:
-        path = self._learner_path()
-        if path is None:
-            return
-        if self.context.before_checkpoint is not None:
-            self.context.before_checkpoint()
-        save_state({"policy": self.name, "trainer": trainer.state(), "iteration": trainer.iteration,
-                    **slot.progress_state()}, path)
+        save_learner(self.context, self.name, trainer, slot)
 
     def _resume(self, trainer: HsdagTrainer, slot: Slot) -> bool:
-        path = self._learner_path()
-        if path is None or not path.is_file():
-            return False
-        state = read_learner_file(path, self.name, slot)
-        trainer.load_state(state["trainer"])
-        slot.load_progress(state)
-        return True
+        return resume_learner(self.context, self.name, trainer, slot)
 
 
 def _pretrained_state() -> dict:
