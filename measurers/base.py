@@ -14,6 +14,7 @@ each placement is an (N,) int array giving every op's device index on that machi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -34,6 +35,12 @@ class Measurement:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+
+def failed_measurement(status: str, peak_bytes: Sequence[int], began_s: float, error: str) -> Measurement:
+    """A measurement that produced no step time (``oom``, ``error``...): ``began_s`` is when it started
+    (``time.perf_counter()``), ``peak_bytes`` per device (zeros where nothing was counted)."""
+    return Measurement(float("inf"), (), status, tuple(peak_bytes), time.perf_counter() - began_s, error)
 
 
 class Measurer(Protocol):

@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from measurers.base import Measurement
+
 
 @dataclass(frozen=True)
 class TimingSettings:
@@ -58,6 +60,13 @@ class Timing:
     @property
     def median_s(self) -> float:
         return statistics.median(self.samples_s) if self.samples_s else math.inf
+
+    def measurement(self, settings: TimingSettings, peak_bytes, began_s: float) -> Measurement:
+        """What a real measurer reports for these runs: the median, ``ok``, or ``timeout`` past the limit;
+        ``began_s`` is when the measurement started (``time.perf_counter()``)."""
+        error = f"past the time limit of {settings.timeout_s} s" if self.timed_out else ""
+        return Measurement(self.median_s, self.samples_s, "timeout" if self.timed_out else "ok", tuple(peak_bytes),
+                           time.perf_counter() - began_s, error)
 
 
 def time_runs(run_once: Callable[[], object], settings: TimingSettings, sync: Callable[[], None] = lambda: None,

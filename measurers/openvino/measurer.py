@@ -33,7 +33,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.base import Measurement
+from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
 from measurers.openvino.affinity import apply_affinity, match_ops, node_devices
 from measurers.openvino.devices import openvino_device_names
@@ -87,7 +87,7 @@ class OpenVinoMeasurer:
         try:
             placement = check_placement(self.graph, self.machine, placement)
         except PlacerError as exc:
-            return Measurement(float("inf"), (), "error", zeros, time.perf_counter() - began, str(exc))
+            return failed_measurement("error", zeros, began, str(exc))
         try:
             request = self._request(placement)
             timing = time_runs(request.infer, self.settings, clock=self.clock)
@@ -95,11 +95,8 @@ class OpenVinoMeasurer:
         except Exception as exc:  # noqa: BLE001  any OpenVINO failure is a status, never the caller's crash
             message = ov_message(exc)
             status = "oom" if OOM_PATTERN.search(message) else "error"
-            return Measurement(float("inf"), (), status, zeros, time.perf_counter() - began,
-                               f"{type(exc).__name__}: {message}")
-        status = "timeout" if timing.timed_out else "ok"
-        error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
-        return Measurement(timing.median_s, timing.samples_s, status, peaks, time.perf_counter() - began, error)
+            return failed_measurement(status, zeros, began, f"{type(exc).__name__}: {message}")
+        return timing.measurement(self.settings, peaks, began)
 
     def _request(self, placement: np.ndarray):
         """An infer request of the placed model with the random inputs already set (host tensors)."""

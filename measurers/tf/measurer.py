@@ -20,7 +20,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.base import Measurement
+from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.timing import REAL_TIMING, TimingSettings, time_runs
@@ -69,20 +69,17 @@ class TFMeasurer:
         try:
             placement = check_placement(self.graph, self.machine, placement)
         except PlacerError as exc:
-            return Measurement(float("inf"), (), "error", zeros, time.perf_counter() - began, str(exc))
+            return failed_measurement("error", zeros, began, str(exc))
         try:
             traced = self.traced()
             effective = traced.effective_placement(placement)
             with PlacedSession(traced, [self.devices[d] for d in effective.tolist()], self.devices) as run:
                 timing = time_runs(run.step, self.settings, clock=self.clock)
-            status = "timeout" if timing.timed_out else "ok"
-            error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
-            return Measurement(timing.median_s, timing.samples_s, status, zeros, time.perf_counter() - began, error)
+            return timing.measurement(self.settings, zeros, began)
         except tf.errors.ResourceExhaustedError as exc:
-            return Measurement(float("inf"), (), "oom", zeros, time.perf_counter() - began, exc.message.splitlines()[0])
+            return failed_measurement("oom", zeros, began, exc.message.splitlines()[0])
         except Exception as exc:  # noqa: BLE001  any failure of the step is a status
-            return Measurement(float("inf"), (), "error", zeros, time.perf_counter() - began,
-                               f"{type(exc).__name__}: {exc}")
+            return failed_measurement("error", zeros, began, f"{type(exc).__name__}: {exc}")
 
 
 class PlacedSession:

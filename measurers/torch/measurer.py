@@ -26,7 +26,7 @@ import torch
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.base import Measurement
+from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.timing import REAL_TIMING, TimingSettings, time_runs
@@ -93,21 +93,17 @@ class TorchMeasurer:
 
     def _measure_one(self, placement) -> Measurement:
         began = time.perf_counter()
-        num = self.machine.num_devices
         try:
             placement = check_placement(self.graph, self.machine, placement)
         except PlacerError as exc:
-            return Measurement(float("inf"), (), "error", (0,) * num, time.perf_counter() - began, str(exc))
+            return failed_measurement("error", (0,) * self.machine.num_devices, began, str(exc))
         replay = None
         try:
             self._release()  # the previous placement's memory is not this one's
             self._reset_peaks()
             replay = self.replay_for(placement)
             timing = time_runs(replay.run, self.settings, sync=self.sync, clock=self.clock)
-            status = "timeout" if timing.timed_out else "ok"
-            error = f"past the time limit of {self.settings.timeout_s} s" if timing.timed_out else ""
-            return Measurement(timing.median_s, timing.samples_s, status, self._peaks(),
-                               time.perf_counter() - began, error)
+            return timing.measurement(self.settings, self._peaks(), began)
         except torch.cuda.OutOfMemoryError as exc:
             status, error = "oom", (str(exc).splitlines() or ["CUDA out of memory"])[0]
         except Exception as exc:  # noqa: BLE001  any failure of the user's step is a status
@@ -116,7 +112,7 @@ class TorchMeasurer:
         replay = None  # noqa: F841
         peaks = self._peaks()
         self._release()
-        return Measurement(float("inf"), (), status, peaks, time.perf_counter() - began, error)
+        return failed_measurement(status, peaks, began, error)
 
     # -- devices ----------------------------------------------------------------------------------------
     def _cuda_devices(self) -> list[torch.device]:
