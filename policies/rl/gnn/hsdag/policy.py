@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import lru_cache
 from dataclasses import fields
 from typing import Sequence
 
@@ -153,7 +154,9 @@ class HsdagPolicy:
         return resume_learner(self.context, self.name, trainer, slot)
 
 
+@lru_cache(maxsize=1)
 def _pretrained_state() -> dict:
+    """gdp's committed checkpoint, read once per process (the constructor and every place call ask for it)."""
     from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
 
     return read_checkpoint(pretrained_path("gdp"), "gdp")
