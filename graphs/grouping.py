@@ -127,6 +127,20 @@ class Grouping:
             raise PlacerError("op placement must hold non-negative integer device indices")
         return majority_device(self.op_group, self.num_groups, placement)
 
+    def split_by(self, op_placement: np.ndarray, allowed_mask: np.ndarray) -> Grouping:
+        """Every group split by the devices ``op_placement`` (N,) gives its ops: one group per (group,
+        device) pair that holds ops, numbered by group then device, so the placement is exactly a group
+        placement of the result (at most G x D groups). ``allowed_mask``: the ops' own (N,) masks (a part
+        may allow more than the whole group did). Keeps colocation when the placement does."""
+        placement = np.asarray(op_placement)
+        if placement.shape != (self.num_ops,) or not np.issubdtype(placement.dtype, np.integer) or (
+                placement.size and placement.min() < 0):
+            raise PlacerError(f"op placement to split the groups by must hold ({self.num_ops},) non-negative "
+                              f"integer devices, got shape {placement.shape}, {placement.dtype}")
+        pairs = self.op_group * (int(placement.max(initial=0)) + 1) + placement.astype(np.int64)
+        split = np.unique(pairs, return_inverse=True)[1].astype(np.int64)
+        return Grouping.from_op_group(split, allowed_mask, f"{self.method}+split" if self.method else "split")
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         """Arrays to store with a run (np.savez, Parquet columns); ``from_arrays`` reads them back."""
         return {"op_group": self.op_group, "group_allowed_mask": self.group_allowed_mask,

@@ -74,6 +74,12 @@ class PlacementProblem:
         partitioners and rules place; searches place the coarser groups)."""
         return replace(self, op_unit=self.graph.colocation_ids, grouping=None)
 
+    def split_by(self, op_placement: np.ndarray) -> "PlacementProblem":
+        """The same problem with every unit split by the devices ``op_placement`` (N,) gives its ops
+        (graphs.grouping ``Grouping.split_by``): that placement becomes one of the unit placements exactly."""
+        grouping = self.unit_grouping.split_by(op_placement, self.graph.allowed_mask)
+        return replace(self, op_unit=grouping.op_group, grouping=grouping)
+
     def gpu_indices(self) -> list[int]:
         return self.machine.indices_of_kind("gpu")
 

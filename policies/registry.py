@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+import numpy as np
+
 from graphs.errors import PlacerError
 from measurers.base import Measurer
 from policies.base import OnMeasurement, Policy, PolicyResult
@@ -144,6 +146,24 @@ def place(spec: str, problem: PlacementProblem, measurer: Measurer, budget: int,
     entry = policy_entry(spec)
     target = problem if entry.places_groups else problem.at_op_level()
     return make_policy(spec, **options).place(target, measurer, budget, seed, on_measurement)
+
+
+def check_heuristic(spec: str) -> None:
+    """A PlacerError unless ``spec`` names a heuristic (one placement from the cost model, no budget)."""
+    entry = policy_entry(spec)
+    if entry.kind != "heuristic":
+        names = [name for name, e in POLICIES.items() if e.kind == "heuristic"]
+        raise PlacerError(f"{spec!r} is a {entry.kind} policy, not a heuristic (heuristics: {', '.join(names)}, device:K)")
+
+
+def heuristic_op_placement(spec: str, problem: PlacementProblem, seed: int = 0) -> np.ndarray:
+    """(N,) the named heuristic's op placement for ``problem``'s graph and machine, computed without a real
+    run (the heuristics decide from the cost model; the simulator scores the one measurement they make)."""
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    check_heuristic(spec)
+    measurer = SimulatorMeasurer(problem.graph, problem.machine)
+    return np.asarray(place(spec, problem, measurer, 1, seed).op_placement, dtype=np.int64)
 
 
 def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> PolicyResult:

@@ -55,6 +55,11 @@ def register(subparsers) -> None:
                         "scored at the start, single-gpu, expert, m-topo, m-etf, m-sct and heft among them), "
                         "heuristic names (m-etf,heft), a .npy file of one op placement, or a run folder (its "
                         "best placement)")
+    p.add_argument("--split-groups", metavar="HEURISTIC",
+                   help="split every searched group by the devices this heuristic gives its ops (at most groups x "
+                        "devices groups), so its placement is one the policy can place exactly; with --warm-start "
+                        "of the same heuristic the policy starts from its own step time (e.g. --warm-start heft "
+                        "--split-groups heft)")
     p.add_argument("--init", metavar="CHECKPOINT|pretrained|scratch",
                    help="gdp, placeto and giph: the network's weights: a checkpoint from placer train, pretrained "
                         "(the default: the committed checkpoint, policies/rl/gnn/pretrained/) or scratch; hsdag: "

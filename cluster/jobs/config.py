@@ -71,6 +71,11 @@ class SearchConfig:
     baselines scored at the start (WARM_START_BASELINES added to ``baselines``); "m-etf,heft": those
     heuristics; a path: a .npy file of one (N,) op placement, or a run folder (its best placement).
     See cluster/jobs/warm_start.py."""
+    split_groups: str | None = None
+    """A heuristic's name: every searched group is split by the devices that heuristic gives its ops (at most
+    groups x devices groups), so its placement is exactly one the policy can place; with ``warm_start`` of
+    the same heuristic the policy starts from the heuristic's own step time, not its collapse onto the groups.
+    Only for policies that place the groups (searches and learners but hierarchical and hsdag)."""
     init: str | None = None
     """gdp and placeto only: the network's weights: a checkpoint file from `placer train`, "pretrained" (None
     means it too: the committed checkpoint, policies/rl/gnn/checkpoint.py pretrained_path) or "scratch"."""

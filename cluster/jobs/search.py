@@ -208,11 +208,25 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
                           f"groups (its solver's memory); use --groups {entry.max_groups} or fewer")
     check_bound_time_limit(config.bound_time_limit_s)
     _check_search_numbers(config)
+    if config.split_groups is not None:
+        _check_split_groups(config.split_groups, entry)
     check_removals(config, load_machine(config.machine))
     _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
     return check_warm_start_config(config)
+
+
+def _check_split_groups(heuristic: str, entry) -> None:
+    from policies.registry import check_heuristic
+
+    try:
+        check_heuristic(heuristic)
+    except PlacerError as exc:
+        raise PlacerError(f"--split-groups: {exc}") from None
+    if not entry.places_groups:
+        raise PlacerError(f"--split-groups: policy {entry.name!r} does not place the searched groups "
+                          f"(it places colocation groups{', grouping them itself' if entry.groups_itself else ''})")
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
@@ -278,8 +292,9 @@ def _problem(graph, machine, config: SearchConfig):
     from policies.problem import make_problem
 
     if not config.resume:
-        return make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
-                            seed=config.seed)
+        problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
+                               seed=config.seed)
+        return _split_groups(problem, config) if config.split_groups else problem
     with np.load(Path(config.resume) / GROUPING_FILE) as arrays:  # check_search_config: it is there
         grouping = Grouping.from_arrays(dict(arrays))
     if len(grouping.op_group) != graph.num_ops:
@@ -287,6 +302,19 @@ def _problem(graph, machine, config: SearchConfig):
                           f"graph {graph.name!r} has {graph.num_ops}")
     problem = make_problem(graph, machine)  # colocation units, replaced by the run's own grouping
     return replace(problem, op_unit=grouping.op_group, grouping=grouping)
+
+
+def _split_groups(problem, config: SearchConfig):
+    """``--split-groups HEURISTIC``: the groups split by the heuristic's devices (one error before anything is
+    written when the policy cannot place that many)."""
+    from policies.registry import heuristic_op_placement, policy_entry
+
+    split = problem.split_by(heuristic_op_placement(config.split_groups, problem, config.seed))
+    most = policy_entry(config.policy).max_groups
+    if most is not None and split.num_units > most:
+        raise PlacerError(f"--split-groups {config.split_groups}: {split.num_units} groups after the split; policy "
+                          f"{config.policy!r} places at most {most} (use fewer --groups)")
+    return split
 
 
 def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, str]):

@@ -128,6 +128,9 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
         (["--warm-start", str(tmp_path / "floats.npy")], "must hold integer device indices"),
         (["--graph", str(restricted), "--warm-start", str(tmp_path / "on-gpu.npy")], "a device kind it may not use"),
         (["--warm-start", str(tmp_path)], "is not a run folder"),
+        (["--split-groups", "cem"], "--split-groups: 'cem' is a search policy, not a heuristic"),
+        (["--split-groups", "telepathy"], "--split-groups: unknown policy 'telepathy'"),
+        (["--policy", "hierarchical", "--split-groups", "heft"], "policy 'hierarchical' does not place the searched"),
     ]
 
 
@@ -304,3 +307,24 @@ def test_search__annealing_takes_the_warm_start_and_never_ends_above_it(local_ra
     first = annealing.iloc[:3]  # single GPU, m-TOPO and the warm start, measured together first
     assert heft_units in {tuple(p) for p in first.placement}
     assert result.policy_best_runtime_s <= first[[tuple(p) == heft_units for p in first.placement]].runtime_s.min()
+
+
+def test_search__split_groups_makes_the_heuristic_an_exact_start(local_ray, tmp_path):
+    """--warm-start heft --split-groups heft: the searched groups are the 8 groups split by HEFT's devices,
+    so the learner's start on its groups is HEFT's own placement and step time, and the run folder keeps the
+    split grouping (what a resume places)."""
+    from cluster.jobs.config import GROUPING_FILE
+    from graphs.grouping import Grouping
+
+    plain = run_search(_config(tmp_path, policy="reinforce", warm_start="heft", budget=8, batch=4))
+    split = run_search(_config(tmp_path, policy="reinforce", warm_start="heft", split_groups="heft", budget=8,
+                               batch=4))
+    assert 8 < split.groups <= 8 * 3 and plain.groups == 8
+    assert split.warm_start_on_groups_s == split.warm_start_runtime_s  # exact, not collapsed
+    assert plain.warm_start_on_groups_s != plain.warm_start_runtime_s  # collapsed onto 8 groups: another placement
+    assert split.policy_best_runtime_s <= split.warm_start_runtime_s
+    with np.load(Path(split.run_dir) / GROUPING_FILE) as arrays:
+        grouping = Grouping.from_arrays(dict(arrays))
+    assert grouping.num_groups == split.groups and grouping.method.endswith("+split")
+    heft = _heuristic_placement("heft")
+    assert np.array_equal(grouping.expand(grouping.collapse(heft)), heft)

@@ -306,3 +306,34 @@ def test_metis__parts_are_capped_at_the_vertex_count(monkeypatch):
     labels = _metis(3, np.ones(3), np.array([0, 1]), np.array([1, 2]), np.array([10, 10]), parts=8, seed=0)
     assert calls == [(3, 3)]
     assert sorted(labels.tolist()) == [0, 1, 2]
+
+
+def test_split_by__makes_the_placement_exact_and_parts_allow_what_their_ops_allow(make_graph):
+    """Each group split by the devices a placement gives its ops: the placement expands back exactly, the
+    count is at most groups x devices, colocation groups stay whole, and a part allows every device kind
+    its own ops allow (the whole group's mask would forbid the GPU part of a group holding a CPU-only op)."""
+    graph = _training_like(make_graph)
+    grouping = group_ops(graph, max_groups=4, method="topo")
+    rng = np.random.default_rng(0)
+    group_device = rng.integers(0, 3, size=graph.num_colocation_groups)  # devices 0..2
+    group_device[graph.colocation_ids[graph.allowed_mask == 1]] = 0  # CPU-only ops on device 0 (the CPU)
+    group_device[graph.colocation_ids[graph.allowed_mask == 2]] = 1  # GPU-only ops on a GPU
+    placement = group_device[graph.colocation_ids]  # (N,)
+    split = grouping.split_by(placement, graph.allowed_mask)
+    assert np.array_equal(split.expand(split.collapse(placement)), placement)
+    assert grouping.num_groups < split.num_groups <= grouping.num_groups * 3
+    assert len(np.unique(np.stack([grouping.op_group, placement]), axis=1).T) == split.num_groups
+    for colocation_id in np.unique(graph.colocation):
+        assert len(np.unique(split.op_group[graph.colocation == colocation_id])) == 1
+    gpu_part = split.op_group[20]
+    assert split.group_allowed_mask[gpu_part] == 2 and grouping.group_allowed_mask[grouping.op_group[20]] & 2
+    assert split.method == "topo+split"
+
+
+def test_split_by__refuses_a_placement_of_another_shape(make_graph):
+    graph = _training_like(make_graph)
+    grouping = group_ops(graph, max_groups=4)
+    with pytest.raises(PlacerError, match=r"split the groups by must hold \(120,\)"):
+        grouping.split_by(np.zeros(5, dtype=np.int64), graph.allowed_mask)
+    with pytest.raises(PlacerError, match="non-negative integer"):
+        grouping.split_by(np.full(graph.num_ops, -1), graph.allowed_mask)
