@@ -3,10 +3,12 @@
 Sections (the simulator in this process, 32 scope groups, torch on one thread)::
 
     unseen   each held-out machine x graph x seed, budget --budget: heft (one measurement, colocation
-             groups), then from two starts, the fastest single device ("1dev") and HEFT's placement on the
-             groups ("heft"): giph's start and its greedy moves with no update (1 + episode_steps
-             measurements, "zero-shot"), giph (pre-trained and from scratch), placeto and annealing after
-             --budget measurements
+             groups), then from four starts: the fastest single device ("1dev"), HEFT's placement on the
+             groups ("heft"), HEFT's own on the groups split by HEFT's devices ("heft-split": `placer
+             search --warm-start heft --split-groups heft`), and the better of 1dev and HEFT's on those
+             groups ("both-split"): giph's start and its greedy moves with no update (the starts plus
+             episode_steps measurements, "zero-shot"), giph (pre-trained and from scratch), placeto and
+             annealing after --budget measurements
     removal  giph runs --before measurements on each --removal-machines, the GPU holding the most groups of
              its best placement leaves, the same instance continues (warm start: that best with the GPU's
              groups moved as `placer search --remove-device` moves them) against a fresh giph on the smaller
@@ -31,6 +33,7 @@ import torch  # noqa: E402
 
 MACHINES = ("k80-v100", "a100-h100", "desktop-igpu", "hetero:1000", "hetero:1002")
 GRAPHS = ("resnet-50", "inception-v3", "transformer")
+STARTS = ("1dev", "heft", "heft-split", "both-split")
 
 
 def _setup(graph_name: str, machine, seed: int):
@@ -57,14 +60,18 @@ def _start_runtime(problem, measurer, op_placement: np.ndarray) -> float:
     return result.runtime_s if result.ok else math.inf
 
 
-def _starts(problem, measurer, seed: int) -> dict[str, np.ndarray]:
-    """Op placements of the two starts, and HEFT's result."""
+def _starts(problem, measurer, seed: int) -> tuple[dict[str, tuple], float]:
+    """Each start's (problem, op placement), and HEFT's result. "heft-split" places the groups split by
+    HEFT's devices (`placer search --split-groups heft`), where HEFT's placement is exact."""
     from policies.registry import place
     from policies.rl.gnn.problems import Slot
 
     heft = place("heft", problem, measurer, 1, seed)
     single = problem.expand(Slot(problem, None).fastest_single_device())
-    return {"1dev": single, "heft": heft.op_placement}, _runtime(heft)
+    split = problem.split_by(heft.op_placement)
+    return {"1dev": (problem, [single]), "heft": (problem, [heft.op_placement]),
+            "heft-split": (split, [heft.op_placement]),
+            "both-split": (split, [single, heft.op_placement])}, _runtime(heft)
 
 
 def unseen(args) -> None:
@@ -79,19 +86,20 @@ def unseen(args) -> None:
                 t0 = time.perf_counter()
                 problem, measurer = _setup(graph, machine, seed)
                 starts, heft_s = _starts(problem, measurer, seed)
-                for start_name, start in starts.items():
+                for start_name, (problem, start) in starts.items():
                     row = {"machine": machine, "graph": graph, "seed": seed, "start": start_name, "heft": heft_s}
-                    zero = GiphPolicy(warm_start=[start], torch_threads=1, **giph_init)
-                    row["start_s"] = _start_runtime(problem, measurer, start)
-                    row["giph0"] = _runtime(zero.place(problem, measurer, 1 + zero.options["episode_steps"], seed))
-                    row["giph"] = _runtime(place("giph", problem, measurer, args.budget, seed, warm_start=[start],
+                    zero = GiphPolicy(warm_start=start, torch_threads=1, **giph_init)
+                    row["start_s"] = min(_start_runtime(problem, measurer, p) for p in start)
+                    zero_budget = len(start) + zero.options["episode_steps"]
+                    row["giph0"] = _runtime(zero.place(problem, measurer, zero_budget, seed))
+                    row["giph"] = _runtime(place("giph", problem, measurer, args.budget, seed, warm_start=start,
                                                  torch_threads=1, **giph_init))
                     row["giph_scratch"] = _runtime(place("giph", problem, measurer, args.budget, seed,
-                                                         warm_start=[start], torch_threads=1, init="scratch"))
+                                                         warm_start=start, torch_threads=1, init="scratch"))
                     row["placeto"] = _runtime(place("placeto", problem, measurer, args.budget, seed,
-                                                    warm_start=[start], torch_threads=1))
+                                                    warm_start=start, torch_threads=1))
                     row["annealing"] = _runtime(place("annealing", problem, measurer, args.budget, seed,
-                                                      warm_start=[start]))
+                                                      warm_start=start))
                     rows.append(row)
                 print(f"<!-- {machine} {graph} seed {seed}: {time.perf_counter() - t0:.1f} s -->", flush=True)
     _print_unseen(rows, args)
@@ -104,7 +112,7 @@ def _print_unseen(rows: list[dict], args) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted({(r["machine"], r["graph"], r["start"]) for r in rows}, key=lambda k: (
         args.machines.index(k[0]), args.graphs.index(k[1]), k[2]))
-    met = {"1dev": [0, 0], "heft": [0, 0]}
+    met = {start: [0, 0] for start in STARTS}
     for machine, graph, start in keys:
         group = [r for r in rows if (r["machine"], r["graph"], r["start"]) == (machine, graph, start)]
         cells = [_ms(np.mean([r[k] for r in group])) for k in ("heft", "start_s", "giph0", "giph", "giph_scratch",
@@ -116,7 +124,7 @@ def _print_unseen(rows: list[dict], args) -> None:
     for start, (hits, total) in met.items():
         print(f"\ngiph at or below HEFT from start {start}: {hits} of {total} runs")
     for key in ("giph0", "giph", "giph_scratch", "placeto", "annealing"):
-        for start in ("1dev", "heft"):
+        for start in STARTS:
             ratio = [r[key] / r["heft"] for r in rows if r["start"] == start and math.isfinite(r[key])]
             print(f"- {key} from {start}: geometric mean of step time / HEFT's = "
                   f"{math.exp(np.mean(np.log(ratio))):.3f}" if ratio else f"- {key} from {start}: none ran ok")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 import numpy as np
@@ -98,12 +98,12 @@ class GdpPolicy:
             trainer = self._trainer(self.config(seed))
             slot = Slot(problem, counter, trainer.config.failure_factor)
             resumed = first and self._resume(trainer, slot)
-            start = None
+            start, warm_runtime_s = None, math.nan
             notes = [f"weights: {self.initial.source}" if first else "weights: kept from the previous place call"]
             if not resumed:
                 warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
                 if warm is not None:
-                    start = warm.unit_placement
+                    start, warm_runtime_s = warm.unit_placement, warm.runtime_s
                     slot.record(start, warm.runtime_s)  # fine-tuning improves on it, and never reports worse
                     if trainer.config.kind == "gdp":
                         trainer.imitate([slot], [start], trainer.config.imitation_steps)
@@ -113,7 +113,8 @@ class GdpPolicy:
             self._save(trainer, slot)
         if trainer.learner_s:
             notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each")
-        found = search_result(self.name, problem, counter, "; ".join(notes))
+        found = replace(search_result(self.name, problem, counter, "; ".join(notes)),
+                        warm_start_runtime_s=warm_runtime_s)
         return self._with_slot_best(found, problem, slot, stop_reason, trainer)
 
     def _trainer(self, config: GnnConfig):

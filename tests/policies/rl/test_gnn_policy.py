@@ -91,6 +91,7 @@ def test_warm_start_is_never_lost(setup, kind):
     result = make_policy(kind, warm_start=[warm], **SMALL).place(problem, counted, 12, 0)
     assert counted.used <= 12
     assert result.best.ok and result.best.runtime_s <= warm_s * (1 + 1e-9)
+    assert result.warm_start_runtime_s == pytest.approx(warm_s)  # the search's "warm start on the searched groups"
 
 
 @pytest.mark.parametrize("kind", KINDS)
