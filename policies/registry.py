@@ -153,7 +153,8 @@ def check_heuristic(spec: str) -> None:
     entry = policy_entry(spec)
     if entry.kind != "heuristic":
         names = [name for name, e in POLICIES.items() if e.kind == "heuristic"]
-        raise PlacerError(f"{spec!r} is a {entry.kind} policy, not a heuristic (heuristics: {', '.join(names)}, device:K)")
+        raise PlacerError(f"{spec!r} is a {entry.kind} policy, not a heuristic "
+                          f"(heuristics: {', '.join(names)}, device:K)")
 
 
 def heuristic_op_placement(spec: str, problem: PlacementProblem, seed: int = 0) -> np.ndarray:
