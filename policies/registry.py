@@ -148,13 +148,16 @@ def place(spec: str, problem: PlacementProblem, measurer: Measurer, budget: int,
     return make_policy(spec, **options).place(target, measurer, budget, seed, on_measurement)
 
 
-def check_heuristic(spec: str) -> None:
-    """A PlacerError unless ``spec`` names a heuristic (one placement from the cost model, no budget)."""
-    entry = policy_entry(spec)
-    if entry.kind != "heuristic":
-        names = [name for name, e in POLICIES.items() if e.kind == "heuristic"]
-        raise PlacerError(f"{spec!r} is a {entry.kind} policy, not a heuristic "
-                          f"(heuristics: {', '.join(names)}, device:K)")
+def heuristic_names() -> list[str]:
+    """Every registered heuristic (one placement from the cost model, no budget); ``device:K`` besides."""
+    return [name for name, entry in POLICIES.items() if entry.kind == "heuristic"]
+
+
+def is_heuristic(spec: str) -> bool:
+    try:
+        return policy_entry(spec).kind == "heuristic"
+    except PlacerError:
+        return False
 
 
 def heuristic_op_placement(spec: str, problem: PlacementProblem, seed: int = 0) -> np.ndarray:
@@ -162,9 +165,8 @@ def heuristic_op_placement(spec: str, problem: PlacementProblem, seed: int = 0) 
     run (the heuristics decide from the cost model; the simulator scores the one measurement they make)."""
     from measurers.sim.measurer import SimulatorMeasurer
 
-    check_heuristic(spec)
     measurer = SimulatorMeasurer(problem.graph, problem.machine)
-    return np.asarray(place(spec, problem, measurer, 1, seed).op_placement, dtype=np.int64)
+    return np.asarray(place_once(spec, problem.graph, problem.machine, measurer, seed).op_placement, dtype=np.int64)
 
 
 def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> PolicyResult:

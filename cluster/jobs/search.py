@@ -89,7 +89,8 @@ class SearchResult:
     stop_reason: str
     wall_s: float
     seconds_per_update: float = math.nan  # learner only
-    groups: int = 0  # groups the policy placed: at most config.groups and the graph's colocation groups
+    groups: int = 0  # groups the policy placed: at most config.groups (times the devices with --split-groups)
+    # and the graph's colocation groups
     colocation_groups: int = 0  # the graph's colocation groups (the most groups any grouping makes)
     measurer: str = "sim"  # what timed the placements: sim | torch | tf
     warm_start: str | None = None  # the warm start's best candidate: a heuristic's name or the path given
@@ -218,12 +219,11 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
 
 
 def _check_split_groups(heuristic: str, entry) -> None:
-    from policies.registry import check_heuristic
+    from policies.registry import heuristic_names, is_heuristic
 
-    try:
-        check_heuristic(heuristic)
-    except PlacerError as exc:
-        raise PlacerError(f"--split-groups: {exc}") from None
+    if not is_heuristic(heuristic):
+        raise PlacerError(f"--split-groups: {heuristic!r} is not a heuristic ({', '.join(heuristic_names())}, "
+                          f"device:K)")
     if not entry.places_groups:
         raise PlacerError(f"--split-groups: policy {entry.name!r} does not place the searched groups "
                           f"(it places colocation groups{', grouping them itself' if entry.groups_itself else ''})")
@@ -309,7 +309,11 @@ def _split_groups(problem, config: SearchConfig):
     written when the policy cannot place that many)."""
     from policies.registry import heuristic_op_placement, policy_entry
 
-    split = problem.split_by(heuristic_op_placement(config.split_groups, problem, config.seed))
+    try:
+        placement = heuristic_op_placement(config.split_groups, problem, config.seed)
+    except PlacerError as exc:  # device:K out of range, expert without a rule for the graph, ...
+        raise PlacerError(f"--split-groups {config.split_groups}: {exc}") from None
+    split = problem.split_by(placement)
     most = policy_entry(config.policy).max_groups
     if most is not None and split.num_units > most:
         raise PlacerError(f"--split-groups {config.split_groups}: {split.num_units} groups after the split; policy "

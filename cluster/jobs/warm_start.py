@@ -72,6 +72,8 @@ def check_warm_start_config(config: SearchConfig) -> WarmStartSource | None:
 def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
     """``auto``, heuristic names separated by commas, or an existing .npy file or run folder (a resumed run:
     the copy in its folder). PlacerError for anything else."""
+    from policies.registry import heuristic_names, is_heuristic
+
     saved = Path(resume) / WARM_START_FILE if resume else None
     if saved is not None and saved.is_file():
         return WarmStartSource(text, path=saved)
@@ -80,7 +82,7 @@ def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
     if not text.strip():
         raise PlacerError("--warm-start: empty source (give auto, heuristic names, a .npy file or a run folder)")
     names = tuple(name.strip() for name in text.split(","))
-    unknown = [name for name in names if not _is_heuristic(name)]
+    unknown = [name for name in names if not is_heuristic(name)]
     if not unknown:
         return WarmStartSource(text, names=names)
     path = Path(text)
@@ -89,23 +91,8 @@ def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
     if path.is_file():
         raise PlacerError(f"--warm-start {text!r}: a file must be a .npy file holding one (N,) int placement")
     raise PlacerError(f"--warm-start: unknown warm start {unknown[0]!r}: not a heuristic "
-                      f"({', '.join(_heuristic_names())}, device:K), 'auto', nor an existing .npy file or "
+                      f"({', '.join(heuristic_names())}, device:K), 'auto', nor an existing .npy file or "
                       f"run folder")
-
-
-def _is_heuristic(name: str) -> bool:
-    from policies.registry import policy_entry
-
-    try:
-        return policy_entry(name).kind == "heuristic"
-    except PlacerError:
-        return False
-
-
-def _heuristic_names() -> list[str]:
-    from policies.registry import POLICIES
-
-    return [name for name, entry in POLICIES.items() if entry.kind == "heuristic"]
 
 
 def scored_baselines(config: SearchConfig) -> tuple[str, ...]:

@@ -5,8 +5,9 @@ Sections (the simulator in this process, 32 scope groups, torch on one thread)::
     unseen   each held-out machine x graph x seed, budget --budget: heft (one measurement, colocation
              groups), then from four starts: the fastest single device ("1dev"), HEFT's placement on the
              groups ("heft"), HEFT's own on the groups split by HEFT's devices ("heft-split": `placer
-             search --warm-start heft --split-groups heft`), and the better of 1dev and HEFT's on those
-             groups ("both-split"): giph's start and its greedy moves with no update (the starts plus
+             search --warm-start heft --split-groups heft`), and the best of cpu-only, single-gpu and HEFT's
+             on those groups ("both-split": `--warm-start cpu-only,single-gpu,heft --split-groups heft`):
+             giph's start and its greedy moves with no update (the starts plus
              episode_steps measurements, "zero-shot"), giph (pre-trained and from scratch), placeto and
              annealing after --budget measurements
     removal  giph runs --before measurements on each --removal-machines, the GPU holding the most groups of
@@ -61,17 +62,19 @@ def _start_runtime(problem, measurer, op_placement: np.ndarray) -> float:
 
 
 def _starts(problem, measurer, seed: int) -> tuple[dict[str, tuple], float]:
-    """Each start's (problem, op placement), and HEFT's result. "heft-split" places the groups split by
-    HEFT's devices (`placer search --split-groups heft`), where HEFT's placement is exact."""
+    """Each start's (problem, op placements it picks the fastest of), and HEFT's result. "heft-split"
+    places the groups split by HEFT's devices (`placer search --split-groups heft`), where HEFT's placement
+    is exact."""
     from policies.registry import place
     from policies.rl.gnn.problems import Slot
 
     heft = place("heft", problem, measurer, 1, seed)
     single = problem.expand(Slot(problem, None).fastest_single_device())
     split = problem.split_by(heft.op_placement)
+    quick = [place(name, problem, measurer, 1, seed).op_placement for name in ("cpu-only", "single-gpu")]
     return {"1dev": (problem, [single]), "heft": (problem, [heft.op_placement]),
             "heft-split": (split, [heft.op_placement]),
-            "both-split": (split, [single, heft.op_placement])}, _runtime(heft)
+            "both-split": (split, [*quick, heft.op_placement])}, _runtime(heft)
 
 
 def unseen(args) -> None:

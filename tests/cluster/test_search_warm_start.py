@@ -128,8 +128,10 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
         (["--warm-start", str(tmp_path / "floats.npy")], "must hold integer device indices"),
         (["--graph", str(restricted), "--warm-start", str(tmp_path / "on-gpu.npy")], "a device kind it may not use"),
         (["--warm-start", str(tmp_path)], "is not a run folder"),
-        (["--split-groups", "cem"], "--split-groups: 'cem' is a search policy, not a heuristic"),
-        (["--split-groups", "telepathy"], "--split-groups: unknown policy 'telepathy'"),
+        (["--split-groups", "cem"], "--split-groups: 'cem' is not a heuristic (single-gpu, cpu-only"),
+        (["--split-groups", "telepathy"], "--split-groups: 'telepathy' is not a heuristic"),
+        (["--split-groups", "device:9"], "--split-groups device:9: "),
+        (["--split-groups", "expert"], "--split-groups expert: no expert rule for graph"),
         (["--policy", "hierarchical", "--split-groups", "heft"], "policy 'hierarchical' does not place the searched"),
     ]
 

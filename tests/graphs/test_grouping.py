@@ -325,8 +325,15 @@ def test_split_by__makes_the_placement_exact_and_parts_allow_what_their_ops_allo
     assert len(np.unique(np.stack([grouping.op_group, placement]), axis=1).T) == split.num_groups
     for colocation_id in np.unique(graph.colocation):
         assert len(np.unique(split.op_group[graph.colocation == colocation_id])) == 1
-    gpu_part = split.op_group[20]
-    assert split.group_allowed_mask[gpu_part] == 2 and grouping.group_allowed_mask[grouping.op_group[20]] & 2
+    for part in range(split.num_groups):  # each part's mask is the AND of its own ops' masks
+        members = split.op_group == part
+        assert split.group_allowed_mask[part] == np.bitwise_and.reduce(graph.allowed_mask[members])
+        kind_bit = 1 if placement[members][0] == 0 else 2  # device 0 is the CPU, 1 and 2 GPUs
+        assert split.group_allowed_mask[part] & kind_bit
+    cpu_group = grouping.op_group[5]  # holds a CPU-only op: the whole group allows the CPU only
+    assert grouping.group_allowed_mask[cpu_group] == 1
+    gpu_parts = np.unique(split.op_group[(grouping.op_group == cpu_group) & (placement > 0)])
+    assert len(gpu_parts) and all(split.group_allowed_mask[gpu_parts] & 2)  # its GPU parts may use a GPU
     assert split.method == "topo+split"
 
 
