@@ -9,7 +9,10 @@ Sections (the simulator in this process, 32 scope groups, torch on one thread)::
              on those groups ("both-split": `--warm-start cpu-only,single-gpu,heft --split-groups heft`):
              giph's start and its greedy moves with no update (the starts plus
              episode_steps measurements, "zero-shot"), giph (pre-trained and from scratch), placeto and
-             annealing after --budget measurements
+             annealing after --budget measurements, and cem (which takes no start) on the same groups
+    tune     giph's search settings on machines it trained on (hetero:2-7, 9, 11; seeds 0 1), from the
+             best-of-three start on split groups, budget --budget: moves per episode and episodes per
+             update against annealing from the same start (the default, 3 moves x 2, was chosen here)
     removal  giph runs --before measurements on each --removal-machines, the GPU holding the most groups of
              its best placement leaves, the same instance continues (warm start: that best with the GPU's
              groups moved as `placer search --remove-device` moves them) against a fresh giph on the smaller
@@ -17,7 +20,7 @@ Sections (the simulator in this process, 32 scope groups, torch on one thread)::
 
 Usage::
 
-    python tests/bench/bench_giph.py [unseen|removal] [--seeds 0 1 2] [--budget 200] [--init PATH]
+    python tests/bench/bench_giph.py [unseen|tune|removal] [--seeds 0 1 2] [--budget 200] [--init PATH]
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ def unseen(args) -> None:
                                                     warm_start=start, torch_threads=1))
                     row["annealing"] = _runtime(place("annealing", problem, measurer, args.budget, seed,
                                                       warm_start=start))
+                    row["cem"] = _runtime(place("cem", problem, measurer, args.budget, seed))  # takes no start
                     rows.append(row)
                 print(f"<!-- {machine} {graph} seed {seed}: {time.perf_counter() - t0:.1f} s -->", flush=True)
     _print_unseen(rows, args)
@@ -111,22 +115,24 @@ def unseen(args) -> None:
 def _print_unseen(rows: list[dict], args) -> None:
     print(f"\n### Unseen machines, budget {args.budget} (step time ms, mean over seeds {args.seeds})\n")
     print("| machine | graph | start | heft | start on groups | giph zero-shot | giph | giph scratch | placeto "
-          "| annealing | giph <= heft (seeds) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| annealing | cem | giph <= heft (seeds) | giph <= both searches (seeds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     keys = sorted({(r["machine"], r["graph"], r["start"]) for r in rows}, key=lambda k: (
-        args.machines.index(k[0]), args.graphs.index(k[1]), k[2]))
-    met = {start: [0, 0] for start in STARTS}
+        args.machines.index(k[0]), args.graphs.index(k[1]), STARTS.index(k[2])))
+    met = {start: [0, 0, 0] for start in STARTS}  # runs at or below HEFT, at or below both searches, runs
     for machine, graph, start in keys:
         group = [r for r in rows if (r["machine"], r["graph"], r["start"]) == (machine, graph, start)]
         cells = [_ms(np.mean([r[k] for r in group])) for k in ("heft", "start_s", "giph0", "giph", "giph_scratch",
-                                                                "placeto", "annealing")]
+                                                                "placeto", "annealing", "cem")]
         hits = sum(r["giph"] <= r["heft"] * (1 + 1e-9) for r in group)
-        met[start][0] += hits
-        met[start][1] += len(group)
-        print(f"| {machine} | {graph} | {start} | " + " | ".join(cells) + f" | {hits}/{len(group)} |")
-    for start, (hits, total) in met.items():
-        print(f"\ngiph at or below HEFT from start {start}: {hits} of {total} runs")
-    for key in ("giph0", "giph", "giph_scratch", "placeto", "annealing"):
+        wins = sum(r["giph"] <= min(r["annealing"], r["cem"]) * (1 + 1e-9) for r in group)
+        met[start] = [met[start][0] + hits, met[start][1] + wins, met[start][2] + len(group)]
+        print(f"| {machine} | {graph} | {start} | " + " | ".join(cells) + f" | {hits}/{len(group)} | "
+              f"{wins}/{len(group)} |")
+    for start, (hits, wins, total) in met.items():
+        print(f"\ngiph from start {start}: at or below HEFT in {hits} of {total} runs, at or below the better of "
+              f"annealing and cem in {wins}")
+    for key in ("giph0", "giph", "giph_scratch", "placeto", "annealing", "cem"):
         for start in STARTS:
             ratio = [r[key] / r["heft"] for r in rows if r["start"] == start and math.isfinite(r[key])]
             print(f"- {key} from {start}: geometric mean of step time / HEFT's = "
@@ -135,6 +141,35 @@ def _print_unseen(rows: list[dict], args) -> None:
 
 def _ms(value: float) -> str:
     return f"{value * 1e3:.2f}" if math.isfinite(value) else "failed"
+
+
+TUNE_SETS = ((("hetero:2", "hetero:3", "hetero:5", "hetero:7"), ("resnet-50", "inception-v3")),
+             (("hetero:4", "hetero:6", "hetero:9", "hetero:11"), ("transformer", "resnet-50")))
+TUNE_SETTINGS = ((32, 2), (16, 2), (8, 2), (4, 2), (3, 2), (2, 2), (4, 4))  # (episode_steps, batch_size)
+
+
+def tune(args) -> None:
+    from policies.registry import place
+
+    print(f"\n### giph's search settings on training machines (budget {args.budget}, seeds 0 1; giph / annealing "
+          f"from the same start, both-split)\n")
+    print("| moves per episode x episodes per update | geometric mean of giph / annealing | giph at or below |")
+    print("|---|---|---|")
+    ratios = {setting: [] for setting in TUNE_SETTINGS}
+    for machines, graphs in TUNE_SETS:
+        for machine in machines:
+            for graph in graphs:
+                for seed in (0, 1):
+                    problem, measurer = _setup(graph, machine, seed)
+                    problem, start = _starts(problem, measurer, seed)[0]["both-split"]
+                    annealing = _runtime(place("annealing", problem, measurer, args.budget, seed, warm_start=start))
+                    for steps, batch in TUNE_SETTINGS:
+                        giph = place("giph", problem, measurer, args.budget, seed, warm_start=start, torch_threads=1,
+                                     episode_steps=steps, batch_size=batch)
+                        ratios[(steps, batch)].append(_runtime(giph) / annealing)
+    for (steps, batch), values in ratios.items():
+        wins = sum(value <= 1 + 1e-9 for value in values)
+        print(f"| {steps} x {batch} | {math.exp(np.mean(np.log(values))):.4f} | {wins} of {len(values)} |")
 
 
 class Trace:
@@ -207,7 +242,7 @@ def _removal_row(args, machine_name: str, graph: str, seed: int) -> tuple[int | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", choices=("unseen", "removal"))
+    parser.add_argument("section", nargs="?", choices=("unseen", "tune", "removal"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--before", type=int, default=100, help="removal: measurements before the GPU leaves")
@@ -220,6 +255,8 @@ def main() -> None:
     started = time.perf_counter()
     if args.section in (None, "unseen"):
         unseen(args)
+    if args.section in (None, "tune"):
+        tune(args)
     if args.section in (None, "removal"):
         removal(args)
     print(f"\n<!-- {time.perf_counter() - started:.0f} s -->")
