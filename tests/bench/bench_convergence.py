@@ -104,8 +104,10 @@ def run_method(problem, measurer, method: str, budget: int, seed: int, batch: in
     if warm and not entry.takes_warm_start:
         raise PlacerError(f"{method!r}: {name!r} takes no warm start")
     options = {}
-    if entry.learned:
-        options = {"batch_size": batch, "hidden_size": hidden, "torch_threads": 1}
+    if entry.learned:  # the graph-neural placers keep their own sizes, as `placer search` gives them
+        own_sizes = name in ("gdp", "placeto", "giph", "hsdag")
+        options = {"torch_threads": 1} if own_sizes else {"batch_size": batch, "hidden_size": hidden,
+                                                          "torch_threads": 1}
     if warm:
         options["warm_start"] = warm_start if warm_start is not None else warm_start_placements(problem, measurer)
     runtimes: list[float] = []
