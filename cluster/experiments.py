@@ -27,10 +27,10 @@ from typing import Callable
 
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig
-from policies.rl.config import BATCH_SIZE
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+from policies.rl.config import BATCH_SIZE
 
 EXPERIMENT_FILE = "experiment.json"
 PAPER_BASELINES = ("cpu-only", "single-gpu", "metis", "expert")  # what both papers compared RL with

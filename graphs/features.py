@@ -28,7 +28,8 @@ _EXACT = {
     "argmax": "reduction", "argmin": "reduction", "logsumexp": "reduction", "all": "reduction", "any": "reduction",
     "embedding": "memory", "embedding_dense_backward": "memory", "biasaddgrad": "reduction",
     "t": "memory", "_unsafe_view": "memory",
-    "gemm": "matmul", "convert": "memory", "convertlike": "memory", "flatten": "memory", "mvn": "reduction",  # ONNX / OpenVINO types
+    # ONNX / OpenVINO types
+    "gemm": "matmul", "convert": "memory", "convertlike": "memory", "flatten": "memory", "mvn": "reduction",
     **{cmp: "elementwise" for cmp in ("eq", "ne", "gt", "lt", "ge", "le", "equal", "notequal", "greater",
                                       "less", "greaterequal", "lessequal", "select", "selectv2")},
 }

@@ -1,7 +1,8 @@
 """The machine catalog: device profiles and named machines, as JSON files a user can copy and edit.
 
 ``measurers/catalog/devices.json`` holds device profiles keyed by model (K40, K80, P100, V100, T4, A10, L4,
-A100, H100, H200, server CPUs, laptop and desktop CPUs and their integrated GPUs). Every other ``measurers/catalog/<name>.json`` is a machine::
+A100, H100, H200, server CPUs, laptop and desktop CPUs and their integrated GPUs). Every other
+``measurers/catalog/<name>.json`` is a machine::
 
     {"name": "paper-2gpu", "description": "...",
      "devices": [{"name": "cpu:0", "model": "Xeon-E5-2699v3"},

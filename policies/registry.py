@@ -165,8 +165,16 @@ def heuristic_op_placement(spec: str, problem: PlacementProblem, seed: int = 0) 
     run (the heuristics decide from the cost model; the simulator scores the one measurement they make)."""
     from measurers.sim.measurer import SimulatorMeasurer
 
+    _require_heuristic(spec)
     measurer = SimulatorMeasurer(problem.graph, problem.machine)
-    return np.asarray(place_once(spec, problem.graph, problem.machine, measurer, seed).op_placement, dtype=np.int64)
+    return np.asarray(place(spec, problem, measurer, 1, seed).op_placement, dtype=np.int64)
+
+
+def _require_heuristic(spec: str) -> None:
+    entry = policy_entry(spec)
+    if entry.kind != "heuristic":
+        raise PlacerError(f"{spec!r} is a {entry.kind} policy: it needs a budget "
+                          f"(placer search --policy {spec}, or placer baselines)")
 
 
 def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> PolicyResult:
@@ -175,8 +183,5 @@ def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> 
     run. Searches and learned policies need a budget and are refused."""
     from policies.problem import make_problem
 
-    entry = policy_entry(spec)
-    if entry.kind != "heuristic":
-        raise PlacerError(f"{spec!r} is a {entry.kind} policy: it needs a budget "
-                          f"(placer search --policy {spec}, or placer baselines)")
+    _require_heuristic(spec)
     return place(spec, make_problem(graph, machine), measurer, 1, seed)

@@ -103,12 +103,11 @@ def check_train_args(args: argparse.Namespace):
     from measurers.catalog import load_machine
     from policies.rl.gnn.config import GnnConfig
 
-    giph_only = {"--episode-steps": args.episode_steps, "--discount": args.discount}
-    given = [flag for flag, value in giph_only.items() if value is not None]
-    if given and args.policy != "giph":
-        raise PlacerError(f"{given[0]}: only for --policy giph (it walks episodes of moves), not {args.policy!r}")
     giph = {key: value for key, value in (("episode_steps", args.episode_steps), ("discount", args.discount))
-            if value is not None}
+            if value is not None}  # giph-only flags that were given
+    if giph and args.policy != "giph":
+        flag = "--" + next(iter(giph)).replace("_", "-")
+        raise PlacerError(f"{flag}: only for --policy giph (it walks episodes of moves), not {args.policy!r}")
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
                        lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed, **giph)
     for groups in args.groups:

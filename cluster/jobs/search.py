@@ -270,12 +270,6 @@ def _check_gnn_settings(config: SearchConfig) -> None:
     initial_weights(config.policy, config.init)
 
 
-def _graph_neural(policy: str) -> bool:
-    from policies.rl.gnn.config import KINDS
-
-    return policy in (*KINDS, "hsdag")
-
-
 def _gnn_options(config: SearchConfig) -> dict:
     """The options only the graph-neural policies take (check_search_config: the others have none)."""
     from policies.rl.gnn.config import KINDS
@@ -436,6 +430,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     there too (and it does not imitate its warm start again)."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
+    from policies.rl.gnn.config import GRAPH_NEURAL
 
     learned = policy_entry(config.policy).learned
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
@@ -450,7 +445,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"torch_threads": 1, "checkpoint_every": CHECKPOINT_EVERY, "context": context,
                    **_gnn_options(config)}
-        if not _graph_neural(config.policy):  # the graph-neural placers have their own network sizes
+        if config.policy not in GRAPH_NEURAL:  # the graph-neural placers have their own network sizes
             options["hidden_size"] = config.hidden_size
         if config.batch is not None:  # else the policy's own batch (the graph-neural placers' differ)
             options["batch_size"] = config.batch

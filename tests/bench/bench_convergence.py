@@ -98,6 +98,7 @@ def run_method(problem, measurer, method: str, budget: int, seed: int, batch: in
     """One run of ``method`` (a registry name, ``+ws`` for a warm-started learner) through ``place``."""
     from graphs.errors import PlacerError
     from policies.registry import place, policy_entry
+    from policies.rl.gnn.config import GRAPH_NEURAL
 
     name, warm = split_method(method)
     entry = policy_entry(name)
@@ -105,7 +106,7 @@ def run_method(problem, measurer, method: str, budget: int, seed: int, batch: in
         raise PlacerError(f"{method!r}: {name!r} takes no warm start")
     options = {}
     if entry.learned:  # the graph-neural placers keep their own sizes, as `placer search` gives them
-        own_sizes = name in ("gdp", "placeto", "giph", "hsdag")
+        own_sizes = name in GRAPH_NEURAL
         options = {"torch_threads": 1} if own_sizes else {"batch_size": batch, "hidden_size": hidden,
                                                           "torch_threads": 1}
     if warm:

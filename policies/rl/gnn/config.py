@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from graphs.errors import PlacerError
 
 KINDS = ("gdp", "placeto", "giph")
+GRAPH_NEURAL = (*KINDS, "hsdag")
+"""Every graph-neural placer: they keep their own network sizes and batch in a search."""
 ORDERS = ("topo", "reverse-topo", "bfs", "random")
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import time
-from functools import lru_cache
 from dataclasses import fields
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
