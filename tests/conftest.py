@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -30,6 +31,15 @@ def policy_placement(graph: OpGraph, machine, name: str) -> np.ndarray:
     from policies.registry import place_once
 
     return place_once(name, graph, machine, SimulatorMeasurer(graph, machine)).op_placement
+
+
+_RAY_FORWARDED_LINE = re.compile(r"^(\x1b\[[0-9;]*m)*\((raylet|gcs_server|pid=|[A-Za-z_]+ pid=)")
+
+
+def placer_stderr(err: str) -> str:
+    """``err`` without the lines Ray forwards from its own processes (``(raylet) ...``, ``(pid=...) ...``):
+    they reach the driver's stderr whenever Ray logs (a full disk, a dying worker), whatever placer printed."""
+    return "".join(line for line in err.splitlines(keepends=True) if not _RAY_FORWARDED_LINE.match(line))
 
 
 def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None, param_bytes=None,

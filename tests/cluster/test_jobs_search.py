@@ -18,6 +18,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from cluster.runlog import read_best, read_manifest, read_metrics, read_run  # noqa: E402
+from conftest import placer_stderr  # noqa: E402
 from cluster.jobs import SearchConfig, run_search  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -159,7 +160,7 @@ def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local
                            (["--seed", "4"], "--seed 4: run .* searches with 3"),
                            (["--budget", "50"], "--budget 50: run .* has a budget of 64; .* only raise it")):
         assert main(["search", "--resume", str(run_dir), *flags]) == 2
-        err = capsys.readouterr().err
+        err = placer_stderr(capsys.readouterr().err)
         assert err.startswith("placer: error: ") and err.count("\n") == 1
         assert __import__("re").search(message, err), err
     assert read_manifest(run_dir) == manifest and len(read_run(run_dir)) == 64 + 2  # and two baselines

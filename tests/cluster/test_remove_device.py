@@ -13,6 +13,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from cluster.runlog import read_best, read_manifest, read_run  # noqa: E402
+from conftest import placer_stderr  # noqa: E402
 
 GRAPH, MACHINE, GPU1 = "synthetic:300:1", "paper-4gpu", 2  # gpu:1 is device 2 of cpu:0, gpu:0..3
 
@@ -180,7 +181,7 @@ def test_remove_device__bad_input_is_one_error_and_no_run_folder(tmp_path, capsy
 
     out = tmp_path / "runs"
     assert main(_search(out, "--policy", "cem", *flags)) == 2
-    err = capsys.readouterr().err
+    err = placer_stderr(capsys.readouterr().err)
     assert err.startswith(f"placer: error: {message}") and err.count("\n") == 1
     assert not out.exists()
 

@@ -19,6 +19,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from cluster.jobs import SearchConfig, run_search  # noqa: E402
+from conftest import placer_stderr  # noqa: E402
 from cluster.runlog import read_manifest, read_run  # noqa: E402
 from policies.base import BudgetedMeasurer, DecisionClock, search_result  # noqa: E402
 from policies.registry import POLICIES, PolicyEntry, register_policy  # noqa: E402
@@ -143,8 +144,9 @@ def test_search_cli__bad_warm_start_is_one_error_and_writes_nothing(tmp_path, ca
     for flags, message in _bad_input_cases(tmp_path):
         assert main(["search", *BASE_FLAGS, "--out", str(out), *flags]) == 2, flags
         captured = capsys.readouterr()
-        assert captured.err.startswith("placer: error: ") and captured.err.count("\n") == 1, captured.err
-        assert message in captured.err, (flags, captured.err)
+        err = placer_stderr(captured.err)
+        assert err.startswith("placer: error: ") and err.count("\n") == 1, err
+        assert message in err, (flags, err)
         assert captured.out == ""
         assert not out.exists(), flags
 
@@ -229,7 +231,7 @@ def test_search_cli__file_warm_start_reaches_the_policy_and_the_table(local_ray,
     assert _table_row(table, f"warm start ({path})").startswith(f"{scored:.4f} │ ok")
     assert f"{FAKE} (learner's own best, warm-started)" in table
     assert main(["search", "--resume", str(run_dir), "--warm-start", "heft"]) == 2
-    err = capsys.readouterr().err
+    err = placer_stderr(capsys.readouterr().err)
     assert err.startswith("placer: error: --warm-start 'heft': run ") and err.count("\n") == 1
     assert "keeps it" in err and read_manifest(run_dir).config["warm_start"] == str(path)
 
@@ -256,7 +258,7 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
     other = run_search(_config(tmp_path / "other", policy="random", graph="synthetic:300:2"))
     assert main(["search", *BASE_FLAGS, "--policy", FAKE, "--out", str(tmp_path / "none"),
                  "--warm-start", str(other.run_dir)]) == 2
-    err = capsys.readouterr().err
+    err = placer_stderr(capsys.readouterr().err)
     assert "that run placed a graph with hash" in err and err.count("\n") == 1
     assert not (tmp_path / "none").exists()
 

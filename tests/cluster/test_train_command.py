@@ -17,6 +17,8 @@ import pytest
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+from conftest import placer_stderr  # noqa: E402
+
 pytestmark = pytest.mark.slow
 GRAPH = "synthetic:300"
 SMALL = ["--machines", "paper-2gpu", "--groups", "8", "--batch", "4", "--hidden", "8", "--layers", "1"]
@@ -34,8 +36,9 @@ def _train(out: Path, *flags: str, policy: str = "gdp", budget: int = 48) -> int
 def _one_error(capsys) -> str:
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("placer: error: ") and captured.err.count("\n") == 1, captured.err
-    return captured.err
+    err = placer_stderr(captured.err)
+    assert err.startswith("placer: error: ") and err.count("\n") == 1, err
+    return err
 
 
 def _metrics(path: Path):
