@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/placer search
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 bench: $(STAMP)
 	@for script in tests/bench/bench_*.py; do echo "## $$script"; $(PY) $$script || exit 1; done

@@ -11,7 +11,9 @@ while) a finished run's parts are compacted into one file (see cluster/runlog.py
 from the manifest (searches and baselines runs record it), else from ``result.json`` (written when a
 search finishes) or, when the graph is in the benchmark cache on disk, from the cached graph; otherwise
 it is unknown (NaN). The proven bound (policies/exact/bound.py) is read, never solved: from the manifest,
-else ``result.json``; runs made before it was recorded have none (NaN).
+else ``result.json``; runs made before it was recorded have none (NaN). A run that lost a device
+(``placer search --remove-device``; the manifest's ``device_removals``) counts for its bests only the rows
+whose placement does not use that device, as the run's own best placement does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from cluster.jsonout import json_safe
-from cluster.runlog import MANIFEST_FILE, RESULT_FILE, RunManifest, read_manifest, read_run
+from cluster.runlog import (MANIFEST_FILE, RESULT_FILE, RunManifest, read_manifest, read_run, removed_device_indices,
+                            rows_without_devices)
 from graphs.errors import PlacerError
 
 MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
@@ -42,6 +45,14 @@ class PolicyBest:
 
 
 @dataclass(frozen=True)
+class RemovedDevice:
+    """A device that left the run (``placer search --remove-device``): rows that use it count for no best."""
+    device: str
+    at_measurement: int  # the run's own measurements before it left
+    machine_after: str
+
+
+@dataclass(frozen=True)
 class RunSummary:
     run_dir: str
     run_id: str
@@ -49,7 +60,7 @@ class RunSummary:
     machine: str
     policy: str
     best_runtime_s: float  # the run's own policy, ok rows only; nan when none
-    best_overall_s: float  # every row of the run (baselines scored in it included)
+    best_overall_s: float  # every row of the run (baselines scored in it included) that uses no removed device
     lower_bound_s: float  # nan when unknown
     best_baseline_s: float  # best ok row tagged with another policy (this run or a sibling); nan when none
     best_baseline: str  # its policy tag
@@ -65,6 +76,7 @@ class RunSummary:
     proven_bound_s: float = math.nan  # best proven bound recorded by the run; nan when none was
     proven_bound_holds_for: str = ""  # the placements it holds for (e.g. "placements of the 32 scope groups ...")
     ratio_to_proven_bound: float = math.nan
+    removed_devices: tuple[RemovedDevice, ...] = field(default=())
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -162,17 +174,19 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
     baseline_pool: dict[tuple[str, str], list[PolicyBest]] = {}
     for _, manifest, rows in loaded:
         key = (manifest.graph_hash, manifest.machine_name)
-        others = [b for p, b in policy_bests(rows).items() if p != manifest.policy]
+        usable = rows_without_devices(rows, removed_device_indices(manifest))
+        others = [b for p, b in policy_bests(usable).items() if p != manifest.policy]
         baseline_pool.setdefault(key, []).extend(others)
     return [_summary(run, manifest, rows, baseline_pool[(manifest.graph_hash, manifest.machine_name)])
             for run, manifest, rows in loaded]
 
 
 def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[PolicyBest]) -> RunSummary:
-    bests = policy_bests(rows)
+    usable = rows_without_devices(rows, removed_device_indices(manifest))  # bests count these only
+    bests = policy_bests(usable)
     own = bests.get(manifest.policy)
     own_best = own.runtime_s if own is not None else math.nan
-    ok_rows = rows[rows["status"] == "ok"]
+    ok_rows = usable[usable["status"] == "ok"]
     overall = float(ok_rows["runtime_s"].min()) if len(ok_rows) else math.nan
     ok_pool = [b for b in pool if b.status == "ok"]
     baseline = min(ok_pool, key=lambda b: b.runtime_s) if ok_pool else None
@@ -192,7 +206,9 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[Po
         measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,
         finished=(run / RESULT_FILE).is_file(),
         baselines=tuple(b for p, b in bests.items() if p != manifest.policy),
-        proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s))
+        proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s),
+        removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
+                              for r in manifest.device_removals if r.get("removed", True)))
 
 
 def wall_s_of(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:

@@ -59,7 +59,8 @@ from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIF
                                    MEASUREMENTS_DIR, METRIC_SCHEMA, METRICS_DIR, PLACEMENT_LEVELS, READ_ATTEMPTS,
                                    READABLE_FORMAT_VERSIONS, RESULT_FILE, BestPlacement, RunManifest,
                                    op_placement_of, placement_level_by_length, read_best, read_groups,
-                                   read_manifest, read_metrics, read_run, read_runs, read_table)
+                                   read_manifest, read_metrics, read_run, read_runs, read_table,
+                                   removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 from measurers.catalog import machine_to_json
 from measurers.timing import ESTIMATOR, REAL_TIMING, TimingSettings
@@ -332,10 +333,10 @@ class RunLogWriter:
         self.flush()
 
     def _best_allowed_row(self) -> BestPlacement | None:
-        rows = read_run(self.folder)
+        rows = rows_without_devices(read_run(self.folder), self._forbidden)
         ok = rows[(rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))]
         allowed = [(float(r.runtime_s), tuple(int(d) for d in r.placement), int(r.seq), r.placement_level)
-                   for r in ok.itertuples() if not self._forbidden.intersection(int(d) for d in r.placement)]
+                   for r in ok.itertuples()]
         if not allowed:
             return None
         runtime_s, placement, seq, level = min(allowed)  # ties: the smaller placement, as ``append`` does

@@ -13,7 +13,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -235,3 +235,18 @@ def read_groups(folder: str | os.PathLike) -> np.ndarray | None:
         return None
     table = pq.read_table(path).sort_by("op")
     return table.column("group").to_numpy().astype(np.int64)
+
+
+def removed_device_indices(manifest: RunManifest) -> set[int]:
+    """Indices (in the manifest's machine) of the devices that left the run (``device_removals``)."""
+    return {int(r["index"]) for r in manifest.device_removals if r.get("removed", True)}
+
+
+def rows_without_devices(rows: pd.DataFrame, devices: Collection[int]) -> pd.DataFrame:
+    """The rows whose placement uses none of ``devices``: after a device left a run, only these can still
+    be run."""
+    if not devices or not len(rows):
+        return rows
+    forbidden = np.asarray(sorted(devices), dtype=np.int64)
+    keep = [not np.isin(np.asarray(p, dtype=np.int64), forbidden).any() for p in rows["placement"]]
+    return rows[np.asarray(keep, dtype=bool)]

@@ -75,3 +75,7 @@ def print_summaries(summaries) -> None:
               if math.isfinite(s.proven_bound_s)}
     for (graph, machine, holds_for), bound_s in bounds.items():  # which placements each proven bound holds for
         console.print(f"{graph} on {machine}: proven bound {bound_s:.4g} s holds for {holds_for}")
+    for s in summaries:
+        for removed in s.removed_devices:
+            console.print(f"{s.run_id}: {removed.device} left after {removed.at_measurement} measurements (then "
+                          f"{removed.machine_after}); its bests count only placements without it")

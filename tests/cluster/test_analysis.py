@@ -48,8 +48,9 @@ def _graph():
 
 def write_run(root: Path, rows=ROWS, policy: str = "annealing", graph=None, machine: str = "paper-2gpu",
               close: bool = True, graph_file: Path | None = None, start: str = STARTED,
-              budget: int | None = None) -> Path:
-    """A run folder with one measurement per entry of ``rows``, finished 1 s apart from T0 + 1."""
+              budget: int | None = None, placements=None) -> Path:
+    """A run folder with one measurement per entry of ``rows``, finished 1 s apart from T0 + 1 (each row's
+    op placement from ``placements``, else spread over every device)."""
     graph = graph if graph is not None else _graph()
     config = {"graph": str(graph_file) if graph_file is not None else graph.name,
               "budget": len(rows) if budget is None else budget}
@@ -59,7 +60,8 @@ def write_run(root: Path, rows=ROWS, policy: str = "annealing", graph=None, mach
     writer = RunLogWriter.create(root, manifest, flush_rows=4)
     devices = load_machine(machine).num_devices
     for i, (tag, runtime_s, status, hit) in enumerate(rows):
-        placement = np.array([(i + k) % devices for k in range(graph.num_ops)], dtype=np.int64)
+        placement = np.array(placements[i] if placements is not None else
+                             [(i + k) % devices for k in range(graph.num_ops)], dtype=np.int64)
         m = Measurement(runtime_s, (runtime_s,), status, (1000 * (i + 1),) + (0,) * (devices - 1), 0.01)
         t = T0 + 1 + i
         writer.append(PoolResult(i, placement, m, "a0", "n0", t - 0.5, t - 0.2, t, hit, 1, tag, i))
@@ -130,6 +132,33 @@ def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_
     assert annealing.best_baseline == "single-gpu" and annealing.ratio_to_best_baseline == pytest.approx(0.8)
     assert summaries[("reinforce", "paper-2gpu")].ratio_to_best_baseline == pytest.approx(0.9)
     assert summaries[("annealing", "paper-4gpu")].best_baseline == ""  # another machine: not a sibling
+
+
+def test_summarize__a_device_that_left_counts_for_no_best(tmp_path, capsys):
+    """After gpu:1 (index 2 of paper-2gpu) left, the fastest rows, which used it, are no best any more, as in
+    the run's own best placement; the table says which device left and when."""
+    on_gpu0, on_both = [1] * 6, [1, 1, 2, 2, 1, 1]
+    rows = [("single-gpu", 2.2, "ok", False), ("annealing", 1.0, "ok", False), ("annealing", 1.8, "ok", False),
+            ("annealing", 1.2, "ok", False)]
+    run = write_run(tmp_path, rows=rows, placements=[on_gpu0, on_both, on_gpu0, on_both])
+    (s,) = summarize([run])
+    assert s.best_runtime_s == 1.0 and not s.removed_devices
+    path = run / MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    removal = {"device": "gpu:1", "index": 2, "trigger": "measurements", "requested": "gpu:1@2",
+               "at_measurement": 2, "machine_after": "paper-2gpu-without-gpu:1", "at_seq": 3, "at": STARTED}
+    path.write_text(json.dumps({**manifest, "device_removals": [removal]}))
+    (s,) = summarize([run])
+    assert s.best_runtime_s == 1.8 and s.best_overall_s == 1.8
+    assert s.ratio_to_best_baseline == pytest.approx(1.8 / 2.2)
+    assert s.measurements == 4  # every row is still counted as measured
+    assert [(r.device, r.at_measurement) for r in s.removed_devices] == [("gpu:1", 2)]
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "gpu:1 left after 2 measurements" in out
+    assert main(["analyze", str(run), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["best_runtime_s"] == 1.8 and entry["removed_devices"][0]["device"] == "gpu:1"
 
 
 def test_learning_curve__best_so_far_ok_only_and_elapsed(tmp_path):
