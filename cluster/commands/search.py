@@ -36,7 +36,7 @@ def register(subparsers) -> None:
                    "16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 moves, hsdag 8)")
     p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups})")
     p.add_argument("--grouping", help="how ops become groups: scope (default: groups inside "
-                   "one layer of the model; METIS for graphs without scopes), metis, colocation or topo")
+                   "one layer of the model; METIS for graphs without scopes), metis, colocation, topo or fusion")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
     p.add_argument("--runs", type=int, help="timed runs per placement, median reported "
                                            "(default 1 for sim, 5 for torch/tf)")

@@ -77,8 +77,9 @@ class SearchConfig:
     the same heuristic the policy starts from the heuristic's own step time, not its collapse onto the groups.
     Only for policies that place the groups (searches and learners but hierarchical and hsdag)."""
     init: str | None = None
-    """gdp and placeto only: the network's weights: a checkpoint file from `placer train`, "pretrained" (None
-    means it too: the committed checkpoint, policies/rl/gnn/checkpoint.py pretrained_path) or "scratch"."""
+    """gdp, placeto and giph: the network's weights: a checkpoint file from `placer train`, "pretrained" (None
+    means it too: the committed checkpoint, policies/rl/gnn/checkpoint.py pretrained_path) or "scratch";
+    hsdag: "scratch" (None means it too) or "pretrained" (gdp's encoder)."""
     order: str | None = None
     """placeto only: the order it visits the groups in (policies.rl.gnn.config.ORDERS; None: its default)."""
     remove_devices: tuple[str, ...] = ()
