@@ -131,7 +131,7 @@ class ExactPolicy:
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s)): {bound} for every "
                  f"placement of these groups; its w of the chosen placement {model_s:.6g} s; measured {measured}"
                  + (" (proven best for the measurer)" if run.converged else ""))
-        return replace(result, notes=notes, stop_reason="converged" if run.converged else "time_limit",
+        return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=model_s, solver_bound_s=run.bound_s, solver_status=run.bound_status)
 
     def _free_order_bound(self, problem, quotient: QuotientGraph, run: "SolveRun", deadline: float,
@@ -199,10 +199,18 @@ class ExactPolicy:
         elif run.converged:
             proof = " (model solved, bound reached)"
         notes = (f"solver ({model}, {run.solves} solve(s)): makespan {run.chosen.makespan_s:.6g} s, bound "
-                 f"{bound_s:.6g} s{' (free order)' if dispatch else ''}, {run.first.status}; measured {measured}{proof}")
-        return replace(result, notes=notes, stop_reason="converged" if run.converged else "time_limit",
+                 f"{bound_s:.6g} s{' (free order)' if dispatch else ''}, {run.first.status}; "
+                 f"measured {measured}{proof}")
+        return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=float(run.chosen.makespan_s), solver_bound_s=float(bound_s),
                        solver_status=run.first.status)
+
+
+def _stop_reason(converged: bool, counter: BudgetedMeasurer) -> str:
+    """Why the solve-measure loop ended: the bound reached the best measured, the budget, else the time."""
+    if converged:
+        return "converged"
+    return "budget" if counter.left <= 0 else "time_limit"
 
 
 @dataclass

@@ -81,7 +81,8 @@ def test_search_cli__measurer_that_cannot_run_the_graph_writes_nothing(tmp_path,
 
     out = tmp_path / "runs"
     assert main(["search", "--graph", "synthetic:50", "--measurer", "torch", "--out", str(out)]) == 2
-    assert "synthetic" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "synthetic graph and cannot be rebuilt as a real PyTorch step" in err, err
     assert not out.exists()  # no run folder that looks like a stopped run
 
 

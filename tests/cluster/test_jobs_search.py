@@ -92,7 +92,7 @@ def test_search__same_seed_same_best_placement(tmp_path):
                       for r in rows.itertuples())
 
     first_rows, second_rows = learner_rows(first), learner_rows(second)
-    assert len(first_rows) == 12
+    assert len(first_rows) == len(second_rows) == 12
     diverged = next((pair for pair in zip(first_rows, second_rows) if pair[0] != pair[1]), None)
     assert diverged is None, f"same seed, different runs; first difference: {diverged}"
     assert first["policy_best_runtime_s"] == second["policy_best_runtime_s"]

@@ -1,5 +1,7 @@
 """Synthetic training-step graphs: exact size, seeded, shaped like a training step."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,13 @@ def test_synthetic_from_spec__names_and_registry():
     assert load_graph("synthetic:200:2").num_ops == 200
 
 
-@pytest.mark.parametrize("spec", ["synthetic:", "synthetic:x", "synthetic:10:1:2", "synthetic:0", "synthetic:-5"])
-def test_synthetic_from_spec__bad_names_are_one_error(spec):
-    with pytest.raises(PlacerError):
+@pytest.mark.parametrize("spec, message", [
+    ("synthetic:", "expected synthetic:N or synthetic:N:SEED"),
+    ("synthetic:x", "expected synthetic:N or synthetic:N:SEED"),
+    ("synthetic:10:1:2", "expected synthetic:N or synthetic:N:SEED"),
+    ("synthetic:0", "have 1..20000000 ops, not 0"),
+    ("synthetic:-5", "expected synthetic:N or synthetic:N:SEED"),
+])
+def test_synthetic_from_spec__bad_names_are_one_error(spec, message):
+    with pytest.raises(PlacerError, match=re.escape(message)):
         synthetic_from_spec(spec)

@@ -78,12 +78,13 @@ def test_measurer_contract__one_measurement_per_placement_in_order(bound):
     graph, measurer = bound
     devices = measurer.machine.num_devices
     one_device = np.zeros(graph.num_ops, dtype=np.int64)
-    placements = [one_device, split_placement(graph, devices), one_device]
+    out_of_range = np.full(graph.num_ops, devices, dtype=np.int64)
+    placements = [one_device, split_placement(graph, devices), out_of_range, one_device]
     results = measurer.measure(placements)
-    assert len(results) == 3
+    assert len(results) == 4
     for measurement in results:
         check_ok_or_failed(measurement, devices)
-    assert results[0].status == results[2].status == "ok"
+    assert [results[0].status, results[2].status, results[3].status] == ["ok", "error", "ok"]  # in order
 
 
 def test_measurer_contract__bad_placements_are_error_measurements(bound):

@@ -87,7 +87,10 @@ def test_list_scheduler__stays_within_the_list_scheduling_bound(name, case):
 def test_nothing_beats_the_optimum_and_the_optimum_does_not_beat_the_lower_bound(case):
     graph, machine, problem, optimum_s = case
     assert optimum_s >= problem.lower_bound_s * (1 - 1e-12)
+    ran_ok = 0
     for name in (p for p in baseline_names() if p not in ("expert", "cpu-only")):
         result = make_policy(name).place(problem, SimMeasurer(graph, machine), 200, seed=1)
         if result.best.ok:
+            ran_ok += 1
             assert result.best.runtime_s >= optimum_s * (1 - 1e-12), name
+    assert ran_ok >= 5  # the check above ran for most baselines, not for none

@@ -201,8 +201,14 @@ def test_the_committed_checkpoint_is_picked_up_by_default_and_places_zero_shot(k
     from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
 
     state = read_checkpoint(pretrained_path(kind), kind)
-    assert state["progress"]["measurements_used"] > 0 and not any("synthetic" in p for p in state["progress"]["problems"])
+    progress = state["progress"]
+    assert progress["measurements_used"] > 0 and not any("synthetic" in p for p in progress["problems"])
     problem, measurer = setup
     result = place(kind, problem, measurer, 1, 0)
-    assert result.measurements == 1 and result.best is not None
+    assert result.measurements == 1 and result.best.ok
     assert problem.unit_allowed[np.arange(problem.num_units), result.group_placement].all()
+    named = place(kind, problem, measurer, 1, 0, init=str(pretrained_path(kind)))
+    scratch = place(kind, problem, measurer, 1, 0, init="scratch")
+    assert np.array_equal(result.group_placement, named.group_placement)  # the committed weights, by default
+    assert not np.array_equal(result.group_placement, scratch.group_placement)  # not a fresh network's
+    assert str(pretrained_path(kind)) in result.notes
