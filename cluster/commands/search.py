@@ -34,7 +34,8 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")
     p.add_argument("--batch", type=int, help="placements per learner iteration (default: the policy's own, "
                    "16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 moves, hsdag 8)")
-    p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups})")
+    p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups}; hierarchical: the groups its "
+                   "grouper makes, default 256)")
     p.add_argument("--grouping", help="how ops become groups: scope (default: groups inside "
                    "one layer of the model; METIS for graphs without scopes), metis, colocation, topo or fusion")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
@@ -78,8 +79,10 @@ def run(args) -> int:
     from cluster.jobs import SearchConfig, check_search_config, run_search, search_config
 
     names = SearchConfig.__dataclass_fields__
-    config = search_config({k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items()
-                            if k in names and v is not None})
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names and v is not None}
+    if given.get("policy") == "hierarchical" and "groups" in given:  # its grouper's G (else the paper's 256)
+        given["planner_groups"] = given["groups"]
+    config = search_config(given)
     check_search_config(config)  # bad input: one error, before the progress bar is drawn
     with _Progress(config.budget, enabled=True) as progress:
         try:

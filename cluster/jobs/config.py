@@ -76,6 +76,9 @@ class SearchConfig:
     groups x devices groups), so its placement is exactly one the policy can place; with ``warm_start`` of
     the same heuristic the policy starts from the heuristic's own step time, not its collapse onto the groups.
     Only for policies that place the groups (searches and learners but hierarchical and hsdag)."""
+    planner_groups: int | None = None
+    """hierarchical only: G, the groups its grouper assigns the colocation groups to; None: the paper's 256
+    (policies/rl/hierarchical/config.py NUM_GROUPS). `placer search --policy hierarchical --groups G` sets it."""
     init: str | None = None
     """gdp, placeto and giph: the network's weights: a checkpoint file from `placer train`, "pretrained" (None
     means it too: the committed checkpoint, policies/rl/gnn/checkpoint.py pretrained_path) or "scratch";

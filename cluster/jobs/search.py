@@ -211,6 +211,10 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     _check_search_numbers(config)
     if config.split_groups is not None:
         _check_split_groups(config.split_groups, entry)
+    if config.planner_groups is not None and config.policy != "hierarchical":
+        raise PlacerError(f"planner_groups: only for the hierarchical planner, not {config.policy!r}")
+    if config.planner_groups is not None and config.planner_groups < 1:
+        raise PlacerError(f"--groups must be at least 1, got {config.planner_groups}")
     check_removals(config, load_machine(config.machine))
     _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
@@ -449,6 +453,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
             options["hidden_size"] = config.hidden_size
         if config.batch is not None:  # else the policy's own batch (the graph-neural placers' differ)
             options["batch_size"] = config.batch
+        if config.planner_groups is not None:
+            options["num_groups"] = config.planner_groups
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:

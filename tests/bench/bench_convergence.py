@@ -94,8 +94,9 @@ def warm_start_placements(problem, measurer) -> list[np.ndarray]:
 
 
 def run_method(problem, measurer, method: str, budget: int, seed: int, batch: int = 16, hidden: int = 256,
-               warm_start: list[np.ndarray] | None = None) -> Curve:
-    """One run of ``method`` (a registry name, ``+ws`` for a warm-started learner) through ``place``."""
+               warm_start: list[np.ndarray] | None = None, planner_groups: int | None = None) -> Curve:
+    """One run of ``method`` (a registry name, ``+ws`` for a warm-started learner) through ``place``;
+    ``planner_groups``: the hierarchical planner's G (None: its own 256)."""
     from graphs.errors import PlacerError
     from policies.registry import place, policy_entry
     from policies.rl.gnn.config import GRAPH_NEURAL
@@ -109,6 +110,8 @@ def run_method(problem, measurer, method: str, budget: int, seed: int, batch: in
         own_sizes = name in GRAPH_NEURAL
         options = {"torch_threads": 1} if own_sizes else {"batch_size": batch, "hidden_size": hidden,
                                                           "torch_threads": 1}
+    if name == "hierarchical" and planner_groups is not None:
+        options["num_groups"] = planner_groups
     if warm:
         options["warm_start"] = warm_start if warm_start is not None else warm_start_placements(problem, measurer)
     runtimes: list[float] = []

@@ -21,7 +21,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -47,6 +47,7 @@ class Job:
     grouping: str
     batch: int
     hidden: int
+    planner_groups: int = 256  # the hierarchical planner's G (records written before it existed: 256)
 
     @property
     def key(self) -> tuple:
@@ -71,7 +72,8 @@ def run_job(job: Job) -> dict:
         graph, machine = load_graph(job.graph), load_machine(job.machine)
         problem = make_problem(graph, machine, max_groups=job.groups, grouping_method=job.grouping)
         measurer = SimulatorMeasurer(graph, machine)
-        curve = run_method(problem, measurer, job.method, job.budget, job.seed, job.batch, job.hidden)
+        curve = run_method(problem, measurer, job.method, job.budget, job.seed, job.batch, job.hidden,
+                           planner_groups=job.planner_groups)
         references = {}
         for name in REFERENCES:
             result = heuristic_result(problem, measurer, name)
@@ -109,7 +111,8 @@ def read_records(path: Path) -> list[dict]:
 
 
 def record_key(record: dict) -> tuple:
-    return tuple(record[name] for name in Job.__dataclass_fields__)
+    fields = Job.__dataclass_fields__.values()
+    return tuple(record.get(f.name, f.default) if f.default is not MISSING else record[f.name] for f in fields)
 
 
 def pending_jobs(jobs: list[Job], records: list[dict]) -> list[Job]:
@@ -224,6 +227,8 @@ def main() -> None:
     parser.add_argument("--grouping", default="scope")
     parser.add_argument("--batch", type=int, default=16, help="learners' placements per iteration")
     parser.add_argument("--hidden", type=int, default=256, help="learners' hidden size")
+    parser.add_argument("--planner-groups", type=int, default=256,
+                        help="hierarchical: the groups its grouper makes (default 256, the paper's)")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--out", default="runs/bench_learned_vs_search.jsonl", help="JSON lines, one per job")
     parser.add_argument("--report-only", action="store_true", help="print the table from --out, run nothing")
@@ -235,7 +240,8 @@ def main() -> None:
     problem = method_problem(args.methods)
     if problem:
         parser.error(problem)
-    jobs = [Job(graph, machine, method, seed, args.budget, args.groups, args.grouping, args.batch, args.hidden)
+    jobs = [Job(graph, machine, method, seed, args.budget, args.groups, args.grouping, args.batch, args.hidden,
+                args.planner_groups)
             for graph, machine in rows for method in args.methods for seed in args.seeds]
     out = Path(args.out)
     todo = pending_jobs(jobs, read_records(out))
@@ -244,8 +250,9 @@ def main() -> None:
               file=sys.stderr, flush=True)
         run_jobs(todo, out, args.jobs)
     records = latest_records(jobs, read_records(out))
-    print(f"Simulator, budget {args.budget}, {args.groups} {args.grouping} groups, batch {args.batch}, hidden "
-          f"{args.hidden}, seeds {args.seeds}; results in {out}\n")
+    print(f"Simulator, budget {args.budget}, {args.groups} {args.grouping} groups (hierarchical: "
+          f"{args.planner_groups} of its own), batch {args.batch}, hidden {args.hidden}, seeds {args.seeds}; "
+          f"results in {out}\n")
     for graph, machine in rows:
         print("\n".join(row_table(graph, machine, args.methods, args.seeds, records)) + "\n", flush=True)
 

@@ -18,6 +18,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from cluster.runlog import read_best, read_manifest, read_metrics, read_run  # noqa: E402
+from graphs.errors import PlacerError  # noqa: E402
 from conftest import placer_stderr  # noqa: E402
 from cluster.jobs import SearchConfig, run_search  # noqa: E402
 
@@ -109,6 +110,28 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     assert len(placements) == len(set(placements))  # nothing measured twice
     straight = run_search(_config(tmp_path / "straight", budget=16))
     assert resumed.policy_best_runtime_s == straight.policy_best_runtime_s
+
+
+def test_search_cli__groups_given_to_hierarchical_is_its_grouper_size(local_ray, tmp_path, capsys):
+    """`--groups G` with the hierarchical planner sets the groups its grouper makes (the manifest keeps it, so
+    a resume does too); without it the planner makes the paper's 256 (capped at the graph's atoms).
+    planner_groups belongs to hierarchical alone."""
+    import torch
+
+    from cluster.cli import main
+
+    def grouper_size(run_dir) -> int:
+        saved = torch.load(Path(run_dir) / "checkpoint" / "learner.pt", weights_only=False)
+        return saved["shape"][1]  # (atoms, groups, devices)
+
+    assert main(["search", "--graph", GRAPH, "--policy", "hierarchical", "--groups", "6", "--budget", "4", "--batch",
+                 "2", "--workers", "1", "--bound-time-limit", "0", "--out", str(tmp_path / "six"), "--json"]) == 0
+    run_dir = json.loads(capsys.readouterr().out)["run_dir"]
+    assert grouper_size(run_dir) == 6 and read_manifest(run_dir).config["planner_groups"] == 6
+    default = run_search(_config(tmp_path / "default", policy="hierarchical", budget=4, batch=2))
+    assert grouper_size(default.run_dir) == 256 and read_manifest(default.run_dir).config["planner_groups"] is None
+    with pytest.raises(PlacerError, match="planner_groups: only for the hierarchical planner"):
+        run_search(_config(tmp_path / "reinforce", planner_groups=6))
 
 
 def _interrupt_at(measured_to_stop: int):
