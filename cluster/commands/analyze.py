@@ -66,7 +66,8 @@ def print_summaries(summaries) -> None:
             baseline += f" ({s.best_baseline})"
         hits = f" (+{s.cache_hits} cached)" if s.cache_hits else ""
         table.add_row(s.graph, s.machine, s.policy or "-", _num(s.best_runtime_s, ".4g"),
-                      _num(s.ratio_to_lower_bound, ".3f"), _num(s.ratio_to_proven_bound, ".3f"), baseline, f"{s.measurements}{hits}", failures,
+                      _num(s.ratio_to_lower_bound, ".3f"), _num(s.ratio_to_proven_bound, ".3f"), baseline,
+                      f"{s.measurements}{hits}", failures,
                       _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
                       "finished" if s.finished else "running or stopped", s.run_id)
     console = Console(width=240)
