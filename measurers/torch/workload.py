@@ -78,13 +78,17 @@ class MaterializedStep:
         return loss if loss.dim() == 0 else loss.sum()
 
 
+_MEASURABLE_BY = {"tensorflow": "measure it with --measurer tf", "onnx": "measure it with --measurer openvino",
+                  "openvino": "measure it with --measurer openvino"}  # else (synthetic, hand-made): --measurer sim
+
+
 def workload_from_graph(graph: OpGraph) -> TorchWorkload:
     """The workload that produced ``graph``; PlacerError when its origin is not rebuildable."""
     optimizer = str(graph.meta.get("optimizer", "Adam"))
     source = graph.source
     if graph.framework != "torch":
         raise PlacerError(f"graph {graph.name!r} is a {graph.framework} graph and cannot be rebuilt as a real "
-                          "PyTorch step: measure it with the measurer of its framework")
+                          f"PyTorch step: {_MEASURABLE_BY.get(graph.framework, 'only the simulator times it')}")
     if source.startswith("benchmark "):
         name, _, config_text = source[len("benchmark "):].partition(" ")
         return TorchWorkload(_benchmark_builder(name, config_text), optimizer, source)
