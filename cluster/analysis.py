@@ -170,20 +170,22 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
     """One summary per run found under ``paths``; a run without baselines of its own takes the best
     baseline logged by a sibling run of the same graph and machine (e.g. the other runs of an experiment)."""
     runs = find_runs(paths)
-    loaded = [(run, read_manifest(run), read_run(run)) for run in runs]
+    loaded = []
     baseline_pool: dict[tuple[str, str], list[PolicyBest]] = {}
-    for _, manifest, rows in loaded:
+    for run in runs:
+        manifest, rows = read_manifest(run), read_run(run)
+        usable = rows_without_devices(rows, removed_device_indices(manifest))  # bests count these only
+        bests = policy_bests(usable)
         key = (manifest.graph_hash, manifest.machine_name)
-        usable = rows_without_devices(rows, removed_device_indices(manifest))
-        others = [b for p, b in policy_bests(usable).items() if p != manifest.policy]
-        baseline_pool.setdefault(key, []).extend(others)
-    return [_summary(run, manifest, rows, baseline_pool[(manifest.graph_hash, manifest.machine_name)])
-            for run, manifest, rows in loaded]
+        baseline_pool.setdefault(key, []).extend(b for p, b in bests.items() if p != manifest.policy)
+        loaded.append((run, manifest, rows, usable, bests))
+    return [_summary(run, manifest, rows, usable, bests, baseline_pool[(manifest.graph_hash, manifest.machine_name)])
+            for run, manifest, rows, usable, bests in loaded]
 
 
-def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, pool: list[PolicyBest]) -> RunSummary:
-    usable = rows_without_devices(rows, removed_device_indices(manifest))  # bests count these only
-    bests = policy_bests(usable)
+def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.DataFrame,
+             bests: dict[str, PolicyBest], pool: list[PolicyBest]) -> RunSummary:
+    """``rows``: the whole log; ``usable``: those on devices the run kept; ``bests``: policy_bests(usable)."""
     own = bests.get(manifest.policy)
     own_best = own.runtime_s if own is not None else math.nan
     ok_rows = usable[usable["status"] == "ok"]

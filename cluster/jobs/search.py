@@ -255,11 +255,10 @@ def _check_search_numbers(config: SearchConfig) -> None:
 def _check_gnn_settings(config: SearchConfig) -> None:
     """--init and --order belong to the graph-neural policies; their weights are read and checked here
     (a missing pre-trained checkpoint, a damaged file, the other policy's: one error naming the file)."""
-    from policies.rl.gnn.config import KINDS, ORDERS
+    from policies.rl.gnn.config import GRAPH_NEURAL, KINDS, ORDERS
 
-    takes_init = (*KINDS, "hsdag")
-    if config.init is not None and config.policy not in takes_init:
-        raise PlacerError(f"--init: only for --policy {' or '.join(takes_init)}, not {config.policy!r}")
+    if config.init is not None and config.policy not in GRAPH_NEURAL:
+        raise PlacerError(f"--init: only for --policy {' or '.join(GRAPH_NEURAL)}, not {config.policy!r}")
     if config.order is not None and config.policy != "placeto":
         raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {config.policy!r}")
     if config.policy == "hsdag" and config.init not in (None, "pretrained", "scratch"):
