@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig
@@ -86,6 +86,19 @@ class Experiment:
     def methods(self) -> tuple[str, ...]:
         """Every column of the table, in order."""
         return PAPER_BASELINES + (self.learned,) + EXTRA_BASELINES + (SEARCH_BASELINE,)
+
+    def select(self, rows: Sequence[str] = ()) -> "Experiment":
+        """The experiment with only the cells named in ``rows`` ("GRAPH": on every machine, or
+        "GRAPH:MACHINE"), in the paper's order; no rows: every cell. A name that matches no cell is an error."""
+        if not rows:
+            return self
+        known = [f"{c.graph}:{c.machine}" for c in self.cells]
+        unknown = [r for r in rows if not any(r in (c.graph, k) for c, k in zip(self.cells, known))]
+        if unknown:
+            raise PlacerError(f"--rows: {self.name} has no row {', '.join(map(repr, unknown))} "
+                              f"(rows: {', '.join(known)})")
+        kept = tuple(c for c, k in zip(self.cells, known) if c.graph in rows or k in rows)
+        return replace(self, cells=kept)
 
 
 def _mirhoseini2017() -> Experiment:
@@ -189,9 +202,10 @@ class RunEvent:
 
 
 def run_experiment(name: str, out: str | os.PathLike, settings: Settings,
-                   on_event: Callable[[RunEvent], None] | None = None) -> Path:
-    """Run (or continue) every search of the experiment; returns the experiment folder."""
-    experiment = get_experiment(name)
+                   on_event: Callable[[RunEvent], None] | None = None, rows: Sequence[str] = ()) -> Path:
+    """Run (or continue) every search of the experiment's rows (``Experiment.select``); returns the
+    experiment folder."""
+    experiment = get_experiment(name).select(rows)
     folder = Path(out) / name
     _check_or_write_settings(folder, experiment, settings)
     total = len(experiment.cells) * len(experiment.searches)
@@ -328,8 +342,8 @@ class CellResult:
         return json_safe(data)
 
 
-def cell_results(name: str, folder: str | os.PathLike) -> list[CellResult]:
-    experiment = get_experiment(name)
+def cell_results(name: str, folder: str | os.PathLike, rows: Sequence[str] = ()) -> list[CellResult]:
+    experiment = get_experiment(name).select(rows)
     return [_cell_result(experiment, cell, Path(folder) / cell.folder_name) for cell in experiment.cells]
 
 

@@ -275,8 +275,9 @@ class TransferBook:
     transfer requested before some booked ones goes ahead of them, as the simulator would have served it
     first, and they start later -- unless a placed op reads one of them: then that one and those before it
     keep their times (they are pinned), so the schedule never relies on a time that changes later.
-    Booked transfers only move later, so an arrival time asked earlier is a lower bound of the one asked
-    now (``version`` counts the commits). ``replay_finish_s`` serves each channel in request order
+    Booked transfers only move later, so an arrival time asked earlier is meant to be a lower bound of the
+    one asked now (``version`` counts the commits); it nearly always is (see ``EtfScheduler`` for the
+    exception found). ``replay_finish_s`` serves each channel in request order
     again once all decisions are made.
     """
 

@@ -35,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--groups", type=int, default=None, metavar="G",
                    help=f"groups to place (default {Settings.groups})")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rows", nargs="+", default=(), metavar="ROW",
+                   help="run and show only these rows: GRAPH (on every machine) or GRAPH:MACHINE")
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
     p.add_argument("--out", default="runs/reproduce", metavar="DIR",
                    help="folder the experiment folder is made in (default runs/reproduce; --quick adds -quick)")
@@ -47,24 +49,24 @@ def run(args) -> int:
 
     from cluster.experiments import cell_results, get_experiment, run_experiment, settings_for
 
-    experiment = get_experiment(args.experiment)
+    experiment = get_experiment(args.experiment).select(args.rows)
     settings = settings_for(args.quick, args.measurer, args.budget, args.groups, args.seed)
     out = args.out + ("-quick" if args.quick and args.out == "runs/reproduce" else "")
     if settings.quick:
         print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} groups "
               f"— a smoke test, not the paper's budget", file=sys.stderr)
     started = time.perf_counter()
-    folder = run_experiment(experiment.name, out, settings, on_event=_print_event)
+    folder = run_experiment(experiment.name, out, settings, on_event=_print_event, rows=args.rows)
     elapsed_s = time.perf_counter() - started
-    results = cell_results(experiment.name, folder)
+    results = cell_results(experiment.name, folder, rows=args.rows)
     if args.json:
         emit_json({"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
-                   "quick": settings.quick,
+                   "quick": settings.quick, "selected_rows": list(args.rows),
                    "settings": asdict(settings),
                    "folder": str(folder), "elapsed_s": elapsed_s,
                    "rows": [r.to_json() for r in results]})
     else:
-        print_table(experiment, settings, results, folder, elapsed_s)
+        print_table(experiment, settings, results, folder, elapsed_s, args.rows)
     return 0
 
 
@@ -92,7 +94,7 @@ def _paper_cells(paper, learned: str) -> dict[str, str]:
             learned: f(paper.rl_s)}
 
 
-def print_table(experiment, settings, results, folder, elapsed_s: float) -> None:
+def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -136,4 +138,6 @@ def print_table(experiment, settings, results, folder, elapsed_s: float) -> None
                   f"in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
     if unfinished:
         console.print(f"unfinished rows: {', '.join(unfinished)}")
+    if rows:
+        console.print(f"only the rows asked for (--rows {' '.join(rows)}): {len(results)} of the paper's table")
     console.print(f"experiment folder: {folder}  (placer analyze {folder} --plots DIR for curves and timelines)")

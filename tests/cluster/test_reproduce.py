@@ -216,20 +216,47 @@ def test_cli_reproduce__quick_finishes_and_prints_every_row(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_reproduce__hierarchical_quick_runs_the_planner_on_every_row(tmp_path):
-    """The 2018 table with the real hierarchical planner at the quick settings: 12 tiny searches through Ray."""
+def test_cli_reproduce__hierarchical_quick_runs_the_planner_on_the_rows_asked_for(tmp_path):
+    """The 2018 table with the real hierarchical planner at the quick settings, on a CNN row and an RNN row
+    (--rows): 4 tiny searches through Ray, and only those rows in the result."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1", "COLUMNS": "240"}
     command = [sys.executable, "-m", "cluster.cli", "reproduce", "hierarchical2018", "--quick", "--budget", "4",
-               "--groups", "16", "--out", str(tmp_path), "--json"]
+               "--groups", "16", "--out", str(tmp_path), "--json", "--rows", "nmt-2", "inception-v3:paper-2gpu"]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
-    assert data["learned"] == "hierarchical" and len(data["rows"]) == 6
+    assert data["learned"] == "hierarchical" and data["selected_rows"] == ["nmt-2", "inception-v3:paper-2gpu"]
+    assert [row["cell"]["graph"] for row in data["rows"]] == ["inception-v3", "nmt-2"]  # the paper's order
+    assert sorted(p.name for p in (tmp_path / "hierarchical2018").iterdir() if p.is_dir()) == [
+        "inception-v3__paper-2gpu", "nmt-2__paper-2gpu"]  # no other row was run
     for row in data["rows"]:
         assert row["learned"] == "hierarchical" and "reinforce" not in row["methods"]
         assert row["methods"]["hierarchical"]["status"] != "not run" and row["finished"]
         assert row["methods"]["annealing"]["status"] != "not run" and row["methods"]["single-gpu"]["status"] == "ok"
         assert row["cell"]["paper_approx"]["rl_s"] > 0
+
+
+def test_experiment_select__a_graph_on_every_machine_or_one_graph_machine_in_the_papers_order():
+    experiment = get_experiment("mirhoseini2017")
+    assert experiment.select(()) is experiment
+    chosen = experiment.select(["inception-v3:paper-4gpu", "rnnlm"])
+    assert [(c.graph, c.machine) for c in chosen.cells] == [
+        ("rnnlm", "paper-2gpu"), ("rnnlm", "paper-4gpu"), ("inception-v3", "paper-4gpu")]
+    assert chosen.methods == experiment.methods and chosen.name == experiment.name
+    with pytest.raises(PlacerError, match=r"no row 'nmt-8', 'rnnlm:paper-8gpu' \(rows: rnnlm:paper-2gpu, "):
+        experiment.select(["nmt-2", "nmt-8", "rnnlm:paper-8gpu"])
+
+
+def test_cli_reproduce__unknown_row_is_one_error_and_writes_nothing(tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1"}
+    command = [sys.executable, "-m", "cluster.cli", "reproduce", "hierarchical2018", "--quick", "--out",
+               str(tmp_path / "out"), "--rows", "nmt-2:paper-4gpu"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "placer: error: --rows: hierarchical2018 has no row 'nmt-2:paper-4gpu' (rows: inception-v3:paper-2gpu, "
+        "resnet-50:paper-2gpu, rnnlm:paper-2gpu, nmt-2:paper-2gpu, nmt-4:paper-4gpu, nmt-8:paper-8gpu)"]
+    assert not (tmp_path / "out").exists()
 
 
 def test_cell_results__hierarchical_side_claims_same_as_one_gpu_and_missing_expert(tmp_path):
