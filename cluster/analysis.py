@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from cluster.jsonout import json_safe
-from cluster.runlog import (MANIFEST_FILE, RESULT_FILE, RunManifest, read_manifest, read_run, removed_device_indices,
-                            rows_without_devices)
+from cluster.runlog import (MANIFEST_FILE, RESULT_FILE, RunManifest, device_removals_done, read_manifest, read_run,
+                            removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 
 MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
@@ -210,7 +210,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         baselines=tuple(b for p, b in bests.items() if p != manifest.policy),
         proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s),
         removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
-                              for r in manifest.device_removals if r.get("removed", True)))
+                              for r in device_removals_done(manifest)))
 
 
 def wall_s_of(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:

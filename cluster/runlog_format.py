@@ -237,9 +237,15 @@ def read_groups(folder: str | os.PathLike) -> np.ndarray | None:
     return table.column("group").to_numpy().astype(np.int64)
 
 
+def device_removals_done(manifest: RunManifest) -> list[dict]:
+    """The manifest's ``device_removals`` that took place (a planned one the run never reached has
+    ``removed`` false)."""
+    return [r for r in manifest.device_removals if r.get("removed", True)]
+
+
 def removed_device_indices(manifest: RunManifest) -> set[int]:
     """Indices (in the manifest's machine) of the devices that left the run (``device_removals``)."""
-    return {int(r["index"]) for r in manifest.device_removals if r.get("removed", True)}
+    return {int(r["index"]) for r in device_removals_done(manifest)}
 
 
 def rows_without_devices(rows: pd.DataFrame, devices: Collection[int]) -> pd.DataFrame:

@@ -153,6 +153,11 @@ def heuristic_names() -> list[str]:
     return [name for name, entry in POLICIES.items() if entry.kind == "heuristic"]
 
 
+def heuristic_choices() -> str:
+    """The heuristics as an error message lists them: every registered name, then ``device:K``."""
+    return f"{', '.join(heuristic_names())}, device:K"
+
+
 def is_heuristic(spec: str) -> bool:
     try:
         return policy_entry(spec).kind == "heuristic"

@@ -223,11 +223,10 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
 
 
 def _check_split_groups(heuristic: str, entry) -> None:
-    from policies.registry import heuristic_names, is_heuristic
+    from policies.registry import heuristic_choices, is_heuristic
 
     if not is_heuristic(heuristic):
-        raise PlacerError(f"--split-groups: {heuristic!r} is not a heuristic ({', '.join(heuristic_names())}, "
-                          f"device:K)")
+        raise PlacerError(f"--split-groups: {heuristic!r} is not a heuristic ({heuristic_choices()})")
     if not entry.places_groups:
         raise PlacerError(f"--split-groups: policy {entry.name!r} does not place the searched groups "
                           f"(it places colocation groups{', grouping them itself' if entry.groups_itself else ''})")

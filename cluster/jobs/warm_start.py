@@ -72,7 +72,7 @@ def check_warm_start_config(config: SearchConfig) -> WarmStartSource | None:
 def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
     """``auto``, heuristic names separated by commas, or an existing .npy file or run folder (a resumed run:
     the copy in its folder). PlacerError for anything else."""
-    from policies.registry import heuristic_names, is_heuristic
+    from policies.registry import heuristic_choices, is_heuristic
 
     saved = Path(resume) / WARM_START_FILE if resume else None
     if saved is not None and saved.is_file():
@@ -91,7 +91,7 @@ def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
     if path.is_file():
         raise PlacerError(f"--warm-start {text!r}: a file must be a .npy file holding one (N,) int placement")
     raise PlacerError(f"--warm-start: unknown warm start {unknown[0]!r}: not a heuristic "
-                      f"({', '.join(heuristic_names())}, device:K), 'auto', nor an existing .npy file or "
+                      f"({heuristic_choices()}), 'auto', nor an existing .npy file or "
                       f"run folder")
 
 

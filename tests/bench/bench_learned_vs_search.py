@@ -48,6 +48,7 @@ class Job:
     batch: int
     hidden: int
     planner_groups: int = 256  # the hierarchical planner's G (records written before it existed: 256)
+    reference_names: str = " ".join(REFERENCES)  # heuristics scored once per job, beside the search
 
     @property
     def key(self) -> tuple:
@@ -75,7 +76,7 @@ def run_job(job: Job) -> dict:
         curve = run_method(problem, measurer, job.method, job.budget, job.seed, job.batch, job.hidden,
                            planner_groups=job.planner_groups)
         references = {}
-        for name in REFERENCES:
+        for name in job.reference_names.split():
             result = heuristic_result(problem, measurer, name)
             ok = result is not None and result.best is not None and result.best.ok
             references[name] = result.best.runtime_s if ok else None
@@ -194,13 +195,26 @@ def row_table(graph: str, machine: str, methods: list[str], seeds: list[int], re
         lines.append(f"| {method} | {'-' if math.isnan(mean) else f'{mean:.4f}'} | {per_seed} | "
                      f"{'-' if math.isnan(mean / lower) else f'{mean / lower:.2f}'} |")
     refs = some["references"] if some else {}
-    for name in REFERENCES:
+    for name in refs:
         value = refs.get(name)
         lines.append(f"| _{name}_ | {'-' if value is None else f'{value:.4f}'} | | "
                      f"{'-' if value is None else f'{value / lower:.2f}'} |")
     lines.append(f"| _lower bound_ | {lower:.4f} | | 1.00 |")
-    lines += ["", verdict(means, refs.get("expert"))]
+    lines += ["", verdict(means, refs.get("expert")), "", against_all(means, refs)]
     return lines
+
+
+def against_all(means: dict[str, float], refs: dict[str, float | None]) -> str:
+    """The best learned method against every non-learned one run on the row: searches (warm-started ones
+    too) and the heuristics scored beside them."""
+    learned = [(v, m) for m, v in means.items() if is_learned(m) and not math.isnan(v)]
+    rivals = [(v, m) for m, v in means.items() if not is_learned(m) and not math.isnan(v)]
+    rivals += [(v, f"_{name}_") for name, v in refs.items() if v is not None]
+    if not learned or not rivals:
+        return "against every non-learned method: cannot tell"
+    (best_s, best), (rival_s, rival) = min(learned), min(rivals)
+    return (f"against every non-learned method: best learned {best} {best_s:.4f} s vs {rival} {rival_s:.4f} s "
+            f"({best_s / rival_s - 1:+.1%}): at or below: **{'yes' if best_s <= rival_s else 'no'}**")
 
 
 def verdict(means: dict[str, float], expert_s: float | None) -> str:
@@ -229,19 +243,21 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=256, help="learners' hidden size")
     parser.add_argument("--planner-groups", type=int, default=256,
                         help="hierarchical: the groups its grouper makes (default 256, the paper's)")
+    parser.add_argument("--references", nargs="+", default=list(REFERENCES), metavar="HEURISTIC",
+                        help=f"heuristics scored on each row beside the searches (default {' '.join(REFERENCES)})")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--out", default="runs/bench_learned_vs_search.jsonl", help="JSON lines, one per job")
     parser.add_argument("--report-only", action="store_true", help="print the table from --out, run nothing")
     args = parser.parse_args()
 
-    rows = [tuple(r.split(":", 1)) for r in args.rows + (list(NMT8_ROWS) if args.nmt8 else [])]
+    rows = [tuple(r.rsplit(":", 1)) for r in args.rows + (list(NMT8_ROWS) if args.nmt8 else [])]
     if any(len(r) != 2 for r in rows):
         parser.error("--rows take GRAPH:MACHINE")
     problem = method_problem(args.methods)
     if problem:
         parser.error(problem)
     jobs = [Job(graph, machine, method, seed, args.budget, args.groups, args.grouping, args.batch, args.hidden,
-                args.planner_groups)
+                args.planner_groups, " ".join(args.references))
             for graph, machine in rows for method in args.methods for seed in args.seeds]
     out = Path(args.out)
     todo = pending_jobs(jobs, read_records(out))

@@ -1,0 +1,75 @@
+"""Models from outside the project, for checking placers on graphs nobody tuned them on. Each function is
+what ``placer graphs import`` takes (``--keras tests/bench/outside_models.py:densenet121`` or ``--torch
+tests/bench/outside_models.py:torch_transformer``); ``import_all`` writes them to ``runs/outside/*.parquet``.
+The mobilenet of bench_schedule_agreement.py is the fourth. Usage::
+
+    python tests/bench/outside_models.py        # imports what runs/outside/ does not hold yet
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+OUT = Path("runs/outside")
+
+
+def densenet121():
+    """``keras.applications.DenseNet121`` (weights=None, 224x224, 1000 classes), trained with SGD."""
+    import keras
+
+    model = keras.applications.DenseNet121(weights=None, input_shape=(224, 224, 3), classes=1000)
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+    return model
+
+
+def torch_transformer():
+    """``torch.nn.Transformer`` as its docs build it (d_model 512, 8 heads, 6 + 6 layers, feed-forward
+    2,048), sequences of 64 tokens, batch 32, trained with Adam on the output's mean square."""
+    import torch
+    from torch import nn
+
+    model = nn.Transformer(d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                           dim_feedforward=2048, batch_first=True)
+    src, tgt = torch.randn(32, 64, 512), torch.randn(32, 64, 512)
+    return model, (src, tgt)
+
+
+def torch_mlp():
+    """A feed-forward classifier: 8 hidden layers of 4,096 with ReLU, 1,024 inputs, 1,000 classes, batch 256."""
+    import torch
+    from torch import nn
+
+    layers, width = [], 1024
+    for _ in range(8):
+        layers += [nn.Linear(width, 4096), nn.ReLU()]
+        width = 4096
+    model = nn.Sequential(*layers, nn.Linear(width, 1000))
+    return model, (torch.randn(256, 1024),)
+
+
+SPECS = {"keras-densenet121": ("keras", "densenet121"), "torch-transformer": ("torch", "torch_transformer"),
+         "torch-mlp": ("torch", "torch_mlp")}
+
+
+def import_all() -> None:
+    from graphs.io import save_graph
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, (framework, function) in SPECS.items():
+        path = OUT / f"{name}.parquet"
+        if path.is_file():
+            continue
+        spec = f"{__file__}:{function}"
+        if framework == "keras":
+            from graphs.tf.importer import import_keras_spec
+            graph = import_keras_spec(spec, batch_size=32, name=name)
+        else:
+            from graphs.torch.importer import import_torch_spec
+            graph = import_torch_spec(spec)
+        save_graph(graph, path)
+        print(f"{path}: {graph.num_ops} ops", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    import_all()
