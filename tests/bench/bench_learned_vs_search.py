@@ -10,6 +10,10 @@ best learned method (mean over seeds) is at or below min(cem, annealing) and bel
 
     python tests/bench/bench_learned_vs_search.py [--jobs 2] [--budget 2048] [--seeds 0 1 2]
         [--rows nmt-2:paper-2gpu ...] [--nmt8] [--methods reinforce ppo ...] [--out FILE] [--report-only]
+        [--references expert single-gpu m-etf ...] [--split-groups HEURISTIC] [--planner-groups G]
+
+A row's graph may be a graph file (``runs/outside/torch-mlp.parquet:paper-4gpu``). Each row also prints the
+best learned method against every non-learned one run there (the searches and the ``--references``).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class Job:
     hidden: int
     planner_groups: int = 256  # the hierarchical planner's G (records written before it existed: 256)
     reference_names: str = " ".join(REFERENCES)  # heuristics scored once per job, beside the search
+    split_groups: str = ""  # a heuristic whose devices split the groups (`placer search --split-groups`)
 
     @property
     def key(self) -> tuple:
@@ -72,6 +77,9 @@ def run_job(job: Job) -> dict:
     try:
         graph, machine = load_graph(job.graph), load_machine(job.machine)
         problem = make_problem(graph, machine, max_groups=job.groups, grouping_method=job.grouping)
+        if job.split_groups:
+            from policies.registry import heuristic_op_placement
+            problem = problem.split_by(heuristic_op_placement(job.split_groups, problem))
         measurer = SimulatorMeasurer(graph, machine)
         curve = run_method(problem, measurer, job.method, job.budget, job.seed, job.batch, job.hidden,
                            planner_groups=job.planner_groups)
@@ -245,6 +253,8 @@ def main() -> None:
                         help="hierarchical: the groups its grouper makes (default 256, the paper's)")
     parser.add_argument("--references", nargs="+", default=list(REFERENCES), metavar="HEURISTIC",
                         help=f"heuristics scored on each row beside the searches (default {' '.join(REFERENCES)})")
+    parser.add_argument("--split-groups", default="", metavar="HEURISTIC",
+                        help="split the groups by this heuristic's devices, as `placer search --split-groups`")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--out", default="runs/bench_learned_vs_search.jsonl", help="JSON lines, one per job")
     parser.add_argument("--report-only", action="store_true", help="print the table from --out, run nothing")
@@ -257,7 +267,7 @@ def main() -> None:
     if problem:
         parser.error(problem)
     jobs = [Job(graph, machine, method, seed, args.budget, args.groups, args.grouping, args.batch, args.hidden,
-                args.planner_groups, " ".join(args.references))
+                args.planner_groups, " ".join(args.references), args.split_groups)
             for graph, machine in rows for method in args.methods for seed in args.seeds]
     out = Path(args.out)
     todo = pending_jobs(jobs, read_records(out))
@@ -266,7 +276,8 @@ def main() -> None:
               file=sys.stderr, flush=True)
         run_jobs(todo, out, args.jobs)
     records = latest_records(jobs, read_records(out))
-    print(f"Simulator, budget {args.budget}, {args.groups} {args.grouping} groups (hierarchical: "
+    split = f", split by {args.split_groups}'s devices" if args.split_groups else ""
+    print(f"Simulator, budget {args.budget}, {args.groups} {args.grouping} groups{split} (hierarchical: "
           f"{args.planner_groups} of its own), batch {args.batch}, hidden {args.hidden}, seeds {args.seeds}; "
           f"results in {out}\n")
     for graph, machine in rows:
