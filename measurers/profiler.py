@@ -5,7 +5,9 @@ device (an op that may not run on its kind stays on the first device it may use)
 and then ``runs`` times with each op timed on its own, and the median per op is kept:
 
 - torch: each replayed aten call bracketed by device synchronization (`PlacedReplay.run`);
-- tf: TensorFlow's own per-node times from the run metadata (step stats).
+- tf: TensorFlow's own per-node times from the run metadata (step stats);
+- openvino: OpenVINO's performance counters (inference graphs imported from ONNX or OpenVINO IR); an op the
+  plugin fused into another gets 0 s, its time being in that op's.
 
 The result is an `OpProfile` (op name, device model, seconds) that the simulator's cost model reads
 (`placer simulate --profile FILE`). Variables and inputs are not timed (they launch no kernel).
@@ -85,12 +87,28 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
     return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
 
 
+def profile_openvino(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
+                     measurer=None) -> OpProfile:
+    from measurers.openvino.measurer import OpenVinoMeasurer
+
+    measurer = measurer or OpenVinoMeasurer(graph, machine, runs=runs, warmup=warmup, seed=seed)
+    ops, models, times = [], [], []
+    for d, placement in model_placements(graph, machine):
+        for op, t in sorted(measurer.op_times_s(placement).items()):
+            if placement[op] == d:
+                ops.append(graph.op_names[op])
+                models.append(machine.devices[d].model)
+                times.append(t)
+    return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
+
+
+PROFILERS = {"torch": profile_torch, "tf": profile_tf, "openvino": profile_openvino}
+
+
 def profile_graph(graph: OpGraph, machine: Machine, measurer_kind: str, runs: int = 3, warmup: int = 1,
                   seed: int = 0) -> OpProfile:
     from graphs.errors import PlacerError
 
-    if measurer_kind == "torch":
-        return profile_torch(graph, machine, runs, warmup, seed)
-    if measurer_kind == "tf":
-        return profile_tf(graph, machine, runs, warmup, seed)
-    raise PlacerError(f"unknown measurer {measurer_kind!r} for a profile (known: torch, tf)")
+    if measurer_kind not in PROFILERS:
+        raise PlacerError(f"unknown measurer {measurer_kind!r} for a profile (known: {', '.join(PROFILERS)})")
+    return PROFILERS[measurer_kind](graph, machine, runs, warmup, seed)

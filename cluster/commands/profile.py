@@ -7,7 +7,9 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("profile", help="time each op on each device model (for simulate --profile)")
     parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark or graph file")
     parser.add_argument("--machine", default="local", metavar="NAME_OR_FILE", help="default: this node ('local')")
-    parser.add_argument("--measurer", required=True, choices=("torch", "tf"))
+    parser.add_argument("--measurer", required=True, choices=("torch", "tf", "openvino"),
+                        help="openvino: graphs imported from ONNX or OpenVINO IR, timed by OpenVINO's performance "
+                             "counters (--machine openvino: the devices OpenVINO sees here)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file (.json or .parquet)")
     parser.add_argument("--runs", type=int, default=3, metavar="N", help="timed runs per op (median; default 3)")
     parser.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed runs first (default 1)")

@@ -98,6 +98,8 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
     from rich.console import Console
     from rich.table import Table
 
+    from cluster.experiments import get_experiment
+
     quick = " [QUICK: small budgets, not the paper's]" if settings.quick else ""
     table = Table(title=f"{experiment.title}: seconds per training step ({settings.measurer}){quick}")
     cols = columns(experiment)
@@ -139,5 +141,6 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
     if unfinished:
         console.print(f"unfinished rows: {', '.join(unfinished)}")
     if rows:
-        console.print(f"only the rows asked for (--rows {' '.join(rows)}): {len(results)} of the paper's table")
+        every = len(get_experiment(experiment.name).cells)
+        console.print(f"only the rows asked for (--rows {' '.join(rows)}): {len(results)} of the paper's {every}")
     console.print(f"experiment folder: {folder}  (placer analyze {folder} --plots DIR for curves and timelines)")

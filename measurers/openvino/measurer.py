@@ -65,11 +65,11 @@ class OpenVinoMeasurer:
         self.inputs = random_inputs(self.model, seed, graph.batch_size)  # one array per model input
 
     # -- one placement, compiled and run --------------------------------------------------------------
-    def compile_for(self, placement: np.ndarray):
+    def compile_for(self, placement: np.ndarray, config: dict | None = None):
         """The model compiled with ``placement`` (an (N,) checked op placement) as HETERO affinities."""
         devices = node_devices(self.model, self.matched, placement, self.device_names)
         target = apply_affinity(self.model, devices)
-        return self.core.compile_model(self.model, target)
+        return self.core.compile_model(self.model, target, config or {})
 
     def infer_once(self, placement, inputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """The model's outputs (in order) for ``inputs`` (default: the seeded random ones) under ``placement``."""
@@ -98,11 +98,33 @@ class OpenVinoMeasurer:
             return failed_measurement(status, zeros, began, f"{type(exc).__name__}: {message}")
         return timing.measurement(self.settings, peaks, began)
 
-    def _request(self, placement: np.ndarray):
+    def op_times_s(self, placement: np.ndarray) -> dict[int, float]:
+        """Each op's own time under ``placement`` (every op of the graph, (N,) keys) from OpenVINO's
+        performance counters: ``warmup`` untimed inferences, then the median over ``runs`` of each node's
+        ``real_time``. The plugin rewrites the model before it runs it: an op it fused into another (relu into
+        its convolution; bert's MatMul into a FullyConnected node named after the Add that follows), folded
+        or optimized out runs no kernel of its own and gets 0 s, its time being in the node that ran. Nodes
+        the plugin added (layout reorders) are no op's and are left out. So on one device the times add up
+        to the step; split, an op fused across the cut is timed as it ran fused."""
+        request = self._request(check_placement(self.graph, self.machine, placement), {"PERF_COUNT": True})
+        op_of_name = {node.get_friendly_name(): self.matched[node.get_name()]
+                      for node in self.model.get_ops() if node.get_name() in self.matched}
+        for _ in range(self.settings.warmup):
+            request.infer()
+        samples: dict[int, list[float]] = {}
+        for _ in range(self.settings.runs):
+            request.infer()
+            for info in request.get_profiling_info():
+                op = op_of_name.get(info.node_name.split(": ", 1)[-1])  # HETERO prefixes "subgraphK: "
+                if op is not None:
+                    samples.setdefault(op, []).append(info.real_time.total_seconds())
+        return {op: float(np.median(samples[op])) if op in samples else 0.0 for op in range(self.graph.num_ops)}
+
+    def _request(self, placement: np.ndarray, config: dict | None = None):
         """An infer request of the placed model with the random inputs already set (host tensors)."""
         import openvino as ov
 
-        request = self.compile_for(placement).create_infer_request()
+        request = self.compile_for(placement, config).create_infer_request()
         for index, array in enumerate(self.inputs):
             request.set_input_tensor(index, ov.Tensor(np.ascontiguousarray(array)))
         return request

@@ -173,6 +173,14 @@ def method_problem(methods: list[str]) -> str:
     return ""
 
 
+def heuristic_problem(references: list[str], split_groups: str) -> str:
+    """Why ``--references`` or ``--split-groups`` name something that is not a heuristic ('' when all are)."""
+    from policies.registry import heuristic_choices, is_heuristic
+
+    wrong = [name for name in references + ([split_groups] if split_groups else []) if not is_heuristic(name)]
+    return f"not a heuristic: {', '.join(wrong)} (heuristics: {heuristic_choices()})" if wrong else ""
+
+
 def is_learned(method: str) -> bool:
     from bench_convergence import split_method
     from policies.registry import policy_entry
@@ -215,7 +223,7 @@ def row_table(graph: str, machine: str, methods: list[str], seeds: list[int], re
 def against_all(means: dict[str, float], refs: dict[str, float | None]) -> str:
     """The best learned method against every non-learned one run on the row: searches (warm-started ones
     too) and the heuristics scored beside them."""
-    learned = [(v, m) for m, v in means.items() if is_learned(m) and not math.isnan(v)]
+    learned = learned_means(means)
     rivals = [(v, m) for m, v in means.items() if not is_learned(m) and not math.isnan(v)]
     rivals += [(v, f"_{name}_") for name, v in refs.items() if v is not None]
     if not learned or not rivals:
@@ -225,8 +233,13 @@ def against_all(means: dict[str, float], refs: dict[str, float | None]) -> str:
             f"({best_s / rival_s - 1:+.1%}): at or below: **{'yes' if best_s <= rival_s else 'no'}**")
 
 
+def learned_means(means: dict[str, float]) -> list[tuple[float, str]]:
+    """(mean, method) of every learned method with a mean."""
+    return [(v, m) for m, v in means.items() if is_learned(m) and not math.isnan(v)]
+
+
 def verdict(means: dict[str, float], expert_s: float | None) -> str:
-    learned = [(v, m) for m, v in means.items() if is_learned(m) and not math.isnan(v)]
+    learned = learned_means(means)
     searches = [m for m in SEARCHES if m in means and not math.isnan(means[m])]
     if not learned or not searches:
         return "verdict: cannot tell (a learned method or both searches missing)"
@@ -263,7 +276,7 @@ def main() -> None:
     rows = [tuple(r.rsplit(":", 1)) for r in args.rows + (list(NMT8_ROWS) if args.nmt8 else [])]
     if any(len(r) != 2 for r in rows):
         parser.error("--rows take GRAPH:MACHINE")
-    problem = method_problem(args.methods)
+    problem = method_problem(args.methods) or heuristic_problem(args.references, args.split_groups)
     if problem:
         parser.error(problem)
     jobs = [Job(graph, machine, method, seed, args.budget, args.groups, args.grouping, args.batch, args.hidden,

@@ -218,17 +218,17 @@ def test_cli_reproduce__quick_finishes_and_prints_every_row(tmp_path):
 @pytest.mark.slow
 def test_cli_reproduce__hierarchical_quick_runs_the_planner_on_the_rows_asked_for(tmp_path):
     """The 2018 table with the real hierarchical planner at the quick settings, on a CNN row and an RNN row
-    (--rows): 4 tiny searches through Ray, and only those rows in the result."""
+    on 2 and 4 GPUs (--rows): 4 tiny searches through Ray, and only those rows in the result."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1", "COLUMNS": "240"}
     command = [sys.executable, "-m", "cluster.cli", "reproduce", "hierarchical2018", "--quick", "--budget", "4",
-               "--groups", "16", "--out", str(tmp_path), "--json", "--rows", "nmt-2", "inception-v3:paper-2gpu"]
+               "--groups", "16", "--out", str(tmp_path), "--json", "--rows", "nmt-4", "inception-v3:paper-2gpu"]
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
-    assert data["learned"] == "hierarchical" and data["selected_rows"] == ["nmt-2", "inception-v3:paper-2gpu"]
-    assert [row["cell"]["graph"] for row in data["rows"]] == ["inception-v3", "nmt-2"]  # the paper's order
+    assert data["learned"] == "hierarchical" and data["selected_rows"] == ["nmt-4", "inception-v3:paper-2gpu"]
+    assert [row["cell"]["graph"] for row in data["rows"]] == ["inception-v3", "nmt-4"]  # the paper's order
     assert sorted(p.name for p in (tmp_path / "hierarchical2018").iterdir() if p.is_dir()) == [
-        "inception-v3__paper-2gpu", "nmt-2__paper-2gpu"]  # no other row was run
+        "inception-v3__paper-2gpu", "nmt-4__paper-4gpu"]  # no other row was run
     for row in data["rows"]:
         assert row["learned"] == "hierarchical" and "reinforce" not in row["methods"]
         assert row["methods"]["hierarchical"]["status"] != "not run" and row["finished"]

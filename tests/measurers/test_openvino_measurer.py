@@ -241,3 +241,42 @@ def test_gpu_check__skips_without_an_openvino_gpu_and_reports_a_split(two_core):
     assert gpu_check_openvino() == SKIP_LINE
     line = split_check(two_core, machine_of(["cpu", "cpu"]), 1, ov_devices=["CPU", "CPUB"], runs=2, warmup=1)
     assert line.startswith("openvino CPUB (") and "split submodels 2" in line and " ms" in line
+
+
+def test_op_times__from_performance_counters_fused_ops_zero_and_a_split_times_both_sides(model_file, two_core):
+    """Every op of the sample model gets a time: the convolution and the matmul run kernels; the CPU plugin
+    fuses relu into the convolution, so relu's own time is 0 s. Split over two devices, each side's ops are
+    still timed."""
+    graph = graph_of(model_file)
+    measurer = OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), runs=3, warmup=1, core=two_core,
+                                ov_devices=["CPU", "CPUB"])
+    times = measurer.op_times_s(np.zeros(4, np.int64))
+    assert sorted(times) == [0, 1, 2, 3]
+    assert times[0] > 0 and times[3] > 0 and times[1] == 0.0
+    split = measurer.op_times_s(np.array([0, 0, 1, 1]))
+    assert sorted(split) == [0, 1, 2, 3] and split[0] > 0 and split[3] > 0
+    with pytest.raises(PlacerError, match="placement"):
+        measurer.op_times_s(np.zeros(3, np.int64))
+
+
+def test_profile_cli__openvino_profile_names_every_op_and_feeds_the_simulator(model_file, tmp_path, capsys):
+    import json
+
+    from cluster.cli import main
+    from graphs.inference.openvino_import import import_openvino_ir
+    from graphs.io import save_graph
+    from measurers.sim.costs import load_profile
+
+    graph_file = tmp_path / "sample.parquet"
+    save_graph(import_openvino_ir(str(model_file)), graph_file)
+    out = tmp_path / "ov-profile.json"
+    assert main(["profile", "--graph", str(graph_file), "--machine", "openvino", "--measurer", "openvino",
+                 "--runs", "3", "-o", str(out)]) == 0
+    profile = load_profile(out)
+    assert sorted(profile.op_names) == sorted(OPS)
+    assert set(profile.device_models) == {openvino_machine().devices[0].model}
+    capsys.readouterr()
+    common = ["simulate", "--graph", str(graph_file), "--machine", "openvino", "--policy", "device:0", "--json"]
+    assert main([*common, "--profile", str(out)]) == 0
+    # a chain on one device: the simulated step is the sum of the profiled op times
+    assert json.loads(capsys.readouterr().out)["runtime_s"] == pytest.approx(float(profile.time_s.sum()), rel=1e-6)
