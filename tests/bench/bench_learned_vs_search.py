@@ -57,7 +57,9 @@ class Job:
 
     @property
     def key(self) -> tuple:
-        return tuple(asdict(self).values())
+        """What the search depends on: every field but ``reference_names`` (a job already done keeps the
+        references it was run with)."""
+        return tuple(v for k, v in asdict(self).items() if k not in NOT_IN_KEY)
 
 
 def run_job(job: Job) -> dict:
@@ -119,8 +121,11 @@ def read_records(path: Path) -> list[dict]:
     return records
 
 
+NOT_IN_KEY = ("reference_names",)
+
+
 def record_key(record: dict) -> tuple:
-    fields = Job.__dataclass_fields__.values()
+    fields = [f for f in Job.__dataclass_fields__.values() if f.name not in NOT_IN_KEY]
     return tuple(record.get(f.name, f.default) if f.default is not MISSING else record[f.name] for f in fields)
 
 
@@ -265,7 +270,8 @@ def main() -> None:
     parser.add_argument("--planner-groups", type=int, default=256,
                         help="hierarchical: the groups its grouper makes (default 256, the paper's)")
     parser.add_argument("--references", nargs="+", default=list(REFERENCES), metavar="HEURISTIC",
-                        help=f"heuristics scored on each row beside the searches (default {' '.join(REFERENCES)})")
+                        help=f"heuristics scored on each row beside the searches (default {' '.join(REFERENCES)}; "
+                             f"jobs already in --out keep the ones they were run with)")
     parser.add_argument("--split-groups", default="", metavar="HEURISTIC",
                         help="split the groups by this heuristic's devices, as `placer search --split-groups`")
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
