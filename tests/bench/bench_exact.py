@@ -109,10 +109,14 @@ def load_records(path: Path) -> list[dict]:
 
 
 def search_bests(path: Path) -> dict[tuple[str, str], dict[str, float]]:
-    """(graph, machine) -> method -> best step time over the seeds in ``path``."""
+    """(graph, machine) -> method -> best step time over the seeds in ``path``: searches of the 32 scope groups
+    the bound holds for (records of other group counts, or of groups split by a heuristic, are skipped)."""
     bests: dict[tuple[str, str], dict[str, float]] = {}
     for record in load_records(path):
         if record.get("error") or record.get("best_s") is None:
+            continue
+        searched = (record.get("groups", GROUPS), record.get("grouping", GROUPING), record.get("split_groups", ""))
+        if searched != (GROUPS, GROUPING, ""):
             continue
         row = bests.setdefault((record["graph"], record["machine"]), {})
         row[record["method"]] = min(row.get(record["method"], math.inf), float(record["best_s"]))
