@@ -42,7 +42,7 @@ def profile_torch(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int =
     from measurers.torch.measurer import TorchMeasurer
 
     measurer = measurer or TorchMeasurer(graph, machine, seed=seed)
-    ops, models, times = [], [], []
+    timed: list[tuple[int, int, float]] = []
     for d, placement in model_placements(graph, machine):
         replay = measurer.replay_for(placement)
         for _ in range(warmup):
@@ -53,13 +53,9 @@ def profile_torch(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int =
             replay.run(step_times, sync=measurer.sync)
             samples.append(step_times)
         median = np.median(np.array(samples), axis=0)  # (M,) seconds per counted op
-        for op, t in zip(measurer.counted_ops.tolist(), median.tolist()):
-            if placement[op] == d:
-                ops.append(graph.op_names[op])
-                models.append(machine.devices[d].model)
-                times.append(t)
+        timed += [(op, d, t) for op, t in zip(measurer.counted_ops.tolist(), median.tolist()) if placement[op] == d]
         del replay
-    return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
+    return _op_profile(graph, machine, timed)
 
 
 def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
@@ -68,7 +64,7 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
 
     measurer = measurer or TFMeasurer(graph, machine, seed=seed)
     traced = measurer.traced()
-    ops, models, times = [], [], []
+    timed: list[tuple[int, int, float]] = []
     for d, placement in model_placements(graph, machine):
         effective = traced.effective_placement(placement)
         with PlacedSession(traced, [measurer.devices[k] for k in effective.tolist()], measurer.devices) as session:
@@ -81,10 +77,8 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
                         per_node.setdefault(node.node_name, []).append(node.op_end_rel_micros * 1e-6)
         for op, node in enumerate(traced.node_of_op):
             if effective[op] == d and node in per_node and graph.op_kinds[op] not in ("Variable", "Input"):
-                ops.append(graph.op_names[op])
-                models.append(machine.devices[d].model)
-                times.append(float(np.median(per_node[node])))
-    return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
+                timed.append((op, d, float(np.median(per_node[node]))))
+    return _op_profile(graph, machine, timed)
 
 
 def profile_openvino(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
@@ -92,14 +86,16 @@ def profile_openvino(graph: OpGraph, machine: Machine, runs: int = 3, warmup: in
     from measurers.openvino.measurer import OpenVinoMeasurer
 
     measurer = measurer or OpenVinoMeasurer(graph, machine, runs=runs, warmup=warmup, seed=seed)
-    ops, models, times = [], [], []
-    for d, placement in model_placements(graph, machine):
-        for op, t in sorted(measurer.op_times_s(placement).items()):
-            if placement[op] == d:
-                ops.append(graph.op_names[op])
-                models.append(machine.devices[d].model)
-                times.append(t)
-    return OpProfile(np.array(ops, dtype=object), np.array(models, dtype=object), np.array(times), graph.content_hash)
+    timed = [(op, d, t) for d, placement in model_placements(graph, machine)
+             for op, t in sorted(measurer.op_times_s(placement).items()) if placement[op] == d]
+    return _op_profile(graph, machine, timed)
+
+
+def _op_profile(graph: OpGraph, machine: Machine, timed: list[tuple[int, int, float]]) -> OpProfile:
+    """The profile of (op index, device index, seconds) triples: keyed by op name and the device's model."""
+    ops = np.array([graph.op_names[op] for op, _, _ in timed], dtype=object)
+    models = np.array([machine.devices[d].model for _, d, _ in timed], dtype=object)
+    return OpProfile(ops, models, np.array([t for _, _, t in timed], dtype=np.float64), graph.content_hash)
 
 
 PROFILERS = {"torch": profile_torch, "tf": profile_tf, "openvino": profile_openvino}
