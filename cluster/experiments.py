@@ -201,12 +201,11 @@ class RunEvent:
     wall_s: float = 0.0
 
 
-def run_experiment(name: str, out: str | os.PathLike, settings: Settings,
-                   on_event: Callable[[RunEvent], None] | None = None, rows: Sequence[str] = ()) -> Path:
-    """Run (or continue) every search of the experiment's rows (``Experiment.select``); returns the
-    experiment folder."""
-    experiment = get_experiment(name).select(rows)
-    folder = Path(out) / name
+def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Settings,
+                   on_event: Callable[[RunEvent], None] | None = None) -> Path:
+    """Run (or continue) every search of the experiment's cells (all, or those ``Experiment.select`` kept);
+    returns the experiment folder."""
+    folder = Path(out) / experiment.name
     _check_or_write_settings(folder, experiment, settings)
     total = len(experiment.cells) * len(experiment.searches)
     index = 0
@@ -342,8 +341,7 @@ class CellResult:
         return json_safe(data)
 
 
-def cell_results(name: str, folder: str | os.PathLike, rows: Sequence[str] = ()) -> list[CellResult]:
-    experiment = get_experiment(name).select(rows)
+def cell_results(experiment: Experiment, folder: str | os.PathLike) -> list[CellResult]:
     return [_cell_result(experiment, cell, Path(folder) / cell.folder_name) for cell in experiment.cells]
 
 

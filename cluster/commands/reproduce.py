@@ -56,9 +56,9 @@ def run(args) -> int:
         print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} groups "
               f"— a smoke test, not the paper's budget", file=sys.stderr)
     started = time.perf_counter()
-    folder = run_experiment(experiment.name, out, settings, on_event=_print_event, rows=args.rows)
+    folder = run_experiment(experiment, out, settings, on_event=_print_event)
     elapsed_s = time.perf_counter() - started
-    results = cell_results(experiment.name, folder, rows=args.rows)
+    results = cell_results(experiment, folder)
     if args.json:
         emit_json({"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
                    "quick": settings.quick, "selected_rows": list(args.rows),

@@ -45,7 +45,8 @@ def _experiment_folder(tmp_path: Path) -> Path:
 
 
 def test_cell_results__known_table_and_verdicts(tmp_path):
-    results = {(r.cell.graph, r.cell.gpus): r for r in cell_results("mirhoseini2017", _experiment_folder(tmp_path))}
+    experiment = get_experiment("mirhoseini2017")
+    results = {(r.cell.graph, r.cell.gpus): r for r in cell_results(experiment, _experiment_folder(tmp_path))}
     assert len(results) == 6
     rnnlm = results[("rnnlm", 2)]
     assert rnnlm.methods["expert"].runtime_s == 3.9 and rnnlm.methods["annealing"].runtime_s == 1.7
@@ -67,7 +68,7 @@ def test_cell_results__known_table_and_verdicts(tmp_path):
 
 
 def test_cell_results__json_is_plain_and_marks_paper_figures_approximate(tmp_path):
-    (first, *_) = cell_results("mirhoseini2017", _experiment_folder(tmp_path))
+    (first, *_) = cell_results(get_experiment("mirhoseini2017"), _experiment_folder(tmp_path))
     data = json.loads(json.dumps(first.to_json()))
     assert data["cell"]["paper_approx"]["rl_s"] == 1.57 and data["methods"]["reinforce"]["runtime_s"] == 1.6
     assert data["learned"] == "reinforce"
@@ -112,7 +113,7 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
 
     monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
     events = []
-    run_experiment("mirhoseini2017", tmp_path / "out", settings, on_event=events.append)
+    run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings, on_event=events.append)
     actions = [(e.cell.graph, e.policy, e.action) for e in events if e.action != "done"]
     assert actions.count(("rnnlm", "reinforce", "skipped (finished)")) == 2
     assert ("nmt-2", "reinforce", "resumed") in actions
@@ -122,10 +123,11 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
     assert len(list(nmt_cells[0].glob(".broken-*"))) == 1
     assert all((Path(c.resume or "") / RESULT_FILE).is_file() for c in calls if c.resume)
     events.clear()
-    run_experiment("mirhoseini2017", tmp_path / "out", settings, on_event=events.append)
+    run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings, on_event=events.append)
     assert {e.action for e in events} == {"skipped (finished)"} and len(events) == 12
     events.clear()
-    run_experiment("mirhoseini2017", tmp_path / "out", replace(settings, budget=200), on_event=events.append)
+    run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", replace(settings, budget=200),
+                   on_event=events.append)
     actions = [e.action for e in events if e.action != "done"]
     assert "skipped (finished)" not in actions  # a larger budget: every finished run goes on
     assert actions.count("resumed") == 4  # the nmt-2 runs (the others have no grouping: started afresh)
@@ -138,7 +140,7 @@ def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypa
     (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {"measurer": "sim", "quick": False,
                                                                    "groups": 256, "seed": 0}}))
     with pytest.raises(PlacerError, match="quick"):
-        run_experiment("mirhoseini2017", tmp_path, settings_for(quick=True))
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path, settings_for(quick=True))
 
 
 def test_get_experiment__unknown_name_and_hierarchical_cells():
@@ -161,7 +163,7 @@ def test_cell_results__hierarchical_experiment_names_its_learned_column(tmp_path
     _cell_runs(folder, "nmt-2", "paper-2gpu", {"cpu-only": 10.0, "single-gpu": None, "metis": 4.9, "expert": 5.0,
                                                "m-etf": 4.5, "m-sct": 4.4, "hierarchical": 2.5}, 3.0,
                learned="hierarchical")
-    results = {r.cell.graph: r for r in cell_results("hierarchical2018", folder)}
+    results = {r.cell.graph: r for r in cell_results(get_experiment("hierarchical2018"), folder)}
     nmt = results["nmt-2"]
     assert nmt.learned == "hierarchical" and "reinforce" not in nmt.methods
     assert nmt.methods["hierarchical"].runtime_s == 2.5 and nmt.winner == "hierarchical"
@@ -185,7 +187,7 @@ def test_run_experiment__hierarchical_runs_the_planner_with_the_baselines_and_an
 
     monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
     settings = settings_for(quick=True)
-    run_experiment("hierarchical2018", tmp_path, settings)
+    run_experiment(get_experiment("hierarchical2018"), tmp_path, settings)
     assert [c.policy for c in calls] == ["hierarchical", "annealing"] * 6
     learned = [c for c in calls if c.policy == "hierarchical"]
     assert all(set(PAPER_BASELINES) <= set(c.baselines) for c in learned)
@@ -266,7 +268,7 @@ def test_cell_results__hierarchical_side_claims_same_as_one_gpu_and_missing_expe
                                                "hierarchical": 1.0}, 1.0, learned="hierarchical")
     _cell_runs(folder, "resnet-50", "paper-2gpu", {"cpu-only": 6.0, "single-gpu": 1.4, "metis": 1.5,
                                                    "hierarchical": 1.4}, 1.4, learned="hierarchical")
-    results = {r.cell.graph: r for r in cell_results("hierarchical2018", folder)}
+    results = {r.cell.graph: r for r in cell_results(get_experiment("hierarchical2018"), folder)}
     rl, metis, expert = results["rnnlm"].claims
     assert expert.holds and "same" in expert.paper and "same" in expert.here
     assert rl.holds and "tie" in rl.here and metis.holds
