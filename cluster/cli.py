@@ -11,8 +11,18 @@ from cluster.jsonout import json_stdout
 from graphs.errors import PlacerError
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with the project's error format: one ``placer: error: [COMMAND: ]MESSAGE`` line on stderr
+    and exit status 2, instead of a usage block (``placer COMMAND --help`` shows the usage). Subcommand
+    parsers are made of the same class (``add_subparsers`` uses the parent's)."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("placer").strip()
+        self.exit(2, f"placer: error: {command + ': ' if command else ''}{message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="placer", description="Device placement of neural-network graphs.")
+    parser = OneLineParser(prog="placer", description="Device placement of neural-network graphs.")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
@@ -32,6 +42,11 @@ def _run(args: argparse.Namespace) -> int:
         return int(args.func(args) or 0)
     except PlacerError as exc:
         print(f"placer: error: {exc}", file=sys.stderr)
+        return 2
+    except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as exc:
+        # a path the user gave that cannot be written or read as asked (most are refused when parsed:
+        # cluster/commands/paths.py); the message names the path
+        print(f"placer: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)

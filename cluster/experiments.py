@@ -224,18 +224,35 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
     return folder
 
 
-def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Settings) -> None:
-    path = folder / EXPERIMENT_FILE
-    if path.is_file():
-        old = asdict(read_settings(folder))
-        for key in ("measurer", "quick", "groups", "grouping", "seed"):
-            if old.get(key) != getattr(settings, key):
-                raise PlacerError(f"{folder} holds the {experiment.name} experiment with {key}={old.get(key)!r}, "
-                                  f"not {getattr(settings, key)!r}: pick another --out")
+def check_experiment_folder(experiment: Experiment, out: str | os.PathLike, settings: Settings) -> None:
+    """The experiment's folder under ``out``, if it exists, holds runs made with these settings: the same
+    measurer, groups, grouping and seed, and a budget no larger (a larger one continues them; a smaller
+    one would report runs of the larger budget under its own). One PlacerError otherwise."""
+    folder = Path(out) / experiment.name
+    if not (folder / EXPERIMENT_FILE).is_file():
         return
-    folder.mkdir(parents=True, exist_ok=True)
+    old = asdict(read_settings(folder))
+    for key in ("measurer", "quick", "groups", "grouping", "seed"):
+        if old.get(key) != getattr(settings, key):
+            raise PlacerError(f"{folder} holds the {experiment.name} experiment with {key}={old.get(key)!r}, "
+                              f"not {getattr(settings, key)!r}: pick another --out")
+    if settings.budget < old["budget"]:
+        raise PlacerError(f"{folder} holds the {experiment.name} experiment run with --budget {old['budget']}: "
+                          f"pick another --out, or a budget of at least {old['budget']} (not {settings.budget})")
+
+
+def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Settings) -> None:
+    """``check_experiment_folder``, then the settings written (a larger budget replaces the old one)."""
+    check_experiment_folder(experiment, folder.parent, settings)
+    path = folder / EXPERIMENT_FILE
     payload = {"experiment": experiment.name, "title": experiment.title, "settings": asdict(settings),
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("settings", {}).get("budget") == settings.budget:
+            return
+        payload["started_at"] = old.get("started_at", payload["started_at"])
+    folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(payload, indent=2))
 
 
@@ -243,8 +260,11 @@ def read_settings(folder: Path) -> Settings:
     path = Path(folder) / EXPERIMENT_FILE
     if not path.is_file():
         raise PlacerError(f"{folder} is not an experiment folder (no {EXPERIMENT_FILE})")
-    saved = {"grouping": "metis", **json.loads(path.read_text()).get("settings", {})}  # older folders: METIS
-    return Settings(**{k: v for k, v in saved.items() if k in Settings.__dataclass_fields__})
+    try:
+        saved = {"grouping": "metis", **json.loads(path.read_text()).get("settings", {})}  # older folders: METIS
+        return Settings(**{k: v for k, v in saved.items() if k in Settings.__dataclass_fields__})
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise PlacerError(f"{path} is damaged: {exc}") from None
 
 
 def find_cell_run(cell_dir: Path, policy: str) -> Path | None:

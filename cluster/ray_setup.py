@@ -9,9 +9,12 @@ opt out with ``RAY_AUTH_MODE=disabled``. The dashboard stays off locally (it cos
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 
 from graphs.errors import PlacerError
+
+CONNECT_TIMEOUT_S = 10.0  # to open a TCP connection to a cluster's address before Ray tries (for minutes)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     address = address or os.environ.get("RAY_ADDRESS") or None
     try:
         if address:
+            check_reachable(address)
             ray.init(address=address, namespace=namespace, log_to_driver=True)
         else:
             # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names
@@ -52,6 +56,19 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                               f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from exc
         raise
     return ray.get_runtime_context().gcs_address
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A ``host:port`` address (also ``ray://host:port``) must accept a TCP connection within ``timeout_s``:
+    Ray itself retries an unreachable control store for minutes. Other forms ("auto") are Ray's to resolve."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}") from None
 
 
 def shutdown_ray() -> None:

@@ -58,9 +58,9 @@ import pyarrow.parquet as pq
 from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIFEST_FILE, MEASUREMENT_SCHEMA,
                                    MEASUREMENTS_DIR, METRIC_SCHEMA, METRICS_DIR, PLACEMENT_LEVELS, READ_ATTEMPTS,
                                    READABLE_FORMAT_VERSIONS, RESULT_FILE, BestPlacement, RunManifest,
-                                   device_removals_done, op_placement_of, placement_level_by_length, read_best,
-                                   read_groups, read_manifest, read_metrics, read_run, read_runs, read_table,
-                                   removed_device_indices, rows_without_devices)
+                                   check_run_log, device_removals_done, op_placement_of, placement_level_by_length,
+                                   read_best, read_groups, read_manifest, read_metrics, read_run, read_runs,
+                                   read_table, removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 from measurers.catalog import machine_to_json
 from measurers.timing import ESTIMATOR, REAL_TIMING, TimingSettings

@@ -144,11 +144,23 @@ def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
         except FileNotFoundError:  # a compaction deleted a part after it was listed: list again
             if attempt == READ_ATTEMPTS - 1:
                 raise
+        except pa.ArrowException as exc:  # a part that is not Parquet, or cut short
+            raise PlacerError(f"{folder}: a run log file is damaged ({exc})") from None
     table = table.sort_by("seq")
     seq = table.column("seq").to_numpy()  # (R,) sorted
     first = np.ones(len(seq), dtype=bool)
     first[1:] = seq[1:] != seq[:-1]
     return table if first.all() else table.filter(pa.array(first))
+
+
+def check_run_log(folder: str | os.PathLike) -> None:
+    """Every Parquet part of the run's measurement log opens (its footer is read, not its rows): a damaged
+    part is one PlacerError naming it, before a resumed run starts anything."""
+    for part in sorted((Path(folder) / MEASUREMENTS_DIR).glob("*.parquet")):
+        try:
+            pq.read_metadata(part)
+        except (pa.ArrowException, OSError) as exc:
+            raise PlacerError(f"{part} is damaged: {exc}") from None
 
 
 def _read_dataset(folder: Path, schema: pa.Schema) -> pd.DataFrame:

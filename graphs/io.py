@@ -70,7 +70,8 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
     """Read a graph file written by save_graph; any problem is one PlacerError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise PlacerError(f"graph file {str(path)!r} does not exist")
+        what = "is a folder, not a file" if path.is_dir() else "does not exist"
+        raise PlacerError(f"graph file {str(path)!r} {what}")
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for truncated / non-Parquet files

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
 
 
@@ -18,7 +19,7 @@ def register(subparsers) -> None:
                                           "(e.g. an experiment of placer reproduce).")
     p.add_argument("paths", nargs="+", metavar="RUN_OR_EXPERIMENT_DIR")
     p.add_argument("--json", action="store_true", help="print the summaries as JSON")
-    p.add_argument("--plots", default=None, metavar="DIR",
+    p.add_argument("--plots", default=None, metavar="DIR", type=output_folder,
                    help="write PNG plots and the best placement's Chrome trace of every run into DIR")
     p.set_defaults(func=run)
 

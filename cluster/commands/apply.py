@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 
 
@@ -21,7 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--graph", default=None, metavar="FILE",
                    help="the run's graph file, when it is not where the run found it")
     p.add_argument("--depth", type=int, default=2, metavar="N", help="scope levels to group modules by (default 2)")
-    p.add_argument("--module-map", default=None, metavar="FILE", help="write {module: device} as JSON to FILE")
+    p.add_argument("--module-map", default=None, metavar="FILE", type=output_file,
+                   help="write {module: device} as JSON to FILE")
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.set_defaults(func=run)
 

@@ -7,6 +7,7 @@ import os
 import sys
 
 from cluster.commands.notes import note_groups_above_colocation
+from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS
@@ -32,7 +33,7 @@ def register(subparsers) -> None:
 
     export = commands.add_parser("export", help="write a benchmark (or graph file) as a Parquet graph file")
     export.add_argument("graph", metavar="NAME_OR_FILE")
-    export.add_argument("-o", "--output", required=True, metavar="FILE")
+    export.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file)
     export.set_defaults(func=_export)
 
     importer = commands.add_parser("import", help="trace a PyTorch or Keras model, or read an ONNX model or "
@@ -46,7 +47,7 @@ def register(subparsers) -> None:
     source.add_argument("--onnx", metavar="FILE", help="an ONNX model file (an inference graph, batch as exported)")
     source.add_argument("--openvino", metavar="FILE.xml",
                         help="an OpenVINO IR .xml (its .bin beside it; an inference graph)")
-    importer.add_argument("-o", "--output", required=True, metavar="FILE")
+    importer.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file)
     importer.add_argument("--batch-size", type=int, default=None, metavar="N",
                           help="--keras only: examples per step for a compiled model alone or a .keras file "
                                "(default 32); it must match the batch of returned inputs")

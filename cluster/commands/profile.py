@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from cluster.commands.paths import output_file
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("profile", help="time each op on each device model (for simulate --profile)")
@@ -10,7 +12,8 @@ def register(subparsers) -> None:
     parser.add_argument("--measurer", required=True, choices=("torch", "tf", "openvino"),
                         help="openvino: graphs imported from ONNX or OpenVINO IR, timed by OpenVINO's performance "
                              "counters (--machine openvino: the devices OpenVINO sees here)")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="profile file (.json or .parquet)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
+                        help="profile file (.json or .parquet)")
     parser.add_argument("--runs", type=int, default=3, metavar="N", help="timed runs per op (median; default 3)")
     parser.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed runs first (default 1)")
     parser.add_argument("--seed", type=int, default=0)

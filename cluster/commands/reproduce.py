@@ -10,6 +10,7 @@ import math
 import sys
 import time
 
+from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
 
 HEADERS = {"cpu-only": "CPU only", "single-gpu": "1 GPU", "metis": "METIS\n(Scotch/MinCut)", "expert": "expert",
@@ -38,7 +39,7 @@ def register(subparsers) -> None:
     p.add_argument("--rows", nargs="+", default=(), metavar="ROW",
                    help="run and show only these rows: GRAPH (on every machine) or GRAPH:MACHINE")
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
-    p.add_argument("--out", default="runs/reproduce", metavar="DIR",
+    p.add_argument("--out", default="runs/reproduce", metavar="DIR", type=output_folder,
                    help="folder the experiment folder is made in (default runs/reproduce; --quick adds -quick)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
@@ -47,11 +48,13 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from dataclasses import asdict
 
-    from cluster.experiments import cell_results, get_experiment, run_experiment, settings_for
+    from cluster.experiments import (cell_results, check_experiment_folder, get_experiment, run_experiment,
+                                     settings_for)
 
     experiment = get_experiment(args.experiment).select(args.rows)
     settings = settings_for(args.quick, args.measurer, args.budget, args.groups, args.seed)
     out = args.out + ("-quick" if args.quick and args.out == "runs/reproduce" else "")
+    check_experiment_folder(experiment, out, settings)  # before the banner: bad input is one line
     if settings.quick:
         print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} groups "
               f"— a smoke test, not the paper's budget", file=sys.stderr)

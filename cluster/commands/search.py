@@ -6,6 +6,7 @@ import math
 import sys
 
 from cluster.commands.notes import note_groups_above_colocation
+from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
 
 _TIMED_BY = {"sim": "simulated", "torch": "measured PyTorch", "tf": "measured TensorFlow",
@@ -48,7 +49,7 @@ def register(subparsers) -> None:
                    help=f"seconds for the proven bound on the searched groups, solved once at the start "
                         f"(placer bound; default {d.bound_time_limit_s:g}, 0: the closed form only)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
-    p.add_argument("--out", help=f"folder for run folders (default {d.out})")
+    p.add_argument("--out", type=output_folder, help=f"folder for run folders (default {d.out})")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run with its own settings")
     p.add_argument("--warm-start", nargs="?", const="auto", metavar="SOURCE",
                    help="learned policies (and annealing): start from these placements (learners imitate "

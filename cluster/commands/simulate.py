@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 
 
@@ -16,7 +17,7 @@ def register(subparsers) -> None:
     parser.add_argument("--engine", choices=("reference", "fast"), default="fast")
     parser.add_argument("--profile", metavar="FILE", help="measured per-op times (JSON or Parquet)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--trace", metavar="FILE", help="write the timeline in Chrome trace format")
+    parser.add_argument("--trace", metavar="FILE", type=output_file, help="write the timeline in Chrome trace format")
     parser.set_defaults(func=_simulate)
 
 

@@ -13,6 +13,7 @@ import math
 import sys
 from pathlib import Path
 
+from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 
@@ -39,7 +40,8 @@ def register(subparsers) -> None:
                    help="catalog machines, machine files or hetero:SEED (the seeded heterogeneous family; seeds "
                         "from 1000 on are held out)")
     p.add_argument("--budget", required=True, type=int, metavar="N", help="simulator measurements over all problems")
-    p.add_argument("-o", "--out", required=True, metavar="CHECKPOINT", help="checkpoint file to write")
+    p.add_argument("-o", "--out", required=True, metavar="CHECKPOINT", type=output_file,
+                   help="checkpoint file to write")
     p.add_argument("--groups", type=int, nargs="+", default=[DEFAULT_MAX_GROUPS], metavar="G",
                    help=f"groups per graph (default {DEFAULT_MAX_GROUPS}); several values train on each graph "
                         "grouped each way")
@@ -126,7 +128,15 @@ def check_train_args(args: argparse.Namespace):
     _check_unique(graphs, "--graphs")
     _check_unique(args.machines, "--machines")
     _check_unique([str(g) for g in args.groups], "--groups")
-    return config, graphs, _check_output(Path(args.out), config.kind, args.resume)
+    if not args.resume:
+        if Path(args.out).exists():
+            raise PlacerError(f"{args.out} exists: pass --resume to continue it, or choose another path")
+        return config, graphs, 0
+    from policies.rl.gnn.family import check_resume
+
+    names = [name for name, _, _, _ in _problem_specs(graphs, args.machines, args.groups)]
+    state = check_resume(args.out, config, names, _settings(args), args.budget)  # missing, damaged, another run's
+    return config, graphs, int(state["progress"].get("updates", 0))
 
 
 def expand_graphs(entries: list[str]) -> list[str]:
@@ -152,17 +162,6 @@ def _check_unique(names: list[str], flag: str) -> None:
         raise PlacerError(f"{flag}: {', '.join(repeated)} given more than once")
 
 
-def _check_output(out: Path, policy: str, resume: bool) -> int:
-    """Updates the checkpoint to resume holds (0 for a new one)."""
-    from policies.rl.gnn.checkpoint import read_checkpoint
-
-    if resume:  # missing, damaged or the other policy's: one error naming the file
-        return int(read_checkpoint(out, policy)["progress"].get("updates", 0))
-    if out.exists():
-        raise PlacerError(f"{out} exists: pass --resume to continue it, or choose another path")
-    return 0
-
-
 # ---- training ---------------------------------------------------------------------------------------------
 
 
@@ -173,17 +172,25 @@ def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) 
     from policies.problem import make_problem
     from policies.rl.gnn.family import TrainProblem
 
-    loaded = [(m, load_machine(m)) for m in machines]
+    loaded = {m: load_machine(m) for m in machines}
+    graphs_by_name = {g: load_graph(g) for g in graphs}
     problems = []
-    for graph_name in graphs:
-        graph = load_graph(graph_name)
-        for machine_name, machine in loaded:
-            for groups in args.groups:
-                problem = make_problem(graph, machine, max_groups=groups, grouping_method=args.grouping,
-                                       seed=args.seed)
-                name = f"{graph_name}@{machine_name}" + (f"/{groups}" if len(args.groups) > 1 else "")
-                problems.append(TrainProblem(name, problem, SimulatorMeasurer(graph, machine)))
+    for name, graph_name, machine_name, groups in _problem_specs(graphs, machines, args.groups):
+        graph, machine = graphs_by_name[graph_name], loaded[machine_name]
+        problem = make_problem(graph, machine, max_groups=groups, grouping_method=args.grouping, seed=args.seed)
+        problems.append(TrainProblem(name, problem, SimulatorMeasurer(graph, machine)))
     return problems
+
+
+def _problem_specs(graphs: list[str], machines: list[str], group_counts: list[int]) -> list[tuple]:
+    """(problem name, graph, machine, groups) of every problem, in training order."""
+    return [(f"{g}@{m}" + (f"/{groups}" if len(group_counts) > 1 else ""), g, m, groups)
+            for g in graphs for m in machines for groups in group_counts]
+
+
+def _settings(args: argparse.Namespace) -> dict:
+    """How the problems are built: stored in the checkpoint, and a resumed run must have the same."""
+    return {"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed}
 
 
 def _train(args: argparse.Namespace, config, problems: list, updates_before: int):
@@ -205,7 +212,7 @@ def _train(args: argparse.Namespace, config, problems: list, updates_before: int
         result = train_family(problems, config, args.budget, args.out, resume=args.resume,
                               time_limit_s=args.time_limit_s, on_update=on_update, checkpoint_every=METRICS_EVERY,
                               teacher_budget=args.teacher_budget, imitation_steps=args.imitation_steps,
-                              settings={"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed})
+                              settings=_settings(args))
     log.flush()
     return result, log, time.perf_counter() - started
 

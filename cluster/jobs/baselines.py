@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from cluster.jobs.config import BASELINES_FILE, BaselinesConfig, check_bound_time_limit, check_counts
+from cluster.jobs.config import (BASELINES_FILE, BaselinesConfig, check_bound_time_limit, check_counts,
+                                 check_measurer_settings)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -46,7 +47,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     the log is written."""
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
-    from measurers.factory import MeasurerSpec
+    from measurers.factory import MeasurerSpec, as_factory
     from policies.problem import make_problem
     from policies.registry import baseline_names, policy_entry
     from policies.table import run_baselines as run_table
@@ -59,13 +60,15 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
             raise PlacerError(f"--policies: {name!r} is a learned policy; placer search --policy {name} runs it")
     check_counts(config.budget, config.groups, config.grouping)
     check_bound_time_limit(config.bound_time_limit_s)
+    check_measurer_settings(config.measurer, config.runs, config.warmup)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
+    spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
+    as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
     from cluster.jobs.search import proven_bound_once
 
     bound = proven_bound_once(problem, config.bound_time_limit_s)  # for the searches' groups
-    spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
     with _measurer(spec, config.ray_address) as measurer:
         log = _open_baselines_log(config, graph, machine, policies, spec, problem, bound) if config.out else None
         finished = False

@@ -122,6 +122,18 @@ def check_bound_time_limit(seconds: float, flag: str = "--bound-time-limit") -> 
         raise PlacerError(f"{flag} must be a finite number of seconds >= 0, got {seconds}")
 
 
+def check_measurer_settings(measurer: str, runs: int | None, warmup: int | None) -> None:
+    """The measurer's name and timing counts, checked before any work (a bound, Ray) starts."""
+    from measurers.factory import MEASURER_KINDS
+
+    if measurer not in MEASURER_KINDS:
+        raise PlacerError(f"--measurer: unknown measurer {measurer!r} (known: {', '.join(MEASURER_KINDS)})")
+    if runs is not None and runs < 1:
+        raise PlacerError(f"--runs must be at least 1, got {runs}")
+    if warmup is not None and warmup < 0:
+        raise PlacerError(f"--warmup must not be negative, got {warmup}")
+
+
 def check_counts(budget: int, groups: int, grouping: str) -> None:
     from graphs.grouping import METHODS
 

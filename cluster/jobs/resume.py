@@ -51,8 +51,10 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
         else:
-            raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches with {getattr(saved, name)!r}, "
-                              f"and a resumed run keeps it (start a new run to change it)")
+            was = getattr(saved, name)
+            raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches "
+                              + (f"with {was!r}" if was is not None else f"without {_flag(name)}")
+                              + ", and a resumed run keeps it (start a new run to change it)")
     return replace(saved, resume=str(run_dir), **changes)
 
 

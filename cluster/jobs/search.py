@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -36,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cluster.jobs.config import (CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig,
-                                 check_bound_time_limit, check_counts)
+                                 check_bound_time_limit, check_counts, check_measurer_settings)
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
@@ -45,7 +46,7 @@ from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSour
                                      heuristic_choice, load_warm_start_placement, path_choice,
                                      save_warm_start_placement, scored_baselines)
 from cluster.jsonout import json_safe
-from cluster.runlog import (RESULT_FILE, RunLogWriter, make_run_id, new_manifest, read_manifest,
+from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
                             record_device_removal, record_resume, write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
@@ -219,6 +220,8 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
+    if config.resume:
+        check_run_log(config.resume)
     return check_warm_start_config(config)
 
 
@@ -233,20 +236,13 @@ def _check_split_groups(heuristic: str, entry) -> None:
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
-    from measurers.factory import MEASURER_KINDS
-
-    if config.measurer not in MEASURER_KINDS:
-        raise PlacerError(f"--measurer: unknown measurer {config.measurer!r} (known: {', '.join(MEASURER_KINDS)})")
+    check_measurer_settings(config.measurer, config.runs, config.warmup)
     if config.batch is not None and config.batch < 2:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
     if config.time_limit_s is not None and not config.time_limit_s > 0:
         raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
     if config.workers < 1:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
-    if config.runs is not None and config.runs < 1:
-        raise PlacerError(f"--runs must be at least 1, got {config.runs}")
-    if config.warmup is not None and config.warmup < 0:
-        raise PlacerError(f"--warmup must not be negative, got {config.warmup}")
     if not config.noise_std >= 0:
         raise PlacerError(f"--noise must not be negative, got {config.noise_std}")
 
@@ -291,8 +287,12 @@ def _problem(graph, machine, config: SearchConfig):
         problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                                seed=config.seed)
         return _split_groups(problem, config) if config.split_groups else problem
-    with np.load(Path(config.resume) / GROUPING_FILE) as arrays:  # check_search_config: it is there
-        grouping = Grouping.from_arrays(dict(arrays))
+    path = Path(config.resume) / GROUPING_FILE  # check_search_config: it is there
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            grouping = Grouping.from_arrays(dict(arrays))
+    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as exc:
+        raise PlacerError(f"{path} is damaged: {exc}") from None
     if len(grouping.op_group) != graph.num_ops:
         raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
                           f"graph {graph.name!r} has {graph.num_ops}")

@@ -70,6 +70,12 @@ class TorchMeasurer:
             self._torch_devices = [torch.device(d) for d in self._torch_devices_of(self.machine)]
         return self._torch_devices
 
+    def check_devices(self) -> None:
+        """Resolve the machine's devices in this process now: a GPU this process cannot see is one
+        PlacerError here, for a caller that measures in this process (``placer measure``), instead of an
+        ``error`` measurement."""
+        _ = self.torch_devices
+
     # -- the program, captured once ---------------------------------------------------------------------
     def program(self) -> Program:
         if self._program is None:

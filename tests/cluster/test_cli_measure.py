@@ -41,6 +41,20 @@ def test_measure__graph_that_cannot_be_rebuilt_is_a_clean_error(capsys):
     assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
 
 
+def test_measure__a_gpu_this_process_lacks_is_bad_input(mlp_file, capsys):
+    """The measurement runs in this process: a machine with GPUs torch cannot see here is one error and
+    exit 2, not a report of an ``error`` measurement."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has CUDA devices")
+    code = main(["measure", "--graph", str(mlp_file), "--machine", "paper-2gpu", "--measurer", "torch",
+                 "--policy", "cpu-only", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    assert captured.err == "placer: error: machine 'paper-2gpu' has GPU 'gpu:0' but torch sees only 0 CUDA devices\n"
+
+
 def test_build_measurer__torch_spec_builds_a_working_measurer(mlp_file):
     from graphs.io import load_graph_file
     from conftest import policy_placement

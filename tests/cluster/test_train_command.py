@@ -151,6 +151,26 @@ def test_train__existing_output_and_bad_resumes_are_refused(trained, tmp_path, c
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "other.pt"] and out.read_bytes() == b"mine"
 
 
+def test_train__a_resume_that_differs_is_refused_before_training(trained, tmp_path, capsys, monkeypatch):
+    """Another network or a budget below what the checkpoint measured: one error before the progress bar
+    (training is never entered) and the checkpoint unchanged."""
+    import cluster.commands.train as train_command
+
+    source, _ = trained
+    out = tmp_path / "gdp.pt"
+    shutil.copy(source, out)
+    before = out.read_bytes()
+    monkeypatch.setattr(train_command, "_train", lambda *a, **k: pytest.fail("training started"))
+    wider = [*SMALL[:-4], "--hidden", "16", "--layers", "1"]
+    from cluster.cli import main
+    assert main(["train", "--policy", "gdp", "--graphs", GRAPH, *wider, "--budget", "96", "-o", str(out),
+                 "--resume"]) == 2
+    assert "holds a network" in _one_error(capsys)
+    assert _train(out, "--resume", budget=8) == 2
+    assert f"--budget 8: checkpoint {out} has made " in _one_error(capsys)
+    assert out.read_bytes() == before
+
+
 def test_train__families_expand_and_held_out_benchmarks_are_noted(capsys, monkeypatch):
     from cluster.cli import main
     from cluster.commands import train

@@ -50,7 +50,7 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
     """The checkpoint at ``path`` for ``policy``, checked (see the module docstring)."""
     path = Path(path)
     if not path.is_file():
-        raise PlacerError(f"checkpoint {path}: no such file")
+        raise PlacerError(f"checkpoint {path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError... for damaged files

@@ -150,19 +150,32 @@ def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, te
             imitation_steps)
 
 
-def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int) -> dict:
+def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings: dict, budget: int) -> dict:
+    """The checkpoint at ``out`` read and checked against the run that would resume it (network, problem
+    names, settings, a budget no lower than the measurements it made): one PlacerError naming the file for
+    the first difference. Returns the checkpoint's state."""
     state = read_checkpoint(out, config.kind)
     if state["architecture"] != config.architecture:
         raise PlacerError(f"checkpoint {out} holds a network {state['architecture']}, not {config.architecture}: "
                           "resume with the same --hidden and --layers")
-    progress = dict(state["progress"])
+    progress = state["progress"]
     if progress.get("problems") != names:
         raise PlacerError(f"checkpoint {out} was trained on {progress.get('problems')}, not {names}: resume "
                           "with the same --graphs and --machines")
     if progress.get("settings", {}) != settings:
         raise PlacerError(f"checkpoint {out} was trained with {progress.get('settings')}, not {settings}: resume "
                           "with the same settings")
+    used = int(progress.get("measurements_used", 0))
+    if budget < used:
+        raise PlacerError(f"--budget {budget}: checkpoint {out} has made {used} measurements already; resume with "
+                          f"a budget of at least {used}")
+    return state
+
+
+def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int) -> dict:
+    state = check_resume(out, config, names, settings, budget)
     trainer.load_state(state["trainer"])
+    progress = dict(state["progress"])
     progress["budget"] = budget
     return progress
 

@@ -1,0 +1,39 @@
+"""Output paths given on the command line, checked when the arguments are parsed: a command that would
+fail to write its result (a file path that is a folder, a folder path that is a file, a parent that is a
+file) says so in one error line before it does any work.
+
+Used as argparse ``type=`` converters, so the message comes out as ``placer: error: <command>: argument
+-o/--output: ...`` with exit status 2 (cluster/cli.py ``OneLineParser``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def output_file(text: str) -> str:
+    """A file the command will write (created, or replaced): not a folder, and under no file."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    _check_parents(path)
+    return text
+
+
+def output_folder(text: str) -> str:
+    """A folder the command will create or write into: not a file, and under no file."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    _check_parents(path)
+    return text
+
+
+def _check_parents(path: Path) -> None:
+    """The nearest existing ancestor of ``path`` must be a folder (missing ones are made when written)."""
+    for parent in path.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise argparse.ArgumentTypeError(f"{parent} is a file, so {path} cannot be written")
+            return

@@ -1,0 +1,147 @@
+"""Bad input across the commands: argparse's own errors, output paths that cannot be written, damaged run
+and experiment folders, a cluster address nobody answers. Each is one ``placer: error:`` line on stderr,
+exit status 2, nothing on stdout and nothing written, before any work starts."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import asdict
+
+import pytest
+
+from cluster.cli import main
+from cluster.experiments import settings_for
+from graphs.registry import load_graph
+from conftest import placer_stderr
+
+GRAPH = ["--graph", "synthetic:60", "--machine", "paper-2gpu"]
+
+
+def _one_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = placer_stderr(captured.err)
+    assert err.startswith("placer: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def _exit_status(argv: list[str]) -> int:
+    """main's return value, or the status of the SystemExit argparse raises."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["simulate", *GRAPH, "--engine", "nosuch"], "placer: error: simulate: argument --engine: invalid choice"),
+    (["graphs", "export"], "placer: error: graphs export: the following arguments are required"),
+    (["machines", "list", "--json"], "placer: error: unrecognized arguments: --json"),
+    (["search", *GRAPH, "--budget", "many"], "placer: error: search: argument --budget: invalid int value"),
+])
+def test_argparse_errors__one_line_naming_the_command(capsys, argv, message):
+    assert _exit_status(argv) == 2
+    assert _one_error(capsys).startswith(message)
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    path = tmp_path / "F"
+    path.write_text("not a folder")
+    return path
+
+
+@pytest.mark.parametrize("argv_of, message_of", [
+    (lambda d, f: ["graphs", "export", "synthetic:60", "-o", str(d)], lambda d, f: f"{d} is a folder, not a file"),
+    (lambda d, f: ["graphs", "export", "synthetic:60", "-o", str(f / "g.parquet")],
+     lambda d, f: f"{f} is a file, so {f / 'g.parquet'} cannot be written"),
+    (lambda d, f: ["simulate", *GRAPH, "--policy", "single-gpu", "--trace", str(d)],
+     lambda d, f: "argument --trace: "),
+    (lambda d, f: ["train", "--policy", "gdp", "--graphs", "synthetic:60", "--machines", "paper-2gpu", "--budget",
+                   "8", "-o", str(d)], lambda d, f: "train: argument -o/--out: "),
+    (lambda d, f: ["search", *GRAPH, "--out", str(f)], lambda d, f: f"{f} is a file, not a folder"),
+    (lambda d, f: ["baselines", *GRAPH, "--out", str(f / "runs")], lambda d, f: f"{f} is a file"),
+    (lambda d, f: ["reproduce", "mirhoseini2017", "--quick", "--out", str(f)], lambda d, f: "argument --out: "),
+    (lambda d, f: ["analyze", str(d), "--plots", str(f / "plots")], lambda d, f: "argument --plots: "),
+    (lambda d, f: ["profile", *GRAPH, "--measurer", "torch", "-o", str(d)], lambda d, f: "argument -o/--output: "),
+])
+def test_output_paths__refused_when_parsed(tmp_path, a_file, capsys, argv_of, message_of):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert _exit_status(argv_of(folder, a_file)) == 2
+    assert message_of(folder, a_file) in _one_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["F", "folder"] and list(folder.iterdir()) == []
+
+
+def test_unwritable_path__found_late_is_still_one_error(tmp_path, capsys, monkeypatch):
+    """A path that passes the parse-time check and still cannot be written (here: a folder appears there
+    before the write) is one error naming it, not a traceback."""
+    import graphs.io
+
+    target = tmp_path / "g.parquet"
+
+    def save_into_a_folder(graph, path):
+        target.mkdir()
+        open(path, "wb").close()  # IsADirectoryError, as the real write would raise
+
+    monkeypatch.setattr(graphs.io, "save_graph", save_into_a_folder)
+    assert main(["graphs", "export", "synthetic:60", "-o", str(target)]) == 2
+    assert _one_error(capsys) == f"placer: error: {target}: Is a directory\n"
+
+
+def test_damaged_run_log__analyze_and_resume_refuse_it(tmp_path, capsys):
+    from test_analysis import write_run
+
+    from cluster.jobs import GROUPING_FILE
+    from cluster.runlog import MEASUREMENTS_DIR
+
+    run = write_run(tmp_path, graph=load_graph("synthetic:60"))  # a graph a resume can load by name
+    (run / GROUPING_FILE).write_bytes(b"")
+    part = sorted((run / MEASUREMENTS_DIR).glob("*.parquet"))[0]
+    part.write_bytes(b"garbage, not parquet")
+    assert main(["analyze", str(run), "--json"]) == 2
+    assert "a run log file is damaged" in _one_error(capsys)
+    assert main(["search", "--resume", str(run), "--json"]) == 2
+    assert f"{part} is damaged" in _one_error(capsys)
+
+
+def test_damaged_grouping__resume_names_the_file(tmp_path, capsys):
+    from test_analysis import write_run
+
+    from cluster.jobs import GROUPING_FILE
+
+    run = write_run(tmp_path, graph=load_graph("synthetic:60"))  # a graph a resume can load by name
+    (run / GROUPING_FILE).write_bytes(b"PK not a zip")
+    assert main(["search", "--resume", str(run), "--json"]) == 2
+    assert f"{run / GROUPING_FILE} is damaged" in _one_error(capsys)
+
+
+def test_reproduce__damaged_settings_and_a_lower_budget_are_refused_before_the_banner(tmp_path, capsys):
+    folder = tmp_path / "mirhoseini2017"
+    folder.mkdir()
+    settings = folder / "experiment.json"
+    settings.write_text("{not json")
+    args = ["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu", "--out", str(tmp_path)]
+    assert main([*args, "--json"]) == 2
+    assert f"{settings} is damaged" in _one_error(capsys)
+    quick = asdict(settings_for(quick=True))
+    settings.write_text(json.dumps({"settings": {**quick, "budget": 64}}))
+    assert main([*args, "--budget", "32"]) == 2
+    assert "run with --budget 64: pick another --out, or a budget of at least 64 (not 32)" in _one_error(capsys)
+    assert json.loads(settings.read_text())["settings"]["budget"] == 64
+
+
+def test_unreachable_cluster__one_error_within_the_timeout():
+    from cluster.ray_setup import check_reachable
+    from graphs.errors import PlacerError
+
+    with socket.socket() as probe:  # a port nothing listens on once this socket closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.perf_counter()
+    with pytest.raises(PlacerError, match=f"cannot reach the Ray cluster at '127.0.0.1:{port}'"):
+        check_reachable(f"127.0.0.1:{port}", timeout_s=5.0)
+    assert time.perf_counter() - started < 5.0
+    check_reachable("auto")  # Ray's to resolve: no check
