@@ -42,6 +42,16 @@ def placer_stderr(err: str) -> str:
     return "".join(line for line in err.splitlines(keepends=True) if not _RAY_FORWARDED_LINE.match(line))
 
 
+def one_placer_error(capsys) -> str:
+    """The one ``placer: error: ...`` line (newline included) a refused command printed, asserting that it
+    printed nothing else: no stdout, no other stderr line but Ray's forwarded ones."""
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = placer_stderr(captured.err)
+    assert err.startswith("placer: error: ") and err.count("\n") == 1, err
+    return err
+
+
 def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None, param_bytes=None,
                 kinds=None, colocation=None, phases=None, allowed_mask=None, bytes_accessed=None,
                 name: str = "tiny", **extra) -> OpGraph:

@@ -14,17 +14,9 @@ import pytest
 from cluster.cli import main
 from cluster.experiments import settings_for
 from graphs.registry import load_graph
-from conftest import placer_stderr
+from conftest import one_placer_error
 
 GRAPH = ["--graph", "synthetic:60", "--machine", "paper-2gpu"]
-
-
-def _one_error(capsys) -> str:
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    err = placer_stderr(captured.err)
-    assert err.startswith("placer: error: ") and err.count("\n") == 1, err
-    return err
 
 
 def _exit_status(argv: list[str]) -> int:
@@ -43,7 +35,7 @@ def _exit_status(argv: list[str]) -> int:
 ])
 def test_argparse_errors__one_line_naming_the_command(capsys, argv, message):
     assert _exit_status(argv) == 2
-    assert _one_error(capsys).startswith(message)
+    assert one_placer_error(capsys).startswith(message)
 
 
 @pytest.fixture
@@ -71,7 +63,7 @@ def test_output_paths__refused_when_parsed(tmp_path, a_file, capsys, argv_of, me
     folder = tmp_path / "folder"
     folder.mkdir()
     assert _exit_status(argv_of(folder, a_file)) == 2
-    assert message_of(folder, a_file) in _one_error(capsys)
+    assert message_of(folder, a_file) in one_placer_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["F", "folder"] and list(folder.iterdir()) == []
 
 
@@ -88,7 +80,7 @@ def test_unwritable_path__found_late_is_still_one_error(tmp_path, capsys, monkey
 
     monkeypatch.setattr(graphs.io, "save_graph", save_into_a_folder)
     assert main(["graphs", "export", "synthetic:60", "-o", str(target)]) == 2
-    assert _one_error(capsys) == f"placer: error: {target}: Is a directory\n"
+    assert one_placer_error(capsys) == f"placer: error: {target}: Is a directory\n"
 
 
 def test_damaged_run_log__analyze_and_resume_refuse_it(tmp_path, capsys):
@@ -102,9 +94,9 @@ def test_damaged_run_log__analyze_and_resume_refuse_it(tmp_path, capsys):
     part = sorted((run / MEASUREMENTS_DIR).glob("*.parquet"))[0]
     part.write_bytes(b"garbage, not parquet")
     assert main(["analyze", str(run), "--json"]) == 2
-    assert "a run log file is damaged" in _one_error(capsys)
+    assert "a run log file is damaged" in one_placer_error(capsys)
     assert main(["search", "--resume", str(run), "--json"]) == 2
-    assert f"{part} is damaged" in _one_error(capsys)
+    assert f"{part} is damaged" in one_placer_error(capsys)
 
 
 def test_damaged_grouping__resume_names_the_file(tmp_path, capsys):
@@ -115,7 +107,7 @@ def test_damaged_grouping__resume_names_the_file(tmp_path, capsys):
     run = write_run(tmp_path, graph=load_graph("synthetic:60"))  # a graph a resume can load by name
     (run / GROUPING_FILE).write_bytes(b"PK not a zip")
     assert main(["search", "--resume", str(run), "--json"]) == 2
-    assert f"{run / GROUPING_FILE} is damaged" in _one_error(capsys)
+    assert f"{run / GROUPING_FILE} is damaged" in one_placer_error(capsys)
 
 
 def test_reproduce__damaged_settings_and_a_lower_budget_are_refused_before_the_banner(tmp_path, capsys):
@@ -125,11 +117,11 @@ def test_reproduce__damaged_settings_and_a_lower_budget_are_refused_before_the_b
     settings.write_text("{not json")
     args = ["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu", "--out", str(tmp_path)]
     assert main([*args, "--json"]) == 2
-    assert f"{settings} is damaged" in _one_error(capsys)
+    assert f"{settings} is damaged" in one_placer_error(capsys)
     quick = asdict(settings_for(quick=True))
     settings.write_text(json.dumps({"settings": {**quick, "budget": 64}}))
     assert main([*args, "--budget", "32"]) == 2
-    assert "run with --budget 64: pick another --out, or a budget of at least 64 (not 32)" in _one_error(capsys)
+    assert "run with --budget 64: pick another --out, or a budget of at least 64 (not 32)" in one_placer_error(capsys)
     assert json.loads(settings.read_text())["settings"]["budget"] == 64
 
 

@@ -17,7 +17,7 @@ import pytest
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from conftest import placer_stderr  # noqa: E402
+from conftest import one_placer_error  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GRAPH = "synthetic:300"
@@ -31,14 +31,6 @@ def _train(out: Path, *flags: str, policy: str = "gdp", budget: int = 48) -> int
 
     return main(["train", "--policy", policy, "--graphs", GRAPH, *SMALL, "--budget", str(budget), "-o", str(out),
                  *flags])
-
-
-def _one_error(capsys) -> str:
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    err = placer_stderr(captured.err)
-    assert err.startswith("placer: error: ") and err.count("\n") == 1, err
-    return err
 
 
 def _metrics(path: Path):
@@ -132,7 +124,7 @@ def test_train__bad_input_is_one_error_and_writes_nothing(tmp_path, capsys, flag
     for flag, value in base.items():
         args += [flag, value] if flag not in flags else []
     assert main(args + flags) == 2
-    assert message in _one_error(capsys)
+    assert message in one_placer_error(capsys)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -141,13 +133,13 @@ def test_train__existing_output_and_bad_resumes_are_refused(trained, tmp_path, c
     out = tmp_path / "c.pt"
     out.write_bytes(b"mine")
     assert _train(out) == 2
-    assert f"{out} exists: pass --resume to continue it, or choose another path" in _one_error(capsys)
+    assert f"{out} exists: pass --resume to continue it, or choose another path" in one_placer_error(capsys)
     assert _train(out, "--resume") == 2  # random bytes: damaged
-    assert f"checkpoint {out} is damaged" in _one_error(capsys)
+    assert f"checkpoint {out} is damaged" in one_placer_error(capsys)
     other = tmp_path / "other.pt"
     shutil.copy(source, other)
     assert _train(other, "--resume", policy="placeto") == 2
-    assert f"checkpoint {other} is a gdp checkpoint, not placeto" in _one_error(capsys)
+    assert f"checkpoint {other} is a gdp checkpoint, not placeto" in one_placer_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "other.pt"] and out.read_bytes() == b"mine"
 
 
@@ -165,9 +157,9 @@ def test_train__a_resume_that_differs_is_refused_before_training(trained, tmp_pa
     from cluster.cli import main
     assert main(["train", "--policy", "gdp", "--graphs", GRAPH, *wider, "--budget", "96", "-o", str(out),
                  "--resume"]) == 2
-    assert "holds a network" in _one_error(capsys)
+    assert "holds a network" in one_placer_error(capsys)
     assert _train(out, "--resume", budget=8) == 2
-    assert f"--budget 8: checkpoint {out} has made " in _one_error(capsys)
+    assert f"--budget 8: checkpoint {out} has made " in one_placer_error(capsys)
     assert out.read_bytes() == before
 
 
@@ -235,7 +227,7 @@ def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path,
     for path, policy, message in _bad_checkpoints(trained[0], tmp_path):
         assert main(["search", *SEARCH, "--policy", policy, "--init", str(path), "--budget", "8",
                      "--out", str(out)]) == 2, path
-        err = _one_error(capsys)
+        err = one_placer_error(capsys)
         assert f"checkpoint {path}" in err and message in err, err
     assert not out.exists()
 
@@ -251,7 +243,7 @@ def test_search__init_and_order_belong_to_the_graph_neural_policies(tmp_path, ca
     from cluster.cli import main
 
     assert main(["search", *SEARCH, *flags, "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
-    assert message in _one_error(capsys)
+    assert message in one_placer_error(capsys)
     assert not (tmp_path / "runs").exists()
 
 
@@ -261,7 +253,7 @@ def test_search__a_missing_pretrained_checkpoint_says_to_pass_init_scratch(tmp_p
 
     monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", tmp_path / "pretrained")
     assert main(["search", *SEARCH, "--policy", "placeto", "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
-    err = _one_error(capsys)
+    err = one_placer_error(capsys)
     assert str(tmp_path / "pretrained" / "placeto.pt") in err and "--init scratch" in err
     assert not (tmp_path / "runs").exists()
 
