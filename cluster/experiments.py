@@ -226,8 +226,8 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
 
 def check_experiment_folder(experiment: Experiment, out: str | os.PathLike, settings: Settings) -> None:
     """The experiment's folder under ``out``, if it exists, holds runs made with these settings: the same
-    measurer, groups, grouping and seed, and a budget no larger (a larger one continues them; a smaller
-    one would report runs of the larger budget under its own). One PlacerError otherwise."""
+    measurer, groups, grouping and seed, and a budget at least as large (a larger one continues them; a
+    smaller one would report runs of the larger budget under its own). One PlacerError otherwise."""
     folder = Path(out) / experiment.name
     if not (folder / EXPERIMENT_FILE).is_file():
         return
