@@ -52,7 +52,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=output_folder, help=f"folder for run folders (default {d.out})")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run with its own settings")
     p.add_argument("--warm-start", nargs="?", const="auto", metavar="SOURCE",
-                   help="learned policies (and annealing): start from these placements (learners imitate "
+                   help="learned policies, exact and annealing: start from these placements (learners imitate "
                         "them first, then learn). SOURCE: auto (the default: the best of the baselines "
                         "scored at the start, single-gpu, expert, m-topo, m-etf, m-sct and heft among them), "
                         "heuristic names (m-etf,heft), a .npy file of one op placement, or a run folder (its "
