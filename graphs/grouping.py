@@ -182,8 +182,8 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     more than its colocation groups, and no partitioner is asked for more parts than it has atoms."""
     if method not in METHODS:
         raise PlacerError(f"unknown grouping method {method!r} (known: {', '.join(METHODS)})")
-    if max_groups < 1:
-        raise PlacerError(f"max_groups must be at least 1, got {max_groups}")
+    if isinstance(max_groups, bool) or not isinstance(max_groups, (int, np.integer)) or max_groups < 1:
+        raise PlacerError(f"max_groups must be a whole number of at least 1, got {max_groups!r}")
     atoms = _Atoms.of(graph)
     if atoms.count <= max_groups:  # every method: room for each atom alone
         return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)

@@ -79,9 +79,13 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
     raw = (table.schema.metadata or {}).get(_META_KEY)
     if raw is None:
         raise PlacerError(f"graph file {str(path)!r} is a Parquet file but not a placer graph (no metadata)")
-    meta = json.loads(raw)
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise PlacerError(f"graph file {str(path)!r} has format version {meta.get('format_version')!r}; "
+    try:
+        meta = json.loads(raw)
+        version = meta.get("format_version")
+    except (ValueError, AttributeError) as exc:
+        raise PlacerError(f"graph file {str(path)!r} is damaged: its metadata is not a JSON object ({exc})") from None
+    if version != FORMAT_VERSION:
+        raise PlacerError(f"graph file {str(path)!r} has format version {version!r}; "
                           f"this placer reads version {FORMAT_VERSION}")
     try:
         graph = _graph_from_table(table, meta, path)

@@ -176,8 +176,13 @@ class BudgetedMeasurer:
 
 
 def check_budget(budget: int) -> None:
-    if int(budget) < 1:
-        raise PlacerError(f"a policy needs a budget of at least 1 measurement, got {budget}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+        raise PlacerError(f"a policy needs a budget of a whole number of at least 1 measurement, got {budget!r}")
+
+
+def check_seed(seed: int) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise PlacerError(f"a seed must be a whole number >= 0, got {seed!r}")
 
 
 def finish(name: str, problem: PlacementProblem, unit_placement: np.ndarray | None, clock: DecisionClock,

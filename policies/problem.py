@@ -85,15 +85,16 @@ class PlacementProblem:
 
     def expand(self, unit_placement: np.ndarray) -> np.ndarray:
         """(U,) or (B, U) unit placement -> (N,) or (B, N) op placement."""
-        return np.asarray(unit_placement, dtype=np.int64)[..., self.op_unit]
+        return device_indices(unit_placement, self.num_units, self.num_devices, "unit placement")[..., self.op_unit]
 
     def collapse(self, op_placement: np.ndarray) -> np.ndarray:
         """(N,) op placement -> (U,) unit placement: each unit's majority device (graphs.grouping)."""
+        op_placement = device_indices(op_placement, self.graph.num_ops, self.num_devices, "op placement")
         return majority_device(self.op_unit, self.num_units, op_placement)
 
     def repair_allowed(self, unit_placement: np.ndarray) -> np.ndarray:
         """Move every unit on a device it may not use to its fastest allowed device."""
-        units = np.asarray(unit_placement, dtype=np.int64).copy()
+        units = device_indices(unit_placement, self.num_units, self.num_devices, "unit placement").copy()
         bad = ~self.unit_allowed[np.arange(self.num_units), units]
         if bad.any():
             units[bad] = np.argmin(self.unit_time_s[bad], axis=1)
@@ -161,6 +162,20 @@ def unit_memory_bytes(problem: PlacementProblem, model: str = "auto",
     return np.ceil(per_unit).astype(np.int64), name
 
 
+
+
+def device_indices(values, length: int, num_devices: int, what: str) -> np.ndarray:
+    """``values`` as int64 device indices, checked: a last axis of ``length``, integers (not floats or
+    bools), each in 0..num_devices-1; else one PlacerError naming ``what``."""
+    array = np.asarray(values)
+    if array.ndim == 0 or array.shape[-1] != length:
+        raise PlacerError(f"{what} has shape {array.shape}, expected {length} entries along its last axis")
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise PlacerError(f"{what} must hold integer device indices, got {array.dtype}")
+    if array.size and (array.min() < 0 or array.max() >= num_devices):
+        raise PlacerError(f"{what} names device {int(array.min() if array.min() < 0 else array.max())}, "
+                          f"but the machine has devices 0..{num_devices - 1}")
+    return array.astype(np.int64, copy=False)
 
 
 def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None, profile=None,

@@ -16,7 +16,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from measurers.base import Measurer
-from policies.base import OnMeasurement, Policy, PolicyResult
+from policies.base import OnMeasurement, Policy, PolicyResult, check_seed
 from policies.problem import PlacementProblem
 
 KINDS = ("heuristic", "search", "learned")
@@ -136,13 +136,19 @@ def make_policy(spec: str, **options) -> Policy:
     module_name, class_name = entry.target.split(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     if spec.startswith("device:"):
-        return cls(device=int(spec.split(":", 1)[1]), **options)
-    return cls(**options)
+        options = {**options, "device": int(spec.split(":", 1)[1])}
+    try:
+        return cls(**options)
+    except TypeError as exc:  # an option the policy does not take: the constructor names it
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        raise PlacerError(f"policy {spec!r}: {str(exc).split('__init__() ', 1)[-1]}") from None
 
 
 def place(spec: str, problem: PlacementProblem, measurer: Measurer, budget: int, seed: int,
           on_measurement: OnMeasurement | None = None, **options) -> PolicyResult:
     """Run the named policy on the units it places (see the module docstring) and return its result."""
+    check_seed(seed)
     entry = policy_entry(spec)
     target = problem if entry.places_groups else problem.at_op_level()
     return make_policy(spec, **options).place(target, measurer, budget, seed, on_measurement)

@@ -19,10 +19,13 @@ memory overflow, so the searches walk out of out-of-memory regions.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, check_budget, search_result
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
@@ -78,10 +81,30 @@ def _start(problem, measurer, budget, on_measurement) -> tuple[BudgetedMeasurer,
     return counter, MemoMeasurer(problem, counter)
 
 
+def _check_options(policy, counts: Sequence[str] = (), fractions: Sequence[str] = (),
+                   positives: Sequence[str] = (), non_negatives: Sequence[str] = ()) -> None:
+    """Each named field of ``policy``: ``counts`` whole numbers >= 1, ``fractions`` in (0, 1], ``positives``
+    finite and > 0, ``non_negatives`` finite and >= 0; else one PlacerError naming the field."""
+    for name in counts:
+        value = getattr(policy, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise PlacerError(f"{policy.name}: {name} must be a whole number >= 1, got {value!r}")
+    checks = [(fractions, lambda v: 0 < v <= 1, "in (0, 1]"), (positives, lambda v: 0 < v < math.inf, "> 0"),
+              (non_negatives, lambda v: 0 <= v < math.inf, ">= 0")]
+    for names, ok, what in checks:
+        for name in names:
+            value = getattr(policy, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not ok(value):
+                raise PlacerError(f"{policy.name}: {name} must be a finite number {what}, got {value!r}")
+
+
 @dataclass
 class RandomSearchPolicy:
     name: str = "random"
     batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        _check_options(self, counts=("batch_size",))
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         counter, memo = _start(problem, measurer, budget, on_measurement)
@@ -99,6 +122,10 @@ class CrossEntropyPolicy:
     elite_fraction: float = 0.1  # share of each batch that forms the elite
     smoothing: float = 0.3  # weight of the elite frequencies in the new distribution
     exploration_units: float = 2.0  # units per sample drawn uniformly (at most 15% of them): keeps exploring
+
+    def __post_init__(self) -> None:
+        _check_options(self, counts=("batch_size",), fractions=("elite_fraction", "smoothing"),
+                       non_negatives=("exploration_units",))
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         counter, memo = _start(problem, measurer, budget, on_measurement)
@@ -128,6 +155,9 @@ class AnnealingPolicy:
     start_temperature: float = 0.05  # in log-runtime units: a 5% worse move is accepted with p = 1/e
     end_temperature: float = 0.001
     warm_start: list | None = None  # op placements (N,) to start from too, as the learners' warm start
+
+    def __post_init__(self) -> None:
+        _check_options(self, counts=("chains",), positives=("start_temperature", "end_temperature"))
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         counter, memo = _start(problem, measurer, budget, on_measurement)

@@ -236,6 +236,8 @@ def _check_split_groups(heuristic: str, entry) -> None:
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
+    from policies.registry import heuristic_choices, is_heuristic
+
     check_measurer_settings(config.measurer, config.runs, config.warmup)
     if config.batch is not None and config.batch < 2:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
@@ -243,8 +245,15 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
     if config.workers < 1:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
-    if not config.noise_std >= 0:
-        raise PlacerError(f"--noise must not be negative, got {config.noise_std}")
+    if not (config.noise_std >= 0 and math.isfinite(config.noise_std)):
+        raise PlacerError(f"--noise must be a finite number >= 0, got {config.noise_std}")
+    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
+        raise PlacerError(f"--seed must be a whole number >= 0, got {config.seed!r}")
+    if isinstance(config.baselines, str):
+        raise PlacerError(f"baselines must be a sequence of heuristic names, not the string {config.baselines!r}")
+    for name in config.baselines:
+        if not is_heuristic(name):
+            raise PlacerError(f"baselines: {name!r} is not a heuristic (known: {heuristic_choices()})")
 
 
 def _check_gnn_settings(config: SearchConfig) -> None:

@@ -64,6 +64,8 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
                                for c in OP_CLASSES])  # (C,)
         roofline_s = np.maximum(graph.flops / compute_Fps[classes], graph.bytes_accessed / memory_Bps[classes])
         times[:, d] = np.where(classes == OP_CLASSES.index("meta"), 0.0, device.op_overhead_s + roofline_s)
+    if isinstance(profile, (str, os.PathLike)):  # a path, as the machine file names one
+        profile = load_profile(profile)
     if profile is not None:
         profile.apply(graph, machine, times)
     allowed = (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0  # (N, D) bool

@@ -35,10 +35,10 @@ from measurers.timing import SIM_TIMING
 class SimulatorMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = SIM_TIMING.runs, noise_std: float = 0.0, seed: int = 0,
                  profile: OpProfile | str | None = None, engine: str = "fast"):
-        if runs < 1:
-            raise PlacerError(f"runs must be at least 1, got {runs}")
-        if not noise_std >= 0:
-            raise PlacerError(f"noise_std must not be negative, got {noise_std}")
+        if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
+            raise PlacerError(f"runs must be a whole number of at least 1, got {runs!r}")
+        if not (noise_std >= 0 and math.isfinite(noise_std)):
+            raise PlacerError(f"noise_std must be a finite number >= 0, got {noise_std}")
         self.graph, self.machine, self.runs, self.noise_std = graph, machine, runs, noise_std
         self.simulator = Simulator(graph, machine, profile=profile, engine=engine)
         self.seed = int(seed)

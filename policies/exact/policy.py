@@ -165,6 +165,10 @@ class ExactPolicy:
             raise PlacerError(f"exact: split must be auto, {' or '.join(SPLITS)}, got {self.split!r}")
         if self.max_rounds is not None and not int(self.max_rounds) >= 1:
             raise PlacerError(f"exact: max_rounds must be at least 1, got {self.max_rounds!r}")
+        if self.work_limit is not None and not (self.work_limit > 0 and math.isfinite(self.work_limit)):
+            raise PlacerError(f"exact: work_limit must be a positive finite number, got {self.work_limit!r}")
+        if self.num_workers is not None and not int(self.num_workers) >= 1:
+            raise PlacerError(f"exact: num_workers must be at least 1, got {self.num_workers!r}")
 
     def _hint(self, problem: PlacementProblem) -> tuple[np.ndarray, str]:
         """(U,) the solver's starting placement: the first warm-start candidate, else the best single GPU."""

@@ -286,3 +286,20 @@ def test_search__graph_neural_placers_keep_their_own_batch_and_network_size(loca
     run_search(_config(tmp_path, policy=policy, batch=batch, budget=8, bound_time_limit_s=0))
     for key in ("batch_size", "hidden_size"):
         assert seen.get(key) == given.get(key), (key, seen.get(key))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"noise_std": float("inf")}, "--noise must be a finite number >= 0, got inf"),
+    ({"seed": -1}, "--seed must be a whole number >= 0, got -1"),
+    ({"budget": 2.5}, "--budget must be a whole number"),
+    ({"groups": 8.0}, "--groups must be a whole number"),
+    ({"baselines": "heft"}, "baselines must be a sequence of heuristic names, not the string 'heft'"),
+    ({"baselines": ("single-gpu", "bogus")}, "baselines: 'bogus' is not a heuristic"),
+])
+def test_check_search_config__values_the_command_line_cannot_give_are_refused_too(tmp_path, overrides, message):
+    """A SearchConfig built in Python: refused before Ray starts or a run folder exists."""
+    from cluster.jobs import check_search_config
+
+    with pytest.raises(PlacerError, match=message):
+        check_search_config(_config(tmp_path, **overrides))
+    assert not (tmp_path / "runs").exists() and list(tmp_path.iterdir()) == []

@@ -120,6 +120,10 @@ def test_io__wrong_version_and_foreign_parquet_are_clear_errors(tmp_path):
     pq.write_table(table.replace_schema_metadata({}), path)
     with pytest.raises(PlacerError, match="not a placer graph"):
         load_graph_file(path)
+    for junk in (b"{not json", b"[1, 2]"):
+        pq.write_table(table.replace_schema_metadata({b"placer.opgraph": junk}), path)
+        with pytest.raises(PlacerError, match="g.parquet' is damaged: its metadata is not a JSON object"):
+            load_graph_file(path)
 
 
 def test_io__edited_content_fails_the_hash_and_a_cycle_is_named(tmp_path):

@@ -254,3 +254,19 @@ def test_simulator_measurer__noise_depends_on_placement_not_on_call_order():
     forward = SimulatorMeasurer(graph, toy_machine(), runs=3, noise_std=0.1, seed=7).measure([p, q])
     backward = SimulatorMeasurer(graph, toy_machine(), runs=3, noise_std=0.1, seed=7).measure([q, p])
     assert forward[0].samples_s == backward[1].samples_s and forward[1].samples_s == backward[0].samples_s
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"noise_std": float("inf")}, "noise_std must be a finite number >= 0, got inf"),
+    ({"noise_std": -0.1}, "noise_std must be a finite number >= 0"),
+    ({"runs": 1.5}, "runs must be a whole number of at least 1, got 1.5"),
+    ({"runs": 0}, "runs must be a whole number of at least 1, got 0"),
+])
+def test_simulator_measurer__bad_noise_or_runs_is_one_error(options, message):
+    """Infinite noise used to pass, and a step of 0 s came out of samples (0, inf, 0)."""
+    from conftest import build_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    with pytest.raises(PlacerError, match=message):
+        SimulatorMeasurer(build_graph([(0, 1)]), load_machine("paper-2gpu"), **options)

@@ -11,7 +11,7 @@ from cluster.cli import main
 from conftest import build_graph, policy_placement
 from graphs.errors import PlacerError
 from measurers.catalog import load_machine
-from policies.registry import (POLICIES, PolicyEntry, baseline_names, learned_names, make_policy, place_once,
+from policies.registry import (POLICIES, PolicyEntry, baseline_names, learned_names, make_policy, place, place_once,
                                policy_entry, register_policy)
 
 LINK = {"bandwidth_Bps": 1e10, "latency_s": 1e-5}
@@ -97,3 +97,59 @@ def test_place_once__learned_policy_needs_a_budget():
     graph, machine = build_graph([(0, 1)]), load_machine("paper-2gpu")
     with pytest.raises(PlacerError, match="learned policy"):
         place_once("ppo", graph, machine, SimulatorMeasurer(graph, machine))
+
+
+@pytest.fixture(scope="module")
+def small():
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from graphs.registry import load_graph
+
+    graph, machine = load_graph("synthetic:120"), load_machine("paper-2gpu")
+    return make_problem(graph, machine, max_groups=8), SimulatorMeasurer(graph, machine)
+
+
+@pytest.mark.parametrize("name, options, message", [
+    ("random", {"batch_size": 0}, "random: batch_size must be a whole number >= 1, got 0"),
+    ("cem", {"smoothing": float("nan")}, "cem: smoothing must be a finite number in \\(0, 1\\]"),
+    ("cem", {"elite_fraction": 0.0}, "cem: elite_fraction"),
+    ("cem", {"batch_size": 2.5}, "cem: batch_size must be a whole number"),
+    ("annealing", {"chains": 0}, "annealing: chains"),
+    ("annealing", {"start_temperature": -1}, "annealing: start_temperature must be a finite number > 0"),
+    ("exact", {"work_limit": -1}, "exact: work_limit must be a positive finite number"),
+    ("cem", {"nonsense": 1}, "policy 'cem': got an unexpected keyword argument 'nonsense'"),
+    ("device:1", {"nonsense": 1}, "policy 'device:1': got an unexpected keyword argument 'nonsense'"),
+    ("reinforce", {"nonsense": 1}, "policy 'reinforce' takes no option 'nonsense'"),
+    ("hierarchical", {"nonsense": 1}, "policy 'hierarchical': got an unexpected keyword argument 'nonsense'"),
+])
+def test_place__bad_options_are_one_error_naming_them(small, name, options, message):
+    """Before any measurement: a search that would quietly search less, or a crash from deep inside."""
+    problem, measurer = small
+    with pytest.raises(PlacerError, match=message):
+        place(name, problem, measurer, 8, 0, **options)
+
+
+@pytest.mark.parametrize("budget, seed, message", [
+    (2.5, 0, "budget of a whole number"), (float("nan"), 0, "budget of a whole number"),
+    (8, -1, "a seed must be a whole number >= 0, got -1"), (8, 1.5, "a seed must be a whole number"),
+])
+def test_place__budget_and_seed_are_whole_numbers(small, budget, seed, message):
+    problem, measurer = small
+    with pytest.raises(PlacerError, match=message):
+        place("random", problem, measurer, budget, seed)
+
+
+def test_problem__expand_and_collapse_check_what_they_are_given(small):
+    problem, _ = small
+    units, ops = problem.num_units, problem.graph.num_ops
+    assert problem.expand(np.zeros((3, units), dtype=np.int64)).shape == (3, ops)
+    for bad, message in [(np.zeros(units + 1, dtype=int), "expected 8 entries"),
+                         (np.full(units, 0.7), "integer device indices"),
+                         (np.full(units, 7), "names device 7, but the machine has devices 0..2"),
+                         (np.full(units, -1), "names device -1")]:
+        with pytest.raises(PlacerError, match=message):
+            problem.expand(bad)
+    with pytest.raises(PlacerError, match="op placement must hold integer device indices"):
+        problem.collapse(np.full(ops, 1.7))
+    with pytest.raises(PlacerError, match="op placement names device 9"):
+        problem.collapse(np.full(ops, 9))

@@ -12,11 +12,12 @@ its checkpoint holds both). A warm-started run uses ``RLConfig.for_warm_start`` 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Sequence
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
                            search_result, with_run_best)
 from policies.rl.config import RLConfig
@@ -33,6 +34,10 @@ class ReinforcePolicy:
                  **options):
         self.context = context or RunContext()
         self.warm_start = None if warm_start is None else list(warm_start)
+        unknown = sorted(set(options) - {f.name for f in fields(RLConfig)})
+        if unknown:
+            raise PlacerError(f"policy {self.name!r} takes no option {', '.join(map(repr, unknown))} (its "
+                              f"options are RLConfig's fields)")
         self.options = options  # RLConfig fields other than trainer and seed
 
     def make_config(self, seed: int, warm_started: bool) -> RLConfig:
