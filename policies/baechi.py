@@ -132,9 +132,10 @@ class EtfScheduler:
     priority. Device free times only grow, and arrival times nearly always do (channels only fill up: see
     ``TransferBook``), so a heap entry's arrival is taken as a lower bound and refreshed when the entry comes
     to the top (``_arrival``). An arrival can drop, though: twice in all of m-ETF's schedule of inception-v3 on
-    paper-2gpu (found by checking every refresh; the cause was not traced). Such an entry keeps its later key,
-    so that op can be started later than exact ETF would start it. An op that stops fitting on a device
-    (memory only fills up; a unit once placed stays) leaves that device's heaps.
+    paper-2gpu (found by checking every refresh; the cause was not traced). At the top, such an entry is
+    re-keyed down as one whose arrival grew is re-keyed up; below the top, a drop is seen only when the entry
+    gets there. An op that stops fitting on a device (memory only fills up; a unit once placed stays) leaves
+    that device's heaps.
     """
 
     def __init__(self, problem: PlacementProblem, memory_model: str = "auto", devices: str = "auto",
@@ -251,9 +252,9 @@ class EtfScheduler:
                 heapq.heappop(pending)  # scheduled, or never fits here again
                 continue
             fresh = self._arrival(op, device)
-            if fresh <= arrival:
+            if fresh == arrival:
                 return pending[0]
-            heapq.heapreplace(pending, (fresh, tie, op))
+            heapq.heapreplace(pending, (fresh, tie, op))  # later (a channel filled up), or earlier: re-keyed
         return None
 
     def _best_on(self, device: int) -> tuple[float, float, int] | None:
