@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from graphs.fusion import fusible_edges, fusion_anchors
 from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
 
@@ -182,7 +182,7 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
     more than its colocation groups, and no partitioner is asked for more parts than it has atoms."""
     if method not in METHODS:
         raise PlacerError(f"unknown grouping method {method!r} (known: {', '.join(METHODS)})")
-    if isinstance(max_groups, bool) or not isinstance(max_groups, (int, np.integer)) or max_groups < 1:
+    if not is_whole_number(max_groups) or max_groups < 1:
         raise PlacerError(f"max_groups must be a whole number of at least 1, got {max_groups!r}")
     atoms = _Atoms.of(graph)
     if atoms.count <= max_groups:  # every method: room for each atom alone

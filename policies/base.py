@@ -33,7 +33,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from measurers.base import Measurement, Measurer
 from policies.problem import PlacementProblem
 
@@ -176,12 +176,12 @@ class BudgetedMeasurer:
 
 
 def check_budget(budget: int) -> None:
-    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)) or budget < 1:
+    if not is_whole_number(budget) or budget < 1:
         raise PlacerError(f"a policy needs a budget of a whole number of at least 1 measurement, got {budget!r}")
 
 
 def check_seed(seed: int) -> None:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not is_whole_number(seed) or seed < 0:
         raise PlacerError(f"a seed must be a whole number >= 0, got {seed!r}")
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from policies.base import BudgetedMeasurer, DecisionClock, check_budget, search_result
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
@@ -87,7 +87,7 @@ def _check_options(policy, counts: Sequence[str] = (), fractions: Sequence[str] 
     finite and > 0, ``non_negatives`` finite and >= 0; else one PlacerError naming the field."""
     for name in counts:
         value = getattr(policy, name)
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        if not is_whole_number(value) or value < 1:
             raise PlacerError(f"{policy.name}: {name} must be a whole number >= 1, got {value!r}")
     checks = [(fractions, lambda v: 0 < v <= 1, "in (0, 1]"), (positives, lambda v: 0 < v < math.inf, "> 0"),
               (non_negatives, lambda v: 0 <= v < math.inf, ">= 0")]

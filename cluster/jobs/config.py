@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.registry import QUICK_HEURISTICS
 from policies.rl.config import CHECKPOINT_EVERY, HIDDEN_SIZE
@@ -136,16 +134,12 @@ def check_measurer_settings(measurer: str, runs: int | None, warmup: int | None)
         raise PlacerError(f"--warmup must not be negative, got {warmup}")
 
 
-def _is_whole(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-
-
 def check_counts(budget: int, groups: int, grouping: str) -> None:
     from graphs.grouping import METHODS
 
-    if not _is_whole(budget) or budget < 1:
+    if not is_whole_number(budget) or budget < 1:
         raise PlacerError(f"--budget must be a whole number of at least 1 measurement, got {budget!r}")
-    if not _is_whole(groups) or groups < 1:
+    if not is_whole_number(groups) or groups < 1:
         raise PlacerError(f"--groups must be a whole number of at least 1, got {groups!r}")
     if grouping not in METHODS:
         raise PlacerError(f"--grouping: unknown grouping method {grouping!r} (known: {', '.join(METHODS)})")

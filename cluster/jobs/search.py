@@ -48,7 +48,7 @@ from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSour
 from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
                             record_device_removal, record_resume, write_text_atomic)
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from measurers.base import Measurement
 
 
@@ -247,7 +247,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
     if not (config.noise_std >= 0 and math.isfinite(config.noise_std)):
         raise PlacerError(f"--noise must be a finite number >= 0, got {config.noise_std}")
-    if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
+    if not is_whole_number(config.seed) or config.seed < 0:
         raise PlacerError(f"--seed must be a whole number >= 0, got {config.seed!r}")
     if isinstance(config.baselines, str):
         raise PlacerError(f"baselines must be a sequence of heuristic names, not the string {config.baselines!r}")

@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement
 from measurers.sim.costs import OpProfile
@@ -35,7 +35,7 @@ from measurers.timing import SIM_TIMING
 class SimulatorMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = SIM_TIMING.runs, noise_std: float = 0.0, seed: int = 0,
                  profile: OpProfile | str | None = None, engine: str = "fast"):
-        if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
+        if not is_whole_number(runs) or runs < 1:
             raise PlacerError(f"runs must be a whole number of at least 1, got {runs!r}")
         if not (noise_std >= 0 and math.isfinite(noise_std)):
             raise PlacerError(f"noise_std must be a finite number >= 0, got {noise_std}")
