@@ -153,3 +153,12 @@ def test_problem__expand_and_collapse_check_what_they_are_given(small):
         problem.collapse(np.full(ops, 1.7))
     with pytest.raises(PlacerError, match="op placement names device 9"):
         problem.collapse(np.full(ops, 9))
+
+
+def test_make_problem__names_and_empty_graphs_are_refused():
+    from policies.problem import make_problem
+
+    with pytest.raises(PlacerError, match="make_problem needs an OpGraph and a Machine .* got str and Machine"):
+        make_problem("synthetic:120", load_machine("paper-2gpu"))
+    with pytest.raises(PlacerError, match="has no ops: nothing to place"):
+        make_problem(build_graph([], 0, name="empty"), load_machine("paper-2gpu"))
