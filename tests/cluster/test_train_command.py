@@ -111,8 +111,8 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--graphs", "nmt-3"], "unknown graph 'nmt-3'"),
     (["--graphs", "families:x"], "bad --graphs entry 'families:x'"),
     (["--machines", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
-    (["--budget", "0"], "--budget must be at least 1"),
-    (["--groups", "0"], "--groups must be at least 1"),
+    (["--budget", "0"], "--budget must be a whole number of at least 1"),
+    (["--groups", "0"], "--groups must be a whole number of at least 1"),
     (["--order", "sideways"], "unknown --order 'sideways'"),
     (["--resume"], "no such file"),
 ])
