@@ -45,8 +45,11 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as exc:
         # a path the user gave that cannot be written or read as asked (most are refused when parsed:
-        # cluster/commands/paths.py); the message names the path
-        print(f"placer: error: {exc.filename}: {exc.strerror}", file=sys.stderr)
+        # cluster/commands/paths.py); the message names the path (a rename's target, not its temp file)
+        path = exc.filename2 or exc.filename
+        if path is None:
+            raise
+        print(f"placer: error: {path}: {exc.strerror}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)

@@ -40,9 +40,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     if ray.is_initialized():
         return ray.get_runtime_context().gcs_address
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        check_reachable(address)
     try:
         if address:
-            check_reachable(address)
             ray.init(address=address, namespace=namespace, log_to_driver=True)
         else:
             # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names

@@ -10,6 +10,7 @@ gets the colocation groups to group. ``device:K`` is everything on device K. A n
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,12 +138,11 @@ def make_policy(spec: str, **options) -> Policy:
     cls = getattr(importlib.import_module(module_name), class_name)
     if spec.startswith("device:"):
         options = {**options, "device": int(spec.split(":", 1)[1])}
-    try:
-        return cls(**options)
-    except TypeError as exc:  # an option the policy does not take: the constructor names it
-        if "unexpected keyword argument" not in str(exc):
-            raise
-        raise PlacerError(f"policy {spec!r}: {str(exc).split('__init__() ', 1)[-1]}") from None
+    try:  # an option the constructor does not take (those taking **options check their own names)
+        inspect.signature(cls).bind(**options)
+    except TypeError as exc:
+        raise PlacerError(f"policy {spec!r}: {exc}") from None
+    return cls(**options)
 
 
 def place(spec: str, problem: PlacementProblem, measurer: Measurer, budget: int, seed: int,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cluster.jobs.config import (BASELINES_FILE, BaselinesConfig, check_bound_time_limit, check_counts,
-                                 check_measurer_settings)
+                                 check_measurer_settings, check_seed_setting)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -61,6 +61,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     check_counts(config.budget, config.groups, config.grouping)
     check_bound_time_limit(config.bound_time_limit_s)
     check_measurer_settings(config.measurer, config.runs, config.warmup)
+    check_seed_setting(config.seed)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
     as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray

@@ -37,7 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cluster.jobs.config import (CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig,
-                                 check_bound_time_limit, check_counts, check_measurer_settings)
+                                 check_bound_time_limit, check_counts, check_measurer_settings,
+                                 check_seed_setting)
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
@@ -48,7 +49,7 @@ from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSour
 from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
                             record_device_removal, record_resume, write_text_atomic)
-from graphs.errors import PlacerError, is_whole_number
+from graphs.errors import PlacerError
 from measurers.base import Measurement
 
 
@@ -247,8 +248,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
     if not (config.noise_std >= 0 and math.isfinite(config.noise_std)):
         raise PlacerError(f"--noise must be a finite number >= 0, got {config.noise_std}")
-    if not is_whole_number(config.seed) or config.seed < 0:
-        raise PlacerError(f"--seed must be a whole number >= 0, got {config.seed!r}")
+    check_seed_setting(config.seed)
     if isinstance(config.baselines, str):
         raise PlacerError(f"baselines must be a sequence of heuristic names, not the string {config.baselines!r}")
     for name in config.baselines:

@@ -137,3 +137,37 @@ def test_unreachable_cluster__one_error_within_the_timeout():
         check_reachable(f"127.0.0.1:{port}", timeout_s=5.0)
     assert time.perf_counter() - started < 5.0
     check_reachable("auto")  # Ray's to resolve: no check
+
+
+def test_baselines__a_negative_seed_is_refused_before_the_run_folder(tmp_path, capsys):
+    assert main(["baselines", *GRAPH, "--seed", "-1", "--policies", "single-gpu", "--bound-time-limit", "0",
+                 "--out", str(tmp_path / "runs")]) == 2
+    assert "--seed must be a whole number >= 0, got -1" in one_placer_error(capsys)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unreachable_cluster__an_address_with_auth_in_its_name_is_not_called_an_auth_failure():
+    from cluster.ray_setup import init_ray
+    from graphs.errors import PlacerError
+
+    with pytest.raises(PlacerError, match="^cannot reach the Ray cluster at 'auth-head.invalid:6379'"):
+        init_ray("auth-head.invalid:6379")
+
+
+def test_reproduce__a_folder_where_its_settings_file_belongs_is_refused_before_the_banner(tmp_path, capsys):
+    (tmp_path / "mirhoseini2017" / "experiment.json").mkdir(parents=True)
+    args = ["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu", "--out", str(tmp_path)]
+    assert main(args) == 2
+    assert f"{tmp_path / 'mirhoseini2017' / 'experiment.json'} is not a file" in one_placer_error(capsys)
+
+
+def test_unwritable_path__a_rename_names_its_target_not_the_temp_file(tmp_path, capsys, monkeypatch):
+    import graphs.io
+    from cluster.runlog import write_text_atomic
+
+    target = tmp_path / "g.json"
+    target.mkdir()
+    monkeypatch.setattr(graphs.io, "save_graph", lambda graph, path: write_text_atomic(target, "{}"))
+    assert main(["graphs", "export", "synthetic:60", "-o", str(tmp_path / "g.parquet")]) == 2
+    err = one_placer_error(capsys)
+    assert err.startswith(f"placer: error: {target}: ") and ".tmp" not in err, err

@@ -120,7 +120,7 @@ def small():
     ("cem", {"nonsense": 1}, "policy 'cem': got an unexpected keyword argument 'nonsense'"),
     ("device:1", {"nonsense": 1}, "policy 'device:1': got an unexpected keyword argument 'nonsense'"),
     ("reinforce", {"nonsense": 1}, "policy 'reinforce' takes no option 'nonsense'"),
-    ("hierarchical", {"nonsense": 1}, "policy 'hierarchical': got an unexpected keyword argument 'nonsense'"),
+    ("hierarchical", {"nonsense": 1}, "policy 'hierarchical' takes no option 'nonsense'"),
 ])
 def test_place__bad_options_are_one_error_naming_them(small, name, options, message):
     """Before any measurement: a search that would quietly search less, or a crash from deep inside."""
