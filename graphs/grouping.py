@@ -99,6 +99,12 @@ class Grouping:
     def from_op_group(cls, op_group: np.ndarray, allowed_mask: np.ndarray, method: str = "") -> Grouping:
         """Build from dense group ids and the ops' allowed masks (the group masks are their AND)."""
         op_group = np.asarray(op_group, dtype=np.int64)
+        allowed_mask = np.asarray(allowed_mask)
+        if op_group.ndim != 1 or allowed_mask.shape != op_group.shape:
+            raise PlacerError(f"a grouping needs one group id and one allowed mask per op, got shapes "
+                              f"{op_group.shape} and {allowed_mask.shape}")
+        if len(op_group) and op_group.min() < 0:
+            raise PlacerError(f"group ids must not be negative, got {int(op_group.min())}")
         g = int(op_group.max()) + 1 if len(op_group) else 0
         return cls(op_group, g, _group_mask_and(op_group, np.asarray(allowed_mask, np.uint8), g), method)
 

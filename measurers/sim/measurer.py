@@ -39,6 +39,8 @@ class SimulatorMeasurer:
             raise PlacerError(f"runs must be a whole number of at least 1, got {runs!r}")
         if not (noise_std >= 0 and math.isfinite(noise_std)):
             raise PlacerError(f"noise_std must be a finite number >= 0, got {noise_std}")
+        if not is_whole_number(seed) or seed < 0:
+            raise PlacerError(f"seed must be a whole number >= 0, got {seed!r}")
         self.graph, self.machine, self.runs, self.noise_std = graph, machine, runs, noise_std
         self.simulator = Simulator(graph, machine, profile=profile, engine=engine)
         self.seed = int(seed)

@@ -20,6 +20,7 @@ shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import asdict, dataclass
 
@@ -64,7 +65,7 @@ def grouping_name(problem: PlacementProblem) -> str:
 
 def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 1) -> BoundReport:
     """The closed-form, LP and MIP bounds of the module docstring within ``time_limit_s`` seconds."""
-    if not time_limit_s >= 0 or math.isinf(time_limit_s):
+    if not isinstance(time_limit_s, numbers.Real) or not time_limit_s >= 0 or math.isinf(time_limit_s):
         raise PlacerError(f"the bound's time limit must be a finite number of seconds >= 0, got {time_limit_s}")
     began = time.perf_counter()
     closed_s = float(problem.lower_bound_s)

@@ -344,3 +344,13 @@ def test_split_by__refuses_a_placement_of_another_shape(make_graph):
         grouping.split_by(np.zeros(5, dtype=np.int64), graph.allowed_mask)
     with pytest.raises(PlacerError, match="non-negative integer"):
         grouping.split_by(np.full(graph.num_ops, -1), graph.allowed_mask)
+
+
+def test_grouping__from_op_group_refuses_negative_ids_and_a_mask_of_another_length():
+    from graphs.errors import PlacerError
+    from graphs.grouping import Grouping
+
+    with pytest.raises(PlacerError, match="group ids must not be negative, got -1"):
+        Grouping.from_op_group(np.array([-1, 0]), np.array([1, 1]))
+    with pytest.raises(PlacerError, match="one allowed mask per op, got shapes \\(2,\\) and \\(1,\\)"):
+        Grouping.from_op_group(np.array([0, 1]), np.array([1]))

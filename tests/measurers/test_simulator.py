@@ -261,6 +261,7 @@ def test_simulator_measurer__noise_depends_on_placement_not_on_call_order():
     ({"noise_std": -0.1}, "noise_std must be a finite number >= 0"),
     ({"runs": 1.5}, "runs must be a whole number of at least 1, got 1.5"),
     ({"runs": 0}, "runs must be a whole number of at least 1, got 0"),
+    ({"seed": -1, "noise_std": 0.1}, "seed must be a whole number >= 0, got -1"),
 ])
 def test_simulator_measurer__bad_noise_or_runs_is_one_error(options, message):
     """Infinite noise used to pass, and a step of 0 s came out of samples (0, inf, 0)."""

@@ -144,7 +144,7 @@ def test_bound__time_limit_is_respected_and_zero_is_closed_form_only(rnnlm_probl
     assert cut_short.status == "ok" and report.best_s <= cut_short.runtime_s * (1 + REL)  # still a bound
 
 
-@pytest.mark.parametrize("limit", [-1.0, float("nan"), float("inf")])
+@pytest.mark.parametrize("limit", [-1.0, float("nan"), float("inf"), "1", None])
 def test_bound__bad_time_limit_is_one_error(rnnlm_problem, limit):
     with pytest.raises(PlacerError, match="time limit"):
         proven_bound(rnnlm_problem, limit)
