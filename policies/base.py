@@ -180,9 +180,10 @@ def check_budget(budget: int) -> None:
         raise PlacerError(f"a policy needs a budget of a whole number of at least 1 measurement, got {budget!r}")
 
 
-def check_seed(seed: int) -> None:
+def check_seed(seed: int, what: str = "a seed") -> None:
+    """``what`` names it in the message (the command line's flag: ``--seed``)."""
     if not is_whole_number(seed) or seed < 0:
-        raise PlacerError(f"a seed must be a whole number >= 0, got {seed!r}")
+        raise PlacerError(f"{what} must be a whole number >= 0, got {seed!r}")
 
 
 def finish(name: str, problem: PlacementProblem, unit_placement: np.ndarray | None, clock: DecisionClock,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cluster.jobs.config import (BASELINES_FILE, BaselinesConfig, check_bound_time_limit, check_counts,
-                                 check_measurer_settings, check_seed_setting)
+                                 check_measurer_settings)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -48,6 +48,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
+    from policies.base import check_seed
     from policies.problem import make_problem
     from policies.registry import baseline_names, policy_entry
     from policies.table import run_baselines as run_table
@@ -61,16 +62,16 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     check_counts(config.budget, config.groups, config.grouping)
     check_bound_time_limit(config.bound_time_limit_s)
     check_measurer_settings(config.measurer, config.runs, config.warmup)
-    check_seed_setting(config.seed)
+    check_seed(config.seed, "--seed")
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
-    as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
+    factory = as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
     from cluster.jobs.search import proven_bound_once
 
     bound = proven_bound_once(problem, config.bound_time_limit_s)  # for the searches' groups
-    with _measurer(spec, config.ray_address) as measurer:
+    with _measurer(spec, factory, config.ray_address) as measurer:
         log = _open_baselines_log(config, graph, machine, policies, spec, problem, bound) if config.out else None
         finished = False
         try:
@@ -88,9 +89,10 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
 
 
 @contextmanager
-def _measurer(spec, ray_address: str | None) -> Iterator:
-    """The simulator in this process, or a pool running the real measurer on every node (one placement per
-    call, so a time limit applies to one placement); Ray is shut down after only if it was started here."""
+def _measurer(spec, factory, ray_address: str | None) -> Iterator:
+    """The simulator in this process, or a pool running the real measurer (``factory``, already checked in
+    the driver) on every node (one placement per call, so a time limit applies to one placement); Ray is shut
+    down after only if it was started here."""
     from measurers.factory import build_measurer
 
     if spec.kind == "sim":
@@ -104,7 +106,7 @@ def _measurer(spec, ray_address: str | None) -> Iterator:
     owns_ray = not ray.is_initialized()
     ray_setup.init_ray(ray_address)
     try:
-        with MeasurerPool(spec, PoolConfig(chunk_size=1)) as pool:
+        with MeasurerPool(factory, PoolConfig(chunk_size=1)) as pool:
             yield pool
     finally:
         if owns_ray:

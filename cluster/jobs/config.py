@@ -134,11 +134,6 @@ def check_measurer_settings(measurer: str, runs: int | None, warmup: int | None)
         raise PlacerError(f"--warmup must not be negative, got {warmup}")
 
 
-def check_seed_setting(seed) -> None:
-    if not is_whole_number(seed) or seed < 0:
-        raise PlacerError(f"--seed must be a whole number >= 0, got {seed!r}")
-
-
 def check_counts(budget: int, groups: int, grouping: str) -> None:
     from graphs.grouping import METHODS
 

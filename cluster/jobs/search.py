@@ -37,8 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cluster.jobs.config import (CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig,
-                                 check_bound_time_limit, check_counts, check_measurer_settings,
-                                 check_seed_setting)
+                                 check_bound_time_limit, check_counts, check_measurer_settings)
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
@@ -237,6 +236,7 @@ def _check_split_groups(heuristic: str, entry) -> None:
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
+    from policies.base import check_seed
     from policies.registry import heuristic_choices, is_heuristic
 
     check_measurer_settings(config.measurer, config.runs, config.warmup)
@@ -248,7 +248,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
     if not (config.noise_std >= 0 and math.isfinite(config.noise_std)):
         raise PlacerError(f"--noise must be a finite number >= 0, got {config.noise_std}")
-    check_seed_setting(config.seed)
+    check_seed(config.seed, "--seed")
     if isinstance(config.baselines, str):
         raise PlacerError(f"baselines must be a sequence of heuristic names, not the string {config.baselines!r}")
     for name in config.baselines:
