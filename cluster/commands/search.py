@@ -66,8 +66,8 @@ def register(subparsers) -> None:
                    help="gdp, placeto and giph: the network's weights: a checkpoint from placer train, pretrained "
                         "(the default: the committed checkpoint, policies/rl/gnn/pretrained/) or scratch; hsdag: "
                         "scratch (the default) or pretrained (gdp's encoder)")
-    p.add_argument("--order", help="placeto: the order it visits the groups in, topo (default), reverse-topo, bfs "
-                                   "or random")
+    p.add_argument("--order", help="placeto: the order it visits the groups in, topo, reverse-topo, bfs or random "
+                                   "(default: the order its checkpoint was trained in; topo from scratch)")
     p.add_argument("--remove-device", action="append", dest="remove_devices", metavar="NAME@MEASUREMENTS",
                    help="device NAME leaves after that many of the policy's measurements (e.g. gpu:1@200), or "
                         "NAME@node-lost: when the measurer pool first loses a GPU node; the policy goes on, on the "

@@ -11,7 +11,8 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
                 warm-started (+ws: the quick heuristics' placements, measured in the budget)
     devices     zero-shot on paper-8gpu, dgx1-v100, h200x8 against annealing given 64 measurements
     orders      placeto trained with each visiting order (--order-init ORDER=PATH ...): zero-shot and
-                after --budget measurements
+                after --budget measurements; with --graphs families:12:24 --seeds 0, on validation graphs
+                (family draws past the training family's 24) instead of the held-out ones
 
 Usage::
 
@@ -37,6 +38,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_learned_vs_search import read_records as read_lines  # noqa: E402
+from cluster.commands.train import expand_graphs  # noqa: E402
 from graphs.families import HELD_OUT  # noqa: E402
 
 PAPER_MACHINES = ("paper-2gpu", "paper-4gpu")
@@ -260,6 +262,8 @@ def orders_section(args, rows) -> None:
         print(f"| {g} | {m} | " + " | ".join(cells) + " |")
     print("| geometric mean over the rows | | " + " | ".join(
         f"{_geomean(v[0] for v in totals[o]):.4f} / {_geomean(v[1] for v in totals[o]):.4f}" for o in orders) + " |")
+    print("| score: geometric mean of sqrt(zero-shot x tuned) | | " + " | ".join(
+        f"{_geomean(math.sqrt(shot * tuned) for shot, tuned in totals[o]):.4f}" for o in orders) + " |")
 
 
 def _geomean(values) -> float:
@@ -281,10 +285,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/bench_generalize.jsonl"))
     parser.add_argument("--graphs", nargs="+", default=list(HELD_OUT), metavar="NAME_OR_FILE",
                         help="the held-out graphs of the zero-shot, fine-tune and orders rows (default: "
-                             "graphs.families.HELD_OUT; graph files from outside the project are held out too)")
+                             "graphs.families.HELD_OUT; graph files from outside the project are held out too); "
+                             "families:N:START as in placer train (orders on validation graphs: families:12:24)")
     args = parser.parse_args()
     args.init = {"gdp": args.init_gdp, "placeto": args.init_placeto}
-    rows = [(g, m) for g in args.graphs for m in PAPER_MACHINES]
+    rows = [(g, m) for g in expand_graphs(args.graphs) for m in PAPER_MACHINES]
     if args.section in ("all", "zero-shot", "fine-tune"):
         ensure_reinforce_reference(args.reinforce, rows, args.seeds)
     sections = {"zero-shot": lambda: zero_shot_section(args, rows), "fine-tune": lambda: fine_tune_section(args, rows),

@@ -81,9 +81,12 @@ class GdpPolicy:
         self.trainer = None  # built by the first place(), kept by the next ones (a device removed)
 
     def config(self, seed: int) -> GnnConfig:
-        architecture = {} if self.initial.state is None else {
-            k: v for k, v in self.initial.state["architecture"].items() if k != "kind"}
-        return GnnConfig(**{**self.options, **architecture, "kind": self.name, "seed": seed})
+        """The checkpoint's architecture, and unless the options name one, the visiting order it was trained
+        with (a Placeto network trained visiting bfs has learned decisions in that order)."""
+        state = self.initial.state
+        architecture = {} if state is None else {k: v for k, v in state["architecture"].items() if k != "kind"}
+        trained = {} if state is None else {"order": state["trainer"]["config"].get("order", GnnConfig.order)}
+        return GnnConfig(**{**trained, **self.options, **architecture, "kind": self.name, "seed": seed})
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         from policies.rl.loop import deterministic_torch

@@ -212,3 +212,17 @@ def test_the_committed_checkpoint_is_picked_up_by_default_and_places_zero_shot(k
     assert np.array_equal(result.group_placement, named.group_placement)  # the committed weights, by default
     assert not np.array_equal(result.group_placement, scratch.group_placement)  # not a fresh network's
     assert str(pretrained_path(kind)) in result.notes
+
+
+def test_a_checkpoint_is_used_in_the_order_it_was_trained_in_unless_told_otherwise(tmp_path):
+    """A Placeto network trained visiting bfs decides in that order: `--init` with it visits bfs by default;
+    an explicit `--order` still wins, and from scratch the order is GnnConfig's default."""
+    from policies.rl.gnn.checkpoint import write_checkpoint
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    trained = GnnConfig(kind="placeto", hidden_size=8, num_layers=1, batch_size=4, order="bfs")
+    path = tmp_path / "bfs.pt"
+    write_checkpoint(path, "placeto", GnnTrainer(trained).state(), {"measurements_used": 0})
+    assert make_policy("placeto", init=str(path)).config(0).order == "bfs"
+    assert make_policy("placeto", init=str(path), order="random").config(0).order == "random"
+    assert make_policy("placeto", init="scratch").config(0).order == GnnConfig.order
