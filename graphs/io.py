@@ -25,7 +25,11 @@ _META_KEY = b"placer.opgraph"
 
 def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
     """Write ``graph`` to ``path`` atomically (temp file, then rename). Returns the path."""
+    if not isinstance(graph, OpGraph):
+        raise PlacerError(f"save_graph needs an OpGraph, not {type(graph).__name__}")
     path = Path(path)
+    if path.is_dir():
+        raise PlacerError(f"graph file {str(path)!r} is a folder, not a file")
     offsets, edge_ids = graph.pred_csr
     in_src = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(graph.edge_src[edge_ids]))
     in_bytes = pa.ListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(graph.edge_bytes[edge_ids]))

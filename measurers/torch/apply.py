@@ -129,7 +129,7 @@ def place_user_step(user: UserTorchStep, placement, machine: Machine,
     ``optimizer_options``: Adam's own (``lr``); options that add ops (``weight_decay``) make the step
     differ from the graph and are refused."""
     placement = check_placement(user.graph, machine, placement)
-    devices = [torch.device(d) for d in torch_devices(machine)]
+    devices = [_torch_device(d) for d in torch_devices(machine)]
     if len(devices) != machine.num_devices:
         raise PlacerError(f"torch_devices gave {len(devices)} devices for the {machine.num_devices} of "
                           f"machine {machine.name!r}")
@@ -146,6 +146,14 @@ def place_user_step(user: UserTorchStep, placement, machine: Machine,
     return PlacedStep(replay, user.graph, machine, placement, input_slots, tuple(user.step.inputs))
 
 
+def _torch_device(device) -> torch.device:
+    """``device`` as a torch device; one that torch cannot parse is a PlacerError naming it."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise PlacerError(f"torch_devices gave {device!r}, not a torch device: {error}") from None
+
+
 def _fresh_optimizer(step: MaterializedStep, options: dict) -> torch.optim.Optimizer:
     """Adam as the importer builds it (its state made by a zero-gradient warm-up step, so the update's
     ops are the traced steady-state ones), then put back to a fresh optimizer's: the parameters as they
@@ -154,7 +162,7 @@ def _fresh_optimizer(step: MaterializedStep, options: dict) -> torch.optim.Optim
     before = [p.detach().clone() for p in params]
     try:
         optimizer = step.make_optimizer(**options)
-    except TypeError as error:
+    except (TypeError, ValueError) as error:  # an unknown option; a value Adam refuses (a negative lr)
         raise PlacerError(f"optimizer options {options}: {error}") from error
     with torch.no_grad():
         for p, value in zip(params, before):

@@ -132,6 +132,14 @@ def test_apply_torch__an_op_placement_array_needs_its_machine_and_the_right_leng
     assert np.isfinite(float(step())) and step.copies == 0  # one device: nothing crosses
 
 
+def test_apply_torch__a_device_torch_cannot_parse_and_a_negative_learning_rate_are_refused(torch_run):
+    run_dir, _ = torch_run
+    with pytest.raises(PlacerError, match="torch_devices gave 'gpu:7', not a torch device"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=lambda machine: ["cpu", "cpu", "gpu:7"])
+    with pytest.raises(PlacerError, match=r"optimizer options \{'lr': -1.0\}"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu, optimizer_options={"lr": -1.0})
+
+
 def test_apply_torch__inputs_of_another_shape_are_refused(torch_run):
     run_dir, _ = torch_run
     step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)

@@ -102,6 +102,14 @@ def test_io__file_is_readable_without_project_code(tmp_path):
     assert [list(x) for x in frame["in_src"]] == [[], [0], [0], [1, 2]]
 
 
+def test_io__saving_to_a_folder_or_saving_what_is_not_a_graph_is_a_clear_error(tmp_path):
+    with pytest.raises(PlacerError, match="is a folder, not a file"):
+        save_graph(_diamond(), tmp_path)
+    with pytest.raises(PlacerError, match="needs an OpGraph, not dict"):
+        save_graph({"ops": []}, tmp_path / "g.parquet")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
 def test_io__truncated_file_is_a_clear_error(tmp_path):
     path = save_graph(_diamond(), tmp_path / "g.parquet")
     path.write_bytes(path.read_bytes()[:-40])
