@@ -139,7 +139,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
         config = resume_config(config.resume, asdict(config))
     warm_source = check_search_config(config)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
-    problem = _problem(graph, machine, config)
+    problem, computed = _problem(graph, machine, config)
     removals = check_removals(config, machine)
     check_removals_for_problem(problem, removals)  # the graph's ops keep a device of their kinds
     warm_file = load_warm_start_placement(warm_source, problem)  # a bad placement fails before any file
@@ -164,7 +164,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
             on_start(run_dir)
         pool_config = PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if spec.kind != "sim" else 64)
         pool = MeasurerPool(factory, pool_config, run_log=writer)
-        baselines, placements = _score_baselines(problem, pool, config, past, writer)
+        baselines, placements = _score_baselines(problem, pool, config, past, writer, computed)
         warm = _warm_start(warm_source, warm_file, baselines, placements, problem, pool, past, writer)
         outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals)
         stop_reason = outcome.stop_reason
@@ -289,13 +289,18 @@ def _gnn_options(config: SearchConfig) -> dict:
 
 
 def _problem(graph, machine, config: SearchConfig):
+    """(the searched problem, {heuristic: (N,) op placement} of the --split-groups heuristic when it ran here,
+    else {}): the baselines reuse that placement rather than compute it again."""
     from graphs.grouping import Grouping
     from policies.problem import make_problem
 
     if not config.resume:
         problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                                seed=config.seed)
-        return _split_groups(problem, config) if config.split_groups else problem
+        if not config.split_groups:
+            return problem, {}
+        split, placement = _split_groups(problem, config)
+        return split, {config.split_groups: placement}
     path = Path(config.resume) / GROUPING_FILE  # check_search_config: it is there
     try:
         with np.load(path, allow_pickle=False) as arrays:
@@ -306,12 +311,12 @@ def _problem(graph, machine, config: SearchConfig):
         raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
                           f"graph {graph.name!r} has {graph.num_ops}")
     problem = make_problem(graph, machine)  # colocation units, replaced by the run's own grouping
-    return replace(problem, op_unit=grouping.op_group, grouping=grouping)
+    return replace(problem, op_unit=grouping.op_group, grouping=grouping), {}
 
 
-def _split_groups(problem, config: SearchConfig):
-    """``--split-groups HEURISTIC``: the groups split by the heuristic's devices (one error before anything is
-    written when the policy cannot place that many)."""
+def _split_groups(problem, config: SearchConfig) -> tuple:
+    """``--split-groups HEURISTIC``: (the groups split by the heuristic's devices, its (N,) op placement); one
+    error before anything is written when the policy cannot place that many."""
     from policies.registry import heuristic_op_placement, policy_entry
 
     try:
@@ -323,7 +328,7 @@ def _split_groups(problem, config: SearchConfig):
     if most is not None and split.num_units > most:
         raise PlacerError(f"--split-groups {config.split_groups}: {split.num_units} groups after the split; policy "
                           f"{config.policy!r} places at most {most} (use fewer --groups)")
-    return split
+    return split, placement
 
 
 def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, str]):
@@ -385,23 +390,29 @@ def _search_bound(problem, config: SearchConfig) -> tuple[float, str]:
     return report.best_s, report.holds_for
 
 
-def _score_baselines(problem, pool, config: SearchConfig, past: PastRows,
-                     writer) -> tuple[list[BaselineOutcome], dict[str, np.ndarray]]:
+def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer,
+                     computed: dict[str, np.ndarray]) -> tuple[list[BaselineOutcome], dict[str, np.ndarray]]:
     """Score each quick baseline (and each warm-start heuristic) with one measurement through the same
-    pool, logged under its name: the outcomes, and the (N,) op placement of each that placed the graph."""
+    pool, logged under its name: the outcomes, and the (N,) op placement of each that placed the graph.
+    ``computed``: op placements already made this run (the --split-groups heuristic's), measured as they are:
+    a heuristic decides from the cost model alone, so placing again would give the same placement."""
     from policies.registry import place
 
     measurer = LoggedPoolMeasurer(pool, problem, "", past, log=writer)
     outcomes, placements = [], {}
     for name in scored_baselines(config):
         measurer.policy = name
-        try:
-            result = place(name, problem, measurer, 1, config.seed)
-        except PlacerError as exc:  # e.g. no expert rule for this graph
-            outcomes.append(BaselineOutcome(name, math.nan, f"skipped: {exc}"))
-            continue
-        best = result.best
-        placements[name] = np.asarray(result.op_placement, dtype=np.int64)
+        if name in computed:
+            placement = computed[name]
+            (best,) = measurer.measure([placement])
+        else:
+            try:
+                result = place(name, problem, measurer, 1, config.seed)
+            except PlacerError as exc:  # e.g. no expert rule for this graph
+                outcomes.append(BaselineOutcome(name, math.nan, f"skipped: {exc}"))
+                continue
+            placement, best = result.op_placement, result.best
+        placements[name] = np.asarray(placement, dtype=np.int64)
         outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
     return outcomes, placements
 

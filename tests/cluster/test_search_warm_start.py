@@ -313,16 +313,21 @@ def test_search__annealing_takes_the_warm_start_and_never_ends_above_it(local_ra
     assert result.policy_best_runtime_s <= first[[tuple(p) == heft_units for p in first.placement]].runtime_s.min()
 
 
-def test_search__split_groups_makes_the_heuristic_an_exact_start(local_ray, tmp_path):
+def test_search__split_groups_makes_the_heuristic_an_exact_start(local_ray, tmp_path, monkeypatch):
     """--warm-start heft --split-groups heft: the searched groups are the 8 groups split by HEFT's devices,
     so the learner's start on its groups is HEFT's own placement and step time, and the run folder keeps the
-    split grouping (what a resume places)."""
+    split grouping (what a resume places). HEFT runs once: the warm start reuses the split's placement."""
     from cluster.jobs.config import GROUPING_FILE
     from graphs.grouping import Grouping
+    from policies.heft import HeftPolicy
 
     plain = run_search(_config(tmp_path, policy="reinforce", warm_start="heft", budget=8, batch=4))
+    heft_runs = []
+    original = HeftPolicy.place
+    monkeypatch.setattr(HeftPolicy, "place", lambda self, *a, **k: heft_runs.append(1) or original(self, *a, **k))
     split = run_search(_config(tmp_path, policy="reinforce", warm_start="heft", split_groups="heft", budget=8,
                                batch=4))
+    assert len(heft_runs) == 1  # placed once for the split; the warm start measures that placement
     assert 8 < split.groups <= 8 * 3 and plain.groups == 8
     assert split.warm_start_on_groups_s == split.warm_start_runtime_s  # exact, not collapsed
     assert plain.warm_start_on_groups_s != plain.warm_start_runtime_s  # collapsed onto 8 groups: another placement
