@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable, Protocol, Sequence
 
@@ -178,6 +178,14 @@ class BudgetedMeasurer:
 def check_budget(budget: int) -> None:
     if not is_whole_number(budget) or budget < 1:
         raise PlacerError(f"a policy needs a budget of a whole number of at least 1 measurement, got {budget!r}")
+
+
+def check_option_names(policy: str, options, config_class) -> None:
+    """Every option is a field of ``config_class`` (a dataclass): else one PlacerError naming the unknown ones."""
+    unknown = sorted(set(options) - {f.name for f in fields(config_class)})
+    if unknown:
+        raise PlacerError(f"policy {policy!r} takes no option {', '.join(map(repr, unknown))} (its options are "
+                          f"{config_class.__name__}'s fields)")
 
 
 def check_seed(seed: int, what: str = "a seed") -> None:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
-                           early_stop, search_result, with_run_best)
+                           check_option_names, early_stop, search_result, with_run_best)
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.trainer import CHECKPOINT_FILE
 
@@ -32,10 +31,7 @@ class HierarchicalPolicy:
                  **options):
         self.context = context or RunContext()
         self.warm_start = warm_start
-        unknown = sorted(set(options) - {f.name for f in fields(HierarchicalConfig)})
-        if unknown:
-            raise PlacerError(f"policy 'hierarchical' takes no option {', '.join(map(repr, unknown))} (its "
-                              f"options are HierarchicalConfig's fields)")
+        check_option_names(self.name, options, HierarchicalConfig)
         self.config = HierarchicalConfig(**options)  # bad values fail here, before any work
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:

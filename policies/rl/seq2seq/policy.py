@@ -12,14 +12,13 @@ its checkpoint holds both). A warm-started run uses ``RLConfig.for_warm_start`` 
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
-                           search_result, with_run_best)
+                           check_option_names, search_result, with_run_best)
 from policies.rl.config import RLConfig
 from policies.rl.loop import CHECKPOINT_FILE, train_placer
 from policies.rl.warm_start import measure_warm_start
@@ -34,10 +33,7 @@ class ReinforcePolicy:
                  **options):
         self.context = context or RunContext()
         self.warm_start = None if warm_start is None else list(warm_start)
-        unknown = sorted(set(options) - {f.name for f in fields(RLConfig)})
-        if unknown:
-            raise PlacerError(f"policy {self.name!r} takes no option {', '.join(map(repr, unknown))} (its "
-                              f"options are RLConfig's fields)")
+        check_option_names(self.name, options, RLConfig)
         self.options = options  # RLConfig fields other than trainer and seed
 
     def make_config(self, seed: int, warm_started: bool) -> RLConfig:
