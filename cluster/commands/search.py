@@ -38,7 +38,8 @@ def register(subparsers) -> None:
     p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups}; hierarchical: the groups its "
                    "grouper makes, default 256)")
     p.add_argument("--grouping", help="how ops become groups: scope (default: groups inside "
-                   "one layer of the model; METIS for graphs without scopes), metis, colocation, topo or fusion")
+                   "one layer of the model; METIS for graphs without scopes), metis, colocation, topo or fusion "
+                   "(hierarchical: the groups its grouper starts from)")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
     p.add_argument("--runs", type=int, help="timed runs per placement, median reported "
                                            "(default 1 for sim, 5 for torch/tf)")

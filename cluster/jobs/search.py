@@ -473,6 +473,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
             options["batch_size"] = config.batch
         if config.planner_groups is not None:
             options["num_groups"] = config.planner_groups
+        if config.policy == "hierarchical":  # its grouper starts on groups of the searched method
+            options["prior"] = config.grouping
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:

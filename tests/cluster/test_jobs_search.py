@@ -115,21 +115,24 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
 def test_search_cli__groups_given_to_hierarchical_is_its_grouper_size(local_ray, tmp_path, capsys):
     """`--groups G` with the hierarchical planner sets the groups its grouper makes (the manifest keeps it, so
     a resume does too); without it the planner makes the paper's 256 (capped at the graph's atoms).
+    `--grouping` is the method of the groups its grouper starts from (default scope).
     planner_groups belongs to hierarchical alone."""
     import torch
 
     from cluster.cli import main
 
-    def grouper_size(run_dir) -> int:
+    def grouper(run_dir) -> tuple[int, str]:
         saved = torch.load(Path(run_dir) / "checkpoint" / "learner.pt", weights_only=False)
-        return saved["shape"][1]  # (atoms, groups, devices)
+        return saved["shape"][1], saved["config"]["prior"]  # shape: (atoms, groups, devices)
 
-    assert main(["search", "--graph", GRAPH, "--policy", "hierarchical", "--groups", "6", "--budget", "4", "--batch",
-                 "2", "--workers", "1", "--bound-time-limit", "0", "--out", str(tmp_path / "six"), "--json"]) == 0
+    assert main(["search", "--graph", GRAPH, "--policy", "hierarchical", "--groups", "6", "--grouping", "metis",
+                 "--budget", "4", "--batch", "2", "--workers", "1", "--bound-time-limit", "0",
+                 "--out", str(tmp_path / "six"), "--json"]) == 0
     run_dir = json.loads(capsys.readouterr().out)["run_dir"]
-    assert grouper_size(run_dir) == 6 and read_manifest(run_dir).config["planner_groups"] == 6
+    assert grouper(run_dir) == (6, "metis") and read_manifest(run_dir).config["planner_groups"] == 6
     default = run_search(_config(tmp_path / "default", policy="hierarchical", budget=4, batch=2))
-    assert grouper_size(default.run_dir) == 256 and read_manifest(default.run_dir).config["planner_groups"] is None
+    assert grouper(default.run_dir) == (256, "scope")
+    assert read_manifest(default.run_dir).config["planner_groups"] is None
     with pytest.raises(PlacerError, match="planner_groups: only for the hierarchical planner"):
         run_search(_config(tmp_path / "reinforce", planner_groups=6))
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphs.errors import PlacerError
+from graphs.grouping import METHODS
 from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE, check_learner_sizes
 from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
 NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
+PRIORS = (*METHODS, "position", "uniform")  # how the grouper starts (HierarchicalConfig.prior)
+ENTROPY_PER_32_GROUPS = 0.03  # the default entropy weight at 32 groups or fewer (HierarchicalConfig.entropy_coeff)
 
 
 @dataclass
@@ -19,17 +22,24 @@ class HierarchicalConfig:
     """B: placements sampled, measured in one call and learned from per iteration."""
     hidden_size: int = HIDDEN_SIZE
     """Width of the grouper's hidden layers and of the placer's LSTMs."""
+    prior: str = "scope"
+    """How the grouper starts, before any reward: a grouping method of ``graphs.grouping`` (scope, metis,
+    topo, colocation, fusion), whose G groups the atoms start in (each atom leaves its group with
+    probability ``move_prob`` per sample); ``position``, the soft topological prior of width
+    ``prior_width`` (``module.topo_prior``); or ``uniform``, the paper's start. BENCHMARKS.md ("The
+    grouper's start") measured them."""
     prior_width: float = 1.0
-    """Width, in groups, of the grouper's fixed topological prior (policies/rl/hierarchical/module.py,
-    ``topo_prior``); 0 starts the grouper uniform, as the paper."""
+    """Width, in groups, of the ``position`` prior."""
     lr: float = 1e-3
     """Adam learning rate of both networks (one optimizer)."""
     grad_clip: float = 1.0
     """Global gradient-norm bound."""
-    entropy_coeff: float = 0.005
+    entropy_coeff: float | None = None
     """Weight of the entropy bonus: mean per-atom grouper entropy plus summed per-group placer entropy
-    (policies/rl/hierarchical/learner.py says why). On nmt-4 / paper-4gpu, 2,048 measurements, seed 0:
-    0.03 (RLConfig's) kept the placer near uniform (2.82 s); 0.005 gave 1.30 s."""
+    (policies/rl/hierarchical/learner.py says why). None: ``ENTROPY_PER_32_GROUPS`` (RLConfig's 0.03) at
+    32 groups or fewer, scaled by 32 / G above (0.00375 at 256): on nmt-4 / paper-4gpu, 2,048
+    measurements, seed 0, 0.03 kept 256 groups near uniform (2.36-2.82 s) where 0.005 gave 1.29-1.30 s,
+    and at 32 groups 0.005 was worse than 0.03 on 4 of 5 runs (``effective_entropy_coeff``)."""
     temperature: float = 2.0
     """Placer logit temperature (as RLConfig's)."""
     tanh_constant: float = 5.0
@@ -41,9 +51,9 @@ class HierarchicalConfig:
     its greedy decode gives them)."""
     imitation_lr: float = 1e-2
     """Adam learning rate of those supervised steps."""
-    warm_move_prob: float = 0.002
-    """Once warm-started, the probability that an atom is sampled outside its target group (about 9 of
-    nmt-4's 4,406 atoms per placement): exploration around the warm start stays local."""
+    move_prob: float = 0.002
+    """The probability that an atom is sampled outside the group it starts in, the warm start's or the
+    ``prior`` grouping's (about 9 of nmt-4's 4,406 atoms per placement): exploration stays local."""
     warm_placement_prob: float = 0.5
     """Imitation continues until the placer samples the target's devices for the target grouping whole
     with at least this probability (so most sampled placements differ from it by a group or two)."""
@@ -63,15 +73,25 @@ class HierarchicalConfig:
         if int(self.num_groups) < 1:
             raise PlacerError(f"num_groups must be at least 1, got {self.num_groups}")
         check_learner_sizes(self.batch_size, self.hidden_size, self.penalty_runtime_s)
+        if self.prior not in PRIORS:
+            raise PlacerError(f"unknown prior {self.prior!r} (known: {', '.join(PRIORS)})")
         if self.prior_width < 0:
             raise PlacerError(f"prior_width must not be negative, got {self.prior_width}")
         if self.imitation_steps < 0:
             raise PlacerError(f"imitation_steps must not be negative, got {self.imitation_steps}")
-        if not 0.0 < self.warm_move_prob < 1.0:
-            raise PlacerError(f"warm_move_prob must lie in (0, 1), got {self.warm_move_prob}")
+        if self.entropy_coeff is not None and not self.entropy_coeff >= 0:
+            raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
+        if not 0.0 < self.move_prob < 1.0:
+            raise PlacerError(f"move_prob must lie in (0, 1), got {self.move_prob}")
         if not 0.0 < self.warm_placement_prob < 1.0:
             raise PlacerError(f"warm_placement_prob must lie in (0, 1), got {self.warm_placement_prob}")
         if self.decode_order not in ("group", "position"):
             raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: group, position)")
         if self.checkpoint_every < 1:
             raise PlacerError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
+
+    def effective_entropy_coeff(self, num_groups: int) -> float:
+        """``entropy_coeff``, or its default for ``num_groups`` groups (see the field)."""
+        if self.entropy_coeff is not None:
+            return float(self.entropy_coeff)
+        return ENTROPY_PER_32_GROUPS * min(1.0, 32.0 / max(int(num_groups), 1))

@@ -1,4 +1,5 @@
-"""The warm start's targets: a grouping of the atoms that keeps each group on one device of a target
+"""Where the grouper starts: a structural grouping of the atoms (``start_grouping``, the ``prior``), or
+the warm start's targets: a grouping of the atoms that keeps each group on one device of a target
 placement, and that group's device. No RLlib here.
 
 Groups follow ``graphs.grouping``'s default method with ``max_groups=G``, split where a group straddles
@@ -13,15 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphs.grouping import group_ops
+from graphs.grouping import DEFAULT_METHOD, group_ops
+
+
+def start_grouping(problem, position: np.ndarray, num_groups: int, method: str = DEFAULT_METHOD) -> np.ndarray:
+    """(A,) int64: the atoms' groups under ``graphs.grouping``'s ``method`` with at most G groups, numbered
+    by their members' mean position (the placer's decode order)."""
+    coarse = group_ops(problem.graph, max_groups=num_groups, method=method, seed=0).op_group  # (N,)
+    atom_group = np.zeros(problem.num_units, dtype=np.int64)
+    atom_group[problem.op_unit] = coarse  # atoms are never split by grouping
+    return _by_position(atom_group, position)
 
 
 def target_grouping(problem, position: np.ndarray, device: np.ndarray, num_groups: int) -> np.ndarray:
     """(A,) int64 group id in 0..G-1 of every atom; ``device`` (A,) the target device of each atom."""
-    atoms = problem.num_units
-    coarse = group_ops(problem.graph, max_groups=num_groups, seed=0).op_group  # (N,)
-    atom_group = np.zeros(atoms, dtype=np.int64)
-    atom_group[problem.op_unit] = coarse  # atoms are never split by grouping
+    atom_group = start_grouping(problem, position, num_groups)
     keys, piece = np.unique(atom_group * problem.num_devices + device, return_inverse=True)
     if len(keys) <= num_groups:
         return _by_position(piece.astype(np.int64), position)

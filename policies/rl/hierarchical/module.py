@@ -72,9 +72,11 @@ def topo_prior(quantile: Tensor, num_groups: int, width: float) -> Tensor:
     Two departures from the paper, whose grouper is a feed-forward net alone and starts uniform: (1) a
     uniform grouper mixes atoms from the whole graph into every group, and such placements run 4x slower
     than the expert's on nmt-4 (3.2 s against 0.76 s), far from anything REINFORCE finds within a few
-    thousand measurements, so the first groupings are contiguous stretches of equal cost (as the scope
-    and topo groupings are); (2) each atom also has its own learned logits (A, G) next to the network's,
-    so the grouper can hold any grouping exactly (a warm start's, ``set_atom_targets``) and move single
+    thousand measurements, so the grouper starts on a structural grouping (``HierarchicalConfig.prior``:
+    by default the scope groups, set with ``set_atom_targets``; this function gives the older ``position``
+    prior, contiguous stretches of equal cost in topological order, which cuts an unrolled RNN into time
+    slices rather than layers); (2) each atom also has its own learned logits (A, G) next to the
+    network's, so the grouper can hold any grouping exactly (the prior's or a warm start's) and move single
     atoms between groups, which a net over shared features cannot (atoms of repeated layers look alike).
     """
     if width <= 0:
@@ -107,8 +109,9 @@ class HierarchicalModule(TorchRLModule):
         return self.grouper(self.atom_inputs) + self.atom_logits
 
     def set_atom_targets(self, target: Tensor, move_prob: float) -> None:
-        """Warm start of the grouper: each atom's own logits put ``1 - move_prob`` on its target group
-        (A,), the rest spread evenly, so sampled groupings differ from the target by a few atoms."""
+        """Start the grouper on a grouping (the prior's or a warm start's): each atom's own logits put
+        ``1 - move_prob`` on its target group (A,), the rest spread evenly, so sampled groupings differ from
+        the target by a few atoms."""
         count = self.atom_logits.shape[1]
         gap = float(np.log((1.0 - move_prob) * max(count - 1, 1) / move_prob)) if count > 1 else 0.0
         with torch.no_grad():

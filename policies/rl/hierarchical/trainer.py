@@ -16,7 +16,7 @@ from graphs.errors import PlacerError
 from policies.rl.env import scored_runtime_s
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.features import GroupBuilder, atom_features
-from policies.rl.hierarchical.imitation import target_grouping
+from policies.rl.hierarchical.imitation import start_grouping, target_grouping
 from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
 from policies.rl.loop import save_state
@@ -31,15 +31,16 @@ def build_learner(atoms, num_groups: int, num_devices: int, config: Hierarchical
     from policies.rl.assembly import standalone_learner
     from policies.rl.hierarchical.learner import HierarchicalLearner
     from policies.rl.hierarchical.module import HierarchicalModule
+    width = config.prior_width if config.prior == "position" else 0.0  # a grouping prior is set afterwards
     model_config = {"atom_features": atoms.features, "atom_quantile": atoms.quantile,
-                    "prior_width": config.prior_width, "num_groups": num_groups, "num_devices": num_devices,
+                    "prior_width": width, "num_groups": num_groups, "num_devices": num_devices,
                     "hidden_size": config.hidden_size, "tanh_constant": config.tanh_constant,
                     "temperature": config.temperature}
     spaces = {"observation_space": gym.spaces.Box(-np.inf, np.inf, atoms.features.shape, np.float32),
               "action_space": gym.spaces.MultiDiscrete([num_groups] * atoms.count)}  # nominal: not sampled by RLlib
     return standalone_learner(HierarchicalLearner, HierarchicalModule, model_config, spaces, lr=config.lr,
                               grad_clip=config.grad_clip, seed=config.seed,
-                              learner_config={"entropy_coeff": config.entropy_coeff})
+                              learner_config={"entropy_coeff": config.effective_entropy_coeff(num_groups)})
 
 
 class HierarchicalTrainer:
@@ -53,6 +54,9 @@ class HierarchicalTrainer:
         self.builder = GroupBuilder(self.atoms, self.num_groups, by_position=config.decode_order == "position")
         self.learner = build_learner(self.atoms, self.num_groups, problem.num_devices, config)
         self.module = self.learner.module[DEFAULT_MODULE_ID].unwrapped()
+        if config.prior not in ("position", "uniform"):
+            start = start_grouping(problem, self.atoms.position, self.num_groups, config.prior)
+            self.module.set_atom_targets(torch.from_numpy(start), config.move_prob)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.iteration = 0
         self.measurements_used = 0
@@ -128,7 +132,7 @@ class HierarchicalTrainer:
         group_device = torch.zeros(self.num_groups, dtype=torch.int64)
         group_device[assign[0]] = torch.from_numpy(target)  # one device per group (see imitation.py)
         decoded = group_device[inputs.order[0]][None]  # (1, G) decode order
-        self.module.set_atom_targets(assign[0], self.config.warm_move_prob)
+        self.module.set_atom_targets(assign[0], self.config.move_prob)
         self._fit_placer(inputs, decoded)
         self.learner.entropy_coeff = self.config.warm_entropy_coeff
         self.warm_started = True

@@ -189,8 +189,50 @@ def test_hierarchical__imitation_reproduces_the_warm_start(problem):
     assert np.median((sampled == expert.op_placement[None]).mean(axis=1)) > 0.9
 
 
+def test_hierarchical__grouper_starts_on_the_prior_grouping(problem):
+    """Default: each atom starts in its scope group (numbered in decode order) and rarely leaves it;
+    ``position`` keeps the soft topological prior, ``uniform`` the paper's even start."""
+    from graphs.grouping import group_ops
+    from policies.rl.hierarchical.module import topo_prior
+
+    trainer = _trainer(problem)
+    logits = trainer.module.group_logits().detach()  # (A, G)
+    greedy = logits.argmax(dim=1).numpy()  # (A,)
+    scope = np.zeros(problem.num_units, dtype=np.int64)
+    scope[problem.op_unit] = group_ops(problem.graph, max_groups=trainer.num_groups, method="scope").op_group
+    assert len(np.unique(scope)) > 1
+    pairs = np.unique(np.stack([scope, greedy]), axis=1)  # the same partition of the atoms, renumbered
+    assert pairs.shape[1] == len(np.unique(scope)) == len(np.unique(greedy))
+    mean_position = [trainer.atoms.position[greedy == g].mean() for g in np.unique(greedy)]
+    assert np.all(np.diff(mean_position) >= 0)  # numbered by position: the placer's decode order
+    stay = torch.softmax(logits, dim=1).max(dim=1).values
+    assert float(stay.min()) == pytest.approx(1.0 - OPTIONS_MOVE_PROB, rel=1e-3)
+    position = _trainer(problem, prior="position").module.atom_logits.detach()  # the grouper net aside
+    expected = topo_prior(torch.from_numpy(trainer.atoms.quantile).float(), trainer.num_groups, 1.0)
+    assert torch.allclose(position, expected)
+    assert not torch.any(_trainer(problem, prior="uniform").module.atom_logits.detach())
+
+
+OPTIONS_MOVE_PROB = 0.002  # HierarchicalConfig.move_prob's default
+
+
+def test_hierarchical__entropy_weight_scales_down_with_many_groups():
+    from policies.rl.hierarchical.config import HierarchicalConfig
+
+    assert HierarchicalConfig().effective_entropy_coeff(32) == pytest.approx(0.03)
+    assert HierarchicalConfig().effective_entropy_coeff(8) == pytest.approx(0.03)
+    assert HierarchicalConfig().effective_entropy_coeff(256) == pytest.approx(0.00375)
+    assert HierarchicalConfig(entropy_coeff=0.01).effective_entropy_coeff(256) == 0.01
+
+
 def test_hierarchical__bad_options_are_refused():
     with pytest.raises(PlacerError, match="num_groups"):
         make_policy("hierarchical", num_groups=0)
     with pytest.raises(PlacerError, match="batch_size"):
         make_policy("hierarchical", batch_size=1)
+    with pytest.raises(PlacerError, match=r"unknown prior 'layers' \(known: metis, .*position, uniform\)"):
+        make_policy("hierarchical", prior="layers")
+    with pytest.raises(PlacerError, match="entropy_coeff must not be negative"):
+        make_policy("hierarchical", entropy_coeff=-0.1)
+    with pytest.raises(PlacerError, match="move_prob"):
+        make_policy("hierarchical", move_prob=1.0)
