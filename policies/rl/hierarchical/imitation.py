@@ -20,15 +20,12 @@ from graphs.grouping import DEFAULT_METHOD, group_ops
 def start_grouping(problem, position: np.ndarray, num_groups: int, method: str = DEFAULT_METHOD) -> np.ndarray:
     """(A,) int64: the atoms' groups under ``graphs.grouping``'s ``method`` with at most G groups, numbered
     by their members' mean position (the placer's decode order)."""
-    coarse = group_ops(problem.graph, max_groups=num_groups, method=method, seed=0).op_group  # (N,)
-    atom_group = np.zeros(problem.num_units, dtype=np.int64)
-    atom_group[problem.op_unit] = coarse  # atoms are never split by grouping
-    return _by_position(atom_group, position)
+    return _by_position(_atom_groups(problem, num_groups, method), position)
 
 
 def target_grouping(problem, position: np.ndarray, device: np.ndarray, num_groups: int) -> np.ndarray:
     """(A,) int64 group id in 0..G-1 of every atom; ``device`` (A,) the target device of each atom."""
-    atom_group = start_grouping(problem, position, num_groups)
+    atom_group = _atom_groups(problem, num_groups, DEFAULT_METHOD)
     keys, piece = np.unique(atom_group * problem.num_devices + device, return_inverse=True)
     if len(keys) <= num_groups:
         return _by_position(piece.astype(np.int64), position)
@@ -46,6 +43,14 @@ def target_grouping(problem, position: np.ndarray, device: np.ndarray, num_group
         start += quota[d]
     label = np.minimum(label, num_groups - 1)
     return _by_position(label[piece], position)
+
+
+def _atom_groups(problem, num_groups: int, method: str) -> np.ndarray:
+    """(A,) int64: each atom's group under ``method`` with at most ``num_groups`` groups, as numbered there."""
+    coarse = group_ops(problem.graph, max_groups=num_groups, method=method, seed=0).op_group  # (N,)
+    atom_group = np.zeros(problem.num_units, dtype=np.int64)
+    atom_group[problem.op_unit] = coarse  # atoms are never split by grouping
+    return atom_group
 
 
 def _by_position(groups: np.ndarray, position: np.ndarray) -> np.ndarray:
