@@ -12,8 +12,9 @@ Rules (documented here once, tested in tests/policies/rl/test_hierarchical.py):
   (``problem.unit_time_s``, the rule ``PlacementProblem.repair_allowed`` uses). CPU-only atoms inside a
   GPU group therefore land on the CPU, and every placement handed to the measurer is legal.
 - Decode order (``by_position``): by default the group index. Group ids are topological already: the
-  grouper's initial logits put atoms in group ``quantile * G`` (``module.topo_prior``) and warm-start
-  targets number their groups by mean position (``imitation.target_grouping``), so runs of one device
+  grouper's start numbers its groups by mean position (``imitation.start_grouping``; the ``position``
+  prior puts atoms in group ``quantile * G``, ``module.topo_prior``) and so do warm-start targets
+  (``imitation.target_grouping``), so runs of one device
   along the decoder are pipeline stages, as in the 2017 placer's order. Sorting each sample's groups by
   their members' mean forward position (``by_position=True``, empty groups last) was tried first: moving
   one atom between groups can then reorder many groups, the decoder sees a different sequence, and a
