@@ -10,7 +10,8 @@ from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE, check_
 from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
 NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
-PRIORS = (*METHODS, "position", "uniform")  # how the grouper starts (HierarchicalConfig.prior)
+SOFT_PRIORS = ("position", "uniform")  # priors that are logits, not a grouping to start on
+PRIORS = (*METHODS, *SOFT_PRIORS)  # how the grouper starts (HierarchicalConfig.prior)
 ENTROPY_PER_32_GROUPS = 0.03  # the default entropy weight at 32 groups or fewer (HierarchicalConfig.entropy_coeff)
 
 
@@ -89,6 +90,11 @@ class HierarchicalConfig:
             raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: group, position)")
         if self.checkpoint_every < 1:
             raise PlacerError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
+
+    @property
+    def start_method(self) -> str | None:
+        """The grouping method whose groups the grouper starts on; None for a soft prior (position, uniform)."""
+        return None if self.prior in SOFT_PRIORS else self.prior
 
     def effective_entropy_coeff(self, num_groups: int) -> float:
         """``entropy_coeff``, or its default for ``num_groups`` groups (see the field)."""

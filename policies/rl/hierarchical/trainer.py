@@ -54,8 +54,8 @@ class HierarchicalTrainer:
         self.builder = GroupBuilder(self.atoms, self.num_groups, by_position=config.decode_order == "position")
         self.learner = build_learner(self.atoms, self.num_groups, problem.num_devices, config)
         self.module = self.learner.module[DEFAULT_MODULE_ID].unwrapped()
-        if config.prior not in ("position", "uniform"):
-            start = start_grouping(problem, self.atoms.position, self.num_groups, config.prior)
+        if config.start_method is not None:
+            start = start_grouping(problem, self.atoms.position, self.num_groups, config.start_method)
             self.module.set_atom_targets(torch.from_numpy(start), config.move_prob)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.iteration = 0

@@ -193,6 +193,7 @@ def test_hierarchical__grouper_starts_on_the_prior_grouping(problem):
     """Default: each atom starts in its scope group (numbered in decode order) and rarely leaves it;
     ``position`` keeps the soft topological prior, ``uniform`` the paper's even start."""
     from graphs.grouping import group_ops
+    from policies.rl.hierarchical.config import HierarchicalConfig
     from policies.rl.hierarchical.module import topo_prior
 
     trainer = _trainer(problem)
@@ -206,14 +207,11 @@ def test_hierarchical__grouper_starts_on_the_prior_grouping(problem):
     mean_position = [trainer.atoms.position[greedy == g].mean() for g in np.unique(greedy)]
     assert np.all(np.diff(mean_position) >= 0)  # numbered by position: the placer's decode order
     stay = torch.softmax(logits, dim=1).max(dim=1).values
-    assert float(stay.min()) == pytest.approx(1.0 - OPTIONS_MOVE_PROB, rel=1e-3)
+    assert float(stay.min()) == pytest.approx(1.0 - HierarchicalConfig().move_prob, rel=1e-3)
     position = _trainer(problem, prior="position").module.atom_logits.detach()  # the grouper net aside
     expected = topo_prior(torch.from_numpy(trainer.atoms.quantile).float(), trainer.num_groups, 1.0)
     assert torch.allclose(position, expected)
     assert not torch.any(_trainer(problem, prior="uniform").module.atom_logits.detach())
-
-
-OPTIONS_MOVE_PROB = 0.002  # HierarchicalConfig.move_prob's default
 
 
 def test_hierarchical__entropy_weight_scales_down_with_many_groups():
