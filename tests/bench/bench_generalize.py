@@ -6,9 +6,11 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
 ``bench_learned_vs_search.py`` (JSON lines with their curves, ``--reinforce``), the quick heuristics
 (one measurement each) and annealing. Sections::
 
-    zero-shot   gdp and placeto with --budget 1 (one forward pass, one measurement) on paper-2gpu/4gpu
+    zero-shot   gdp and placeto (``--policies``: giph too) with --budget 1 (one forward pass, one
+                measurement) on paper-2gpu/4gpu
     fine-tune   each policy from its checkpoint, --budget 204 (10x fewer than 2,048), seeds 0 1 2, cold and
-                warm-started (+ws: the quick heuristics' placements, measured in the budget)
+                warm-started (+ws: the quick heuristics' placements, measured in the budget); annealing
+                (+ws) beside them at the same budget
     devices     zero-shot on paper-8gpu, dgx1-v100, h200x8 against annealing given 64 measurements
     orders      placeto trained with each visiting order (--order-init ORDER=PATH ...): zero-shot and
                 after --budget measurements; with --graphs families:12:24 --seeds 0, on validation graphs
@@ -16,9 +18,9 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
 
 Usage::
 
-    python tests/bench/bench_generalize.py [SECTION] [--init-gdp PATH] [--init-placeto PATH]
-        [--reinforce runs/bench_reinforce_heldout.jsonl] [--seeds 0 1 2] [--out runs/bench_generalize.jsonl]
-        [--graphs NAME_OR_FILE ...]
+    python tests/bench/bench_generalize.py [SECTION] [--policies gdp placeto giph] [--init-gdp PATH]
+        [--init-placeto PATH] [--init-giph PATH] [--reinforce runs/bench_reinforce_heldout.jsonl]
+        [--seeds 0 1 2] [--out runs/bench_generalize.jsonl] [--graphs NAME_OR_FILE ...]
 
 Each finished job is one JSON line in ``--out``; a rerun skips the jobs already there. The REINFORCE
 references missing from ``--reinforce`` are run first (bench_learned_vs_search.py's jobs).
@@ -45,6 +47,7 @@ PAPER_MACHINES = ("paper-2gpu", "paper-4gpu")
 OTHER_MACHINES = ("paper-8gpu", "dgx1-v100", "h200x8")
 FINE_TUNE_BUDGET = 204
 ANNEALING_BUDGET = 64
+GRAPH_NEURAL_POLICIES = ("gdp", "placeto", "giph")  # giph: issue 15's relocation policy on the same encoder
 
 
 def problem_for(graph_name: str, machine_name: str):
@@ -80,7 +83,7 @@ def run_job(job: dict) -> dict:
         record["runtimes"] = runtimes
     else:
         options = {}
-        if job["policy"] in ("gdp", "placeto"):
+        if job["policy"] in GRAPH_NEURAL_POLICIES:
             options["init"] = job["init"]
             if job.get("order"):
                 options["order"] = job["order"]
@@ -150,7 +153,7 @@ def ensure_reinforce_reference(path: Path, rows, seeds) -> None:
 def reinforce_reference(path: Path) -> dict[tuple[str, str], list[dict]]:
     """(graph, machine) -> the from-scratch REINFORCE records (each with best_s and its curve)."""
     refs: dict[tuple[str, str], list[dict]] = {}
-    for record in read_lines(path):
+    for record in sorted(read_lines(path), key=lambda r: r.get("seed", 0)):  # seed order, as the tables print
         if record.get("method") == "reinforce" and record.get("best_s") is not None:
             refs.setdefault((record["graph"], record["machine"]), []).append(record)
     return refs
@@ -191,8 +194,10 @@ def zero_shot_section(args, rows) -> None:
 
 
 def fine_tune_section(args, rows) -> None:
-    jobs = [dict(kind="fine-tune", graph=g, machine=m, policy=p, seed=s, budget=args.budget, init=args.init[p],
-                 warm_start=ws) for g, m in rows for p in args.policies for s in args.seeds for ws in (False, True)]
+    """Each policy from its checkpoint, and annealing (the non-learned rival) at the same budget and seeds."""
+    policies = [*args.policies, "annealing"]
+    jobs = [dict(kind="fine-tune", graph=g, machine=m, policy=p, seed=s, budget=args.budget, init=args.init.get(p),
+                 warm_start=ws) for g, m in rows for p in policies for s in args.seeds for ws in (False, True)]
     records = run_all(jobs, args.out)
     refs = reinforce_reference(args.reinforce)
     print(f"| graph | machine | policy | best after {args.budget} (mean; per seed) | REINFORCE 2,048 (mean) | "
@@ -202,7 +207,7 @@ def fine_tune_section(args, rows) -> None:
         ref_runs = refs.get((g, m), [])
         ref = mean(r["best_s"] for r in ref_runs)
         needed = [_first_within(r["curve"], r["best_s"] * 1.05) for r in ref_runs]
-        for p in args.policies:
+        for p in policies:
             for ws in (False, True):
                 mine = [r["best_s"] for r in records if r["kind"] == "fine-tune" and r["graph"] == g and
                         r["machine"] == m and r["policy"] == p and bool(r.get("warm_start")) == ws]
@@ -275,9 +280,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("section", nargs="?", default="all", choices=("all", "zero-shot", "fine-tune", "devices", "orders"),
                         help="all (the default): zero-shot, fine-tune, devices, and orders when --order-init is given")
-    parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"])
+    parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"], choices=GRAPH_NEURAL_POLICIES)
     parser.add_argument("--init-gdp", default="pretrained")
     parser.add_argument("--init-placeto", default="pretrained")
+    parser.add_argument("--init-giph", default="pretrained")
     parser.add_argument("--order-init", nargs="*", default=[], metavar="ORDER=PATH")
     parser.add_argument("--reinforce", type=Path, default=Path("runs/bench_reinforce_heldout.jsonl"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -288,7 +294,7 @@ def main() -> None:
                              "graphs.families.HELD_OUT; graph files from outside the project are held out too); "
                              "families:N:START as in placer train (orders on validation graphs: families:12:24)")
     args = parser.parse_args()
-    args.init = {"gdp": args.init_gdp, "placeto": args.init_placeto}
+    args.init = {"gdp": args.init_gdp, "placeto": args.init_placeto, "giph": args.init_giph}
     rows = [(g, m) for g in expand_graphs(args.graphs) for m in PAPER_MACHINES]
     if args.section in ("all", "zero-shot", "fine-tune"):
         ensure_reinforce_reference(args.reinforce, rows, args.seeds)
