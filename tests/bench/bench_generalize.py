@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_learned_vs_search import read_records as read_lines  # noqa: E402
 from cluster.commands.train import expand_graphs  # noqa: E402
 from graphs.families import HELD_OUT  # noqa: E402
+from policies.rl.gnn.config import KINDS  # noqa: E402  gdp, placeto and giph (issue 15's, on the same encoder)
 
 PAPER_MACHINES = ("paper-2gpu", "paper-4gpu")
 OTHER_MACHINES = ("paper-8gpu", "dgx1-v100", "h200x8")
 FINE_TUNE_BUDGET = 204
 ANNEALING_BUDGET = 64
-GRAPH_NEURAL_POLICIES = ("gdp", "placeto", "giph")  # giph: issue 15's relocation policy on the same encoder
 
 
 def problem_for(graph_name: str, machine_name: str):
@@ -83,7 +83,7 @@ def run_job(job: dict) -> dict:
         record["runtimes"] = runtimes
     else:
         options = {}
-        if job["policy"] in GRAPH_NEURAL_POLICIES:
+        if job["policy"] in KINDS:
             options["init"] = job["init"]
             if job.get("order"):
                 options["order"] = job["order"]
@@ -280,10 +280,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("section", nargs="?", default="all", choices=("all", "zero-shot", "fine-tune", "devices", "orders"),
                         help="all (the default): zero-shot, fine-tune, devices, and orders when --order-init is given")
-    parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"], choices=GRAPH_NEURAL_POLICIES)
-    parser.add_argument("--init-gdp", default="pretrained")
-    parser.add_argument("--init-placeto", default="pretrained")
-    parser.add_argument("--init-giph", default="pretrained")
+    parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"], choices=KINDS)
+    for kind in KINDS:
+        parser.add_argument(f"--init-{kind}", default="pretrained")
     parser.add_argument("--order-init", nargs="*", default=[], metavar="ORDER=PATH")
     parser.add_argument("--reinforce", type=Path, default=Path("runs/bench_reinforce_heldout.jsonl"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -294,7 +293,7 @@ def main() -> None:
                              "graphs.families.HELD_OUT; graph files from outside the project are held out too); "
                              "families:N:START as in placer train (orders on validation graphs: families:12:24)")
     args = parser.parse_args()
-    args.init = {"gdp": args.init_gdp, "placeto": args.init_placeto, "giph": args.init_giph}
+    args.init = {kind: getattr(args, f"init_{kind}") for kind in KINDS}
     rows = [(g, m) for g in expand_graphs(args.graphs) for m in PAPER_MACHINES]
     if args.section in ("all", "zero-shot", "fine-tune"):
         ensure_reinforce_reference(args.reinforce, rows, args.seeds)
