@@ -18,12 +18,17 @@ from policies.problem import PlacementProblem
 
 def best_single_device(problem: PlacementProblem, kind: str | None = "gpu") -> int:
     """The device of ``kind`` (any kind when None) on which the cost model sums the least op time."""
+    return devices_by_speed(problem, kind)[0]
+
+
+def devices_by_speed(problem: PlacementProblem, kind: str | None = "gpu") -> list[int]:
+    """The devices of ``kind`` (any kind when None), least summed op time (the cost model's) first."""
     candidates = problem.machine.indices_of_kind(kind) if kind else list(range(problem.num_devices))
     if not candidates:
         raise PlacerError(f"machine {problem.machine.name!r} has no {kind} device")
     finite = np.where(np.isfinite(problem.op_time_s), problem.op_time_s, 0.0)
     disallowed = (~problem.op_allowed).sum(axis=0)  # fewer ops forced elsewhere wins a tie
-    return min(candidates, key=lambda d: (float(finite[:, d].sum()), int(disallowed[d]), d))
+    return sorted(candidates, key=lambda d: (float(finite[:, d].sum()), int(disallowed[d]), d))
 
 
 def single_device_units(problem: PlacementProblem, device: int) -> np.ndarray:

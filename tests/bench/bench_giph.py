@@ -72,7 +72,7 @@ def _starts(problem, measurer, seed: int) -> tuple[dict[str, tuple], float]:
     from policies.rl.gnn.problems import Slot
 
     heft = place("heft", problem, measurer, 1, seed)
-    single = problem.expand(Slot(problem, None).fastest_single_device())
+    single = problem.expand(Slot(problem, None).fastest_device_start())
     split = problem.split_by(heft.op_placement)
     quick = [place(name, problem, measurer, 1, seed).op_placement for name in ("cpu-only", "single-gpu")]
     return {"1dev": (problem, [single]), "heft": (problem, [heft.op_placement]),

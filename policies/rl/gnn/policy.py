@@ -12,7 +12,8 @@ graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled ag
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
 across graphs starts them all from the fastest single device), so each pass improves on the last.
-GiPH starts at the warm start (else the fastest single device), measures it, then its greedy moves one by
+GiPH starts at the warm start (else the fastest single device, spilled onto the next fastest where the step
+overflows its memory: ``Slot.fastest_device_start``), measures it, then its greedy moves one by
 one (``episode_steps`` measurements at most), then fine-tunes with episodes of moves from the best so far.
 
 A second ``place`` on the same instance (a device left the machine: the problem has fewer devices) keeps
@@ -135,7 +136,7 @@ class GdpPolicy:
         if trainer.config.kind != "giph" or slot.counter.left < 2:
             slot.measure(trainer.greedy(slot, start)[None])
             return
-        start = slot.fastest_single_device() if start is None else start
+        start = slot.fastest_device_start() if start is None else start
         slot.measure(start[None])
         trainer.giph_rollout(slot, start, measure=True)
 
@@ -149,7 +150,7 @@ class GdpPolicy:
                 return "converged"
             used = slot.counter.used
             if trainer.config.kind != "gdp":  # fine-tuning improves the best placement so far, episode after episode
-                start = slot.best_units if slot.best_units is not None else slot.fastest_single_device()
+                start = slot.best_units if slot.best_units is not None else slot.fastest_device_start()
             metrics = trainer.iterate(slot, start)
             if metrics is None:
                 break

@@ -113,14 +113,41 @@ class Slot:
         worst = self.worst_ok_s if self.worst_ok_s > 0 else 1.0
         return np.where(runtimes < FAILED_COST_S, runtimes, self.failure_factor * worst)
 
-    def fastest_single_device(self) -> np.ndarray:
-        """(G,) everything on the device the cost model says is fastest (repaired to allowed devices): where
-        Placeto's episodes start without a warm start, and no measurement is spent to find it."""
-        from policies.simple import best_single_device, single_device_units
+    def fastest_device_start(self) -> np.ndarray:
+        """(G,) where the networks' episodes start without a warm start, found without a measurement:
+        everything on the device the cost model says is fastest (repaired to allowed devices). When the
+        whole step's peak memory (the simulator's liveness model) overflows that device, groups spill to
+        the next fastest device (``_spilled``), so that the start runs: moves from a start that fails
+        measure failures until one of them happens to fit."""
+        from policies.simple import devices_by_speed, single_device_units
 
-        kind = "gpu" if self.problem.gpu_indices() else None
-        return single_device_units(self.problem, best_single_device(self.problem, kind))
+        devices = devices_by_speed(self.problem, "gpu" if self.problem.gpu_indices() else None)
+        units = single_device_units(self.problem, devices[0])
+        if self.problem.single_device_peak_bytes <= self.problem.capacity_bytes()[devices[0]]:
+            return units
+        return self._spilled(units, devices)
 
+    def _spilled(self, units: np.ndarray, devices: list[int]) -> np.ndarray:
+        """(G,) ``units`` with groups moved from each of ``devices`` to the next until its peak memory (the
+        simulator's liveness model, as ``single_device_peak_bytes``) fits: each move takes the group that
+        adds the fewest cut bytes per byte it frees (the heuristics' memory model, ``unit_memory_bytes``)."""
+        from measurers.sim.reference import Simulator
+        from policies.problem import unit_memory_bytes
+
+        units = units.copy()
+        simulator = Simulator(self.problem.graph, self.problem.machine)
+        capacity = self.problem.capacity_bytes()  # (D,)
+        group_bytes, _ = unit_memory_bytes(self.problem, "auto", devices[:1])  # (G,) calibrated to the peak
+        adjacency = self.adjacency.numpy()  # (G, G)
+        for here, there in zip(devices, devices[1:]):
+            while simulator.run(self.problem.expand(units)).peak_bytes[here] > capacity[here]:
+                movable = np.flatnonzero((units == here) & self.inputs.allowed[:, there])
+                if not len(movable):
+                    break
+                added_bytes = (adjacency[movable][:, units == here].sum(axis=1)
+                               - adjacency[movable][:, units == there].sum(axis=1))
+                units[movable[np.argmin(added_bytes / np.maximum(group_bytes[movable], 1))]] = there
+        return units
 
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:
     """(G,) the groups in the order Placeto visits them: topo (by ``Slot.position``, the mean of the first

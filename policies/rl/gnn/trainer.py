@@ -84,7 +84,7 @@ class GnnTrainer:
         with torch.no_grad():
             if self.config.kind == "gdp":
                 return self.net(slot.tensors).argmax(dim=1).numpy().astype(np.int64)
-            start = slot.fastest_single_device() if start is None else start
+            start = slot.fastest_device_start() if start is None else start
             if self.config.kind == "giph":
                 return self.giph_rollout(slot, start, measure=False)
             return self._episode(slot, start, 1, greedy=True)[0][0]
@@ -100,11 +100,11 @@ class GnnTrainer:
             from policies.rl.gnn.giph import giph_batch, random_placement
             if start is None:
                 start = (random_placement(slot, self.rng) if self.rng.random() < self.config.random_start
-                         else slot.fastest_single_device())
+                         else slot.fastest_device_start())
             batch, runtimes, measure_s = giph_batch(self.net, slot, start, self.config.batch_size,
                                                     self.config.episode_steps, self.config.discount, self.generator)
         else:
-            start = slot.fastest_single_device() if start is None else start
+            start = slot.fastest_device_start() if start is None else start
             batch, runtimes, measure_s = self._placeto_batch(slot, start)
         if batch is None:
             return None
@@ -234,7 +234,7 @@ class GnnTrainer:
             loss = torch.nn.functional.cross_entropy(self.net(slot.tensors), wanted, reduction="none")
             return (loss * weight).sum() / weight.sum()
         order = visit_order(slot, self.config.order, self.rng)  # (S,) = (G,)
-        before = np.repeat(slot.fastest_single_device()[None], len(order), axis=0)  # (S, G) placement before step s
+        before = np.repeat(slot.fastest_device_start()[None], len(order), axis=0)  # (S, G) placement before step s
         done = np.tril(np.ones((len(order), len(order)), dtype=bool), -1)  # step s has placed order[:s]
         rows, cols = np.nonzero(done)
         before[rows, order[cols]] = target[order[cols]]

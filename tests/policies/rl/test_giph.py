@@ -73,7 +73,7 @@ def test_greedy_moves_never_return_to_a_visited_placement(setup):
     problem, measurer = setup
     slot = _slot(problem, measurer)
     trainer = _trainer()
-    start = slot.fastest_single_device()
+    start = slot.fastest_device_start()
     episodes = run_episodes(trainer.net, slot, start, 1, 40, trainer.generator, greedy=True, measure=False)
     placement, seen = start.copy(), {start.tobytes()}
     for move in episodes.actions[0]:
@@ -101,7 +101,7 @@ def test_learner_log_prob_is_the_sampling_log_prob(setup):
     problem, measurer = setup
     slot = _slot(problem, measurer)
     trainer = _trainer()
-    start = slot.fastest_single_device()
+    start = slot.fastest_device_start()
     batch, _, _ = giph_batch(trainer.net, slot, start, 4, 6, 0.9, trainer.generator)
     graph = {key: np.repeat(slot.tensors[key].numpy()[None], 4, axis=0) for key in GRAPH_KEYS}
     module = trainer.learner.module[DEFAULT_MODULE_ID].unwrapped()
@@ -127,7 +127,7 @@ def test_short_training_improves_the_moves(setup):
     config = GnnConfig(kind="giph", hidden_size=16, num_layers=1, batch_size=8, episode_steps=4, lr=3e-3,
                        entropy_coeff=0.0, seed=1)
     slot = _slot(problem, measurer, budget=100_000)
-    start = slot.fastest_single_device()
+    start = slot.fastest_device_start()
     with deterministic_torch():
         trainer = _trainer(config)
 

@@ -215,10 +215,31 @@ def test_placement_state_describes_the_placement(graph):
     assert (state[..., 1].sum(dim=-1) <= 1.0 + 1e-6).all()
 
 
-def test_fastest_single_device_respects_allowed_devices(make_graph):
+def test_fastest_device_start_respects_allowed_devices(make_graph):
     problem = make_problem(_cpu_only_graph(make_graph), load_machine("paper-2gpu"))
     slot = Slot(problem, counter=None)
-    start = slot.fastest_single_device()
+    start = slot.fastest_device_start()
     assert slot.inputs.allowed[np.arange(slot.num_groups), start].all()
     on_gpu = slot.inputs.allowed[:, 1:].any(axis=1)
     assert set(start[on_gpu]) <= {1, 2} and len(set(start[on_gpu])) == 1  # one GPU takes all it may
+
+
+def _with_gpu_memory(machine, memory_bytes: int):
+    devices = tuple(dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.kind == "gpu" else d
+                    for d in machine.devices)
+    return dataclasses.replace(machine, devices=devices)
+
+
+def test_fastest_device_start_spills_what_one_gpu_cannot_hold(graph):
+    from measurers.sim.reference import Simulator
+
+    roomy = make_problem(graph, load_machine("paper-4gpu"), max_groups=16)
+    one_gpu = Slot(roomy, counter=None).fastest_device_start()
+    assert len(set(one_gpu.tolist())) == 1  # the step fits on one GPU: it all goes there
+    machine = _with_gpu_memory(roomy.machine, 0.95 * roomy.single_device_peak_bytes)  # a GPU holds 95%
+    problem = make_problem(graph, machine, max_groups=16)
+    start = Slot(problem, counter=None).fastest_device_start()
+    counts = np.bincount(start, minlength=machine.num_devices)  # (D,)
+    assert (counts > 0).sum() >= 2 and counts.argmax() == one_gpu[0]  # the fastest GPU keeps the most
+    result = Simulator(graph, machine).run(problem.expand(start))
+    assert result.status == "ok"
