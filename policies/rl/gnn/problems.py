@@ -32,6 +32,7 @@ class Slot:
     best_runtime_s: float = math.inf
     best_units: np.ndarray | None = None  # (G,) int64
     worst_ok_s: float = 0.0
+    _start: np.ndarray | None = field(default=None, init=False, repr=False)  # fastest_device_start's answer
 
     def __post_init__(self) -> None:
         self.inputs = graph_inputs(self.problem)
@@ -121,11 +122,13 @@ class Slot:
         measure failures until one of them happens to fit."""
         from policies.simple import devices_by_speed, single_device_units
 
-        devices = devices_by_speed(self.problem, "gpu" if self.problem.gpu_indices() else None)
-        units = single_device_units(self.problem, devices[0])
-        if self.problem.single_device_peak_bytes <= self.problem.capacity_bytes()[devices[0]]:
-            return units
-        return self._spilled(units, devices)
+        if self._start is None:  # computed once: spilling runs the simulator's memory model per move
+            devices = devices_by_speed(self.problem, "gpu" if self.problem.gpu_indices() else None)
+            units = single_device_units(self.problem, devices[0])
+            if self.problem.single_device_peak_bytes > self.problem.capacity_bytes()[devices[0]]:
+                units = self._spilled(units, devices)
+            self._start = units
+        return self._start.copy()
 
     def _spilled(self, units: np.ndarray, devices: list[int]) -> np.ndarray:
         """(G,) ``units`` with groups moved from each of ``devices`` to the next until its peak memory (the
@@ -148,6 +151,7 @@ class Slot:
                                - adjacency[movable][:, units == there].sum(axis=1))
                 units[movable[np.argmin(added_bytes / np.maximum(group_bytes[movable], 1))]] = there
         return units
+
 
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:
     """(G,) the groups in the order Placeto visits them: topo (by ``Slot.position``, the mean of the first
