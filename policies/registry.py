@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from graphs.errors import PlacerError
 from measurers.base import Measurer
+from measurers.machine import Machine
 from policies.base import OnMeasurement, Policy, PolicyResult, check_seed
 from policies.problem import PlacementProblem
 
@@ -129,6 +131,16 @@ def policy_entry(spec: str) -> PolicyEntry:
     if spec not in POLICIES:
         raise PlacerError(f"unknown policy {spec!r} (known: {', '.join(POLICIES)}, device:K)")
     return POLICIES[spec]
+
+
+def check_device_policies(specs: Sequence[str], machine: Machine, what: str) -> None:
+    """Every ``device:K`` among ``specs`` names a device of ``machine``: else one PlacerError starting with
+    ``what`` (the flag), before any work (a search would otherwise fail after its folder is made)."""
+    for spec in specs:
+        policy_entry(spec)  # a malformed device:K, or an unknown name
+        if spec.startswith("device:") and not 0 <= int(spec.split(":", 1)[1]) < machine.num_devices:
+            raise PlacerError(f"{what}: {spec} names no device of machine {machine.name!r} "
+                              f"(devices 0..{machine.num_devices - 1})")
 
 
 def make_policy(spec: str, **options) -> Policy:

@@ -50,7 +50,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     from measurers.factory import MeasurerSpec, as_factory
     from policies.base import check_seed
     from policies.problem import make_problem
-    from policies.registry import baseline_names, policy_entry
+    from policies.registry import baseline_names, check_device_policies, policy_entry
     from policies.table import run_baselines as run_table
 
     policies = baseline_names() if config.policies is None else config.policies
@@ -64,6 +64,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     check_measurer_settings(config.measurer, config.runs, config.warmup)
     check_seed(config.seed, "--seed")
     graph, machine = load_graph(config.graph), load_machine(config.machine)
+    check_device_policies(policies, machine, "--policies")
     spec = MeasurerSpec(config.measurer, graph, machine, runs=config.runs, warmup=config.warmup, seed=config.seed)
     factory = as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,

@@ -199,7 +199,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     checked against the graph by ``run_search``, still before anything is written."""
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
-    from policies.registry import policy_entry
+    from policies.registry import check_device_policies, policy_entry
 
     check_graph_name(config.graph)
     load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
@@ -216,13 +216,19 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
         raise PlacerError(f"planner_groups: only for the hierarchical planner, not {config.policy!r}")
     if config.planner_groups is not None and config.planner_groups < 1:
         raise PlacerError(f"--groups must be at least 1, got {config.planner_groups}")
-    check_removals(config, load_machine(config.machine))
+    machine = load_machine(config.machine)
+    check_removals(config, machine)
     _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
     if config.resume:
         check_run_log(config.resume)
-    return check_warm_start_config(config)
+    source = check_warm_start_config(config)
+    check_device_policies([config.policy], machine, "--policy")
+    check_device_policies(config.baselines, machine, "baselines")
+    check_device_policies([config.split_groups] if config.split_groups else (), machine, "--split-groups")
+    check_device_policies(source.names if source is not None else (), machine, "--warm-start")
+    return source
 
 
 def _check_split_groups(heuristic: str, entry) -> None:
@@ -348,6 +354,7 @@ def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, 
             raise PlacerError(f"run folder {run_dir} was made for machine {manifest.machine.get('name')!r} as it "
                               f"was then; {config.machine!r} now describes other devices or links")
         past = past_rows(run_dir, problem)
+        _checkpoint_progress(run_dir)  # a damaged learner checkpoint: one error, the folder as it was
         record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
         return RunLogWriter.resume(run_dir, reward_fn=reward_of), past

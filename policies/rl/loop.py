@@ -416,8 +416,8 @@ class _Trainer:
     def load(self, path: Path) -> None:
         if not path.is_file():
             raise PlacerError(f"no learner checkpoint at {path}")
-        state = torch.load(path, weights_only=True)
-        if state["shape"] != list(self.env.allowed.shape):
+        state = read_learner_state(path)
+        if state.get("shape") != list(self.env.allowed.shape):
             raise PlacerError(f"checkpoint {path} places {state['shape'][0]} groups on {state['shape'][1]} devices, "
                               f"this run {self.env.num_groups} on {self.env.num_devices}")
         defaults = {"decode_order": "group", "module": "seq2seq"}  # of checkpoints older than these fields
@@ -441,14 +441,30 @@ class _Trainer:
         self.imitation_steps = int(state.get("imitation_steps", 0))
 
 
+def read_learner_state(path: str | os.PathLike) -> dict:
+    """A run's learner checkpoint (``learner.pt``, every learner's) as the dict it saved; a damaged,
+    truncated or foreign file is one PlacerError naming it."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception as exc:  # noqa: BLE001  torch raises many kinds for a damaged zip or pickle
+        raise PlacerError(f"learner checkpoint {path} is damaged or truncated ({type(exc).__name__}): "
+                          f"remove it to start over") from None
+    if not isinstance(state, dict) or not all(isinstance(state.get(key), int)
+                                              for key in ("iteration", "measurements_used")):
+        raise PlacerError(f"learner checkpoint {path} is not a learner's checkpoint (no iteration and "
+                          f"measurement counts)")
+    return state
+
+
 def checkpoint_progress(checkpoint_dir: str | os.PathLike) -> tuple[int, int]:
     """(iterations, measurements) a run resumed from ``checkpoint_dir`` starts at; (0, 0) without a
-    checkpoint. The search job numbers a resumed run's log rows and its progress from it."""
+    checkpoint. The search job numbers a resumed run's log rows and its progress from it, and checks with
+    it that a run to resume has a readable checkpoint before it changes the run folder."""
     path = Path(checkpoint_dir) / CHECKPOINT_FILE
     if not path.is_file():
         return 0, 0
-    state = torch.load(path, weights_only=True)
-    return int(state["iteration"]), int(state["measurements_used"])
+    state = read_learner_state(path)
+    return state["iteration"], state["measurements_used"]
 
 
 def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:

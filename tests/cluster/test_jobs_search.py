@@ -20,7 +20,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 from cluster.runlog import read_best, read_manifest, read_metrics, read_run  # noqa: E402
 from graphs.errors import PlacerError  # noqa: E402
 from conftest import placer_stderr  # noqa: E402
-from cluster.jobs import SearchConfig, run_search  # noqa: E402
+from cluster.jobs import CHECKPOINT_DIR, SearchConfig, run_search  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GRAPH = "synthetic:300:1"
@@ -191,6 +191,13 @@ def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local
         assert __import__("re").search(message, err), err
     assert read_manifest(run_dir) == manifest and len(read_run(run_dir)) == 64 + 2  # and two baselines
 
+    learner = run_dir / CHECKPOINT_DIR / "learner.pt"
+    learner.write_bytes(learner.read_bytes()[:500])  # a damaged learner checkpoint: refused before any change
+    assert main(["search", "--resume", str(run_dir), "--budget", "80"]) == 2
+    err = placer_stderr(capsys.readouterr().err)
+    assert err.startswith(f"placer: error: learner checkpoint {learner} is damaged") and err.count("\n") == 1
+    assert read_manifest(run_dir) == manifest and (run_dir / "result.json").is_file()
+
 
 def test_search_cli__killed_run_resumes_to_its_own_budget_each_placement_once(tmp_path):
     """`placer search --budget 640` killed (SIGKILL) after its first checkpoint, then `placer search
@@ -298,6 +305,10 @@ def test_search__graph_neural_placers_keep_their_own_batch_and_network_size(loca
     ({"groups": 8.0}, "--groups must be a whole number"),
     ({"baselines": "heft"}, "baselines must be a sequence of heuristic names, not the string 'heft'"),
     ({"baselines": ("single-gpu", "bogus")}, "baselines: 'bogus' is not a heuristic"),
+    ({"policy": "device:3"}, "--policy: device:3 names no device of machine 'paper-2gpu' \\(devices 0..2\\)"),
+    ({"baselines": ("device:7",)}, "baselines: device:7 names no device"),
+    ({"split_groups": "device:3"}, "--split-groups: device:3 names no device"),
+    ({"warm_start": "m-etf,device:9"}, "--warm-start: device:9 names no device"),
 ])
 def test_check_search_config__values_the_command_line_cannot_give_are_refused_too(tmp_path, overrides, message):
     """A SearchConfig built in Python: refused before Ray starts or a run folder exists."""

@@ -114,6 +114,8 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
     (["--groups", "0"], "--groups must be a whole number of at least 1"),
     (["--order", "sideways"], "unknown --order 'sideways'"),
+    (["--teacher-budget", "8"], "--teacher-budget 8 for each of 1 problem spends 8 of --budget 8"),
+    (["--hidden", "7"], "gdp's hidden_size must be a multiple of 4"),
     (["--resume"], "no such file"),
 ])
 def test_train__bad_input_is_one_error_and_writes_nothing(tmp_path, capsys, flags, message):
@@ -217,7 +219,48 @@ def _bad_checkpoints(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
     torch.save(state, edited)
     return [(truncated, "gdp", "damaged or truncated"), (noise, "gdp", "damaged or truncated"),
             (learner, "gdp", "not a gdp/placeto/giph checkpoint"), (source, "placeto", "a gdp checkpoint, not placeto"),
-            (edited, "gdp", "another feature layout")]
+            (edited, "gdp", "another feature layout"), (_flipped(source, folder), "gdp", "fails its checksum"),
+            *_edited_networks(source, folder)]
+
+
+def _flipped(source: Path, folder: Path) -> Path:
+    """The checkpoint with bytes flipped inside its largest tensor (a zip entry whose CRC no longer fits)."""
+    import zipfile
+
+    data = bytearray(source.read_bytes())
+    with zipfile.ZipFile(source) as archive:
+        entry = max(archive.infolist(), key=lambda info: info.file_size)
+    header = entry.header_offset
+    name_length, extra_length = (int.from_bytes(data[header + k:header + k + 2], "little") for k in (26, 28))
+    start = header + 30 + name_length + extra_length + entry.file_size // 2  # the middle of its data
+    data[start:start + 16] = bytes(b ^ 0xFF for b in data[start:start + 16])
+    path = folder / "flipped.pt"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def _edited_networks(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
+    """Checkpoints that read and pass the format checks but hold a network this version cannot run."""
+    import torch
+
+    def edited(name: str, change) -> Path:
+        state = torch.load(source, weights_only=True)
+        change(state)
+        path = folder / f"{name}.pt"
+        torch.save(state, path)
+        return path
+
+    def first_weight(state) -> str:
+        return next(iter(state["trainer"]["net"]))
+
+    return [
+        (edited("odd-width", lambda s: s["architecture"].update(hidden_size=7)), "gdp", "multiple of 4"),
+        (edited("other-kind", lambda s: s["architecture"].update(kind="zzz")), "gdp", "holds a 'zzz' network"),
+        (edited("bad-shape", lambda s: s["trainer"]["net"].update({first_weight(s): torch.zeros(3)})), "gdp",
+         "do not fit its architecture"),
+        (edited("nan", lambda s: s["trainer"]["net"][first_weight(s)].fill_(float("nan"))), "gdp",
+         "NaN or infinite"),
+    ]
 
 
 def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path, capsys):

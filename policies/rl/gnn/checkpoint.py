@@ -9,14 +9,16 @@ One ``torch.save`` dict (tensors and plain values only, read back with ``weights
     progress: {measurements_used, wall_s, updates, problems: ["graph@machine", ...], budget, ...}
 
 ``read_checkpoint`` refuses, with one PlacerError naming the file and the problem: a missing file, a
-damaged or truncated one, a file that is not such a checkpoint (another policy's learner.pt included), a
-checkpoint of the other policy, and one whose feature layout or format version differs from this code's.
+damaged or truncated one (checksums included), a file that is not such a checkpoint (another policy's
+learner.pt included), a checkpoint of the other policy, one whose feature layout or format version differs
+from this code's, and one whose weights do not fit its architecture or are not finite.
 Written to a temporary file and renamed, so an interrupted save never leaves half a checkpoint.
 """
 
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 
 import torch
@@ -51,6 +53,7 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise PlacerError(f"checkpoint {path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
+    _check_archive(path)
     try:
         state = torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError... for damaged files
@@ -71,7 +74,43 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         state["trainer"]["net"], state["architecture"]["hidden_size"]
     except (KeyError, TypeError):
         raise PlacerError(f"checkpoint {path} lacks its network weights or architecture") from None
+    _check_network(path, policy, state)
     return state
+
+
+def _check_archive(path: Path) -> None:
+    """torch.save writes a zip archive; torch.load does not check its CRCs, so flipped bytes in a tensor
+    would load as other weights. Files of torch's older format (not a zip) are left to torch.load."""
+    if not zipfile.is_zipfile(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise PlacerError(f"checkpoint {path} is damaged or truncated ({type(exc).__name__}: {exc})") from None
+    if bad is not None:
+        raise PlacerError(f"checkpoint {path} is damaged: {bad} fails its checksum")
+
+
+def _check_network(path: Path, policy: str, state: dict) -> None:
+    """The architecture is one this version builds, the weights fit it, and every weight is finite: else
+    the run would fail (or sample from NaN) after its folder is made."""
+    from policies.rl.gnn.config import GnnConfig
+    from policies.rl.gnn.network import make_net
+
+    architecture = state["architecture"]
+    if architecture.get("kind") != policy:
+        raise PlacerError(f"checkpoint {path} holds a {architecture.get('kind')!r} network, not {policy}")
+    try:
+        config = GnnConfig(kind=policy, hidden_size=int(architecture["hidden_size"]),
+                           num_layers=int(architecture["num_layers"]))
+        make_net(policy, config.hidden_size, config.num_layers).load_state_dict(state["trainer"]["net"])
+    except (PlacerError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise PlacerError(f"checkpoint {path}: its weights do not fit its architecture {architecture} "
+                          f"({str(exc).splitlines()[0]})") from None
+    for name, tensor in state["trainer"]["net"].items():
+        if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise PlacerError(f"checkpoint {path}: weight {name} holds NaN or infinite values")
 
 
 def _layout_difference(stored) -> str:

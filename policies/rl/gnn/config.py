@@ -10,6 +10,7 @@ KINDS = ("gdp", "placeto", "giph")
 GRAPH_NEURAL = (*KINDS, "hsdag")
 """Every graph-neural placer: they keep their own network sizes and batch in a search."""
 ORDERS = ("topo", "reverse-topo", "bfs", "random")
+GDP_ATTENTION_HEADS = 4  # GDP's attention across groups splits hidden_size among this many heads
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class GnnConfig:
             raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
         if self.hidden_size < 4 or self.num_layers < 1:
             raise PlacerError(f"hidden_size must be >= 4 and num_layers >= 1, got {self.hidden_size}, {self.num_layers}")
+        if self.kind == "gdp" and self.hidden_size % GDP_ATTENTION_HEADS:
+            raise PlacerError(f"gdp's hidden_size must be a multiple of {GDP_ATTENTION_HEADS} (its attention heads), "
+                              f"got {self.hidden_size}")
         if self.entropy_coeff < 0:
             raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
         if self.episode_steps < 1 or not 0.0 < self.discount <= 1.0 or not 0.0 <= self.random_start <= 1.0:

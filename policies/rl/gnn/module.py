@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 
-from policies.rl.gnn.network import GdpNet, GiphNet, PlacetoNet
+from policies.rl.gnn.network import make_net
 
 GRAPH_KEYS = ("node", "edge_index", "edge", "device", "pair", "allowed")
 ACTIONS = "gnn_actions"  # GDP (B, G) devices; Placeto (B, S) devices chosen at each step; GiPH (B, S) moves
@@ -21,10 +21,6 @@ TARGETS = "gnn_targets"  # Placeto (B, S) group re-placed at each step; GiPH (B,
 STATE = "gnn_state"  # Placeto (B, S, D, len(STATE_COLUMNS)); GiPH (B, S, G, D, len(STATE_COLUMNS))
 ADVANTAGES = "gnn_advantages"  # GDP (B,), Placeto (B, S)
 LOGITS = "gnn_logits"  # GDP (G, D), Placeto (B, S, D), GiPH (B, S, G * D)
-
-
-def make_net(kind: str, hidden_size: int, num_layers: int):
-    return {"gdp": GdpNet, "giph": GiphNet}.get(kind, PlacetoNet)(hidden_size=hidden_size, num_layers=num_layers)
 
 
 def graph_tensors(batch: dict[str, Any]) -> dict[str, Tensor]:

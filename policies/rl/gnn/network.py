@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from policies.rl.gnn.config import GDP_ATTENTION_HEADS
 from policies.rl.gnn.inputs import DEVICE_COLUMNS, EDGE_COLUMNS, NODE_COLUMNS, PAIR_COLUMNS
 
 MASKED_LOGIT = -1e9
@@ -89,7 +90,8 @@ class _Base(nn.Module):
 class GdpNet(_Base):
     """GDP's one-shot policy: graph embeddings, attention across groups, a device distribution per group."""
 
-    def __init__(self, hidden_size: int = 64, num_layers: int = 3, attention_layers: int = 1, heads: int = 4):
+    def __init__(self, hidden_size: int = 64, num_layers: int = 3, attention_layers: int = 1,
+                 heads: int = GDP_ATTENTION_HEADS):
         super().__init__(hidden_size, num_layers, len(PAIR_COLUMNS))
         layer = nn.TransformerEncoderLayer(hidden_size, heads, dim_feedforward=2 * hidden_size, dropout=0.0,
                                            batch_first=True)
@@ -133,6 +135,10 @@ class GiphNet(PlacetoNet):
                                    groups.mean(dim=0))  # (..., G, D)
         logits = logits.masked_fill(state[..., 0] > 0.5, MASKED_LOGIT)
         return logits.flatten(-2)
+
+
+def make_net(kind: str, hidden_size: int, num_layers: int) -> nn.Module:
+    return {"gdp": GdpNet, "giph": GiphNet}.get(kind, PlacetoNet)(hidden_size=hidden_size, num_layers=num_layers)
 
 
 def full_placement_state(placements: Tensor, adjacency: Tensor, work_s: Tensor, total_work_s: float) -> Tensor:

@@ -204,15 +204,12 @@ def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
 def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> bool:
     """Load what ``save_learner`` wrote into ``trainer`` and ``slot``; False when there is nothing to load.
     A file of another policy, other groups or other devices, or a damaged one: a PlacerError naming it."""
-    from policies.rl.loop import CHECKPOINT_FILE
+    from policies.rl.loop import CHECKPOINT_FILE, read_learner_state
 
     path = None if context.checkpoint_dir is None else Path(context.checkpoint_dir) / CHECKPOINT_FILE
     if path is None or not path.is_file():
         return False
-    try:
-        state = torch.load(path, weights_only=True)
-    except Exception as exc:  # a damaged or truncated file
-        raise PlacerError(f"{path} is damaged or truncated ({type(exc).__name__}): remove it to start over") from None
+    state = read_learner_state(path)
     devices = slot.problem.num_devices
     if (not isinstance(state, dict) or state.get("policy") != policy
             or state.get("num_groups") != slot.num_groups or state.get("num_devices", devices) != devices):

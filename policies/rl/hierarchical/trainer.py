@@ -180,9 +180,10 @@ class HierarchicalTrainer:
         from ray.rllib.core import DEFAULT_MODULE_ID
         if not path.is_file():
             raise PlacerError(f"no learner checkpoint at {path}")
-        state = torch.load(path, weights_only=True)
+        from policies.rl.loop import read_learner_state
+        state = read_learner_state(path)
         shape = [self.atoms.count, self.num_groups, self.problem.num_devices]
-        if state["shape"] != shape:
+        if state.get("shape") != shape:
             raise PlacerError(f"checkpoint {path} is for (atoms, groups, devices) {state['shape']}, not {shape}")
         self.module.load_state_dict(state["module"])
         for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID):
