@@ -51,7 +51,7 @@ class PolicyResult:
     measurements: int  # placements measured (at most the budget)
     best: Measurement  # the measurement of op_placement
     notes: str = ""  # what the policy wants a reader to know (memory model used, fallbacks)
-    stop_reason: str = "budget"  # "budget" | "time_limit" | "should_stop" | "converged" (learners: nothing new sampled)
+    stop_reason: str = "budget"  # "budget" | "time_limit" | "should_stop" | "converged" (nothing new sampled)
     seconds_per_update: float = math.nan  # learned policies: learner time per iteration, measuring excluded
     warm_start_runtime_s: float = math.nan  # warm-started learners: the start as measured on their own units
     solver_makespan_s: float = math.nan  # exact: the solver's own makespan of the placement (its model, not measured)
@@ -207,11 +207,12 @@ def finish(name: str, problem: PlacementProblem, unit_placement: np.ndarray | No
                         clock.measure_s, counter.used, counter.best_measurement, notes)
 
 
-def search_result(name: str, problem: PlacementProblem, counter: BudgetedMeasurer, notes: str = "") -> PolicyResult:
+def search_result(name: str, problem: PlacementProblem, counter: BudgetedMeasurer, notes: str = "",
+                  stop_reason: str = "budget") -> PolicyResult:
     best = counter.best_placement
     groups = None if best is None else problem.collapse(best)
     return PolicyResult(name, best, groups, counter.clock.decide_s, counter.clock.measure_s,
-                        counter.used, counter.best_measurement, notes)
+                        counter.used, counter.best_measurement, notes, stop_reason=stop_reason)
 
 
 def with_run_best(found: PolicyResult, problem: PlacementProblem, run_best_op_placement: np.ndarray | None,

@@ -45,6 +45,11 @@ class MemoMeasurer:
     def done(self) -> bool:
         return self.counter.left <= 0 or self.stalled >= STALL_ROUNDS
 
+    @property
+    def stop_reason(self) -> str:
+        """"converged" when the search stopped finding new placements with budget left, else "budget"."""
+        return "converged" if self.stalled >= STALL_ROUNDS and self.counter.left > 0 else "budget"
+
     def evaluate(self, unit_placements: np.ndarray) -> np.ndarray:
         """(B, U) -> (B,) costs; unseen placements beyond the budget get cost inf."""
         keys = [row.tobytes() for row in unit_placements]
@@ -112,7 +117,7 @@ class RandomSearchPolicy:
         probs = uniform_probs(problem)
         while not memo.done:
             memo.evaluate(sample_units(probs, min(self.batch_size, counter.left), rng))
-        return search_result(self.name, problem, counter)
+        return search_result(self.name, problem, counter, stop_reason=memo.stop_reason)
 
 
 @dataclass
@@ -145,7 +150,8 @@ class CrossEntropyPolicy:
             freq = np.zeros_like(probs)
             np.add.at(freq, (np.broadcast_to(np.arange(probs.shape[0]), elite.shape), elite), 1.0)
             probs = (1 - self.smoothing) * probs + self.smoothing * freq / len(elite)
-        return search_result(self.name, problem, counter, notes=f"{len(memo.costs)} distinct placements")
+        return search_result(self.name, problem, counter, notes=f"{len(memo.costs)} distinct placements",
+                             stop_reason=memo.stop_reason)
 
 
 @dataclass
@@ -178,7 +184,8 @@ class AnnealingPolicy:
             if step % max(1, steps // 4) == 0 and counter.best_placement is not None:
                 chains[:] = problem.collapse(counter.best_placement)
                 energy[:] = np.log(counter.best_cost_s)
-        return search_result(self.name, problem, counter, notes=f"{step} annealing steps")
+        return search_result(self.name, problem, counter, notes=f"{step} annealing steps",
+                             stop_reason=memo.stop_reason)
 
     @staticmethod
     def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float]:

@@ -95,6 +95,15 @@ def test_search__spends_exactly_its_budget_in_batches_and_reports_each_measureme
     assert result.measurements == sum(measurer.batches) == len(seen) == 70
     assert max(measurer.batches) > 1
     assert min(m.runtime_s for m in seen if m.ok) == pytest.approx(result.best.runtime_s)
+    assert result.stop_reason == "budget"
+
+
+@pytest.mark.parametrize("name", SEARCHES)
+def test_search__one_that_runs_out_of_new_placements_says_it_converged(name, machine):
+    graph = cpu_only_graph()  # 5 units on 3 devices, 1 pinned to the CPU: 81 placements in all
+    problem = problem_for(graph, machine)
+    result = make_policy(name).place(problem, SimMeasurer(graph, machine), 1000, seed=0)
+    assert result.measurements <= 81 and result.stop_reason == "converged"
 
 
 @pytest.mark.parametrize("name", SEARCHES)
