@@ -52,6 +52,27 @@ def read_run_best(run_dir: str | os.PathLike) -> RunBest:
     return RunBest(run_dir, manifest, machine, best, read_groups(run_dir))
 
 
+def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) -> np.ndarray:
+    """(N,) op placement from ``--placement PATH``: a placement file (measurers/placement.py), or a run folder
+    or its ``best_placement.json`` (the run's best, groups expanded by the run's own grouping); a run of
+    another graph or machine is one PlacerError."""
+    from measurers.catalog import machine_to_json
+    from measurers.placement import load_placement_file
+
+    path = Path(path)
+    run_dir = path if path.is_dir() else path.parent if path.name == BEST_FILE else None
+    if run_dir is None:
+        return load_placement_file(path, graph, machine)
+    run = read_run_best(run_dir)
+    if run.manifest.graph_hash != graph.content_hash:
+        raise PlacerError(f"--placement {path}: run {run_dir} placed a graph with hash {run.manifest.graph_hash}; "
+                          f"graph {graph.name!r} has hash {graph.content_hash}")
+    if machine_to_json(run.machine) != machine_to_json(machine):
+        raise PlacerError(f"--placement {path}: run {run_dir} placed it on machine {run.machine.name!r}, "
+                          f"not on {machine.name!r} as it is given")
+    return run.op_placement(graph)
+
+
 def run_graph(run: RunBest, graph_file: str | os.PathLike | None = None) -> OpGraph:
     """The graph the run placed: ``graph_file``, else the run's graph file or cached benchmark, else the
     benchmark rebuilt; PlacerError unless it has the run's content hash."""

@@ -8,6 +8,9 @@ JSON in one of these forms (device names, or device indices, as values)::
     {"ops": {"op name": "gpu:0", ...}}            # every op named once
     {"groups": ["gpu:0", ...]}                    # one entry per group
 
+An object may also carry "graph", "graph_hash" and "machine" (``save_placement_file`` writes them); a
+"graph_hash" must be the graph's content hash.
+
 Groups are the ``grouping`` passed in ((N,) group id of each op, or an object with an ``op_group`` array),
 else the graph's colocation groups. A bare list whose length matches neither is an error.
 """
@@ -95,6 +98,9 @@ def _op_devices(data, graph: OpGraph, machine: Machine, groups: np.ndarray) -> n
         if unknown or ("ops" in data) == ("groups" in data):
             raise PlacerError("expected exactly one of the keys 'ops' or 'groups' (and optionally 'graph', "
                               "'graph_hash', 'machine')")
+        if "graph_hash" in data and data["graph_hash"] != graph.content_hash:
+            raise PlacerError(f"was written for a graph with hash {data['graph_hash']!r}; graph {graph.name!r} has "
+                              f"hash {graph.content_hash!r}")
         if "groups" in data:
             return _device_list(data["groups"], machine, num_groups, "groups")[groups]
         if isinstance(data["ops"], dict):

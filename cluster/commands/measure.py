@@ -17,7 +17,8 @@ def register(subparsers) -> None:
                         help="openvino: graphs imported from ONNX or OpenVINO IR (placer graphs import), "
                              "per-op devices through OpenVINO's HETERO mode")
     how = parser.add_mutually_exclusive_group(required=True)
-    how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
+    how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group), "
+                     "or a run folder (its best placement)")
     how.add_argument("--policy", metavar="NAME", help="any heuristic of `placer baselines` "
                      "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
     parser.add_argument("--runs", type=int, metavar="N",
@@ -35,7 +36,7 @@ def _measure(args) -> int:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, build_measurer
-    from measurers.placement import load_placement_file
+    from cluster.run_best import load_placement
     from measurers.timing import default_timing
     from policies.registry import place_once, policy_entry
 
@@ -45,7 +46,7 @@ def _measure(args) -> int:
 
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
-    placement = load_placement_file(args.placement, graph, machine) if args.placement else None
+    placement = load_placement(args.placement, graph, machine) if args.placement else None
     if args.policy:
         policy_entry(args.policy)  # an unknown name fails before the measurer is built
     spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed,

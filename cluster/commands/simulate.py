@@ -11,7 +11,8 @@ def register(subparsers) -> None:
     parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark, synthetic:N[:SEED] or file")
     parser.add_argument("--machine", required=True, metavar="NAME_OR_FILE", help="catalog machine or machine file")
     how = parser.add_mutually_exclusive_group(required=True)
-    how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group)")
+    how.add_argument("--placement", metavar="FILE", help="placement JSON (device name per op or per group), "
+                     "or a run folder (its best placement)")
     how.add_argument("--policy", metavar="NAME", help="any heuristic of `placer baselines` "
                      "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
     parser.add_argument("--engine", choices=("reference", "fast"), default="fast")
@@ -27,7 +28,7 @@ def _simulate(args) -> int:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import load_profile
-    from measurers.placement import load_placement_file
+    from cluster.run_best import load_placement
     from measurers.sim.measurer import SimulatorMeasurer
     from measurers.sim.reference import Simulator
     from policies.registry import place_once
@@ -36,7 +37,7 @@ def _simulate(args) -> int:
     machine = load_machine(args.machine)
     profile = load_profile(args.profile) if args.profile else None
     if args.placement:
-        placement = load_placement_file(args.placement, graph, machine)
+        placement = load_placement(args.placement, graph, machine)
     else:
         measurer = SimulatorMeasurer(graph, machine, profile=profile, engine=args.engine)
         placement = place_once(args.policy, graph, machine, measurer).op_placement

@@ -73,3 +73,19 @@ def test_simulate__bad_input_exits_2_with_one_line_and_writes_no_trace(tmp_path,
     assert code == 2 and captured.out == ""
     assert captured.err.startswith("placer: error: ") and captured.err.count("\n") == 1
     assert list(tmp_path.iterdir()) == [placement]
+
+
+def test_simulate__a_run_folder_is_a_placement_its_best(tmp_path, capsys, monkeypatch):
+    """--placement RUN_DIR (or its best_placement.json): the run's best, groups expanded by its own grouping;
+    the same step the search logged. A run of another machine is refused."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    common = ["--graph", "synthetic:100", "--machine", "paper-2gpu"]
+    assert main(["search", *common, "--policy", "cem", "--budget", "8", "--groups", "8", "--workers", "1",
+                 "--out", str(tmp_path / "runs"), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    for path in (found["run_dir"], f"{found['run_dir']}/best_placement.json"):
+        report = simulate_json(capsys, *common, "--placement", path)
+        assert report["runtime_s"] == pytest.approx(found["best_runtime_s"])
+    code = main(["simulate", "--graph", "synthetic:100", "--machine", "paper-4gpu", "--placement", found["run_dir"]])
+    err = capsys.readouterr().err
+    assert code == 2 and "placed it on machine 'paper-2gpu', not on 'paper-4gpu'" in err and err.count("\n") == 1

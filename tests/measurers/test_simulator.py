@@ -211,6 +211,7 @@ def test_placement_file__per_op_per_group_and_by_name(tmp_path):
 @pytest.mark.parametrize("data, message", [
     (["gpu:0"] * 4, "4 entries"), (["gpu:0", "tpu:0", "gpu:0"], "no device 'tpu:0'"),
     ({"ops": {"a": "gpu:0"}}, "'b' has no device"), ({"groups": ["gpu:0"]}, "'groups' has 1 entries"),
+    ({"ops": ["gpu:0"] * 3, "graph_hash": "deadbeef"}, "written for a graph with hash 'deadbeef'"),
 ])
 def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data, message):
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [])
