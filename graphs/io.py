@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -58,16 +60,28 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
         "content_hash": graph.content_hash,
     }
     table = table.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
+    return path
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` only if the block succeeds, with
+    the permissions a plain ``open`` would give (mkstemp's own 0600 left the files unreadable to others)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+        tmp.unlink(missing_ok=True)
 
 
 def load_graph_file(path: str | os.PathLike) -> OpGraph:

@@ -21,12 +21,12 @@ import math
 import os
 import tempfile
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from graphs.io import atomic_file
 from graphs.opgraph import OpGraph
 
 ONNX_OPSET = 17  # the first opset with LayerNormalization
@@ -63,7 +63,7 @@ def build_bert_base_infer(batch_size: int = 1, seq_len: int = 128, hidden: int =
             parameter.normal_(0.0, 0.02)
     tokens = torch.randint(0, vocab, (batch_size, seq_len), dtype=torch.int64)
     path = model_path("bert-base-infer", config, ".onnx")
-    with _atomic_file(path) as tmp:
+    with atomic_file(path) as tmp:
         torch.onnx.export(model, (tokens,), str(tmp), dynamo=False, opset_version=ONNX_OPSET,
                           input_names=["input_ids"], output_names=["hidden_states", "pooled"])
     return import_onnx(str(path), name="bert-base-infer")
@@ -105,21 +105,6 @@ def _save_ir(ov_model, xml_path: Path) -> None:
         ov.save_model(ov_model, str(tmp_xml), compress_to_fp16=False)  # fp32 weights: a Convert-free graph
         os.replace(tmp_xml.with_suffix(".bin"), xml_path.with_suffix(".bin"))
         os.replace(tmp_xml, xml_path)
-
-
-@contextmanager
-def _atomic_file(path: Path):
-    """``with _atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` only if the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        yield tmp
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class BertSelfAttention(nn.Module):

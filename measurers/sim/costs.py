@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +37,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.op_classes import OP_CLASSES, op_class, op_class_codes  # noqa: F401 (re-exported)
+from graphs.io import atomic_file
 from graphs.opgraph import OpGraph
 from measurers.machine import Machine
 
@@ -163,10 +163,7 @@ def load_profile(path: str | os.PathLike) -> OpProfile:
 def save_profile(profile: OpProfile, path: str | os.PathLike) -> Path:
     """Write ``profile`` as JSON (or Parquet for a .parquet path), atomically."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_file(path) as tmp:
         if path.suffix == ".parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -176,10 +173,6 @@ def save_profile(profile: OpProfile, path: str | os.PathLike) -> Path:
         else:
             entries = [{"op": str(o), "device_model": str(m), "time_s": float(t)}
                        for o, m, t in zip(profile.op_names, profile.device_models, profile.time_s)]
-            Path(tmp).write_text(json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
-                                             "graph_hash": profile.graph_hash, "entries": entries}, indent=1))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+            tmp.write_text(json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
+                                       "graph_hash": profile.graph_hash, "entries": entries}, indent=1))
     return path

@@ -102,6 +102,18 @@ def test_io__file_is_readable_without_project_code(tmp_path):
     assert [list(x) for x in frame["in_src"]] == [[], [0], [0], [1, 2]]
 
 
+def test_io__a_saved_graph_gets_the_permissions_the_umask_gives(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        graph_file = save_graph(_diamond(), tmp_path / "g.parquet")
+    finally:
+        os.umask(old)
+    assert oct(graph_file.stat().st_mode & 0o777) == "0o644"  # not mkstemp's 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["g.parquet"]  # no temporary left
+
+
 def test_io__saving_to_a_folder_or_saving_what_is_not_a_graph_is_a_clear_error(tmp_path):
     with pytest.raises(PlacerError, match="is a folder, not a file"):
         save_graph(_diamond(), tmp_path)

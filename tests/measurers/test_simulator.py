@@ -5,6 +5,7 @@ twice that on the CPU (no overhead, efficiency 1); a link moves 1e9 bytes per se
 """
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -175,6 +176,9 @@ def test_profile__overrides_roofline_for_its_model_and_round_trips(tmp_path):
         assert times[:, 1].tolist() == [1.0, 0.125] and times[1, 0] == 0.125
         result = simulate(graph, toy_machine(num_gpus=1), np.array([1, 1]), profile=loaded)
         assert result.runtime_s == 1.125
+        umask = os.umask(0)
+        os.umask(umask)
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not mkstemp's 0600
 
 
 def test_profile__bad_file_is_one_error(tmp_path):
