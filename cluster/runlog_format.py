@@ -155,12 +155,20 @@ def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
 
 def check_run_log(folder: str | os.PathLike) -> None:
     """Every Parquet part of the run's measurement log opens (its footer is read, not its rows): a damaged
-    part is one PlacerError naming it, before a resumed run starts anything."""
+    part, or no log folder at all, is one PlacerError naming it, before a resumed run starts anything."""
+    _check_log_folder(folder)
     for part in sorted((Path(folder) / MEASUREMENTS_DIR).glob("*.parquet")):
         try:
             pq.read_metadata(part)
         except (pa.ArrowException, OSError) as exc:
             raise PlacerError(f"{part} is damaged: {exc}") from None
+
+
+def _check_log_folder(folder: str | os.PathLike) -> None:
+    """A run folder is made with its measurement folder (RunLogWriter.create): without it the log is gone,
+    and the run would read as one that measured nothing."""
+    if not (Path(folder) / MEASUREMENTS_DIR).is_dir():
+        raise PlacerError(f"{folder}: its measurement log ({MEASUREMENTS_DIR}/) is missing")
 
 
 def _read_dataset(folder: Path, schema: pa.Schema) -> pd.DataFrame:
@@ -171,6 +179,7 @@ def read_run(folder: str | os.PathLike) -> pd.DataFrame:
     """Every measurement row of one run, once each, ordered by seq; ``placement_level`` is filled by
     length for rows written before the column existed."""
     read_manifest(folder)
+    _check_log_folder(folder)
     rows = _read_dataset(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
     return _fill_placement_level(rows, folder)
 

@@ -5,6 +5,7 @@ exit status 2, nothing on stdout and nothing written, before any work starts."""
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 import time
 from dataclasses import asdict
@@ -97,6 +98,10 @@ def test_damaged_run_log__analyze_and_resume_refuse_it(tmp_path, capsys):
     assert "a run log file is damaged" in one_placer_error(capsys)
     assert main(["search", "--resume", str(run), "--json"]) == 2
     assert f"{part} is damaged" in one_placer_error(capsys)
+    shutil.rmtree(run / MEASUREMENTS_DIR)  # the log gone: not a run that measured nothing
+    for command in (["analyze", str(run), "--json"], ["search", "--resume", str(run), "--json"]):
+        assert main(command) == 2
+        assert f"{run}: its measurement log (measurements/) is missing" in one_placer_error(capsys)
 
 
 def test_damaged_grouping__resume_names_the_file(tmp_path, capsys):
