@@ -46,7 +46,7 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         if name == "resume":
             continue
         value = tuple(value) if name == "baselines" else value
-        if value == getattr(saved, name) or name in SESSION_SETTINGS:
+        if _same(name, value, getattr(saved, name)) or name in SESSION_SETTINGS:
             changes[name] = value
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
@@ -57,6 +57,12 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
                               + ", and a resumed run keeps it (start a new run to change it)")
     return replace(saved, resume=str(run_dir), **changes)
 
+
+
+def _same(name: str, value, saved) -> bool:
+    """A given value that changes nothing: the saved one, or ``--init pretrained`` where the run took the
+    default (which is the committed checkpoint)."""
+    return value == saved or (name == "init" and {value, saved} <= {None, "pretrained"})
 
 
 def _saved_config(manifest) -> SearchConfig:

@@ -176,3 +176,15 @@ def test_unwritable_path__a_rename_names_its_target_not_the_temp_file(tmp_path, 
     assert main(["graphs", "export", "synthetic:60", "-o", str(tmp_path / "g.parquet")]) == 2
     err = one_placer_error(capsys)
     assert err.startswith(f"placer: error: {target}: ") and ".tmp" not in err, err
+
+
+def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_refused(tmp_path):
+    from test_analysis import write_run
+
+    from cluster.jobs.resume import resume_config
+    from graphs.errors import PlacerError
+
+    run = write_run(tmp_path, policy="gdp", graph=load_graph("synthetic:60"))  # its manifest has no init
+    assert resume_config(run, {"init": "pretrained"}).init == "pretrained"
+    with pytest.raises(PlacerError, match="--init 'scratch': run .* searches without --init"):
+        resume_config(run, {"init": "scratch"})
