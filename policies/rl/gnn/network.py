@@ -23,6 +23,10 @@ Not allowed (group, device) pairs get ``MASKED_LOGIT``. Sizes never depend on G 
 
 from __future__ import annotations
 
+import tempfile
+from contextlib import contextmanager
+from typing import Iterator
+
 import torch
 from torch import Tensor, nn
 
@@ -31,6 +35,19 @@ from policies.rl.gnn.inputs import DEVICE_COLUMNS, EDGE_COLUMNS, NODE_COLUMNS, P
 
 MASKED_LOGIT = -1e9
 STATE_COLUMNS = ("on_device", "traffic_share", "device_work_share")  # PlacetoNet's (group, device) state
+
+
+@contextmanager
+def _generated_code_removed() -> Iterator[None]:
+    """PyTorch Geometric writes the code it generates for GATv2Conv (its propagate and edge_updater) to two
+    files in the temporary folder and imports them, once per process, and never deletes them: every run left
+    two files in /tmp. Here they go to a folder of their own, removed once the modules are imported."""
+    with tempfile.TemporaryDirectory(prefix="placer-pyg-") as folder:
+        before, tempfile.tempdir = tempfile.tempdir, folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = before
 
 
 class GraphEncoder(nn.Module):
@@ -42,8 +59,9 @@ class GraphEncoder(nn.Module):
 
         self.embed = nn.Sequential(nn.Linear(len(NODE_COLUMNS), hidden_size), nn.ReLU(),
                                    nn.Linear(hidden_size, hidden_size))
-        self.convs = nn.ModuleList(GATv2Conv(hidden_size, hidden_size, heads=heads, concat=False,
-                                             edge_dim=len(EDGE_COLUMNS)) for _ in range(num_layers))
+        with _generated_code_removed():
+            self.convs = nn.ModuleList(GATv2Conv(hidden_size, hidden_size, heads=heads, concat=False,
+                                                 edge_dim=len(EDGE_COLUMNS)) for _ in range(num_layers))
         self.norms = nn.ModuleList(nn.LayerNorm(hidden_size) for _ in range(num_layers))
 
     def forward(self, node: Tensor, edge_index: Tensor, edge: Tensor) -> Tensor:

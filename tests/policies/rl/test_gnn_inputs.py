@@ -6,6 +6,7 @@ groups when they are permuted."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -243,3 +244,18 @@ def test_fastest_device_start_spills_what_one_gpu_cannot_hold(graph):
     assert (counts > 0).sum() >= 2 and counts.argmax() == one_gpu[0]  # the fastest GPU keeps the most
     result = Simulator(graph, machine).run(problem.expand(start))
     assert result.status == "ok"
+
+
+def test_building_a_network_leaves_no_generated_code_in_the_temporary_folder(tmp_path):
+    """PyTorch Geometric writes GATv2Conv's generated code to the temporary folder once per process; the
+    encoder has it written to a folder of its own and removed."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from policies.rl.gnn.network import GdpNet; GdpNet(hidden_size=8, num_layers=1)"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[3])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not [p.name for p in tmp_path.iterdir() if "GATv2Conv" in p.name]
