@@ -25,6 +25,7 @@ def register(subparsers) -> None:
 def _simulate(args) -> int:
     import time
 
+    from graphs.errors import PlacerError
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import load_profile
@@ -36,6 +37,9 @@ def _simulate(args) -> int:
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = load_profile(args.profile) if args.profile else None
+    if profile is not None and profile.graph_hash and profile.graph_hash != graph.content_hash:
+        raise PlacerError(f"--profile {args.profile} was measured on a graph with hash {profile.graph_hash}; graph "
+                          f"{graph.name!r} has hash {graph.content_hash} (its op names would match by chance)")
     if args.placement:
         placement = load_placement(args.placement, graph, machine)
     else:

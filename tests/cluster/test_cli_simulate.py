@@ -58,6 +58,12 @@ def test_simulate__profile_changes_the_step_time(tmp_path, capsys):
     measured = simulate_json(capsys, *args, "--profile", str(profile))
     assert measured["runtime_s"] == pytest.approx(50 * 0.5)
     assert simulate_json(capsys, *args)["runtime_s"] < 1
+    other = tmp_path / "other.json"  # the same op names, measured on another graph: refused
+    other.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "graph_hash": "0" * 16,
+                                 "entries": entries}))
+    assert main(["simulate", *args, "--profile", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "was measured on a graph with hash 0000000000000000" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("bad", ["length", "device", "machine", "graph"])
