@@ -165,9 +165,10 @@ def check_run_log(folder: str | os.PathLike) -> None:
 
 
 def _check_log_folder(folder: str | os.PathLike) -> None:
-    """A run folder is made with its measurement folder (RunLogWriter.create): without it the log is gone,
-    and the run would read as one that measured nothing."""
-    if not (Path(folder) / MEASUREMENTS_DIR).is_dir():
+    """A run that has logged a measurement (it has a best placement) has its measurement folder: without it
+    the log is gone, and the run would read as one that measured nothing. A run that never flushed a row may
+    lack the empty folder (a copy that drops empty folders); RunLogWriter.resume makes it again."""
+    if (Path(folder) / BEST_FILE).is_file() and not (Path(folder) / MEASUREMENTS_DIR).is_dir():
         raise PlacerError(f"{folder}: its measurement log ({MEASUREMENTS_DIR}/) is missing")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -68,17 +68,14 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
 @contextmanager
 def atomic_file(path: Path) -> Iterator[Path]:
     """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` only if the block succeeds, with
-    the permissions a plain ``open`` would give (mkstemp's own 0600 left the files unreadable to others)."""
+    the permissions a plain ``open`` gives (the umask applied by the kernel; mkstemp's 0600 left the files
+    unreadable to others)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

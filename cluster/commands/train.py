@@ -129,10 +129,10 @@ def check_train_args(args: argparse.Namespace):
     _check_unique(args.machines, "--machines")
     _check_unique([str(g) for g in args.groups], "--groups")
     problems = len(graphs) * len(args.machines) * len(args.groups)
-    if args.teacher_budget * problems >= args.budget:
+    if args.teacher_budget and args.teacher_budget * problems > args.budget - 2:  # an update takes 2 or more
         raise PlacerError(f"--teacher-budget {args.teacher_budget} for each of {problems} "
                           f"problem{'s' * (problems != 1)} spends {args.teacher_budget * problems} of --budget "
-                          f"{args.budget}: nothing is left to learn from rewards")
+                          f"{args.budget}: too little is left to learn from rewards")
     if not args.resume:
         if Path(args.out).exists():
             raise PlacerError(f"{args.out} exists: pass --resume to continue it, or choose another path")

@@ -8,7 +8,7 @@ The policy is built once and placed phase by phase; between phases devices leave
     ...
 
 A phase ends when the policy has spent its measurements, or stopped on its own earlier (a heuristic
-after its one measurement, a search whose next batch would overrun, a converged learner: the device then
+after its one measurement, a search whose next batch would overrun, a converged search or learner: the device then
 leaves at that count), or, for ``NAME@node-lost``, once the measurer pool reports its first lost GPU node
 (``cluster.pool.MeasurerPool.lost_nodes``): every ``@node-lost`` device leaves at the count then reached
 (a learner stops between batches through its RunContext's stop flag, a search or heuristic is cut short

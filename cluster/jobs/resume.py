@@ -46,7 +46,7 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         if name == "resume":
             continue
         value = tuple(value) if name == "baselines" else value
-        if _same(name, value, getattr(saved, name)) or name in SESSION_SETTINGS:
+        if _same(name, value, saved) or name in SESSION_SETTINGS:
             changes[name] = value
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
@@ -59,10 +59,13 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
 
 
 
-def _same(name: str, value, saved) -> bool:
-    """A given value that changes nothing: the saved one, or ``--init pretrained`` where the run took the
-    default (which is the committed checkpoint)."""
-    return value == saved or (name == "init" and {value, saved} <= {None, "pretrained"})
+def _same(name: str, value, saved: SearchConfig) -> bool:
+    """A given value that changes nothing: the saved one, or ``--init pretrained`` where a gdp, placeto or
+    giph run took the default, which is the committed checkpoint (hsdag's default is scratch)."""
+    from policies.rl.gnn.config import KINDS
+
+    was = getattr(saved, name)
+    return value == was or (name == "init" and saved.policy in KINDS and {value, was} <= {None, "pretrained"})
 
 
 def _saved_config(manifest) -> SearchConfig:

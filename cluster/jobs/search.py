@@ -202,7 +202,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     from policies.registry import check_device_policies, policy_entry
 
     check_graph_name(config.graph)
-    load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
+    machine = load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
     entry = policy_entry(config.policy)
     check_counts(config.budget, config.groups, config.grouping)
     if entry.max_groups is not None and config.groups > entry.max_groups:
@@ -216,13 +216,13 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
         raise PlacerError(f"planner_groups: only for the hierarchical planner, not {config.policy!r}")
     if config.planner_groups is not None and config.planner_groups < 1:
         raise PlacerError(f"--groups must be at least 1, got {config.planner_groups}")
-    machine = load_machine(config.machine)
     check_removals(config, machine)
     _check_gnn_settings(config)
     if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
         raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
     if config.resume:
         check_run_log(config.resume)
+        _checkpoint_progress(Path(config.resume))  # a damaged learner checkpoint: one error, nothing changed
     source = check_warm_start_config(config)
     check_device_policies([config.policy], machine, "--policy")
     check_device_policies(config.baselines, machine, "baselines")
@@ -354,7 +354,6 @@ def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, 
             raise PlacerError(f"run folder {run_dir} was made for machine {manifest.machine.get('name')!r} as it "
                               f"was then; {config.machine!r} now describes other devices or links")
         past = past_rows(run_dir, problem)
-        _checkpoint_progress(run_dir)  # a damaged learner checkpoint: one error, the folder as it was
         record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
         return RunLogWriter.resume(run_dir, reward_fn=reward_of), past
@@ -552,7 +551,7 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
 
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:
     """(iterations, measurements) the learner's checkpoint in ``run_dir`` holds; (0, 0) without one."""
-    from policies.rl.loop import checkpoint_progress
+    from policies.rl.learner_file import checkpoint_progress
 
     return checkpoint_progress(run_dir / CHECKPOINT_DIR)
 

@@ -43,8 +43,8 @@ from policies.base import early_stop
 from policies.rl.assembly import build_learner, summarize_update
 from policies.rl.config import RLConfig
 from policies.rl.env import PlacementEnv, reward_of, scored_runtime_s
+from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
 
-CHECKPOINT_FILE = "learner.pt"
 STALL_ITERATIONS = 50  # iterations in a row that sample only placements measured before: the run has converged
 @dataclass
 class IterationMetrics:
@@ -418,8 +418,8 @@ class _Trainer:
             raise PlacerError(f"no learner checkpoint at {path}")
         state = read_learner_state(path)
         if state.get("shape") != list(self.env.allowed.shape):
-            raise PlacerError(f"checkpoint {path} places {state['shape'][0]} groups on {state['shape'][1]} devices, "
-                              f"this run {self.env.num_groups} on {self.env.num_devices}")
+            raise PlacerError(f"checkpoint {path} is not for this run's {self.env.num_groups} groups on "
+                              f"{self.env.num_devices} devices (its shape: {state.get('shape')})")
         defaults = {"decode_order": "group", "module": "seq2seq"}  # of checkpoints older than these fields
         for key in ("trainer", "hidden_size", "tanh_constant", "decode_order", "module"):
             if state["config"].get(key, defaults.get(key)) != getattr(self.config, key):
@@ -439,32 +439,6 @@ class _Trainer:
         self.memo = _memo_from_state(state.get("memo"))  # a resumed run does not measure its repeats either
         self.window = [(r.numpy().copy(), a.numpy().astype(np.int64)) for r, a in state.get("window", [])]
         self.imitation_steps = int(state.get("imitation_steps", 0))
-
-
-def read_learner_state(path: str | os.PathLike) -> dict:
-    """A run's learner checkpoint (``learner.pt``, every learner's) as the dict it saved; a damaged,
-    truncated or foreign file is one PlacerError naming it."""
-    try:
-        state = torch.load(path, weights_only=True)
-    except Exception as exc:  # noqa: BLE001  torch raises many kinds for a damaged zip or pickle
-        raise PlacerError(f"learner checkpoint {path} is damaged or truncated ({type(exc).__name__}): "
-                          f"remove it to start over") from None
-    if not isinstance(state, dict) or not all(isinstance(state.get(key), int)
-                                              for key in ("iteration", "measurements_used")):
-        raise PlacerError(f"learner checkpoint {path} is not a learner's checkpoint (no iteration and "
-                          f"measurement counts)")
-    return state
-
-
-def checkpoint_progress(checkpoint_dir: str | os.PathLike) -> tuple[int, int]:
-    """(iterations, measurements) a run resumed from ``checkpoint_dir`` starts at; (0, 0) without a
-    checkpoint. The search job numbers a resumed run's log rows and its progress from it, and checks with
-    it that a run to resume has a readable checkpoint before it changes the run folder."""
-    path = Path(checkpoint_dir) / CHECKPOINT_FILE
-    if not path.is_file():
-        return 0, 0
-    state = read_learner_state(path)
-    return state["iteration"], state["measurements_used"]
 
 
 def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:

@@ -69,11 +69,12 @@ def test_baselines__zero_bound_time_limit_gives_the_closed_form(capsys):
     assert payload["proven_bound_holds_for"] == "every placement" and payload["proven_bound"]["mip_status"] == "skipped"
 
 
-def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys):
+def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys, tmp_path):
     code, _, err = run_json(capsys, "--policies", "single-gpu,telepathy")
     assert code == 2 and "unknown policy 'telepathy'" in err
-    code, _, err = run_json(capsys, "--policies", "single-gpu,device:9")
+    code, _, err = run_json(capsys, "--policies", "single-gpu,device:9", "--out", str(tmp_path / "log"))
     assert code == 2 and "--policies: device:9 names no device of machine" in err
+    assert list(tmp_path.iterdir()) == []  # no log folder
     code, _, err = run_json(capsys, "--budget", "0")
     assert code == 2 and "--budget" in err
     code, _, err = run_json(capsys, "--bound-time-limit", "-2")

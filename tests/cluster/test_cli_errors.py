@@ -184,7 +184,13 @@ def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_
     from cluster.jobs.resume import resume_config
     from graphs.errors import PlacerError
 
-    run = write_run(tmp_path, policy="gdp", graph=load_graph("synthetic:60"))  # its manifest has no init
-    assert resume_config(run, {"init": "pretrained"}).init == "pretrained"
-    with pytest.raises(PlacerError, match="--init 'scratch': run .* searches without --init"):
-        resume_config(run, {"init": "scratch"})
+    runs = {}
+    for policy in ("gdp", "hsdag"):  # no init in the manifest: gdp took the committed checkpoint, hsdag scratch
+        runs[policy] = write_run(tmp_path / policy, policy=policy, graph=load_graph("synthetic:60"))
+        manifest = json.loads((runs[policy] / "manifest.json").read_text())
+        manifest["config"]["policy"] = policy
+        (runs[policy] / "manifest.json").write_text(json.dumps(manifest))
+    assert resume_config(runs["gdp"], {"init": "pretrained"}).init == "pretrained"
+    for policy, init in (("gdp", "scratch"), ("hsdag", "pretrained")):
+        with pytest.raises(PlacerError, match=f"--init '{init}': run .* searches without --init"):
+            resume_config(runs[policy], {"init": init})

@@ -92,6 +92,9 @@ def test_simulate__a_run_folder_is_a_placement_its_best(tmp_path, capsys, monkey
     for path in (found["run_dir"], f"{found['run_dir']}/best_placement.json"):
         report = simulate_json(capsys, *common, "--placement", path)
         assert report["runtime_s"] == pytest.approx(found["best_runtime_s"])
-    code = main(["simulate", "--graph", "synthetic:100", "--machine", "paper-4gpu", "--placement", found["run_dir"]])
-    err = capsys.readouterr().err
-    assert code == 2 and "placed it on machine 'paper-2gpu', not on 'paper-4gpu'" in err and err.count("\n") == 1
+    for graph, machine, message in (("synthetic:100", "paper-4gpu", "placed it on machine 'paper-2gpu', not on "
+                                                                     "'paper-4gpu'"),
+                                    ("synthetic:100:2", "paper-2gpu", "placed a graph with hash")):
+        code = main(["simulate", "--graph", graph, "--machine", machine, "--placement", found["run_dir"]])
+        err = capsys.readouterr().err
+        assert code == 2 and message in err and err.count("\n") == 1

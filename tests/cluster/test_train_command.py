@@ -114,7 +114,7 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
     (["--groups", "0"], "--groups must be a whole number of at least 1"),
     (["--order", "sideways"], "unknown --order 'sideways'"),
-    (["--teacher-budget", "8"], "--teacher-budget 8 for each of 1 problem spends 8 of --budget 8"),
+    (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
     (["--hidden", "7"], "gdp's hidden_size must be a multiple of 4"),
     (["--resume"], "no such file"),
 ])

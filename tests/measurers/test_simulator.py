@@ -170,15 +170,18 @@ def test_profile__overrides_roofline_for_its_model_and_round_trips(tmp_path):
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
     profile = OpProfile(np.array(["b", "not-in-graph"], dtype=object), np.array(["toy", "toy"], dtype=object),
                         np.array([0.125, 9.0]))
+    umask = os.umask(0o022)
+    try:
+        saved = [save_profile(profile, tmp_path / name) for name in ("p.json", "p.parquet")]
+    finally:
+        os.umask(umask)
+    assert [oct(path.stat().st_mode & 0o777) for path in saved] == ["0o644", "0o644"]  # not mkstemp's 0600
     for name in ("p.json", "p.parquet"):
-        loaded = load_profile(save_profile(profile, tmp_path / name))
+        loaded = load_profile(tmp_path / name)
         times = op_time_matrix(graph, toy_machine(num_gpus=1), loaded)
         assert times[:, 1].tolist() == [1.0, 0.125] and times[1, 0] == 0.125
         result = simulate(graph, toy_machine(num_gpus=1), np.array([1, 1]), profile=loaded)
         assert result.runtime_s == 1.125
-        umask = os.umask(0)
-        os.umask(umask)
-        assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask  # as open() makes it, not mkstemp's 0600
 
 
 def test_profile__bad_file_is_one_error(tmp_path):

@@ -18,13 +18,13 @@ Written to a temporary file and renamed, so an interrupted save never leaves hal
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 
 import torch
 
 from graphs.errors import PlacerError
 from policies.rl.gnn.inputs import FEATURE_LAYOUT
+from policies.rl.learner_file import load_torch_file
 from policies.rl.loop import save_state
 
 FORMAT = "placer-gnn"
@@ -53,12 +53,7 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
     path = Path(path)
     if not path.is_file():
         raise PlacerError(f"checkpoint {path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
-    _check_archive(path)
-    try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
-    except Exception as exc:  # torch raises RuntimeError, EOFError, UnpicklingError... for damaged files
-        raise PlacerError(f"checkpoint {path} is damaged or truncated ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+    state = load_torch_file(path, "checkpoint")
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise PlacerError(f"checkpoint {path} is not a gdp/placeto/giph checkpoint (a checkpoint of another "
                           "policy, or another file)")
@@ -76,20 +71,6 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         raise PlacerError(f"checkpoint {path} lacks its network weights or architecture") from None
     _check_network(path, policy, state)
     return state
-
-
-def _check_archive(path: Path) -> None:
-    """torch.save writes a zip archive; torch.load does not check its CRCs, so flipped bytes in a tensor
-    would load as other weights. Files of torch's older format (not a zip) are left to torch.load."""
-    if not zipfile.is_zipfile(path):
-        return
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise PlacerError(f"checkpoint {path} is damaged or truncated ({type(exc).__name__}: {exc})") from None
-    if bad is not None:
-        raise PlacerError(f"checkpoint {path} is damaged: {bad} fails its checksum")
 
 
 def _check_network(path: Path, policy: str, state: dict) -> None:

@@ -42,7 +42,8 @@ class GnnConfig:
     """GiPH: discount of later steps' rewards in a step's return."""
     random_start: float = 0.5
     """GiPH training across a family: the share of episode batches that start from a random placement
-    (the rest start from the fastest single device), so the policy learns moves from varied states."""
+    (the rest from the fastest single device, ``Slot.fastest_device_start``), so the policy learns moves
+    from varied states."""
     imitation_steps: int = 100
     """Adam steps fitting a warm start (GDP; Placeto starts its episodes at the warm start instead)."""
     seed: int = 0

@@ -9,7 +9,8 @@ pair given the placement so far. B episodes run side by side from the same start
 
 What the paper has and this does not: gpNet (the graph of (task, device) nodes) is replaced by the shared
 encoder plus the pair scorer (policies/rl/gnn/network.py); its episodes start from random placements,
-these start from a random one or the fastest single device in training and from the best placement so far
+these start from a random one or the fastest single device (``Slot.fastest_device_start``) in training and
+from the best placement so far
 when fine-tuning. The answer of a search is the best placement measured on the way.
 """
 

@@ -11,7 +11,7 @@ graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled ag
 ``STALL_ITERATIONS`` updates with nothing new end the run as "converged". A warm start (op placements,
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
-across graphs starts them all from the fastest single device), so each pass improves on the last.
+across graphs starts them all from ``Slot.fastest_device_start``), so each pass improves on the last.
 GiPH starts at the warm start (else the fastest single device, spilled onto the next fastest where the step
 overflows its memory: ``Slot.fastest_device_start``), measures it, then its greedy moves one by
 one (``episode_steps`` measurements at most), then fine-tunes with episodes of moves from the best so far.

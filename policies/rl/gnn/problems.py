@@ -117,9 +117,11 @@ class Slot:
     def fastest_device_start(self) -> np.ndarray:
         """(G,) where the networks' episodes start without a warm start, found without a measurement:
         everything on the device the cost model says is fastest (repaired to allowed devices). When the
-        whole step's peak memory (the simulator's liveness model) overflows that device, groups spill to
-        the next fastest device (``_spilled``), so that the start runs: moves from a start that fails
-        measure failures until one of them happens to fit."""
+        whole step's peak memory (the simulator's liveness model, ``single_device_peak_bytes``: measured on
+        the first GPU, the same on any alike one) overflows that device, groups spill to the next fastest
+        device of its kind (``_spilled``), so that the start runs: moves from a start that fails measure
+        failures until one of them happens to fit. With no device of its kind to spill to, or too little
+        memory on all of them, the start still overflows."""
         from policies.simple import devices_by_speed, single_device_units
 
         if self._start is None:  # computed once: spilling runs the simulator's memory model per move
@@ -191,7 +193,8 @@ _NODE_INDEX = (FEATURE_COLUMNS.index("topo_position"), FEATURE_COLUMNS.index("fo
 def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
     """Write a search learner's state (``trainer.state()``, its iteration, the slot's progress) to
     ``learner.pt`` in the run's checkpoint folder; nothing without one."""
-    from policies.rl.loop import CHECKPOINT_FILE, save_state  # the file checkpoint_progress reads
+    from policies.rl.learner_file import CHECKPOINT_FILE  # the file checkpoint_progress reads
+    from policies.rl.loop import save_state
 
     if context.checkpoint_dir is None:
         return
@@ -204,7 +207,7 @@ def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
 def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> bool:
     """Load what ``save_learner`` wrote into ``trainer`` and ``slot``; False when there is nothing to load.
     A file of another policy, other groups or other devices, or a damaged one: a PlacerError naming it."""
-    from policies.rl.loop import CHECKPOINT_FILE, read_learner_state
+    from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
 
     path = None if context.checkpoint_dir is None else Path(context.checkpoint_dir) / CHECKPOINT_FILE
     if path is None or not path.is_file():

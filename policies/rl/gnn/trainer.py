@@ -14,7 +14,8 @@ Placeto, one update per batch of B episodes run side by side from the same start
     advantages = return-to-go minus its mean over the episodes; learner.update
 
 GiPH (policies/rl/gnn/giph.py), one update per batch of B episodes of relocation moves from the same start
-(training: a random placement or the fastest single device), discounted improvement rewards.
+(training: a random placement or the fastest single device, ``Slot.fastest_device_start``), discounted
+improvement rewards.
 
 ``greedy`` placements (the most likely device per group; Placeto: one greedy pass, no measurement in
 between; GiPH: the most likely move ``episode_steps`` times) are the zero-shot answer: one forward pass,
@@ -226,7 +227,7 @@ class GnnTrainer:
 
     def _imitation_loss(self, slot: Slot, target: np.ndarray) -> torch.Tensor:
         """GDP: cross-entropy of each group's distribution against its target device. Placeto: of each
-        step of a teacher-forced episode (from the fastest single device, groups set to their targets in
+        step of a teacher-forced episode (from ``Slot.fastest_device_start``, groups set to their targets in
         the visiting order) against the step's target device. Both weighted by ``Slot.work_weight``."""
         wanted = torch.from_numpy(target)
         weight = torch.from_numpy(slot.work_weight).float()  # (G,)

@@ -21,7 +21,7 @@ import numpy as np
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
                            check_option_names, early_stop, search_result, with_run_best)
 from policies.rl.hierarchical.config import HierarchicalConfig
-from policies.rl.hierarchical.trainer import CHECKPOINT_FILE
+from policies.rl.learner_file import CHECKPOINT_FILE
 
 
 class HierarchicalPolicy:

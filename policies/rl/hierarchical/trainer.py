@@ -19,9 +19,8 @@ from policies.rl.hierarchical.features import GroupBuilder, atom_features
 from policies.rl.hierarchical.imitation import start_grouping, target_grouping
 from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
+from policies.rl.learner_file import read_learner_state
 from policies.rl.loop import save_state
-
-CHECKPOINT_FILE = "learner.pt"  # the name policies.rl.loop.checkpoint_progress reads
 
 
 def build_learner(atoms, num_groups: int, num_devices: int, config: HierarchicalConfig):
@@ -180,11 +179,10 @@ class HierarchicalTrainer:
         from ray.rllib.core import DEFAULT_MODULE_ID
         if not path.is_file():
             raise PlacerError(f"no learner checkpoint at {path}")
-        from policies.rl.loop import read_learner_state
         state = read_learner_state(path)
         shape = [self.atoms.count, self.num_groups, self.problem.num_devices]
         if state.get("shape") != shape:
-            raise PlacerError(f"checkpoint {path} is for (atoms, groups, devices) {state['shape']}, not {shape}")
+            raise PlacerError(f"checkpoint {path} is for (atoms, groups, devices) {state.get('shape')}, not {shape}")
         self.module.load_state_dict(state["module"])
         for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID):
             opt.load_state_dict(state["optimizers"][name])

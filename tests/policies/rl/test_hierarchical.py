@@ -149,7 +149,7 @@ def test_hierarchical__same_seed_same_result(problem):
 
 
 def test_hierarchical__checkpoint_resume_continues_the_counts(problem, tmp_path):
-    from policies.rl.loop import checkpoint_progress
+    from policies.rl.learner_file import checkpoint_progress
 
     first = place("hierarchical", problem, Counting(problem), 8, 0,
                   context=RunContext(checkpoint_dir=tmp_path), checkpoint_every=1, **OPTIONS)

@@ -132,7 +132,7 @@ def test_train_placer__trains_with_deterministic_torch_and_restores_the_setting_
 
 
 def test_checkpoint_progress__iterations_and_measurements_of_the_checkpoint(tmp_path):
-    from policies.rl.loop import checkpoint_progress
+    from policies.rl.learner_file import checkpoint_progress
 
     assert checkpoint_progress(tmp_path) == (0, 0)  # no checkpoint: a run starts at the beginning
     _train(8 * 2 + 5, checkpoint_dir=tmp_path)

@@ -1,0 +1,57 @@
+"""A search learner's checkpoint file (``learner.pt`` in a run's checkpoint folder), read and checked without
+RLlib, so a resumed search can refuse a damaged one before it starts anything. Every learner writes it:
+seq2seq / post / ppo (policies/rl/loop.py), the hierarchical planner and the graph-neural placers; each
+holds at least its ``iteration`` and ``measurements_used``."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+import torch
+
+from graphs.errors import PlacerError
+
+CHECKPOINT_FILE = "learner.pt"
+
+
+def load_torch_file(path: str | os.PathLike, what: str):
+    """``torch.load(path, weights_only=True)`` of a checkpoint, checked: a damaged or truncated file (its zip
+    archive's checksums included: torch.load does not check them, so flipped bytes in a tensor would load as
+    other weights) is one PlacerError naming ``what`` and the file."""
+    if zipfile.is_zipfile(path):  # torch.save's format; an older non-zip file is left to torch.load
+        try:
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: {exc})") from None
+        if bad is not None:
+            raise PlacerError(f"{what} {path} is damaged: {bad} fails its checksum")
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001  torch raises RuntimeError, EOFError, UnpicklingError...
+        raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+
+
+def read_learner_state(path: str | os.PathLike) -> dict:
+    """A run's learner checkpoint (``learner.pt``, every learner's) as the dict it saved; a damaged,
+    truncated or foreign file is one PlacerError naming it."""
+    state = load_torch_file(path, "learner checkpoint")
+    if not isinstance(state, dict) or not all(isinstance(state.get(key), int)
+                                              for key in ("iteration", "measurements_used")):
+        raise PlacerError(f"learner checkpoint {path} is not a learner's checkpoint (no iteration and "
+                          f"measurement counts)")
+    return state
+
+
+def checkpoint_progress(checkpoint_dir: str | os.PathLike) -> tuple[int, int]:
+    """(iterations, measurements) a run resumed from ``checkpoint_dir`` starts at; (0, 0) without a
+    checkpoint. The search job numbers a resumed run's log rows and its progress from it, and checks with
+    it that a run to resume has a readable checkpoint before it changes the run folder."""
+    path = Path(checkpoint_dir) / CHECKPOINT_FILE
+    if not path.is_file():
+        return 0, 0
+    state = read_learner_state(path)
+    return state["iteration"], state["measurements_used"]
