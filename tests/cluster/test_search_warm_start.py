@@ -131,7 +131,7 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
         (["--warm-start", str(tmp_path)], "is not a run folder"),
         (["--split-groups", "cem"], "--split-groups: 'cem' is not a heuristic (single-gpu, cpu-only"),
         (["--split-groups", "telepathy"], "--split-groups: 'telepathy' is not a heuristic"),
-        (["--split-groups", "device:9"], "--split-groups device:9: "),
+        (["--split-groups", "device:9"], "--split-groups: device:9 names no device of machine"),
         (["--split-groups", "expert"], "--split-groups expert: no expert rule for graph"),
         (["--policy", "hierarchical", "--split-groups", "heft"], "policy 'hierarchical' does not place the searched"),
     ]
