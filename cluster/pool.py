@@ -90,6 +90,8 @@ class PoolConfig:
     """One actor per GPU node, holding all its GPUs, when the cluster has GPU nodes."""
     node_labels: dict = field(default_factory=dict)
     """Only GPU nodes carrying all these labels host measurers (e.g. {"placer/role": "measurer"})."""
+    min_gpus: int = 1
+    """Only GPU nodes with at least this many GPUs host measurers (a real measurer: the machine's GPUs)."""
     chunk_size: int = 64
     """Most placements one call carries; a batch is split so every actor gets work."""
     calls_per_actor: int = 2
@@ -212,7 +214,7 @@ class MeasurerPool:
         self._open: set[int] = set()  # tickets submitted and not yet finished
         self._last_error = ""
         self._closed = False
-        self._gpu_mode = self.config.use_gpus and bool(ray_setup.gpu_nodes(self.config.node_labels))
+        self._gpu_mode = self.config.use_gpus and bool(self._gpu_nodes())
         self._slots: list[_Slot] = []
         self._next_node_check = time.monotonic() + self.config.node_check_interval_s
         self._add_slots()
@@ -367,7 +369,7 @@ class MeasurerPool:
     def _add_slots(self) -> None:
         if self._gpu_mode:
             taken = {s.node_id for s in self._slots}  # a node that left never comes back under its id
-            for node in ray_setup.gpu_nodes(self.config.node_labels):
+            for node in self._gpu_nodes():
                 if node.node_id not in taken:
                     self._slots.append(_Slot(f"node:{node.node_id[:8]}", node.node_id, node.num_gpus))
         elif not self._slots:
@@ -375,6 +377,9 @@ class MeasurerPool:
         for slot in self._slots:
             if slot.handle is None and not slot.retired:
                 self._start(slot)
+
+    def _gpu_nodes(self) -> list:
+        return ray_setup.gpu_nodes(self.config.node_labels, self.config.min_gpus)
 
     def _start(self, slot: _Slot) -> None:
         options = {"num_cpus": self.config.actor_num_cpus, "num_gpus": slot.num_gpus}

@@ -49,8 +49,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
                      include_dashboard=False)
-    except ConnectionError as exc:
-        raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}") from exc
+    except ConnectionError as exc:  # a port that answers (check_reachable) but a handshake that fails
+        hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN "
+                "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" else "")
+        raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}{hint}") from exc
     except Exception as exc:
         if "auth" in str(exc).lower() or "token" in str(exc).lower():
             raise PlacerError(f"Ray refused the connection ({exc}); a cluster with token authentication needs its "
@@ -97,6 +99,9 @@ def node_alive(node_id: str) -> bool:
     return any(node.node_id == node_id for node in list_nodes(alive_only=True))
 
 
-def gpu_nodes(labels: dict | None = None) -> list[NodeInfo]:
-    """Alive nodes with at least one GPU (and every label in ``labels``)."""
-    return [n for n in list_nodes() if n.num_gpus >= 1 and n.has_labels(labels or {})]
+MEASURER_LABELS = {"placer/role": "measurer"}  # what ray_config.yaml labels its GPU workers
+
+
+def gpu_nodes(labels: dict | None = None, min_gpus: int = 1) -> list[NodeInfo]:
+    """Alive nodes with at least ``min_gpus`` GPUs (at least one), and every label in ``labels``."""
+    return [n for n in list_nodes() if n.num_gpus >= max(min_gpus, 1) and n.has_labels(labels or {})]

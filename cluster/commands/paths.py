@@ -13,7 +13,9 @@ from pathlib import Path
 
 
 def output_file(text: str) -> str:
-    """A file the command will write (created, or replaced): not a folder, and under no file."""
+    """A file the command will write (created, or replaced): not a folder, and under no file. A leading
+    ``~`` is the user's home (a quoted one reaches a Ray job's command line unexpanded)."""
+    text = str(Path(text).expanduser())
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
@@ -22,7 +24,8 @@ def output_file(text: str) -> str:
 
 
 def output_folder(text: str) -> str:
-    """A folder the command will create or write into: not a file, and under no file."""
+    """A folder the command will create or write into: not a file, and under no file; ``~`` expanded."""
+    text = str(Path(text).expanduser())
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")

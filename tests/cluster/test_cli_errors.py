@@ -15,7 +15,7 @@ import pytest
 from cluster.cli import main
 from cluster.experiments import settings_for
 from graphs.registry import load_graph
-from conftest import one_placer_error
+from conftest import one_placer_error, placer_stderr
 
 GRAPH = ["--graph", "synthetic:60", "--machine", "paper-2gpu"]
 
@@ -194,3 +194,30 @@ def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_
     for policy, init in (("gdp", "scratch"), ("hsdag", "pretrained")):
         with pytest.raises(PlacerError, match=f"--init '{init}': run .* searches without --init"):
             resume_config(runs[policy], {"init": init})
+
+
+def test_search__a_real_measurer_with_no_node_for_the_machines_gpus_is_refused_before_the_run(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """--measurer torch on a machine with GPUs, and a Ray with no GPU node (this one): CPU actors would fail
+    every placement, so it is one error and no run folder."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    graph_file = tmp_path / "mlp.parquet"
+    assert main(["graphs", "import", "--torch", "tests/fixtures/tiny_models.py:tiny_torch_mlp",
+                 "-o", str(graph_file)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", str(graph_file), "--machine", "paper-2gpu", "--measurer", "torch",
+                 "--policy", "random", "--budget", "4", "--out", str(out)]) == 2
+    lines = placer_stderr(capsys.readouterr().err).splitlines()  # the check needs the cluster: Ray's start line
+    assert lines[-1].startswith("placer: error: --measurer torch runs machine 'paper-2gpu''s 2 GPUs on one node, "
+                                "but the Ray cluster has no node with 2 GPUs")
+    assert [line for line in lines if line.startswith("placer")] == lines[-1:]
+    assert not out.exists()
+
+
+def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
+    from cluster.commands.paths import output_file, output_folder
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert output_folder("~/placer-runs") == str(tmp_path / "placer-runs")
+    assert output_file("~/c.pt") == str(tmp_path / "c.pt")

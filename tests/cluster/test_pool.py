@@ -68,6 +68,12 @@ def test_pool__one_actor_per_gpu_node_sees_its_four_gpus(cluster):
     assert all(i.gpu_ids == ("0", "1", "2", "3") and i.cuda_visible_devices == "0,1,2,3" for i in infos)
 
 
+def test_pool__nodes_with_fewer_gpus_than_it_needs_host_no_measurer(cluster):
+    with MeasurerPool(SleepMeasurer, PoolConfig(min_gpus=8, num_cpu_actors=1)) as pool:  # the nodes have 4
+        infos = pool.actors
+    assert len(infos) == 1 and not infos[0].gpu_ids  # a CPU actor, not one on a node short of GPUs
+
+
 def test_pool__batch_spread_over_nodes_comes_back_complete_in_order(cluster):
     placements = _placements(40)
     with MeasurerPool(functools.partial(SleepMeasurer, 0.005), PoolConfig(chunk_size=4)) as pool:
