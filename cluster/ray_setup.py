@@ -9,7 +9,9 @@ opt out with ``RAY_AUTH_MODE=disabled``. The dashboard stays off locally (it cos
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from graphs.errors import PlacerError
@@ -58,7 +60,24 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             raise PlacerError(f"Ray refused the connection ({exc}); a cluster with token authentication needs its "
                               f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from exc
         raise
+    _stop_on_sigterm()
     return ray.get_runtime_context().gcs_address
+
+
+_SIGTERM_BEFORE: list = []  # the handler _stop_on_sigterm replaced, put back by shutdown_ray
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (what `ray job stop` sends a job's driver) stops a run as Ctrl-C does: the log flushed, the
+    learner's checkpoint kept, exit 130. Ray's own handler, set by ray.init, dumped a stack and lost both."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _SIGTERM_BEFORE.append(signal.getsignal(signal.SIGTERM))
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt("stopped by SIGTERM")
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -79,6 +98,9 @@ def shutdown_ray() -> None:
 
     if ray.is_initialized():
         ray.shutdown()
+    if _SIGTERM_BEFORE and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _SIGTERM_BEFORE.pop() or signal.SIG_DFL)
+        _SIGTERM_BEFORE.clear()
 
 
 def list_nodes(alive_only: bool = True) -> list[NodeInfo]:
