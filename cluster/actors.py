@@ -28,6 +28,7 @@ class ActorInfo:
     gpu_ids: tuple[str, ...]  # what ray.get_gpu_ids() gives this actor
     cuda_visible_devices: str  # as Ray set it for the process ("" when unset)
     pid: int
+    omp_num_threads: str = ""  # OMP_NUM_THREADS in the actor's process: the threads its CPU ops get
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class MeasurerActor:
             gpu_ids=tuple(str(g) for g in ray.get_gpu_ids()),
             cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES", ""),
             pid=os.getpid(),
+            omp_num_threads=os.environ.get("OMP_NUM_THREADS", ""),
         )
 
     def info(self) -> ActorInfo:

@@ -148,6 +148,7 @@ class _Slot:
     name: str
     node_id: str | None
     num_gpus: int
+    num_cpus: int = 0  # the node's CPUs (a GPU node's actor computes its CPU ops with them)
     handle: object = None
     ready_ref: object = None  # the info() call of an actor that is starting
     info: ActorInfo | None = None
@@ -371,21 +372,29 @@ class MeasurerPool:
             taken = {s.node_id for s in self._slots}  # a node that left never comes back under its id
             for node in self._gpu_nodes():
                 if node.node_id not in taken:
-                    self._slots.append(_Slot(f"node:{node.node_id[:8]}", node.node_id, node.num_gpus))
+                    self._slots.append(_Slot(f"node:{node.node_id[:8]}", node.node_id, node.num_gpus,
+                                             int(node.num_cpus)))
         elif not self._slots:
             self._slots = [_Slot(f"cpu:{i}", None, 0) for i in range(self.config.num_cpu_actors)]
         for slot in self._slots:
             if slot.handle is None and not slot.retired:
                 self._start(slot)
 
+    def _actor_options(self, slot: _Slot) -> dict:
+        """A GPU node's actor is pinned to it, holds its GPUs, and gets its CPUs as threads: with
+        ``num_cpus=0`` Ray would set OMP_NUM_THREADS=1, and a real measurer would run a step's CPU ops on one
+        thread of a 32-CPU node."""
+        options = {"num_cpus": self.config.actor_num_cpus, "num_gpus": slot.num_gpus}
+        if slot.node_id is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(slot.node_id, soft=False)
+            options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(max(slot.num_cpus, 1))}}
+        return options
+
     def _gpu_nodes(self) -> list:
         return ray_setup.gpu_nodes(self.config.node_labels, self.config.min_gpus)
 
     def _start(self, slot: _Slot) -> None:
-        options = {"num_cpus": self.config.actor_num_cpus, "num_gpus": slot.num_gpus}
-        if slot.node_id is not None:
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(slot.node_id, soft=False)
-        slot.handle = remote_actor_class().options(**options).remote(self._factory_ref)
+        slot.handle = remote_actor_class().options(**self._actor_options(slot)).remote(self._factory_ref)
         slot.info = None
         slot.ready_ref = slot.handle.info.remote()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import subprocess
@@ -66,6 +67,13 @@ def test_pool__one_actor_per_gpu_node_sees_its_four_gpus(cluster):
         infos = pool.actors
     assert {i.node_id for i in infos} == gpu_node_ids and len(infos) == 2
     assert all(i.gpu_ids == ("0", "1", "2", "3") and i.cuda_visible_devices == "0,1,2,3" for i in infos)
+    assert all(i.omp_num_threads == "1" for i in infos)  # the node's CPUs as threads: these fake nodes have 0
+
+
+def test_pool__a_gpu_nodes_actor_gets_the_nodes_cpus_as_threads(cluster):
+    with MeasurerPool(SleepMeasurer, PoolConfig(node_labels={"placer/role": "measurer"})) as pool:
+        options = pool._actor_options(dataclasses.replace(pool._slots[0], num_cpus=32))
+    assert options["runtime_env"] == {"env_vars": {"OMP_NUM_THREADS": "32"}} and options["num_gpus"] == 4
 
 
 def test_pool__nodes_with_fewer_gpus_than_it_needs_host_no_measurer(cluster):
