@@ -97,6 +97,9 @@ def _measurer(spec, factory, ray_address: str | None) -> Iterator:
     from measurers.factory import build_measurer
 
     if spec.kind == "sim":
+        if ray_address:  # unused by the simulator, but a named cluster nothing answers on is still a mistake
+            from cluster.ray_setup import check_reachable
+            check_reachable(ray_address)
         yield build_measurer(spec)
         return
     import ray

@@ -75,6 +75,8 @@ def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys, tmp_p
     code, _, err = run_json(capsys, "--policies", "single-gpu,device:9", "--out", str(tmp_path / "log"))
     assert code == 2 and "--policies: device:9 names no device of machine" in err
     assert list(tmp_path.iterdir()) == []  # no log folder
+    code, _, err = run_json(capsys, "--ray-address", "127.0.0.1:1")  # the simulator needs no Ray, but a bad
+    assert code == 2 and "cannot reach the Ray cluster at '127.0.0.1:1'" in err  # address is still a mistake
     code, _, err = run_json(capsys, "--budget", "0")
     assert code == 2 and "--budget" in err
     code, _, err = run_json(capsys, "--bound-time-limit", "-2")
