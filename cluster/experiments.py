@@ -202,7 +202,7 @@ class RunEvent:
 
 
 def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Settings,
-                   on_event: Callable[[RunEvent], None] | None = None) -> Path:
+                   on_event: Callable[[RunEvent], None] | None = None, ray_address: str | None = None) -> Path:
     """Run (or continue) every search of the experiment's cells (all, or those ``Experiment.select`` kept);
     returns the experiment folder."""
     folder = Path(out) / experiment.name
@@ -211,7 +211,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
     index = 0
     from cluster import ray_setup
 
-    ray_setup.init_ray()  # one Ray for all runs (RAY_ADDRESS joins a cluster)
+    ray_setup.init_ray(ray_address)  # one Ray for all runs (ray_address, else RAY_ADDRESS, joins a cluster)
     try:
         for cell in experiment.cells:
             for policy in experiment.searches:

@@ -82,7 +82,11 @@ def _raise_interrupt(signum, frame) -> None:
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """A ``host:port`` address (also ``ray://host:port``) must accept a TCP connection within ``timeout_s``:
-    Ray itself retries an unreachable control store for minutes. Other forms ("auto") are Ray's to resolve."""
+    Ray itself retries an unreachable control store for minutes. Other forms ("auto") are Ray's to resolve.
+    An http(s) address is the dashboard's, which `ray job submit` takes, not a cluster placer can join."""
+    if address.startswith(("http://", "https://")):
+        raise PlacerError(f"{address!r} is a dashboard address (what `ray job submit --address` takes); placer "
+                          f"joins the cluster at HOST:6379, or runs as a job, where Ray sets RAY_ADDRESS itself")
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit():
         return

@@ -41,6 +41,7 @@ def register(subparsers) -> None:
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
     p.add_argument("--out", default="runs/reproduce", metavar="DIR", type=output_folder,
                    help="folder the experiment folder is made in (default runs/reproduce; --quick adds -quick)")
+    p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one (or RAY_ADDRESS)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
@@ -55,11 +56,14 @@ def run(args) -> int:
     settings = settings_for(args.quick, args.measurer, args.budget, args.groups, args.seed)
     out = args.out + ("-quick" if args.quick and args.out == "runs/reproduce" else "")
     check_experiment_folder(experiment, out, settings)  # before the banner: bad input is one line
+    if args.ray_address:
+        from cluster.ray_setup import check_reachable
+        check_reachable(args.ray_address)  # before the experiment folder is written
     if settings.quick:
         print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} groups "
               f"— a smoke test, not the paper's budget", file=sys.stderr)
     started = time.perf_counter()
-    folder = run_experiment(experiment, out, settings, on_event=_print_event)
+    folder = run_experiment(experiment, out, settings, on_event=_print_event, ray_address=args.ray_address)
     elapsed_s = time.perf_counter() - started
     results = cell_results(experiment, folder)
     if args.json:

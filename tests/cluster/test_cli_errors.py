@@ -221,3 +221,15 @@ def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert output_folder("~/placer-runs") == str(tmp_path / "placer-runs")
     assert output_file("~/c.pt") == str(tmp_path / "c.pt")
+
+
+@pytest.mark.parametrize("command", [["reproduce", "mirhoseini2017", "--quick"],
+                                     ["baselines", "--graph", "synthetic:20", "--machine", "paper-2gpu"]])
+def test_ray_address__nothing_answering_and_a_dashboard_address_are_refused_before_anything_is_written(
+        tmp_path, capsys, command):
+    out = ["--out", str(tmp_path / "out")]
+    for address, message in (("127.0.0.1:1", "cannot reach the Ray cluster at '127.0.0.1:1'"),
+                             ("http://127.0.0.1:8265", "is a dashboard address")):
+        assert main([*command, *out, "--ray-address", address]) == 2
+        assert message in one_placer_error(capsys)
+    assert list(tmp_path.iterdir()) == []
