@@ -104,7 +104,6 @@ def shutdown_ray() -> None:
         ray.shutdown()
     if _SIGTERM_BEFORE and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _SIGTERM_BEFORE.pop() or signal.SIG_DFL)
-        _SIGTERM_BEFORE.clear()
 
 
 def list_nodes(alive_only: bool = True) -> list[NodeInfo]:

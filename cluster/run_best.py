@@ -52,6 +52,16 @@ def read_run_best(run_dir: str | os.PathLike) -> RunBest:
     return RunBest(run_dir, manifest, machine, best, read_groups(run_dir))
 
 
+def read_run_best_of(run_dir: str | os.PathLike, graph: OpGraph, what: str) -> RunBest:
+    """``read_run_best``, and one PlacerError starting with ``what`` (the flag and path given) unless the
+    run placed ``graph`` (its content hash)."""
+    run = read_run_best(run_dir)
+    if run.manifest.graph_hash != graph.content_hash:
+        raise PlacerError(f"{what}: that run placed a graph with hash {run.manifest.graph_hash}; graph "
+                          f"{graph.name!r} has hash {graph.content_hash}")
+    return run
+
+
 def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) -> np.ndarray:
     """(N,) op placement from ``--placement PATH``: a placement file (measurers/placement.py), or a run folder
     or its ``best_placement.json`` (the run's best, groups expanded by the run's own grouping); a run of
@@ -63,10 +73,7 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
     run_dir = path if path.is_dir() else path.parent if path.name == BEST_FILE else None
     if run_dir is None:
         return load_placement_file(path, graph, machine)
-    run = read_run_best(run_dir)
-    if run.manifest.graph_hash != graph.content_hash:
-        raise PlacerError(f"--placement {path}: run {run_dir} placed a graph with hash {run.manifest.graph_hash}; "
-                          f"graph {graph.name!r} has hash {graph.content_hash}")
+    run = read_run_best_of(run_dir, graph, f"--placement {path}")
     if machine_to_json(run.machine) != machine_to_json(machine):
         raise PlacerError(f"--placement {path}: run {run_dir} placed it on machine {run.machine.name!r}, "
                           f"not on {machine.name!r} as it is given")

@@ -202,7 +202,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     from policies.registry import check_device_policies, policy_entry
 
     check_graph_name(config.graph)
-    machine = load_machine(config.machine)  # a small JSON file (or this process's devices): cheap to read twice
+    machine = load_machine(config.machine)  # a small JSON file (or this process's devices)
     entry = policy_entry(config.policy)
     check_counts(config.budget, config.groups, config.grouping)
     if entry.max_groups is not None and config.groups > entry.max_groups:
@@ -557,9 +557,10 @@ def _pool_config(config: SearchConfig, spec):
     from cluster import ray_setup
     from cluster.pool import PoolConfig
 
-    gpus = len([d for d in spec.machine.devices if d.kind == "gpu"]) if spec.kind in ("torch", "tf") else 1
+    real = spec.kind in ("torch", "tf")
+    gpus = len(spec.machine.indices_of_kind("gpu")) if real else 1
     labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
-    if spec.kind in ("torch", "tf") and gpus and not ray_setup.gpu_nodes(labels, gpus):
+    if real and gpus and not ray_setup.gpu_nodes(labels, gpus):
         raise PlacerError(f"--measurer {spec.kind} runs machine {spec.machine.name!r}'s {gpus} GPUs on one node, "
                           f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
                           f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")

@@ -127,13 +127,9 @@ def _read_npy(path: Path) -> np.ndarray:
 
 
 def _run_best_placement(run_dir: Path, graph) -> np.ndarray:
-    from cluster.run_best import read_run_best
+    from cluster.run_best import read_run_best_of
 
-    run = read_run_best(run_dir)
-    if run.manifest.graph_hash != graph.content_hash:
-        raise PlacerError(f"--warm-start {run_dir}: that run placed a graph with hash {run.manifest.graph_hash}; "
-                          f"graph {graph.name!r} has hash {graph.content_hash}")
-    return run.op_placement(graph)
+    return read_run_best_of(run_dir, graph, f"--warm-start {run_dir}").op_placement(graph)
 
 
 def save_warm_start_placement(run_dir: Path, placement: np.ndarray | None) -> None:

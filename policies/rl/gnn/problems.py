@@ -214,8 +214,8 @@ def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> boo
         return False
     state = read_learner_state(path)
     devices = slot.problem.num_devices
-    if (not isinstance(state, dict) or state.get("policy") != policy
-            or state.get("num_groups") != slot.num_groups or state.get("num_devices", devices) != devices):
+    if (state.get("policy") != policy or state.get("num_groups") != slot.num_groups
+            or state.get("num_devices", devices) != devices):
         raise PlacerError(f"{path} is not a {policy} learner of {slot.num_groups} groups on {devices} devices")
     trainer.load_state(state["trainer"])
     slot.load_progress(state)
