@@ -20,6 +20,14 @@ class OneLineParser(argparse.ArgumentParser):
         command = self.prog.removeprefix("placer").strip()
         self.exit(2, f"placer: error: {command + ': ' if command else ''}{message}\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """Arguments a command does not know are refused by that command's parser, so the error names the
+        command (argparse would leave them to the top parser, which names none)."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="placer", description="Device placement of neural-network graphs.")

@@ -31,7 +31,8 @@ def _exit_status(argv: list[str]) -> int:
 @pytest.mark.parametrize("argv, message", [
     (["simulate", *GRAPH, "--engine", "nosuch"], "placer: error: simulate: argument --engine: invalid choice"),
     (["graphs", "export"], "placer: error: graphs export: the following arguments are required"),
-    (["machines", "list", "--json"], "placer: error: unrecognized arguments: --json"),
+    (["machines", "list", "--json"], "placer: error: machines list: unrecognized arguments: --json"),
+    (["reproduce", "mirhoseini2017", "--bogus"], "placer: error: reproduce: unrecognized arguments: --bogus"),
     (["search", *GRAPH, "--budget", "many"], "placer: error: search: argument --budget: invalid int value"),
 ])
 def test_argparse_errors__one_line_naming_the_command(capsys, argv, message):
