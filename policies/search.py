@@ -184,8 +184,9 @@ class AnnealingPolicy:
             if step % max(1, steps // 4) == 0 and counter.best_placement is not None:
                 chains[:] = problem.collapse(counter.best_placement)
                 energy[:] = np.log(counter.best_cost_s)
-        return search_result(self.name, problem, counter, notes=f"{step} annealing steps",
-                             stop_reason=memo.stop_reason)
+        # with no unit to move, the start is every placement there is: nothing new to find
+        stop_reason = memo.stop_reason if len(movable) or counter.left <= 0 else "converged"
+        return search_result(self.name, problem, counter, notes=f"{step} annealing steps", stop_reason=stop_reason)
 
     @staticmethod
     def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float]:

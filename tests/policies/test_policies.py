@@ -107,6 +107,16 @@ def test_search__one_that_runs_out_of_new_placements_says_it_converged(name, mac
 
 
 @pytest.mark.parametrize("name", SEARCHES)
+def test_search__with_nothing_to_move_measures_the_one_placement_and_says_it_converged(name, machine):
+    cpu = kind_bit("cpu")
+    graph = build_graph([(0, 1, 10**6), (1, 2, 10**6)], flops=[1e9] * 3, allowed_mask=[cpu] * 3,
+                        out_bytes=[10**6] * 3)
+    result = make_policy(name).place(problem_for(graph, machine), SimMeasurer(graph, machine), 100, seed=0)
+    assert result.measurements == 1 and result.stop_reason == "converged"
+    assert (result.op_placement == machine.device_index("cpu:0")).all()
+
+
+@pytest.mark.parametrize("name", SEARCHES)
 def test_search__same_seed_same_answer_other_seed_other_path(name, graph, machine):
     problem = problem_for(graph, machine)
     first = make_policy(name).place(problem, SimMeasurer(graph, machine), 40, seed=5)
