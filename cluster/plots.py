@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphs.files import atomic_file
+
 PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
 FAILURE_COLOUR = "#C44E52"
 TRANSFER_COLOUR = "#8172B3"
@@ -39,14 +41,11 @@ def _pyplot():
 def _save(fig, path: Path) -> Path:
     """Write the figure to a temporary name and rename it, so a failed plot leaves nothing half-written."""
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
-        fig.savefig(tmp, dpi=110)
-        tmp.replace(path)
+        with atomic_file(path) as tmp:  # the temporary name ends in ".tmp": the format comes from ``path``
+            fig.savefig(tmp, dpi=110, format=path.suffix.lstrip(".") or "png")
     finally:
         _pyplot().close(fig)
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 

@@ -62,6 +62,7 @@ from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIF
                                    read_best, read_groups, read_manifest, read_metrics, read_run, read_runs,
                                    read_table, removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
+from graphs.files import atomic_file
 from measurers.catalog import machine_to_json
 from measurers.timing import ESTIMATOR, REAL_TIMING, TimingSettings
 
@@ -179,13 +180,8 @@ def record_device_removal(folder: str | os.PathLike, record: Mapping[str, object
 
 def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Write through ``write(tmp)`` to a dot-name beside ``path``, then rename it into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_file(path) as tmp:
         write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def write_text_atomic(path: Path, text: str) -> None:

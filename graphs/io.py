@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs.errors import PlacerError
+from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
 
 FORMAT_VERSION = 1
@@ -63,22 +61,6 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
     with atomic_file(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
     return path
-
-
-@contextmanager
-def atomic_file(path: Path) -> Iterator[Path]:
-    """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` only if the block succeeds, with
-    the permissions a plain ``open`` gives (the umask applied by the kernel; mkstemp's 0600 left the files
-    unreadable to others)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load_graph_file(path: str | os.PathLike) -> OpGraph:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from graphs.errors import PlacerError
+from graphs.files import atomic_file
 from graphs.opgraph import OpGraph, dense_ids
 from measurers.machine import Machine
 
@@ -75,10 +76,8 @@ def save_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machin
     text = json.dumps({"graph": graph.name, "graph_hash": graph.content_hash, "machine": machine.name,
                        "ops": [names[d] for d in placement.tolist()]})
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
     return path
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from graphs.errors import PlacerError, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.registry import QUICK_HEURISTICS
-from policies.rl.config import CHECKPOINT_EVERY, HIDDEN_SIZE
+from policies.rl.config import HIDDEN_SIZE
 
 
 QUICK_BASELINES = ("single-gpu", "expert", "m-etf")

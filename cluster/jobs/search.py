@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from cluster.jobs.config import (CHECKPOINT_DIR, CHECKPOINT_EVERY, GROUPING_FILE, SearchConfig,
+from cluster.jobs.config import (CHECKPOINT_DIR, GROUPING_FILE, SearchConfig,
                                  check_bound_time_limit, check_counts, check_measurer_settings)
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
@@ -50,6 +50,7 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_i
                             record_device_removal, record_resume, write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
+from policies.rl.config import CHECKPOINT_EVERY
 
 
 @dataclass

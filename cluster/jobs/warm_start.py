@@ -16,7 +16,6 @@ Candidates are ordered best-first by their measured step time; the result names 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -25,6 +24,7 @@ import numpy as np
 
 from cluster.jobs.config import WARM_START_AUTO, WARM_START_BASELINES, WARM_START_FILE, SearchConfig
 from graphs.errors import PlacerError
+from graphs.files import atomic_file
 from measurers.base import Measurer
 
 FILE_POLICY = "warm-start"
@@ -135,10 +135,9 @@ def _run_best_placement(run_dir: Path, graph) -> np.ndarray:
 def save_warm_start_placement(run_dir: Path, placement: np.ndarray | None) -> None:
     """Keep a path's placement in the run folder: a resume starts from it even when the path is gone."""
     if placement is not None and not (run_dir / WARM_START_FILE).is_file():
-        partial = run_dir / f".{WARM_START_FILE}.partial"
-        with open(partial, "wb") as handle:  # np.save on a path would add ".npy" to the partial name
+        # a resume never reads half a file; np.save on a path would add ".npy" to the temporary name
+        with atomic_file(run_dir / WARM_START_FILE) as tmp, open(tmp, "wb") as handle:
             np.save(handle, placement)
-        os.replace(partial, run_dir / WARM_START_FILE)  # a resume never reads half a file
 
 
 def heuristic_choice(source: WarmStartSource, runtimes_s: Mapping[str, float],

@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from graphs.io import atomic_file
+from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
 
 ONNX_OPSET = 17  # the first opset with LayerNormalization

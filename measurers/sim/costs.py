@@ -37,7 +37,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.op_classes import OP_CLASSES, op_class, op_class_codes  # noqa: F401 (re-exported)
-from graphs.io import atomic_file
+from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
 from measurers.machine import Machine
 

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from graphs.errors import PlacerError
+from graphs.files import atomic_file
 from graphs.opgraph import PHASES, OpGraph
 from measurers.machine import Machine
 from measurers.sim.result import SimResult
@@ -47,14 +48,8 @@ def write_trace(path: str | os.PathLike, graph: OpGraph, machine: Machine, resul
     path = Path(path)
     if path.parent and not path.parent.is_dir():
         raise PlacerError(f"cannot write trace {str(path)!r}: folder {str(path.parent)!r} does not exist")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as handle:
-            json.dump(trace, handle)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_file(path) as tmp, open(tmp, "w") as handle:
+        json.dump(trace, handle)
     return path
 
 

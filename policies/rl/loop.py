@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from graphs.errors import PlacerError
+from graphs.files import atomic_file
 from measurers.base import Measurement
 from policies.base import early_stop
 from policies.rl.assembly import build_learner, summarize_update
@@ -154,11 +155,8 @@ def _save(trainer: "_Trainer", checkpoint_dir, before_checkpoint: Callable[[], N
 def save_state(state: dict, path: str | os.PathLike) -> None:
     """``torch.save`` of a learner's state to ``path``, through a temporary file renamed over it: an
     interrupted save never leaves half a checkpoint (its folder is made if missing)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with atomic_file(Path(path)) as tmp:
+        torch.save(state, tmp)
 
 
 @contextmanager
