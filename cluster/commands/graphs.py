@@ -82,7 +82,7 @@ def _show(args: argparse.Namespace) -> int:
     method = args.method or DEFAULT_METHOD
     grouping = group_ops(graph, max_groups=args.groups, method=method)
     figures = graph.summary()
-    figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=method,
+    figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=grouping.method or method,
                    colocation_groups=graph.num_colocation_groups)
     if args.json:
         emit_json(figures)

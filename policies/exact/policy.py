@@ -129,7 +129,7 @@ class ExactPolicy:
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s)): {bound} for every "
-                 f"placement of these groups; its w of the chosen placement {model_s:.6g} s; measured {measured}"
+                 f"placement of these groups; its w for the chosen placement {model_s:.6g} s; measured {measured}"
                  + (" (proven best for the measurer)" if run.converged else ""))
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=model_s, solver_bound_s=run.bound_s, solver_status=run.bound_status)

@@ -56,6 +56,12 @@ def test_graphs_show__json_figures_of_a_file(graph_file, capsys):
     assert figures["hash"] == graph.content_hash
 
 
+def test_graphs_show__names_the_grouping_method_used_not_the_one_asked_for(capsys):
+    # a graph without scopes falls back from the default "scope" to METIS, as placer bound reports
+    assert main(["graphs", "show", "synthetic:300:1", "--json", "--groups", "5"]) == 0
+    assert json.loads(capsys.readouterr().out)["grouping_method"] == "metis"
+
+
 def test_graphs_show__default_groups_keep_colocation_groups(graph_file, capsys):
     _, path = graph_file
     assert main(["graphs", "show", str(path), "--json"]) == 0
