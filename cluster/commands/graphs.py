@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.commands.paths import output_file
@@ -123,11 +124,27 @@ def _import(args: argparse.Namespace) -> int:
     if (args.onnx or args.openvino) and args.batch_size is not None:
         raise PlacerError("--batch-size applies to --keras only: an ONNX model or OpenVINO IR has its batch "
                           "in its input shapes")
+    _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
     path = save_graph(graph, args.output)
     print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
     return 0
+
+
+def _check_output_is_not_an_input(args: argparse.Namespace) -> None:
+    """``-o`` naming the model's own file would replace the user's model with the graph file."""
+    if args.onnx or args.openvino:
+        inputs = [Path(args.onnx or args.openvino)]
+        inputs += [inputs[0].with_suffix(".bin")] if args.openvino else []
+    else:
+        module = (args.torch or args.keras).rpartition(":")[0]
+        inputs = [Path(module if module.endswith(".py") else module.replace(".", os.sep) + ".py")]
+    output = Path(args.output)
+    for model_file in inputs:
+        if output.exists() and model_file.exists() and os.path.samefile(output, model_file):
+            raise PlacerError(f"-o {args.output} is the model's own file {str(model_file)!r}: it would be "
+                              "overwritten; write the graph to another path")
 
 
 def _read_model_file(args: argparse.Namespace):

@@ -149,6 +149,15 @@ def test_graphs_import__bad_torch_spec_is_one_error_line_and_writes_nothing(tmp_
     assert list(tmp_path.iterdir()) == []
 
 
+def test_graphs_import__output_naming_the_model_file_is_refused_and_the_model_kept(tmp_path, capsys):
+    model = tmp_path / "models.py"
+    model.write_bytes((FIXTURES / "tiny_models.py").read_bytes())
+    assert main(["graphs", "import", "--torch", f"{model}:tiny_torch_mlp", "-o", str(model)]) == 2
+    assert "is the model's own file" in _error_line(capsys)
+    assert model.read_bytes() == (FIXTURES / "tiny_models.py").read_bytes()
+    assert [p.name for p in tmp_path.iterdir()] == ["models.py"]
+
+
 def test_graphs_import__batch_size_with_torch_is_one_error_line_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "never.parquet"
     spec = f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp"
