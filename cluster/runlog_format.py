@@ -251,12 +251,16 @@ def read_best(folder: str | os.PathLike) -> BestPlacement | None:
 
 
 def read_groups(folder: str | os.PathLike) -> np.ndarray | None:
-    """(N,) int64 group of each op, or None when the run logs op placements."""
+    """(N,) int64 group of each op, or None when the run logs op placements. A damaged file is a
+    PlacerError naming it."""
     path = Path(folder) / GROUPS_FILE
     if not path.is_file():
         return None
-    table = pq.read_table(path).sort_by("op")
-    return table.column("group").to_numpy().astype(np.int64)
+    try:
+        table = pq.read_table(path).sort_by("op")
+        return table.column("group").to_numpy().astype(np.int64)
+    except (pa.ArrowException, KeyError, ValueError) as exc:  # not Parquet, truncated, or other columns
+        raise PlacerError(f"{path} is damaged: {exc}") from None
 
 
 def device_removals_done(manifest: RunManifest) -> list[dict]:

@@ -23,10 +23,9 @@ from conftest import build_graph
 from cluster import runlog
 from cluster.jobs import expand_logged, log_placement
 from cluster.pool import PoolResult
-from cluster.runlog import (FORMAT_VERSION, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run, cpu_model,
-                            make_run_id, new_manifest, op_placement_of, read_best, read_groups, read_manifest,
-                            read_metrics, read_run,
-                            read_runs, record_resume, resume_run)
+from cluster.runlog import (FORMAT_VERSION, GROUPS_FILE, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run,
+                            cpu_model, make_run_id, new_manifest, op_placement_of, read_best, read_groups,
+                            read_manifest, read_metrics, read_run, read_runs, record_resume, resume_run)
 from graphs.errors import PlacerError
 from measurers.base import STATUSES, Measurement
 from measurers.catalog import load_machine, machine_from_json
@@ -77,6 +76,16 @@ def test_runlog__group_placement_is_logged_when_given(tmp_path, manifest):
     run = tmp_path / manifest.run_id
     assert list(read_run(run)["placement"][0]) == [4, 3]
     assert read_groups(run).tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("damage", [b"junk", b""])
+def test_runlog__damaged_groups_file_is_one_error_naming_it(tmp_path, manifest, damage):
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        log.write_groups(np.array([0, 1, 1]), op_names=["a", "b", "c"])
+    path = tmp_path / manifest.run_id / GROUPS_FILE
+    path.write_bytes(damage)
+    with pytest.raises(PlacerError, match=f"{path} is damaged"):
+        read_groups(tmp_path / manifest.run_id)
 
 
 def test_runlog__placement_level__group_and_op_rows_in_one_run(tmp_path, manifest):
