@@ -1,6 +1,6 @@
 """Output paths given on the command line, checked when the arguments are parsed: a command that would
 fail to write its result (a file path that is a folder, a folder path that is a file, a parent that is a
-file) says so in one error line before it does any work.
+file, a folder that cannot be written) says so in one error line before it does any work.
 
 Used as argparse ``type=`` converters, so the message comes out as ``placer: error: <command>: argument
 -o/--output: ...`` with exit status 2 (cluster/cli.py ``OneLineParser``).
@@ -9,6 +9,7 @@ Used as argparse ``type=`` converters, so the message comes out as ``placer: err
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -29,14 +30,19 @@ def output_folder(text: str) -> str:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text} is not writable")
     _check_parents(path)
     return text
 
 
 def _check_parents(path: Path) -> None:
-    """The nearest existing ancestor of ``path`` must be a folder (missing ones are made when written)."""
+    """The nearest existing ancestor of ``path`` must be a folder this process may write into (missing
+    ones are made when written; the result is written there under a temporary name, then renamed)."""
     for parent in path.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
                 raise argparse.ArgumentTypeError(f"{parent} is a file, so {path} cannot be written")
+            if not os.access(parent, os.W_OK | os.X_OK):  # a read-only file system too
+                raise argparse.ArgumentTypeError(f"{parent} is not writable, so {path} cannot be written")
             return

@@ -5,6 +5,7 @@ exit status 2, nothing on stdout and nothing written, before any work starts."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import time
@@ -67,6 +68,24 @@ def test_output_paths__refused_when_parsed(tmp_path, a_file, capsys, argv_of, me
     assert _exit_status(argv_of(folder, a_file)) == 2
     assert message_of(folder, a_file) in one_placer_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["F", "folder"] and list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv_of", [
+    lambda d: ["graphs", "export", "synthetic:60", "-o", str(d / "g.parquet")],
+    lambda d: ["simulate", *GRAPH, "--policy", "single-gpu", "--trace", str(d / "sub" / "t.json")],
+    lambda d: ["search", *GRAPH, "--out", str(d)],
+])
+def test_output_paths__a_folder_that_cannot_be_written_is_refused_when_parsed(tmp_path, capsys, argv_of):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("this user writes into read-only folders (root)")
+        assert _exit_status(argv_of(locked)) == 2
+        assert f"{locked} is not writable" in one_placer_error(capsys)
+        assert list(locked.iterdir()) == []
+    finally:
+        locked.chmod(0o700)
 
 
 def test_unwritable_path__found_late_is_still_one_error(tmp_path, capsys, monkeypatch):
