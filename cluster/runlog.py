@@ -178,20 +178,16 @@ def record_device_removal(folder: str | os.PathLike, record: Mapping[str, object
 # ---- writing ---------------------------------------------------------------------------------------
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through ``write(tmp)`` to a dot-name beside ``path``, then rename it into place."""
-    with atomic_file(path) as tmp:
-        write(tmp)
-
-
 def write_text_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so a reader sees the old file or the whole new one, never a part."""
-    _write_atomic(path, lambda tmp: tmp.write_text(text))
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
 
 
 def write_parquet_atomic(path: Path, table: pa.Table) -> None:
     """Write ``table`` to ``path`` so a reader sees the old file or the whole new one, never a part."""
-    _write_atomic(Path(path), lambda tmp: pq.write_table(table, tmp))
+    with atomic_file(path) as tmp:
+        pq.write_table(table, tmp)
 
 
 def _seconds_to_us(seconds: float) -> int:
@@ -311,7 +307,7 @@ class RunLogWriter:
         if op_names is not None:
             columns["op_name"] = pa.array([str(n) for n in op_names], pa.string())
         table = pa.table(columns)
-        _write_atomic(self.folder / GROUPS_FILE, lambda tmp: pq.write_table(table, tmp))
+        write_parquet_atomic(self.folder / GROUPS_FILE, table)
 
     def forbid_devices(self, devices: Sequence[int]) -> None:
         """Devices (indices in the manifest's machine) that left the run: from now on the best placement
@@ -360,7 +356,7 @@ class RunLogWriter:
             if buffer.rows:
                 table = buffer.table()
                 path = self.folder / sub / f"part-{self._next_part:06d}.parquet"
-                _write_atomic(path, lambda tmp: pq.write_table(table, tmp))
+                write_parquet_atomic(path, table)
                 self._next_part += 1
                 buffer.rows.clear()
         if self._best_dirty:
@@ -418,7 +414,7 @@ def _compact_parts(folder: Path, schema: pa.Schema) -> None:
         return
     table = read_table(folder, schema)  # every row once, in seq order
     target = folder / f"part-{numbers[-1] + 1:06d}.parquet"  # a new name: no visible file is rewritten
-    _write_atomic(target, lambda tmp: pq.write_table(table, tmp))
+    write_parquet_atomic(target, table)
     _delete_parts([folder / f"part-{number:06d}.parquet" for number in numbers])
 
 
