@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     except PlacerError as exc:
         print(f"placer: error: {exc}", file=sys.stderr)
         return 2
-    except (IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError) as exc:
+    except OSError as exc:
         # a path the user gave that cannot be written or read as asked (most are refused when parsed:
         # cluster/commands/paths.py); the message names the path (a rename's target, not its temp file)
         path = exc.filename2 or exc.filename

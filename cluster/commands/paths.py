@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -30,7 +31,7 @@ def output_folder(text: str) -> str:
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
-    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+    if path.is_dir() and not _writable(path):
         raise argparse.ArgumentTypeError(f"{text} is not writable")
     _check_parents(path)
     return text
@@ -43,6 +44,18 @@ def _check_parents(path: Path) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise argparse.ArgumentTypeError(f"{parent} is a file, so {path} cannot be written")
-            if not os.access(parent, os.W_OK | os.X_OK):  # a read-only file system too
+            if not _writable(parent):
                 raise argparse.ArgumentTypeError(f"{parent} is not writable, so {path} cannot be written")
             return
+
+
+def _writable(folder: Path) -> bool:
+    """Whether a file can be made in ``folder``: permissions, a read-only file system, and folders that
+    refuse new files whatever the permissions say (/proc, /sys) are all tried by making one."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False

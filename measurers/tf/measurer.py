@@ -37,6 +37,16 @@ def tf_device_names(machine: Machine) -> list[str]:
     return names
 
 
+def check_tf_sees_gpus(machine_devices: list[str]) -> None:
+    """Refuse a machine whose GPUs this process's TensorFlow cannot see: with soft placement on (for ops
+    without a GPU kernel) TensorFlow would run every "GPU" op on the CPU and the timing would lie."""
+    import tensorflow as tf
+
+    wanted, seen = sum("GPU" in d for d in machine_devices), len(tf.config.list_physical_devices("GPU"))
+    if wanted > seen:
+        raise PlacerError(f"the machine has {wanted} GPUs but TensorFlow sees only {seen} in this process")
+
+
 class TFMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs,
                  warmup: int = REAL_TIMING.warmup, timeout_s: float = REAL_TIMING.timeout_s,
@@ -46,6 +56,11 @@ class TFMeasurer:
         self.workload = workload or tf_workload_from_graph(graph)
         self.devices = tf_device_names(machine)
         self._traced: TracedStep | None = None
+
+    def check_devices(self) -> None:
+        """A GPU this process cannot see is one PlacerError here, for a caller that measures in this process
+        (``placer measure``), instead of an ``error`` measurement."""
+        check_tf_sees_gpus(self.devices)
 
     def traced(self) -> TracedStep:
         if self._traced is None:
@@ -89,6 +104,7 @@ class PlacedSession:
     def __init__(self, traced: TracedStep, op_devices: list[str], machine_devices: list[str]):
         import tensorflow as tf
 
+        check_tf_sees_gpus(machine_devices)
         self.traced = traced
         self._reads: dict | None = None  # variable node name -> its read op, made on first read_variables()
         graph_def, init_feeds = placed_graph_def(traced, op_devices)

@@ -10,6 +10,7 @@ import shutil
 import socket
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,25 @@ def test_output_paths__a_folder_that_cannot_be_written_is_refused_when_parsed(tm
         assert list(locked.iterdir()) == []
     finally:
         locked.chmod(0o700)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc here")
+def test_output_paths__a_folder_that_refuses_new_files_whatever_its_permissions_is_refused_when_parsed(capsys):
+    assert _exit_status(["graphs", "export", "synthetic:60", "-o", "/proc/g.parquet"]) == 2
+    assert "/proc is not writable, so /proc/g.parquet cannot be written" in one_placer_error(capsys)
+
+
+def test_unwritable_path__any_os_error_naming_a_path_found_late_is_one_error(capsys, monkeypatch):
+    import errno
+
+    import graphs.io
+
+    def no_space(graph, path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(graphs.io, "save_graph", no_space)
+    assert main(["graphs", "export", "synthetic:60", "-o", "g.parquet"]) == 2
+    assert one_placer_error(capsys) == "placer: error: g.parquet: No space left on device\n"
 
 
 def test_unwritable_path__found_late_is_still_one_error(tmp_path, capsys, monkeypatch):

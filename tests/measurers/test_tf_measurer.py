@@ -157,3 +157,20 @@ def test_tf_measurer__rebuilds_a_builtin_keras_benchmark_from_its_saved_graph(tm
     result = measurer.measure([placement])[0]
     assert result.status == "ok" and result.runtime_s > 0, result.error
     assert len(set(measurer.traced().effective_placement(placement).tolist())) == 3
+
+
+def test_tf_measurer__a_gpu_tensorflow_cannot_see_is_refused_not_soft_placed_on_the_cpu(graph):
+    from measurers.profiler import profile_tf
+
+    cpu, gpu = three_cpus().devices[0], Device("gpu:0", "gpu", "test-gpu", 1e12, 1e11, 2**30, 1e-6)
+    machine = Machine("cpu-gpu", (cpu, gpu), (Link("cpu:0", "gpu:0", 1e9, 1e-6, "pcie"),
+                                              Link("gpu:0", "cpu:0", 1e9, 1e-6, "pcie")))
+    if tf.config.list_physical_devices("GPU"):
+        pytest.skip("this TensorFlow sees a GPU")
+    measurer = TFMeasurer(graph, machine, runs=1, warmup=0)
+    with pytest.raises(PlacerError, match="1 GPUs but TensorFlow sees only 0"):
+        measurer.check_devices()
+    on_gpu = measurer.measure([np.ones(graph.num_ops, dtype=np.int64)])[0]
+    assert on_gpu.status == "error" and "TensorFlow sees only 0" in on_gpu.error
+    with pytest.raises(PlacerError, match="TensorFlow sees only 0"):
+        profile_tf(graph, machine, runs=1, warmup=0, measurer=measurer)
