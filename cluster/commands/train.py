@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from cluster.commands.paths import output_file
@@ -66,8 +68,8 @@ def register(subparsers) -> None:
     p.add_argument("--discount", type=float, default=None,
                    help=f"giph: discount of later moves' rewards (default {d.discount:g})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s", metavar="S", help="seconds (default none)")
-    p.add_argument("--resume", action="store_true", help="continue the checkpoint at -o (same graphs, machines "
-                                                         "and network)")
+    p.add_argument("--resume", action="store_true", help="continue the checkpoint at -o (same graphs, machines, "
+                                                         "network and training settings)")
     p.add_argument("--json", action="store_true", help="print the result as one JSON document")
     p.set_defaults(func=run)
 
@@ -81,16 +83,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"placer: note: training on held-out benchmark {', '.join(held_out)}: the committed checkpoints "
               "never trained on it (the zero-shot figures hold it out)", file=sys.stderr)
     problems = _problems(graphs, args.machines, args)
-    result, log, wall_s = _train(args, config, problems, updates_before)
+    log = MetricsLog(metrics_path(args.out), updates_before)
+    result, wall_s = _train(args, config, problems, log)
+    session_updates = result.updates - updates_before
     summary = {"policy": config.kind, "problems": [p.name for p in problems],
                "updates": result.updates, "measurements": result.measurements_used, "budget": args.budget,
-               "wall_s": result.wall_s, "updates_per_s": result.updates / result.wall_s if result.wall_s else 0.0,
-               "session_wall_s": wall_s, "stop_reason": result.stop_reason, "checkpoint": str(result.checkpoint),
+               "wall_s": result.wall_s, "session_wall_s": wall_s, "session_updates": session_updates,
+               "updates_per_s": session_updates / wall_s if wall_s else 0.0,
+               "stop_reason": result.stop_reason, "checkpoint": str(result.checkpoint),
                "metrics": str(log.path), "metrics_rows": log.rows_written}
     if args.json:
         emit_json(summary)
     else:
         print_summary(summary)
+    if result.stop_reason == "interrupted":
+        print(f"placer: train interrupted; the checkpoint holds its {result.updates} updates: pass --resume to "
+              "continue it", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -114,6 +123,9 @@ def check_train_args(args: argparse.Namespace):
                        lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed, **giph)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
+    if args.budget < 2:
+        raise PlacerError(f"--budget must be at least 2 measurements (an update measures two placements or more), "
+                          f"got {args.budget}")
     if args.teacher_budget < 0 or args.imitation_steps < 0:
         raise PlacerError("--teacher-budget and --imitation-steps must not be negative")
     if config.kind == "giph" and args.teacher_budget > 0:
@@ -198,28 +210,52 @@ def _settings(args: argparse.Namespace) -> dict:
     return {"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed}
 
 
-def _train(args: argparse.Namespace, config, problems: list, updates_before: int):
-    """train_family with the progress bar and the metrics log: (FamilyResult, MetricsLog, session seconds)."""
+def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):
+    """train_family with the progress bar and the metrics log: (FamilyResult, session seconds). An interrupt
+    stops it between updates, with its checkpoint saved: stop reason "interrupted"."""
     import time
+    from dataclasses import replace
 
     import torch
 
     from policies.rl.gnn.family import train_family
 
     torch.set_num_threads(1)  # a small network: one thread is fastest, as the search's learners run
-    log = MetricsLog(metrics_path(args.out), updates_before)
     started = time.perf_counter()
-    with _Progress(args.budget) as progress:
+    with _Progress(args.budget) as progress, _interrupts_as_a_flag() as interrupted:
         def on_update(metrics) -> None:
             log.append(metrics)
             progress.update(metrics)
 
         result = train_family(problems, config, args.budget, args.out, resume=args.resume,
-                              time_limit_s=args.time_limit_s, on_update=on_update, checkpoint_every=METRICS_EVERY,
-                              teacher_budget=args.teacher_budget, imitation_steps=args.imitation_steps,
-                              settings=_settings(args))
+                              time_limit_s=args.time_limit_s, should_stop=interrupted, on_update=on_update,
+                              checkpoint_every=METRICS_EVERY, teacher_budget=args.teacher_budget,
+                              imitation_steps=args.imitation_steps, settings=_settings(args))
     log.flush()
-    return result, log, time.perf_counter() - started
+    if result.stop_reason == "should_stop":
+        result = replace(result, stop_reason="interrupted")
+    return result, time.perf_counter() - started
+
+
+@contextmanager
+def _interrupts_as_a_flag():
+    """Ctrl-C (or SIGTERM) while training raises a flag the trainer reads between updates, so it stops after
+    a whole update and saves its checkpoint; a second one interrupts at once. (An interrupt raised inside the
+    simulator's compiled code surfaces as a SystemError, and one mid-update leaves the network half-stepped.)"""
+    raised: list[int] = []
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+
+    def raise_flag(signum, frame) -> None:
+        raised.append(signum)
+        signal.signal(signum, before[signum])
+
+    for signum in before:
+        signal.signal(signum, raise_flag)
+    try:
+        yield lambda: bool(raised)
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def metrics_path(checkpoint: str | Path) -> Path:
@@ -237,8 +273,16 @@ class MetricsLog:
         import pyarrow.parquet as pq
 
         self.path, self.rows, self.rows_written = path, [], 0
-        if updates_before and path.is_file():
+        if not updates_before:
+            return
+        if not path.is_file():
+            print(f"placer: note: {path} is missing: it will hold the rows of this run's updates only",
+                  file=sys.stderr)
+            return
+        try:
             self.rows = pq.read_table(path).to_pylist()[:updates_before]
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise PlacerError(f"{path} is damaged ({exc}): remove it to resume without the earlier rows") from None
 
     def append(self, metrics) -> None:
         from dataclasses import asdict
@@ -311,7 +355,9 @@ def print_summary(summary: dict) -> None:
     for label, value in (("policy", summary["policy"]), ("problems", shown), ("updates", str(summary["updates"])),
                          ("measurements", f"{summary['measurements']} of {summary['budget']}"),
                          ("wall time", f"{summary['wall_s']:.1f} s (this session {summary['session_wall_s']:.1f} s)"),
-                         ("updates/s", f"{summary['updates_per_s']:.2f}"), ("stopped by", summary["stop_reason"]),
+                         ("updates/s", f"{summary['updates_per_s']:.2f} ({summary['session_updates']} updates this "
+                                       "session)"),
+                         ("stopped by", summary["stop_reason"]),
                          ("checkpoint", summary["checkpoint"]), ("metrics", summary["metrics"])):
         table.add_row(label, value)
     Console().print(table)

@@ -112,6 +112,8 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--graphs", "families:x"], "bad --graphs entry 'families:x'"),
     (["--machines", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
+    (["--budget", "1"], "--budget must be at least 2 measurements"),
+    (["--entropy", "nan"], "entropy_coeff must not be negative, got nan"),
     (["--groups", "0"], "--groups must be a whole number of at least 1"),
     (["--order", "sideways"], "unknown --order 'sideways'"),
     (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
@@ -162,7 +164,53 @@ def test_train__a_resume_that_differs_is_refused_before_training(trained, tmp_pa
     assert "holds a network" in one_placer_error(capsys)
     assert _train(out, "--resume", budget=8) == 2
     assert f"--budget 8: checkpoint {out} has made " in one_placer_error(capsys)
+    assert _train(out, "--resume", "--lr", "0.002", "--entropy", "0", budget=96) == 2
+    assert f"checkpoint {out} was trained with --lr 0.001 (not 0.002), --entropy 0.01 (not 0.0): resume with the " \
+           "same training settings" in one_placer_error(capsys)
     assert out.read_bytes() == before
+
+
+def test_train__resume_with_a_damaged_metrics_file_is_refused_and_a_missing_one_noted(trained, tmp_path, capsys):
+    source, printed = trained
+    out, metrics = tmp_path / "gdp.pt", Path(str(tmp_path / "gdp.pt") + ".metrics.parquet")
+    shutil.copy(source, out)
+    before = out.read_bytes()
+    metrics.write_bytes(b"not parquet")
+    assert _train(out, "--resume", budget=96) == 2
+    assert f"{metrics} is damaged" in one_placer_error(capsys)
+    assert out.read_bytes() == before and metrics.read_bytes() == b"not parquet"
+    metrics.unlink()
+    assert _train(out, "--resume", "--json", budget=96) == 0
+    captured = capsys.readouterr()
+    assert f"placer: note: {metrics} is missing: it will hold the rows of this run's updates only" in captured.err
+    data = json.loads(captured.out)
+    assert len(_metrics(out)) == data["session_updates"] == data["updates"] - json.loads(printed)["updates"] > 0
+
+
+def test_train__an_interrupt_stops_after_a_whole_update_saves_the_checkpoint_and_resume_continues(
+        tmp_path, capsys, monkeypatch):
+    import signal
+
+    import cluster.commands.train as train_command
+    from policies.rl.gnn.checkpoint import read_checkpoint
+
+    real_update = train_command._Progress.update
+
+    def update_then_interrupt(self, metrics):
+        real_update(self, metrics)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first update's bookkeeping
+
+    monkeypatch.setattr(train_command._Progress, "update", update_then_interrupt)
+    out = tmp_path / "gdp.pt"
+    assert _train(out, "--json") == 130
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["stop_reason"] == "interrupted"
+    assert "placer: train interrupted; the checkpoint holds its 1 updates: pass --resume" in captured.err
+    assert read_checkpoint(out, "gdp")["progress"]["updates"] == 1 and len(_metrics(out)) == 1
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    monkeypatch.undo()
+    assert _train(out, "--resume", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["stop_reason"] == "budget" and len(_metrics(out)) > 1
 
 
 def test_train__families_expand_and_held_out_benchmarks_are_noted(capsys, monkeypatch):

@@ -60,12 +60,12 @@ class GnnConfig:
         if self.kind == "gdp" and self.hidden_size % GDP_ATTENTION_HEADS:
             raise PlacerError(f"gdp's hidden_size must be a multiple of {GDP_ATTENTION_HEADS} (its attention heads), "
                               f"got {self.hidden_size}")
-        if self.entropy_coeff < 0:
+        if not self.entropy_coeff >= 0:  # NaN too
             raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
         if self.episode_steps < 1 or not 0.0 < self.discount <= 1.0 or not 0.0 <= self.random_start <= 1.0:
             raise PlacerError(f"episode_steps must be >= 1, discount in (0, 1] and random_start in [0, 1], got "
                               f"{self.episode_steps}, {self.discount}, {self.random_start}")
-        if not self.lr > 0 or self.failure_factor <= 1.0:
+        if not self.lr > 0 or not self.failure_factor > 1.0:
             raise PlacerError(f"lr must be positive and failure_factor above 1, got {self.lr}, {self.failure_factor}")
 
     @property

@@ -165,11 +165,27 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
     if progress.get("settings", {}) != settings:
         raise PlacerError(f"checkpoint {out} was trained with {progress.get('settings')}, not {settings}: resume "
                           "with the same settings")
+    changed = _changed_training_settings(progress.get("config", {}), config)
+    if changed:
+        raise PlacerError(f"checkpoint {out} was trained with {', '.join(changed)}: resume with the same training "
+                          "settings (a resumed run continues its optimizer as it was)")
     used = int(progress.get("measurements_used", 0))
     if budget < used:
         raise PlacerError(f"--budget {budget}: checkpoint {out} has made {used} measurements already; resume with "
                           f"a budget of at least {used}")
     return state
+
+
+TRAIN_FLAGS = {"batch_size": "--batch", "lr": "--lr", "entropy_coeff": "--entropy", "order": "--order",
+               "episode_steps": "--episode-steps", "discount": "--discount", "seed": "--seed"}
+"""`placer train`'s flag of each GnnConfig field it sets (the network's own are checked as the architecture)."""
+
+
+def _changed_training_settings(stored: dict, config: GnnConfig) -> list[str]:
+    """Each GnnConfig field whose stored value differs from ``config``'s, as "--flag STORED (not NEW)"."""
+    given = vars(config)
+    return [f"{TRAIN_FLAGS.get(name, name)} {value} (not {given[name]})" for name, value in stored.items()
+            if name in given and value != given[name]]
 
 
 def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int) -> dict:
