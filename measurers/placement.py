@@ -9,7 +9,8 @@ JSON in one of these forms (device names, or device indices, as values)::
     {"groups": ["gpu:0", ...]}                    # one entry per group
 
 An object may also carry "graph", "graph_hash" and "machine" (``save_placement_file`` writes them); a
-"graph_hash" must be the graph's content hash.
+"graph_hash" must be the graph's content hash, a "graph" without one the graph's name, a "machine" the
+machine's name.
 
 Groups are the ``grouping`` passed in ((N,) group id of each op, or an object with an ``op_group`` array),
 else the graph's colocation groups. A bare list whose length matches neither is an error.
@@ -97,9 +98,7 @@ def _op_devices(data, graph: OpGraph, machine: Machine, groups: np.ndarray) -> n
         if unknown or ("ops" in data) == ("groups" in data):
             raise PlacerError("expected exactly one of the keys 'ops' or 'groups' (and optionally 'graph', "
                               "'graph_hash', 'machine')")
-        if "graph_hash" in data and data["graph_hash"] != graph.content_hash:
-            raise PlacerError(f"was written for a graph with hash {data['graph_hash']!r}; graph {graph.name!r} has "
-                              f"hash {graph.content_hash!r}")
+        _check_written_for(data, graph, machine)
         if "groups" in data:
             return _device_list(data["groups"], machine, num_groups, "groups")[groups]
         if isinstance(data["ops"], dict):
@@ -113,6 +112,23 @@ def _op_devices(data, graph: OpGraph, machine: Machine, groups: np.ndarray) -> n
         return _device_list(data, machine, num_groups, "groups")[groups]
     raise PlacerError(f"has {len(data)} entries, but graph {graph.name!r} has {graph.num_ops} ops "
                       f"and {num_groups} groups")
+
+
+def _check_written_for(data: dict, graph: OpGraph, machine: Machine) -> None:
+    """The file's "graph_hash" (else its "graph" name) and "machine" name, where given, are this graph's and
+    machine's: a placement of another graph or machine whose device names happen to fit is refused."""
+    for key in ("graph", "graph_hash", "machine"):
+        if key in data and not isinstance(data[key], str):
+            raise PlacerError(f"'{key}' must be a string, got {json.dumps(data[key])}")
+    if "graph_hash" in data and data["graph_hash"] != graph.content_hash:
+        raise PlacerError(f"was written for a graph with hash {data['graph_hash']!r}; graph {graph.name!r} has "
+                          f"hash {graph.content_hash!r}")
+    if "graph_hash" not in data and data.get("graph", graph.name) != graph.name:
+        raise PlacerError(f"was written for graph {data['graph']!r}, not {graph.name!r} (remove its 'graph' to "
+                          "use it anyway)")
+    if data.get("machine", machine.name) != machine.name:
+        raise PlacerError(f"was written for machine {data['machine']!r}, not {machine.name!r} (remove its "
+                          "'machine' to use it anyway)")
 
 
 def _device_list(values, machine: Machine, expected: int, what: str) -> np.ndarray:

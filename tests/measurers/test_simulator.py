@@ -219,6 +219,9 @@ def test_placement_file__per_op_per_group_and_by_name(tmp_path):
     (["gpu:0"] * 4, "4 entries"), (["gpu:0", "tpu:0", "gpu:0"], "no device 'tpu:0'"),
     ({"ops": {"a": "gpu:0"}}, "'b' has no device"), ({"groups": ["gpu:0"]}, "'groups' has 1 entries"),
     ({"ops": ["gpu:0"] * 3, "graph_hash": "deadbeef"}, "written for a graph with hash 'deadbeef'"),
+    ({"ops": ["gpu:0"] * 3, "graph": "other"}, "written for graph 'other', not 'toy'"),
+    ({"ops": ["gpu:0"] * 3, "machine": "paper-8gpu"}, "written for machine 'paper-8gpu', not 'toy'"),
+    ({"ops": ["gpu:0"] * 3, "machine": 4}, "'machine' must be a string, got 4"),
 ])
 def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data, message):
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [])
