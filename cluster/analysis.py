@@ -271,7 +271,7 @@ def cached_graph(manifest: RunManifest):
     from graphs.io import load_graph_file
 
     name = str(manifest.config.get("graph", manifest.graph_name))
-    candidates = [Path(name)]
+    candidates = [Path(name)] + ([Path(manifest.graph_file)] if manifest.graph_file else [])
     cached = registry.cached_graph_path(name)
     if cached is not None:
         candidates.append(cached)

@@ -8,6 +8,7 @@
     plot_device_load(names, busy_s, peak_bytes, capacity_bytes, path)
                                             compute busy time per device; peak memory against capacity
     plot_run(run_dir, out_dir)              all of the above for one run folder, plus <run>__trace.json
+                                            (read_run_to_plot reads and checks first, write_run_plots writes)
 
 The timeline is the simulator's, also for a run measured on real hardware: it shows how the cost model
 sees the best placement. Only ``plot_run`` needs the graph (from a graph file or the benchmark cache,
@@ -155,37 +156,54 @@ class RunPlots:
     trace: Path | None  # Chrome trace of the best placement
 
 
-def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
-    """Every plot of one run, named ``<run_id>__<plot>.png``, in ``out_dir`` (made if missing)."""
+@dataclass(frozen=True)
+class RunToPlot:
+    """What the plots of one run need, read and checked (``read_run_to_plot``) before any file is written."""
+    run_id: str
+    title: str
+    rows: object  # pandas.DataFrame: the run's measurements (cluster.runlog.read_run)
+    curve: object  # cluster.analysis.learning_curve of the searched policy
+    best: object | None  # cluster.run_best.RunBest; None when the run has no ok placement
+    graph: object | None  # the graph the run placed (hash-checked); None with ``best``
+
+
+def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
+    """The run's log, learning curve, best placement and graph; one PlacerError for a damaged file or a graph
+    that cannot be found or no longer has the run's hash."""
     from cluster.analysis import learning_curve, run_started_at
-    from cluster.run_best import read_run_best
+    from cluster.run_best import read_run_best, run_graph
     from cluster.runlog import read_best, read_manifest, read_run
 
-    run_dir, out_dir = Path(run_dir), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
     rows = read_run(run_dir)
-    prefix = out_dir / manifest.run_id
     title = f"{manifest.graph_name} on {manifest.machine_name}, {manifest.policy or 'run'}"
     # the searched policy's own curve; the baselines scored in the same run are not its progress
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
     curve = learning_curve(rows, run_started_at(manifest), policy=own)
-    curve_png = plot_learning_curve(curve, f"{prefix}__learning_curve.png", title, lower_bound_s)
-    if read_best(run_dir) is None:
-        return RunPlots(curve_png, None, None, None)
-    return _plot_best(read_run_best(run_dir), rows, prefix, title, curve_png)
+    best = read_run_best(run_dir) if read_best(run_dir) is not None else None
+    return RunToPlot(manifest.run_id, title, rows, curve, best, None if best is None else run_graph(best))
 
 
-def _plot_best(run, rows, prefix: Path, title: str, curve_png: Path) -> RunPlots:
-    """``run``: cluster.run_best.RunBest; its graph is found and hash-checked by ``run_graph``."""
-    from cluster.run_best import run_graph
+def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
+    """Every plot of one run, named ``<run_id>__<plot>.png``, in ``out_dir`` (made if missing)."""
+    return write_run_plots(read_run_to_plot(run_dir), out_dir, lower_bound_s)
+
+
+def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
     from measurers.sim.reference import Simulator
     from measurers.sim.trace import write_trace
 
-    graph, machine, best = run_graph(run), run.machine, run.best
-    result = Simulator(graph, machine).run(run.op_placement(graph), timeline=True)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prefix = out_dir / run.run_id
+    curve_png = plot_learning_curve(run.curve, f"{prefix}__learning_curve.png", run.title, lower_bound_s)
+    if run.best is None:
+        return RunPlots(curve_png, None, None, None)
+    graph, machine, best, rows = run.graph, run.best.machine, run.best.best, run.rows
+    result = Simulator(graph, machine).run(run.best.op_placement(graph), timeline=True)
     found_by = rows.loc[rows["seq"] == best.seq, "policy"]
-    title = f"{title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
+    title = f"{run.title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
     timeline_png = plot_timeline(graph, machine, result.timeline, f"{prefix}__timeline.png",
                                  f"{title}, {result.runtime_s:.4g} s simulated")
     measured = rows.loc[rows["seq"] == best.seq, "peak_bytes"]

@@ -145,7 +145,14 @@ def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, po
         machine=machine_to_json(machine), versions=package_versions(),
         seed=int(seed), started_at=dt.datetime.now(dt.timezone.utc).isoformat(), policy=policy,
         lower_bound_s=None if lower_bound_s is None else float(lower_bound_s), runs=timing.runs,
-        warmup=timing.warmup, estimator=str(estimator), cpu=cpu_model())
+        warmup=timing.warmup, estimator=str(estimator), cpu=cpu_model(), graph_file=_graph_file(config))
+
+
+def _graph_file(config: Mapping | None) -> str:
+    """The absolute path of the graph file ``config["graph"]`` names (a run read later from another folder
+    finds it), else ""."""
+    path = Path(str((config or {}).get("graph", "")))
+    return str(path.resolve()) if path.name and path.is_file() else ""
 
 
 def record_resume(folder: str | os.PathLike, changed: Mapping[str, tuple], command: Sequence[str] | None = None

@@ -89,6 +89,7 @@ class RunManifest:
     resumes: tuple[dict, ...] = ()  # one record per resume: when, command, settings changed (old, new)
     proven_bound_s: float | None = None  # best proven bound (policies.exact.bound); None: not computed (older runs)
     proven_bound_holds_for: str | None = None  # the placements it holds for, e.g. "every placement"
+    graph_file: str = ""  # absolute path of the graph file the run read ("" for a benchmark, and older runs)
     device_removals: tuple[dict, ...] = ()  # devices that left the search (placer search --remove-device), one
     # record each: device, index (in `machine`), trigger, at_measurement (the policy's count), at_seq (the first
     # row logged after it: rows from there never use the device), machine_after; () in runs without any

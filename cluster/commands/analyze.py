@@ -30,9 +30,10 @@ def run(args) -> int:
     summaries = summarize(args.paths)
     plots = []
     if args.plots:
-        from cluster.plots import plot_run
+        from cluster.plots import read_run_to_plot, write_run_plots
 
-        plots = [plot_run(s.run_dir, args.plots, s.lower_bound_s) for s in summaries]
+        to_plot = [read_run_to_plot(s.run_dir) for s in summaries]  # every run checked before a file is written
+        plots = [write_run_plots(run, args.plots, s.lower_bound_s) for run, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
         for entry, made in zip(payload, plots):

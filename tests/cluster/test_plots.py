@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,6 +111,27 @@ def test_plot_run__a_graph_that_no_longer_has_the_runs_hash_is_refused(tmp_path)
     save_graph(changed, graph_file)  # the file the run names now holds another graph
     with pytest.raises(PlacerError, match=f"content hash {changed.content_hash}"):
         plot_run(run, tmp_path / "plots")
+    assert not (tmp_path / "plots").exists()  # checked before the learning curve is drawn
+
+
+def test_cli_analyze__plots_of_no_run_are_written_when_one_run_is_damaged(tmp_path, capsys):
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    damaged = write_run(tmp_path / "runs" / "b", graph_file=graph_file)
+    (damaged / "best_placement.json").write_text('{"run_id": "cut short')
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots")]) == 2
+    assert "best_placement.json is damaged" in capsys.readouterr().err
+    assert not (tmp_path / "plots").exists()
+
+
+def test_cli_analyze__a_run_of_a_relative_graph_file_is_plotted_from_another_folder(tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    save_graph(_graph(), "tiny6.parquet")
+    run = write_run(tmp_path / "runs", graph_file=Path("tiny6.parquet"))  # as `--graph tiny6.parquet` records it
+    monkeypatch.chdir(tmp_path)
+    assert plot_run(run, tmp_path / "plots").timeline is not None
 
 
 def test_cli_analyze__plots_dir_gets_pngs_and_trace(tmp_path, capsys):
