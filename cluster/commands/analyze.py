@@ -74,11 +74,24 @@ def print_summaries(summaries) -> None:
                       "finished" if s.finished else "running or stopped", s.run_id)
     console = Console(width=240)
     console.print(table)
-    bounds = {(s.graph, s.machine, s.proven_bound_holds_for): s.proven_bound_s for s in summaries
-              if math.isfinite(s.proven_bound_s)}
-    for (graph, machine, holds_for), bound_s in bounds.items():  # which placements each proven bound holds for
-        console.print(f"{graph} on {machine}: proven bound {bound_s:.4g} s holds for {holds_for}")
+    _print_proven_bounds(console, summaries)
     for s in summaries:
         for removed in s.removed_devices:
             console.print(f"{s.run_id}: {removed.device} left after {removed.at_measurement} measurements (then "
                           f"{removed.machine_after}); its bests count only placements without it")
+
+
+def _print_proven_bounds(console, summaries) -> None:
+    """Which placements each distinct proven bound holds for; a graph and machine with several bounds (graphs
+    of one name, other groupings) name their runs."""
+    from collections import Counter
+
+    bounds: dict[tuple, list[str]] = {}
+    for s in summaries:
+        if math.isfinite(s.proven_bound_s):
+            key = (s.graph, s.machine, s.proven_bound_holds_for, s.proven_bound_s)
+            bounds.setdefault(key, []).append(s.run_id)
+    per_pair = Counter((graph, machine) for graph, machine, _, _ in bounds)
+    for (graph, machine, holds_for, bound_s), run_ids in bounds.items():
+        which = f" (run{'s' * (len(run_ids) > 1)} {', '.join(run_ids)})" if per_pair[(graph, machine)] > 1 else ""
+        console.print(f"{graph} on {machine}: proven bound {bound_s:.4g} s holds for {holds_for}{which}")

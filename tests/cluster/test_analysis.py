@@ -120,6 +120,20 @@ def test_summarize__proven_bound_from_the_manifest_else_result_json_else_unknown
     assert s.proven_bound_holds_for == "placements of the 8 scope groups of tiny6"
 
 
+def test_cli_analyze__every_distinct_proven_bound_is_printed_naming_its_runs_when_a_graph_has_several(tmp_path,
+                                                                                                      capsys):
+    runs = [write_run(tmp_path / name) for name in ("a", "b", "c")]
+    for run, bound_s in zip(runs, (0.6, 0.6, 0.9)):  # two graphs named tiny6, or two groupings of it
+        manifest = json.loads((run / MANIFEST_FILE).read_text())
+        (run / MANIFEST_FILE).write_text(json.dumps({**manifest, "proven_bound_s": bound_s,
+                                                     "proven_bound_holds_for": "every placement"}))
+    assert main(["analyze", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "proven bound 0" in line]
+    assert lines == [f"tiny6 on paper-2gpu: proven bound 0.6 s holds for every placement (runs {runs[0].name}, "
+                     f"{runs[1].name})",
+                     f"tiny6 on paper-2gpu: proven bound 0.9 s holds for every placement (run {runs[2].name})"]
+
+
 def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_path):
     cell = tmp_path / "exp" / "tiny6__paper-2gpu"
     write_run(cell, policy="reinforce", rows=[("single-gpu", 2.0, "ok", False), ("reinforce", 1.8, "ok", False)])
