@@ -85,12 +85,16 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
         raise PlacerError(f"graph file {str(path)!r} has format version {version!r}; "
                           f"this placer reads version {FORMAT_VERSION}")
     try:
+        for key in ("name", "framework"):
+            if not isinstance(meta.get(key), str):
+                raise PlacerError(f"its metadata's {key!r} is {json.dumps(meta.get(key))}, not a string")
         graph = _graph_from_table(table, meta, path)
+        content_hash = graph.content_hash
     except PlacerError as exc:
         raise PlacerError(f"graph file {str(path)!r}: {exc}") from None
-    except (KeyError, ValueError, TypeError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
         raise PlacerError(f"graph file {str(path)!r} is malformed: {exc}") from None
-    if graph.content_hash != meta.get("content_hash"):
+    if content_hash != meta.get("content_hash"):
         raise PlacerError(f"graph file {str(path)!r} is damaged: content hash {graph.content_hash} "
                           f"does not match the recorded {meta.get('content_hash')}")
     return graph

@@ -146,6 +146,16 @@ def test_io__wrong_version_and_foreign_parquet_are_clear_errors(tmp_path):
             load_graph_file(path)
 
 
+@pytest.mark.parametrize("key, value", [("name", 7), ("name", None), ("framework", ["tf"])])
+def test_io__a_metadata_name_that_is_not_a_string_is_one_error(tmp_path, key, value):
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    meta = {**json.loads(table.schema.metadata[b"placer.opgraph"]), key: value}
+    pq.write_table(table.replace_schema_metadata({b"placer.opgraph": json.dumps(meta).encode()}), path)
+    with pytest.raises(PlacerError, match=f"g.parquet': its metadata's '{key}' is .*, not a string"):
+        load_graph_file(path)
+
+
 def test_io__edited_content_fails_the_hash_and_a_cycle_is_named(tmp_path):
     path = save_graph(_diamond(), tmp_path / "g.parquet")
     table = pq.read_table(path)
