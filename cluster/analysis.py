@@ -110,9 +110,20 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
             raise PlacerError(f"{raw}: not a run folder or an experiment folder (no {MANIFEST_FILE} in it "
                               f"or in its subfolders)")
         runs.extend(found)
+    runs = _first_of_each(runs)  # a run named twice (analyze RUN RUN, or a run and its experiment): once
     for run in runs:
         read_manifest(run)  # another format version or a broken manifest: one clear error
     return runs
+
+
+def _first_of_each(runs: list[Path]) -> list[Path]:
+    seen: set[Path] = set()
+    unique = []
+    for run in runs:
+        if run.resolve() not in seen:
+            seen.add(run.resolve())
+            unique.append(run)
+    return unique
 
 
 def _runs_below(folder: Path, depth: int) -> list[Path]:
@@ -206,7 +217,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         ratio_to_lower_bound=_ratio(own_best, lower), ratio_to_best_baseline=_ratio(own_best, baseline_s),
         measurements=len(measured), cache_hits=len(rows) - len(measured), failures=failures, wall_s=wall_s,
         measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,
-        finished=(run / RESULT_FILE).is_file(),
+        finished=_result_json(run) is not None,
         baselines=tuple(b for p, b in bests.items() if p != manifest.policy),
         proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s),
         removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
@@ -231,14 +242,9 @@ def lower_bound_of(run: Path, manifest: RunManifest) -> float:
     else NaN."""
     if manifest.lower_bound_s is not None:
         return float(manifest.lower_bound_s)
-    path = run / RESULT_FILE
-    if path.is_file():
-        try:
-            value = json.loads(path.read_text()).get("lower_bound_s")
-            if value is not None:
-                return float(value)
-        except (ValueError, AttributeError):
-            pass
+    value = (_result_json(run) or {}).get("lower_bound_s")
+    if isinstance(value, (int, float)):
+        return float(value)
     graph = cached_graph(manifest)
     if graph is None:
         return math.nan
@@ -253,15 +259,20 @@ def proven_bound_of(run: Path, manifest: RunManifest) -> tuple[float, str]:
     result.json's; (NaN, "") when neither has one."""
     if manifest.proven_bound_s is not None:
         return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
-    path = run / RESULT_FILE
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            if data.get("proven_bound_s") is not None:
-                return float(data["proven_bound_s"]), str(data.get("proven_bound_holds_for") or "")
-        except (ValueError, AttributeError, TypeError):
-            pass
+    data = _result_json(run) or {}
+    if isinstance(data.get("proven_bound_s"), (int, float)):
+        return float(data["proven_bound_s"]), str(data.get("proven_bound_holds_for") or "")
     return math.nan, ""
+
+
+def _result_json(run: Path) -> dict | None:
+    """The run's result.json as a JSON object; None when it is missing or damaged (the run did not finish
+    writing it, so it counts as not finished)."""
+    try:
+        data = json.loads((run / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def cached_graph(manifest: RunManifest):

@@ -13,7 +13,7 @@ from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS
 
-SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 1,000,000)")
+SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 20,000,000)")
 
 
 def register(subparsers) -> None:

@@ -274,3 +274,18 @@ def test_cli_analyze__table_names_every_run(tmp_path, capsys):
     assert run.name[:30] in out.replace("\n", "")
     assert "oom 2" in out and "1.5" in out
     assert "x proven bound" in out.replace("\n", " ")  # the column, "-" without a bound
+
+
+def test_find_runs__a_run_named_twice_is_summarized_once(tmp_path):
+    run = write_run(tmp_path / "exp" / "cell")
+    assert find_runs([run, tmp_path / "exp", str(run) + "/"]) == [run]
+
+
+def test_summarize__a_damaged_result_json_is_not_finished(tmp_path):
+    run = write_run(tmp_path)
+    (run / RESULT_FILE).write_text('{"lower_bound_s": 0.5, "cut sh')
+    (s,) = summarize([run])
+    assert not s.finished and math.isnan(s.lower_bound_s) and math.isnan(s.proven_bound_s)
+    (run / RESULT_FILE).write_text('{"lower_bound_s": 0.5}')
+    (s,) = summarize([run])
+    assert s.finished and s.lower_bound_s == 0.5
