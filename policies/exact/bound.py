@@ -13,10 +13,10 @@
   relaxations left (ticks rounded down keep it one; the dispatch rule's model is not used: rounding can
   reorder near-ties). On coarse groups its model (groups run whole) is no relaxation, so it is not used.
 
-``best_s`` is the largest of them, rounded down by its rounding error (``_safe``: sums in another order
-than the simulator's clock, the solvers' tolerances), so that no simulated step time is below it: it is a
-few ulps (the closed form, CP-SAT) or 1e-6 relative (the LP and MIP) below the value reported beside it.
-``holds_for`` says for which placements it holds. ``time_limit_s`` is
+``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerance (1e-6
+relative, ``SOLVER_SLACK``): the MIP's optimum of one group came out a few ulps above the simulated step of
+that very placement. (The closed form is the lower bound every table prints, with its documented rounding
+slack of 1e-12; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it holds. ``time_limit_s`` is
 shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
 """
 
@@ -50,7 +50,7 @@ class BoundReport:
     exact_status: str
     exact_wall_s: float
     grouping: str  # the coarsening the LP and MIP bounds hold for, e.g. "the 32 scope groups of nmt-2"
-    best_s: float  # the largest of them, rounded down (see the module docstring)
+    best_s: float  # the largest of them, the LP's and MIP's rounded down (see the module docstring)
     holds_for: str  # what best_s holds for: EVERY_PLACEMENT or "placements of <grouping>"
     time_limit_s: float
     wall_s: float
@@ -83,12 +83,11 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
             mip = solve_relaxation(problem, left_s, integer=True, threads=threads)
     exact = _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads)
     grouping = grouping_name(problem)
-    rounding = 4 * problem.graph.num_ops * 2.0 ** -53  # sums of N positive times, in two orders
-    candidates = [(_safe(closed_s, rounding), EVERY_PLACEMENT)]
-    candidates += [(_safe(r.bound_s, SOLVER_SLACK), f"placements of {grouping}") for r in (lp, mip)
+    candidates = [(closed_s, EVERY_PLACEMENT)]
+    candidates += [(r.bound_s * (1.0 - SOLVER_SLACK), f"placements of {grouping}") for r in (lp, mip)
                    if r is not None and r.bound_s is not None]
     if exact is not None and math.isfinite(exact.bound_s):
-        candidates.append((_safe(exact.bound_s, rounding), f"placements of {grouping}"))
+        candidates.append((exact.bound_s, f"placements of {grouping}"))
     best_s, holds_for = max(candidates, key=lambda c: c[0])  # ties: the first, the wider claim
     return BoundReport(problem.graph.name, problem.machine.name, closed_s,
                        None if lp is None else lp.bound_s, SKIPPED if lp is None else lp.status,
@@ -98,11 +97,6 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
                        None if exact is None or not math.isfinite(exact.bound_s) else exact.bound_s,
                        SKIPPED if exact is None else exact.status, 0.0 if exact is None else exact.wall_s,
                        grouping, best_s, holds_for, float(time_limit_s), time.perf_counter() - began)
-
-
-def _safe(bound_s: float, relative_error: float) -> float:
-    """``bound_s`` rounded down by ``relative_error``: a bound computed with that error still holds."""
-    return bound_s * (1.0 - relative_error)
 
 
 def _exact_bound(problem: PlacementProblem, left_s: float, threads: int):
