@@ -37,7 +37,7 @@ def call_spec(spec: str, what: str):
     func, func_name = spec_function(spec, what)
     try:
         return func()
-    except Exception as error:  # the user's code
+    except (Exception, SystemExit) as error:  # the user's code (sys.exit() in it too)
         raise PlacerError(f"{what} spec {spec!r}: {func_name}() raised {type(error).__name__}: {error}") from error
 
 
@@ -55,6 +55,6 @@ def import_target(spec: str, target: str, what: str):
         return importlib.import_module(target)
     except PlacerError:
         raise
-    except Exception as error:  # ImportError, SyntaxError, or anything the module raises on import
+    except (Exception, SystemExit) as error:  # ImportError, SyntaxError, anything the module raises on import
         raise PlacerError(f"{what} spec {spec!r}: cannot import {target!r}: {type(error).__name__}: {error}") \
             from error

@@ -27,7 +27,9 @@ and takes one untraced warm-up step first, so its state exists and the traced st
 from __future__ import annotations
 
 import inspect
+import logging
 import time
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -68,7 +70,7 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     _add_leaf_ops(recorder, table, trainable, fake_params, fake_buffers, fake_inputs, optimizer)
     hooks = _scope_hooks(model, recorder)
     try:
-        with fake_mode, recorder, GradFnStamper(recorder):
+        with _fake_tensor_log_quiet(), fake_mode, recorder, GradFnStamper(recorder):
             output = torch.func.functional_call(model, {**fake_params, **fake_buffers}, fake_inputs)
             loss = _loss(output, loss_fn, recorder)
             recorder.stamp_pending()
@@ -88,6 +90,19 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     meta = {"optimizer": optimizer_cls.__name__, "trace_s": f"{time.perf_counter() - started:.3f}"}
     return _to_opgraph(table, name, batch_size, num_params, source or f"torch trace of {type(model).__name__}",
                        meta)
+
+
+@contextmanager
+def _fake_tensor_log_quiet():
+    """FakeTensorMode logs a traceback (~20 lines on stderr) for an op that fails on its shapes before it
+    raises; the exception itself becomes the one error line (bad input), so its log is silenced."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _fake_like(t: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:

@@ -141,11 +141,20 @@ def test_graphs_import__torch_model_end_to_end(tmp_path, capsys):
     (f"{FIXTURES / 'broken_model.py'}:build", "broken on purpose"),
     (f"{FIXTURES / 'tiny_models.py'}:missing_function", "missing_function"),
     (f"{FIXTURES / 'tiny_models.py'}:not_a_model", "must return"),
+    (f"{FIXTURES / 'tiny_models.py'}:exits_when_called", "exits_when_called() raised SystemExit: 3"),
 ])
 def test_graphs_import__bad_torch_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys, spec, problem):
     out = tmp_path / "never.parquet"
     assert main(["graphs", "import", "--torch", spec, "-o", str(out)]) == 2
     assert problem in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_graphs_import__a_torch_shape_error_is_one_line_without_torchs_logged_traceback(tmp_path, capfd):
+    spec = f"{FIXTURES / 'tiny_models.py'}:torch_inputs_of_the_wrong_shape"
+    assert main(["graphs", "import", "--torch", spec, "-o", str(tmp_path / "never.parquet")]) == 2
+    err = capfd.readouterr().err.strip()  # the file descriptor: torch's log handler writes there
+    assert err.count("\n") == 0 and err.startswith("placer: error: ") and "same reduction dim" in err, err
     assert list(tmp_path.iterdir()) == []
 
 
