@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from cluster.commands import COMMAND_MODULES
@@ -47,10 +48,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a reader that left is caught, not at the interpreter's exit
+        return status
     except PlacerError as exc:
         print(f"placer: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
+        _stdout_to_devnull()
+        return 141
     except OSError as exc:
         # a path the user gave that cannot be written or read as asked (most are refused when parsed:
         # cluster/commands/paths.py); the message names the path (a rename's target, not its temp file)
@@ -62,6 +68,14 @@ def _run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)
         return 130
+
+
+def _stdout_to_devnull() -> None:
+    """Point file descriptor 1 at /dev/null, so Python's flush of stdout at exit cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (a capture)
+        pass
 
 
 if __name__ == "__main__":

@@ -273,3 +273,22 @@ def test_ray_address__nothing_answering_and_a_dashboard_address_are_refused_befo
         assert main([*command, *out, "--ray-address", address]) == 2
         assert message in one_placer_error(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_reader_that_leaves_stdout_early_ends_the_command_quietly(capsys, monkeypatch):
+    """`placer machines show paper-2gpu | head -2`: writing to a pipe whose reader left."""
+    import sys
+
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def isatty(self):
+            return False
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["machines", "show", "paper-2gpu"]) == 141
+    assert capsys.readouterr().err == ""
