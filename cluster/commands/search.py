@@ -91,7 +91,7 @@ def run(args) -> int:
             result = run_search(config, progress=progress.update, command=["placer", *sys.argv[1:]],
                                 on_start=progress.start)  # bad input found on the way: no bar before it
         except KeyboardInterrupt as exc:
-            print(f"placer: {exc or 'interrupted'}", file=sys.stderr)
+            print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
             return 130
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)

@@ -130,8 +130,8 @@ def check_train_args(args: argparse.Namespace):
         raise PlacerError("--teacher-budget and --imitation-steps must not be negative")
     if config.kind == "giph" and args.teacher_budget > 0:
         raise PlacerError("--teacher-budget: giph learns from rewards only (no imitation of a teacher)")
-    if args.time_limit_s is not None and not args.time_limit_s > 0:
-        raise PlacerError(f"--time-limit must be positive, got {args.time_limit_s}")
+    if args.time_limit_s is not None and not 0 < args.time_limit_s < math.inf:
+        raise PlacerError(f"--time-limit must be a positive, finite number of seconds, got {args.time_limit_s}")
     graphs = expand_graphs(args.graphs)
     for name in graphs:
         check_graph_name(name)

@@ -249,8 +249,8 @@ def _check_search_numbers(config: SearchConfig) -> None:
     check_measurer_settings(config.measurer, config.runs, config.warmup)
     if config.batch is not None and config.batch < 2:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
-    if config.time_limit_s is not None and not config.time_limit_s > 0:
-        raise PlacerError(f"--time-limit must be positive, got {config.time_limit_s}")
+    if config.time_limit_s is not None and not 0 < config.time_limit_s < math.inf:
+        raise PlacerError(f"--time-limit must be a positive, finite number of seconds, got {config.time_limit_s}")
     if config.workers < 1:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
     if not (config.noise_std >= 0 and math.isfinite(config.noise_std)):

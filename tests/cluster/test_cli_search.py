@@ -49,7 +49,8 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--bound-time-limit", "-1"], "--bound-time-limit must be a finite number of seconds >= 0"),
     (["--resume", "no-such-run"], "no-such-run is not a run folder"),
     (["--policy", "exact", "--groups", "1500"], "--groups 1500: policy 'exact' places at most 1000 groups"),
-    (["--policy", "exact", "--time-limit", "0"], "--time-limit must be positive"),
+    (["--policy", "exact", "--time-limit", "0"], "--time-limit must be a positive, finite number"),
+    (["--time-limit", "inf"], "--time-limit must be a positive, finite number of seconds, got inf"),
 ])
 def test_search_cli__bad_flags_are_one_error_before_anything_starts(tmp_path, capsys, flags, message):
     from cluster.cli import main
@@ -132,3 +133,15 @@ def test_search_cli__openvino_on_a_traced_graph_writes_nothing(tmp_path, capsys)
     assert main(["search", "--graph", "synthetic:50", "--machine", "openvino", "--measurer", "openvino",
                  "--out", str(out)]) == 2
     assert "model file" in capsys.readouterr().err and not out.exists()
+
+
+def test_search_cli__an_interrupt_before_the_run_folder_exists_says_interrupted(tmp_path, capsys, monkeypatch):
+    import cluster.jobs
+    from cluster.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt()  # Ctrl-C while Ray starts: no message of its own
+
+    monkeypatch.setattr(cluster.jobs, "run_search", interrupted)
+    assert main(["search", "--graph", "synthetic:300", "--out", str(tmp_path / "runs")]) == 130
+    assert capsys.readouterr().err.endswith("placer: interrupted\n")
