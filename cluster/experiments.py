@@ -183,6 +183,8 @@ def settings_for(quick: bool, measurer: str = "sim", budget: int | None = None, 
         out = replace(out, groups=groups)
     if out.budget < 1 or out.groups < 1:
         raise PlacerError(f"--budget and --groups must be at least 1 (got {out.budget}, {out.groups})")
+    if out.seed < 0:
+        raise PlacerError(f"--seed must be a whole number >= 0, got {out.seed}")
     return out
 
 

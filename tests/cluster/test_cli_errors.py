@@ -206,6 +206,13 @@ def test_reproduce__a_folder_where_its_settings_file_belongs_is_refused_before_t
     assert f"{tmp_path / 'mirhoseini2017' / 'experiment.json'} is not a file" in one_placer_error(capsys)
 
 
+def test_reproduce__a_negative_seed_is_refused_before_the_banner_and_writes_nothing(tmp_path, capsys):
+    args = ["reproduce", "mirhoseini2017", "--quick", "--seed", "-1", "--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    assert "--seed must be a whole number >= 0, got -1" in one_placer_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
 def test_unwritable_path__a_rename_names_its_target_not_the_temp_file(tmp_path, capsys, monkeypatch):
     import graphs.io
     from cluster.runlog import write_text_atomic
