@@ -233,6 +233,7 @@ class RunLogWriter:
         self._next_seq = next_seq
         self._next_part = next_part
         self._next_metric_seq = next_metric_seq
+        self._metrics_logged_up_to = -1  # resume(): the last iteration the log has metrics of
         self._measurements = _Buffer(MEASUREMENT_SCHEMA)
         self._metrics = _Buffer(METRIC_SCHEMA)
         self._best = best
@@ -263,9 +264,11 @@ class RunLogWriter:
                 stale.unlink()  # a flush the dead process never finished
         rows, metrics = read_run(folder), read_metrics(folder)
         parts = [number for sub in (MEASUREMENTS_DIR, METRICS_DIR) for number in _part_numbers(folder / sub)]
-        return cls(folder, manifest, next_seq=int(rows["seq"].max()) + 1 if len(rows) else 0,
-                   next_part=max(parts, default=-1) + 1, best=read_best(folder),
-                   next_metric_seq=int(metrics["seq"].max()) + 1 if len(metrics) else 0, **options)
+        writer = cls(folder, manifest, next_seq=int(rows["seq"].max()) + 1 if len(rows) else 0,
+                     next_part=max(parts, default=-1) + 1, best=read_best(folder),
+                     next_metric_seq=int(metrics["seq"].max()) + 1 if len(metrics) else 0, **options)
+        writer._metrics_logged_up_to = int(metrics["iteration"].max()) if len(metrics) else -1
+        return writer
 
     # ---- appending ---------------------------------------------------------------------------------
 
@@ -298,8 +301,13 @@ class RunLogWriter:
         return seq
 
     def append_metrics(self, iteration: int, metrics: Mapping[str, float]) -> None:
-        """One row per metric (long format, so new metric names never change the schema)."""
+        """One row per metric (long format, so new metric names never change the schema). A resumed run's
+        learner replays the iterations after its checkpoint; those the log holds already are not logged
+        again (until an iteration beyond them arrives)."""
         self._check_open()
+        if iteration <= self._metrics_logged_up_to:
+            return
+        self._metrics_logged_up_to = -1
         now_us = _seconds_to_us(time.time())
         for name, value in metrics.items():
             self._metrics.rows.append((self.manifest.run_id, self._next_metric_seq, int(iteration), str(name),

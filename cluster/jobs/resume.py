@@ -55,7 +55,25 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
             raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches "
                               + (f"with {was!r}" if was is not None else f"without {_flag(name)}")
                               + ", and a resumed run keeps it (start a new run to change it)")
+    _check_not_finished(run_dir, saved, changes)
     return replace(saved, resume=str(run_dir), **changes)
+
+
+def _check_not_finished(run_dir, saved: SearchConfig, changes: dict) -> None:
+    """A run that spent its budget (or converged) has nothing left to search unless the budget is raised:
+    resuming it would only rewrite its result with an empty session's."""
+    import json
+
+    from cluster.runlog import RESULT_FILE
+
+    try:
+        result = json.loads((Path(run_dir) / RESULT_FILE).read_text())
+    except (OSError, ValueError):  # no result: stopped before the end
+        return
+    stop_reason = result.get("stop_reason") if isinstance(result, dict) else None
+    if stop_reason in ("budget", "converged") and changes.get("budget", saved.budget) == saved.budget:
+        raise PlacerError(f"run {run_dir} finished (stopped by {stop_reason} at --budget {saved.budget}): pass "
+                          "a larger --budget to continue it")
 
 
 

@@ -158,6 +158,8 @@ def _assert_every_iteration_logged_once(run_dir, budget: int, batch: int) -> Non
     assert per_iteration.max() <= batch and learner.iteration.is_monotonic_increasing
     measured = [tuple(p) for p in learner.placement]
     assert len(measured) == len(set(measured))
+    metrics = read_metrics(run_dir)  # the iterations a resume replays from its checkpoint: logged once too
+    assert len(metrics) and not metrics.duplicated(["iteration", "name"]).any()
 
 
 def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local_ray, tmp_path, capsys):
@@ -184,7 +186,8 @@ def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local
     for flags, message in ((["--graph", "synthetic:300:2"], "--graph 'synthetic:300:2': run .* searches with "
                                                              "'synthetic:300:1'"),
                            (["--seed", "4"], "--seed 4: run .* searches with 3"),
-                           (["--budget", "50"], "--budget 50: run .* has a budget of 64; .* only raise it")):
+                           (["--budget", "50"], "--budget 50: run .* has a budget of 64; .* only raise it"),
+                           ([], r"run .* finished \(stopped by budget at --budget 64\): pass a larger --budget")):
         assert main(["search", "--resume", str(run_dir), *flags]) == 2
         err = placer_stderr(capsys.readouterr().err)
         assert err.startswith("placer: error: ") and err.count("\n") == 1

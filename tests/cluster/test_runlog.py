@@ -553,3 +553,16 @@ def test_run_ids_started_within_one_second_do_not_collide(tmp_path):
     second = make_run_id("nmt-2", "reinforce", 0, when=0.0, root=tmp_path)
     assert second == first + "-2" and not (tmp_path / second).exists()
     assert make_run_id("nmt-2", "reinforce", 0, when=0.0) == first  # without a root: the plain name
+
+
+def test_runlog__a_resumed_learner_replaying_logged_iterations_does_not_log_their_metrics_twice(tmp_path, manifest):
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        for iteration in range(4):
+            log.append_metrics(iteration, {"loss": float(iteration)})
+        folder = log.folder
+    with RunLogWriter.resume(folder) as log:  # its checkpoint held 2 iterations: 2 and 3 run again
+        for iteration in (2, 3, 4, 0):  # then 4 is new, and a later phase may count from 0 again
+            log.append_metrics(iteration, {"loss": 10.0 + iteration})
+    metrics = read_metrics(folder)
+    assert metrics.iteration.tolist() == [0, 1, 2, 3, 4, 0]
+    assert metrics.value.tolist() == [0.0, 1.0, 2.0, 3.0, 14.0, 10.0]
