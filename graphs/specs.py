@@ -25,6 +25,18 @@ def spec_function(spec: str, what: str) -> tuple[Callable, str]:
     return func, func_name
 
 
+def absolute_spec(spec: str) -> str:
+    """``spec`` with the file it names (``path/file.py:FUNCTION``, or a saved model file) made absolute, as
+    graphs record it: a measurer rebuilding the step from another folder finds the file. A module spec
+    (``MODULE:FUNCTION``) is kept as it is."""
+    target, sep, func_name = spec.rpartition(":")
+    if not sep:
+        return str(Path(spec).resolve()) if Path(spec).is_file() else spec
+    if (target.endswith(".py") or "/" in target) and Path(target).is_file():
+        return f"{Path(target).resolve()}:{func_name}"
+    return spec
+
+
 def function_label(func: Callable) -> str:
     """``module:qualified name`` of a function passed instead of a spec (a ``functools.partial`` shows the
     function it wraps), for messages."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
+from graphs.specs import absolute_spec
 
 KERAS_FILE_SUFFIXES = (".keras", ".h5")
 DEFAULT_BATCH_SIZE = 32  # examples per step of a bare model (a function returning one, or a saved file)
@@ -119,7 +120,7 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
     except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
         raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
     # what lets the real TensorFlow measurer rebuild the same step: see measurers.tf.workload
-    graph.meta["keras_spec"] = spec
+    graph.meta["keras_spec"] = absolute_spec(spec)  # found from any folder
     graph.meta["keras_batch_size"] = int(graph.batch_size)
     return graph
 

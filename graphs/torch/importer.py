@@ -216,13 +216,14 @@ def import_torch_spec(spec: str) -> OpGraph:
     The function takes no arguments and returns ``(model, example_inputs)`` or
     ``(model, example_inputs, loss_fn)``. Any failure to get there is one PlacerError naming the spec.
     """
-    from graphs.specs import call_spec
+    from graphs.specs import absolute_spec, call_spec
 
     result = call_spec(spec, "torch")
     func_name = spec.rpartition(":")[2]
     model, example_inputs, loss_fn = check_spec_result(spec, result)
     try:
-        return trace_training_step(model, example_inputs, loss_fn, name=func_name, source=f"torch:{spec}")
+        return trace_training_step(model, example_inputs, loss_fn, name=func_name,
+                                   source=f"torch:{absolute_spec(spec)}")
     except PlacerError as error:
         raise PlacerError(f"torch spec {spec!r}: {error}") from error
     except Exception as error:  # the model's own forward/backward failed on the example inputs

@@ -126,10 +126,12 @@ def test_graphs_show__bad_synthetic_spec_is_one_error_line(capsys):
     assert "synthetic:abc" in _error_line(capsys)
 
 
-def test_graphs_import__torch_model_end_to_end(tmp_path, capsys):
+def test_graphs_import__torch_model_end_to_end(tmp_path, capsys, monkeypatch):
     out = tmp_path / "mlp.parquet"
-    assert main(["graphs", "import", "--torch", f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp", "-o", str(out)]) == 0
+    monkeypatch.chdir(FIXTURES.parent)
+    assert main(["graphs", "import", "--torch", "fixtures/tiny_models.py:tiny_torch_mlp", "-o", str(out)]) == 0
     graph = load_graph_file(out)
+    assert graph.source == f"torch:{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp"  # the measurer finds it anywhere
     assert graph.framework == "torch" and graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
     assert (graph.op_kinds == "Variable").sum() == 4
     assert main(["graphs", "show", str(out), "--json"]) == 0
@@ -175,11 +177,13 @@ def test_graphs_import__batch_size_with_torch_is_one_error_line_and_writes_nothi
     assert list(tmp_path.iterdir()) == []
 
 
-def test_graphs_import__keras_model_end_to_end(tmp_path, capsys):
+def test_graphs_import__keras_model_end_to_end(tmp_path, capsys, monkeypatch):
     out = tmp_path / "keras_mlp.parquet"
-    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_mlp"
-    assert main(["graphs", "import", "--keras", spec, "-o", str(out)]) == 0, capsys.readouterr().err
+    monkeypatch.chdir(FIXTURES.parent)
+    assert main(["graphs", "import", "--keras", "fixtures/tiny_models.py:tiny_keras_mlp", "-o", str(out)]) == 0, \
+        capsys.readouterr().err
     graph = load_graph_file(out)
+    assert graph.meta["keras_spec"] == f"{FIXTURES / 'tiny_models.py'}:tiny_keras_mlp"
     assert graph.framework == "tensorflow" and graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
     assert (graph.op_kinds == "Variable").sum() == 4
     assert 2 in graph.phases and 1 in graph.phases  # update and backward ops are in the graph
