@@ -51,7 +51,7 @@ def register(subparsers) -> None:
 def _run(args: argparse.Namespace) -> int:
     from cluster.jobs import BaselinesConfig, run_baselines
 
-    policies = None if args.policies is None else tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    policies = None if args.policies is None else tuple(p.strip() for p in args.policies.split(","))
     names = BaselinesConfig.__dataclass_fields__
     config = BaselinesConfig(**{**{k: v for k, v in vars(args).items() if k in names}, "policies": policies})
     outcome = run_baselines(config)

@@ -54,8 +54,12 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     from policies.table import run_baselines as run_table
 
     policies = baseline_names() if config.policies is None else config.policies
-    if not policies:
-        raise PlacerError("--policies names no policy")
+    if not policies or "" in policies:
+        raise PlacerError(f"--policies {','.join(policies)!r}: an empty name (names are separated by single commas)"
+                          if policies else "--policies names no policy")
+    repeated = sorted({name for name in policies if policies.count(name) > 1})
+    if repeated:
+        raise PlacerError(f"--policies: {', '.join(repeated)} given more than once")
     for name in policies:
         if policy_entry(name).learned:  # unknown names fail here too, before any work
             raise PlacerError(f"--policies: {name!r} is a learned policy; placer search --policy {name} runs it")

@@ -81,6 +81,10 @@ def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys, tmp_p
     assert code == 2 and "--budget" in err
     code, _, err = run_json(capsys, "--bound-time-limit", "-2")
     assert code == 2 and "--bound-time-limit" in err
+    code, _, err = run_json(capsys, "--policies", "single-gpu,single-gpu")
+    assert code == 2 and "--policies: single-gpu given more than once" in err
+    code, _, err = run_json(capsys, "--policies", "single-gpu,,m-etf")
+    assert code == 2 and "--policies 'single-gpu,,m-etf': an empty name" in err
     code, _, err = run_json(capsys, "--grouping", "by-colour")
     assert code == 2 and "unknown grouping method 'by-colour'" in err
     code = main(["baselines", "--graph", "synthetic:20", "--machine", "no-such-machine"])
