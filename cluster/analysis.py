@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY
 from cluster.jsonout import json_safe
 from cluster.runlog import (MANIFEST_FILE, RESULT_FILE, RunManifest, device_removals_done, read_manifest, read_run,
                             removed_device_indices, rows_without_devices)
@@ -190,8 +191,13 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
         key = (manifest.graph_hash, manifest.machine_name)
         baseline_pool.setdefault(key, []).extend(b for p, b in bests.items() if p != manifest.policy)
         loaded.append((run, manifest, rows, usable, bests))
-    return [_summary(run, manifest, rows, usable, bests, baseline_pool[(manifest.graph_hash, manifest.machine_name)])
+    return [_summary(run, manifest, rows, usable, bests,
+                     _own_baselines(manifest, bests) or baseline_pool[(manifest.graph_hash, manifest.machine_name)])
             for run, manifest, rows, usable, bests in loaded]
+
+
+def _own_baselines(manifest: RunManifest, bests: dict[str, PolicyBest]) -> list[PolicyBest]:
+    return [b for p, b in bests.items() if p != manifest.policy]
 
 
 def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.DataFrame,
@@ -201,6 +207,9 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     own_best = own.runtime_s if own is not None else math.nan
     ok_rows = usable[usable["status"] == "ok"]
     overall = float(ok_rows["runtime_s"].min()) if len(ok_rows) else math.nan
+    finished = _result_json(run) is not None
+    if manifest.policy == BASELINES_POLICY:  # a `placer baselines --out` run: its best is the best baseline
+        own_best, finished = overall, (run / BASELINES_FILE).is_file()
     ok_pool = [b for b in pool if b.status == "ok"]
     baseline = min(ok_pool, key=lambda b: b.runtime_s) if ok_pool else None
     measured = rows[~rows["cache_hit"].astype(bool)]
@@ -217,8 +226,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         ratio_to_lower_bound=_ratio(own_best, lower), ratio_to_best_baseline=_ratio(own_best, baseline_s),
         measurements=len(measured), cache_hits=len(rows) - len(measured), failures=failures, wall_s=wall_s,
         measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,
-        finished=_result_json(run) is not None,
-        baselines=tuple(b for p, b in bests.items() if p != manifest.policy),
+        finished=finished, baselines=tuple(_own_baselines(manifest, bests)),
         proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s),
         removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
                               for r in device_removals_done(manifest)))

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from cluster.jobs.config import (BASELINES_FILE, BaselinesConfig, check_bound_time_limit, check_counts,
-                                 check_measurer_settings)
+from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConfig, check_bound_time_limit,
+                                 check_counts, check_measurer_settings)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -122,9 +122,9 @@ def _measurer(spec, factory, ray_address: str | None) -> Iterator:
 
 
 def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec, problem, bound) -> RunLogWriter:
-    manifest = new_manifest(make_run_id(graph.name, "baselines", config.seed, root=config.out), graph, machine,
-                            seed=config.seed,
-                            policy="baselines", config={**asdict(config), "policies": list(policies)},
+    manifest = new_manifest(make_run_id(graph.name, BASELINES_POLICY, config.seed, root=config.out), graph,
+                            machine, seed=config.seed, policy=BASELINES_POLICY,
+                            config={**asdict(config), "policies": list(policies)},
                             runs=spec.runs, warmup=spec.warmup, lower_bound_s=problem.lower_bound_s)
     manifest = replace(manifest, proven_bound_s=float(bound.best_s), proven_bound_holds_for=bound.holds_for)
     return RunLogWriter.create(config.out, manifest)

@@ -19,6 +19,7 @@ WARM_START_FILE = "warm_start.npy"
 """A run folder's copy of a warm start read from a file or another run: what a resume starts from."""
 GROUPING_FILE = "grouping.npz"
 BASELINES_FILE = "baselines.json"
+BASELINES_POLICY = "baselines"  # the manifest's policy of a `placer baselines --out` run
 CHECKPOINT_DIR = "checkpoint"
 
 

@@ -148,6 +148,16 @@ def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_
     assert summaries[("annealing", "paper-4gpu")].best_baseline == ""  # another machine: not a sibling
 
 
+def test_summarize__a_run_with_baselines_of_its_own_is_not_compared_with_a_siblings(tmp_path):
+    """Another run of the graph (other groups, another command) logged a faster heuristic: a run that
+    measured its own baselines is compared with those."""
+    write_run(tmp_path / "a", policy="cem", rows=[("single-gpu", 2.0, "ok", False), ("cem", 1.8, "ok", False)])
+    write_run(tmp_path / "b", policy="cem", rows=[("heft", 1.0, "ok", False), ("cem", 1.2, "ok", False)])
+    first, second = summarize([tmp_path / "a", tmp_path / "b"])
+    assert (first.best_baseline, first.best_baseline_s) == ("single-gpu", 2.0)
+    assert (second.best_baseline, second.best_baseline_s) == ("heft", 1.0)
+
+
 def test_summarize__a_device_that_left_counts_for_no_best(tmp_path, capsys):
     """After gpu:1 (index 2 of paper-2gpu) left, the fastest rows, which used it, are no best any more, as in
     the run's own best placement; the table says which device left and when."""

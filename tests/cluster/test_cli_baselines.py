@@ -61,6 +61,10 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     rows = pd.read_parquet(folder / "measurements")
     assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("random", 12)]
     assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
+    from cluster.analysis import summarize
+
+    (summary,) = summarize([folder])  # a finished baselines run: its best is the best baseline
+    assert summary.finished and summary.best_runtime_s == min(r["runtime_s"] for r in payload["results"])
 
 
 def test_baselines__zero_bound_time_limit_gives_the_closed_form(capsys):
