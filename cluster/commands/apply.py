@@ -66,7 +66,7 @@ def _print(run, summary, module_map: str | None) -> None:
 
     console = Console(width=160)
     console.print(f"{summary.graph} on {summary.machine}: best placement of run {run.manifest.run_id} "
-                  f"({run.best.runtime_s:.4g} s per step, found at measurement {run.best.seq})")
+                  f"({run.best.runtime_s:.4g} s per step, logged as seq {run.best.seq} in its measurements)")
     devices = Table(title="per device")
     for header in ("device", "ops", "parameters", "FLOPs"):
         devices.add_column(header, justify="left" if header == "device" else "right")
