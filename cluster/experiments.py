@@ -42,7 +42,7 @@ TIE_BAND = 0.05  # relative differences below 5% count as a tie when checking th
 @dataclass(frozen=True)
 class PaperRow:
     """One row of a published table, seconds per training step (None: out of memory; nan: not reported).
-    Approximate: recalled from the paper (../shared/PAPERS.md), not checked against the PDF."""
+    Approximate: recalled from the paper, not checked against the PDF."""
     cpu_s: float | None
     gpu_s: float | None
     scotch_s: float
@@ -114,7 +114,8 @@ def _mirhoseini2017() -> Experiment:
     return Experiment("mirhoseini2017", "Device Placement Optimization with RL (ICML 2017), Table 1", cells,
                       "RL wins where one GPU runs out of memory (NMT) or branches overlap (Inception, 4 GPUs); "
                       "else it ties one GPU",
-                      "METIS stands in for both Scotch and MinCut; paper figures are approximate (PAPERS.md)")
+                      "METIS stands in for both Scotch and MinCut; paper figures are approximate (recalled, not checked "
+                      "against the PDF)")
 
 
 def _paper_row(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s) -> PaperRow:
