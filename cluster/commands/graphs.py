@@ -79,9 +79,9 @@ def _show(args: argparse.Namespace) -> int:
     if args.groups < 1:
         raise PlacerError(f"--groups must be at least 1, got {args.groups}")
     graph = load_graph(args.graph)
-    note_groups_above_colocation(args.groups, graph.num_colocation_groups, graph.name)
     method = args.method or DEFAULT_METHOD
-    grouping = group_ops(graph, max_groups=args.groups, method=method)
+    grouping = group_ops(graph, max_groups=args.groups, method=method)  # an unknown method: before any note
+    note_groups_above_colocation(args.groups, graph.num_colocation_groups, graph.name)
     figures = graph.summary()
     figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=grouping.method or method,
                    colocation_groups=graph.num_colocation_groups)

@@ -93,6 +93,12 @@ def test_graphs_show__bad_group_count_is_an_error(graph_file, capsys):
     assert "--groups" in _error_line(capsys)
 
 
+def test_graphs_show__an_unknown_method_is_the_only_line_even_with_too_many_groups(graph_file, capsys):
+    _, path = graph_file
+    assert main(["graphs", "show", str(path), "--groups", "500", "--method", "bogus"]) == 2
+    assert "unknown grouping method 'bogus'" in _error_line(capsys)  # no note about the 500 groups before it
+
+
 def test_graphs_export__writes_an_identical_graph(graph_file, tmp_path, capsys):
     graph, path = graph_file
     out = tmp_path / "sub" / "copy.parquet"
