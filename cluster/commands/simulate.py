@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 
@@ -40,6 +42,8 @@ def _simulate(args) -> int:
     if profile is not None and profile.graph_hash and profile.graph_hash != graph.content_hash:
         raise PlacerError(f"--profile {args.profile} was measured on a graph with hash {profile.graph_hash}; graph "
                           f"{graph.name!r} has hash {graph.content_hash} (its op names would match by chance)")
+    if profile is not None:
+        _note_profile_without_the_machines_devices(profile, machine, args.profile)
     if args.placement:
         placement = load_placement(args.placement, graph, machine)
     else:
@@ -75,3 +79,13 @@ def _simulate(args) -> int:
         flag = "  OOM" if d["peak_bytes"] > d["capacity_bytes"] else ""
         print(f"{d['name']:8s} {d['busy_s']:10.4g} {d['peak_bytes'] / 1e9:9.3f} {d['capacity_bytes'] / 1e9:11.1f}{flag}")
     return 0
+
+
+def _note_profile_without_the_machines_devices(profile, machine, path: str) -> None:
+    """A profile measured on other device models changes no op time: say so rather than print the cost
+    model's figure as if it were the profile's."""
+    measured = sorted(set(profile.device_models.tolist()))
+    models = sorted({device.model for device in machine.devices})
+    if not set(measured) & set(models):
+        print(f"placer: note: --profile {path} has times for {', '.join(measured) or 'no device model'}, none of "
+              f"the device models of machine {machine.name!r} ({', '.join(models)}): it changes nothing", file=sys.stderr)

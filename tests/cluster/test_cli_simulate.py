@@ -64,6 +64,15 @@ def test_simulate__profile_changes_the_step_time(tmp_path, capsys):
     assert main(["simulate", *args, "--profile", str(other)]) == 2
     err = capsys.readouterr().err
     assert "was measured on a graph with hash 0000000000000000" in err and err.count("\n") == 1
+    elsewhere = tmp_path / "elsewhere.json"  # measured on this machine's CPU model only: K80s keep their times
+    elsewhere.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": [
+        {**entry, "device_model": "Ryzen 5"} for entry in entries]}))
+    assert main(["simulate", *args, "--profile", str(elsewhere), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["runtime_s"] < 1
+    assert (f"placer: note: --profile {elsewhere} has times for Ryzen 5, none of the device models of machine "
+            "'paper-2gpu' (K80, Xeon-E5-2699v3): it changes nothing"
+            in captured.err)
 
 
 @pytest.mark.parametrize("bad", ["length", "device", "machine", "graph"])
