@@ -163,6 +163,8 @@ def _trace_model(args: argparse.Namespace):
     if args.torch:
         importer = _importer("graphs.torch.importer", "import_torch_spec", "PyTorch")
     else:
+        _check_keras_file(spec)
+        _import_tensorflow_without_its_startup_lines()
         importer = _importer("graphs.tf.importer", "import_keras_spec", "Keras")
     try:
         return importer(spec) if args.torch else importer(spec, batch_size=args.batch_size)
@@ -170,6 +172,38 @@ def _trace_model(args: argparse.Namespace):
         raise
     except (ImportError, SyntaxError, AttributeError, FileNotFoundError) as exc:
         raise PlacerError(f"cannot load model spec {spec!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _check_keras_file(spec: str) -> None:
+    """A saved model file (or a spec's .py file) that is not there: said before TensorFlow loads (seconds)."""
+    from graphs.tf.importer import KERAS_FILE_SUFFIXES
+
+    if spec.endswith(KERAS_FILE_SUFFIXES):
+        if not Path(spec).is_file():
+            raise PlacerError(f"Keras model file {spec!r} does not exist")
+        return
+    target = spec.rpartition(":")[0]
+    if (target.endswith(".py") or "/" in target) and not Path(target).is_file():
+        raise PlacerError(f"keras spec {spec!r}: no file {target!r}")  # as graphs.specs says it
+
+
+def _import_tensorflow_without_its_startup_lines() -> None:
+    """TensorFlow's C++ start-up writes a few lines to file descriptor 2 (no CUDA driver, CPU features,
+    absl) that say nothing about the user's model; they go to /dev/null, and its later C++ log lines (the
+    failed cuInit of a machine without a GPU) are off unless TF_CPP_MIN_LOG_LEVEL says otherwise. Errors
+    still raise as exceptions."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import graphs.native_order  # noqa: F401  (OR-Tools before TensorFlow)
+            import tensorflow  # noqa: F401
+    except ImportError:
+        pass  # _importer says which importer is missing
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _warn_ops_without_flops(missing: dict[str, int]) -> None:

@@ -1,4 +1,5 @@
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,26 @@ def test_graphs_import__keras_model_end_to_end(tmp_path, capsys, monkeypatch):
     assert graph.framework == "tensorflow" and graph.num_params == 8 * 16 + 16 + 16 * 2 + 2
     assert (graph.op_kinds == "Variable").sum() == 4
     assert 2 in graph.phases and 1 in graph.phases  # update and backward ops are in the graph
+
+
+def test_graphs_import__keras_in_a_fresh_process_prints_nothing_of_tensorflows_startup(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "keras_mlp.parquet"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "graphs", "import", "--keras",
+                           f"{FIXTURES / 'tiny_models.py'}:tiny_keras_mlp", "-o", str(out)],
+                          cwd=FIXTURES.parents[1], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"wrote {out}")
+
+
+@pytest.mark.parametrize("spec, message", [("missing.keras", "Keras model file 'missing.keras' does not exist"),
+                                           ("missing/models.py:build", "no file 'missing/models.py'")])
+def test_graphs_import__a_missing_keras_file_is_named_before_tensorflow_loads(tmp_path, capsys, spec, message):
+    assert main(["graphs", "import", "--keras", spec, "-o", str(tmp_path / "never.parquet")]) == 2
+    assert message in _error_line(capsys)
 
 
 def test_graphs_import__bad_keras_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys):
