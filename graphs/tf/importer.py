@@ -72,14 +72,25 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     import tensorflow as tf
 
     batch = batch_size or leading_dim(example_inputs) or 1
-    train_step, optimizer = keras_train_step(model, loss, optimizer)
     specs = [tf.nest.map_structure(lambda x: tensor_spec_of(x, batch), example) for example in
              (example_inputs, example_targets)]
+    build_on(model, specs[0])
+    train_step, optimizer = keras_train_step(model, loss, optimizer)
     with _recorded_keras_scopes(model.name) as scope_map:
         concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
     return import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
                               source=f"keras {model.name} + {type(optimizer).__name__}",
                               optimizer_variables=optimizer.variables)
+
+
+def build_on(model, input_specs) -> None:
+    """Create the weights of a model not called yet (a subclassed one makes them on its first call): run
+    it once, eagerly, on zeros of the inputs' shapes. The training step needs them before it is traced."""
+    import tensorflow as tf
+
+    if model.built and model.trainable_variables:
+        return
+    model(tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), input_specs))
 
 
 def keras_train_step(model, loss=None, optimizer=None):

@@ -83,12 +83,12 @@ def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: lis
 
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
-    from graphs.tf.importer import leading_dim, tensor_spec_of, keras_train_step
-
-    train_step, optimizer = keras_train_step(model, loss)
+    from graphs.tf.importer import build_on, keras_train_step, leading_dim, tensor_spec_of
 
     batch = leading_dim(inputs) or 1
     specs = [tf.nest.map_structure(lambda x: tensor_spec_of(x, batch), example) for example in (inputs, targets)]
+    build_on(model, specs[0])
+    train_step, optimizer = keras_train_step(model, loss)
     concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
     flat = flatten_graph(concrete.graph, batch)
     original = [op.name for op in flat]

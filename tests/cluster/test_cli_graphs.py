@@ -196,6 +196,14 @@ def test_graphs_import__keras_model_end_to_end(tmp_path, capsys, monkeypatch):
     assert 2 in graph.phases and 1 in graph.phases  # update and backward ops are in the graph
 
 
+def test_graphs_import__a_subclassed_keras_model_never_called_gets_its_weights_first(tmp_path, capsys):
+    out = tmp_path / "subclassed.parquet"
+    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_subclassed"
+    assert main(["graphs", "import", "--keras", spec, "-o", str(out)]) == 0, capsys.readouterr().err
+    graph = load_graph_file(out)
+    assert graph.num_params == 6 * 16 + 16 + 16 * 2 + 2 and (graph.op_kinds == "Variable").sum() == 4
+
+
 def test_graphs_import__keras_in_a_fresh_process_prints_nothing_of_tensorflows_startup(tmp_path):
     import subprocess
     import sys
