@@ -157,7 +157,7 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         edge_dst=np.array([e[1] for e in edges], dtype=np.int64),
         edge_bytes=np.array([e[2] for e in edges], dtype=np.int64),
         colocation=_colocation(flat, keep, roles, owner, index, phases, data_edges),
-        scopes=np.array([_scope(flat[i].name, scope_map) for i in keep], dtype=object),
+        scopes=np.array([_scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
     )
@@ -279,15 +279,17 @@ def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges
     return [(j, target[j]) for j in range(n) if target[j] >= 0]
 
 
-def _scope(op_name: str, scope_map: dict[str, str]) -> str:
-    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope."""
+def _scope(op_name: str, scope_map: dict[str, str], variable: bool = False) -> str:
+    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. A variable is
+    named by its Keras path ("model/fc1/kernel" in a Sequential model), not by a scope a layer call opened:
+    under the root model's scope (mapped to "") the rest of its path is its layer."""
     parts = op_name.split("/")[:-1]
     while parts and GRADIENT_SCOPE.fullmatch(parts[0]):
         parts = parts[1:]
     for k in range(len(parts), 0, -1):
         mapped = scope_map.get("/".join(parts[:k]))
         if mapped is not None:
-            return mapped
+            return ".".join(parts[k:]) if variable and mapped == "" and k < len(parts) else mapped
     return ".".join(parts)
 
 

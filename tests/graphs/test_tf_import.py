@@ -173,6 +173,8 @@ def test_import_keras_spec__module_file_function(tmp_path):
     graph = import_keras_spec(f"{source}:build")
     (matmul,) = _ops(graph, "MatMul", scope="out", phase="forward")
     assert graph.flops[matmul] == 2 * 4 * 5 * 3 and graph.num_params == 18 and graph.batch_size == 4
+    # a Sequential model's variables are named tiny/out/kernel: their scope is their layer's, as in a file
+    assert {graph.scopes[i] for i in np.flatnonzero(graph.op_kinds == "Variable")} == {"out"}
 
 
 def test_import_keras_spec__saved_keras_file_uses_model_shapes(tmp_path):
