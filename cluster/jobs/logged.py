@@ -27,8 +27,12 @@ class PastRows:
 
 class LoggedPoolMeasurer:
     """The Measurer a policy sees: sends each batch to the pool in one call, tags it with the policy and
-    iteration (one per call, from ``first_iteration``: a learner resumed from a checkpoint goes on from
-    there), logs group placements, and answers placements already in the log of a resumed run.
+    iteration, logs group placements, and answers placements already in the log of a resumed run.
+
+    The iteration: with ``count_calls`` one per call, from 0; a learner's own instead (``start_iteration``,
+    called as each of its iterations ends; from ``first_iteration``, where a learner resumed from its
+    checkpoint goes on). A learner skips the call when a batch holds only placements it has measured, and
+    giph and placeto call several times per update, so calls do not count its iterations.
 
     Such a placement is not measured again. If the log holds it under this policy and iteration (the
     learner replays the iterations after its checkpoint) it is not logged again either; otherwise it is
@@ -37,12 +41,17 @@ class LoggedPoolMeasurer:
 
     def __init__(self, pool, problem, policy: str, past: PastRows | None = None,
                  on_batch: Callable[[Sequence[Measurement]], None] | None = None, *,
-                 log: RunLogWriter | None = None, first_iteration: int = 0):
+                 log: RunLogWriter | None = None, first_iteration: int = 0, count_calls: bool = True):
         self.pool, self.problem, self.policy = pool, problem, policy
         self.past = past or PastRows()
         self.on_batch = on_batch
         self.log = log
         self.iteration = first_iteration
+        self.count_calls = count_calls
+
+    def start_iteration(self, iteration: int) -> None:
+        """Tag what is measured from now on with ``iteration`` (a learner's, when its previous one ended)."""
+        self.iteration = iteration
 
     def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
         batch = [np.ascontiguousarray(p, dtype=np.int64) for p in placements]  # B x (N,)
@@ -54,7 +63,8 @@ class LoggedPoolMeasurer:
                 log_placements=[log_placement(self.problem, batch[i]) for i in todo])
             for i, result in zip(todo, results):
                 out[i] = result.measurement
-        self.iteration += 1
+        if self.count_calls:
+            self.iteration += 1
         if self.on_batch is not None:
             self.on_batch(out)
         return out

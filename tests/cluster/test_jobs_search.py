@@ -338,3 +338,25 @@ def test_search_cli__sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
     assert driver.returncode == 130 and "placer: search interrupted; the run log is complete" in err, err[-3000:]
     assert not (run_dir / "result.json").exists() and read_best(run_dir) is not None
     assert 0 < len(read_run(run_dir).query("policy == 'reinforce'")) < 640
+
+
+def test_search__a_resumed_run_logs_what_a_run_never_stopped_logs_when_batches_repeat(local_ray, tmp_path):
+    """Two groups, nine placements: many batches hold only placements measured before, and the learner
+    measures nothing for them. The rows (placement, iteration, cache hit) of a run stopped and resumed are
+    those of a run never stopped: the log numbers rows by the learner's own iterations, which its
+    checkpoint holds (numbered by measure calls, a resume went on from another number and logged the
+    replayed iterations' placements again as cache hits)."""
+    settings = dict(budget=9, batch=2, groups=2)
+    straight = run_search(_config(tmp_path / "straight", **settings))
+    with pytest.raises(KeyboardInterrupt):
+        run_search(_config(tmp_path / "stopped", **settings), progress=_interrupt_at(9))
+    (run_dir,) = list((tmp_path / "stopped" / "runs").iterdir())
+    assert (run_dir / CHECKPOINT_DIR / "learner.pt").is_file()  # it resumes from a checkpoint, not from scratch
+    run_search(_config(tmp_path / "stopped", resume=str(run_dir), **settings))
+
+    def learner_rows(folder):
+        rows = read_run(folder)
+        rows = rows[rows.policy == "reinforce"]
+        return [(tuple(p), int(i), bool(h)) for p, i, h in zip(rows.placement, rows.iteration, rows.cache_hit)]
+
+    assert learner_rows(run_dir) == learner_rows(straight.run_dir)
