@@ -114,8 +114,8 @@ def _mirhoseini2017() -> Experiment:
     return Experiment("mirhoseini2017", "Device Placement Optimization with RL (ICML 2017), Table 1", cells,
                       "RL wins where one GPU runs out of memory (NMT) or branches overlap (Inception, 4 GPUs); "
                       "else it ties one GPU",
-                      "METIS stands in for both Scotch and MinCut; paper figures are approximate (recalled, not checked "
-                      "against the PDF)")
+                      "METIS stands in for both Scotch and MinCut; paper figures are approximate (recalled, not "
+                      "checked against the PDF)")
 
 
 def _paper_row(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s) -> PaperRow:

@@ -88,4 +88,5 @@ def _note_profile_without_the_machines_devices(profile, machine, path: str) -> N
     models = sorted({device.model for device in machine.devices})
     if not set(measured) & set(models):
         print(f"placer: note: --profile {path} has times for {', '.join(measured) or 'no device model'}, none of "
-              f"the device models of machine {machine.name!r} ({', '.join(models)}): it changes nothing", file=sys.stderr)
+              f"the device models of machine {machine.name!r} ({', '.join(models)}): it changes nothing",
+              file=sys.stderr)

@@ -16,8 +16,8 @@
 ``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerance (1e-6
 relative, ``SOLVER_SLACK``): the MIP's optimum of one group came out a few ulps above the simulated step of
 that very placement. (The closed form is the lower bound every table prints, with its documented rounding
-slack of 1e-12; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it holds. ``time_limit_s`` is
-shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
+slack of 1e-12; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it
+holds. ``time_limit_s`` is shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
 """
 
 from __future__ import annotations
