@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import sys
 
 from cluster.commands import COMMAND_MODULES
-from cluster.jsonout import json_stdout
+from cluster.jsonout import json_stdout, writes_to_fd1
 from graphs.errors import PlacerError
+
+
+PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EROFS,
+               errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG}
+"""What a path can do wrong (permissions, place, space): one error line. Any other OSError is a bug's."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,10 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "json", False):
-        with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
-            return _run(args)
-    return _run(args)
+    try:
+        if getattr(args, "json", False):
+            with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
+                return _run(args)
+        return _run(args)
+    except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
+        _stdout_to_devnull()
+        return 141
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -54,14 +64,13 @@ def _run(args: argparse.Namespace) -> int:
     except PlacerError as exc:
         print(f"placer: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
-        _stdout_to_devnull()
-        return 141
+    except BrokenPipeError:
+        raise  # main's: after json_stdout has put file descriptor 1 back
     except OSError as exc:
         # a path the user gave that cannot be written or read as asked (most are refused when parsed:
         # cluster/commands/paths.py); the message names the path (a rename's target, not its temp file)
         path = exc.filename2 or exc.filename
-        if path is None:
+        if path is None or exc.errno not in PATH_ERRNOS:
             raise
         print(f"placer: error: {path}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -72,10 +81,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _stdout_to_devnull() -> None:
     """Point file descriptor 1 at /dev/null, so Python's flush of stdout at exit cannot fail again."""
-    try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (a capture)
-        pass
+    if not writes_to_fd1(sys.stdout):  # a test's capture: nothing to point elsewhere
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

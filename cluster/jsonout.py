@@ -51,7 +51,7 @@ def json_stdout() -> Iterator[None]:
     saved_fd = os.dup(1)
     # A replaced sys.stdout (pytest's capsys, a caller's StringIO) is where the JSON belongs; a plain one
     # writes to descriptor 1, which is about to point at stderr, so the JSON goes to the saved duplicate.
-    target = open(saved_fd, "w", closefd=False, encoding="utf-8") if _writes_to_fd1(original) else original
+    target = open(saved_fd, "w", closefd=False, encoding="utf-8") if writes_to_fd1(original) else original
     previous_stream = _json_stream
     try:
         os.dup2(2, 1)
@@ -63,12 +63,16 @@ def json_stdout() -> Iterator[None]:
         os.dup2(saved_fd, 1)
         sys.stdout = original
         _json_stream = previous_stream
-        if target is not original:
-            target.close()  # closefd=False: closes the wrapper only
-        os.close(saved_fd)
+        try:
+            if target is not original:
+                target.close()  # closefd=False: closes the wrapper only
+        except BrokenPipeError:
+            pass  # the reader left: the error that brought us here says so (cluster/cli.py)
+        finally:
+            os.close(saved_fd)
 
 
-def _writes_to_fd1(stream) -> bool:
+def writes_to_fd1(stream) -> bool:
     try:
         return stream.fileno() == 1
     except (AttributeError, OSError, ValueError):

@@ -164,7 +164,7 @@ class RunToPlot:
     rows: object  # pandas.DataFrame: the run's measurements (cluster.runlog.read_run)
     curve: object  # cluster.analysis.learning_curve of the searched policy
     best: object | None  # cluster.run_best.RunBest; None when the run has no ok placement
-    graph: object | None  # the graph the run placed (hash-checked); None with ``best``
+    graph: object | None  # the graph the run placed (hash-checked); None when ``best`` is None
 
 
 def read_run_to_plot(run_dir: str | Path) -> RunToPlot:

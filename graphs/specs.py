@@ -25,14 +25,19 @@ def spec_function(spec: str, what: str) -> tuple[Callable, str]:
     return func, func_name
 
 
+def names_a_file(target: str) -> bool:
+    """Whether a spec's part before ``:FUNCTION`` is a Python file's path, not a dotted module name."""
+    return target.endswith(".py") or "/" in target
+
+
 def absolute_spec(spec: str) -> str:
     """``spec`` with the file it names (``path/file.py:FUNCTION``, or a saved model file) made absolute, as
     graphs record it: a measurer rebuilding the step from another folder finds the file. A module spec
-    (``MODULE:FUNCTION``) is kept as it is."""
+    (``MODULE:FUNCTION``) is kept as it is: it is found where Python finds modules."""
     target, sep, func_name = spec.rpartition(":")
     if not sep:
         return str(Path(spec).resolve()) if Path(spec).is_file() else spec
-    if (target.endswith(".py") or "/" in target) and Path(target).is_file():
+    if names_a_file(target) and Path(target).is_file():
         return f"{Path(target).resolve()}:{func_name}"
     return spec
 
@@ -56,7 +61,7 @@ def call_spec(spec: str, what: str):
 def import_target(spec: str, target: str, what: str):
     """A module by dotted name, or a Python file by path."""
     try:
-        if target.endswith(".py") or "/" in target:
+        if names_a_file(target):
             path = Path(target)
             if not path.is_file():
                 raise PlacerError(f"{what} spec {spec!r}: no file {target!r}")

@@ -176,6 +176,7 @@ def _trace_model(args: argparse.Namespace):
 
 def _check_keras_file(spec: str) -> None:
     """A saved model file (or a spec's .py file) that is not there: said before TensorFlow loads (seconds)."""
+    from graphs.specs import names_a_file
     from graphs.tf.importer import KERAS_FILE_SUFFIXES
 
     if spec.endswith(KERAS_FILE_SUFFIXES):
@@ -183,27 +184,38 @@ def _check_keras_file(spec: str) -> None:
             raise PlacerError(f"Keras model file {spec!r} does not exist")
         return
     target = spec.rpartition(":")[0]
-    if (target.endswith(".py") or "/" in target) and not Path(target).is_file():
+    if names_a_file(target) and not Path(target).is_file():
         raise PlacerError(f"keras spec {spec!r}: no file {target!r}")  # as graphs.specs says it
 
 
 def _import_tensorflow_without_its_startup_lines() -> None:
     """TensorFlow's C++ start-up writes a few lines to file descriptor 2 (no CUDA driver, CPU features,
-    absl) that say nothing about the user's model; they go to /dev/null, and its later C++ log lines (the
-    failed cuInit of a machine without a GPU) are off unless TF_CPP_MIN_LOG_LEVEL says otherwise. Errors
-    still raise as exceptions."""
+    absl) that say nothing about the user's model: they are held back, and shown only if the import fails.
+    Its later C++ log lines (the failed cuInit of a machine without a GPU) are off unless
+    TF_CPP_MIN_LOG_LEVEL says otherwise; its errors still raise as exceptions."""
+    import tempfile
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
     saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
+    with tempfile.TemporaryFile() as held:
+        try:
+            os.dup2(held.fileno(), 2)
             import graphs.native_order  # noqa: F401  (OR-Tools before TensorFlow)
             import tensorflow  # noqa: F401
-    except ImportError:
-        pass  # _importer says which importer is missing
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        except Exception as exc:  # noqa: BLE001  (ImportError: _importer names the missing importer)
+            failed = exc
+        else:
+            failed = None
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        if failed is not None:
+            held.seek(0)
+            sys.stderr.write(held.read().decode(errors="replace"))
+            if not isinstance(failed, ImportError):
+                raise PlacerError(f"TensorFlow failed to load: {type(failed).__name__}: {failed}") from None
 
 
 def _warn_ops_without_flops(missing: dict[str, int]) -> None:

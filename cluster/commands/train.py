@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         print_summary(summary)
     if result.stop_reason == "interrupted":
         print(f"placer: train interrupted; the checkpoint holds its {result.updates} updates: pass --resume to "
-              "continue it", file=sys.stderr)
+              "continue it" if Path(result.checkpoint).is_file() else
+              "placer: train interrupted while its teachers searched: nothing was written", file=sys.stderr)
         return 130
     return 0
 
@@ -231,7 +232,8 @@ def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):
                               time_limit_s=args.time_limit_s, should_stop=interrupted, on_update=on_update,
                               checkpoint_every=METRICS_EVERY, teacher_budget=args.teacher_budget,
                               imitation_steps=args.imitation_steps, settings=_settings(args))
-    log.flush()
+    if Path(args.out).is_file():  # else stopped while teaching: nothing is written
+        log.flush()
     if result.stop_reason == "should_stop":
         result = replace(result, stop_reason="interrupted")
     return result, time.perf_counter() - started

@@ -29,10 +29,11 @@ class LoggedPoolMeasurer:
     """The Measurer a policy sees: sends each batch to the pool in one call, tags it with the policy and
     iteration, logs group placements, and answers placements already in the log of a resumed run.
 
-    The iteration: with ``count_calls`` one per call, from 0; a learner's own instead (``start_iteration``,
-    called as each of its iterations ends; from ``first_iteration``, where a learner resumed from its
-    checkpoint goes on). A learner skips the call when a batch holds only placements it has measured, and
-    giph and placeto call several times per update, so calls do not count its iterations.
+    The iteration: with ``count_calls`` one per call, from ``first_iteration``; else a learner's own
+    (``start_iteration``, called as each of its iterations ends; from ``first_iteration``, where a learner
+    resumed from its checkpoint goes on). A learner skips the call when a batch holds only placements it
+    has measured, and giph and placeto call several times per update, so calls do not count its
+    iterations. (A search with device removals, never resumed, runs a fresh learner per phase: calls.)
 
     Such a placement is not measured again. If the log holds it under this policy and iteration (the
     learner replays the iterations after its checkpoint) it is not logged again either; otherwise it is

@@ -71,9 +71,14 @@ def _check_not_finished(run_dir, saved: SearchConfig, changes: dict) -> None:
     except (OSError, ValueError):  # no result: stopped before the end
         return
     stop_reason = result.get("stop_reason") if isinstance(result, dict) else None
-    if stop_reason in ("budget", "converged") and changes.get("budget", saved.budget) == saved.budget:
-        raise PlacerError(f"run {run_dir} finished (stopped by {stop_reason} at --budget {saved.budget}): pass "
-                          "a larger --budget to continue it")
+    if changes.get("budget", saved.budget) != saved.budget:
+        return
+    if stop_reason == "budget":
+        raise PlacerError(f"run {run_dir} finished (stopped by budget at --budget {saved.budget}): pass a larger "
+                          "--budget to continue it")
+    if stop_reason == "converged":
+        raise PlacerError(f"run {run_dir} finished: it converged (it sampled nothing new) before its --budget "
+                          f"{saved.budget}; start a new run, or pass a larger --budget to let it go on")
 
 
 

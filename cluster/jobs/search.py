@@ -465,14 +465,15 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
     tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
-                                  first_iteration=first_iteration, count_calls=not learned)
+                                  first_iteration=first_iteration, count_calls=not learned or bool(removals))
     options = {}
     if learned:
         checkpoint_dir = None if removals else run_dir / CHECKPOINT_DIR  # a run with removals is not resumed
 
         def on_iteration(iteration: int, metrics) -> None:  # the learner's iteration ``iteration`` ended
             writer.append_metrics(iteration, metrics)
-            measurer.start_iteration(iteration + 1)
+            if not measurer.count_calls:  # (with removals each phase's learner counts from 0: calls count)
+                measurer.start_iteration(iteration + 1)
 
         context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=config.time_limit_s,
                              should_stop=should_stop, on_iteration=on_iteration,

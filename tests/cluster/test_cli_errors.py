@@ -299,3 +299,19 @@ def test_a_reader_that_leaves_stdout_early_ends_the_command_quietly(capsys, monk
     monkeypatch.setattr(sys, "stdout", ClosedPipe())
     assert main(["machines", "show", "paper-2gpu"]) == 141
     assert capsys.readouterr().err == ""
+
+
+def test_a_reader_that_leaves_before_the_json_document_ends_the_command_quietly():
+    """`placer graphs list --json | true`: the JSON goes to a pipe nobody reads."""
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RLLIB_TEST_NO_TF_IMPORT": "1"}
+    try:
+        done = subprocess.run([sys.executable, "-m", "cluster.cli", "graphs", "list", "--json"], stdout=write_end,
+                              stderr=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2], env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert done.returncode == 141 and done.stderr == b"", done.stderr[-2000:]

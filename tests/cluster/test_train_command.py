@@ -364,3 +364,24 @@ def test_train__several_group_counts_and_a_teacher(tmp_path, capsys):
     progress = read_checkpoint(out, "gdp")["progress"]
     assert set(progress["teachers"]) == set(summary["problems"])
     assert progress["measurements_used"] <= 60 and summary["measurements"] == progress["measurements_used"]
+
+
+def test_train__an_interrupt_while_the_teachers_search_writes_nothing(tmp_path, capsys, monkeypatch):
+    """Teachers kept from part of the problems would never be completed by a resume (it skips teaching):
+    so a stop before every teacher is done keeps nothing, and the run starts again."""
+    import signal
+
+    import policies.rl.gnn.family as family
+
+    real_teach = family.teach
+
+    def teach_then_interrupt(*args, **kwargs):
+        found = real_teach(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the first teacher searched
+        return found
+
+    monkeypatch.setattr(family, "teach", teach_then_interrupt)
+    out = tmp_path / "gdp.pt"
+    assert _train(out, "--teacher-budget", "8") == 130
+    assert "interrupted while its teachers searched: nothing was written" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

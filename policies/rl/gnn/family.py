@@ -84,8 +84,10 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
             write_checkpoint(out, config.kind, trainer.state(), progress)
 
         if teacher_budget > 0 and "teachers" not in progress:
-            _teach_and_imitate(problems, slots, trainer, progress, budget, teacher_budget, imitation_steps,
-                               on_teacher, stop_now)
+            stopped = _teach_and_imitate(problems, slots, trainer, progress, budget, teacher_budget,
+                                         imitation_steps, on_teacher, stop_now)
+            if stopped is not None:  # nothing saved: a run started again teaches every problem
+                return FamilyResult(0, progress["measurements_used"], time.perf_counter() - started, stopped, out)
             save()
         stop_reason = _round_robin(slots, names, trainer, progress, budget, stop_now, on_update,
                                    lambda: progress["updates"] % checkpoint_every == 0 and save())
@@ -126,13 +128,16 @@ def _round_robin(slots: list[Slot], names: list[str], trainer, progress: dict, b
 
 
 def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, teacher_budget: int,
-                       imitation_steps: int, on_teacher, stop_now) -> None:
-    """A teacher per problem (while the budget and the time last), then imitation of every teacher that
-    found one."""
+                       imitation_steps: int, on_teacher, stop_now) -> str | None:
+    """A teacher per problem (while the budget lasts), then imitation of every teacher that found one.
+    Returns the stop reason when the time limit or a stop came first (no teachers kept), else None."""
     teachers: dict[str, dict] = {}
     for k, (problem, slot) in enumerate(zip(problems, slots)):
         left = budget - progress["measurements_used"]
-        if left < 2 or stop_now() is not None:
+        stopped = stop_now()
+        if stopped is not None:
+            return stopped
+        if left < 2:
             break
         counted = CountingMeasurer(problem.measurer)  # what a teacher that found nothing spent counts too
         found = teach(problem.problem, counted, min(teacher_budget, left), trainer.config.seed + k,
@@ -142,12 +147,16 @@ def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, te
             on_teacher(problem.name, found)
         if found is not None:
             teachers[problem.name] = {"units": found.units.tolist(), "runtime_s": found.runtime_s}
+    stopped = stop_now()
+    if stopped is not None:
+        return stopped
     progress["teachers"] = teachers
     taught = [k for k, p in enumerate(problems) if p.name in teachers]
     if taught and imitation_steps > 0:
         progress["imitation_loss"] = trainer.imitate(
             [slots[k] for k in taught], [np.array(teachers[problems[k].name]["units"]) for k in taught],
             imitation_steps)
+    return None
 
 
 def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings: dict, budget: int) -> dict:
