@@ -52,8 +52,8 @@ def _measure(args) -> int:
     spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed,
                         timeout_s=args.timeout)
     measurer = build_measurer(spec)
-    if hasattr(measurer, "check_devices"):  # it measures in this process: devices it lacks are bad input
-        measurer.check_devices()
+    if hasattr(measurer, "check_ready"):  # it measures in this process: devices it lacks are bad input,
+        measurer.check_ready()  # and so is a step it cannot rebuild
     if placement is not None:
         measurement = measurer.measure([placement])[0]
     else:

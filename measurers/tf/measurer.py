@@ -57,10 +57,17 @@ class TFMeasurer:
         self.devices = tf_device_names(machine)
         self._traced: TracedStep | None = None
 
-    def check_devices(self) -> None:
-        """A GPU this process cannot see is one PlacerError here, for a caller that measures in this process
-        (``placer measure``), instead of an ``error`` measurement."""
+    def check_ready(self) -> None:
+        """A GPU this process cannot see, or a step it cannot rebuild, is one PlacerError here, for a caller
+        that measures in this process (``placer measure``), instead of an ``error`` measurement. A failure
+        of the user's own step is left to the measurement, which reports it as its status."""
         check_tf_sees_gpus(self.devices)
+        try:
+            self.traced()
+        except PlacerError:
+            raise
+        except Exception:  # noqa: BLE001  (the user's step failed: measured as an ``error``)
+            pass
 
     def traced(self) -> TracedStep:
         if self._traced is None:

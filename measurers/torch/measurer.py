@@ -70,11 +70,18 @@ class TorchMeasurer:
             self._torch_devices = [torch.device(d) for d in self._torch_devices_of(self.machine)]
         return self._torch_devices
 
-    def check_devices(self) -> None:
-        """Resolve the machine's devices in this process now: a GPU this process cannot see is one
-        PlacerError here, for a caller that measures in this process (``placer measure``), instead of an
-        ``error`` measurement."""
+    def check_ready(self) -> None:
+        """Resolve the machine's devices and rebuild the step in this process now: a GPU this process cannot
+        see, or a step it cannot rebuild (its spec's file gone), is one PlacerError here, for a caller that
+        measures in this process (``placer measure``), instead of an ``error`` measurement. A failure of the
+        user's own step is left to the measurement, which reports it as its status."""
         _ = self.torch_devices
+        try:
+            self.program()
+        except PlacerError:
+            raise
+        except Exception:  # noqa: BLE001  (the user's step failed: measured as an ``error``)
+            pass
 
     # -- the program, captured once ---------------------------------------------------------------------
     def program(self) -> Program:

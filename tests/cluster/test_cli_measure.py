@@ -41,6 +41,21 @@ def test_measure__graph_that_cannot_be_rebuilt_is_a_clean_error(capsys):
     assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
 
 
+def test_measure__a_step_whose_spec_file_is_gone_is_bad_input(tmp_path, capsys):
+    import shutil
+
+    models = tmp_path / "my_models.py"
+    shutil.copy("tests/fixtures/tiny_models.py", models)
+    graph_file = tmp_path / "mlp.parquet"
+    assert main(["graphs", "import", "--torch", f"{models}:tiny_torch_mlp", "-o", str(graph_file)]) == 0
+    models.unlink()
+    capsys.readouterr()
+    code = main(["measure", "--graph", str(graph_file), "--measurer", "torch", "--policy", "cpu-only", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and f"no file '{models}'" in captured.err
+    assert captured.err.count("\n") == 1 and captured.err.startswith("placer: error: ")
+
+
 def test_measure__a_gpu_this_process_lacks_is_bad_input(mlp_file, capsys):
     """The measurement runs in this process: a machine with GPUs torch cannot see here is one error and
     exit 2, not a report of an ``error`` measurement."""

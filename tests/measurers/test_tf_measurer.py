@@ -169,7 +169,7 @@ def test_tf_measurer__a_gpu_tensorflow_cannot_see_is_refused_not_soft_placed_on_
         pytest.skip("this TensorFlow sees a GPU")
     measurer = TFMeasurer(graph, machine, runs=1, warmup=0)
     with pytest.raises(PlacerError, match="1 GPUs but TensorFlow sees only 0"):
-        measurer.check_devices()
+        measurer.check_ready()
     on_gpu = measurer.measure([np.ones(graph.num_ops, dtype=np.int64)])[0]
     assert on_gpu.status == "error" and "TensorFlow sees only 0" in on_gpu.error
     with pytest.raises(PlacerError, match="TensorFlow sees only 0"):
