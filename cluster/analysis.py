@@ -18,7 +18,6 @@ whose placement does not use that device, as the run's own best placement does.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -30,8 +29,8 @@ import pandas as pd
 
 from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY
 from cluster.jsonout import json_safe
-from cluster.runlog import (MANIFEST_FILE, RESULT_FILE, RunManifest, device_removals_done, read_manifest, read_run,
-                            removed_device_indices, rows_without_devices)
+from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, read_manifest, read_result_json,
+                            read_run, removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 
 MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
@@ -207,7 +206,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     own_best = own.runtime_s if own is not None else math.nan
     ok_rows = usable[usable["status"] == "ok"]
     overall = float(ok_rows["runtime_s"].min()) if len(ok_rows) else math.nan
-    finished = _result_json(run) is not None
+    finished = read_result_json(run) is not None
     if manifest.policy == BASELINES_POLICY:  # a `placer baselines --out` run: its best is the best baseline
         own_best, finished = overall, (run / BASELINES_FILE).is_file()
     ok_pool = [b for b in pool if b.status == "ok"]
@@ -250,7 +249,7 @@ def lower_bound_of(run: Path, manifest: RunManifest) -> float:
     else NaN."""
     if manifest.lower_bound_s is not None:
         return float(manifest.lower_bound_s)
-    value = (_result_json(run) or {}).get("lower_bound_s")
+    value = (read_result_json(run) or {}).get("lower_bound_s")
     if isinstance(value, (int, float)):
         return float(value)
     graph = cached_graph(manifest)
@@ -267,20 +266,10 @@ def proven_bound_of(run: Path, manifest: RunManifest) -> tuple[float, str]:
     result.json's; (NaN, "") when neither has one."""
     if manifest.proven_bound_s is not None:
         return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
-    data = _result_json(run) or {}
+    data = read_result_json(run) or {}
     if isinstance(data.get("proven_bound_s"), (int, float)):
         return float(data["proven_bound_s"]), str(data.get("proven_bound_holds_for") or "")
     return math.nan, ""
-
-
-def _result_json(run: Path) -> dict | None:
-    """The run's result.json as a JSON object; None when it is missing or damaged (the run did not finish
-    writing it, so it counts as not finished)."""
-    try:
-        data = json.loads((run / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def cached_graph(manifest: RunManifest):

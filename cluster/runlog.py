@@ -59,8 +59,8 @@ from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIF
                                    MEASUREMENTS_DIR, METRIC_SCHEMA, METRICS_DIR, PLACEMENT_LEVELS, READ_ATTEMPTS,
                                    READABLE_FORMAT_VERSIONS, RESULT_FILE, BestPlacement, RunManifest,
                                    check_run_log, device_removals_done, op_placement_of, placement_level_by_length,
-                                   read_best, read_groups, read_manifest, read_metrics, read_run, read_runs,
-                                   read_table, removed_device_indices, rows_without_devices)
+                                   read_best, read_groups, read_manifest, read_metrics, read_result_json, read_run,
+                                   read_runs, read_table, removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 from graphs.files import atomic_file
 from measurers.catalog import machine_to_json

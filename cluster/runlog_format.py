@@ -237,6 +237,16 @@ def read_metrics(folder: str | os.PathLike) -> pd.DataFrame:
     return _read_dataset(Path(folder) / METRICS_DIR, METRIC_SCHEMA)
 
 
+def read_result_json(folder: str | os.PathLike) -> dict | None:
+    """The run's result.json as a JSON object; None when it is missing or damaged (the run did not finish
+    writing it, so it counts as not finished)."""
+    try:
+        data = json.loads((Path(folder) / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def read_best(folder: str | os.PathLike) -> BestPlacement | None:
     """The run's best placement so far; None before any placement was measured ok (no file). A damaged
     file is a PlacerError naming it."""

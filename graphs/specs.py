@@ -30,6 +30,13 @@ def names_a_file(target: str) -> bool:
     return target.endswith(".py") or "/" in target
 
 
+def check_spec_file(spec: str, what: str) -> None:
+    """A file spec (``path/file.py:FUNCTION``) whose file is not there: one PlacerError naming it."""
+    target = spec.rpartition(":")[0]
+    if names_a_file(target) and not Path(target).is_file():
+        raise PlacerError(f"{what} spec {spec!r}: no file {target!r}")
+
+
 def absolute_spec(spec: str) -> str:
     """``spec`` with the file it names (``path/file.py:FUNCTION``, or a saved model file) made absolute, as
     graphs record it: a measurer rebuilding the step from another folder finds the file. A module spec
@@ -60,11 +67,10 @@ def call_spec(spec: str, what: str):
 
 def import_target(spec: str, target: str, what: str):
     """A module by dotted name, or a Python file by path."""
+    check_spec_file(spec, what)
     try:
         if names_a_file(target):
             path = Path(target)
-            if not path.is_file():
-                raise PlacerError(f"{what} spec {spec!r}: no file {target!r}")
             module_spec = importlib.util.spec_from_file_location(f"placer_user_{path.stem}", path)
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)

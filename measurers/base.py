@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
+
+from graphs.errors import PlacerError
 
 STATUSES = ("ok", "oom", "error", "timeout", "crash")
 
@@ -41,6 +43,18 @@ def failed_measurement(status: str, peak_bytes: Sequence[int], began_s: float, e
     """A measurement that produced no step time (``oom``, ``error``...): ``began_s`` is when it started
     (``time.perf_counter()``), ``peak_bytes`` per device (zeros where nothing was counted)."""
     return Measurement(float("inf"), (), status, tuple(peak_bytes), time.perf_counter() - began_s, error)
+
+
+def rebuild_step_now(rebuild: Callable[[], object]) -> None:
+    """Rebuild a real measurer's step now (``rebuild``: its cached capture or trace): one it cannot rebuild
+    (its spec's file gone) raises its PlacerError here, for a caller that measures in this process; a
+    failure of the user's own step is left to the measurement, which reports it as its status."""
+    try:
+        rebuild()
+    except PlacerError:
+        raise
+    except Exception:  # noqa: BLE001  (the user's step failed: measured as an ``error``)
+        pass
 
 
 class Measurer(Protocol):

@@ -176,16 +176,13 @@ def _trace_model(args: argparse.Namespace):
 
 def _check_keras_file(spec: str) -> None:
     """A saved model file (or a spec's .py file) that is not there: said before TensorFlow loads (seconds)."""
-    from graphs.specs import names_a_file
+    from graphs.specs import check_spec_file
     from graphs.tf.importer import KERAS_FILE_SUFFIXES
 
-    if spec.endswith(KERAS_FILE_SUFFIXES):
-        if not Path(spec).is_file():
-            raise PlacerError(f"Keras model file {spec!r} does not exist")
-        return
-    target = spec.rpartition(":")[0]
-    if names_a_file(target) and not Path(target).is_file():
-        raise PlacerError(f"keras spec {spec!r}: no file {target!r}")  # as graphs.specs says it
+    if not spec.endswith(KERAS_FILE_SUFFIXES):
+        check_spec_file(spec, "keras")
+    elif not Path(spec).is_file():
+        raise PlacerError(f"Keras model file {spec!r} does not exist")
 
 
 def _import_tensorflow_without_its_startup_lines() -> None:

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 def check_train_args(args: argparse.Namespace):
     """(GnnConfig, graph names with families:N expanded, updates the resumed checkpoint holds or 0); one
     PlacerError for the first bad input."""
-    from cluster.jobs.config import check_counts
+    from cluster.jobs.config import check_counts, check_unique
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
     from policies.rl.gnn.config import GnnConfig
@@ -138,9 +138,9 @@ def check_train_args(args: argparse.Namespace):
         check_graph_name(name)
     for name in args.machines:
         load_machine(name)
-    _check_unique(graphs, "--graphs")
-    _check_unique(args.machines, "--machines")
-    _check_unique([str(g) for g in args.groups], "--groups")
+    check_unique(graphs, "--graphs")
+    check_unique(args.machines, "--machines")
+    check_unique([str(g) for g in args.groups], "--groups")
     problems = len(graphs) * len(args.machines) * len(args.groups)
     if args.teacher_budget and args.teacher_budget * problems > args.budget - 2:  # an update takes 2 or more
         raise PlacerError(f"--teacher-budget {args.teacher_budget} for each of {problems} "
@@ -172,12 +172,6 @@ def expand_graphs(entries: list[str]) -> list[str]:
                               "(non-negative integers)")
         graphs.extend(family_names(int(parts[0]), int(parts[1]) if len(parts) == 2 else 0))
     return graphs
-
-
-def _check_unique(names: list[str], flag: str) -> None:
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise PlacerError(f"{flag}: {', '.join(repeated)} given more than once")
 
 
 # ---- training ---------------------------------------------------------------------------------------------

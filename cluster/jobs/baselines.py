@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConfig, check_bound_time_limit,
-                                 check_counts, check_measurer_settings)
+                                 check_counts, check_measurer_settings, check_unique)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -57,9 +57,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     if not policies or "" in policies:
         raise PlacerError(f"--policies {','.join(policies)!r}: an empty name (names are separated by single commas)"
                           if policies else "--policies names no policy")
-    repeated = sorted({name for name in policies if policies.count(name) > 1})
-    if repeated:
-        raise PlacerError(f"--policies: {', '.join(repeated)} given more than once")
+    check_unique(policies, "--policies")
     for name in policies:
         if policy_entry(name).learned:  # unknown names fail here too, before any work
             raise PlacerError(f"--policies: {name!r} is a learned policy; placer search --policy {name} runs it")

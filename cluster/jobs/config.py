@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from graphs.errors import PlacerError, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
@@ -133,6 +134,13 @@ def check_measurer_settings(measurer: str, runs: int | None, warmup: int | None)
         raise PlacerError(f"--runs must be at least 1, got {runs}")
     if warmup is not None and warmup < 0:
         raise PlacerError(f"--warmup must not be negative, got {warmup}")
+
+
+def check_unique(names: Sequence[str], flag: str) -> None:
+    """One PlacerError naming the entries of ``flag`` given more than once."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise PlacerError(f"{flag}: {', '.join(repeated)} given more than once")
 
 
 def check_counts(budget: int, groups: int, grouping: str) -> None:

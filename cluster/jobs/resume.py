@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 from cluster.jobs.config import QUICK_BASELINES, SearchConfig
-from cluster.runlog import read_manifest
+from cluster.runlog import read_manifest, read_result_json
 from graphs.errors import PlacerError
 
 
@@ -62,17 +62,9 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
 def _check_not_finished(run_dir, saved: SearchConfig, changes: dict) -> None:
     """A run that spent its budget (or converged) has nothing left to search unless the budget is raised:
     resuming it would only rewrite its result with an empty session's."""
-    import json
-
-    from cluster.runlog import RESULT_FILE
-
-    try:
-        result = json.loads((Path(run_dir) / RESULT_FILE).read_text())
-    except (OSError, ValueError):  # no result: stopped before the end
-        return
-    stop_reason = result.get("stop_reason") if isinstance(result, dict) else None
     if changes.get("budget", saved.budget) != saved.budget:
         return
+    stop_reason = (read_result_json(run_dir) or {}).get("stop_reason")  # none: stopped before the end
     if stop_reason == "budget":
         raise PlacerError(f"run {run_dir} finished (stopped by budget at --budget {saved.budget}): pass a larger "
                           "--budget to continue it")

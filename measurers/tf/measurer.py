@@ -20,7 +20,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.base import Measurement, failed_measurement
+from measurers.base import Measurement, failed_measurement, rebuild_step_now
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.timing import REAL_TIMING, TimingSettings, time_runs
@@ -62,12 +62,7 @@ class TFMeasurer:
         that measures in this process (``placer measure``), instead of an ``error`` measurement. A failure
         of the user's own step is left to the measurement, which reports it as its status."""
         check_tf_sees_gpus(self.devices)
-        try:
-            self.traced()
-        except PlacerError:
-            raise
-        except Exception:  # noqa: BLE001  (the user's step failed: measured as an ``error``)
-            pass
+        rebuild_step_now(self.traced)
 
     def traced(self) -> TracedStep:
         if self._traced is None:

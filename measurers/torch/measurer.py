@@ -26,7 +26,7 @@ import torch
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.base import Measurement, failed_measurement
+from measurers.base import Measurement, failed_measurement, rebuild_step_now
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.timing import REAL_TIMING, TimingSettings, time_runs
@@ -76,12 +76,7 @@ class TorchMeasurer:
         measures in this process (``placer measure``), instead of an ``error`` measurement. A failure of the
         user's own step is left to the measurement, which reports it as its status."""
         _ = self.torch_devices
-        try:
-            self.program()
-        except PlacerError:
-            raise
-        except Exception:  # noqa: BLE001  (the user's step failed: measured as an ``error``)
-            pass
+        rebuild_step_now(self.program)
 
     # -- the program, captured once ---------------------------------------------------------------------
     def program(self) -> Program:

@@ -12,10 +12,10 @@ import pytest
 from conftest import build_graph
 
 from cluster import runlog
-from cluster.analysis import RESULT_FILE, find_runs, learning_curve, policy_bests, summarize
+from cluster.analysis import find_runs, learning_curve, policy_bests, summarize
 from cluster.cli import main
 from cluster.pool import PoolResult
-from cluster.runlog import MANIFEST_FILE, RunLogWriter, compact_run, make_run_id, new_manifest, read_run
+from cluster.runlog import MANIFEST_FILE, RESULT_FILE, RunLogWriter, compact_run, make_run_id, new_manifest, read_run
 from graphs.errors import PlacerError
 from graphs.io import save_graph
 from measurers.base import Measurement
