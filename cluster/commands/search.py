@@ -78,7 +78,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from cluster.jobs import SearchConfig, check_search_config, run_search, search_config
+    from cluster.jobs import SearchConfig, SearchInterrupted, check_search_config, run_search, search_config
 
     names = SearchConfig.__dataclass_fields__
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names and v is not None}
@@ -92,6 +92,9 @@ def run(args) -> int:
                                 on_start=progress.start)  # bad input found on the way: no bar before it
         except KeyboardInterrupt as exc:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
+            if args.json and isinstance(exc, SearchInterrupted):  # still one document for a pipe's reader
+                emit_json({"stop_reason": "interrupted", "run_dir": str(exc.run_dir),
+                           "resume": ["placer", "search", "--resume", str(exc.run_dir)]})
             return 130
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)

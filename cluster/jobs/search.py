@@ -121,6 +121,14 @@ class SearchResult:
         return json_safe(data)
 
 
+class SearchInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume."""
+
+    def __init__(self, run_dir: Path):
+        super().__init__(f"search interrupted; the run log is complete up to now in {run_dir}")
+        self.run_dir = run_dir
+
+
 def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
                command: Sequence[str] | None = None,
                on_start: Callable[[Path], None] | None = None) -> SearchResult:
@@ -178,7 +186,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
         if owns_ray:
             ray_setup.shutdown_ray()
     if outcome is None:
-        raise KeyboardInterrupt(f"search interrupted; the run log is complete up to now in {run_dir}")
+        raise SearchInterrupted(run_dir)
     result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
                      warm)
     if removals:

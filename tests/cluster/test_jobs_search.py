@@ -324,18 +324,21 @@ def test_check_search_config__values_the_command_line_cannot_give_are_refused_to
 
 def test_search_cli__sigterm_stops_a_run_as_ctrl_c_does(tmp_path):
     """`ray job stop` sends the job's driver SIGTERM: the run stops as after Ctrl-C (exit 130, the log flushed,
-    no result), and --resume carries on from it."""
+    no result), and --resume carries on from it. Under --json stdout still holds one document: the run folder
+    and the command that resumes it."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     search = [sys.executable, "-m", "cluster.cli", "search", "--graph", "synthetic:1000:1", "--budget", "640",
-              "--batch", "16", "--workers", "1", "--out", str(tmp_path)]
-    driver = subprocess.Popen(search, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+              "--batch", "16", "--workers", "1", "--out", str(tmp_path), "--json"]
+    driver = subprocess.Popen(search, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("*/checkpoint/learner.pt")) and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     driver.send_signal(signal.SIGTERM)
-    _, err = driver.communicate(timeout=120)
+    out, err = driver.communicate(timeout=120)
     (run_dir,) = list(tmp_path.iterdir())
     assert driver.returncode == 130 and "placer: search interrupted; the run log is complete" in err, err[-3000:]
+    assert json.loads(out) == {"stop_reason": "interrupted", "run_dir": str(run_dir),
+                               "resume": ["placer", "search", "--resume", str(run_dir)]}
     assert not (run_dir / "result.json").exists() and read_best(run_dir) is not None
     assert 0 < len(read_run(run_dir).query("policy == 'reinforce'")) < 640
 
