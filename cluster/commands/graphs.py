@@ -40,14 +40,19 @@ def register(subparsers) -> None:
     importer = commands.add_parser("import", help="trace a PyTorch or Keras model, or read an ONNX model or "
                                                   "OpenVINO IR, into a graph file")
     source = importer.add_mutually_exclusive_group(required=True)
-    source.add_argument("--torch", metavar="MODULE:FUNCTION",
-                        help="a function returning (model, example inputs)")
+    source.add_argument("--torch", metavar="FILE_OR_MODULE:FUNCTION",
+                        help="a function of no arguments returning (model, example inputs[, loss_fn]): inputs a "
+                             "tensor or a tuple of tensors; without loss_fn the model's output is the loss "
+                             "(summed if not a scalar); the step is forward, loss, backward and an Adam update")
     source.add_argument("--keras", metavar="FILE_OR_MODULE:FUNCTION",
                         help="a function returning a compiled Keras model or (model, inputs, targets[, loss]), "
                              "or a .keras file")
     source.add_argument("--onnx", metavar="FILE", help="an ONNX model file (an inference graph, batch as exported)")
     source.add_argument("--openvino", metavar="FILE.xml",
                         help="an OpenVINO IR .xml (its .bin beside it; an inference graph)")
+    importer.add_argument("--input-shape", action="append", dest="input_shapes", metavar="NAME=D0,D1,...",
+                          help="--onnx and --openvino: the sizes of an input the model leaves dynamic (repeatable; "
+                               "a dynamic leading dim is the batch and counts as 1, any other must be given)")
     importer.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file)
     importer.add_argument("--batch-size", type=int, default=None, metavar="N",
                           help="--keras only: examples per step for a compiled model alone or a .keras file "
@@ -123,10 +128,14 @@ def _import(args: argparse.Namespace) -> int:
 
     if (args.onnx or args.openvino) and args.batch_size is not None:
         raise PlacerError("--batch-size applies to --keras only: an ONNX model or OpenVINO IR has its batch "
-                          "in its input shapes")
+                          "in its input shapes (--input-shape sizes a dynamic one)")
+    if args.input_shapes and not (args.onnx or args.openvino):
+        raise PlacerError("--input-shape applies to --onnx and --openvino only: a traced model's inputs are its "
+                          "example inputs")
     _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
+    _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0))
     path = save_graph(graph, args.output)
     print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
     return 0
@@ -148,9 +157,13 @@ def _check_output_is_not_an_input(args: argparse.Namespace) -> None:
 
 
 def _read_model_file(args: argparse.Namespace):
+    from graphs.inference.input_shapes import parse_input_shapes
+
+    shapes = parse_input_shapes(args.input_shapes)
     if args.onnx:
-        return _importer("graphs.inference.onnx_import", "import_onnx", "ONNX")(args.onnx)
-    return _importer("graphs.inference.openvino_import", "import_openvino_ir", "OpenVINO")(args.openvino)
+        return _importer("graphs.inference.onnx_import", "import_onnx", "ONNX")(args.onnx, input_shapes=shapes)
+    return _importer("graphs.inference.openvino_import", "import_openvino_ir", "OpenVINO")(args.openvino,
+                                                                                          input_shapes=shapes)
 
 
 def _trace_model(args: argparse.Namespace):
@@ -223,6 +236,13 @@ def _warn_ops_without_flops(missing: dict[str, int]) -> None:
     noun = "op type has" if len(missing) == 1 else "op types have"
     print(f"placer: warning: {len(missing)} {noun} no FLOP formula, imported with bytes only: {listed}",
           file=sys.stderr)
+
+
+def _warn_tensors_without_size(count: int) -> None:
+    """Shape inference left a dim of some tensors unknown (data-dependent shapes): their bytes are a guess."""
+    if count:
+        print(f"placer: warning: {count} tensor(s) have a dim shape inference could not size (data-dependent); "
+              "each such dim counts as 1 in their bytes and FLOPs", file=sys.stderr)
 
 
 def _importer(module_name: str, function_name: str, framework: str):

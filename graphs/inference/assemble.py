@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -37,6 +37,8 @@ class ImportedModel:
     edges: list[tuple[int, int, int]]  # (producer op, consumer op, bytes) per tensor; repeats are summed
     batch_size: int
     num_params: int
+    input_shapes: dict = field(default_factory=dict)  # the sizes the user gave (--input-shape), for measuring
+    tensors_without_size: int = 0  # tensors with a dim the importer could not size (counted as 1)
 
 
 def scope_of(name: str) -> str:
@@ -61,7 +63,8 @@ def unique_names(names: list[str]) -> list[str]:
 
 def to_opgraph(model: ImportedModel) -> OpGraph:
     """The OpGraph of an imported inference model; meta carries the model file and the op types without
-    a FLOP formula (``{}`` when every op had one)."""
+    a FLOP formula (``{}`` when every op had one), and where there are any, the input sizes the user gave
+    and the count of tensors without a size."""
     nodes = model.nodes
     pair_bytes: dict[tuple[int, int], int] = defaultdict(int)
     for src, dst, size in model.edges:
@@ -88,5 +91,14 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
         batch_size=model.batch_size,
         num_params=model.num_params,
         source=model_file,
-        meta={"model_file": model_file, "ops_without_flops": sorted_counts(missing)},
+        meta=_meta(model_file, sorted_counts(missing), model),
     )
+
+
+def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dict:
+    meta = {"model_file": model_file, "ops_without_flops": ops_without_flops}
+    if model.input_shapes:
+        meta["input_shapes"] = {name: list(sizes) for name, sizes in model.input_shapes.items()}
+    if model.tensors_without_size:
+        meta["tensors_without_size"] = model.tensors_without_size
+    return meta

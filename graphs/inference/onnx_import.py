@@ -2,8 +2,10 @@
 
 Graph inputs and initializers are not ops: an initializer's bytes are resident ``param_bytes`` of the first
 node that reads it (each initializer counted once), and every node that reads it pays its bytes in
-``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``; a dim it leaves symbolic counts as 1
-(batch 1 inference), a tensor of unknown rank as 0 bytes.
+``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``, run after the inputs' sizes are fixed
+(graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given).
+A dim inference still leaves symbolic inside the graph counts as 1, and the tensors that have one are
+counted in ``meta["tensors_without_size"]``; a tensor of unknown rank is 0 bytes.
 
 Subgraph ops (If, Loop, Scan) are one op each: the tensors their bodies read from the outer graph are
 edges into them, but they have no FLOP formula, so their body's FLOPs are not counted and they are listed in
@@ -18,15 +20,17 @@ from pathlib import Path
 from graphs.errors import PlacerError
 from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
 from graphs.inference.flops import Shape, op_flops
+from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
 
 
-def import_onnx(path: str, name: str | None = None) -> OpGraph:
-    """The OpGraph of the ONNX model at ``path`` (framework "onnx", every op forward)."""
+def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
+    """The OpGraph of the ONNX model at ``path`` (framework "onnx", every op forward); ``input_shapes``
+    sizes the inputs the model leaves without sizes (``--input-shape``)."""
     model_file = _existing(path)
-    model = _load_checked(model_file)
+    model, given = _load_checked(model_file, input_shapes or {})
     graph = model.graph
     if not graph.node:
         raise PlacerError(f"ONNX model {model_file} has no nodes")
@@ -57,7 +61,8 @@ def import_onnx(path: str, name: str | None = None) -> OpGraph:
     num_params = sum(math.prod(init.dims) for init in initializers.values()
                      if _type_name(init.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes, edges,
-                                    _batch_size(graph, initializers), int(num_params)))
+                                    _batch_size(graph, initializers), int(num_params), given,
+                                    _tensors_without_size(graph)))
 
 
 def _existing(path: str) -> Path:
@@ -67,18 +72,51 @@ def _existing(path: str) -> Path:
     return model_file
 
 
-def _load_checked(model_file: Path):
-    """The model with inferred shapes; any failure of the onnx package (a foreign library whose parse and
-    check errors have no common base) becomes one PlacerError naming the file."""
+def _load_checked(model_file: Path, given: InputShapes):
+    """The model with its inputs sized and its shapes inferred, and the sizes ``given`` (checked); any
+    failure of the onnx package (a foreign library whose parse and check errors have no common base)
+    becomes one PlacerError naming the file."""
     import onnx
 
-    try:
+    def load():
         onnx.checker.check_model(str(model_file))
-        model = onnx.load(str(model_file))
-        return onnx.shape_inference.infer_shapes(model)
+        return onnx.load(str(model_file))
+
+    model = _foreign(model_file, load)
+    _size_inputs(model.graph, sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given))
+    return _foreign(model_file, lambda: onnx.shape_inference.infer_shapes(model, data_prop=True)), given
+
+
+def _foreign(model_file: Path, call):
+    try:
+        return call()
     except Exception as exc:  # noqa: BLE001 - DecodeError, ValidationError, InferenceError, OSError, ...
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
         raise PlacerError(f"{model_file} is not a valid ONNX model ({type(exc).__name__}: {message})") from None
+
+
+def _model_inputs(graph) -> list:
+    """The graph inputs that are fed (not initializers), of known rank."""
+    initializers = {init.name for init in graph.initializer}
+    return [value for value in graph.input if value.name not in initializers
+            and value.type.HasField("tensor_type") and value.type.tensor_type.HasField("shape")]
+
+
+def _input_dims(graph) -> dict:
+    return {value.name: tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                              for d in value.type.tensor_type.shape.dim) for value in _model_inputs(graph)}
+
+
+def _size_inputs(graph, sized: InputShapes) -> None:
+    for value in _model_inputs(graph):
+        for dim, size in zip(value.type.tensor_type.shape.dim, sized[value.name]):
+            dim.dim_value = size  # replaces a symbolic dim_param (one of the two)
+
+
+def _tensors_without_size(graph) -> int:
+    """Tensors whose shape inference left a dim symbolic (each counted as 1)."""
+    return sum(1 for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type")
+               and any(not (d.HasField("dim_value") and d.dim_value > 0) for d in value.type.tensor_type.shape.dim))
 
 
 TensorInfo = tuple[Shape, int]  # (shape with unknown dims as 1, or None for unknown rank; bytes per element)

@@ -18,15 +18,19 @@ from pathlib import Path
 from graphs.errors import PlacerError
 from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph
 from graphs.inference.flops import Shape, op_flops
+from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.opgraph import OpGraph
 
 NOT_OPS = ("Parameter", "Result", "Constant")
 
 
-def import_openvino_ir(xml_path: str, name: str | None = None) -> OpGraph:
-    """The OpGraph of the OpenVINO IR at ``xml_path`` (framework "openvino", every op forward)."""
+def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
+    """The OpGraph of the OpenVINO IR at ``xml_path`` (framework "openvino", every op forward); ``input_shapes``
+    sizes the inputs the IR leaves without sizes (``--input-shape``; graphs.inference.input_shapes)."""
     xml_file = _checked_ir_files(xml_path)
     model = _read_model(xml_file)
+    given = input_shapes or {}
+    size_inputs(model, f"OpenVINO IR {xml_file}", given)
     ops = [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
     _require_unique_names(xml_file, ops)
     index = {node.get_instance_id(): i for i, node in enumerate(ops)}
@@ -50,7 +54,37 @@ def import_openvino_ir(xml_path: str, name: str | None = None) -> OpGraph:
         nodes.append(NodeCost(node.get_friendly_name(), node.get_type_name(), flops, in_bytes,
                               sum(_bytes(out) for out in node.outputs()), weight_bytes, param_bytes))
     return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, edges,
-                                    _batch_size(model), _num_params(model)))
+                                    _batch_size(model), _num_params(model), given, _outputs_without_size(ops)))
+
+
+def size_inputs(model, where: str, given: InputShapes) -> None:
+    """Reshape ``model`` (an ``ov.Model``, in place) so every input has sizes: ``given`` applied, a leading
+    dim without a size 1, anything else refused (graphs.inference.input_shapes). A model whose inputs are
+    static and not given is left as it is. The OpenVINO measurer calls this with the graph's recorded sizes."""
+    ports = {_input_name(port): port for port in model.inputs}
+    dims = {name: _dims(port.get_partial_shape(), len(given.get(name, ()))) for name, port in ports.items()}
+    dims = {name: value for name, value in dims.items() if value is not None}  # unknown rank, not given
+    sized = sized_inputs(where, dims, given)
+    changed = {ports[name]: list(sizes) for name, sizes in sized.items() if sizes != dims[name]}
+    if changed:
+        model.reshape(changed)
+
+
+def _input_name(port) -> str:
+    names = port.get_names()
+    return min(names) if names else port.get_node().get_friendly_name()
+
+
+def _dims(shape, given_rank: int) -> tuple | None:
+    """One size per axis (None where dynamic); None for a dynamic rank, unless sizes are given for it."""
+    if shape.rank.is_dynamic:
+        return (None,) * given_rank if given_rank else None
+    return tuple(dim.get_length() if dim.is_static else None for dim in shape)
+
+
+def _outputs_without_size(ops: list) -> int:
+    """Op outputs whose shape still has a dynamic dim after the inputs are sized (each counted as 1)."""
+    return sum(1 for node in ops for out in node.outputs() if out.get_partial_shape().is_dynamic)
 
 
 def _checked_ir_files(xml_path: str) -> Path:

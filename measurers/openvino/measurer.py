@@ -1,8 +1,9 @@
 """The OpenVINO measurer: real inference of an imported model, each op on its placed OpenVINO device.
 
 The graph comes from an OpenVINO IR or ONNX file (``graph.meta["model_file"]``, read with
-``ov.Core().read_model``; graph ops are the model's nodes by friendly name, or for an ONNX-imported graph
-by the tensors they compute; Parameter / Constant / Result nodes are not ops). Per placement the model's
+``ov.Core().read_model``, its inputs sized as at import, ``meta["input_shapes"]``; graph ops are the model's
+nodes by friendly name, or for an ONNX-imported graph by the tensors they compute; Parameter / Constant /
+Result nodes are not ops). Per placement the model's
 nodes get manual HETERO affinities (measurers.openvino.affinity: ops on their devices, other nodes with a
 neighbour op) and the model is compiled on ``HETERO:<devices>``, always through HETERO so one-device and
 split placements are timed the same way. Compilation is not timed; timing follows measurers.timing:
@@ -32,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from graphs.errors import PlacerError
+from graphs.inference.openvino_import import size_inputs
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
@@ -61,6 +63,8 @@ class OpenVinoMeasurer:
             self.core.set_property(name, {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION})
         self.model_file = model_file_of(graph)
         self.model = read_model(self.core, self.model_file)
+        size_inputs(self.model, f"model file {self.model_file}", {  # the sizes the graph was imported at
+            name: tuple(sizes) for name, sizes in graph.meta.get("input_shapes", {}).items()})
         self.matched = match_ops(self.model, graph, self.model_file, onnx_tensor_ops(graph, self.model_file))
         self.inputs = random_inputs(self.model, seed, graph.batch_size)  # one array per model input
 

@@ -174,3 +174,34 @@ def test_cli_graphs_import_onnx__damaged_file_exits_2_and_writes_nothing(tmp_pat
     err = capsys.readouterr().err
     assert err.startswith("placer: error:") and str(damaged) in err and "Traceback" not in err
     assert not out.exists() and list(tmp_path.glob("*.parquet")) == []
+
+
+def test_import_onnx__a_gru_counts_its_matmuls_biases_and_gates(tmp_path):
+    """X (5 steps, 2 examples, 3 inputs), hidden 4, one direction, with bias: per step and example
+    2 x 12 x (3 + 4) matmul FLOPs + 2 x 12 bias adds + 11 x 4 gate FLOPs."""
+    weights = [numpy_helper.from_array(np.ones((1, 12, 3), np.float32), "W"),
+               numpy_helper.from_array(np.ones((1, 12, 4), np.float32), "R"),
+               numpy_helper.from_array(np.ones((1, 24), np.float32), "B")]
+    node = helper.make_node("GRU", ["x", "W", "R", "B"], ["y", "h"], name="gru", hidden_size=4)
+    graph = helper.make_graph([node], "gru", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])],
+                              [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 2, 4])], weights)
+    path = tmp_path / "gru.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    imported = import_onnx(str(path))
+    assert imported.flops.tolist() == [5 * 2 * (2 * 12 * 7 + 2 * 12 + 11 * 4)]
+    assert imported.meta["ops_without_flops"] == {}
+
+
+def test_cli_graphs_import_onnx__tensors_of_data_dependent_shape_are_counted_and_warned(tmp_path, capsys):
+    from cluster.cli import main
+    from graphs.io import load_graph_file
+
+    nodes = [helper.make_node("NonZero", ["x"], ["i"], name="nonzero"),
+             helper.make_node("Cast", ["i"], ["y"], name="cast", to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "nz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, "n"])])
+    path, out = tmp_path / "nz.onnx", tmp_path / "nz.parquet"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert main(["graphs", "import", "--onnx", str(path), "-o", str(out)]) == 0
+    assert "placer: warning: 2 tensor(s) have a dim shape inference could not size" in capsys.readouterr().err
+    assert load_graph_file(out).meta["tensors_without_size"] == 2

@@ -129,3 +129,17 @@ def test_cli_graphs_import_openvino__writes_the_graph_without_warning(tmp_path, 
     hand_ir.with_suffix(".bin").unlink()
     assert main(["graphs", "import", "--openvino", str(hand_ir), "-o", str(tmp_path / "none.parquet")]) == 2
     assert not (tmp_path / "none.parquet").exists()
+
+
+def test_import_openvino_ir__an_lstm_sequence_counts_its_matmuls_biases_and_gates(tmp_path):
+    """X (2 examples, 5 steps, 3 inputs), hidden 4, both directions, with bias: per step, example and
+    direction 2 x 16 x (3 + 4) matmul FLOPs + 2 x 16 bias adds + 13 x 4 gate FLOPs."""
+    x = ops.parameter([2, 5, 3], np.float32, name="x")
+    h0, c0 = (ops.constant(np.zeros((2, 2, 4), np.float32)) for _ in range(2))
+    w, r, b = (ops.constant(np.ones(shape, np.float32)) for shape in ((2, 16, 3), (2, 16, 4), (2, 16)))
+    lstm = ops.lstm_sequence(x, h0, c0, ops.constant(np.array([5, 5], np.int32)), w, r, b, 4, "bidirectional")
+    lstm.set_friendly_name("lstm")
+    path = tmp_path / "lstm.xml"
+    ov.save_model(ov.Model([ops.result(lstm.output(0))], [x], "lstm"), str(path), compress_to_fp16=False)
+    graph = import_openvino_ir(str(path))
+    assert graph.flops.tolist() == [2 * 5 * 2 * (2 * 16 * 7 + 2 * 16 + 13 * 4)]

@@ -1,0 +1,127 @@
+"""Inference models exported with dynamic axes: a dynamic batch counts as 1, any other dynamic input dim
+must be given (--input-shape), and the OpenVINO measurer runs the model at the sizes it was imported at."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import openvino as ov
+import openvino.opset13 as ops
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from graphs.errors import PlacerError
+from graphs.inference.input_shapes import parse_input_shapes
+from graphs.inference.onnx_import import import_onnx
+from graphs.inference.openvino_import import import_openvino_ir
+
+CONV_MACS_8x8 = 4 * 6 * 6 * 3 * 3 * 3  # one image 3x8x8, 4 filters 3x3
+
+
+def _expected_conv_flops(model, images: int = 1) -> float:
+    """MACs x 2, plus the bias the ONNX model's conv has (the IR's has none)."""
+    return images * (2 * CONV_MACS_8x8 + (4 * 6 * 6 if model is _onnx_conv else 0))
+
+
+def _onnx_conv(path, dims) -> str:
+    """x (dims, names for dynamic ones) -> conv (3x3, 4 filters, bias) -> relu."""
+    weights = [numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w"),
+               numpy_helper.from_array(np.ones(4, np.float32), "b")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, "oh", "ow"])],
+                              weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def _ir_conv(path, dims) -> str:
+    x = ops.parameter(ov.PartialShape(dims), np.float32, name="x")
+    conv = ops.convolution(x, ops.constant(np.ones((4, 3, 3, 3), np.float32)), [1, 1], [0, 0], [0, 0], [1, 1])
+    relu = ops.relu(conv)
+    conv.set_friendly_name("conv")
+    relu.set_friendly_name("relu")
+    ov.save_model(ov.Model([ops.result(relu)], [x], "dyn_ir"), str(path), compress_to_fp16=False)
+    return str(path)
+
+
+def _conv_flops(graph) -> float:
+    return float(graph.flops[graph.op_names.tolist().index("conv")])
+
+
+@pytest.mark.parametrize("importer, model", [(import_onnx, _onnx_conv), (import_openvino_ir, _ir_conv)])
+def test_import__a_dynamic_height_and_width_are_refused_unless_given(tmp_path, importer, model):
+    dims = ["batch", 3, "h", "w"] if model is _onnx_conv else [-1, 3, -1, -1]
+    path = model(tmp_path / ("dyn.onnx" if model is _onnx_conv else "dyn.xml"), dims)
+    with pytest.raises(PlacerError, match=r"input 'x' has no size for axes 2, 3 \(shape \[\?, 3, \?, \?\]\); give "
+                                          r"it with --input-shape x=1,3,N,N"):
+        importer(path)
+    graph = importer(path, input_shapes={"x": (1, 3, 8, 8)})
+    assert _conv_flops(graph) == _expected_conv_flops(model)  # counted as 1 they gave no conv (a 1x1 image)
+    assert graph.meta["input_shapes"] == {"x": [1, 3, 8, 8]} and "tensors_without_size" not in graph.meta
+    assert _conv_flops(importer(path, input_shapes={"x": (2, 3, 8, 8)})) == _expected_conv_flops(model, 2)
+
+
+@pytest.mark.parametrize("importer, model", [(import_onnx, _onnx_conv), (import_openvino_ir, _ir_conv)])
+def test_import__a_dynamic_batch_alone_counts_as_one(tmp_path, importer, model):
+    path = model(tmp_path / ("b.onnx" if model is _onnx_conv else "b.xml"),
+                 ["batch", 3, 8, 8] if model is _onnx_conv else [-1, 3, 8, 8])
+    graph = importer(path)
+    assert (graph.batch_size, _conv_flops(graph)) == (1, _expected_conv_flops(model))
+    assert "input_shapes" not in graph.meta
+
+
+@pytest.mark.parametrize("given, message", [
+    ({"y": (1, 3, 8, 8)}, "--input-shape names 'y', but the model's inputs are 'x'"),
+    ({"x": (1, 3, 8)}, "--input-shape x has 3 dims, but the input has 4"),
+    ({"x": (1, 4, 8, 8)}, "--input-shape x gives axis 1 size 4, but the model fixes it at 3"),
+])
+def test_import__sizes_that_contradict_the_model_are_refused(tmp_path, given, message):
+    path = _onnx_conv(tmp_path / "dyn.onnx", ["batch", 3, "h", "w"])
+    with pytest.raises(PlacerError, match=message):
+        import_onnx(path, input_shapes=given)
+
+
+@pytest.mark.parametrize("texts, message", [
+    (["x=1,3,a,8"], "expected NAME=D0,D1,..."), (["x=1,0,8"], "expected NAME=D0,D1,..."),
+    (["1,3,8,8"], "expected NAME=D0,D1,..."), (["x=1", "x=2"], "input 'x' is given twice"),
+])
+def test_parse_input_shapes__malformed_entries_are_refused(texts, message):
+    with pytest.raises(PlacerError, match=message):
+        parse_input_shapes(texts)
+
+
+def test_parse_input_shapes__names_may_hold_equals_signs():
+    assert parse_input_shapes(["input:0=1,3,8,8", "a=b=2"]) == {"input:0": (1, 3, 8, 8), "a=b": (2,)}
+
+
+def test_cli_graphs_import__input_shape_sizes_the_model_and_bad_ones_write_nothing(tmp_path, capsys):
+    from cluster.cli import main
+    from graphs.io import load_graph_file
+
+    path = _onnx_conv(tmp_path / "dyn.onnx", ["batch", 3, "h", "w"])
+    out = tmp_path / "g.parquet"
+    assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 2
+    assert "give it with --input-shape x=1,3,N,N" in capsys.readouterr().err and not out.exists()
+    assert main(["graphs", "import", "--torch", "m:f", "--input-shape", "x=1", "-o", str(out)]) == 2
+    assert "--input-shape applies to --onnx and --openvino only" in capsys.readouterr().err and not out.exists()
+    assert main(["graphs", "import", "--onnx", path, "--input-shape", "x=1,3,8,8", "-o", str(out)]) == 0
+    assert _conv_flops(load_graph_file(out)) == _expected_conv_flops(_onnx_conv)
+    assert load_graph_file(out).meta["input_shapes"] == {"x": [1, 3, 8, 8]}
+
+
+@pytest.mark.parametrize("model", [_onnx_conv, _ir_conv])
+def test_openvino_measurer__runs_the_model_at_the_sizes_it_was_imported_at(tmp_path, model):
+    from measurers.openvino.devices import openvino_machine
+    from measurers.openvino.measurer import OpenVinoMeasurer
+
+    onnx_model = model is _onnx_conv
+    path = model(tmp_path / ("dyn.onnx" if onnx_model else "dyn.xml"),
+                 ["batch", 3, "h", "w"] if onnx_model else [-1, 3, -1, -1])
+    graph = (import_onnx if onnx_model else import_openvino_ir)(path, input_shapes={"x": (2, 3, 8, 8)})
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=1, warmup=0)
+    (output,) = measurer.infer_once(np.zeros(graph.num_ops, dtype=np.int64))
+    assert output.shape == (2, 4, 6, 6)
+    (measurement,) = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])
+    assert measurement.status == "ok" and measurement.runtime_s > 0
