@@ -11,7 +11,11 @@ and computes, and what crosses between devices each step.
   a consumer on another device needs, of the largest edge's bytes among those consumers;
 - ``modules``: every scope -> one device name, the device a user would put that module on: the one
   holding most of its parameter bytes, else running most of its FLOPs, else most of its ops (ties: the
-  lower device index); ``split_modules`` names the scopes whose ops run on more than one device.
+  lower device index); ``split_modules`` names the scopes whose ops run on more than one device. A parent
+  comes before its children (shallower scopes first), so applied in order (``.to()`` per entry) a child's
+  own entry wins over its parent's. The torch importer's scope for the ops of the loss function,
+  ``loss``, is not a module and is left out (when it holds no parameters). A parameter two modules share
+  (tied weights) counts for the first that uses it; the other is placed by its FLOPs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from graphs.opgraph import OpGraph
+from graphs.torch import LOSS_SCOPE
 from measurers.machine import Machine
 
 UNSCOPED = "(top level)"  # ops outside any submodule: inputs, constants, the root module's own ops
@@ -107,10 +112,12 @@ def _scope_load(scope: str, mask: np.ndarray, graph: OpGraph, placement: np.ndar
 
 def _modules(graph: OpGraph, placement: np.ndarray, names: list) -> tuple[dict, tuple]:
     modules, split = {}, []
-    for scope in _in_order(graph.scopes):
-        if not scope:
-            continue
+    scopes = sorted(_in_order(graph.scopes), key=lambda scope: scope.count("."))  # stable: parents first
+    for scope in scopes:
         mask = graph.scopes == scope
+        loss_ops = scope == LOSS_SCOPE and graph.framework == "torch" and not graph.param_bytes[mask].any()
+        if not scope or loss_ops:
+            continue
         on = placement[mask]  # (n,) devices of the scope's ops
         by = [np.bincount(on, weights=w, minlength=len(names)) for w in
               (graph.param_bytes[mask].astype(np.float64), graph.flops[mask], np.ones(len(on)))]  # 3 x (D,)

@@ -39,6 +39,7 @@ from torch._subclasses import FakeTensorMode
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph, colocation_groups
+from graphs.torch import LOSS_SCOPE
 from graphs.torch.recorder import GradFnStamper, OpRecorder, OpTable, tensor_bytes
 
 
@@ -182,7 +183,7 @@ def _scope_hooks(model: nn.Module, recorder: OpRecorder) -> list:
 
 
 def _loss(output, loss_fn: Callable | None, recorder: OpRecorder) -> torch.Tensor:
-    recorder.scope_stack.append("loss")
+    recorder.scope_stack.append(LOSS_SCOPE)
     try:
         loss = loss_fn(output) if loss_fn is not None else output
         if not isinstance(loss, torch.Tensor):

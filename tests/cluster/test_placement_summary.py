@@ -1,5 +1,7 @@
 """The placement summary on a five-op graph a reader can check by hand."""
 
+import dataclasses
+
 import numpy as np
 
 from cluster.placement_summary import Transfers, summarize_placement, transfers_per_step
@@ -35,5 +37,19 @@ def test_summarize_placement__devices_scopes_and_modules(make_graph):
         ("fc1", {"d0": 2}, 100), ("(top level)", {"d1": 1}, 0), ("fc2", {"d0": 1, "d1": 1}, 40)]
     # fc2's weight lives on d0 (parameters decide); fc2.inner has no parameters, its FLOPs run on d1
     assert summary.modules == {"fc1": "d0", "fc2.inner": "d1", "fc2": "d0"}
+    assert list(summary.modules) == ["fc1", "fc2", "fc2.inner"]  # parents first: applied in order, children win
     assert summary.split_modules == ()  # each full scope runs on one device
     assert summary.to_json()["transfers"] == {"count": 2, "total_bytes": 40}
+
+
+def test_summarize_placement__the_torch_loss_functions_own_ops_are_no_module(make_graph):
+    """The torch importer puts the ops a loss function runs itself under scope "loss"; the model has no such
+    module, so `model.get_submodule("loss")` would fail on the map."""
+    scopes = np.array(["fc1", "fc1", "", "fc2.inner", "loss"], dtype=object)
+    graph = make_graph([(0, 1, 8), (1, 2, 16), (2, 3, 16), (3, 4, 8)], flops=[0, 1000, 0, 500, 10],
+                       param_bytes=[100, 0, 0, 0, 0], scopes=scopes)
+    machine = two_devices()
+    placement = np.array([0, 0, 1, 1, 1])
+    assert "loss" in summarize_placement(graph, machine, placement).modules  # another framework's scope
+    torch_graph = dataclasses.replace(graph, framework="torch")
+    assert summarize_placement(torch_graph, machine, placement).modules == {"fc1": "d0", "fc2.inner": "d1"}
