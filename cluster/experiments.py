@@ -208,14 +208,14 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
                    on_event: Callable[[RunEvent], None] | None = None, ray_address: str | None = None) -> Path:
     """Run (or continue) every search of the experiment's cells (all, or those ``Experiment.select`` kept);
     returns the experiment folder."""
-    folder = Path(out) / experiment.name
-    _check_or_write_settings(folder, experiment, settings)
-    total = len(experiment.cells) * len(experiment.searches)
-    index = 0
     from cluster import ray_setup
 
+    folder = Path(out) / experiment.name
+    total = len(experiment.cells) * len(experiment.searches)
+    index = 0
     ray_setup.init_ray(ray_address)  # one Ray for all runs (ray_address, else RAY_ADDRESS, joins a cluster)
     try:
+        _check_or_write_settings(folder, experiment, settings)  # after Ray: a cluster not there writes nothing
         for cell in experiment.cells:
             for policy in experiment.searches:
                 index += 1

@@ -119,6 +119,23 @@ class PoolConfig:
             raise PlacerError(f"pool setting timeout_s must be positive, got {self.timeout_s}")
 
 
+def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfig:
+    """The pool a search or a baselines table measures ``spec`` with: the GPU nodes labelled
+    ``placer/role=measurer`` when the cluster labels any (ray_config.yaml does), else every GPU node. A real
+    measurer (torch, tf) runs each placement on one node, one placement per call, so it needs nodes with at
+    least the machine's GPUs; without one, CPU actors would fail every placement that uses a GPU, so that
+    is one PlacerError, before anything is written. Needs Ray initialized."""
+    real = spec.kind in ("torch", "tf")
+    gpus = len(spec.machine.indices_of_kind("gpu")) if real else 1
+    labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
+    if real and gpus and not ray_setup.gpu_nodes(labels, gpus):
+        raise PlacerError(f"--measurer {spec.kind} runs machine {spec.machine.name!r}'s {gpus} GPUs on one node, "
+                          f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
+                          f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")
+    actors = {} if workers is None else {"num_cpu_actors": workers}
+    return PoolConfig(chunk_size=1 if spec.kind != "sim" else 64, node_labels=labels, min_gpus=gpus, **actors)
+
+
 @dataclass(eq=False)
 class _Job:
     ticket: int
@@ -307,7 +324,9 @@ class MeasurerPool:
         if not self.actors:
             self.close()
             raise PlacerError(f"no measurer actor started within {timeout_s:g} s"
-                              + (f": {self._last_error}" if self._last_error else ""))
+                              + (f": {self._last_error}" if self._last_error else
+                                 f" on {len(self._slots)} node(s): each actor takes all of its node's GPUs; "
+                                 "does another job hold them (`ray status`)?"))
         return self.actors
 
     def close(self) -> None:

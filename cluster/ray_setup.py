@@ -52,8 +52,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
                      include_dashboard=False)
     except ConnectionError as exc:  # a port that answers (check_reachable) but a handshake that fails
+        no_cluster = "could not find any running ray instance" in str(exc).lower()  # address "auto"
         hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN "
-                "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" else "")
+                "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" and not no_cluster else "")
         raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}{hint}") from exc
     except Exception as exc:
         if "auth" in str(exc).lower() or "token" in str(exc).lower():
@@ -81,20 +82,37 @@ def _raise_interrupt(signum, frame) -> None:
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """A ``host:port`` address (also ``ray://host:port``) must accept a TCP connection within ``timeout_s``:
-    Ray itself retries an unreachable control store for minutes. Other forms ("auto") are Ray's to resolve.
-    An http(s) address is the dashboard's, which `ray job submit` takes, not a cluster placer can join."""
+    """A ``host:port`` address (also ``ray://host:port``) must accept a TCP connection within ``timeout_s``
+    and must not answer as a web server: Ray itself retries an unreachable control store, or one that is
+    no Ray, for minutes. "auto" is Ray's to resolve; any other form is refused. An http(s) address, or a
+    port that answers HTTP, is a dashboard's, which `ray job submit` takes, not a cluster placer can join."""
+    join = "placer joins the cluster at HOST:6379, or runs as a job, where Ray sets RAY_ADDRESS itself"
     if address.startswith(("http://", "https://")):
-        raise PlacerError(f"{address!r} is a dashboard address (what `ray job submit --address` takes); placer "
-                          f"joins the cluster at HOST:6379, or runs as a job, where Ray sets RAY_ADDRESS itself")
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit():
+        raise PlacerError(f"{address!r} is a dashboard address (what `ray job submit --address` takes); {join}")
+    if address == "auto":
         return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise PlacerError(f"Ray address {address!r} is not HOST:PORT (the head node's GCS port, 6379 by default), "
+                          "ray://HOST:PORT or auto")
     try:
-        with socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as connection:
+            answers_http = _answers_http(connection)
     except OSError as exc:
         raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}") from None
+    if answers_http:
+        raise PlacerError(f"{address!r} answers HTTP, as a dashboard does, not Ray's control store; {join}")
+
+
+def _answers_http(connection: socket.socket, timeout_s: float = 2.0) -> bool:
+    """Whether the server behind ``connection`` replies to an HTTP/1.0 request as a web server does (Ray's
+    GCS and client server speak gRPC: they close the connection, or send HTTP/2 frames, or nothing)."""
+    connection.settimeout(timeout_s)
+    try:
+        connection.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        return connection.recv(8).startswith(b"HTTP/1.")
+    except OSError:  # reset, timed out: not a web server
+        return False
 
 
 def shutdown_ray() -> None:

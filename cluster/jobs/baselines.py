@@ -107,12 +107,12 @@ def _measurer(spec, factory, ray_address: str | None) -> Iterator:
     import ray
 
     from cluster import ray_setup
-    from cluster.pool import MeasurerPool, PoolConfig
+    from cluster.pool import MeasurerPool, pool_config_for
 
     owns_ray = not ray.is_initialized()
     ray_setup.init_ray(ray_address)
     try:
-        with MeasurerPool(factory, PoolConfig(chunk_size=1)) as pool:
+        with MeasurerPool(factory, pool_config_for(spec)) as pool:  # nodes with the machine's GPUs, or an error
             yield pool
     finally:
         if owns_ray:

@@ -138,7 +138,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     import ray
 
     from cluster import ray_setup
-    from cluster.pool import MeasurerPool
+    from cluster.pool import MeasurerPool, pool_config_for
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
@@ -159,7 +159,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
     ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
     try:
-        pool_config = _pool_config(config, spec)  # a real measurer with no node for the machine's GPUs: refused
+        pool_config = pool_config_for(spec, config.workers)  # a real measurer with no node for its GPUs: refused
         writer, past = _open_run(config, spec, problem, command, (bound_s, bound_holds_for))
     except BaseException:
         if owns_ray:
@@ -562,25 +562,6 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
     return replace(result, best_runtime_s=runtime_s, best_source=source, device_removals=outcome.removals,
                    final_devices=devices, best_placement=[int(d) for d in logged.devices],
                    best_placement_level=logged.level, baselines_on_removed_devices=left_out)
-
-
-def _pool_config(config: SearchConfig, spec):
-    """The search's measurer pool: the GPU nodes labelled ``placer/role=measurer`` when the cluster labels
-    any (ray_config.yaml does), else every GPU node. A real measurer (torch, tf) runs each placement on one
-    node, so it needs nodes with at least the machine's GPUs; without one, CPU actors would fail every
-    placement that uses a GPU, so that is one PlacerError before the run folder is made."""
-    from cluster import ray_setup
-    from cluster.pool import PoolConfig
-
-    real = spec.kind in ("torch", "tf")
-    gpus = len(spec.machine.indices_of_kind("gpu")) if real else 1
-    labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
-    if real and gpus and not ray_setup.gpu_nodes(labels, gpus):
-        raise PlacerError(f"--measurer {spec.kind} runs machine {spec.machine.name!r}'s {gpus} GPUs on one node, "
-                          f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
-                          f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")
-    return PoolConfig(num_cpu_actors=config.workers, chunk_size=1 if spec.kind != "sim" else 64,
-                      node_labels=labels, min_gpus=gpus)
 
 
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from graphs.errors import PlacerError
 from graphs.op_classes import OP_CLASSES, op_class, op_class_codes  # noqa: F401 (re-exported)
 from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
+from measurers.files import file_problem
 from measurers.machine import Machine
 
 COMPUTE_FACTOR = {  # fraction of the device's typical compute rate, per device kind and op class
@@ -52,7 +54,8 @@ MEMORY_FACTOR = {  # fraction of the device's typical memory bandwidth
 
 def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None" = None) -> np.ndarray:
     """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it.
-    Without an explicit ``profile``, the machine file's own profile (if it names one) applies."""
+    Without an explicit ``profile``, the machine file's own profile (if it names one) applies. Times too
+    large to simulate are a PlacerError (see ``_check_op_times``)."""
     if profile is None and machine.profile:
         profile = load_profile(machine.profile)
     classes = op_class_codes(graph)  # (N,) int8
@@ -62,7 +65,8 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
                                 for c in OP_CLASSES])  # (C,)
         memory_Bps = np.array([device.mem_bandwidth_Bps * device.memory_efficiency * MEMORY_FACTOR[device.kind][c]
                                for c in OP_CLASSES])  # (C,)
-        roofline_s = np.maximum(graph.flops / compute_Fps[classes], graph.bytes_accessed / memory_Bps[classes])
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below, not warned
+            roofline_s = np.maximum(graph.flops / compute_Fps[classes], graph.bytes_accessed / memory_Bps[classes])
         times[:, d] = np.where(classes == OP_CLASSES.index("meta"), 0.0, device.op_overhead_s + roofline_s)
     if isinstance(profile, (str, os.PathLike)):  # a path, as the machine file names one
         profile = load_profile(profile)
@@ -70,7 +74,32 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
         profile.apply(graph, machine, times)
     allowed = (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0  # (N, D) bool
     times[~allowed] = np.inf
+    _check_op_times(graph, machine, times, allowed)
     return times
+
+
+MAX_TOTAL_OP_S = 1e15  # about 32 million years: far above any real step, far below float overflow
+
+
+def _check_op_times(graph: OpGraph, machine: Machine, times: np.ndarray, allowed: np.ndarray) -> None:
+    """``inf`` must mean "may not run there" only, and no step may overflow: every allowed time finite and
+    their total, each op on its slowest allowed device (a bound on any placement's compute), at most
+    ``MAX_TOTAL_OP_S``. Device figures such as peak_flops 1e-300, or profile times of 1e308 s, used to give
+    a step of ``inf`` s reported as "ok" (and numpy overflow warnings)."""
+    bad = allowed & ~np.isfinite(times)
+    if bad.any():
+        i, d = (int(k) for k in np.argwhere(bad)[0])
+        device = machine.devices[d]
+        raise PlacerError(f"op {graph.op_names[i]!r} ({graph.flops[i]:.3g} flops, {graph.bytes_accessed[i]:.3g} "
+                          f"bytes) takes longer than a float can hold on device {device.name!r} (peak_flops "
+                          f"{device.peak_flops:.3g}, mem_bandwidth_Bps {device.mem_bandwidth_Bps:.3g}): "
+                          "the device's figures are too small to simulate")
+    with np.errstate(over="ignore"):
+        total_s = float(np.where(allowed, times, 0.0).max(axis=1, initial=0.0).sum())
+    if not total_s <= MAX_TOTAL_OP_S:
+        raise PlacerError(f"the ops of graph {graph.name!r} take {total_s:.3g} s in all on machine {machine.name!r} "
+                          f"(each on its slowest allowed device), more than {MAX_TOTAL_OP_S:.0e} s: the profile's "
+                          "times or the devices' figures are too extreme to simulate")
 
 
 def transfer_time_s(machine: Machine, src_dev: int, dst_dev: int, nbytes: float) -> float:
@@ -94,8 +123,10 @@ class OpProfile:
         {"format": "placer-op-profile", "version": 1, "graph_hash": "<optional>",
          "entries": [{"op": "fc1/MatMul", "device_model": "K80", "time_s": 0.00012}, ...]}
 
-    or Parquet with columns ``op`` (string), ``device_model`` (string), ``time_s`` (float64); the file
-    extension decides. Entries for ops the graph does not have are ignored.
+    or Parquet with columns ``op`` (string), ``device_model`` (string), ``time_s`` (float64), whose schema
+    metadata ``placer.op_profile`` holds the JSON header (format, version, graph_hash); the file extension
+    decides. A file without a graph hash (an older Parquet file) names no graph and is not checked against
+    one. Entries for ops the graph does not have are ignored.
     """
 
     op_names: np.ndarray  # (K,) object
@@ -109,6 +140,10 @@ class OpProfile:
         times = np.asarray(self.time_s, dtype=np.float64)
         if times.size and (not np.all(np.isfinite(times)) or times.min() < 0):
             raise PlacerError("op profile: every time_s must be finite and not negative")
+        for i, (op, model) in enumerate(zip(self.op_names, self.device_models)):  # unhashable ones broke set()
+            for key, value in (("op", op), ("device_model", model)):
+                if not isinstance(value, str):
+                    raise PlacerError(f"op profile: entry {i}: {key} must be a string, got {reprlib.repr(value)}")
         keys = set(zip(self.op_names, self.device_models))
         if len(keys) != len(self.op_names):
             raise PlacerError("op profile: an (op, device_model) pair appears twice")
@@ -126,26 +161,29 @@ class OpProfile:
         return changed
 
 
+PARQUET_META_KEY = b"placer.op_profile"  # the Parquet form's header, as the JSON form's top-level fields
+
+
 def load_profile(path: str | os.PathLike) -> OpProfile:
     """Read a profile file (JSON or Parquet); one PlacerError naming the file and the problem otherwise."""
     path = Path(path)
     where = f"profile file {str(path)!r}"
-    if not path.is_file():
-        raise PlacerError(f"{where} does not exist")
+    if problem := file_problem(path):
+        raise PlacerError(f"{where} {problem}")
     try:
         if path.suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path).to_pydict()
+            table = pq.read_table(path)
+            raw = (table.schema.metadata or {}).get(PARQUET_META_KEY)
+            graph_hash = "" if raw is None else _graph_hash_of(json.loads(raw), where)  # None: an older file
+            table = table.to_pydict()
             columns = {key: table[key] for key in ("op", "device_model", "time_s")}
-            graph_hash = ""
         else:
             data = json.loads(path.read_text())
-            if data.get("format") != PROFILE_FORMAT or data.get("version") != PROFILE_VERSION:
-                raise PlacerError(f"{where}: not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
+            graph_hash = _graph_hash_of(data, where)
             entries = data["entries"]
             columns = {key: [entry[key] for entry in entries] for key in ("op", "device_model", "time_s")}
-            graph_hash = str(data.get("graph_hash", ""))
         times = [float(t) for t in columns["time_s"]]
     except PlacerError:
         raise
@@ -154,7 +192,7 @@ def load_profile(path: str | os.PathLike) -> OpProfile:
     except Exception as exc:  # unreadable JSON / Parquet, wrong types
         raise PlacerError(f"{where} is damaged or not a profile: {exc}") from None
     try:
-        return OpProfile(np.array(columns["op"], dtype=object), np.array(columns["device_model"], dtype=object),
+        return OpProfile(_objects(columns["op"]), _objects(columns["device_model"]),
                          np.array(times, dtype=np.float64), graph_hash)
     except PlacerError as exc:
         raise PlacerError(f"{where}: {exc}") from None
@@ -163,16 +201,31 @@ def load_profile(path: str | os.PathLike) -> OpProfile:
 def save_profile(profile: OpProfile, path: str | os.PathLike) -> Path:
     """Write ``profile`` as JSON (or Parquet for a .parquet path), atomically."""
     path = Path(path)
+    header = {"format": PROFILE_FORMAT, "version": PROFILE_VERSION, "graph_hash": profile.graph_hash}
     with atomic_file(path) as tmp:
         if path.suffix == ".parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            pq.write_table(pa.table({"op": list(profile.op_names), "device_model": list(profile.device_models),
-                                     "time_s": profile.time_s}), tmp)
+            table = pa.table({"op": list(profile.op_names), "device_model": list(profile.device_models),
+                              "time_s": profile.time_s})
+            pq.write_table(table.replace_schema_metadata({PARQUET_META_KEY: json.dumps(header).encode()}), tmp)
         else:
             entries = [{"op": str(o), "device_model": str(m), "time_s": float(t)}
                        for o, m, t in zip(profile.op_names, profile.device_models, profile.time_s)]
-            tmp.write_text(json.dumps({"format": PROFILE_FORMAT, "version": PROFILE_VERSION,
-                                       "graph_hash": profile.graph_hash, "entries": entries}, indent=1))
+            tmp.write_text(json.dumps({**header, "entries": entries}, indent=1))
     return path
+
+
+def _graph_hash_of(header: dict, where: str) -> str:
+    """The graph hash a profile header (the JSON top level, or the Parquet metadata) names ("" if none),
+    once its format and version are checked."""
+    if header.get("format") != PROFILE_FORMAT or header.get("version") != PROFILE_VERSION:
+        raise PlacerError(f"{where}: not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
+    return str(header.get("graph_hash", ""))
+
+
+def _objects(values: list) -> np.ndarray:
+    """(K,) object array holding each value as is: ``np.array`` would turn list values into a 2-D array
+    (or fail on ragged ones) before ``OpProfile`` could name the bad entry."""
+    return np.fromiter(values, dtype=object, count=len(values))

@@ -184,6 +184,33 @@ def test_unreachable_cluster__one_error_within_the_timeout():
     check_reachable("auto")  # Ray's to resolve: no check
 
 
+@pytest.mark.parametrize("address", ["localhost", "head:port", ":6379", "ray://head"])
+def test_cluster_address_without_a_port__one_error_and_a_reproduce_writes_nothing(tmp_path, capsys, address):
+    """Ray's own "Invalid address format" came out as a traceback, after reproduce wrote its folder."""
+    assert main(["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu", "--ray-address", address,
+                 "--out", str(tmp_path / "out")]) == 2
+    assert f"Ray address {address!r} is not HOST:PORT" in one_placer_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cluster_address_of_a_web_server__one_error_not_minutes_of_retries(tmp_path):
+    """The dashboard's port (8265) given without http://: Ray retried its handshake for minutes."""
+    import http.server
+    import threading
+
+    from cluster.ray_setup import check_reachable
+    from graphs.errors import PlacerError
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(PlacerError, match="answers HTTP, as a dashboard does, not Ray's control store"):
+            check_reachable(f"127.0.0.1:{server.server_address[1]}", timeout_s=5.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_baselines__a_negative_seed_is_refused_before_the_run_folder(tmp_path, capsys):
     assert main(["baselines", *GRAPH, "--seed", "-1", "--policies", "single-gpu", "--bound-time-limit", "0",
                  "--out", str(tmp_path / "runs")]) == 2
@@ -243,18 +270,20 @@ def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_
             resume_config(runs[policy], {"init": init})
 
 
+@pytest.mark.parametrize("command", ["search", "baselines"])
 def test_search__a_real_measurer_with_no_node_for_the_machines_gpus_is_refused_before_the_run(tmp_path, capsys,
-                                                                                                  monkeypatch):
+                                                                                                  monkeypatch, command):
     """--measurer torch on a machine with GPUs, and a Ray with no GPU node (this one): CPU actors would fail
-    every placement, so it is one error and no run folder."""
+    every placement, so it is one error and no run folder (baselines measured them all as errors, exit 0)."""
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     graph_file = tmp_path / "mlp.parquet"
     assert main(["graphs", "import", "--torch", "tests/fixtures/tiny_models.py:tiny_torch_mlp",
                  "-o", str(graph_file)]) == 0
     capsys.readouterr()
     out = tmp_path / "runs"
-    assert main(["search", "--graph", str(graph_file), "--machine", "paper-2gpu", "--measurer", "torch",
-                 "--policy", "random", "--budget", "4", "--out", str(out)]) == 2
+    policy = ["--policy", "random"] if command == "search" else ["--policies", "single-gpu", "--bound-time-limit", "0"]
+    assert main([command, "--graph", str(graph_file), "--machine", "paper-2gpu", "--measurer", "torch",
+                 *policy, "--budget", "4", "--out", str(out)]) == 2
     lines = placer_stderr(capsys.readouterr().err).splitlines()  # the check needs the cluster: Ray's start line
     assert lines[-1].startswith("placer: error: --measurer torch runs machine 'paper-2gpu''s 2 GPUs on one node, "
                                 "but the Ray cluster has no node with 2 GPUs")
