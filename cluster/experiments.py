@@ -30,6 +30,7 @@ from cluster.jobs.config import SearchConfig
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
+from policies.base import check_seed
 from policies.rl.config import BATCH_SIZE
 
 EXPERIMENT_FILE = "experiment.json"
@@ -184,8 +185,7 @@ def settings_for(quick: bool, measurer: str = "sim", budget: int | None = None, 
         out = replace(out, groups=groups)
     if out.budget < 1 or out.groups < 1:
         raise PlacerError(f"--budget and --groups must be at least 1 (got {out.budget}, {out.groups})")
-    if out.seed < 0:
-        raise PlacerError(f"--seed must be a whole number >= 0, got {out.seed}")
+    check_seed(out.seed, "--seed")
     return out
 
 

@@ -40,11 +40,13 @@ def run(args: argparse.Namespace) -> int:
     from cluster.jsonout import json_safe
     from graphs.registry import check_graph_name, load_graph
     from measurers.catalog import load_machine
+    from policies.base import check_seed
     from policies.exact.bound import proven_bound
     from policies.problem import make_problem
 
     check_bound_time_limit(args.time_limit_s, flag="--time-limit")
     check_counts(1, args.groups, args.grouping)
+    check_seed(args.seed, "--seed")
     check_graph_name(args.graph)
     machine = load_machine(args.machine)
     problem = make_problem(load_graph(args.graph), machine, max_groups=args.groups, grouping_method=args.grouping,

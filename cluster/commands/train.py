@@ -90,15 +90,16 @@ def run(args: argparse.Namespace) -> int:
                "updates": result.updates, "measurements": result.measurements_used, "budget": args.budget,
                "wall_s": result.wall_s, "session_wall_s": wall_s, "session_updates": session_updates,
                "updates_per_s": session_updates / wall_s if wall_s else 0.0,
-               "stop_reason": result.stop_reason, "checkpoint": str(result.checkpoint),
-               "metrics": str(log.path), "metrics_rows": log.rows_written}
+               "stop_reason": result.stop_reason,
+               "checkpoint": str(result.checkpoint) if Path(result.checkpoint).is_file() else None,
+               "metrics": str(log.path) if log.path.is_file() else None, "metrics_rows": log.rows_written}
     if args.json:
         emit_json(summary)
     else:
         print_summary(summary)
     if result.stop_reason == "interrupted":
         print(f"placer: train interrupted; the checkpoint holds its {result.updates} updates: pass --resume to "
-              "continue it" if Path(result.checkpoint).is_file() else
+              "continue it" if summary["checkpoint"] else
               "placer: train interrupted while its teachers searched: nothing was written", file=sys.stderr)
         return 130
     return 0
@@ -146,6 +147,10 @@ def check_train_args(args: argparse.Namespace):
         raise PlacerError(f"--teacher-budget {args.teacher_budget} for each of {problems} "
                           f"problem{'s' * (problems != 1)} spends {args.teacher_budget * problems} of --budget "
                           f"{args.budget}: too little is left to learn from rewards")
+    metrics = metrics_path(args.out)
+    if metrics.exists() and not metrics.is_file():  # found only when training writes it
+        raise PlacerError(f"{metrics}, where the metrics of -o {args.out} go, is not a file: move it or choose "
+                          "another -o")
     if not args.resume:
         if Path(args.out).exists():
             raise PlacerError(f"{args.out} exists: pass --resume to continue it, or choose another path")
@@ -354,6 +359,7 @@ def print_summary(summary: dict) -> None:
                          ("updates/s", f"{summary['updates_per_s']:.2f} ({summary['session_updates']} updates this "
                                        "session)"),
                          ("stopped by", summary["stop_reason"]),
-                         ("checkpoint", summary["checkpoint"]), ("metrics", summary["metrics"])):
+                         ("checkpoint", summary["checkpoint"] or "not written"),
+                         ("metrics", summary["metrics"] or "not written")):
         table.add_row(label, value)
     Console().print(table)

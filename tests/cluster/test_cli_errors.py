@@ -214,7 +214,7 @@ def test_cluster_address_of_a_web_server__one_error_not_minutes_of_retries(tmp_p
 def test_baselines__a_negative_seed_is_refused_before_the_run_folder(tmp_path, capsys):
     assert main(["baselines", *GRAPH, "--seed", "-1", "--policies", "single-gpu", "--bound-time-limit", "0",
                  "--out", str(tmp_path / "runs")]) == 2
-    assert "--seed must be a whole number >= 0, got -1" in one_placer_error(capsys)
+    assert "--seed must be a whole number in 0..4294967295, got -1" in one_placer_error(capsys)
     assert not (tmp_path / "runs").exists()
 
 
@@ -236,7 +236,7 @@ def test_reproduce__a_folder_where_its_settings_file_belongs_is_refused_before_t
 def test_reproduce__a_negative_seed_is_refused_before_the_banner_and_writes_nothing(tmp_path, capsys):
     args = ["reproduce", "mirhoseini2017", "--quick", "--seed", "-1", "--out", str(tmp_path / "out")]
     assert main(args) == 2
-    assert "--seed must be a whole number >= 0, got -1" in one_placer_error(capsys)
+    assert "--seed must be a whole number in 0..4294967295, got -1" in one_placer_error(capsys)
     assert not (tmp_path / "out").exists()
 
 
@@ -344,3 +344,13 @@ def test_a_reader_that_leaves_before_the_json_document_ends_the_command_quietly(
     finally:
         os.close(write_end)
     assert done.returncode == 141 and done.stderr == b"", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("command", [["bound", "--time-limit", "0"], ["search", "--policy", "random"]])
+@pytest.mark.parametrize("seed", ["-1", "9223372036854775808"])
+def test_seed_out_of_range__one_error_before_any_work(tmp_path, capsys, command, seed):
+    """bound took -1, and a seed past 2**63 reached METIS' options as a TypeError traceback."""
+    out = ["--out", str(tmp_path / "runs")] if command[0] == "search" else []
+    assert main([*command, "--graph", "synthetic:40", "--machine", "paper-2gpu", "--seed", seed, *out]) == 2
+    assert f"--seed must be a whole number in 0..4294967295, got {seed}" in one_placer_error(capsys)
+    assert list(tmp_path.iterdir()) == []

@@ -303,7 +303,7 @@ def test_search__graph_neural_placers_keep_their_own_batch_and_network_size(loca
 
 @pytest.mark.parametrize("overrides, message", [
     ({"noise_std": float("inf")}, "--noise must be a finite number >= 0, got inf"),
-    ({"seed": -1}, "--seed must be a whole number >= 0, got -1"),
+    ({"seed": -1}, "--seed must be a whole number in 0..4294967295, got -1"),
     ({"budget": 2.5}, "--budget must be a whole number"),
     ({"groups": 8.0}, "--groups must be a whole number"),
     ({"baselines": "heft"}, "baselines must be a sequence of heuristic names, not the string 'heft'"),

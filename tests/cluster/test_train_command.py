@@ -113,7 +113,12 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--machines", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
     (["--budget", "1"], "--budget must be at least 2 measurements"),
-    (["--entropy", "nan"], "entropy_coeff must not be negative, got nan"),
+    (["--entropy", "nan"], "entropy_coeff must be a finite number >= 0, got nan"),
+    (["--entropy", "inf"], "entropy_coeff must be a finite number >= 0, got inf"),  # trained nothing, exit 0
+    (["--lr", "inf"], "lr must be in (0, 1]"),  # NaN weights: a traceback from the sampler
+    (["--lr", "1e30"], "lr must be in (0, 1]"),
+    (["--layers", "1000"], "num_layers in 1..64"),
+    (["--seed", "18446744073709551616"], "seed must be a whole number in 0..4294967295"),  # METIS' traceback
     (["--groups", "0"], "--groups must be a whole number of at least 1"),
     (["--order", "sideways"], "unknown --order 'sideways'"),
     (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
@@ -308,6 +313,8 @@ def _edited_networks(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
          "do not fit its architecture"),
         (edited("nan", lambda s: s["trainer"]["net"][first_weight(s)].fill_(float("nan"))), "gdp",
          "NaN or infinite"),
+        (edited("huge", lambda s: s["architecture"].update(num_layers=10**12)), "gdp",  # built: 23 GB and on
+         "num_layers in 1..64"),
     ]
 
 
@@ -382,6 +389,35 @@ def test_train__an_interrupt_while_the_teachers_search_writes_nothing(tmp_path, 
 
     monkeypatch.setattr(family, "teach", teach_then_interrupt)
     out = tmp_path / "gdp.pt"
-    assert _train(out, "--teacher-budget", "8") == 130
-    assert "interrupted while its teachers searched: nothing was written" in capsys.readouterr().err
+    assert _train(out, "--teacher-budget", "8", "--json") == 130
+    captured = capsys.readouterr()
+    assert "interrupted while its teachers searched: nothing was written" in captured.err
     assert list(tmp_path.iterdir()) == []
+    summary = json.loads(captured.out)  # it names no file it never wrote
+    assert (summary["checkpoint"], summary["metrics"], summary["stop_reason"]) == (None, None, "interrupted")
+
+
+def test_train__a_folder_where_the_metrics_go_is_refused_before_training(tmp_path, capsys):
+    """Found only when the metrics were first written, after training; the checkpoint it had written then
+    made the same command fail as "exists"."""
+    out = tmp_path / "c.pt"
+    Path(str(out) + ".metrics.parquet").mkdir()
+    assert _train(out) == 2
+    assert "c.pt.metrics.parquet, where the metrics of -o" in one_placer_error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("section", ["optimizers", "rng", "progress"])
+def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(trained, tmp_path, capsys, section):
+    import torch
+
+    state = torch.load(trained[0], weights_only=True)
+    if section == "progress":
+        state["progress"] = None
+    else:
+        del state["trainer"][section]
+    out = tmp_path / "gdp.pt"
+    torch.save(state, out)
+    assert _train(out, "--resume", budget=96) == 2
+    name = section if section == "progress" else f"trainer.{section}"
+    assert f"checkpoint {out} lacks {name}, which training reads to continue" in one_placer_error(capsys)

@@ -131,7 +131,7 @@ def test_place__bad_options_are_one_error_naming_them(small, name, options, mess
 
 @pytest.mark.parametrize("budget, seed, message", [
     (2.5, 0, "budget of a whole number"), (float("nan"), 0, "budget of a whole number"),
-    (8, -1, "a seed must be a whole number >= 0, got -1"), (8, 1.5, "a seed must be a whole number"),
+    (8, -1, "a seed must be a whole number in 0..4294967295, got -1"), (8, 1.5, "a seed must be a whole number"),
 ])
 def test_place__budget_and_seed_are_whole_numbers(small, budget, seed, message):
     problem, measurer = small

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from graphs.errors import PlacerError
+from policies.base import check_seed
 
 KINDS = ("gdp", "placeto", "giph")
 GRAPH_NEURAL = (*KINDS, "hsdag")
 """Every graph-neural placer: they keep their own network sizes and batch in a search."""
 ORDERS = ("topo", "reverse-topo", "bfs", "random")
 GDP_ATTENTION_HEADS = 4  # GDP's attention across groups splits hidden_size among this many heads
+MAX_HIDDEN, MAX_LAYERS = 4096, 64  # far above what trains here; a checkpoint claiming more is damaged
+MAX_LR = 1.0  # Adam's step size: beyond it the weights become NaN within an update
 
 
 @dataclass(frozen=True)
@@ -55,18 +59,21 @@ class GnnConfig:
             raise PlacerError(f"unknown --order {self.order!r} (known: {', '.join(ORDERS)})")
         if self.batch_size < 2:
             raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
-        if self.hidden_size < 4 or self.num_layers < 1:
-            raise PlacerError(f"hidden_size must be >= 4 and num_layers >= 1, got {self.hidden_size}, {self.num_layers}")
+        if not 4 <= self.hidden_size <= MAX_HIDDEN or not 1 <= self.num_layers <= MAX_LAYERS:
+            raise PlacerError(f"hidden_size must be in 4..{MAX_HIDDEN} and num_layers in 1..{MAX_LAYERS}, got "
+                              f"{self.hidden_size}, {self.num_layers}")
         if self.kind == "gdp" and self.hidden_size % GDP_ATTENTION_HEADS:
             raise PlacerError(f"gdp's hidden_size must be a multiple of {GDP_ATTENTION_HEADS} (its attention heads), "
                               f"got {self.hidden_size}")
-        if not self.entropy_coeff >= 0:  # NaN too
-            raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
+        if not 0 <= self.entropy_coeff < math.inf:  # NaN too
+            raise PlacerError(f"entropy_coeff must be a finite number >= 0, got {self.entropy_coeff}")
         if self.episode_steps < 1 or not 0.0 < self.discount <= 1.0 or not 0.0 <= self.random_start <= 1.0:
             raise PlacerError(f"episode_steps must be >= 1, discount in (0, 1] and random_start in [0, 1], got "
                               f"{self.episode_steps}, {self.discount}, {self.random_start}")
-        if not self.lr > 0 or not self.failure_factor > 1.0:
-            raise PlacerError(f"lr must be positive and failure_factor above 1, got {self.lr}, {self.failure_factor}")
+        if not 0 < self.lr <= MAX_LR or not self.failure_factor > 1.0:
+            raise PlacerError(f"lr must be in (0, {MAX_LR:g}] and failure_factor above 1, got {self.lr}, "
+                              f"{self.failure_factor}")
+        check_seed(self.seed, "seed")
 
     @property
     def architecture(self) -> dict:

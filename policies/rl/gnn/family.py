@@ -164,6 +164,7 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
     names, settings, a budget no lower than the measurements it made): one PlacerError naming the file for
     the first difference. Returns the checkpoint's state."""
     state = read_checkpoint(out, config.kind)
+    _check_resume_sections(out, state)
     if state["architecture"] != config.architecture:
         raise PlacerError(f"checkpoint {out} holds a network {state['architecture']}, not {config.architecture}: "
                           "resume with the same --hidden and --layers")
@@ -185,6 +186,19 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
     return state
 
 
+RESUME_SECTIONS = ("optimizers", "generator", "rng", "iteration")  # of "trainer", besides the network
+
+
+def _check_resume_sections(out, state: dict) -> None:
+    """What continuing training reads beyond the weights (which a search's --init reads alone)."""
+    trainer, progress = state.get("trainer"), state.get("progress")
+    missing = [f"trainer.{key}" for key in RESUME_SECTIONS if key not in trainer]
+    missing += [] if isinstance(progress, dict) else ["progress"]
+    if missing:
+        raise PlacerError(f"checkpoint {out} lacks {', '.join(missing)}, which training reads to continue: it "
+                          "can start a search (--init) but not be resumed")
+
+
 TRAIN_FLAGS = {"batch_size": "--batch", "lr": "--lr", "entropy_coeff": "--entropy", "order": "--order",
                "episode_steps": "--episode-steps", "discount": "--discount", "seed": "--seed"}
 """`placer train`'s flag of each GnnConfig field it sets (the network's own are checked as the architecture)."""
@@ -199,7 +213,11 @@ def _changed_training_settings(stored: dict, config: GnnConfig) -> list[str]:
 
 def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int) -> dict:
     state = check_resume(out, config, names, settings, budget)
-    trainer.load_state(state["trainer"])
+    try:
+        trainer.load_state(state["trainer"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # a section of the wrong shape
+        raise PlacerError(f"checkpoint {out}: its trainer state cannot be restored ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
     progress = dict(state["progress"])
     progress["budget"] = budget
     return progress
