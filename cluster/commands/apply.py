@@ -39,10 +39,7 @@ def run(args) -> int:
         raise PlacerError(f"--depth must be at least 1, got {args.depth}")
     run, summary = run_summary(args.run_dir, args.graph, args.depth)
     if args.module_map:
-        path = Path(args.module_map)
-        if not path.parent.is_dir():
-            raise PlacerError(f"cannot write the module map: folder {str(path.parent)!r} does not exist")
-        write_text_atomic(path, json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
+        write_text_atomic(Path(args.module_map), json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
                                             "machine": summary.machine, "modules": summary.modules}, indent=2))
     if args.json:
         emit_json({"run": run.manifest.run_id, "run_dir": str(run.run_dir), "runtime_s": run.best.runtime_s,

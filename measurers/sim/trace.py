@@ -43,11 +43,9 @@ def chrome_trace(graph: OpGraph, machine: Machine, result: SimResult) -> dict:
 
 
 def write_trace(path: str | os.PathLike, graph: OpGraph, machine: Machine, result: SimResult) -> Path:
-    """Write ``chrome_trace(...)`` to ``path`` atomically."""
+    """Write ``chrome_trace(...)`` to ``path`` atomically (missing folders above it are made)."""
     trace = chrome_trace(graph, machine, result)
     path = Path(path)
-    if path.parent and not path.parent.is_dir():
-        raise PlacerError(f"cannot write trace {str(path)!r}: folder {str(path.parent)!r} does not exist")
     with atomic_file(path) as tmp, open(tmp, "w") as handle:
         json.dump(trace, handle)
     return path

@@ -233,7 +233,7 @@ def test_placer_apply__json_sums_to_the_graph_and_counts_transfers_as_the_simula
     from measurers.sim.reference import Simulator
 
     run_dir, graph = torch_run
-    module_map = tmp_path / "modules.json"
+    module_map = tmp_path / "maps" / "modules.json"  # missing folders are made, as for every output file
     capsys.readouterr()
     assert main(["apply", str(run_dir), "--json", "--module-map", str(module_map)]) == 0
     report = json.loads(capsys.readouterr().out)

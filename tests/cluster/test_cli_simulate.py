@@ -38,7 +38,7 @@ def test_simulate__engines_agree_and_placement_file_matches_policy(tmp_path, cap
 
 
 def test_simulate__trace_file_is_chrome_trace_format(tmp_path, capsys):
-    trace = tmp_path / "t.json"
+    trace = tmp_path / "new folder" / "t.json"  # missing folders are made, as for every output file
     assert main(["simulate", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policy", "round-robin",
                  "--trace", str(trace)]) == 0
     assert "lower bound" in capsys.readouterr().out
