@@ -99,6 +99,8 @@ def _checked_ir_files(xml_path: str) -> Path:
         raise PlacerError(f"OpenVINO IR {xml_file} is not well-formed XML ({exc})") from None
     if root.tag != "net":
         raise PlacerError(f"{xml_file} is not an OpenVINO IR: its root element is <{root.tag}>, not <net>")
+    if root.find("layers/layer") is None:  # else OpenVINO tries its other readers, TensorFlow's logging lines
+        raise PlacerError(f"OpenVINO IR {xml_file} has no layers")
     has_weights = any(layer.get("type") == "Const" for layer in root.iter("layer"))
     if has_weights and not xml_file.with_suffix(".bin").is_file():
         raise PlacerError(f"OpenVINO IR {xml_file}: its weights file {xml_file.with_suffix('.bin')} is missing")

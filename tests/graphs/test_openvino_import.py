@@ -97,6 +97,7 @@ def test_import_openvino_ir__damaged_files_are_placer_errors_naming_the_file(tmp
     cases = {"truncated": (text[: len(text) // 2], True, "not well-formed XML"),
              "random": (np.random.default_rng(0).bytes(500), True, "not well-formed XML"),
              "not_ir": (b"<model><layer/></model>", True, "not an OpenVINO IR"),
+             "empty_net": (b"<net></net>", True, "has no layers"),  # OpenVINO tried TensorFlow's reader on it
              "no_bin": (text, False, "weights file .* is missing")}
     for label, (content, with_bin, problem) in cases.items():
         xml = tmp_path / f"{label}.xml"
