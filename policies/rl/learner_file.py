@@ -6,6 +6,7 @@ holds at least its ``iteration`` and ``measurements_used``."""
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -29,8 +30,14 @@ def load_torch_file(path: str | os.PathLike, what: str):
         if bad is not None:
             raise PlacerError(f"{what} {path} is damaged: {bad} fails its checksum")
     try:
-        return torch.load(path, weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():  # a foreign pickle's protocol note: the error below says it all
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.load(path, weights_only=True, map_location="cpu")
     except Exception as exc:  # noqa: BLE001  torch raises RuntimeError, EOFError, UnpicklingError...
+        if str(exc).startswith("Weights only load failed"):  # torch's advice to load it unsafely is not ours
+            reason = str(exc).partition("WeightsUnpickler error:")[2].strip().split("\n")[0] or "unreadable"
+            raise PlacerError(f"{what} {path} is damaged or not a checkpoint placer wrote: torch's safe loader "
+                              f"refuses it ({reason})") from None
         raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
 

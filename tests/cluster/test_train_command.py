@@ -270,7 +270,10 @@ def _bad_checkpoints(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
     first = next(iter(state["feature_layout"]))
     state["feature_layout"][first] = state["feature_layout"][first][::-1]
     torch.save(state, edited)
-    return [(truncated, "gdp", "damaged or truncated"), (noise, "gdp", "damaged or truncated"),
+    array = folder / "placement.npy"  # a numpy file (a pickle of objects torch's safe loader refuses)
+    np.save(array, np.zeros(3, dtype=object), allow_pickle=True)
+    return [(truncated, "gdp", "damaged or truncated"), (noise, "gdp", "damaged or not a checkpoint placer"),
+            (array, "gdp", "damaged or not a checkpoint placer wrote: torch's safe loader refuses it (Unsupported"),
             (learner, "gdp", "not a gdp/placeto/giph checkpoint"), (source, "placeto", "a gdp checkpoint, not placeto"),
             (edited, "gdp", "another feature layout"), (_flipped(source, folder), "gdp", "fails its checksum"),
             *_edited_networks(source, folder)]
