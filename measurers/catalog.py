@@ -50,7 +50,8 @@ def load_machine(name_or_file: str) -> Machine:
         return hetero_machine(name_or_file)
     if not path.is_file():
         if name_or_file not in list_machines():
-            raise PlacerError(f"unknown machine {name_or_file!r}: not a file and not in the catalog "
+            what = "a folder, not a machine file, and not" if path.is_dir() else "not a file and not"
+            raise PlacerError(f"unknown machine {name_or_file!r}: {what} in the catalog "
                               f"(machines: {', '.join(list_machines())}, local, openvino, hetero:SEED)")
         path = CATALOG_DIR / f"{name_or_file}.json"
     try:

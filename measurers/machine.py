@@ -34,6 +34,9 @@ class Device:
         for key in ("peak_flops", "mem_bandwidth_Bps", "memory_bytes"):
             if not getattr(self, key) > 0:
                 raise PlacerError(f"device {self.name!r}: {key} must be positive")
+        if not self.memory_bytes < 2**63:  # the simulator and the bound hold capacities as int64
+            raise PlacerError(f"device {self.name!r}: memory_bytes must be below 2**63 (int64), "
+                              f"got {self.memory_bytes:.4g}")
         if self.op_overhead_s < 0:
             raise PlacerError(f"device {self.name!r}: op_overhead_s must not be negative")
         for key in ("compute_efficiency", "memory_efficiency"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from graphs.errors import PlacerError
 from measurers.devices import device_profiles
+from measurers.files import file_problem
 from measurers.machine import Device, Link, Machine
 
 NOTE_FIELDS = ("source", "notes")  # free text allowed in profiles and device entries
@@ -37,8 +38,8 @@ def machine_from_json(data: object, where: str = "machine", base_dir: Path | Non
     profile = str(data.get("profile", ""))
     if profile:
         profile_path = Path(profile) if base_dir is None else Path(base_dir) / profile
-        if not profile_path.is_file():
-            raise PlacerError(f"{where}: profile file {str(profile_path)!r} does not exist")
+        if problem := file_problem(profile_path):
+            raise PlacerError(f"{where}: profile file {str(profile_path)!r} {problem}")
         profile = str(profile_path.resolve())
     try:
         machine = Machine(

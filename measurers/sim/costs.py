@@ -54,8 +54,9 @@ MEMORY_FACTOR = {  # fraction of the device's typical memory bandwidth
 
 def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None" = None) -> np.ndarray:
     """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it.
-    Without an explicit ``profile``, the machine file's own profile (if it names one) applies. Times too
-    large to simulate are a PlacerError (see ``_check_op_times``)."""
+    Without an explicit ``profile``, the machine file's own profile (if it names one) applies. Op or
+    transfer times too large to simulate are a PlacerError (``_check_op_times``, ``_check_transfer_times``):
+    every user of op times (simulator, lower bound, exact policies) builds them here."""
     if profile is None and machine.profile:
         profile = load_profile(machine.profile)
     classes = op_class_codes(graph)  # (N,) int8
@@ -75,16 +76,17 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
     allowed = (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0  # (N, D) bool
     times[~allowed] = np.inf
     _check_op_times(graph, machine, times, allowed)
+    _check_transfer_times(graph, machine)
     return times
 
 
-MAX_TOTAL_OP_S = 1e15  # about 32 million years: far above any real step, far below float overflow
+MAX_TOTAL_S = 1e15  # about 32 million years: far above any real step, far below float overflow
 
 
 def _check_op_times(graph: OpGraph, machine: Machine, times: np.ndarray, allowed: np.ndarray) -> None:
     """``inf`` must mean "may not run there" only, and no step may overflow: every allowed time finite and
     their total, each op on its slowest allowed device (a bound on any placement's compute), at most
-    ``MAX_TOTAL_OP_S``. Device figures such as peak_flops 1e-300, or profile times of 1e308 s, used to give
+    ``MAX_TOTAL_S``. Device figures such as peak_flops 1e-300, or profile times of 1e308 s, used to give
     a step of ``inf`` s reported as "ok" (and numpy overflow warnings)."""
     bad = allowed & ~np.isfinite(times)
     if bad.any():
@@ -93,13 +95,30 @@ def _check_op_times(graph: OpGraph, machine: Machine, times: np.ndarray, allowed
         raise PlacerError(f"op {graph.op_names[i]!r} ({graph.flops[i]:.3g} flops, {graph.bytes_accessed[i]:.3g} "
                           f"bytes) takes longer than a float can hold on device {device.name!r} (peak_flops "
                           f"{device.peak_flops:.3g}, mem_bandwidth_Bps {device.mem_bandwidth_Bps:.3g}): "
-                          "the device's figures are too small to simulate")
+                          "the op's size or the device's figures are too extreme to simulate")
     with np.errstate(over="ignore"):
         total_s = float(np.where(allowed, times, 0.0).max(axis=1, initial=0.0).sum())
-    if not total_s <= MAX_TOTAL_OP_S:
+    if not total_s <= MAX_TOTAL_S:
         raise PlacerError(f"the ops of graph {graph.name!r} take {total_s:.3g} s in all on machine {machine.name!r} "
-                          f"(each on its slowest allowed device), more than {MAX_TOTAL_OP_S:.0e} s: the profile's "
+                          f"(each on its slowest allowed device), more than {MAX_TOTAL_S:.0e} s: the profile's "
                           "times or the devices' figures are too extreme to simulate")
+
+
+def _check_transfer_times(graph: OpGraph, machine: Machine) -> None:
+    """Every edge sent once over the slowest link (at most one transfer per edge: a bound on any
+    placement's transfers) must take at most ``MAX_TOTAL_S`` in all: a link with latency_s 1e308 or
+    bandwidth_Bps 1e-300 gave steps of inf (or 1.6e308) s reported as "ok"."""
+    if not machine.links or not len(graph.edge_bytes):
+        return
+    latency_s = max(link.latency_s for link in machine.links)
+    bandwidth_Bps = min(link.bandwidth_Bps for link in machine.links)
+    with np.errstate(over="ignore", divide="ignore"):
+        total_s = float(len(graph.edge_bytes) * latency_s + np.sum(graph.edge_bytes, dtype=np.float64) / bandwidth_Bps)
+    if not total_s <= MAX_TOTAL_S:
+        raise PlacerError(f"the transfers of graph {graph.name!r} may take {total_s:.3g} s in all on machine "
+                          f"{machine.name!r} (each edge over its slowest link: latency_s up to {latency_s:.3g}, "
+                          f"bandwidth_Bps down to {bandwidth_Bps:.3g}), more than {MAX_TOTAL_S:.0e} s: "
+                          "the links' figures are too extreme to simulate")
 
 
 def transfer_time_s(machine: Machine, src_dev: int, dst_dev: int, nbytes: float) -> float:

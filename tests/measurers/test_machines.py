@@ -52,6 +52,11 @@ def test_user_machine_file__profile_reference_with_override(tmp_path):
     assert machine.devices[1].memory_bytes == 6 * 10**9 and machine.devices[1].peak_flops == 4.37e12
 
 
+def test_user_machine_file__largest_int64_memory_is_accepted(tmp_path):
+    machine = load_machine(str(user_file(tmp_path, lambda d: d["devices"][1].update(memory_bytes=2**63 - 1))))
+    assert machine.devices[1].memory_bytes == 2**63 - 1
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["devices"][2].update(model="my-gpu") or d["devices"][2].pop("peak_flops"),
      r"devices\[2\]: missing field 'peak_flops'"),  # spelled out (no catalog model), one field short
@@ -62,6 +67,9 @@ def test_user_machine_file__profile_reference_with_override(tmp_path):
     (lambda d: d["links"].pop(), "no link from 'gpu:1' to 'gpu:0'"),
     (lambda d: d["devices"][2].update(op_overhead_s=-1.0), "op_overhead_s must not be negative"),
     (lambda d: d["devices"][2].update(speed=3), "unknown field 'speed'"),
+    (lambda d: d["devices"][1].update(memory_bytes=2**63), r"memory_bytes must be below 2\*\*63"),  # int64 overflow
+    (lambda d: d["devices"][1].update(memory_bytes=1e300), r"memory_bytes must be below 2\*\*63"),
+    (lambda d: d.update(profile="."), r"profile file '.*' is a folder, not a file"),
 ])
 def test_user_machine_file__bad_field_is_one_error_naming_file_and_field(tmp_path, mutate, message):
     path = user_file(tmp_path, mutate)
@@ -71,8 +79,10 @@ def test_user_machine_file__bad_field_is_one_error_naming_file_and_field(tmp_pat
 
 
 def test_load_machine__unknown_name_or_bad_json(tmp_path):
-    with pytest.raises(PlacerError, match="unknown machine 'dgx9'"):
+    with pytest.raises(PlacerError, match="unknown machine 'dgx9': not a file and not in the catalog"):
         load_machine("dgx9")
+    with pytest.raises(PlacerError, match="a folder, not a machine file, and not in the catalog"):
+        load_machine(str(tmp_path))
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(PlacerError, match="not readable JSON"):
         load_machine(str(tmp_path / "bad.json"))

@@ -191,6 +191,87 @@ def test_profile__bad_file_is_one_error(tmp_path):
         load_profile(path)
 
 
+def test_profile__parquet_keeps_the_graph_hash_like_json(tmp_path):
+    """The Parquet form dropped the hash, so `simulate --profile` took a profile of another graph."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    profile = OpProfile(np.array(["a"], dtype=object), np.array(["toy"], dtype=object), np.array([1.0]), "abc123")
+    for name in ("p.json", "p.parquet"):
+        assert load_profile(save_profile(profile, tmp_path / name)).graph_hash == "abc123"
+    columns = {"op": ["a"], "device_model": ["toy"], "time_s": [1.0]}
+    pq.write_table(pa.table(columns), tmp_path / "older.parquet")  # no header: names no graph, as a JSON without one
+    assert load_profile(tmp_path / "older.parquet").graph_hash == ""
+    header = {b"placer.op_profile": json.dumps({"format": "placer-op-profile", "version": 2}).encode()}
+    pq.write_table(pa.table(columns).replace_schema_metadata(header), tmp_path / "v2.parquet")
+    with pytest.raises(PlacerError, match="v2.parquet': not a placer-op-profile version 1 file"):
+        load_profile(tmp_path / "v2.parquet")
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"op": "a", "device_model": ["toy"], "time_s": 1.0}, r"entry 1: device_model must be a string, got \['toy'\]"),
+    ({"op": {"x": 1}, "device_model": "toy", "time_s": 1.0}, r"entry 1: op must be a string, got \{'x': 1\}"),
+    ({"op": 7, "device_model": "toy", "time_s": 1.0}, "entry 1: op must be a string, got 7"),
+])
+def test_profile__entry_that_is_not_a_string_is_one_error(tmp_path, entry, message):
+    """Such entries crashed with TypeError (unhashable) while looking for duplicate pairs."""
+    path = tmp_path / "p.json"
+    entries = [{"op": "b", "device_model": "toy", "time_s": 1.0}, entry]
+    path.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": entries}))
+    with pytest.raises(PlacerError, match=message) as error:
+        load_profile(path)
+    assert "p.json" in str(error.value)
+
+
+def test_profile__parquet_list_column_is_one_error(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"op": ["a"], "device_model": [["toy"]], "time_s": [1.0]}), tmp_path / "p.parquet")
+    with pytest.raises(PlacerError, match=r"p.parquet': op profile: entry 0: device_model must be a string"):
+        load_profile(tmp_path / "p.parquet")
+
+
+def test_profile__folder_is_named_a_folder(tmp_path):
+    with pytest.raises(PlacerError, match="is a folder, not a file"):
+        load_profile(tmp_path)
+    with pytest.raises(PlacerError, match="does not exist"):
+        load_profile(tmp_path / "missing.json")
+
+
+def _extreme_machine(*, device=None, link=None) -> Machine:
+    """toy_machine(num_gpus=1) with gpu:0's or every link's figures replaced."""
+    from dataclasses import replace
+
+    machine = toy_machine(num_gpus=1)
+    devices = tuple(replace(d, **device) if device and d.name == "gpu:0" else d for d in machine.devices)
+    links = tuple(replace(l, **link) if link else l for l in machine.links)
+    return replace(machine, devices=devices, links=links)
+
+
+@pytest.mark.parametrize("machine, profile_s, message", [
+    (_extreme_machine(device={"peak_flops": 1e-300}), None, "op 'a' .* takes longer than a float can hold on "
+     "device 'gpu:0' \\(peak_flops 1e-300"),
+    (_extreme_machine(), 1e308, "the ops of graph 'toy' take inf s in all on machine 'toy'"),
+    (_extreme_machine(), 1e300, "the ops of graph 'toy' take 2e\\+300 s in all"),  # finite, yet absurd
+    (_extreme_machine(link={"latency_s": 1e308}), None, "the transfers of graph 'toy' may take 1e\\+308 s"),
+    (_extreme_machine(link={"bandwidth_Bps": 1e-300}), None, "the transfers of graph 'toy' may take 8e\\+300 s"),
+])
+def test_times_too_extreme_to_simulate__are_one_error_without_numpy_warnings(machine, profile_s, message):
+    """Such figures gave a step of inf s (or 1.6e308 s) reported as "ok", and numpy overflow warnings."""
+    import warnings
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
+    profile = None if profile_s is None else OpProfile(np.array(["a", "b"], dtype=object),
+                                                       np.array(["toy", "toy"], dtype=object),
+                                                       np.array([profile_s, profile_s]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for engine in ENGINES:
+            with pytest.raises(PlacerError, match=message):
+                simulate(graph, machine, np.array([1, 2]), engine=engine, profile=profile)
+
+
 def test_check_placement__wrong_length_range_and_kind():
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [], allowed_mask=np.array([2, 3], dtype=np.uint8))
     machine = toy_machine(num_gpus=1)
