@@ -31,6 +31,7 @@ from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, 
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.base import check_seed
+from policies.registry import policy_entry
 from policies.rl.config import BATCH_SIZE
 
 EXPERIMENT_FILE = "experiment.json"
@@ -292,11 +293,14 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
 
     emit = on_event or (lambda event: None)
     run_dir = find_cell_run(cell_dir, policy)
+    if run_dir is not None and int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget \
+            and not policy_entry(policy).learned:
+        run_dir = None  # a search's placements depend on its budget: a new run (the newest is the cell's)
     if run_dir is not None and (run_dir / RESULT_FILE).is_file():
         if int(read_manifest(run_dir).config.get("budget", 0)) >= settings.budget:
             emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
             return
-        (run_dir / RESULT_FILE).unlink()  # a larger budget now: the finished run goes on from where it ended
+        (run_dir / RESULT_FILE).unlink()  # a larger budget now: the finished learner goes on from its checkpoint
     if run_dir is not None and not (run_dir / GROUPING_FILE).is_file():
         run_dir.rename(run_dir.with_name(f".broken-{time.time_ns()}-{run_dir.name}"))  # died before it could resume
         run_dir = None

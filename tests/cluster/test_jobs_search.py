@@ -100,6 +100,19 @@ def test_search__same_seed_same_best_placement(tmp_path):
     assert read_best(first["run_dir"]).placement == read_best(second["run_dir"]).placement
 
 
+def test_search__a_search_resumed_with_a_larger_budget_is_refused(local_ray, tmp_path):
+    """Annealing is run again from its start on resume; at another budget its schedule proposes other
+    placements, and the log held 133 rows of a 96-measurement run."""
+    from cluster.jobs import resume_config
+
+    first = run_search(_config(tmp_path, policy="annealing", budget=16))
+    with pytest.raises(PlacerError, match="--budget 32: a resume runs annealing \\(not a learner\\) again from its "
+                                          "start"):
+        resume_config(first.run_dir, {"budget": 32})
+    with pytest.raises(PlacerError, match="finished \\(stopped by budget at --budget 16\\): start a new run"):
+        resume_config(first.run_dir, {})  # not "pass a larger --budget"
+
+
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     first = run_search(_config(tmp_path, budget=8))
     resumed = run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)))

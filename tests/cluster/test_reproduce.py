@@ -104,8 +104,9 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
         calls.append(config)
         if config.resume:
             run_dir = Path(config.resume)
-        else:
-            run_dir = write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget)
+        else:  # written aside and named after the call: a new run beside an old one of the same id
+            written = write_run(tmp_path / f"new{len(calls)}", rows=[], policy=config.policy, budget=config.budget)
+            run_dir = written.rename(Path(config.out) / f"{written.name}-{len(calls)}")
             (run_dir / cluster.jobs.GROUPING_FILE).write_bytes(b"")
         result = _FakeResult(run_dir)
         (run_dir / RESULT_FILE).write_text(json.dumps(result.to_json()))
@@ -128,9 +129,12 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
     events.clear()
     run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", replace(settings, budget=200),
                    on_event=events.append)
-    actions = [e.action for e in events if e.action != "done"]
-    assert "skipped (finished)" not in actions  # a larger budget: every finished run goes on
-    assert actions.count("resumed") == 4  # the nmt-2 runs (the others have no grouping: started afresh)
+    actions = [(e.cell.graph, e.policy, e.action) for e in events if e.action != "done"]
+    assert not [a for a in actions if a[2] == "skipped (finished)"]  # a larger budget: every finished run goes on
+    # the learners of nmt-2 from their checkpoints (the others have no grouping: started afresh); every
+    # search starts again in a new run folder, its placements depending on its budget (annealing's schedule)
+    assert [a for a in actions if a[2] == "resumed"] == [("nmt-2", "reinforce", "resumed")] * 2
+    assert {a[2] for a in actions if a[1] != "reinforce"} == {"started"}
 
 
 def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypatch):
