@@ -594,6 +594,8 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
     if warm is not None and warm.source not in {b.policy for b in baselines} and math.isfinite(warm.runtime_s):
         candidates.append((warm.runtime_s, f"warm start ({warm.source})"))  # a file's, scored on its own
     best_runtime_s, best_source = min(candidates)
+    if not math.isfinite(best_runtime_s):
+        best_source = "none ran ok"  # every candidate failed: no policy found it
     return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,
                         best_source, outcome.best_runtime_s, outcome.measurements, problem.lower_bound_s,
                         baselines, stop_reason, wall_s, outcome.seconds_per_update, problem.num_units,

@@ -376,3 +376,20 @@ def test_search__a_resumed_run_logs_what_a_run_never_stopped_logs_when_batches_r
         return [(tuple(p), int(i), bool(h)) for p, i, h in zip(rows.placement, rows.iteration, rows.cache_hit)]
 
     assert learner_rows(run_dir) == learner_rows(straight.run_dir)
+
+
+def test_search__a_run_where_nothing_ran_ok_says_so(local_ray, tmp_path, capsys):
+    """Every placement out of memory (devices of 1 kB): the table said "overall best (reinforce) - ok" and
+    result.json named reinforce as the source of no best."""
+    from cluster.commands.search import print_result
+
+    machine = json.loads((Path(REPO) / "measurers" / "catalog" / "paper-2gpu.json").read_text())
+    for device in machine["devices"]:
+        device["memory_bytes"] = 1000
+    machine_file = tmp_path / "tiny.json"
+    machine_file.write_text(json.dumps(machine))
+    result = run_search(_config(tmp_path, machine=str(machine_file), budget=8))
+    assert math.isinf(result.best_runtime_s) and result.best_source == "none ran ok"
+    print_result(result)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
+    assert rows and all("│ ok " not in line for line in rows)  # the overall best's row said ok
