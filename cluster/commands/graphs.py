@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.commands.paths import output_file
+from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 from graphs.grouping import DEFAULT_MAX_GROUPS
@@ -177,7 +178,7 @@ def _trace_model(args: argparse.Namespace):
         importer = _importer("graphs.torch.importer", "import_torch_spec", "PyTorch")
     else:
         _check_keras_file(spec)
-        _import_tensorflow_without_its_startup_lines()
+        import_tensorflow_quietly()
         importer = _importer("graphs.tf.importer", "import_keras_spec", "Keras")
     try:
         return importer(spec) if args.torch else importer(spec, batch_size=args.batch_size)
@@ -196,36 +197,6 @@ def _check_keras_file(spec: str) -> None:
         check_spec_file(spec, "keras")
     elif not Path(spec).is_file():
         raise PlacerError(f"Keras model file {spec!r} does not exist")
-
-
-def _import_tensorflow_without_its_startup_lines() -> None:
-    """TensorFlow's C++ start-up writes a few lines to file descriptor 2 (no CUDA driver, CPU features,
-    absl) that say nothing about the user's model: they are held back, and shown only if the import fails.
-    Its later C++ log lines (the failed cuInit of a machine without a GPU) are off unless
-    TF_CPP_MIN_LOG_LEVEL says otherwise; its errors still raise as exceptions."""
-    import tempfile
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        try:
-            os.dup2(held.fileno(), 2)
-            import graphs.native_order  # noqa: F401  (OR-Tools before TensorFlow)
-            import tensorflow  # noqa: F401
-        except Exception as exc:  # noqa: BLE001  (ImportError: _importer names the missing importer)
-            failed = exc
-        else:
-            failed = None
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-        if failed is not None:
-            held.seek(0)
-            sys.stderr.write(held.read().decode(errors="replace"))
-            if not isinstance(failed, ImportError):
-                raise PlacerError(f"TensorFlow failed to load: {type(failed).__name__}: {failed}") from None
 
 
 def _warn_ops_without_flops(missing: dict[str, int]) -> None:

@@ -33,6 +33,7 @@ def register(subparsers) -> None:
 
 
 def _measure(args) -> int:
+    from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, build_measurer
@@ -44,6 +45,8 @@ def _measure(args) -> int:
     args.runs = timing.runs if args.runs is None else args.runs
     args.warmup = timing.warmup if args.warmup is None else args.warmup
 
+    if args.measurer == "tf":
+        import_tensorflow_quietly()
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     placement = load_placement(args.placement, graph, machine) if args.placement else None

@@ -21,14 +21,19 @@ def register(subparsers) -> None:
 
 
 def _profile(args) -> int:
+    from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
     from graphs.errors import PlacerError
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import save_profile
     from measurers.profiler import profile_graph
+    from policies.base import check_seed
 
     if args.runs < 1 or args.warmup < 0:
         raise PlacerError("--runs must be at least 1 and --warmup not negative")
+    check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback
+    if args.measurer == "tf":
+        import_tensorflow_quietly()
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = profile_graph(graph, machine, args.measurer, args.runs, args.warmup, args.seed)

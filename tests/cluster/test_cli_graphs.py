@@ -204,7 +204,7 @@ def test_graphs_import__a_subclassed_keras_model_never_called_gets_its_weights_f
     assert graph.num_params == 6 * 16 + 16 + 16 * 2 + 2 and (graph.op_kinds == "Variable").sum() == 4
 
 
-def test_graphs_import__keras_in_a_fresh_process_prints_nothing_of_tensorflows_startup(tmp_path):
+def test_keras_import_and_the_tf_measurer_in_a_fresh_process_print_nothing_of_tensorflows_startup(tmp_path):
     import subprocess
     import sys
 
@@ -215,6 +215,13 @@ def test_graphs_import__keras_in_a_fresh_process_prints_nothing_of_tensorflows_s
                           cwd=FIXTURES.parents[1], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert done.stdout.startswith(f"wrote {out}")
+    for command in (["measure", "--graph", str(out), "--machine", "local", "--measurer", "tf", "--policy",
+                     "device:0", "--runs", "1", "--warmup", "0"],  # 7 lines of TensorFlow's, 23 for profile
+                    ["profile", "--graph", str(out), "--measurer", "tf", "--runs", "1", "--warmup", "0", "-o",
+                     str(tmp_path / "profile.json")]):
+        done = subprocess.run([sys.executable, "-m", "cluster.cli", *command], cwd=FIXTURES.parents[1], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stderr == "", (command[0], done.stderr)
 
 
 @pytest.mark.parametrize("spec, message", [("missing.keras", "Keras model file 'missing.keras' does not exist"),

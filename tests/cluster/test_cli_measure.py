@@ -117,6 +117,15 @@ def test_profile__unknown_graph_origin_is_a_clean_error(capsys):
     assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("seed", ["-5", "99999999999999999999"])
+def test_profile__a_seed_out_of_range_is_one_error_before_profiling(capsys, tmp_path, seed):
+    """torch took -5; past 2**63 it was a traceback."""
+    out = tmp_path / "p.json"
+    assert main(["profile", "--graph", "synthetic:20:1", "--measurer", "torch", "--seed", seed, "-o", str(out)]) == 2
+    assert f"--seed must be a whole number in 0..4294967295, got {seed}" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_profile__named_inside_a_machine_file_is_used_by_the_simulator(mlp_file, tmp_path, capsys):
     from measurers.catalog import machine_to_json
     from measurers.sim.costs import load_profile
