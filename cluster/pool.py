@@ -22,6 +22,7 @@ Every placement submitted finishes exactly once: as a measurement, a cache hit o
 from __future__ import annotations
 
 import itertools
+import os
 import math
 import time
 from collections import OrderedDict, deque
@@ -86,6 +87,8 @@ class PoolConfig:
     """Actors to start when the cluster has no GPU node (or use_gpus is off)."""
     actor_num_cpus: float = 0.0
     """CPUs each actor reserves from Ray (0 lets measurers share a small machine)."""
+    cpu_actor_threads: int = 0
+    """OMP_NUM_THREADS of a CPU actor (0: Ray's, 1 for an actor reserving no CPU)."""
     use_gpus: bool = True
     """One actor per GPU node, holding all its GPUs, when the cluster has GPU nodes."""
     node_labels: dict = field(default_factory=dict)
@@ -124,7 +127,9 @@ def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfi
     ``placer/role=measurer`` when the cluster labels any (ray_config.yaml does), else every GPU node. A real
     measurer (torch, tf) runs each placement on one node, one placement per call, so it needs nodes with at
     least the machine's GPUs; without one, CPU actors would fail every placement that uses a GPU, so that
-    is one PlacerError, before anything is written. Needs Ray initialized."""
+    is one PlacerError, before anything is written. A real measurer of a machine without GPUs times on the
+    CPUs of one actor, alone and with every core as a thread: two actors of one thread each timed at once,
+    on the same cores. Needs Ray initialized."""
     real = spec.kind in ("torch", "tf")
     gpus = len(spec.machine.indices_of_kind("gpu")) if real else 1
     labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
@@ -132,6 +137,8 @@ def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfi
         raise PlacerError(f"--measurer {spec.kind} runs machine {spec.machine.name!r}'s {gpus} GPUs on one node, "
                           f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
                           f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")
+    if real and not gpus:  # timed on this node's CPUs: one placement at a time, with all of them
+        return PoolConfig(num_cpu_actors=1, cpu_actor_threads=os.cpu_count() or 1, chunk_size=1, use_gpus=False)
     actors = {} if workers is None else {"num_cpu_actors": workers}
     return PoolConfig(chunk_size=1 if spec.kind != "sim" else 64, node_labels=labels, min_gpus=gpus, **actors)
 
@@ -407,6 +414,8 @@ class MeasurerPool:
         if slot.node_id is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(slot.node_id, soft=False)
             options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(max(slot.num_cpus, 1))}}
+        elif self.config.cpu_actor_threads:
+            options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(self.config.cpu_actor_threads)}}
         return options
 
     def _gpu_nodes(self) -> list:
