@@ -92,9 +92,10 @@ def run(args) -> int:
                                 on_start=progress.start)  # bad input found on the way: no bar before it
         except KeyboardInterrupt as exc:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
-            if args.json and isinstance(exc, SearchInterrupted):  # still one document for a pipe's reader
-                emit_json({"stop_reason": "interrupted", "run_dir": str(exc.run_dir),
-                           "resume": ["placer", "search", "--resume", str(exc.run_dir)]})
+            run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else progress.run_dir  # or while closing
+            if args.json and run_dir is not None:  # still one document for a pipe's reader
+                emit_json({"stop_reason": "interrupted", "run_dir": str(run_dir),
+                           "resume": ["placer", "search", "--resume", str(run_dir)]})
             return 130
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)
@@ -112,18 +113,20 @@ class _Progress:
     def __init__(self, budget: int, enabled: bool):
         self.budget, self.enabled = budget, enabled
         self._bar = None
+        self.run_dir = None  # the run folder, once the search has opened it
 
     def __enter__(self):
         return self
 
     def start(self, run_dir=None) -> None:
+        self.run_dir = run_dir if run_dir is not None else self.run_dir
         if self.enabled and self._bar is None:
-            from rich.console import Console
+            from cluster.commands.console import text_console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(TextColumn("search"), BarColumn(), MofNCompleteColumn(),
                                  TextColumn("{task.fields[best]}"), TextColumn("{task.fields[rate]}"),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+                                 TimeElapsedColumn(), console=text_console(stderr=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task("search", total=self.budget, best="best -", rate="")
 
@@ -144,7 +147,7 @@ class _Progress:
 
 
 def print_result(result) -> None:
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     lb, proven = result.lower_bound_s, result.proven_bound_s
@@ -181,7 +184,7 @@ def print_result(result) -> None:
     row("lower bound", lb, "-")
     if math.isfinite(proven):
         row("proven bound", proven, "-")
-    console = Console()
+    console = text_console()
     console.print(table)
     if math.isfinite(proven):
         from policies.exact.bound import EVERY_PLACEMENT

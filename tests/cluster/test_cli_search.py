@@ -3,6 +3,7 @@ flags refused before anything is drawn, and no warning the user cannot act on.""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -133,6 +134,24 @@ def test_search_cli__openvino_on_a_traced_graph_writes_nothing(tmp_path, capsys)
     assert main(["search", "--graph", "synthetic:50", "--machine", "openvino", "--measurer", "openvino",
                  "--out", str(out)]) == 2
     assert "model file" in capsys.readouterr().err and not out.exists()
+
+
+def test_search_cli__json_interrupted_while_the_run_closes_still_prints_its_folder(tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the pool or Ray shut down (the log complete, no result yet): a plain KeyboardInterrupt,
+    and stdout was empty under --json."""
+    import cluster.jobs
+    from cluster.cli import main
+
+    run_dir = tmp_path / "runs" / "r"
+
+    def interrupted_while_closing(*args, on_start=None, **kwargs):
+        on_start(run_dir)
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(cluster.jobs, "run_search", interrupted_while_closing)
+    assert main(["search", "--graph", "synthetic:300", "--out", str(tmp_path / "runs"), "--json"]) == 130
+    assert json.loads(capsys.readouterr().out) == {"stop_reason": "interrupted", "run_dir": str(run_dir),
+                                                   "resume": ["placer", "search", "--resume", str(run_dir)]}
 
 
 def test_search_cli__an_interrupt_before_the_run_folder_exists_says_interrupted(tmp_path, capsys, monkeypatch):
