@@ -52,7 +52,7 @@ def _num(x: float, spec: str) -> str:
 
 
 def print_summaries(summaries) -> None:
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     table = Table(title=f"{len(summaries)} run(s)")
@@ -72,7 +72,7 @@ def print_summaries(summaries) -> None:
                       f"{s.measurements}{hits}", failures,
                       _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
                       "finished" if s.finished else "running or stopped", s.run_id)
-    console = Console(width=240)
+    console = text_console(width=240)
     console.print(table)
     _print_proven_bounds(console, summaries)
     for s in summaries:

@@ -58,10 +58,10 @@ def _si(value: float, unit: str) -> str:
 
 
 def _print(run, summary, module_map: str | None) -> None:
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
-    console = Console(width=160)
+    console = text_console(width=160)
     console.print(f"{summary.graph} on {summary.machine}: best placement of run {run.manifest.run_id} "
                   f"({run.best.runtime_s:.4g} s per step, logged as seq {run.best.seq} in its measurements)")
     devices = Table(title="per device")

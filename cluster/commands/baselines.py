@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def print_table(table, bound=None) -> None:
     """``bound``: the BoundReport of the searches' groups (policies.exact.bound), or None."""
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     def fmt(x, spec):
@@ -89,4 +89,4 @@ def print_table(table, bound=None) -> None:
         out.add_row(row.policy, fmt(row.runtime_s, ".4g"), row.status, fmt(row.ratio_to_lower_bound, ".3f"),
                     fmt(to_proven, ".3f"), fmt(row.ratio_to_single_gpu, ".3f"), fmt(row.placement_time_s, ".3g"),
                     str(row.measurements), row.notes, style=style)
-    Console(width=200).print(out)
+    text_console(width=200).print(out)

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(report) -> None:
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     from policies.exact.bound import EVERY_PLACEMENT, SKIPPED
@@ -84,4 +84,4 @@ def print_report(report) -> None:
                       f"keep each of {within}", f"{report.exact_wall_s:.1f}")
     table.add_row("best", seconds(report.best_s), "", "any (every placement)" if report.holds_for == EVERY_PLACEMENT
                   else f"keep each of {within}", f"{report.wall_s:.1f}", style="bold")
-    Console(width=200).print(table)
+    text_console(width=200).print(table)

@@ -68,13 +68,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([{"name": name, "description": text} for name, text in rows])
         return 0
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     table = Table("name", "description", title="benchmark graphs")
     for name, text in rows:
         table.add_row(name, text)
-    Console().print(table)
+    text_console().print(table)
     return 0
 
 
@@ -94,13 +94,13 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(figures)
         return 0
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     table = Table("figure", "value", title=f"graph {graph.name}")
     for key, value in figures.items():
         table.add_row(key, _readable(key, value))
-    Console().print(table)
+    text_console().print(table)
     return 0
 
 

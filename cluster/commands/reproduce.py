@@ -102,7 +102,7 @@ def _paper_cells(paper, learned: str) -> dict[str, str]:
 
 
 def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()) -> None:
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     from cluster.experiments import get_experiment
@@ -127,7 +127,7 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
             paper = _paper_cells(r.cell.paper, experiment.learned)
             table.add_row("", "", "paper (approx.)", *(paper.get(m, "") for m, _ in cols), "", "", "",
                           f"{r.cell.paper.rl_gain:+.1%}", style="dim")
-    console = Console(width=220)
+    console = text_console(width=220)
     console.print(table)
     console.print("Does the paper's conclusion hold here?")
     for r in results:

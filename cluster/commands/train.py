@@ -321,12 +321,12 @@ class _Progress:
         self.budget, self._bar, self._updates = budget, None, 0
 
     def __enter__(self):
-        from rich.console import Console
+        from cluster.commands.console import text_console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                              TextColumn("{task.fields[best]}"), TimeElapsedColumn(),
-                             console=Console(stderr=True), transient=False)
+                             console=text_console(stderr=True), transient=False)
         self._bar.__enter__()
         self._task = self._bar.add_task("train", total=self.budget, rate="", best="")
         return self
@@ -345,7 +345,7 @@ class _Progress:
 
 
 def print_summary(summary: dict) -> None:
-    from rich.console import Console
+    from cluster.commands.console import text_console
     from rich.table import Table
 
     table = Table(title=f"placer train: {summary['policy']}", show_header=False)
@@ -362,4 +362,4 @@ def print_summary(summary: dict) -> None:
                          ("checkpoint", summary["checkpoint"] or "not written"),
                          ("metrics", summary["metrics"] or "not written")):
         table.add_row(label, value)
-    Console().print(table)
+    text_console().print(table)

@@ -236,3 +236,10 @@ def test_graphs_import__bad_keras_spec_is_one_error_line_and_writes_nothing(tmp_
     assert main(["graphs", "import", "--keras", f"{FIXTURES / 'broken_model.py'}:build", "-o", str(out)]) == 2
     assert "broken on purpose" in _error_line(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_graphs_show__a_name_holding_an_emoji_code_prints_as_it_is(capsys):
+    """rich turned ":100:" into an emoji: synthetic:100:0 printed as synthetic💯0 in every table."""
+    assert main(["graphs", "show", "synthetic:100:0"]) == 0
+    out = capsys.readouterr().out
+    assert "synthetic:100:0" in out and "\U0001f4af" not in out
