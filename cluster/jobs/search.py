@@ -414,7 +414,7 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
     from policies.registry import place
 
     measurer = LoggedPoolMeasurer(pool, problem, "", past, log=writer)
-    outcomes, placements = [], {}
+    outcomes, placements, errors = [], {}, []
     for name in scored_baselines(config):
         measurer.policy = name
         if name in computed:
@@ -429,6 +429,10 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
             placement, best = result.op_placement, result.best
         placements[name] = np.asarray(placement, dtype=np.int64)
         outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
+        errors.append(best.error or "no detail" if best.status == "error" else "")
+    if errors and all(errors):  # the measurer runs nothing (a step it cannot rebuild): the budget would go too
+        raise PlacerError(f"every quick baseline failed to measure ({errors[0]}); nothing was searched, the "
+                          f"measurements are in {writer.folder}")
     return outcomes, placements
 
 

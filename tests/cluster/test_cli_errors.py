@@ -354,3 +354,27 @@ def test_seed_out_of_range__one_error_before_any_work(tmp_path, capsys, command,
     assert main([*command, "--graph", "synthetic:40", "--machine", "paper-2gpu", "--seed", seed, *out]) == 2
     assert f"--seed must be a whole number in 0..4294967295, got {seed}" in one_placer_error(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_search__a_real_measurer_that_measures_nothing_stops_after_the_quick_baselines(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """The model's source edited after its import (ReLU -> Tanh): the torch measurer cannot rebuild the step
+    the graph describes. The search spent its whole budget on errors and exited 0."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    source = tmp_path / "mymodel.py"
+    source.write_text("import torch\nfrom torch import nn\n\n\ndef net():\n"
+                      "    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)), torch.randn(4, 8)\n")
+    graph_file = tmp_path / "net.parquet"
+    assert main(["graphs", "import", "--torch", f"{source}:net", "-o", str(graph_file)]) == 0
+    source.write_text(source.read_text().replace("nn.ReLU()", "nn.Tanh()"))
+    capsys.readouterr()
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", str(graph_file), "--machine", "local", "--measurer", "torch", "--policy",
+                 "random", "--budget", "64", "--runs", "1", "--warmup", "0", "--out", str(out), "--json"]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and "every quick baseline failed to measure (" in err.err
+    assert "does not match graph" in err.err
+    from cluster.runlog import read_run
+
+    (run_dir,) = list(out.iterdir())
+    assert len(read_run(run_dir)) < 64  # the baselines' rows, not the budget's
