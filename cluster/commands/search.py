@@ -190,7 +190,7 @@ def print_result(result) -> None:
         from policies.exact.bound import EVERY_PLACEMENT
 
         finer = ("; placements of finer groups (the heuristics') may go below it"
-                 if result.proven_bound_holds_for != EVERY_PLACEMENT else "")
+                 if not result.proven_bound_holds_for.startswith(EVERY_PLACEMENT) else "")
         console.print(f"proven bound (placer bound) {proven:.4f} s holds for {result.proven_bound_holds_for}{finer}")
     if result.solver is not None:
         console.print(f"{result.policy}: {result.solver.notes}")

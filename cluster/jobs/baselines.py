@@ -71,9 +71,10 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     factory = as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
-    from cluster.jobs.search import proven_bound_once
+    from cluster.jobs.search import bound_of_measured_steps, proven_bound_once
 
-    bound = proven_bound_once(problem, config.bound_time_limit_s)  # for the searches' groups
+    bound = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s),  # the searches' groups
+                                    config.measurer)
     with _measurer(spec, factory, config.ray_address) as measurer:
         log = _open_baselines_log(config, graph, machine, policies, spec, problem, bound) if config.out else None
         finished = False

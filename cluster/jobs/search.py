@@ -381,6 +381,14 @@ def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, 
 _BOUNDS: dict[tuple, object] = {}  # (graph hash, machine, grouping digest, time limit) -> BoundReport
 
 
+def bound_of_measured_steps(report, measurer: str):
+    """The proven bound is the simulator's: with a real measurer it bounds the simulated step, not the
+    measured one (a measurement can come out below it), and its ``holds_for`` says so."""
+    if measurer == "sim":
+        return report
+    return replace(report, holds_for=f"{report.holds_for}, in the simulator (not a {measurer} measurement)")
+
+
 def proven_bound_once(problem, time_limit_s: float):
     """The problem's BoundReport (policies.exact.bound), solved once per graph, machine, grouping and time
     limit in this process: `placer reproduce` runs two searches of each cell on the same groups."""
@@ -401,7 +409,7 @@ def _search_bound(problem, config: SearchConfig) -> tuple[float, str]:
         manifest = read_manifest(config.resume)
         if manifest.proven_bound_s is not None:
             return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
-    report = proven_bound_once(problem, config.bound_time_limit_s)
+    report = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s), config.measurer)
     return report.best_s, report.holds_for
 
 
