@@ -71,10 +71,13 @@ def _measure(args) -> int:
     if args.json:
         emit_json(report)
     else:
-        print(f"{graph.name} on {machine.name} ({args.measurer}): step {measurement.runtime_s:.6g} s "
-              f"({measurement.status}), median of {len(measurement.samples_s)} after {args.warmup} warm-up runs")
+        step = (f"step {measurement.runtime_s:.6g} s ({measurement.status}), median of "
+                f"{len(measurement.samples_s)} after {args.warmup} warm-up runs" if measurement.ok else
+                f"no step time ({measurement.status}, {len(measurement.samples_s)} timed runs)")
+        print(f"{graph.name} on {machine.name} ({args.measurer}): {step}")
         if measurement.error:
             print(f"  {measurement.error}")
-        for d in report["devices"]:
-            print(f"  {d['name']:8s} {d['model']:30s} peak {d['peak_bytes'] / 1e9:.3f} GB")
+        for d, device in zip(report["devices"], machine.devices):  # only GPU memory is measured
+            peak = f"peak {d['peak_bytes'] / 1e9:.3f} GB" if device.kind == "gpu" else "peak not measured"
+            print(f"  {d['name']:8s} {d['model']:30s} {peak}")
     return 0 if measurement.ok else 1

@@ -28,6 +28,17 @@ def test_measure__torch_json_report(mlp_file, capsys):
     assert report["runs"] == 3 and report["warmup"] == 1 and report["devices"][0]["name"] == "cpu:0"
 
 
+def test_measure__text_report_of_a_timeout_and_of_cpus_memory(mlp_file, capsys):
+    """It said "step inf s (timeout), median of 0" and "peak 0.000 GB" for a CPU, whose memory no measurer
+    reads."""
+    capsys.readouterr()
+    args = ["measure", "--graph", str(mlp_file), "--machine", "local", "--measurer", "torch", "--policy", "cpu-only"]
+    assert main([*args, "--runs", "1", "--warmup", "0", "--timeout", "1e-9"]) == 1
+    out = capsys.readouterr().out
+    assert "no step time (timeout, " in out and "inf s" not in out
+    assert "peak not measured" in out and "GB" not in out
+
+
 def test_measure__placement_file_of_wrong_length_is_a_clean_error(mlp_file, tmp_path, capsys):
     bad = tmp_path / "p.json"
     bad.write_text(json.dumps(["cpu:0"] * 3))
