@@ -213,8 +213,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     baseline = min(ok_pool, key=lambda b: b.runtime_s) if ok_pool else None
     measured = rows[~rows["cache_hit"].astype(bool)]
     failures = {str(k): int(v) for k, v in rows.loc[rows["status"] != "ok", "status"].value_counts().items()}
-    started = run_started_at(manifest)
-    wall_s = wall_s_of(rows, started)
+    wall_s = wall_s_of(rows, manifest)
     lower = lower_bound_of(run, manifest)
     proven_s, proven_for = proven_bound_of(run, manifest)
     baseline_s = baseline.runtime_s if baseline is not None else math.nan
@@ -231,11 +230,28 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
                               for r in device_removals_done(manifest)))
 
 
-def wall_s_of(rows: pd.DataFrame, started: pd.Timestamp | None) -> float:
+def wall_s_of(rows: pd.DataFrame, manifest: RunManifest) -> float:
+    """Seconds the run spent: each session's (its start, then each resume's) up to its last measurement.
+    The time a stopped run waited for its resume is not counted (it made a resumed run look 4x slower)."""
     if not len(rows):
         return 0.0
-    first = started if started is not None else rows["submitted_at"].min()
-    return max(float((rows["finished_at"].max() - first).total_seconds()), 0.0)
+    started = run_started_at(manifest)
+    starts = sorted([started if started is not None else rows["submitted_at"].min(),
+                     *(_timestamp(record.get("at")) for record in manifest.resumes)], key=lambda t: t.value)
+    finished = rows["finished_at"]
+    total_s = 0.0
+    for start, end in zip(starts, [*starts[1:], None]):
+        session = finished[(finished >= start) & (finished < end)] if end is not None else finished[finished >= start]
+        if len(session):
+            total_s += float((session.max() - start).total_seconds())
+    return max(total_s, 0.0)
+
+
+def _timestamp(text) -> pd.Timestamp:
+    try:
+        return pd.Timestamp(text).tz_convert("UTC")
+    except (ValueError, TypeError):  # a damaged resume record: its session counts with the one before
+        return pd.Timestamp.max.tz_localize("UTC")
 
 
 def _ratio(numerator: float, denominator: float) -> float:

@@ -376,7 +376,7 @@ def cell_results(experiment: Experiment, folder: str | os.PathLike) -> list[Cell
 
 
 def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResult:
-    from cluster.analysis import wall_s_of, run_started_at
+    from cluster.analysis import wall_s_of
 
     methods = {m: MethodResult(math.nan, "not run") for m in experiment.methods}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
@@ -396,7 +396,7 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
             proven, proven_for = proven_bound_of(run_dir, manifest)
         runs.append(str(run_dir))
         measured += int((~rows["cache_hit"].astype(bool)).sum())
-        wall += wall_s_of(rows, run_started_at(manifest))
+        wall += wall_s_of(rows, manifest)
         finished &= (run_dir / RESULT_FILE).is_file()
     baseline = _best_of(methods, PAPER_BASELINES)
     rl = methods[experiment.learned].runtime_s

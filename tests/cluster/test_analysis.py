@@ -85,6 +85,21 @@ def test_summarize__best_ratios_failures_and_rates_known(tmp_path):
     assert {b.policy: b.status for b in s.baselines} == {"single-gpu": "ok", "expert": "oom"}
 
 
+def test_summarize__wall_time_leaves_out_the_wait_for_a_resume(tmp_path):
+    """Rows finish at T0 + 1 .. T0 + 10; a resume at T0 + 5.5 (the run stopped after T0 + 5): the sessions
+    took 5 s and 4.5 s. From T0 to the last row, 10 s, counted the wait (a run resumed after 5 minutes
+    showed 4x fewer measurements per second than the same run never stopped)."""
+    import datetime as dt
+
+    run = write_run(tmp_path)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    at = dt.datetime.fromtimestamp(T0 + 5.5, dt.timezone.utc).isoformat()
+    manifest["resumes"] = [{"at": at, "command": ["placer"], "changed": {}, "cpu": ""}]
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+    (s,) = summarize([run])
+    assert s.wall_s == pytest.approx(9.5) and s.measurements_per_s == pytest.approx(9 / 9.5)
+
+
 def test_summarize__lower_bound_from_result_json_else_from_the_graph_file(tmp_path):
     graph = _graph()
     graph_file = tmp_path / "tiny6.parquet"
