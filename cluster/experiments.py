@@ -316,7 +316,7 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
                           resume=None if run_dir is None else str(run_dir))
     emit(RunEvent(index, total, cell, policy, "started" if run_dir is None else "resumed"))
     started = time.perf_counter()
-    result = run_search(config, command=["placer", "reproduce", cell.graph, cell.machine, policy])  # writes RESULT_FILE
+    result = run_search(config)  # writes RESULT_FILE; its manifest records the reproduce command line
     emit(RunEvent(index, total, cell, policy, "done", result.policy_best_runtime_s, time.perf_counter() - started))
 
 

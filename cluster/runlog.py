@@ -140,7 +140,7 @@ def new_manifest(run_id: str, graph: OpGraph, machine: Machine, *, seed: int, po
     are ``measurers.timing.TimingSettings``'s."""
     timing = TimingSettings(runs=int(runs), warmup=int(warmup))  # a bad count is a PlacerError here
     return RunManifest(
-        run_id=run_id, command=tuple(sys.argv if command is None else command), config=dict(config or {}),
+        run_id=run_id, command=tuple(invocation() if command is None else command), config=dict(config or {}),
         graph_name=graph.name, graph_hash=graph.content_hash, machine_name=machine.name,
         machine=machine_to_json(machine), versions=package_versions(),
         seed=int(seed), started_at=dt.datetime.now(dt.timezone.utc).isoformat(), policy=policy,
@@ -155,6 +155,15 @@ def _graph_file(config: Mapping | None) -> str:
     return str(path.resolve()) if path.name and path.is_file() else ""
 
 
+def invocation() -> list[str]:
+    """This process's command line, as a user types it: ``placer ...`` for placer's own command line (run as
+    .venv/bin/placer or python -m cluster.cli), else ``sys.argv`` (a script of the user's)."""
+    program = Path(sys.argv[0]).name if sys.argv else ""
+    if program == "placer" or sys.argv[0].endswith(os.path.join("cluster", "cli.py")):
+        return ["placer", *sys.argv[1:]]
+    return list(sys.argv)
+
+
 def record_resume(folder: str | os.PathLike, changed: Mapping[str, tuple], command: Sequence[str] | None = None
                   ) -> RunManifest:
     """Note a resume in the run's manifest: ``changed`` (setting -> (old, new)) is applied to its config
@@ -163,7 +172,7 @@ def record_resume(folder: str | os.PathLike, changed: Mapping[str, tuple], comma
     folder = Path(folder)
     manifest = read_manifest(folder)
     record = {"at": dt.datetime.now(dt.timezone.utc).isoformat(),
-              "command": list(sys.argv if command is None else command),
+              "command": list(invocation() if command is None else command),
               "changed": {name: list(values) for name, values in changed.items()}, "cpu": cpu_model()}
     config = {**manifest.config, **{name: new for name, (_, new) in changed.items()}}
     updated = dataclasses.replace(manifest, config=config, resumes=(*manifest.resumes, record))

@@ -88,7 +88,7 @@ def run(args) -> int:
     check_search_config(config)  # bad input: one error, before the progress bar is drawn
     with _Progress(config.budget, enabled=True) as progress:
         try:
-            result = run_search(config, progress=progress.update, command=["placer", *sys.argv[1:]],
+            result = run_search(config, progress=progress.update,
                                 on_start=progress.start)  # bad input found on the way: no bar before it
         except KeyboardInterrupt as exc:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)

@@ -566,3 +566,17 @@ def test_runlog__a_resumed_learner_replaying_logged_iterations_does_not_log_thei
     metrics = read_metrics(folder)
     assert metrics.iteration.tolist() == [0, 1, 2, 3, 4, 0]
     assert metrics.value.tolist() == [0.0, 1.0, 2.0, 3.0, 14.0, 10.0]
+
+
+@pytest.mark.parametrize("argv, command", [
+    (["/home/u/placer/.venv/bin/placer", "baselines", "--out", "r"], ["placer", "baselines", "--out", "r"]),
+    (["/home/u/placer/cluster/cli.py", "reproduce", "mirhoseini2017"], ["placer", "reproduce", "mirhoseini2017"]),
+    (["my_sweep.py", "--fast"], ["my_sweep.py", "--fast"]),
+])
+def test_invocation__placers_command_line_as_a_user_types_it(monkeypatch, argv, command):
+    """A manifest's command: baselines --out recorded .venv/bin/placer, and reproduce's runs a made-up
+    `placer reproduce nmt-2 paper-2gpu annealing`."""
+    from cluster.runlog import invocation
+
+    monkeypatch.setattr(sys, "argv", argv)
+    assert invocation() == command
