@@ -138,7 +138,8 @@ def _baseline_logger(log: RunLogWriter):
 
     def record(policy, placement, measurement):  # placement: the (N,) op placement measured
         now = time.time()
-        log.append(PoolResult(next(counter), placement, measurement, "", "", now, now, now, policy=policy,
+        began = now - measurement.measure_s  # measured in this process as it was asked: submitted then
+        log.append(PoolResult(next(counter), placement, measurement, "", "", began, began, now, policy=policy,
                               log_placement=LoggedPlacement(placement, "op")))
 
     return record
