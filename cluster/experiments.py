@@ -293,11 +293,11 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
 
     emit = on_event or (lambda event: None)
     run_dir = find_cell_run(cell_dir, policy)
-    if run_dir is not None and int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget \
-            and not policy_entry(policy).learned:
+    smaller = run_dir is not None and int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget
+    if smaller and not policy_entry(policy).learned:
         run_dir = None  # a search's placements depend on its budget: a new run (the newest is the cell's)
     if run_dir is not None and (run_dir / RESULT_FILE).is_file():
-        if int(read_manifest(run_dir).config.get("budget", 0)) >= settings.budget:
+        if not smaller:
             emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
             return
         (run_dir / RESULT_FILE).unlink()  # a larger budget now: the finished learner goes on from its checkpoint

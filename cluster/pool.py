@@ -22,8 +22,8 @@ Every placement submitted finishes exactly once: as a measurement, a cache hit o
 from __future__ import annotations
 
 import itertools
-import os
 import math
+import os
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field

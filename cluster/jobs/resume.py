@@ -55,32 +55,27 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
             raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches "
                               + (f"with {was!r}" if was is not None else f"without {_flag(name)}")
                               + ", and a resumed run keeps it (start a new run to change it)")
-    _check_budget_raise(run_dir, saved, changes)
-    _check_not_finished(run_dir, saved, changes)
+    _check_budget(run_dir, saved, changes)
     return replace(saved, resume=str(run_dir), **changes)
 
 
-def _check_budget_raise(run_dir, saved: SearchConfig, changes: dict) -> None:
-    """Only a learner goes on from where it stopped (its checkpoint). A search or heuristic is run again
-    from its start, every placement it logged answered from the log; its proposals depend on its budget
-    (annealing's schedule), so at another budget it proposes others, and its log would be no run's."""
+def _check_budget(run_dir, saved: SearchConfig, changes: dict) -> None:
+    """Only a learner goes on from where it stopped (its checkpoint), so only a learner's budget may be
+    raised. A search or heuristic is run again from its start, every placement it logged answered from the
+    log; its proposals depend on its budget (annealing's schedule), so at another budget it proposes others,
+    and its log would be no run's. A run that spent its budget (or converged) has nothing left to search
+    unless the budget is raised: resuming it would only rewrite its result with an empty session's."""
     from policies.registry import policy_entry
 
-    if changes.get("budget", saved.budget) != saved.budget and not policy_entry(saved.policy).learned:
-        raise PlacerError(f"--budget {changes['budget']}: a resume runs {saved.policy} (not a learner) again from "
-                          f"its start, and its placements depend on its budget, so run {run_dir} cannot go on to "
-                          f"another; start a new run with --budget {changes['budget']}")
-
-
-def _check_not_finished(run_dir, saved: SearchConfig, changes: dict) -> None:
-    """A run that spent its budget (or converged) has nothing left to search unless the budget is raised:
-    resuming it would only rewrite its result with an empty session's."""
-    if changes.get("budget", saved.budget) != saved.budget:
+    learned = policy_entry(saved.policy).learned
+    budget = changes.get("budget", saved.budget)
+    if budget != saved.budget:
+        if not learned:
+            raise PlacerError(f"--budget {budget}: a resume runs {saved.policy} (not a learner) again from its "
+                              f"start, and its placements depend on its budget, so run {run_dir} cannot go on "
+                              f"to another; start a new run with --budget {budget}")
         return
-    from policies.registry import policy_entry
-
     stop_reason = (read_result_json(run_dir) or {}).get("stop_reason")  # none: stopped before the end
-    learned = policy_entry(saved.policy).learned  # only a learner goes on to a larger budget
     if stop_reason == "budget":
         raise PlacerError(f"run {run_dir} finished (stopped by budget at --budget {saved.budget}): "
                           + ("pass a larger --budget to continue it" if learned else "start a new run"))

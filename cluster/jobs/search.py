@@ -130,7 +130,6 @@ class SearchInterrupted(KeyboardInterrupt):
 
 
 def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
-               command: Sequence[str] | None = None,
                on_start: Callable[[Path], None] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
     ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch; ``on_start(run_dir)``
@@ -160,7 +159,7 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
     try:
         pool_config = pool_config_for(spec, config.workers)  # a real measurer with no node for its GPUs: refused
-        writer, past = _open_run(config, spec, problem, command, (bound_s, bound_holds_for))
+        writer, past = _open_run(config, spec, problem, (bound_s, bound_holds_for))
     except BaseException:
         if owns_ray:
             ray_setup.shutdown_ray()
@@ -346,7 +345,7 @@ def _split_groups(problem, config: SearchConfig) -> tuple:
     return split, placement
 
 
-def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, str]):
+def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
     """The run folder (new, or the one resumed); ``spec`` is the measurer's, whose timing the manifest records,
     ``bound`` the proven bound (seconds, what it holds for) a new run's manifest records."""
     from measurers.catalog import machine_to_json
@@ -363,13 +362,13 @@ def _open_run(config: SearchConfig, spec, problem, command, bound: tuple[float, 
             raise PlacerError(f"run folder {run_dir} was made for machine {manifest.machine.get('name')!r} as it "
                               f"was then; {config.machine!r} now describes other devices or links")
         past = past_rows(run_dir, problem)
-        record_resume(run_dir, resume_changes(manifest, config), command)  # every check passed: note it
+        record_resume(run_dir, resume_changes(manifest, config))  # every check passed: note it (and the command)
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
         return RunLogWriter.resume(run_dir, reward_fn=reward_of), past
     run_id = make_run_id(graph.name, config.policy, config.seed, root=config.out)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
                             runs=spec.runs, warmup=spec.warmup,
-                            config={**asdict(config), "groups_used": problem.num_units}, command=command,
+                            config={**asdict(config), "groups_used": problem.num_units},
                             lower_bound_s=problem.lower_bound_s)
     manifest = replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
     writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_of)
