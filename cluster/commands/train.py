@@ -15,6 +15,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from cluster.commands.console import seconds_text
 from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
@@ -61,8 +62,7 @@ def register(subparsers) -> None:
     p.add_argument("--lr", type=float, default=d.lr, help=f"Adam learning rate (default {d.lr:g})")
     p.add_argument("--entropy", type=float, default=d.entropy_coeff, dest="entropy_coeff",
                    help=f"weight of the entropy bonus (default {d.entropy_coeff:g})")
-    p.add_argument("--order", default=d.order, help=f"placeto: the order it visits groups in, {'|'.join(ORDERS)} "
-                                                    f"(default {d.order})")
+    p.add_argument("--order", help=f"placeto: the order it visits groups in, {'|'.join(ORDERS)} (default {d.order})")
     p.add_argument("--episode-steps", type=int, default=None, dest="episode_steps",
                    help=f"giph: relocation moves per episode (default {d.episode_steps})")
     p.add_argument("--discount", type=float, default=None,
@@ -121,8 +121,11 @@ def check_train_args(args: argparse.Namespace):
     if giph and args.policy != "giph":
         flag = "--" + next(iter(giph)).replace("_", "-")
         raise PlacerError(f"{flag}: only for --policy giph (it walks episodes of moves), not {args.policy!r}")
+    if args.order is not None and args.policy != "placeto":  # as placer search refuses it
+        raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {args.policy!r}")
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
-                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order, seed=args.seed, **giph)
+                       lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order or GnnConfig.order,
+                       seed=args.seed, **giph)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
     if args.budget < 2:
@@ -135,6 +138,8 @@ def check_train_args(args: argparse.Namespace):
     if args.time_limit_s is not None and not 0 < args.time_limit_s < math.inf:
         raise PlacerError(f"--time-limit must be a positive, finite number of seconds, got {args.time_limit_s}")
     graphs = expand_graphs(args.graphs)
+    if not graphs:
+        raise PlacerError(f"--graphs {' '.join(args.graphs)}: no graph to train on")
     for name in graphs:
         check_graph_name(name)
     for name in args.machines:
@@ -281,9 +286,13 @@ class MetricsLog:
                   file=sys.stderr)
             return
         try:
-            self.rows = pq.read_table(path).to_pylist()[:updates_before]
+            table = pq.read_table(path)
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise PlacerError(f"{path} is damaged ({exc}): remove it to resume without the earlier rows") from None
+        if not table.schema.equals(_schema()):  # another Parquet file: its rows would be nulls in ours
+            raise PlacerError(f"{path} is not a training metrics file (columns {', '.join(table.schema.names)}): "
+                              "remove it to resume without the earlier rows")
+        self.rows = table.to_pylist()[:updates_before]
 
     def append(self, metrics) -> None:
         from dataclasses import asdict
@@ -335,7 +344,7 @@ class _Progress:
         self._updates += 1
         task = self._bar.tasks[0]
         rate = self._updates / task.elapsed if task.elapsed else 0.0
-        best = (f"{metrics.problem}: batch best {metrics.batch_best_runtime_s:.4f} s"
+        best = (f"{metrics.problem}: batch best {seconds_text(metrics.batch_best_runtime_s)} s"
                 if math.isfinite(metrics.batch_best_runtime_s) else f"{metrics.problem}: none ran ok")
         self._bar.update(self._task, completed=min(metrics.measurements_used, self.budget),
                          rate=f"{rate:.1f} updates/s", best=best)

@@ -21,14 +21,13 @@ def load_torch_file(path: str | os.PathLike, what: str):
     """``torch.load(path, weights_only=True)`` of a checkpoint, checked: a damaged or truncated file (its zip
     archive's checksums included: torch.load does not check them, so flipped bytes in a tensor would load as
     other weights) is one PlacerError naming ``what`` and the file."""
-    if zipfile.is_zipfile(path):  # torch.save's format; an older non-zip file is left to torch.load
-        try:
-            with zipfile.ZipFile(path) as archive:
-                bad = archive.testzip()
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: {exc})") from None
-        if bad is not None:
-            raise PlacerError(f"{what} {path} is damaged: {bad} fails its checksum")
+    try:  # a flipped byte in the zip's own records raises what zipfile meets: UnicodeDecodeError, BadZipFile...
+        bad = _failing_member(path)
+    except Exception as exc:  # noqa: BLE001
+        raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+    if bad is not None:
+        raise PlacerError(f"{what} {path} is damaged: {bad} fails its checksum")
     try:
         with warnings.catch_warnings():  # a foreign pickle's protocol note: the error below says it all
             warnings.simplefilter("ignore", UserWarning)
@@ -40,6 +39,15 @@ def load_torch_file(path: str | os.PathLike, what: str):
                               f"refuses it ({reason})") from None
         raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+
+
+def _failing_member(path: str | os.PathLike) -> str | None:
+    """The first member of a zip checkpoint whose checksum fails (torch.save's format), None when all pass or
+    the file is no zip (an older format, left to torch.load)."""
+    if not zipfile.is_zipfile(path):
+        return None
+    with zipfile.ZipFile(path) as archive:
+        return archive.testzip()
 
 
 def read_learner_state(path: str | os.PathLike) -> dict:

@@ -120,7 +120,9 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--layers", "1000"], "num_layers in 1..64"),
     (["--seed", "18446744073709551616"], "seed must be a whole number in 0..4294967295"),  # METIS' traceback
     (["--groups", "0"], "--groups must be a whole number of at least 1"),
-    (["--order", "sideways"], "unknown --order 'sideways'"),
+    (["--policy", "placeto", "--order", "sideways"], "unknown --order 'sideways'"),
+    (["--order", "bfs"], "--order: only for --policy placeto (it visits groups in order), not 'gdp'"),  # ignored
+    (["--graphs", "families:0"], "--graphs families:0: no graph to train on"),  # drew the bar first
     (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
     (["--hidden", "7"], "gdp's hidden_size must be a multiple of 4"),
     (["--resume"], "no such file"),
@@ -184,6 +186,13 @@ def test_train__resume_with_a_damaged_metrics_file_is_refused_and_a_missing_one_
     assert _train(out, "--resume", budget=96) == 2
     assert f"{metrics} is damaged" in one_placer_error(capsys)
     assert out.read_bytes() == before and metrics.read_bytes() == b"not parquet"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"op": ["a", "b"], "device": [0, 1]}), metrics)  # another Parquet file
+    assert _train(out, "--resume", budget=96) == 2
+    assert f"{metrics} is not a training metrics file (columns op, device)" in one_placer_error(capsys)
+    assert out.read_bytes() == before
     metrics.unlink()
     assert _train(out, "--resume", "--json", budget=96) == 0
     captured = capsys.readouterr()
@@ -254,6 +263,28 @@ def test_search__gdp_from_a_checkpoint_places_zero_shot_then_fine_tunes(trained,
     assert tuned["policy_best_runtime_s"] <= zero_shot["policy_best_runtime_s"]  # it measures the zero shot first
 
 
+def test_search__a_gdp_run_resumes_from_any_folder_after_its_init_file_moved(trained, local_ray, tmp_path, capsys,
+                                                                              monkeypatch):
+    """The manifest holds --init as an absolute path, and a resume reads the run's own learner.pt, not the
+    --init file: it was refused ("checkpoint ../init.pt: no such file") from another folder or once moved."""
+    import shutil
+
+    from cluster.cli import main
+    from cluster.runlog import read_manifest
+
+    (tmp_path / "work").mkdir()
+    shutil.copy(trained[0], tmp_path / "init.pt")
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["search", *SEARCH, "--policy", "gdp", "--init", "../init.pt", "--budget", "12", "--out", "runs",
+                 "--json"]) == 0
+    run_dir = Path(json.loads(capsys.readouterr().out)["run_dir"]).resolve()
+    assert read_manifest(run_dir).config["init"] == str(tmp_path / "init.pt")
+    (tmp_path / "init.pt").rename(tmp_path / "moved.pt")
+    monkeypatch.chdir(tmp_path)
+    assert main(["search", "--resume", str(run_dir), "--budget", "24", "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["measurements"] == 24
+
+
 def _bad_checkpoints(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
     """(file, policy it is given to, what the error says) for each kind of bad --init."""
     import numpy as np
@@ -276,7 +307,21 @@ def _bad_checkpoints(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
             (array, "gdp", "damaged or not a checkpoint placer wrote: torch's safe loader refuses it (Unsupported"),
             (learner, "gdp", "not a gdp/placeto/giph checkpoint"), (source, "placeto", "a gdp checkpoint, not placeto"),
             (edited, "gdp", "another feature layout"), (_flipped(source, folder), "gdp", "fails its checksum"),
-            *_edited_networks(source, folder)]
+            *_broken_archives(source, folder), *_edited_networks(source, folder)]
+
+
+def _broken_archives(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
+    """The checkpoint with one byte flipped in the zip's own records: a member's name in its local header
+    (zipfile raised UnicodeDecodeError) and the zip64 end record (BadZipFile, "span multiple disks")."""
+    data = source.read_bytes()
+    broken = []
+    for name, offset in (("flipped-name", 40), ("flipped-end", len(data) - 37)):
+        flipped = bytearray(data)
+        flipped[offset] ^= 0xFF
+        path = folder / f"{name}.pt"
+        path.write_bytes(bytes(flipped))
+        broken.append((path, "gdp", "is damaged"))
+    return broken
 
 
 def _flipped(source: Path, folder: Path) -> Path:
@@ -318,6 +363,7 @@ def _edited_networks(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
          "NaN or infinite"),
         (edited("huge", lambda s: s["architecture"].update(num_layers=10**12)), "gdp",  # built: 23 GB and on
          "num_layers in 1..64"),
+        (edited("no-config", lambda s: s["trainer"].pop("config")), "gdp", "lacks its trainer settings"),
     ]
 
 

@@ -69,6 +69,8 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         state["trainer"]["net"], state["architecture"]["hidden_size"]
     except (KeyError, TypeError):
         raise PlacerError(f"checkpoint {path} lacks its network weights or architecture") from None
+    if not isinstance(state["trainer"].get("config"), dict):  # the search reads its trained --order from it
+        raise PlacerError(f"checkpoint {path} lacks its trainer settings (trainer.config)")
     _check_network(path, policy, state)
     return state
 
