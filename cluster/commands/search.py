@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
+from cluster.commands.console import seconds_text
 from cluster.commands.notes import note_groups_above_colocation
 from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
@@ -82,6 +84,8 @@ def run(args) -> int:
 
     names = SearchConfig.__dataclass_fields__
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names and v is not None}
+    if given.get("init") not in (None, "pretrained", "scratch"):  # the manifest's path reads from any folder
+        given["init"] = str(Path(given["init"]).resolve())
     if given.get("policy") == "hierarchical" and "groups" in given:  # its grouper's G (else the paper's 256)
         given["planner_groups"] = given["groups"]
     config = search_config(given)
@@ -136,7 +140,7 @@ class _Progress:
             return
         task = self._bar.tasks[0]
         rate = measured / task.elapsed if task.elapsed else 0.0
-        best = "best -" if math.isinf(best_runtime_s) else f"best {best_runtime_s:.4f} s"
+        best = "best -" if math.isinf(best_runtime_s) else f"best {seconds_text(best_runtime_s)} s"
         if lower_bound_s and math.isfinite(best_runtime_s):
             best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"
         self._bar.update(self._task, completed=min(measured, self.budget), best=best, rate=f"{rate:.1f}/s")
@@ -161,7 +165,8 @@ def print_result(result) -> None:
 
     def row(name, runtime_s, status):
         ok = math.isfinite(runtime_s)
-        table.add_row(name, f"{runtime_s:.4f}" if ok else "-", status, ratio(runtime_s, lb), ratio(runtime_s, proven))
+        table.add_row(name, seconds_text(runtime_s) if ok else "-", status, ratio(runtime_s, lb),
+                      ratio(runtime_s, proven))
 
     from policies.registry import policy_entry
 
@@ -191,7 +196,8 @@ def print_result(result) -> None:
 
         finer = ("; placements of finer groups (the heuristics') may go below it"
                  if not result.proven_bound_holds_for.startswith(EVERY_PLACEMENT) else "")
-        console.print(f"proven bound (placer bound) {proven:.4f} s holds for {result.proven_bound_holds_for}{finer}")
+        console.print(f"proven bound (placer bound) {seconds_text(proven)} s holds for "
+                      f"{result.proven_bound_holds_for}{finer}")
     if result.solver is not None:
         console.print(f"{result.policy}: {result.solver.notes}")
     for removal in result.device_removals:

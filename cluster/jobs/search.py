@@ -288,7 +288,7 @@ def _check_gnn_settings(config: SearchConfig) -> None:
         raise PlacerError(f"--order: unknown order {config.order!r} (known: {', '.join(ORDERS)})")
     from policies.rl.gnn.policy import initial_weights
 
-    initial_weights(config.policy, config.init)
+    initial_weights(config.policy, config.init, None if config.resume is None else Path(config.resume) / CHECKPOINT_DIR)
 
 
 def _gnn_options(config: SearchConfig) -> dict:
@@ -380,12 +380,16 @@ def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
 _BOUNDS: dict[tuple, object] = {}  # (graph hash, machine, grouping digest, time limit) -> BoundReport
 
 
-def bound_of_measured_steps(report, measurer: str):
-    """The proven bound is the simulator's: with a real measurer it bounds the simulated step, not the
-    measured one (a measurement can come out below it), and its ``holds_for`` says so."""
-    if measurer == "sim":
-        return report
-    return replace(report, holds_for=f"{report.holds_for}, in the simulator (not a {measurer} measurement)")
+def bound_of_measured_steps(report, measurer: str, noise_std: float = 0.0):
+    """The proven bound is the noise-free simulator's: with a real measurer, or the simulator with noise, it
+    bounds the simulated step, not the measured one (a measurement can come out below it), and its
+    ``holds_for`` says so."""
+    if measurer != "sim":
+        return replace(report, holds_for=f"{report.holds_for}, in the simulator (not a {measurer} measurement)")
+    if noise_std > 0:
+        return replace(report, holds_for=f"{report.holds_for}, in the noise-free simulator (a step measured "
+                                         f"with --noise {noise_std:g} can come out below it)")
+    return report
 
 
 def proven_bound_once(problem, time_limit_s: float):
@@ -408,7 +412,8 @@ def _search_bound(problem, config: SearchConfig) -> tuple[float, str]:
         manifest = read_manifest(config.resume)
         if manifest.proven_bound_s is not None:
             return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
-    report = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s), config.measurer)
+    report = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s), config.measurer,
+                                     config.noise_std)
     return report.best_s, report.holds_for
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
 
 from graphs.errors import PlacerError
 from measurers.base import Measurer
@@ -73,7 +74,7 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         progress = {"measurements_used": 0, "wall_s": 0.0, "updates": 0, "problems": names, "budget": budget,
                     "config": {k: v for k, v in vars(config).items()}, "settings": dict(settings or {})}
         if resume:
-            progress = _resumed(out, config, names, dict(settings or {}), trainer, budget)
+            progress = _resumed(out, config, names, dict(settings or {}), trainer, budget, slots)
         started, before_s = time.perf_counter(), float(progress["wall_s"])
 
         def stop_now() -> str | None:
@@ -81,6 +82,7 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
 
         def save() -> None:
             progress["wall_s"] = before_s + time.perf_counter() - started
+            progress["slots"] = [_compact(slot.progress_state()) for slot in slots]
             write_checkpoint(out, config.kind, trainer.state(), progress)
 
         if teacher_budget > 0 and "teachers" not in progress:
@@ -99,24 +101,24 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
 def _round_robin(slots: list[Slot], names: list[str], trainer, progress: dict, budget: int, stop_now,
                  on_update, after_update) -> str:
     """Visit the problems in reshuffled rounds, one update each, until the budget, a stop or
-    ``IDLE_ROUNDS`` rounds with nothing new measured; returns the stop reason."""
-    order: list[int] = []
-    idle = 0
+    ``IDLE_ROUNDS`` rounds with nothing new measured; returns the stop reason. The round in progress and
+    the count of idle visits live in ``progress``, so a resumed run visits what the run would have."""
+    order: list[int] = progress.setdefault("round", [])  # the problems left to visit this round
     while budget - progress["measurements_used"] >= 2:  # a batch needs two placements at least
         stopped = stop_now()
         if stopped is not None:
             return stopped
-        if idle >= IDLE_ROUNDS * len(slots):
+        if progress.get("idle", 0) >= IDLE_ROUNDS * len(slots):
             return "converged"
         if not order:
-            order = list(trainer.rng.permutation(len(slots)))
-        k = int(order.pop())
+            order.extend(int(k) for k in trainer.rng.permutation(len(slots)))
+        k = order.pop()
         slot = slots[k]
         slot.counter.budget = slot.counter.used + budget - progress["measurements_used"]
         used = slot.counter.used
         metrics = trainer.iterate(slot, name=names[k])
         progress["measurements_used"] += slot.counter.used - used
-        idle = 0 if slot.counter.used > used else idle + 1
+        progress["idle"] = 0 if slot.counter.used > used else progress.get("idle", 0) + 1
         if metrics is None:
             continue
         progress["updates"] += 1
@@ -211,11 +213,25 @@ def _changed_training_settings(stored: dict, config: GnnConfig) -> list[str]:
             if name in given and value != given[name]]
 
 
-def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int) -> dict:
+def _compact(slot_state: dict) -> dict:
+    """A slot's ``progress_state`` with its memo's placements as int16 (device indices): a run of tens of
+    thousands of measurements keeps its checkpoint at a few MB."""
+    return {**slot_state, "memo_units": slot_state["memo_units"].to(torch.int16)}
+
+
+def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int,
+             slots: list[Slot]) -> dict:
+    """The checkpoint's progress, its trainer state loaded into ``trainer`` and each problem's memo of
+    measured placements and best into ``slots`` (a placement measured before the resume costs nothing)."""
     state = check_resume(out, config, names, settings, budget)
     try:
         trainer.load_state(state["trainer"])
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # a section of the wrong shape
+        for slot, slot_state in zip(slots, state["progress"].get("slots", ())):  # older checkpoints: none
+            if (slot_state["num_groups"], slot_state["num_devices"]) != (slot.num_groups, slot.problem.num_devices):
+                raise ValueError(f"a problem of {slot_state['num_groups']} groups on {slot_state['num_devices']} "
+                                 f"devices, not {slot.num_groups} on {slot.problem.num_devices}")
+            slot.load_progress(slot_state)
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:  # a section of the wrong shape
         raise PlacerError(f"checkpoint {out}: its trainer state cannot be restored ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
     progress = dict(state["progress"])

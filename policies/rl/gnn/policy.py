@@ -51,7 +51,31 @@ class Initial:
     state: dict | None  # the checked checkpoint; None from scratch
 
 
-def initial_weights(policy: str, init: str | None) -> Initial:
+def initial_weights(policy: str, init: str | None, checkpoint_dir=None) -> Initial:
+    """The weights a search starts from: a resumed run's own ``learner.pt`` in ``checkpoint_dir`` when it has
+    one (its --init file is not read again: it may have moved since), else ``init``'s."""
+    resumed = _resumed_weights(policy, checkpoint_dir)
+    return resumed if resumed is not None else _init_weights(policy, init)
+
+
+def _resumed_weights(policy: str, checkpoint_dir) -> Initial | None:
+    from pathlib import Path
+
+    from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
+
+    path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_FILE
+    if path is None or not path.is_file():
+        return None
+    state = read_learner_state(path)
+    trainer = state.get("trainer")
+    config = trainer.get("config") if isinstance(trainer, dict) else None
+    if state.get("policy") != policy or not isinstance(config, dict) or "net" not in trainer:
+        raise PlacerError(f"{path} is not a {policy} learner's checkpoint (no network and settings of {policy})")
+    architecture = {key: config.get(key) for key in ("kind", "hidden_size", "num_layers")}
+    return Initial(f"{path} (resumed)", {"architecture": architecture, "trainer": trainer})
+
+
+def _init_weights(policy: str, init: str | None) -> Initial:
     if init in (None, "pretrained"):
         path = pretrained_path(policy)
         if not path.is_file():
@@ -71,7 +95,7 @@ class GdpPolicy:
                  init: str | None = None, **options):
         self.context = context or RunContext()
         self.warm_start = None if warm_start is None else list(warm_start)
-        self.initial = initial_weights(self.name, init)
+        self.initial = initial_weights(self.name, init, self.context.checkpoint_dir)
         self.torch_threads = options.get("torch_threads")
         self.checkpoint_every = int(options.get("checkpoint_every") or 10)
         known = {f.name for f in fields(GnnConfig)} - {"kind", "seed"} - set(_SEARCH_ONLY)
@@ -132,8 +156,9 @@ class GdpPolicy:
         return self.trainer
 
     def _zero_shot(self, trainer, slot: Slot, start: np.ndarray | None) -> None:
-        """Measure the policy's zero-shot placement (GiPH: the start, then its greedy moves one by one)."""
-        if trainer.config.kind != "giph" or slot.counter.left < 2:
+        """Measure the policy's zero-shot placement (GiPH: the start, then its greedy moves one by one, when
+        the budget holds them all: the walk's end is the zero-shot answer, which a larger budget must measure)."""
+        if trainer.config.kind != "giph" or slot.counter.left < 1 + trainer.config.episode_steps:
             slot.measure(trainer.greedy(slot, start)[None])
             return
         start = slot.fastest_device_start() if start is None else start

@@ -168,6 +168,20 @@ def test_checkpoint_round_trips_and_a_policy_starts_from_it(setup, tmp_path):
         trained.imitate([_slot(problem, measurer)], [found.group_placement], 2)
 
 
+def test_every_budget_above_one_measures_the_zero_shot_placement(setup):
+    """Budget 1 measures the end of the greedy walk; budgets 2-3 (fewer than the walk's start and its 3
+    moves) measured the start and the first moves only, and found worse than budget 1 did."""
+    problem, measurer = setup
+    placements = {}
+    for budget in (1, 2, 3, 4, 6):
+        measured = []
+        GiphPolicy(**SMALL_OPTIONS).place(problem, measurer, budget, 0,
+                                          on_measurement=lambda placement, *rest: measured.append(tuple(placement)))
+        placements[budget] = measured
+    (zero_shot,) = placements[1]
+    assert all(zero_shot in measured for measured in placements.values()), placements
+
+
 def test_second_place_on_a_smaller_machine_keeps_the_network_and_starts_at_the_warm_start(setup):
     problem, measurer = setup
     graph, machine = problem.graph, problem.machine

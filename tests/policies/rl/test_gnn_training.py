@@ -111,6 +111,26 @@ def test_family_resume_continues_the_count(family_run, two_problems, tmp_path):
     assert after["updates"] > before["updates"] and after["teachers"] == before["teachers"]
 
 
+def test_an_interrupted_family_run_resumed_measures_and_visits_as_one_run_does(tmp_path):
+    """A stop after 5 updates, then a resume: the same problems visited in the same order and the same
+    measurements counted as an uninterrupted run. The memo of each problem's measured placements and the
+    round in progress are in the checkpoint (a resume used to measure repeats again and restart the round)."""
+    problems = [_train_problem(name, "paper-2gpu", 6) for name in ("synthetic:200", "synthetic:150", "synthetic:120")]
+
+    def run(out, stop_after: int | None = None, resume: bool = False) -> list[tuple[str, int]]:
+        visits = []
+        train_family(problems, SMALL, 120, out, resume=resume, checkpoint_every=1,
+                     should_stop=lambda: stop_after is not None and len(visits) >= stop_after,
+                     on_update=lambda m: visits.append((m.problem, m.measurements_used)))
+        return visits
+
+    straight = run(tmp_path / "straight.pt")
+    first = run(tmp_path / "split.pt", stop_after=5)
+    rest = run(tmp_path / "split.pt", resume=True)
+    assert len(first) == 5 and len(straight) > 8
+    assert first + rest == straight
+
+
 def test_resume_with_another_network_is_refused(family_run, two_problems):
     wider = GnnConfig(kind="gdp", hidden_size=16, num_layers=1, batch_size=4)
     with pytest.raises(PlacerError, match="hidden"):
