@@ -31,6 +31,7 @@ from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY
 from cluster.jsonout import json_safe
 from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, read_manifest, read_result_json,
                             read_run, removed_device_indices, rows_without_devices)
+from cluster.runlog_format import is_seconds
 from graphs.errors import PlacerError
 
 MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
@@ -266,7 +267,7 @@ def lower_bound_of(run: Path, manifest: RunManifest) -> float:
     if manifest.lower_bound_s is not None:
         return float(manifest.lower_bound_s)
     value = (read_result_json(run) or {}).get("lower_bound_s")
-    if isinstance(value, (int, float)):
+    if is_seconds(value):
         return float(value)
     graph = cached_graph(manifest)
     if graph is None:
@@ -283,7 +284,7 @@ def proven_bound_of(run: Path, manifest: RunManifest) -> tuple[float, str]:
     if manifest.proven_bound_s is not None:
         return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
     data = read_result_json(run) or {}
-    if isinstance(data.get("proven_bound_s"), (int, float)):
+    if is_seconds(data.get("proven_bound_s")):
         return float(data["proven_bound_s"]), str(data.get("proven_bound_holds_for") or "")
     return math.nan, ""
 

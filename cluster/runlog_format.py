@@ -105,9 +105,17 @@ class RunManifest:
             data["resumes"] = tuple(data.get("resumes", ()))
             data["device_removals"] = tuple(data.get("device_removals", ()))
             names = {f.name for f in dataclasses.fields(RunManifest)}
+            for name in ("lower_bound_s", "proven_bound_s"):  # read as figures by analyze and reproduce
+                if data.get(name) is not None and not is_seconds(data[name]):
+                    raise ValueError(f"{name} {data[name]!r} is not a number of seconds >= 0")
             return RunManifest(**{k: v for k, v in data.items() if k in names})
         except (ValueError, KeyError, TypeError) as exc:
             raise PlacerError(f"{where}: not a valid run manifest ({exc})") from None
+
+
+def is_seconds(value) -> bool:
+    """A recorded duration: a finite number >= 0 (not a bool, a string or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
 
 
 @dataclass(frozen=True)

@@ -68,13 +68,13 @@ def _run(args: argparse.Namespace) -> int:
 def print_table(table, bound=None) -> None:
     """``bound``: the BoundReport of the searches' groups (policies.exact.bound), or None."""
     from cluster.commands.console import text_console
+    from cluster.jobs.baselines import ratio_to_proven_bound
     from rich.table import Table
 
     def fmt(x, spec):
         return "-" if x is None or not math.isfinite(x) else format(x, spec)
 
     best = table.best()
-    proven_s = math.nan if bound is None else bound.best_s
     title = (f"{table.graph} on {table.machine}: lower bound {table.lower_bound_s:.4g} s, "
              f"best single GPU {fmt(table.single_gpu_s, '.4g')} s")
     if bound is not None:  # heuristics place colocation groups: a bound for coarser groups need not hold for them
@@ -85,8 +85,8 @@ def print_table(table, bound=None) -> None:
         out.add_column(column, justify="left" if column in ("policy", "status", "notes") else "right")
     for row in table.rows:
         style = "bold" if best is not None and row is best else None
-        to_proven = row.runtime_s / proven_s if proven_s > 0 else math.nan
         out.add_row(row.policy, fmt(row.runtime_s, ".4g"), row.status, fmt(row.ratio_to_lower_bound, ".3f"),
-                    fmt(to_proven, ".3f"), fmt(row.ratio_to_single_gpu, ".3f"), fmt(row.placement_time_s, ".3g"),
+                    fmt(ratio_to_proven_bound(row, bound), ".3f"), fmt(row.ratio_to_single_gpu, ".3f"),
+                    fmt(row.placement_time_s, ".3g"),
                     str(row.measurements), row.notes, style=style)
     text_console(width=200).print(out)

@@ -33,12 +33,18 @@ class BaselinesOutcome:
             data["proven_bound_s"] = self.bound.best_s
             data["proven_bound_holds_for"] = self.bound.holds_for
             data["proven_bound"] = json_safe(self.bound.to_json())
-            for row in data["results"]:
-                runtime_s = row["runtime_s"]
-                row["ratio_to_proven_bound"] = (runtime_s / self.bound.best_s if runtime_s is not None
-                                                and self.bound.best_s > 0 and math.isfinite(self.bound.best_s)
-                                                else None)
+            for row, result in zip(data["results"], self.table.rows):
+                ratio = ratio_to_proven_bound(result, self.bound)
+                row["ratio_to_proven_bound"] = ratio if math.isfinite(ratio) else None
         return data
+
+
+def ratio_to_proven_bound(row, bound) -> float:
+    """A baseline row's step over the proven bound; nan unless the row ran ok (the bound holds for
+    placements that fit in memory: an out-of-memory row's step is no such placement's)."""
+    if bound is None or row.status != "ok" or not (bound.best_s > 0 and math.isfinite(bound.best_s)):
+        return math.nan
+    return row.runtime_s / bound.best_s
 
 
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import build_graph
+from conftest import build_graph, one_placer_error
 
 from cluster import runlog
 from cluster.analysis import find_runs, learning_curve, policy_bests, summarize
@@ -314,3 +314,20 @@ def test_summarize__a_damaged_result_json_is_not_finished(tmp_path):
     (run / RESULT_FILE).write_text('{"lower_bound_s": 0.5}')
     (s,) = summarize([run])
     assert s.finished and s.lower_bound_s == 0.5
+    (run / RESULT_FILE).write_text('{"lower_bound_s": 0.5, "proven_bound_s": -1}')  # not a bound: none
+    (s,) = summarize([run])
+    assert s.finished and math.isnan(s.proven_bound_s)
+
+
+@pytest.mark.parametrize("field, value", [("proven_bound_s", "abc"), ("lower_bound_s", "abc"),
+                                          ("proven_bound_s", -1.0), ("lower_bound_s", True)])
+def test_cli_analyze__a_manifest_with_a_bound_that_is_no_duration_is_one_error(tmp_path, capsys, field, value):
+    """A bound of "abc" was a ValueError traceback."""
+    from cluster.cli import main
+
+    run = write_run(tmp_path)
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    (run / MANIFEST_FILE).write_text(json.dumps({**manifest, field: value}))
+    assert main(["analyze", str(run)]) == 2
+    err = one_placer_error(capsys)
+    assert str(run / MANIFEST_FILE) in err and f"{field} {value!r} is not a number of seconds >= 0" in err

@@ -39,6 +39,26 @@ def test_baselines_json__has_lower_bound_and_one_result_per_policy(capsys):
     assert cem["ratio_to_proven_bound"] >= 1 - 1e-6
 
 
+def test_baselines__an_out_of_memory_row_has_no_ratio_to_the_proven_bound(tmp_path, capsys):
+    """The bound holds for placements that fit in memory: an oom row's step gave "x proven bound" 2.089."""
+    from measurers.catalog import CATALOG_DIR
+
+    machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
+    for device in machine["devices"]:
+        device["memory_bytes"] = 30 * 10**6 if device["name"].startswith("gpu") else 20 * 10**6
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(machine))
+    args = ["baselines", "--graph", "synthetic:60:1", "--machine", str(path), "--policies", "single-gpu,m-etf",
+            "--budget", "5", "--bound-time-limit", "5"]
+    assert main([*args, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [row["status"] for row in payload["results"]] == ["oom", "oom"]
+    assert all(row["ratio_to_proven_bound"] is None for row in payload["results"])
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    assert table.count("│ oom ") == 2 and "2.089" not in table and "2.605" not in table
+
+
 def test_baselines_json__same_seed_same_table(capsys):
     args = ("--policies", "random,annealing", "--budget", "20", "--groups", "8", "--seed", "4")
     _, first, _ = run_json(capsys, *args)
