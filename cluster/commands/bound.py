@@ -60,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(report) -> None:
-    from cluster.commands.console import text_console
+    from cluster.commands.console import seconds_text, text_console
     from rich.table import Table
 
     from policies.exact.bound import EVERY_PLACEMENT, SKIPPED
 
     def seconds(x):
-        return "-" if x is None or not math.isfinite(x) else f"{x:.4f}"
+        return "-" if x is None or not math.isfinite(x) else seconds_text(x)
 
     within = f"{report.grouping} and fit in memory"
     table = Table(title=f"{report.graph} on {report.machine}: proven lower bounds on the step time "

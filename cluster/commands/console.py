@@ -9,3 +9,9 @@ def text_console(**options):
     from rich.console import Console
 
     return Console(emoji=False, **options)
+
+
+def seconds_text(seconds: float) -> str:
+    """A step time for a table: 4 decimals (0.4712), or 4 significant digits below 10 ms, where 4 decimals
+    would print every step of a small graph as 0.0004 or 0.0000."""
+    return f"{seconds:.4f}" if abs(seconds) >= 0.01 or seconds == 0 else f"{seconds:.4g}"

@@ -31,7 +31,6 @@ from graphs.errors import PlacerError
 from policies.problem import PlacementProblem
 
 EVERY_PLACEMENT = "every placement"
-SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances (policies/exact/relaxation.py)
 SKIPPED = "skipped"
 
 
@@ -69,14 +68,14 @@ def grouping_name(problem: PlacementProblem) -> str:
 
 def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 1) -> BoundReport:
     """The closed-form, LP and MIP bounds of the module docstring within ``time_limit_s`` seconds."""
+    from policies.exact.relaxation import SOLVER_SLACK, solve_relaxation
+
     if not isinstance(time_limit_s, numbers.Real) or not time_limit_s >= 0 or math.isinf(time_limit_s):
         raise PlacerError(f"the bound's time limit must be a finite number of seconds >= 0, got {time_limit_s}")
     began = time.perf_counter()
     closed_s = float(problem.lower_bound_s)
     lp = mip = None
     if time_limit_s > 0:
-        from policies.exact.relaxation import solve_relaxation
-
         lp = solve_relaxation(problem, time_limit_s, integer=False, threads=threads)
         left_s = time_limit_s - (time.perf_counter() - began)
         if left_s > 0:

@@ -21,7 +21,8 @@ faster than CP-SAT's on all eight rows at a 60 s limit).
 The dispatch rule's model rounds durations down to ticks, which can reorder ready times closer than a
 tick, so its bound proves nothing; the bound reported with it comes from one more solve of the free-order
 model (a relaxation of the simulator for single-op groups), and "proven best" is said only when that bound
-reaches the best measured step.
+reaches the best measured step (within the ticks' rounding). A step measured below a bound is no proof:
+the measurer is not the noise-free simulator the bound holds for (``--noise``, a real measurer).
 
 A solver that stops at its limit without a solution is no error: the policy returns the warm start (or
 the best single GPU), measured, and says so in ``notes`` and ``solver_status`` ("no solution"), so a
@@ -40,6 +41,7 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
+from policies.exact.relaxation import SOLVER_SLACK
 from policies.exact.relaxed_search import relaxed_search
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
@@ -90,7 +92,7 @@ class ExactPolicy:
         measured step (and time and budget remain)."""
         run, hint = SolveRun(), self._hint(problem)[0]
         q = model.quotient
-        tolerance_s = (q.num_pieces + 2 * q.num_edges + 1) * model.tick_s  # ticks are rounded down
+        tolerance_s = run.tolerance_s = (q.num_pieces + 2 * q.num_edges + 1) * model.tick_s  # ticks rounded down
         while counter.left > 0 and time.perf_counter() < deadline:
             solution = model.solve(deadline - time.perf_counter(), hint, self.num_workers, seed, self.work_limit)
             run.solves += 1
@@ -121,16 +123,21 @@ class ExactPolicy:
         if counter.best_placement is None:
             hint, hint_name = self._hint(problem)
             counter.measure([problem.expand(hint)])
-            notes = (f"the relaxation gave no placement of the {problem.num_units} groups within "
+            infeasible = run.bound_status == "infeasible"  # proven: no point searching longer
+            notes = (f"no placement of the {problem.num_units} groups fits in device memory (HiGHS proved the "
+                     f"relaxation infeasible): returning {hint_name}" if infeasible else
+                     f"the relaxation gave no placement of the {problem.num_units} groups within "
                      f"{self.time_limit_s:g} s ({bound}): returning {hint_name}")
-            return replace(search_result(self.name, problem, counter, notes=notes), stop_reason="time_limit",
+            return replace(search_result(self.name, problem, counter, notes=notes),
+                           stop_reason="converged" if infeasible else "time_limit",
                            solver_status=f"{run.bound_status}, no solution", solver_bound_s=run.bound_s)
         result = search_result(self.name, problem, counter)
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
+        below = counter.best_cost_s < run.bound_s * (1 - SOLVER_SLACK)
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s)): {bound} for every "
                  f"placement of these groups; its w for the chosen placement {model_s:.6g} s; measured {measured}"
-                 + (" (proven best for the measurer)" if run.converged else ""))
+                 + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else ""))
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=model_s, solver_bound_s=run.bound_s, solver_status=run.bound_status)
 
@@ -198,7 +205,9 @@ class ExactPolicy:
                  f"{'dispatch rule' if dispatch else 'free order'}")
         bound_s = run.bound_s(dispatch)
         proof = ""
-        if quotient.single_op and bound_s >= counter.best_cost_s * (1 - 1e-9):
+        if counter.best_cost_s < bound_s - run.tolerance_s:
+            proof = f" ({BELOW_BOUND})"
+        elif quotient.single_op and bound_s >= counter.best_cost_s - run.tolerance_s:
             proof = " (proven best for the measurer)"
         elif run.converged:
             proof = " (model solved, bound reached)"
@@ -208,6 +217,9 @@ class ExactPolicy:
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=float(run.chosen.makespan_s), solver_bound_s=float(bound_s),
                        solver_status=run.first.status)
+
+
+BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
 
 
 def _stop_reason(converged: bool, counter: BudgetedMeasurer) -> str:
@@ -225,6 +237,7 @@ class SolveRun:
     chosen_cost_s: float = math.inf
     solves: int = 0
     converged: bool = False  # the model's bound reached the best measured step
+    tolerance_s: float = 0.0  # how far below the truth the model's rounded ticks can put its bound
     proof: Solution | None = None  # with the dispatch rule: the free-order model's solve, whose bound is valid
 
     def bound_s(self, dispatch: bool) -> float:

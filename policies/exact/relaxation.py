@@ -79,6 +79,7 @@ from policies.problem import PlacementProblem
 MS_PER_S = 1e3
 GB = 1e9
 HEAD_TAIL_LEVELS = 16  # quantiles of heads and of tails used as thresholds in constraint 6
+SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,14 @@ def test_bound__table_names_each_bound_and_what_it_holds_for(capsys):
         assert text in out
 
 
+def test_bound__a_small_graphs_bounds_print_their_digits(capsys):
+    """Four decimals printed every bound of a 47 us step as 0.0000."""
+    assert main(["bound", "--graph", "synthetic:10:1", "--machine", "h200x8", "--groups", "16", "--time-limit",
+                 "5"]) == 0
+    table = capsys.readouterr().out
+    assert "0.0000" not in table and "e-05" in table
+
+
 def test_bound__zero_time_limit_is_the_closed_form_only(capsys):
     assert main(["bound", *GRAPH, "--time-limit", "0", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

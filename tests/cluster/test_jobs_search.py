@@ -240,6 +240,14 @@ def test_search_cli__killed_run_resumes_to_its_own_budget_each_placement_once(tm
     _assert_every_iteration_logged_once(run_dir, budget=640, batch=16)
 
 
+def test_search__with_noise_the_bound_is_said_to_hold_for_the_noise_free_simulator(local_ray, tmp_path):
+    """A step measured with noise can come out below the bound; nothing said so."""
+    result = run_search(_config(tmp_path, policy="random", budget=4, noise_std=0.05))
+    assert result.proven_bound_holds_for.endswith(
+        ", in the noise-free simulator (a step measured with --noise 0.05 can come out below it)")
+    assert run_search(_config(tmp_path, policy="random", budget=4)).proven_bound_holds_for.startswith("placements")
+
+
 def test_search__any_baseline_policy_runs_through_the_pool(local_ray, tmp_path):
     result = run_search(_config(tmp_path, policy="random", budget=10))
     rows = read_run(result.run_dir)

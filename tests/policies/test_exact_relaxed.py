@@ -162,3 +162,18 @@ def test_relaxation_bound__below_every_placement_of_multi_op_units(seed):
     best_s = min(r.runtime_s for r in steps if r.status == "ok")
     bound = solve_relaxation(problem, 30)
     assert bound.status == "optimal" and problem.lower_bound_s * (1 - 1e-9) <= bound.bound_s <= best_s * (1 + 1e-6)
+
+
+def test_exact_highs__no_placement_that_fits_in_memory_is_said_so_not_a_time_out():
+    import dataclasses
+
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    graph, base = load_graph("synthetic:60:1"), load_machine("paper-2gpu")
+    machine = dataclasses.replace(base, devices=tuple(dataclasses.replace(d, memory_bytes=10**6)
+                                                      for d in base.devices))  # below the graph's parameters
+    problem = make_problem(graph, machine, max_groups=8)
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=10, solver="highs")
+    assert f"no placement of the {problem.num_units} groups fits in device memory" in result.notes
+    assert result.stop_reason == "converged" and result.solver_status == "infeasible, no solution"
