@@ -22,8 +22,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/placer search
 
+# Two test processes (pytest-xdist), each taking whole files, so a file's Ray or traced graph is made once.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
 
 bench: $(STAMP)
 	@for script in tests/bench/bench_*.py; do echo "## $$script"; $(PY) $$script || exit 1; done
