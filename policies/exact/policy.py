@@ -24,6 +24,10 @@ model (a relaxation of the simulator for single-op groups), and "proven best" is
 reaches the best measured step (within the ticks' rounding). A step measured below a bound is no proof:
 the measurer is not the noise-free simulator the bound holds for (``--noise``, a real measurer).
 
+CP-SAT can take seconds to find a first schedule under the dispatch rule (12 ops on 8 GPUs: none in 5 s),
+so the dispatch rule's model gets three quarters of the limit and, when it finds nothing, the free-order
+model (solved in under a second there) the rest.
+
 A solver that stops at its limit without a solution is no error: the policy returns the warm start (or
 the best single GPU), measured, and says so in ``notes`` and ``solver_status`` ("no solution"), so a
 search that runs several policies goes on with the others.
@@ -47,6 +51,7 @@ from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
 SOLVERS = ("auto", "cpsat", "highs")
+FREE_ORDER_RESERVE = 0.25  # of the time limit, for the free-order model when the dispatch rule's finds nothing
 MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what a workstation holds
 MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
 DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
@@ -79,7 +84,12 @@ class ExactPolicy:
                                              and quotient.num_groups <= DISPATCH_MAX_GROUPS)
         model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=dispatch)
         deadline = clock.started + float(self.time_limit_s)
-        run = self._solve_and_measure(problem, model, counter, deadline, seed)
+        reserve_s = FREE_ORDER_RESERVE * float(self.time_limit_s) if dispatch else 0.0
+        run = self._solve_and_measure(problem, model, counter, deadline - reserve_s, seed)
+        if run.chosen is None and dispatch:  # CP-SAT can miss a first dispatch-rule schedule for seconds
+            dispatch = False
+            model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=False)
+            run = self._solve_and_measure(problem, model, counter, deadline, seed)
         if run.chosen is None:
             return self._fallback(problem, counter, run.first, quotient)
         if dispatch:  # a proof needs the free-order model: ticks rounded down can reorder near-ties under FIFO

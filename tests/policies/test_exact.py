@@ -96,6 +96,18 @@ def test_exact__the_optimum_found_is_said_proven_within_the_ticks_rounding(synth
     assert "(proven best for the measurer)" in result.notes and result.stop_reason == "converged"
 
 
+def test_exact__when_the_dispatch_rules_model_finds_nothing_the_free_order_model_places():
+    """On 12 single-op groups and 8 GPUs CP-SAT found no dispatch-rule schedule in 5 s (returning one GPU),
+    where the free-order model is solved in under a second: a quarter of the limit is kept for it."""
+    from graphs.registry import load_graph
+
+    graph, machine = load_graph("synthetic:12:1"), load_machine("paper-8gpu")
+    problem = make_problem(graph, machine, max_groups=16)
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 64, 0, time_limit_s=6)
+    assert "found no placement" not in result.notes, result.notes
+    assert result.best.ok and result.solver_status in ("optimal", "feasible")
+
+
 @pytest.mark.parametrize("solver", ["cpsat", "highs"])
 def test_exact__a_noisy_measurer_below_the_bound_proves_nothing(synthetic10, solver):
     """With --noise a measured step can come out below the bound, which holds for the noise-free simulator:
