@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ class PastRows:
     """Op placement bytes -> its measurement (rows that were measured, not cache hits)."""
     logged: Counter = field(default_factory=Counter)
     """(policy, iteration, op placement bytes) -> rows: what a replayed iteration must not log again."""
+    best_s: dict[str, float] = field(default_factory=dict)
+    """Policy -> its best step that ran ok: where a resumed run's progress bar starts."""
 
 
 
@@ -127,6 +130,8 @@ def past_rows(run_dir: Path, problem) -> PastRows:
     for row in read_run(run_dir).itertuples():
         key = expand_logged(problem, row.placement, row.placement_level).tobytes()
         past.logged[(row.policy, int(row.iteration), key)] += 1
+        if row.status == "ok" and row.runtime_s < past.best_s.get(row.policy, math.inf):
+            past.best_s[row.policy] = float(row.runtime_s)
         if not row.cache_hit:
             past.known[key] = Measurement(
                 float(row.runtime_s), tuple(row.samples_s), row.status, tuple(int(b) for b in row.peak_bytes),

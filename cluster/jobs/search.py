@@ -487,7 +487,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
 
     learned = policy_entry(config.policy).learned
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
-    tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured)
+    tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured,
+                           best_runtime_s=past.best_s.get(config.policy, math.inf) if measured else math.inf)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
                                   first_iteration=first_iteration, count_calls=not learned or bool(removals))
     options = {}

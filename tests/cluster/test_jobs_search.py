@@ -115,8 +115,11 @@ def test_search__a_search_resumed_with_a_larger_budget_is_refused(local_ray, tmp
 
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     first = run_search(_config(tmp_path, budget=8))
-    resumed = run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)))
+    shown = []  # the progress bar's best: the run's, not only this session's (it started at infinity)
+    resumed = run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)),
+                         progress=lambda measured, best_s, bound_s: shown.append(best_s))
     assert resumed.run_dir == first.run_dir and resumed.measurements == 16
+    assert shown and max(shown) <= first.policy_best_runtime_s
     rows = read_run(first.run_dir)
     learner = rows[(rows.policy == "reinforce") & ~rows.cache_hit]
     placements = [tuple(p) for p in learner.placement]
