@@ -37,7 +37,7 @@ def test_exact_highs__measures_distinct_placements_never_below_its_bound():
                    on_measurement=lambda placement, _m: measured.append(placement.tobytes()))
     optimum_s = exhaustive_optimum_s(graph, machine)
     assert len(measured) == len(set(measured)) == result.measurements >= 1
-    assert result.solver_bound_s <= optimum_s * (1 + 1e-6) <= result.best.runtime_s * (1 + 1e-6)
+    assert result.solver_bound_s <= optimum_s <= result.best.runtime_s * (1 + 1e-6)  # HiGHS's slack taken off
     assert (result.measurements, result.stop_reason) == (6, "budget") or result.stop_reason == "converged"
     assert "relaxation (HiGHS" in result.notes
 
