@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConfig, check_bound_time_limit,
-                                 check_counts, check_measurer_settings, check_unique)
+                                 check_counts, check_measurer_settings, check_policy_groups, check_unique)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 
@@ -68,6 +68,8 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
         if policy_entry(name).learned:  # unknown names fail here too, before any work
             raise PlacerError(f"--policies: {name!r} is a learned policy; placer search --policy {name} runs it")
     check_counts(config.budget, config.groups, config.grouping)
+    for name in policies:
+        check_policy_groups(name, config.groups)
     check_bound_time_limit(config.bound_time_limit_s)
     check_measurer_settings(config.measurer, config.runs, config.warmup)
     check_seed(config.seed, "--seed")

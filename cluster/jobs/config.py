@@ -152,3 +152,13 @@ def check_counts(budget: int, groups: int, grouping: str) -> None:
         raise PlacerError(f"--groups must be a whole number of at least 1, got {groups!r}")
     if grouping not in METHODS:
         raise PlacerError(f"--grouping: unknown grouping method {grouping!r} (known: {', '.join(METHODS)})")
+
+
+def check_policy_groups(policy: str, groups: int) -> None:
+    """A policy with a solver (exact) places at most its ``max_groups``: more is refused before any work."""
+    from policies.registry import policy_entry
+
+    most = policy_entry(policy).max_groups
+    if most is not None and groups > most:
+        raise PlacerError(f"--groups {groups}: policy {policy!r} places at most {most} groups (its solver's "
+                          f"memory); use --groups {most} or fewer")

@@ -37,7 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cluster.jobs.config import (CHECKPOINT_DIR, GROUPING_FILE, SearchConfig,
-                                 check_bound_time_limit, check_counts, check_measurer_settings)
+                                 check_bound_time_limit, check_counts, check_measurer_settings,
+                                 check_policy_groups)
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
@@ -213,9 +214,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     machine = load_machine(config.machine)  # a small JSON file (or this process's devices)
     entry = policy_entry(config.policy)
     check_counts(config.budget, config.groups, config.grouping)
-    if entry.max_groups is not None and config.groups > entry.max_groups:
-        raise PlacerError(f"--groups {config.groups}: policy {config.policy!r} places at most {entry.max_groups} "
-                          f"groups (its solver's memory); use --groups {entry.max_groups} or fewer")
+    check_policy_groups(config.policy, config.groups)
     check_bound_time_limit(config.bound_time_limit_s)
     _check_search_numbers(config)
     if config.split_groups is not None:

@@ -114,6 +114,9 @@ def test_baselines__unknown_policy_and_bad_budget_are_clear_errors(capsys, tmp_p
     assert code == 2 and "--policies 'single-gpu,,m-etf': an empty name" in err
     code, _, err = run_json(capsys, "--grouping", "by-colour")
     assert code == 2 and "unknown grouping method 'by-colour'" in err
+    code, _, err = run_json(capsys, "--policies", "exact", "--groups", "1500", "--out", str(tmp_path / "log"))
+    assert code == 2 and "--groups 1500: policy 'exact' places at most 1000 groups" in err  # as search: skipped
+    assert list(tmp_path.iterdir()) == []
     code = main(["baselines", "--graph", "synthetic:20", "--machine", "no-such-machine"])
     assert code == 2 and "unknown machine 'no-such-machine'" in capsys.readouterr().err
 
