@@ -95,6 +95,8 @@ def test_train__resume_continues_the_same_problems_and_appends_metrics(trained, 
     assert [r["iteration"] for r in rows] == list(range(len(rows)))
     assert read_checkpoint(out, "gdp")["progress"]["problems"] == before["problems"]
     assert before["measurements"] < data["measurements"] <= 96
+    # every session's wall time, setup included: it was less than this session's alone (0.15 s against 0.94 s)
+    assert data["wall_s"] >= before["wall_s"] + 0.9 * data["session_wall_s"]
 
 
 def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch):

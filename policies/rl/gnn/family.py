@@ -66,6 +66,7 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         raise PlacerError("placer train needs at least one graph and one machine")
     if budget < 1:
         raise PlacerError(f"--budget must be at least 1 measurement, got {budget}")
+    started = time.perf_counter()  # the session's wall time counts building the learner and loading a resume
     out, names = Path(out), [p.name for p in problems]
     slots = [Slot(p.problem, BudgetedMeasurer(p.measurer, UNLIMITED, p.problem.capacity_bytes(), DecisionClock()),
                   config.failure_factor) for p in problems]
@@ -75,7 +76,7 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
                     "config": {k: v for k, v in vars(config).items()}, "settings": dict(settings or {})}
         if resume:
             progress = _resumed(out, config, names, dict(settings or {}), trainer, budget, slots)
-        started, before_s = time.perf_counter(), float(progress["wall_s"])
+        before_s = float(progress["wall_s"])
 
         def stop_now() -> str | None:
             return early_stop(started, time_limit_s, should_stop)
