@@ -98,8 +98,8 @@ def run(args) -> int:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
             run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else progress.run_dir  # or while closing
             if args.json and run_dir is not None:  # still one document for a pipe's reader
-                emit_json({"stop_reason": "interrupted", "run_dir": str(run_dir),
-                           "resume": ["placer", "search", "--resume", str(run_dir)]})
+                resume = None if config.remove_devices else ["placer", "search", "--resume", str(run_dir)]
+                emit_json({"stop_reason": "interrupted", "run_dir": str(run_dir), "resume": resume})
             return 130
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)

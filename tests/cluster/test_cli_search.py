@@ -152,6 +152,11 @@ def test_search_cli__json_interrupted_while_the_run_closes_still_prints_its_fold
     assert main(["search", "--graph", "synthetic:300", "--out", str(tmp_path / "runs"), "--json"]) == 130
     assert json.loads(capsys.readouterr().out) == {"stop_reason": "interrupted", "run_dir": str(run_dir),
                                                    "resume": ["placer", "search", "--resume", str(run_dir)]}
+    # a run that removes devices cannot be resumed: no command to resume it, which was always refused
+    assert main(["search", "--graph", "synthetic:300", "--policy", "hsdag", "--remove-device", "gpu:1@8",
+                 "--out", str(tmp_path / "runs"), "--json"]) == 130
+    assert json.loads(capsys.readouterr().out) == {"stop_reason": "interrupted", "run_dir": str(run_dir),
+                                                   "resume": None}
 
 
 def test_search_cli__an_interrupt_before_the_run_folder_exists_says_interrupted(tmp_path, capsys, monkeypatch):
