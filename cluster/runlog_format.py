@@ -108,9 +108,27 @@ class RunManifest:
             for name in ("lower_bound_s", "proven_bound_s"):  # read as figures by analyze and reproduce
                 if data.get(name) is not None and not is_seconds(data[name]):
                     raise ValueError(f"{name} {data[name]!r} is not a number of seconds >= 0")
+            _check_removal_records(data["device_removals"])
             return RunManifest(**{k: v for k, v in data.items() if k in names})
         except (ValueError, KeyError, TypeError) as exc:
             raise PlacerError(f"{where}: not a valid run manifest ({exc})") from None
+
+
+def _check_removal_records(records) -> None:
+    """Each ``device_removals`` record that took place names its device, its index and the measurement it
+    left at (whole numbers), and the machine after: analyze reads them as such."""
+    for k, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise ValueError(f"device_removals[{k}] is not an object")
+        if not record.get("removed", True):
+            continue
+        for name in ("index", "at_measurement"):
+            value = record.get(name)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+                raise ValueError(f"device_removals[{k}].{name} {value!r} is not a whole number >= 0")
+        for name in ("device", "machine_after"):
+            if not isinstance(record.get(name), str):
+                raise ValueError(f"device_removals[{k}].{name} {record.get(name)!r} is not a name")
 
 
 def is_seconds(value) -> bool:

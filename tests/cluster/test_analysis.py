@@ -319,10 +319,21 @@ def test_summarize__a_damaged_result_json_is_not_finished(tmp_path):
     assert s.finished and math.isnan(s.proven_bound_s)
 
 
-@pytest.mark.parametrize("field, value", [("proven_bound_s", "abc"), ("lower_bound_s", "abc"),
-                                          ("proven_bound_s", -1.0), ("lower_bound_s", True)])
-def test_cli_analyze__a_manifest_with_a_bound_that_is_no_duration_is_one_error(tmp_path, capsys, field, value):
-    """A bound of "abc" was a ValueError traceback."""
+REMOVAL = {"device": "gpu:1", "index": 2, "trigger": "measurements", "at_measurement": 5, "machine_after": "m"}
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("proven_bound_s", "abc", "proven_bound_s 'abc' is not a number of seconds >= 0"),
+    ("lower_bound_s", "abc", "lower_bound_s 'abc' is not a number of seconds >= 0"),
+    ("proven_bound_s", -1.0, "proven_bound_s -1.0 is not a number of seconds >= 0"),
+    ("lower_bound_s", True, "lower_bound_s True is not a number of seconds >= 0"),
+    ("device_removals", [{**REMOVAL, "index": "x"}], "device_removals[0].index 'x' is not a whole number >= 0"),
+    ("device_removals", [{**REMOVAL, "at_measurement": None}],
+     "device_removals[0].at_measurement None is not a whole number >= 0"),
+    ("device_removals", ["gpu:1"], "device_removals[0] is not an object"),
+])
+def test_cli_analyze__a_manifest_with_a_damaged_figure_is_one_error(tmp_path, capsys, field, value, message):
+    """A bound of "abc" or a removal's index "x" was a ValueError traceback."""
     from cluster.cli import main
 
     run = write_run(tmp_path)
@@ -330,4 +341,4 @@ def test_cli_analyze__a_manifest_with_a_bound_that_is_no_duration_is_one_error(t
     (run / MANIFEST_FILE).write_text(json.dumps({**manifest, field: value}))
     assert main(["analyze", str(run)]) == 2
     err = one_placer_error(capsys)
-    assert str(run / MANIFEST_FILE) in err and f"{field} {value!r} is not a number of seconds >= 0" in err
+    assert str(run / MANIFEST_FILE) in err and message in err
