@@ -183,17 +183,24 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
     baseline logged by a sibling run of the same graph and machine (e.g. the other runs of an experiment)."""
     runs = find_runs(paths)
     loaded = []
-    baseline_pool: dict[tuple[str, str], list[PolicyBest]] = {}
+    baseline_rows: dict[tuple[str, str], list[pd.DataFrame]] = {}  # every run's rows of other policies
     for run in runs:
         manifest, rows = read_manifest(run), read_run(run)
         usable = rows_without_devices(rows, removed_device_indices(manifest))  # bests count these only
         bests = policy_bests(usable)
         key = (manifest.graph_hash, manifest.machine_name)
-        baseline_pool.setdefault(key, []).extend(b for p, b in bests.items() if p != manifest.policy)
+        baseline_rows.setdefault(key, []).append(usable[usable["policy"] != manifest.policy])
         loaded.append((run, manifest, rows, usable, bests))
-    return [_summary(run, manifest, rows, usable, bests,
-                     _own_baselines(manifest, bests) or baseline_pool[(manifest.graph_hash, manifest.machine_name)])
+    return [_summary(run, manifest, rows, usable, bests, _own_baselines(manifest, bests) or _sibling_baselines(
+                baseline_rows[(manifest.graph_hash, manifest.machine_name)], manifest))
             for run, manifest, rows, usable, bests in loaded]
+
+
+def _sibling_baselines(frames: list[pd.DataFrame], manifest: RunManifest) -> list[PolicyBest]:
+    """The best of each baseline the runs of this graph and machine logged, on the devices this run kept
+    (a device that left this run would make a sibling's placement one it can no longer run)."""
+    rows = pd.concat(frames, ignore_index=True)
+    return list(policy_bests(rows_without_devices(rows, removed_device_indices(manifest))).values())
 
 
 def _own_baselines(manifest: RunManifest, bests: dict[str, PolicyBest]) -> list[PolicyBest]:

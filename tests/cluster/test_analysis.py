@@ -322,6 +322,25 @@ def test_summarize__a_damaged_result_json_is_not_finished(tmp_path):
 REMOVAL = {"device": "gpu:1", "index": 2, "trigger": "measurements", "at_measurement": 5, "machine_after": "m"}
 
 
+
+def test_summarize__a_run_that_lost_a_device_takes_no_siblings_baseline_on_it(tmp_path):
+    """Without baselines of its own, a run takes its siblings' best baseline: not one on a device it lost
+    (m-etf on gpu:1 was its "x best baseline" though its own result left that placement out)."""
+    on_gpu0, on_both = [1] * 6, [1, 1, 2, 2, 1, 1]
+    run = write_run(tmp_path / "run", rows=[("annealing", 1.8, "ok", False), ("annealing", 1.6, "ok", False)],
+                    placements=[on_gpu0, on_gpu0])
+    write_run(tmp_path / "sibling", rows=[("m-etf", 1.2, "ok", False), ("single-gpu", 2.2, "ok", False)],
+              policy="heft", placements=[on_both, on_gpu0])
+    (s, _) = summarize([run, tmp_path / "sibling"])
+    assert (s.best_baseline, s.best_baseline_s) == ("m-etf", 1.2)  # no device left: the sibling's fastest
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    removal = {"device": "gpu:1", "index": 2, "trigger": "measurements", "requested": "gpu:1@1",
+               "at_measurement": 1, "machine_after": "paper-2gpu-without-gpu:1", "at_seq": 1, "at": STARTED}
+    (run / MANIFEST_FILE).write_text(json.dumps({**manifest, "device_removals": [removal]}))
+    (s, _) = summarize([run, tmp_path / "sibling"])
+    assert (s.best_baseline, s.best_baseline_s) == ("single-gpu", 2.2)
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("proven_bound_s", "abc", "proven_bound_s 'abc' is not a number of seconds >= 0"),
     ("lower_bound_s", "abc", "lower_bound_s 'abc' is not a number of seconds >= 0"),
