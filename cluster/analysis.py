@@ -31,7 +31,7 @@ from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY
 from cluster.jsonout import json_safe
 from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, read_manifest, read_result_json,
                             read_run, removed_device_indices, rows_without_devices)
-from cluster.runlog_format import is_seconds
+from cluster.runlog_format import is_seconds, rows_avoiding
 from graphs.errors import PlacerError
 
 MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
@@ -154,14 +154,21 @@ def policy_bests(rows: pd.DataFrame) -> dict[str, PolicyBest]:
 
 
 def learning_curve(rows: pd.DataFrame, started_at: pd.Timestamp | None = None,
-                   policy: str | None = None) -> LearningCurve:
-    """The curve of ``rows`` (one run, ordered by seq), optionally of one policy tag only."""
+                   policy: str | None = None, manifest: RunManifest | None = None) -> LearningCurve:
+    """The curve of ``rows`` (one run, ordered by seq), optionally of one policy tag only. With the run's
+    ``manifest``, the best so far after a device left the run counts only placements without it."""
     if policy is not None:
         rows = rows[rows["policy"] == policy]
     rows = rows.sort_values("seq")
     runtime = rows["runtime_s"].to_numpy(dtype=np.float64)  # (M,)
     ok = (rows["status"] == "ok").to_numpy() & np.isfinite(runtime)  # (M,)
     best = np.minimum.accumulate(np.where(ok, runtime, np.inf)) if len(rows) else np.zeros(0)
+    gone: set[int] = set()
+    for removal in device_removals_done(manifest) if manifest is not None and len(rows) else ():
+        gone.add(int(removal["index"]))
+        after = rows["seq"].to_numpy() >= int(removal.get("at_seq", 0))  # (M,)
+        kept_best = np.minimum.accumulate(np.where(ok & rows_avoiding(rows, gone), runtime, np.inf))
+        best = np.where(after, kept_best, best)
     finished = rows["finished_at"]
     if started_at is None:
         started_at = finished.min() if len(rows) else None

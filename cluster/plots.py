@@ -180,7 +180,7 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     title = f"{manifest.graph_name} on {manifest.machine_name}, {manifest.policy or 'run'}"
     # the searched policy's own curve; the baselines scored in the same run are not its progress
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
-    curve = learning_curve(rows, run_started_at(manifest), policy=own)
+    curve = learning_curve(rows, run_started_at(manifest), policy=own, manifest=manifest)
     best = read_run_best(run_dir) if read_best(run_dir) is not None else None
     return RunToPlot(manifest.run_id, title, rows, curve, best, None if best is None else run_graph(best))
 

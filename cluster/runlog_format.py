@@ -122,8 +122,8 @@ def _check_removal_records(records) -> None:
             raise ValueError(f"device_removals[{k}] is not an object")
         if not record.get("removed", True):
             continue
-        for name in ("index", "at_measurement"):
-            value = record.get(name)
+        for name in ("index", "at_measurement", "at_seq"):
+            value = record.get(name, 0 if name == "at_seq" else None)  # at_seq: none before the first row
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
                 raise ValueError(f"device_removals[{k}].{name} {value!r} is not a whole number >= 0")
         for name in ("device", "machine_after"):
@@ -316,6 +316,11 @@ def rows_without_devices(rows: pd.DataFrame, devices: Collection[int]) -> pd.Dat
     be run."""
     if not devices or not len(rows):
         return rows
+    return rows[rows_avoiding(rows, devices)]
+
+
+def rows_avoiding(rows: pd.DataFrame, devices: Collection[int]) -> np.ndarray:
+    """(R,) bool: the rows whose placement uses none of ``devices``."""
     forbidden = np.asarray(sorted(devices), dtype=np.int64)
-    keep = [not np.isin(np.asarray(p, dtype=np.int64), forbidden).any() for p in rows["placement"]]
-    return rows[np.asarray(keep, dtype=bool)]
+    return np.asarray([not np.isin(np.asarray(p, dtype=np.int64), forbidden).any() for p in rows["placement"]],
+                      dtype=bool)

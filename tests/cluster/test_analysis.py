@@ -189,6 +189,8 @@ def test_summarize__a_device_that_left_counts_for_no_best(tmp_path, capsys):
     path.write_text(json.dumps({**manifest, "device_removals": [removal]}))
     (s,) = summarize([run])
     assert s.best_runtime_s == 1.8 and s.best_overall_s == 1.8
+    curve = learning_curve(read_run(run), policy="annealing", manifest=runlog.read_manifest(run))
+    assert curve.best_so_far_s.tolist() == [1.0, 1.0, 1.8]  # from at_seq 3 on, the best without gpu:1
     assert s.ratio_to_best_baseline == pytest.approx(1.8 / 2.2)
     assert s.measurements == 4  # every row is still counted as measured
     assert [(r.device, r.at_measurement) for r in s.removed_devices] == [("gpu:1", 2)]
