@@ -66,10 +66,9 @@ def parse_removal(text: str) -> DeviceRemoval:
         raise PlacerError(shape)
     if when == NODE_LOST:
         return DeviceRemoval(name, None, text)
-    try:
-        count = int(when)
-    except ValueError:
-        raise PlacerError(f"{shape}; {when!r} is not a measurement count") from None
+    if not (when.isascii() and when.removeprefix("-").isdigit()):  # int() took "+5", " 5" and other scripts' digits
+        raise PlacerError(f"{shape}; {when!r} is not a measurement count")
+    count = int(when)
     if count < 1:
         raise PlacerError(f"--remove-device {text!r}: MEASUREMENTS must be at least 1, got {count} (to search "
                           f"without a device from the start, use a machine file without it)")

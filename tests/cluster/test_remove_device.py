@@ -164,6 +164,8 @@ def _cpu_only_graph_file(tmp_path):
     (["--remove-device", "gpu:1@x"], "--remove-device 'gpu:1@x': expected NAME@MEASUREMENTS (e.g. gpu:1@200) or "
                                      "NAME@node-lost; 'x' is not a measurement count"),
     (["--remove-device", "@5"], "--remove-device '@5': expected NAME@MEASUREMENTS"),
+    (["--remove-device", "gpu:1@+5"], "--remove-device 'gpu:1@+5': expected NAME@MEASUREMENTS"),  # taken as 5
+    (["--remove-device", "gpu:1@\u0665"], "--remove-device 'gpu:1@\u0665': expected"),  # an Arabic-Indic 5
     (["--remove-device", "gpu:1@-3"], "--remove-device 'gpu:1@-3': MEASUREMENTS must be at least 1, got -3"),
     (["--remove-device", "gpu:9@5"], "--remove-device 'gpu:9@5': machine 'paper-4gpu' has no device 'gpu:9' "
                                      "(devices: cpu:0, gpu:0, gpu:1, gpu:2, gpu:3)"),
