@@ -32,7 +32,7 @@ def run(args) -> int:
     if args.plots:
         from cluster.plots import read_run_to_plot, write_run_plots
 
-        to_plot = [read_run_to_plot(s.run_dir) for s in summaries]  # every run checked before a file is written
+        to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
         plots = [write_run_plots(run, args.plots, s.lower_bound_s) for run, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
@@ -95,3 +95,16 @@ def _print_proven_bounds(console, summaries) -> None:
     for (graph, machine, holds_for, bound_s), run_ids in bounds.items():
         which = f" (run{'s' * (len(run_ids) > 1)} {', '.join(run_ids)})" if per_pair[(graph, machine)] > 1 else ""
         console.print(f"{graph} on {machine}: proven bound {bound_s:.4g} s holds for {holds_for}{which}")
+
+
+def _distinct_names(runs: list) -> list:
+    """Copies of one run (the same run id in two folders) get ``-2``, ``-3``... so their plots do not
+    overwrite each other's."""
+    from dataclasses import replace
+
+    seen: dict[str, int] = {}
+    named = []
+    for run in runs:
+        seen[run.run_id] = seen.get(run.run_id, 0) + 1
+        named.append(run if seen[run.run_id] == 1 else replace(run, run_id=f"{run.run_id}-{seen[run.run_id]}"))
+    return named

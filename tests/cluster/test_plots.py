@@ -142,3 +142,17 @@ def test_cli_analyze__plots_dir_gets_pngs_and_trace(tmp_path, capsys):
     names = sorted(p.name.split("__")[-1] for p in (tmp_path / "plots").iterdir())
     assert names == ["device_load.png", "learning_curve.png", "timeline.png", "trace.json"]
     assert "timeline.png" in capsys.readouterr().out
+
+
+def test_cli_analyze__two_copies_of_a_run_get_plots_of_their_own(tmp_path, capsys):
+    """The same run id in two folders: the second's plots overwrote the first's."""
+    import shutil
+
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    shutil.copytree(run, tmp_path / "runs" / "b" / run.name)
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots"), "--json"]) == 0
+    curves = [entry["plots"]["learning_curve"] for entry in json.loads(capsys.readouterr().out)]
+    assert len(set(curves)) == 2 and all(Path(c).is_file() for c in curves)
+    assert curves[1].endswith(f"{run.name}-2__learning_curve.png")
