@@ -48,7 +48,8 @@ from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSour
                                      save_warm_start_placement, scored_baselines)
 from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
-                            record_device_removal, record_resume, write_text_atomic)
+                            read_run, record_device_removal, record_resume, rows_without_devices,
+                            write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from policies.rl.config import CHECKPOINT_EVERY
@@ -517,7 +518,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:
         options["time_limit_s"] = config.time_limit_s  # exact: its solver's wall time
     if removals:
-        return _run_with_removals(problem, pool, config, writer, measurer, options, removals)
+        return _run_with_removals(problem, pool, config, writer, measurer, options, removals, tracker)
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
@@ -526,14 +527,22 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
 
 
 def _run_with_removals(problem, pool, config, writer, measurer, options: dict,
-                       removals: Sequence[DeviceRemoval]) -> _PolicyOutcome:
+                       removals: Sequence[DeviceRemoval], tracker: "_BestTracker") -> _PolicyOutcome:
     """The policy placed phase by phase while devices leave (cluster/jobs/removal.py); each removal is noted
-    in the manifest (``device_removals``) and the run log's best stops counting the device."""
+    in the manifest (``device_removals``) and the run log's best, and the progress bar's, stop counting
+    the device."""
+    gone: set[int] = set()
+
     def on_removal(records: list[dict], devices: list[int]) -> None:
         for record in records:
             record["at_seq"] = writer.rows_logged  # rows from this one on never use the device
             record_device_removal(writer.folder, record)
         writer.forbid_devices(devices)
+        gone.update(devices)
+        writer.flush()  # every row on disk, to find the policy's best without the devices
+        rows = rows_without_devices(read_run(writer.folder), gone)
+        ok = rows[(rows["policy"] == config.policy) & (rows["status"] == "ok")]
+        tracker.best_runtime_s = float(ok["runtime_s"].min()) if len(ok) else math.inf
 
     phased = place_with_removals(config.policy, problem, measurer, config.budget, config.seed, options, removals,
                                  node_lost=lambda: bool(pool.lost_nodes()), on_removal=on_removal)
