@@ -198,15 +198,15 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
         key = (manifest.graph_hash, manifest.machine_name)
         baseline_rows.setdefault(key, []).append(usable[usable["policy"] != manifest.policy])
         loaded.append((run, manifest, rows, usable, bests))
+    pooled = {key: pd.concat(frames, ignore_index=True) for key, frames in baseline_rows.items()}
     return [_summary(run, manifest, rows, usable, bests, _own_baselines(manifest, bests) or _sibling_baselines(
-                baseline_rows[(manifest.graph_hash, manifest.machine_name)], manifest))
+                pooled[(manifest.graph_hash, manifest.machine_name)], manifest))
             for run, manifest, rows, usable, bests in loaded]
 
 
-def _sibling_baselines(frames: list[pd.DataFrame], manifest: RunManifest) -> list[PolicyBest]:
-    """The best of each baseline the runs of this graph and machine logged, on the devices this run kept
-    (a device that left this run would make a sibling's placement one it can no longer run)."""
-    rows = pd.concat(frames, ignore_index=True)
+def _sibling_baselines(rows: pd.DataFrame, manifest: RunManifest) -> list[PolicyBest]:
+    """The best of each baseline the runs of this graph and machine logged (``rows``), on the devices this
+    run kept (a device that left this run would make a sibling's placement one it can no longer run)."""
     return list(policy_bests(rows_without_devices(rows, removed_device_indices(manifest))).values())
 
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from measurers.timing import ESTIMATOR
 
 FORMAT_VERSION = 2  # 2: placement_level column; runs, warmup and estimator in the manifest
@@ -124,7 +124,7 @@ def _check_removal_records(records) -> None:
             continue
         for name in ("index", "at_measurement", "at_seq"):
             value = record.get(name, 0 if name == "at_seq" else None)  # at_seq: none before the first row
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            if not (is_whole_number(value) and value >= 0):
                 raise ValueError(f"device_removals[{k}].{name} {value!r} is not a whole number >= 0")
         for name in ("device", "machine_after"):
             if not isinstance(record.get(name), str):

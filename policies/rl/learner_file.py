@@ -24,8 +24,7 @@ def load_torch_file(path: str | os.PathLike, what: str):
     try:  # a flipped byte in the zip's own records raises what zipfile meets: UnicodeDecodeError, BadZipFile...
         bad = _failing_member(path)
     except Exception as exc:  # noqa: BLE001
-        raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+        raise _damaged(what, path, exc) from None
     if bad is not None:
         raise PlacerError(f"{what} {path} is damaged: {bad} fails its checksum")
     try:
@@ -37,8 +36,13 @@ def load_torch_file(path: str | os.PathLike, what: str):
             reason = str(exc).partition("WeightsUnpickler error:")[2].strip().split("\n")[0] or "unreadable"
             raise PlacerError(f"{what} {path} is damaged or not a checkpoint placer wrote: torch's safe loader "
                               f"refuses it ({reason})") from None
-        raise PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else 'unreadable'})") from None
+        raise _damaged(what, path, exc) from None
+
+
+def _damaged(what: str, path, exc: Exception) -> PlacerError:
+    """The error for a file that could not be read: the exception's type and first line."""
+    detail = str(exc).splitlines()[0] if str(exc) else "unreadable"
+    return PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: {detail})")
 
 
 def _failing_member(path: str | os.PathLike) -> str | None:
