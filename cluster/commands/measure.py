@@ -49,18 +49,18 @@ def _measure(args) -> int:
         import_tensorflow_quietly()
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
-    placement = load_placement(args.placement, graph, machine) if args.placement else None
-    if args.policy:
-        policy_entry(args.policy)  # an unknown name fails before the measurer is built
+    if args.placement:
+        placement = load_placement(args.placement, graph, machine)
+    else:  # placed (and scored) in the simulator first: a heuristic this machine cannot run fails in seconds,
+        policy_entry(args.policy)  # not after the real step is built and captured (minutes for an RNNLM)
+        simulator = build_measurer(MeasurerSpec("sim", graph, machine))
+        placement = place_once(args.policy, graph, machine, simulator, args.seed).op_placement
     spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed,
                         timeout_s=args.timeout)
     measurer = build_measurer(spec)
     if hasattr(measurer, "check_ready"):  # it measures in this process: devices it lacks are bad input,
         measurer.check_ready()  # and so is a step it cannot rebuild
-    if placement is not None:
-        measurement = measurer.measure([placement])[0]
-    else:
-        measurement = place_once(args.policy, graph, machine, measurer, args.seed).best
+    measurement = measurer.measure([placement])[0]
     report = {
         "graph": graph.name, "machine": machine.name, "measurer": args.measurer, "runs": args.runs,
         "warmup": args.warmup, "runtime_s": measurement.runtime_s, "samples_s": list(measurement.samples_s),

@@ -81,6 +81,20 @@ def test_measure__a_gpu_this_process_lacks_is_bad_input(mlp_file, capsys):
     assert captured.err == "placer: error: machine 'paper-2gpu' has GPU 'gpu:0' but torch sees only 0 CUDA devices\n"
 
 
+def test_measure__a_policy_the_machine_cannot_run_fails_before_the_step_is_captured(mlp_file, capsys, monkeypatch):
+    """The heuristic places in the simulator first: on a machine without GPUs, ``single-gpu`` is one error
+    in seconds, not after the real step is built and captured (3 minutes for the full-size RNNLM)."""
+    from measurers.torch.measurer import TorchMeasurer
+
+    captures = []
+    monkeypatch.setattr(TorchMeasurer, "_capture", lambda self: captures.append(self.graph.name))
+    code = main(["measure", "--graph", str(mlp_file), "--machine", "local", "--measurer", "torch",
+                 "--policy", "single-gpu", "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "" and captures == []
+    assert captured.err == "placer: error: machine 'local' has no gpu device\n"
+
+
 def test_build_measurer__torch_spec_builds_a_working_measurer(mlp_file):
     from graphs.io import load_graph_file
     from conftest import policy_placement

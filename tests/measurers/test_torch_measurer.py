@@ -2,6 +2,7 @@
 statuses through the real exception types, bad placements rejected before anything runs."""
 
 import itertools
+import weakref
 
 import numpy as np
 import pytest
@@ -15,6 +16,8 @@ from graphs.torch.importer import trace_training_step
 from measurers.catalog import load_machine
 from measurers.timing import TimingSettings, time_runs
 from measurers.torch.measurer import TorchMeasurer
+from measurers.torch.program import (_RELEASE_EVERY_BYTES, _RELEASE_EVERY_SLOTS, PlacedReplay, _Capture,
+                                     capture_step)
 from measurers.torch.workload import TorchWorkload, workload_from_graph
 
 RNNLM_TINY = dict(batch_size=2, seq_len=3, hidden=8, vocab=20, layers=2)
@@ -241,3 +244,54 @@ def test_torch_program__every_tensor_freed_once_after_its_last_use(rnnlm, machin
     position = {slot: i for i, step in enumerate(program.steps) for slot in step.frees}
     for i, step in enumerate(program.steps):
         assert all(position[slot] >= i for slot in step.inputs if slot != program.loss_slot)  # read, then freed
+
+
+def _replayed_loss(program) -> float:
+    leaves = {slot: 0 for slot in program.leaf_values}
+    return float(PlacedReplay(program, [0] * len(program.counted_kinds), [torch.device("cpu")], leaves).run())
+
+
+@pytest.mark.parametrize("numel, temporaries", [(16, 2 * _RELEASE_EVERY_SLOTS), (_RELEASE_EVERY_BYTES // 8, 6)])
+def test_capture_step__lets_go_of_tensors_the_step_no_longer_reaches(numel, temporaries):
+    """Many small temporaries (the slot count triggers a release) or a few large ones (the bytes do): the
+    first is freed while the step still runs, as eager PyTorch frees it, and the program replays the same
+    loss. A capture that held every tensor could not capture the full-size RNNLM in 24 GB."""
+    alive_at_end = {}
+
+    def step_fn():
+        x = torch.ones(numel)
+        first = x * 2
+        first_ref = weakref.ref(first)
+        del first
+        for _ in range(temporaries):
+            x = x + 1
+        alive_at_end["first"] = first_ref() is not None
+        return x.sum()
+
+    program = capture_step(step_fn, {}, {})
+    assert alive_at_end == {"first": False}
+    assert _replayed_loss(program) == float(numel * (1 + temporaries))
+
+
+def test_capture_step__makes_the_calls_of_a_capture_that_holds_every_tensor(monkeypatch):
+    """Autograd accumulates a gradient in place, or steals it, when nothing else holds it; the importer's trace
+    holds every tensor, and the graph must match the program op for op. So a tensor autograd still reaches
+    (a saved output it later unpacks as a new tensor of the same storage, a gradient waiting to be summed)
+    stays held, and releasing the rest changes no call and no replayed value."""
+    weight = torch.randn(8, 8, requires_grad=True)
+
+    def step_fn():
+        h = torch.ones(4, 8)
+        for _ in range(_RELEASE_EVERY_SLOTS):  # the weight's gradient gets a term from every use
+            h = torch.tanh(h @ weight)
+        loss = h.sum()
+        loss.backward()
+        return loss
+
+    released = capture_step(step_fn, {}, {"weight": weight})
+    weight.grad = None
+    monkeypatch.setattr(_Capture, "_release_unreachable", lambda self: None)
+    held = capture_step(step_fn, {}, {"weight": weight})
+    assert [(s.func, s.restride[:1]) for s in released.steps] == [(s.func, s.restride[:1]) for s in held.steps]
+    assert len(released.leaf_values) == len(held.leaf_values)
+    assert _replayed_loss(released) == _replayed_loss(held)
