@@ -33,19 +33,22 @@ def register(subparsers) -> None:
     p.add_argument("--measurer", choices=MEASURER_KINDS, help=f"default {d.measurer} (openvino: graphs imported "
                    "from ONNX or OpenVINO IR, per-op devices through OpenVINO's HETERO mode)")
     p.add_argument("--budget", type=int, help=f"measurements (default {d.budget})")
-    p.add_argument("--time-limit", type=float, dest="time_limit_s", help="seconds (default none)")
+    p.add_argument("--time-limit", type=float, dest="time_limit_s",
+                   help="seconds (default none; exact: the solver's, default 60)")
     p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")
     p.add_argument("--batch", type=int, help="placements per learner iteration (default: the policy's own, "
                    "16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 moves, hsdag 8)")
     p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups}; hierarchical: the groups its "
                    "grouper makes, default 256)")
     p.add_argument("--grouping", help="how ops become groups: scope (default: groups inside "
-                   "one layer of the model; METIS for graphs without scopes), metis, colocation, topo or fusion "
+                   "one layer of the model; METIS for graphs without scopes or with more top-level scopes than "
+                   "groups), metis, colocation, topo or fusion "
                    "(hierarchical: the groups its grouper starts from)")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
     p.add_argument("--runs", type=int, help="timed runs per placement, median reported "
-                                           "(default 1 for sim, 5 for torch/tf)")
-    p.add_argument("--warmup", type=int, help="untimed runs first (default 0 for sim, 5 for torch/tf)")
+                                           "(default 1 for sim, 5 for torch/tf, 10 for openvino)")
+    p.add_argument("--warmup", type=int, help="untimed runs first (default 0 for sim, 5 for torch/tf, "
+                                              "3 for openvino)")
     p.add_argument("--noise", type=float, dest="noise_std", help=f"simulator: relative noise per timed run "
                                                                  f"(default {d.noise_std})")
     p.add_argument("--bound-time-limit", type=float, dest="bound_time_limit_s", metavar="S",

@@ -147,7 +147,8 @@ class ExactPolicy:
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s)): {bound} for every "
-                 f"placement of these groups; its w for the chosen placement {model_s:.6g} s; measured {measured}"
+                 f"placement of these groups; the relaxation's step of the chosen placement {model_s:.6g} s; "
+                 f"measured {measured}"
                  + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else ""))
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=model_s, solver_bound_s=bound_s, solver_status=run.bound_status)

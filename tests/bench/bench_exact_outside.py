@@ -7,6 +7,7 @@ annealing at 2,048 measurements (seed 0) and the list schedulers, one JSON line 
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -41,6 +42,7 @@ def row(graph, machine_name: str) -> dict:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     from bench_schedule_agreement import KERAS_NAME, load
 
     graph = load(KERAS_NAME)

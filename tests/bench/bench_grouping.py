@@ -62,7 +62,7 @@ def main() -> None:
         from graphs.registry import load_graph
 
         graphs += [(name, lambda name=name: load_graph(name)) for name in args.graphs]
-    print(f"| graph | ops | colocation groups | method | time (s) | groups | cut bytes | max/mean cost |")
+    print("| graph | ops | colocation groups | method | time (s) | groups | cut bytes | max/mean cost |")
     print("|---|---|---|---|---|---|---|---|")
     for label, build in graphs:
         graph = build()

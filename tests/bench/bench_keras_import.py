@@ -1,16 +1,19 @@
 """Trace time and size of the Keras benchmarks (paper scale). Run: python tests/bench/bench_keras_import.py"""
 
+import argparse
 import os
-import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+NAMES = ("inception-v3", "resnet-50")
+
+
 def main(names: list[str]) -> None:
     from graphs.benchmarks import keras_models
 
-    builders = {"inception-v3": keras_models.build_inception_v3, "resnet-50": keras_models.build_resnet50}
+    builders = dict(zip(NAMES, (keras_models.build_inception_v3, keras_models.build_resnet50)))
     print("| benchmark | trace s | ops | edges | TFLOP/step | params | param GB | groups |")
     print("|---|---|---|---|---|---|---|---|")
     for name in names or list(builders):
@@ -22,4 +25,9 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"any of {', '.join(NAMES)} (default: both)")
+    names = parser.parse_args().names
+    if set(names) - set(NAMES):
+        parser.error(f"unknown benchmark {sorted(set(names) - set(NAMES))[0]!r}: choose from {', '.join(NAMES)}")
+    main(names)

@@ -144,6 +144,8 @@ def main(argv: list[str]) -> None:
         print(table(before, after))
     elif not argv:  # `make bench`: measure now, print the table without a "before"
         print(table([], measure(GRAPHS, MACHINES, SCHEDULERS)))
+    elif argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
     else:
         raise SystemExit(__doc__)
 

@@ -5,6 +5,7 @@ Run: python tests/bench/bench_simulator.py [--quick]   (prints markdown tables)
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -86,14 +87,19 @@ def batch(machine, graph_name: str) -> None:
 
 
 def main() -> None:
-    quick = "--quick" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller graphs (10k-50k ops instead of up to 1M)")
+    parser.add_argument("--batch-graph", default="synthetic:20000", metavar="NAME",
+                        help="graph of the batch-amortization table (default synthetic:20000)")
+    args = parser.parse_args()
+    quick = args.quick
     print(f"# Simulator benchmark ({'quick' if quick else 'full'})\n")
     print(f"compile from scratch: {compile_time_s():.1f} s; load from cache (this process): {warm_up():.2f} s")
     paper4 = load_machine("paper-4gpu")
     side_by_side(paper4, 10_000 if quick else 100_000)
     growth(paper4, [10_000, 50_000] if quick else [10_000, 50_000, 100_000, 1_000_000])
     growth(load_machine("h200x8"), [50_000] if quick else [50_000, 1_000_000])
-    batch(paper4, sys.argv[sys.argv.index("--batch-graph") + 1] if "--batch-graph" in sys.argv else "synthetic:20000")
+    batch(paper4, args.batch_graph)
 
 
 def _placement(graph, machine, policy: str):

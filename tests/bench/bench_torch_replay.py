@@ -9,6 +9,7 @@ bookkeeping per op. Prints a markdown table (median of 7 steps after 2 warm-up s
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
@@ -36,6 +37,7 @@ def median_s(fn, warmup: int = 2, runs: int = 7) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     torch.set_num_threads(1)
     machine = load_machine("local")
     print("| config | ops | eager step ms | replay ms | replay overhead per op us |\n|---|---|---|---|---|")
