@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
 
@@ -82,12 +82,10 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
     except (ValueError, AttributeError) as exc:
         raise PlacerError(f"graph file {str(path)!r} is damaged: its metadata is not a JSON object ({exc})") from None
     if version != FORMAT_VERSION:
-        raise PlacerError(f"graph file {str(path)!r} has format version {version!r}; "
+        raise PlacerError(f"graph file {str(path)!r} has format version {json.dumps(version)}; "
                           f"this placer reads version {FORMAT_VERSION}")
     try:
-        for key in ("name", "framework"):
-            if not isinstance(meta.get(key), str):
-                raise PlacerError(f"its metadata's {key!r} is {json.dumps(meta.get(key))}, not a string")
+        _check_header(meta)
         graph = _graph_from_table(table, meta, path)
         content_hash = graph.content_hash
     except PlacerError as exc:
@@ -98,6 +96,18 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
         raise PlacerError(f"graph file {str(path)!r} is damaged: content hash {graph.content_hash} "
                           f"does not match the recorded {meta.get('content_hash')}")
     return graph
+
+
+def _check_header(meta: dict) -> None:
+    """The metadata's fields have their types (they are not in the content hash: a hand edit passes it)."""
+    expected = {"name": (str, "a string"), "framework": (str, "a string"), "source": (str, "a string"),
+                "meta": (dict, "a JSON object")}
+    for key, (kind, noun) in expected.items():
+        if (key in meta or key in ("name", "framework")) and not isinstance(meta.get(key), kind):
+            raise PlacerError(f"its metadata's {key!r} is {json.dumps(meta.get(key))}, not {noun}")
+    for key in ("batch_size", "num_params"):
+        if not is_whole_number(meta.get(key)) or meta[key] < 0:
+            raise PlacerError(f"its metadata's {key!r} is {json.dumps(meta.get(key))}, not a whole number >= 0")
 
 
 def _graph_from_table(table: pa.Table, meta: dict, path: Path) -> OpGraph:
@@ -121,8 +131,8 @@ def _graph_from_table(table: pa.Table, meta: dict, path: Path) -> OpGraph:
         edge_src=in_src.flatten().to_numpy(),
         edge_dst=edge_dst,
         edge_bytes=in_bytes.flatten().to_numpy(),
-        batch_size=int(meta["batch_size"]),
-        num_params=int(meta["num_params"]),
+        batch_size=meta["batch_size"],
+        num_params=meta["num_params"],
         source=meta.get("source", str(path)),
         meta=meta.get("meta", {}),
     )

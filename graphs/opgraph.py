@@ -19,6 +19,7 @@ PHASES = ("forward", "backward", "update", "other")
 PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 DEVICE_KINDS = ("cpu", "gpu")
 ANY_DEVICE = (1 << len(DEVICE_KINDS)) - 1  # allowed_mask value of an op that may run anywhere
+MAX_TOTAL_BYTES = 2**62  # out, parameter or edge bytes of a whole graph: sums of two stay within int64
 
 
 def kind_bit(device_kind: str) -> int:
@@ -234,6 +235,10 @@ def validate(graph: OpGraph) -> None:
         if values.size and values.min() < 0:
             bad = int(np.argmin(values))
             raise PlacerError(f"{where}: {key}[{bad}] is negative ({values[bad]})")
+    for key in ("out_bytes", "param_bytes", "edge_bytes"):  # int64 totals that wrap would turn negative
+        total = float(getattr(graph, key).sum(dtype=np.float64))
+        if total >= MAX_TOTAL_BYTES:
+            raise PlacerError(f"{where}: {key} totals {total:.3g} bytes, more than a graph counts (2**62)")
     if e and (graph.edge_src.min() < 0 or graph.edge_dst.min() < 0
               or graph.edge_src.max() >= n or graph.edge_dst.max() >= n):
         raise PlacerError(f"{where}: an edge names an op outside 0..{n - 1}")

@@ -77,10 +77,14 @@ class Machine:
         if len(set(names)) != len(names):
             raise PlacerError(f"machine {self.name!r}: device names are not unique")
         pairs = set()
-        for link in self.links:
+        for link in self.links:  # one link per ordered pair of distinct devices: the simulator reads one
             for end in (link.src, link.dst):
                 if end not in names:
                     raise PlacerError(f"machine {self.name!r}: link names unknown device {end!r}")
+            if link.src == link.dst:
+                raise PlacerError(f"machine {self.name!r}: a link from {link.src!r} to itself")
+            if (link.src, link.dst) in pairs:
+                raise PlacerError(f"machine {self.name!r}: two links from {link.src!r} to {link.dst!r}")
             pairs.add((link.src, link.dst))
         for a in names:
             for b in names:

@@ -98,6 +98,19 @@ def _link(entry: object, where: str) -> Link:
     return Link(**{key: _field(entry, key, LINK_FIELDS[key], where) for key in LINK_FIELDS})
 
 
+def _is_finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int past every float
+        return False
+
+
+def _short_repr(value) -> str:
+    if isinstance(value, int) and abs(value) >= 10**40:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)
+
+
 def _field(data: dict, key: str, expected, where: str):
     """``data[key]`` checked against the expected type; numbers are any int or float but not bool."""
     if key not in data:
@@ -106,8 +119,8 @@ def _field(data: dict, key: str, expected, where: str):
     if key in _NUMBER_FIELDS:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise PlacerError(f"{where}: field {key!r} must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise PlacerError(f"{where}: field {key!r} must be finite, got {value!r}")
+        if not _is_finite(value):
+            raise PlacerError(f"{where}: field {key!r} must be finite, got {_short_repr(value)}")
         return float(value) if key != "memory_bytes" else value
     expected_type = {"str": str, "list": list}.get(expected, expected) if isinstance(expected, str) else expected
     if expected_type in (str, list) and not isinstance(value, expected_type):

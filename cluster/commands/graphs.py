@@ -143,18 +143,49 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def _check_output_is_not_an_input(args: argparse.Namespace) -> None:
-    """``-o`` naming the model's own file would replace the user's model with the graph file."""
+    """``-o`` naming one of the model's own files (its module, saved model, weights, ONNX external data)
+    would replace the user's model with the graph file."""
+    from graphs.tf.importer import KERAS_FILE_SUFFIXES
+
+    output = Path(args.output)
+    if not output.exists():
+        return
     if args.onnx or args.openvino:
         inputs = [Path(args.onnx or args.openvino)]
-        inputs += [inputs[0].with_suffix(".bin")] if args.openvino else []
+        inputs += [inputs[0].with_suffix(".bin")] if args.openvino else _onnx_external_data_files(inputs[0])
+    elif args.keras and args.keras.endswith(KERAS_FILE_SUFFIXES):
+        inputs = [Path(args.keras)]
     else:
         module = (args.torch or args.keras).rpartition(":")[0]
         inputs = [Path(module if module.endswith(".py") else module.replace(".", os.sep) + ".py")]
-    output = Path(args.output)
     for model_file in inputs:
-        if output.exists() and model_file.exists() and os.path.samefile(output, model_file):
+        if model_file.exists() and os.path.samefile(output, model_file):
             raise PlacerError(f"-o {args.output} is the model's own file {str(model_file)!r}: it would be "
                               "overwritten; write the graph to another path")
+
+
+def _onnx_external_data_files(model_path: Path) -> list[Path]:
+    """The files an ONNX model keeps its tensors in, beside it (none when it cannot be read: the import says why)."""
+    try:
+        import onnx
+
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception:  # noqa: BLE001  (a damaged model is the importer's error to report)
+        return []
+    locations = {entry.value for tensor in _onnx_tensors(model.graph) for entry in tensor.external_data
+                 if entry.key == "location"}
+    return [model_path.parent / location for location in sorted(locations)]
+
+
+def _onnx_tensors(graph):
+    """Every tensor of an ONNX graph: initializers and tensor attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            yield from ([attribute.t] if attribute.HasField("t") else [])
+            yield from attribute.tensors
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _onnx_tensors(subgraph)
 
 
 def _read_model_file(args: argparse.Namespace):

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from graphs.inference.flops import sorted_counts
-from graphs.opgraph import PHASE_CODE, OpGraph
+from graphs.opgraph import MAX_TOTAL_BYTES, PHASE_CODE, OpGraph
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
     for src, dst, size in model.edges:
         if src != dst:
             pair_bytes[(src, dst)] += int(size)
+    _check_byte_totals(model, pair_bytes)
     pairs = sorted(pair_bytes)
     missing = Counter(node.op_type for node in nodes if node.flops is None)
     model_file = os.path.abspath(model.model_file)
@@ -93,6 +95,17 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
         source=model_file,
         meta=_meta(model_file, sorted_counts(missing), model),
     )
+
+
+def _check_byte_totals(model: ImportedModel, pair_bytes: dict) -> None:
+    """Sizes past a 64-bit count (absurd input sizes, given or declared by the model) are one PlacerError."""
+    totals = {"outputs": sum(node.out_bytes for node in model.nodes),
+              "weights": sum(node.param_bytes + node.weight_bytes for node in model.nodes),
+              "inputs": sum(node.in_bytes for node in model.nodes), "edges": sum(pair_bytes.values())}
+    name, total = max(totals.items(), key=lambda item: item[1])
+    if total >= MAX_TOTAL_BYTES:
+        raise PlacerError(f"model {model.name!r}: its {name} total {min(total, 10**300):.3g} bytes, more than a "
+                          "graph counts (2**62): check the input sizes (--input-shape)")
 
 
 def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dict:

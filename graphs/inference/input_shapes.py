@@ -20,6 +20,7 @@ from graphs.errors import PlacerError
 
 InputShapes = dict[str, tuple[int, ...]]  # input name -> every dim's size
 Dims = tuple  # one entry per axis: its size, or None where the model gives none
+MAX_SIZE = 2**31 - 1  # one axis; the tensors' byte totals are checked when the graph is assembled
 
 
 def parse_input_shapes(texts: Sequence[str] | None) -> InputShapes:
@@ -32,9 +33,9 @@ def parse_input_shapes(texts: Sequence[str] | None) -> InputShapes:
             dims = tuple(int(d) for d in dims_text.split(","))
         except ValueError:
             dims = ()
-        if not equals or not name or not dims or min(dims) < 1:
+        if not equals or not name or not dims or min(dims) < 1 or max(dims) > MAX_SIZE:
             raise PlacerError(f"--input-shape {text!r}: expected NAME=D0,D1,... with every size a whole number "
-                              ">= 1 (e.g. x=1,3,224,224)")
+                              f"from 1 to {MAX_SIZE} (e.g. x=1,3,224,224)")
         if name in shapes:
             raise PlacerError(f"--input-shape: input {name!r} is given twice")
         shapes[name] = dims

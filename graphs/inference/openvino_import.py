@@ -67,7 +67,13 @@ def size_inputs(model, where: str, given: InputShapes) -> None:
     sized = sized_inputs(where, dims, given)
     changed = {ports[name]: list(sizes) for name, sizes in sized.items() if sizes != dims[name]}
     if changed:
-        model.reshape(changed)
+        try:
+            model.reshape(changed)
+        except (RuntimeError, TypeError) as exc:  # the sizes contradict an op (a Reshape to a fixed size)
+            given_text = ", ".join(f"{port_name}={','.join(map(str, sized[port_name]))}"
+                                   for port_name in sized if ports[port_name] in changed)
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise PlacerError(f"{where}: OpenVINO cannot size the model's inputs as {given_text}: {reason}") from None
 
 
 def _input_name(port) -> str:

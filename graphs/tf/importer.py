@@ -14,6 +14,7 @@ How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from graphs.specs import absolute_spec
 
 KERAS_FILE_SUFFIXES = (".keras", ".h5")
 DEFAULT_BATCH_SIZE = 32  # examples per step of a bare model (a function returning one, or a saved file)
+MAX_MADE_UP_VALUES = 2**31  # one made-up input or target: 8-16 GiB
 EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on every import and rebuild
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
@@ -216,11 +218,18 @@ def _symbolic_tensors(model, which: str, spec: str):
 
 
 def _batched_shape(tensor, batch_size: int, spec: str, what: str) -> tuple[int, ...]:
+    """The made-up tensor's shape; one that would not fit in memory (``--batch-size`` 10**13: a NumPy
+    MemoryError of 291 TiB) is a PlacerError before anything is allocated."""
     dims = list(tensor.shape)
     if None in dims[1:]:
         raise PlacerError(f"{spec!r}: the model's {what} {tensor.name!r} has shape {tuple(dims)}, with an "
                           "unknown dim besides the batch: return (model, inputs, targets) of the shapes to trace")
-    return (batch_size, *dims[1:])
+    shape = (batch_size, *dims[1:])
+    if math.prod(shape) > MAX_MADE_UP_VALUES:
+        raise PlacerError(f"{spec!r}: {batch_size:,} made-up examples of the model's {what} {tensor.name!r} "
+                          f"(shape {shape}) would hold more than {MAX_MADE_UP_VALUES:,} values: use a smaller "
+                          "--batch-size")
+    return shape
 
 
 def _example_input(tensor, batch_size: int, rng: np.random.Generator, spec: str) -> np.ndarray:

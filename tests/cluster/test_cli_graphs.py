@@ -176,6 +176,39 @@ def test_graphs_import__output_naming_the_model_file_is_refused_and_the_model_ke
     assert [p.name for p in tmp_path.iterdir()] == ["models.py"]
 
 
+def _onnx_with_external_data(tmp_path) -> tuple:
+    """A one-MatMul ONNX model whose weight lives in ``weights.data`` beside it."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((64, 64), dtype=np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], [weight])
+    model_path = tmp_path / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model_path),
+              save_as_external_data=True, location="weights.data", size_threshold=0)
+    return ["--onnx", str(model_path)], tmp_path / "weights.data"
+
+
+def _saved_keras_file(tmp_path) -> tuple:
+    path = tmp_path / "model.keras"
+    path.write_bytes(b"a saved Keras model")  # refused before anything reads it
+    return ["--keras", str(path)], path
+
+
+@pytest.mark.parametrize("make", [_saved_keras_file, _onnx_with_external_data], ids=["keras-file", "onnx-data"])
+def test_graphs_import__output_naming_a_saved_model_or_its_weights_is_refused_and_kept(tmp_path, capsys, make):
+    """``-o`` naming the saved ``.keras`` model, or the file an ONNX model keeps its weights in, used to
+    replace it with the graph file (exit 0; a later import of the ONNX model read the graph as weights)."""
+    source, target = make(tmp_path)
+    before = target.read_bytes()
+    assert main(["graphs", "import", *source, "-o", str(target)]) == 2
+    assert "is the model's own file" in _error_line(capsys)
+    assert target.read_bytes() == before
+
+
 def test_graphs_import__batch_size_with_torch_is_one_error_line_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "never.parquet"
     spec = f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp"
@@ -202,6 +235,16 @@ def test_graphs_import__a_subclassed_keras_model_never_called_gets_its_weights_f
     assert main(["graphs", "import", "--keras", spec, "-o", str(out)]) == 0, capsys.readouterr().err
     graph = load_graph_file(out)
     assert graph.num_params == 6 * 16 + 16 + 16 * 2 + 2 and (graph.op_kinds == "Variable").sum() == 4
+
+
+@pytest.mark.parametrize("batch_size", ["10000000000000", "99999999999999999999"])
+def test_graphs_import__a_keras_batch_too_large_to_make_up_is_one_error(tmp_path, capsys, batch_size):
+    """Made-up examples of 10**13 rows: a NumPy MemoryError (291 TiB) or ValueError traceback before."""
+    out = tmp_path / "never.parquet"
+    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_classifier"  # a compiled model alone: examples made up
+    assert main(["graphs", "import", "--keras", spec, "--batch-size", batch_size, "-o", str(out)]) == 2
+    assert "would hold more than 2,147,483,648 values: use a smaller --batch-size" in _error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_keras_import_and_the_tf_measurer_in_a_fresh_process_print_nothing_of_tensorflows_startup(tmp_path):

@@ -86,10 +86,33 @@ def test_import__sizes_that_contradict_the_model_are_refused(tmp_path, given, me
 @pytest.mark.parametrize("texts, message", [
     (["x=1,3,a,8"], "expected NAME=D0,D1,..."), (["x=1,0,8"], "expected NAME=D0,D1,..."),
     (["1,3,8,8"], "expected NAME=D0,D1,..."), (["x=1", "x=2"], "input 'x' is given twice"),
+    (["x=1,3,99999999999999999999,1"], "every size a whole number from 1 to 2147483647"),
 ])
 def test_parse_input_shapes__malformed_entries_are_refused(texts, message):
     with pytest.raises(PlacerError, match=message):
         parse_input_shapes(texts)
+
+
+@pytest.mark.parametrize("importer, model", [(import_onnx, _onnx_conv), (import_openvino_ir, _ir_conv)])
+def test_import__sizes_whose_tensors_pass_a_64_bit_count_are_refused(tmp_path, importer, model):
+    """Each size is allowed alone; the tensors they make used to overflow an int64 in a traceback."""
+    path = model(tmp_path / ("dyn.onnx" if model is _onnx_conv else "dyn.xml"),
+                 ["batch", 3, "h", "w"] if model is _onnx_conv else [-1, 3, -1, -1])
+    with pytest.raises(PlacerError, match=r"total .* bytes, more than a graph counts \(2\*\*62\): check the input "
+                                          r"sizes \(--input-shape\)"):
+        importer(path, input_shapes={"x": (1, 3, 2_000_000_000, 2_000_000_000)})
+
+
+def test_import_openvino_ir__sizes_a_reshape_cannot_take_are_one_error(tmp_path):
+    """x [N,3,H,W] -> Reshape to a fixed [1,48]: H x W other than 16 contradicts it, and OpenVINO's own
+    RuntimeError was a traceback."""
+    x = ops.parameter(ov.PartialShape([-1, 3, -1, -1]), np.float32, name="x")
+    flat = ops.reshape(x, ops.constant(np.array([1, 48], np.int64)), special_zero=False)
+    path = tmp_path / "reshape.xml"
+    ov.save_model(ov.Model([ops.result(ops.relu(flat))], [x], "reshape"), str(path), compress_to_fp16=False)
+    assert import_openvino_ir(str(path), input_shapes={"x": (1, 3, 4, 4)}).num_ops > 0
+    with pytest.raises(PlacerError, match=r"reshape.xml.*: OpenVINO cannot size the model's inputs as x=1,3,5,5: "):
+        import_openvino_ir(str(path), input_shapes={"x": (1, 3, 5, 5)})
 
 
 def test_parse_input_shapes__names_may_hold_equals_signs():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -146,14 +147,27 @@ def test_io__wrong_version_and_foreign_parquet_are_clear_errors(tmp_path):
             load_graph_file(path)
 
 
-@pytest.mark.parametrize("key, value", [("name", 7), ("name", None), ("framework", ["tf"])])
-def test_io__a_metadata_name_that_is_not_a_string_is_one_error(tmp_path, key, value):
+@pytest.mark.parametrize("key, value, expected", [
+    ("name", 7, "a string"), ("name", None, "a string"), ("framework", ["tf"], "a string"),
+    ("source", 5, "a string"), ("meta", [1], "a JSON object"), ("meta", "x", "a JSON object"),
+    ("batch_size", -5, "a whole number >= 0"), ("num_params", 1.5, "a whole number >= 0")])
+def test_io__a_metadata_field_of_the_wrong_type_is_one_error(tmp_path, key, value, expected):
+    """The metadata is outside the content hash, so a hand edit passes it; ``source`` 5 or ``meta`` [1] used to
+    load and then fail ``placer measure`` with an AttributeError."""
     path = save_graph(_diamond(), tmp_path / "g.parquet")
     table = pq.read_table(path)
     meta = {**json.loads(table.schema.metadata[b"placer.opgraph"]), key: value}
     pq.write_table(table.replace_schema_metadata({b"placer.opgraph": json.dumps(meta).encode()}), path)
-    with pytest.raises(PlacerError, match=f"g.parquet': its metadata's '{key}' is .*, not a string"):
+    with pytest.raises(PlacerError, match=f"g.parquet': its metadata's '{key}' is .*, not {expected}$"):
         load_graph_file(path)
+
+
+def test_validate__byte_totals_past_a_64_bit_count_are_refused():
+    """Each op's 2**62 parameter bytes are valid alone; their total wrapped to a negative count and a placement
+    that cannot fit simulated as ok."""
+    graph = _diamond()
+    with pytest.raises(PlacerError, match="param_bytes totals 1.8.e\\+19 bytes, more than a graph counts"):
+        replace(graph, param_bytes=np.full(graph.num_ops, 2**62, dtype=np.int64))
 
 
 def test_io__edited_content_fails_the_hash_and_a_cycle_is_named(tmp_path):

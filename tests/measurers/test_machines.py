@@ -70,6 +70,11 @@ def test_user_machine_file__largest_int64_memory_is_accepted(tmp_path):
     (lambda d: d["devices"][1].update(memory_bytes=2**63), r"memory_bytes must be below 2\*\*63"),  # int64 overflow
     (lambda d: d["devices"][1].update(memory_bytes=1e300), r"memory_bytes must be below 2\*\*63"),
     (lambda d: d.update(profile="."), r"profile file '.*' is a folder, not a file"),
+    (lambda d: d["links"][0].update(bandwidth_Bps=10**400), "field 'bandwidth_Bps' must be finite, got an integer "
+                                                             "of 401 digits"),  # was an OverflowError traceback
+    # One link per ordered pair: a second one silently replaced the first in the simulator (159 s steps).
+    (lambda d: d["links"].append({**d["links"][0], "bandwidth_Bps": 1e6}), "two links from 'cpu:0' to 'gpu:0'"),
+    (lambda d: d["links"].append({**d["links"][0], "dst": d["links"][0]["src"]}), "a link from 'cpu:0' to itself"),
 ])
 def test_user_machine_file__bad_field_is_one_error_naming_file_and_field(tmp_path, mutate, message):
     path = user_file(tmp_path, mutate)
