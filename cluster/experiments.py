@@ -296,20 +296,22 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
     smaller = run_dir is not None and int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget
     if smaller and not policy_entry(policy).learned:
         run_dir = None  # a search's placements depend on its budget: a new run (the newest is the cell's)
-    if run_dir is not None and (run_dir / RESULT_FILE).is_file():
-        if not smaller:
-            emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
-            return
-        (run_dir / RESULT_FILE).unlink()  # a larger budget now: the finished learner goes on from its checkpoint
+    if run_dir is not None and (run_dir / RESULT_FILE).is_file() and not smaller:
+        emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
+        return  # (with a larger budget, the finished learner goes on from its checkpoint)
     if run_dir is not None and not (run_dir / GROUPING_FILE).is_file():
         run_dir.rename(run_dir.with_name(f".broken-{time.time_ns()}-{run_dir.name}"))  # died before it could resume
         run_dir = None
     cell_dir.mkdir(parents=True, exist_ok=True)
-    bound_time_limit_s = settings.bound_time_limit_s  # a resumed run keeps its own (and its bound, in its manifest)
+    # A resumed run keeps its own batch (the quick settings take it from the budget: min(4, budget)) and its
+    # bound's time limit (and its bound, in its manifest).
+    batch, bound_time_limit_s = settings.batch, settings.bound_time_limit_s
     if run_dir is not None:
-        bound_time_limit_s = read_manifest(run_dir).config.get("bound_time_limit_s", SearchConfig.bound_time_limit_s)
+        saved = read_manifest(run_dir).config
+        batch = saved.get("batch", batch)
+        bound_time_limit_s = saved.get("bound_time_limit_s", SearchConfig.bound_time_limit_s)
     config = SearchConfig(graph=cell.graph, machine=cell.machine, policy=policy, measurer=settings.measurer,
-                          budget=settings.budget, batch=settings.batch, groups=settings.groups,
+                          budget=settings.budget, batch=batch, groups=settings.groups,
                           grouping=settings.grouping, seed=settings.seed, out=str(cell_dir),
                           hidden_size=settings.hidden_size, bound_time_limit_s=bound_time_limit_s,
                           baselines=baselines,

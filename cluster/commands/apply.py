@@ -38,6 +38,9 @@ def run(args) -> int:
     if args.depth < 1:
         raise PlacerError(f"--depth must be at least 1, got {args.depth}")
     run, summary = run_summary(args.run_dir, args.graph, args.depth)
+    if args.module_map and Path(args.run_dir).resolve() in Path(args.module_map).resolve().parents:
+        raise PlacerError(f"--module-map {args.module_map} lies inside the run folder {args.run_dir}, which apply "
+                          "never changes: write the map elsewhere")
     if args.module_map:
         write_text_atomic(Path(args.module_map), json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
                                             "machine": summary.machine, "modules": summary.modules}, indent=2))

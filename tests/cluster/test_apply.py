@@ -269,3 +269,15 @@ def test_placer_apply__bad_folder_exits_2_and_writes_nothing(case, tmp_path, cap
     assert code == 2 and err.startswith("placer: error:") and len(err.strip().splitlines()) == 1
     assert ("not a run folder" if case == "not a run" else "no best placement") in err
     assert not module_map.exists()
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "best_placement.json", "maps/modules.json"])
+def test_placer_apply__a_module_map_inside_the_run_folder_is_refused(torch_run, capsys, name):
+    """The run folder is never changed: ``--module-map RUN/manifest.json`` replaced the manifest, and the run
+    could be analysed no more."""
+    run_dir, _ = torch_run
+    before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    assert main(["apply", str(run_dir), "--module-map", str(run_dir / name)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placer: error: --module-map ") and "lies inside the run folder" in err
+    assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before

@@ -137,6 +137,35 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
     assert {a[2] for a in actions if a[1] != "reinforce"} == {"started"}
 
 
+def test_run_experiment__a_larger_budget_resumes_each_finished_learner_with_its_own_batch(tmp_path, monkeypatch):
+    """The quick settings take the batch from the budget (min(4, budget)), so a learner run at --budget 2
+    searches with batch 2. Going on at --budget 8 used to ask it for batch 4, which a resume refuses, after
+    its result file had been deleted: the folder could be continued no more."""
+    folder = tmp_path / "out" / "mirhoseini2017"
+    small = settings_for(quick=True, budget=2)
+    for cell in get_experiment("mirhoseini2017").cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0)
+    for learner in folder.glob("*/*__reinforce__*"):
+        manifest = json.loads((learner / "manifest.json").read_text())
+        manifest["config"].update(budget=2, batch=small.batch)
+        (learner / "manifest.json").write_text(json.dumps(manifest))
+        (learner / cluster.jobs.GROUPING_FILE).write_bytes(b"")
+    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
+    resumed = []
+
+    def fake_run_search(config, **_):
+        if config.resume:
+            resumed.append((config.batch, (Path(config.resume) / RESULT_FILE).is_file()))
+            return _FakeResult(Path(config.resume))
+        return _FakeResult(write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget))
+
+    monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
+    larger = settings_for(quick=True, budget=8)
+    assert (small.batch, larger.batch) == (2, 4)
+    run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", larger)
+    assert resumed == [(2, True)] * 6  # its own batch; its result file left for the search to retire
+
+
 def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
     folder = tmp_path / "mirhoseini2017"
