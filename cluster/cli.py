@@ -9,7 +9,7 @@ import os
 import sys
 
 from cluster.commands import COMMAND_MODULES
-from cluster.jsonout import json_stdout, writes_to_fd1
+from cluster.jsonout import emit_json, json_stdout, writes_to_fd1
 from graphs.errors import PlacerError
 
 
@@ -76,6 +76,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)
+        if getattr(args, "json", False):  # still one document for a pipe's reader
+            emit_json({"stop_reason": "interrupted", "command": args.command})
         return 130
 
 

@@ -21,7 +21,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -269,9 +269,14 @@ def read_settings(folder: Path) -> Settings:
         raise PlacerError(f"{folder} is not an experiment folder (no {EXPERIMENT_FILE})")
     try:
         saved = {"grouping": "metis", **json.loads(path.read_text()).get("settings", {})}  # older folders: METIS
-        return Settings(**{k: v for k, v in saved.items() if k in Settings.__dataclass_fields__})
+        settings = Settings(**{k: v for k, v in saved.items() if k in Settings.__dataclass_fields__})
     except (ValueError, AttributeError, TypeError) as exc:
         raise PlacerError(f"{path} is damaged: {exc}") from None
+    for field in fields(Settings):  # compared with the command's (a hand edit made "12" of 12)
+        value, kind = getattr(settings, field.name), type(field.default)
+        if type(value) is not kind and not (kind is float and type(value) is int):
+            raise PlacerError(f"{path} is damaged: settings.{field.name} is {json.dumps(value)}, not a {kind.__name__}")
+    return settings
 
 
 def find_cell_run(cell_dir: Path, policy: str) -> Path | None:

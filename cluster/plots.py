@@ -18,11 +18,13 @@ built if missing); the learning curve needs the Parquet log alone.
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from graphs.files import atomic_file
 
 PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
@@ -163,13 +165,14 @@ class RunToPlot:
     title: str
     rows: object  # pandas.DataFrame: the run's measurements (cluster.runlog.read_run)
     curve: object  # cluster.analysis.learning_curve of the searched policy
-    best: object | None  # cluster.run_best.RunBest; None when the run has no ok placement
+    best: object | None  # cluster.run_best.RunBest; None when the run has no ok placement, or no graph
     graph: object | None  # the graph the run placed (hash-checked); None when ``best`` is None
 
 
 def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
-    """The run's log, learning curve, best placement and graph; one PlacerError for a damaged file or a graph
-    that cannot be found or no longer has the run's hash."""
+    """The run's log, learning curve, best placement and graph; one PlacerError for a damaged file. A graph
+    that cannot be found (its file moved) or no longer has the run's hash leaves the run without the plots
+    of its best placement, and one note on stderr says so: the learning curve needs no graph."""
     from cluster.analysis import learning_curve, run_started_at
     from cluster.run_best import read_run_best, run_graph
     from cluster.runlog import read_best, read_manifest, read_run
@@ -182,7 +185,14 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
     curve = learning_curve(rows, run_started_at(manifest), policy=own, manifest=manifest)
     best = read_run_best(run_dir) if read_best(run_dir) is not None else None
-    return RunToPlot(manifest.run_id, title, rows, curve, best, None if best is None else run_graph(best))
+    graph = None
+    if best is not None:
+        try:
+            graph = run_graph(best)
+        except PlacerError as exc:
+            print(f"placer: note: no timeline of run {manifest.run_id}'s best placement: {exc}", file=sys.stderr)
+            best = None
+    return RunToPlot(manifest.run_id, title, rows, curve, best, graph)
 
 
 def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:

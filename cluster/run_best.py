@@ -97,7 +97,7 @@ def run_graph(run: RunBest, graph_file: str | os.PathLike | None = None) -> OpGr
                 graph = load_graph(name)
             except PlacerError as exc:
                 raise PlacerError(f"cannot find graph {name!r} of run {run.run_dir} ({exc}): pass its graph "
-                                  "file (placer apply --graph)") from None
+                                  "file (--graph of apply and simulate)") from None
     if graph.content_hash != run.manifest.graph_hash:
         raise PlacerError(f"graph {graph.name!r} has content hash {graph.content_hash}, but run {run.run_dir} "
                           f"placed a graph with hash {run.manifest.graph_hash}")

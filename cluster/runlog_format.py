@@ -108,10 +108,18 @@ class RunManifest:
             for name in ("lower_bound_s", "proven_bound_s"):  # read as figures by analyze and reproduce
                 if data.get(name) is not None and not is_seconds(data[name]):
                     raise ValueError(f"{name} {data[name]!r} is not a number of seconds >= 0")
+            for name, kind in _MANIFEST_FIELD_TYPES.items():  # read as such by every command
+                if name in data and not isinstance(data[name], kind):
+                    raise ValueError(f"{name} {data[name]!r} is not {_KIND_NAMES[kind]}")
             _check_removal_records(data["device_removals"])
             return RunManifest(**{k: v for k, v in data.items() if k in names})
         except (ValueError, KeyError, TypeError) as exc:
             raise PlacerError(f"{where}: not a valid run manifest ({exc})") from None
+
+
+_MANIFEST_FIELD_TYPES = {"run_id": str, "config": dict, "graph_name": str, "graph_hash": str, "machine_name": str,
+                         "machine": dict, "policy": str}
+_KIND_NAMES = {str: "a string", dict: "a JSON object"}
 
 
 def _check_removal_records(records) -> None:
@@ -159,11 +167,18 @@ def read_manifest(folder: str | os.PathLike) -> RunManifest:
     return manifest
 
 
+# Columns every format version has written: a part without one, or with another type, is damaged (read as
+# nulls, a run without ``runtime_s`` had no best, and one without ``status`` was a traceback).
+REQUIRED_COLUMNS = {MEASUREMENTS_DIR: ("seq", "policy", "placement", "runtime_s", "status", "cache_hit"),
+                    METRICS_DIR: ("seq", "iteration", "name", "value")}
+
+
 def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
     """Every row under ``folder`` once (the first of each seq: a compaction may have left a row in two
-    files), ordered by seq. Columns a file lacks (an older format) read as nulls."""
+    files), ordered by seq. Other columns a file lacks (an older format) read as nulls."""
     if not folder.is_dir():
         return schema.empty_table()
+    _check_parts(folder, schema)
     for attempt in range(READ_ATTEMPTS):
         try:
             table = pds.dataset(folder, format="parquet", schema=schema).to_table()
@@ -181,14 +196,30 @@ def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
 
 
 def check_run_log(folder: str | os.PathLike) -> None:
-    """Every Parquet part of the run's measurement log opens (its footer is read, not its rows): a damaged
-    part, or no log folder at all, is one PlacerError naming it, before a resumed run starts anything."""
+    """Every Parquet part of the run's measurement log opens and has the columns every version writes (its
+    footer is read, not its rows): a damaged part, or no log folder at all, is one PlacerError naming it,
+    before a resumed run starts anything."""
     _check_log_folder(folder)
-    for part in sorted((Path(folder) / MEASUREMENTS_DIR).glob("*.parquet")):
+    if (Path(folder) / MEASUREMENTS_DIR).is_dir():
+        _check_parts(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+
+
+def _check_parts(folder: Path, schema: pa.Schema) -> None:
+    required = REQUIRED_COLUMNS.get(folder.name, ())
+    for part in sorted(folder.glob("*.parquet")):
         try:
-            pq.read_metadata(part)
+            part_schema = pq.read_schema(part)
+        except FileNotFoundError:  # a live run's compaction removed it after the listing: its rows moved
+            continue
         except (pa.ArrowException, OSError) as exc:
             raise PlacerError(f"{part} is damaged: {exc}") from None
+        for name in required:
+            index = part_schema.get_field_index(name)
+            if index < 0:
+                raise PlacerError(f"{part} is damaged: it has no {name!r} column")
+            if part_schema.field(index).type != schema.field(name).type:
+                raise PlacerError(f"{part} is damaged: its {name!r} column holds {part_schema.field(index).type}, "
+                                  f"not {schema.field(name).type}")
 
 
 def _check_log_folder(folder: str | os.PathLike) -> None:
@@ -282,9 +313,14 @@ def read_best(folder: str | os.PathLike) -> BestPlacement | None:
     try:
         data = json.loads(path.read_text())
         data["placement"] = tuple(data["placement"])
-        return BestPlacement(**data)
+        best = BestPlacement(**data)
     except (ValueError, TypeError, KeyError) as exc:
         raise PlacerError(f"{path} is damaged: {exc}") from None
+    if not all(is_whole_number(device) and device >= 0 for device in best.placement):
+        raise PlacerError(f"{path} is damaged: its placement holds something other than device numbers")
+    if not is_seconds(best.runtime_s) or not is_whole_number(best.seq):
+        raise PlacerError(f"{path} is damaged: its runtime_s {best.runtime_s!r} or seq {best.seq!r} is not a number")
+    return best
 
 
 def read_groups(folder: str | os.PathLike) -> np.ndarray | None:
@@ -295,9 +331,16 @@ def read_groups(folder: str | os.PathLike) -> np.ndarray | None:
         return None
     try:
         table = pq.read_table(path).sort_by("op")
-        return table.column("group").to_numpy().astype(np.int64)
+        ops, groups = table.column("op"), table.column("group")
     except (pa.ArrowException, KeyError, ValueError) as exc:  # not Parquet, truncated, or other columns
         raise PlacerError(f"{path} is damaged: {exc}") from None
+    if ops.null_count or groups.null_count or not pa.types.is_integer(groups.type) \
+            or not np.array_equal(ops.to_numpy(), np.arange(len(ops))):
+        raise PlacerError(f"{path} is damaged: it is not one whole group number for each op 0..{len(ops) - 1}")
+    group_of_op = groups.to_numpy().astype(np.int64)
+    if len(group_of_op) and group_of_op.min() < 0:  # an index from the end: another group's devices, silently
+        raise PlacerError(f"{path} is damaged: op {int(np.argmin(group_of_op))} has a negative group")
+    return group_of_op
 
 
 def device_removals_done(manifest: RunManifest) -> list[dict]:

@@ -100,9 +100,11 @@ def run(args) -> int:
         except KeyboardInterrupt as exc:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
             run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else progress.run_dir  # or while closing
-            if args.json and run_dir is not None:  # still one document for a pipe's reader
-                resume = None if config.remove_devices else ["placer", "search", "--resume", str(run_dir)]
-                emit_json({"stop_reason": "interrupted", "run_dir": str(run_dir), "resume": resume})
+            if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
+                resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
+                                                                                 str(run_dir)]
+                emit_json({"stop_reason": "interrupted", "run_dir": None if run_dir is None else str(run_dir),
+                           "resume": resume})
             return 130
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)

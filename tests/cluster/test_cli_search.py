@@ -169,3 +169,25 @@ def test_search_cli__an_interrupt_before_the_run_folder_exists_says_interrupted(
     monkeypatch.setattr(cluster.jobs, "run_search", interrupted)
     assert main(["search", "--graph", "synthetic:300", "--out", str(tmp_path / "runs")]) == 130
     assert capsys.readouterr().err.endswith("placer: interrupted\n")
+    # with --json, still one document (stdout was empty): no run folder, nothing to resume
+    assert main(["search", "--graph", "synthetic:300", "--out", str(tmp_path / "runs"), "--json"]) == 130
+    assert json.loads(capsys.readouterr().out) == {"stop_reason": "interrupted", "run_dir": None, "resume": None}
+
+
+@pytest.mark.parametrize("command", [["baselines", "--graph", "synthetic:50", "--machine", "paper-2gpu"],
+                                     ["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu"]])
+def test_cli__any_json_command_interrupted_prints_one_document(tmp_path, capsys, monkeypatch, command):
+    """`baselines --json` and `reproduce --json` interrupted printed nothing on stdout."""
+    import cluster.experiments
+    import cluster.jobs
+    from cluster.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(cluster.experiments, "run_experiment", interrupted)
+    monkeypatch.setattr(cluster.jobs, "run_baselines", interrupted)
+    assert main([*command, "--out", str(tmp_path / "out"), "--json"]) == 130
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"stop_reason": "interrupted", "command": command[0]}
+    assert captured.err.endswith("placer: interrupted\n")

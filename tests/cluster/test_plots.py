@@ -103,15 +103,24 @@ def test_plot_run__a_damaged_best_placement_is_one_error_naming_the_file(tmp_pat
         plot_run(run, tmp_path / "plots")
 
 
-def test_plot_run__a_graph_that_no_longer_has_the_runs_hash_is_refused(tmp_path):
+@pytest.mark.parametrize("change", ["replaced", "moved"])
+def test_plot_run__a_graph_changed_or_moved_leaves_the_curve_and_a_note(tmp_path, capsys, change):
+    """The learning curve needs no graph: `analyze --plots` used to fail whole (exit 2, no table) when a run's
+    graph file had moved, naming a flag analyze does not have."""
     graph_file = tmp_path / "tiny6.parquet"
     save_graph(_graph(), graph_file)
     run = write_run(tmp_path / "runs", graph_file=graph_file)
     changed = build_graph([(0, 1), (1, 2)], name="tiny6")
-    save_graph(changed, graph_file)  # the file the run names now holds another graph
-    with pytest.raises(PlacerError, match=f"content hash {changed.content_hash}"):
-        plot_run(run, tmp_path / "plots")
-    assert not (tmp_path / "plots").exists()  # checked before the learning curve is drawn
+    if change == "replaced":
+        save_graph(changed, graph_file)  # the file the run names now holds another graph
+    else:
+        graph_file.rename(tmp_path / "elsewhere.parquet")
+    made = plot_run(run, tmp_path / "plots")
+    _not_blank(made.learning_curve)
+    assert (made.timeline, made.device_load, made.trace) == (None, None, None)
+    err = capsys.readouterr().err
+    assert err.startswith("placer: note: no timeline of run ") and err.count("\n") == 1
+    assert (f"content hash {changed.content_hash}" if change == "replaced" else "cannot find graph") in err
 
 
 def test_cli_analyze__plots_of_no_run_are_written_when_one_run_is_damaged(tmp_path, capsys):

@@ -176,6 +176,18 @@ def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypa
         run_experiment(get_experiment("mirhoseini2017"), tmp_path, settings_for(quick=True))
 
 
+@pytest.mark.parametrize("name, value", [("budget", "12"), ("quick", 1), ("bound_time_limit_s", None)])
+def test_run_experiment__a_setting_of_the_wrong_type_is_a_damaged_folder(tmp_path, monkeypatch, name, value):
+    """``"budget": "12"`` was a TypeError traceback when compared with the command's budget."""
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "mirhoseini2017"
+    folder.mkdir()
+    settings = {**settings_for(quick=True, budget=12).__dict__, name: value}
+    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": settings}))
+    with pytest.raises(PlacerError, match=f"experiment.json is damaged: settings.{name} is "):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path, settings_for(quick=True, budget=12))
+
+
 def test_get_experiment__unknown_name_and_hierarchical_cells():
     with pytest.raises(PlacerError, match="unknown experiment"):
         get_experiment("nope")

@@ -15,6 +15,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 import pytest
@@ -23,8 +24,8 @@ from conftest import build_graph
 from cluster import runlog
 from cluster.jobs import expand_logged, log_placement
 from cluster.pool import PoolResult
-from cluster.runlog import (FORMAT_VERSION, GROUPS_FILE, MANIFEST_FILE, LoggedPlacement, RunLogWriter, compact_run,
-                            cpu_model, make_run_id, new_manifest, op_placement_of, read_best, read_groups,
+from cluster.runlog import (FORMAT_VERSION, GROUPS_FILE, MANIFEST_FILE, LoggedPlacement, RunLogWriter, check_run_log,
+                            compact_run, cpu_model, make_run_id, new_manifest, op_placement_of, read_best, read_groups,
                             read_manifest, read_metrics, read_run, read_runs, record_resume, resume_run)
 from graphs.errors import PlacerError
 from measurers.base import STATUSES, Measurement
@@ -85,6 +86,20 @@ def test_runlog__damaged_groups_file_is_one_error_naming_it(tmp_path, manifest, 
     path = tmp_path / manifest.run_id / GROUPS_FILE
     path.write_bytes(damage)
     with pytest.raises(PlacerError, match=f"{path} is damaged"):
+        read_groups(tmp_path / manifest.run_id)
+
+
+@pytest.mark.parametrize("group, op", [([0, -1, 1], [0, 1, 2]), ([0, None, 1], [0, 1, 2]), ([0, 1, 1], [0, 0, 2])])
+def test_runlog__a_groups_file_with_a_negative_missing_or_repeated_entry_is_damaged(tmp_path, manifest, group, op):
+    """Group -1 indexed the last group's device (simulate reported another placement's step, exit 0); a null
+    group was an IndexError; an op listed twice left another op out."""
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        log.write_groups(np.array([0, 1, 1]), op_names=["a", "b", "c"])
+    path = tmp_path / manifest.run_id / GROUPS_FILE
+    table = pq.read_table(path)
+    table = table.set_column(table.schema.get_field_index("group"), "group", pa.array(group, pa.int64()))
+    pq.write_table(table.set_column(table.schema.get_field_index("op"), "op", pa.array(op, pa.int64())), path)
+    with pytest.raises(PlacerError, match=f"{path} is damaged: "):
         read_groups(tmp_path / manifest.run_id)
 
 
@@ -293,7 +308,34 @@ def test_runlog__best_placement_tie_goes_to_the_smaller_placement_in_any_arrival
     assert read_best(tmp_path / manifest.run_id).placement == (1, 1, 2)
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"run_id": "r"}', '{"placement": 3}', "null"])
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t.drop_columns(["runtime_s"]), "it has no 'runtime_s' column"),
+    (lambda t: t.drop_columns(["status"]), "it has no 'status' column"),
+    (lambda t: t.set_column(t.schema.get_field_index("status"), "status",
+                            pa.array([1] * t.num_rows, pa.int64())), "its 'status' column holds int64, not string"),
+])
+def test_runlog__a_part_without_a_column_every_version_writes_is_damaged(tmp_path, manifest, edit, message):
+    """Read as nulls, a log without ``runtime_s`` analysed as a run with no best (exit 0), one without
+    ``status`` was a traceback, and a resume of it crashed after Ray had started."""
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        for i in range(3):
+            log.append(_result(i))
+    run = tmp_path / manifest.run_id
+    part = next((run / "measurements").glob("*.parquet"))
+    pq.write_table(edit(pq.read_table(part)), part)
+    for read in (read_run, check_run_log):
+        with pytest.raises(PlacerError, match=f"{part.name} is damaged: {message}"):
+            read(run)
+
+
+_BEST = {"run_id": "r", "seq": 0, "runtime_s": 1.0, "placement": [1, 0], "updated_at": "t", "placement_level": "op"}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"run_id": "r"}', '{"placement": 3}', "null",
+                                  # fields of the wrong type: tracebacks in simulate and apply before
+                                  json.dumps({**_BEST, "placement": ["x", 0]}),
+                                  json.dumps({**_BEST, "runtime_s": "abc"}),
+                                  json.dumps({**_BEST, "placement": [1.5, 0]})])
 def test_runlog__a_damaged_best_placement_is_one_placer_error_naming_the_file(tmp_path, manifest, text):
     with RunLogWriter.create(tmp_path, manifest) as log:
         log.append(_result(0))
@@ -580,3 +622,14 @@ def test_invocation__placers_command_line_as_a_user_types_it(monkeypatch, argv, 
 
     monkeypatch.setattr(sys, "argv", argv)
     assert invocation() == command
+
+
+@pytest.mark.parametrize("name, value", [("config", "x"), ("machine", [1]), ("graph_hash", 5), ("policy", None)])
+def test_read_manifest__a_field_of_the_wrong_type_is_one_error(tmp_path, manifest, name, value):
+    """``"config": "x"`` loaded, and `placer apply` failed with an AttributeError."""
+    with RunLogWriter.create(tmp_path, manifest):
+        pass
+    path = tmp_path / manifest.run_id / MANIFEST_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), name: value}))
+    with pytest.raises(PlacerError, match=f"manifest.json: not a valid run manifest \\({name} .* is not a"):
+        read_manifest(tmp_path / manifest.run_id)
