@@ -169,8 +169,8 @@ def read_manifest(folder: str | os.PathLike) -> RunManifest:
 
 # Columns every format version has written: a part without one, or with another type, is damaged (read as
 # nulls, a run without ``runtime_s`` had no best, and one without ``status`` was a traceback).
-REQUIRED_COLUMNS = {MEASUREMENTS_DIR: ("seq", "policy", "placement", "runtime_s", "status", "cache_hit"),
-                    METRICS_DIR: ("seq", "iteration", "name", "value")}
+REQUIRED_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "policy", "placement", "runtime_s", "status", "cache_hit")),
+                    (METRIC_SCHEMA, ("seq", "iteration", "name", "value")))
 
 
 def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
@@ -205,7 +205,7 @@ def check_run_log(folder: str | os.PathLike) -> None:
 
 
 def _check_parts(folder: Path, schema: pa.Schema) -> None:
-    required = REQUIRED_COLUMNS.get(folder.name, ())
+    required = next((columns for known, columns in REQUIRED_COLUMNS if known.equals(schema)), ())
     for part in sorted(folder.glob("*.parquet")):
         try:
             part_schema = pq.read_schema(part)
