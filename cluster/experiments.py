@@ -233,6 +233,8 @@ def check_experiment_folder(experiment: Experiment, out: str | os.PathLike, sett
     measurer, groups, grouping and seed, and a budget at least as large (a larger one continues them; a
     smaller one would report runs of the larger budget under its own). One PlacerError otherwise."""
     folder = Path(out) / experiment.name
+    if folder.exists() and not folder.is_dir():  # found before Ray starts, not when the folder is made
+        raise PlacerError(f"{folder} is a file, not an experiment folder: pick another --out")
     if (folder / EXPERIMENT_FILE).exists() and not (folder / EXPERIMENT_FILE).is_file():
         raise PlacerError(f"{folder / EXPERIMENT_FILE} is not a file, so {folder} holds no experiment this "
                           f"placer can continue: pick another --out")

@@ -167,6 +167,10 @@ def test_reproduce__damaged_settings_and_a_lower_budget_are_refused_before_the_b
     assert main([*args, "--budget", "32"]) == 2
     assert "run with --budget 64: pick another --out, or a budget of at least 64 (not 32)" in one_placer_error(capsys)
     assert json.loads(settings.read_text())["settings"]["budget"] == 64
+    shutil.rmtree(folder)
+    folder.write_text("a file where the experiment folder goes")  # said at once, not after Ray started
+    assert main(args) == 2
+    assert f"{folder} is a file, not an experiment folder: pick another --out" in one_placer_error(capsys)
 
 
 def test_unreachable_cluster__one_error_within_the_timeout():
