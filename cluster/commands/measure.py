@@ -39,7 +39,7 @@ def _measure(args) -> int:
     from measurers.factory import MeasurerSpec, build_measurer
     from cluster.run_best import load_placement
     from measurers.timing import default_timing
-    from policies.registry import place_once, policy_entry
+    from policies.registry import place_once
 
     timing = default_timing(args.measurer)
     args.runs = timing.runs if args.runs is None else args.runs
@@ -51,8 +51,8 @@ def _measure(args) -> int:
     machine = load_machine(args.machine)
     if args.placement:
         placement = load_placement(args.placement, graph, machine)
-    else:  # placed (and scored) in the simulator first: a heuristic this machine cannot run fails in seconds,
-        policy_entry(args.policy)  # not after the real step is built and captured (minutes for an RNNLM)
+    else:  # placed (and scored) in the simulator first: a heuristic this machine cannot run, or an unknown
+        # name, fails in seconds, not after the real step is built and captured (minutes for an RNNLM)
         simulator = build_measurer(MeasurerSpec("sim", graph, machine))
         placement = place_once(args.policy, graph, machine, simulator, args.seed).op_placement
     spec = MeasurerSpec(args.measurer, graph, machine, runs=args.runs, warmup=args.warmup, seed=args.seed,

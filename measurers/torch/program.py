@@ -87,7 +87,6 @@ class _Capture(TorchDispatchMode):
         super().__init__()
         self.leaf_names = leaf_names  # id(tensor) -> graph leaf op name
         self.steps: list[Step] = []
-        self.num_slots = 0
         self.kept: dict[int, torch.Tensor] = {}  # slot -> tensor, held until the step can no longer reach it
         self._release_after = (_RELEASE_EVERY_SLOTS, _RELEASE_EVERY_BYTES)  # new slots, new storage bytes
         self._new_since_release = [0, 0]
@@ -101,8 +100,7 @@ class _Capture(TorchDispatchMode):
         self.num_reads = 0
 
     def _new_slot(self, t: torch.Tensor) -> int:
-        slot = self.num_slots
-        self.num_slots += 1
+        slot = len(self.group)  # one storage group entry per slot, appended below
         self.kept[slot] = t
         self.slot_of[id(t)] = slot
         storage = t.untyped_storage()
@@ -120,9 +118,8 @@ class _Capture(TorchDispatchMode):
     def _release_unreachable(self) -> None:
         """Let go of the tensors that nothing but the capture holds: no Python name and no C++ owner
         (autograd's saved tensors, views, the optimizer), so the step can never read them again and eager
-        PyTorch would have freed them. A capture that held every tensor took 3.1 GB above the model where the
-        eager step takes 0.16 GB (an RNNLM at hidden 512), and could not capture the full-size RNNLM in 24 GB;
-        releasing, it takes 0.35-0.57 GB (the step, and the leaves' first values that the program keeps).
+        PyTorch would have freed them. A capture that held every tensor could not capture the full-size RNNLM
+        in 24 GB (BENCHMARKS.md, "Real measurers": tests/bench/bench_torch_capture.py).
         A tensor that C++ still owns is kept too: its Python object lives on, and so does its slot.
 
         Why the capture holds tensors at all: autograd accumulates a gradient in place, or steals it for
@@ -232,7 +229,7 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
         step.invalidates = tuple(m for slot in step.mutated for m in members[capture.group[slot]])
         _plan(step)
     _plan_frees(capture.steps, loss_slot)
-    return Program(capture.steps, capture.num_slots, capture.leaf_values, capture.leaf_ops, capture.group,
+    return Program(capture.steps, len(capture.group), capture.leaf_values, capture.leaf_ops, capture.group,
                    loss_slot, {name: capture.slot_of[id(p)] for name, p in params.items() if id(p) in capture.slot_of})
 
 
