@@ -93,8 +93,9 @@ class SearchResult:
     stop_reason: str
     wall_s: float
     seconds_per_update: float = math.nan  # learner only
-    groups: int = 0  # groups the policy placed: at most config.groups (times the devices with --split-groups)
-    # and the graph's colocation groups
+    groups: int = 0  # the searched groups, at most config.groups (times the devices with --split-groups) and
+    # the graph's colocation groups: what every policy places but one that groups the graph itself
+    # (hierarchical, hsdag: groups of their own, not this count); the proven bound holds for these
     colocation_groups: int = 0  # the graph's colocation groups (the most groups any grouping makes)
     measurer: str = "sim"  # what timed the placements: sim | torch | tf
     warm_start: str | None = None  # the warm start's best candidate: a heuristic's name or the path given

@@ -194,6 +194,7 @@ class _Trainer:
         self.imitation_steps = 0  # Adam steps of imitation and cross-entropy minimization so far
         self.memo: dict[bytes, Measurement] = {}  # group placement bytes -> its measurement, this session
         self.stalled = 0  # iterations in a row that sampled nothing new
+        self.warm_started = False  # imitated a warm start (its config is RLConfig.for_warm_start)
         self._learner_s: list[float] = []
         self._measure_s: list[float] = []
 
@@ -266,7 +267,11 @@ class _Trainer:
     # ---- warm start and cross-entropy minimization ----------------------------------------------------
 
     def start_from(self, warm) -> None:
-        """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
+        """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it.
+        Every candidate measured for the warm start goes into the memo: sampled again, it costs nothing."""
+        for units, measurement in warm.measured:
+            self.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = measurement
+        self.warm_started = True
         if warm.runtime_s < self.best_runtime_s:
             self.best_runtime_s = float(warm.runtime_s)
             self.best_group_placement = np.asarray(warm.unit_placement, dtype=np.int64).copy()
@@ -403,7 +408,8 @@ class _Trainer:
             "best_group_placement": _tensor_or_none(self.best_group_placement),
             "best_op_placement": _tensor_or_none(self.best_op_placement),
             "window": [(torch.from_numpy(r), torch.from_numpy(a)) for r, a in self.window],
-            "imitation_steps": self.imitation_steps, "memo": _memo_state(self.memo, self.env.num_groups),
+            "imitation_steps": self.imitation_steps, "stalled": self.stalled, "warm_started": self.warm_started,
+            "memo": memo_state(self.memo, self.env.num_devices),
         }
         save_state(state, path)
 
@@ -434,9 +440,17 @@ class _Trainer:
         self.best_runtime_s = state["best_runtime_s"]
         self.best_group_placement = _array_or_none(state["best_group_placement"])
         self.best_op_placement = _array_or_none(state["best_op_placement"])
-        self.memo = _memo_from_state(state.get("memo"))  # a resumed run does not measure its repeats either
+        self.memo = memo_from_state(state.get("memo"))  # a resumed run does not measure its repeats either
         self.window = [(r.numpy().copy(), a.numpy().astype(np.int64)) for r, a in state.get("window", [])]
         self.imitation_steps = int(state.get("imitation_steps", 0))
+        self.stalled = int(state.get("stalled", 0))  # a resumed run converges where one run would
+        self.warm_started = bool(state.get("warm_started", False))
+
+
+def resumed_warm_started(checkpoint_dir: str | os.PathLike, given: bool) -> bool:
+    """Did the run that wrote ``checkpoint_dir`` imitate a warm start? A checkpoint older than that record
+    answers ``given`` (whether the run was given warm-start candidates)."""
+    return bool(read_learner_state(Path(checkpoint_dir) / CHECKPOINT_FILE).get("warm_started", given))
 
 
 def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:
@@ -448,26 +462,30 @@ def _decode_order(env: PlacementEnv, order: str) -> np.ndarray:
     return np.argsort(position, kind="stable").astype(np.int64)
 
 
-def _memo_state(memo: dict[bytes, Measurement], num_groups: int) -> dict:
-    """The memo as tensors (a checkpoint loads with weights_only): placements (K, G), runtimes (K,),
-    statuses, peak bytes (K, D). Samples, timings and error texts are not kept."""
+def memo_state(memo: dict[bytes, Measurement], num_devices: int) -> dict:
+    """A learner's memo (keys of one length, a multiple of 8 bytes: (G,) int64 group placements here) as
+    tensors, so a checkpoint loads with weights_only: keys (K, W) int64, runtimes (K,), statuses, peak
+    bytes (K, D). Samples, timings and error texts are not kept. A measurement without peaks (a pool's
+    timeout, crash or error) keeps a row of -1."""
     keys = list(memo)
     values = [memo[key] for key in keys]
-    placements = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), num_groups)
+    width = len(keys[0]) // 8 if keys else 0
+    placements = np.frombuffer(b"".join(keys), dtype=np.int64).reshape(len(keys), width)
     return {"placements": torch.from_numpy(placements.copy()),
             "runtime_s": torch.tensor([m.runtime_s for m in values], dtype=torch.float64),
             "status": [m.status for m in values],
-            "peak_bytes": torch.tensor([list(m.peak_bytes) for m in values], dtype=torch.int64)}
+            "peak_bytes": torch.tensor([list(m.peak_bytes) or [-1] * num_devices for m in values],
+                                       dtype=torch.int64).reshape(len(values), num_devices)}
 
 
-def _memo_from_state(state: dict | None) -> dict[bytes, Measurement]:
+def memo_from_state(state: dict | None) -> dict[bytes, Measurement]:
     if state is None:  # a checkpoint older than the memo
         return {}
     memo = {}
     for placement, runtime_s, status, peak in zip(state["placements"].numpy(), state["runtime_s"].tolist(),
                                                   state["status"], state["peak_bytes"].tolist()):
         memo[np.ascontiguousarray(placement, dtype=np.int64).tobytes()] = Measurement(
-            runtime_s, (runtime_s,), status, tuple(peak), 0.0)
+            runtime_s, (runtime_s,), status, () if peak and min(peak) < 0 else tuple(peak), 0.0)
     return memo
 
 

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from graphs.errors import PlacerError
+from measurers.base import Measurement
 from policies.base import BudgetedMeasurer, LastResults
 from policies.problem import PlacementProblem
 
@@ -29,6 +30,7 @@ class WarmStart:
     op_placement: np.ndarray  # (N,) int64: the unit placement expanded (what was measured)
     runtime_s: float
     candidate: int  # index into the candidates passed in
+    measured: tuple[tuple[np.ndarray, Measurement], ...] = ()  # every candidate measured: (U,) units, result
 
 
 def check_warm_start(problem: PlacementProblem, placements: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -106,8 +108,10 @@ def measure_warm_start(problem: PlacementProblem, counter: BudgetedMeasurer,
         counter.measure(list(op_placements))
     finally:
         counter.measurer = before
-    best: WarmStart | None = None
-    for k, measurement in enumerate(capture.last):
-        if measurement.ok and (best is None or measurement.runtime_s < best.runtime_s):
-            best = WarmStart(units[k].copy(), op_placements[k].copy(), float(measurement.runtime_s), origin[k])
-    return best
+    measured = tuple((units[k].copy(), measurement) for k, measurement in enumerate(capture.last))
+    ok = [k for k, (_, measurement) in enumerate(measured) if measurement.ok]
+    if not ok:
+        return None
+    best = min(ok, key=lambda k: measured[k][1].runtime_s)  # the first of equals
+    return WarmStart(units[best].copy(), op_placements[best].copy(), float(measured[best][1].runtime_s),
+                     origin[best], measured)

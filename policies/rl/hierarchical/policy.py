@@ -3,7 +3,9 @@ at colocation level: its units are the atoms the grouper assigns).
 
 ``place(problem, measurer, budget, seed)`` optionally measures warm-start candidates (best-first op
 placements, ``warm_start=``) inside the budget and imitates the best, then trains grouper and placer
-jointly with REINFORCE until the budget, the time limit or ``should_stop``. The result is the best
+jointly with REINFORCE until the budget, the time limit or ``should_stop``, or until it samples nothing
+new for ``STALL_ITERATIONS`` batches ("converged": a placement sampled again reuses its measurement and
+costs no budget, as in every other learner). The result is the best
 placement measured over the whole run (a resumed run's included). Options: every ``HierarchicalConfig``
 field, ``context`` (policies.base.RunContext) and ``warm_start``; ``seed`` given as an option is
 overridden by ``place``'s seed argument.
@@ -38,7 +40,7 @@ class HierarchicalPolicy:
         import torch
 
         from policies.rl.hierarchical.trainer import HierarchicalTrainer
-        from policies.rl.loop import deterministic_torch
+        from policies.rl.loop import STALL_ITERATIONS, deterministic_torch
         from policies.rl.warm_start import check_warm_start, measure_warm_start
         check_budget(budget)
         if self.warm_start:
@@ -60,6 +62,7 @@ class HierarchicalPolicy:
                 warm = measure_warm_start(problem, counter, self.warm_start)
                 trainer.measurements_used = counter.used
                 if warm is not None:
+                    trainer.remember(warm.measured)
                     warm_runtime_s = warm.runtime_s
                     match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
                     if checkpoint is not None:  # a resume must not measure and imitate again
@@ -71,6 +74,9 @@ class HierarchicalPolicy:
                 stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
                 if stopped is not None:
                     stop_reason = stopped
+                    break
+                if trainer.stalled >= STALL_ITERATIONS:
+                    stop_reason = "converged"
                     break
                 metrics = trainer.iterate(min(config.batch_size, budget - trainer.measurements_used))
                 if ctx.on_iteration is not None:

@@ -4,6 +4,7 @@ process, as policies/rl/assembly.py does for the seq2seq placer."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import asdict
@@ -13,6 +14,7 @@ import numpy as np
 import torch
 
 from graphs.errors import PlacerError
+from measurers.base import Measurement
 from policies.rl.env import scored_runtime_s
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.features import GroupBuilder, atom_features
@@ -20,7 +22,7 @@ from policies.rl.hierarchical.imitation import start_grouping, target_grouping
 from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
 from policies.rl.learner_file import read_learner_state
-from policies.rl.loop import save_state
+from policies.rl.loop import memo_from_state, memo_state, save_state
 
 
 def build_learner(atoms, num_groups: int, num_devices: int, config: HierarchicalConfig):
@@ -62,6 +64,8 @@ class HierarchicalTrainer:
         self.warm_started = False
         self.best_runtime_s = math.inf
         self.best_op_placement: np.ndarray | None = None
+        self.memo: dict[bytes, Measurement] = {}  # placement_key(op placement) -> its measurement, this run
+        self.stalled = 0  # iterations in a row that sampled nothing new
         self.learner_s: list[float] = []
 
     # ---- one iteration ----------------------------------------------------------------------------
@@ -83,9 +87,7 @@ class HierarchicalTrainer:
         t0 = time.perf_counter()
         assign, inputs, decoded, op_placements = self.sample(size)
         t1 = time.perf_counter()
-        self.capture.last = []
-        self.counter.measure(list(op_placements))
-        measurements = list(self.capture.last)
+        measurements, fresh = self._measure_unseen(op_placements)
         t2 = time.perf_counter()
         runtimes = np.array([scored_runtime_s(m, self.config.penalty_runtime_s) for m in measurements])  # (B,)
         ok = np.array([m.ok for m in measurements])
@@ -95,12 +97,31 @@ class HierarchicalTrainer:
         summary = self._update(assign, inputs, decoded, advantages)
         t3 = time.perf_counter()
         self.iteration += 1
-        self.measurements_used += size
+        self.measurements_used += fresh
+        self.stalled = 0 if fresh else self.stalled + 1
         self.learner_s.append((t1 - t0) + (t3 - t2))
         return {**summary, "mean_reward": float(rewards.mean()), "batch_best_runtime_s": float(runtimes.min()),
                 "best_runtime_s": self.best_runtime_s, "num_failed": float((~ok).sum()),
                 "sample_s": t1 - t0, "measure_s": t2 - t1, "update_s": t3 - t2,
                 "measurements_used": float(self.measurements_used)}
+
+    def _measure_unseen(self, op_placements: np.ndarray) -> tuple[list[Measurement], int]:
+        """One Measurement per row of ``op_placements`` (B, N), measuring (in one call, in the budget) only
+        the placements this run has not measured: a repeat costs nothing, as in every other learner
+        (policies/rl/loop.py). Returns them and how many were measured."""
+        keys = [placement_key(row) for row in op_placements]
+        unseen = list(dict.fromkeys(key for key in keys if key not in self.memo))  # each once, batch order
+        if unseen:
+            first_row = {key: row for row, key in reversed(list(enumerate(keys)))}
+            self.capture.last = []
+            self.counter.measure([op_placements[first_row[key]] for key in unseen])
+            self.memo.update(zip(unseen, self.capture.last))
+        return [self.memo[key] for key in keys], len(unseen)
+
+    def remember(self, measured) -> None:
+        """Warm-start candidates measured before the run ((U,) unit placement, Measurement) go into the memo."""
+        for units, measurement in measured:
+            self.memo[placement_key(self.problem.expand(np.asarray(units)[None])[0])] = measurement
 
     def _track_best(self, runtimes: np.ndarray, op_placements: np.ndarray) -> None:
         b = int(np.argmin(runtimes))
@@ -172,7 +193,8 @@ class HierarchicalTrainer:
                  "measurements_used": self.measurements_used, "best_runtime_s": self.best_runtime_s,
                  "best_op_placement": (None if self.best_op_placement is None
                                        else torch.from_numpy(self.best_op_placement)),
-                 "warm_started": self.warm_started, "entropy_coeff": self.learner.entropy_coeff}
+                 "warm_started": self.warm_started, "entropy_coeff": self.learner.entropy_coeff,
+                 "stalled": self.stalled, "memo": memo_state(self.memo, self.problem.num_devices)}
         save_state(state, path)
 
     def load(self, path: Path) -> None:
@@ -193,3 +215,11 @@ class HierarchicalTrainer:
         self.best_op_placement = None if best is None else best.numpy().astype(np.int64)
         self.warm_started = bool(state["warm_started"])
         self.learner.entropy_coeff = float(state["entropy_coeff"])
+        self.stalled = int(state.get("stalled", 0))
+        self.memo = memo_from_state(state.get("memo"))  # a checkpoint older than the memo: an empty one
+
+
+def placement_key(op_placement: np.ndarray) -> bytes:
+    """A 16-byte digest of an (N,) op placement: the planner's groupings change, so its memo is keyed by
+    what was measured, and a digest keeps a checkpoint's memo small on graphs of 30,000 ops."""
+    return hashlib.blake2b(np.ascontiguousarray(op_placement, dtype=np.int64).tobytes(), digest_size=16).digest()

@@ -20,7 +20,7 @@ import numpy as np
 from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
                            check_option_names, search_result, with_run_best)
 from policies.rl.config import RLConfig
-from policies.rl.loop import CHECKPOINT_FILE, train_placer
+from policies.rl.loop import CHECKPOINT_FILE, resumed_warm_started, train_placer
 from policies.rl.warm_start import measure_warm_start
 
 
@@ -51,8 +51,11 @@ class ReinforcePolicy:
         warm = None
         if self.warm_start and resume_from is None:
             warm = measure_warm_start(problem, counter, self.warm_start)
-        # A resumed run was warm-started if it was given candidates (its checkpoint holds the imitated policy).
-        config = self.make_config(seed, warm is not None or bool(self.warm_start and resume_from is not None))
+        if resume_from is None:
+            warm_started = warm is not None
+        else:  # as the run began: given candidates of which none ran ok, it began with the plain settings
+            warm_started = resumed_warm_started(resume_from, given=bool(self.warm_start))
+        config = self.make_config(seed, warm_started)
         on_iteration = None
         if ctx.on_iteration is not None:
             on_iteration = lambda m: ctx.on_iteration(m.iteration, _numeric(vars(m)))  # noqa: E731

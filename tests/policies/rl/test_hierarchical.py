@@ -8,6 +8,7 @@ import os
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 
 import dataclasses  # noqa: E402
+import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -234,3 +235,36 @@ def test_hierarchical__bad_options_are_refused():
         make_policy("hierarchical", entropy_coeff=-0.1)
     with pytest.raises(PlacerError, match="move_prob"):
         make_policy("hierarchical", move_prob=1.0)
+
+
+def test_hierarchical__a_placement_sampled_again_costs_nothing_and_a_stalled_run_converges():
+    """A one-device machine has one placement: it is measured once (the warm start), never again, and the
+    run stops as converged instead of spending its budget on repeats."""
+    from graphs.registry import load_graph
+    from measurers.machine import Machine
+    from policies.rl.loop import STALL_ITERATIONS
+
+    paper = load_machine("paper-2gpu")
+    one_cpu = Machine("one-cpu", paper.devices[:1], ())
+    problem = make_problem(load_graph("synthetic:60"), one_cpu, max_groups=None)
+    measurer = Counting(problem)
+    only = np.zeros(problem.graph.num_ops, dtype=np.int64)
+    result = place("hierarchical", problem, measurer, 10**4, 0, warm_start=[only], **OPTIONS)
+    assert len(measurer.placements) == 1 == result.measurements
+    assert result.stop_reason == "converged" and result.best.runtime_s < math.inf
+    assert f"{STALL_ITERATIONS} iterations" in result.notes
+
+
+def test_hierarchical__a_resumed_run_keeps_its_memo(problem, tmp_path):
+    """Every placement the first session measured is known to the second: none is measured twice."""
+    first = Counting(problem)
+    place("hierarchical", problem, first, 24, 0, context=RunContext(checkpoint_dir=tmp_path), checkpoint_every=1,
+          warm_start=[place("expert", problem, SimulatorMeasurer(problem.graph, problem.machine), 1, 0).op_placement],
+          **{**OPTIONS, "num_groups": 2})
+    second = Counting(problem)
+    result = place("hierarchical", problem, second, 48, 0, context=RunContext(checkpoint_dir=tmp_path),
+                   **{**OPTIONS, "num_groups": 2})
+    keys = {p.tobytes() for p in first.placements}
+    assert len(keys) == len(first.placements) == 24
+    assert not keys & {p.tobytes() for p in second.placements}
+    assert result.measurements == 24 + len(second.placements)

@@ -239,3 +239,46 @@ def test_train_placer__repeats_cost_nothing_and_a_run_with_nothing_new_stops_con
                           config=RLConfig(batch_size=4, hidden_size=8, seed=0, torch_threads=1))
     assert result.stop_reason == "converged" and result.measurements_used == sum(measurer.calls) <= 2
     assert result.iterations >= STALL_ITERATIONS and result.iterations < 1000 // 4
+
+
+def _one_group_run(measurer, tmp_path, budget: int = 1000, **kwargs):
+    """One group on the toy machine's two devices, checkpointed every iteration into ``tmp_path``."""
+    grouping = Grouping(np.zeros(2, dtype=np.int64), 1, np.full(1, 3, np.uint8))
+    return train_placer(None, _machine(), grouping, measurer, budget_measurements=budget,
+                        features=np.ones((1, 6), dtype=np.float32), checkpoint_dir=tmp_path,
+                        config=RLConfig(batch_size=4, hidden_size=8, seed=0, torch_threads=1, checkpoint_every=1),
+                        **kwargs)
+
+
+class _GpuOkCpuTimesOut:
+    """The gpu placement runs in 1 s; the cpu one times out with no peaks, as the pool reports a timeout."""
+
+    def measure(self, placements):
+        return [Measurement(1.0, (1.0,), "ok", (0, 0), 0.0) if p[0] == 1
+                else Measurement(float("nan"), (), "timeout", (), 5.0, "timed out") for p in placements]
+
+
+def test_train_placer__a_measurement_without_peaks_is_checkpointed_and_read_back(tmp_path):
+    """A pool's timeout, crash or error has no peaks: the memo's checkpoint used to fail on it."""
+    from policies.rl.loop import CHECKPOINT_FILE, memo_from_state
+
+    result = _one_group_run(_GpuOkCpuTimesOut(), tmp_path, budget=8)
+    assert result.measurements_used == 2 and result.best_runtime_s == 1.0
+    memo = memo_from_state(torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)["memo"])
+    by_device = {np.frombuffer(key, dtype=np.int64)[0]: m for key, m in memo.items()}
+    assert by_device[0].status == "timeout" and by_device[0].peak_bytes == ()
+    assert by_device[1].status == "ok" and by_device[1].peak_bytes == (0, 0)
+
+
+def test_train_placer__a_resumed_run_converges_at_the_iteration_one_run_does(tmp_path):
+    from policies.rl.loop import STALL_ITERATIONS
+
+    whole = _one_group_run(_GpuOkCpuTimesOut(), tmp_path / "whole")
+    assert whole.stop_reason == "converged"
+    iterations = []
+    stop_at = whole.iterations - STALL_ITERATIONS // 2  # well inside the stall
+    first = _one_group_run(_GpuOkCpuTimesOut(), tmp_path / "cut", should_stop=lambda: len(iterations) >= stop_at,
+                           on_iteration=iterations.append)
+    assert first.stop_reason == "should_stop" and first.iterations == stop_at
+    resumed = _one_group_run(_GpuOkCpuTimesOut(), tmp_path / "cut", resume_from=tmp_path / "cut")
+    assert resumed.stop_reason == "converged" and resumed.iterations == whole.iterations

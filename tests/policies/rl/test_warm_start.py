@@ -173,3 +173,51 @@ def test_train_placer__warm_start_counts_before_and_a_resumed_run_does_not_imita
     resumed = run(17, warm_start=warm, measurements_before=1, resume_from=tmp_path)
     assert resumed.measurements_used == 17 and resumed.best_runtime_s == 0.5
     assert torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)["imitation_steps"] == imitated
+
+
+class _Recording(_SumMeasurer):
+    def __init__(self):
+        self.measured: list[tuple[int, ...]] = []
+
+    def measure(self, placements):
+        self.measured += [tuple(int(d) for d in p) for p in placements]
+        return super().measure(placements)
+
+
+def _two_group_run(tmp_path, warm, measurer, budget: int, **kwargs):
+    from policies.rl.config import RLConfig
+    from policies.rl.loop import train_placer
+
+    grouping = Grouping(np.arange(2), 2, np.full(2, 3, np.uint8))
+    config = RLConfig(hidden_size=16, batch_size=4, torch_threads=1, checkpoint_every=1)
+    return train_placer(None, load_machine("paper-2gpu"), grouping, measurer, budget_measurements=budget,
+                        config=config, features=np.ones((2, 5), dtype=np.float32), checkpoint_dir=tmp_path,
+                        warm_start=warm, **kwargs)
+
+
+def test_train_placer__the_warm_start_candidates_it_samples_again_are_not_measured_again(tmp_path):
+    from measurers.base import Measurement
+    from policies.rl.loop import resumed_warm_started
+    from policies.rl.warm_start import WarmStart
+
+    start, other = np.array([1, 1]), np.array([2, 2])
+    measured = tuple((units, Measurement(1.0 + units.sum(), (), "ok", (0, 0, 0), 0.0)) for units in (start, other))
+    warm = WarmStart(start, start.copy(), 3.0, 0, measured)
+    measurer = _Recording()
+    result = _two_group_run(tmp_path, warm, measurer, budget=9, measurements_before=2)
+    assert result.measurements_used == 9 == 2 + len(measurer.measured)
+    assert (1, 1) not in measurer.measured and (2, 2) not in measurer.measured  # the imitated start is sampled
+    assert resumed_warm_started(tmp_path, given=False)
+
+
+def test_resumed_warm_started__as_the_run_began_or_as_given_for_an_older_checkpoint(tmp_path):
+    import torch
+
+    from policies.rl.loop import CHECKPOINT_FILE, resumed_warm_started
+
+    _two_group_run(tmp_path, None, _Recording(), budget=4)  # given no candidate that ran: the plain settings
+    assert not resumed_warm_started(tmp_path, given=True)
+    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)
+    del state["warm_started"]
+    torch.save(state, tmp_path / CHECKPOINT_FILE)
+    assert resumed_warm_started(tmp_path, given=True) and not resumed_warm_started(tmp_path, given=False)
