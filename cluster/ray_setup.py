@@ -92,7 +92,7 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     if address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not port.isdigit() or not host:
+    if not sep or not (port.isascii() and port.isdigit()) or not host:  # int() refuses "²"
         raise PlacerError(f"Ray address {address!r} is not HOST:PORT (the head node's GCS port, 6379 by default), "
                           "ray://HOST:PORT or auto")
     try:

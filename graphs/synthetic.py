@@ -40,7 +40,7 @@ def parse_synthetic_spec(spec: str) -> tuple[int, int]:
     """``synthetic:N[:SEED]`` -> (N, SEED), checked without building the graph (so a command can refuse a
     bad name before it starts anything)."""
     parts = spec.split(":")
-    if parts[0] != "synthetic" or len(parts) not in (2, 3) or not all(x.isdigit() for x in parts[1:]):
+    if parts[0] != "synthetic" or len(parts) not in (2, 3) or not all(x.isascii() and x.isdigit() for x in parts[1:]):
         raise PlacerError(f"bad synthetic graph name {spec!r}: expected synthetic:N or synthetic:N:SEED")
     num_ops, seed = int(parts[1]), int(parts[2]) if len(parts) == 3 else 0
     _check_num_ops(num_ops)

@@ -56,6 +56,6 @@ def load_machine(name_or_file: str) -> Machine:
         path = CATALOG_DIR / f"{name_or_file}.json"
     try:
         data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, 4,300+ digits
         raise PlacerError(f"machine file {str(path)!r} is not readable JSON: {exc}") from None
     return machine_from_json(data, where=f"machine file {str(path)!r}", base_dir=path.parent)

@@ -40,7 +40,7 @@ def is_hetero_name(name: str) -> bool:
 def parse_hetero_name(name: str) -> int:
     """The seed of ``hetero:SEED``; a PlacerError for anything else."""
     text = name[len(PREFIX):] if is_hetero_name(name) else ""
-    if not text.isdigit() or text != str(int(text)):  # one name per machine: hetero:7, not hetero:007
+    if not (text.isascii() and text.isdigit()) or text != str(int(text)):  # hetero:7, not hetero:007 or ²
         raise PlacerError(f"bad machine name {name!r}: expected {PREFIX}SEED with SEED a whole number >= 0")
     return int(text)
 

@@ -62,7 +62,7 @@ def load_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machin
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise PlacerError(f"{where} does not exist") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, 4,300+ digits
         raise PlacerError(f"{where} is not readable JSON: {exc}") from None
     try:
         return check_placement(graph, machine, _op_devices(data, graph, machine, _op_groups(graph, grouping)))

@@ -27,7 +27,6 @@ def register(subparsers) -> None:
 def _simulate(args) -> int:
     import time
 
-    from graphs.errors import PlacerError
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import load_profile
@@ -39,10 +38,8 @@ def _simulate(args) -> int:
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = load_profile(args.profile) if args.profile else None
-    if profile is not None and profile.graph_hash and profile.graph_hash != graph.content_hash:
-        raise PlacerError(f"--profile {args.profile} was measured on a graph with hash {profile.graph_hash}; graph "
-                          f"{graph.name!r} has hash {graph.content_hash} (its op names would match by chance)")
     if profile is not None:
+        profile.check_graph(graph, f"--profile {args.profile}")
         _note_profile_without_the_machines_devices(profile, machine, args.profile)
     if args.placement:
         placement = load_placement(args.placement, graph, machine)

@@ -54,11 +54,12 @@ MEMORY_FACTOR = {  # fraction of the device's typical memory bandwidth
 
 def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None" = None) -> np.ndarray:
     """(N, D) float64 seconds: each op's time on each device; ``inf`` where allowed_mask excludes it.
-    Without an explicit ``profile``, the machine file's own profile (if it names one) applies. Op or
+    Without an explicit ``profile``, the machine file's own profile (if it names one) applies; a profile
+    measured on another graph is a PlacerError (``OpProfile.check_graph``). Op or
     transfer times too large to simulate are a PlacerError (``_check_op_times``, ``_check_transfer_times``):
     every user of op times (simulator, lower bound, exact policies) builds them here."""
     if profile is None and machine.profile:
-        profile = load_profile(machine.profile)
+        profile = machine.profile  # a path, relative ones resolved by the machine file's reader
     classes = op_class_codes(graph)  # (N,) int8
     times = np.empty((graph.num_ops, machine.num_devices), dtype=np.float64)
     for d, device in enumerate(machine.devices):
@@ -69,9 +70,11 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):  # checked below, not warned
             roofline_s = np.maximum(graph.flops / compute_Fps[classes], graph.bytes_accessed / memory_Bps[classes])
         times[:, d] = np.where(classes == OP_CLASSES.index("meta"), 0.0, device.op_overhead_s + roofline_s)
+    where = "the profile"
     if isinstance(profile, (str, os.PathLike)):  # a path, as the machine file names one
-        profile = load_profile(profile)
+        where, profile = f"profile file {str(profile)!r}", load_profile(profile)
     if profile is not None:
+        profile.check_graph(graph, where)
         profile.apply(graph, machine, times)
     allowed = (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0  # (N, D) bool
     times[~allowed] = np.inf
@@ -166,6 +169,13 @@ class OpProfile:
         keys = set(zip(self.op_names, self.device_models))
         if len(keys) != len(self.op_names):
             raise PlacerError("op profile: an (op, device_model) pair appears twice")
+
+    def check_graph(self, graph: OpGraph, where: str) -> None:
+        """A PlacerError when the profile names a graph (its hash) other than ``graph``: op names of another
+        graph match by chance, and its times would apply without a word."""
+        if self.graph_hash and self.graph_hash != graph.content_hash:
+            raise PlacerError(f"{where} was measured on a graph with hash {self.graph_hash}; graph {graph.name!r} "
+                              f"has hash {graph.content_hash} (its op names would match by chance)")
 
     def apply(self, graph: OpGraph, machine: Machine, times: np.ndarray) -> int:
         """Overwrite ``times`` (N, D) where measured; returns how many (op, device) cells changed."""

@@ -21,8 +21,11 @@ Op times come from ``measurers.sim.costs.op_time_matrix`` (roofline, or a measur
   take the same total time, and no transfer ends earlier than it would alone. Transfers overlap computation
   and transfers on other channels. A consumer on ``d`` is ready when all its inputs have ended or arrived.
 - Time. Events (op ends, transfer ends) are processed in time order; all events at one instant are
-  processed before any device or channel starts new work at that instant. The step time (``runtime_s``)
-  is the time of the last event.
+  processed before any device or channel starts new work at that instant. Work that starts and ends at
+  the same instant (a meta op's 0 s, a 0-byte transfer on a link of 0 latency) ends in a later round of
+  that instant, after its devices and channels have chosen their next work: what it makes ready waits
+  for the next free slot, whatever its position. The step time (``runtime_s``) is the time of the last
+  event.
 - Memory, per device. Parameters (``param_bytes``) are resident for the whole step on their op's device.
   An op's output (``out_bytes``; zero for Variable-like ops, whose output *is* the resident parameter) is
   allocated when the op starts and freed when the last of its uses ends; its uses are its consumers on the

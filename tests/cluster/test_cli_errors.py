@@ -187,7 +187,7 @@ def test_unreachable_cluster__one_error_within_the_timeout():
     check_reachable("auto")  # Ray's to resolve: no check
 
 
-@pytest.mark.parametrize("address", ["localhost", "head:port", ":6379", "ray://head"])
+@pytest.mark.parametrize("address", ["localhost", "head:port", ":6379", "ray://head", "head:²"])
 def test_cluster_address_without_a_port__one_error_and_a_reproduce_writes_nothing(tmp_path, capsys, address):
     """Ray's own "Invalid address format" came out as a traceback, after reproduce wrote its folder."""
     assert main(["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu", "--ray-address", address,

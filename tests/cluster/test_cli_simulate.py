@@ -7,7 +7,7 @@ import pytest
 from cluster.cli import main
 from graphs.io import save_graph
 from graphs.synthetic import synthetic_graph
-from measurers.catalog import load_machine
+from measurers.catalog import CATALOG_DIR, load_machine
 from conftest import policy_placement
 from measurers.placement import save_placement_file
 
@@ -107,3 +107,21 @@ def test_simulate__a_run_folder_is_a_placement_its_best(tmp_path, capsys, monkey
         code = main(["simulate", "--graph", graph, "--machine", machine, "--placement", found["run_dir"]])
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_simulate__a_machine_files_profile_of_another_graph_is_refused(tmp_path, capsys):
+    """A profile named in the machine file is the one search, baselines, bound and train read: it was
+    applied to any graph whose op names matched."""
+    graph = synthetic_graph(20, 1)
+    entries = [{"op": name, "device_model": "K80", "time_s": 1.0} for name in graph.op_names]
+    (tmp_path / "prof.json").write_text(json.dumps({"format": "placer-op-profile", "version": 1,
+                                                    "graph_hash": graph.content_hash, "entries": entries}))
+    machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
+    (tmp_path / "m.json").write_text(json.dumps({**machine, "name": "profiled", "profile": "prof.json"}))
+    args = ["simulate", "--machine", str(tmp_path / "m.json"), "--policy", "single-gpu", "--json"]
+    assert main([*args, "--graph", "synthetic:20:1"]) == 0
+    assert json.loads(capsys.readouterr().out)["runtime_s"] == pytest.approx(20.0)
+    assert main([*args, "--graph", "synthetic:20:0"]) == 2  # the same op names, another graph
+    err = capsys.readouterr().err
+    assert f"profile file {str(tmp_path / 'prof.json')!r} was measured on a graph with hash" in err
+    assert err.count("\n") == 1

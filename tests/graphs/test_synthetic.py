@@ -58,6 +58,7 @@ def test_synthetic_from_spec__names_and_registry():
     ("synthetic:10:1:2", "expected synthetic:N or synthetic:N:SEED"),
     ("synthetic:0", "have 1..20000000 ops, not 0"),
     ("synthetic:-5", "expected synthetic:N or synthetic:N:SEED"),
+    ("synthetic:²", "expected synthetic:N or synthetic:N:SEED"),  # isdigit() says yes, int() no
 ])
 def test_synthetic_from_spec__bad_names_are_one_error(spec, message):
     with pytest.raises(PlacerError, match=re.escape(message)):

@@ -49,7 +49,7 @@ def test_hetero_family__deterministic_and_varied():
             assert m.devices[0].memory_bytes + m.devices[1].memory_bytes == host
 
 
-@pytest.mark.parametrize("name", ["hetero:", "hetero:x", "hetero:-1", "hetero:1.5", "hetero:007"])
+@pytest.mark.parametrize("name", ["hetero:", "hetero:x", "hetero:-1", "hetero:1.5", "hetero:007", "hetero:²"])
 def test_hetero_family__bad_names_are_clear_errors(name):
     with pytest.raises(PlacerError, match="hetero:SEED"):
         load_machine(name)

@@ -88,9 +88,10 @@ def test_load_machine__unknown_name_or_bad_json(tmp_path):
         load_machine("dgx9")
     with pytest.raises(PlacerError, match="a folder, not a machine file, and not in the catalog"):
         load_machine(str(tmp_path))
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(PlacerError, match="not readable JSON"):
-        load_machine(str(tmp_path / "bad.json"))
+    for text in ("{", '{"name": ' + "1" * 5000 + "}", "[" * 100_000 + "]" * 100_000):  # digits, depth: Python limits
+        (tmp_path / "bad.json").write_text(text)
+        with pytest.raises(PlacerError, match="not readable JSON"):
+            load_machine(str(tmp_path / "bad.json"))
 
 
 def test_cli_machines__list_show_and_json(capsys):

@@ -313,6 +313,14 @@ def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data
     assert "bad.json" in str(error.value)
 
 
+@pytest.mark.parametrize("text", ["[" + "1" * 5000 + ", 0, 0]", "[" * 100_000 + "]" * 100_000])
+def test_placement_file__json_past_pythons_limits_is_one_error(tmp_path, text):
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [])
+    (tmp_path / "big.json").write_text(text)
+    with pytest.raises(PlacerError, match="big.json' is not readable JSON"):
+        load_placement_file(tmp_path / "big.json", graph, toy_machine())
+
+
 def test_simulator_measurer__noise_off_median_and_statuses():
     from measurers.sim.measurer import SimulatorMeasurer
 
