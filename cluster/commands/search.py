@@ -106,6 +106,7 @@ def run(args) -> int:
                 emit_json({"stop_reason": "interrupted", "run_dir": None if run_dir is None else str(run_dir),
                            "resume": resume})
             return 130
+        progress.finish(result.measurements, result.stop_reason)
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)
     if args.json:
@@ -149,6 +150,15 @@ class _Progress:
         if lower_bound_s and math.isfinite(best_runtime_s):
             best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"
         self._bar.update(self._task, completed=min(measured, self.budget), best=best, rate=f"{rate:.1f}/s")
+
+    def finish(self, measured: int, stop_reason: str) -> None:
+        """The search ended. Unless a time limit or a stop cut it short, the bar ends full at what the policy
+        measured: a heuristic measures one placement of a budget of 2,048, a converged learner fewer than
+        its budget, and a resumed run whose every measurement was logged reported none to the bar."""
+        if self._bar is None:
+            return
+        total = self.budget if stop_reason in ("time_limit", "should_stop") else max(measured, 1)
+        self._bar.update(self._task, total=total, completed=min(measured, total))
 
     def __exit__(self, *exc):
         if self._bar is not None:

@@ -191,3 +191,18 @@ def test_cli__any_json_command_interrupted_prints_one_document(tmp_path, capsys,
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"stop_reason": "interrupted", "command": command[0]}
     assert captured.err.endswith("placer: interrupted\n")
+
+
+@pytest.mark.parametrize("measured, stop_reason, shown", [
+    (1, "budget", (1, 1)),  # a heuristic: one placement of the budget, not "1/2048"
+    (96, "converged", (96, 96)),  # a resumed run whose every measurement was logged: not "0/96"
+    (500, "time_limit", (500, 2048)),  # cut short: the bar says so
+])
+def test_search_progress__ends_full_unless_the_search_was_cut_short(measured, stop_reason, shown):
+    from cluster.commands.search import _Progress
+
+    with _Progress(2048, enabled=True) as progress:
+        progress.start()
+        progress.finish(measured, stop_reason)
+        task = progress._bar.tasks[0]
+        assert (task.completed, task.total) == shown
