@@ -47,6 +47,16 @@ def parse_synthetic_spec(spec: str) -> tuple[int, int]:
     return num_ops, seed
 
 
+def full_graph_name(name: str) -> str:
+    """The name a graph called ``name`` carries: ``synthetic:N`` is built as ``synthetic:N:0``; any other
+    name is its own."""
+    try:
+        num_ops, seed = parse_synthetic_spec(name)
+    except PlacerError:
+        return name
+    return f"synthetic:{num_ops}:{seed}"
+
+
 def _check_num_ops(num_ops: int) -> None:
     if not 1 <= num_ops <= MAX_OPS:
         raise PlacerError(f"synthetic graphs have 1..{MAX_OPS} ops, not {num_ops}")

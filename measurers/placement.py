@@ -27,6 +27,7 @@ import numpy as np
 from graphs.errors import PlacerError
 from graphs.files import atomic_file
 from graphs.opgraph import OpGraph, dense_ids
+from graphs.synthetic import full_graph_name
 from measurers.machine import Machine
 
 def check_placement(graph: OpGraph, machine: Machine, placement) -> np.ndarray:
@@ -123,7 +124,7 @@ def _check_written_for(data: dict, graph: OpGraph, machine: Machine) -> None:
     if "graph_hash" in data and data["graph_hash"] != graph.content_hash:
         raise PlacerError(f"was written for a graph with hash {data['graph_hash']!r}; graph {graph.name!r} has "
                           f"hash {graph.content_hash!r}")
-    if "graph_hash" not in data and data.get("graph", graph.name) != graph.name:
+    if "graph_hash" not in data and full_graph_name(data.get("graph", graph.name)) != graph.name:
         raise PlacerError(f"was written for graph {data['graph']!r}, not {graph.name!r} (remove its 'graph' to "
                           "use it anyway)")
     if data.get("machine", machine.name) != machine.name:

@@ -315,6 +315,7 @@ def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data
 
 @pytest.mark.parametrize("text", ["[" + "1" * 5000 + ", 0, 0]", "[" * 100_000 + "]" * 100_000])
 def test_placement_file__json_past_pythons_limits_is_one_error(tmp_path, text):
+    """Python's json refuses 4,300+ digits (ValueError) and deep nesting (RecursionError): one error."""
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [])
     (tmp_path / "big.json").write_text(text)
     with pytest.raises(PlacerError, match="big.json' is not readable JSON"):
@@ -371,3 +372,17 @@ def test_simulator_measurer__bad_noise_or_runs_is_one_error(options, message):
 
     with pytest.raises(PlacerError, match=message):
         SimulatorMeasurer(build_graph([(0, 1)]), load_machine("paper-2gpu"), **options)
+
+
+def test_placement_file__a_synthetic_graph_named_without_its_seed_is_the_seed_0_graph(tmp_path):
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    graph, machine = load_graph("synthetic:30"), load_machine("paper-2gpu")
+    assert graph.name == "synthetic:30:0"
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"graph": "synthetic:30", "ops": ["gpu:0"] * 30}))
+    assert load_placement_file(path, graph, machine).tolist() == [1] * 30
+    path.write_text(json.dumps({"graph": "synthetic:30:1", "ops": ["gpu:0"] * 30}))
+    with pytest.raises(PlacerError, match="written for graph 'synthetic:30:1', not 'synthetic:30:0'"):
+        load_placement_file(path, graph, machine)
