@@ -90,7 +90,8 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
                  resume_from: str | os.PathLike | None = None, should_stop: Callable[[], bool] | None = None,
                  features: np.ndarray | None = None,
                  before_checkpoint: Callable[[], None] | None = None, warm_start=None,
-                 measurements_before: int = 0) -> TrainResult:
+                 measurements_before: int = 0, known: Sequence[tuple[np.ndarray, Measurement]] = (),
+                 warm_started: bool = False) -> TrainResult:
     """Search placements of ``graph``'s groups on ``machine`` until the measurement budget is spent.
 
     ``budget_measurements`` counts every measurement of the run, those before a resume included; the
@@ -107,6 +108,9 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
     order) was measured before the call, as were ``measurements_before`` placements in all: a fresh run
     counts them in its budget, starts its best-so-far at the warm start and imitates it
     (``config.warm_start_steps``) before the first batch; a resumed run does neither (its checkpoint has them).
+    ``known`` ((G,) group placement, Measurement) pairs measured before the call (the warm-start candidates,
+    ok or not) go into a fresh run's memo. ``warm_started``: a resumed run's config is
+    ``RLConfig.for_warm_start`` (what its checkpoint records, where one older than that record does not).
     """
     config = config or RLConfig()
     if budget_measurements < 0:
@@ -119,9 +123,11 @@ def train_placer(graph, machine, grouping, measurer, *, budget_measurements: int
     with deterministic_torch():
         trainer = _Trainer(env, config)
         if resume_from is not None:
+            trainer.warm_started = warm_started
             trainer.load(Path(resume_from) / CHECKPOINT_FILE)
         else:
             trainer.measurements_used = int(measurements_before)
+            trainer.remember(known)
             if warm_start is not None:
                 trainer.start_from(warm_start)
                 if checkpoint_dir is not None:  # a resumed run does not imitate again
@@ -236,20 +242,13 @@ class _Trainer:
         return metrics
 
     def _measure_unseen(self, actions: np.ndarray) -> tuple[np.ndarray, list[Measurement], np.ndarray, int]:
-        """Measure the placements (B, G) this session has not measured; a repeat reuses its measurement and
-        spends no budget, as the searches' ``MemoMeasurer`` does (the same budget accounting for every
-        method; a converged policy samples its favourite placement again and again). Returns op placements
+        """Measure the placements (B, G) this run has not measured (``measure_unseen``). Returns op placements
         (B, N), one Measurement per row, rewards (B,) and how many placements were measured."""
-        keys = [row.tobytes() for row in actions]
-        unseen = list(dict.fromkeys(key for key in keys if key not in self.memo))  # each once, batch order
-        if unseen:
-            first_row = {key: row for row, key in reversed(list(enumerate(keys)))}
-            _, measured, _ = self.env.measure_batch(actions[[first_row[key] for key in unseen]])
-            self.memo.update(zip(unseen, measured))
-        measurements = [self.memo[key] for key in keys]
+        measurements, fresh = measure_unseen(self.memo, [row.tobytes() for row in actions],
+                                             lambda rows: self.env.measure_batch(actions[rows])[1])
         op_placements = np.asarray(self.env.grouping.expand(actions), dtype=np.int64)  # (B, N)
         rewards = np.array([reward_of(m, self.env.penalty_runtime_s) for m in measurements], dtype=np.float64)
-        return op_placements, measurements, rewards, len(unseen)
+        return op_placements, measurements, rewards, fresh
 
     def _noise_std(self) -> float:
         stop = self.config.noise_stop_iteration
@@ -266,11 +265,13 @@ class _Trainer:
 
     # ---- warm start and cross-entropy minimization ----------------------------------------------------
 
+    def remember(self, known: Sequence[tuple[np.ndarray, Measurement]]) -> None:
+        """((G,) group placement, Measurement) pairs measured before the run: sampled again, they cost nothing."""
+        for placement, measurement in known:
+            self.memo[np.ascontiguousarray(placement, dtype=np.int64).tobytes()] = measurement
+
     def start_from(self, warm) -> None:
-        """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it.
-        Every candidate measured for the warm start goes into the memo: sampled again, it costs nothing."""
-        for units, measurement in warm.measured:
-            self.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = measurement
+        """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
         self.warm_started = True
         if warm.runtime_s < self.best_runtime_s:
             self.best_runtime_s = float(warm.runtime_s)
@@ -443,8 +444,30 @@ class _Trainer:
         self.memo = memo_from_state(state.get("memo"))  # a resumed run does not measure its repeats either
         self.window = [(r.numpy().copy(), a.numpy().astype(np.int64)) for r, a in state.get("window", [])]
         self.imitation_steps = int(state.get("imitation_steps", 0))
-        self.stalled = int(state.get("stalled", 0))  # a resumed run converges where one run would
-        self.warm_started = bool(state.get("warm_started", False))
+        self.stalled = resumed_stall_count(state)
+        self.warm_started = bool(state.get("warm_started", self.warm_started))  # older: as the caller says
+
+
+def measure_unseen(memo: dict[bytes, Measurement], keys: Sequence[bytes],
+                   measure: Callable[[list[int]], Sequence[Measurement]]) -> tuple[list[Measurement], int]:
+    """One Measurement per key (one per sampled placement), measuring only the placements ``memo`` does not
+    hold: ``measure(rows)`` gets the batch rows of the unseen keys (each key's first row, batch order) and
+    measures them in one call; their results go into ``memo``. A repeat reuses its measurement and spends no
+    budget, as the searches' ``MemoMeasurer`` does (the same budget accounting for every method; a
+    converged policy samples its favourite placement again and again). Returns them and how many were
+    measured."""
+    unseen = list(dict.fromkeys(key for key in keys if key not in memo))
+    if unseen:
+        first_row = {key: row for row, key in reversed(list(enumerate(keys)))}
+        memo.update(zip(unseen, measure([first_row[key] for key in unseen])))
+    return [memo[key] for key in keys], len(unseen)
+
+
+def resumed_stall_count(state: dict) -> int:
+    """The stall count a resumed run goes on from: where it stopped (a run stopped mid-stall converges where
+    one run would), but 0 for a run that had converged: resumed with a larger budget, it samples again."""
+    stalled = int(state.get("stalled", 0))
+    return 0 if stalled >= STALL_ITERATIONS else stalled
 
 
 def resumed_warm_started(checkpoint_dir: str | os.PathLike, given: bool) -> bool:

@@ -30,7 +30,16 @@ class WarmStart:
     op_placement: np.ndarray  # (N,) int64: the unit placement expanded (what was measured)
     runtime_s: float
     candidate: int  # index into the candidates passed in
-    measured: tuple[tuple[np.ndarray, Measurement], ...] = ()  # every candidate measured: (U,) units, result
+
+
+@dataclass(frozen=True)
+class MeasuredCandidate:
+    """One warm-start candidate as measured: a learner's memo keeps it, ok or not, so that sampling it
+    again costs nothing."""
+    unit_placement: np.ndarray  # (U,) int64
+    op_placement: np.ndarray  # (N,) int64
+    measurement: Measurement
+    candidate: int  # index into the candidates passed in
 
 
 def check_warm_start(problem: PlacementProblem, placements: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -90,14 +99,13 @@ def distinct_unit_placements(problem: PlacementProblem,
     return np.stack(rows).astype(np.int64), origin
 
 
-def measure_warm_start(problem: PlacementProblem, counter: BudgetedMeasurer,
-                       placements: Sequence[np.ndarray] | None) -> WarmStart | None:
+def measure_candidates(problem: PlacementProblem, counter: BudgetedMeasurer,
+                       placements: Sequence[np.ndarray] | None) -> list[MeasuredCandidate]:
     """Measure the distinct candidates (collapsed onto units) in ONE ``counter.measure`` call, so they
-    count in the budget and reach ``on_measurement``; the best ok one, or None when none ran ok, there
-    were none, or no budget is left. Candidates beyond the budget left are not measured (best-first order
-    keeps the better ones)."""
+    count in the budget and reach ``on_measurement``; none when there are none or no budget is left.
+    Candidates beyond the budget left are not measured (best-first order keeps the better ones)."""
     if not placements or counter.left <= 0:
-        return None
+        return []
     units, origin = distinct_unit_placements(problem, check_warm_start(problem, placements))
     units, origin = units[:counter.left], origin[:counter.left]
     op_placements = problem.expand(units)  # (K, N)
@@ -108,10 +116,21 @@ def measure_warm_start(problem: PlacementProblem, counter: BudgetedMeasurer,
         counter.measure(list(op_placements))
     finally:
         counter.measurer = before
-    measured = tuple((units[k].copy(), measurement) for k, measurement in enumerate(capture.last))
-    ok = [k for k, (_, measurement) in enumerate(measured) if measurement.ok]
+    return [MeasuredCandidate(units[k].copy(), op_placements[k].copy(), measurement, origin[k])
+            for k, measurement in enumerate(capture.last)]
+
+
+def best_candidate(measured: Sequence[MeasuredCandidate]) -> WarmStart | None:
+    """The fastest candidate that ran ok (the first of equals), or None when none did."""
+    ok = [c for c in measured if c.measurement.ok]
     if not ok:
         return None
-    best = min(ok, key=lambda k: measured[k][1].runtime_s)  # the first of equals
-    return WarmStart(units[best].copy(), op_placements[best].copy(), float(measured[best][1].runtime_s),
-                     origin[best], measured)
+    best = min(ok, key=lambda c: c.measurement.runtime_s)
+    return WarmStart(best.unit_placement, best.op_placement, float(best.measurement.runtime_s), best.candidate)
+
+
+def measure_warm_start(problem: PlacementProblem, counter: BudgetedMeasurer,
+                       placements: Sequence[np.ndarray] | None) -> WarmStart | None:
+    """``measure_candidates``, then the best that ran ok: None when none ran ok, there were none, or no
+    budget is left."""
+    return best_candidate(measure_candidates(problem, counter, placements))

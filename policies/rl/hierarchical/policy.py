@@ -41,7 +41,7 @@ class HierarchicalPolicy:
 
         from policies.rl.hierarchical.trainer import HierarchicalTrainer
         from policies.rl.loop import STALL_ITERATIONS, deterministic_torch
-        from policies.rl.warm_start import check_warm_start, measure_warm_start
+        from policies.rl.warm_start import best_candidate, check_warm_start, measure_candidates
         check_budget(budget)
         if self.warm_start:
             check_warm_start(problem, self.warm_start)  # bad candidates fail before the learner is built
@@ -59,10 +59,11 @@ class HierarchicalPolicy:
                 trainer.load(checkpoint / CHECKPOINT_FILE)
                 counter.budget = max(0, budget - trainer.measurements_used)
             elif self.warm_start:
-                warm = measure_warm_start(problem, counter, self.warm_start)
+                measured = measure_candidates(problem, counter, self.warm_start)
+                trainer.remember(measured)
+                warm = best_candidate(measured)
                 trainer.measurements_used = counter.used
                 if warm is not None:
-                    trainer.remember(warm.measured)
                     warm_runtime_s = warm.runtime_s
                     match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
                     if checkpoint is not None:  # a resume must not measure and imitate again

@@ -22,7 +22,7 @@ from policies.rl.hierarchical.imitation import start_grouping, target_grouping
 from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
 from policies.rl.learner_file import read_learner_state
-from policies.rl.loop import memo_from_state, memo_state, save_state
+from policies.rl.loop import memo_from_state, memo_state, measure_unseen, resumed_stall_count, save_state
 
 
 def build_learner(atoms, num_groups: int, num_devices: int, config: HierarchicalConfig):
@@ -109,19 +109,17 @@ class HierarchicalTrainer:
         """One Measurement per row of ``op_placements`` (B, N), measuring (in one call, in the budget) only
         the placements this run has not measured: a repeat costs nothing, as in every other learner
         (policies/rl/loop.py). Returns them and how many were measured."""
-        keys = [placement_key(row) for row in op_placements]
-        unseen = list(dict.fromkeys(key for key in keys if key not in self.memo))  # each once, batch order
-        if unseen:
-            first_row = {key: row for row, key in reversed(list(enumerate(keys)))}
+        def measure(rows: list[int]) -> list[Measurement]:
             self.capture.last = []
-            self.counter.measure([op_placements[first_row[key]] for key in unseen])
-            self.memo.update(zip(unseen, self.capture.last))
-        return [self.memo[key] for key in keys], len(unseen)
+            self.counter.measure(list(op_placements[rows]))
+            return list(self.capture.last)
+
+        return measure_unseen(self.memo, [placement_key(row) for row in op_placements], measure)
 
     def remember(self, measured) -> None:
-        """Warm-start candidates measured before the run ((U,) unit placement, Measurement) go into the memo."""
-        for units, measurement in measured:
-            self.memo[placement_key(self.problem.expand(np.asarray(units)[None])[0])] = measurement
+        """Warm-start candidates measured before the run (``MeasuredCandidate``s, ok or not) go into the memo."""
+        for candidate in measured:
+            self.memo[placement_key(candidate.op_placement)] = candidate.measurement
 
     def _track_best(self, runtimes: np.ndarray, op_placements: np.ndarray) -> None:
         b = int(np.argmin(runtimes))
@@ -215,7 +213,7 @@ class HierarchicalTrainer:
         self.best_op_placement = None if best is None else best.numpy().astype(np.int64)
         self.warm_started = bool(state["warm_started"])
         self.learner.entropy_coeff = float(state["entropy_coeff"])
-        self.stalled = int(state.get("stalled", 0))
+        self.stalled = resumed_stall_count(state)
         self.memo = memo_from_state(state.get("memo"))  # a checkpoint older than the memo: an empty one
 
 

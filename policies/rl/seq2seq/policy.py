@@ -21,7 +21,7 @@ from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyR
                            check_option_names, search_result, with_run_best)
 from policies.rl.config import RLConfig
 from policies.rl.loop import CHECKPOINT_FILE, resumed_warm_started, train_placer
-from policies.rl.warm_start import measure_warm_start
+from policies.rl.warm_start import best_candidate, measure_candidates
 
 
 class ReinforcePolicy:
@@ -48,9 +48,8 @@ class ReinforcePolicy:
         ctx = self.context
         checkpoint = ctx.checkpoint_dir
         resume_from = checkpoint if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file() else None
-        warm = None
-        if self.warm_start and resume_from is None:
-            warm = measure_warm_start(problem, counter, self.warm_start)
+        measured = measure_candidates(problem, counter, self.warm_start) if resume_from is None else []
+        warm = best_candidate(measured)
         if resume_from is None:
             warm_started = warm is not None
         else:  # as the run began: given candidates of which none ran ok, it began with the plain settings
@@ -63,7 +62,8 @@ class ReinforcePolicy:
                               budget_measurements=budget, time_limit_s=ctx.time_limit_s, config=config,
                               checkpoint_dir=checkpoint, resume_from=resume_from, should_stop=ctx.should_stop,
                               on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint,
-                              warm_start=warm, measurements_before=counter.used)
+                              warm_start=warm, measurements_before=counter.used, warm_started=warm_started,
+                              known=[(c.unit_placement, c.measurement) for c in measured])
         notes = (f"{result.iterations} iterations of {config.batch_size}, "
                  f"{result.seconds_per_update:.3f} s learner time per iteration")
         found = search_result(self.name, problem, counter, notes)

@@ -282,3 +282,5 @@ def test_train_placer__a_resumed_run_converges_at_the_iteration_one_run_does(tmp
     assert first.stop_reason == "should_stop" and first.iterations == stop_at
     resumed = _one_group_run(_GpuOkCpuTimesOut(), tmp_path / "cut", resume_from=tmp_path / "cut")
     assert resumed.stop_reason == "converged" and resumed.iterations == whole.iterations
+    again = _one_group_run(_GpuOkCpuTimesOut(), tmp_path / "cut", budget=2000, resume_from=tmp_path / "cut")
+    assert again.iterations == whole.iterations + STALL_ITERATIONS  # a larger budget: it samples again

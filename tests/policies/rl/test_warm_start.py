@@ -200,13 +200,14 @@ def test_train_placer__the_warm_start_candidates_it_samples_again_are_not_measur
     from policies.rl.loop import resumed_warm_started
     from policies.rl.warm_start import WarmStart
 
-    start, other = np.array([1, 1]), np.array([2, 2])
-    measured = tuple((units, Measurement(1.0 + units.sum(), (), "ok", (0, 0, 0), 0.0)) for units in (start, other))
-    warm = WarmStart(start, start.copy(), 3.0, 0, measured)
+    start, other, failed = np.array([1, 1]), np.array([2, 2]), np.array([0, 0])
+    known = [(units, Measurement(1.0 + units.sum(), (), "ok", (0, 0, 0), 0.0)) for units in (start, other)]
+    known.append((failed, Measurement(float("nan"), (), "timeout", (), 5.0, "timed out")))  # measured all the same
+    warm = WarmStart(start, start.copy(), 3.0, 0)
     measurer = _Recording()
-    result = _two_group_run(tmp_path, warm, measurer, budget=9, measurements_before=2)
-    assert result.measurements_used == 9 == 2 + len(measurer.measured)
-    assert (1, 1) not in measurer.measured and (2, 2) not in measurer.measured  # the imitated start is sampled
+    result = _two_group_run(tmp_path, warm, measurer, budget=9, measurements_before=3, known=known)
+    assert result.measurements_used == 9 == 3 + len(measurer.measured)  # every one of the 9 placements once
+    assert not {(1, 1), (2, 2), (0, 0)} & set(measurer.measured)  # the imitated start is sampled again
     assert resumed_warm_started(tmp_path, given=False)
 
 
@@ -221,3 +222,5 @@ def test_resumed_warm_started__as_the_run_began_or_as_given_for_an_older_checkpo
     del state["warm_started"]
     torch.save(state, tmp_path / CHECKPOINT_FILE)
     assert resumed_warm_started(tmp_path, given=True) and not resumed_warm_started(tmp_path, given=False)
+    _two_group_run(tmp_path, None, _Recording(), budget=8, resume_from=tmp_path, warm_started=True)
+    assert resumed_warm_started(tmp_path, given=False)  # what the resume was told, kept for the next one
