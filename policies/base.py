@@ -135,6 +135,19 @@ class LastResults:
         return self.last
 
 
+class CounterView:
+    """A Measurer measuring through a BudgetedMeasurer (timing, budget, on_measurement, best kept there) whose
+    measurer is ``capture``, returning the Measurements themselves, as a learner needs them."""
+
+    def __init__(self, counter: "BudgetedMeasurer", capture: LastResults):
+        self.counter, self.capture = counter, capture
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        self.capture.last = []
+        self.counter.measure(placements)
+        return list(self.capture.last)
+
+
 @dataclass
 class BudgetedMeasurer:
     """Wraps a measurer: never exceeds ``budget``, times the calls, reports each measurement, keeps the

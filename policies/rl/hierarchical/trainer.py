@@ -15,6 +15,7 @@ import torch
 
 from graphs.errors import PlacerError
 from measurers.base import Measurement
+from policies.base import CounterView
 from policies.rl.env import scored_runtime_s
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.features import GroupBuilder, atom_features
@@ -49,7 +50,8 @@ class HierarchicalTrainer:
 
     def __init__(self, problem, counter, capture, config: HierarchicalConfig):
         from ray.rllib.core import DEFAULT_MODULE_ID
-        self.problem, self.counter, self.capture, self.config = problem, counter, capture, config
+        self.problem, self.config = problem, config
+        self.measurer = CounterView(counter, capture)  # in the budget, logged, returning the Measurements
         self.atoms = atom_features(problem)
         self.num_groups = min(int(config.num_groups), self.atoms.count)
         self.builder = GroupBuilder(self.atoms, self.num_groups, by_position=config.decode_order == "position")
@@ -109,12 +111,8 @@ class HierarchicalTrainer:
         """One Measurement per row of ``op_placements`` (B, N), measuring (in one call, in the budget) only
         the placements this run has not measured: a repeat costs nothing, as in every other learner
         (policies/rl/loop.py). Returns them and how many were measured."""
-        def measure(rows: list[int]) -> list[Measurement]:
-            self.capture.last = []
-            self.counter.measure(list(op_placements[rows]))
-            return list(self.capture.last)
-
-        return measure_unseen(self.memo, [placement_key(row) for row in op_placements], measure)
+        return measure_unseen(self.memo, [placement_key(row) for row in op_placements],
+                              lambda rows: self.measurer.measure(list(op_placements[rows])))
 
     def remember(self, measured) -> None:
         """Warm-start candidates measured before the run (``MeasuredCandidate``s, ok or not) go into the memo."""

@@ -17,8 +17,8 @@ from typing import Sequence
 
 import numpy as np
 
-from policies.base import (BudgetedMeasurer, DecisionClock, LastResults, PolicyResult, RunContext, check_budget,
-                           check_option_names, search_result, with_run_best)
+from policies.base import (BudgetedMeasurer, CounterView, DecisionClock, LastResults, PolicyResult, RunContext,
+                           check_budget, check_option_names, search_result, with_run_best)
 from policies.rl.config import RLConfig
 from policies.rl.loop import CHECKPOINT_FILE, resumed_warm_started, train_placer
 from policies.rl.warm_start import best_candidate, measure_candidates
@@ -58,7 +58,7 @@ class ReinforcePolicy:
         on_iteration = None
         if ctx.on_iteration is not None:
             on_iteration = lambda m: ctx.on_iteration(m.iteration, _numeric(vars(m)))  # noqa: E731
-        result = train_placer(problem.graph, problem.machine, grouping, _CounterView(counter, capture),
+        result = train_placer(problem.graph, problem.machine, grouping, CounterView(counter, capture),
                               budget_measurements=budget, time_limit_s=ctx.time_limit_s, config=config,
                               checkpoint_dir=checkpoint, resume_from=resume_from, should_stop=ctx.should_stop,
                               on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint,
@@ -82,15 +82,3 @@ class PPOPolicy(ReinforcePolicy):
 
 def _numeric(metrics: dict) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and k != "iteration"}
-
-
-class _CounterView:
-    """A Measurer measuring through a BudgetedMeasurer (timing, budget, on_measurement, best kept there)."""
-
-    def __init__(self, counter, capture: LastResults):
-        self.counter, self.capture = counter, capture
-
-    def measure(self, placements):
-        self.capture.last = []
-        self.counter.measure(placements)
-        return list(self.capture.last)
