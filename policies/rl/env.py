@@ -9,7 +9,9 @@ groups' devices one after another lives inside the policy, not in the environmen
 - action: ``MultiDiscrete([D] * G)``, a device index for every group.
 - reward: ``-sqrt(runtime_s)``; a failed, out-of-memory, timed-out or crashed placement, or one that puts a
   group on a device of a kind it may not run on, counts as ``penalty_runtime_s`` (the reference
-  implementation's 100 s, reward -10).
+  implementation's 100 s, reward -10), or as ``FAILURE_FACTOR`` times the slowest step measured so far where
+  that is more: a real step can last longer than 100 s (the full RNNLM on this machine's CPU: 114.5 s), and
+  running out of memory must never score better than a step that ran.
 
 ``PlacementEnv.measure_batch`` scores a whole batch of placements with ONE ``measure`` call; the trainers
 use it so a batch is measured in parallel by the pool, never one placement at a time.
@@ -18,7 +20,7 @@ use it so a batch is measured in parallel by the pool, never one placement at a 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +29,7 @@ from graphs.errors import PlacerError
 from measurers.base import Measurement
 
 DEFAULT_PENALTY_RUNTIME_S = 100.0
+FAILURE_FACTOR = 3.0  # a failure scores at least this many times the slowest ok step (the graph-neural placers' rule)
 
 
 def scored_runtime_s(measurement: Measurement, penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S) -> float:
@@ -35,6 +38,17 @@ def scored_runtime_s(measurement: Measurement, penalty_runtime_s: float = DEFAUL
     if measurement.status != "ok" or not math.isfinite(runtime_s) or runtime_s < 0:
         return float(penalty_runtime_s)
     return float(runtime_s)
+
+
+def slowest_ok_runtime_s(measurements: Iterable[Measurement]) -> float:
+    """The longest step among the ``ok`` measurements; 0 when there is none."""
+    return max((m.runtime_s for m in measurements if m.ok and math.isfinite(m.runtime_s)), default=0.0)
+
+
+def failure_runtime_s(penalty_runtime_s: float, slowest_ok_s: float) -> float:
+    """What a failure scores as: ``penalty_runtime_s``, or ``FAILURE_FACTOR`` times the slowest ok step
+    measured so far where that is more (see the module docstring)."""
+    return max(float(penalty_runtime_s), FAILURE_FACTOR * float(slowest_ok_s))
 
 
 def reward_of(measurement: Measurement, penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S) -> float:
@@ -81,6 +95,7 @@ class PlacementEnv(gym.Env):
             features = group_features(graph, grouping).as_matrix(normalize=True)
         self.graph, self.machine, self.grouping, self.measurer = graph, machine, grouping, measurer
         self.penalty_runtime_s = float(penalty_runtime_s)
+        self.slowest_ok_s = 0.0  # the longest ok step observed (``observe``), which can raise the failure score
         self.allowed = allowed_devices(grouping.group_allowed_mask, machine)  # (G, D) bool
         self.obs = observation_matrix(features, self.allowed)  # (G, F + D) float32
         num_groups, num_devices = self.allowed.shape
@@ -100,13 +115,27 @@ class PlacementEnv(gym.Env):
     def num_devices(self) -> int:
         return self.allowed.shape[1]
 
+    @property
+    def failure_runtime_s(self) -> float:
+        """What a failure scores as now (``failure_runtime_s``)."""
+        return failure_runtime_s(self.penalty_runtime_s, self.slowest_ok_s)
+
+    def observe(self, measurements: Iterable[Measurement]) -> None:
+        """Take in measurements made elsewhere (a warm start, a resumed run's memo): their slowest ok step
+        counts in the failure score as this environment's own do."""
+        self.slowest_ok_s = max(self.slowest_ok_s, slowest_ok_runtime_s(measurements))
+
+    def reward_of(self, measurement: Measurement) -> float:
+        """``reward_of`` with this environment's failure score."""
+        return reward_of(measurement, self.failure_runtime_s)
+
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         return self.obs.copy(), {}
 
     def step(self, action) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         _, measurements, rewards = self.measure_batch(np.asarray(action)[None, :])
-        info = {"runtime_s": scored_runtime_s(measurements[0], self.penalty_runtime_s),  # what was rewarded
+        info = {"runtime_s": scored_runtime_s(measurements[0], self.failure_runtime_s),  # what was rewarded
                 "status": measurements[0].status}
         return self.obs.copy(), float(rewards[0]), True, False, info
 
@@ -125,7 +154,8 @@ class PlacementEnv(gym.Env):
         measured_iter = iter(measured)
         measurements = [next(measured_iter) if ok else self._forbidden(placement)
                         for ok, placement in zip(legal, group_placements)]
-        rewards = np.array([reward_of(m, self.penalty_runtime_s) for m in measurements], dtype=np.float64)
+        self.observe(measurements)
+        rewards = np.array([self.reward_of(m) for m in measurements], dtype=np.float64)
         return op_placements, measurements, rewards
 
     def _checked(self, group_placements: Sequence) -> np.ndarray:

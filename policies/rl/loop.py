@@ -43,7 +43,7 @@ from measurers.base import Measurement
 from policies.base import early_stop
 from policies.rl.assembly import build_learner, summarize_update
 from policies.rl.config import RLConfig
-from policies.rl.env import PlacementEnv, reward_of, scored_runtime_s
+from policies.rl.env import PlacementEnv, scored_runtime_s
 from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
 
 STALL_ITERATIONS = 50  # iterations in a row that sample only placements measured before: the run has converged
@@ -219,7 +219,7 @@ class _Trainer:
         t2 = time.perf_counter()
         if on_batch is not None:
             on_batch(self.iteration, actions, op_placements, measurements, rewards)
-        runtimes = np.array([scored_runtime_s(m, self.env.penalty_runtime_s) if m.ok else math.inf
+        runtimes = np.array([scored_runtime_s(m, self.env.failure_runtime_s) if m.ok else math.inf
                              for m in measurements])  # (B,)
         self._track_best(runtimes, actions, op_placements)
         batch = self._train_batch(obs, decoded, rewards, out)
@@ -247,7 +247,7 @@ class _Trainer:
         measurements, fresh = measure_unseen(self.memo, [row.tobytes() for row in actions],
                                              lambda rows: self.env.measure_batch(actions[rows])[1])
         op_placements = np.asarray(self.env.grouping.expand(actions), dtype=np.int64)  # (B, N)
-        rewards = np.array([reward_of(m, self.env.penalty_runtime_s) for m in measurements], dtype=np.float64)
+        rewards = np.array([self.env.reward_of(m) for m in measurements], dtype=np.float64)
         return op_placements, measurements, rewards, fresh
 
     def _noise_std(self) -> float:
@@ -269,6 +269,7 @@ class _Trainer:
         """((G,) group placement, Measurement) pairs measured before the run: sampled again, they cost nothing."""
         for placement, measurement in known:
             self.memo[np.ascontiguousarray(placement, dtype=np.int64).tobytes()] = measurement
+        self.env.observe(measurement for _, measurement in known)
 
     def start_from(self, warm) -> None:
         """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
@@ -442,6 +443,7 @@ class _Trainer:
         self.best_group_placement = _array_or_none(state["best_group_placement"])
         self.best_op_placement = _array_or_none(state["best_op_placement"])
         self.memo = memo_from_state(state.get("memo"))  # a resumed run does not measure its repeats either
+        self.env.observe(self.memo.values())
         self.window = [(r.numpy().copy(), a.numpy().astype(np.int64)) for r, a in state.get("window", [])]
         self.imitation_steps = int(state.get("imitation_steps", 0))
         self.stalled = resumed_stall_count(state)

@@ -16,7 +16,7 @@ import torch
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from policies.base import CounterView
-from policies.rl.env import scored_runtime_s
+from policies.rl.env import failure_runtime_s, scored_runtime_s, slowest_ok_runtime_s
 from policies.rl.hierarchical.config import HierarchicalConfig
 from policies.rl.hierarchical.features import GroupBuilder, atom_features
 from policies.rl.hierarchical.imitation import start_grouping, target_grouping
@@ -91,7 +91,8 @@ class HierarchicalTrainer:
         t1 = time.perf_counter()
         measurements, fresh = self._measure_unseen(op_placements)
         t2 = time.perf_counter()
-        runtimes = np.array([scored_runtime_s(m, self.config.penalty_runtime_s) for m in measurements])  # (B,)
+        failure_s = failure_runtime_s(self.config.penalty_runtime_s, slowest_ok_runtime_s(self.memo.values()))
+        runtimes = np.array([scored_runtime_s(m, failure_s) for m in measurements])  # (B,)
         ok = np.array([m.ok for m in measurements])
         self._track_best(np.where(ok, runtimes, math.inf), op_placements)
         rewards = torch.from_numpy(-np.sqrt(runtimes)).float()  # (B,)

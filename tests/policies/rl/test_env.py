@@ -138,3 +138,13 @@ def test_placement_env__rejects_a_non_positive_penalty():
 def test_allowed_devices__matches_kind_bits():
     allowed = allowed_devices(np.array([1, 2, 3], dtype=np.uint8), _machine())
     np.testing.assert_array_equal(allowed, [[1, 0, 0], [0, 1, 1], [1, 1, 1]])
+
+
+def test_measure_batch__a_failure_never_scores_better_than_a_step_that_ran():
+    """Above penalty / 3, a failure scores 3x the slowest ok step seen: here 21 s, not the 4 s penalty."""
+    env = _env(penalty_runtime_s=4.0, allowed=(3, 3, 3, 3))
+    _, measurements, rewards = env.measure_batch(np.array([[0, 0, 0, 0], [2, 2, 2, 2]]))  # all six ops on the cpu
+    assert [m.status for m in measurements] == ["ok", "oom"]
+    np.testing.assert_allclose(rewards, [-math.sqrt(7.0), -math.sqrt(21.0)])
+    env.observe([_measurement("ok", 10.0), _measurement("timeout", 500.0)])  # measured elsewhere: a warm start
+    assert env.failure_runtime_s == 30.0 and env.reward_of(_measurement("crash")) == -math.sqrt(30.0)

@@ -68,12 +68,12 @@ def _torch_settings_restored():
         yield
 
 
-def _trainer(problem, **options):
+def _trainer(problem, measurer=None, **options):
     from policies.rl.hierarchical.config import HierarchicalConfig
     from policies.base import LastResults
     from policies.rl.hierarchical.trainer import HierarchicalTrainer
 
-    capture = LastResults(Counting(problem))
+    capture = LastResults(measurer or Counting(problem))
     counter = BudgetedMeasurer(capture, 10**6, problem.capacity_bytes(), DecisionClock())
     return HierarchicalTrainer(problem, counter, capture, HierarchicalConfig(**{**OPTIONS, **options}))
 
@@ -276,3 +276,27 @@ def test_hierarchical__a_resumed_run_keeps_its_memo(problem, tmp_path):
     assert len(keys) == len(first.placements) == 24
     assert not keys & {p.tobytes() for p in second.placements}
     assert result.measurements == 24 + len(second.placements)
+
+
+class SlowOrOutOfMemory(Counting):
+    """Steps 1,000x the simulator's (over the 100 s penalty); a placement with op 0 on device 0 runs out of
+    memory."""
+
+    def measure(self, placements):
+        from measurers.base import Measurement
+
+        out = []
+        for p, m in zip(placements, super().measure(placements)):
+            runtime_s = 1000.0 * m.runtime_s
+            out.append(Measurement(runtime_s, (runtime_s,), "oom" if p[0] == 0 else "ok", m.peak_bytes, 0.0))
+        return out
+
+
+def test_hierarchical__a_failure_scores_worse_than_a_step_slower_than_the_penalty(problem):
+    trainer = _trainer(problem, SlowOrOutOfMemory(problem))
+    metrics = trainer.iterate(8)
+    measured = list(trainer.memo.values())  # the batch's 8 placements, all different
+    slowest_s = max(m.runtime_s for m in measured if m.ok)
+    assert len(measured) == 8 and slowest_s > 100 and any(not m.ok for m in measured)
+    scored = [m.runtime_s if m.ok else 3 * slowest_s for m in measured]
+    assert metrics["mean_reward"] == pytest.approx(np.mean(-np.sqrt(scored)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
@@ -284,3 +285,31 @@ def test_train_placer__a_resumed_run_converges_at_the_iteration_one_run_does(tmp
     assert resumed.stop_reason == "converged" and resumed.iterations == whole.iterations
     again = _one_group_run(_GpuOkCpuTimesOut(), tmp_path / "cut", budget=2000, resume_from=tmp_path / "cut")
     assert again.iterations == whole.iterations + STALL_ITERATIONS  # a larger budget: it samples again
+
+
+class _SlowGpuCpuTimesOut:
+    """The gpu placement runs in 150 s (a real CPU step can last longer than the 100 s penalty); the cpu
+    one times out."""
+
+    def measure(self, placements):
+        return [Measurement(150.0, (150.0,), "ok", (0, 0), 0.0) if p[0] == 1
+                else Measurement(float("nan"), (), "timeout", (), 5.0, "timed out") for p in placements]
+
+
+def test_train_placer__a_failure_scores_worse_than_a_step_slower_than_the_penalty(tmp_path):
+    """A failure scores 3x the slowest step measured when that is above the 100 s penalty, in a resumed
+    run too, whose memo answers every placement without measuring it again."""
+    scored = []  # per run: {(status, reward)}
+    iterations = []
+
+    def keep(iteration, group_placements, op_placements, measurements, rewards):
+        scored[-1].update((m.status, round(float(r), 6)) for m, r in zip(measurements, rewards))
+
+    expected = {("ok", round(-math.sqrt(150.0), 6)), ("timeout", round(-math.sqrt(450.0), 6))}
+    scored.append(set())
+    first = _one_group_run(_SlowGpuCpuTimesOut(), tmp_path, on_batch=keep, on_iteration=iterations.append,
+                           should_stop=lambda: len(iterations) >= 3)
+    assert first.measurements_used == 2 and scored[-1] == expected
+    scored.append(set())
+    resumed = _one_group_run(_SlowGpuCpuTimesOut(), tmp_path, on_batch=keep, resume_from=tmp_path, budget=40)
+    assert resumed.measurements_used == 2 and resumed.iterations > 3 and scored[-1] == expected
