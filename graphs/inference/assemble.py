@@ -104,8 +104,8 @@ def _check_byte_totals(model: ImportedModel, pair_bytes: dict) -> None:
               "inputs": sum(node.in_bytes for node in model.nodes), "edges": sum(pair_bytes.values())}
     name, total = max(totals.items(), key=lambda item: item[1])
     if total >= MAX_TOTAL_BYTES:
-        raise PlacerError(f"model {model.name!r}: its {name} total {min(total, 10**300):.3g} bytes, more than a "
-                          "graph counts (2**62): check the input sizes (--input-shape)")
+        raise PlacerError(f"model {model.model_file}: its {name} total {min(total, 10**300):.3g} bytes, more than "
+                          "a graph counts (2**62): check the input sizes (--input-shape)")
 
 
 def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dict:

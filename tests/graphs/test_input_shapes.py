@@ -3,6 +3,8 @@ must be given (--input-shape), and the OpenVINO measurer runs the model at the s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import openvino as ov
@@ -99,8 +101,9 @@ def test_import__sizes_whose_tensors_pass_a_64_bit_count_are_refused(tmp_path, i
     path = model(tmp_path / ("dyn.onnx" if model is _onnx_conv else "dyn.xml"),
                  ["batch", 3, "h", "w"] if model is _onnx_conv else [-1, 3, -1, -1])
     with pytest.raises(PlacerError, match=r"total .* bytes, more than a graph counts \(2\*\*62\): check the input "
-                                          r"sizes \(--input-shape\)"):
+                                          r"sizes \(--input-shape\)") as caught:
         importer(path, input_shapes={"x": (1, 3, 2_000_000_000, 2_000_000_000)})
+    assert str(Path(path).resolve()) in str(caught.value)  # which of several models a script imports
 
 
 def test_import_openvino_ir__sizes_a_reshape_cannot_take_are_one_error(tmp_path):
