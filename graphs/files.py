@@ -1,4 +1,5 @@
-"""Writing a file so that readers see the old file or the whole new one, never half of it."""
+"""Files in and out: writing one so that readers see the old file or the whole new one, never half of it, and
+the wording every loader shares for an input path that is not a readable file."""
 
 from __future__ import annotations
 
@@ -23,3 +24,11 @@ def atomic_file(path: Path) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def file_problem(path: Path) -> str:
+    """Why ``path`` cannot be read as a file ("is a folder, not a file" / "does not exist"), or "" for a file.
+    A folder was reported as missing, which sent users looking for a typo in a path that exists."""
+    if path.is_file():
+        return ""
+    return "is a folder, not a file" if path.is_dir() else "does not exist"

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs.errors import PlacerError, is_whole_number
-from graphs.files import atomic_file
+from graphs.files import atomic_file, file_problem
 from graphs.opgraph import OpGraph
 
 FORMAT_VERSION = 1
@@ -66,9 +66,8 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
 def load_graph_file(path: str | os.PathLike) -> OpGraph:
     """Read a graph file written by save_graph; any problem is one PlacerError naming the file."""
     path = Path(path)
-    if not path.is_file():
-        what = "is a folder, not a file" if path.is_dir() else "does not exist"
-        raise PlacerError(f"graph file {str(path)!r} {what}")
+    if problem := file_problem(path):
+        raise PlacerError(f"graph file {str(path)!r} {problem}")
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for truncated / non-Parquet files

@@ -11,8 +11,8 @@ from dataclasses import fields
 from pathlib import Path
 
 from graphs.errors import PlacerError
+from graphs.files import file_problem
 from measurers.devices import device_profiles
-from measurers.files import file_problem
 from measurers.machine import Device, Link, Machine
 
 NOTE_FIELDS = ("source", "notes")  # free text allowed in profiles and device entries

@@ -12,6 +12,7 @@ from cluster.commands.paths import output_file
 from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
+from graphs.files import file_problem
 from graphs.grouping import DEFAULT_MAX_GROUPS
 
 SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 20,000,000)")
@@ -226,8 +227,8 @@ def _check_keras_file(spec: str) -> None:
 
     if not spec.endswith(KERAS_FILE_SUFFIXES):
         check_spec_file(spec, "keras")
-    elif not Path(spec).is_file():
-        raise PlacerError(f"Keras model file {spec!r} does not exist")
+    elif problem := file_problem(Path(spec)):
+        raise PlacerError(f"Keras model file {spec!r} {problem}")
 
 
 def _warn_ops_without_flops(missing: dict[str, int]) -> None:

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 
 from graphs.errors import PlacerError
+from graphs.files import file_problem
 from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
@@ -67,8 +68,8 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
 
 def _existing(path: str) -> Path:
     model_file = Path(path).resolve()
-    if not model_file.is_file():
-        raise PlacerError(f"ONNX model {model_file} does not exist")
+    if problem := file_problem(model_file):
+        raise PlacerError(f"ONNX model {model_file} {problem}")
     return model_file
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from graphs.errors import PlacerError
+from graphs.files import file_problem
 from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
@@ -97,8 +98,8 @@ def _checked_ir_files(xml_path: str) -> Path:
     """The resolved .xml path, after checking it is IR XML and that its .bin is there when it has weights
     (so a damaged file is named plainly instead of by every OpenVINO frontend in turn)."""
     xml_file = Path(xml_path).resolve()
-    if not xml_file.is_file():
-        raise PlacerError(f"OpenVINO IR {xml_file} does not exist")
+    if problem := file_problem(xml_file):
+        raise PlacerError(f"OpenVINO IR {xml_file} {problem}")
     try:
         root = ElementTree.parse(xml_file).getroot()
     except ElementTree.ParseError as exc:

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from graphs.errors import PlacerError
+from graphs.files import file_problem
 from graphs.opgraph import OpGraph
 from graphs.specs import absolute_spec
 
@@ -345,8 +346,8 @@ def _compiled_with_known_losses(model, spec: str) -> bool:
 def _load_saved_model(path: str):
     import keras
 
-    if not Path(path).is_file():
-        raise PlacerError(f"Keras model file {path!r} does not exist")
+    if problem := file_problem(Path(path)):
+        raise PlacerError(f"Keras model file {path!r} {problem}")
     try:
         return keras.models.load_model(path, compile=True)
     except Exception as err:  # noqa: BLE001

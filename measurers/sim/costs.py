@@ -38,9 +38,8 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.op_classes import OP_CLASSES, op_class, op_class_codes  # noqa: F401 (re-exported)
-from graphs.files import atomic_file
+from graphs.files import atomic_file, file_problem
 from graphs.opgraph import OpGraph
-from measurers.files import file_problem
 from measurers.machine import Machine
 
 COMPUTE_FACTOR = {  # fraction of the device's typical compute rate, per device kind and op class

@@ -151,6 +151,9 @@ def test_import_onnx__damaged_files_are_placer_errors_naming_the_file(tmp_path, 
         assert "not a valid ONNX model" in str(caught.value), label
     with pytest.raises(PlacerError, match="does not exist"):
         import_onnx(str(tmp_path / "absent.onnx"))
+    (tmp_path / "folder.onnx").mkdir()
+    with pytest.raises(PlacerError, match="folder.onnx is a folder, not a file"):
+        import_onnx(str(tmp_path / "folder.onnx"))
 
 
 def test_cli_graphs_import_onnx__writes_the_graph_and_warns_once(tmp_path, hand_onnx, capsys):

@@ -109,6 +109,9 @@ def test_import_openvino_ir__damaged_files_are_placer_errors_naming_the_file(tmp
         assert str(xml) in str(caught.value), label
     with pytest.raises(PlacerError, match="does not exist"):
         import_openvino_ir(str(tmp_path / "absent.xml"))
+    (tmp_path / "folder.xml").mkdir()
+    with pytest.raises(PlacerError, match="folder.xml is a folder, not a file"):
+        import_openvino_ir(str(tmp_path / "folder.xml"))
 
 
 def test_import_openvino_ir__short_weights_file_is_a_placer_error(tmp_path, hand_ir):

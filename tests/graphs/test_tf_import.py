@@ -222,6 +222,17 @@ def test_import_keras_spec__damaged_keras_file_is_named(tmp_path):
         import_keras_spec(str(damaged))
     with pytest.raises(PlacerError, match="absent.keras"):
         import_keras_spec(str(tmp_path / "absent.keras"))
+    (tmp_path / "folder.keras").mkdir()
+    with pytest.raises(PlacerError, match="folder.keras' is a folder, not a file"):
+        import_keras_spec(str(tmp_path / "folder.keras"))
+
+
+def test_graphs_import_keras__a_folder_is_named_as_a_folder_before_tensorflow_loads(tmp_path, capsys):
+    from cluster.cli import main
+
+    (tmp_path / "folder.keras").mkdir()
+    assert main(["graphs", "import", "--keras", str(tmp_path / "folder.keras"), "-o", str(tmp_path / "g.parquet")]) == 2
+    assert "folder.keras' is a folder, not a file" in _cli_error(capsys)
 
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tiny_models.py")
