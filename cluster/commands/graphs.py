@@ -242,10 +242,12 @@ def _warn_ops_without_flops(missing: dict[str, int]) -> None:
 
 
 def _warn_tensors_without_size(count: int) -> None:
-    """Shape inference left a dim of some tensors unknown (data-dependent shapes): their bytes are a guess."""
+    """Shape inference left a dim of some tensors, or their whole shape, unknown (data-dependent shapes, an op
+    it does not know): their bytes are a guess."""
     if count:
-        print(f"placer: warning: {count} tensor(s) have a dim shape inference could not size (data-dependent); "
-              "each such dim counts as 1 in their bytes and FLOPs", file=sys.stderr)
+        print(f"placer: warning: {count} tensor(s) have a dim or a shape that shape inference could not size "
+              "(data-dependent, or an op it does not know); an unknown dim counts as 1, an unknown shape as 0 "
+              "bytes, in their bytes and FLOPs", file=sys.stderr)
 
 
 def _importer(module_name: str, function_name: str, framework: str):

@@ -5,7 +5,8 @@ node that reads it (each initializer counted once), and every node that reads it
 ``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``, run after the inputs' sizes are fixed
 (graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given).
 A dim inference still leaves symbolic inside the graph counts as 1, and the tensors that have one are
-counted in ``meta["tensors_without_size"]``; a tensor of unknown rank is 0 bytes.
+counted in ``meta["tensors_without_size"]``; a node output of unknown shape (or rank) is 0 bytes, and counted
+there too. A node that reads one tensor twice (``Mul(y, y)``) reads it once: one edge's worth of bytes.
 
 Subgraph ops (If, Loop, Scan) are one op each: the tensors their bodies read from the outer graph are
 edges into them, but they have no FLOP formula, so their body's FLOPs are not counted and they are listed in
@@ -41,7 +42,7 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
     producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
     nodes, edges, owned = [], [], set()
     for i, node in enumerate(graph.node):
-        inputs = [t for t in node.input if t] + _outer_reads(node, set(node.input))
+        inputs = list(dict.fromkeys([t for t in node.input if t] + _outer_reads(node, set(node.input))))
         in_bytes = weight_bytes = param_bytes = 0
         for tensor in inputs:
             size = _bytes(tensors.get(tensor))
@@ -63,7 +64,7 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
                      if _type_name(init.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes, edges,
                                     _batch_size(graph, initializers), int(num_params), given,
-                                    _tensors_without_size(graph)))
+                                    _tensors_without_size(graph, tensors)))
 
 
 def _existing(path: str) -> Path:
@@ -114,10 +115,13 @@ def _size_inputs(graph, sized: InputShapes) -> None:
             dim.dim_value = size  # replaces a symbolic dim_param (one of the two)
 
 
-def _tensors_without_size(graph) -> int:
-    """Tensors whose shape inference left a dim symbolic (each counted as 1)."""
-    return sum(1 for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type")
-               and any(not (d.HasField("dim_value") and d.dim_value > 0) for d in value.type.tensor_type.shape.dim))
+def _tensors_without_size(graph, tensors: dict[str, TensorInfo]) -> int:
+    """Tensors whose shape inference left a dim symbolic (each counted as 1), and node outputs it gave no
+    shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu: 0 bytes, said, not silent)."""
+    symbolic = sum(1 for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type") and
+                   any(not (d.HasField("dim_value") and d.dim_value > 0) for d in value.type.tensor_type.shape.dim))
+    unknown = sum(1 for node in graph.node for tensor in node.output if tensor and _shape(tensors.get(tensor)) is None)
+    return symbolic + unknown
 
 
 TensorInfo = tuple[Shape, int]  # (shape with unknown dims as 1, or None for unknown rank; bytes per element)

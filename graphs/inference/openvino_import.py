@@ -4,8 +4,9 @@ Contract with the OpenVINO measurer: op names are the nodes' friendly names (uni
 import fails), Parameter, Result and Constant nodes are not ops, ``meta["model_file"]`` is the .xml path.
 A Constant's bytes are resident ``param_bytes`` of its first consumer (counted once) and read bytes
 (``bytes_accessed``) of every consumer; a tensor from a Parameter is read bytes, not an edge.
-``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the converter's
-folding, e.g. batch norms folded into one scale and shift).
+A node that reads one tensor twice reads it once; an output nothing reads (MaxPool's indices) adds no
+output bytes. ``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the
+converter's folding, e.g. batch norms folded into one scale and shift).
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
     given = input_shapes or {}
     size_inputs(model, f"OpenVINO IR {xml_file}", given)
     ops = [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
+    if not ops:
+        raise PlacerError(f"OpenVINO IR {xml_file} has no ops: only Parameters, Constants and Results")
     _require_unique_names(xml_file, ops)
     index = {node.get_instance_id(): i for i, node in enumerate(ops)}
     nodes, edges, owned = [], [], set()
     for i, node in enumerate(ops):
         in_bytes = weight_bytes = param_bytes = 0
-        for port in node.inputs():
-            source = port.get_source_output()
+        for source in _distinct_sources(node):
             producer, size = source.get_node(), _bytes(source)
             kind = producer.get_type_name()
             if kind == "Constant":
@@ -53,7 +55,7 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
         flops = op_flops(node.get_type_name(), [_shape(p.get_source_output()) for p in node.inputs()],
                          [_shape(out) for out in node.outputs()], node.get_attributes())
         nodes.append(NodeCost(node.get_friendly_name(), node.get_type_name(), flops, in_bytes,
-                              sum(_bytes(out) for out in node.outputs()), weight_bytes, param_bytes))
+                              sum(_bytes(out) for out in _used_outputs(node)), weight_bytes, param_bytes))
     return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, edges,
                                     _batch_size(model), _num_params(model), given, _outputs_without_size(ops)))
 
@@ -87,6 +89,21 @@ def _dims(shape, given_rank: int) -> tuple | None:
     if shape.rank.is_dynamic:
         return (None,) * given_rank if given_rank else None
     return tuple(dim.get_length() if dim.is_static else None for dim in shape)
+
+
+def _distinct_sources(node) -> list:
+    """The outputs ``node`` reads, each once: ``Multiply(y, y)`` reads y once, one edge's worth of bytes."""
+    sources = {}
+    for port in node.inputs():
+        source = port.get_source_output()
+        sources.setdefault((source.get_node().get_instance_id(), source.get_index()), source)
+    return list(sources.values())
+
+
+def _used_outputs(node) -> list:
+    """The outputs something reads (an op or a Result): MaxPool's indices output, read by nothing, is no
+    tensor the op hands on."""
+    return [out for out in node.outputs() if out.get_target_inputs()]
 
 
 def _outputs_without_size(ops: list) -> int:

@@ -206,5 +206,41 @@ def test_cli_graphs_import_onnx__tensors_of_data_dependent_shape_are_counted_and
     path, out = tmp_path / "nz.onnx", tmp_path / "nz.parquet"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     assert main(["graphs", "import", "--onnx", str(path), "-o", str(out)]) == 0
-    assert "placer: warning: 2 tensor(s) have a dim shape inference could not size" in capsys.readouterr().err
+    assert "placer: warning: 2 tensor(s) have a dim or a shape that shape inference could not size" in \
+        capsys.readouterr().err
     assert load_graph_file(out).meta["tensors_without_size"] == 2
+
+
+def _save(tmp_path, nodes, inputs, outputs, initializers=(), domains=()) -> str:
+    """An opset-17 model of ``nodes`` saved in ``tmp_path``; its path."""
+    graph = helper.make_graph(nodes, "small", inputs, outputs, list(initializers))
+    opsets = [helper.make_opsetid("", 17)] + [helper.make_opsetid(domain, 1) for domain in domains]
+    path = tmp_path / "small.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=opsets), str(path))
+    return str(path)
+
+
+def test_cli_graphs_import_onnx__outputs_shape_inference_cannot_type_are_counted_and_warned(tmp_path, capsys):
+    """com.microsoft's Gelu is unknown to onnx's shape inference: its output used to be 0 bytes, silently."""
+    from cluster.cli import main
+    from graphs.io import load_graph_file
+
+    value = helper.make_tensor_value_info
+    path = _save(tmp_path, [helper.make_node("Gelu", ["x"], ["g"], name="gelu", domain="com.microsoft"),
+                            helper.make_node("Relu", ["g"], ["y"], name="relu")],
+                 [value("x", TensorProto.FLOAT, [2, 3])], [value("y", TensorProto.FLOAT, [2, 3])],
+                 domains=["com.microsoft"])
+    out = tmp_path / "gelu.parquet"
+    assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 0
+    assert "placer: warning: 1 tensor(s) have a dim or a shape" in capsys.readouterr().err
+    assert load_graph_file(out).meta["tensors_without_size"] == 1
+
+
+def test_import_onnx__a_tensor_read_twice_by_one_node_is_one_edges_bytes(tmp_path):
+    value = helper.make_tensor_value_info
+    path = _save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="relu"),
+                            helper.make_node("Mul", ["y", "y"], ["z"], name="square")],
+                 [value("x", TensorProto.FLOAT, [2, 3])], [value("z", TensorProto.FLOAT, [2, 3])])
+    graph = import_onnx(path)
+    assert graph.edge_bytes.tolist() == [6 * F32]  # y once, not twice
+    assert _by_name(graph, graph.bytes_accessed)["square"] == 2 * 6 * F32  # y in, z out

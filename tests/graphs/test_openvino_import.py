@@ -147,3 +147,33 @@ def test_import_openvino_ir__an_lstm_sequence_counts_its_matmuls_biases_and_gate
     ov.save_model(ov.Model([ops.result(lstm.output(0))], [x], "lstm"), str(path), compress_to_fp16=False)
     graph = import_openvino_ir(str(path))
     assert graph.flops.tolist() == [2 * 5 * 2 * (2 * 16 * 7 + 2 * 16 + 13 * 4)]
+
+
+def _saved(tmp_path, outputs, inputs, name: str = "small"):
+    path = tmp_path / f"{name}.xml"
+    ov.save_model(ov.Model(outputs, inputs, name), str(path), compress_to_fp16=False)
+    return path
+
+
+def test_import_openvino_ir__a_tensor_read_twice_is_one_edges_bytes_and_unread_outputs_no_bytes(tmp_path):
+    """relu -> square (Multiply(y, y)) -> pool (MaxPool-8, whose int64 indices output nothing reads)."""
+    import openvino.opset8 as ops8
+
+    x = ops.parameter([1, 2, 4, 4], np.float32, name="x")
+    relu = ops.relu(x)
+    square = ops.multiply(relu, relu)
+    pool = ops8.max_pool(square, [2, 2], [1, 1], [0, 0], [0, 0], [2, 2])
+    for node, name in ((relu, "relu"), (square, "square"), (pool, "pool")):
+        node.set_friendly_name(name)
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(pool.output(0))], [x])))
+    act = 32 * F32
+    assert graph.edge_bytes.tolist() == [act, act]  # relu -> square once, square -> pool
+    assert _by_name(graph, graph.bytes_accessed)["square"] == 2 * act  # y in once, out
+    assert _by_name(graph, graph.out_bytes)["pool"] == 8 * F32  # the values; not the 8 int64 indices
+
+
+def test_import_openvino_ir__an_ir_without_ops_is_refused_naming_it(tmp_path):
+    x = ops.parameter([1, 4], np.float32, name="x")
+    path = _saved(tmp_path, [ops.result(x)], [x], "empty")
+    with pytest.raises(PlacerError, match=f"OpenVINO IR {path} has no ops"):
+        import_openvino_ir(str(path))
