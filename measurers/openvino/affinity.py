@@ -9,7 +9,13 @@ A node is an op's when its friendly name is the op's name, or (ONNX) one of its 
 (measurers.openvino.onnx_ops). Every other node (Parameter, Constant, Result, a weight decompression Convert,
 a piece of an ONNX node OpenVINO split in several) takes a neighbour's device: that of its first consumer
 that has one (a Constant lives where it is read), else of its first producer (a Result stays where its value
-was made), else the first device of the placement.
+was made), else the first device of the placement. The same rule (``node_ops``) says which op a node's
+time in OpenVINO's performance counters belongs to.
+
+An ONNX op of ELIDED_ONNX_OPS (``Identity``, ``Dropout``: they compute nothing at inference) has no node of its
+own: OpenVINO's reader may drop it, and its tensors are its producer's (measurers.openvino.onnx_ops). It runs
+no kernel, so it needs no device and takes 0 s; any other op without a node means the model file is not the
+graph's, an error.
 """
 
 from __future__ import annotations
@@ -20,20 +26,25 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
+from measurers.openvino.onnx_ops import ELIDED_ONNX_OPS
 
 
 def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int] | None = None) -> dict[str, int]:
     """Unique node name (``node.get_name()``) -> graph op index, for the nodes that are ops; PlacerError
-    unless every graph op has a node. ``tensor_ops``: tensor name -> op index, checked before names."""
+    unless every graph op has a node, ops of ELIDED_ONNX_OPS types of an ONNX graph aside. ``tensor_ops``:
+    tensor name -> op index (an ONNX graph, onnx_ops), checked before names; a node whose outputs carry the
+    tensors of several ops is the first op's."""
     tensor_ops = tensor_ops or {}
     op_index = {name: i for i, name in enumerate(graph.op_names.tolist())}
     matched = {}
     for node in model.get_ordered_ops():
         by_tensor = [tensor_ops[t] for out in node.outputs() for t in out.get_names() if t in tensor_ops]
-        op = by_tensor[0] if by_tensor else op_index.get(node.get_friendly_name())
+        op = min(by_tensor) if by_tensor else op_index.get(node.get_friendly_name())
         if op is not None:
             matched[node.get_name()] = op
     missing = sorted(set(range(graph.num_ops)) - set(matched.values()))
+    if tensor_ops:  # an ONNX graph: its ops that compute nothing follow their producers
+        missing = [op for op in missing if graph.op_kinds[op] not in ELIDED_ONNX_OPS]
     if missing:
         raise PlacerError(f"graph {graph.name!r} does not match model file {model_file!r}: {len(missing)} ops "
                           f"are not nodes of the model, e.g. {graph.op_names[missing[0]]!r}")
@@ -44,19 +55,28 @@ def node_devices(model, matched: dict[str, int], placement: np.ndarray,
                  device_names: Sequence[str]) -> dict[str, str]:
     """Unique node name -> OpenVINO device, for every node of ``model``. ``matched`` is ``match_ops``'s
     answer, ``placement`` the (N,) device index of each graph op, ``device_names`` the OpenVINO name of each."""
-    nodes = list(model.get_ordered_ops())  # topological
     fallback = device_names[int(placement[0])] if len(placement) else device_names[0]
-    chosen = {name: device_names[int(placement[op])] for name, op in matched.items()}
+    owner = node_ops(model, matched)
+    return {node.get_name(): device_names[int(placement[owner[node.get_name()]])] if node.get_name() in owner
+            else fallback for node in model.get_ordered_ops()}
+
+
+def node_ops(model, matched: dict[str, int]) -> dict[str, int]:
+    """Unique node name -> the graph op it belongs to: its own for the ops' nodes (``matched``), a neighbour
+    op's for the others (the rule above); a node with no op around it is left out."""
+    nodes = list(model.get_ordered_ops())  # topological
+    owner = dict(matched)
     for node in reversed(nodes):  # consumers first: a chain Constant -> Convert -> op resolves in one pass
-        if node.get_name() not in chosen:
-            found = [chosen[c] for c in _consumers(node) if c in chosen]
+        if node.get_name() not in owner:
+            found = [owner[c] for c in _consumers(node) if c in owner]
             if found:
-                chosen[node.get_name()] = found[0]
+                owner[node.get_name()] = found[0]
     for node in nodes:  # what feeds no op (a Result) stays with its producer
-        if node.get_name() not in chosen:
-            found = [chosen[p] for p in _producers(node) if p in chosen]
-            chosen[node.get_name()] = found[0] if found else fallback
-    return chosen
+        if node.get_name() not in owner:
+            found = [owner[p] for p in _producers(node) if p in owner]
+            if found:
+                owner[node.get_name()] = found[0]
+    return owner
 
 
 def apply_affinity(model, devices: dict[str, str]) -> str:

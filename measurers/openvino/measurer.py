@@ -37,7 +37,7 @@ from graphs.inference.openvino_import import size_inputs
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
-from measurers.openvino.affinity import apply_affinity, match_ops, node_devices
+from measurers.openvino.affinity import apply_affinity, match_ops, node_devices, node_ops
 from measurers.openvino.devices import openvino_device_names
 from measurers.openvino.inputs import ov_message, random_inputs
 from measurers.openvino.onnx_ops import onnx_tensor_ops
@@ -105,23 +105,25 @@ class OpenVinoMeasurer:
     def op_times_s(self, placement: np.ndarray) -> dict[int, float]:
         """Each op's own time under ``placement`` (every op of the graph, (N,) keys) from OpenVINO's
         performance counters: ``warmup`` untimed inferences, then the median over ``runs`` of each node's
-        ``real_time``. The plugin rewrites the model before it runs it: an op it fused into another (relu into
-        its convolution; bert's MatMul into a FullyConnected node named after the Add that follows), folded
-        or optimized out runs no kernel of its own and gets 0 s, its time being in the node that ran. Nodes
-        the plugin added (layout reorders) are no op's and are left out. So on one device the times add up
-        to the step; split, an op fused across the cut is timed as it ran fused."""
+        ``real_time`` summed per op. A node's time is the op's it belongs to (affinity.node_ops, the rule that
+        gives it a device): OpenVINO reads an ONNX ``Conv`` with a bias as ``c/WithoutBiases`` (the
+        convolution) and ``c`` (the Add), and the convolution's time is the Conv's. The plugin rewrites the
+        model before it runs it: an op it fused into another (relu into its convolution; bert's MatMul into a
+        FullyConnected node named after the Add that follows), folded or optimized out runs no kernel of its
+        own and gets 0 s, its time being in the node that ran. Nodes the plugin added (layout reorders) are
+        no op's and are left out. So on one device the times add up to the step; split, an op fused across
+        the cut is timed as it ran fused."""
         request = self._request(check_placement(self.graph, self.machine, placement), {"PERF_COUNT": True})
-        op_of_name = {node.get_friendly_name(): self.matched[node.get_name()]
-                      for node in self.model.get_ops() if node.get_name() in self.matched}
+        owner = node_ops(self.model, self.matched)
+        op_of_name = {node.get_friendly_name(): owner[node.get_name()]
+                      for node in self.model.get_ops() if node.get_name() in owner}
         for _ in range(self.settings.warmup):
             request.infer()
         samples: dict[int, list[float]] = {}
         for _ in range(self.settings.runs):
             request.infer()
-            for info in request.get_profiling_info():
-                op = op_of_name.get(info.node_name.split(": ", 1)[-1])  # HETERO prefixes "subgraphK: "
-                if op is not None:
-                    samples.setdefault(op, []).append(info.real_time.total_seconds())
+            for op, run_s in _times_by_op(request.get_profiling_info(), op_of_name).items():
+                samples.setdefault(op, []).append(run_s)
         return {op: float(np.median(samples[op])) if op in samples else 0.0 for op in range(self.graph.num_ops)}
 
     def _request(self, placement: np.ndarray, config: dict | None = None):
@@ -137,6 +139,16 @@ class OpenVinoMeasurer:
         used = set(placement.tolist())
         return tuple(gpu_bytes(self.core, name) if i in used and device.kind == "gpu" else 0
                      for i, (device, name) in enumerate(zip(self.machine.devices, self.device_names)))
+
+
+def _times_by_op(infos, op_of_name: dict[str, int]) -> dict[int, float]:
+    """One run's performance counters summed per op (an op may run as several nodes)."""
+    times_s: dict[int, float] = {}
+    for info in infos:
+        op = op_of_name.get(info.node_name.split(": ", 1)[-1])  # HETERO prefixes "subgraphK: "
+        if op is not None:
+            times_s[op] = times_s.get(op, 0.0) + info.real_time.total_seconds()
+    return times_s
 
 
 def model_file_of(graph: OpGraph) -> str:

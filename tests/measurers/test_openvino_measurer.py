@@ -280,3 +280,62 @@ def test_profile_cli__openvino_profile_names_every_op_and_feeds_the_simulator(mo
     assert main([*common, "--profile", str(out)]) == 0
     # a chain on one device: the simulated step is the sum of the profiled op times
     assert json.loads(capsys.readouterr().out)["runtime_s"] == pytest.approx(float(profile.time_s.sum()), rel=1e-6)
+
+
+def save_onnx(path, nodes, weights, x_shape, y_shape):
+    """An opset-13 model of ``nodes`` from input x to output y, with the named weight arrays."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    initializers = [numpy_helper.from_array(array, name) for name, array in weights.items()]
+    body = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                             [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)], initializers)
+    onnx.save(helper.make_model(body, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def test_op_times__a_biased_onnx_conv_gets_the_time_of_the_convolution_openvino_split_off(tmp_path):
+    """OpenVINO reads Conv(x, W, B) as "conv/WithoutBiases" (the convolution, what runs) and "conv" (the bias
+    Add, fused into it): the convolution's time is the Conv op's, not 0 s."""
+    from onnx import helper
+
+    from graphs.inference.onnx_import import import_onnx
+
+    rng = np.random.default_rng(0)
+    weights = {"W": rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "B": np.ones(8, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = import_onnx(str(save_onnx(tmp_path / "biased.onnx", nodes, weights, [1, 3, 16, 16], [1, 8, 16, 16])))
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=2, warmup=1)
+    times = measurer.op_times_s(np.zeros(2, np.int64))
+    assert times[0] > 0 and times[1] == 0.0  # relu fused into the convolution
+
+
+def test_onnx_identity_and_dropout__have_no_openvino_node_and_take_0_s_but_another_missing_op_is_an_error(tmp_path):
+    """OpenVINO drops the Dropout and names the MatMul's node after it ("drop", tensor "c"): the ops that
+    compute nothing follow their producer; a missing op of another type means a mismatched model file."""
+    from dataclasses import replace
+
+    from onnx import helper
+
+    from graphs.inference.onnx_import import import_onnx
+    from measurers.openvino.onnx_ops import onnx_tensor_ops
+
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("Identity", ["a"], ["b"], name="same"),
+             helper.make_node("Dropout", ["b"], ["c"], name="drop"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    path = save_onnx(tmp_path / "ident.onnx", nodes, {"W": np.eye(4, dtype=np.float32)}, [1, 4], [1, 4])
+    graph = import_onnx(str(path))
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=2, warmup=1)
+    times = measurer.op_times_s(np.zeros(4, np.int64))
+    assert times[0] > 0 and times[1] == times[2] == 0.0
+    [m] = measurer.measure([np.zeros(4, np.int64)])
+    assert m.ok
+    direct = save_onnx(tmp_path / "drop.onnx", [nodes[0], helper.make_node("Dropout", ["a"], ["c"], name="drop"),
+                                                 nodes[3]], {"W": np.eye(4, dtype=np.float32)}, [1, 4], [1, 4])
+    by_drop = OpenVinoMeasurer(import_onnx(str(direct)), openvino_machine(), runs=1, warmup=0)  # MatMul named "drop"
+    assert sorted(set(by_drop.matched.values())) == [0, 2]  # the MatMul's node is the MatMul's
+    not_elided = replace(graph, op_kinds=np.array(["MatMul", "Neg", "Dropout", "Relu"], object))
+    with pytest.raises(PlacerError, match="1 ops are not nodes of the model, e.g. 'same'"):
+        match_ops(measurer.model, not_elided, str(path), onnx_tensor_ops(graph, str(path)))
