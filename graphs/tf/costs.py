@@ -57,18 +57,33 @@ def _matmul(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
 
 
 def _conv_forward(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
-    kh, kw, cin_per_group = ins[1][0], ins[1][1], ins[1][2]
-    return 2.0 * _numel(outs[0]) * kh * kw * cin_per_group
+    """The filter is [(d,) h, w, in per group, out]: every dim but the last is MACs per output element."""
+    return 2.0 * _numel(outs[0]) * _numel(ins[1][:-1])
 
 
 def _conv_backprop_input(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
-    kh, kw, cin_per_group = ins[1][0], ins[1][1], ins[1][2]
-    return 2.0 * _numel(ins[2]) * kh * kw * cin_per_group  # as many MACs as the forward conv
+    return 2.0 * _numel(ins[2]) * _numel(ins[1][:-1])  # as many MACs as the forward conv
 
 
 def _conv_backprop_filter(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
-    kh, kw, cin_per_group = outs[0][0], outs[0][1], outs[0][2]
-    return 2.0 * _numel(ins[2]) * kh * kw * cin_per_group
+    return 2.0 * _numel(ins[2]) * _numel(outs[0][:-1])  # the output is the filter's gradient
+
+
+def _einsum(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    """2 x the product of every distinct index's size (the multiply-adds of the contraction, as for a
+    matmul); an ellipsis counts its broadcast dims once, at the largest operand's."""
+    equation = attrs.get("equation", b"")
+    terms = (equation.decode() if isinstance(equation, bytes) else str(equation)).replace(" ", "")
+    sizes: dict[str, int] = {}
+    ellipsis = 1
+    for term, dims in zip(terms.split("->")[0].split(","), ins):
+        before, dots, after = term.partition("...")
+        if dots:
+            ellipsis = max(ellipsis, _numel(dims[len(before):len(dims) - len(after)]))
+            dims = dims[:len(before)] + dims[len(dims) - len(after):]
+        for label, size in zip(before + after, dims):
+            sizes[label] = max(sizes.get(label, 1), size)
+    return 2.0 * ellipsis * math.prod(sizes.values())
 
 
 def _depthwise_forward(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
@@ -99,9 +114,10 @@ def _pool_grad_from_output_grad(ins: OpShapes, outs: OpShapes, attrs: dict) -> f
 
 FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {
     "MatMul": _matmul, "BatchMatMul": _matmul, "BatchMatMulV2": _matmul, "BatchMatMulV3": _matmul,
-    "Conv2D": _conv_forward, "Conv3D": _conv_forward,
+    "Conv2D": _conv_forward, "Conv3D": _conv_forward, "Einsum": _einsum,
     "Conv2DBackpropInput": _conv_backprop_input, "Conv2DBackpropInputV2": _conv_backprop_input,
     "Conv2DBackpropFilter": _conv_backprop_filter, "Conv2DBackpropFilterV2": _conv_backprop_filter,
+    "Conv3DBackpropInputV2": _conv_backprop_input, "Conv3DBackpropFilterV2": _conv_backprop_filter,
     "DepthwiseConv2dNative": _depthwise_forward,
     "DepthwiseConv2dNativeBackpropInput": _depthwise_backprop_input,
     "DepthwiseConv2dNativeBackpropFilter": _depthwise_backprop_filter,
@@ -110,7 +126,7 @@ FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {
     "AvgPoolGrad": _pool_grad_from_output_grad,
 }
 
-FORMULA_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y", "ksize")  # attrs the formulas read
+FORMULA_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y", "ksize", "equation")  # attrs the formulas read
 
 
 def op_flops(kind: str, in_dims: OpShapes, out_dims: OpShapes, attrs: dict, float_output: bool) -> float:

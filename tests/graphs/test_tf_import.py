@@ -125,6 +125,42 @@ def test_tf_function__nested_function_and_cond_are_inlined():
     assert graph.colocation[update] == graph.colocation[variable]
 
 
+def test_tf_function__conv3d_and_its_gradients_count_the_input_channels_and_einsum_its_contraction():
+    """x (2, 5,5,5, 3) * filter (3,3,3, 3 in, 4 out) -> y (2, 3,3,3, 4): 2 x 216 outputs x 81 MACs, and as
+    many for each gradient (Conv3D's forgot the 3 input channels, its gradients had no formula);
+    einsum bij,bjk->bik over (2,3,4) and (2,4,5): 2 x 2*3*4*5 (it was one FLOP per output element)."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((3, 3, 3, 3, 4)), name="w")
+
+    @tf.function
+    def step(x, a, b):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(tf.nn.conv3d(x, w, [1] * 5, "VALID")) + tf.reduce_sum(tf.einsum("bij,bjk->bik", a, b))
+        return tape.gradient(loss, [x, w])
+
+    specs = [tf.TensorSpec(shape) for shape in ((2, 5, 5, 5, 3), (2, 3, 4), (2, 4, 5))]
+    graph = import_tf_function(step.get_concrete_function(*specs), name="c3")
+    conv_flops = 2 * 2 * 27 * 4 * 27 * 3
+    for kind in ("Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"):
+        assert graph.flops[_ops(graph, kind)].tolist() == [conv_flops], kind
+    assert graph.flops[_ops(graph, "Einsum")].tolist() == [2 * 2 * 3 * 4 * 5]
+
+
+@pytest.mark.parametrize("equation, in_dims, flops", [
+    (b"...ij,...jk->...ik", [[7, 2, 3, 4], [7, 2, 4, 5]], 2 * 14 * 3 * 4 * 5),  # broadcast dims once
+    (b"a...j,jk->a...k", [[2, 7, 3], [3, 5]], 2 * 2 * 7 * 3 * 5),
+    (b"ij->ji", [[3, 4]], 2 * 12),
+])
+def test_tf_costs__einsum_is_twice_the_product_of_its_index_sizes(equation, in_dims, flops):
+    from graphs.tf.costs import op_flops
+
+    assert op_flops("Einsum", in_dims, [[1]], {"equation": equation}, True) == flops
+
+
 def test_tf_function__cpu_only_op_type_gets_cpu_mask():
     import tensorflow as tf
 
