@@ -12,7 +12,6 @@ from cluster.commands.paths import output_file
 from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
-from graphs.files import file_problem
 from graphs.grouping import DEFAULT_MAX_GROUPS
 
 SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 20,000,000)")
@@ -221,13 +220,14 @@ def _trace_model(args: argparse.Namespace):
 
 
 def _check_keras_file(spec: str) -> None:
-    """A saved model file (or a spec's .py file) that is not there: said before TensorFlow loads (seconds)."""
+    """A saved model file (or a spec's .py file) that is not there or not a Keras file: said before TensorFlow
+    loads (seconds)."""
     from graphs.specs import check_spec_file
-    from graphs.tf.importer import KERAS_FILE_SUFFIXES
+    from graphs.tf.importer import KERAS_FILE_SUFFIXES, saved_model_problem
 
     if not spec.endswith(KERAS_FILE_SUFFIXES):
         check_spec_file(spec, "keras")
-    elif problem := file_problem(Path(spec)):
+    elif problem := saved_model_problem(spec):
         raise PlacerError(f"Keras model file {spec!r} {problem}")
 
 

@@ -15,6 +15,7 @@ How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`
 from __future__ import annotations
 
 import math
+import zipfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -105,6 +106,9 @@ def keras_train_step(model, loss=None, optimizer=None):
     loss_fn = _loss_callable(loss, model)
     optimizer = keras.optimizers.get(optimizer or getattr(model, "optimizer", None) or "adam")
     variables = model.trainable_variables
+    if not variables:
+        raise PlacerError(f"Keras model {model.name!r} has no trainable variables: there is no training step "
+                          "to trace")
     if not optimizer.built:
         optimizer.build(variables)
 
@@ -343,10 +347,20 @@ def _compiled_with_known_losses(model, spec: str) -> bool:
     return all(one is None or _loss_name(one) in TARGET_KIND_OF_LOSS for one in losses)
 
 
+def saved_model_problem(path: str) -> str:
+    """Why a saved model's path is no Keras file ("does not exist", "is not a .keras archive", ...), or "".
+    Keras says "File not found" of a .keras file that is there but not the zip archive it should be."""
+    if problem := file_problem(Path(path)):
+        return problem
+    if path.endswith(".keras") and not zipfile.is_zipfile(path):
+        return "is not a .keras archive (not a zip file)"
+    return ""
+
+
 def _load_saved_model(path: str):
     import keras
 
-    if problem := file_problem(Path(path)):
+    if problem := saved_model_problem(path):
         raise PlacerError(f"Keras model file {path!r} {problem}")
     try:
         return keras.models.load_model(path, compile=True)

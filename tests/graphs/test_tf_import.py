@@ -263,12 +263,30 @@ def test_import_keras_spec__damaged_keras_file_is_named(tmp_path):
         import_keras_spec(str(tmp_path / "folder.keras"))
 
 
-def test_graphs_import_keras__a_folder_is_named_as_a_folder_before_tensorflow_loads(tmp_path, capsys):
+def test_graphs_import_keras__a_folder_or_a_file_of_garbage_is_named_before_tensorflow_loads(tmp_path, capsys):
     from cluster.cli import main
 
     (tmp_path / "folder.keras").mkdir()
-    assert main(["graphs", "import", "--keras", str(tmp_path / "folder.keras"), "-o", str(tmp_path / "g.parquet")]) == 2
-    assert "folder.keras' is a folder, not a file" in _cli_error(capsys)
+    (tmp_path / "garbage.keras").write_bytes(b"not a model at all")
+    for name, problem in (("folder", "is a folder, not a file"), ("garbage", "is not a .keras archive")):
+        out = tmp_path / "g.parquet"
+        assert main(["graphs", "import", "--keras", str(tmp_path / f"{name}.keras"), "-o", str(out)]) == 2
+        assert f"{name}.keras' {problem}" in _cli_error(capsys)  # not Keras's "File not found"
+    assert not (tmp_path / "g.parquet").exists()
+
+
+def test_import_keras_spec__a_model_without_trainable_variables_is_refused_clearly(tmp_path):
+    from graphs.tf.importer import import_keras_spec
+
+    source = tmp_path / "no_weights.py"
+    source.write_text(
+        "import keras\n"
+        "def build():\n"
+        "    m = keras.Sequential([keras.Input((4,)), keras.layers.ReLU()], name='bare')\n"
+        "    m.compile(optimizer='adam', loss='mse')\n"
+        "    return m\n")
+    with pytest.raises(PlacerError, match="Keras model 'bare' has no trainable variables: there is no training step"):
+        import_keras_spec(f"{source}:build")
 
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "tiny_models.py")
