@@ -226,3 +226,23 @@ def test_a_checkpoint_is_used_in_the_order_it_was_trained_in_unless_told_otherwi
     assert make_policy("placeto", init=str(path)).config(0).order == "bfs"
     assert make_policy("placeto", init=str(path), order="random").config(0).order == "random"
     assert make_policy("placeto", init="scratch").config(0).order == GnnConfig.order
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t["net"].update({next(iter(t["net"])): torch.zeros(3, 3)}), "do not fit its architecture"),
+    (lambda t: next(iter(t["net"].values())).fill_(float("nan")), "NaN or infinite"),
+    (lambda t: t["config"].update(hidden_size="8"), "needs whole numbers"),
+])
+def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_it(setup, tmp_path, edit, message):
+    """Checked as an --init checkpoint is, when the policy is made (a search makes it before it changes its
+    run folder): loading it failed later, a size mismatch or an invalid multinomial distribution."""
+    problem, measurer = setup
+    context = RunContext(checkpoint_dir=tmp_path)
+    make_policy("gdp", context=context, **SMALL).place(problem, measurer, 4, 0)
+    path = tmp_path / "learner.pt"
+    state = torch.load(path, weights_only=True)
+    edit(state["trainer"])
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match=message) as error:
+        make_policy("gdp", context=context, **SMALL)
+    assert str(path) in str(error.value)

@@ -34,10 +34,11 @@ import torch
 from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
                            search_result, with_run_best)
+from policies.rl.gnn.checkpoint import check_weights
 from policies.rl.gnn.hsdag.config import HsdagConfig
 from policies.rl.gnn.hsdag.parser import HsdagNet, ParseEdges
 from policies.rl.gnn.hsdag.trainer import HsdagTrainer
-from policies.rl.gnn.problems import Slot, resume_learner, save_learner
+from policies.rl.gnn.problems import Slot, resume_learner, resumed_trainer, save_learner
 
 STALL_ITERATIONS = 30
 _SEARCH_ONLY = ("torch_threads", "checkpoint_every")
@@ -59,7 +60,8 @@ class HsdagPolicy:
             raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
         self.options = {k: v for k, v in options.items() if k in known and v is not None}
         self.trainer: HsdagTrainer | None = None  # kept across place calls
-        self.config(0)  # bad settings fail here, not in place
+        _check_resumed(self.context.checkpoint_dir, self.config(0))  # bad settings, gdp's checkpoint (init
+        # pretrained) and a damaged learner.pt to resume fail here, before a search changes its run folder
 
     def config(self, seed: int) -> HsdagConfig:
         options = dict(self.options)
@@ -152,6 +154,19 @@ class HsdagPolicy:
 
     def _resume(self, trainer: HsdagTrainer, slot: Slot) -> bool:
         return resume_learner(self.context, self.name, trainer, slot)
+
+
+def _check_resumed(checkpoint_dir, config: HsdagConfig) -> None:
+    """A resumed run's own network (``learner.pt``) has the shapes of the one ``config`` builds and finite
+    weights: else loading it fails (or sampling from it does) after the search changed its folder."""
+    found = resumed_trainer("hsdag", checkpoint_dir)
+    if found is None:
+        return
+    path, trainer = found
+    with torch.device("meta"):  # shapes only, nothing allocated
+        net = HsdagNet(config.hidden_size, config.num_layers)
+    check_weights(path, net, trainer["net"],
+                  f"hsdag's network of hidden size {config.hidden_size} and {config.num_layers} layers")
 
 
 @lru_cache(maxsize=1)
