@@ -8,7 +8,8 @@ checkpoint (or ``GnnConfig``'s defaults from scratch); the search's ``hidden_siz
 With a budget of 1 the answer is the zero-shot placement: one forward pass (Placeto: one greedy pass over
 the groups), one measurement. A larger budget measures that placement first, then fine-tunes on this
 graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
-``STALL_ITERATIONS`` updates with nothing new end the run as "converged". A warm start (op placements,
+``STALL_ITERATIONS`` updates with nothing new end the run as "converged" (as does a first measurement where
+every group has one allowed device: nothing is left to choose). A warm start (op placements,
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
 across graphs starts them all from ``Slot.fastest_device_start``), so each pass improves on the last.
@@ -170,7 +171,7 @@ class GdpPolicy:
             stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
             if stopped is not None:
                 return stopped
-            if stalled >= STALL_ITERATIONS:
+            if stalled >= STALL_ITERATIONS or slot.only_placement:  # only_placement: measured already
                 return "converged"
             used = slot.counter.used
             if trainer.config.kind != "gdp":  # fine-tuning improves the best placement so far, episode after episode

@@ -51,6 +51,12 @@ class Slot:
     def num_groups(self) -> int:
         return self.inputs.num_groups
 
+    @property
+    def only_placement(self) -> bool:
+        """Every group may run on one device alone (a one-device machine): the first placement measured is
+        the only one there is, and a search that goes on stalls for nothing."""
+        return bool(self.problem.unit_allowed.sum(axis=1).max() <= 1)
+
     def progress_state(self) -> dict:
         """What a resumed search needs of this slot (tensors, so ``torch.load(weights_only=True)`` reads it):
         measurements used, the best, and the memo of measured placements, so nothing is measured twice."""

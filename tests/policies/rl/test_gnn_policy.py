@@ -228,6 +228,27 @@ def test_a_checkpoint_is_used_in_the_order_it_was_trained_in_unless_told_otherwi
     assert make_policy("placeto", init="scratch").config(0).order == GnnConfig.order
 
 
+def _one_device(problem):
+    """``problem``'s graph on the first device of its machine alone: one placement in all."""
+    from measurers.machine import Machine
+
+    machine = Machine("one-gpu", problem.machine.devices[:1], ())
+    return make_problem(problem.graph, machine, max_groups=8), SimulatorMeasurer(problem.graph, machine)
+
+
+def test_a_machine_with_one_allowed_device_per_group_measures_once_and_stops(setup, monkeypatch):
+    """Nothing to choose: the zero-shot placement is the only one, and the run ends "converged" without an
+    update (it went on for STALL_ITERATIONS updates that could find nothing: 3 minutes)."""
+    from policies.rl.gnn import policy as gnn_policy
+
+    monkeypatch.setattr(gnn_policy, "STALL_ITERATIONS", 2)  # the old way: 2 updates for nothing, not 30
+    problem, measurer = _one_device(setup[0])
+    gdp = make_policy("gdp", **SMALL)
+    result = gdp.place(problem, measurer, 100, 0)
+    assert result.measurements == 1 and result.stop_reason == "converged"
+    assert gdp.trainer.iteration == 0
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda t: t["net"].update({next(iter(t["net"])): torch.zeros(3, 3)}), "do not fit its architecture"),
     (lambda t: next(iter(t["net"].values())).fill_(float("nan")), "NaN or infinite"),

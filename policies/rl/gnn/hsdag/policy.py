@@ -10,7 +10,8 @@ group on its most likely device), then trains (``HsdagTrainer.iterate``) until t
 placement sampled again costs nothing. ``STALL_ITERATIONS`` updates in a row with nothing new (free: they
 measure nothing) raise the sampling temperature one step (``HsdagTrainer.heat``), so the rest of the
 budget goes to placements near the policy's mode; only a stall at the temperature's cap ends the run
-early, as "converged". A warm start (op placements, best first) is measured in the budget, and the policy imitates
+early, as "converged" (or, at once, a machine that leaves every group one allowed device: nothing to
+choose). A warm start (op placements, best first) is measured in the budget, and the policy imitates
 the best that ran (its parse: edges whose ends share a device collapsed) before training; the run never
 reports worse than it. The network is kept by the instance: a second ``place`` (say on the machine
 with a device removed: the network reads any number of devices) continues from it with a fresh
@@ -130,6 +131,8 @@ class HsdagPolicy:
             stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
             if stopped is not None:
                 return stopped, groups
+            if slot.only_placement:  # measured already: updates would sample it again and again
+                return "converged", groups
             if stalled >= STALL_ITERATIONS:
                 if not trainer.heat():
                     return "converged", groups
