@@ -179,6 +179,19 @@ def test_train__a_resume_that_differs_is_refused_before_training(trained, tmp_pa
     assert out.read_bytes() == before
 
 
+def test_train__a_resume_with_a_teacher_the_run_did_not_have_is_refused(trained, tmp_path, capsys, monkeypatch):
+    """A resume keeps --teacher-budget and --imitation-steps as it keeps the other settings: a new teacher
+    budget ran teachers and imitation mid-training."""
+    import cluster.commands.train as train_command
+
+    out = tmp_path / "gdp.pt"
+    shutil.copy(trained[0], out)
+    monkeypatch.setattr(train_command, "_train", lambda *a, **k: pytest.fail("training started"))
+    assert _train(out, "--resume", "--teacher-budget", "8", "--imitation-steps", "5", budget=96) == 2
+    err = one_placer_error(capsys)
+    assert f"checkpoint {out} was trained with" in err and "'teacher_budget': 8" in err, err
+
+
 def test_train__resume_with_a_damaged_metrics_file_is_refused_and_a_missing_one_noted(trained, tmp_path, capsys):
     source, printed = trained
     out, metrics = tmp_path / "gdp.pt", Path(str(tmp_path / "gdp.pt") + ".metrics.parquet")
