@@ -262,3 +262,13 @@ def test_a_checkpoint_claiming_a_huge_network_is_refused_without_building_it(imi
         read_checkpoint(path, "gdp")
     assert str(path) in str(error.value) and devices == {"meta"}
 
+
+def test_family_memo_holds_the_teachers_placements(family_run, two_problems):
+    """Every teacher's placement is in its problem's memo and best: training never measures it again."""
+    out = family_run[0]
+    progress = read_checkpoint(out, "gdp")["progress"]
+    for problem, slot in zip(two_problems, progress["slots"]):
+        teacher = progress["teachers"][problem.name]
+        memo = {tuple(row) for row in slot["memo_units"].tolist()}
+        assert tuple(teacher["units"]) in memo
+        assert slot["best_runtime_s"] <= teacher["runtime_s"]
