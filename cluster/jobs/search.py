@@ -283,13 +283,19 @@ def _check_gnn_settings(config: SearchConfig) -> None:
     if config.policy == "hsdag" and config.init not in (None, "pretrained", "scratch"):
         raise PlacerError(f"--init: hsdag starts from scratch or pretrained (the encoder of gdp's committed "
                           f"checkpoint), not {config.init!r}")
+    checkpoint_dir = None if config.resume is None else Path(config.resume) / CHECKPOINT_DIR
+    if config.policy == "hsdag":  # reads gdp's checkpoint (init pretrained) and checks a learner.pt to resume
+        from policies.base import RunContext
+        from policies.rl.gnn.hsdag.policy import HsdagPolicy
+
+        HsdagPolicy(RunContext(checkpoint_dir=checkpoint_dir), **_gnn_options(config))
     if config.policy not in KINDS:
         return
     if config.order is not None and config.order not in ORDERS:
         raise PlacerError(f"--order: unknown order {config.order!r} (known: {', '.join(ORDERS)})")
     from policies.rl.gnn.policy import initial_weights
 
-    initial_weights(config.policy, config.init, None if config.resume is None else Path(config.resume) / CHECKPOINT_DIR)
+    initial_weights(config.policy, config.init, checkpoint_dir)
 
 
 def _gnn_options(config: SearchConfig) -> dict:

@@ -179,6 +179,19 @@ def test_train__a_resume_that_differs_is_refused_before_training(trained, tmp_pa
     assert out.read_bytes() == before
 
 
+def test_train__a_resume_with_a_teacher_the_run_did_not_have_is_refused(trained, tmp_path, capsys, monkeypatch):
+    """A resume keeps --teacher-budget and --imitation-steps as it keeps the other settings: a new teacher
+    budget ran teachers and imitation mid-training."""
+    import cluster.commands.train as train_command
+
+    out = tmp_path / "gdp.pt"
+    shutil.copy(trained[0], out)
+    monkeypatch.setattr(train_command, "_train", lambda *a, **k: pytest.fail("training started"))
+    assert _train(out, "--resume", "--teacher-budget", "8", "--imitation-steps", "5", budget=96) == 2
+    err = one_placer_error(capsys)
+    assert f"checkpoint {out} was trained with" in err and "'teacher_budget': 8" in err, err
+
+
 def test_train__resume_with_a_damaged_metrics_file_is_refused_and_a_missing_one_noted(trained, tmp_path, capsys):
     source, printed = trained
     out, metrics = tmp_path / "gdp.pt", Path(str(tmp_path / "gdp.pt") + ".metrics.parquet")
@@ -405,6 +418,59 @@ def test_search__a_missing_pretrained_checkpoint_says_to_pass_init_scratch(tmp_p
     err = one_placer_error(capsys)
     assert str(tmp_path / "pretrained" / "placeto.pt") in err and "--init scratch" in err
     assert not (tmp_path / "runs").exists()
+
+
+def test_search__hsdag_pretrained_with_a_damaged_gdp_checkpoint_is_refused_before_the_run_folder(
+        tmp_path, capsys, monkeypatch):
+    """hsdag's --init pretrained reads gdp's committed checkpoint: read with the other settings, not after the
+    run folder held a manifest, the grouping and a part of the measurements."""
+    from cluster.cli import main
+    from policies.rl.gnn import checkpoint
+    from policies.rl.gnn.hsdag.policy import _pretrained_state
+
+    damaged = tmp_path / "pretrained" / "gdp.pt"
+    damaged.parent.mkdir()
+    damaged.write_bytes(checkpoint.pretrained_path("gdp").read_bytes()[:1000])
+    monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", damaged.parent)
+    _pretrained_state.cache_clear()  # an earlier test may have read the committed one
+    try:
+        assert main(["search", *SEARCH, "--policy", "hsdag", "--init", "pretrained", "--budget", "8",
+                     "--out", str(tmp_path / "runs")]) == 2
+    finally:
+        _pretrained_state.cache_clear()
+    err = one_placer_error(capsys)
+    assert f"checkpoint {damaged}" in err and "damaged or truncated" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_search__an_hsdag_resume_whose_learner_does_not_fit_is_refused_before_the_folder_changes(tmp_path):
+    """A resumed hsdag run's own learner.pt is checked with the other settings (gdp, placeto and giph's were
+    already): a wrong-shape weight raised a RuntimeError after the resume was recorded."""
+    import torch
+
+    from cluster.jobs import SearchConfig, check_search_config
+    from graphs.errors import PlacerError
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.base import RunContext
+    from policies.problem import make_problem
+    from policies.rl.gnn.hsdag.policy import HsdagPolicy
+
+    graph, machine = load_graph("synthetic:60"), load_machine("paper-2gpu")
+    run = tmp_path / "run"
+    HsdagPolicy(RunContext(checkpoint_dir=run / "checkpoint"), init="scratch").place(
+        make_problem(graph, machine, max_groups=8), SimulatorMeasurer(graph, machine), 2, 0)
+    learner = run / "checkpoint" / "learner.pt"
+    state = torch.load(learner, weights_only=True)
+    state["trainer"]["net"]["encoder.embed.0.weight"] = torch.zeros(3, 3)
+    torch.save(state, learner)
+    before = learner.read_bytes()
+    with pytest.raises(PlacerError, match="its weights do not fit hsdag's network") as error:
+        check_search_config(SearchConfig(graph="synthetic:60", policy="hsdag", init="scratch", budget=16,
+                                         groups=8, resume=str(run)))
+    assert str(learner) in str(error.value)
+    assert [p.name for p in run.rglob("*")] == ["checkpoint", "learner.pt"] and learner.read_bytes() == before
 
 
 def test_train__several_group_counts_and_a_teacher(tmp_path, capsys):

@@ -11,7 +11,9 @@ One ``torch.save`` dict (tensors and plain values only, read back with ``weights
 ``read_checkpoint`` refuses, with one PlacerError naming the file and the problem: a missing file, a
 damaged or truncated one (checksums included), a file that is not such a checkpoint (another policy's
 learner.pt included), a checkpoint of the other policy, one whose feature layout or format version differs
-from this code's, and one whose weights do not fit its architecture or are not finite.
+from this code's, one whose architecture is not plain whole numbers or whose visiting order is unknown, and
+one whose weights do not fit its architecture (compared on the meta device: nothing is allocated) or are not
+finite.
 Written to a temporary file and renamed, so an interrupted save never leaves half a checkpoint.
 """
 
@@ -71,29 +73,63 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         raise PlacerError(f"checkpoint {path} lacks its network weights or architecture") from None
     if not isinstance(state["trainer"].get("config"), dict):  # the search reads its trained --order from it
         raise PlacerError(f"checkpoint {path} lacks its trainer settings (trainer.config)")
-    _check_network(path, policy, state)
+    check_network(path, policy, state)
     return state
 
 
-def _check_network(path: Path, policy: str, state: dict) -> None:
-    """The architecture is one this version builds, the weights fit it, and every weight is finite: else
-    the run would fail (or sample from NaN) after its folder is made."""
-    from policies.rl.gnn.config import GnnConfig
+def check_network(path: Path, policy: str, state: dict) -> None:
+    """The architecture is one this version builds (plain ints, a known visiting order), the weights fit it,
+    and every weight is finite: else the run would fail (or sample from NaN) after its folder is made.
+    Also what a resumed search's own learner.pt is checked with (policy.initial_weights)."""
+    from policies.rl.gnn.config import ORDERS, GnnConfig
     from policies.rl.gnn.network import make_net
 
     architecture = state["architecture"]
     if architecture.get("kind") != policy:
         raise PlacerError(f"checkpoint {path} holds a {architecture.get('kind')!r} network, not {policy}")
+    sizes = (architecture.get("hidden_size"), architecture.get("num_layers"))
+    if not all(type(size) is int for size in sizes):  # "64" or True would pass int() and fail in the run
+        raise PlacerError(f"checkpoint {path}: its architecture {architecture} needs whole numbers for "
+                          "hidden_size and num_layers")
+    order = state["trainer"]["config"].get("order", GnnConfig.order)
+    if order not in ORDERS:
+        raise PlacerError(f"checkpoint {path}: trainer.config.order {order!r} is no visiting order "
+                          f"(known: {', '.join(ORDERS)})")
     try:
-        config = GnnConfig(kind=policy, hidden_size=int(architecture["hidden_size"]),
-                           num_layers=int(architecture["num_layers"]))
-        make_net(policy, config.hidden_size, config.num_layers).load_state_dict(state["trainer"]["net"])
-    except (PlacerError, KeyError, TypeError, ValueError, RuntimeError) as exc:
+        config = GnnConfig(kind=policy, hidden_size=sizes[0], num_layers=sizes[1])
+    except PlacerError as exc:
         raise PlacerError(f"checkpoint {path}: its weights do not fit its architecture {architecture} "
-                          f"({str(exc).splitlines()[0]})") from None
-    for name, tensor in state["trainer"]["net"].items():
-        if torch.is_tensor(tensor) and tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                          f"({exc})") from None
+    with torch.device("meta"):  # shapes only: a damaged file claiming a huge network allocates nothing
+        net = make_net(policy, config.hidden_size, config.num_layers)
+    check_weights(path, net, state["trainer"]["net"], f"its architecture {architecture}")
+
+
+def check_weights(path: Path, net: torch.nn.Module, weights, network: str) -> None:
+    """``weights`` (a state dict read from ``path``) has every entry of ``net``, of its shape, nothing more,
+    and only finite values: else loading them fails (or sampling from them does) after the run folder is
+    made. ``net`` may live on the meta device; ``network`` names it in the error."""
+    problem = _mismatch(net.state_dict(), weights)
+    if problem:
+        raise PlacerError(f"checkpoint {path}: its weights do not fit {network} ({problem})")
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise PlacerError(f"checkpoint {path}: weight {name} holds NaN or infinite values")
+
+
+def _mismatch(expected: dict, weights) -> str:
+    """How ``weights`` differ from the state dict ``expected`` (names, tensors, shapes); "" when they fit."""
+    if not isinstance(weights, dict):
+        return f"a {type(weights).__name__}, not a dict of tensors"
+    missing, unexpected = [k for k in expected if k not in weights], [k for k in weights if k not in expected]
+    if missing or unexpected:
+        return f"missing {missing[:3]}, unexpected {unexpected[:3]}"
+    for name, tensor in expected.items():
+        if not torch.is_tensor(weights[name]):
+            return f"{name} is a {type(weights[name]).__name__}, not a tensor"
+        if weights[name].shape != tensor.shape:
+            return f"size mismatch for {name}: {list(weights[name].shape)} in the file, {list(tensor.shape)} here"
+    return ""
 
 
 def _layout_difference(stored) -> str:

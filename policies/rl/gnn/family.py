@@ -150,6 +150,7 @@ def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, te
             on_teacher(problem.name, found)
         if found is not None:
             teachers[problem.name] = {"units": found.units.tolist(), "runtime_s": found.runtime_s}
+            slot.record(found.units, found.runtime_s)  # its best is known: training never measures it again
     stopped = stop_now()
     if stopped is not None:
         return stopped

@@ -8,7 +8,8 @@ checkpoint (or ``GnnConfig``'s defaults from scratch); the search's ``hidden_siz
 With a budget of 1 the answer is the zero-shot placement: one forward pass (Placeto: one greedy pass over
 the groups), one measurement. A larger budget measures that placement first, then fine-tunes on this
 graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
-``STALL_ITERATIONS`` updates with nothing new end the run as "converged". A warm start (op placements,
+``STALL_ITERATIONS`` updates with nothing new end the run as "converged" (as does a first measurement where
+every group has one allowed device: nothing is left to choose). A warm start (op placements,
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
 across graphs starts them all from ``Slot.fastest_device_start``), so each pass improves on the last.
@@ -36,9 +37,9 @@ import torch
 from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
                            search_result)
-from policies.rl.gnn.checkpoint import pretrained_path, read_checkpoint
+from policies.rl.gnn.checkpoint import check_network, pretrained_path, read_checkpoint
 from policies.rl.gnn.config import GnnConfig
-from policies.rl.gnn.problems import Slot, resume_learner, save_learner
+from policies.rl.gnn.problems import Slot, resume_learner, resumed_trainer, save_learner
 
 STALL_ITERATIONS = 30
 _SEARCH_ONLY = ("hidden_size", "torch_threads", "checkpoint_every")  # search options the network ignores
@@ -59,20 +60,19 @@ def initial_weights(policy: str, init: str | None, checkpoint_dir=None) -> Initi
 
 
 def _resumed_weights(policy: str, checkpoint_dir) -> Initial | None:
-    from pathlib import Path
-
-    from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
-
-    path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_FILE
-    if path is None or not path.is_file():
+    """A resumed run's own network, checked as a checkpoint's is (``check_network``: it fits its architecture,
+    every weight finite) before the search changes its folder."""
+    found = resumed_trainer(policy, checkpoint_dir)
+    if found is None:
         return None
-    state = read_learner_state(path)
-    trainer = state.get("trainer")
-    config = trainer.get("config") if isinstance(trainer, dict) else None
-    if state.get("policy") != policy or not isinstance(config, dict) or "net" not in trainer:
-        raise PlacerError(f"{path} is not a {policy} learner's checkpoint (no network and settings of {policy})")
+    path, trainer = found
+    config = trainer.get("config")
+    if not isinstance(config, dict):
+        raise PlacerError(f"{path} is not a {policy} learner's checkpoint (no settings of {policy})")
     architecture = {key: config.get(key) for key in ("kind", "hidden_size", "num_layers")}
-    return Initial(f"{path} (resumed)", {"architecture": architecture, "trainer": trainer})
+    resumed = {"architecture": architecture, "trainer": trainer}
+    check_network(path, policy, resumed)
+    return Initial(f"{path} (resumed)", resumed)
 
 
 def _init_weights(policy: str, init: str | None) -> Initial:
@@ -171,7 +171,7 @@ class GdpPolicy:
             stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
             if stopped is not None:
                 return stopped
-            if stalled >= STALL_ITERATIONS:
+            if stalled >= STALL_ITERATIONS or slot.only_placement:  # only_placement: measured already
                 return "converged"
             used = slot.counter.used
             if trainer.config.kind != "gdp":  # fine-tuning improves the best placement so far, episode after episode

@@ -51,6 +51,12 @@ class Slot:
     def num_groups(self) -> int:
         return self.inputs.num_groups
 
+    @property
+    def only_placement(self) -> bool:
+        """Every group may run on one device alone (a one-device machine): the first placement measured is
+        the only one there is, and a search that goes on stalls for nothing."""
+        return bool(self.problem.unit_allowed.sum(axis=1).max() <= 1)
+
     def progress_state(self) -> dict:
         """What a resumed search needs of this slot (tensors, so ``torch.load(weights_only=True)`` reads it):
         measurements used, the best, and the memo of measured placements, so nothing is measured twice."""
@@ -207,10 +213,10 @@ def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
 def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> bool:
     """Load what ``save_learner`` wrote into ``trainer`` and ``slot``; False when there is nothing to load.
     A file of another policy, other groups or other devices, or a damaged one: a PlacerError naming it."""
-    from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
+    from policies.rl.learner_file import read_learner_state
 
-    path = None if context.checkpoint_dir is None else Path(context.checkpoint_dir) / CHECKPOINT_FILE
-    if path is None or not path.is_file():
+    path = _learner_path(context.checkpoint_dir)
+    if path is None:
         return False
     state = read_learner_state(path)
     devices = slot.problem.num_devices
@@ -220,3 +226,27 @@ def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> boo
     trainer.load_state(state["trainer"])
     slot.load_progress(state)
     return True
+
+
+def resumed_trainer(policy: str, checkpoint_dir) -> tuple[Path, dict] | None:
+    """(path, trainer state) of the ``learner.pt`` a resumed run of ``policy`` finds in ``checkpoint_dir``;
+    None when there is none. Read before the run starts (its folder unchanged): a damaged file, or one
+    without a network of ``policy``, is a PlacerError naming it. Its weights are the caller's to check."""
+    from policies.rl.learner_file import read_learner_state
+
+    path = _learner_path(checkpoint_dir)
+    if path is None:
+        return None
+    state = read_learner_state(path)
+    trainer = state.get("trainer")
+    if state.get("policy") != policy or not isinstance(trainer, dict) or "net" not in trainer:
+        raise PlacerError(f"{path} is not a {policy} learner's checkpoint (no network of {policy})")
+    return path, trainer
+
+
+def _learner_path(checkpoint_dir) -> Path | None:
+    """The run's ``learner.pt`` in ``checkpoint_dir`` when it is there, else None."""
+    from policies.rl.learner_file import CHECKPOINT_FILE
+
+    path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_FILE
+    return path if path is not None and path.is_file() else None

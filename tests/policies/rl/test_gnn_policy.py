@@ -226,3 +226,44 @@ def test_a_checkpoint_is_used_in_the_order_it_was_trained_in_unless_told_otherwi
     assert make_policy("placeto", init=str(path)).config(0).order == "bfs"
     assert make_policy("placeto", init=str(path), order="random").config(0).order == "random"
     assert make_policy("placeto", init="scratch").config(0).order == GnnConfig.order
+
+
+def _one_device(problem):
+    """``problem``'s graph on the first device of its machine alone: one placement in all."""
+    from measurers.machine import Machine
+
+    machine = Machine("one-gpu", problem.machine.devices[:1], ())
+    return make_problem(problem.graph, machine, max_groups=8), SimulatorMeasurer(problem.graph, machine)
+
+
+def test_a_machine_with_one_allowed_device_per_group_measures_once_and_stops(setup, monkeypatch):
+    """Nothing to choose: the zero-shot placement is the only one, and the run ends "converged" without an
+    update (it went on for STALL_ITERATIONS updates that could find nothing: 3 minutes)."""
+    from policies.rl.gnn import policy as gnn_policy
+
+    monkeypatch.setattr(gnn_policy, "STALL_ITERATIONS", 2)  # the old way: 2 updates for nothing, not 30
+    problem, measurer = _one_device(setup[0])
+    gdp = make_policy("gdp", **SMALL)
+    result = gdp.place(problem, measurer, 100, 0)
+    assert result.measurements == 1 and result.stop_reason == "converged"
+    assert gdp.trainer.iteration == 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda t: t["net"].update({next(iter(t["net"])): torch.zeros(3, 3)}), "do not fit its architecture"),
+    (lambda t: next(iter(t["net"].values())).fill_(float("nan")), "NaN or infinite"),
+    (lambda t: t["config"].update(hidden_size="8"), "needs whole numbers"),
+])
+def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_it(setup, tmp_path, edit, message):
+    """Checked as an --init checkpoint is, when the policy is made (a search makes it before it changes its
+    run folder): loading it failed later, a size mismatch or an invalid multinomial distribution."""
+    problem, measurer = setup
+    context = RunContext(checkpoint_dir=tmp_path)
+    make_policy("gdp", context=context, **SMALL).place(problem, measurer, 4, 0)
+    path = tmp_path / "learner.pt"
+    state = torch.load(path, weights_only=True)
+    edit(state["trainer"])
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match=message) as error:
+        make_policy("gdp", context=context, **SMALL)
+    assert str(path) in str(error.value)

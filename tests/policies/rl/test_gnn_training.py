@@ -221,3 +221,54 @@ def test_other_format_version_is_refused(imitated, tmp_path):
     with pytest.raises(PlacerError, match="version 99") as error:
         read_checkpoint(path, "gdp")
     assert str(path) in str(error.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s["architecture"].update(hidden_size="8"), "needs whole numbers"),  # int("8") let it through
+    (lambda s: s["architecture"].update(num_layers=True), "needs whole numbers"),  # int(True) is 1 layer
+    (lambda s: s["trainer"]["config"].update(order="zigzag"), "trainer.config.order 'zigzag' is no visiting order"),
+])
+def test_architecture_values_and_order_the_run_cannot_use_are_refused(imitated, tmp_path, edit, message):
+    """Checked as the run will use them (plain ints, a known order), not through int(): a string width ended
+    in a TypeError traceback, an unknown order in an error naming no file, both after the run folder was made."""
+    path = _written(imitated[0], tmp_path)
+    state = torch.load(path, weights_only=True)
+    edit(state)
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match=message) as error:
+        read_checkpoint(path, "gdp")
+    assert str(path) in str(error.value)
+
+
+def test_a_checkpoint_claiming_a_huge_network_is_refused_without_building_it(imitated, tmp_path, monkeypatch):
+    """hidden 1024 and 64 layers (within the config's limits): its weights are compared on the meta device,
+    where building the network allocated 1.6 GB and took 14 s (17 GiB at the limits) before refusing it."""
+    from policies.rl.gnn import network
+
+    path = _written(imitated[0], tmp_path)
+    state = torch.load(path, weights_only=True)
+    state["architecture"].update(hidden_size=1024, num_layers=64)
+    torch.save(state, path)
+    devices = set()
+    build = network.make_net
+
+    def recording_make_net(*args, **kwargs):
+        net = build(*args, **kwargs)
+        devices.update(p.device.type for p in net.parameters())
+        return net
+
+    monkeypatch.setattr(network, "make_net", recording_make_net)
+    with pytest.raises(PlacerError, match="do not fit its architecture") as error:
+        read_checkpoint(path, "gdp")
+    assert str(path) in str(error.value) and devices == {"meta"}
+
+
+def test_family_memo_holds_the_teachers_placements(family_run, two_problems):
+    """Every teacher's placement is in its problem's memo and best: training never measures it again."""
+    out = family_run[0]
+    progress = read_checkpoint(out, "gdp")["progress"]
+    for problem, slot in zip(two_problems, progress["slots"]):
+        teacher = progress["teachers"][problem.name]
+        memo = {tuple(row) for row in slot["memo_units"].tolist()}
+        assert tuple(teacher["units"]) in memo
+        assert slot["best_runtime_s"] <= teacher["runtime_s"]

@@ -248,3 +248,40 @@ def test_a_stalled_run_heats_up_and_measures_more_before_it_stops(setup):
     assert runs[1.0].stop_reason == "converged" and runs[1.0].measurements < 300
     assert runs[1.5].measurements > runs[1.0].measurements
     assert runs[1.5].best.runtime_s <= runs[1.0].best.runtime_s
+
+
+def test_a_machine_with_one_allowed_device_per_group_measures_once_and_stops(setup, monkeypatch):
+    """Nothing to choose: the greedy parse's placement is the only one, and the run ends "converged" without
+    an update (it went on through every temperature step: 210 updates, 10 minutes, for one measurement)."""
+    from measurers.machine import Machine
+    from policies.rl.gnn.hsdag import policy as hsdag_policy
+
+    monkeypatch.setattr(hsdag_policy, "STALL_ITERATIONS", 2)  # the old way: 2 updates for nothing, not 210
+    problem, measurer = setup
+    machine = Machine("one-gpu", problem.machine.devices[:1], ())
+    hsdag = HsdagPolicy(**SMALL, stall_temperature_growth=1.0)
+    result = hsdag.place(make_problem(problem.graph, machine, max_groups=16),
+                         SimulatorMeasurer(problem.graph, machine), 100, 0)
+    assert result.measurements == 1 and result.stop_reason == "converged"
+    assert hsdag.trainer.iteration == 0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda net: net.update({next(iter(net)): torch.zeros(3, 3)}), "do not fit hsdag's network of hidden size 16"),
+    (lambda net: next(iter(net.values())).fill_(float("nan")), "NaN or infinite"),
+])
+def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_it(setup, tmp_path, edit, message):
+    """Checked when the policy is made (a search makes it before it changes its run folder): loading it
+    failed later with a size mismatch, sampling from NaN weights with an invalid distribution."""
+    from graphs.errors import PlacerError
+
+    problem, measurer = setup
+    context = RunContext(checkpoint_dir=tmp_path)
+    HsdagPolicy(context=context, **SMALL).place(problem, measurer, 2, 0)
+    path = tmp_path / "learner.pt"
+    state = torch.load(path, weights_only=True)
+    edit(state["trainer"]["net"])
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match=message) as error:
+        HsdagPolicy(context=context, **SMALL)
+    assert str(path) in str(error.value)

@@ -10,7 +10,8 @@ group on its most likely device), then trains (``HsdagTrainer.iterate``) until t
 placement sampled again costs nothing. ``STALL_ITERATIONS`` updates in a row with nothing new (free: they
 measure nothing) raise the sampling temperature one step (``HsdagTrainer.heat``), so the rest of the
 budget goes to placements near the policy's mode; only a stall at the temperature's cap ends the run
-early, as "converged". A warm start (op placements, best first) is measured in the budget, and the policy imitates
+early, as "converged" (or, at once, a machine that leaves every group one allowed device: nothing to
+choose). A warm start (op placements, best first) is measured in the budget, and the policy imitates
 the best that ran (its parse: edges whose ends share a device collapsed) before training; the run never
 reports worse than it. The network is kept by the instance: a second ``place`` (say on the machine
 with a device removed: the network reads any number of devices) continues from it with a fresh
@@ -34,10 +35,11 @@ import torch
 from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
                            search_result, with_run_best)
+from policies.rl.gnn.checkpoint import check_weights
 from policies.rl.gnn.hsdag.config import HsdagConfig
 from policies.rl.gnn.hsdag.parser import HsdagNet, ParseEdges
 from policies.rl.gnn.hsdag.trainer import HsdagTrainer
-from policies.rl.gnn.problems import Slot, resume_learner, save_learner
+from policies.rl.gnn.problems import Slot, resume_learner, resumed_trainer, save_learner
 
 STALL_ITERATIONS = 30
 _SEARCH_ONLY = ("torch_threads", "checkpoint_every")
@@ -59,7 +61,8 @@ class HsdagPolicy:
             raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
         self.options = {k: v for k, v in options.items() if k in known and v is not None}
         self.trainer: HsdagTrainer | None = None  # kept across place calls
-        self.config(0)  # bad settings fail here, not in place
+        _check_resumed(self.context.checkpoint_dir, self.config(0))  # bad settings, gdp's checkpoint (init
+        # pretrained) and a damaged learner.pt to resume fail here, before a search changes its run folder
 
     def config(self, seed: int) -> HsdagConfig:
         options = dict(self.options)
@@ -128,6 +131,8 @@ class HsdagPolicy:
             stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
             if stopped is not None:
                 return stopped, groups
+            if slot.only_placement:  # measured already: updates would sample it again and again
+                return "converged", groups
             if stalled >= STALL_ITERATIONS:
                 if not trainer.heat():
                     return "converged", groups
@@ -152,6 +157,19 @@ class HsdagPolicy:
 
     def _resume(self, trainer: HsdagTrainer, slot: Slot) -> bool:
         return resume_learner(self.context, self.name, trainer, slot)
+
+
+def _check_resumed(checkpoint_dir, config: HsdagConfig) -> None:
+    """A resumed run's own network (``learner.pt``) has the shapes of the one ``config`` builds and finite
+    weights: else loading it fails (or sampling from it does) after the search changed its folder."""
+    found = resumed_trainer("hsdag", checkpoint_dir)
+    if found is None:
+        return
+    path, trainer = found
+    with torch.device("meta"):  # shapes only, nothing allocated
+        net = HsdagNet(config.hidden_size, config.num_layers)
+    check_weights(path, net, trainer["net"],
+                  f"hsdag's network of hidden size {config.hidden_size} and {config.num_layers} layers")
 
 
 @lru_cache(maxsize=1)
