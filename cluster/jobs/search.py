@@ -363,9 +363,10 @@ def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
             raise PlacerError(f"run folder {run_dir} was made for machine {manifest.machine.get('name')!r} as it "
                               f"was then; {config.machine!r} now describes other devices or links")
         past = past_rows(run_dir, problem)
-        record_resume(run_dir, resume_changes(manifest, config))  # every check passed: note it (and the command)
+        writer = RunLogWriter.resume(run_dir, reward_fn=reward_of)  # reads (or refuses) the log before any change
+        writer.manifest = record_resume(run_dir, resume_changes(manifest, config))  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
-        return RunLogWriter.resume(run_dir, reward_fn=reward_of), past
+        return writer, past
     run_id = make_run_id(graph.name, config.policy, config.seed, root=config.out)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
                             runs=spec.runs, warmup=spec.warmup,

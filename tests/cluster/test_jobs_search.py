@@ -210,6 +210,18 @@ def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local
         assert __import__("re").search(message, err), err
     assert read_manifest(run_dir) == manifest and len(read_run(run_dir)) == 64 + 2  # and two baselines
 
+    best, garbage = run_dir / "best_placement.json", run_dir / "metrics" / "part-999999.parquet"
+    kept = best.read_text()
+    for damage, damaged in ((lambda: best.write_text('{"oops": '), best),
+                            (lambda: garbage.write_bytes(b"oops"), garbage)):
+        damage()  # read only when the log is reopened: the manifest had been changed, result.json deleted
+        assert main(["search", "--resume", str(run_dir), "--budget", "80"]) == 2
+        err = placer_stderr(capsys.readouterr().err)
+        assert err.startswith(f"placer: error: {damaged} is damaged") and err.count("\n") == 1
+        assert read_manifest(run_dir) == manifest and (run_dir / "result.json").is_file()
+        best.write_text(kept)
+        garbage.unlink(missing_ok=True)
+
     learner = run_dir / CHECKPOINT_DIR / "learner.pt"
     learner.write_bytes(learner.read_bytes()[:500])  # a damaged learner checkpoint: refused before any change
     assert main(["search", "--resume", str(run_dir), "--budget", "80"]) == 2
