@@ -480,14 +480,16 @@ class _PolicyOutcome:
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
                 warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = ()) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
-    time limit, stop flag and metrics log (policies.base.RunContext), and ``warm_start`` when the search
-    has one. A resumed learner goes on from its checkpoint: its log rows and the progress count go on from
-    there too (and it does not imitate its warm start again)."""
+    time limit, stop flag and metrics log (policies.base.RunContext), the searches that take one its time
+    limit and stop flag, and each policy that takes one ``warm_start`` when the search has one. A resumed
+    learner goes on from its checkpoint: its log rows and the progress count go on from there too (and it
+    does not imitate its warm start again)."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
     from policies.rl.gnn.config import GRAPH_NEURAL
 
-    learned = policy_entry(config.policy).learned
+    entry = policy_entry(config.policy)
+    learned = entry.learned
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
     tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured,
                            best_runtime_s=past.best_s.get(config.policy, math.inf) if measured else math.inf)
@@ -515,9 +517,11 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
             options["num_groups"] = config.planner_groups
         if config.policy == "hierarchical":  # its grouper starts on groups of the searched method
             options["prior"] = config.grouping
+    elif entry.takes_context:  # a search stops between batches as a learner does
+        options["context"] = RunContext(time_limit_s=config.time_limit_s, should_stop=should_stop)
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
-    if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:
+    if entry.takes_time_limit and config.time_limit_s is not None:
         options["time_limit_s"] = config.time_limit_s  # exact: its solver's wall time
     if removals:
         return _run_with_removals(problem, pool, config, writer, measurer, options, removals, tracker)

@@ -113,6 +113,13 @@ def test_search__a_search_resumed_with_a_larger_budget_is_refused(local_ray, tmp
         resume_config(first.run_dir, {})  # not "pass a larger --budget"
 
 
+def test_search__a_search_stops_at_its_time_limit_as_a_learner_does(local_ray, tmp_path):
+    """--time-limit reached only the learners and exact's solver: annealing at --budget 3000 --time-limit 2
+    ran 11 s and said "converged"."""
+    result = run_search(_config(tmp_path, policy="annealing", budget=3000, time_limit_s=1e-6, bound_time_limit_s=0))
+    assert result.stop_reason == "time_limit" and result.measurements < 3000
+
+
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     first = run_search(_config(tmp_path, budget=8))
     shown = []  # the progress bar's best: the run's, not only this session's (it started at infinity)
