@@ -50,6 +50,8 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     learner_rows = rows[rows.policy == "reinforce"]
     assert len(learner_rows) == 12 == result.measurements
     assert set(rows.policy) >= {"reinforce", "single-gpu", "m-etf"}
+    baselines = rows[rows.policy.isin(["single-gpu", "m-etf"])]  # each its own batches, from 0 (m-etf had 1)
+    assert len(baselines) == 2 and (baselines.iteration == 0).all()
     assert math.isclose(result.policy_best_runtime_s, learner_rows[learner_rows.status == "ok"].runtime_s.min())
     assert result.best_runtime_s <= result.policy_best_runtime_s
     assert result.best_runtime_s >= result.lower_bound_s
