@@ -233,6 +233,9 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
         check_run_log(config.resume)
         _checkpoint_progress(Path(config.resume))  # a damaged learner checkpoint: one error, nothing changed
     source = check_warm_start_config(config)
+    if config.batch is not None and not entry.learned:  # else recorded, unused, and a resume's another refused
+        raise PlacerError(f"--batch: only for a learned --policy (placements per learner iteration), "
+                          f"not {config.policy!r}")
     check_device_policies([config.policy], machine, "--policy")
     check_device_policies(config.baselines, machine, "baselines")
     check_device_policies([config.split_groups] if config.split_groups else (), machine, "--split-groups")

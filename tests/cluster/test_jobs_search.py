@@ -38,9 +38,13 @@ def local_ray():
 
 
 def _config(tmp_path, **overrides) -> SearchConfig:
+    from policies.registry import policy_entry
+
     settings = dict(graph=GRAPH, machine="paper-2gpu", budget=12, batch=4, groups=8, hidden_size=16, workers=1,
                     seed=3, out=str(tmp_path / "runs"))
     settings.update(overrides)
+    if "batch" not in overrides and not policy_entry(settings.get("policy", SearchConfig.policy)).learned:
+        settings["batch"] = None  # the learners' alone
     return SearchConfig(**settings)
 
 
@@ -113,6 +117,11 @@ def test_search__a_search_resumed_with_a_larger_budget_is_refused(local_ray, tmp
         resume_config(first.run_dir, {"budget": 32})
     with pytest.raises(PlacerError, match="finished \\(stopped by budget at --budget 16\\): start a new run"):
         resume_config(first.run_dir, {})  # not "pass a larger --budget"
+    manifest = json.loads((first.run_dir / "manifest.json").read_text())
+    manifest["config"]["batch"] = 4  # as an older placer recorded it for annealing, unused (--batch is refused now)
+    (first.run_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PlacerError, match="finished"):  # not "--batch None: run ... searches with 4"
+        resume_config(first.run_dir, {"batch": None})  # what `placer reproduce` gives a search
 
 
 def test_search__a_search_stops_at_its_time_limit_as_a_learner_does(local_ray, tmp_path):
