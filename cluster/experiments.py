@@ -311,11 +311,12 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
         run_dir = None
     cell_dir.mkdir(parents=True, exist_ok=True)
     # A resumed run keeps its own batch (the quick settings take it from the budget: min(4, budget)) and its
-    # bound's time limit (and its bound, in its manifest).
-    batch, bound_time_limit_s = settings.batch, settings.bound_time_limit_s
+    # bound's time limit (and its bound, in its manifest). A batch is the learners' alone.
+    learned = policy_entry(policy).learned
+    batch, bound_time_limit_s = settings.batch if learned else None, settings.bound_time_limit_s
     if run_dir is not None:
         saved = read_manifest(run_dir).config
-        batch = saved.get("batch", batch)
+        batch = saved.get("batch", batch) if learned else None
         bound_time_limit_s = saved.get("bound_time_limit_s", SearchConfig.bound_time_limit_s)
     config = SearchConfig(graph=cell.graph, machine=cell.machine, policy=policy, measurer=settings.measurer,
                           budget=settings.budget, batch=batch, groups=settings.groups,

@@ -122,25 +122,32 @@ class PoolConfig:
             raise PlacerError(f"pool setting timeout_s must be positive, got {self.timeout_s}")
 
 
+CUDA_MEASURERS = ("torch", "tf")
+"""Real measurers that run the machine's GPUs as Ray's GPUs (NVIDIA): each placement on one node that has them."""
+REAL_MEASURERS = (*CUDA_MEASURERS, "openvino")
+"""Measurers that time placements for real (openvino: this node's CPU and Intel GPU, which Ray does not count):
+one placement per call, and never two timed at once on one node's cores."""
+
+
 def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfig:
     """The pool a search or a baselines table measures ``spec`` with: the GPU nodes labelled
-    ``placer/role=measurer`` when the cluster labels any (ray_config.yaml does), else every GPU node. A real
+    ``placer/role=measurer`` when the cluster labels any (ray_config.yaml does), else every GPU node. A CUDA
     measurer (torch, tf) runs each placement on one node, one placement per call, so it needs nodes with at
     least the machine's GPUs; without one, CPU actors would fail every placement that uses a GPU, so that
-    is one PlacerError, before anything is written. A real measurer of a machine without GPUs times on the
-    CPUs of one actor, alone and with every core as a thread: two actors of one thread each timed at once,
-    on the same cores. Needs Ray initialized."""
-    real = spec.kind in ("torch", "tf")
-    gpus = len(spec.machine.indices_of_kind("gpu")) if real else 1
+    is one PlacerError, before anything is written. A real measurer without Ray GPUs to run (openvino, or a
+    machine without GPUs) times on the CPUs of one actor, alone and with every core as a thread: two actors
+    of one thread each timed at once, on the same cores. Needs Ray initialized."""
+    gpus = len(spec.machine.indices_of_kind("gpu")) if spec.kind in CUDA_MEASURERS else 0
     labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
-    if real and gpus and not ray_setup.gpu_nodes(labels, gpus):
+    if gpus and not ray_setup.gpu_nodes(labels, gpus):
         raise PlacerError(f"--measurer {spec.kind} runs machine {spec.machine.name!r}'s {gpus} GPUs on one node, "
                           f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
                           f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")
+    real = spec.kind in REAL_MEASURERS
     if real and not gpus:  # timed on this node's CPUs: one placement at a time, with all of them
         return PoolConfig(num_cpu_actors=1, cpu_actor_threads=os.cpu_count() or 1, chunk_size=1, use_gpus=False)
     actors = {} if workers is None else {"num_cpu_actors": workers}
-    return PoolConfig(chunk_size=1 if spec.kind != "sim" else 64, node_labels=labels, min_gpus=gpus, **actors)
+    return PoolConfig(chunk_size=1 if real else 64, node_labels=labels, min_gpus=max(gpus, 1), **actors)
 
 
 @dataclass(eq=False)
@@ -270,17 +277,14 @@ class MeasurerPool:
 
     def gather(self, tickets: Sequence[int]) -> list[PoolResult]:
         """The results of ``tickets``, in that order, waiting for those not finished yet."""
-        wanted = set(tickets)
-        unknown = wanted - self._open - set(self._finished)
-        if unknown:
-            raise PlacerError(f"unknown or already collected tickets: {sorted(unknown)[:5]}")
+        wanted = self._check_tickets(tickets)
         while not all(t in self._finished for t in wanted):
             self._pump(self.config.poll_interval_s)
         return [self._finished.pop(t) for t in tickets]
 
     def as_completed(self, tickets: Sequence[int] | None = None) -> Iterator[PoolResult]:
         """Results as they finish: of ``tickets``, or of everything submitted and not yet collected."""
-        wanted = None if tickets is None else set(tickets)
+        wanted = None if tickets is None else self._check_tickets(tickets)
         while True:
             ready = [t for t in self._finished if wanted is None or t in wanted]
             for ticket in ready:
@@ -301,6 +305,18 @@ class MeasurerPool:
         results = list(self._finished.values())
         self._finished.clear()
         return results
+
+    def _check_tickets(self, tickets: Sequence[int]) -> set[int]:
+        """The tickets as a set; each must be submitted and not yet collected, and given once (a collected one
+        would be waited for forever): else one PlacerError."""
+        wanted = set(tickets)
+        unknown = wanted - self._open - set(self._finished)
+        if unknown:
+            raise PlacerError(f"unknown or already collected tickets: {sorted(unknown)[:5]}")
+        if len(wanted) != len(tickets):
+            repeated = sorted(t for t in wanted if list(tickets).count(t) > 1)
+            raise PlacerError(f"tickets given more than once: {repeated[:5]} (each result is collected once)")
+        return wanted
 
     def measure_results(self, placements: Sequence[np.ndarray], **submit_options) -> list[PoolResult]:
         return self.gather(self.submit(placements, **submit_options))

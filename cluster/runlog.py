@@ -267,14 +267,14 @@ class RunLogWriter:
         """Continue a run that stopped: sequence numbers and file names go on where they ended."""
         folder = Path(folder)
         manifest = read_manifest(folder)
+        rows, metrics, best = read_run(folder), read_metrics(folder), read_best(folder)  # refused: nothing changed
         for sub in (MEASUREMENTS_DIR, METRICS_DIR):
             (folder / sub).mkdir(exist_ok=True)
             for stale in (folder / sub).glob(".*.tmp"):
-                stale.unlink()  # a flush the dead process never finished
-        rows, metrics = read_run(folder), read_metrics(folder)
+                stale.unlink()  # a flush the dead process never finished (the readers skip dot files)
         parts = [number for sub in (MEASUREMENTS_DIR, METRICS_DIR) for number in _part_numbers(folder / sub)]
         writer = cls(folder, manifest, next_seq=int(rows["seq"].max()) + 1 if len(rows) else 0,
-                     next_part=max(parts, default=-1) + 1, best=read_best(folder),
+                     next_part=max(parts, default=-1) + 1, best=best,
                      next_metric_seq=int(metrics["seq"].max()) + 1 if len(metrics) else 0, **options)
         writer._metrics_logged_up_to = int(metrics["iteration"].max()) if len(metrics) else -1
         return writer

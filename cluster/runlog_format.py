@@ -196,12 +196,14 @@ def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
 
 
 def check_run_log(folder: str | os.PathLike) -> None:
-    """Every Parquet part of the run's measurement log opens and has the columns every version writes (its
-    footer is read, not its rows): a damaged part, or no log folder at all, is one PlacerError naming it,
-    before a resumed run starts anything."""
+    """Every Parquet part of the run's measurement and metric logs opens and has the columns every version
+    writes (its footer is read, not its rows), and its best placement file reads: a damaged file, or no log
+    folder at all, is one PlacerError naming it, before a resumed run starts or changes anything."""
     _check_log_folder(folder)
-    if (Path(folder) / MEASUREMENTS_DIR).is_dir():
-        _check_parts(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+    for sub, schema in ((MEASUREMENTS_DIR, MEASUREMENT_SCHEMA), (METRICS_DIR, METRIC_SCHEMA)):
+        if (Path(folder) / sub).is_dir():
+            _check_parts(Path(folder) / sub, schema)
+    read_best(folder)
 
 
 def _check_parts(folder: Path, schema: pa.Schema) -> None:

@@ -61,8 +61,9 @@ class PolicyResult:
 
 @dataclass
 class RunContext:
-    """What a long-running (learned) policy may use beyond the protocol's arguments; heuristics and
-    searches do not take one. ``placer search`` fills it from its run folder and flags."""
+    """What a long-running policy may use beyond the protocol's arguments: a learner all of it, the searches
+    random, cem and annealing the time limit and stop flag; heuristics take none. ``placer search`` fills
+    it from its run folder and flags."""
     checkpoint_dir: Path | None = None  # save the learner here; continue from it when it holds a checkpoint
     time_limit_s: float | None = None  # stop between batches after this many seconds
     should_stop: Callable[[], bool] | None = None  # polled between batches
@@ -71,7 +72,7 @@ class RunContext:
 
 
 def early_stop(started: float, time_limit_s: float | None, should_stop: Callable[[], bool] | None) -> str | None:
-    """What every learner checks between batches: "time_limit" once ``time_limit_s`` seconds have passed
+    """What every learner and search checks between batches: "time_limit" once ``time_limit_s`` seconds have passed
     since ``started`` (``time.perf_counter()``), "should_stop" when ``should_stop()`` says so, else None."""
     if time_limit_s is not None and time.perf_counter() - started >= time_limit_s:
         return "time_limit"

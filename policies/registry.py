@@ -36,6 +36,8 @@ class PolicyEntry:
     summary: str
     groups_itself: bool = False  # learns its own grouping of the colocation groups (the hierarchical planner)
     warm_startable: bool = False  # a non-learned policy that takes ``warm_start`` too (annealing)
+    stoppable: bool = False  # a non-learned policy that takes ``context`` too (a RunContext: its time limit and
+    # stop flag, checked between batches; random, cem, annealing)
     default_baseline: bool = True  # `placer baselines` runs it when no --policies are named (exact: not, it is slow)
     takes_time_limit: bool = False  # its constructor takes ``time_limit_s`` (exact: the solver's wall time)
     max_groups: int | None = None  # the most groups it can place (exact: policies.exact.policy.MAX_GROUPS)
@@ -49,6 +51,12 @@ class PolicyEntry:
     @property
     def learned(self) -> bool:
         return self.kind == "learned"
+
+    @property
+    def takes_context(self) -> bool:
+        """Its constructor takes ``context`` (policies.base.RunContext): every learner, and the searches that
+        stop between batches."""
+        return self.learned or self.stoppable
 
     @property
     def takes_warm_start(self) -> bool:
@@ -77,10 +85,11 @@ for _entry in (
     PolicyEntry("m-etf", "policies.baechi:METFPolicy", "heuristic", "Baechi's earliest task first"),
     PolicyEntry("m-sct", "policies.baechi:MSCTPolicy", "heuristic", "Baechi's small communication times"),
     PolicyEntry("heft", "policies.heft:HeftPolicy", "heuristic", "heterogeneous earliest finish time"),
-    PolicyEntry("random", "policies.search:RandomSearchPolicy", "search", "random search over the groups"),
-    PolicyEntry("cem", "policies.search:CrossEntropyPolicy", "search", "cross-entropy method"),
+    PolicyEntry("random", "policies.search:RandomSearchPolicy", "search", "random search over the groups",
+                stoppable=True),
+    PolicyEntry("cem", "policies.search:CrossEntropyPolicy", "search", "cross-entropy method", stoppable=True),
     PolicyEntry("annealing", "policies.search:AnnealingPolicy", "search", "simulated annealing",
-                warm_startable=True),
+                warm_startable=True, stoppable=True),
     PolicyEntry("exact", "policies.exact.policy:ExactPolicy", "search",
                 "solver: the simulator's relaxation (HiGHS) or joint scheduling (CP-SAT, Moirai)",
                 warm_startable=True, default_baseline=False, takes_time_limit=True, max_groups=1000),

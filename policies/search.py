@@ -12,9 +12,11 @@
 
 All three measure whole batches through ``measurer.measure`` (so a pool can serve them in parallel), never
 spend more than ``budget`` measurements, take a seed, and call ``on_measurement(placement, measurement)``
-for every measurement. A placement already measured is not measured again (its cost is remembered), so a
-converged search may stop before the budget is spent. Failed placements cost ``FAILED_COST_S`` plus their
-memory overflow, so the searches walk out of out-of-memory regions.
+for every measurement. Given a ``context`` (policies.base.RunContext), they stop between batches when its
+time limit passes or its ``should_stop`` says so, as the learners do. A placement already measured is not
+measured again (its cost is remembered), so a converged search may stop before the budget is spent. Failed
+placements cost ``FAILED_COST_S`` plus their memory overflow, so the searches walk out of out-of-memory
+regions.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from graphs.errors import PlacerError, is_whole_number
-from policies.base import BudgetedMeasurer, DecisionClock, check_budget, search_result
+from policies.base import BudgetedMeasurer, DecisionClock, RunContext, check_budget, early_stop, search_result
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
@@ -36,18 +38,29 @@ STALL_ROUNDS = 50  # rounds in a row that find no new placement before a search 
 class MemoMeasurer:
     """Costs of unit placements, measuring only those not seen before (and each only once)."""
 
-    def __init__(self, problem: PlacementProblem, counter: BudgetedMeasurer):
+    def __init__(self, problem: PlacementProblem, counter: BudgetedMeasurer, context: RunContext | None = None):
         self.problem, self.counter = problem, counter
+        self.context = context or RunContext()
         self.costs: dict[bytes, float] = {}
         self.stalled = 0
+        self.stopped: str | None = None  # "time_limit" | "should_stop": the context stopped the search
 
     @property
     def done(self) -> bool:
-        return self.counter.left <= 0 or self.stalled >= STALL_ROUNDS
+        """Asked between batches: the budget is spent, the context says stop (checked as the learners check
+        it), or the search stopped finding new placements."""
+        if self.counter.left <= 0:
+            return True
+        self.stopped = self.stopped or early_stop(self.counter.clock.started, self.context.time_limit_s,
+                                                  self.context.should_stop)
+        return self.stopped is not None or self.stalled >= STALL_ROUNDS
 
     @property
     def stop_reason(self) -> str:
-        """"converged" when the search stopped finding new placements with budget left, else "budget"."""
+        """The context's reason when it stopped the search; "converged" when the search stopped finding new
+        placements with budget left; else "budget"."""
+        if self.stopped is not None:
+            return self.stopped
         return "converged" if self.stalled >= STALL_ROUNDS and self.counter.left > 0 else "budget"
 
     def evaluate(self, unit_placements: np.ndarray) -> np.ndarray:
@@ -80,10 +93,10 @@ def uniform_probs(problem: PlacementProblem) -> np.ndarray:
     return allowed / allowed.sum(axis=1, keepdims=True)
 
 
-def _start(problem, measurer, budget, on_measurement) -> tuple[BudgetedMeasurer, MemoMeasurer]:
+def _start(problem, measurer, budget, on_measurement, context) -> tuple[BudgetedMeasurer, MemoMeasurer]:
     check_budget(budget)
     counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), DecisionClock(), on_measurement)
-    return counter, MemoMeasurer(problem, counter)
+    return counter, MemoMeasurer(problem, counter, context)
 
 
 def _check_options(policy, counts: Sequence[str] = (), fractions: Sequence[str] = (),
@@ -107,12 +120,13 @@ def _check_options(policy, counts: Sequence[str] = (), fractions: Sequence[str] 
 class RandomSearchPolicy:
     name: str = "random"
     batch_size: int = 32
+    context: RunContext | None = None  # its time limit and stop flag, checked between batches
 
     def __post_init__(self) -> None:
         _check_options(self, counts=("batch_size",))
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
-        counter, memo = _start(problem, measurer, budget, on_measurement)
+        counter, memo = _start(problem, measurer, budget, on_measurement, self.context)
         rng = np.random.default_rng(seed)
         probs = uniform_probs(problem)
         while not memo.done:
@@ -127,13 +141,14 @@ class CrossEntropyPolicy:
     elite_fraction: float = 0.1  # share of each batch that forms the elite
     smoothing: float = 0.3  # weight of the elite frequencies in the new distribution
     exploration_units: float = 2.0  # units per sample drawn uniformly (at most 15% of them): keeps exploring
+    context: RunContext | None = None  # its time limit and stop flag, checked between batches
 
     def __post_init__(self) -> None:
         _check_options(self, counts=("batch_size",), fractions=("elite_fraction", "smoothing"),
                        non_negatives=("exploration_units",))
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
-        counter, memo = _start(problem, measurer, budget, on_measurement)
+        counter, memo = _start(problem, measurer, budget, on_measurement, self.context)
         rng = np.random.default_rng(seed)
         uniform = uniform_probs(problem)  # (U, D)
         probs = uniform.copy()
@@ -161,12 +176,13 @@ class AnnealingPolicy:
     start_temperature: float = 0.05  # in log-runtime units: a 5% worse move is accepted with p = 1/e
     end_temperature: float = 0.001
     warm_start: list | None = None  # op placements (N,) to start from too, as the learners' warm start
+    context: RunContext | None = None  # its time limit and stop flag, checked between batches
 
     def __post_init__(self) -> None:
         _check_options(self, counts=("chains",), positives=("start_temperature", "end_temperature"))
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
-        counter, memo = _start(problem, measurer, budget, on_measurement)
+        counter, memo = _start(problem, measurer, budget, on_measurement, self.context)
         rng = np.random.default_rng(seed)
         start, start_cost = self._start(problem, memo, budget, self.warm_start)
         chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 2)), axis=0)  # (C, U)

@@ -36,8 +36,9 @@ def register(subparsers) -> None:
     p.add_argument("--time-limit", type=float, dest="time_limit_s",
                    help="seconds (default none; exact: the solver's, default 60)")
     p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")
-    p.add_argument("--batch", type=int, help="placements per learner iteration (default: the policy's own, "
-                   "16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 moves, hsdag 8)")
+    p.add_argument("--batch", type=int, help="placements per learner iteration, learned policies only (default: "
+                   "the policy's own, 16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 "
+                   "moves, hsdag 8)")
     p.add_argument("--groups", type=int, help=f"groups to place (default {d.groups}; hierarchical: the groups its "
                    "grouper makes, default 256)")
     p.add_argument("--grouping", help="how ops become groups: scope (default: groups inside "

@@ -6,15 +6,19 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConfig, check_bound_time_limit,
                                  check_counts, check_measurer_settings, check_policy_groups, check_unique)
 from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
+from measurers.base import Measurement
 
 
 @dataclass
@@ -88,7 +92,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
         finished = False
         try:
             table = run_table(problem, measurer, policies, config.budget, config.seed,
-                              on_measurement=None if log is None else _baseline_logger(log))
+                              on_measurement=None if log is None else _baseline_logger(log, measurer))
             finished = True
         finally:
             if log is not None:
@@ -122,7 +126,7 @@ def _measurer(spec, factory, ray_address: str | None) -> Iterator:
     ray_setup.init_ray(ray_address)
     try:
         with MeasurerPool(factory, pool_config_for(spec)) as pool:  # nodes with the machine's GPUs, or an error
-            yield pool
+            yield PoolResults(pool)
     finally:
         if owns_ray:
             ray_setup.shutdown_ray()
@@ -137,17 +141,39 @@ def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec,
     return RunLogWriter.create(config.out, manifest)
 
 
-def _baseline_logger(log: RunLogWriter):
-    """on_measurement for the baselines table: one run-log row per measurement, tagged with the policy."""
-    from cluster.pool import PoolResult
+class PoolResults:
+    """The pool as a Measurer that keeps the PoolResults of its last call (cache hit, actor, node, times): the
+    baselines table reports Measurements alone, and its log needs the rest. The table's ``on_measurement``
+    is called for each placement of a call, in order, before the next call."""
+
+    def __init__(self, pool):
+        self.pool = pool
+        self.last: deque = deque()  # the last call's PoolResults not yet logged
+
+    def measure(self, placements: Sequence[np.ndarray]) -> list[Measurement]:
+        self.last = deque(self.pool.measure_results(placements))
+        return [result.measurement for result in self.last]
+
+
+def _baseline_logger(log: RunLogWriter, measurer):
+    """on_measurement for the baselines table: one run-log row per measurement, tagged with the policy; the
+    pool's own result where ``measurer`` is the pool (PoolResults), else one measured in this process."""
     from cluster.runlog import LoggedPlacement
 
-    counter = iter(range(1 << 62))
-
     def record(policy, placement, measurement):  # placement: the (N,) op placement measured
-        now = time.time()
-        began = now - measurement.measure_s  # measured in this process as it was asked: submitted then
-        log.append(PoolResult(next(counter), placement, measurement, "", "", began, began, now, policy=policy,
-                              log_placement=LoggedPlacement(placement, "op")))
+        if isinstance(measurer, PoolResults):
+            result = measurer.last.popleft()
+        else:
+            result = _measured_here(placement, measurement)
+        log.append(replace(result, policy=policy, log_placement=LoggedPlacement(placement, "op")))
 
     return record
+
+
+def _measured_here(placement: np.ndarray, measurement: Measurement):
+    """The PoolResult of a measurement made in this process as it was asked: submitted and started then."""
+    from cluster.pool import PoolResult
+
+    now = time.time()
+    began = now - measurement.measure_s
+    return PoolResult(-1, placement, measurement, "", "", began, began, now)

@@ -96,8 +96,12 @@ def _same(name: str, value, saved: SearchConfig) -> bool:
 
 
 def _saved_config(manifest) -> SearchConfig:
+    from policies.registry import policy_entry
+
     saved = dict(manifest.config)
     saved["baselines"] = tuple(saved.get("baselines", QUICK_BASELINES))
+    if "policy" in saved and not policy_entry(saved["policy"]).learned:
+        saved["batch"] = None  # a --batch an older placer recorded for a policy that never used it
     saved["remove_devices"] = tuple(saved.get("remove_devices", ()))
     names = SearchConfig.__dataclass_fields__
     return SearchConfig(**{k: v for k, v in saved.items() if k in names})

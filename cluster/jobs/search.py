@@ -233,6 +233,9 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
         check_run_log(config.resume)
         _checkpoint_progress(Path(config.resume))  # a damaged learner checkpoint: one error, nothing changed
     source = check_warm_start_config(config)
+    if config.batch is not None and not entry.learned:  # else recorded, unused, and a resume's another refused
+        raise PlacerError(f"--batch: only for a learned --policy (placements per learner iteration), "
+                          f"not {config.policy!r}")
     check_device_policies([config.policy], machine, "--policy")
     check_device_policies(config.baselines, machine, "baselines")
     check_device_policies([config.split_groups] if config.split_groups else (), machine, "--split-groups")
@@ -369,9 +372,10 @@ def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
             raise PlacerError(f"run folder {run_dir} was made for machine {manifest.machine.get('name')!r} as it "
                               f"was then; {config.machine!r} now describes other devices or links")
         past = past_rows(run_dir, problem)
-        record_resume(run_dir, resume_changes(manifest, config))  # every check passed: note it (and the command)
+        writer = RunLogWriter.resume(run_dir, reward_fn=reward_of)  # reads (or refuses) the log before any change
+        writer.manifest = record_resume(run_dir, resume_changes(manifest, config))  # every check passed: note it
         (run_dir / RESULT_FILE).unlink(missing_ok=True)  # running again: not finished until it ends
-        return RunLogWriter.resume(run_dir, reward_fn=reward_of), past
+        return writer, past
     run_id = make_run_id(graph.name, config.policy, config.seed, root=config.out)
     manifest = new_manifest(run_id, graph, machine, seed=config.seed, policy=config.policy,
                             runs=spec.runs, warmup=spec.warmup,
@@ -436,6 +440,7 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
     outcomes, placements, errors = [], {}, []
     for name in scored_baselines(config):
         measurer.policy = name
+        measurer.start_iteration(0)  # each baseline's own batch count, as every non-learned policy logs
         if name in computed:
             placement = computed[name]
             (best,) = measurer.measure([placement])
@@ -485,14 +490,16 @@ class _PolicyOutcome:
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
                 warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = ()) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
-    time limit, stop flag and metrics log (policies.base.RunContext), and ``warm_start`` when the search
-    has one. A resumed learner goes on from its checkpoint: its log rows and the progress count go on from
-    there too (and it does not imitate its warm start again)."""
+    time limit, stop flag and metrics log (policies.base.RunContext), the searches that take one its time
+    limit and stop flag, and each policy that takes one ``warm_start`` when the search has one. A resumed
+    learner goes on from its checkpoint: its log rows and the progress count go on from there too (and it
+    does not imitate its warm start again)."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
     from policies.rl.gnn.config import GRAPH_NEURAL
 
-    learned = policy_entry(config.policy).learned
+    entry = policy_entry(config.policy)
+    learned = entry.learned
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
     tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured,
                            best_runtime_s=past.best_s.get(config.policy, math.inf) if measured else math.inf)
@@ -520,9 +527,11 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
             options["num_groups"] = config.planner_groups
         if config.policy == "hierarchical":  # its grouper starts on groups of the searched method
             options["prior"] = config.grouping
+    elif entry.takes_context:  # a search stops between batches as a learner does
+        options["context"] = RunContext(time_limit_s=config.time_limit_s, should_stop=should_stop)
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
-    if policy_entry(config.policy).takes_time_limit and config.time_limit_s is not None:
+    if entry.takes_time_limit and config.time_limit_s is not None:
         options["time_limit_s"] = config.time_limit_s  # exact: its solver's wall time
     if removals:
         return _run_with_removals(problem, pool, config, writer, measurer, options, removals, tracker)

@@ -131,12 +131,17 @@ def test_baselines__torch_measurer_runs_through_the_pool(tmp_path, capsys, monke
                  "-o", str(graph_file)]) == 0
     capsys.readouterr()
     code = main(["baselines", "--graph", str(graph_file), "--machine", "local", "--measurer", "torch",
-                 "--policies", "cpu-only,m-etf", "--runs", "3", "--warmup", "1", "--json"])
+                 "--policies", "cpu-only,m-etf", "--runs", "3", "--warmup", "1", "--json", "--out", str(tmp_path)])
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     rows = {r["policy"]: r for r in report["results"]}
     assert rows["cpu-only"]["status"] == "ok" and rows["cpu-only"]["runtime_s"] > 0
     assert rows["m-etf"]["measurements"] == 1
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]  # the log: the pool's own results, not made up
+    logged = pd.read_parquet(folder / "measurements").sort_values("seq")
+    assert list(logged.policy) == ["cpu-only", "m-etf"]  # on the CPU alone, the same placement:
+    assert list(logged.cache_hit) == [False, True] and logged.actor_id.iloc[0] != ""  # m-etf's a hit, flagged
+    assert logged.measure_s.iloc[1] == logged.measure_s.iloc[0]  # (the hit repeats the measurement)
     # the simulator's bound, not one of measured steps (a measurement came out 14% below it)
     assert report["proven_bound_holds_for"].endswith(", in the simulator (not a torch measurement)")
     assert not ray.is_initialized()  # the command shut its Ray down

@@ -52,6 +52,7 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--policy", "exact", "--groups", "1500"], "--groups 1500: policy 'exact' places at most 1000 groups"),
     (["--policy", "exact", "--time-limit", "0"], "--time-limit must be a positive, finite number"),
     (["--time-limit", "inf"], "--time-limit must be a positive, finite number of seconds, got inf"),
+    (["--policy", "annealing", "--batch", "4"], "--batch: only for a learned --policy"),  # it was recorded, unused
 ])
 def test_search_cli__bad_flags_are_one_error_before_anything_starts(tmp_path, capsys, flags, message):
     from cluster.cli import main

@@ -38,9 +38,13 @@ def local_ray():
 
 
 def _config(tmp_path, **overrides) -> SearchConfig:
+    from policies.registry import policy_entry
+
     settings = dict(graph=GRAPH, machine="paper-2gpu", budget=12, batch=4, groups=8, hidden_size=16, workers=1,
                     seed=3, out=str(tmp_path / "runs"))
     settings.update(overrides)
+    if "batch" not in overrides and not policy_entry(settings.get("policy", SearchConfig.policy)).learned:
+        settings["batch"] = None  # the learners' alone
     return SearchConfig(**settings)
 
 
@@ -50,6 +54,8 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     learner_rows = rows[rows.policy == "reinforce"]
     assert len(learner_rows) == 12 == result.measurements
     assert set(rows.policy) >= {"reinforce", "single-gpu", "m-etf"}
+    baselines = rows[rows.policy.isin(["single-gpu", "m-etf"])]  # each its own batches, from 0 (m-etf had 1)
+    assert len(baselines) == 2 and (baselines.iteration == 0).all()
     assert math.isclose(result.policy_best_runtime_s, learner_rows[learner_rows.status == "ok"].runtime_s.min())
     assert result.best_runtime_s <= result.policy_best_runtime_s
     assert result.best_runtime_s >= result.lower_bound_s
@@ -111,6 +117,18 @@ def test_search__a_search_resumed_with_a_larger_budget_is_refused(local_ray, tmp
         resume_config(first.run_dir, {"budget": 32})
     with pytest.raises(PlacerError, match="finished \\(stopped by budget at --budget 16\\): start a new run"):
         resume_config(first.run_dir, {})  # not "pass a larger --budget"
+    manifest = json.loads((first.run_dir / "manifest.json").read_text())
+    manifest["config"]["batch"] = 4  # as an older placer recorded it for annealing, unused (--batch is refused now)
+    (first.run_dir / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PlacerError, match="finished"):  # not "--batch None: run ... searches with 4"
+        resume_config(first.run_dir, {"batch": None})  # what `placer reproduce` gives a search
+
+
+def test_search__a_search_stops_at_its_time_limit_as_a_learner_does(local_ray, tmp_path):
+    """--time-limit reached only the learners and exact's solver: annealing at --budget 3000 --time-limit 2
+    ran 11 s and said "converged"."""
+    result = run_search(_config(tmp_path, policy="annealing", budget=3000, time_limit_s=1e-6, bound_time_limit_s=0))
+    assert result.stop_reason == "time_limit" and result.measurements < 3000
 
 
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
@@ -209,6 +227,18 @@ def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local
         assert err.startswith("placer: error: ") and err.count("\n") == 1
         assert __import__("re").search(message, err), err
     assert read_manifest(run_dir) == manifest and len(read_run(run_dir)) == 64 + 2  # and two baselines
+
+    best, garbage = run_dir / "best_placement.json", run_dir / "metrics" / "part-999999.parquet"
+    kept = best.read_text()
+    for damage, damaged in ((lambda: best.write_text('{"oops": '), best),
+                            (lambda: garbage.write_bytes(b"oops"), garbage)):
+        damage()  # read only when the log is reopened: the manifest had been changed, result.json deleted
+        assert main(["search", "--resume", str(run_dir), "--budget", "80"]) == 2
+        err = placer_stderr(capsys.readouterr().err)
+        assert err.startswith(f"placer: error: {damaged} is damaged") and err.count("\n") == 1
+        assert read_manifest(run_dir) == manifest and (run_dir / "result.json").is_file()
+        best.write_text(kept)
+        garbage.unlink(missing_ok=True)
 
     learner = run_dir / CHECKPOINT_DIR / "learner.pt"
     learner.write_bytes(learner.read_bytes()[:500])  # a damaged learner checkpoint: refused before any change

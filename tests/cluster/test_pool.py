@@ -242,3 +242,24 @@ def test_pool_config_for__a_real_measurer_without_gpus_times_alone_with_every_co
     with MeasurerPool(SleepMeasurer, config) as pool:
         (info,) = pool.actors
     assert info.omp_num_threads == str(os.cpu_count())
+
+
+def test_pool_config_for__openvino_times_alone_with_every_core_and_needs_no_ray_gpus(cluster):
+    """OpenVINO times for real too, on the CPU and an Intel GPU that Ray does not count: it had two actors
+    timing at once (and would have waited for a node with the machine's GPUs as Ray's)."""
+    from cluster.pool import pool_config_for
+
+    spec = MeasurerSpec("openvino", synthetic_graph(20, seed=1), load_machine("cpu-igpu"), runs=1, warmup=0)
+    config = pool_config_for(spec, workers=3)
+    assert (config.num_cpu_actors, config.cpu_actor_threads, config.use_gpus, config.chunk_size) == (
+        1, os.cpu_count(), False, 1)
+
+
+def test_pool__a_collected_or_repeated_ticket_is_refused_not_waited_for(cpu_pool):
+    """as_completed of a ticket that gather had collected waited forever; gather([t, t]) was a bare KeyError."""
+    (ticket,) = cpu_pool.submit(_placements(1))
+    with pytest.raises(PlacerError, match=rf"tickets given more than once: \[{ticket}\]"):
+        cpu_pool.gather([ticket, ticket])
+    assert cpu_pool.gather([ticket])[0].ticket == ticket
+    with pytest.raises(PlacerError, match=rf"unknown or already collected tickets: \[{ticket}\]"):
+        next(cpu_pool.as_completed([ticket]))

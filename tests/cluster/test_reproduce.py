@@ -237,7 +237,8 @@ def test_run_experiment__hierarchical_runs_the_planner_with_the_baselines_and_an
     learned = [c for c in calls if c.policy == "hierarchical"]
     assert all(set(PAPER_BASELINES) <= set(c.baselines) for c in learned)
     assert all(c.baselines == () for c in calls if c.policy == "annealing")
-    assert all((c.budget, c.batch, c.hidden_size) == (8, 4, 32) for c in calls)  # the quick settings
+    assert all((c.budget, c.batch, c.hidden_size) == (8, 4, 32) for c in learned)  # the quick settings
+    assert all(c.batch is None for c in calls if c.policy == "annealing")  # --batch is the learners' alone
 
 
 @pytest.mark.slow

@@ -245,7 +245,7 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
 
     monkeypatch.setenv("COLUMNS", "400")
 
-    first = run_search(_config(tmp_path / "first", policy="random"))
+    first = run_search(_config(tmp_path / "first", policy="random", batch=None))
     assert main(["search", *BASE_FLAGS, "--policy", FAKE, "--out", str(tmp_path / "runs"),
                  "--warm-start", str(first.run_dir)]) == 0
     table = capsys.readouterr().out
@@ -255,7 +255,7 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
     assert f"{FAKE} (learner's own best, warm-started)" in table
     assert "x proven bound" in table and "proven bound (placer bound)" in table  # the column and what it holds for
 
-    other = run_search(_config(tmp_path / "other", policy="random", graph="synthetic:300:2"))
+    other = run_search(_config(tmp_path / "other", policy="random", batch=None, graph="synthetic:300:2"))
     assert main(["search", *BASE_FLAGS, "--policy", FAKE, "--out", str(tmp_path / "none"),
                  "--warm-start", str(other.run_dir)]) == 2
     err = placer_stderr(capsys.readouterr().err)
@@ -298,7 +298,7 @@ def test_search__reinforce_starts_from_the_warm_start_and_never_ends_worse(local
 def test_search__annealing_takes_the_warm_start_and_never_ends_above_it(local_ray, tmp_path):
     """The one search that takes a warm start: its chains start at the best of its own starts and the
     heuristics' placements collapsed onto its groups, measured inside its budget."""
-    result = run_search(_config(tmp_path, policy="annealing", warm_start="heft", budget=12))
+    result = run_search(_config(tmp_path, policy="annealing", batch=None, warm_start="heft", budget=12))
     rows = read_run(result.run_dir)
     annealing = rows[rows.policy == "annealing"]
     assert len(annealing) == result.measurements <= 12

@@ -117,6 +117,23 @@ def test_search__with_nothing_to_move_measures_the_one_placement_and_says_it_con
 
 
 @pytest.mark.parametrize("name", SEARCHES)
+def test_search__stops_between_batches_when_its_context_says_so(name, graph, machine):
+    """`placer search --time-limit` reached only the learners: annealing at --budget 3000 --time-limit 2 ran
+    11 s and said "converged". A search checks its RunContext between batches, as a learner does."""
+    from policies.base import RunContext
+
+    problem, asked = problem_for(graph, machine), []
+    measurer = SimMeasurer(graph, machine)
+    context = RunContext(should_stop=lambda: asked.append(True) or len(asked) > 2)
+    result = make_policy(name, context=context).place(problem, measurer, 500, seed=0)
+    assert result.stop_reason == "should_stop" and result.measurements == sum(measurer.batches)
+    assert len(measurer.batches) == 2 + (name == "annealing")  # annealing measures its starts before asking
+    timed = make_policy(name, context=RunContext(time_limit_s=1e-9)).place(problem, SimMeasurer(graph, machine),
+                                                                            500, seed=0)
+    assert timed.stop_reason == "time_limit" and timed.measurements < 500
+
+
+@pytest.mark.parametrize("name", SEARCHES)
 def test_search__same_seed_same_answer_other_seed_other_path(name, graph, machine):
     problem = problem_for(graph, machine)
     first = make_policy(name).place(problem, SimMeasurer(graph, machine), 40, seed=5)
