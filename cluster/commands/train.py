@@ -213,10 +213,12 @@ def _problem_specs(graphs: list[str], machines: list[str], group_counts: list[in
 def _settings(args: argparse.Namespace) -> dict:
     """How the problems are built and taught: stored in the checkpoint, and a resumed run must have the same
     (a new --teacher-budget on a resume would run teachers and imitation mid-training). Without a teacher its
-    keys are left out, so checkpoints written before they were stored still resume."""
-    taught = {"teacher_budget": args.teacher_budget, "imitation_steps": args.imitation_steps}
-    return {"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed,
-            **(taught if args.teacher_budget else {})}
+    keys are left out, so checkpoints written before they were stored still resume (family.check_resume
+    leaves them out for a taught one of then)."""
+    from policies.rl.gnn.family import TAUGHT_SETTINGS
+
+    taught = {key: getattr(args, key) for key in TAUGHT_SETTINGS} if args.teacher_budget else {}
+    return {"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed, **taught}
 
 
 def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):

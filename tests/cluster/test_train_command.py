@@ -488,6 +488,16 @@ def test_train__several_group_counts_and_a_teacher(tmp_path, capsys):
     progress = read_checkpoint(out, "gdp")["progress"]
     assert set(progress["teachers"]) == set(summary["problems"])
     assert progress["measurements_used"] <= 60 and summary["measurements"] == progress["measurements_used"]
+    # a checkpoint taught before its settings kept the teacher's: it resumes with the flags it was trained with
+    from policies.rl.gnn.checkpoint import write_checkpoint
+
+    state = read_checkpoint(out, "gdp")
+    assert {"teacher_budget": 12, "imitation_steps": 5}.items() <= state["progress"]["settings"].items()
+    for key in ("teacher_budget", "imitation_steps"):
+        del state["progress"]["settings"][key]
+    write_checkpoint(out, "gdp", state["trainer"], state["progress"])
+    assert main(["train", "--policy", "gdp", "--graphs", GRAPH, *flags, "--budget", "64", "-o", str(out),
+                 "--resume", "--teacher-budget", "12", "--imitation-steps", "5", "--json"]) == 0, capsys.readouterr()
 
 
 def test_train__an_interrupt_while_the_teachers_search_writes_nothing(tmp_path, capsys, monkeypatch):

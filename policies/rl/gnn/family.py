@@ -32,6 +32,7 @@ from policies.rl.gnn.trainer import UpdateMetrics
 
 UNLIMITED = 2 ** 62
 IDLE_ROUNDS = 3  # rounds over every problem that measure nothing new: the policy has converged
+TAUGHT_SETTINGS = ("teacher_budget", "imitation_steps")  # settings of a taught run (`placer train`), kept if taught
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,7 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
         raise PlacerError(f"checkpoint {out} holds a network {state['architecture']}, not {config.architecture}: "
                           "resume with the same --hidden and --layers")
     progress = state["progress"]
+    settings = _as_stored(settings, progress)
     if progress.get("problems") != names:
         raise PlacerError(f"checkpoint {out} was trained on {progress.get('problems')}, not {names}: resume "
                           "with the same --graphs and --machines")
@@ -188,6 +190,15 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
         raise PlacerError(f"--budget {budget}: checkpoint {out} has made {used} measurements already; resume with "
                           f"a budget of at least {used}")
     return state
+
+
+def _as_stored(settings: dict, progress: dict) -> dict:
+    """``settings`` as a checkpoint records them: one taught before the teacher's settings were stored (its
+    progress has teachers, its settings not TAUGHT_SETTINGS) resumes with the flags it was trained with."""
+    stored = progress.get("settings", {})
+    if "teachers" in progress and not any(key in stored for key in TAUGHT_SETTINGS):
+        return {key: value for key, value in settings.items() if key not in TAUGHT_SETTINGS}
+    return settings
 
 
 RESUME_SECTIONS = ("optimizers", "generator", "rng", "iteration")  # of "trainer", besides the network
