@@ -26,6 +26,11 @@ class PastRows:
     best_s: dict[str, float] = field(default_factory=dict)
     """Policy -> its best step that ran ok: where a resumed run's progress bar starts."""
 
+    def first_iteration(self, policy: str) -> int:
+        """The iteration of ``policy``'s first logged rows; 0 when it has none. A quick baseline logs at 0,
+        but a log written before 3 December counted the baselines' batches together (m-etf at 1)."""
+        return min((iteration for name, iteration, _ in self.logged if name == policy), default=0)
+
 
 
 class LoggedPoolMeasurer:

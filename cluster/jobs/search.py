@@ -440,7 +440,7 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
     outcomes, placements, errors = [], {}, []
     for name in scored_baselines(config):
         measurer.policy = name
-        measurer.start_iteration(0)  # each baseline's own batch count, as every non-learned policy logs
+        measurer.start_iteration(past.first_iteration(name))  # its own batch count, from 0 in a new log
         if name in computed:
             placement = computed[name]
             (best,) = measurer.measure([placement])

@@ -17,7 +17,7 @@ import pytest
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from cluster.runlog import read_best, read_manifest, read_metrics, read_run  # noqa: E402
+from cluster.runlog import MEASUREMENTS_DIR, read_best, read_manifest, read_metrics, read_run  # noqa: E402
 from graphs.errors import PlacerError  # noqa: E402
 from conftest import placer_stderr  # noqa: E402
 from cluster.jobs import CHECKPOINT_DIR, SearchConfig, run_search  # noqa: E402
@@ -144,6 +144,29 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     assert len(placements) == len(set(placements))  # nothing measured twice
     straight = run_search(_config(tmp_path / "straight", budget=16))
     assert resumed.policy_best_runtime_s == straight.policy_best_runtime_s
+
+
+def test_search__a_log_that_counted_the_baselines_together_resumes_without_logging_them_again(local_ray,
+                                                                                              tmp_path):
+    """Logs written before 3 December put the second quick baseline at iteration 1 (one count for all of
+    them): a resume finds its row there instead of logging it again as a cache hit."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first = run_search(_config(tmp_path, budget=8))
+    (part,) = sorted((first.run_dir / MEASUREMENTS_DIR).glob("part-*.parquet"))
+    table = pq.read_table(part)
+    names = [name for name in dict.fromkeys(table.column("policy").to_pylist()) if name != "reinforce"]
+    assert len(names) == 2
+    iterations = [1 if name == names[1] else it for name, it in
+                  zip(table.column("policy").to_pylist(), table.column("iteration").to_pylist())]
+    column = table.schema.get_field_index("iteration")
+    pq.write_table(table.set_column(column, table.schema.field(column), pa.array(iterations,
+                                                                                 table.schema.field(column).type)),
+                   part)
+    run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)))
+    rows = read_run(first.run_dir)
+    assert [int((rows.policy == name).sum()) for name in names] == [1, 1]
 
 
 def test_search_cli__groups_given_to_hierarchical_is_its_grouper_size(local_ray, tmp_path, capsys):
