@@ -38,6 +38,7 @@ from measurers.base import Measurement, Measurer
 from policies.problem import PlacementProblem
 
 FAILED_COST_S = 1e6  # cost of a failed (oom/error) placement; ranks below every runtime a step can have
+FAILURE_FACTOR = 3.0  # the learners score a failure as at least this many times the slowest ok step measured
 OnMeasurement = Callable[[np.ndarray, Measurement], None]
 
 

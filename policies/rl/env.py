@@ -9,9 +9,10 @@ groups' devices one after another lives inside the policy, not in the environmen
 - action: ``MultiDiscrete([D] * G)``, a device index for every group.
 - reward: ``-sqrt(runtime_s)``; a failed, out-of-memory, timed-out or crashed placement, or one that puts a
   group on a device of a kind it may not run on, counts as ``penalty_runtime_s`` (the reference
-  implementation's 100 s, reward -10), or as ``FAILURE_FACTOR`` times the slowest step measured so far where
-  that is more: a real step can last longer than 100 s (the full RNNLM on this machine's CPU: 114.5 s), and
-  running out of memory must never score better than a step that ran.
+  implementation's 100 s, reward -10), or as ``FAILURE_FACTOR`` (3) times the slowest step measured so far
+  where that is more (the graph-neural placers' factor, without their floor): a real step can last longer
+  than 100 s (the full RNNLM on this machine's CPU: 114.5 s), and running out of memory must never score
+  better than a step that ran.
 
 ``PlacementEnv.measure_batch`` scores a whole batch of placements with ONE ``measure`` call; the trainers
 use it so a batch is measured in parallel by the pool, never one placement at a time.
@@ -27,9 +28,9 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from measurers.base import Measurement
+from policies.base import FAILURE_FACTOR
 
 DEFAULT_PENALTY_RUNTIME_S = 100.0
-FAILURE_FACTOR = 3.0  # a failure scores at least this many times the slowest ok step (the graph-neural placers' rule)
 
 
 def scored_runtime_s(measurement: Measurement, penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S) -> float:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 
 from graphs.errors import PlacerError
-from policies.base import check_seed
+from policies.base import FAILURE_FACTOR, check_seed
 
 KINDS = ("gdp", "placeto", "giph")
 GRAPH_NEURAL = (*KINDS, "hsdag")
@@ -37,7 +37,7 @@ class GnnConfig:
     """Global gradient-norm bound."""
     order: str = "topo"
     """Placeto: the order it visits the groups in: topo, reverse-topo, bfs (from the sources), random."""
-    failure_factor: float = 3.0
+    failure_factor: float = FAILURE_FACTOR
     """A failed (out-of-memory) placement is scored as this many times the worst ok runtime seen on the
     problem (the REINFORCE ranks only need it worst; Placeto's improvement rewards need it finite)."""
     episode_steps: int = 16

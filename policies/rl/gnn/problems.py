@@ -13,7 +13,7 @@ import torch
 
 from graphs.errors import PlacerError
 from graphs.features import FEATURE_COLUMNS
-from policies.base import FAILED_COST_S, BudgetedMeasurer, RunContext
+from policies.base import FAILED_COST_S, FAILURE_FACTOR, BudgetedMeasurer, RunContext
 from policies.problem import PlacementProblem
 from policies.rl.gnn.inputs import GraphInputs, graph_inputs
 
@@ -22,7 +22,7 @@ from policies.rl.gnn.inputs import GraphInputs, graph_inputs
 class Slot:
     problem: PlacementProblem
     counter: BudgetedMeasurer
-    failure_factor: float = 3.0
+    failure_factor: float = FAILURE_FACTOR
     inputs: GraphInputs = field(init=False)
     tensors: dict[str, torch.Tensor] = field(init=False)
     adjacency: torch.Tensor = field(init=False)  # (G, G) float64 bytes between groups, both directions

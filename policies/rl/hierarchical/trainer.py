@@ -68,6 +68,7 @@ class HierarchicalTrainer:
         self.best_op_placement: np.ndarray | None = None
         self.memo: dict[bytes, Measurement] = {}  # placement_key(op placement) -> its measurement, this run
         self.stalled = 0  # iterations in a row that sampled nothing new
+        self.slowest_ok_s = 0.0  # the longest ok step in the memo: it can raise what a failure scores as
         self.learner_s: list[float] = []
 
     # ---- one iteration ----------------------------------------------------------------------------
@@ -91,7 +92,8 @@ class HierarchicalTrainer:
         t1 = time.perf_counter()
         measurements, fresh = self._measure_unseen(op_placements)
         t2 = time.perf_counter()
-        failure_s = failure_runtime_s(self.config.penalty_runtime_s, slowest_ok_runtime_s(self.memo.values()))
+        self.slowest_ok_s = max(self.slowest_ok_s, slowest_ok_runtime_s(measurements))
+        failure_s = failure_runtime_s(self.config.penalty_runtime_s, self.slowest_ok_s)
         runtimes = np.array([scored_runtime_s(m, failure_s) for m in measurements])  # (B,)
         ok = np.array([m.ok for m in measurements])
         self._track_best(np.where(ok, runtimes, math.inf), op_placements)
@@ -119,6 +121,7 @@ class HierarchicalTrainer:
         """Warm-start candidates measured before the run (``MeasuredCandidate``s, ok or not) go into the memo."""
         for candidate in measured:
             self.memo[placement_key(candidate.op_placement)] = candidate.measurement
+        self.slowest_ok_s = slowest_ok_runtime_s(self.memo.values())
 
     def _track_best(self, runtimes: np.ndarray, op_placements: np.ndarray) -> None:
         b = int(np.argmin(runtimes))
@@ -214,6 +217,7 @@ class HierarchicalTrainer:
         self.learner.entropy_coeff = float(state["entropy_coeff"])
         self.stalled = resumed_stall_count(state)
         self.memo = memo_from_state(state.get("memo"))  # a checkpoint older than the memo: an empty one
+        self.slowest_ok_s = slowest_ok_runtime_s(self.memo.values())
 
 
 def placement_key(op_placement: np.ndarray) -> bytes:

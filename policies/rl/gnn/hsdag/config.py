@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from graphs.errors import PlacerError
+from policies.base import FAILURE_FACTOR
 
 ADVANTAGES = ("rank", "baseline")
 INITS = ("scratch", "pretrained")
@@ -31,7 +32,7 @@ class HsdagConfig:
     REINFORCE, -runtime (relative to the first batch's mean) minus a moving-average baseline."""
     baseline_decay: float = 0.9
     """'baseline' advantages: weight of the old baseline in each moving-average step."""
-    failure_factor: float = 3.0
+    failure_factor: float = FAILURE_FACTOR
     """A failed placement is scored as this many times the worst ok runtime seen on the problem."""
     stall_temperature_growth: float = 1.5
     """A stalled run (policy.STALL_ITERATIONS updates with nothing new) multiplies the sampling
