@@ -28,9 +28,11 @@ def build_learner(env: PlacementEnv, config: RLConfig):
 
     if config.trainer == "ppo":
         from ray.rllib.algorithms.ppo import PPOConfig
+        # The critic's squared error is not clipped: a failure scores up to 3x the slowest step measured
+        # (policies/rl/env.py), so no fixed clip bounds it, and a clipped error teaches the critic nothing.
         algo_config = PPOConfig().training(clip_param=config.ppo_clip, vf_loss_coeff=config.vf_loss_coeff,
                                            entropy_coeff=config.entropy_coeff, use_kl_loss=False,
-                                           vf_clip_param=config.penalty_runtime_s)
+                                           vf_clip_param=math.inf)
     else:
         from ray.rllib.algorithms.algorithm_config import AlgorithmConfig
 

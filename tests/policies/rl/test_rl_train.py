@@ -313,3 +313,29 @@ def test_train_placer__a_failure_scores_worse_than_a_step_slower_than_the_penalt
     scored.append(set())
     resumed = _one_group_run(_SlowGpuCpuTimesOut(), tmp_path, on_batch=keep, resume_from=tmp_path, budget=40)
     assert resumed.measurements_used == 2 and resumed.iterations > 3 and scored[-1] == expected
+
+
+def test_ppo__the_critic_learns_rewards_below_minus_ten():
+    """A failure scored above 100 s gives a reward below -10; the critic's squared error then exceeds 100
+    (the old clip) and must still move its value towards the reward."""
+    from ray.rllib.core.columns import Columns
+
+    from policies.rl.env import PlacementEnv
+    from policies.rl.loop import _Trainer
+
+    grouping = Grouping(np.zeros(2, dtype=np.int64), 1, np.full(1, 3, np.uint8))
+    env = PlacementEnv(None, _machine(), grouping, _SlowGpuCpuTimesOut(), features=np.ones((1, 6), np.float32))
+    trainer = _Trainer(env, RLConfig(trainer="ppo", batch_size=4, hidden_size=8, seed=0, torch_threads=1))
+    obs = np.repeat(trainer.obs[None], 4, axis=0)  # (B, G, F + D)
+
+    def value() -> float:
+        with torch.no_grad():
+            return float(trainer.module.compute_values({Columns.OBS: torch.from_numpy(obs)}).mean())
+
+    before = value()
+    rewards = np.full(4, -math.sqrt(450.0))  # (B,) four timeouts scored 3x a 150 s step
+    for _ in range(5):
+        with torch.no_grad():
+            out = trainer.module.forward_exploration({Columns.OBS: torch.from_numpy(obs)}, generator=trainer.generator)
+        trainer._update(trainer._train_batch(obs, out[Columns.ACTIONS].numpy().astype(np.int64), rewards, out), 4)
+    assert value() < before - 0.01
