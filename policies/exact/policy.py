@@ -85,24 +85,26 @@ class ExactPolicy:
         model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=dispatch)
         deadline = clock.started + float(self.time_limit_s)
         reserve_s = FREE_ORDER_RESERVE * float(self.time_limit_s) if dispatch else 0.0
-        run = self._solve_and_measure(problem, model, counter, deadline - reserve_s, seed)
+        proof_deadline = deadline if dispatch else None  # the dispatch rule's bound proves nothing: see below
+        run = self._solve_and_measure(problem, model, counter, deadline - reserve_s, seed, proof_deadline)
         if run.chosen is None and dispatch:  # CP-SAT can miss a first dispatch-rule schedule for seconds
             dispatch = False
             model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=False)
             run = self._solve_and_measure(problem, model, counter, deadline, seed)
         if run.chosen is None:
             return self._fallback(problem, counter, run.first, quotient)
-        if dispatch:  # a proof needs the free-order model: ticks rounded down can reorder near-ties under FIFO
+        if dispatch and run.proof is None:  # a proof needs the free-order model: rounded ticks reorder near-ties
             run.proof = self._free_order_bound(problem, quotient, run, deadline, seed)
         return self._result(problem, counter, run, quotient, dispatch)
 
     def _solve_and_measure(self, problem, model: ExactModel, counter: BudgetedMeasurer, deadline: float,
-                           seed: int) -> "SolveRun":
-        """Solve, measure, cut the placement and solve again while the model's bound is below the best
-        measured step (and time and budget remain)."""
+                           seed: int, proof_deadline: float | None = None) -> "SolveRun":
+        """Solve, measure, cut the placement and solve again until the bound reaches the best measured step
+        (or time or budget run out). ``proof_deadline``: the model has the dispatch rule, whose bound proves
+        nothing; the free-order model's bound (solved once, by then) is the one that must reach it."""
         run, hint = SolveRun(), self._hint(problem)[0]
         q = model.quotient
-        tolerance_s = run.tolerance_s = (q.num_pieces + 2 * q.num_edges + 1) * model.tick_s  # ticks rounded down
+        run.tolerance_s = (q.num_pieces + 2 * q.num_edges + 1) * model.tick_s  # ticks rounded down
         while counter.left > 0 and time.perf_counter() < deadline:
             solution = model.solve(deadline - time.perf_counter(), hint, self.num_workers, seed, self.work_limit)
             run.solves += 1
@@ -113,14 +115,29 @@ class ExactPolicy:
             cost = counter.measure([problem.expand(solution.unit_placement)])[0]
             if run.chosen is None or cost < run.chosen_cost_s:  # as the counter keeps its best: strictly better
                 run.chosen, run.chosen_cost_s = solution, cost
-            if solution.bound_s >= counter.best_cost_s - tolerance_s:
-                run.converged = solution.status == "optimal"
+            if self._bound_reached(problem, model.quotient, run, solution, counter, proof_deadline, seed):
+                run.converged = solution.status == "optimal" or proof_deadline is not None
                 break
             if solution.status != "optimal":
                 break  # stopped at its limit: no time left for another solve
             model.forbid(solution.unit_placement)
             hint = None
         return run
+
+    def _bound_reached(self, problem, quotient: QuotientGraph, run: "SolveRun", solution: Solution,
+                       counter: BudgetedMeasurer, proof_deadline: float | None, seed: int) -> bool:
+        """The best measured step reached the bound: the model's own, or with the dispatch rule
+        (``proof_deadline`` given) the free-order model's, solved the first time the dispatch rule's bound
+        reaches it (that bound alone can be twice the optimum: tests/policies/test_exact_relaxed.py
+        ``near_tie_problem``)."""
+        target_s = counter.best_cost_s - run.tolerance_s
+        if solution.bound_s < target_s:
+            return False
+        if proof_deadline is None:
+            return True
+        if run.proof is None:
+            run.proof = self._free_order_bound(problem, quotient, run, proof_deadline, seed)
+        return run.proof is not None and run.proof.bound_s >= target_s
 
     def _place_relaxed(self, problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> PolicyResult:
         """solver "highs": placements of the simulator's relaxation, measured (policies/exact/relaxed_search.py)."""

@@ -77,7 +77,10 @@ def test_exact__measured_step_is_the_exhaustive_optimum(solved):
     _, problem, result, optimum_s = solved
     assert quotient_graph(problem).single_op
     assert result.best.ok and result.best.runtime_s == pytest.approx(optimum_s, rel=1e-9)
-    assert result.solver_status == "optimal" and result.stop_reason == "converged"
+    assert result.solver_status == "optimal"
+    # only the free-order bound proves (the dispatch rule's is no bound): below the optimum, the cuts go on
+    proven = result.solver_bound_s >= optimum_s * (1 - 1e-4)  # within the ticks' rounding
+    assert result.stop_reason == ("converged" if proven else "budget"), result.notes
 
 
 @pytest.fixture(scope="module")

@@ -133,6 +133,37 @@ def test_bounds_stay_below_the_optimum_when_ready_times_tie_within_a_tick():
     assert dispatch.bound_s > optimum_s * 1.5  # why its bound is never reported: rounding reorders the tie
 
 
+class OwnTimesMeasurer:
+    """The reference simulator with the problem's own op times (near_tie_problem overrides the cost model's)."""
+
+    def __init__(self, problem):
+        from measurers.sim.reference import output_alloc_bytes
+
+        self.problem, self.alloc = problem, output_alloc_bytes(problem.graph)
+
+    def measure(self, placements):
+        from measurers.base import Measurement
+        from measurers.sim.reference import simulate_reference
+
+        p, out = self.problem, []
+        for placement in placements:
+            r = simulate_reference(p.graph, p.machine, np.asarray(placement), p.op_time_s, self.alloc)
+            out.append(Measurement(runtime_s=r.runtime_s, status=r.status, samples_s=[r.runtime_s],
+                                   peak_bytes=r.peak_bytes, measure_s=0.0))
+        return out
+
+
+def test_exact_dispatch_rule__does_not_stop_on_its_own_bound_when_a_near_tie_makes_it_twice_the_optimum():
+    """The dispatch rule's model says every placement of near_tie_problem takes about twice the optimum, so
+    its bound 'reached' the first placement measured (2.02 ms, said converged); only the free-order bound may
+    stop the cuts, and they go on to the optimum (1.02 ms)."""
+    problem, optimum_s = near_tie_problem()
+    result = place("exact", problem, OwnTimesMeasurer(problem), 20, 0, time_limit_s=20)
+    assert "dispatch rule" in result.notes
+    assert result.best.runtime_s == pytest.approx(optimum_s, rel=1e-9), result.notes
+    assert result.stop_reason == "converged" and "(proven best for the measurer)" in result.notes
+
+
 def test_exact_highs__no_solve_after_the_budget_is_spent():
     graph, machine = random_dag(7, 6), own_channels_machine()
     result = place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 2, 0, time_limit_s=30,
