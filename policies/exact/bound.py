@@ -43,7 +43,8 @@ class BoundReport:
     lp_status: str
     lp_wall_s: float
     mip_s: float | None  # HiGHS's dual bound; None: none proven
-    mip_status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), "skipped"
+    mip_status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), "skipped",
+    # relaxation.NOT_SOLVED (building the model took the time left)
     mip_wall_s: float
     exact_s: float | None  # CP-SAT's bound where its model is the simulator; None: not solved (see above)
     exact_status: str

@@ -80,12 +80,13 @@ MS_PER_S = 1e3
 GB = 1e9
 HEAD_TAIL_LEVELS = 16  # quantiles of heads and of tails used as thresholds in constraint 6
 SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
+NOT_SOLVED = "not solved (time limit)"  # building the model took the whole time limit: HiGHS never ran
 
 
 @dataclass(frozen=True)
 class RelaxationResult:
     bound_s: float | None  # proven lower bound (None: the solver proved none, e.g. an LP cut short)
-    status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), ...
+    status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), NOT_SOLVED, ...
     wall_s: float  # building and solving
     num_rows: int
     num_cols: int
@@ -386,6 +387,7 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
                      threads: int = 1, placement_weight: float = 0.0,
                      forbidden: Sequence[np.ndarray] = ()) -> RelaxationResult:
     """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal).
+    Building counts against ``time_limit_s``: when it took all of it, HiGHS does not run (status NOT_SOLVED).
     A MIP also returns its best integer placement. With ``placement_weight`` or ``forbidden`` the model
     is no longer the relaxation of every placement, so no bound is returned (``bound_s`` None)."""
     began = time.perf_counter()
@@ -393,7 +395,9 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     highs = _quiet_highs()
     highs.setOptionValue("threads", int(threads))
     highs.setOptionValue("random_seed", 0)
-    remaining_s = max(time_limit_s - (time.perf_counter() - began), 0.01)
+    remaining_s = time_limit_s - (time.perf_counter() - began)  # building counts against the limit
+    if not remaining_s > 0:
+        return RelaxationResult(None, NOT_SOLVED, time.perf_counter() - began, lp.num_row_, lp.num_col_)
     highs.setOptionValue("time_limit", float(remaining_s))
     highs.passModel(lp)
     if highs.run() != highspy.HighsStatus.kOk and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:

@@ -162,3 +162,16 @@ def test_bound__never_above_a_simulated_step_time_not_even_by_an_ulp():
     fastest_s = min(simulator.run(problem.expand(np.array([d]))).runtime_s for d in problem.gpu_indices())
     assert report.mip_status == "optimal" and report.mip_s == pytest.approx(fastest_s, rel=1e-12)
     assert report.best_s <= fastest_s
+
+
+def test_relaxation__not_solved_when_building_the_model_took_the_whole_time_limit(rnnlm_problem):
+    """Building counts against the limit: HiGHS was given a floor of 0.01 s after a build that took longer
+    than the limit (nmt-2 on paper-4gpu at 0.5 s: the LP's wall 1.12 s); now it does not run at all."""
+    from policies.exact.relaxation import NOT_SOLVED
+
+    for integer in (False, True):
+        result = solve_relaxation(rnnlm_problem, 1e-9, integer=integer)
+        assert (result.status, result.bound_s, result.unit_placement) == (NOT_SOLVED, None, None)
+    report = proven_bound(rnnlm_problem, 1e-9)
+    assert report.lp_status == NOT_SOLVED and report.lp_s is None
+    assert report.best_s == report.closed_form_s and report.holds_for == EVERY_PLACEMENT
