@@ -144,7 +144,10 @@ class ExactPolicy:
         if problem.num_units > MAX_GROUPS:
             raise PlacerError(f"exact: {problem.num_units} groups is more than the solver can hold (at most "
                               f"{MAX_GROUPS} groups): place fewer, coarser groups (--groups)")
-        run = relaxed_search(problem, counter, deadline)
+        warm = self._measured_warm_start(problem, counter)
+        measured = [] if warm is None else [warm.unit_placement]
+        run = relaxed_search(problem, counter, deadline, self._hint(problem)[0], measured)
+        warm_s = math.nan if warm is None else warm.runtime_s
         bound_s = run.bound_s * (1 - SOLVER_SLACK)  # HiGHS's own can sit a few ulps above the optimum
         bound = f"bound {bound_s:.6g} s ({run.bound_status})" if math.isfinite(bound_s) else \
             f"no bound ({run.bound_status})"
@@ -154,21 +157,32 @@ class ExactPolicy:
             infeasible = run.bound_status == "infeasible"  # proven: no point searching longer
             notes = (f"no placement of the {problem.num_units} groups fits in device memory (HiGHS proved the "
                      f"relaxation infeasible): returning {hint_name}" if infeasible else
-                     f"the relaxation gave no placement of the {problem.num_units} groups within "
-                     f"{self.time_limit_s:g} s ({bound}): returning {hint_name}")
+                     f"the relaxation gave no placement of the {problem.num_units} groups in {run.solve_s:.3g} s "
+                     f"of solving ({bound}): returning {hint_name}")
             return replace(search_result(self.name, problem, counter, notes=notes),
-                           stop_reason="converged" if infeasible else "time_limit",
+                           stop_reason="converged" if infeasible else "time_limit", warm_start_runtime_s=warm_s,
                            solver_status=f"{run.bound_status}, no solution", solver_bound_s=bound_s)
         result = search_result(self.name, problem, counter)
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
-        notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s)): {bound} for every "
-                 f"placement of these groups; the relaxation's step of the chosen placement {model_s:.6g} s; "
-                 f"measured {measured}"
+        chosen = (f"the relaxation's step of the chosen placement {model_s:.6g} s" if math.isfinite(model_s) else
+                  "the chosen placement is the warm start")
+        notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
+                 f"{bound} for every placement of these groups; {chosen}; measured {measured}"
                  + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else ""))
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
-                       solver_makespan_s=model_s, solver_bound_s=bound_s, solver_status=run.bound_status)
+                       warm_start_runtime_s=warm_s, solver_makespan_s=model_s, solver_bound_s=bound_s,
+                       solver_status=run.bound_status)
+
+    def _measured_warm_start(self, problem: PlacementProblem, counter: BudgetedMeasurer):
+        """The first warm-start candidate collapsed onto the groups, measured inside the budget (so the best is
+        never worse than it): its WarmStart, or None without one or when it did not run ok."""
+        if not self.warm_start:
+            return None
+        from policies.rl.warm_start import measure_warm_start
+
+        return measure_warm_start(problem, counter, list(self.warm_start)[:1])
 
     def _free_order_bound(self, problem, quotient: QuotientGraph, run: "SolveRun", deadline: float,
                           seed: int) -> Solution | None:

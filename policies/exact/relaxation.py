@@ -385,11 +385,15 @@ def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
 
 def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bool = True,
                      threads: int = 1, placement_weight: float = 0.0,
-                     forbidden: Sequence[np.ndarray] = ()) -> RelaxationResult:
+                     forbidden: Sequence[np.ndarray] = (), incumbent_after_s: float | None = None,
+                     start: np.ndarray | None = None) -> RelaxationResult:
     """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal).
     Building counts against ``time_limit_s``: when it took all of it, HiGHS does not run (status NOT_SOLVED).
     A MIP also returns its best integer placement. With ``placement_weight`` or ``forbidden`` the model
-    is no longer the relaxation of every placement, so no bound is returned (``bound_s`` None)."""
+    is no longer the relaxation of every placement, so no bound is returned (``bound_s`` None).
+    ``incumbent_after_s``: a MIP stops ("time limit") once this many seconds have passed and it holds an
+    integer point and a dual bound; without them it goes on, up to ``time_limit_s``. ``start`` (U,): a unit
+    placement given to HiGHS as a starting solution (its other columns left for HiGHS to complete)."""
     began = time.perf_counter()
     lp, layout = _build(problem, integer, placement_weight, forbidden)
     highs = _quiet_highs()
@@ -400,12 +404,17 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
         return RelaxationResult(None, NOT_SOLVED, time.perf_counter() - began, lp.num_row_, lp.num_col_)
     highs.setOptionValue("time_limit", float(remaining_s))
     highs.passModel(lp)
+    if integer and start is not None:
+        _set_start(highs, layout, start)
+    interrupted = []
+    if integer and incumbent_after_s is not None:
+        _stop_once_an_incumbent_after(highs, began + incumbent_after_s, interrupted)
     if highs.run() != highspy.HighsStatus.kOk and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
         # HiGHS keeps one task scheduler per process: a later solve asking another thread count fails
         raise PlacerError(f"HiGHS could not solve the relaxation (threads={threads}; one process must use "
                           f"one thread count)")
     status = highs.getModelStatus()
-    name = _status_name(status)
+    name = "time limit" if interrupted and status == highspy.HighsModelStatus.kInterrupt else _status_name(status)
     info = highs.getInfo()
     bound_ms = None
     if integer and np.isfinite(info.mip_dual_bound):
@@ -417,6 +426,29 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     placement, makespan_s = _incumbent(highs, layout) if integer else (None, math.nan)
     return RelaxationResult(None if bound_ms is None else bound_ms / MS_PER_S, name,
                             time.perf_counter() - began, lp.num_row_, lp.num_col_, placement, makespan_s)
+
+
+def _stop_once_an_incumbent_after(highs: highspy.Highs, stop_at: float, interrupted: list) -> None:
+    """Interrupt the MIP from ``stop_at`` (perf_counter seconds) on, as soon as it holds an integer point and
+    a dual bound; appends True to ``interrupted`` when it did."""
+    def on_interrupt(event) -> None:
+        out = event.data_out
+        found = math.isfinite(out.mip_primal_bound) and math.isfinite(out.mip_dual_bound)
+        if found and time.perf_counter() >= stop_at:
+            interrupted.append(True)
+            event.interrupt()
+
+    highs.cbMipInterrupt.subscribe(on_interrupt)
+
+
+def _set_start(highs: highspy.Highs, layout: _Layout, unit_placement: np.ndarray) -> None:
+    """HiGHS's starting solution: the x columns of ``unit_placement`` (U,), which HiGHS completes (an LP
+    with them fixed) into an integer point when they fit."""
+    units = np.arange(len(unit_placement))
+    chosen = layout.x_col[units, np.asarray(unit_placement, dtype=np.int64)]  # (U,) -1 where not allowed
+    cols = layout.x_col[layout.x_col >= 0]
+    values = np.isin(cols, chosen[chosen >= 0]).astype(np.float64)
+    highs.setSolution(len(cols), cols.astype(np.int32), values)
 
 
 def _incumbent(highs: highspy.Highs, layout: _Layout) -> tuple[np.ndarray | None, float]:

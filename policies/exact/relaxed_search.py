@@ -1,8 +1,9 @@
 """``exact`` with HiGHS: placements from the simulator's relaxation (policies/exact/relaxation.py), measured.
 
-1. The relaxation of every placement of the coarsening, solved for half the time: HiGHS's dual bound is a
-   proven lower bound on the simulated step of every such placement that fits in memory (the policy's
-   ``solver_bound_s``), and its best integer point is the first candidate.
+1. The relaxation of every placement of the coarsening, solved for half the time (longer while it has no
+   integer point: to the end of the limit if need be), started from the warm start, else the best single GPU:
+   HiGHS's dual bound is a proven lower bound on the simulated step of every such placement that fits in
+   memory (the policy's ``solver_bound_s``), and its best integer point is the first candidate.
 2. Then, while time and budget remain: the relaxation with a small tie-breaking cost (unit time on its
    device, least copy time of cut edges: policies/exact/relaxation.py ``_placement_cost``) and a no-good cut
    on every placement measured so far; each new integer point is measured. The relaxation sees no
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -35,6 +37,7 @@ class RelaxedRun:
     bound_status: str = "unknown"
     model_s_of: dict[bytes, float] = field(default_factory=dict)  # unit placement bytes -> relaxation's w
     solves: int = 0
+    solve_s: float = 0.0  # wall time of the solves, building the models included
     converged: bool = False  # the best measured step reached the proven bound
 
     def model_s(self, unit_placement: np.ndarray | None) -> float:
@@ -42,29 +45,37 @@ class RelaxedRun:
             return math.nan
         return self.model_s_of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
 
+    def reached(self, counter: BudgetedMeasurer) -> bool:
+        """The best measured step is at the proven bound (within HiGHS's tolerance)."""
+        return counter.best_cost_s <= self.bound_s * (1 + 1e-6)
 
-def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> RelaxedRun:
-    """Steps 1 and 2 of the module docstring; the measured placements are in ``counter``. HiGHS runs on one
-    thread, as ``placer bound`` does: its task scheduler is one per process and takes one thread count."""
+
+def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float,
+                   start: np.ndarray | None = None, measured: Sequence[np.ndarray] = ()) -> RelaxedRun:
+    """Steps 1 and 2 of the module docstring; the measured placements are in ``counter``. ``start`` (U,):
+    HiGHS's starting solution; ``measured``: (U,) placements measured already (the warm start), never
+    measured again. HiGHS runs on one thread, as ``placer bound`` does: its task scheduler is one per
+    process and takes one thread count."""
     threads = 1
     run = RelaxedRun()
-    first = solve_relaxation(problem, BOUND_SHARE * (deadline - time.perf_counter()), threads=threads)
-    run.solves, run.bound_status = 1, first.status
+    left_s = deadline - time.perf_counter()
+    first = solve_relaxation(problem, left_s, threads=threads, incumbent_after_s=BOUND_SHARE * left_s, start=start)
+    run.solves, run.bound_status, run.solve_s = 1, first.status, first.wall_s
     run.bound_s = first.bound_s if first.bound_s is not None else math.nan
-    forbidden: list[np.ndarray] = []
+    measured = [np.asarray(placement, dtype=np.int64) for placement in measured]
     placement, model_s = first.unit_placement, first.makespan_s
-    while placement is not None and counter.left > 0:
+    while placement is not None and counter.left > 0 and not run.reached(counter):
         run.model_s_of[placement.tobytes()] = model_s
-        counter.measure([problem.expand(placement)])
-        forbidden.append(placement)
-        if counter.best_cost_s <= run.bound_s * (1 + 1e-6):
-            run.converged = True
-            break
+        if not any(np.array_equal(placement, seen) for seen in measured):
+            counter.measure([problem.expand(placement)])
+            measured.append(placement)
         left_s = deadline - time.perf_counter()
-        if left_s < MIN_SOLVE_S or counter.left == 0:
+        if run.reached(counter) or left_s < MIN_SOLVE_S or counter.left == 0:
             break
         found = solve_relaxation(problem, left_s, threads=threads, placement_weight=PLACEMENT_WEIGHT,
-                                 forbidden=forbidden)
+                                 forbidden=measured)
         run.solves += 1
+        run.solve_s += found.wall_s
         placement, model_s = found.unit_placement, found.makespan_s
+    run.converged = run.reached(counter)
     return run
