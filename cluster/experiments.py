@@ -402,8 +402,9 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
                 methods[tag] = MethodResult(best.runtime_s, best.status)
         if math.isnan(lower):
             lower = lower_bound_of(run_dir, manifest)
-        if math.isnan(proven):
-            proven, proven_for = proven_bound_of(run_dir, manifest)
+        run_proven, run_proven_for = proven_bound_of(run_dir, manifest)
+        if math.isnan(proven) or run_proven > proven:  # the cell's runs search the same groups: the best holds
+            proven, proven_for = run_proven, run_proven_for  # (an exact run proves more than --bound-time-limit)
         runs.append(str(run_dir))
         measured += int((~rows["cache_hit"].astype(bool)).sum())
         wall += wall_s_of(rows, manifest)

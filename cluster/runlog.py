@@ -191,6 +191,16 @@ def record_device_removal(folder: str | os.PathLike, record: Mapping[str, object
     return updated
 
 
+def record_proven_bound(folder: str | os.PathLike, bound_s: float, holds_for: str) -> RunManifest:
+    """Replace the run's proven bound in its manifest (an exact run proved a better one for its groups).
+    Written atomically; returns the new manifest."""
+    folder = Path(folder)
+    updated = dataclasses.replace(read_manifest(folder), proven_bound_s=float(bound_s),
+                                  proven_bound_holds_for=holds_for)
+    write_text_atomic(folder / MANIFEST_FILE, updated.to_json())
+    return updated
+
+
 # ---- writing ---------------------------------------------------------------------------------------
 
 

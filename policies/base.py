@@ -58,6 +58,9 @@ class PolicyResult:
     solver_makespan_s: float = math.nan  # exact: the solver's own makespan of the placement (its model, not measured)
     solver_bound_s: float = math.nan  # exact: the solver's proven lower bound on its model's makespan
     solver_status: str = ""  # exact: optimal | feasible | infeasible | unknown, "" for other policies
+    solver_bound_every_placement: bool = False  # exact: solver_bound_s holds for every placement of the groups
+    # (in the noise-free simulator, that fit in memory), not for its model alone: HiGHS's relaxation, CP-SAT's
+    # free order on single-op groups
 
 
 @dataclass

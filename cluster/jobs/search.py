@@ -48,8 +48,8 @@ from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSour
                                      save_warm_start_placement, scored_baselines)
 from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
-                            read_run, record_device_removal, record_resume, rows_without_devices,
-                            write_text_atomic)
+                            read_run, record_device_removal, record_proven_bound, record_resume,
+                            rows_without_devices, write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from policies.rl.config import CHECKPOINT_EVERY
@@ -69,13 +69,16 @@ class SolverFigures:
     bound_s: float  # the solver's proven bound (for what, its notes say)
     status: str
     notes: str
+    bound_every_placement: bool = False  # bound_s holds for every placement of the searched groups, not its
+    # model alone (PolicyResult.solver_bound_every_placement): the run's proven bound takes it in
 
     @classmethod
     def of(cls, result) -> "SolverFigures | None":
         """From a PolicyResult; None for a policy without a solver."""
         if not result.solver_status:
             return None
-        return cls(result.solver_makespan_s, result.solver_bound_s, result.solver_status, result.notes)
+        return cls(result.solver_makespan_s, result.solver_bound_s, result.solver_status, result.notes,
+                   result.solver_bound_every_placement)
 
 
 @dataclass
@@ -193,6 +196,9 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
                      warm)
     if removals:
         result = _on_final_devices(result, problem, outcome, placements, warm)
+    if not removals:  # with removals the solver's last bound is the reduced machine's
+        bound_s, bound_holds_for = _with_solver_bound(run_dir, (bound_s, bound_holds_for), outcome.solver, problem,
+                                                      config)
     result = replace(result, proven_bound_s=bound_s, proven_bound_holds_for=bound_holds_for)
     _write_result(run_dir, result)
     return result
@@ -395,12 +401,33 @@ def bound_of_measured_steps(report, measurer: str, noise_std: float = 0.0):
     """The proven bound is the noise-free simulator's: with a real measurer, or the simulator with noise, it
     bounds the simulated step, not the measured one (a measurement can come out below it), and its
     ``holds_for`` says so."""
+    return replace(report, holds_for=holds_for_measured_steps(report.holds_for, measurer, noise_std))
+
+
+def holds_for_measured_steps(holds_for: str, measurer: str, noise_std: float = 0.0) -> str:
+    """``holds_for`` of a bound of the noise-free simulator, with what it means for ``measurer``'s steps."""
     if measurer != "sim":
-        return replace(report, holds_for=f"{report.holds_for}, in the simulator (not a {measurer} measurement)")
+        return f"{holds_for}, in the simulator (not a {measurer} measurement)"
     if noise_std > 0:
-        return replace(report, holds_for=f"{report.holds_for}, in the noise-free simulator (a step measured "
-                                         f"with --noise {noise_std:g} can come out below it)")
-    return report
+        return (f"{holds_for}, in the noise-free simulator (a step measured with --noise {noise_std:g} can come "
+                f"out below it)")
+    return holds_for
+
+
+def _with_solver_bound(run_dir: Path, bound: tuple[float, str], solver: SolverFigures | None, problem,
+                       config: SearchConfig) -> tuple[float, str]:
+    """The run's proven bound (seconds, what it holds for), raised to the exact run's own where that holds for
+    every placement of the searched groups (HiGHS's relaxation, not CP-SAT's model of whole groups): the
+    manifest is updated too, so that analyze and reproduce read the same."""
+    from policies.exact.bound import grouping_name
+
+    if solver is None or not solver.bound_every_placement or not solver.bound_s > bound[0] \
+            or not math.isfinite(solver.bound_s):
+        return bound
+    holds_for = holds_for_measured_steps(f"placements of {grouping_name(problem)}", config.measurer,
+                                         config.noise_std)
+    record_proven_bound(run_dir, solver.bound_s, holds_for)
+    return float(solver.bound_s), holds_for
 
 
 def proven_bound_once(problem, time_limit_s: float):

@@ -161,7 +161,8 @@ class ExactPolicy:
                      f"of solving ({bound}): returning {hint_name}")
             return replace(search_result(self.name, problem, counter, notes=notes),
                            stop_reason="converged" if infeasible else "time_limit", warm_start_runtime_s=warm_s,
-                           solver_status=f"{run.bound_status}, no solution", solver_bound_s=bound_s)
+                           solver_status=f"{run.bound_status}, no solution", solver_bound_s=bound_s,
+                           solver_bound_every_placement=True)
         result = search_result(self.name, problem, counter)
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
@@ -173,7 +174,7 @@ class ExactPolicy:
                  + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else ""))
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        warm_start_runtime_s=warm_s, solver_makespan_s=model_s, solver_bound_s=bound_s,
-                       solver_status=run.bound_status)
+                       solver_status=run.bound_status, solver_bound_every_placement=True)
 
     def _measured_warm_start(self, problem: PlacementProblem, counter: BudgetedMeasurer):
         """The first warm-start candidate collapsed onto the groups, measured inside the budget (so the best is
@@ -259,7 +260,7 @@ class ExactPolicy:
                  f"measured {measured}{proof}")
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=float(run.chosen.makespan_s), solver_bound_s=float(bound_s),
-                       solver_status=run.first.status)
+                       solver_status=run.first.status, solver_bound_every_placement=quotient.single_op)
 
 
 BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
