@@ -1,4 +1,5 @@
-"""``exact``: joint placement and scheduling of the coarse groups, solved by CP-SAT (policies/exact/cpsat.py).
+"""``exact``: joint placement and scheduling of the coarse groups, by CP-SAT (policies/exact/cpsat.py) or
+HiGHS (``solver``, below: HiGHS is the default for coarse groups).
 
 The policy builds the model of the problem's groups (scheduled as pieces, or as Moirai's blocks where the
 pieces would be many: policies/exact/quotient.py), solves it within ``time_limit_s`` (the whole schedule
@@ -6,7 +7,8 @@ hinted from ``warm_start``'s first candidate, else from the best single GPU), an
 with the measurer as every policy does. The model only approximates the measurer (pieces run as blocks,
 activations are not in its memory model), so while time and budget remain and the measurement is worse
 than the model said (or out of memory), it forbids that placement (a no-good cut) and solves again,
-keeping the best measured; it stops when the model's proven bound reaches the best measured step. On
+keeping the best measured; it stops when a proven bound reaches the best measured step (with the dispatch
+rule the free-order model's, below), else at the budget or the time limit. On
 single-op groups, where the model is a relaxation of the simulator (or, with the dispatch rule, equal to
 it), this makes ``exact`` exact with respect to the simulator.
 
@@ -36,6 +38,7 @@ search that runs several policies goes on with the others.
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from dataclasses import dataclass, replace
 
@@ -206,7 +209,7 @@ class ExactPolicy:
 
     def _check_options(self) -> None:
         limit = self.time_limit_s
-        if not (isinstance(limit, (int, float)) and limit > 0 and math.isfinite(limit)):
+        if isinstance(limit, bool) or not (isinstance(limit, numbers.Real) and limit > 0 and math.isfinite(limit)):
             raise PlacerError(f"exact: time_limit_s must be a positive number of seconds, got {self.time_limit_s!r}")
         if self.solver not in SOLVERS:
             raise PlacerError(f"exact: unknown solver {self.solver!r} (known: {', '.join(SOLVERS)})")
@@ -214,11 +217,13 @@ class ExactPolicy:
             raise PlacerError(f"exact: dispatch must be auto, on or off, got {self.dispatch!r}")
         if self.split not in ("auto", *SPLITS):
             raise PlacerError(f"exact: split must be auto, {' or '.join(SPLITS)}, got {self.split!r}")
-        if self.max_rounds is not None and not int(self.max_rounds) >= 1:
+        if self.max_rounds is not None and not _is_count(self.max_rounds):
             raise PlacerError(f"exact: max_rounds must be at least 1, got {self.max_rounds!r}")
-        if self.work_limit is not None and not (self.work_limit > 0 and math.isfinite(self.work_limit)):
+        work = self.work_limit
+        if work is not None and (isinstance(work, bool) or not (isinstance(work, numbers.Real) and work > 0
+                                                                and math.isfinite(work))):
             raise PlacerError(f"exact: work_limit must be a positive finite number, got {self.work_limit!r}")
-        if self.num_workers is not None and not int(self.num_workers) >= 1:
+        if self.num_workers is not None and not _is_count(self.num_workers):
             raise PlacerError(f"exact: num_workers must be at least 1, got {self.num_workers!r}")
 
     def _hint(self, problem: PlacementProblem) -> tuple[np.ndarray, str]:
@@ -235,11 +240,12 @@ class ExactPolicy:
         hint, hint_name = self._hint(problem)
         counter.measure([problem.expand(hint)])
         status = first.status if first is not None else "unknown"
+        bound_s = first.bound_s if first is not None and status != "unknown" else math.nan  # unknown: CP-SAT's is 0
         notes = (f"the solver found no placement of the {quotient.num_groups} groups within {self.time_limit_s:g} s "
                  f"({status}): returning {hint_name}")
         result = search_result(self.name, problem, counter, notes=notes)
         return replace(result, stop_reason="time_limit", solver_status=f"{status}, no solution",
-                       solver_bound_s=first.bound_s if first is not None else math.nan)
+                       solver_bound_s=bound_s)
 
     def _result(self, problem, counter: BudgetedMeasurer, run: "SolveRun", quotient: QuotientGraph,
                 dispatch: bool) -> PolicyResult:
@@ -264,6 +270,11 @@ class ExactPolicy:
 
 
 BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
+
+
+def _is_count(value) -> bool:
+    """An integer of at least 1 (not a bool, a float or a string)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1
 
 
 def _stop_reason(converged: bool, counter: BudgetedMeasurer) -> str:

@@ -93,7 +93,7 @@ def synthetic10():
 
 def test_exact__the_optimum_found_is_said_proven_within_the_ticks_rounding(synthetic10):
     """The free-order bound (0.000368595 s) sits a tick's rounding below the optimum it found (0.000368597 s):
-    that was "model solved, bound reached", never "proven best"."""
+    within that rounding it is "proven best" (it was said "model solved, bound reached")."""
     result = place("exact", synthetic10, SimulatorMeasurer(synthetic10.graph, synthetic10.machine), 20, 0,
                    time_limit_s=30)
     assert "(proven best for the measurer)" in result.notes and result.stop_reason == "converged"
@@ -216,11 +216,32 @@ def test_exact__no_solution_in_time_returns_the_warm_start_and_says_so(rnnlm_pro
     assert math.isnan(result.solver_makespan_s)
 
 
+def test_exact__a_solve_that_ends_unknown_reports_no_bound_not_zero():
+    """CP-SAT stopped with status unknown reports a bound of 0: the fallback said "bound 0 s"."""
+    from policies.base import BudgetedMeasurer, DecisionClock
+    from policies.exact.cpsat import Solution
+
+    graph, machine = random_dag(5, 0), own_channels_machine()
+    problem = make_problem(graph, machine)
+    counter = BudgetedMeasurer(SimulatorMeasurer(graph, machine), 5, problem.capacity_bytes(), DecisionClock(), None)
+    unknown = Solution(None, math.nan, 0.0, "unknown", 0.1)
+    result = ExactPolicy(time_limit_s=1)._fallback(problem, counter, unknown, quotient_graph(problem))
+    assert result.solver_status == "unknown, no solution" and math.isnan(result.solver_bound_s)
+
+
 @pytest.mark.parametrize("limit", [0, -1.0, math.nan])
 def test_exact__a_time_limit_of_zero_or_below_is_refused(limit):
     machine, graph = own_channels_machine(), random_dag(5, 0)
     with pytest.raises(PlacerError, match="time_limit_s must be a positive number"):
         place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=limit)
+
+
+@pytest.mark.parametrize("option", [{"time_limit_s": True}, {"num_workers": "two"}, {"num_workers": 1.5},
+                                    {"work_limit": "much"}, {"work_limit": True}, {"max_rounds": "3"}])
+def test_exact__a_bad_option_is_one_placer_error(option):
+    machine, graph = own_channels_machine(), random_dag(5, 0)
+    with pytest.raises(PlacerError, match="exact: "):
+        place("exact", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 5, 0, **option)
 
 
 def test_exact__too_many_groups_for_the_solver_is_refused():
