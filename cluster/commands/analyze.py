@@ -76,6 +76,10 @@ def print_summaries(summaries) -> None:
     console.print(table)
     _print_proven_bounds(console, summaries)
     for s in summaries:
+        if s.best_baseline_run:
+            console.print(f"{s.run_id}: its best baseline, {s.best_baseline}, was logged by run {s.best_baseline_run} "
+                          f"(same graph, machine, measurer, noise and timing)")
+    for s in summaries:
         for removed in s.removed_devices:
             console.print(f"{s.run_id}: {removed.device} left after {removed.at_measurement} measurements (then "
                           f"{removed.machine_after}); its bests count only placements without it")
