@@ -397,3 +397,28 @@ def test_summarize__a_run_whose_own_baselines_all_failed_takes_a_siblings(tmp_pa
     s = summarize([run, sibling])[0]
     assert (s.best_baseline, s.best_baseline_s) == ("single-gpu", 2.0) and s.best_baseline_run == sibling.name
     assert {b.policy: b.status for b in s.baselines} == {"expert": "oom"}  # its own, as logged
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"resumes": ["x"]}, "resumes ['x'] is not a list of objects"),
+    ({"resumes": "x"}, "resumes 'x' is not a list of objects"),
+    ({"proven_bound_s": 0.5, "proven_bound_holds_for": ["a"]}, "proven_bound_holds_for ['a'] is not a string or null"),
+    ({"graph_file": 5}, "graph_file 5 is not a string or null"),  # no lower bound recorded: the graph is looked for
+])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_analyze__a_manifest_with_a_damaged_record_or_name_is_one_error(tmp_path, capsys, fields, message,
+                                                                           as_json):
+    """Each was a traceback (exit 1): an AttributeError reading a resume's time, a TypeError grouping the
+    proven bounds, a TypeError opening the graph file."""
+    run = write_run(tmp_path)
+    _edit_manifest(run, **fields)
+    assert main(["analyze", str(run), *(["--json"] if as_json else [])]) == 2
+    err = one_placer_error(capsys)
+    assert f"{run / MANIFEST_FILE}: not a valid run manifest ({message})" in err
+
+
+def test_read_manifest__a_null_graph_file_or_proven_bound_text_reads(tmp_path):
+    run = write_run(tmp_path)
+    _edit_manifest(run, graph_file=None, proven_bound_holds_for=None, resumes=[])
+    manifest = runlog.read_manifest(run)
+    assert (manifest.graph_file, manifest.proven_bound_holds_for, manifest.resumes) == ("", None, ())
