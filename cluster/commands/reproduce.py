@@ -104,6 +104,7 @@ def _paper_cells(paper, learned: str) -> dict[str, str]:
 def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()) -> None:
     from cluster.commands.console import text_console
     from rich.table import Table
+    from rich.text import Text
 
     from cluster.experiments import get_experiment
 
@@ -117,7 +118,7 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
         cells = [_fmt(r.methods[m].runtime_s, r.methods[m].status) for m, _ in cols]
         if r.winner:
             i = [m for m, _ in cols].index(r.winner)
-            cells[i] = f"[bold]{cells[i]}[/bold]"
+            cells[i] = Text(cells[i], style="bold")
         gain = "-" if math.isnan(r.rl_gain) else f"{r.rl_gain:+.1%} ({r.best_baseline})"
         lower = "-" if math.isnan(r.lower_bound_s) else f"{r.lower_bound_s:.3f}"
         proven = "-" if math.isnan(r.proven_bound_s) else f"{r.proven_bound_s:.3f}"

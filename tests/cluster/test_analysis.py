@@ -422,3 +422,22 @@ def test_read_manifest__a_null_graph_file_or_proven_bound_text_reads(tmp_path):
     _edit_manifest(run, graph_file=None, proven_bound_holds_for=None, resumes=[])
     manifest = runlog.read_manifest(run)
     assert (manifest.graph_file, manifest.proven_bound_holds_for, manifest.resumes) == ("", None, ())
+
+
+@pytest.mark.parametrize("machine", ["lab[gpu]", "lab[/gpu]"])
+def test_cli_analyze__names_print_as_they_are_not_as_markup(tmp_path, capsys, machine):
+    """rich read names as markup: a machine named lab[gpu] printed as lab, and lab[/gpu] was a MarkupError."""
+    run = write_run(tmp_path)
+    _edit_manifest(run, machine_name=machine, graph_name="g[bold]", proven_bound_s=0.5,
+                   proven_bound_holds_for="every [x] placement")
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"│ g[bold] │ {machine} │" in out
+    assert f"g[bold] on {machine}: proven bound 0.5 s holds for every [x] placement" in out
+
+
+def test_text_console__prints_brackets_as_they_are(capsys):
+    from cluster.commands.console import text_console
+
+    text_console().print("lab[/gpu] lab[gpu] :100:")
+    assert capsys.readouterr().out == "lab[/gpu] lab[gpu] :100:\n"
