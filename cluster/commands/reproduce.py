@@ -47,8 +47,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from dataclasses import asdict
-
     from cluster.experiments import (cell_results, check_experiment_folder, get_experiment, run_experiment,
                                      settings_for)
 
@@ -67,14 +65,33 @@ def run(args) -> int:
     elapsed_s = time.perf_counter() - started
     results = cell_results(experiment, folder)
     if args.json:
-        emit_json({"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
-                   "quick": settings.quick, "selected_rows": list(args.rows),
-                   "settings": asdict(settings),
-                   "folder": str(folder), "elapsed_s": elapsed_s,
-                   "rows": [r.to_json() for r in results]})
+        emit_json(result_json(experiment, settings, results, folder, elapsed_s, args.rows))
     else:
         print_table(experiment, settings, results, folder, elapsed_s, args.rows)
     return 0
+
+
+def result_json(experiment, settings, results, folder, elapsed_s: float, rows=()) -> dict:
+    """The --json payload: ``settings.batch`` is the batch the learned runs used (null when rows differ: each
+    row's ``rl_batch``), not the one a new run would take."""
+    from dataclasses import asdict
+
+    from cluster.experiments import batch_used
+
+    return {"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
+            "quick": settings.quick, "selected_rows": list(rows),
+            "settings": {**asdict(settings), "batch": batch_used(results, settings.batch)},
+            "folder": str(folder), "elapsed_s": elapsed_s, "rows": [r.to_json() for r in results]}
+
+
+def _batch_text(settings, results) -> str:
+    """The RL batch the rows used: one number, or each row's when a resumed run kept another."""
+    from cluster.experiments import batch_used
+
+    batch = batch_used(results, settings.batch)
+    if batch is not None:
+        return str(batch)
+    return ", ".join(f"{r.rl_batch} ({r.cell.graph} on {r.cell.gpus} GPUs)" for r in results if r.rl_batch is not None)
 
 
 def _print_event(event) -> None:
@@ -143,9 +160,9 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
                   f"of the searched groups ({settings.groups} {settings.grouping} groups) when above the lower "
                   f"bound; best x proven: the fastest method over it (heuristics place finer groups and may go "
                   f"below it).")
-    console.print(f"budget {settings.budget} measurements per search (RL batch {settings.batch}), {settings.groups} "
-                  f"groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search wall time "
-                  f"in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
+    console.print(f"budget {settings.budget} measurements per search (RL batch {_batch_text(settings, results)}), "
+                  f"{settings.groups} groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search "
+                  f"wall time in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
     if unfinished:
         console.print(f"unfinished rows: {', '.join(unfinished)}")
     if rows:
