@@ -12,10 +12,23 @@ import time
 
 from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
+from graphs.errors import PlacerError
 
 HEADERS = {"cpu-only": "CPU only", "single-gpu": "1 GPU", "metis": "METIS\n(Scotch/MinCut)", "expert": "expert",
            "m-etf": "m-ETF", "m-sct": "m-SCT", "annealing": "annealing",
            "reinforce": "RL\n(REINFORCE)", "hierarchical": "RL\n(hierarchical)"}
+DEFAULT_OUT = "runs/reproduce"
+
+
+def default_out(quick: bool) -> str:
+    """The folder experiments are made in without --out: quick runs apart from full ones. Checked as --out is."""
+    from argparse import ArgumentTypeError
+
+    text = DEFAULT_OUT + ("-quick" if quick else "")
+    try:
+        return output_folder(text)
+    except ArgumentTypeError as exc:
+        raise PlacerError(f"--out (default {text}): {exc}") from None
 
 
 def columns(experiment) -> tuple[tuple[str, str], ...]:
@@ -39,8 +52,9 @@ def register(subparsers) -> None:
     p.add_argument("--rows", nargs="+", default=(), metavar="ROW",
                    help="run and show only these rows: GRAPH (on every machine) or GRAPH:MACHINE")
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
-    p.add_argument("--out", default="runs/reproduce", metavar="DIR", type=output_folder,
-                   help="folder the experiment folder is made in (default runs/reproduce; --quick adds -quick)")
+    p.add_argument("--out", default=None, metavar="DIR", type=output_folder,
+                   help=f"folder the experiment folder is made in (default {DEFAULT_OUT}; with --quick "
+                        f"{DEFAULT_OUT}-quick)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one (or RAY_ADDRESS)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
@@ -52,7 +66,7 @@ def run(args) -> int:
 
     experiment = get_experiment(args.experiment).select(args.rows)
     settings = settings_for(args.quick, args.measurer, args.budget, args.groups, args.seed)
-    out = args.out + ("-quick" if args.quick and args.out == "runs/reproduce" else "")
+    out = args.out if args.out is not None else default_out(args.quick)
     check_experiment_folder(experiment, out, settings)  # before the banner: bad input is one line
     if args.ray_address:
         from cluster.ray_setup import check_reachable

@@ -351,3 +351,40 @@ def test_print_table__reports_the_rl_batch_the_learned_runs_used(tmp_path, capsy
     assert "(RL batch 2 (rnnlm on 2 GPUs), 4 (rnnlm on 4 GPUs))," in capsys.readouterr().out.replace("\n", " ")
     payload = result_json(experiment, settings, results, folder, 1.0)
     assert payload["settings"]["batch"] is None and [row["rl_batch"] for row in payload["rows"]] == [2, 4]
+
+
+@pytest.mark.parametrize("given, quick, expected", [
+    (None, True, "runs/reproduce-quick"), (None, False, "runs/reproduce"),
+    ("runs/reproduce", True, "runs/reproduce"),  # given explicitly: used as given
+    ("mine", True, "mine"),
+])
+def test_cli_reproduce__out_is_the_folder_given_else_the_default_for_quick_or_full_runs(tmp_path, monkeypatch,
+                                                                                      given, quick, expected):
+    """`--quick --out runs/reproduce` was compared with the default's text and still got -quick appended."""
+    import cluster.experiments
+    from cluster.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    used = []
+
+    def fake_run_experiment(experiment, out, settings, **_):
+        used.append(out)
+        return Path(out) / experiment.name
+
+    monkeypatch.setattr(cluster.experiments, "run_experiment", fake_run_experiment)
+    args = ["reproduce", "mirhoseini2017", "--rows", "rnnlm:paper-2gpu", "--json", *(["--quick"] if quick else [])]
+    assert main([*args, *(["--out", given] if given is not None else [])]) == 0
+    assert used == [expected]
+
+
+def test_cli_reproduce__a_default_out_under_a_file_is_one_error(tmp_path, monkeypatch, capsys):
+    """The default folder is checked as a given --out is (argparse no longer converts a default of None)."""
+    import cluster.experiments
+    from cluster.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("a file")
+    monkeypatch.setattr(cluster.experiments, "run_experiment", lambda *a, **k: pytest.fail("must not run"))
+    assert main(["reproduce", "mirhoseini2017", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("placer: error: --out (default runs/reproduce-quick):")
