@@ -71,7 +71,8 @@ class RunSummary:
     measurements: int  # rows measured (cache hits excluded)
     cache_hits: int
     failures: dict[str, int]  # status -> count, failures only
-    wall_s: float  # manifest start to the last finished measurement
+    wall_s: float  # the sessions' sum: each one's start (the manifest's, then each resume's) to its last
+    # finished measurement; the wait between a stop and its resume is not counted (wall_s_of)
     measurements_per_s: float
     finished: bool  # result.json is there
     baselines: tuple[PolicyBest, ...] = field(default=())  # every other policy tag logged in the run

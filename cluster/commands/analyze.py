@@ -33,7 +33,7 @@ def run(args) -> int:
         from cluster.plots import read_run_to_plot, write_run_plots
 
         to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
-        plots = [write_run_plots(run, args.plots, s.lower_bound_s) for run, s in zip(to_plot, summaries)]
+        plots = [write_run_plots(logged, args.plots, s.lower_bound_s) for logged, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
         for entry, made in zip(payload, plots):
