@@ -65,12 +65,14 @@ class RunSummary:
     lower_bound_s: float  # nan when unknown
     best_baseline_s: float  # best ok row tagged with another policy (this run or a sibling); nan when none
     best_baseline: str  # its policy tag
+    best_baseline_run: str  # the sibling run that logged it; "" when this run did (or there is none)
     ratio_to_lower_bound: float
     ratio_to_best_baseline: float  # < 1: the policy beat every baseline
     measurements: int  # rows measured (cache hits excluded)
     cache_hits: int
     failures: dict[str, int]  # status -> count, failures only
-    wall_s: float  # manifest start to the last finished measurement
+    wall_s: float  # the sessions' sum: each one's start (the manifest's, then each resume's) to its last
+    # finished measurement; the wait between a stop and its resume is not counted (wall_s_of)
     measurements_per_s: float
     finished: bool  # result.json is there
     baselines: tuple[PolicyBest, ...] = field(default=())  # every other policy tag logged in the run
@@ -186,28 +188,63 @@ def run_started_at(manifest: RunManifest) -> pd.Timestamp | None:
 
 
 def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
-    """One summary per run found under ``paths``; a run without baselines of its own takes the best
-    baseline logged by a sibling run of the same graph and machine (e.g. the other runs of an experiment)."""
+    """One summary per run found under ``paths``; a run without an ok baseline of its own takes the best
+    baseline logged by a sibling run measured alike (``comparable_key``: the other runs of an experiment)."""
     runs = find_runs(paths)
     loaded = []
-    baseline_rows: dict[tuple[str, str], list[pd.DataFrame]] = {}  # every run's rows of other policies
+    baseline_rows: dict[tuple, list[pd.DataFrame]] = {}  # every run's rows of other policies
     for run in runs:
         manifest, rows = read_manifest(run), read_run(run)
         usable = rows_without_devices(rows, removed_device_indices(manifest))  # bests count these only
         bests = policy_bests(usable)
-        key = (manifest.graph_hash, manifest.machine_name)
-        baseline_rows.setdefault(key, []).append(usable[usable["policy"] != manifest.policy])
+        others = usable[usable["policy"] != manifest.policy].assign(**{LOGGED_BY: manifest.run_id})
+        baseline_rows.setdefault(comparable_key(manifest), []).append(others)
         loaded.append((run, manifest, rows, usable, bests))
     pooled = {key: pd.concat(frames, ignore_index=True) for key, frames in baseline_rows.items()}
-    return [_summary(run, manifest, rows, usable, bests, _own_baselines(manifest, bests) or _sibling_baselines(
-                pooled[(manifest.graph_hash, manifest.machine_name)], manifest))
+    return [_summary(run, manifest, rows, usable, bests, _baseline_pool(manifest, bests, pooled))
             for run, manifest, rows, usable, bests in loaded]
 
 
-def _sibling_baselines(rows: pd.DataFrame, manifest: RunManifest) -> list[PolicyBest]:
-    """The best of each baseline the runs of this graph and machine logged (``rows``), on the devices this
-    run kept (a device that left this run would make a sibling's placement one it can no longer run)."""
-    return list(policy_bests(rows_without_devices(rows, removed_device_indices(manifest))).values())
+LOGGED_BY = "_logged_by"  # column of the pooled rows: the run id that logged each
+
+
+def comparable_key(manifest: RunManifest) -> tuple:
+    """What makes two runs' step times comparable: one graph, one machine, and one measurer with the same
+    noise, timed runs, warmup and estimator (a noisy search's single-gpu is no baseline of a noiseless run)."""
+    config = manifest.config
+    noise_std = config.get("noise_std") or 0.0  # `placer baselines` has no --noise: 0
+    return (manifest.graph_hash, manifest.machine_name, str(config.get("measurer", "sim")),
+            _hashable(noise_std), manifest.runs, manifest.warmup, manifest.estimator)
+
+
+def _hashable(value):
+    return value if isinstance(value, (int, float, str)) else repr(value)
+
+
+@dataclass(frozen=True)
+class BaselinePool:
+    bests: list[PolicyBest]  # the best of each baseline policy
+    logged_by: dict[str, str]  # policy -> run id of a sibling that logged its best ("" for the run's own)
+
+
+def _baseline_pool(manifest: RunManifest, bests: dict[str, PolicyBest],
+                   pooled: dict[tuple, pd.DataFrame]) -> BaselinePool:
+    """The run's own baselines when one of them was ok, else its comparable siblings'."""
+    own = _own_baselines(manifest, bests)
+    if any(b.status == "ok" for b in own):
+        return BaselinePool(own, {})
+    return _sibling_baselines(pooled[comparable_key(manifest)], manifest)
+
+
+def _sibling_baselines(rows: pd.DataFrame, manifest: RunManifest) -> BaselinePool:
+    """The best of each baseline the comparable runs logged (``rows``), on the devices this run kept (a
+    device that left this run would make a sibling's placement one it can no longer run)."""
+    kept = rows_without_devices(rows, removed_device_indices(manifest))
+    bests = policy_bests(kept)
+    ok = kept[kept["status"] == "ok"].sort_values("runtime_s", kind="stable")
+    first = ok.drop_duplicates("policy")
+    logged_by = {str(p): ("" if r == manifest.run_id else str(r)) for p, r in zip(first["policy"], first[LOGGED_BY])}
+    return BaselinePool(list(bests.values()), logged_by)
 
 
 def _own_baselines(manifest: RunManifest, bests: dict[str, PolicyBest]) -> list[PolicyBest]:
@@ -215,7 +252,7 @@ def _own_baselines(manifest: RunManifest, bests: dict[str, PolicyBest]) -> list[
 
 
 def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.DataFrame,
-             bests: dict[str, PolicyBest], pool: list[PolicyBest]) -> RunSummary:
+             bests: dict[str, PolicyBest], pool: BaselinePool) -> RunSummary:
     """``rows``: the whole log; ``usable``: those on devices the run kept; ``bests``: policy_bests(usable)."""
     own = bests.get(manifest.policy)
     own_best = own.runtime_s if own is not None else math.nan
@@ -224,7 +261,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     finished = read_result_json(run) is not None
     if manifest.policy == BASELINES_POLICY:  # a `placer baselines --out` run: its best is the best baseline
         own_best, finished = overall, (run / BASELINES_FILE).is_file()
-    ok_pool = [b for b in pool if b.status == "ok"]
+    ok_pool = [b for b in pool.bests if b.status == "ok"]
     baseline = min(ok_pool, key=lambda b: b.runtime_s) if ok_pool else None
     measured = rows[~rows["cache_hit"].astype(bool)]
     failures = {str(k): int(v) for k, v in rows.loc[rows["status"] != "ok", "status"].value_counts().items()}
@@ -236,6 +273,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         run_dir=str(run), run_id=manifest.run_id, graph=manifest.graph_name, machine=manifest.machine_name,
         policy=manifest.policy, best_runtime_s=own_best, best_overall_s=overall, lower_bound_s=lower,
         best_baseline_s=baseline_s, best_baseline=baseline.policy if baseline is not None else "",
+        best_baseline_run=pool.logged_by.get(baseline.policy, "") if baseline is not None else "",
         ratio_to_lower_bound=_ratio(own_best, lower), ratio_to_best_baseline=_ratio(own_best, baseline_s),
         measurements=len(measured), cache_hits=len(rows) - len(measured), failures=failures, wall_s=wall_s,
         measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,

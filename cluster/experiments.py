@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.base import check_seed
 from policies.registry import policy_entry
@@ -364,6 +364,7 @@ class CellResult:
     finished: bool
     proven_bound_s: float = math.nan  # best proven bound of the cell's searched groups (from its run folders)
     proven_bound_holds_for: str = ""
+    rl_batch: int | None = None  # the batch its learned run searched with (its manifest's); None: not run
 
     @property
     def ratio_to_proven_bound(self) -> float:
@@ -390,13 +391,15 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
 
     methods = {m: MethodResult(math.nan, "not run") for m in experiment.methods}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
-    proven, proven_for = math.nan, ""
+    proven, proven_for, rl_batch = math.nan, "", None
     for policy in experiment.searches:
         run_dir = find_cell_run(cell_dir, policy)
         if run_dir is None:
             finished = False
             continue
         manifest, rows = read_manifest(run_dir), read_run(run_dir)
+        if policy == experiment.learned:
+            rl_batch = _batch_of(manifest.config)
         for tag, best in policy_bests(rows).items():
             if tag in methods:
                 methods[tag] = MethodResult(best.runtime_s, best.status)
@@ -415,7 +418,21 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
     winner = _best_of(methods, experiment.methods)
     claims = _claims(experiment, cell, methods, gain, baseline)
     return CellResult(cell, experiment.learned, methods, lower, gain, baseline, winner, claims, tuple(runs),
-                      measured, wall, finished, proven, proven_for)
+                      measured, wall, finished, proven, proven_for, rl_batch)
+
+
+def _batch_of(config: dict) -> int | None:
+    batch = config.get("batch")
+    return int(batch) if is_whole_number(batch) else None
+
+
+def batch_used(results: Sequence[CellResult], planned: int) -> int | None:
+    """The RL batch the rows' learned runs searched with: ``planned`` when none ran, None when they differ (a
+    run resumed at a larger --budget keeps the batch it started with; see ``CellResult.rl_batch``)."""
+    used = {r.rl_batch for r in results if r.rl_batch is not None}
+    if not used:
+        return planned
+    return used.pop() if len(used) == 1 else None
 
 
 def _best_of(methods: dict[str, MethodResult], names) -> str:

@@ -102,7 +102,7 @@ class RunManifest:
         try:
             data = json.loads(text)
             data["command"] = tuple(data["command"])
-            data["resumes"] = tuple(data.get("resumes", ()))
+            data["resumes"] = tuple(_objects(data.get("resumes", []), "resumes"))
             data["device_removals"] = tuple(data.get("device_removals", ()))
             names = {f.name for f in dataclasses.fields(RunManifest)}
             for name in ("lower_bound_s", "proven_bound_s"):  # read as figures by analyze and reproduce
@@ -111,6 +111,10 @@ class RunManifest:
             for name, kind in _MANIFEST_FIELD_TYPES.items():  # read as such by every command
                 if name in data and not isinstance(data[name], kind):
                     raise ValueError(f"{name} {data[name]!r} is not {_KIND_NAMES[kind]}")
+            for name in _MANIFEST_TEXT_OR_NULL:  # analyze prints them and opens the graph file
+                if data.get(name) is not None and not isinstance(data[name], str):
+                    raise ValueError(f"{name} {data[name]!r} is not a string or null")
+            data["graph_file"] = data.get("graph_file") or ""
             _check_removal_records(data["device_removals"])
             return RunManifest(**{k: v for k, v in data.items() if k in names})
         except (ValueError, KeyError, TypeError) as exc:
@@ -120,6 +124,14 @@ class RunManifest:
 _MANIFEST_FIELD_TYPES = {"run_id": str, "config": dict, "graph_name": str, "graph_hash": str, "machine_name": str,
                          "machine": dict, "policy": str}
 _KIND_NAMES = {str: "a string", dict: "a JSON object"}
+_MANIFEST_TEXT_OR_NULL = ("graph_file", "proven_bound_holds_for")
+
+
+def _objects(records, name: str) -> list[dict]:
+    """A list of JSON objects (``resumes``: analyze reads each record's time)."""
+    if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
+        raise ValueError(f"{name} {records!r} is not a list of objects")
+    return records
 
 
 def _check_removal_records(records) -> None:

@@ -33,7 +33,7 @@ def run(args) -> int:
         from cluster.plots import read_run_to_plot, write_run_plots
 
         to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
-        plots = [write_run_plots(run, args.plots, s.lower_bound_s) for run, s in zip(to_plot, summaries)]
+        plots = [write_run_plots(logged, args.plots, s.lower_bound_s) for logged, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
         for entry, made in zip(payload, plots):
@@ -75,6 +75,10 @@ def print_summaries(summaries) -> None:
     console = text_console(width=240)
     console.print(table)
     _print_proven_bounds(console, summaries)
+    for s in summaries:
+        if s.best_baseline_run:
+            console.print(f"{s.run_id}: its best baseline, {s.best_baseline}, was logged by run {s.best_baseline_run} "
+                          f"(same graph, machine, measurer, noise and timing)")
     for s in summaries:
         for removed in s.removed_devices:
             console.print(f"{s.run_id}: {removed.device} left after {removed.at_measurement} measurements (then "

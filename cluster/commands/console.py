@@ -4,11 +4,12 @@ from __future__ import annotations
 
 
 def text_console(**options):
-    """A rich Console that prints names as they are: rich's emoji codes turned ``synthetic:100:0`` into
-    ``synthetic💯0``."""
+    """A rich Console that prints names as they are, in its tables and lines alike: rich's emoji codes turned
+    ``synthetic:100:0`` into ``synthetic💯0``, and its markup printed a machine named ``lab[gpu]`` as ``lab``
+    (``lab[/gpu]`` was a MarkupError). Style a cell with ``rich.text.Text(..., style=...)``."""
     from rich.console import Console
 
-    return Console(emoji=False, **options)
+    return Console(emoji=False, markup=False, **options)
 
 
 def seconds_text(seconds: float) -> str:

@@ -12,10 +12,23 @@ import time
 
 from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
+from graphs.errors import PlacerError
 
 HEADERS = {"cpu-only": "CPU only", "single-gpu": "1 GPU", "metis": "METIS\n(Scotch/MinCut)", "expert": "expert",
            "m-etf": "m-ETF", "m-sct": "m-SCT", "annealing": "annealing",
            "reinforce": "RL\n(REINFORCE)", "hierarchical": "RL\n(hierarchical)"}
+DEFAULT_OUT = "runs/reproduce"
+
+
+def default_out(quick: bool) -> str:
+    """The folder experiments are made in without --out: quick runs apart from full ones. Checked as --out is."""
+    from argparse import ArgumentTypeError
+
+    text = DEFAULT_OUT + ("-quick" if quick else "")
+    try:
+        return output_folder(text)
+    except ArgumentTypeError as exc:
+        raise PlacerError(f"--out (default {text}): {exc}") from None
 
 
 def columns(experiment) -> tuple[tuple[str, str], ...]:
@@ -39,22 +52,21 @@ def register(subparsers) -> None:
     p.add_argument("--rows", nargs="+", default=(), metavar="ROW",
                    help="run and show only these rows: GRAPH (on every machine) or GRAPH:MACHINE")
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
-    p.add_argument("--out", default="runs/reproduce", metavar="DIR", type=output_folder,
-                   help="folder the experiment folder is made in (default runs/reproduce; --quick adds -quick)")
+    p.add_argument("--out", default=None, metavar="DIR", type=output_folder,
+                   help=f"folder the experiment folder is made in (default {DEFAULT_OUT}; with --quick "
+                        f"{DEFAULT_OUT}-quick)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one (or RAY_ADDRESS)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from dataclasses import asdict
-
     from cluster.experiments import (cell_results, check_experiment_folder, get_experiment, run_experiment,
                                      settings_for)
 
     experiment = get_experiment(args.experiment).select(args.rows)
     settings = settings_for(args.quick, args.measurer, args.budget, args.groups, args.seed)
-    out = args.out + ("-quick" if args.quick and args.out == "runs/reproduce" else "")
+    out = args.out if args.out is not None else default_out(args.quick)
     check_experiment_folder(experiment, out, settings)  # before the banner: bad input is one line
     if args.ray_address:
         from cluster.ray_setup import check_reachable
@@ -67,14 +79,33 @@ def run(args) -> int:
     elapsed_s = time.perf_counter() - started
     results = cell_results(experiment, folder)
     if args.json:
-        emit_json({"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
-                   "quick": settings.quick, "selected_rows": list(args.rows),
-                   "settings": asdict(settings),
-                   "folder": str(folder), "elapsed_s": elapsed_s,
-                   "rows": [r.to_json() for r in results]})
+        emit_json(result_json(experiment, settings, results, folder, elapsed_s, args.rows))
     else:
         print_table(experiment, settings, results, folder, elapsed_s, args.rows)
     return 0
+
+
+def result_json(experiment, settings, results, folder, elapsed_s: float, rows=()) -> dict:
+    """The --json payload: ``settings.batch`` is the batch the learned runs used (null when rows differ: each
+    row's ``rl_batch``), not the one a new run would take."""
+    from dataclasses import asdict
+
+    from cluster.experiments import batch_used
+
+    return {"experiment": experiment.name, "title": experiment.title, "learned": experiment.learned,
+            "quick": settings.quick, "selected_rows": list(rows),
+            "settings": {**asdict(settings), "batch": batch_used(results, settings.batch)},
+            "folder": str(folder), "elapsed_s": elapsed_s, "rows": [r.to_json() for r in results]}
+
+
+def _batch_text(settings, results) -> str:
+    """The RL batch the rows used: one number, or each row's when a resumed run kept another."""
+    from cluster.experiments import batch_used
+
+    batch = batch_used(results, settings.batch)
+    if batch is not None:
+        return str(batch)
+    return ", ".join(f"{r.rl_batch} ({r.cell.graph} on {r.cell.gpus} GPUs)" for r in results if r.rl_batch is not None)
 
 
 def _print_event(event) -> None:
@@ -104,6 +135,7 @@ def _paper_cells(paper, learned: str) -> dict[str, str]:
 def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()) -> None:
     from cluster.commands.console import text_console
     from rich.table import Table
+    from rich.text import Text
 
     from cluster.experiments import get_experiment
 
@@ -117,7 +149,7 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
         cells = [_fmt(r.methods[m].runtime_s, r.methods[m].status) for m, _ in cols]
         if r.winner:
             i = [m for m, _ in cols].index(r.winner)
-            cells[i] = f"[bold]{cells[i]}[/bold]"
+            cells[i] = Text(cells[i], style="bold")
         gain = "-" if math.isnan(r.rl_gain) else f"{r.rl_gain:+.1%} ({r.best_baseline})"
         lower = "-" if math.isnan(r.lower_bound_s) else f"{r.lower_bound_s:.3f}"
         proven = "-" if math.isnan(r.proven_bound_s) else f"{r.proven_bound_s:.3f}"
@@ -142,9 +174,9 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
                   f"of the searched groups ({settings.groups} {settings.grouping} groups) when above the lower "
                   f"bound; best x proven: the fastest method over it (heuristics place finer groups and may go "
                   f"below it).")
-    console.print(f"budget {settings.budget} measurements per search (RL batch {settings.batch}), {settings.groups} "
-                  f"groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search wall time "
-                  f"in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
+    console.print(f"budget {settings.budget} measurements per search (RL batch {_batch_text(settings, results)}), "
+                  f"{settings.groups} groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search "
+                  f"wall time in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
     if unfinished:
         console.print(f"unfinished rows: {', '.join(unfinished)}")
     if rows:

@@ -363,3 +363,81 @@ def test_cli_analyze__a_manifest_with_a_damaged_figure_is_one_error(tmp_path, ca
     assert main(["analyze", str(run)]) == 2
     err = one_placer_error(capsys)
     assert str(run / MANIFEST_FILE) in err and message in err
+
+
+def _edit_manifest(run: Path, config: dict | None = None, **fields) -> None:
+    """The run's manifest with ``fields`` set and ``config`` merged into its config."""
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    manifest.update(fields)
+    manifest["config"] = {**manifest["config"], **(config or {})}
+    (run / MANIFEST_FILE).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("config, fields", [({"noise_std": 0.5}, {}), ({"measurer": "torch"}, {}),
+                                             ({}, {"runs": 3}), ({}, {"warmup": 0}), ({}, {"estimator": "min"})])
+def test_summarize__a_sibling_measured_otherwise_lends_no_baseline(tmp_path, capsys, config, fields):
+    """A reproduce annealing run (no baselines of its own) took the fastest baseline of every run of its graph
+    and machine: a `search --noise 0.5` run named beside it lent its noisy single-gpu (1.582 instead of 1.470)."""
+    run = write_run(tmp_path / "run", rows=[("annealing", 1.5, "ok", False)])
+    alike = write_run(tmp_path / "alike", policy="reinforce", rows=[("expert", 2.0, "ok", False)])
+    other = write_run(tmp_path / "other", policy="random", rows=[("single-gpu", 1.0, "ok", False)])
+    _edit_manifest(other, config, **fields)
+    s = summarize([run, alike, other])[0]
+    assert (s.best_baseline, s.best_baseline_s) == ("expert", 2.0) and s.best_baseline_run == alike.name
+    assert s.ratio_to_best_baseline == pytest.approx(0.75)
+    assert main(["analyze", str(run), str(alike), str(other)]) == 0
+    out = capsys.readouterr().out.replace("\n", "")
+    assert f"{run.name}: its best baseline, expert, was logged by run {alike.name}" in out
+
+
+def test_summarize__a_run_whose_own_baselines_all_failed_takes_a_siblings(tmp_path):
+    """Its own baselines (an oom) made the list non-empty, so the siblings' were never consulted."""
+    run = write_run(tmp_path / "run", rows=[("expert", 9.0, "oom", False), ("annealing", 1.5, "ok", False)])
+    sibling = write_run(tmp_path / "sibling", policy="reinforce", rows=[("single-gpu", 2.0, "ok", False)])
+    s = summarize([run, sibling])[0]
+    assert (s.best_baseline, s.best_baseline_s) == ("single-gpu", 2.0) and s.best_baseline_run == sibling.name
+    assert {b.policy: b.status for b in s.baselines} == {"expert": "oom"}  # its own, as logged
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"resumes": ["x"]}, "resumes ['x'] is not a list of objects"),
+    ({"resumes": "x"}, "resumes 'x' is not a list of objects"),
+    ({"proven_bound_s": 0.5, "proven_bound_holds_for": ["a"]}, "proven_bound_holds_for ['a'] is not a string or null"),
+    ({"graph_file": 5}, "graph_file 5 is not a string or null"),  # no lower bound recorded: the graph is looked for
+])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_cli_analyze__a_manifest_with_a_damaged_record_or_name_is_one_error(tmp_path, capsys, fields, message,
+                                                                           as_json):
+    """Each was a traceback (exit 1): an AttributeError reading a resume's time, a TypeError grouping the
+    proven bounds, a TypeError opening the graph file."""
+    run = write_run(tmp_path)
+    _edit_manifest(run, **fields)
+    assert main(["analyze", str(run), *(["--json"] if as_json else [])]) == 2
+    err = one_placer_error(capsys)
+    assert f"{run / MANIFEST_FILE}: not a valid run manifest ({message})" in err
+
+
+def test_read_manifest__a_null_graph_file_or_proven_bound_text_reads(tmp_path):
+    run = write_run(tmp_path)
+    _edit_manifest(run, graph_file=None, proven_bound_holds_for=None, resumes=[])
+    manifest = runlog.read_manifest(run)
+    assert (manifest.graph_file, manifest.proven_bound_holds_for, manifest.resumes) == ("", None, ())
+
+
+@pytest.mark.parametrize("machine", ["lab[gpu]", "lab[/gpu]"])
+def test_cli_analyze__names_print_as_they_are_not_as_markup(tmp_path, capsys, machine):
+    """rich read names as markup: a machine named lab[gpu] printed as lab, and lab[/gpu] was a MarkupError."""
+    run = write_run(tmp_path)
+    _edit_manifest(run, machine_name=machine, graph_name="g[bold]", proven_bound_s=0.5,
+                   proven_bound_holds_for="every [x] placement")
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert f"│ g[bold] │ {machine} │" in out
+    assert f"g[bold] on {machine}: proven bound 0.5 s holds for every [x] placement" in out
+
+
+def test_text_console__prints_brackets_as_they_are(capsys):
+    from cluster.commands.console import text_console
+
+    text_console().print("lab[/gpu] lab[gpu] :100:")
+    assert capsys.readouterr().out == "lab[/gpu] lab[gpu] :100:\n"

@@ -15,7 +15,7 @@ from test_analysis import write_run
 
 import cluster.jobs
 from cluster.runlog import RESULT_FILE
-from cluster.commands.reproduce import columns
+from cluster.commands.reproduce import columns, print_table, result_json
 from cluster.experiments import (EXPERIMENT_FILE, PAPER_BASELINES, cell_results, get_experiment, run_experiment,
                                  settings_for)
 from graphs.errors import PlacerError
@@ -319,3 +319,72 @@ def test_cell_results__hierarchical_side_claims_same_as_one_gpu_and_missing_expe
     assert expert.holds and "same" in expert.paper and "same" in expert.here
     assert rl.holds and "tie" in rl.here and metis.holds
     assert results["resnet-50"].claims[2].holds is None and "not run" in results["resnet-50"].claims[2].here
+
+
+def _set_learner_batches(folder: Path, batches: list[int]) -> None:
+    """The learned runs' manifests (in cell order) record these batches."""
+    for learner, batch in zip(sorted(folder.glob("*/*__reinforce__*")), batches, strict=True):
+        manifest = json.loads((learner / "manifest.json").read_text())
+        manifest["config"]["batch"] = batch
+        (learner / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_print_table__reports_the_rl_batch_the_learned_runs_used(tmp_path, capsys):
+    """`reproduce --quick --budget 2` then `--budget 8`: the footer and --json said batch 4 (the settings'),
+    but the learners resumed with the batch 2 they started with."""
+    experiment = get_experiment("mirhoseini2017").select(("rnnlm",))
+    folder = tmp_path / "mirhoseini2017"
+    for cell in experiment.cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"single-gpu": 2.0, "reinforce": 1.0}, 1.5)
+    settings = settings_for(quick=True, budget=8)
+    assert settings.batch == 4
+    _set_learner_batches(folder, [2, 2])
+    results = cell_results(experiment, folder)
+    print_table(experiment, settings, results, folder, 1.0)
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "(RL batch 2)," in out and "[bold]" not in out  # the winner is bold, not marked up
+    payload = result_json(experiment, settings, results, folder, 1.0)
+    assert payload["settings"]["batch"] == 2 and [row["rl_batch"] for row in payload["rows"]] == [2, 2]
+    _set_learner_batches(folder, [2, 4])
+    results = cell_results(experiment, folder)
+    print_table(experiment, settings, results, folder, 1.0)
+    assert "(RL batch 2 (rnnlm on 2 GPUs), 4 (rnnlm on 4 GPUs))," in capsys.readouterr().out.replace("\n", " ")
+    payload = result_json(experiment, settings, results, folder, 1.0)
+    assert payload["settings"]["batch"] is None and [row["rl_batch"] for row in payload["rows"]] == [2, 4]
+
+
+@pytest.mark.parametrize("given, quick, expected", [
+    (None, True, "runs/reproduce-quick"), (None, False, "runs/reproduce"),
+    ("runs/reproduce", True, "runs/reproduce"),  # given explicitly: used as given
+    ("mine", True, "mine"),
+])
+def test_cli_reproduce__out_is_the_folder_given_else_the_default_for_quick_or_full_runs(tmp_path, monkeypatch,
+                                                                                      given, quick, expected):
+    """`--quick --out runs/reproduce` was compared with the default's text and still got -quick appended."""
+    import cluster.experiments
+    from cluster.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    used = []
+
+    def fake_run_experiment(experiment, out, settings, **_):
+        used.append(out)
+        return Path(out) / experiment.name
+
+    monkeypatch.setattr(cluster.experiments, "run_experiment", fake_run_experiment)
+    args = ["reproduce", "mirhoseini2017", "--rows", "rnnlm:paper-2gpu", "--json", *(["--quick"] if quick else [])]
+    assert main([*args, *(["--out", given] if given is not None else [])]) == 0
+    assert used == [expected]
+
+
+def test_cli_reproduce__a_default_out_under_a_file_is_one_error(tmp_path, monkeypatch, capsys):
+    """The default folder is checked as a given --out is (argparse no longer converts a default of None)."""
+    import cluster.experiments
+    from cluster.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").write_text("a file")
+    monkeypatch.setattr(cluster.experiments, "run_experiment", lambda *a, **k: pytest.fail("must not run"))
+    assert main(["reproduce", "mirhoseini2017", "--quick"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("placer: error: --out (default runs/reproduce-quick):")
