@@ -274,6 +274,15 @@ def test_baselines_on_nmt2__single_gpu_oom_as_the_memory_model_says_and_feasible
     assert all(t >= table.lower_bound_s * (1 - 1e-9) for t, _ in feasible)
 
 
+def test_baselines__a_zero_second_single_gpu_step_gives_no_ratio_instead_of_dividing_by_zero(machine):
+    from policies.table import run_baselines
+
+    graph = build_graph([(0, 1), (1, 2), (0, 3)], 4, kinds=["aten.view"] * 4, name="zerocost")  # views cost 0 s
+    table = run_baselines(problem_for(graph, machine), SimMeasurer(graph, machine), ["m-etf"], budget=1)
+    assert table.single_gpu_s == 0.0
+    assert table.rows[0].status == "ok" and np.isnan(table.rows[0].ratio_to_single_gpu)
+
+
 def test_annealing__warm_start_is_among_its_starts_and_bad_ones_are_refused():
     """Annealing takes the learners' warm start too: the candidates, collapsed onto its groups, are
     measured with its own starts and the chains begin at the best, so it never ends above them."""
