@@ -43,6 +43,15 @@ def gpus_hold_the_model(problem: PlacementProblem) -> bool:
     return bool(gpus) and unit_bytes.sum() <= problem.usable_bytes()[gpus].sum()
 
 
+def memory_model_devices(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:
+    """(K,) devices whose memory the memory model must fit in: the candidates of the ops that may run on a
+    GPU. A device that is a candidate only for ops no GPU may run (the CPU of a CPU-only op, which
+    ``candidate_devices`` adds) holds those ops, not the model: counting its memory would pick a model the
+    GPUs cannot hold (``gpus_hold_the_model`` counts the GPUs too)."""
+    on_gpu = cand[:, problem.gpu_indices()].any(axis=1)  # (N,) bool
+    return np.flatnonzero(cand[on_gpu].any(axis=0) if on_gpu.any() else cand.any(axis=0))
+
+
 def bottom_level_s(problem: PlacementProblem, op_cost_s: np.ndarray, edge_cost_s: np.ndarray) -> np.ndarray:
     """(N,) longest path (op + edge costs) from each op to an exit, the op's own cost included."""
     graph = problem.graph
@@ -84,7 +93,7 @@ class Reservations:
         self.static = cand & problem.unit_allowed[problem.op_unit]  # (N, D) bool
         self.unit_device = np.full(problem.num_units, -1, dtype=np.int64)  # (U,), -1 while unplaced
         self.used_bytes = np.zeros(problem.num_devices, dtype=np.int64)  # (D,)
-        devices = np.flatnonzero(cand.any(axis=0))
+        devices = memory_model_devices(problem, cand)
         self.unit_bytes, self.model_used = unit_memory_bytes(problem, memory_model, devices)  # (U,)
         self.capacity = problem.usable_bytes()  # (D,)
         self.overflowed = 0  # units placed although no candidate device had room

@@ -169,6 +169,18 @@ def test_memory_aware_policy__fits_when_one_gpu_is_too_small_but_two_are_enough(
     assert max(result.best.peak_bytes) <= 8 * 10**9
 
 
+def test_m_etf__a_cpu_only_op_does_not_make_the_gpus_take_the_memory_model_only_the_cpu_could_hold(machine):
+    from policies.baechi import EtfScheduler
+
+    # 6 x 100 MB outputs (conservative: 600 MB) on two 200 MB GPUs; one op may only run on the CPU (256 GB)
+    cpu = kind_bit("cpu")
+    graph = build_graph([(i, i + 1, 10**6) for i in range(5)], flops=[1e9] * 6, out_bytes=[10**8] * 6,
+                        allowed_mask=[3, 3, cpu, 3, 3, 3])
+    problem = problem_for(graph, with_gpu_memory(machine, 2 * 10**8))
+    reservations = EtfScheduler(problem).run().reservations
+    assert reservations.model_used.startswith("saved") and reservations.overflowed == 0
+
+
 def test_round_robin__deals_units_to_gpus_in_topological_order(machine):
     graph = build_graph([(0, 1), (1, 2), (2, 3)])
     result = make_policy("round-robin").place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
