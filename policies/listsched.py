@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from typing import Callable
 
 import numpy as np
 
@@ -299,6 +300,7 @@ class TransferBook:
         self.version = 0
         self.position = problem.graph.topo_position.tolist()  # (N,) topological position of each op
         self.inputs = _inputs_by_producer(problem)  # per op: [(producer, bytes)] in topological order
+        self.on_booked: Callable[[int], None] | None = None  # called with the producer of each new transfer
 
     @property
     def channel_free_s(self) -> list[float]:
@@ -353,6 +355,8 @@ class TransferBook:
             job.start_s, job.end_s = start_s, start_s + job.duration_s
         for booking in new:
             self.booked[booking.producer, booking.dst] = booking
+            if self.on_booked is not None:
+                self.on_booked(booking.producer)
         if new:
             self.version += 1
 

@@ -238,6 +238,27 @@ def test_fifo_device__an_op_ready_earlier_runs_before_the_queued_one_as_the_simu
     assert device.add(0, 2.0, 0.5) == (2.5, 3.0)  # after op2, pushed to 1.5-2.5
 
 
+@pytest.mark.parametrize("machine_name", ("paper-2gpu", "paper-4gpu"))
+def test_heft__its_own_times_stay_consistent_when_an_op_goes_ahead_of_queued_ones(machine_name):
+    """An op queued ahead of others pushes them later: their finish times, the transfers of their outputs
+    and their readers must not rely on the earlier times (they did: a third of the transfers started
+    before their producer ended)."""
+    from policies.heft import heft_run
+
+    problem = make_problem(synthetic_graph(200, seed=1), load_machine(machine_name)).at_op_level()
+    run = heft_run(problem)
+    for device in run.timelines:
+        for op, job in device.job_of.items():
+            assert run.finish_s[op] == job.end_s, f"op {op}: finish_s is not its end in the device queue"
+    graph = problem.graph
+    for booking in run.book.booked.values():
+        assert booking.start_s >= run.finish_s[booking.producer] - 1e-12, "a transfer starts before its producer ends"
+    for src, dst in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        job = run.timelines[run.device_of[dst]].job_of.get(dst)
+        if job is not None:
+            assert job.start_s >= run.finish_s[src] - 1e-12, f"op {dst} starts before its input op {src} ends"
+
+
 def test_heft__paper_insertion_timeline_still_available_and_unknown_timeline_refused():
     graph, machine = fork_join_graph(), bus_machine()
     problem = make_problem(graph, machine)
