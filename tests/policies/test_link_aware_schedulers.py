@@ -101,6 +101,17 @@ def test_transfer_book__one_transfer_per_producer_and_device_for_all_its_consume
     assert book.channel_free_s == [pytest.approx(0.6)]
 
 
+def test_transfer_book__a_transfer_shared_by_two_readers_carries_the_larger_edge_as_the_simulator_sends_it():
+    # op0 -> op1 (4 bytes) and op0 -> op2 (1e8 bytes: 0.1 s); both readers on gpu:1 get ONE transfer of 1e8 bytes
+    graph = build_graph([(0, 1, 4), (0, 2, TENTH_S)], flops=[0.5e12, 0.25e12, 0.25e12], kinds=["aten.mm"] * 3)
+    machine = bus_machine(2)
+    book = TransferBook(make_problem(graph, machine), np.array([0.5, 0.0, 0.0]), np.array([0, -1, -1]))
+    assert book.commit(1, 1) == pytest.approx(0.6)  # booked with the first reader's 4 bytes, it said 0.5
+    assert book.arrival_s(2, 1) == pytest.approx(0.6)
+    timeline = Simulator(graph, machine, engine="reference").run(np.array([0, 1, 1]), timeline=True).timeline
+    assert timeline.transfer_end_s.tolist() == pytest.approx([0.6])
+
+
 def agreement(name: str, machine: Machine, seeds) -> list[tuple[float, float]]:
     """(scheduled makespan, simulated step) of scheduler ``name`` on synthetic graphs of 300 ops."""
     pairs = []
