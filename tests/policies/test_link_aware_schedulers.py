@@ -139,6 +139,17 @@ def test_scheduler__makespan_near_the_simulator_on_small_synthetic_graphs(name, 
         assert makespan_s == pytest.approx(simulated_s, rel=rel)
 
 
+@pytest.mark.parametrize("name", ("m-etf", "m-sct"))
+def test_etf__an_equal_start_on_two_gpus_goes_to_the_one_that_finishes_first(name):
+    # k80-v100: a chain starts at the same time on every GPU; it went to gpu:0 (a K80), 4.4x the V100's step
+    graph = build_graph([(i, i + 1, 4096) for i in range(9)], flops=[1e10] * 10, kinds=["aten.mm"] * 10)
+    problem = make_problem(graph, load_machine("k80-v100")).at_op_level()
+    device_of, makespan_s = schedule(problem, name)
+    fastest = int(np.argmin(problem.op_time_s.sum(axis=0)))
+    assert device_of.tolist() == [fastest] * 10
+    assert makespan_s == pytest.approx(problem.op_time_s[:, fastest].sum())
+
+
 def test_etf__priority_dispatch_still_available_and_unknown_dispatch_refused():
     graph, machine = fork_join_graph(), bus_machine()
     problem = make_problem(graph, machine)
