@@ -7,7 +7,7 @@
   candidate is the op whose inputs arrive first (ties: topological position), the order in which the
   simulator dispatches, so the schedule is one the step follows (Baechi's own pick, the longest path to the
   end among the ops already there, is ``EtfScheduler(dispatch="priority")``); between devices, ties go to
-  the op with the longer path to the end of the graph.
+  the op with the longer path to the end of the graph, then to the device where it finishes first.
 - m-SCT: m-ETF plus "favourite children". A linear program (the relaxation of Hanen-Munier's small
   communication time scheduling, as Baechi writes it) chooses for each op at most one child whose edge is
   kept on the same device: variables x_e in [0, 1] (0 = favourite edge: no transfer), start times s_i and
@@ -282,15 +282,21 @@ class EtfScheduler:
         return None if top is None else (top[0], -self.priority[top[2]], top[2])
 
     def _choose(self) -> tuple[int, int, float]:
+        """(op, device, start) of the earliest start over the devices; ties: the longer path to the end,
+        then the earlier finish (else an equal start went to the lowest-numbered device, however slow)."""
         best = None
         for device in range(self.problem.num_devices):
             pick = self._best_on(device)
-            if pick is not None and (best is None or pick[:2] < best[0][:2]):
-                best = (pick, device)
+            if pick is None:
+                continue
+            start, neg_priority, op = pick
+            key = (start, neg_priority, start + self.times[op, device])
+            if best is None or key < best[0]:
+                best = (key, op, device)
         if best is None:  # nothing fits anywhere: new units go where most memory is left (may be oom)
             return self._choose_ignoring_memory()
-        (start, _, op), device = best
-        return op, device, float(start)
+        key, op, device = best
+        return op, device, float(key[0])
 
     def _send_home(self, child: int, device: int) -> None:
         """m-SCT: the favourite child of an op placed on ``device`` goes there too, if its unit may."""

@@ -6,7 +6,8 @@
    earliest idle slot long enough for it after its inputs arrive (insertion-based: ``timeline="insertion"``);
    the simulator, like a real executor, runs a device's ops in order of input arrival and never leaves
    the device idle while one is ready, so by default (``timeline="fifo"``) a device is such a queue: an
-   op that becomes ready before ops already queued runs before them and pushes them later.
+   op that becomes ready before ops already queued runs before them and pushes them later -- unless a
+   placed reader or a booked transfer was timed from their ends: then they keep their times (``FifoDevice``).
 
 Unlike ETF, HEFT compares finish times, so a slow CPU is used only when it actually finishes an op first;
 it therefore considers every allowed device. Units (groups) stay together: the first op of a unit picks
@@ -53,9 +54,28 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices
 
     ``timeline="fifo"``: a device runs its ops in order of input arrival (ties: topological position), as
     the simulator dispatches; an op that becomes ready before ops already queued on a device runs before
-    them and pushes them later. ``"insertion"``: the paper's insertion into the earliest idle slot, an
-    order the simulator does not follow (it under-estimates the step). The makespan is the replay of the
-    decisions (``replay_finish_s``)."""
+    them and pushes them later (not those something was timed from). ``"insertion"``: the paper's
+    insertion into the earliest idle slot, an order the simulator does not follow (it under-estimates the
+    step). The makespan is the replay of the decisions (``replay_finish_s``)."""
+    run = heft_run(problem, memory_model, devices, timeline)
+    replayed_s = replay_finish_s(problem, run.book, [t.order() for t in run.timelines])  # (N,)
+    return run.device_of, float(replayed_s.max(initial=0.0)), run.notes
+
+
+@dataclass
+class HeftRun:
+    """HEFT's decisions and its own timing of them (before the replay)."""
+
+    device_of: np.ndarray  # (N,) int64
+    finish_s: np.ndarray  # (N,) when each op ends in the schedule (0 for free sources)
+    book: TransferBook
+    timelines: list  # per device: FifoDevice or DeviceSlots
+    notes: str
+
+
+def heft_run(problem: PlacementProblem, memory_model: str = "auto", devices: str = "all",
+             timeline: str = "fifo") -> HeftRun:
+    """Schedule every op (``heft_schedule``), without the replay."""
     if timeline not in TIMELINES:
         raise PlacerError(f"unknown HEFT timeline {timeline!r} (known: {', '.join(TIMELINES)})")
     graph = problem.graph
@@ -70,7 +90,9 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices
     book = TransferBook(problem, finish_s, device_of)
     sender = SendAhead(problem, book, reservations)
     position = graph.topo_position  # (N,)
-    timelines = [FifoDevice(position) if timeline == "fifo" else DeviceSlots() for _ in range(problem.num_devices)]
+    timelines = [FifoDevice(position, finish_s) if timeline == "fifo" else DeviceSlots()
+                 for _ in range(problem.num_devices)]
+    book.on_booked = lambda producer: timelines[device_of[producer]].pin(producer)  # timed from its end
     order = np.lexsort((position, -rank))
     for op in order[~sources.free[order]].tolist():
         ops = np.array([op])
@@ -84,6 +106,9 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices
         device = best[1]
         followers = sources.follow(op, device, finish_s, device_of)  # HEFT asks each arrival once
         ready_s = book.commit(op, device)  # later than asked only if a free input went elsewhere
+        for producer, _ in book.inputs[op]:  # op is timed from their ends: they keep them
+            if device_of[producer] >= 0:
+                timelines[device_of[producer]].pin(producer)
         new_unit = reservations.unit_device[problem.op_unit[op]] < 0
         _, finish_s[op] = timelines[device].add(op, ready_s, times[op, device])
         device_of[op] = device
@@ -93,17 +118,22 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices
         unit_device = reservations.unit_device[problem.op_unit[op]]
         device_of[op] = unit_device if unit_device >= 0 else int(np.argmin(np.where(cand[op], 0, 1)))
         reservations.place(int(op), int(device_of[op]))
-    replayed_s = replay_finish_s(problem, book, [t.order() for t in timelines])  # (N,)
-    return device_of, float(replayed_s.max(initial=0.0)), reservations.notes()
+    return HeftRun(device_of, finish_s, book, timelines, reservations.notes())
 
 
 class FifoDevice:
-    """A device that runs its ops in order of input arrival (ties: topological position), one at a time."""
+    """A device that runs its ops in order of input arrival (ties: topological position), one at a time.
 
-    def __init__(self, position: np.ndarray):
+    An op queued ahead of others pushes them later and their ends in ``finish_s`` move with them; an op
+    something was timed from (a reader, a transfer of its output) is pinned first (``pin``), so only ops
+    nothing depends on yet ever move."""
+
+    def __init__(self, position: np.ndarray, finish_s: np.ndarray | None = None):
         self.position = position  # (N,) topological position of each op
+        self.finish_s = finish_s  # (N,) shared: the end of every queued op, kept up to date
         self.queue = FifoQueue()
         self.op_of: dict[Job, int] = {}
+        self.job_of: dict[int, Job] = {}
 
     def slot(self, op: int, ready_s: float, duration_s: float) -> tuple[float, float]:
         """(start, end) op would get if queued now."""
@@ -118,7 +148,17 @@ class FifoDevice:
         self.queue.plan([job], moved)
         self.queue.add([job], moved)
         self.op_of[job] = op
+        self.job_of[op] = job
+        if self.finish_s is not None:
+            for pushed in moved:
+                self.finish_s[self.op_of[pushed]] = pushed.end_s
         return job.start_s, job.end_s
+
+    def pin(self, op: int) -> None:
+        """Keep queued ``op`` and the ops before it where they are (a time was taken from its end)."""
+        job = self.job_of.get(op)
+        if job is not None:
+            self.queue.pin(job)
 
     def order(self) -> list[int]:
         return [self.op_of[job] for job in self.queue.jobs]
@@ -152,6 +192,9 @@ class DeviceSlots:
 
     def order(self) -> list[int]:
         return list(self.ops)
+
+    def pin(self, op: int) -> None:
+        """Nothing to do: an inserted op never moves the ones already there."""
 
     def insert(self, start_s: float, end_s: float, op: int = -1) -> None:
         # a zero-length op goes after the zero-length ones (its producers may be among them) and before the

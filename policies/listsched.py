@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from typing import Callable
 
 import numpy as np
 
@@ -41,6 +42,15 @@ def gpus_hold_the_model(problem: PlacementProblem) -> bool:
     gpus = problem.gpu_indices()
     unit_bytes, _ = unit_memory_bytes(problem, "auto", gpus)
     return bool(gpus) and unit_bytes.sum() <= problem.usable_bytes()[gpus].sum()
+
+
+def memory_model_devices(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:
+    """(K,) devices whose memory the memory model must fit in: the candidates of the ops that may run on a
+    GPU. A device that is a candidate only for ops no GPU may run (the CPU of a CPU-only op, which
+    ``candidate_devices`` adds) holds those ops, not the model: counting its memory would pick a model the
+    GPUs cannot hold (``gpus_hold_the_model`` counts the GPUs too)."""
+    on_gpu = cand[:, problem.gpu_indices()].any(axis=1)  # (N,) bool
+    return np.flatnonzero(cand[on_gpu].any(axis=0) if on_gpu.any() else cand.any(axis=0))
 
 
 def bottom_level_s(problem: PlacementProblem, op_cost_s: np.ndarray, edge_cost_s: np.ndarray) -> np.ndarray:
@@ -84,7 +94,7 @@ class Reservations:
         self.static = cand & problem.unit_allowed[problem.op_unit]  # (N, D) bool
         self.unit_device = np.full(problem.num_units, -1, dtype=np.int64)  # (U,), -1 while unplaced
         self.used_bytes = np.zeros(problem.num_devices, dtype=np.int64)  # (D,)
-        devices = np.flatnonzero(cand.any(axis=0))
+        devices = memory_model_devices(problem, cand)
         self.unit_bytes, self.model_used = unit_memory_bytes(problem, memory_model, devices)  # (U,)
         self.capacity = problem.usable_bytes()  # (D,)
         self.overflowed = 0  # units placed although no candidate device had room
@@ -265,7 +275,8 @@ class FifoQueue:
 
 class TransferBook:
     """Transfers as the simulator makes them (``measurers.sim.reference``): one per (producer, destination
-    device), of the edge's bytes, on its link's channel, timed by ``LinkTable.transfer_s``. A channel
+    device), of the largest edge to a reader there (or one still to place: ``transfer_bytes``), on its
+    link's channel, timed by ``LinkTable.transfer_s``. A channel
     serves one transfer at a time in order of request time (the producer's end; ties: the producer's
     topological position, then the destination device): a transfer starts at max(its request, the end of
     the transfer before it in that order) (``FifoQueue``).
@@ -290,6 +301,8 @@ class TransferBook:
         self.version = 0
         self.position = problem.graph.topo_position.tolist()  # (N,) topological position of each op
         self.inputs = _inputs_by_producer(problem)  # per op: [(producer, bytes)] in topological order
+        self.outputs = _outputs_by_size(problem)  # per op: [(bytes, reader)], largest first
+        self.on_booked: Callable[[int], None] | None = None  # called with the producer of each new transfer
 
     @property
     def channel_free_s(self) -> list[float]:
@@ -324,18 +337,30 @@ class TransferBook:
                 self.channels[booking.channel].pin(booking)
         return ready
 
-    def send(self, producer: int, device: int, nbytes: int) -> None:
+    def send(self, producer: int, device: int, nbytes: int = 0) -> None:
         """Book the transfer of a placed producer's output to ``device`` now, before any reader there is
-        placed (the simulator sends it when the producer ends, wherever its readers are in the schedule)."""
+        placed (the simulator sends it when the producer ends, wherever its readers are in the schedule);
+        of ``nbytes`` at least (``transfer_bytes``)."""
         if (producer, device) in self.booked or self.device_of[producer] in (-1, device):
             return
         src = int(self.device_of[producer])
         key = (float(self.finish_s[producer]), self.position[producer], device)
+        nbytes = max(nbytes, self.transfer_bytes(producer, device))
         booking = Booking(key, producer, device, self.channel_of[src][device],
                           self.links.transfer_s(src, device, nbytes))
         moved: dict[Booking, float] = {}
         self.channels[booking.channel].plan([booking], moved)
         self._book([booking], moved)
+
+    def transfer_bytes(self, producer: int, device: int) -> int:
+        """Bytes of the transfer of ``producer``'s output to ``device``: its largest edge to a reader there or
+        not placed yet. The simulator sends one transfer to all the readers on a device, of their largest
+        edge; booked with the first reader's edge, it came too early when a later reader's was larger."""
+        device_of = self.device_of
+        for nbytes, reader in self.outputs[producer]:
+            if device_of[reader] < 0 or device_of[reader] == device:
+                return nbytes
+        return 0
 
     def _book(self, new: list[Booking], moved: dict[Job, float]) -> None:
         for channel in {booking.channel for booking in new}:
@@ -344,6 +369,8 @@ class TransferBook:
             job.start_s, job.end_s = start_s, start_s + job.duration_s
         for booking in new:
             self.booked[booking.producer, booking.dst] = booking
+            if self.on_booked is not None:
+                self.on_booked(booking.producer)
         if new:
             self.version += 1
 
@@ -352,7 +379,7 @@ class TransferBook:
         those the new ones would push later)."""
         finish_s, device_of, booked = self.finish_s, self.device_of, self.booked
         ready, new, needed = 0.0, [], []
-        for producer, nbytes in self.inputs[op]:
+        for producer, _ in self.inputs[op]:
             src = int(device_of[producer])
             if src < 0:  # a free source not placed yet: it will follow op (no transfer)
                 continue
@@ -362,6 +389,7 @@ class TransferBook:
                 needed.append(booked[producer, device])
             else:
                 key = (float(finish_s[producer]), self.position[producer], device)
+                nbytes = self.transfer_bytes(producer, device)
                 new.append(Booking(key, producer, device, self.channel_of[src][device],
                                    self.links.transfer_s(src, device, nbytes)))
         moved: dict[Booking, float] = {}
@@ -503,3 +531,14 @@ def _inputs_by_producer(problem: PlacementProblem) -> list[list[tuple[int, int]]
         else:
             row.append((src, nbytes))
     return inputs
+
+
+def _outputs_by_size(problem: PlacementProblem) -> list[list[tuple[int, int]]]:
+    """Per op, its (edge bytes, reader) pairs, largest first."""
+    graph = problem.graph
+    order = np.lexsort((-graph.edge_bytes, graph.edge_src))  # by producer, then bytes descending
+    outputs: list[list[tuple[int, int]]] = [[] for _ in range(graph.num_ops)]
+    for src, dst, nbytes in zip(graph.edge_src[order].tolist(), graph.edge_dst[order].tolist(),
+                                graph.edge_bytes[order].tolist()):
+        outputs[src].append((nbytes, dst))
+    return outputs

@@ -132,10 +132,10 @@ def warm_start_names() -> tuple[str, ...]:
 def policy_entry(spec: str) -> PolicyEntry:
     """The registry entry of ``spec``; ``device:K`` is a heuristic of its own."""
     if spec.startswith("device:"):
-        try:
-            device = int(spec.split(":", 1)[1])
-        except ValueError:
-            raise PlacerError(f"bad policy {spec!r}: expected device:K with K a device index") from None
+        text = spec.split(":", 1)[1]
+        if not (text.isascii() and text.isdigit() and str(int(text)) == text):  # one spelling per device
+            raise PlacerError(f"bad policy {spec!r}: expected device:K with K a device index (0, 1, 2, ...)")
+        device = int(text)
         return PolicyEntry(spec, "policies.simple:SingleDevicePolicy", "heuristic", f"everything on device {device}")
     if spec not in POLICIES:
         raise PlacerError(f"unknown policy {spec!r} (known: {', '.join(POLICIES)}, device:K)")

@@ -28,7 +28,7 @@ class BaselineRow:
     runtime_s: float  # nan when skipped
     status: str  # a Measurement status, or SKIPPED
     ratio_to_lower_bound: float  # runtime / lower bound (nan when not ok)
-    ratio_to_single_gpu: float  # runtime / best single GPU runtime (nan when either is not ok)
+    ratio_to_single_gpu: float  # runtime / best single GPU runtime (nan when either is not ok, or that is 0 s)
     placement_time_s: float  # deciding only
     measure_time_s: float
     measurements: int
@@ -93,6 +93,6 @@ def _row(name, result, error, lower_bound_s, single_s) -> BaselineRow:
     ok = m.ok
     return BaselineRow(name, float(m.runtime_s), m.status,
                        m.runtime_s / lower_bound_s if ok and lower_bound_s > 0 else math.nan,
-                       m.runtime_s / single_s if ok and not math.isnan(single_s) else math.nan,
+                       m.runtime_s / single_s if ok and single_s > 0 else math.nan,
                        result.placement_time_s, result.measure_time_s, result.measurements,
                        result.notes or m.error, result)

@@ -101,6 +101,17 @@ def test_transfer_book__one_transfer_per_producer_and_device_for_all_its_consume
     assert book.channel_free_s == [pytest.approx(0.6)]
 
 
+def test_transfer_book__a_transfer_shared_by_two_readers_carries_the_larger_edge_as_the_simulator_sends_it():
+    # op0 -> op1 (4 bytes) and op0 -> op2 (1e8 bytes: 0.1 s); both readers on gpu:1 get ONE transfer of 1e8 bytes
+    graph = build_graph([(0, 1, 4), (0, 2, TENTH_S)], flops=[0.5e12, 0.25e12, 0.25e12], kinds=["aten.mm"] * 3)
+    machine = bus_machine(2)
+    book = TransferBook(make_problem(graph, machine), np.array([0.5, 0.0, 0.0]), np.array([0, -1, -1]))
+    assert book.commit(1, 1) == pytest.approx(0.6)  # booked with the first reader's 4 bytes, it said 0.5
+    assert book.arrival_s(2, 1) == pytest.approx(0.6)
+    timeline = Simulator(graph, machine, engine="reference").run(np.array([0, 1, 1]), timeline=True).timeline
+    assert timeline.transfer_end_s.tolist() == pytest.approx([0.6])
+
+
 def agreement(name: str, machine: Machine, seeds) -> list[tuple[float, float]]:
     """(scheduled makespan, simulated step) of scheduler ``name`` on synthetic graphs of 300 ops."""
     pairs = []
@@ -126,6 +137,17 @@ def test_scheduler__makespan_near_the_simulator_on_small_synthetic_graphs(name, 
     rel = 0.25 if name == "heft" else 0.20
     for makespan_s, simulated_s in agreement(name, load_machine(machine_name), range(3)):
         assert makespan_s == pytest.approx(simulated_s, rel=rel)
+
+
+@pytest.mark.parametrize("name", ("m-etf", "m-sct"))
+def test_etf__an_equal_start_on_two_gpus_goes_to_the_one_that_finishes_first(name):
+    # k80-v100: a chain starts at the same time on every GPU; it went to gpu:0 (a K80), 4.4x the V100's step
+    graph = build_graph([(i, i + 1, 4096) for i in range(9)], flops=[1e10] * 10, kinds=["aten.mm"] * 10)
+    problem = make_problem(graph, load_machine("k80-v100")).at_op_level()
+    device_of, makespan_s = schedule(problem, name)
+    fastest = int(np.argmin(problem.op_time_s.sum(axis=0)))
+    assert device_of.tolist() == [fastest] * 10
+    assert makespan_s == pytest.approx(problem.op_time_s[:, fastest].sum())
 
 
 def test_etf__priority_dispatch_still_available_and_unknown_dispatch_refused():
@@ -236,6 +258,27 @@ def test_fifo_device__an_op_ready_earlier_runs_before_the_queued_one_as_the_simu
     device.add(1, 0.5, 1.0)
     assert device.order() == [1, 2]
     assert device.add(0, 2.0, 0.5) == (2.5, 3.0)  # after op2, pushed to 1.5-2.5
+
+
+@pytest.mark.parametrize("machine_name", ("paper-2gpu", "paper-4gpu"))
+def test_heft__its_own_times_stay_consistent_when_an_op_goes_ahead_of_queued_ones(machine_name):
+    """An op queued ahead of others pushes them later: their finish times, the transfers of their outputs
+    and their readers must not rely on the earlier times (they did: a third of the transfers started
+    before their producer ended)."""
+    from policies.heft import heft_run
+
+    problem = make_problem(synthetic_graph(200, seed=1), load_machine(machine_name)).at_op_level()
+    run = heft_run(problem)
+    for device in run.timelines:
+        for op, job in device.job_of.items():
+            assert run.finish_s[op] == job.end_s, f"op {op}: finish_s is not its end in the device queue"
+    graph = problem.graph
+    for booking in run.book.booked.values():
+        assert booking.start_s >= run.finish_s[booking.producer] - 1e-12, "a transfer starts before its producer ends"
+    for src, dst in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        job = run.timelines[run.device_of[dst]].job_of.get(dst)
+        if job is not None:
+            assert job.start_s >= run.finish_s[src] - 1e-12, f"op {dst} starts before its input op {src} ends"
 
 
 def test_heft__paper_insertion_timeline_still_available_and_unknown_timeline_refused():

@@ -37,8 +37,9 @@ def test_registry__every_policy_is_listed_once_with_its_kind():
     assert make_policy("device:2").device == 2
     with pytest.raises(PlacerError, match="unknown policy 'nope'"):
         policy_entry("nope")
-    with pytest.raises(PlacerError, match="device:K"):
-        policy_entry("device:x")
+    for spec in ("device:x", "device:01", "device:+1", "device: 1", "device:-1", "device:"):
+        with pytest.raises(PlacerError, match="device:K"):  # one spelling per device: duplicates stay visible
+            policy_entry(spec)
 
 
 def test_single_gpu__simulate_and_baselines_both_take_the_fastest_gpu(tmp_path, capsys):
