@@ -78,8 +78,17 @@ class OpGraph:
                 array = _checked_cast(self.name, key, array, dtype)
             array.setflags(write=False)
             object.__setattr__(self, key, array)
+        self._check_edge_lengths()
         self._canonicalize_edges()
         validate(self)
+
+    def _check_edge_lengths(self) -> None:
+        """Edge arrays of different lengths (checked before sorting them, which would index past the end or
+        silently drop the extra entries)."""
+        lengths = [len(self.edge_src), len(self.edge_dst), len(self.edge_bytes)]
+        if len(set(lengths)) > 1:
+            raise PlacerError(f"graph {self.name!r}: edge arrays differ in length (edge_src {lengths[0]}, "
+                              f"edge_dst {lengths[1]}, edge_bytes {lengths[2]})")
 
     def _canonicalize_edges(self) -> None:
         """Sort edges by (src, dst) and merge duplicates (keeping the larger tensor)."""

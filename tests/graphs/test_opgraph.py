@@ -77,6 +77,33 @@ def test_opgraph__bad_graph_is_one_clear_error(overrides, problem):
     assert problem in str(info.value)
 
 
+@pytest.mark.parametrize("short_key", ["edge_src", "edge_dst", "edge_bytes"])
+@pytest.mark.parametrize("change", [-1, 1])
+def test_opgraph__edge_arrays_of_different_lengths_are_one_clear_error(short_key, change):
+    """Checked before the edges are sorted: a short array was an IndexError, a long edge_bytes was cut to fit."""
+    base = _diamond()
+    array = getattr(base, short_key)
+    resized = array[:-1] if change < 0 else np.append(array, array[-1])
+    with pytest.raises(PlacerError, match="diamond'.*edge arrays differ in length"):
+        _diamond(**{short_key: resized.copy()})
+
+
+def test_io__in_bytes_lists_shorter_or_longer_than_in_src_are_one_clear_error(tmp_path):
+    """A file whose in_bytes list for an op is one short raised an IndexError traceback."""
+    import pyarrow as pa
+
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    index = table.schema.get_field_index("in_bytes")
+    for change in (-1, 1):
+        in_bytes = table.column("in_bytes").to_pylist()
+        in_bytes[3] = in_bytes[3][:-1] if change < 0 else in_bytes[3] + [7]
+        edited = table.set_column(index, "in_bytes", pa.array(in_bytes, pa.list_(pa.int64())))
+        pq.write_table(edited.replace_schema_metadata(table.schema.metadata), path)
+        with pytest.raises(PlacerError, match="g.parquet': op 3's in_src and in_bytes lists differ in length"):
+            load_graph_file(path)
+
+
 def test_opgraph__hash_changes_with_content_and_not_with_edge_order():
     base = _diamond()
     reordered = _diamond(edge_src=base.edge_src[::-1].copy(), edge_dst=base.edge_dst[::-1].copy(),
