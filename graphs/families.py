@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphs.benchmarks import Benchmark
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from graphs.opgraph import OpGraph
 
 KINDS = ("rnn", "cnn", "transformer")
@@ -43,6 +43,7 @@ HELD_OUT = ("nmt-8", "inception-v3", "resnet-50", "transformer")
 """Benchmarks no family range reproduces and no committed checkpoint trains on: the graphs the
 graph-neural placers' zero-shot figures are measured on."""
 PREFIX = "family:"
+MAX_FAMILY_GRAPHS = 10_000  # family_names' count: a trainer traces every graph (each takes seconds)
 NMT_MAX_LAYER_STEPS = 140  # layers x (source + target length): bounds an nmt family graph's op count
 
 _USAGE = f"expected family:KIND:SEED with KIND one of {', '.join(KINDS)} and SEED a non-negative integer"
@@ -86,8 +87,11 @@ def parse_family_name(name: str) -> tuple[str, int]:
 def family_names(count: int, start_seed: int = 0) -> list[str]:
     """``count`` family names cycling the kinds (rnn, cnn, transformer, rnn, ...) with seeds start_seed,
     start_seed + 1, ...: a trainer's "family of N graphs"."""
-    if count < 0 or start_seed < 0:
-        raise PlacerError(f"family_names needs count >= 0 and start_seed >= 0, not {count} and {start_seed}")
+    if not (is_whole_number(count) and is_whole_number(start_seed)) or count < 0 or start_seed < 0:
+        raise PlacerError(f"family_names needs whole numbers count >= 0 and start_seed >= 0, not {count!r} and "
+                          f"{start_seed!r}")
+    if count > MAX_FAMILY_GRAPHS:
+        raise PlacerError(f"family_names: {count} graphs is more than the {MAX_FAMILY_GRAPHS:,} a family holds")
     return [f"{PREFIX}{KINDS[i % len(KINDS)]}:{start_seed + i}" for i in range(count)]
 
 

@@ -89,7 +89,7 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
         content_hash = graph.content_hash
     except PlacerError as exc:
         raise PlacerError(f"graph file {str(path)!r}: {exc}") from None
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
         raise PlacerError(f"graph file {str(path)!r} is malformed: {exc}") from None
     if content_hash != meta.get("content_hash"):
         raise PlacerError(f"graph file {str(path)!r} is damaged: content hash {graph.content_hash} "
@@ -113,6 +113,10 @@ def _graph_from_table(table: pa.Table, meta: dict, path: Path) -> OpGraph:
     columns = {name: table.column(name).combine_chunks() for name in table.column_names}
     in_src, in_bytes = columns["in_src"], columns["in_bytes"]
     lengths = in_src.value_lengths().fill_null(0).to_numpy()
+    byte_lengths = in_bytes.value_lengths().fill_null(0).to_numpy()
+    if len(byte_lengths) != len(lengths) or np.any(byte_lengths != lengths):
+        bad = int(np.flatnonzero(byte_lengths != lengths)[0]) if len(byte_lengths) == len(lengths) else 0
+        raise PlacerError(f"op {bad}'s in_src and in_bytes lists differ in length")
     edge_dst = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return OpGraph(
         name=meta["name"],

@@ -13,7 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 
 PHASES = ("forward", "backward", "update", "other")
 PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
@@ -73,13 +73,24 @@ class OpGraph:
         for key, dtype in dtypes.items():
             array = np.asarray(getattr(self, key))
             if dtype is object:
-                array = np.array([str(x) for x in array], dtype=object) if array.dtype != object else array
+                array = _checked_strings(self.name, key, array)
             elif array.dtype != dtype:
                 array = _checked_cast(self.name, key, array, dtype)
             array.setflags(write=False)
             object.__setattr__(self, key, array)
+        self._check_edge_lengths()
         self._canonicalize_edges()
+        for key in ("batch_size", "num_params"):  # numpy integers become ints (JSON in the file's metadata)
+            object.__setattr__(self, key, _checked_count(self.name, key, getattr(self, key)))
         validate(self)
+
+    def _check_edge_lengths(self) -> None:
+        """Edge arrays of different lengths (checked before sorting them, which would index past the end or
+        silently drop the extra entries)."""
+        lengths = [len(self.edge_src), len(self.edge_dst), len(self.edge_bytes)]
+        if len(set(lengths)) > 1:
+            raise PlacerError(f"graph {self.name!r}: edge arrays differ in length (edge_src {lengths[0]}, "
+                              f"edge_dst {lengths[1]}, edge_bytes {lengths[2]})")
 
     def _canonicalize_edges(self) -> None:
         """Sort edges by (src, dst) and merge duplicates (keeping the larger tensor)."""
@@ -190,7 +201,39 @@ def _checked_cast(name: str, key: str, array: np.ndarray, dtype) -> np.ndarray:
     if np.issubdtype(dtype, np.integer) and array.size and np.issubdtype(array.dtype, np.floating):
         if not np.all(np.isfinite(array)) or np.any(array != np.round(array)):
             raise PlacerError(f"graph {name!r}: field {key!r} must hold whole numbers")
+    if np.issubdtype(dtype, np.integer) and array.size and array.dtype != bool:
+        _check_fits(name, key, array, np.iinfo(dtype))
     return array.astype(dtype)
+
+
+def _check_fits(name: str, key: str, array: np.ndarray, limits: np.iinfo) -> None:
+    """Values the narrowing cast would wrap (phase 256 to 0, allowed_mask 257 to 1) are an error."""
+    low, high = array.min().item(), array.max().item()  # Python int or float: exact comparisons
+    # a float at or above max + 1 does not fit (int64's max is not a float: 2**63 - 1 rounds up to 2**63)
+    too_high = high >= limits.max + 1 if isinstance(high, float) else high > limits.max
+    if low < limits.min or too_high:
+        raise PlacerError(f"graph {name!r}: field {key!r} holds {low if low < limits.min else high}, "
+                          f"outside {limits.dtype}'s {limits.min}..{limits.max}")
+
+
+def _checked_strings(name: str, key: str, array: np.ndarray) -> np.ndarray:
+    """(N,) object array of str: a numpy string array is converted; anything else but str (None, 1) refused."""
+    if array.dtype.kind in "US":
+        return np.array([str(x) for x in array], dtype=object)
+    if array.size and array.dtype != object:
+        raise PlacerError(f"graph {name!r}: field {key!r} must hold strings, got {array.dtype}")
+    array = array.astype(object, copy=False)
+    bad = next((i for i, x in enumerate(array.ravel()) if not isinstance(x, str)), None)
+    if bad is not None:
+        raise PlacerError(f"graph {name!r}: {key}[{bad}] is {array.ravel()[bad]!r}, not a string")
+    return np.array([str(x) for x in array], dtype=object) if any(type(x) is not str for x in array) else array
+
+
+def _checked_count(name: str, key: str, value) -> int:
+    """batch_size / num_params: a whole number >= 0 (a numpy integer becomes an int)."""
+    if not is_whole_number(value) or value < 0:
+        raise PlacerError(f"graph {name!r}: {key} must be a whole number >= 0, got {value!r}")
+    return int(value)
 
 
 def dense_ids(labels: np.ndarray) -> np.ndarray:

@@ -3,7 +3,8 @@
 A graph of exactly N ops, shaped like a training step:
 
 - a few ``Input`` ops (the batch) and ``Variable`` ops (~1 in 12 ops) whose ``param_bytes`` hold weights,
-  gradient and two Adam moments (4x the weight bytes); every Variable feeds some ``MatMul``/``Conv2D``;
+  gradient and two Adam moments (4x the weight bytes); every ``MatMul``/``Conv2D`` reads a Variable drawn at
+  random, so most Variables feed one, but some (6-8%) are read only by their update op;
 - compute ops in layers (the first half "forward", the second "backward"), each reading one op of the layer
   before and often a second one up to four layers back (skip connections); layer width varies around
   N^0.4, so large graphs are long and moderately wide like real unrolled models;

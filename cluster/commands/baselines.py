@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from cluster.commands.notes import note_groups_above_colocation
+from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
 
@@ -56,6 +56,8 @@ def _run(args: argparse.Namespace) -> int:
     config = BaselinesConfig(**{**{k: v for k, v in vars(args).items() if k in names}, "policies": policies})
     outcome = run_baselines(config)
     note_groups_above_colocation(args.groups, outcome.colocation_groups, outcome.table.graph)
+    note_fewer_groups_than_asked(args.groups, outcome.groups, outcome.colocation_groups, outcome.table.graph,
+                                 args.grouping)
     if args.json:
         emit_json(outcome.to_json())
     else:

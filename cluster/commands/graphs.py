@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from cluster.commands.notes import note_groups_above_colocation
+from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import output_file
 from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
@@ -88,6 +88,8 @@ def _show(args: argparse.Namespace) -> int:
     method = args.method or DEFAULT_METHOD
     grouping = group_ops(graph, max_groups=args.groups, method=method)  # an unknown method: before any note
     note_groups_above_colocation(args.groups, graph.num_colocation_groups, graph.name)
+    note_fewer_groups_than_asked(args.groups, grouping.num_groups, graph.num_colocation_groups, graph.name,
+                                 grouping.method or method)
     figures = graph.summary()
     figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=grouping.method or method,
                    colocation_groups=graph.num_colocation_groups)

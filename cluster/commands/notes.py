@@ -13,3 +13,16 @@ def note_groups_above_colocation(requested_groups: int, colocation_groups: int, 
     print(f"placer: note: --groups {requested_groups} is more than the {colocation_groups} colocation groups of "
           f"graph {graph_name!r}; using {colocation_groups}", file=sys.stderr)
     return True
+
+
+def note_fewer_groups_than_asked(requested_groups: int, made_groups: int, colocation_groups: int,
+                                 graph_name: str, method: str) -> bool:
+    """One line on stderr when the grouping made fewer groups than min(--groups, colocation groups): "topo"
+    runs of equal cost can leave fewer runs, METIS can leave parts empty. Returns whether it printed."""
+    expected_groups = min(requested_groups, colocation_groups)
+    if made_groups >= expected_groups:
+        return False
+    print(f"placer: note: the {method} grouping made {made_groups} groups of graph {graph_name!r}, fewer than the "
+          f"{expected_groups} asked for (--groups {requested_groups}, {colocation_groups} colocation groups)",
+          file=sys.stderr)
+    return True

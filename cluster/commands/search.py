@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cluster.commands.console import seconds_text
-from cluster.commands.notes import note_groups_above_colocation
+from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
 
@@ -110,6 +110,9 @@ def run(args) -> int:
         progress.finish(result.measurements, result.stop_reason)
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)
+        if not config.split_groups:  # split groups can outnumber --groups
+            note_fewer_groups_than_asked(config.groups, result.groups, result.colocation_groups, result.graph,
+                                         config.grouping)
     if args.json:
         emit_json(result.to_json())
     else:

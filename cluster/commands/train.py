@@ -180,7 +180,10 @@ def expand_graphs(entries: list[str]) -> list[str]:
         if len(parts) > 2 or not all(p.isascii() and p.isdigit() for p in parts):
             raise PlacerError(f"bad --graphs entry {entry!r}: expected families:N or families:N:START "
                               "(non-negative integers)")
-        graphs.extend(family_names(int(parts[0]), int(parts[1]) if len(parts) == 2 else 0))
+        try:
+            graphs.extend(family_names(int(parts[0]), int(parts[1]) if len(parts) == 2 else 0))
+        except PlacerError as exc:  # too many graphs: one line naming the entry
+            raise PlacerError(f"--graphs {entry}: {exc}") from None
     return graphs
 
 

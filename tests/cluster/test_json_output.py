@@ -50,6 +50,17 @@ def test_baselines_json__groups_above_colocation_groups_is_one_note_and_the_real
     assert out.err.count("placer: note:") == 1 and NOTE in out.err
 
 
+def test_graphs_show__fewer_groups_than_asked_is_one_note(capsys):
+    """"topo" cut synthetic:150 (138 colocation groups) into 21 runs for --groups 32, and nothing said so."""
+    code = main(["graphs", "show", "synthetic:150", "--method", "topo", "--groups", "32", "--json"])
+    out = capsys.readouterr()
+    assert code == 0 and json.loads(out.out)["groups"] == 21
+    assert out.err == ("placer: note: the topo grouping made 21 groups of graph 'synthetic:150:0', fewer than the "
+                       "32 asked for (--groups 32, 138 colocation groups)\n")
+    assert main(["graphs", "show", "synthetic:150", "--method", "metis", "--groups", "32", "--json"]) == 0
+    assert "placer: note:" not in capsys.readouterr().err  # 32 groups made: no note
+
+
 def test_baselines_json__groups_below_colocation_groups_is_no_note(capsys):
     code = main(["baselines", "--graph", SMALL_GRAPH, "--machine", "paper-2gpu", "--groups", "8",
                  "--policies", "random", "--budget", "3", "--json"])

@@ -4,13 +4,14 @@ registry, checked by name without building."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
 
 from graphs import families
 from graphs.errors import PlacerError
-from graphs.families import KINDS, NMT_MAX_LAYER_STEPS, draw_family_config, family_names
+from graphs.families import KINDS, MAX_FAMILY_GRAPHS, NMT_MAX_LAYER_STEPS, draw_family_config, family_names
 from graphs.opgraph import validate
 from graphs.registry import benchmark_graph, cached_graph_path, check_graph_name, load_graph
 
@@ -119,6 +120,16 @@ def test_bad_names_raise_placer_error_naming_the_problem(name, message):
 def test_unknown_graph_message_mentions_families():
     with pytest.raises(PlacerError, match=r"family:KIND:SEED with KIND one of rnn, cnn, transformer"):
         load_graph("no-such-graph")
+
+
+@pytest.mark.parametrize("count, start_seed, message", [
+    (2.5, 0, "whole numbers count >= 0 and start_seed >= 0, not 2.5 and 0"),  # was a TypeError from range
+    (2, 1.0, "not 2 and 1.0"), (True, 0, "not True and 0"),
+    (MAX_FAMILY_GRAPHS + 1, 0, f"{MAX_FAMILY_GRAPHS + 1} graphs is more than the 10,000 a family holds")])
+def test_family_names__a_count_not_a_whole_number_or_too_large_is_one_error(count, start_seed, message):
+    with pytest.raises(PlacerError, match=re.escape(message)):
+        family_names(count, start_seed)
+    assert len(family_names(MAX_FAMILY_GRAPHS)) == MAX_FAMILY_GRAPHS
 
 
 def test_family_names_cycle_the_kinds_with_consecutive_seeds():

@@ -354,3 +354,24 @@ def test_grouping__from_op_group_refuses_negative_ids_and_a_mask_of_another_leng
         Grouping.from_op_group(np.array([-1, 0]), np.array([1, 1]))
     with pytest.raises(PlacerError, match="one allowed mask per op, got shapes \\(2,\\) and \\(1,\\)"):
         Grouping.from_op_group(np.array([0, 1]), np.array([1]))
+
+
+def _uniform_chain(num_ops: int):
+    """A chain of equal ops and equal tensors: every atom is below the merges' "tiny" cost and every edge ties."""
+    from graphs.opgraph import OpGraph
+
+    return OpGraph("chain", "manual", np.array([f"o{i}" for i in range(num_ops)], dtype=object),
+                   np.full(num_ops, "Add", dtype=object), np.full(num_ops, 1e6), np.full(num_ops, 1e3),
+                   np.full(num_ops, 100), np.zeros(num_ops, dtype=np.int64), np.arange(num_ops - 1),
+                   np.arange(1, num_ops), np.full(num_ops - 1, 100))
+
+
+@pytest.mark.parametrize("method, num_ops, max_groups", [("colocation", 2000, 8), ("metis", 5000, 4)])
+def test_group_ops__tiny_atoms_do_not_pile_into_one_group(method, num_ops, max_groups):
+    """A tiny group joined its neighbour whatever the sum: colocation put 1993 of 2000 equal ops in one group
+    (chain merges), metis 4873 of 5000 (pre-coarsening before METIS). Now such a join stops at twice the cap
+    (colocation) or half a part (metis)."""
+    sizes = np.bincount(group_ops(_uniform_chain(num_ops), max_groups, method).op_group)
+    assert sizes.max() <= 2 * num_ops / max_groups
+    if method == "metis":
+        assert len(sizes) == max_groups and sizes.min() >= num_ops / max_groups / 2

@@ -77,6 +77,59 @@ def test_opgraph__bad_graph_is_one_clear_error(overrides, problem):
     assert problem in str(info.value)
 
 
+@pytest.mark.parametrize("short_key", ["edge_src", "edge_dst", "edge_bytes"])
+@pytest.mark.parametrize("change", [-1, 1])
+def test_opgraph__edge_arrays_of_different_lengths_are_one_clear_error(short_key, change):
+    """Checked before the edges are sorted: a short array was an IndexError, a long edge_bytes was cut to fit."""
+    base = _diamond()
+    array = getattr(base, short_key)
+    resized = array[:-1] if change < 0 else np.append(array, array[-1])
+    with pytest.raises(PlacerError, match="diamond'.*edge arrays differ in length"):
+        _diamond(**{short_key: resized.copy()})
+
+
+def test_io__in_bytes_lists_shorter_or_longer_than_in_src_are_one_clear_error(tmp_path):
+    """A file whose in_bytes list for an op is one short raised an IndexError traceback."""
+    import pyarrow as pa
+
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    index = table.schema.get_field_index("in_bytes")
+    for change in (-1, 1):
+        in_bytes = table.column("in_bytes").to_pylist()
+        in_bytes[3] = in_bytes[3][:-1] if change < 0 else in_bytes[3] + [7]
+        edited = table.set_column(index, "in_bytes", pa.array(in_bytes, pa.list_(pa.int64())))
+        pq.write_table(edited.replace_schema_metadata(table.schema.metadata), path)
+        with pytest.raises(PlacerError, match="g.parquet': op 3's in_src and in_bytes lists differ in length"):
+            load_graph_file(path)
+
+
+@pytest.mark.parametrize("overrides, problem", [
+    ({"phases": np.array([256, 0, 0, 1])}, "field 'phases' holds 256, outside int8's -128..127"),  # was phase 0
+    ({"allowed_mask": np.array([257, 3, 3, 3])}, "field 'allowed_mask' holds 257, outside uint8's 0..255"),
+    ({"allowed_mask": np.array([-255, 3, 3, 3])}, "field 'allowed_mask' holds -255, outside uint8"),  # was 1
+    ({"out_bytes": np.array([2**63 + 5, 1, 1, 1], dtype=np.uint64)}, "field 'out_bytes' holds 9223372036854775813"),
+    ({"op_names": np.array([None, "b", "c", "d"], dtype=object)}, "op_names[0] is None, not a string"),
+    ({"op_kinds": np.array(["Input", 1, "x", "y"], dtype=object)}, "op_kinds[1] is 1, not a string"),
+    ({"scopes": np.array(["", "l", None, "h"], dtype=object)}, "scopes[2] is None, not a string"),
+    ({"batch_size": -4}, "batch_size must be a whole number >= 0, got -4"),  # saved, then refused on load
+    ({"batch_size": 2.5}, "batch_size must be a whole number >= 0, got 2.5"),
+    ({"num_params": True}, "num_params must be a whole number >= 0, got True"),
+])
+def test_opgraph__values_a_narrowing_cast_would_wrap_and_non_strings_are_refused(overrides, problem):
+    with pytest.raises(PlacerError, match="diamond") as info:
+        _diamond(**overrides)
+    assert problem in str(info.value)
+
+
+def test_opgraph__numpy_integer_counts_become_ints_and_save(tmp_path):
+    """np.int64 batch_size broke save_graph (not JSON serializable)."""
+    graph = _diamond(batch_size=np.int64(32), num_params=np.int32(7))
+    assert type(graph.batch_size) is int and type(graph.num_params) is int
+    loaded = load_graph_file(save_graph(graph, tmp_path / "g.parquet"))
+    assert (loaded.batch_size, loaded.num_params) == (32, 7)
+
+
 def test_opgraph__hash_changes_with_content_and_not_with_edge_order():
     base = _diamond()
     reordered = _diamond(edge_src=base.edge_src[::-1].copy(), edge_dst=base.edge_dst[::-1].copy(),
