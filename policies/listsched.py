@@ -234,6 +234,31 @@ class FifoQueue:
     def free_s(self) -> float:
         return self.jobs[-1].end_s if self.jobs else 0.0
 
+    def idle_slot(self, job: Job) -> int | None:
+        """Where among the pinned jobs ``job`` would run if it fits there: it starts at the first time at or
+        after its request when the server is idle (a pinned job starting then goes first if requested before
+        it) and must end before the next pinned job starts; None when the pinned jobs end first or it does
+        not fit (served first, it would push a pinned job later). Times ``job`` when it fits."""
+        jobs, pinned, request_s = self.jobs, self.pinned, job.key[0]
+        if not pinned or jobs[pinned - 1].end_s <= request_s:
+            return None
+        i = bisect.bisect_right(jobs, request_s, lo=0, hi=pinned, key=lambda queued: queued.start_s)
+        free = max(request_s, jobs[i - 1].end_s) if i else request_s
+        while i < pinned and (jobs[i].start_s < free or (jobs[i].start_s == free and jobs[i].key < job.key)):
+            free = max(free, jobs[i].end_s)
+            i += 1
+        if i == pinned or free + job.duration_s > jobs[i].start_s:
+            return None
+        job.start_s, job.end_s = free, free + job.duration_s
+        return i
+
+    def insert_pinned(self, index: int, job: Job) -> None:
+        """Queue ``job`` (timed by ``idle_slot``) at ``index`` among the pinned jobs; it is pinned too."""
+        self.jobs.insert(index, job)
+        self.keys.insert(index, job.key)
+        job.pinned = True
+        self.pinned += 1
+
     def plan(self, new: list[Job], moved: dict[Job, float] | None) -> None:
         """Time ``new`` (sorted by key) as if queued and record in ``moved`` {queued job: its new start} of
         the jobs they push later; stops at the first queued job after them that keeps its time (right

@@ -281,6 +281,24 @@ def test_heft__its_own_times_stay_consistent_when_an_op_goes_ahead_of_queued_one
             assert job.start_s >= run.finish_s[src] - 1e-12, f"op {dst} starts before its input op {src} ends"
 
 
+def test_heft__an_op_ready_while_the_device_idles_before_pinned_ops_runs_there_if_it_fits():
+    """The simulator runs a ready op on an idle device at once: an op ready before pinned ops (something was
+    timed from their ends) runs in the idle stretch before them when it ends before the next one starts,
+    and nothing moves; one that does not fit queues after them (run first, it would push them later)."""
+    from policies.heft import FifoDevice
+
+    finish_s = np.zeros(4)
+    device = FifoDevice(np.arange(4), finish_s)
+    assert device.add(0, 1.0, 1.0) == (1.0, 2.0)
+    device.pin(0)
+    assert device.slot(1, 0.0, 0.5) == (2.0, 2.5)  # the device choice stays conservative
+    assert device.add(1, 0.0, 0.5) == (0.0, 0.5)  # idle until op 0 starts at 1.0: it fits
+    assert device.add(2, 0.6, 0.5) == (2.0, 2.5)  # 0.6 + 0.5 > 1.0: served first it would push op 0
+    assert device.add(3, 0.5, 0.5) == (0.5, 1.0)  # ends as op 0 starts
+    assert device.order() == [1, 3, 0, 2]
+    assert [device.job_of[op].end_s for op in range(4)] == [2.0, 0.5, 2.5, 1.0]  # op 0 kept its time
+
+
 def test_heft__paper_insertion_timeline_still_available_and_unknown_timeline_refused():
     graph, machine = fork_join_graph(), bus_machine()
     problem = make_problem(graph, machine)
