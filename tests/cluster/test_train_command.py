@@ -232,13 +232,14 @@ def test_train__an_interrupt_stops_after_a_whole_update_saves_the_checkpoint_and
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first update's bookkeeping
 
     monkeypatch.setattr(train_command._Progress, "update", update_then_interrupt)
+    handler_before = signal.getsignal(signal.SIGINT)  # SIG_IGN where the suite runs as a background job
     out = tmp_path / "gdp.pt"
     assert _train(out, "--json") == 130
     captured = capsys.readouterr()
     assert json.loads(captured.out)["stop_reason"] == "interrupted"
     assert "placer: train interrupted; the checkpoint holds its 1 updates: pass --resume" in captured.err
     assert read_checkpoint(out, "gdp")["progress"]["updates"] == 1 and len(_metrics(out)) == 1
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    assert signal.getsignal(signal.SIGINT) is handler_before  # the handler is put back
     monkeypatch.undo()
     assert _train(out, "--resume", "--json") == 0
     assert json.loads(capsys.readouterr().out)["stop_reason"] == "budget" and len(_metrics(out)) > 1
