@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from graphs.errors import PlacerError, is_whole_number
 from graphs.files import atomic_file, file_problem
-from graphs.opgraph import OpGraph
+from graphs.opgraph import OpGraph, checked_meta
 
 FORMAT_VERSION = 1
 _META_KEY = b"placer.opgraph"
@@ -54,7 +54,7 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
         "batch_size": graph.batch_size,
         "num_params": graph.num_params,
         "source": graph.source,
-        "meta": graph.meta,
+        "meta": checked_meta(graph.name, graph.meta),  # changed since construction? still plain JSON
         "content_hash": graph.content_hash,
     }
     table = table.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})

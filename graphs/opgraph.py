@@ -82,6 +82,7 @@ class OpGraph:
         self._canonicalize_edges()
         for key in ("batch_size", "num_params"):  # numpy integers become ints (JSON in the file's metadata)
             object.__setattr__(self, key, _checked_count(self.name, key, getattr(self, key)))
+        object.__setattr__(self, "meta", checked_meta(self.name, self.meta))
         validate(self)
 
     def _check_edge_lengths(self) -> None:
@@ -237,6 +238,41 @@ def _checked_count(name: str, key: str, value) -> int:
     if not is_whole_number(value) or value < 0:
         raise PlacerError(f"graph {name!r}: {key} must be a whole number >= 0, got {value!r}")
     return int(value)
+
+
+def checked_meta(name: str, meta) -> dict:
+    """``meta`` as plain JSON values, so that save_graph can write it and load_graph_file gives it back: numpy
+    scalars and arrays become Python numbers, bools, strings and lists (np.int64 broke save_graph: not JSON
+    serializable), tuples become lists (as JSON reads them back); None is an empty dict. Anything else JSON
+    cannot hold (a set, an object, a non-string key) is one PlacerError naming where it is in ``meta``.
+    Called at construction and again by save_graph (``meta`` is a dict, so it can change in between)."""
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise PlacerError(f"graph {name!r}: meta must be a dict, got {type(meta).__name__}")
+    return _plain_json(name, "meta", meta)
+
+
+def _plain_json(name: str, where: str, value):
+    """``value`` (found at ``where``, e.g. "meta['shapes'][0]") with numpy and str/int/float subclasses made
+    plain, in a new dict or list; PlacerError for what JSON cannot hold."""
+    if value is None or type(value) in (str, bool, int, float):
+        return value
+    if isinstance(value, (np.generic, np.ndarray)):  # .item() / .tolist(): Python numbers, bools and strings
+        return _plain_json(name, where, value.tolist())
+    if isinstance(value, dict):
+        plain = {}
+        for key, item in value.items():
+            if not isinstance(key, str):  # JSON would turn 1 into "1": the loaded meta would differ
+                raise PlacerError(f"graph {name!r}: {where} has the key {key!r}, not a string")
+            plain[str.__str__(key)] = _plain_json(name, f"{where}[{key!r}]", item)
+        return plain
+    if isinstance(value, (list, tuple)):
+        return [_plain_json(name, f"{where}[{i}]", item) for i, item in enumerate(value)]
+    for kind in (str, bool, int, float):  # subclasses (an IntEnum, a str subclass) as the plain value
+        if isinstance(value, kind):
+            return kind(value) if kind is not str else str.__str__(value)
+    raise PlacerError(f"graph {name!r}: {where} is {value!r} ({type(value).__name__}), not a JSON value")
 
 
 def dense_ids(labels: np.ndarray) -> np.ndarray:

@@ -130,6 +130,40 @@ def test_opgraph__numpy_integer_counts_become_ints_and_save(tmp_path):
     assert (loaded.batch_size, loaded.num_params) == (32, 7)
 
 
+def test_opgraph__numpy_values_in_meta_become_plain_and_save(tmp_path):
+    """np.int64 in meta broke save_graph (not JSON serializable); the round trip keeps every value."""
+    meta = {"scale": np.float64(1.5), "steps": np.int64(3), "half": np.float32(0.5), "fused": np.bool_(True),
+            "shape": np.array([1, 3, 8]), "nested": {"sizes": (np.int32(2), 4), "kind": np.str_("conv")}}
+    graph = _diamond(meta=meta)
+    plain = {"scale": 1.5, "steps": 3, "half": 0.5, "fused": True, "shape": [1, 3, 8],
+             "nested": {"sizes": [2, 4], "kind": "conv"}}
+    assert graph.meta == plain and type(graph.meta["steps"]) is int and type(graph.meta["fused"]) is bool
+    loaded = load_graph_file(save_graph(graph, tmp_path / "g.parquet"))
+    assert loaded.meta == plain and type(loaded.meta["steps"]) is int
+    graph.meta["added"] = np.int64(7)  # meta is a dict: a value added after construction saves too
+    assert load_graph_file(save_graph(graph, tmp_path / "g.parquet")).meta["added"] == 7
+
+
+@pytest.mark.parametrize("meta, problem", [
+    ({"notes": {"a", "b"}}, "meta['notes'] is {"),
+    ({"shapes": [[1, object()]]}, "meta['shapes'][0][1] is <object"),
+    ({"by_id": {1: "x"}}, "meta['by_id'] has the key 1, not a string"),
+    ("notes", "meta must be a dict, got str"),
+])
+def test_opgraph__meta_json_cannot_hold_is_one_clear_error(meta, problem):
+    with pytest.raises(PlacerError, match="diamond") as info:
+        _diamond(meta=meta)
+    assert problem in str(info.value)
+
+
+def test_io__meta_changed_after_construction_to_what_json_cannot_hold_is_a_clear_error(tmp_path):
+    graph = _diamond()
+    graph.meta["when"] = object()
+    with pytest.raises(PlacerError, match=r"graph 'diamond': meta\['when'\] is <object"):
+        save_graph(graph, tmp_path / "g.parquet")
+    assert not (tmp_path / "g.parquet").exists()
+
+
 def test_opgraph__hash_changes_with_content_and_not_with_edge_order():
     base = _diamond()
     reordered = _diamond(edge_src=base.edge_src[::-1].copy(), edge_dst=base.edge_dst[::-1].copy(),
