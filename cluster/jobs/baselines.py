@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+import tempfile
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -16,7 +19,7 @@ import numpy as np
 
 from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConfig, check_bound_time_limit,
                                  check_counts, check_measurer_settings, check_policy_groups, check_unique)
-from cluster.runlog import RunLogWriter, make_run_id, new_manifest, write_text_atomic
+from cluster.runlog import RunLogWriter, RunManifest, make_run_id, new_manifest, write_text_atomic
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 
@@ -54,7 +57,7 @@ def ratio_to_proven_bound(row, bound) -> float:
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     """Score every policy of ``config`` side by side through one measurer; log it when ``out`` is set.
     Bad input (a name, a count, a measurer that cannot run the graph, an unreachable cluster) fails before
-    the log is written."""
+    the log is written; a failure while the policies run leaves no run folder (``_staged_run_folder``)."""
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
@@ -88,20 +91,67 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     bound = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s),  # the searches' groups
                                     config.measurer)
     with _measurer(spec, factory, config.ray_address) as measurer:
-        log = _open_baselines_log(config, graph, machine, policies, spec, problem, bound) if config.out else None
-        finished = False
-        try:
-            table = run_table(problem, measurer, policies, config.budget, config.seed,
-                              on_measurement=None if log is None else _baseline_logger(log, measurer))
-            finished = True
-        finally:
-            if log is not None:
+        if not config.out:
+            table = run_table(problem, measurer, policies, config.budget, config.seed)
+            return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound)
+        manifest = _baselines_manifest(config, graph, machine, policies, spec, problem, bound)
+        with _staged_run_folder(Path(config.out), manifest.run_id) as staging:
+            log = RunLogWriter.create(staging, manifest)
+            finished = False
+            try:
+                table = run_table(problem, measurer, policies, config.budget, config.seed,
+                                  on_measurement=_baseline_logger(log, measurer))
+                finished = True
+            finally:
                 log.close(compact=finished)
-    outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
-                               None if log is None else log.folder, bound)
-    if log is not None:
-        write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
+            outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
+                                       Path(config.out) / manifest.run_id, bound)
+            write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
     return outcome
+
+
+@contextmanager
+def _staged_run_folder(root: Path, run_id: str) -> Iterator[Path]:
+    """A hidden staging folder under ``root`` to make the run folder ``<staging>/<run_id>`` in; it becomes
+    ``root/<run_id>`` only when the block succeeds. A baselines run cannot be resumed, so one that fails (a
+    policy that raises, Ctrl-C) left a folder with a manifest and parts but no baselines.json; now the staging
+    folder is removed, and so are the folders above it this command made (``--out a/b``: a and b), never
+    one that was there before. A killed process leaves only the dot-named staging folder, which run readers
+    (``placer analyze``) skip."""
+    made = _missing_folders(root)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".tmp", dir=root))
+    try:
+        yield staging
+        final = root / run_id
+        if final.exists():  # a run of the same id (same graph and seed, within the second) finished first
+            raise PlacerError(f"run folder {final} already exists (another run of the same id finished first)")
+        os.rename(staging / run_id, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(made)
+        raise
+    staging.rmdir()  # empty: its run folder was renamed out
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, deepest first: what ``mkdir(parents=True)`` makes."""
+    missing = []
+    for folder in (path.absolute(), *path.absolute().parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty: one something else wrote into stays, and so do
+    the folders above it."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
 @contextmanager
@@ -132,13 +182,12 @@ def _measurer(spec, factory, ray_address: str | None) -> Iterator:
             ray_setup.shutdown_ray()
 
 
-def _open_baselines_log(config: BaselinesConfig, graph, machine, policies, spec, problem, bound) -> RunLogWriter:
+def _baselines_manifest(config: BaselinesConfig, graph, machine, policies, spec, problem, bound) -> RunManifest:
     manifest = new_manifest(make_run_id(graph.name, BASELINES_POLICY, config.seed, root=config.out), graph,
                             machine, seed=config.seed, policy=BASELINES_POLICY,
                             config={**asdict(config), "policies": list(policies)},
                             runs=spec.runs, warmup=spec.warmup, lower_bound_s=problem.lower_bound_s)
-    manifest = replace(manifest, proven_bound_s=float(bound.best_s), proven_bound_holds_for=bound.holds_for)
-    return RunLogWriter.create(config.out, manifest)
+    return replace(manifest, proven_bound_s=float(bound.best_s), proven_bound_holds_for=bound.holds_for)
 
 
 class PoolResults:

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from cluster.cli import main
+from graphs.errors import PlacerError
 
 
 def run_json(capsys, *args):
@@ -84,10 +85,69 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     took = (rows["finished_at"] - rows["started_at"]).dt.total_seconds()  # they were all equal
     assert np.allclose(took, rows["measure_s"], atol=1e-3) and (rows["submitted_at"] == rows["started_at"]).all()
     assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no staging folder left beside it
     from cluster.analysis import summarize
 
     (summary,) = summarize([folder])  # a finished baselines run: its best is the best baseline
     assert summary.finished and summary.best_runtime_s == min(r["runtime_s"] for r in payload["results"])
+
+
+def _fail_after_two_policies(monkeypatch, error: BaseException) -> None:
+    """policies.table.place runs each policy (its measurements reach the run log), then raises ``error`` after
+    the second; the fallback single-gpu placement (no ``on_measurement``) raises it too."""
+    import policies.table
+
+    real_place, placed = policies.table.place, []
+
+    def place(name, *args, **kwargs):
+        if len(args) < 5:  # the table's own single-gpu reference, after every policy ran
+            raise error
+        result = real_place(name, *args, **kwargs)
+        placed.append(name)
+        if len(placed) == 2:
+            raise error
+        return result
+
+    monkeypatch.setattr(policies.table, "place", place)
+
+
+BASELINES_ARGS = ["baselines", "--graph", "synthetic:60:1", "--machine", "paper-2gpu", "--budget", "6"]
+
+
+def test_baselines_out__a_policy_that_crashes_leaves_no_run_folder(tmp_path, monkeypatch):
+    """It left runs/<id>/ with a manifest and measurement parts but no baselines.json."""
+    _fail_after_two_policies(monkeypatch, RuntimeError("policy crashed"))
+    out = tmp_path / "runs" / "baselines"
+    with pytest.raises(RuntimeError, match="policy crashed"):
+        main([*BASELINES_ARGS, "--policies", "heft,random,m-etf", "--out", str(out)])
+    assert list(tmp_path.iterdir()) == []  # nor the folders --out named, which this command made
+
+
+def test_baselines_out__a_placer_error_mid_way_is_one_line_and_keeps_what_was_there(tmp_path, monkeypatch, capsys):
+    from conftest import one_placer_error
+
+    (tmp_path / "earlier-run").mkdir()
+    (tmp_path / "earlier-run" / "notes.txt").write_text("kept")
+    _fail_after_two_policies(monkeypatch, PlacerError("the single GPU placement failed"))
+    code = main([*BASELINES_ARGS, "--policies", "heft,random", "--out", str(tmp_path)])
+    assert code == 2 and "the single GPU placement failed" in one_placer_error(capsys)
+    assert [p.name for p in tmp_path.iterdir()] == ["earlier-run"]
+    assert (tmp_path / "earlier-run" / "notes.txt").read_text() == "kept"
+
+
+def test_baselines_out__an_interrupted_run_leaves_no_run_folder_and_the_next_one_writes_all(tmp_path, monkeypatch,
+                                                                                              capsys):
+    _fail_after_two_policies(monkeypatch, KeyboardInterrupt())
+    args = [*BASELINES_ARGS, "--policies", "heft,random,m-etf", "--out", str(tmp_path)]
+    assert main(args) == 130 and "placer: interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    assert main(args) == 0
+    (folder,) = tmp_path.iterdir()
+    assert f"run log: {folder}" in capsys.readouterr().out
+    assert {p.name for p in folder.iterdir()} >= {"manifest.json", "measurements", "baselines.json"}
+    rows = pd.read_parquet(folder / "measurements")
+    assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("m-etf", 1), ("random", 6)]
 
 
 def test_baselines__zero_bound_time_limit_gives_the_closed_form(capsys):
