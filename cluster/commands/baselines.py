@@ -61,14 +61,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(outcome.to_json())
     else:
-        print_table(outcome.table, outcome.bound)
+        print_table(outcome.table, outcome.proven_bound)
         if outcome.run_dir is not None:
             print(f"run log: {outcome.run_dir}")
     return 0
 
 
-def print_table(table, bound=None) -> None:
-    """``bound``: the BoundReport of the searches' groups (policies.exact.bound), or None."""
+def print_table(table, bound: tuple[float, str] | None = None) -> None:
+    """``bound``: the proven bound of the searches' groups (seconds, what it holds for), or None."""
     from cluster.commands.console import text_console
     from cluster.jobs.baselines import ratio_to_proven_bound
     from rich.table import Table
@@ -80,7 +80,7 @@ def print_table(table, bound=None) -> None:
     title = (f"{table.graph} on {table.machine}: lower bound {table.lower_bound_s:.4g} s, "
              f"best single GPU {fmt(table.single_gpu_s, '.4g')} s")
     if bound is not None:  # heuristics place colocation groups: a bound for coarser groups need not hold for them
-        title += f"; proven bound {bound.best_s:.4g} s for {bound.holds_for}"
+        title += f"; proven bound {bound[0]:.4g} s for {bound[1]}"
     out = Table(title=title)
     for column in ("policy", "step time (s)", "status", "x lower bound", "x proven bound", "x single GPU",
                    "placement time (s)", "measurements", "notes"):

@@ -19,7 +19,8 @@ import numpy as np
 
 from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConfig, check_bound_time_limit,
                                  check_counts, check_measurer_settings, check_policy_groups, check_unique)
-from cluster.runlog import RunLogWriter, RunManifest, make_run_id, new_manifest, write_text_atomic
+from cluster.runlog import (RunLogWriter, RunManifest, make_run_id, new_manifest, record_proven_bound,
+                           write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 
@@ -30,28 +31,46 @@ class BaselinesOutcome:
     groups: int  # the groups the searches placed (at most config.groups)
     colocation_groups: int  # the graph's: no grouping makes more groups than these
     run_dir: Path | None
-    bound: object = None  # policies.exact.bound.BoundReport for the searches' groups
+    bound: object = None  # policies.exact.bound.BoundReport for the searches' groups (`placer bound`'s)
+    proven_bound: tuple[float, str] | None = None  # (seconds, what it holds for): bound's, raised to an exact
+    # row's own where that holds for every placement of the same groups (as a search's is: solver_raised_bound)
+
+    def __post_init__(self) -> None:
+        if self.proven_bound is None and self.bound is not None:
+            self.proven_bound = (float(self.bound.best_s), self.bound.holds_for)
 
     def to_json(self) -> dict:
         data = {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
         if self.bound is not None:
             from cluster.jsonout import json_safe
 
-            data["proven_bound_s"] = self.bound.best_s
-            data["proven_bound_holds_for"] = self.bound.holds_for
-            data["proven_bound"] = json_safe(self.bound.to_json())
+            data["proven_bound_s"], data["proven_bound_holds_for"] = self.proven_bound
+            data["proven_bound"] = json_safe(self.bound.to_json())  # `placer bound`'s report, before raising
             for row, result in zip(data["results"], self.table.rows):
-                ratio = ratio_to_proven_bound(result, self.bound)
+                ratio = ratio_to_proven_bound(result, self.proven_bound)
                 row["ratio_to_proven_bound"] = ratio if math.isfinite(ratio) else None
         return data
 
 
-def ratio_to_proven_bound(row, bound) -> float:
-    """A baseline row's step over the proven bound; nan unless the row ran ok (the bound holds for
-    placements that fit in memory: an out-of-memory row's step is no such placement's)."""
-    if bound is None or row.status != "ok" or not (bound.best_s > 0 and math.isfinite(bound.best_s)):
+def ratio_to_proven_bound(row, bound: tuple[float, str] | None) -> float:
+    """A baseline row's step over the proven bound (seconds, what it holds for); nan unless the row ran ok
+    (the bound holds for placements that fit in memory: an out-of-memory row's step is no such placement's)."""
+    if bound is None or row.status != "ok" or not (bound[0] > 0 and math.isfinite(bound[0])):
         return math.nan
-    return row.runtime_s / bound.best_s
+    return row.runtime_s / bound[0]
+
+
+def _raised_bound(bound: tuple[float, str], table, problem, measurer: str) -> tuple[float, str]:
+    """``bound`` (of ``problem``'s groups) raised as a search's is (solver_raised_bound) by each row whose
+    policy placed those very groups (exact: every search does; a heuristic or a learner that groups the graph
+    itself places other groups, whose solver bound would not hold for these)."""
+    from cluster.jobs.search import SolverFigures, solver_raised_bound
+    from policies.registry import policy_entry
+
+    for row in table.rows:
+        if row.result is not None and policy_entry(row.policy).places_groups:
+            bound = solver_raised_bound(bound, SolverFigures.of(row.result), problem, measurer)
+    return bound
 
 
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
@@ -90,11 +109,13 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
 
     bound = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s),  # the searches' groups
                                     config.measurer)
+    proven = (float(bound.best_s), bound.holds_for)
     with _measurer(spec, factory, config.ray_address) as measurer:
         if not config.out:
             table = run_table(problem, measurer, policies, config.budget, config.seed)
-            return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound)
-        manifest = _baselines_manifest(config, graph, machine, policies, spec, problem, bound)
+            raised = _raised_bound(proven, table, problem, config.measurer)
+            return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound, raised)
+        manifest = _baselines_manifest(config, graph, machine, policies, spec, problem, proven)
         with _staged_run_folder(Path(config.out), manifest.run_id) as staging:
             log = RunLogWriter.create(staging, manifest)
             finished = False
@@ -104,8 +125,11 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
                 finished = True
             finally:
                 log.close(compact=finished)
+            raised = _raised_bound(proven, table, problem, config.measurer)
+            if raised is not proven:  # the manifest too, so that analyze reads the same
+                record_proven_bound(log.folder, *raised)
             outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
-                                       Path(config.out) / manifest.run_id, bound)
+                                       Path(config.out) / manifest.run_id, bound, raised)
             write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
     return outcome
 
@@ -182,12 +206,13 @@ def _measurer(spec, factory, ray_address: str | None) -> Iterator:
             ray_setup.shutdown_ray()
 
 
-def _baselines_manifest(config: BaselinesConfig, graph, machine, policies, spec, problem, bound) -> RunManifest:
+def _baselines_manifest(config: BaselinesConfig, graph, machine, policies, spec, problem,
+                        bound: tuple[float, str]) -> RunManifest:
     manifest = new_manifest(make_run_id(graph.name, BASELINES_POLICY, config.seed, root=config.out), graph,
                             machine, seed=config.seed, policy=BASELINES_POLICY,
                             config={**asdict(config), "policies": list(policies)},
                             runs=spec.runs, warmup=spec.warmup, lower_bound_s=problem.lower_bound_s)
-    return replace(manifest, proven_bound_s=float(bound.best_s), proven_bound_holds_for=bound.holds_for)
+    return replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
 
 
 class PoolResults:

@@ -416,17 +416,26 @@ def holds_for_measured_steps(holds_for: str, measurer: str, noise_std: float = 0
 
 def _with_solver_bound(run_dir: Path, bound: tuple[float, str], solver: SolverFigures | None, problem,
                        config: SearchConfig) -> tuple[float, str]:
-    """The run's proven bound (seconds, what it holds for), raised to the exact run's own where that holds for
-    every placement of the searched groups (HiGHS's relaxation, not CP-SAT's model of whole groups): the
-    manifest is updated too, so that analyze and reproduce read the same."""
+    """The run's proven bound raised by ``solver_raised_bound``: the manifest is updated too, so that analyze
+    and reproduce read the same."""
+    raised = solver_raised_bound(bound, solver, problem, config.measurer, config.noise_std)
+    if raised is not bound:
+        record_proven_bound(run_dir, *raised)
+    return raised
+
+
+def solver_raised_bound(bound: tuple[float, str], solver: SolverFigures | None, problem, measurer: str,
+                        noise_std: float = 0.0) -> tuple[float, str]:
+    """A proven bound (seconds, what it holds for) of ``problem``'s groups, raised to an exact run's own where
+    that holds for every placement of those groups (HiGHS's relaxation, not CP-SAT's model of whole groups)
+    and is higher; ``bound`` itself otherwise. ``solver`` must come from a run that placed ``problem``'s
+    groups (the bound's), else its bound holds for other placements."""
     from policies.exact.bound import grouping_name
 
     if solver is None or not solver.bound_every_placement or not solver.bound_s > bound[0] \
             or not math.isfinite(solver.bound_s):
         return bound
-    holds_for = holds_for_measured_steps(f"placements of {grouping_name(problem)}", config.measurer,
-                                         config.noise_std)
-    record_proven_bound(run_dir, solver.bound_s, holds_for)
+    holds_for = holds_for_measured_steps(f"placements of {grouping_name(problem)}", measurer, noise_std)
     return float(solver.bound_s), holds_for
 
 

@@ -205,3 +205,31 @@ def test_baselines__torch_measurer_runs_through_the_pool(tmp_path, capsys, monke
     # the simulator's bound, not one of measured steps (a measurement came out 14% below it)
     assert report["proven_bound_holds_for"].endswith(", in the simulator (not a torch measurement)")
     assert not ray.is_initialized()  # the command shut its Ray down
+
+
+def test_baselines__an_exact_rows_own_bound_for_every_placement_of_its_groups_raises_the_proven_bound(tmp_path,
+                                                                                                      capsys):
+    """As in a search: HiGHS's dual bound holds for every placement of the searched groups, the bound's own;
+    with --bound-time-limit 0 baselines.json and the manifest kept the closed form (synthetic:40: 0.0028094 s
+    beside exact's 0.0039757 s), and every ratio_to_proven_bound was over it."""
+    from cluster.analysis import proven_bound_of
+    from cluster.commands.baselines import print_table
+    from cluster.jobs import run_baselines
+    from cluster.jobs.config import BASELINES_FILE, BaselinesConfig
+    from cluster.runlog import read_manifest
+
+    outcome = run_baselines(BaselinesConfig("synthetic:40", "paper-2gpu", policies=("exact", "m-etf"), budget=5,
+                                            groups=8, seed=3, bound_time_limit_s=0, out=str(tmp_path)))
+    exact = outcome.table.rows[0].result
+    assert exact.solver_bound_every_placement and exact.solver_bound_s > outcome.table.lower_bound_s
+    proven = (exact.solver_bound_s, f"placements of the {outcome.groups} metis groups of synthetic:40:0")
+    payload = json.loads((outcome.run_dir / BASELINES_FILE).read_text())
+    assert (payload["proven_bound_s"], payload["proven_bound_holds_for"]) == proven
+    assert payload["proven_bound"]["best_s"] == payload["lower_bound_s"]  # `placer bound`'s own report, as it was
+    assert payload["proven_bound"]["holds_for"] == "every placement"
+    for row in payload["results"]:
+        assert row["status"] == "ok" and row["ratio_to_proven_bound"] == row["runtime_s"] / exact.solver_bound_s
+    assert proven_bound_of(outcome.run_dir, read_manifest(outcome.run_dir)) == proven  # what analyze reads
+    assert outcome.proven_bound == proven and json.loads(json.dumps(outcome.to_json())) == payload
+    print_table(outcome.table, outcome.proven_bound)
+    assert f"proven bound {proven[0]:.4g} s for {proven[1]}" in capsys.readouterr().out
