@@ -3,8 +3,6 @@ rounds) against the literal round-by-round algorithm it replaced. The "scope" gr
 recorded with them, depend on its exact tie-breaking, so the comparison runs on random graphs whose
 quantized edge bytes make ties common, and checks that a different tie-breaking would be caught."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -94,17 +92,14 @@ def test_inherit_scopes__scope_groups_match_the_round_by_round_algorithm(make_gr
         assert np.array_equal(a, b)
 
 
-def test_inherit_scopes__linear_on_a_long_chain():
-    """A 200,000-atom chain scoped only at its end: one round per atom took minutes (quadratic); a BFS
-    takes milliseconds. The bound is loose for a busy machine."""
+def test_inherit_scopes__a_long_chain_scoped_only_at_its_end_takes_that_scope_everywhere():
+    """200,000 atoms, 200,000 rounds of the former algorithm (minutes; the BFS takes milliseconds: its speed
+    is measured in tests/bench/bench_grouping.py)."""
     n = 200_000
     src = np.arange(n - 1, dtype=np.int64)  # (n-1,)
     atoms = _Atoms(np.arange(n), n, np.ones(n), np.full(n, 3, np.uint8), np.linspace(0, 1, n), src, src + 1,
                    np.full(n - 1, 4, dtype=np.int64))
     scope = np.full(n, "", dtype=object)
     scope[-1] = "head"
-    _inherit_scopes(scope.copy(), atoms)  # compile
-    started = time.perf_counter()
     _inherit_scopes(scope, atoms)
-    assert time.perf_counter() - started < 5.0
     assert np.all(scope == "head")
