@@ -1,5 +1,5 @@
 """Grouping speed and quality: `python tests/bench/bench_grouping.py [--sizes 10000 100000 1000000]
-[--graphs rnnlm nmt-2 ...] [--groups 256]`.
+[--graphs rnnlm nmt-2 ...] [--deep 32000 ...] [--groups 256]`.
 
 For each graph and method: wall time, groups, the fraction of tensor bytes that cross groups (lower keeps
 heavy edges inside groups) and the heaviest group's nominal cost over the mean (1.0 = perfectly balanced,
@@ -10,6 +10,7 @@ else from a seeded layered DAG made here (with forward/backward colocation pairs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -35,6 +36,15 @@ def layered_dag(n: int, seed: int = 0, width: int = 50) -> OpGraph:
                    edge_src=src, edge_dst=dst, edge_bytes=out_bytes[src], colocation=colocation)
 
 
+def deep_scoped(n: int) -> OpGraph:
+    """``layered_dag`` two ops wide (n/2 layers deep) with scopes on its last 3 ops only: every other atom
+    inherits one, which took one pass over all edges per layer before (quadratic)."""
+    graph = layered_dag(n, width=2)
+    scopes = np.full(n, "", dtype=object)
+    scopes[-3:] = ["head/a", "head/b", "head/c"]
+    return dataclasses.replace(graph, name=f"deep:{n}", scopes=scopes)
+
+
 def synthetic(n: int) -> OpGraph:
     try:
         from graphs.synthetic import synthetic_from_spec
@@ -54,10 +64,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--graphs", nargs="*", default=[], help="benchmark names or graph files")
+    parser.add_argument("--deep", type=int, nargs="*", default=[], help="sizes of deep graphs with 3 scoped ops")
     parser.add_argument("--groups", type=int, default=256)
     args = parser.parse_args()
     group_ops(layered_dag(2000), 16, "colocation")  # compile the numba kernels outside the timings
+    group_ops(deep_scoped(200), 16, "scope")
     graphs = [(f"synthetic:{n}", lambda n=n: synthetic(n)) for n in args.sizes]
+    graphs += [(f"deep:{n}", lambda n=n: deep_scoped(n)) for n in args.deep]
     if args.graphs:
         from graphs.registry import load_graph
 
