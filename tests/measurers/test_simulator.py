@@ -284,6 +284,21 @@ def test_check_placement__wrong_length_range_and_kind():
         check_placement(graph, machine, [0, 0])
 
 
+def test_check_placement__ragged_or_huge_unsigned_is_one_error_and_measure_does_not_raise():
+    """A ragged nested list raised numpy's ValueError (out of ``SimulatorMeasurer.measure`` too), and a
+    uint64 index of 2**63 + 1 was reported as device -9223372036854775807."""
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [])
+    machine = toy_machine(num_gpus=1)
+    with pytest.raises(PlacerError, match="not a flat sequence of device indices"):
+        check_placement(graph, machine, [[0], [1, 1]])
+    with pytest.raises(PlacerError, match="device 9223372036854775809, but"):
+        check_placement(graph, machine, np.array([2**63 + 1, 0], dtype=np.uint64))
+    assert check_placement(graph, machine, np.array([1, 0], dtype=np.uint64)).tolist() == [1, 0]
+    (bad,) = SimulatorMeasurer(graph, machine).measure([[[0], [1, 1]]])
+    assert bad.status == "error" and "flat sequence" in bad.error
+
 def test_placement_file__per_op_per_group_and_by_name(tmp_path):
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [], colocation=np.array([0, 0, 2]))
     machine = toy_machine()
