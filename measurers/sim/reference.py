@@ -90,8 +90,16 @@ class Simulator:
         return simulate_reference(self.graph, self.machine, placement, self.op_time_s, self.alloc_bytes, timeline)
 
     def run_batch(self, placements) -> list[SimResult]:
-        """One result per row of ``placements`` (B, N)."""
-        return [self.run(row) for row in np.asarray(placements)]
+        """One result per row of ``placements`` (B, N); PlacerError for anything else (a ragged batch too)."""
+        try:
+            batch = np.asarray(placements)
+        except (ValueError, TypeError) as exc:  # ragged rows: numpy's ValueError, not one PlacerError
+            raise PlacerError(f"placements must be a (B, {self.graph.num_ops}) batch: {exc}") from None
+        if batch.size == 0 and batch.ndim == 1:  # an empty list: no placements
+            return []
+        if batch.ndim != 2:
+            raise PlacerError(f"placements must be a (B, {self.graph.num_ops}) batch, got shape {batch.shape}")
+        return [self.run(row) for row in batch]
 
 
 def output_alloc_bytes(graph: OpGraph) -> np.ndarray:
