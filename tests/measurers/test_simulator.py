@@ -272,6 +272,20 @@ def test_times_too_extreme_to_simulate__are_one_error_without_numpy_warnings(mac
                 simulate(graph, machine, np.array([1, 2]), engine=engine, profile=profile)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_link_latency_nan__is_one_error_not_an_endless_loop(engine):
+    """``Link`` lets latency_s NaN through, and a NaN on any link but the first slipped past the transfer
+    check (Python's ``max`` skips it): the step's clock became NaN and both engines looped forever."""
+    from dataclasses import replace
+
+    from measurers.sim.reference import Simulator
+
+    machine = toy_machine(num_gpus=1)
+    machine = replace(machine, links=(machine.links[0], replace(machine.links[1], latency_s=float("nan"))))
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
+    with pytest.raises(PlacerError, match="the transfers of graph 'toy' may take nan s"):
+        Simulator(graph, machine, engine=engine)  # never run: without the check, run([1, 0]) does not return
+
 def test_check_placement__wrong_length_range_and_kind():
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [], allowed_mask=np.array([2, 3], dtype=np.uint8))
     machine = toy_machine(num_gpus=1)
