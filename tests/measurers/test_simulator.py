@@ -286,6 +286,19 @@ def test_link_latency_nan__is_one_error_not_an_endless_loop(engine):
     with pytest.raises(PlacerError, match="the transfers of graph 'toy' may take nan s"):
         Simulator(graph, machine, engine=engine)  # never run: without the check, run([1, 0]) does not return
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_memory_totals_past_int64__are_one_error(engine):
+    """Parameters, outputs and edges each below the graph's 2**62 limit, but live together on one device:
+    the fast engine's int64 counter wrapped (peak 2**63 - 2**41 reported, not 3 * B) and the reference
+    raised an OverflowError."""
+    from measurers.sim.reference import Simulator
+
+    big = 2**62 - 2**40
+    graph = toy_graph([("a", 1.0, big), ("b", 1.0, 8), ("c", 1.0, 8)], [("a", "c", 8), ("b", "c", big)],
+                      param_bytes=np.array([big, 0, 0]))
+    with pytest.raises(PlacerError, match="more than the simulator's int64 memory counters hold"):
+        Simulator(graph, toy_machine(), engine=engine)
+
 def test_check_placement__wrong_length_range_and_kind():
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [], allowed_mask=np.array([2, 3], dtype=np.uint8))
     machine = toy_machine(num_gpus=1)
