@@ -32,17 +32,20 @@ from measurers.machine import Machine
 
 def check_placement(graph: OpGraph, machine: Machine, placement) -> np.ndarray:
     """The placement as a read-only (N,) int64 array; PlacerError on wrong length, device or allowed kind."""
-    array = np.asarray(placement)
+    try:
+        array = np.asarray(placement)
+    except (ValueError, TypeError) as exc:  # ragged nested lists: numpy's ValueError, not one PlacerError
+        raise PlacerError(f"placement is not a flat sequence of device indices: {exc}") from None
     if array.ndim != 1 or len(array) != graph.num_ops:
         raise PlacerError(f"placement has shape {array.shape} but graph {graph.name!r} has {graph.num_ops} ops")
     if array.size and not np.issubdtype(array.dtype, np.integer):
         raise PlacerError(f"placement must hold integer device indices, got {array.dtype}")
-    array = array.astype(np.int64, copy=False)
     num_devices = machine.num_devices
-    if array.size and (array.min() < 0 or array.max() >= num_devices):
+    if array.size and (array.min() < 0 or array.max() >= num_devices):  # before the cast: 2**64-1 is no -1
         bad = int(np.flatnonzero((array < 0) | (array >= num_devices))[0])
         raise PlacerError(f"placement puts op {graph.op_names[bad]!r} on device {int(array[bad])}, "
                           f"but machine {machine.name!r} has devices 0..{num_devices - 1}")
+    array = array.astype(np.int64, copy=False)
     allowed = (graph.allowed_mask & machine.kind_bits[array]) != 0  # (N,) bool
     if not allowed.all():
         bad = int(np.flatnonzero(~allowed)[0])

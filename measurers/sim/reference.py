@@ -71,6 +71,7 @@ class Simulator:
         self.graph, self.machine, self.engine = graph, machine, engine
         self.op_time_s = op_time_matrix(graph, machine, profile)  # (N, D) float64
         self.alloc_bytes = output_alloc_bytes(graph)  # (N,) int64
+        _check_memory_totals(graph, self.alloc_bytes)
         self._fast = None
         if engine == "fast":
             from measurers.sim.fast import FastSimulator
@@ -90,8 +91,27 @@ class Simulator:
         return simulate_reference(self.graph, self.machine, placement, self.op_time_s, self.alloc_bytes, timeline)
 
     def run_batch(self, placements) -> list[SimResult]:
-        """One result per row of ``placements`` (B, N)."""
-        return [self.run(row) for row in np.asarray(placements)]
+        """One result per row of ``placements`` (B, N); PlacerError for anything else (a ragged batch too)."""
+        try:
+            batch = np.asarray(placements)
+        except (ValueError, TypeError) as exc:  # ragged rows: numpy's ValueError, not one PlacerError
+            raise PlacerError(f"placements must be a (B, {self.graph.num_ops}) batch: {exc}") from None
+        if batch.size == 0 and batch.ndim == 1:  # an empty list: no placements
+            return []
+        if batch.ndim != 2:
+            raise PlacerError(f"placements must be a (B, {self.graph.num_ops}) batch, got shape {batch.shape}")
+        return [self.run(row) for row in batch]
+
+
+def _check_memory_totals(graph: OpGraph, alloc_bytes: np.ndarray) -> None:
+    """A device's memory never exceeds the graph's parameters plus outputs plus edge bytes (every transfer
+    is at most one edge's bytes): that sum must fit int64. The graph keeps each of the three below 2**62,
+    but three such sums can pass 2**63: the fast engine's counter wrapped (a wrong, smaller peak) and the
+    reference's raised an OverflowError."""
+    total = sum(int(a.sum(dtype=np.int64)) for a in (graph.param_bytes, alloc_bytes, graph.edge_bytes))  # each < 2**62
+    if total >= 2**63:
+        raise PlacerError(f"graph {graph.name!r}: parameter, output and edge bytes total {total:.3g} bytes, "
+                          "more than the simulator's int64 memory counters hold")
 
 
 def output_alloc_bytes(graph: OpGraph) -> np.ndarray:

@@ -85,3 +85,17 @@ def test_run_batch__same_results_as_single_runs():
     batch = simulator.run_batch(placements)
     assert [r.runtime_s for r in batch] == [simulator.run(p).runtime_s for p in placements]
     assert len({r.runtime_s for r in batch}) > 1
+
+
+@pytest.mark.parametrize("batch, message", [
+    ([[0, 1, 0], [0, 1]], r"must be a \(B, 3\) batch: setting an array element"),  # ragged: was numpy's ValueError
+    (None, r"must be a \(B, 3\) batch, got shape \(\)"),  # was a TypeError
+    ([0, 1, 0], r"must be a \(B, 3\) batch, got shape \(3,\)"),
+])
+def test_run_batch__a_batch_of_the_wrong_shape_is_one_error(batch, message):
+    from graphs.errors import PlacerError
+
+    simulator = Simulator(synthetic_graph(3, 0), load_machine("paper-2gpu"))
+    with pytest.raises(PlacerError, match=message):
+        simulator.run_batch(batch)
+    assert simulator.run_batch([]) == [] and len(simulator.run_batch([[0, 1, 0]])) == 1

@@ -272,6 +272,33 @@ def test_times_too_extreme_to_simulate__are_one_error_without_numpy_warnings(mac
                 simulate(graph, machine, np.array([1, 2]), engine=engine, profile=profile)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_link_latency_nan__is_one_error_not_an_endless_loop(engine):
+    """``Link`` lets latency_s NaN through, and a NaN on any link but the first slipped past the transfer
+    check (Python's ``max`` skips it): the step's clock became NaN and both engines looped forever."""
+    from dataclasses import replace
+
+    from measurers.sim.reference import Simulator
+
+    machine = toy_machine(num_gpus=1)
+    machine = replace(machine, links=(machine.links[0], replace(machine.links[1], latency_s=float("nan"))))
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
+    with pytest.raises(PlacerError, match="the transfers of graph 'toy' may take nan s"):
+        Simulator(graph, machine, engine=engine)  # never run: without the check, run([1, 0]) does not return
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_memory_totals_past_int64__are_one_error(engine):
+    """Parameters, outputs and edges each below the graph's 2**62 limit, but live together on one device:
+    the fast engine's int64 counter wrapped (peak 2**63 - 2**41 reported, not 3 * B) and the reference
+    raised an OverflowError."""
+    from measurers.sim.reference import Simulator
+
+    big = 2**62 - 2**40
+    graph = toy_graph([("a", 1.0, big), ("b", 1.0, 8), ("c", 1.0, 8)], [("a", "c", 8), ("b", "c", big)],
+                      param_bytes=np.array([big, 0, 0]))
+    with pytest.raises(PlacerError, match="more than the simulator's int64 memory counters hold"):
+        Simulator(graph, toy_machine(), engine=engine)
+
 def test_check_placement__wrong_length_range_and_kind():
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [], allowed_mask=np.array([2, 3], dtype=np.uint8))
     machine = toy_machine(num_gpus=1)
@@ -283,6 +310,21 @@ def test_check_placement__wrong_length_range_and_kind():
     with pytest.raises(PlacerError, match="'a'.*may not run on"):
         check_placement(graph, machine, [0, 0])
 
+
+def test_check_placement__ragged_or_huge_unsigned_is_one_error_and_measure_does_not_raise():
+    """A ragged nested list raised numpy's ValueError (out of ``SimulatorMeasurer.measure`` too), and a
+    uint64 index of 2**63 + 1 was reported as device -9223372036854775807."""
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [])
+    machine = toy_machine(num_gpus=1)
+    with pytest.raises(PlacerError, match="not a flat sequence of device indices"):
+        check_placement(graph, machine, [[0], [1, 1]])
+    with pytest.raises(PlacerError, match="device 9223372036854775809, but"):
+        check_placement(graph, machine, np.array([2**63 + 1, 0], dtype=np.uint64))
+    assert check_placement(graph, machine, np.array([1, 0], dtype=np.uint64)).tolist() == [1, 0]
+    (bad,) = SimulatorMeasurer(graph, machine).measure([[[0], [1, 1]]])
+    assert bad.status == "error" and "flat sequence" in bad.error
 
 def test_placement_file__per_op_per_group_and_by_name(tmp_path):
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [], colocation=np.array([0, 0, 2]))
