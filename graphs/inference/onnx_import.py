@@ -105,8 +105,8 @@ def _model_inputs(graph) -> list:
 
 
 def _input_dims(graph) -> dict:
-    return {value.name: tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                              for d in value.type.tensor_type.shape.dim) for value in _model_inputs(graph)}
+    return {value.name: tuple(d.dim_value if _static(d) else None for d in value.type.tensor_type.shape.dim)
+            for value in _model_inputs(graph)}
 
 
 def _size_inputs(graph, sized: InputShapes) -> None:
@@ -119,7 +119,7 @@ def _tensors_without_size(graph, tensors: dict[str, TensorInfo]) -> int:
     """Tensors whose shape inference left a dim symbolic (each counted as 1), and node outputs it gave no
     shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu: 0 bytes, said, not silent)."""
     symbolic = sum(1 for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type") and
-                   any(not (d.HasField("dim_value") and d.dim_value > 0) for d in value.type.tensor_type.shape.dim))
+                   any(not _static(d) for d in value.type.tensor_type.shape.dim))
     unknown = sum(1 for node in graph.node for tensor in node.output if tensor and _shape(tensors.get(tensor)) is None)
     return symbolic + unknown
 
@@ -140,17 +140,23 @@ def _tensor_table(graph) -> dict[str, TensorInfo]:
     return table
 
 
+def _static(dim) -> bool:
+    """Whether a dim has a size: a set ``dim_value``, 0 included (a zero-size tensor, 0 bytes, not unknown)."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
 def _dim(dim) -> int:
-    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else 1
+    return dim.dim_value if _static(dim) else 1
 
 
 def _itemsize(elem_type: int) -> int:
     import onnx
 
     try:
-        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize
-    except (KeyError, TypeError, ValueError):  # UNDEFINED, STRING and the like: no fixed size
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, TypeError, ValueError):  # UNDEFINED and the like: no fixed size
         return 0
+    return 0 if dtype.kind == "O" else dtype.itemsize  # STRING maps to numpy's object (pointer-sized) dtype
 
 
 def _type_name(elem_type: int) -> str:

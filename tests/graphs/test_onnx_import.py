@@ -244,3 +244,36 @@ def test_import_onnx__a_tensor_read_twice_by_one_node_is_one_edges_bytes(tmp_pat
     graph = import_onnx(path)
     assert graph.edge_bytes.tolist() == [6 * F32]  # y once, not twice
     assert _by_name(graph, graph.bytes_accessed)["square"] == 2 * 6 * F32  # y in, z out
+
+
+def _one_node_model(tmp_path, op_type: str, elem_type: int, shape: list) -> str:
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph([helper.make_node(op_type, ["a"], ["o"], name="op")], "one",
+                              [value("a", elem_type, shape)], [value("o", elem_type, shape)])
+    path = tmp_path / "one.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_import_onnx__a_zero_size_dim_is_zero_elements_not_an_unknown_dim(tmp_path):
+    """dim_value 0 is a size (an empty batch): 0 FLOPs and 0 bytes, as OpenVINO's import of the same model
+    gives; it was taken for a dynamic dim and counted as 1 (and as a tensor without a size)."""
+    graph = import_onnx(_one_node_model(tmp_path, "Relu", TensorProto.FLOAT16, [0, 5]))
+    assert graph.flops.tolist() == [0.0]
+    assert graph.bytes_accessed.tolist() == [0.0]
+    assert graph.out_bytes.tolist() == [0]
+    assert "tensors_without_size" not in graph.meta
+
+
+def test_import_onnx__string_tensors_have_no_byte_size(tmp_path):
+    """STRING has no fixed size (0 bytes per element, as the importer documents), not numpy's 8-byte pointer."""
+    graph = import_onnx(_one_node_model(tmp_path, "Identity", TensorProto.STRING, [3]))
+    assert graph.bytes_accessed.tolist() == [0.0]
+    assert graph.out_bytes.tolist() == [0]
+
+
+def test_import_onnx__int8_and_bool_tensors_are_one_byte_an_element(tmp_path):
+    graph = import_onnx(_one_node_model(tmp_path, "Identity", TensorProto.INT8, [3, 5]))
+    assert graph.out_bytes.tolist() == [15]
+    graph = import_onnx(_one_node_model(tmp_path, "Not", TensorProto.BOOL, [4]))
+    assert (graph.out_bytes.tolist(), graph.bytes_accessed.tolist()) == ([4], [8.0])
