@@ -57,8 +57,9 @@ class Link:
     channel: str  # transfers on the same channel are served one at a time
 
     def __post_init__(self) -> None:
-        if not self.bandwidth_Bps > 0 or self.latency_s < 0:
-            raise PlacerError(f"link {self.src}->{self.dst}: bandwidth must be positive, latency not negative")
+        if not self.bandwidth_Bps > 0 or not self.latency_s >= 0:  # NaN fails both (it made the simulator loop)
+            raise PlacerError(f"link {self.src}->{self.dst}: bandwidth must be positive, latency not negative, "
+                              f"got {self.bandwidth_Bps} B/s and {self.latency_s} s")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,18 @@ from typing import Callable
 from measurers.base import Measurement
 
 
+MAX_NOISE_STD = 10.0  # the simulator's multiplicative noise exp(noise_std * z): far past any real spread,
+# and below where a sample overflows to inf or underflows to 0 s (noise_std * |z| > 700) and reads as "ok"
+
+
+def check_noise_std(noise_std: float, what: str) -> None:
+    """One PlacerError naming ``what`` (``noise_std``, ``--noise``) unless 0 <= noise_std <= MAX_NOISE_STD."""
+    from graphs.errors import PlacerError
+
+    if not 0 <= noise_std <= MAX_NOISE_STD:  # nan fails too
+        raise PlacerError(f"{what} must be a number from 0 to {MAX_NOISE_STD:g}, got {noise_std}")
+
+
 @dataclass(frozen=True)
 class TimingSettings:
     runs: int = 5  # timed runs; the median is reported

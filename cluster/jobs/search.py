@@ -52,6 +52,7 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_i
                             rows_without_devices, write_text_atomic)
 from graphs.errors import PlacerError
 from measurers.base import Measurement
+from measurers.timing import check_noise_std
 from policies.rl.config import CHECKPOINT_EVERY
 
 
@@ -270,8 +271,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--time-limit must be a positive, finite number of seconds, got {config.time_limit_s}")
     if config.workers < 1:
         raise PlacerError(f"--workers must be at least 1, got {config.workers}")
-    if not (config.noise_std >= 0 and math.isfinite(config.noise_std)):
-        raise PlacerError(f"--noise must be a finite number >= 0, got {config.noise_std}")
+    check_noise_std(config.noise_std, "--noise")
     check_seed(config.seed, "--seed")
     if isinstance(config.baselines, str):
         raise PlacerError(f"baselines must be a sequence of heuristic names, not the string {config.baselines!r}")

@@ -29,7 +29,7 @@ from measurers.base import Measurement
 from measurers.sim.costs import OpProfile
 from measurers.machine import Machine
 from measurers.sim.reference import Simulator
-from measurers.timing import SIM_TIMING
+from measurers.timing import SIM_TIMING, check_noise_std
 
 
 class SimulatorMeasurer:
@@ -37,8 +37,7 @@ class SimulatorMeasurer:
                  profile: OpProfile | str | None = None, engine: str = "fast"):
         if not is_whole_number(runs) or runs < 1:
             raise PlacerError(f"runs must be a whole number of at least 1, got {runs!r}")
-        if not (noise_std >= 0 and math.isfinite(noise_std)):
-            raise PlacerError(f"noise_std must be a finite number >= 0, got {noise_std}")
+        check_noise_std(noise_std, "noise_std")
         if not is_whole_number(seed) or seed < 0:
             raise PlacerError(f"seed must be a whole number >= 0, got {seed!r}")
         self.graph, self.machine, self.runs, self.noise_std = graph, machine, runs, noise_std

@@ -46,7 +46,7 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--machine", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
     (["--workers", "0"], "--workers must be at least 1"),
-    (["--noise", "-0.1"], "--noise must be a finite number >= 0"),
+    (["--noise", "-0.1"], "--noise must be a number from 0 to 10"),
     (["--bound-time-limit", "-1"], "--bound-time-limit must be a finite number of seconds >= 0"),
     (["--resume", "no-such-run"], "no-such-run is not a run folder"),
     (["--policy", "exact", "--groups", "1500"], "--groups 1500: policy 'exact' places at most 1000 groups"),

@@ -379,7 +379,8 @@ def test_search__graph_neural_placers_keep_their_own_batch_and_network_size(loca
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"noise_std": float("inf")}, "--noise must be a finite number >= 0, got inf"),
+    ({"noise_std": float("inf")}, "--noise must be a number from 0 to 10, got inf"),
+    ({"noise_std": 1000.0}, "--noise must be a number from 0 to 10, got 1000.0"),
     ({"seed": -1}, "--seed must be a whole number in 0..4294967295, got -1"),
     ({"budget": 2.5}, "--budget must be a whole number"),
     ({"groups": 8.0}, "--groups must be a whole number"),

@@ -274,17 +274,23 @@ def test_times_too_extreme_to_simulate__are_one_error_without_numpy_warnings(mac
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_link_latency_nan__is_one_error_not_an_endless_loop(engine):
-    """``Link`` lets latency_s NaN through, and a NaN on any link but the first slipped past the transfer
+    """``Link`` let latency_s NaN through, and a NaN on any link but the first slipped past the transfer
     check (Python's ``max`` skips it): the step's clock became NaN and both engines looped forever."""
+    import copy
     from dataclasses import replace
 
     from measurers.sim.reference import Simulator
 
     machine = toy_machine(num_gpus=1)
-    machine = replace(machine, links=(machine.links[0], replace(machine.links[1], latency_s=float("nan"))))
+    with pytest.raises(PlacerError, match="latency not negative, got .* and nan s"):
+        replace(machine.links[1], latency_s=float("nan"))  # Link refuses it now; the simulator checks too:
+    nan_link = copy.copy(machine.links[1])
+    object.__setattr__(nan_link, "latency_s", float("nan"))  # a Link made past its check
+    machine = replace(machine, links=(machine.links[0], nan_link))
     graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
     with pytest.raises(PlacerError, match="the transfers of graph 'toy' may take nan s"):
         Simulator(graph, machine, engine=engine)  # never run: without the check, run([1, 0]) does not return
+
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_memory_totals_past_int64__are_one_error(engine):
@@ -400,8 +406,10 @@ def test_simulator_measurer__noise_depends_on_placement_not_on_call_order():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"noise_std": float("inf")}, "noise_std must be a finite number >= 0, got inf"),
-    ({"noise_std": -0.1}, "noise_std must be a finite number >= 0"),
+    ({"noise_std": float("inf")}, "noise_std must be a number from 0 to 10, got inf"),
+    ({"noise_std": -0.1}, "noise_std must be a number from 0 to 10"),
+    ({"noise_std": 1000.0}, "noise_std must be a number from 0 to 10, got 1000.0"),
+    ({"noise_std": float("nan")}, "noise_std must be a number from 0 to 10, got nan"),
     ({"runs": 1.5}, "runs must be a whole number of at least 1, got 1.5"),
     ({"runs": 0}, "runs must be a whole number of at least 1, got 0"),
     ({"seed": -1, "noise_std": 0.1}, "seed must be a whole number >= 0, got -1"),
