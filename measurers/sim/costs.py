@@ -110,11 +110,11 @@ def _check_transfer_times(graph: OpGraph, machine: Machine) -> None:
     """Every edge sent once over the slowest link (at most one transfer per edge: a bound on any
     placement's transfers) must take at most ``MAX_TOTAL_S`` in all: a link with latency_s 1e308 or
     bandwidth_Bps 1e-300 gave steps of inf (or 1.6e308) s reported as "ok", and one with latency_s NaN
-    (which ``Link`` lets through) made both engines loop forever."""
+    (``Link`` refuses it now, but a machine can be built past that check) made both engines loop forever."""
     if not machine.links or not len(graph.edge_bytes):
         return
-    latency_s = float(np.max([link.latency_s for link in machine.links]))  # np.max keeps a NaN (max() may not),
-    bandwidth_Bps = float(np.min([link.bandwidth_Bps for link in machine.links]))  # which hung both engines
+    latency_s = float(np.max([link.latency_s for link in machine.links]))  # np.max keeps a NaN; max() may skip it
+    bandwidth_Bps = float(np.min([link.bandwidth_Bps for link in machine.links]))
     with np.errstate(over="ignore", divide="ignore"):
         total_s = float(len(graph.edge_bytes) * latency_s + np.sum(graph.edge_bytes, dtype=np.float64) / bandwidth_Bps)
     if not total_s <= MAX_TOTAL_S:

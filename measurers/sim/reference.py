@@ -108,7 +108,8 @@ def _check_memory_totals(graph: OpGraph, alloc_bytes: np.ndarray) -> None:
     is at most one edge's bytes): that sum must fit int64. The graph keeps each of the three below 2**62,
     but three such sums can pass 2**63: the fast engine's counter wrapped (a wrong, smaller peak) and the
     reference's raised an OverflowError."""
-    total = sum(int(a.sum(dtype=np.int64)) for a in (graph.param_bytes, alloc_bytes, graph.edge_bytes))  # each < 2**62
+    arrays = (graph.param_bytes, alloc_bytes, graph.edge_bytes)
+    total = sum(int(a.sum(dtype=np.int64)) for a in arrays)  # each sum < 2**62: no int64 wrap here
     if total >= 2**63:
         raise PlacerError(f"graph {graph.name!r}: parameter, output and edge bytes total {total:.3g} bytes, "
                           "more than the simulator's int64 memory counters hold")
