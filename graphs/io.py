@@ -63,6 +63,16 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
     return path
 
 
+MODEL_SUFFIXES = {".onnx": "--onnx", ".xml": "--openvino", ".keras": "--keras", ".h5": "--keras",
+                  ".pt": "--torch", ".py": "--torch"}  # model files a user may pass where a graph file goes
+
+
+def _import_hint(path: Path) -> str:
+    """For a model file given as a graph file: the `placer graphs import` that makes one from it."""
+    flag = MODEL_SUFFIXES.get(path.suffix.lower())
+    return f" (a model file? `placer graphs import {flag} ...` makes a graph file from one)" if flag else ""
+
+
 def load_graph_file(path: str | os.PathLike) -> OpGraph:
     """Read a graph file written by save_graph; any problem is one PlacerError naming the file."""
     path = Path(path)
@@ -71,7 +81,8 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for truncated / non-Parquet files
-        raise PlacerError(f"graph file {str(path)!r} is damaged or not a graph file: {exc}") from None
+        raise PlacerError(f"graph file {str(path)!r} is damaged or not a graph file: {exc}"
+                          f"{_import_hint(path)}") from None
     raw = (table.schema.metadata or {}).get(_META_KEY)
     if raw is None:
         raise PlacerError(f"graph file {str(path)!r} is a Parquet file but not a placer graph (no metadata)")

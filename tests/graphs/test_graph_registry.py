@@ -43,3 +43,10 @@ def test_check_graph_name__reads_a_graph_file(tmp_path):
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(PlacerError, match="damaged or not a graph file"):
         check_graph_name(str(path))
+
+
+def test_check_graph_name__a_model_file_given_as_a_graph_file_names_the_import_that_reads_it(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"\x08\x07not parquet")
+    with pytest.raises(PlacerError, match=r"not a graph file.*placer graphs import --onnx"):
+        check_graph_name(str(path))
