@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -22,6 +19,7 @@ from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConf
 from cluster.runlog import (RunLogWriter, RunManifest, make_run_id, new_manifest, record_proven_bound,
                            write_text_atomic)
 from graphs.errors import PlacerError
+from graphs.files import atomic_folder
 from measurers.base import Measurement
 
 
@@ -34,10 +32,6 @@ class BaselinesOutcome:
     bound: object = None  # policies.exact.bound.BoundReport for the searches' groups (`placer bound`'s)
     proven_bound: tuple[float, str] | None = None  # (seconds, what it holds for): bound's, raised to an exact
     # row's own where that holds for every placement of the same groups (as a search's is: solver_raised_bound)
-
-    def __post_init__(self) -> None:
-        if self.proven_bound is None and self.bound is not None:
-            self.proven_bound = (float(self.bound.best_s), self.bound.holds_for)
 
     def to_json(self) -> dict:
         data = {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
@@ -76,7 +70,8 @@ def _raised_bound(bound: tuple[float, str], table, problem, measurer: str) -> tu
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     """Score every policy of ``config`` side by side through one measurer; log it when ``out`` is set.
     Bad input (a name, a count, a measurer that cannot run the graph, an unreachable cluster) fails before
-    the log is written; a failure while the policies run leaves no run folder (``_staged_run_folder``)."""
+    the log is written; a failure while the policies run leaves no run folder (``atomic_folder``: a baselines
+    run cannot be resumed)."""
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
@@ -116,7 +111,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
             raised = _raised_bound(proven, table, problem, config.measurer)
             return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound, raised)
         manifest = _baselines_manifest(config, graph, machine, policies, spec, problem, proven)
-        with _staged_run_folder(Path(config.out), manifest.run_id) as staging:
+        with atomic_folder(Path(config.out), manifest.run_id) as staging:
             log = RunLogWriter.create(staging, manifest)
             finished = False
             try:
@@ -132,50 +127,6 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
                                        Path(config.out) / manifest.run_id, bound, raised)
             write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
     return outcome
-
-
-@contextmanager
-def _staged_run_folder(root: Path, run_id: str) -> Iterator[Path]:
-    """A hidden staging folder under ``root`` to make the run folder ``<staging>/<run_id>`` in; it becomes
-    ``root/<run_id>`` only when the block succeeds. A baselines run cannot be resumed, so one that fails (a
-    policy that raises, Ctrl-C) left a folder with a manifest and parts but no baselines.json; now the staging
-    folder is removed, and so are the folders above it this command made (``--out a/b``: a and b), never
-    one that was there before. A killed process leaves only the dot-named staging folder, which run readers
-    (``placer analyze``) skip."""
-    made = _missing_folders(root)
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".tmp", dir=root))
-    try:
-        yield staging
-        final = root / run_id
-        if final.exists():  # a run of the same id (same graph and seed, within the second) finished first
-            raise PlacerError(f"run folder {final} already exists (another run of the same id finished first)")
-        os.rename(staging / run_id, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        _remove_empty(made)
-        raise
-    staging.rmdir()  # empty: its run folder was renamed out
-
-
-def _missing_folders(path: Path) -> list[Path]:
-    """``path`` and its ancestors that do not exist yet, deepest first: what ``mkdir(parents=True)`` makes."""
-    missing = []
-    for folder in (path.absolute(), *path.absolute().parents):
-        if folder.exists():
-            break
-        missing.append(folder)
-    return missing
-
-
-def _remove_empty(folders: list[Path]) -> None:
-    """Remove ``folders`` (deepest first) while they are empty: one something else wrote into stays, and so do
-    the folders above it."""
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
 
 
 @contextmanager
