@@ -20,6 +20,10 @@ aten call into one op:
   scope and is colocated with its Variable; other views and in-place ops are colocated with the producer
   of the tensor they view or write.
 
+Fake tensors do not check every dtype rule of the real kernels; the recorder applies those of
+`graphs.torch.dtype_rules` to each aten call, so a step a real run would refuse (a float16 weight fed float32
+input, a float index tensor) is one PlacerError naming the op, its module and the dtypes.
+
 The optimizer (Adam unless given) is built with ``foreach=False`` so each update op touches one parameter,
 and takes one untraced warm-up step first, so its state exists and the traced step is a steady-state step.
 """

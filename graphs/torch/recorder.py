@@ -25,7 +25,10 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
+from graphs.torch import LOSS_SCOPE
+from graphs.torch.dtype_rules import dtype_problem
 
 NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it differentiates
 # Ops that move no data and are not recorded: aliases (their output resolves to the input's writer),
@@ -153,10 +156,23 @@ class OpRecorder(TorchDispatchMode):
             self._keep.append(out)
             self._tensor_writer[id(out)] = (self.writer_of(source), self._tensor_writer_stamp(source))
             return out
+        self._check_dtypes(func, args, kwargs)
         node = torch._C._current_autograd_node() if self.phase == "backward" else None
         out = func(*args, **kwargs)
         self._record(func, args, kwargs, out, node)
         return out
+
+    def _check_dtypes(self, func, args, kwargs) -> None:
+        """Fake tensors let through dtypes a real kernel refuses (graphs.torch.dtype_rules)."""
+        problem = dtype_problem(func, args, kwargs)
+        if problem is not None:
+            raise PlacerError(f"aten.{func._overloadpacket.__name__} {self._where()} cannot run: {problem}")
+
+    def _where(self) -> str:
+        scope = self.current_scope()
+        if self.phase != "forward" or not scope:
+            return f"in the {self.phase} pass"
+        return "in the loss" if scope == LOSS_SCOPE else f"in module {scope!r}"
 
     def stamp_pending(self) -> None:
         """Tag the autograd nodes of finished forward ops with their op ids (called by `GradFnStamper`).

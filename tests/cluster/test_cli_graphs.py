@@ -167,6 +167,15 @@ def test_graphs_import__a_torch_shape_error_is_one_line_without_torchs_logged_tr
     assert list(tmp_path.iterdir()) == []
 
 
+def test_graphs_import__a_torch_step_whose_dtypes_cannot_run_is_one_line_and_writes_nothing(tmp_path, capfd):
+    spec = f"{FIXTURES / 'tiny_models.py'}:torch_half_weight_fed_float_input"
+    assert main(["graphs", "import", "--torch", spec, "-o", str(tmp_path / "never.parquet")]) == 2
+    err = capfd.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("placer: error: "), err
+    assert "aten.addmm" in err and "float16" in err and "float32" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_graphs_import__output_naming_the_model_file_is_refused_and_the_model_kept(tmp_path, capsys):
     model = tmp_path / "models.py"
     model.write_bytes((FIXTURES / "tiny_models.py").read_bytes())
