@@ -3,6 +3,7 @@ half of it, and the wording every loader shares for an input path that is not a 
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import re
@@ -18,10 +19,14 @@ from typing import Iterator
 def atomic_file(path: Path) -> Iterator[Path]:
     """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` only if the block succeeds, with
     the permissions a plain ``open`` gives (the umask applied by the kernel; mkstemp's 0600 left the files
-    unreadable to others)."""
+    unreadable to others). A killed writer leaves its hidden temporary file; the next write of ``path``
+    removes it once that writer is certainly gone (as ``remove_stale_staging`` does for folders)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if _is_stale_temp_file(stale, path.name):  # left by a writer of ``path`` that was killed
+            stale.unlink(missing_ok=True)
+    tmp = path.with_name(_temp_name(path.name))
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp
@@ -36,7 +41,7 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     only if the block succeeds. ``staging`` is a hidden folder under ``root``, removed on any failure (an
     exception, Ctrl-C), and so are the folders above it this call made (``root`` = a/b: a and b), never one
     that was there before. A killed process leaves only the dot-named staging folder; its name says which
-    process made it (``_staging_name``), and the next call in ``root`` removes it once that process is gone
+    process made it (``_temp_name``), and the next call in ``root`` removes it once that process is gone
     (``remove_stale_staging``)."""
     from graphs.errors import PlacerError
 
@@ -44,7 +49,7 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     made = _missing_folders(root)
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(root)
-    staging = root / _staging_name(name)
+    staging = root / _temp_name(name)
     staging.mkdir(mode=0o700)
     try:
         yield staging
@@ -72,26 +77,39 @@ def remove_stale_staging(root: Path) -> list[Path]:
     return removed
 
 
-def _staging_name(name: str) -> str:
+def _temp_name(name: str) -> str:
     """``.<name>.<host>.<pid>.<random>.tmp``: hidden from readers, and naming the process that writes it."""
     return f".{name}.{_host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
-_STAGING = re.compile(r"\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.tmp")
+_TEMP = re.compile(r"\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.tmp")
+
+
+def _owner_gone(temp: Path) -> str | None:
+    """The name ``temp`` (a ``_temp_name``) was written for, if this host's process that made it is gone."""
+    match = _TEMP.fullmatch(temp.name)
+    if match is None or match["host"] != _host_tag() or not _process_gone(int(match["pid"])):
+        return None
+    return match["name"]
+
+
+def _is_stale_temp_file(temp: Path, name: str) -> bool:
+    return not temp.is_symlink() and temp.is_file() and _owner_gone(temp) == name
 
 
 def _is_stale_staging(folder: Path) -> bool:
-    match = _STAGING.fullmatch(folder.name)
-    if match is None or match["host"] != _host_tag() or folder.is_symlink() or not folder.is_dir():
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    name = _owner_gone(folder)
+    if name is None:
         return False
     try:
         entries = list(folder.iterdir())
     except OSError:
         return False
-    name = match["name"]
     if any(entry.name != name or entry.is_symlink() or not entry.is_dir() for entry in entries):
         return False  # not what atomic_folder leaves: someone else's folder, left alone
-    return _process_gone(int(match["pid"]))
+    return True
 
 
 def _host_tag() -> str:

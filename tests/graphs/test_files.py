@@ -1,4 +1,5 @@
-"""graphs/files.py: atomic_folder's staging folders, and the ones a killed process leaves behind."""
+"""graphs/files.py: atomic_file's temporary files and atomic_folder's staging folders, and what a killed
+process leaves of them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from graphs.files import _host_tag, atomic_folder, remove_stale_staging
+from graphs.files import _host_tag, atomic_file, atomic_folder, remove_stale_staging
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,14 +27,26 @@ with atomic_folder(Path(sys.argv[1]), sys.argv[2]) as staging:
     time.sleep(600)
 """
 
+# A process that writes half of a file through atomic_file, says so, and waits to be killed.
+FILE_WRITER = """
+import sys, time
+from pathlib import Path
+from graphs.files import atomic_file
+with atomic_file(Path(sys.argv[1])) as tmp:
+    tmp.write_text("half")
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
 posix_only = pytest.mark.skipif(os.name != "posix" or not Path("/proc/self/stat").exists(),
                                 reason="pids are checked through POSIX signals and /proc")
 
 
-def start_writer(root: Path, name: str) -> subprocess.Popen:
-    """A child process inside atomic_folder(root, name), its half-written folder made."""
+def start_writer(root: Path, name: str, script: str = WRITER) -> subprocess.Popen:
+    """A child process inside atomic_folder(root, name), its half-written folder made (``FILE_WRITER``:
+    inside atomic_file(root), half of it written)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(root), name], stdout=subprocess.PIPE, text=True,
+    child = subprocess.Popen([sys.executable, "-c", script, str(root), name], stdout=subprocess.PIPE, text=True,
                              env=env)
     assert child.stdout.readline() == "writing\n"
     return child
@@ -116,3 +129,38 @@ def test_remove_stale_staging__keeps_folders_it_cannot_prove_are_a_dead_writers(
     assert remove_stale_staging(tmp_path) == sorted([empty, stale])
 
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+
+
+@posix_only
+def test_atomic_file__the_next_write_removes_the_temporary_file_of_a_sigkilled_writer(tmp_path):
+    path = tmp_path / "model.ckpt"
+    path.write_text("old")
+    child = start_writer(path, "", FILE_WRITER)
+    child.kill()
+    child.wait()
+    (left,) = [p for p in tmp_path.iterdir() if p != path]
+    assert left.name.startswith(".model.ckpt.") and left.read_text() == "half" and path.read_text() == "old"
+    live = start_writer(path, "", FILE_WRITER)  # another writer of the same file, still running
+    try:
+        other = tmp_path / f".model.ckpt.bak.{_host_tag()}.{dead_pid()}.0123abcd.tmp"  # another file's
+        other.write_text("kept")
+
+        with atomic_file(path) as tmp:
+            tmp.write_text("new")
+
+        assert path.read_text() == "new"
+        (live_temp,) = [p for p in tmp_path.iterdir() if p not in (path, other)]
+        assert live_temp != left and str(live.pid) in live_temp.name.split(".")
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_atomic_file__an_error_mid_write_keeps_the_old_file_and_no_temporary_one(tmp_path):
+    path = tmp_path / "graph.parquet"
+    path.write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_file(path) as tmp:
+            tmp.write_text("half")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == [path] and path.read_text() == "old"
