@@ -3,10 +3,13 @@ half of it, and the wording every loader shares for an input path that is not a 
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import os
+import re
 import secrets
 import shutil
-import tempfile
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -16,10 +19,14 @@ from typing import Iterator
 def atomic_file(path: Path) -> Iterator[Path]:
     """``with atomic_file(path) as tmp:`` write ``tmp``; it becomes ``path`` only if the block succeeds, with
     the permissions a plain ``open`` gives (the umask applied by the kernel; mkstemp's 0600 left the files
-    unreadable to others)."""
+    unreadable to others). A killed writer leaves its hidden temporary file; the next write of ``path``
+    removes it once that writer is certainly gone (as ``remove_stale_staging`` does for folders)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        if _is_stale_temp_file(stale, path.name):  # left by a writer of ``path`` that was killed
+            stale.unlink(missing_ok=True)
+    tmp = path.with_name(_temp_name(path.name))
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp
@@ -33,13 +40,17 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     """``with atomic_folder(root, name) as staging:`` make the folder ``staging/name``; it becomes ``root/name``
     only if the block succeeds. ``staging`` is a hidden folder under ``root``, removed on any failure (an
     exception, Ctrl-C), and so are the folders above it this call made (``root`` = a/b: a and b), never one
-    that was there before. A killed process leaves only the dot-named staging folder."""
+    that was there before. A killed process leaves only the dot-named staging folder; its name says which
+    process made it (``_temp_name``), and the next call in ``root`` removes it once that process is gone
+    (``remove_stale_staging``)."""
     from graphs.errors import PlacerError
 
     root = Path(root)
     made = _missing_folders(root)
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=root))
+    remove_stale_staging(root)
+    staging = root / _temp_name(name)
+    staging.mkdir(mode=0o700)
     try:
         yield staging
         final = root / name
@@ -51,6 +62,93 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
         _remove_empty(made)
         raise
     staging.rmdir()  # empty: its folder was renamed out
+
+
+def remove_stale_staging(root: Path) -> list[Path]:
+    """Remove the staging folders under ``root`` that ``atomic_folder`` made in a process now certainly gone
+    (SIGKILL, the OOM killer): made on this host, in this boot and pid namespace, by a pid no process has now
+    (or a zombie has), and holding nothing but the folder being written. A live run's folder, another host's
+    or boot's, and any folder this code did not make are kept. Returns the folders removed."""
+    removed = []
+    for folder in sorted(Path(root).glob(".*.tmp")):
+        if _is_stale_staging(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _temp_name(name: str) -> str:
+    """``.<name>.<host>.<pid>.<random>.tmp``: hidden from readers, and naming the process that writes it."""
+    return f".{name}.{_host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+_TEMP = re.compile(r"\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.tmp")
+
+
+def _owner_gone(temp: Path) -> str | None:
+    """The name ``temp`` (a ``_temp_name``) was written for, if this host's process that made it is gone."""
+    match = _TEMP.fullmatch(temp.name)
+    if match is None or match["host"] != _host_tag() or not _process_gone(int(match["pid"])):
+        return None
+    return match["name"]
+
+
+def _is_stale_temp_file(temp: Path, name: str) -> bool:
+    return not temp.is_symlink() and temp.is_file() and _owner_gone(temp) == name
+
+
+def _is_stale_staging(folder: Path) -> bool:
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    name = _owner_gone(folder)
+    if name is None:
+        return False
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return False
+    if any(entry.name != name or entry.is_symlink() or not entry.is_dir() for entry in entries):
+        return False  # not what atomic_folder leaves: someone else's folder, left alone
+    return True
+
+
+def _host_tag() -> str:
+    """This host's name (letters, digits and ``-`` only), then a hash of it with the kernel's boot id and
+    the pid namespace: a pid names one process only within those, so a folder made in another container
+    with the same host name, or before a reboot, never matches (and is kept: its owner may be alive)."""
+    host = socket.gethostname()
+    where = "\0".join((host, _read_proc("/proc/sys/kernel/random/boot_id"), _pid_namespace()))
+    digest = hashlib.sha256(where.encode()).hexdigest()[:8]
+    return f"{re.sub(r'[^A-Za-z0-9-]', '-', host)[:24]}-{digest}"
+
+
+def _read_proc(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _process_gone(pid: int) -> bool:
+    """Whether process ``pid`` is certainly not running: none has that pid, or it is a zombie (dead, not yet
+    reaped by its parent). False where that cannot be told (another user's process, not POSIX)."""
+    if os.name != "posix" or not 0 < pid < 2**31:
+        return False  # os.kill(0, ...) signals a process group, and on Windows os.kill ends the process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    stat = _read_proc(f"/proc/{pid}/stat")  # "pid (command) state ...": the command may hold spaces
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def _missing_folders(path: Path) -> list[Path]:

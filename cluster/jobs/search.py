@@ -51,6 +51,7 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_i
                             read_run, record_device_removal, record_proven_bound, record_resume,
                             rows_without_devices, write_text_atomic)
 from graphs.errors import PlacerError
+from graphs.files import atomic_folder
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
 from policies.rl.config import CHECKPOINT_EVERY
@@ -388,10 +389,12 @@ def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
                             config={**asdict(config), "groups_used": problem.num_units},
                             lower_bound_s=problem.lower_bound_s)
     manifest = replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
-    writer = RunLogWriter.create(config.out, manifest, reward_fn=reward_of)
-    writer.write_groups(problem.op_unit, graph.op_names)
-    np.savez(writer.folder / GROUPING_FILE, **problem.grouping.to_arrays())
-    return writer, PastRows()
+    with atomic_folder(Path(config.out), run_id) as staging:  # whole or none: without its grouping it cannot resume
+        staged = RunLogWriter.create(staging, manifest)
+        staged.write_groups(problem.op_unit, graph.op_names)
+        np.savez(staged.folder / GROUPING_FILE, **problem.grouping.to_arrays())
+        staged.close()
+    return RunLogWriter(Path(config.out) / run_id, manifest, reward_fn=reward_of), PastRows()
 
 
 _BOUNDS: dict[tuple, object] = {}  # (graph hash, machine, grouping digest, time limit) -> BoundReport

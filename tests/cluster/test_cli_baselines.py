@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -148,6 +152,42 @@ def test_baselines_out__an_interrupted_run_leaves_no_run_folder_and_the_next_one
     assert {p.name for p in folder.iterdir()} >= {"manifest.json", "measurements", "baselines.json"}
     rows = pd.read_parquet(folder / "measurements")
     assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("m-etf", 1), ("random", 6)]
+
+
+# `placer baselines --out` in a child process that stops inside its second policy, run folder half-written.
+KILLED_BASELINES = """
+import sys, time
+import policies.table
+from cluster.cli import main
+real_place, placed = policies.table.place, []
+def place(name, *args, **kwargs):
+    placed.append(name)
+    if len(placed) == 2:
+        print("running", flush=True)
+        time.sleep(600)
+    return real_place(name, *args, **kwargs)
+policies.table.place = place
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the killed run's pid is checked through POSIX signals")
+def test_baselines_out__the_next_run_removes_what_a_sigkilled_run_left(tmp_path, capsys):
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(repo), os.environ.get("PYTHONPATH"))))}
+    args = [*BASELINES_ARGS, "--policies", "heft,random", "--out", str(tmp_path)]
+    child = subprocess.Popen([sys.executable, "-c", KILLED_BASELINES, *args], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    assert child.stdout.readline() == "running\n"
+    child.kill()
+    child.wait()
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith(".") and (left / left.name.split(".")[1] / "manifest.json").is_file()
+
+    assert main(args) == 0
+
+    (folder,) = tmp_path.iterdir()
+    assert f"run log: {folder}" in capsys.readouterr().out and (folder / "baselines.json").is_file()
 
 
 def test_baselines__zero_bound_time_limit_gives_the_closed_form(capsys):

@@ -327,6 +327,28 @@ def test_search__ctrl_c_leaves_a_readable_log_with_the_best_placement(local_ray,
     assert read_best(run_dir) is not None
 
 
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), OSError(28, "No space left on device")])
+def test_search__a_run_folder_is_made_whole_or_not_at_all(local_ray, tmp_path, monkeypatch, error):
+    """Ctrl-C (or a full disk) after the manifest but before grouping.npz left a run folder that --resume
+    refused as "not a search run", and that the interrupted search said it had not made (no run_dir)."""
+    from cluster.runlog import RunLogWriter
+
+    def write_groups(self, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(RunLogWriter, "write_groups", write_groups)
+    started = []
+    with pytest.raises(type(error)):
+        run_search(_config(tmp_path, policy="random", budget=4), on_start=started.append)
+    assert started == [] and list(tmp_path.iterdir()) == []  # nor the --out folder it made
+    monkeypatch.undo()
+    (tmp_path / "runs").mkdir()
+    result = run_search(_config(tmp_path, policy="random", budget=4))
+    assert list((tmp_path / "runs").iterdir()) == [result.run_dir]
+    assert {"manifest.json", "groups.parquet", "grouping.npz", "result.json"} <= {p.name for p in
+                                                                                  result.run_dir.iterdir()}
+
+
 def test_search_cli__bad_input_exits_non_zero_and_writes_nothing(tmp_path, capsys):
     from cluster.cli import main
 

@@ -527,6 +527,29 @@ def test_train__an_interrupt_while_the_teachers_search_writes_nothing(tmp_path, 
     assert (summary["checkpoint"], summary["metrics"], summary["stop_reason"]) == (None, None, "interrupted")
 
 
+def test_train__a_crash_before_the_first_checkpoint_writes_nothing_and_the_path_stays_free(tmp_path, monkeypatch):
+    """What a failure mid-training leaves: before a checkpoint is due, nothing (not a metrics file whose
+    checkpoint is missing), so the same -o starts again without --resume."""
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    real_iterate, calls = GnnTrainer.iterate, []
+
+    def iterate_then_crash(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("the simulator crashed")
+        return real_iterate(self, *args, **kwargs)
+
+    monkeypatch.setattr(GnnTrainer, "iterate", iterate_then_crash)
+    out = tmp_path / "runs" / "gdp.pt"
+    with pytest.raises(RuntimeError, match="the simulator crashed"):
+        _train(out)
+    assert not out.exists() and not Path(str(out) + ".metrics.parquet").exists()
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    monkeypatch.undo()
+    assert _train(out) == 0 and out.is_file()
+
+
 def test_train__a_folder_where_the_metrics_go_is_refused_before_training(tmp_path, capsys):
     """Found only when the metrics were first written, after training; the checkpoint it had written then
     made the same command fail as "exists"."""

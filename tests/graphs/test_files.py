@@ -1,0 +1,166 @@
+"""graphs/files.py: atomic_file's temporary files and atomic_folder's staging folders, and what a killed
+process leaves of them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphs.files import _host_tag, atomic_file, atomic_folder, remove_stale_staging
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A process that writes half a folder, says so, and waits to be killed.
+WRITER = """
+import sys, time
+from pathlib import Path
+from graphs.files import atomic_folder
+with atomic_folder(Path(sys.argv[1]), sys.argv[2]) as staging:
+    (staging / sys.argv[2]).mkdir()
+    (staging / sys.argv[2] / "part.txt").write_text("half")
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
+# A process that writes half of a file through atomic_file, says so, and waits to be killed.
+FILE_WRITER = """
+import sys, time
+from pathlib import Path
+from graphs.files import atomic_file
+with atomic_file(Path(sys.argv[1])) as tmp:
+    tmp.write_text("half")
+    print("writing", flush=True)
+    time.sleep(600)
+"""
+
+posix_only = pytest.mark.skipif(os.name != "posix" or not Path("/proc/self/stat").exists(),
+                                reason="pids are checked through POSIX signals and /proc")
+
+
+def start_writer(root: Path, name: str, script: str = WRITER) -> subprocess.Popen:
+    """A child process inside atomic_folder(root, name), its half-written folder made (``FILE_WRITER``:
+    inside atomic_file(root), half of it written)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    child = subprocess.Popen([sys.executable, "-c", script, str(root), name], stdout=subprocess.PIPE, text=True,
+                             env=env)
+    assert child.stdout.readline() == "writing\n"
+    return child
+
+
+def write_folder(root: Path, name: str) -> None:
+    with atomic_folder(root, name) as staging:
+        (staging / name).mkdir()
+        (staging / name / "done.txt").write_text("all")
+
+
+@posix_only
+def test_atomic_folder__a_later_call_removes_what_a_sigkilled_writer_left(tmp_path):
+    child = start_writer(tmp_path, "run-a")
+    child.kill()  # SIGKILL: no finally runs
+    assert child.wait() == -signal.SIGKILL
+    (left,) = tmp_path.iterdir()
+    assert left.name.startswith(".run-a.") and (left / "run-a" / "part.txt").read_text() == "half"
+
+    write_folder(tmp_path, "run-b")
+
+    assert [p.name for p in tmp_path.iterdir()] == ["run-b"]
+    assert (tmp_path / "run-b" / "done.txt").read_text() == "all"
+
+
+@posix_only
+def test_atomic_folder__a_killed_writer_not_yet_reaped_is_dead_too(tmp_path):
+    child = start_writer(tmp_path, "run-a")
+    child.kill()
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # dead, but a zombie: its pid still answers
+    os.kill(child.pid, 0)
+
+    write_folder(tmp_path, "run-b")
+
+    assert [p.name for p in tmp_path.iterdir()] == ["run-b"]
+    child.wait()
+
+
+@posix_only
+def test_atomic_folder__a_live_writers_staging_folder_is_kept(tmp_path):
+    child = start_writer(tmp_path, "run-a")
+    try:
+        write_folder(tmp_path, "run-b")
+        (left,) = [p for p in tmp_path.iterdir() if p.name != "run-b"]
+        assert (left / "run-a" / "part.txt").read_text() == "half"
+        assert remove_stale_staging(tmp_path) == []
+    finally:
+        child.kill()
+        child.wait()
+    assert remove_stale_staging(tmp_path) == [left]
+
+
+def dead_pid() -> int:
+    """A pid no process has now: a child that already exited and was reaped."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+@posix_only
+def test_remove_stale_staging__keeps_folders_it_cannot_prove_are_a_dead_writers(tmp_path):
+    pid, tag = dead_pid(), _host_tag()
+    kept = {
+        f".run.other-host-0123abcd.{pid}.89abcdef.tmp": ["run"],  # another host (or container, or boot)
+        f".run.{tag}.{pid}.89abcdef.tmp": ["run", "notes.txt"],  # more than atomic_folder writes
+        f".run.{tag}.{pid}.89abcdef-x.tmp": ["run"],  # not atomic_folder's name
+        ".run.abc123xy.tmp": ["run"],  # an older atomic_folder's (no owner in the name)
+        f".notes.{tag}.{pid}.0123abcd.tmp": [],  # a file, not a folder
+    }
+    for name, entries in kept.items():
+        if not entries:
+            (tmp_path / name).write_text("a file")
+        for entry in entries:
+            (tmp_path / name / entry).mkdir(parents=True)
+    stale = tmp_path / f".run.v2.{tag}.{pid}.0123abcd.tmp"  # a dotted name is fine
+    (stale / "run.v2" / "measurements").mkdir(parents=True)
+    empty = tmp_path / f".other.{tag}.{pid}.0123abcd.tmp"  # killed before its folder was made
+    empty.mkdir()
+
+    assert remove_stale_staging(tmp_path) == sorted([empty, stale])
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kept)
+
+
+@posix_only
+def test_atomic_file__the_next_write_removes_the_temporary_file_of_a_sigkilled_writer(tmp_path):
+    path = tmp_path / "model.ckpt"
+    path.write_text("old")
+    child = start_writer(path, "", FILE_WRITER)
+    child.kill()
+    child.wait()
+    (left,) = [p for p in tmp_path.iterdir() if p != path]
+    assert left.name.startswith(".model.ckpt.") and left.read_text() == "half" and path.read_text() == "old"
+    live = start_writer(path, "", FILE_WRITER)  # another writer of the same file, still running
+    try:
+        other = tmp_path / f".model.ckpt.bak.{_host_tag()}.{dead_pid()}.0123abcd.tmp"  # another file's
+        other.write_text("kept")
+
+        with atomic_file(path) as tmp:
+            tmp.write_text("new")
+
+        assert path.read_text() == "new"
+        (live_temp,) = [p for p in tmp_path.iterdir() if p not in (path, other)]
+        assert live_temp != left and str(live.pid) in live_temp.name.split(".")
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_atomic_file__an_error_mid_write_keeps_the_old_file_and_no_temporary_one(tmp_path):
+    path = tmp_path / "graph.parquet"
+    path.write_text("old")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_file(path) as tmp:
+            tmp.write_text("half")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == [path] and path.read_text() == "old"
