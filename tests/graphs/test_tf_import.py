@@ -125,6 +125,69 @@ def test_tf_function__nested_function_and_cond_are_inlined():
     assert graph.colocation[update] == graph.colocation[variable]
 
 
+def _scalar_weight_layer():
+    """A Keras layer whose only weight is a scalar: shaped like the optimizer's step and learning rate."""
+    import keras
+
+    class Scale(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(), initializer="ones", name="w")
+
+        def call(self, x):
+            return x * self.w
+
+    return Scale(name="scale")
+
+
+@pytest.mark.parametrize("layer", ["dense_without_bias", "scalar_weight"])
+def test_keras_step__a_single_variable_does_not_take_the_optimizer_step_or_learning_rate(layer):
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    inputs = keras.Input((8,), name="x")
+    only = keras.layers.Dense(4, use_bias=False, name="fc") if layer == "dense_without_bias" else _scalar_weight_layer()
+    model = keras.Model(inputs, only(inputs), name="one_variable")
+    (variable,) = model.trainable_variables
+    graph = trace_keras_training_step(model, np.zeros((BATCH, 8), "float32"),
+                                      np.zeros((BATCH, *model.output.shape[1:]), "float32"),
+                                      loss="mse", optimizer="adam", batch_size=BATCH)
+    weight_bytes = int(np.prod(variable.shape)) * 4
+    (op,) = _ops(graph, "Variable")
+    assert graph.param_bytes[op] == 4 * weight_bytes  # weight + gradient + Adam m and v, nothing more
+    state = {graph.op_names[i].split("/")[-1]: int(graph.param_bytes[i]) for i in _ops(graph, "VarHandleOp")}
+    assert state == {"iteration": 8, "learning_rate": 4}  # int64 step, float32 rate: the optimizer's own
+    assert graph.total_param_bytes == 4 * weight_bytes + 12
+
+
+def test_tf_function__a_single_variable_merges_its_momentum_but_not_the_step_counter():
+    """Both states flow only into the one variable's update; the momentum is written from the gradient,
+    the step counter from itself."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 3)), name="w")
+    momentum = tf.Variable(tf.zeros((4, 3)), trainable=False, name="momentum")
+    step = tf.Variable(0.0, trainable=False, name="step")
+
+    @tf.function
+    def train(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(x, w))
+        (grad,) = tape.gradient(loss, [w])
+        momentum.assign(0.9 * momentum + grad)
+        step.assign_add(1.0)
+        w.assign_sub(0.1 / tf.sqrt(step) * momentum)
+        return loss
+
+    graph = import_tf_function(train.get_concrete_function(tf.TensorSpec((None, 4))), name="t", batch_size=8)
+    (variable,) = _ops(graph, "Variable")
+    assert graph.param_bytes[variable] == 3 * 12 * 4  # weight, gradient, momentum
+    (state,) = _ops(graph, "VarHandleOp")
+    assert graph.op_names[state] == "step" and graph.param_bytes[state] == 4
+
+
 def test_tf_function__conv3d_and_its_gradients_count_the_input_channels_and_einsum_its_contraction():
     """x (2, 5,5,5, 3) * filter (3,3,3, 3 in, 4 out) -> y (2, 3,3,3, 4): 2 x 216 outputs x 81 MACs, and as
     many for each gradient (Conv3D's forgot the 3 input channels, its gradients had no formula);
