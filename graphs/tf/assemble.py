@@ -18,11 +18,14 @@ collapsed, constants dropped; see ``graphs.tf.flatten``) and every remaining op 
   non-backward ops downstream of a gradient, and ops that only feed updates; Variables, state and inputs
   are "other"; the rest is forward.
 - allowed_mask: CPU only for op types with no registered GPU kernel.
+- meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
+  not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 
 import numpy as np
@@ -181,7 +184,14 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         scopes=np.array([_scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
+        meta={"ops_without_flops": _ops_without_flops(flat, keep)},
     )
+
+
+def _ops_without_flops(flat: list[FlatOp], keep: list[int]) -> dict[str, int]:
+    """{op type: count} of the kept ops whose FLOPs the cost model does not know, sorted by type."""
+    counts = Counter(flat[i].kind for i in keep if flat[i].without_flops)
+    return {kind: counts[kind] for kind in sorted(counts)}
 
 
 def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, bool]]:
