@@ -6,9 +6,10 @@ collapsed, constants dropped; see ``graphs.tf.flatten``) and every remaining op 
 - kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes.
 - Variables: each captured trainable variable becomes one op of kind "Variable" whose ``param_bytes`` are
   weight + gradient + optimizer slot bytes (Adam: m and v, so 4x the weight bytes). An optimizer slot is
-  found structurally: a non-trainable variable whose data flows into the update of exactly one trainable
-  variable. Its handle is merged into that Variable op. Other variables (BatchNorm moving statistics, the
-  optimizer's step counter and learning rate) become ops of kind "VarHandleOp" holding their own bytes.
+  found structurally: a non-trainable variable written from the model's data (its variable's gradient)
+  whose data flows into the update of exactly one trainable variable. Its handle is merged into that
+  Variable op. Other variables (BatchNorm moving statistics, the optimizer's step counter and learning
+  rate, whatever the number of trainable variables) become ops of kind "VarHandleOp" holding their own bytes.
   Edges out of a variable carry the bytes of the value behind the handle.
 - Colocation: a variable with every op that reads or writes it, the update arithmetic that feeds only its
   update, and the graph's own ``_class = loc:@...`` constraints.
@@ -17,11 +18,14 @@ collapsed, constants dropped; see ``graphs.tf.flatten``) and every remaining op 
   non-backward ops downstream of a gradient, and ops that only feed updates; Variables, state and inputs
   are "other"; the rest is forward.
 - allowed_mask: CPU only for op types with no registered GPU kernel.
+- meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
+  not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import lru_cache
 
 import numpy as np
@@ -107,13 +111,33 @@ def _assign_slots(flat: list[FlatOp], roles: list[str]) -> list[int]:
     for j, op in enumerate(flat):
         if op.kind != "ReadVariableOp":
             writes[j] = {pid for pid, size in op.inputs if size == RESOURCE_EDGE and roles[pid] == PARAM}
+    from_data = _from_model_data(roles, consumers)
     owner = list(range(len(flat)))
     for i, role in enumerate(roles):
-        if role == STATE:
+        if role == STATE and any(from_data[c] for c in consumers[i] if _writes(flat[c], i)):
             targets = _written_downstream(i, consumers, writes)
             if len(targets) == 1:
                 owner[i] = next(iter(targets))
     return owner
+
+
+def _writes(op: FlatOp, state: int) -> bool:
+    """``op`` writes (or applies an update to) the variable behind ``state``'s handle."""
+    return op.kind != "ReadVariableOp" and (state, RESOURCE_EDGE) in op.inputs
+
+
+def _from_model_data(roles: list[str], consumers: list[list[int]]) -> list[bool]:
+    """from_data[j]: op j is a data-descendant of an input or a trainable variable. A slot is written from
+    its variable's gradient, so from the model's data; an optimizer-level scalar is not (the step counter
+    from itself, the learning rate not at all), so it is never a slot, even of a model's only variable."""
+    from_data = [False] * len(roles)
+    stack = [i for i, role in enumerate(roles) if role in (INPUT, PARAM)]
+    while stack:
+        for c in consumers[stack.pop()]:
+            if not from_data[c]:
+                from_data[c] = True
+                stack.append(c)
+    return from_data
 
 
 def _written_downstream(start: int, consumers: list[list[int]], writes: list[set[int]]) -> set[int]:
@@ -160,7 +184,14 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         scopes=np.array([_scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
+        meta={"ops_without_flops": _ops_without_flops(flat, keep)},
     )
+
+
+def _ops_without_flops(flat: list[FlatOp], keep: list[int]) -> dict[str, int]:
+    """{op type: count} of the kept ops whose FLOPs the cost model does not know, sorted by type."""
+    counts = Counter(flat[i].kind for i in keep if flat[i].without_flops)
+    return {kind: counts[kind] for kind in sorted(counts)}
 
 
 def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, bool]]:

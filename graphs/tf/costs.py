@@ -1,7 +1,10 @@
 """Per-op-type FLOP formulas for TensorFlow ops, from static shapes.
 
 A multiply-add counts as 2 FLOPs. Ops not listed fall back to one FLOP per output element
-(elementwise math); data-movement and bookkeeping ops (reshape, gather, cast, reads, ...) cost 0.
+(elementwise math); data-movement and bookkeeping ops (reshape, gather, cast, reads, ...) cost 0, and so
+does an op whose outputs are all integer or boolean (shape arithmetic, indices, masks). An op with no
+outputs changes state (a variable, a scatter) that the fallback cannot see: unless a table lists its type,
+its 0 FLOPs is a miss, not a rule (``without_flops``; the importer records it in ``meta["ops_without_flops"]``).
 Unknown dimensions must be filled before these formulas run (see ``tensor_dims``).
 """
 
@@ -10,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-# Ops that only move, view or describe data: no arithmetic.
+# Ops that only move, view, describe, check or print data: no arithmetic.
 ZERO_FLOP_KINDS = frozenset({
     "Placeholder", "Const", "Identity", "IdentityN", "StopGradient", "PreventGradient", "Snapshot", "NoOp",
     "Reshape", "Shape", "ShapeN", "Size", "Rank", "Squeeze", "ExpandDims", "Transpose", "ConcatV2", "Concat",
@@ -19,7 +22,8 @@ ZERO_FLOP_KINDS = frozenset({
     "ReadVariableOp", "VarHandleOp", "AssignVariableOp", "Range", "Split", "SplitV", "DynamicStitch",
     "BroadcastGradientArgs", "ConcatOffset", "InvertPermutation", "ReverseV2", "OneHot", "Where",
     "ScatterNd", "TensorScatterUpdate", "Variable", "Input", "If", "StatelessIf", "While", "StatelessWhile",
-    "Case", "StatelessCase",
+    "Case", "StatelessCase", "Assert", "PrintV2", "ResourceScatterUpdate", "ResourceScatterNdUpdate",
+    "ResourceStridedSliceAssign",
 })
 
 # Optimizer kernels: FLOPs per element of the variable they update (rough operation counts of the kernels).
@@ -141,6 +145,16 @@ def op_flops(kind: str, in_dims: OpShapes, out_dims: OpShapes, attrs: dict, floa
     if kind in ZERO_FLOP_KINDS or not float_output or not out_dims:
         return 0.0
     return float(sum(_numel(d) for d in out_dims))  # elementwise: one FLOP per output element
+
+
+def without_flops(kind: str, num_outputs: int) -> bool:
+    """True when ``op_flops``'s 0 for an op of ``kind`` is a miss: no table lists the type and the op has no
+    outputs, so neither a formula nor the elementwise fallback saw its work (e.g. ResourceScatterAdd, or an
+    optimizer kernel missing from APPLY_FLOPS_PER_ELEMENT). Listed zero-cost types and ops with only integer
+    or boolean outputs cost 0 by rule; unlisted ops with a float output get the elementwise fallback."""
+    listed = kind in FORMULAS or kind in APPLY_FLOPS_PER_ELEMENT or kind in PER_INPUT_ELEMENT_FLOPS \
+        or kind in ZERO_FLOP_KINDS
+    return not listed and num_outputs == 0
 
 
 def _apply_grad_dims(in_dims: OpShapes) -> list[int]:

@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from graphs.errors import PlacerError
-from graphs.tf.costs import FORMULA_ATTRS, op_flops
+from graphs.tf.costs import FORMULA_ATTRS, op_flops, without_flops
 
 COLLAPSED_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})
 DROPPED_KINDS = frozenset({"Const", "HostConst"})
@@ -40,6 +40,7 @@ class FlatOp:
     colocate_with: list[str] = field(default_factory=list)  # flattened names from "_class" = "loc:@..."
     resource_output: bool = False  # the op yields a resource handle (a captured variable)
     is_argument: bool = False  # a placeholder argument of the top-level function
+    without_flops: bool = False  # its 0 FLOPs is a type the cost model does not know (graphs.tf.costs)
 
 
 def flatten_graph(graph, batch_size: int) -> list[FlatOp]:
@@ -155,6 +156,7 @@ class _Flattener:
             out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
             inputs=_dedup(inputs), control_inputs=ctrl, colocate_with=_colocation_names(op, prefix),
             resource_output=resource_output, is_argument=is_top and op.type == "Placeholder",
+            without_flops=without_flops(op.type, len(op.outputs)),
         )
         self.ops.append(flat)
         return len(self.ops) - 1

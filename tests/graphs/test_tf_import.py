@@ -87,6 +87,7 @@ def test_keras_step__graph_has_no_calls_identities_or_constants(mlp_graph):
     kinds = set(graph.op_kinds)
     assert not kinds & {"Identity", "IdentityN", "NoOp", "Const", "Placeholder", "StatefulPartitionedCall"}
     assert graph.framework == "tensorflow" and graph.batch_size == BATCH
+    assert graph.meta["ops_without_flops"] == {}  # the cost model knows every op of a Keras MLP step
 
 
 def test_tf_function__nested_function_and_cond_are_inlined():
@@ -125,6 +126,69 @@ def test_tf_function__nested_function_and_cond_are_inlined():
     assert graph.colocation[update] == graph.colocation[variable]
 
 
+def _scalar_weight_layer():
+    """A Keras layer whose only weight is a scalar: shaped like the optimizer's step and learning rate."""
+    import keras
+
+    class Scale(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(), initializer="ones", name="w")
+
+        def call(self, x):
+            return x * self.w
+
+    return Scale(name="scale")
+
+
+@pytest.mark.parametrize("layer", ["dense_without_bias", "scalar_weight"])
+def test_keras_step__a_single_variable_does_not_take_the_optimizer_step_or_learning_rate(layer):
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    inputs = keras.Input((8,), name="x")
+    only = keras.layers.Dense(4, use_bias=False, name="fc") if layer == "dense_without_bias" else _scalar_weight_layer()
+    model = keras.Model(inputs, only(inputs), name="one_variable")
+    (variable,) = model.trainable_variables
+    graph = trace_keras_training_step(model, np.zeros((BATCH, 8), "float32"),
+                                      np.zeros((BATCH, *model.output.shape[1:]), "float32"),
+                                      loss="mse", optimizer="adam", batch_size=BATCH)
+    weight_bytes = int(np.prod(variable.shape)) * 4
+    (op,) = _ops(graph, "Variable")
+    assert graph.param_bytes[op] == 4 * weight_bytes  # weight + gradient + Adam m and v, nothing more
+    state = {graph.op_names[i].split("/")[-1]: int(graph.param_bytes[i]) for i in _ops(graph, "VarHandleOp")}
+    assert state == {"iteration": 8, "learning_rate": 4}  # int64 step, float32 rate: the optimizer's own
+    assert graph.total_param_bytes == 4 * weight_bytes + 12
+
+
+def test_tf_function__a_single_variable_merges_its_momentum_but_not_the_step_counter():
+    """Both states flow only into the one variable's update; the momentum is written from the gradient,
+    the step counter from itself."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 3)), name="w")
+    momentum = tf.Variable(tf.zeros((4, 3)), trainable=False, name="momentum")
+    step = tf.Variable(0.0, trainable=False, name="step")
+
+    @tf.function
+    def train(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(x, w))
+        (grad,) = tape.gradient(loss, [w])
+        momentum.assign(0.9 * momentum + grad)
+        step.assign_add(1.0)
+        w.assign_sub(0.1 / tf.sqrt(step) * momentum)
+        return loss
+
+    graph = import_tf_function(train.get_concrete_function(tf.TensorSpec((None, 4))), name="t", batch_size=8)
+    (variable,) = _ops(graph, "Variable")
+    assert graph.param_bytes[variable] == 3 * 12 * 4  # weight, gradient, momentum
+    (state,) = _ops(graph, "VarHandleOp")
+    assert graph.op_names[state] == "step" and graph.param_bytes[state] == 4
+
+
 def test_tf_function__conv3d_and_its_gradients_count_the_input_channels_and_einsum_its_contraction():
     """x (2, 5,5,5, 3) * filter (3,3,3, 3 in, 4 out) -> y (2, 3,3,3, 4): 2 x 216 outputs x 81 MACs, and as
     many for each gradient (Conv3D's forgot the 3 input channels, its gradients had no formula);
@@ -159,6 +223,45 @@ def test_tf_costs__einsum_is_twice_the_product_of_its_index_sizes(equation, in_d
     from graphs.tf.costs import op_flops
 
     assert op_flops("Einsum", in_dims, [[1]], {"equation": equation}, True) == flops
+
+
+@pytest.mark.parametrize("kind, num_outputs, missed", [
+    ("ResourceScatterAdd", 0, True),  # changes a variable the cost model cannot see
+    ("ResourceApplyPowerSign", 0, True),  # an optimizer kernel the apply table lacks
+    ("AssignSubVariableOp", 0, False), ("ResourceApplyAdam", 0, False),  # in the apply table
+    ("Assert", 0, False), ("AssignVariableOp", 0, False),  # listed: no arithmetic
+    ("MatMul", 1, False), ("Reshape", 1, False),  # a formula; listed zero-cost
+    ("Erf", 1, False),  # unlisted with an output: the elementwise fallback (or 0 for integer results)
+])
+def test_tf_costs__zero_flops_is_a_miss_only_for_an_unlisted_op_without_outputs(kind, num_outputs, missed):
+    from graphs.tf.costs import without_flops
+
+    assert without_flops(kind, num_outputs) is missed
+
+
+def test_tf_function__ops_without_flops_lists_the_side_effect_ops_the_cost_model_missed():
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 3)), name="w")
+    rows_seen = tf.Variable(tf.zeros(4), trainable=False, name="rows_seen")
+
+    @tf.function
+    def step(x, ids):
+        tf.debugging.assert_non_negative(ids)  # an Assert: listed, no arithmetic
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.math.erf(tf.matmul(x, w)))  # Erf: unlisted, the elementwise fallback
+        (grad,) = tape.gradient(loss, [w])
+        rows = tf.math.floormod(ids + 1, 4)  # integer results: bookkeeping, 0 by rule
+        w.scatter_sub(tf.IndexedSlices(0.1 * tf.gather(grad, rows), rows))
+        rows_seen.scatter_add(tf.IndexedSlices(tf.ones_like(rows, tf.float32), rows))
+        return loss
+
+    specs = (tf.TensorSpec((None, 4)), tf.TensorSpec((None,), tf.int32))
+    graph = import_tf_function(step.get_concrete_function(*specs), name="t", batch_size=8)
+    assert {"Assert", "Erf", "FloorMod", "ResourceScatterSub", "ResourceScatterAdd"} <= set(graph.op_kinds)
+    assert graph.meta["ops_without_flops"] == {"ResourceScatterAdd": 1, "ResourceScatterSub": 1}
 
 
 def test_tf_function__cpu_only_op_type_gets_cpu_mask():
@@ -317,6 +420,16 @@ def test_graphs_import_keras__bare_compiled_model_is_a_training_step_at_the_batc
         assert graph.out_bytes[fc1] == batch * 16 * 4
         flops_by_batch[batch] = graph.flops[fc1]
     assert flops_by_batch == {8: 2 * 8 * 8 * 16, 16: 2 * 16 * 8 * 16}
+
+
+def test_graphs_import_keras__ops_without_flops_are_named_on_stderr_and_kept_in_the_file(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    code, out = _import_cli(tmp_path, "tiny_keras_row_counter", "--batch-size", "4")
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "placer: warning: 1 op type has no FLOP formula, imported with bytes only: ResourceScatterAdd (1)" in err
+    assert load_graph_file(out).meta["ops_without_flops"] == {"ResourceScatterAdd": 1}
 
 
 def test_keras_example__int_token_inputs_are_valid_ids_and_class_ids_drop_the_class_axis():
