@@ -46,6 +46,7 @@ from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, b
                                 SendAhead, candidate_devices, gpus_hold_the_model, mean_times,
                                 replay_finish_s)
 from policies.simple import units_in_topological_order
+from policies.spill import fit_in_memory
 
 
 @dataclass
@@ -57,13 +58,28 @@ class MTopoPolicy:
         check_budget(budget)
         clock = DecisionClock()
         units, note = m_topo_units(problem, self.memory_model)
-        return finish(self.name, problem, units, clock, measurer, on_measurement, notes=note)
+        op_placement = problem.expand(units)
+        preferred = np.zeros(problem.num_devices, dtype=bool)
+        preferred[m_topo_devices(problem)] = True
+        unit_bytes, _ = unit_memory_bytes(problem, self.memory_model, m_topo_devices(problem))
+        placed, fit_note = fit_in_memory(problem, op_placement, unit_bytes, preferred)
+        if placed is not op_placement:  # moved to fit the simulator's memory
+            units = problem.collapse(placed)
+        return finish(self.name, problem, units, clock, measurer, on_measurement, op_placement=placed,
+                      notes=note + (f"; {fit_note}" if fit_note else ""))
 
 
-def m_topo_units(problem: PlacementProblem, memory_model: str = "auto") -> tuple[np.ndarray, str]:
+def m_topo_devices(problem: PlacementProblem) -> list[int]:
+    """The devices m-TOPO fills, in order: the GPUs, then the others (host memory) when the memory estimate
+    does not fit in the GPUs."""
     gpus = problem.gpu_indices() or list(range(problem.num_devices))
     if not gpus_hold_the_model(problem):  # spill to the other devices (host memory) after the GPUs
         gpus = gpus + [d for d in range(problem.num_devices) if d not in gpus]
+    return gpus
+
+
+def m_topo_units(problem: PlacementProblem, memory_model: str = "auto") -> tuple[np.ndarray, str]:
+    gpus = m_topo_devices(problem)
     unit_bytes, model = unit_memory_bytes(problem, memory_model, gpus)
     capacity = problem.usable_bytes()
     share = unit_bytes.sum() // len(gpus) + unit_bytes.max(initial=0)
@@ -99,8 +115,9 @@ class METFPolicy:
         check_budget(budget)
         clock = DecisionClock()
         schedule = EtfScheduler(problem, self.memory_model, self.devices).run()
-        return finish(self.name, problem, None, clock, measurer, on_measurement,
-                      op_placement=schedule.device_of, notes=schedule.notes())
+        placed, fit_note = schedule.reservations.fit_in_memory(schedule.device_of)
+        return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
+                      notes=schedule.notes() + (f"; {fit_note}" if fit_note else ""))
 
 
 @dataclass
@@ -117,8 +134,9 @@ class MSCTPolicy:
         scheduler.favourite_child = favourite
         schedule = scheduler.run()
         note = f"{int((favourite >= 0).sum())} favourite children; " + schedule.notes()
-        return finish(self.name, problem, None, clock, measurer, on_measurement,
-                      op_placement=schedule.device_of, notes=note)
+        placed, fit_note = schedule.reservations.fit_in_memory(schedule.device_of)
+        return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
+                      notes=note + (f"; {fit_note}" if fit_note else ""))
 
 
 DISPATCH = ("fifo", "priority")  # which op a device starts next (EtfScheduler._best_on)

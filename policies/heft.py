@@ -41,9 +41,11 @@ class HeftPolicy:
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         check_budget(budget)
         clock = DecisionClock()
-        device_of, makespan_s, notes = heft_schedule(problem, self.memory_model, self.devices)
-        return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=device_of,
-                      notes=f"scheduled makespan {makespan_s:.4g} s; {notes}")
+        run = heft_run(problem, self.memory_model, self.devices)
+        placed, fit_note = run.reservations.fit_in_memory(run.device_of)
+        notes = f"scheduled makespan {replayed_makespan_s(problem, run):.4g} s; {run.notes}"
+        return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
+                      notes=notes + (f"; {fit_note}" if fit_note else ""))
 
 
 TIMELINES = ("fifo", "insertion")  # how a device's time is modelled (heft_schedule)
@@ -59,8 +61,13 @@ def heft_schedule(problem: PlacementProblem, memory_model: str = "auto", devices
     insertion into the earliest idle slot, an order the simulator does not follow (it under-estimates the
     step). The makespan is the replay of the decisions (``replay_finish_s``)."""
     run = heft_run(problem, memory_model, devices, timeline)
+    return run.device_of, replayed_makespan_s(problem, run), run.notes
+
+
+def replayed_makespan_s(problem: PlacementProblem, run: "HeftRun") -> float:
+    """The makespan of the run's decisions replayed (``replay_finish_s``)."""
     replayed_s = replay_finish_s(problem, run.book, [t.order() for t in run.timelines])  # (N,)
-    return run.device_of, float(replayed_s.max(initial=0.0)), run.notes
+    return float(replayed_s.max(initial=0.0))
 
 
 @dataclass
@@ -72,6 +79,7 @@ class HeftRun:
     book: TransferBook
     timelines: list  # per device: FifoDevice or DeviceSlots
     notes: str
+    reservations: Reservations  # the units' memory estimate (``Reservations.fit_in_memory``)
 
 
 def heft_run(problem: PlacementProblem, memory_model: str = "auto", devices: str = "all",
@@ -119,7 +127,7 @@ def heft_run(problem: PlacementProblem, memory_model: str = "auto", devices: str
         unit_device = reservations.unit_device[problem.op_unit[op]]
         device_of[op] = unit_device if unit_device >= 0 else int(np.argmin(np.where(cand[op], 0, 1)))
         reservations.place(int(op), int(device_of[op]))
-    return HeftRun(device_of, finish_s, book, timelines, reservations.notes())
+    return HeftRun(device_of, finish_s, book, timelines, reservations.notes(), reservations)
 
 
 class FifoDevice:

@@ -19,6 +19,7 @@ import numpy as np
 
 from measurers.sim.links import LinkTable, link_table
 from policies.problem import PlacementProblem, unit_memory_bytes
+from policies.spill import fit_in_memory
 
 
 def candidate_devices(problem: PlacementProblem, use: str) -> np.ndarray:
@@ -94,8 +95,8 @@ class Reservations:
         self.static = cand & problem.unit_allowed[problem.op_unit]  # (N, D) bool
         self.unit_device = np.full(problem.num_units, -1, dtype=np.int64)  # (U,), -1 while unplaced
         self.used_bytes = np.zeros(problem.num_devices, dtype=np.int64)  # (D,)
-        devices = memory_model_devices(problem, cand)
-        self.unit_bytes, self.model_used = unit_memory_bytes(problem, memory_model, devices)  # (U,)
+        self.model_devices = memory_model_devices(problem, cand)  # (K,)
+        self.unit_bytes, self.model_used = unit_memory_bytes(problem, memory_model, self.model_devices)  # (U,)
         self.capacity = problem.usable_bytes()  # (D,)
         self.overflowed = 0  # units placed although no candidate device had room
 
@@ -133,6 +134,14 @@ class Reservations:
     def notes(self) -> str:
         text = f"memory model {self.model_used}"
         return text + (f"; {self.overflowed} groups placed over capacity" if self.overflowed else "")
+
+    def fit_in_memory(self, op_placement: np.ndarray) -> tuple[np.ndarray, str]:
+        """The schedule's (N,) op placement, units moved off devices the simulator's peak overflows
+        (``policies.spill.fit_in_memory``: the devices the memory model was fitted to first), and a note on
+        it ("" when it fitted: then ``op_placement`` itself)."""
+        preferred = np.zeros(self.problem.num_devices, dtype=bool)
+        preferred[self.model_devices] = True
+        return fit_in_memory(self.problem, op_placement, self.unit_bytes, preferred)
 
 
 def free_sources(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:

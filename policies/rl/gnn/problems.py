@@ -139,26 +139,21 @@ class Slot:
         return self._start.copy()
 
     def _spilled(self, units: np.ndarray, devices: list[int]) -> np.ndarray:
-        """(G,) ``units`` with groups moved from each of ``devices`` to the next until its peak memory (the
-        simulator's liveness model, as ``single_device_peak_bytes``) fits: each move takes the group that
-        adds the fewest cut bytes per byte it frees (the heuristics' memory model, ``unit_memory_bytes``)."""
-        from measurers.sim.reference import Simulator
+        """(G,) ``units`` with groups moved off each of ``devices`` whose peak memory (the simulator's liveness
+        model, as ``single_device_peak_bytes``) overflows, to the first of ``devices`` after it where the group
+        fits: each move takes the group that adds the fewest cut bytes per byte it frees (the heuristics'
+        memory model, ``unit_memory_bytes``). ``policies.spill.spill`` with a shortlist of one: the heuristics'
+        repair, by the estimate alone."""
         from policies.problem import unit_memory_bytes
+        from policies.spill import spill
 
-        units = units.copy()
-        simulator = Simulator(self.problem.graph, self.problem.machine)
-        capacity = self.problem.capacity_bytes()  # (D,)
+        preference = np.full(self.problem.num_devices, np.inf)
+        preference[devices] = np.arange(len(devices))  # the next fastest first
         group_bytes, _ = unit_memory_bytes(self.problem, "auto", devices[:1])  # (G,) calibrated to the peak
-        adjacency = self.adjacency.numpy()  # (G, G)
-        for here, there in zip(devices, devices[1:]):
-            while simulator.run(self.problem.expand(units)).peak_bytes[here] > capacity[here]:
-                movable = np.flatnonzero((units == here) & self.inputs.allowed[:, there])
-                if not len(movable):
-                    break
-                added_bytes = (adjacency[movable][:, units == here].sum(axis=1)
-                               - adjacency[movable][:, units == there].sum(axis=1))
-                units[movable[np.argmin(added_bytes / np.maximum(group_bytes[movable], 1))]] = there
-        return units
+        edges = (self.inputs.edge_index[0], self.inputs.edge_index[1], self.inputs.edge_bytes)
+        result = spill(self.problem, self.problem.expand(units), group_bytes, preference,
+                       max_moves=self.num_groups * len(devices), shortlist=1, edges=edges)
+        return result.units
 
 
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:

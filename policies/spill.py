@@ -1,0 +1,208 @@
+"""Moving units off devices whose memory overflows until the simulator's liveness peak fits (``spill``).
+
+The memory-constrained heuristics (m-TOPO, m-ETF, m-SCT, HEFT) place with a per-unit estimate of memory
+(``policies.problem.unit_memory_bytes``); the simulator's liveness model is the truth, and the ``saved``
+estimate can fall short of it. ``fit_in_memory`` runs after them: a placement the simulator says fits
+comes back as it was (the same array); one that overflows has units moved, one at a time, each re-simulated,
+until it fits or a bounded number of moves is spent. ``Slot.fastest_device_start`` (policies/rl/gnn)
+spills its one-device start with the same ``spill``.
+
+Each move takes the device whose peak is the most over its capacity and, among its units, the one that
+frees the most peak per byte of new cut traffic: the units are ranked by cut bytes added per byte of the
+estimate (the heuristics' per-unit bytes), simulated ``shortlist`` at a time in that order (at most
+``TRIALS`` shortlists), and of the first shortlist holding moves that lower that device's peak, the move
+with the largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop).
+Failing that, the first move that leaves every peak as it was (a peak several units share drops only
+once several have moved); failing that too, the repair stops. A move never raises the overflowing peak
+nor overflows its target; each unit moves at most once (nothing goes back and forth). A unit goes to the
+device it may run on where its estimate fits in the free memory (capacity minus simulated peak), the
+lowest ``preference`` first, then the one with the most free memory.
+
+Why not the most free memory alone, as a target: on the paper machines the host's 256 GB would take
+every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their memory model
+was fitted to (the GPUs), and only then the host. What it cannot do: the simulator's peak drops only when
+a unit's tensors live at the peak leave with no copy coming back (its readers there then receive one), so
+one op-level unit at a time seldom helps when the overflow is a whole region of the graph (m-TOPO on nmt-4
+/ cpu-igpu: 3 GB over, 18 MB freed before no move helped); the notes then say it is still out of memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from policies.problem import PlacementProblem
+
+MAX_MOVES = 256  # moves fit_in_memory makes at most (each simulates up to SHORTLIST * TRIALS placements)
+SHORTLIST = 8  # units simulated together per move: the best of them moves
+TRIALS = 4  # shortlists a move may try before giving up on lowering the peak
+
+
+@dataclass(frozen=True)
+class SpillMove:
+    unit: int
+    from_device: int
+    to_device: int
+
+
+@dataclass(frozen=True)
+class Spill:
+    """What ``spill`` did: the placement after its moves and the simulator's peaks before and after."""
+
+    op_placement: np.ndarray  # (N,) int64 after the moves
+    units: np.ndarray  # (U,) int64: each unit's (majority) device after the moves
+    moves: tuple[SpillMove, ...]
+    peak_bytes_before: np.ndarray  # (D,) int64
+    peak_bytes: np.ndarray  # (D,) int64: of ``units``
+    capacity_bytes: np.ndarray  # (D,) int64
+    stop: str  # "fits", "no unit fits elsewhere", or "move limit"
+
+    @property
+    def fits(self) -> bool:
+        return bool((self.peak_bytes <= self.capacity_bytes).all())
+
+    def notes(self, problem: PlacementProblem) -> str:
+        """"" when nothing overflowed; else what overflowed, what moved, and whether it fits now."""
+        if not self.moves and self.fits:
+            return ""
+        names = [d.name for d in problem.machine.devices]
+        over = np.flatnonzero(self.peak_bytes_before > self.capacity_bytes)
+        text = "the simulator's peak overflowed " + ", ".join(
+            f"{names[d]} ({_mb(self.peak_bytes_before[d])} of {_mb(self.capacity_bytes[d])})" for d in over)
+        pairs: dict[tuple[int, int], int] = {}
+        for move in self.moves:
+            key = (move.from_device, move.to_device)
+            pairs[key] = pairs.get(key, 0) + 1
+        moved = ", ".join(f"{names[a]} -> {names[b]}: {n}" for (a, b), n in pairs.items())
+        text += f"; moved {len(self.moves)} groups" + (f" ({moved})" if moved else "")
+        if self.fits:
+            return text + "; fits now"
+        still = np.flatnonzero(self.peak_bytes > self.capacity_bytes)
+        return text + "; STILL OUT OF MEMORY (" + self.stop + "): " + ", ".join(
+            f"{names[d]} peaks at {_mb(self.peak_bytes[d])} of {_mb(self.capacity_bytes[d])}" for d in still)
+
+
+def _mb(nbytes) -> str:
+    return f"{int(nbytes) / 1e6:.1f} MB"
+
+
+def unit_edges(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(from unit, to unit, bytes) of every graph edge between two units, in both directions."""
+    graph = problem.graph
+    src, dst = problem.op_unit[graph.edge_src], problem.op_unit[graph.edge_dst]
+    between = src != dst
+    src, dst, nbytes = src[between], dst[between], graph.edge_bytes[between].astype(np.float64)
+    return np.concatenate([src, dst]), np.concatenate([dst, src]), np.concatenate([nbytes, nbytes])
+
+
+def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.ndarray, preference: np.ndarray,
+          max_moves: int = MAX_MOVES, shortlist: int = SHORTLIST,
+          edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Spill:
+    """Move units of ``op_placement`` (N,) until every device's simulated peak fits its capacity (module
+    docstring); a moved unit's ops all go to its target, the other ops stay where they are.
+
+    ``unit_bytes`` (U,): the memory estimate that ranks units and checks that a target has room;
+    ``preference`` (D,): lower first as a target, inf: never one; ``edges``: (from unit, to unit, bytes),
+    both directions (default ``unit_edges``). With ``shortlist=1`` the estimate alone picks each move."""
+    from measurers.sim.reference import Simulator
+
+    simulator = Simulator(problem.graph, problem.machine)
+    placement = np.array(op_placement, dtype=np.int64)
+    units = problem.collapse(placement)
+    capacity = problem.capacity_bytes()
+    peaks = simulator.run(placement).peak_bytes
+    before, moves, stop = peaks.copy(), [], "fits"
+    moved = np.zeros(problem.num_units, dtype=bool)
+    edges = unit_edges(problem) if edges is None else edges
+    while (peaks > capacity).any():
+        if len(moves) >= max_moves:
+            stop = "move limit"
+            break
+        here = int(np.argmax(peaks - capacity))
+        candidates, targets = _movable(problem, units, unit_bytes, preference, peaks, here)
+        keep = ~moved[candidates]  # a unit moves once: no unit goes back and forth
+        candidates, targets = candidates[keep], targets[keep]
+        if not len(candidates):
+            stop = "no unit fits elsewhere"
+            break
+        added = _added_cut_bytes(units, edges, candidates, here, targets, problem.num_units, problem.num_devices)
+        ranked = np.argsort(added / np.maximum(unit_bytes[candidates], 1), kind="stable")
+        ranked = ranked[:max(shortlist, 1) * TRIALS]
+        best = _best_move(problem, simulator, placement, candidates[ranked], targets[ranked], added[ranked],
+                          peaks, here, max(shortlist, 1))
+        if best is None:
+            stop = "no move lowers the peak"
+            break
+        pick, peaks = best
+        unit, target = int(candidates[ranked[pick]]), int(targets[ranked[pick]])
+        moves.append(SpillMove(unit, here, target))
+        units[unit], moved[unit] = target, True
+        placement[problem.op_unit == unit] = target
+    return Spill(placement, units, tuple(moves), before, peaks, capacity, stop)
+
+
+def _movable(problem, units, unit_bytes, preference, peaks, here) -> tuple[np.ndarray, np.ndarray]:
+    """(K,) units on ``here`` that may go elsewhere, (K,) where each goes: the allowed device of the lowest
+    preference, then the most free memory, where its estimate fits (units of positive estimate only,
+    unless none has one)."""
+    on_here = np.flatnonzero(units == here)
+    positive = on_here[unit_bytes[on_here] > 0]
+    on_here = positive if len(positive) else on_here
+    free = problem.capacity_bytes() - peaks  # (D,)
+    room = (free[None, :] >= unit_bytes[on_here, None]) & problem.unit_allowed[on_here] & np.isfinite(preference)
+    room[:, here] = False
+    order = np.lexsort((np.arange(len(free)), -free, preference))  # devices, best target first
+    first = np.argmax(room[:, order], axis=1)  # (K,) position in ``order`` of each unit's best target
+    fits = room[np.arange(len(on_here)), order[first]]
+    return on_here[fits], order[first[fits]]
+
+
+def _added_cut_bytes(units, edges, candidates, here, targets, num_units, num_devices) -> np.ndarray:
+    """(K,) bytes of the edges a move from ``here`` to its target cuts, less those it stops cutting."""
+    src, dst, nbytes = edges
+    to_device = np.bincount(src * num_devices + units[dst], weights=nbytes,
+                            minlength=num_units * num_devices).reshape(num_units, num_devices)  # (U, D)
+    return to_device[candidates, here] - to_device[candidates, targets]
+
+
+def _best_move(problem, simulator, placement, candidates, targets, added, peaks, here,
+               shortlist) -> tuple[int, np.ndarray] | None:
+    """(index into ``candidates``, the simulated peaks after that move), or None when no move helps.
+
+    The candidates are simulated ``shortlist`` at a time, best estimate first, until a group of them holds
+    a move that lowers ``here``'s peak and leaves its target fitting: of those, the largest drop per cut
+    byte added (moves adding none first, by the drop). Failing that, the first move that leaves every peak
+    as it was (a peak that several units share drops only when several have moved). With a shortlist of
+    one, the first candidate, unsimulated beyond its move."""
+    capacity = problem.capacity_bytes()
+    still = None
+    for lo in range(0, len(candidates), shortlist):
+        best_key, best = None, None
+        for i in range(lo, min(lo + shortlist, len(candidates))):
+            target = int(targets[i])
+            after = simulator.run(np.where(problem.op_unit == candidates[i], target, placement)).peak_bytes
+            if shortlist == 1:
+                return i, after
+            drop = float(peaks[here] - after[here])
+            if after[target] > capacity[target] or drop < 0:
+                continue
+            if drop == 0:
+                still = (i, after) if still is None and after[target] <= peaks[target] else still
+                continue
+            key = (0, -drop) if added[i] <= 0 else (1, -drop / added[i])
+            if best_key is None or key < best_key:
+                best_key, best = key, (i, after)
+        if best is not None:
+            return best
+    return still
+
+
+def fit_in_memory(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.ndarray,
+                  preferred: np.ndarray, max_moves: int = MAX_MOVES) -> tuple[np.ndarray, str]:
+    """A heuristic's (N,) op placement made to fit the simulator's memory where moves can, and notes on it
+    ("" when it fitted already: then ``op_placement`` itself comes back). Units move whole (their ops are
+    on one device); ``preferred`` (D,) bool: the devices the heuristic placed on, tried as targets before
+    the others (the GPUs, before the host's memory)."""
+    result = spill(problem, op_placement, unit_bytes, np.where(preferred, 0.0, 1.0), max_moves)
+    return (result.op_placement if result.moves else op_placement), result.notes(problem)
