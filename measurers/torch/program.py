@@ -31,7 +31,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES
+from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES, without_onednn
 from measurers.torch.live_scalars import LiveArg, LiveFloat, ScalarReads
 
 
@@ -212,10 +212,10 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
     try:
         if live_scalars:
             capture.scalars = ScalarReads(capture.record_read)
-            with capture, capture.scalars:
+            with without_onednn(), capture, capture.scalars:
                 loss = step_fn()
         else:
-            with capture:
+            with without_onednn(), capture:
                 loss = step_fn()
         loss_slot = capture.slot_of.get(id(loss))
     finally:
