@@ -196,6 +196,9 @@ def _loss(output, loss_fn: Callable | None, recorder: OpRecorder) -> torch.Tenso
         if not isinstance(loss, torch.Tensor):
             raise PlacerError(f"the loss must be a tensor, got {type(loss).__name__} "
                               "(with no loss_fn the model must return its loss)")
+        if not loss.requires_grad:
+            raise PlacerError("the loss does not depend on any trainable parameter (it has no gradient: an "
+                              "argmax, an integer output or a detached value?), so there is no backward to trace")
         return loss if loss.dim() == 0 else loss.sum()
     finally:
         recorder.scope_stack.pop()

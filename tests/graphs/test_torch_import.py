@@ -257,3 +257,10 @@ def test_trace_training_step__lstm_matmuls_counted_step_by_step():
     per_step = 2 * batch * features * 4 * hidden + 2 * batch * hidden * 4 * hidden
     assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == steps * per_step
     assert torch.backends.mkldnn.enabled  # the trace leaves the setting as it found it
+
+
+def test_trace_training_step__a_loss_without_gradient_is_refused_saying_why():
+    """An integer output (argmax) has no gradient: the error says so, not autograd's 'element 0 of tensors
+    does not require grad and does not have a grad_fn'."""
+    with pytest.raises(PlacerError, match="does not depend on any trainable parameter"):
+        trace_training_step(nn.Linear(4, 2), (torch.randn(3, 4),), loss_fn=lambda out: out.argmax(-1), name="argmax")
