@@ -80,6 +80,16 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
     return run.op_placement(graph)
 
 
+def _recorded(run: RunBest) -> str:
+    """Where the run read its graph, when that is not the name looked up from here."""
+    recorded = run.manifest.graph_file
+    name = str(run.manifest.config.get("graph", run.manifest.graph_name))
+    if not recorded or recorded == name:
+        return ""
+    state = "holds another graph now" if os.path.isfile(recorded) else "is gone"
+    return f"; {recorded}, which the run read, {state}"
+
+
 def run_graph(run: RunBest, graph_file: str | os.PathLike | None = None) -> OpGraph:
     """The graph the run placed: ``graph_file``, else the run's graph file or cached benchmark, else the
     benchmark rebuilt; PlacerError unless it has the run's content hash."""
@@ -96,8 +106,8 @@ def run_graph(run: RunBest, graph_file: str | os.PathLike | None = None) -> OpGr
             try:
                 graph = load_graph(name)
             except PlacerError as exc:
-                raise PlacerError(f"cannot find graph {name!r} of run {run.run_dir} ({exc}): pass its graph "
-                                  "file (--graph of apply and simulate)") from None
+                raise PlacerError(f"cannot find graph {name!r} of run {run.run_dir} ({exc}{_recorded(run)}): pass "
+                                  "its graph file (--graph of apply and simulate)") from None
     if graph.content_hash != run.manifest.graph_hash:
         raise PlacerError(f"graph {graph.name!r} has content hash {graph.content_hash}, but run {run.run_dir} "
                           f"placed a graph with hash {run.manifest.graph_hash}")

@@ -188,6 +188,7 @@ class OpGraph:
             "ops": self.num_ops,
             "edges": self.num_edges,
             "flops": self.total_flops,
+            "forward_flops": float(self.flops[self.phases == PHASE_CODE["forward"]].sum()),
             "params": self.num_params,
             "param_bytes": self.total_param_bytes,
             "groups": self.num_colocation_groups,

@@ -58,8 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     note_groups_above_colocation(args.groups, outcome.colocation_groups, outcome.table.graph)
     note_fewer_groups_than_asked(args.groups, outcome.groups, outcome.colocation_groups, outcome.table.graph,
                                  args.grouping)
-    if args.json:
-        emit_json(outcome.to_json())
+    if args.json:  # the run folder (--out), as `placer search --json` names its own; baselines.json has no need
+        emit_json({**outcome.to_json(), "run_dir": None if outcome.run_dir is None else str(outcome.run_dir)})
     else:
         print_table(outcome.table, outcome.proven_bound)
         if outcome.run_dir is not None:

@@ -12,6 +12,7 @@ from cluster.commands.paths import output_file
 from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
+from graphs.opgraph import PHASE_CODE
 from graphs.grouping import DEFAULT_MAX_GROUPS
 
 SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 20,000,000)")
@@ -100,17 +101,19 @@ def _show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table("figure", "value", title=f"graph {graph.name}")
+    training = bool((graph.phases == PHASE_CODE["backward"]).any())
     for key, value in figures.items():
-        table.add_row(key, _readable(key, value))
+        table.add_row(key, _readable(key, value, training))
     text_console().print(table)
     return 0
 
 
-def _readable(key: str, value) -> str:
-    if key == "flops":
+def _readable(key: str, value, training: bool = False) -> str:
+    if key in ("flops", "forward_flops"):
         return f"{value:.4g} ({value / 1e12:.3f} TFLOP)"
-    if key == "param_bytes":
-        return f"{value:,} ({value / 2**20:.1f} MiB)"
+    if key == "param_bytes":  # a training step keeps more than the weights resident
+        held = ": weights, gradients and optimizer state" if training else ""
+        return f"{value:,} ({value / 2**20:.1f} MiB{held})"
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)

@@ -54,6 +54,7 @@ class _Flattener:
     def __init__(self, batch_size: int):
         self.batch_size = batch_size
         self.ops: list[FlatOp] = []
+        self.loop_depth = 0  # while-loop bodies being walked
 
     def walk(self, graph, prefix: str, bound: list[list[int]] | None, entry_ctrl: list[int]):
         """Add the ops of ``graph``; ``bound`` maps each function argument to its producer ids.
@@ -112,7 +113,11 @@ class _Flattener:
                 raise PlacerError(f"op {prefix + op.name!r} calls function {fname!r}, which is not in the library")
             body = _function_graph(graph, fdef, arg_tensors)
             inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
-            inner_src, inner_done = self.walk(body, inner_prefix, arg_ins, ctrl)
+            self.loop_depth += op.type in LOOP_KINDS
+            try:
+                inner_src, inner_done = self.walk(body, inner_prefix, arg_ins, ctrl)
+            finally:
+                self.loop_depth -= op.type in LOOP_KINDS
             outs = [inner_src.get(t.name, []) for t in body.outputs]
             ends = _union(inner_done.get(c.name, []) for c in getattr(body, "control_outputs", []))
             results.append((body, outs, ends))
@@ -144,7 +149,8 @@ class _Flattener:
         try:
             flops = op_flops(op.type, in_dims, out_dims, attrs, float_output)
         except (IndexError, TypeError) as err:  # a formula met shapes it does not expect
-            raise PlacerError(f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): {err}") from None
+            raise PlacerError(f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): "
+                              f"{self._why_no_flops(op, err)}") from None
         inputs = []
         for tensor, ids in zip(op.inputs, ins):
             size = RESOURCE_EDGE if tensor.dtype == tf.resource else _tensor_bytes(tensor, self.batch_size)
@@ -160,6 +166,14 @@ class _Flattener:
         )
         self.ops.append(flat)
         return len(self.ops) - 1
+
+
+    def _why_no_flops(self, op, err: Exception) -> str:
+        if self.loop_depth and any(t.shape.rank is None for t in op.inputs):
+            return ("its inputs have no static shape inside a while loop (as in the gradient of a Keras "
+                    "recurrent layer, whose steps run in a loop that would count once): build the layer with "
+                    "unroll=True, so every step is traced with its shapes")
+        return str(err)
 
 
 def _topological_ops(graph) -> list:

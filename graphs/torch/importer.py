@@ -24,6 +24,9 @@ Fake tensors do not check every dtype rule of the real kernels; the recorder app
 `graphs.torch.dtype_rules` to each aten call, so a step a real run would refuse (a float16 weight fed float32
 input, a float index tensor) is one PlacerError naming the op, its module and the dtypes.
 
+oneDNN is off while tracing (`graphs.torch.recorder.without_onednn`): an nn.LSTM is its cell's matmuls and
+element-wise ops, step by step, not one fused CPU kernel per layer that no FLOP formula counts.
+
 The optimizer (Adam unless given) is built with ``foreach=False`` so each update op touches one parameter,
 and takes one untraced warm-up step first, so its state exists and the traced step is a steady-state step.
 """
@@ -44,7 +47,7 @@ from torch._subclasses import FakeTensorMode
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph, colocation_groups
 from graphs.torch import LOSS_SCOPE
-from graphs.torch.recorder import GradFnStamper, OpRecorder, OpTable, tensor_bytes
+from graphs.torch.recorder import GradFnStamper, OpRecorder, OpTable, tensor_bytes, without_onednn
 
 
 def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | None = None,
@@ -75,7 +78,7 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     _add_leaf_ops(recorder, table, trainable, fake_params, fake_buffers, fake_inputs, optimizer)
     hooks = _scope_hooks(model, recorder)
     try:
-        with _fake_tensor_log_quiet(), fake_mode, recorder, GradFnStamper(recorder):
+        with _fake_tensor_log_quiet(), without_onednn(), fake_mode, recorder, GradFnStamper(recorder):
             output = torch.func.functional_call(model, {**fake_params, **fake_buffers}, fake_inputs)
             loss = _loss(output, loss_fn, recorder)
             recorder.stamp_pending()
@@ -193,6 +196,9 @@ def _loss(output, loss_fn: Callable | None, recorder: OpRecorder) -> torch.Tenso
         if not isinstance(loss, torch.Tensor):
             raise PlacerError(f"the loss must be a tensor, got {type(loss).__name__} "
                               "(with no loss_fn the model must return its loss)")
+        if not loss.requires_grad:
+            raise PlacerError("the loss does not depend on any trainable parameter (it has no gradient: an "
+                              "argmax, an integer output or a detached value?), so there is no backward to trace")
         return loss if loss.dim() == 0 else loss.sum()
     finally:
         recorder.scope_stack.pop()

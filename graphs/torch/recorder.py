@@ -17,6 +17,7 @@ backward ``torch._C._current_autograd_node()`` names the node whose backward is 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -37,6 +38,20 @@ NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it 
 ALIAS_OPS = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default}
 SKIPPED_NAMESPACES = {"prim", "profiler"}
 SCALAR_OP = torch.ops.aten._local_scalar_dense.default
+
+
+@contextmanager
+def without_onednn():
+    """oneDNN (mkldnn) off while a step is traced or captured. With it, nn.LSTM on the CPU is one fused
+    ``aten.mkldnn_rnn_layer`` per layer (and one backward): no FLOP formula (the layer counted 0 FLOPs), no
+    GPU kernel, and no workspace when replayed without autograd. Without it, the layer is its cell's matmuls
+    and element-wise ops, step by step, which every device runs. The ops of other models do not change."""
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = enabled
 
 
 @dataclass

@@ -9,8 +9,10 @@ replaced by slot numbers. `PlacedReplay` then calls those aten ops directly (no 
 - every tensor input moved to the op's device, one copy per (tensor, destination device) until the tensor
   is written again (as the simulator assumes: each tensor sent once per destination);
 - ``device=`` of factory ops (zeros, arange...) set to the op's device;
-- views and aliases (no kernel, no data) run where their base lives, so they stay views of it;
-- an in-place write to a tensor that lives elsewhere is computed on the op's device and copied back.
+- views and aliases (no kernel, no data) run where their base lives, so they stay views of it, and so do
+  in-place view ops (``transpose_``: a new shape, no data);
+- an in-place write to a tensor that lives elsewhere is computed on the op's device and copied back (batch
+  norm's running statistics included, which its schema does not mark as written).
 
 Values read by Python during the step (``.item()``, e.g. Adam's step count) are baked into the program
 as the capture saw them: every replay repeats the same step arithmetic, which is what a timing needs.
@@ -31,7 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES
+from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES, without_onednn
 from measurers.torch.live_scalars import LiveArg, LiveFloat, ScalarReads
 
 
@@ -75,11 +77,30 @@ class Program:
         return [f"{s.func.namespace}.{s.func._overloadpacket.__name__}" for s in self.steps if s.counted]
 
 
-def _mutated_args(func) -> tuple[tuple, tuple, bool]:
-    args = func._schema.arguments
-    mutated = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
-    is_view = any(r.alias_info is not None for r in func._schema.returns) and not mutated
-    return mutated, tuple(args[i].name for i in mutated), is_view
+# Kernels that write arguments their schema does not mark as written: batch norm in training updates its
+# running statistics in place (``_native_batch_norm_legit`` declares it; these do not).
+_BATCH_NORM_STATS = ("running_mean", "running_var")
+_UNDECLARED_WRITES = {torch.ops.aten.native_batch_norm.default: _BATCH_NORM_STATS,
+                      torch.ops.aten.cudnn_batch_norm.default: _BATCH_NORM_STATS,
+                      torch.ops.aten.miopen_batch_norm.default: _BATCH_NORM_STATS}
+
+
+def _mutated_args(func, args: tuple, kwargs: dict) -> tuple[tuple, tuple, bool]:
+    """(indices, names) of the arguments ``func`` writes, and whether it is a view. An in-place view op
+    (``transpose_``) changes its tensor's shape, not its data: it counts as a view, so it runs where the
+    tensor lives, and as a write, so copies made before it go stale."""
+    schema = func._schema.arguments
+    mutated = [i for i, a in enumerate(schema) if a.alias_info is not None and a.alias_info.is_write]
+    if func in _UNDECLARED_WRITES and _argument(schema, args, kwargs, "training"):
+        mutated += [i for i, a in enumerate(schema) if a.name in _UNDECLARED_WRITES[func]]
+    inplace_view = torch.Tag.inplace_view in func.tags
+    is_view = inplace_view or (any(r.alias_info is not None for r in func._schema.returns) and not mutated)
+    return tuple(mutated), tuple(schema[i].name for i in mutated), is_view
+
+
+def _argument(schema, args: tuple, kwargs: dict, name: str):
+    index = next(i for i, a in enumerate(schema) if a.name == name)
+    return args[index] if index < len(args) else kwargs.get(name)
 
 
 class _Capture(TorchDispatchMode):
@@ -183,7 +204,7 @@ class _Capture(TorchDispatchMode):
             return func(*args, **kwargs)  # a Python value or a device query: baked in, not replayed
         t_args, t_kwargs = tree_map(self._ref, args), tree_map(self._ref, kwargs)
         out = func(*args, **kwargs)
-        mutated_idx, mutated_names, is_view = _mutated_args(func)
+        mutated_idx, mutated_names, is_view = _mutated_args(func, args, kwargs)
         mutated = []
         for index, name in zip(mutated_idx, mutated_names):
             value = t_args[index] if index < len(t_args) else t_kwargs.get(name)
@@ -212,10 +233,10 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
     try:
         if live_scalars:
             capture.scalars = ScalarReads(capture.record_read)
-            with capture, capture.scalars:
+            with without_onednn(), capture, capture.scalars:
                 loss = step_fn()
         else:
-            with capture:
+            with without_onednn(), capture:
                 loss = step_fn()
         loss_slot = capture.slot_of.get(id(loss))
     finally:

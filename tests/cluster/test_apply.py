@@ -4,6 +4,7 @@ another model is refused by its graph hash, and `placer apply` summarizes the pl
 import functools
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -281,3 +282,21 @@ def test_placer_apply__a_module_map_inside_the_run_folder_is_refused(torch_run, 
     err = capsys.readouterr().err
     assert err.startswith("placer: error: --module-map ") and "lies inside the run folder" in err
     assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_placer_apply__a_graph_file_gone_is_named_where_the_run_read_it(tmp_path, monkeypatch, capsys):
+    """`--graph clf.parquet` given relative: from another folder, after the file moved, the error names the
+    absolute path the run recorded, not only the relative name looked up from here."""
+    graph = import_torch_spec(TORCH_SPEC)
+    monkeypatch.chdir(tmp_path)
+    save_graph(graph, "clf.parquet")
+    machine = load_machine("paper-2gpu")
+    run_dir = write_run(tmp_path / "runs", graph, Path("clf.parquet"), machine,
+                        *spread_over_groups(graph, machine.num_devices, seed=3))
+    (tmp_path / "clf.parquet").rename(tmp_path / "moved.parquet")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(["apply", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placer: error: cannot find graph 'clf.parquet'") and err.count("\n") == 1
+    assert f"{tmp_path / 'clf.parquet'}, which the run read, is gone" in err

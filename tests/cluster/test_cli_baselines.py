@@ -90,6 +90,7 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     assert np.allclose(took, rows["measure_s"], atol=1e-3) and (rows["submitted_at"] == rows["started_at"]).all()
     assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
     assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no staging folder left beside it
+    assert payload["run_dir"] == str(folder)  # a --json user finds the folder it made, as search's JSON names it
     from cluster.analysis import summarize
 
     (summary,) = summarize([folder])  # a finished baselines run: its best is the best baseline

@@ -295,3 +295,17 @@ def test_graphs_show__a_name_holding_an_emoji_code_prints_as_it_is(capsys):
     assert main(["graphs", "show", "synthetic:100:0"]) == 0
     out = capsys.readouterr().out
     assert "synthetic:100:0" in out and "\U0001f4af" not in out
+
+
+def test_graphs_show__a_training_step_says_what_its_parameter_bytes_hold(tmp_path, capsys):
+    """Linear(8, 16) and Linear(16, 2), batch 4: 178 fp32 weights, held with their gradients and Adam's two
+    moments (4 x 712 bytes); the forward FLOPs are the model's own count."""
+    path = tmp_path / "mlp.parquet"
+    assert main(["graphs", "import", "--torch", f"{FIXTURES}/tiny_models.py:tiny_torch_mlp", "-o", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["graphs", "show", str(path), "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert (figures["params"], figures["param_bytes"]) == (8 * 16 + 16 + 16 * 2 + 2, 4 * 178 * 4)
+    assert figures["forward_flops"] == 2 * 4 * (8 * 16 + 16 * 2)
+    assert main(["graphs", "show", str(path)]) == 0
+    assert "weights, gradients and optimizer state" in capsys.readouterr().out

@@ -291,3 +291,9 @@ def test_topo_position_is_the_inverse_of_topo_order_and_read_only():
     assert np.array_equal(position[graph.topo_order], np.arange(5))
     assert all(position[u] < position[v] for u, v in zip(graph.edge_src, graph.edge_dst))
     assert not position.flags.writeable
+
+
+def test_opgraph__summary_counts_the_forward_flops_apart():
+    """A training step's FLOPs are forward, backward and update together; the forward alone is what a model's
+    own count (2 x in x out x batch per Linear) gives."""
+    assert _diamond().summary()["forward_flops"] == 2e9 + 1e6

@@ -552,3 +552,17 @@ def test_tf_measurer__measures_a_bare_model_graph_rebuilt_at_its_batch_on_the_lo
     result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
     assert result.status == "ok" and len(result.samples_s) == 2 and result.runtime_s > 0, result.error
     assert np.array_equal(measurer.traced().graph.flops, graph.flops)  # the same step at batch 8, not 32
+
+
+def test_keras_step__recurrent_layer_loop_without_static_shapes_is_refused_naming_unroll():
+    """A Keras LSTM runs its steps in a while loop, whose gradient body gives the matmuls no static shapes
+    (and a loop body counts once): one error naming the op and the remedy, which traces every step."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    model = keras.Sequential([keras.Input((5, 8)), keras.layers.LSTM(16, name="lstm"), keras.layers.Dense(2)])
+    with pytest.raises(PlacerError, match="unroll=True") as caught:
+        trace_keras_training_step(model, np.zeros((4, 5, 8), "float32"), np.zeros((4, 2), "float32"),
+                                  loss="mse", optimizer="adam", name="lstm")
+    assert "(MatMul)" in str(caught.value) and "while" in str(caught.value)

@@ -243,3 +243,24 @@ def test_trace_training_step__same_model_same_graph():
     first, second = _mlp_graph(), _mlp_graph()
     assert first.content_hash == second.content_hash
     assert first.num_edges == second.num_edges > 0
+
+
+def test_trace_training_step__lstm_matmuls_counted_step_by_step():
+    """nn.LSTM on the CPU would be one fused oneDNN op per layer (aten.mkldnn_rnn_layer), which has no FLOP
+    formula (the layer counted 0 FLOPs) and no GPU kernel; traced without oneDNN it is its cell's matmuls,
+    every step: gates = x W_ih^T + b_ih + h W_hh^T + b_hh, 4 * hidden wide."""
+    batch, steps, features, hidden = 3, 5, 8, 16
+    torch.manual_seed(0)
+    graph = trace_training_step(nn.LSTM(features, hidden, batch_first=True), (torch.randn(batch, steps, features),),
+                                loss_fn=lambda out: out[0].sum(), name="lstm")
+    assert not any(kind.startswith("aten.mkldnn") for kind in graph.op_kinds)
+    per_step = 2 * batch * features * 4 * hidden + 2 * batch * hidden * 4 * hidden
+    assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == steps * per_step
+    assert torch.backends.mkldnn.enabled  # the trace leaves the setting as it found it
+
+
+def test_trace_training_step__a_loss_without_gradient_is_refused_saying_why():
+    """An integer output (argmax) has no gradient: the error says so, not autograd's 'element 0 of tensors
+    does not require grad and does not have a grad_fn'."""
+    with pytest.raises(PlacerError, match="does not depend on any trainable parameter"):
+        trace_training_step(nn.Linear(4, 2), (torch.randn(3, 4),), loss_fn=lambda out: out.argmax(-1), name="argmax")

@@ -295,3 +295,82 @@ def test_capture_step__makes_the_calls_of_a_capture_that_holds_every_tensor(monk
     assert [(s.func, s.restride[:1]) for s in released.steps] == [(s.func, s.restride[:1]) for s in held.steps]
     assert len(released.leaf_values) == len(held.leaf_values)
     assert _replayed_loss(released) == _replayed_loss(held)
+
+
+class BatchNormNet(nn.Module):
+    """A BatchNorm in train mode: its kernel updates the running statistics in place, though its schema
+    (aten.native_batch_norm) does not say it writes them."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.fc(x)).pow(2).sum()
+
+
+class TransposeInPlace(nn.Module):
+    """``transpose_`` changes its tensor's shape in place (an in-place view op): no data to copy back."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+        self.w = nn.Parameter(torch.randn(4, 5))
+
+    def forward(self, x):
+        return (self.fc(x).transpose_(0, 1) * self.w).sum()
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(6, 8, num_layers=2, batch_first=True)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.out(self.rnn(x)[0]).sum()
+
+
+def _state_after_one_step(step) -> tuple[float, dict]:
+    """Loss and parameters and buffers after one ordinary single-device step of ``step``."""
+    optimizer = step.make_optimizer()
+    loss = step.loss()
+    loss.backward()
+    optimizer.step()
+    return float(loss.detach()), {name: t.detach().clone() for name, t in step.model.state_dict().items()}
+
+
+def _placed_state(graph, machine, workload, placement) -> tuple[float, dict, int]:
+    measurer = TorchMeasurer(graph, machine, workload=workload, torch_devices=all_cpu)
+    replay = measurer.replay_for(placement)
+    loss = float(replay.run())
+    return loss, {name: replay.leaves[slot][0] for name, slot in measurer.program().param_slots.items()}, replay.copies
+
+
+def _kinds_on(graph, kinds: tuple, device: int) -> np.ndarray:
+    """Every op of ``kinds`` on ``device``, the others on device 0."""
+    placement = np.zeros(graph.num_ops, dtype=np.int64)
+    for kind in kinds:
+        assert (graph.op_kinds == kind).any(), kind
+        placement[graph.op_kinds == kind] = device
+    return placement
+
+
+@pytest.mark.parametrize("module, input_shape, placement_of", [
+    (BatchNormNet, (5, 6), lambda graph: _kinds_on(graph, ("aten.native_batch_norm",), 1)),
+    (TransposeInPlace, (5, 6), lambda graph: _kinds_on(graph, ("aten.transpose_", "aten.mul"), 2)),
+    (LSTMNet, (3, 4, 6), lambda graph: np.random.default_rng(0).integers(0, 3, graph.num_ops)),
+], ids=["batchnorm-away-from-its-running-stats", "transpose_-away-from-its-tensor", "lstm-spread"])
+def test_torch_measurer__placed_step_updates_parameters_and_buffers_as_one_device(module, input_shape, placement_of,
+                                                                                 machine, one_torch_thread):
+    workload = TorchWorkload(lambda: (module(), (torch.randn(*input_shape),)), origin=module.__name__)
+    built = workload.materialize(0)
+    graph = trace_training_step(built.model, built.inputs, name=module.__name__)
+    ref_loss, ref_state = _state_after_one_step(workload.materialize(0))
+    loss, state, copies = _placed_state(graph, machine, workload, placement_of(graph))
+    assert copies > 0
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    assert set(state) == set(ref_state)
+    for name, value in state.items():
+        assert torch.allclose(value, ref_state[name], rtol=1e-5, atol=1e-6), name
