@@ -110,13 +110,24 @@ def _show(args: argparse.Namespace) -> int:
 
 def _readable(key: str, value, training: bool = False) -> str:
     if key in ("flops", "forward_flops"):
-        return f"{value:.4g} ({value / 1e12:.3f} TFLOP)"
+        return _flops_text(value)
     if key == "param_bytes":  # a training step keeps more than the weights resident
         held = ": weights, gradients and optimizer state" if training else ""
         return f"{value:,} ({value / 2**20:.1f} MiB{held})"
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
+
+
+FLOP_UNITS = (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3))
+
+
+def _flops_text(flops: float) -> str:
+    """``3.262e+09 (3.262 GFLOP)``: the largest unit the count reaches, so a small graph is not 0.000 TFLOP."""
+    for unit, scale in FLOP_UNITS:
+        if flops >= scale:
+            return f"{flops:.4g} ({flops / scale:.3f} {unit})"
+    return f"{flops:.4g} FLOP"
 
 
 def _export(args: argparse.Namespace) -> int:

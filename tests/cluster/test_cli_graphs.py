@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from cluster.cli import main
+from cluster.commands.graphs import _flops_text
 from graphs.io import load_graph_file, save_graph
 from graphs.registry import list_benchmarks
 
@@ -73,7 +74,16 @@ def test_graphs_show__readable_table(graph_file, capsys):
     _, path = graph_file
     assert main(["graphs", "show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "chain40" in out and "colocation_groups" in out and "TFLOP" in out
+    flops = float(graph_file[0].flops.sum())
+    assert "chain40" in out and "colocation_groups" in out and _flops_text(flops) in out
+
+
+@pytest.mark.parametrize("flops, text", [
+    (2.5e13, "2.5e+13 (25.000 TFLOP)"), (3.262e9, "3.262e+09 (3.262 GFLOP)"), (1e6, "1e+06 (1.000 MFLOP)"),
+    (4480.0, "4480 (4.480 kFLOP)"), (512.0, "512 FLOP"), (0.0, "0 FLOP"),
+])
+def test_graphs_show__flops_in_the_largest_unit_they_reach(flops, text):
+    assert _flops_text(flops) == text  # a small graph used to read "(0.000 TFLOP)"
 
 
 def test_graphs_show__unknown_name_is_one_error_line(capsys):
