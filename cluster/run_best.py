@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cluster.runlog_format import (BEST_FILE, BestPlacement, RunManifest, op_placement_of, read_best, read_groups,
-                                   read_manifest)
+from cluster.runlog_format import (BEST_FILE, RESULT_FILE, BestPlacement, RunManifest, op_placement_of, read_best,
+                                   read_groups, read_manifest)
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.catalog import machine_from_json
@@ -46,8 +46,9 @@ def read_run_best(run_dir: str | os.PathLike) -> RunBest:
     manifest = read_manifest(run_dir)
     best = read_best(run_dir)
     if best is None:
-        raise PlacerError(f"run {run_dir} has no best placement yet (no {BEST_FILE}: no placement has been "
-                          "measured ok)")
+        why = ("it finished without one: no placement it measured ran (out of memory or failed)"
+               if (run_dir / RESULT_FILE).exists() else "no placement has been measured ok yet")
+        raise PlacerError(f"run {run_dir} has no best placement (no {BEST_FILE}): {why}")
     machine = machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
     return RunBest(run_dir, manifest, machine, best, read_groups(run_dir))
 

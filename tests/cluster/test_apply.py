@@ -151,7 +151,10 @@ def test_apply_torch__inputs_of_another_shape_are_refused(torch_run):
 def test_apply__a_run_without_a_best_placement_is_refused(tmp_path):
     graph = import_torch_spec(TORCH_SPEC)
     run_dir = write_run(tmp_path, graph, tmp_path / "missing.parquet", load_machine("paper-2gpu"))
-    with pytest.raises(PlacerError, match="no best placement"):
+    with pytest.raises(PlacerError, match="no best placement .*no placement has been measured ok yet"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+    (run_dir / "result.json").write_text("{}")  # finished: every placement it measured failed, none comes later
+    with pytest.raises(PlacerError, match="it finished without one: no placement it measured ran"):
         apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
     (run_dir / "best_placement.json").write_text("[0, 1")
     with pytest.raises(PlacerError, match=r"best_placement\.json is damaged"):
