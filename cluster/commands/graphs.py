@@ -152,7 +152,7 @@ def _import(args: argparse.Namespace) -> int:
     _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
-    _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0))
+    _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0), graph.meta.get("unsized_tensors_by_op", {}))
     path = save_graph(graph, args.output)
     print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
     return 0
@@ -257,13 +257,15 @@ def _warn_ops_without_flops(missing: dict[str, int]) -> None:
           file=sys.stderr)
 
 
-def _warn_tensors_without_size(count: int) -> None:
+def _warn_tensors_without_size(count: int, by_op: dict[str, int]) -> None:
     """Shape inference left a dim of some tensors, or their whole shape, unknown (data-dependent shapes, an op
-    it does not know): their bytes are a guess."""
+    it does not know): their bytes are a guess. The op types that made them say where to look."""
     if count:
+        made_by = ", ".join(f"{kind} ({n})" for kind, n in sorted(by_op.items(), key=lambda item: -item[1]))
         print(f"placer: warning: {count} tensor(s) have a dim or a shape that shape inference could not size "
-              "(data-dependent, or an op it does not know); an unknown dim counts as 1, an unknown shape as 0 "
-              "bytes, in their bytes and FLOPs", file=sys.stderr)
+              f"({'made by ' + made_by + ': ' if made_by else ''}a shape computed at run time, or an op it does "
+              "not know); an unknown dim counts as 1, an unknown shape as 0 bytes, in their bytes and FLOPs",
+              file=sys.stderr)
 
 
 def _importer(module_name: str, function_name: str, framework: str):

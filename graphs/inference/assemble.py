@@ -39,7 +39,8 @@ class ImportedModel:
     batch_size: int
     num_params: int
     input_shapes: dict = field(default_factory=dict)  # the sizes the user gave (--input-shape), for measuring
-    tensors_without_size: int = 0  # tensors with a dim the importer could not size (counted as 1)
+    unsized_by_op: dict = field(default_factory=dict)  # {op type: tensors it made that the importer could
+    # not size} (a symbolic dim counts as 1, an unknown shape as 0 bytes); a graph input's as "graph input"
 
 
 def scope_of(name: str) -> str:
@@ -112,6 +113,7 @@ def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dic
     meta = {"model_file": model_file, "ops_without_flops": ops_without_flops}
     if model.input_shapes:
         meta["input_shapes"] = {name: list(sizes) for name, sizes in model.input_shapes.items()}
-    if model.tensors_without_size:
-        meta["tensors_without_size"] = model.tensors_without_size
+    if model.unsized_by_op:
+        meta["tensors_without_size"] = sum(model.unsized_by_op.values())
+        meta["unsized_tensors_by_op"] = dict(sorted(model.unsized_by_op.items()))
     return meta

@@ -6,7 +6,8 @@ node that reads it (each initializer counted once), and every node that reads it
 (graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given).
 A dim inference still leaves symbolic inside the graph counts as 1, and the tensors that have one are
 counted in ``meta["tensors_without_size"]``; a node output of unknown shape (or rank) is 0 bytes, and counted
-there too. A node that reads one tensor twice (``Mul(y, y)``) reads it once: one edge's worth of bytes.
+there too (``meta["unsized_tensors_by_op"]``: the same count by the op type that makes them). A node that
+reads one tensor twice (``Mul(y, y)``) reads it once: one edge's worth of bytes.
 
 Subgraph ops (If, Loop, Scan) are one op each: the tensors their bodies read from the outer graph are
 edges into them, but they have no FLOP formula, so their body's FLOPs are not counted and they are listed in
@@ -16,6 +17,7 @@ edges into them, but they have no FLOP formula, so their body's FLOPs are not co
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
 
 from graphs.errors import PlacerError
@@ -64,7 +66,7 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
                      if _type_name(init.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes, edges,
                                     _batch_size(graph, initializers), int(num_params), given,
-                                    _tensors_without_size(graph, tensors)))
+                                    _unsized_by_op(graph, tensors)))
 
 
 def _existing(path: str) -> Path:
@@ -115,13 +117,18 @@ def _size_inputs(graph, sized: InputShapes) -> None:
             dim.dim_value = size  # replaces a symbolic dim_param (one of the two)
 
 
-def _tensors_without_size(graph, tensors: dict[str, TensorInfo]) -> int:
-    """Tensors whose shape inference left a dim symbolic (each counted as 1), and node outputs it gave no
-    shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu: 0 bytes, said, not silent)."""
-    symbolic = sum(1 for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type") and
-                   any(not _static(d) for d in value.type.tensor_type.shape.dim))
-    unknown = sum(1 for node in graph.node for tensor in node.output if tensor and _shape(tensors.get(tensor)) is None)
-    return symbolic + unknown
+def _unsized_by_op(graph, tensors: dict[str, TensorInfo]) -> dict[str, int]:
+    """{op type: count} of the tensors whose shape inference left a dim symbolic (each counted as 1), and of
+    the node outputs it gave no shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu:
+    0 bytes, said, not silent), by the op type that makes them: a user sees which ops to look at (a Reshape
+    whose target shape is computed at run time, as in a legacy export of attention)."""
+    producer = {tensor: node.op_type for node in graph.node for tensor in node.output if tensor}
+    counts = Counter(producer.get(value.name, "graph input") for value in [*graph.output, *graph.value_info]
+                     if value.type.HasField("tensor_type")
+                     and any(not _static(d) for d in value.type.tensor_type.shape.dim))
+    counts.update(node.op_type for node in graph.node for tensor in node.output
+                  if tensor and _shape(tensors.get(tensor)) is None)
+    return dict(counts)
 
 
 TensorInfo = tuple[Shape, int]  # (shape with unknown dims as 1, or None for unknown rank; bytes per element)

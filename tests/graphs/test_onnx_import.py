@@ -206,9 +206,11 @@ def test_cli_graphs_import_onnx__tensors_of_data_dependent_shape_are_counted_and
     path, out = tmp_path / "nz.onnx", tmp_path / "nz.parquet"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     assert main(["graphs", "import", "--onnx", str(path), "-o", str(out)]) == 0
-    assert "placer: warning: 2 tensor(s) have a dim or a shape that shape inference could not size" in \
-        capsys.readouterr().err
-    assert load_graph_file(out).meta["tensors_without_size"] == 2
+    err = capsys.readouterr().err
+    assert "placer: warning: 2 tensor(s) have a dim or a shape that shape inference could not size" in err
+    assert "(made by Cast (1), NonZero (1): a shape computed at run time" in err  # which ops to look at
+    meta = load_graph_file(out).meta
+    assert meta["tensors_without_size"] == 2 and meta["unsized_tensors_by_op"] == {"Cast": 1, "NonZero": 1}
 
 
 def _save(tmp_path, nodes, inputs, outputs, initializers=(), domains=()) -> str:
@@ -232,8 +234,9 @@ def test_cli_graphs_import_onnx__outputs_shape_inference_cannot_type_are_counted
                  domains=["com.microsoft"])
     out = tmp_path / "gelu.parquet"
     assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 0
-    assert "placer: warning: 1 tensor(s) have a dim or a shape" in capsys.readouterr().err
-    assert load_graph_file(out).meta["tensors_without_size"] == 1
+    assert "placer: warning: 1 tensor(s) have a dim or a shape that shape inference could not size (made by Gelu " \
+        "(1): " in capsys.readouterr().err
+    assert load_graph_file(out).meta["unsized_tensors_by_op"] == {"Gelu": 1}
 
 
 def test_import_onnx__a_tensor_read_twice_by_one_node_is_one_edges_bytes(tmp_path):
