@@ -152,6 +152,7 @@ def _import(args: argparse.Namespace) -> int:
     _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
+    _warn_loops_counted_once(graph.meta.get("loops_counted_once", 0))
     _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0), graph.meta.get("unsized_tensors_by_op", {}))
     path = save_graph(graph, args.output)
     print(f"wrote {path} ({graph.num_ops:,} ops, {graph.num_edges:,} edges, hash {graph.content_hash})")
@@ -255,6 +256,14 @@ def _warn_ops_without_flops(missing: dict[str, int]) -> None:
     noun = "op type has" if len(missing) == 1 else "op types have"
     print(f"placer: warning: {len(missing)} {noun} no FLOP formula, imported with bytes only: {listed}",
           file=sys.stderr)
+
+
+def _warn_loops_counted_once(count: int) -> None:
+    """A TF while loop's body is inlined once: its FLOPs and bytes are one iteration's (graphs.tf.flatten)."""
+    if count:
+        print(f"placer: warning: {count} while loop(s) imported with their body counted once, whatever the trip "
+              "count: their FLOPs and bytes are one iteration's (unroll the loop, e.g. a Keras RNN with "
+              "unroll=True, to count every step)", file=sys.stderr)
 
 
 def _warn_tensors_without_size(count: int, by_op: dict[str, int]) -> None:

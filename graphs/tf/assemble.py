@@ -20,6 +20,8 @@ collapsed, constants dropped; see ``graphs.tf.flatten``) and every remaining op 
 - allowed_mask: CPU only for op types with no registered GPU kernel.
 - meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
   not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
+- meta["loops_counted_once"]: how many while loops were inlined once (``graphs.tf.flatten``): their bodies'
+  FLOPs and bytes are one iteration's, whatever the trip count (absent when there are none).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from functools import lru_cache
 import numpy as np
 
 from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit
-from graphs.tf.flatten import RESOURCE_EDGE, FlatOp
+from graphs.tf.flatten import LOOP_KINDS, RESOURCE_EDGE, FlatOp
 
 GRADIENT_SCOPE = re.compile(r"(gradient_tape|gradients)(_\d+)?")
 PARAM, STATE, INPUT, OP = "Variable", "VarHandleOp", "Input", ""
@@ -184,8 +186,18 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         scopes=np.array([_scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
-        meta={"ops_without_flops": _ops_without_flops(flat, keep)},
+        meta=_meta(flat, keep),
     )
+
+
+def _meta(flat: list[FlatOp], keep: list[int]) -> dict:
+    """What the cost model missed: ``ops_without_flops``, and ``loops_counted_once`` (while loops whose body
+    was inlined once, so it counts one iteration whatever the trip count) when there are any."""
+    meta: dict = {"ops_without_flops": _ops_without_flops(flat, keep)}
+    loops = sum(1 for i in keep if flat[i].kind in LOOP_KINDS)  # each inlined loop's join op keeps its kind
+    if loops:
+        meta["loops_counted_once"] = loops
+    return meta
 
 
 def _ops_without_flops(flat: list[FlatOp], keep: list[int]) -> dict[str, int]:

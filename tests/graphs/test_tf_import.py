@@ -432,6 +432,16 @@ def test_graphs_import_keras__ops_without_flops_are_named_on_stderr_and_kept_in_
     assert load_graph_file(out).meta["ops_without_flops"] == {"ResourceScatterAdd": 1}
 
 
+def test_graphs_import_keras__a_loop_counted_once_is_said_on_stderr_and_kept_in_the_file(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    code, out = _import_cli(tmp_path, "tiny_keras_input_smoother", "--batch-size", "4")
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "placer: warning: 1 while loop(s) imported with their body counted once, whatever the trip count" in err
+    assert load_graph_file(out).meta["loops_counted_once"] == 1
+
+
 def test_keras_example__int_token_inputs_are_valid_ids_and_class_ids_drop_the_class_axis():
     from graphs.tf.importer import keras_example
 
@@ -566,3 +576,32 @@ def test_keras_step__recurrent_layer_loop_without_static_shapes_is_refused_namin
         trace_keras_training_step(model, np.zeros((4, 5, 8), "float32"), np.zeros((4, 2), "float32"),
                                   loss="mse", optimizer="adam", name="lstm")
     assert "(MatMul)" in str(caught.value) and "while" in str(caught.value)
+
+
+def test_tf_function__a_while_loop_is_recorded_as_counted_once():
+    """A loop body is inlined once, whatever its trip count: the graph says so instead of staying silent."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        _, h = tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(h) * 0.5),
+                             (tf.constant(0), x))  # static shapes: three iterations, the body counted once
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(h, w))
+        (grad,) = tape.gradient(loss, [w])
+        w.assign_sub(0.1 * grad)
+        return loss
+
+    graph = import_tf_function(step.get_concrete_function(tf.TensorSpec((None, 4))), name="t", batch_size=8)
+    assert graph.meta["loops_counted_once"] == 1
+
+    @tf.function
+    def no_loop(x):
+        return tf.reduce_sum(tf.matmul(x, w))
+
+    plain = import_tf_function(no_loop.get_concrete_function(tf.TensorSpec((None, 4))), name="p", batch_size=8)
+    assert "loops_counted_once" not in plain.meta
