@@ -62,7 +62,7 @@ def test_heft__rnnlm_on_cpu_igpu_fits_and_its_notes_say_nothing_moved():
 def test_heuristic__a_placement_that_fits_comes_back_exactly_as_the_schedule_gave_it(name, graph_name, machine_name):
     """The registry rows the baselines table records fit: the repair must not touch them (nor their notes)."""
     from policies.baechi import EtfScheduler, favourite_children, m_topo_units
-    from policies.heft import heft_run
+    from policies.heft import chosen_heft_run
 
     graph, machine = load_graph(graph_name), load_machine(machine_name)
     problem = make_problem(graph, machine)
@@ -71,7 +71,7 @@ def test_heuristic__a_placement_that_fits_comes_back_exactly_as_the_schedule_gav
     if name == "m-topo":
         expected = problem.expand(m_topo_units(problem)[0])
     elif name == "heft":
-        expected = heft_run(problem).device_of
+        expected = chosen_heft_run(problem)[0].device_of
     else:
         scheduler = EtfScheduler(problem)
         if name == "m-sct":
