@@ -29,7 +29,7 @@ Every command groups with "scope" into at most 32 groups unless a flag says othe
 how the methods compare (bytes crossing groups, group costs, speed).
 
 Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
-same heavy-edge passes; parts of the graph that no edge joins (inception-v3's 23 two-op shape computations)
+same heavy-edge passes; parts of the graph that no edge joins (inception-v3's 23 small shape computations)
 are then joined in topological order, so they do not push the edge passes to merge everything else. Results
 depend only on the graph, G, the method and the seed.
 
@@ -551,7 +551,7 @@ def _merge_to_limit(forest: _Forest, atoms: _Atoms, target: int) -> None:
     total = atoms.cost.sum()
     base = cap = total / target
     # No edge joins two components: the edge passes stop one group above ``target`` per component past the
-    # first, and the topological pass joins those. Counted in, 23 two-op components of inception-v3 made the
+    # first, and the topological pass joins those. Counted in, 23 small components of inception-v3 made the
     # edge passes merge all the rest into one group at G=16 (99.98% of the cost, 15 groups of two ops beside).
     edge_target = target + _component_count(forest, atoms) - 1
     while forest.count > edge_target and cap <= 2 * total:
