@@ -36,7 +36,9 @@ depend only on the graph, G, the method and the seed.
 The seed reaches every method that calls METIS: "metis", and "scope" and "fusion" too (a scope key with
 several groups, and graphs they fall back to METIS for); "colocation" and "topo" ignore it. METIS seeds
 glibc's ``rand`` with it (pymetis calls ``srand``), and glibc treats ``srand(0)`` as ``srand(1)``, so seeds
-0 and 1 give the same groups (kept: changing it would change every seed-1 figure).
+0 and 1 give the same groups (kept: any mapping that tells them apart moves every seed-0 or every seed-1
+figure, and the 32 scope groups of nmt-2, rnnlm and inception-v3 depend on the seed: the seed-1 runs of
+BENCHMARKS.md's "Learner" and six-row tables searched them).
 """
 
 from __future__ import annotations
