@@ -37,8 +37,8 @@ The seed reaches every method that calls METIS: "metis", and "scope" and "fusion
 several groups, and graphs they fall back to METIS for); "colocation" and "topo" ignore it. METIS seeds
 glibc's ``rand`` with it (pymetis calls ``srand``), and glibc treats ``srand(0)`` as ``srand(1)``, so seeds
 0 and 1 give the same groups (kept: any mapping that tells them apart moves every seed-0 or every seed-1
-figure, and the 32 scope groups of nmt-2, rnnlm and inception-v3 depend on the seed: the seed-1 runs of
-BENCHMARKS.md's "Learner" and six-row tables searched them).
+figure; the 32 default groups of resnet-50, inception-v3 and transformer depend on the seed, and
+tests/bench/bench_giph.py, whose seed-1 and seed-2 figures BENCHMARKS.md records, groups with the run's seed).
 """
 
 from __future__ import annotations
