@@ -3,7 +3,8 @@
 The units (groups) become vertices weighted by their compute time on a GPU; two units are joined by an
 undirected edge weighted by the bytes of the tensors between them. METIS cuts the graph into one part
 per GPU with balanced compute and few bytes across the cut. It ignores the order ops run in and memory,
-as the partitioners in the papers did, which is why it tends to lose to a single GPU.
+as the partitioners in the papers did, which is why it tends to lose to a single GPU. Seeds 0 and 1 give the
+same partition (glibc's ``srand(0)`` is ``srand(1)``; graphs/grouping.py says why it is kept).
 """
 
 from __future__ import annotations

@@ -295,10 +295,9 @@ def _check_gnn_settings(config: SearchConfig) -> None:
                           f"checkpoint), not {config.init!r}")
     checkpoint_dir = None if config.resume is None else Path(config.resume) / CHECKPOINT_DIR
     if config.policy == "hsdag":  # reads gdp's checkpoint (init pretrained) and checks a learner.pt to resume
-        from policies.base import RunContext
-        from policies.rl.gnn.hsdag.policy import HsdagPolicy
+        from policies.rl.gnn.hsdag.policy import check_settings
 
-        HsdagPolicy(RunContext(checkpoint_dir=checkpoint_dir), **_gnn_options(config))
+        check_settings(checkpoint_dir, **_gnn_options(config))
     if config.policy not in KINDS:
         return
     if config.order is not None and config.order not in ORDERS:

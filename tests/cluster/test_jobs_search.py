@@ -146,6 +146,26 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     assert resumed.policy_best_runtime_s == straight.policy_best_runtime_s
 
 
+def test_search__a_resumed_hsdag_run_makes_its_policy_once(local_ray, tmp_path, monkeypatch):
+    """The search checked hsdag's settings (learner.pt to resume included) by making a policy it threw away,
+    then made the one that ran, which read and checked learner.pt again."""
+    from policies.rl.gnn.hsdag.policy import HsdagPolicy
+
+    first = run_search(_config(tmp_path, policy="hsdag", batch=None, budget=8, bound_time_limit_s=0))
+    made = []
+    original = HsdagPolicy.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(HsdagPolicy, "__init__", counting_init)
+    resumed = run_search(_config(tmp_path, policy="hsdag", batch=None, budget=16, bound_time_limit_s=0,
+                                 resume=str(first.run_dir)))
+    assert len(made) == 1
+    assert resumed.run_dir == first.run_dir and resumed.measurements > first.measurements
+
+
 def test_search__a_log_that_counted_the_baselines_together_resumes_without_logging_them_again(local_ray,
                                                                                               tmp_path):
     """Logs written before 3 December put the second quick baseline at iteration 1 (one count for all of

@@ -9,8 +9,10 @@ so one network reads graphs of any size and machines with any number of devices:
 - edges (E, F_EDGE): both directions of every group edge, with the transfer time of its bytes relative
   to the mean group's work and a direction flag;
 - devices (D, F_DEVICE): kind, speed relative to the fastest device on this graph, memory, mean link
-  bandwidth, and the device's ordinal among devices of its kind (what lets a network map early layers to
-  one GPU and late layers to another although the GPUs are alike);
+  bandwidth, the device's ordinal among devices of its kind (what lets a network map early layers to
+  one GPU and late layers to another although the GPUs are alike) and one over how many devices share its
+  kind (``inverse_kind_count``: each GPU of paper-4gpu 0.25, its CPU 1; kinds are ``cpu`` and ``gpu``, so a
+  K80 and a V100 count as two GPUs; not the number of kinds);
 - pairs (G, D, F_PAIR): how much slower the group runs on the device than on its fastest one, the
   share of the device's memory its parameters take, and (the same for every group) how the whole step's
   one-device memory peak compares with the device's memory: what says a graph must be split to fit.
@@ -102,7 +104,7 @@ def device_features(problem: PlacementProblem, best_s: np.ndarray) -> np.ndarray
     covered = np.where(allowed, best_s[:, None], 0.0).sum(axis=0)  # (D,) its best-case time on those groups
     speed = np.where(total_on > 0, covered / np.maximum(total_on, 1e-12), 1e-3)  # (D,) in (0, 1]
     kinds = [d.kind for d in machine.devices]
-    ordinal, count = np.zeros(len(kinds)), np.zeros(len(kinds))
+    ordinal, count = np.zeros(len(kinds)), np.zeros(len(kinds))  # (D,) position and number of its kind
     for kind in set(kinds):
         members = [i for i, k in enumerate(kinds) if k == kind]
         ordinal[members] = np.arange(len(members)) / max(len(members) - 1, 1)

@@ -205,9 +205,11 @@ def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
                 **slot.progress_state()}, Path(context.checkpoint_dir) / CHECKPOINT_FILE)
 
 
-def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> bool:
+def resume_learner(context: RunContext, policy: str, trainer, slot: Slot, network: str | None = None) -> bool:
     """Load what ``save_learner`` wrote into ``trainer`` and ``slot``; False when there is nothing to load.
-    A file of another policy, other groups or other devices, or a damaged one: a PlacerError naming it."""
+    A file of another policy, other groups or other devices, or a damaged one: a PlacerError naming it; with
+    ``network`` (the network's name in that error), so are weights that do not fit ``trainer.net``."""
+    from policies.rl.gnn.checkpoint import check_weights
     from policies.rl.learner_file import read_learner_state
 
     path = _learner_path(context.checkpoint_dir)
@@ -218,6 +220,9 @@ def resume_learner(context: RunContext, policy: str, trainer, slot: Slot) -> boo
     if (state.get("policy") != policy or state.get("num_groups") != slot.num_groups
             or state.get("num_devices", devices) != devices):
         raise PlacerError(f"{path} is not a {policy} learner of {slot.num_groups} groups on {devices} devices")
+    if network is not None:
+        saved = state.get("trainer")
+        check_weights(path, trainer.net, saved.get("net") if isinstance(saved, dict) else saved, network)
     trainer.load_state(state["trainer"])
     slot.load_progress(state)
     return True

@@ -125,6 +125,15 @@ def test_device_ordinal_spans_the_gpus(graph, machine):
     assert x.device[is_cpu, DEVICE_COLUMNS.index("kind_ordinal")] == 0.0
 
 
+def test_inverse_kind_count_is_one_over_the_devices_of_the_kind(graph):
+    """Committed checkpoints store the column by name: it must keep meaning 1 / (devices of this device's kind),
+    GPUs of different models one kind (k80-v100: a CPU, two K80s and two V100s), not the number of kinds."""
+    x = _inputs(graph, "k80-v100")
+    column = x.device[:, DEVICE_COLUMNS.index("inverse_kind_count")]
+    is_cpu = x.device[:, DEVICE_COLUMNS.index("is_cpu")] == 1.0
+    np.testing.assert_allclose(column, np.where(is_cpu, 1.0, 0.25), atol=1e-6)
+
+
 def test_not_allowed_pairs_are_flagged(make_graph):
     graph = _cpu_only_graph(make_graph)
     problem = make_problem(graph, load_machine("paper-2gpu"))

@@ -271,9 +271,11 @@ def test_a_machine_with_one_allowed_device_per_group_measures_once_and_stops(set
     (lambda net: next(iter(net.values())).fill_(float("nan")), "NaN or infinite"),
 ])
 def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_it(setup, tmp_path, edit, message):
-    """Checked when the policy is made (a search makes it before it changes its run folder): loading it
-    failed later with a size mismatch, sampling from NaN weights with an invalid distribution."""
+    """Checked by ``check_settings`` (a search calls it before it changes its run folder) and by place before
+    it loads them or measures anything: loading failed with a size mismatch, sampling from NaN weights with an
+    invalid distribution."""
     from graphs.errors import PlacerError
+    from policies.rl.gnn.hsdag.policy import check_settings
 
     problem, measurer = setup
     context = RunContext(checkpoint_dir=tmp_path)
@@ -283,5 +285,25 @@ def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_i
     edit(state["trainer"]["net"])
     torch.save(state, path)
     with pytest.raises(PlacerError, match=message) as error:
-        HsdagPolicy(context=context, **SMALL)
+        check_settings(tmp_path, **SMALL)
     assert str(path) in str(error.value)
+    counted = CountingMeasurer(measurer)
+    with pytest.raises(PlacerError, match=message) as error:
+        HsdagPolicy(context=context, **SMALL).place(problem, counted, 4, 0)
+    assert str(path) in str(error.value) and counted.used == 0
+
+
+def test_a_resumed_place_reads_its_learner_once(setup, tmp_path, monkeypatch):
+    """Making the policy read and checked learner.pt, then place read it again to load it (a search made
+    the policy twice besides: once to check it)."""
+    from policies.rl import learner_file
+
+    problem, measurer = setup
+    HsdagPolicy(context=RunContext(checkpoint_dir=tmp_path), **SMALL).place(problem, measurer, 8, 0)
+    reads = []
+    original = learner_file.read_learner_state
+    monkeypatch.setattr(learner_file, "read_learner_state", lambda path: reads.append(path) or original(path))
+    policy = HsdagPolicy(context=RunContext(checkpoint_dir=tmp_path), **SMALL)
+    assert reads == []
+    result = policy.place(problem, measurer, 16, 0)
+    assert reads == [tmp_path / "learner.pt"] and result.measurements > 8  # went on from the first run

@@ -55,21 +55,13 @@ class HsdagPolicy:
         self.warm_start = None if warm_start is None else list(warm_start)
         self.torch_threads = options.get("torch_threads")
         self.checkpoint_every = int(options.get("checkpoint_every") or 10)
-        known = {f.name for f in fields(HsdagConfig)} - {"seed"}
-        unknown = set(options) - known - set(_SEARCH_ONLY)
-        if unknown:
-            raise PlacerError(f"{self.name}: unknown options {', '.join(sorted(unknown))}")
-        self.options = {k: v for k, v in options.items() if k in known and v is not None}
+        self.options = _config_options(options)
         self.trainer: HsdagTrainer | None = None  # kept across place calls
-        _check_resumed(self.context.checkpoint_dir, self.config(0))  # bad settings, gdp's checkpoint (init
-        # pretrained) and a damaged learner.pt to resume fail here, before a search changes its run folder
+        self.config(0)  # bad settings and gdp's checkpoint (init pretrained) fail here; a learner.pt to resume
+        # is checked as place loads it (a search checks it first: check_settings)
 
     def config(self, seed: int) -> HsdagConfig:
-        options = dict(self.options)
-        if options.get("init") == "pretrained":
-            options.update(_pretrained_state()["architecture"])
-            options.pop("kind", None)
-        return HsdagConfig(**{**options, "seed": seed})
+        return _config(self.options, seed)
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         from policies.rl.loop import deterministic_torch
@@ -156,7 +148,37 @@ class HsdagPolicy:
         save_learner(self.context, self.name, trainer, slot)
 
     def _resume(self, trainer: HsdagTrainer, slot: Slot) -> bool:
-        return resume_learner(self.context, self.name, trainer, slot)
+        return resume_learner(self.context, self.name, trainer, slot, _network_name(trainer.config))
+
+
+def check_settings(checkpoint_dir=None, **options) -> None:
+    """What a search checks before it changes its run folder, without making the policy (place makes it):
+    the options, gdp's checkpoint (init pretrained) and the network of a learner.pt to resume. Making it
+    here as well read and checked that learner.pt once more, and ``place`` made a second policy."""
+    _check_resumed(checkpoint_dir, _config(_config_options(options), 0))
+
+
+def _config_options(options: dict) -> dict:
+    """The HsdagConfig fields among ``options`` that are set; any option neither it nor a search takes is
+    a PlacerError."""
+    known = {f.name for f in fields(HsdagConfig)} - {"seed"}
+    unknown = set(options) - known - set(_SEARCH_ONLY)
+    if unknown:
+        raise PlacerError(f"{HsdagPolicy.name}: unknown options {', '.join(sorted(unknown))}")
+    return {k: v for k, v in options.items() if k in known and v is not None}
+
+
+def _config(options: dict, seed: int) -> HsdagConfig:
+    """The run's settings: ``options``, with gdp's architecture under init pretrained."""
+    options = dict(options)
+    if options.get("init") == "pretrained":
+        options.update(_pretrained_state()["architecture"])
+        options.pop("kind", None)
+    return HsdagConfig(**{**options, "seed": seed})
+
+
+def _network_name(config: HsdagConfig) -> str:
+    return f"hsdag's network of hidden size {config.hidden_size} and {config.num_layers} layers"
 
 
 def _check_resumed(checkpoint_dir, config: HsdagConfig) -> None:
@@ -168,8 +190,7 @@ def _check_resumed(checkpoint_dir, config: HsdagConfig) -> None:
     path, trainer = found
     with torch.device("meta"):  # shapes only, nothing allocated
         net = HsdagNet(config.hidden_size, config.num_layers)
-    check_weights(path, net, trainer["net"],
-                  f"hsdag's network of hidden size {config.hidden_size} and {config.num_layers} layers")
+    check_weights(path, net, trainer["net"], _network_name(config))
 
 
 @lru_cache(maxsize=1)
