@@ -24,12 +24,12 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
 from graphs.torch import LOSS_SCOPE
 from graphs.torch.dtype_rules import dtype_problem
+from graphs.torch.flops import op_flops
 
 NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it differentiates
 # Ops that move no data and are not recorded: aliases (their output resolves to the input's writer),
@@ -221,8 +221,7 @@ class OpRecorder(TorchDispatchMode):
         kind = f"{func.namespace}.{func._overloadpacket.__name__}"
         in_bytes = sum(tensor_bytes(t) for t in inputs)
         out_bytes = sum(tensor_bytes(t) for t in outputs)
-        flop_fn = flop_registry.get(func._overloadpacket)
-        flops = flop_fn(*args, out_val=out, **kwargs) if flop_fn is not None else 0
+        flops = op_flops(func, args, kwargs, out)
         sources = [(self.writer_of(t), tensor_bytes(t)) for t in inputs]
         mutated = self._mutated_tensors(schema, args, kwargs)
         base = self.writer_of(mutated[0]) if mutated else (sources[0][0] if schema.is_view and sources else None)
