@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.utils._pytree import tree_leaves
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -173,9 +174,19 @@ class OpRecorder(TorchDispatchMode):
             return out
         self._check_dtypes(func, args, kwargs)
         node = torch._C._current_autograd_node() if self.phase == "backward" else None
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except (DynamicOutputShapeException, DataDependentOutputException) as error:
+            raise PlacerError(self._data_dependent(func)) from error
         self._record(func, args, kwargs, out, node)
         return out
+
+    def _data_dependent(self, func) -> str:
+        """Fake tensors hold no data: an op whose output shape depends on it cannot be traced."""
+        return (f"aten.{func._overloadpacket.__name__} {self._where()} makes a tensor whose shape depends on "
+                "the data (nonzero, boolean-mask indexing x[mask], masked_select, unique, bincount, ...), and the "
+                "trace has shapes, not data: give the model fixed shapes (a dense mask with torch.where, or "
+                "torch.topk with gather / index_add for routing)")
 
     def _check_dtypes(self, func, args, kwargs) -> None:
         """Fake tensors let through dtypes a real kernel refuses (graphs.torch.dtype_rules)."""

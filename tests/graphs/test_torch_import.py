@@ -327,3 +327,22 @@ def test_trace_training_step__vector_products_and_bilinear_count_their_multiply_
     assert flops("aten.addbmm") == [2 * 3 * width * width * width]
     # out[b, o] = sum_ij x[b, i] W[o, i, j] y[b, j]: x W over (b, o, i, j), then that times y over (b, o, j)
     assert flops("aten._trilinear") == [2 * rows * 2 * width * 5 + 2 * rows * 2 * 5]
+
+
+class _MaskRouted(nn.Module):
+    """Routes the rows a boolean mask picks to an expert: the picked rows' count depends on the data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(4, 1)
+        self.expert = nn.Linear(4, 4)
+
+    def forward(self, x):
+        picked = self.router(x).squeeze(-1) > 0
+        return self.expert(x[picked]).sum()
+
+
+def test_trace_training_step__data_dependent_shape_is_one_error_saying_what_to_do():
+    """Was fake tensors' own DynamicOutputShapeException naming only the aten op."""
+    with pytest.raises(PlacerError, match=r"aten\.index .*shape depends on the data.*give the model fixed shapes"):
+        trace_training_step(_MaskRouted(), (torch.randn(6, 4),), name="routed")
