@@ -43,15 +43,18 @@ def _per_input(per_element: float, ins: list[Shape], outs: list[Shape], attrs: d
     return float(per_element * numel(_first(ins)))
 
 
-def _conv(skip_weight_dims: int, over_input: bool, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+def _conv(skip_weight_dims: int, over_input: bool, ins: list[Shape], outs: list[Shape], attrs: dict,
+          bias_input: bool = False) -> float:
     """2 x (output elements) x (weight elements per output element). The weight dims after the first
-    ``skip_weight_dims`` are the MACs per output element (per input element for transposed convolutions)."""
+    ``skip_weight_dims`` are the MACs per output element (per input element for transposed convolutions).
+    ``bias_input``: a third input is a bias, one add per output element (ONNX Conv and ConvTranspose; an
+    OpenVINO ConvolutionBackpropData's third input is its output shape)."""
     weight = ins[1] if len(ins) > 1 else None
     pixels = ins[0] if over_input else _first(outs)
     if weight is None or pixels is None:
         return 0.0
     flops = 2.0 * numel(pixels) * math.prod(weight[skip_weight_dims:])
-    if len(ins) > 2 and not over_input:  # ONNX Conv's optional bias: one add per output element
+    if len(ins) > 2 and bias_input:
         flops += numel(_first(outs))
     return flops
 
@@ -191,9 +194,9 @@ FORMULAS: dict[str, Formula] = {
     **{name: _zero for name in ZERO_FLOP_TYPES},
     **{name: partial(_per_output, 1) for name in ELEMENTWISE_TYPES},
     **{name: partial(_per_input, factor) for name, factor in PER_INPUT_ELEMENT.items()},
-    "Conv": partial(_conv, 1, False), "Convolution": partial(_conv, 1, False),
+    "Conv": partial(_conv, 1, False, bias_input=True), "Convolution": partial(_conv, 1, False),
     "GroupConvolution": partial(_conv, 2, False),
-    "ConvTranspose": partial(_conv, 1, True), "ConvolutionBackpropData": partial(_conv, 1, True),
+    "ConvTranspose": partial(_conv, 1, True, bias_input=True), "ConvolutionBackpropData": partial(_conv, 1, True),
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
     "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,

@@ -308,3 +308,15 @@ def test_op_flops__einsum_equations(equation, shapes, flops):
     from graphs.inference.flops import op_flops
 
     assert op_flops("Einsum", shapes, [None], {"equation": equation}) == flops
+
+
+def test_import_onnx__conv_transpose_counts_its_bias_as_conv_does(tmp_path):
+    """x (1, 8, 4, 4) -> ConvTranspose 8 -> 4 channels, kernel 2, stride 2 -> (1, 4, 8, 8): each input pixel
+    of each input channel meets 4 x 2 x 2 weights; the bias (its third input) one add per output element,
+    as Conv's (it was left out)."""
+    value = helper.make_tensor_value_info
+    path = _save(tmp_path, [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up", strides=[2, 2])],
+                 [value("x", TensorProto.FLOAT, [1, 8, 4, 4])], [value("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                 [numpy_helper.from_array(np.ones((8, 4, 2, 2), np.float32), "w"),
+                  numpy_helper.from_array(np.ones(4, np.float32), "b")])
+    assert import_onnx(path).flops.tolist() == [2 * (8 * 4 * 4) * (4 * 2 * 2) + 4 * 8 * 8]
