@@ -43,15 +43,18 @@ def _per_input(per_element: float, ins: list[Shape], outs: list[Shape], attrs: d
     return float(per_element * numel(_first(ins)))
 
 
-def _conv(skip_weight_dims: int, over_input: bool, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+def _conv(skip_weight_dims: int, over_input: bool, ins: list[Shape], outs: list[Shape], attrs: dict,
+          bias_input: bool = False) -> float:
     """2 x (output elements) x (weight elements per output element). The weight dims after the first
-    ``skip_weight_dims`` are the MACs per output element (per input element for transposed convolutions)."""
+    ``skip_weight_dims`` are the MACs per output element (per input element for transposed convolutions).
+    ``bias_input``: a third input is a bias, one add per output element (ONNX Conv and ConvTranspose; an
+    OpenVINO ConvolutionBackpropData's third input is its output shape)."""
     weight = ins[1] if len(ins) > 1 else None
     pixels = ins[0] if over_input else _first(outs)
     if weight is None or pixels is None:
         return 0.0
     flops = 2.0 * numel(pixels) * math.prod(weight[skip_weight_dims:])
-    if len(ins) > 2 and not over_input:  # ONNX Conv's optional bias: one add per output element
+    if len(ins) > 2 and bias_input:
         flops += numel(_first(outs))
     return flops
 
@@ -97,6 +100,60 @@ def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape
     return float(numel(x) // input_size * directions * per_step)
 
 
+def _einsum(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """ONNX / OpenVINO Einsum, contracted as a runtime does: an operand first sums the indices that neither a
+    later operand nor the output has (1 FLOP per element it reads), then the operands are multiplied left to
+    right, 2 FLOPs per point of each pair's index space (a matmul's multiply-add), the product keeping the
+    indices still needed. An equation or a shape it cannot read gives 0."""
+    equation = attrs.get("equation", "")
+    equation = (equation.decode() if isinstance(equation, bytes) else str(equation)).replace(" ", "")
+    operands = _einsum_operands(equation, ins)
+    if operands is None:
+        return 0.0
+    lhs, arrow, output = equation.partition("->")
+    if not arrow:  # implicit output: the indices used once, and any ellipsis
+        output = "..." + "".join(sorted(c for c in lhs if c.isalpha() and lhs.count(c) == 1))
+    sizes: dict[str, int] = {}
+    for letters, shape in operands:
+        for letter, size in zip(letters, shape):
+            sizes[letter] = max(sizes.get(letter, 1), size)
+    wanted = set(output.replace("...", ""))
+    if "..." in output:
+        wanted |= {c for letters, _ in operands for c in letters if c.isdigit()}
+    flops, current = 0.0, None
+    for index, (letters, _) in enumerate(operands):
+        later = wanted.union(*(set(other) for other, _ in operands[index + 1:]))
+        own = set(letters)
+        solo = own - later - (current or set())
+        if solo:
+            flops += math.prod(sizes[c] for c in own)
+            own -= solo
+        if current is None:
+            current = own
+        else:
+            space = current | own
+            flops += 2.0 * math.prod(sizes[c] for c in space)
+            current = space & later
+    return flops
+
+
+def _einsum_operands(equation: str, ins: list[Shape]) -> list[tuple[str, tuple[int, ...]]] | None:
+    """[(index letters, shape)] per operand; an ellipsis's dims become digit indices, aligned from the right
+    (broadcast alike in every operand)."""
+    terms = equation.partition("->")[0].split(",")
+    if not equation or len(terms) != len(ins) or any(shape is None for shape in ins):
+        return None
+    operands = []
+    for term, shape in zip(terms, ins):
+        named = term.replace("...", "")
+        hidden = len(shape) - len(named)
+        if (named and not named.isalpha()) or hidden < 0 or hidden > 10 or (hidden and "..." not in term):
+            return None
+        head, _, tail = term.partition("...")
+        operands.append((head + "".join(str(9 - i) for i in reversed(range(hidden))) + tail, tuple(shape)))
+    return operands
+
+
 ZERO_FLOP_TYPES = (
     # ONNX
     "Reshape", "Transpose", "Concat", "Gather", "GatherElements", "GatherND", "Flatten", "Slice", "Split",
@@ -137,11 +194,11 @@ FORMULAS: dict[str, Formula] = {
     **{name: _zero for name in ZERO_FLOP_TYPES},
     **{name: partial(_per_output, 1) for name in ELEMENTWISE_TYPES},
     **{name: partial(_per_input, factor) for name, factor in PER_INPUT_ELEMENT.items()},
-    "Conv": partial(_conv, 1, False), "Convolution": partial(_conv, 1, False),
+    "Conv": partial(_conv, 1, False, bias_input=True), "Convolution": partial(_conv, 1, False),
     "GroupConvolution": partial(_conv, 2, False),
-    "ConvTranspose": partial(_conv, 1, True), "ConvolutionBackpropData": partial(_conv, 1, True),
+    "ConvTranspose": partial(_conv, 1, True, bias_input=True), "ConvolutionBackpropData": partial(_conv, 1, True),
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
-    "MatMul": _matmul, "Gemm": _gemm,
+    "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
     # recurrent: where W is among the inputs (ONNX X, W, R, B; OpenVINO X, H[, C], seq_lengths, W, R, B)
     "RNN": partial(_recurrent, 1, 2), "GRU": partial(_recurrent, 1, 11), "LSTM": partial(_recurrent, 1, 13),

@@ -51,18 +51,31 @@ def sized_inputs(where: str, inputs: dict[str, Dims], given: InputShapes) -> Inp
         raise PlacerError(f"{where}: --input-shape names {', '.join(map(repr, unknown))}, but the model's inputs "
                           f"are {', '.join(map(repr, inputs))}")
     sized: InputShapes = {}
+    unsized = []  # (name, dims, missing axes) of every input with a dim past the leading one without a size
     for name, dims in inputs.items():
         if name in given:
             sized[name] = _given(where, name, dims, given[name])
             continue
         missing = [axis for axis, size in enumerate(dims) if size is None and axis > 0]
         if missing:
-            example = ",".join(str(size) if size else "1" if axis == 0 else "N" for axis, size in enumerate(dims))
-            noun = "axis" if len(missing) == 1 else "axes"
-            raise PlacerError(f"{where}: input {name!r} has no size for {noun} {', '.join(map(str, missing))} "
-                              f"(shape {_shape_text(dims)}); give it with --input-shape {name}={example}")
+            unsized.append((name, dims, missing))
         sized[name] = tuple(1 if size is None else size for size in dims)
+    if unsized:
+        raise PlacerError(_unsized_message(where, unsized))
     return sized
+
+
+def _unsized_message(where: str, unsized: list) -> str:
+    """One error for every input left without sizes, so a user gives them all at once."""
+    parts, flags = [], []
+    for name, dims, missing in unsized:
+        noun = "axis" if len(missing) == 1 else "axes"
+        parts.append(f"input {name!r} has no size for {noun} {', '.join(map(str, missing))} "
+                     f"(shape {_shape_text(dims)})")
+        example = ",".join(str(size) if size else "1" if axis == 0 else "N" for axis, size in enumerate(dims))
+        flags.append(f"--input-shape {name}={example}")
+    pronoun = "it" if len(unsized) == 1 else "them"
+    return f"{where}: {'; '.join(parts)}; give {pronoun} with {' '.join(flags)}"
 
 
 def _given(where: str, name: str, dims: Dims, sizes: tuple[int, ...]) -> tuple[int, ...]:

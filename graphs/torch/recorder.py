@@ -21,15 +21,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.utils._pytree import tree_leaves
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
 from graphs.torch import LOSS_SCOPE
 from graphs.torch.dtype_rules import dtype_problem
+from graphs.torch.flops import op_flops
 
 NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it differentiates
 # Ops that move no data and are not recorded: aliases (their output resolves to the input's writer),
@@ -173,9 +174,19 @@ class OpRecorder(TorchDispatchMode):
             return out
         self._check_dtypes(func, args, kwargs)
         node = torch._C._current_autograd_node() if self.phase == "backward" else None
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except (DynamicOutputShapeException, DataDependentOutputException) as error:
+            raise PlacerError(self._data_dependent(func)) from error
         self._record(func, args, kwargs, out, node)
         return out
+
+    def _data_dependent(self, func) -> str:
+        """Fake tensors hold no data: an op whose output shape depends on it cannot be traced."""
+        return (f"aten.{func._overloadpacket.__name__} {self._where()} makes a tensor whose shape depends on "
+                "the data (nonzero, boolean-mask indexing x[mask], masked_select, unique, bincount, ...), and the "
+                "trace has shapes, not data: give the model fixed shapes (a dense mask with torch.where, or "
+                "torch.topk with gather / index_add for routing)")
 
     def _check_dtypes(self, func, args, kwargs) -> None:
         """Fake tensors let through dtypes a real kernel refuses (graphs.torch.dtype_rules)."""
@@ -221,8 +232,7 @@ class OpRecorder(TorchDispatchMode):
         kind = f"{func.namespace}.{func._overloadpacket.__name__}"
         in_bytes = sum(tensor_bytes(t) for t in inputs)
         out_bytes = sum(tensor_bytes(t) for t in outputs)
-        flop_fn = flop_registry.get(func._overloadpacket)
-        flops = flop_fn(*args, out_val=out, **kwargs) if flop_fn is not None else 0
+        flops = op_flops(func, args, kwargs, out)
         sources = [(self.writer_of(t), tensor_bytes(t)) for t in inputs]
         mutated = self._mutated_tensors(schema, args, kwargs)
         base = self.writer_of(mutated[0]) if mutated else (sources[0][0] if schema.is_view and sources else None)

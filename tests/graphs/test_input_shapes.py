@@ -13,7 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from graphs.errors import PlacerError
-from graphs.inference.input_shapes import parse_input_shapes
+from graphs.inference.input_shapes import parse_input_shapes, sized_inputs
 from graphs.inference.onnx_import import import_onnx
 from graphs.inference.openvino_import import import_openvino_ir
 
@@ -151,3 +151,17 @@ def test_openvino_measurer__runs_the_model_at_the_sizes_it_was_imported_at(tmp_p
     assert output.shape == (2, 4, 6, 6)
     (measurement,) = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])
     assert measurement.status == "ok" and measurement.runtime_s > 0
+
+
+def test_sized_inputs__every_input_without_sizes_is_named_in_one_error():
+    """Was one error for the first such input only: a user gave it, then met the next."""
+    inputs = {"ids": (None, None), "img": (None, 3, None, None), "scale": (1,)}
+    with pytest.raises(PlacerError) as refused:
+        sized_inputs("model m.onnx", inputs, {})
+    assert str(refused.value) == ("model m.onnx: input 'ids' has no size for axis 1 (shape [?, ?]); input 'img' has "
+                                  "no size for axes 2, 3 (shape [?, 3, ?, ?]); give them with --input-shape ids=1,N "
+                                  "--input-shape img=1,3,N,N")
+    with pytest.raises(PlacerError, match=r"input 'img' .* give it with --input-shape img=1,3,N,N$"):
+        sized_inputs("model m.onnx", inputs, {"ids": (2, 16)})
+    assert sized_inputs("model m.onnx", inputs, {"ids": (2, 16), "img": (2, 3, 8, 8)}) == \
+        {"ids": (2, 16), "img": (2, 3, 8, 8), "scale": (1,)}

@@ -280,3 +280,43 @@ def test_import_onnx__int8_and_bool_tensors_are_one_byte_an_element(tmp_path):
     assert graph.out_bytes.tolist() == [15]
     graph = import_onnx(_one_node_model(tmp_path, "Not", TensorProto.BOOL, [4]))
     assert (graph.out_bytes.tolist(), graph.bytes_accessed.tolist()) == ([4], [8.0])
+
+
+def test_import_onnx__einsum_counts_its_contractions(tmp_path):
+    """Einsum had no FLOP formula (0 FLOPs, listed in ops_without_flops): attention written with torch.einsum
+    and exported lost its matmuls. Scores 'bhqd,bhkd->bhqk' are a batched matmul; in 'bsd,bte->bst' each
+    operand sums its own index (d, e) before the product."""
+    value = helper.make_tensor_value_info
+    path = _save(tmp_path, [helper.make_node("Einsum", ["q", "k"], ["s"], name="scores", equation="bhqd,bhkd->bhqk"),
+                            helper.make_node("Einsum", ["x", "x"], ["t"], name="sums", equation="bsd,bte->bst")],
+                 [value("q", TensorProto.FLOAT, [2, 4, 8, 16]), value("k", TensorProto.FLOAT, [2, 4, 6, 16]),
+                  value("x", TensorProto.FLOAT, [2, 5, 3])],
+                 [value("s", TensorProto.FLOAT, [2, 4, 8, 6]), value("t", TensorProto.FLOAT, [2, 5, 5])])
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops) == {"scores": 2 * 2 * 4 * 8 * 6 * 16, "sums": 2 * (2 * 5 * 3) + 2 * 2 * 5 * 5}
+    assert graph.meta["ops_without_flops"] == {}
+
+
+@pytest.mark.parametrize("equation, shapes, flops", [
+    ("ij,jk", [(3, 5), (5, 7)], 2 * 3 * 5 * 7),  # implicit output ik
+    ("...j,jk->...k", [(2, 3, 5), (5, 7)], 2 * 2 * 3 * 5 * 7),  # OpenVINO gives the equation as str
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)], 2 * 2 * 3 * 4 + 2 * 2 * 4 * 5),  # left to right
+    ("ij->i", [(6, 7)], 6 * 7), ("ij->ji", [(6, 7)], 0),  # a sum; a transpose
+    ("ij,jk->ik", [(3, 5), None], 0),  # an operand of unknown rank
+])
+def test_op_flops__einsum_equations(equation, shapes, flops):
+    from graphs.inference.flops import op_flops
+
+    assert op_flops("Einsum", shapes, [None], {"equation": equation}) == flops
+
+
+def test_import_onnx__conv_transpose_counts_its_bias_as_conv_does(tmp_path):
+    """x (1, 8, 4, 4) -> ConvTranspose 8 -> 4 channels, kernel 2, stride 2 -> (1, 4, 8, 8): each input pixel
+    of each input channel meets 4 x 2 x 2 weights; the bias (its third input) one add per output element,
+    as Conv's (it was left out)."""
+    value = helper.make_tensor_value_info
+    path = _save(tmp_path, [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up", strides=[2, 2])],
+                 [value("x", TensorProto.FLOAT, [1, 8, 4, 4])], [value("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                 [numpy_helper.from_array(np.ones((8, 4, 2, 2), np.float32), "w"),
+                  numpy_helper.from_array(np.ones(4, np.float32), "b")])
+    assert import_onnx(path).flops.tolist() == [2 * (8 * 4 * 4) * (4 * 2 * 2) + 4 * 8 * 8]

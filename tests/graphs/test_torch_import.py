@@ -264,3 +264,85 @@ def test_trace_training_step__a_loss_without_gradient_is_refused_saying_why():
     does not require grad and does not have a grad_fn'."""
     with pytest.raises(PlacerError, match="does not depend on any trainable parameter"):
         trace_training_step(nn.Linear(4, 2), (torch.randn(3, 4),), loss_fn=lambda out: out.argmax(-1), name="argmax")
+
+
+class _SdpaAttention(nn.Module):
+    """Self-attention through F.scaled_dot_product_attention: one CPU flash kernel, not two bmm ops."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width, bias=False)
+
+    def forward(self, x):
+        batch, seq, width = x.shape
+        q, k, v = self.qkv(x).view(batch, seq, 3, self.heads, width // self.heads).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_trace_training_step__cpu_attention_kernel_counts_its_matmuls():
+    """torch's flop_counter has no formula for the CPU flash kernel (the step counted its attention as 0
+    FLOPs); it counts as the flash kernel: Q K^T and P V forward, five such matmuls backward."""
+    batch, seq, width, heads = 2, 16, 32, 4
+    torch.manual_seed(0)
+    graph = trace_training_step(_SdpaAttention(width, heads), (torch.randn(batch, seq, width),), name="sdpa")
+    kernel = _ops(graph, kind="aten._scaled_dot_product_flash_attention_for_cpu")
+    backward = _ops(graph, kind="aten._scaled_dot_product_flash_attention_for_cpu_backward")
+    one_matmul = 2 * batch * heads * seq * seq * (width // heads)
+    assert graph.flops[kernel].tolist() == [2 * one_matmul]
+    assert graph.flops[backward].tolist() == [5 * one_matmul]
+    projection = 2 * batch * seq * width * 3 * width
+    assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == projection + 2 * one_matmul
+
+
+class _VectorProducts(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.matrix = nn.Parameter(torch.randn(width, width))
+        self.vector = nn.Parameter(torch.randn(width))
+        self.batches = nn.Parameter(torch.randn(3, width, width))
+        self.bilinear = nn.Bilinear(width, 5, 2)
+
+    def forward(self, x, y):
+        return (torch.mv(self.matrix, x[0]).sum() + torch.dot(self.vector, x[0])
+                + torch.addmv(self.vector, self.matrix, x[1]).sum()
+                + torch.addbmm(self.matrix, self.batches, self.batches).sum() + self.bilinear(x, y).sum())
+
+
+def test_trace_training_step__vector_products_and_bilinear_count_their_multiply_adds():
+    """mv, dot, addmv, addbmm and nn.Bilinear's _trilinear have no formula in torch's flop_counter (0 FLOPs
+    before); a multiply-add is 2 FLOPs, the added term not counted (as torch's addmm)."""
+    width, rows = 8, 4
+    torch.manual_seed(0)
+    graph = trace_training_step(_VectorProducts(width), (torch.randn(rows, width), torch.randn(rows, 5)),
+                                name="products")
+    forward = graph.phases == PHASE_CODE["forward"]
+
+    def flops(kind):
+        return graph.flops[forward & (graph.op_kinds == kind)].tolist()
+
+    assert flops("aten.mv") == [2 * width * width]
+    assert flops("aten.dot") == [2 * width]
+    assert flops("aten.addmv") == [2 * width * width]
+    assert flops("aten.addbmm") == [2 * 3 * width * width * width]
+    # out[b, o] = sum_ij x[b, i] W[o, i, j] y[b, j]: x W over (b, o, i, j), then that times y over (b, o, j)
+    assert flops("aten._trilinear") == [2 * rows * 2 * width * 5 + 2 * rows * 2 * 5]
+
+
+class _MaskRouted(nn.Module):
+    """Routes the rows a boolean mask picks to an expert: the picked rows' count depends on the data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.router = nn.Linear(4, 1)
+        self.expert = nn.Linear(4, 4)
+
+    def forward(self, x):
+        picked = self.router(x).squeeze(-1) > 0
+        return self.expert(x[picked]).sum()
+
+
+def test_trace_training_step__data_dependent_shape_is_one_error_saying_what_to_do():
+    """Was fake tensors' own DynamicOutputShapeException naming only the aten op."""
+    with pytest.raises(PlacerError, match=r"aten\.index .*shape depends on the data.*give the model fixed shapes"):
+        trace_training_step(_MaskRouted(), (torch.randn(6, 4),), name="routed")

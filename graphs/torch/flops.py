@@ -1,0 +1,81 @@
+"""FLOPs of one aten call: ``torch.utils.flop_counter``'s formulas, and those of matmul-like kernels it lacks.
+
+torch's table covers mm, addmm, bmm, baddbmm, the convolutions and the GPU attention kernels. A trace on the
+CPU also reaches kernels it has no formula for, which would count 0 FLOPs without a word:
+
+- ``F.scaled_dot_product_attention`` (and ``nn.MultiheadAttention(need_weights=False)``) is
+  ``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward: counted as torch counts the flash
+  kernel (Q K^T and P V forward; five batched matmuls backward, the scores recomputed);
+- matrix-vector and vector products ``aten.mv``, ``addmv``, ``dot``, ``vdot``, and ``addbmm`` (a bmm whose
+  products are summed over the batch): a multiply-add is 2 FLOPs, as in torch's mm;
+- ``aten._trilinear`` (``nn.Bilinear`` and its backward): the two pairwise products torch computes.
+
+As in torch's ``addmm`` formula, the added term (``addmv``'s vector, ``addbmm``'s matrix) is not counted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.utils.flop_counter import flop_registry
+
+aten = torch.ops.aten
+
+# CPU kernels that do the work of a kernel torch's table has a formula for, with the same leading arguments
+SAME_FLOPS_AS = {
+    aten._scaled_dot_product_flash_attention_for_cpu: aten._scaled_dot_product_flash_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: aten._scaled_dot_product_flash_attention_backward,
+}
+
+
+def _mv(mat: torch.Tensor, vec: torch.Tensor, *args, **kwargs) -> int:
+    return 2 * mat.numel()
+
+
+def _addmv(_added: torch.Tensor, mat: torch.Tensor, vec: torch.Tensor, *args, **kwargs) -> int:
+    return 2 * mat.numel()
+
+
+def _dot(a: torch.Tensor, b: torch.Tensor, *args, **kwargs) -> int:
+    return 2 * a.numel()
+
+
+def _addbmm(_added: torch.Tensor, batch1: torch.Tensor, batch2: torch.Tensor, *args, **kwargs) -> int:
+    return 2 * batch1.numel() * batch2.shape[-1]
+
+
+def _trilinear(i1: torch.Tensor, i2: torch.Tensor, i3: torch.Tensor, expand1, expand2, expand3, sumdim,
+               *args, **kwargs) -> int:
+    """Each input is unsqueezed at its ``expand`` dims into one iteration space. torch multiplies i1 by i2
+    over the dims either has, summing the ``sumdim`` dims i3 lacks (is expanded at), then that product by
+    i3, summing the other ``sumdim`` dims: 2 FLOPs per point of each of the two products, as a matmul."""
+    shape1, shape2, shape3 = (_unsqueezed(t.shape, e) for t, e in ((i1, expand1), (i2, expand2), (i3, expand3)))
+    first = [max(a, b) for a, b in zip(shape1, shape2)]
+    kept = [1 if d in sumdim and d in expand3 else size for d, size in enumerate(first)]
+    second = [max(a, b) for a, b in zip(kept, shape3)]
+    return 2 * math.prod(first) + 2 * math.prod(second)
+
+
+def _unsqueezed(shape, expand) -> list[int]:
+    dims = list(shape)
+    for d in sorted(expand):
+        dims.insert(d, 1)
+    return dims
+
+
+OWN_FORMULAS = {
+    aten.mv: _mv, aten.addmv: _addmv, aten.addmv_: _addmv, aten.dot: _dot, aten.vdot: _dot,
+    aten.addbmm: _addbmm, aten.addbmm_: _addbmm, aten._trilinear: _trilinear,
+}
+
+
+def op_flops(func, args, kwargs, out) -> int:
+    """FLOPs of the call ``func(*args, **kwargs) -> out``; 0 for a kernel without a formula (element-wise
+    and data-movement ops: the simulator costs those by their bytes)."""
+    packet = func._overloadpacket
+    formula = flop_registry.get(packet) or flop_registry.get(SAME_FLOPS_AS.get(packet))
+    if formula is not None:
+        return formula(*args, out_val=out, **kwargs)
+    own = OWN_FORMULAS.get(packet)
+    return own(*args, **kwargs) if own is not None else 0
