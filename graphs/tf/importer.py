@@ -3,7 +3,7 @@
 - ``import_tf_function(concrete_function)``: any concrete function (its graph is the training step).
 - ``trace_keras_training_step(model, inputs, targets)``: builds the step (forward, loss, GradientTape
   gradients, ``optimizer.apply_gradients``) as one tf.function and imports it, with Keras layer names
-  as scopes.
+  as scopes, without the ops TensorFlow never runs (``graphs.tf.flatten``: the input data's gradient).
 - ``import_keras_spec("pkg.mod:fn" | "path/file.py:fn" | "model.keras")``: what the command line uses. The
   function returns a compiled ``keras.Model`` alone (inputs and targets are made up from its input spec,
   output shapes and compiled loss, see ``bare_model_example``) or ``(model, inputs, targets[, loss])``.
@@ -48,19 +48,21 @@ TARGET_KIND_OF_LOSS = {
 
 def import_tf_function(concrete_function, name: str = "tf_function", batch_size: int | None = None, *,
                        scope_map: dict[str, str] | None = None, source: str = "",
-                       optimizer_variables=()) -> OpGraph:
+                       optimizer_variables=(), drop_dead_ops: bool = False) -> OpGraph:
     """OpGraph of a concrete ``tf.function`` (a whole training step: forward, gradients, updates).
 
     ``batch_size`` fills unknown leading dims (default: the first argument's static batch, else 1).
     ``scope_map`` maps a TF name-scope prefix (e.g. "net_1/fc1_1") to a dotted scope (e.g. "fc1").
     ``optimizer_variables``: the optimizer's variables, so that writes to its step counter count as
-    updates even when no update reads it (found structurally otherwise)."""
+    updates even when no update reads it (found structurally otherwise). ``drop_dead_ops``: leave out the
+    ops TensorFlow never runs, as nothing the step needs reads them (``graphs.tf.flatten``); Keras steps
+    do, a plain function's graph keeps every op unless asked."""
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
 
     graph = concrete_function.graph
     batch = batch_size or _static_batch(graph) or 1
-    flat = flatten_graph(graph, batch)
+    flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops)
     return build_opgraph(flat, concrete_function, name=name, batch_size=batch, scope_map=scope_map or {},
                          source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables)
 
@@ -84,7 +86,7 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
         concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
     return import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
                               source=f"keras {model.name} + {type(optimizer).__name__}",
-                              optimizer_variables=optimizer.variables)
+                              optimizer_variables=optimizer.variables, drop_dead_ops=True)
 
 
 def build_on(model, input_specs) -> None:
