@@ -704,3 +704,30 @@ def test_tf_function__dead_ops_stay_unless_asked_and_go_when_tensorflow_would_no
     wrapped(tf.ones((2, 2)))
     assert int(count.numpy()) == 0
     assert [op.kind for op in flatten_graph(wrapped.graph, 2, drop_dead=True) if not op.is_argument] == ["Sum"]
+
+
+def test_import_keras_spec__the_same_model_gets_the_same_names_whatever_the_process_built_before():
+    import keras
+
+    from graphs.tf.importer import import_keras_spec
+
+    spec = "tests/fixtures/tiny_models.py:tiny_keras_mlp"  # compiled with "adam", its Dense layers unnamed
+    keras.optimizers.Adam(), keras.layers.Dense(2)
+    first = import_keras_spec(spec)
+    keras.optimizers.Adam(), keras.optimizers.SGD(), keras.layers.Dense(2)
+    second = import_keras_spec(spec)
+    assert list(first.op_names) == list(second.op_names) and list(first.scopes) == list(second.scopes)
+    assert first.content_hash == second.content_hash
+    assert "adam/iteration" in set(first.op_names) and {"dense", "dense_1"} <= set(first.scopes)
+
+
+def test_fresh_keras_names__count_from_zero_inside_and_stay_unique_after():
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names
+
+    before = keras.optimizers.Adam().name
+    with fresh_keras_names():
+        inside = keras.optimizers.Adam().name
+    after = keras.optimizers.Adam().name
+    assert inside == "adam" and after not in (before, inside)
