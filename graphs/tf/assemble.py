@@ -1,7 +1,8 @@
 """Assemble an OpGraph from the flattened ops of a TensorFlow training step.
 
 The concrete function's graph is flattened (library functions and control flow inlined, identities
-collapsed, constants dropped; see ``graphs.tf.flatten``) and every remaining op becomes an OpGraph op:
+collapsed, constants dropped, and for a Keras step the ops TensorFlow never runs; see ``graphs.tf.flatten``)
+and every remaining op becomes an OpGraph op:
 
 - kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes.
 - Variables: each captured trainable variable becomes one op of kind "Variable" whose ``param_bytes`` are

@@ -7,6 +7,14 @@ join op named like the control-flow op collects the branch outputs; a loop body 
 whatever its trip count. Identity-like ops are collapsed into their input, NoOps into the control edges
 they stand for, and constants are dropped (they cost nothing and exist on every device that needs them).
 
+Dead ops can be dropped too (``drop_dead=True``): ops from which no data or control path leads to the
+step's outputs or control outputs (a tf.function makes every stateful op, so every variable write, a control
+output). TensorFlow never runs them: grappler's model pruner keeps exactly the ops these need, and a Session
+run on them does too. A training step's typical dead op is the gradient with respect to its input data
+(the first convolution's ``Conv2DBackpropInput``), which the tape's gradient function makes and nothing reads.
+One difference leans towards keeping: a needed call keeps every output of its callee here, where
+TensorFlow, once it has inlined the call, keeps only those its caller reads.
+
 TensorFlow is only imported by callers; this module reads ``tf.Graph`` objects through their public
 attributes and converts library functions with ``function_def_to_graph``.
 """
@@ -14,7 +22,7 @@ attributes and converts library functions with ``function_def_to_graph``.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from graphs.errors import PlacerError
 from graphs.tf.costs import FORMULA_ATTRS, op_flops, without_flops
@@ -43,11 +51,36 @@ class FlatOp:
     without_flops: bool = False  # its 0 FLOPs is a type the cost model does not know (graphs.tf.costs)
 
 
-def flatten_graph(graph, batch_size: int) -> list[FlatOp]:
-    """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined."""
+def flatten_graph(graph, batch_size: int, drop_dead: bool = False) -> list[FlatOp]:
+    """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined; with
+    ``drop_dead``, only those TensorFlow runs (see the module's docstring)."""
     flattener = _Flattener(batch_size)
-    flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
-    return flattener.ops
+    src, done = flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
+    if not drop_dead:
+        return flattener.ops
+    results = [src.get(t.name, []) for t in graph.outputs]
+    results += [done.get(op.name, []) for op in getattr(graph, "control_outputs", [])]
+    return live_ops(flattener.ops, _union(results))
+
+
+def live_ops(ops: list[FlatOp], results: list[int]) -> list[FlatOp]:
+    """The ``results`` ops, the ops they need through data or control edges, and the step's arguments, in
+    their order, renumbered. Arguments stay even when nothing reads them: they are the step's inputs and
+    variables, not work."""
+    live = [op.is_argument for op in ops]
+    for i in results:
+        live[i] = True
+    stack = [i for i in range(len(ops)) if live[i]]
+    while stack:
+        op = ops[stack.pop()]
+        for pid in [pid for pid, _ in op.inputs] + op.control_inputs:
+            if not live[pid]:
+                live[pid] = True
+                stack.append(pid)
+    index = {old: new for new, old in enumerate(i for i in range(len(ops)) if live[i])}
+    return [replace(op, inputs=[(index[pid], size) for pid, size in op.inputs],
+                    control_inputs=[index[pid] for pid in op.control_inputs])
+            for i, op in enumerate(ops) if live[i]]
 
 
 class _Flattener:
@@ -166,7 +199,6 @@ class _Flattener:
         )
         self.ops.append(flat)
         return len(self.ops) - 1
-
 
     def _why_no_flops(self, op, err: Exception) -> str:
         if self.loop_depth and any(t.shape.rank is None for t in op.inputs):

@@ -3,10 +3,12 @@
 - ``import_tf_function(concrete_function)``: any concrete function (its graph is the training step).
 - ``trace_keras_training_step(model, inputs, targets)``: builds the step (forward, loss, GradientTape
   gradients, ``optimizer.apply_gradients``) as one tf.function and imports it, with Keras layer names
-  as scopes.
+  as scopes, without the ops TensorFlow never runs (``graphs.tf.flatten``: the input data's gradient).
 - ``import_keras_spec("pkg.mod:fn" | "path/file.py:fn" | "model.keras")``: what the command line uses. The
   function returns a compiled ``keras.Model`` alone (inputs and targets are made up from its input spec,
   output shapes and compiled loss, see ``bare_model_example``) or ``(model, inputs, targets[, loss])``.
+  Keras names what it makes unnamed ("adam", "dense_1") as in a fresh process (``fresh_keras_names``),
+  so the same model gives the same graph and hash whatever the process built before.
 
 How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`` and
 ``graphs.tf.flatten``. TensorFlow and Keras are imported inside the functions only.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 import zipfile
+from collections import defaultdict
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,6 +33,7 @@ KERAS_FILE_SUFFIXES = (".keras", ".h5")
 DEFAULT_BATCH_SIZE = 32  # examples per step of a bare model (a function returning one, or a saved file)
 MAX_MADE_UP_VALUES = 2**31  # one made-up input or target: 8-16 GiB
 EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on every import and rebuild
+UIDS_ATTRIBUTE = "object_name_uids"  # Keras's global state: {name prefix: objects named with it so far}
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
 # shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
@@ -48,19 +52,21 @@ TARGET_KIND_OF_LOSS = {
 
 def import_tf_function(concrete_function, name: str = "tf_function", batch_size: int | None = None, *,
                        scope_map: dict[str, str] | None = None, source: str = "",
-                       optimizer_variables=()) -> OpGraph:
+                       optimizer_variables=(), drop_dead_ops: bool = False) -> OpGraph:
     """OpGraph of a concrete ``tf.function`` (a whole training step: forward, gradients, updates).
 
     ``batch_size`` fills unknown leading dims (default: the first argument's static batch, else 1).
     ``scope_map`` maps a TF name-scope prefix (e.g. "net_1/fc1_1") to a dotted scope (e.g. "fc1").
     ``optimizer_variables``: the optimizer's variables, so that writes to its step counter count as
-    updates even when no update reads it (found structurally otherwise)."""
+    updates even when no update reads it (found structurally otherwise). ``drop_dead_ops``: leave out the
+    ops TensorFlow never runs, as nothing the step needs reads them (``graphs.tf.flatten``); Keras steps
+    do, a plain function's graph keeps every op unless asked."""
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
 
     graph = concrete_function.graph
     batch = batch_size or _static_batch(graph) or 1
-    flat = flatten_graph(graph, batch)
+    flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops)
     return build_opgraph(flat, concrete_function, name=name, batch_size=batch, scope_map=scope_map or {},
                          source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables)
 
@@ -84,7 +90,7 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
         concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
     return import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
                               source=f"keras {model.name} + {type(optimizer).__name__}",
-                              optimizer_variables=optimizer.variables)
+                              optimizer_variables=optimizer.variables, drop_dead_ops=True)
 
 
 def build_on(model, input_specs) -> None:
@@ -104,7 +110,8 @@ def keras_train_step(model, loss=None, optimizer=None):
     import tensorflow as tf
 
     loss_fn = _loss_callable(loss, model)
-    optimizer = keras.optimizers.get(optimizer or getattr(model, "optimizer", None) or "adam")
+    with fresh_keras_names():  # a new optimizer is "adam", not "adam_3" after three others in this process
+        optimizer = keras.optimizers.get(optimizer or getattr(model, "optimizer", None) or "adam")
     variables = model.trainable_variables
     if not variables:
         raise PlacerError(f"Keras model {model.name!r} has no trainable variables: there is no training step "
@@ -129,14 +136,15 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
     The function returns a compiled ``keras.Model`` (stepped on ``batch_size`` made-up examples, default
     32), ``(model, inputs, targets)`` or ``(model, inputs, targets, loss)`` (``batch_size`` then only fills
     unknown leading dims and must not contradict the inputs). See ``keras_example``."""
-    model, inputs, targets, loss = keras_example(spec, batch_size)
-    try:
-        graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
-                                          batch_size=batch_size)
-    except PlacerError:
-        raise
-    except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
-        raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
+    with fresh_keras_names():  # the same model and step names, so the same hash, whatever ran before
+        model, inputs, targets, loss = keras_example(spec, batch_size)
+        try:
+            graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
+                                              batch_size=batch_size)
+        except PlacerError:
+            raise
+        except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
+            raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
     # what lets the real TensorFlow measurer rebuild the same step: see measurers.tf.workload
     graph.meta["keras_spec"] = absolute_spec(spec)  # found from any folder
     graph.meta["keras_batch_size"] = int(graph.batch_size)
@@ -430,6 +438,28 @@ def _static_batch(graph) -> int:
         if t.dtype.name != "resource" and t.shape.rank and t.shape[0] is not None:
             return int(t.shape[0])
     return 0
+
+
+@contextmanager
+def fresh_keras_names():
+    """Keras names what is made without a name ("adam", "dense_1", "seed_generator_2") from counters kept
+    for the whole process: a model built a second time, or after other optimizers, got "adam_2", so other op
+    names and another graph hash. Inside, the counters start from zero; after, the process's counters go
+    on past both, so names made later stay unique."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        yield
+        return
+    before = global_state.get_global_attribute(UIDS_ATTRIBUTE) or {}
+    global_state.set_global_attribute(UIDS_ATTRIBUTE, defaultdict(int))
+    try:
+        yield
+    finally:
+        merged = defaultdict(int, before)
+        for prefix, count in (global_state.get_global_attribute(UIDS_ATTRIBUTE) or {}).items():
+            merged[prefix] = max(merged[prefix], count)
+        global_state.set_global_attribute(UIDS_ATTRIBUTE, merged)
 
 
 @contextmanager

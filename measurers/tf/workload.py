@@ -90,7 +90,7 @@ def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: lis
     build_on(model, specs[0])
     train_step, optimizer = keras_train_step(model, loss)
     concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
-    flat = flatten_graph(concrete.graph, batch)
+    flat = flatten_graph(concrete.graph, batch, drop_dead=True)  # as the importer's Keras steps
     original = [op.name for op in flat]
     graph = build_opgraph(flat, concrete, name="tf-step", batch_size=batch, scope_map={}, source="",
                           optimizer_variables=optimizer.variables)

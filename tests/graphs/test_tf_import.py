@@ -605,3 +605,129 @@ def test_tf_function__a_while_loop_is_recorded_as_counted_once():
 
     plain = import_tf_function(no_loop.get_concrete_function(tf.TensorSpec((None, 4))), name="p", batch_size=8)
     assert "loops_counted_once" not in plain.meta
+
+
+def _two_conv_net():
+    import keras
+
+    inputs = keras.Input((12, 12, 3), name="x")
+    hidden = keras.layers.Conv2D(4, 3, name="conv1")(inputs)  # 10x10x4
+    hidden = keras.layers.Conv2D(4, 3, name="conv2")(hidden)  # 8x8x4
+    outputs = keras.layers.Dense(2, name="fc")(keras.layers.Flatten(name="flat")(hidden))
+    return keras.Model(inputs, outputs, name="convnet")
+
+
+def _writes(graph) -> set[str]:
+    return {str(n) for n, k in zip(graph.op_names, graph.op_kinds) if k.startswith("Assign")}
+
+
+def test_keras_step__the_input_gradient_nothing_reads_is_dropped_with_its_flops_and_updates_stay():
+    """TensorFlow never runs the first conv's gradient with respect to the (not trainable) input data."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function, keras_train_step, trace_keras_training_step
+
+    model, x, y = _two_conv_net(), np.zeros((BATCH, 12, 12, 3), "float32"), np.zeros((BATCH, 2), "float32")
+    graph = trace_keras_training_step(model, x, y, loss="mse", optimizer="adam", name="convnet")
+    step, _ = keras_train_step(model, "mse", "adam")
+    specs = [tf.TensorSpec(x.shape), tf.TensorSpec(y.shape)]
+    everything = import_tf_function(tf.function(step, autograph=False).get_concrete_function(*specs))
+    (dead,) = [i for i in _ops(everything, "Conv2DBackpropInput") if everything.out_bytes[i] == x.nbytes]
+    assert everything.flops[dead] == 2 * BATCH * 10 * 10 * 4 * 3 * 3 * 3  # dX of conv1: out pixels x kernel
+    (kept,) = _ops(graph, "Conv2DBackpropInput")  # conv2's dX: conv1's weight gradient reads it
+    assert graph.scopes[kept] == "conv2"
+    assert everything.total_flops - graph.total_flops == everything.flops[dead]  # the rest dropped cost nothing
+    assert len(_writes(graph)) == len(_writes(everything)) == 3 * 6 + 1  # weight, m, v of 6 variables; step
+    assert len(_ops(graph, "Variable")) == 6 and graph.num_params == everything.num_params
+
+
+def test_keras_step__the_ops_dropped_are_those_tensorflows_pruner_drops():
+    import keras
+    import tensorflow as tf
+    from tensorflow.core.protobuf import config_pb2
+    from tensorflow.python.grappler import tf_optimizer
+
+    from graphs.tf.flatten import flatten_graph
+    from graphs.tf.importer import keras_train_step
+
+    inputs = keras.Input((8, 8, 3))
+    hidden = keras.layers.BatchNormalization()(keras.layers.Conv2D(4, 3)(inputs))
+    outputs = keras.layers.Dense(2)(keras.layers.Flatten()(keras.layers.Dropout(0.5)(hidden)))
+    step, _ = keras_train_step(keras.Model(inputs, outputs), "mse", "sgd")
+    graph = tf.function(step, autograph=False).get_concrete_function(tf.TensorSpec((4, 8, 8, 3)),
+                                                                     tf.TensorSpec((4, 2))).graph
+    meta_graph = tf.compat.v1.train.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+    fetches = [t.op.name for t in graph.outputs] + [op.name for op in graph.control_outputs]
+    meta_graph.collection_def["train_op"].node_list.value.extend(fetches)
+    config = config_pb2.ConfigProto()
+    config.graph_options.rewrite_options.optimizers[:] = ["pruning"]  # grappler's model pruner alone
+    config.graph_options.rewrite_options.min_graph_nodes = -1
+    run_by_tensorflow = {node.name for node in tf_optimizer.OptimizeGraph(config, meta_graph).node}
+    every_op = {op.name for op in flatten_graph(graph, 4)}
+    live = {op.name for op in flatten_graph(graph, 4, drop_dead=True)}
+    assert every_op - live == every_op - run_by_tensorflow
+    assert any(name.endswith("Conv2DBackpropInput") for name in every_op - live)
+
+
+def test_tf_function__dead_ops_stay_unless_asked_and_go_when_tensorflow_would_not_run_them():
+    import tensorflow as tf
+
+    from graphs.tf.flatten import flatten_graph
+    from graphs.tf.importer import import_tf_function
+
+    w, count = tf.Variable(tf.ones((4, 3)), name="w"), tf.Variable(0, name="count")
+
+    @tf.function
+    def bump():
+        count.assign_add(1)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.matmul(x, w))
+        tf.exp(x)  # nothing reads it
+        bump()  # nothing reads it either, but a tf.function runs every variable write (a control output)
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        return loss
+
+    concrete = step.get_concrete_function(tf.TensorSpec((8, 4)))
+    kept = import_tf_function(concrete, name="t")  # a plain function's graph: every op, as before
+    live = import_tf_function(concrete, name="t", drop_dead_ops=True)
+    assert _ops(kept, "Exp") and not _ops(live, "Exp") and live.num_ops == kept.num_ops - 1
+    assert _ops(live, "AssignAddVariableOp") and _ops(live, "AssignSubVariableOp")  # in the callee, too
+
+    def v1_step(x):
+        count.assign_add(1)  # a v1 graph adds no control output: TensorFlow does not run it
+        return tf.reduce_sum(x)
+
+    wrapped = tf.compat.v1.wrap_function(v1_step, [tf.TensorSpec((2, 2))])
+    wrapped(tf.ones((2, 2)))
+    assert int(count.numpy()) == 0
+    assert [op.kind for op in flatten_graph(wrapped.graph, 2, drop_dead=True) if not op.is_argument] == ["Sum"]
+
+
+def test_import_keras_spec__the_same_model_gets_the_same_names_whatever_the_process_built_before():
+    import keras
+
+    from graphs.tf.importer import import_keras_spec
+
+    spec = "tests/fixtures/tiny_models.py:tiny_keras_mlp"  # compiled with "adam", its Dense layers unnamed
+    keras.optimizers.Adam(), keras.layers.Dense(2)
+    first = import_keras_spec(spec)
+    keras.optimizers.Adam(), keras.optimizers.SGD(), keras.layers.Dense(2)
+    second = import_keras_spec(spec)
+    assert list(first.op_names) == list(second.op_names) and list(first.scopes) == list(second.scopes)
+    assert first.content_hash == second.content_hash
+    assert "adam/iteration" in set(first.op_names) and {"dense", "dense_1"} <= set(first.scopes)
+
+
+def test_fresh_keras_names__count_from_zero_inside_and_stay_unique_after():
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names
+
+    before = keras.optimizers.Adam().name
+    with fresh_keras_names():
+        inside = keras.optimizers.Adam().name
+    after = keras.optimizers.Adam().name
+    assert inside == "adam" and after not in (before, inside)
