@@ -1,13 +1,16 @@
 """Benchmark names -> graphs, built on first use and cached on disk.
 
 A benchmark is a function ``build(**config) -> OpGraph`` registered under a name. Built graphs are cached
-under ``$PLACER_CACHE`` (default ``~/.cache/placer``), keyed by the name, the configuration and the
-project's version, so a changed model or a new release re-traces. ``family:KIND:SEED`` names
+under ``$PLACER_CACHE`` (default ``~/.cache/placer``), keyed by the name, the configuration, the
+project's version and a digest of the ``graphs`` package's source, so a changed model, importer or cost
+rule, or a new release, re-traces (a version bump alone was once forgotten, and the cache kept serving
+inference graphs an importer fix had changed). ``family:KIND:SEED`` names
 (graphs.families) are built and cached the same way, keyed by their drawn configuration.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -19,7 +22,7 @@ from graphs.families import KINDS, family_benchmark, is_family_name, parse_famil
 from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
 from graphs.opgraph import OpGraph
 
-GRAPHS_VERSION = "4"  # bump when any benchmark's construction changes (4: Keras steps drop dead ops)
+GRAPHS_VERSION = "4"  # bump when a construction changes outside the graphs package (4: Keras steps drop dead ops)
 
 
 BENCHMARKS: dict[str, Benchmark] = {}
@@ -41,9 +44,19 @@ def _cache_path(benchmark: Benchmark) -> Path:
     except PackageNotFoundError:
         project_version = "dev"
     key = json.dumps([benchmark.name, benchmark.builder, benchmark.config, GRAPHS_VERSION, FORMAT_VERSION,
-                      project_version], sort_keys=True)
+                      project_version, graphs_source_digest()], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir() / "graphs" / f"{benchmark.name}-{digest}.parquet"
+
+
+@functools.lru_cache(maxsize=1)
+def graphs_source_digest() -> str:
+    """A digest of every module of the ``graphs`` package (paths and bytes): what builds a benchmark."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def cached_graph_path(name: str) -> Path | None:

@@ -50,3 +50,15 @@ def test_check_graph_name__a_model_file_given_as_a_graph_file_names_the_import_t
     path.write_bytes(b"\x08\x07not parquet")
     with pytest.raises(PlacerError, match=r"not a graph file.*placer graphs import --onnx"):
         check_graph_name(str(path))
+
+
+def test_cached_benchmark__another_source_of_the_graphs_package_is_another_cache_entry(monkeypatch, tmp_path):
+    """A benchmark cached by other code is rebuilt, not served (no version bump needed)."""
+    from graphs import registry
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path))
+    monkeypatch.setattr(registry, "graphs_source_digest", lambda: "a" * 16)
+    registry.benchmark_graph("rnnlm")
+    assert registry.cached_graph_path("rnnlm") is not None
+    monkeypatch.setattr(registry, "graphs_source_digest", lambda: "b" * 16)
+    assert registry.cached_graph_path("rnnlm") is None
