@@ -1,6 +1,8 @@
 """The list schedulers by name, each with its own scheduled makespan: what the agreement benchmark and
 its tests compare with the simulator (issue 16). ``heft-insertion`` is HEFT with the paper's insertion
-into idle slots instead of the simulator's first-come-first-served device queues."""
+into idle slots instead of the simulator's first-come-first-served device queues; ``heft-all`` and
+``heft-gpus`` are HEFT held to one device set (every device; the GPUs alone), the two schedules ``heft``
+chooses between."""
 
 from __future__ import annotations
 
@@ -8,7 +10,9 @@ import numpy as np
 
 from policies.problem import PlacementProblem
 
-LIST_SCHEDULERS = ("m-etf", "m-sct", "heft", "heft-insertion")
+HEFT_VARIANTS = {"heft": ("fifo", "best"), "heft-insertion": ("insertion", "best"),  # name: timeline, devices
+                 "heft-all": ("fifo", "all"), "heft-gpus": ("fifo", "gpus")}
+LIST_SCHEDULERS = ("m-etf", "m-sct", *HEFT_VARIANTS)
 
 
 def list_schedule(problem: PlacementProblem, name: str) -> tuple[np.ndarray, float]:
@@ -19,8 +23,9 @@ def list_schedule(problem: PlacementProblem, name: str) -> tuple[np.ndarray, flo
 
     if name not in LIST_SCHEDULERS:
         raise PlacerError(f"unknown list scheduler {name!r} (known: {', '.join(LIST_SCHEDULERS)})")
-    if name.startswith("heft"):
-        device_of, makespan_s, _ = heft_schedule(problem, timeline="insertion" if name == "heft-insertion" else "fifo")
+    if name in HEFT_VARIANTS:
+        timeline, devices = HEFT_VARIANTS[name]
+        device_of, makespan_s, _ = heft_schedule(problem, devices=devices, timeline=timeline)
         return device_of, makespan_s
     scheduler = EtfScheduler(problem)
     if name == "m-sct":

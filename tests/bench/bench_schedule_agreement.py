@@ -13,6 +13,9 @@ The scheduled makespan is each scheduler's own (the replay of its decisions, ``p
 Run:   python tests/bench/bench_schedule_agreement.py run LABEL [GRAPHS [MACHINES [SCHEDULERS]]]
                                                  (comma-separated lists; writes runs/schedule_agreement_LABEL.json)
        python tests/bench/bench_schedule_agreement.py table BEFORE AFTER   (markdown table of the two JSON files)
+       python tests/bench/bench_schedule_agreement.py compare LABEL POLICY_A POLICY_B
+                                                 (one run's POLICY_A rows as "before", its POLICY_B rows as "after":
+                                                  e.g. heft-all heft, HEFT on every device against HEFT's choice)
        python tests/bench/bench_schedule_agreement.py            (measure now, print the table: `make bench`)
 """
 
@@ -142,6 +145,10 @@ def main(argv: list[str]) -> None:
     elif argv[:1] == ["table"] and len(argv) == 3:
         before, after = (json.loads((RUNS / f"schedule_agreement_{label}.json").read_text()) for label in argv[1:])
         print(table(before, after))
+    elif argv[:1] == ["compare"] and len(argv) == 4:
+        rows = json.loads((RUNS / f"schedule_agreement_{argv[1]}.json").read_text())
+        before = [dict(row, policy=argv[3]) for row in rows if row["policy"] == argv[2]]
+        print(table(before, [row for row in rows if row["policy"] == argv[3]]))
     elif not argv:  # `make bench`: measure now, print the table without a "before"
         print(table([], measure(GRAPHS, MACHINES, SCHEDULERS)))
     elif argv[:1] in (["-h"], ["--help"]):

@@ -320,6 +320,8 @@ def test_heft__keeps_the_device_set_whose_own_makespan_is_lower(num_ops, kept):
     device_of, makespan_s, notes = heft_schedule(problem)
     assert makespan_s == winner[1] and np.array_equal(device_of, winner[0])
     assert notes.startswith(f"{kept} schedule kept")
+    for name, held in (("heft-all", every_device), ("heft-gpus", gpus_only)):  # the agreement bench's names
+        assert np.array_equal(schedule(problem, name)[0], held[0]) and schedule(problem, name)[1] == held[1]
     with pytest.raises(PlacerError, match="unknown HEFT device set 'cpus'"):
         heft_schedule(problem, devices="cpus")
 
