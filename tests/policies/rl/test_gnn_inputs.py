@@ -80,8 +80,8 @@ def test_edges_come_in_both_directions(graph):
 
 
 def test_no_feature_depends_on_op_names(graph):
-    renamed = dataclasses.replace(graph, op_names=np.array([f"zz_{i:05d}_renamed" for i in range(len(graph.op_names))][::-1],
-                                                           dtype=object))
+    new_names = [f"zz_{i:05d}_renamed" for i in range(len(graph.op_names))][::-1]
+    renamed = dataclasses.replace(graph, op_names=np.array(new_names, dtype=object))
     a, b = _inputs(graph, "paper-4gpu"), _inputs(renamed, "paper-4gpu")
     for key in ("node", "edge_index", "edge", "device", "pair", "allowed", "work_s", "edge_bytes"):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)

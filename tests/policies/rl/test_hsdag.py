@@ -62,7 +62,8 @@ def test_groups_are_the_components_of_the_merged_edges_and_vary_with_the_sample(
     src, dst = edges.src.numpy(), edges.dst.numpy()
     assert edges.num_edges > 0 and sample.merged.shape == (32, edges.num_edges)
     for b in range(32):
-        expected = _linked(problem.num_units, [(int(s), int(d)) for s, d in zip(src[sample.merged[b]], dst[sample.merged[b]])])
+        merged_edges = zip(src[sample.merged[b]], dst[sample.merged[b]])
+        expected = _linked(problem.num_units, [(int(s), int(d)) for s, d in merged_edges])
         same_expected = expected[:, None] == expected[None, :]  # (G, G)
         same_rows = sample.rows[b][:, None] == sample.rows[b][None, :]
         np.testing.assert_array_equal(same_rows, same_expected)

@@ -74,7 +74,8 @@ class HsdagPolicy:
         counter = BudgetedMeasurer(measurer, budget, problem.capacity_bytes(), DecisionClock(), on_measurement)
         slot = Slot(problem, counter, config.failure_factor)
         edges = ParseEdges.of(slot.tensors)
-        notes, warm_runtime_s = [f"weights: {config.init}" + (" (kept from the last run)" if self.trainer else "")], math.nan
+        kept = " (kept from the last run)" if self.trainer else ""
+        notes, warm_runtime_s = [f"weights: {config.init}{kept}"], math.nan
         with deterministic_torch():
             first = self.trainer is None
             trainer = self._trainer(config)
