@@ -20,7 +20,7 @@ on its link's channel in order of request time, booked as soon as its reader's d
 
 Which devices: ``devices="all"`` lets every allowed device take ops; ``"gpus"`` keeps to the GPUs (the CPU
 only for ops no GPU runs). Neither wins everywhere: the host's memory lets "all" pick a cautious memory model
-whose GPU share fills early and sends much of an RNN to the slow CPU (nmt-4 at 3.7x the expert's step), while
+whose GPU share fills early and sends much of an RNN to the slow CPU (nmt-4 at 3.4-3.6x the expert's step), while
 "gpus" spreads a small model over every GPU where one or two would do. Both schedules agree with the
 simulator, so by default (``"best"``) HEFT makes both and keeps the one with the lower makespan of its own
 (a schedule whose memory model placed units over capacity only when both did).
