@@ -8,7 +8,9 @@
   function returns a compiled ``keras.Model`` alone (inputs and targets are made up from its input spec,
   output shapes and compiled loss, see ``bare_model_example``) or ``(model, inputs, targets[, loss])``.
   Keras names what it makes unnamed ("adam", "dense_1") as in a fresh process (``fresh_keras_names``),
-  so the same model gives the same graph and hash whatever the process built before.
+  so the same model gives the same graph and hash whatever the process built before (unless a layer made
+  before, such as a module spec's module-level layer, then shares a model and a name with a new one: then
+  the process's counters name them, as Keras would).
 
 How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`` and
 ``graphs.tf.flatten``. TensorFlow and Keras are imported inside the functions only.
@@ -34,6 +36,7 @@ DEFAULT_BATCH_SIZE = 32  # examples per step of a bare model (a function returni
 MAX_MADE_UP_VALUES = 2**31  # one made-up input or target: 8-16 GiB
 EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on every import and rebuild
 UIDS_ATTRIBUTE = "object_name_uids"  # Keras's global state: {name prefix: objects named with it so far}
+KERAS_NAME_CLASH = "All operation names should be unique"  # Keras's error: two layers of one model named alike
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
 # shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
@@ -136,19 +139,30 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
     The function returns a compiled ``keras.Model`` (stepped on ``batch_size`` made-up examples, default
     32), ``(model, inputs, targets)`` or ``(model, inputs, targets, loss)`` (``batch_size`` then only fills
     unknown leading dims and must not contradict the inputs). See ``keras_example``."""
-    with fresh_keras_names():  # the same model and step names, so the same hash, whatever ran before
-        model, inputs, targets, loss = keras_example(spec, batch_size)
-        try:
-            graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
-                                              batch_size=batch_size)
-        except PlacerError:
+    try:
+        with fresh_keras_names():  # the same model and step names, so the same hash, whatever ran before
+            graph = _traced_keras_spec(spec, batch_size, name)
+    except PlacerError as error:
+        if KERAS_NAME_CLASH not in str(error):
             raise
-        except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
-            raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
+        # a layer made before (a module spec's module-level layer, a cached one) holds a name the fresh
+        # counters gave again: name from the process's counters instead, as Keras does by itself
+        graph = _traced_keras_spec(spec, batch_size, name)
     # what lets the real TensorFlow measurer rebuild the same step: see measurers.tf.workload
     graph.meta["keras_spec"] = absolute_spec(spec)  # found from any folder
     graph.meta["keras_batch_size"] = int(graph.batch_size)
     return graph
+
+
+def _traced_keras_spec(spec: str, batch_size: int | None, name: str | None) -> OpGraph:
+    model, inputs, targets, loss = keras_example(spec, batch_size)
+    try:
+        return trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
+                                         batch_size=batch_size)
+    except PlacerError:
+        raise
+    except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
+        raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
 
 
 def keras_example(spec: str, batch_size: int | None = None):

@@ -731,3 +731,23 @@ def test_fresh_keras_names__count_from_zero_inside_and_stay_unique_after():
         inside = keras.optimizers.Adam().name
     after = keras.optimizers.Adam().name
     assert inside == "adam" and after not in (before, inside)
+
+
+def test_import_keras_spec__a_module_whose_layer_outlives_the_import_imports_again(tmp_path, monkeypatch):
+    """A module spec is imported once per process: its module-level layer was named "dense" from fresh
+    counters, and the next import's fresh counters named the function's own Dense "dense" too, which Keras
+    refuses in one model ("All operation names should be unique")."""
+    from graphs.tf.importer import import_keras_spec
+
+    (tmp_path / "placer_shared_layer_spec.py").write_text(
+        "import keras\n"
+        "shared = keras.layers.Dense(4)  # made once, when the module is imported\n"
+        "def build():\n"
+        "    inputs = keras.Input((8,))\n"
+        "    model = keras.Model(inputs, shared(keras.layers.Dense(4)(inputs)))\n"
+        "    model.compile(optimizer='adam', loss='mse')\n"
+        "    return model\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = import_keras_spec("placer_shared_layer_spec:build", batch_size=2)
+    second = import_keras_spec("placer_shared_layer_spec:build", batch_size=2)
+    assert first.num_ops == second.num_ops and first.total_flops == second.total_flops
