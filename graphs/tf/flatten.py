@@ -12,8 +12,8 @@ step's outputs or control outputs (a tf.function makes every stateful op, so eve
 output). TensorFlow never runs them: grappler's model pruner keeps exactly the ops these need, and a Session
 run on them does too. A training step's typical dead op is the gradient with respect to its input data
 (the first convolution's ``Conv2DBackpropInput``), which the tape's gradient function makes and nothing reads.
-One difference leans towards keeping: a needed call keeps every output of its callee here, where
-TensorFlow, once it has inlined the call, keeps only those its caller reads.
+Calls are inlined before the walk, so a callee's ops stay only where the step needs them, as in TensorFlow
+once it has inlined the call; a callee's variable writes stay (they are its control outputs).
 
 TensorFlow is only imported by callers; this module reads ``tf.Graph`` objects through their public
 attributes and converts library functions with ``function_def_to_graph``.
