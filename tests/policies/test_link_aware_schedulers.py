@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,7 @@ from measurers.catalog import load_machine
 from measurers.machine import Device, Link, Machine
 from measurers.sim.reference import Simulator
 from policies.baechi import EtfScheduler
-from policies.heft import FifoDevice, heft_schedule
+from policies.heft import FifoDevice, chosen_heft_run, heft_run, heft_schedule, replayed_makespan_s
 from policies.listsched import (FifoQueue, Job, Reservations, SendAhead, TransferBook, candidate_devices,
                                 replay_finish_s)
 from policies.problem import make_problem
@@ -265,7 +267,6 @@ def test_heft__its_own_times_stay_consistent_when_an_op_goes_ahead_of_queued_one
     """An op queued ahead of others pushes them later: their finish times, the transfers of their outputs
     and their readers must not rely on the earlier times (they did: a third of the transfers started
     before their producer ended)."""
-    from policies.heft import heft_run
 
     problem = make_problem(synthetic_graph(200, seed=1), load_machine(machine_name)).at_op_level()
     run = heft_run(problem)
@@ -324,6 +325,21 @@ def test_heft__keeps_the_device_set_whose_own_makespan_is_lower(num_ops, kept):
         assert np.array_equal(schedule(problem, name)[0], held[0]) and schedule(problem, name)[1] == held[1]
     with pytest.raises(PlacerError, match="unknown HEFT device set 'cpus'"):
         heft_schedule(problem, devices="cpus")
+
+
+def test_heft__a_schedule_that_put_units_over_capacity_loses_to_one_that_did_not():
+    # GPUs of 20 MB: on the GPUs alone 63 units overflow and the (impossible) schedule is 3x shorter
+    base = load_machine("paper-2gpu")
+    machine = dataclasses.replace(base, devices=tuple(
+        dataclasses.replace(d, memory_bytes=20 * 10**6) if d.kind == "gpu" else d for d in base.devices))
+    problem = make_problem(synthetic_graph(120, seed=0), machine)
+    every_device, gpus_only = heft_run(problem, "auto", "all"), heft_run(problem, "auto", "gpus")
+    assert gpus_only.reservations.overflowed > 0 and every_device.reservations.overflowed == 0
+    assert replayed_makespan_s(problem, gpus_only) < replayed_makespan_s(problem, every_device)
+    run, makespan_s = chosen_heft_run(problem)
+    assert np.array_equal(run.device_of, every_device.device_of)
+    assert makespan_s == replayed_makespan_s(problem, every_device)
+    assert run.notes.startswith("every-device schedule kept")
 
 
 def test_heft__a_machine_without_a_cpu_schedules_once():
