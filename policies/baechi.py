@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphs.errors import PlacerError
-from policies.base import DecisionClock, check_budget, finish
+from policies.base import DecisionClock, check_budget, finish, joined_notes
 from policies.problem import PlacementProblem, unit_memory_bytes
 from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, bottom_level_s,
                                 SendAhead, candidate_devices, gpus_hold_the_model, mean_times,
@@ -57,16 +57,12 @@ class MTopoPolicy:
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         check_budget(budget)
         clock = DecisionClock()
-        units, note = m_topo_units(problem, self.memory_model)
-        op_placement = problem.expand(units)
-        preferred = np.zeros(problem.num_devices, dtype=bool)
-        preferred[m_topo_devices(problem)] = True
-        unit_bytes, _ = unit_memory_bytes(problem, self.memory_model, m_topo_devices(problem))
-        placed, fit_note = fit_in_memory(problem, op_placement, unit_bytes, preferred)
-        if placed is not op_placement:  # moved to fit the simulator's memory
-            units = problem.collapse(placed)
+        fill = m_topo_fill(problem, self.memory_model)
+        op_placement = problem.expand(fill.units)
+        placed, fit_note = fit_in_memory(problem, op_placement, fill.unit_bytes, fill.devices)
+        units = fill.units if placed is op_placement else problem.collapse(placed)  # moved to fit the memory
         return finish(self.name, problem, units, clock, measurer, on_measurement, op_placement=placed,
-                      notes=note + (f"; {fit_note}" if fit_note else ""))
+                      notes=joined_notes(fill.note, fit_note))
 
 
 def m_topo_devices(problem: PlacementProblem) -> list[int]:
@@ -78,7 +74,17 @@ def m_topo_devices(problem: PlacementProblem) -> list[int]:
     return gpus
 
 
-def m_topo_units(problem: PlacementProblem, memory_model: str = "auto") -> tuple[np.ndarray, str]:
+@dataclass(frozen=True)
+class MTopoFill:
+    """m-TOPO's answer and what it filled by: the devices in order and the memory estimate."""
+
+    units: np.ndarray  # (U,) int64 device of each unit
+    note: str
+    devices: list[int]  # the devices filled, in order (``m_topo_devices``)
+    unit_bytes: np.ndarray  # (U,) int64 the memory estimate (``unit_memory_bytes``)
+
+
+def m_topo_fill(problem: PlacementProblem, memory_model: str = "auto") -> MTopoFill:
     gpus = m_topo_devices(problem)
     unit_bytes, model = unit_memory_bytes(problem, memory_model, gpus)
     capacity = problem.usable_bytes()
@@ -102,7 +108,7 @@ def m_topo_units(problem: PlacementProblem, memory_model: str = "auto") -> tuple
         units[unit] = device
         used[device] += unit_bytes[unit]
     note = f"memory model {model}" + (f"; {overflowed} groups over capacity" if overflowed else "")
-    return units, note
+    return MTopoFill(units, note, gpus, unit_bytes)
 
 
 @dataclass
@@ -117,7 +123,7 @@ class METFPolicy:
         schedule = EtfScheduler(problem, self.memory_model, self.devices).run()
         placed, fit_note = schedule.reservations.fit_in_memory(schedule.device_of)
         return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
-                      notes=schedule.notes() + (f"; {fit_note}" if fit_note else ""))
+                      notes=joined_notes(schedule.notes(), fit_note))
 
 
 @dataclass
@@ -136,7 +142,7 @@ class MSCTPolicy:
         note = f"{int((favourite >= 0).sum())} favourite children; " + schedule.notes()
         placed, fit_note = schedule.reservations.fit_in_memory(schedule.device_of)
         return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
-                      notes=note + (f"; {fit_note}" if fit_note else ""))
+                      notes=joined_notes(note, fit_note))
 
 
 DISPATCH = ("fifo", "priority")  # which op a device starts next (EtfScheduler._best_on)

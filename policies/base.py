@@ -215,6 +215,11 @@ def check_seed(seed: int, what: str = "a seed") -> None:
         raise PlacerError(f"{what} must be a whole number in 0..{MAX_SEED}, got {seed!r}")
 
 
+def joined_notes(*parts: str) -> str:
+    """Notes of several steps in one line, the empty ones left out: ``joined_notes("a", "", "b") == "a; b"``."""
+    return "; ".join(part for part in parts if part)
+
+
 def finish(name: str, problem: PlacementProblem, unit_placement: np.ndarray | None, clock: DecisionClock,
            measurer: Measurer, on_measurement: OnMeasurement | None = None,
            op_placement: np.ndarray | None = None, notes: str = "") -> PolicyResult:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphs.errors import PlacerError
-from policies.base import DecisionClock, check_budget, finish
+from policies.base import DecisionClock, check_budget, finish, joined_notes
 from policies.problem import PlacementProblem
 from policies.listsched import (FifoQueue, FreeSourceTracker, Job, Reservations, SendAhead, TransferBook,
                                 bottom_level_s, candidate_devices, mean_times, replay_finish_s)
@@ -52,7 +52,7 @@ class HeftPolicy:
         placed, fit_note = run.reservations.fit_in_memory(run.device_of)
         notes = f"scheduled makespan {makespan_s:.4g} s; {run.notes}"
         return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
-                      notes=notes + (f"; {fit_note}" if fit_note else ""))
+                      notes=joined_notes(notes, fit_note))
 
 
 TIMELINES = ("fifo", "insertion")  # how a device's time is modelled (heft_schedule)

@@ -139,9 +139,7 @@ class Reservations:
         """The schedule's (N,) op placement, units moved off devices the simulator's peak overflows
         (``policies.spill.fit_in_memory``: the devices the memory model was fitted to first), and a note on
         it ("" when it fitted: then ``op_placement`` itself)."""
-        preferred = np.zeros(self.problem.num_devices, dtype=bool)
-        preferred[self.model_devices] = True
-        return fit_in_memory(self.problem, op_placement, self.unit_bytes, preferred)
+        return fit_in_memory(self.problem, op_placement, self.unit_bytes, self.model_devices)
 
 
 def free_sources(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:

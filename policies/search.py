@@ -210,12 +210,12 @@ class AnnealingPolicy:
         GPU does not: chains that start out of memory rarely find a fitting placement in time) and the
         ``warm_start`` op placements collapsed onto the units, checked, repaired and deduplicated as the
         learners' are (policies.rl.warm_start)."""
-        from policies.baechi import m_topo_units
+        from policies.baechi import m_topo_fill
         from policies.rl.warm_start import check_warm_start, distinct_unit_placements
 
         single = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
         warm = distinct_unit_placements(problem, check_warm_start(problem, warm_start))[0] if warm_start else []
-        starts = np.stack([single, m_topo_units(problem)[0], *warm])  # (S, U)
+        starts = np.stack([single, m_topo_fill(problem).units, *warm])  # (S, U)
         starts = starts[: max(1, min(len(starts), int(budget)))]
         costs = np.asarray(memo.evaluate(starts))
         best = int(np.argmin(costs))

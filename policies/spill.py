@@ -29,6 +29,7 @@ one op-level unit at a time seldom helps when the overflow is a whole region of 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -199,10 +200,12 @@ def _best_move(problem, simulator, placement, candidates, targets, added, peaks,
 
 
 def fit_in_memory(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.ndarray,
-                  preferred: np.ndarray, max_moves: int = MAX_MOVES) -> tuple[np.ndarray, str]:
+                  preferred_devices: Sequence[int], max_moves: int = MAX_MOVES) -> tuple[np.ndarray, str]:
     """A heuristic's (N,) op placement made to fit the simulator's memory where moves can, and notes on it
     ("" when it fitted already: then ``op_placement`` itself comes back). Units move whole (their ops are
-    on one device); ``preferred`` (D,) bool: the devices the heuristic placed on, tried as targets before
-    the others (the GPUs, before the host's memory)."""
-    result = spill(problem, op_placement, unit_bytes, np.where(preferred, 0.0, 1.0), max_moves)
+    on one device); ``preferred_devices``: those the heuristic placed on, tried as targets before the others
+    (the GPUs, before the host's memory)."""
+    preference = np.ones(problem.num_devices)
+    preference[list(preferred_devices)] = 0.0
+    result = spill(problem, op_placement, unit_bytes, preference, max_moves)
     return (result.op_placement if result.moves else op_placement), result.notes(problem)

@@ -33,6 +33,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from graphs.inference.flops import sorted_counts
 from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit
 from graphs.tf.flatten import LOOP_KINDS, RESOURCE_EDGE, FlatOp
 
@@ -203,8 +204,7 @@ def _meta(flat: list[FlatOp], keep: list[int]) -> dict:
 
 def _ops_without_flops(flat: list[FlatOp], keep: list[int]) -> dict[str, int]:
     """{op type: count} of the kept ops whose FLOPs the cost model does not know, sorted by type."""
-    counts = Counter(flat[i].kind for i in keep if flat[i].without_flops)
-    return {kind: counts[kind] for kind in sorted(counts)}
+    return sorted_counts(Counter(flat[i].kind for i in keep if flat[i].without_flops))
 
 
 def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, bool]]:

@@ -61,7 +61,7 @@ def test_heft__rnnlm_on_cpu_igpu_fits_and_its_notes_say_nothing_moved():
                                                      ("resnet-50-infer", "cpu-igpu")])
 def test_heuristic__a_placement_that_fits_comes_back_exactly_as_the_schedule_gave_it(name, graph_name, machine_name):
     """The registry rows the baselines table records fit: the repair must not touch them (nor their notes)."""
-    from policies.baechi import EtfScheduler, favourite_children, m_topo_units
+    from policies.baechi import EtfScheduler, favourite_children, m_topo_fill
     from policies.heft import chosen_heft_run
 
     graph, machine = load_graph(graph_name), load_machine(machine_name)
@@ -69,7 +69,7 @@ def test_heuristic__a_placement_that_fits_comes_back_exactly_as_the_schedule_gav
     result = place(name, problem, SimulatorMeasurer(graph, machine), 1, 0)
     assert result.best.status == "ok"
     if name == "m-topo":
-        expected = problem.expand(m_topo_units(problem)[0])
+        expected = problem.expand(m_topo_fill(problem).units)
     elif name == "heft":
         expected = chosen_heft_run(problem)[0].device_of
     else:
@@ -86,7 +86,7 @@ def test_fit_in_memory__returns_the_very_array_it_was_given_when_it_fits():
     problem = make_problem(load_graph("synthetic:300"), machine)
     placement = np.full(problem.graph.num_ops, 1, dtype=np.int64)
     unit_bytes = np.ones(problem.num_units, dtype=np.int64)
-    again, notes = fit_in_memory(problem, placement, unit_bytes, np.ones(problem.num_devices, dtype=bool))
+    again, notes = fit_in_memory(problem, placement, unit_bytes, range(problem.num_devices))
     assert again is placement and notes == ""
 
 
