@@ -31,3 +31,15 @@ def test_gpu_check__without_cuda_skips_cleanly():
     done = _run()
     assert done.returncode == 0 and "skipped" in done.stdout
     assert "gpu-check (OpenVINO): skipped: no OpenVINO GPU" in done.stdout  # this box has no Intel GPU either
+
+
+def test_gpu_check__without_openvino_says_so_and_goes_on(tmp_path):
+    """A GPU machine's Python may lack OpenVINO: the OpenVINO line says so and the CUDA check still runs."""
+    blocker = tmp_path / "openvino"
+    blocker.mkdir()
+    (blocker / "__init__.py").write_text("raise ImportError('blocked for this test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(REPO)]))
+    done = subprocess.run([sys.executable, "tests/gpu_check.py"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "gpu-check (OpenVINO): skipped: OpenVINO is not installed" in done.stdout
