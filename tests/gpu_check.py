@@ -1,22 +1,26 @@
 """GPU validation of the real PyTorch measurer against the profiled simulator (`make gpu-check`).
 
 On one GPU machine, in a few minutes: traces a mid-size RNNLM, profiles every op on the CPU and the GPU,
-measures about 30 placements across CPU and GPU with the PyTorch measurer, simulates the same placements
-with the profile, and prints a table plus Kendall tau and the mean absolute percentage error between
-simulated and measured step times. Then forces an out-of-memory placement (a per-process GPU memory
+times copies over the CPU-GPU links, measures about 30 placements across CPU and GPU with the PyTorch
+measurer, simulates the same placements with the profile (once with the catalog's link figures, once with
+links fitted to the timed copies: `measurers/link_calibration.py`), and prints a table plus Kendall tau and
+the mean absolute percentage error between simulated and measured step times. ``--save DIR`` keeps what is
+needed to simulate the run again elsewhere. Then forces an out-of-memory placement (a per-process GPU memory
 fraction) and shows the ``oom`` status followed by a successful measurement.
 
 Without CUDA it exits 0 with a message. ``--cpu-smoke`` runs the same pipeline on the CPU instead (a tiny
 model, the paper-2gpu machine with every device mapped to the CPU), to check the script itself.
 
-    python tests/gpu_check.py [--cpu-smoke]
+    python tests/gpu_check.py [--cpu-smoke] [--save DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -54,6 +58,46 @@ def random_placements(graph, cpu: int, gpu: int, count: int, seed: int) -> list[
     return out
 
 
+def save_run(folder: Path, graph, machines: dict, profile, placements: list, rows: list, copies: list) -> None:
+    """Everything needed to simulate this run again elsewhere: graph, machines, profile, placements, times."""
+    from dataclasses import asdict
+
+    from graphs.io import save_graph
+    from measurers.machine_json import machine_to_json
+    from measurers.sim.costs import save_profile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_graph(graph, folder / "graph.parquet")
+    save_profile(profile, folder / "profile.json")
+    (folder / "machines.json").write_text(json.dumps({k: machine_to_json(m) for k, m in machines.items()}))
+    np.save(folder / "placements.npy", np.stack(placements))  # (K, N) device per op
+    (folder / "measured.json").write_text(json.dumps({"rows": rows, "copies": [asdict(c) for c in copies]}))
+
+
+def print_copies(copies: list) -> None:
+    if copies:
+        print("\n| copy | bytes | median s | GB/s |\n|---|---|---|---|")
+    for copy in copies:
+        print(f"| {copy.src}->{copy.dst} | {copy.bytes} | {copy.median_s:.6f} | "
+              f"{copy.bytes / copy.median_s / 1e9:.2f} |")
+
+
+def print_agreement(rows: list, labels: list) -> None:
+    """Kendall tau and mean absolute percentage error of each simulation against the measured steps."""
+    # scipy is imported only now: its BLAS threads next to torch's slow every CPU op several-fold
+    from scipy.stats import kendalltau
+
+    ok = [row for row in rows if row["status"] == "ok"]
+    measured_s = np.array([row["measured_s"] for row in ok])  # (K,)
+    print()
+    for label in labels:
+        simulated_s = np.array([row[label] for row in ok])  # (K,)
+        tau = kendalltau(measured_s, simulated_s).statistic
+        mape = float(np.mean(np.abs(simulated_s - measured_s) / measured_s))
+        print(f"{len(ok)}/{len(rows)} placements measured ok; Kendall tau {tau:.3f}; MAPE {mape:.1%} "
+              f"(simulated with {label})")
+
+
 def openvino_line() -> str:
     """The OpenVINO check's line (an Intel GPU, through OpenVINO's HETERO mode), or why it was skipped: a GPU
     machine's own Python may have torch and no OpenVINO, and the CUDA check must still run there."""
@@ -72,6 +116,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's; 1 with "
                         "--cpu-smoke: on a small shared box, a process that imported numba ran torch's CPU ops "
                         "many times slower with several threads)")
+    parser.add_argument("--save", type=Path, help="write graph, machine, profile, placements and times here")
     args = parser.parse_args()
     import torch
 
@@ -86,6 +131,7 @@ def main() -> int:
     began = time.perf_counter()
     from graphs.benchmarks.torch_models import build_rnnlm
     from measurers.catalog import load_machine
+    from measurers.link_calibration import calibrated_machine, time_torch_copies
     from measurers.profiler import profile_torch
     from measurers.sim.reference import Simulator
     from measurers.torch.measurer import TorchMeasurer, default_torch_devices
@@ -102,26 +148,29 @@ def main() -> int:
     print(f"captured the step in {time.perf_counter() - began:.1f} s")
     profile = profile_torch(graph, machine, runs=3, warmup=1, measurer=measurer)
     print(f"profiled {len(profile.op_names)} (op, device) times in {time.perf_counter() - began:.1f} s")
-    simulator = Simulator(graph, machine, profile=profile)
+    copies = time_torch_copies(machine, measurer.torch_devices)
+    machines = {"catalog links": machine, "measured links": calibrated_machine(machine, copies)}
+    print_copies(copies)
+    simulators = {label: Simulator(graph, m, profile=profile) for label, m in machines.items()}
     placements = scope_placements(graph, cpu, gpu) + random_placements(graph, cpu, gpu, 14, seed=0)
     rows = []
-    print("\n| # | ops on GPU | measured s | simulated s | error |\n|---|---|---|---|---|")
+    print("\n| # | ops on GPU | measured s | " + " | ".join(f"simulated s, {label} | error" for label in simulators)
+          + " |\n|---|---|---|" + "---|---|" * len(simulators))
     for k, placement in enumerate(placements):
         measured = measurer.measure([placement])[0]
-        simulated = simulator.run(placement)
-        on_gpu = float(np.mean(placement == gpu))
-        err = abs(simulated.runtime_s - measured.runtime_s) / measured.runtime_s if measured.ok else float("nan")
-        rows.append((measured.runtime_s, simulated.runtime_s, measured.status))
-        print(f"| {k} | {on_gpu:.0%} | {measured.runtime_s:.5f} ({measured.status}) | {simulated.runtime_s:.5f} "
-              f"| {err:.0%} |")
-    # scipy is imported only now: its BLAS threads next to torch's slow every CPU op several-fold
-    from scipy.stats import kendalltau
-
-    ok = [(m, s) for m, s, status in rows if status == "ok"]
-    measured_s, simulated_s = np.array([m for m, _ in ok]), np.array([s for _, s in ok])
-    tau = kendalltau(measured_s, simulated_s).statistic
-    mape = float(np.mean(np.abs(simulated_s - measured_s) / measured_s))
-    print(f"\n{len(ok)}/{len(rows)} placements measured ok; Kendall tau {tau:.3f}; MAPE {mape:.1%}")
+        row = {"measured_s": measured.runtime_s, "status": measured.status}
+        cells = []
+        for label, simulator in simulators.items():
+            row[label] = simulator.run(placement).runtime_s
+            err = abs(row[label] - measured.runtime_s) / measured.runtime_s if measured.ok else float("nan")
+            cells.append(f"{row[label]:.5f} | {err:.0%}")
+        rows.append(row)
+        print(f"| {k} | {np.mean(placement == gpu):.0%} | {measured.runtime_s:.5f} ({measured.status}) | "
+              + " | ".join(cells) + " |")
+    print_agreement(rows, list(simulators))
+    if args.save:
+        save_run(args.save, graph, machines, profile, placements, rows, copies)
+        print(f"saved the run in {args.save}")
     if not args.cpu_smoke:
         oom_check(measurer, graph, gpu)
     print(f"gpu-check finished in {time.perf_counter() - began:.1f} s")

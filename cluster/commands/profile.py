@@ -14,6 +14,10 @@ def register(subparsers) -> None:
                              "counters (--machine openvino: the devices OpenVINO sees here)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
                         help="profile file (.json or .parquet)")
+    parser.add_argument("--machine-out", metavar="FILE", type=output_file,
+                        help="also time copies over each link (--measurer torch) and write a machine file with "
+                             "the fitted latency and bandwidth, naming the profile: the simulator then models "
+                             "this node as measured (placer simulate --machine FILE)")
     parser.add_argument("--runs", type=int, default=3, metavar="N", help="timed runs per op (median; default 3)")
     parser.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed runs first (default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -32,13 +36,43 @@ def _profile(args) -> int:
     if args.runs < 1 or args.warmup < 0:
         raise PlacerError("--runs must be at least 1 and --warmup not negative")
     check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback
+    if args.machine_out and args.measurer != "torch":
+        raise PlacerError(f"--machine-out times copies with PyTorch: it needs --measurer torch, not {args.measurer}")
     if args.measurer == "tf":
         import_tensorflow_quietly()
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = profile_graph(graph, machine, args.measurer, args.runs, args.warmup, args.seed)
+    measured_machine = _measured_links(machine) if args.machine_out else None
     save_profile(profile, args.output)
     models = sorted(set(profile.device_models.tolist()))
     print(f"profiled {len(profile.op_names)} (op, device model) times of {graph.name} on {', '.join(models)} "
           f"-> {args.output}")
+    if measured_machine is not None:
+        _save_machine(measured_machine, args.machine_out, args.output)
     return 0
+
+
+def _measured_links(machine):
+    from measurers.link_calibration import calibrated_machine, time_torch_copies
+    from measurers.torch.measurer import default_torch_devices
+
+    return calibrated_machine(machine, time_torch_copies(machine, default_torch_devices(machine)))
+
+
+def _save_machine(machine, path: str, profile_path: str) -> None:
+    """The machine file, naming the profile by its path relative to the machine file's folder."""
+    import dataclasses
+    import json
+    import os
+    from pathlib import Path
+
+    from graphs.files import atomic_file
+    from measurers.machine_json import machine_to_json
+
+    relative = os.path.relpath(Path(profile_path).resolve(), Path(path).resolve().parent)
+    with atomic_file(Path(path)) as tmp:
+        tmp.write_text(json.dumps(machine_to_json(dataclasses.replace(machine, profile=relative)), indent=1))
+    fitted = ", ".join(f"{link.src}->{link.dst} {link.bandwidth_Bps / 1e9:.2f} GB/s + {link.latency_s * 1e6:.1f} us"
+                       for link in machine.links)
+    print(f"machine with measured links ({fitted or 'none'}) -> {path}")

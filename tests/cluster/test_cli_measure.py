@@ -173,6 +173,34 @@ def test_profile__named_inside_a_machine_file_is_used_by_the_simulator(mlp_file,
     assert "missing.json" in capsys.readouterr().err
 
 
+def test_profile__machine_out_writes_a_machine_that_names_the_profile(mlp_file, tmp_path, capsys):
+    """On this CPU-only node there is no link to time: the machine file is the local machine plus the profile,
+    and the simulator reads both from it."""
+    from measurers.sim.costs import load_profile
+
+    profile_file, machine_file = tmp_path / "p" / "profile.json", tmp_path / "m" / "node.json"
+    for folder in (profile_file.parent, machine_file.parent):
+        folder.mkdir()
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "2", "-o", str(profile_file),
+                 "--machine-out", str(machine_file)]) == 0
+    assert "machine with measured links (" in capsys.readouterr().out
+    written = json.loads(machine_file.read_text())
+    assert written["profile"] == "../p/profile.json"
+    assert [d["name"] for d in written["devices"]] == [d.name for d in load_machine("local").devices]
+    assert main(["simulate", "--graph", str(mlp_file), "--machine", str(machine_file), "--policy", "cpu-only",
+                 "--json"]) == 0
+    runtime_s = json.loads(capsys.readouterr().out)["runtime_s"]
+    assert runtime_s == pytest.approx(float(load_profile(profile_file).time_s.sum()), rel=1e-6)
+
+
+def test_profile__machine_out_needs_the_torch_measurer(mlp_file, tmp_path, capsys):
+    out, machine_out = tmp_path / "p.json", tmp_path / "m.json"
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "tf", "-o", str(out), "--machine-out",
+                 str(machine_out)]) == 2
+    assert "--machine-out times copies with PyTorch: it needs --measurer torch, not tf" in capsys.readouterr().err
+    assert not out.exists() and not machine_out.exists()
+
+
 def test_measure__openvino_inference_of_an_imported_ir(tmp_path, capsys):
     from measurers.openvino.sample import save_sample_model
 
