@@ -6,8 +6,8 @@ built on ``torch.device("meta")`` for the same reason. `graphs.torch.recorder.Op
 aten call into one op:
 
 - kind ``aten.<name>`` (overload packet), FLOPs from ``torch.utils.flop_counter``'s formulas (matmuls,
-  convolutions, attention) and `graphs.torch.flops`' for the matmul-like CPU kernels it lacks (the CPU
-  attention kernel, mv, dot, addbmm, nn.Bilinear); element-wise ops count 0 FLOPs and are costed by their bytes,
+  convolutions, attention) and `graphs.torch.flops`' for the kernels it lacks (the CPU attention kernel, mv,
+  dot, addbmm, nn.Bilinear, the FFTs); element-wise ops count 0 FLOPs and are costed by their bytes,
   ``bytes_accessed`` = bytes of tensor inputs + outputs, ``out_bytes`` = bytes of outputs;
 - not recorded (they move no data): ``aten.detach``, ``aten.alias``, ``aten.lift_fresh``, ``prim.*``
   (device queries), ``profiler.*`` markers and ``aten._local_scalar_dense`` (``.item()``, answered 1:

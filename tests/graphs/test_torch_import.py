@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -327,6 +328,37 @@ def test_trace_training_step__vector_products_and_bilinear_count_their_multiply_
     assert flops("aten.addbmm") == [2 * 3 * width * width * width]
     # out[b, o] = sum_ij x[b, i] W[o, i, j] y[b, j]: x W over (b, o, i, j), then that times y over (b, o, j)
     assert flops("aten._trilinear") == [2 * rows * 2 * width * 5 + 2 * rows * 2 * 5]
+
+
+class _Spectral(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        y = self.fc(x)
+        mixed = torch.fft.fft(torch.fft.rfft(y))  # r2c, then c2c over the one-sided half
+        plane = torch.fft.rfft2(y.view(y.shape[0], 4, -1))  # r2c over two dims
+        return torch.fft.irfft(mixed, n=y.shape[-1]).sum() + plane.abs().sum()
+
+
+def test_trace_training_step__ffts_count_five_n_log2_n_per_complex_transform():
+    """torch's flop_counter has no FFT formula (0 FLOPs before): 5 N log2 N per complex transform of length
+    N, half for a real signal; an r2c over two dims of 4 and 4 counts log2(16)."""
+    width, rows = 16, 4
+    torch.manual_seed(0)
+    graph = trace_training_step(_Spectral(width), (torch.randn(rows, width),), name="spectral")
+    forward = graph.phases == PHASE_CODE["forward"]
+
+    def flops(kind):
+        return graph.flops[forward & (graph.op_kinds == kind)].tolist()
+
+    half = width // 2 + 1
+    assert flops("aten._fft_r2c") == [2.5 * rows * width * 4, 2.5 * rows * width * 4]  # rfft; rfft2 on 4 x 4
+    assert flops("aten._fft_c2c") == [round(5 * rows * half * math.log2(half))]  # N = 9: not a power of 2
+    assert flops("aten._fft_c2r") == [2.5 * rows * width * 4]  # the real output's full length, 16
+    backward = graph.phases == PHASE_CODE["backward"]
+    assert np.all(graph.flops[backward & np.char.startswith(graph.op_kinds.astype(str), "aten._fft_")] > 0)
 
 
 class _MaskRouted(nn.Module):
