@@ -148,6 +148,59 @@ def test_trace_training_step__views_and_inplace_colocated_with_producer():
     assert mul in _in_edges(graph, total)
 
 
+def _bn_convnet_graph(train: bool):
+    from graphs.specs import call_spec
+
+    model, inputs = call_spec(f"{FIXTURES / 'tiny_models.py'}:tiny_torch_bn_convnet", "torch")
+    return trace_training_step(model.train(train), inputs)
+
+
+def _group(graph, op: int) -> set[str]:
+    return set(graph.op_names[graph.colocation == graph.colocation[op]])
+
+
+def test_trace_training_step__batch_norm_colocated_with_the_running_statistics_it_updates():
+    """native_batch_norm updates running_mean and running_var in place in training, though its schema does not
+    say so: a placement must not put those buffers on another device than the op (they were apart). In eval
+    mode it only reads them: no tie."""
+    graph = _bn_convnet_graph(train=True)
+    (forward,) = _ops(graph, kind="aten.native_batch_norm")
+    (backward,) = _ops(graph, kind="aten.native_batch_norm_backward")
+    group = _group(graph, forward)
+    assert {"param:1.running_mean", "param:1.running_var", graph.op_names[backward]} <= group
+    assert "param:1.num_batches_tracked" not in group  # its own add_, tied to it as before
+    (counter,) = _ops(graph, kind="aten.add_", phase="forward")
+    assert "param:1.num_batches_tracked" in _group(graph, counter)
+    names = list(graph.op_names)
+    assert _in_edges(graph, forward).keys() >= {names.index("param:1.running_mean"),
+                                                 names.index("param:1.running_var")}
+    evaluated = _bn_convnet_graph(train=False)
+    (forward,) = _ops(evaluated, kind="aten.native_batch_norm")
+    assert not {"param:1.running_mean", "param:1.running_var"} & _group(evaluated, forward)
+
+
+class _TwoRunningAverages(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        with torch.no_grad():
+            torch._foreach_lerp_([self.mean, self.var], [y.mean(0), y.var(0)], 0.1)
+        return y.sum()
+
+
+def test_trace_training_step__an_op_writing_two_buffers_in_place_is_colocated_with_both():
+    """Every buffer an op writes is tied to it, not only its first written argument (the second was apart)."""
+    graph = trace_training_step(_TwoRunningAverages(), (torch.randn(3, 4),))
+    (update,) = _ops(graph, kind="aten._foreach_lerp_")
+    assert {"param:mean", "param:var"} <= _group(graph, update)
+    assert "param:fc.weight" not in _group(graph, update)
+
+
 def test_trace_training_step__loss_fn_targets_become_inputs_and_loss_scope():
     model = nn.Linear(5, 3)
     targets = torch.tensor([0, 2, 1, 1])
