@@ -100,6 +100,24 @@ def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape
     return float(numel(x) // input_size * directions * per_step)
 
 
+RESIZE_TAPS = {"nearest": 1, "linear": 2, "cubic": 4}  # input values read along each resized dim
+
+
+def _resize(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """ONNX Resize / Upsample, OpenVINO Interpolate: each output element is a weighted sum of taps^k input
+    values, k the dims whose size changes and taps 2 for linear modes, 4 for cubic ones (a multiply-add, 2
+    FLOPs, each); nearest is a gather, 0. The weights' own arithmetic (per output coordinate, not element)
+    is not counted. A mode named neither linear nor cubic counts as nearest."""
+    x, y = _first(ins), _first(outs)
+    if x is None or y is None or len(x) != len(y):
+        return 0.0
+    mode = attrs.get("mode", "nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    taps = next((n for name, n in RESIZE_TAPS.items() if name in mode), 1)
+    resized = sum(1 for a, b in zip(x, y) if a != b)
+    return 0.0 if taps == 1 or resized == 0 else 2.0 * taps ** resized * numel(y)
+
+
 def _einsum(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     """ONNX / OpenVINO Einsum, contracted as a runtime does: an operand first sums the indices that neither a
     later operand nor the output has (1 FLOP per element it reads), then the operands are multiplied left to
@@ -200,6 +218,7 @@ FORMULAS: dict[str, Formula] = {
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
     "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
+    "Resize": _resize, "Upsample": _resize, "Interpolate": _resize,
     # recurrent: where W is among the inputs (ONNX X, W, R, B; OpenVINO X, H[, C], seq_lengths, W, R, B)
     "RNN": partial(_recurrent, 1, 2), "GRU": partial(_recurrent, 1, 11), "LSTM": partial(_recurrent, 1, 13),
     "RNNSequence": partial(_recurrent, 3, 2), "GRUSequence": partial(_recurrent, 3, 11),

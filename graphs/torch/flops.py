@@ -1,4 +1,4 @@
-"""FLOPs of one aten call: ``torch.utils.flop_counter``'s formulas, and those of matmul-like kernels it lacks.
+"""FLOPs of one aten call: ``torch.utils.flop_counter``'s formulas, and those of kernels it lacks (matmul-like, FFT).
 
 torch's table covers mm, addmm, bmm, baddbmm, the convolutions and the GPU attention kernels. A trace on the
 CPU also reaches kernels it has no formula for, which would count 0 FLOPs without a word:
@@ -8,7 +8,10 @@ CPU also reaches kernels it has no formula for, which would count 0 FLOPs withou
   kernel (Q K^T and P V forward; five batched matmuls backward, the scores recomputed);
 - matrix-vector and vector products ``aten.mv``, ``addmv``, ``dot``, ``vdot``, and ``addbmm`` (a bmm whose
   products are summed over the batch): a multiply-add is 2 FLOPs, as in torch's mm;
-- ``aten._trilinear`` (``nn.Bilinear`` and its backward): the two pairwise products torch computes.
+- ``aten._trilinear`` (``nn.Bilinear`` and its backward): the two pairwise products torch computes;
+- the FFTs ``aten._fft_c2c``, ``_fft_r2c`` and ``_fft_c2r`` (``torch.fft.*`` and their backwards): by the
+  usual convention for a radix-2 complex FFT, 5 N log2 N real FLOPs per transform of length N, and half of
+  that for a real signal (r2c, and c2r whose output is real), whatever N's factors.
 
 As in torch's ``addmm`` formula, the added term (``addmv``'s vector, ``addbmm``'s matrix) is not counted.
 """
@@ -64,9 +67,38 @@ def _unsqueezed(shape, expand) -> list[int]:
     return dims
 
 
+def _fft_flops(shape, dims, complex_signal: bool) -> int:
+    """FLOPs of the FFTs over ``dims`` of a signal of ``shape`` (its full length, not the one-sided half):
+    one 1-D FFT of length N per line along each dim, 5 N log2 N each for a complex signal, half for a real
+    one; summed over the dims, 5 x elements x log2(product of the lengths)."""
+    elements = math.prod(shape)
+    lengths = [shape[d % len(shape)] for d in dims] if shape else []
+    if elements == 0 or not lengths:
+        return 0
+    per_element = 5.0 if complex_signal else 2.5
+    return round(per_element * elements * math.log2(math.prod(lengths)))
+
+
+def _fft_c2c(x: torch.Tensor, dim, normalization, forward, *args, **kwargs) -> int:
+    return _fft_flops(tuple(x.shape), dim, complex_signal=True)
+
+
+def _fft_r2c(x: torch.Tensor, dim, normalization, onesided, *args, **kwargs) -> int:
+    return _fft_flops(tuple(x.shape), dim, complex_signal=False)
+
+
+def _fft_c2r(x: torch.Tensor, dim, normalization, last_dim_size, *args, **kwargs) -> int:
+    """``x`` is the one-sided half spectrum; the real output is ``last_dim_size`` long along the last dim."""
+    full = list(x.shape)
+    if full and dim:
+        full[dim[-1] % len(full)] = int(last_dim_size)
+    return _fft_flops(tuple(full), dim, complex_signal=False)
+
+
 OWN_FORMULAS = {
     aten.mv: _mv, aten.addmv: _addmv, aten.addmv_: _addmv, aten.dot: _dot, aten.vdot: _dot,
     aten.addbmm: _addbmm, aten.addbmm_: _addbmm, aten._trilinear: _trilinear,
+    aten._fft_c2c: _fft_c2c, aten._fft_r2c: _fft_r2c, aten._fft_c2r: _fft_c2r,
 }
 
 

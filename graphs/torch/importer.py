@@ -6,8 +6,8 @@ built on ``torch.device("meta")`` for the same reason. `graphs.torch.recorder.Op
 aten call into one op:
 
 - kind ``aten.<name>`` (overload packet), FLOPs from ``torch.utils.flop_counter``'s formulas (matmuls,
-  convolutions, attention) and `graphs.torch.flops`' for the matmul-like CPU kernels it lacks (the CPU
-  attention kernel, mv, dot, addbmm, nn.Bilinear); element-wise ops count 0 FLOPs and are costed by their bytes,
+  convolutions, attention) and `graphs.torch.flops`' for the kernels it lacks (the CPU attention kernel, mv,
+  dot, addbmm, nn.Bilinear, the FFTs); element-wise ops count 0 FLOPs and are costed by their bytes,
   ``bytes_accessed`` = bytes of tensor inputs + outputs, ``out_bytes`` = bytes of outputs;
 - not recorded (they move no data): ``aten.detach``, ``aten.alias``, ``aten.lift_fresh``, ``prim.*``
   (device queries), ``profiler.*`` markers and ``aten._local_scalar_dense`` (``.item()``, answered 1:
@@ -19,7 +19,9 @@ aten call into one op:
 - scope = dotted module path active when a forward op ran (loss ops outside the model: ``loss``); a
   backward op takes its forward op's scope and is colocated with it; an update op takes its parameter's
   scope and is colocated with its Variable; other views and in-place ops are colocated with the producer
-  of the tensor they view or write.
+  of the tensor they view or write. An op that writes a parameter, a buffer or optimizer state in place
+  (batch norm's running statistics, which its schema does not declare written) is also colocated with each
+  Variable it writes.
 
 Fake tensors do not check every dtype rule of the real kernels; the recorder applies those of
 `graphs.torch.dtype_rules` to each aten call, so a step a real run would refuse (a float16 weight fed float32
@@ -151,18 +153,18 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
         scope = _owner_scope(name)
         op = table.add(f"param:{name}", "Variable", scope, "other", out_bytes=tensor_bytes(p),
                        param_bytes=resident)
-        recorder.register(p, op)
+        recorder.register_variable(p, op)
         recorder.param_ops.append(op)
         recorder.param_scopes.append(scope)
         for t in state:
-            recorder.register(t, op)
+            recorder.register_variable(t, op)
         for t in [p, *state]:
             recorder.set_owner(t, index)
     frozen = {k: v for k, v in params.items() if k not in trainable}
     for name, t in {**frozen, **buffers}.items():
         op = table.add(f"param:{name}", "Variable", _owner_scope(name), "other", out_bytes=tensor_bytes(t),
                        param_bytes=tensor_bytes(t))
-        recorder.register(t, op)
+        recorder.register_variable(t, op)
     for index, x in enumerate(inputs):
         if isinstance(x, torch.Tensor):
             recorder.register(x, table.add(f"input:{index}", "Input", "", "other", out_bytes=tensor_bytes(x)))

@@ -8,7 +8,9 @@ update.
 Who wrote a tensor: an op's fresh outputs are registered by tensor identity and by storage; a view only by
 tensor identity (it aliases its base); an in-place op re-registers the storage it mutates. A read resolves to
 the tensor's own writer unless its storage was written later (then to that later writer). Every tensor
-seen is kept alive, so ``id()`` and storage keys are never reused during a trace.
+seen is kept alive, so ``id()`` and storage keys are never reused during a trace. What an op writes is what
+its schema marks written, and batch norm's running statistics (``UNDECLARED_WRITES``); an op that writes
+the storage of a Variable (a parameter, a buffer, optimizer state) is colocated with that Variable.
 
 Backward → forward: after a forward op returns through autograd its outputs carry ``grad_fn``; the
 recorder stamps that node's ``metadata`` with the op id (when the torch-level call returns), and during
@@ -39,6 +41,12 @@ NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it 
 ALIAS_OPS = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default}
 SKIPPED_NAMESPACES = {"prim", "profiler"}
 SCALAR_OP = torch.ops.aten._local_scalar_dense.default
+# Kernels that write arguments their schema does not mark as written: batch norm in training updates its
+# running statistics in place (``_native_batch_norm_legit`` declares it; these do not).
+BATCH_NORM_STATS = ("running_mean", "running_var")
+UNDECLARED_WRITES = {torch.ops.aten.native_batch_norm.default: BATCH_NORM_STATS,
+                     torch.ops.aten.cudnn_batch_norm.default: BATCH_NORM_STATS,
+                     torch.ops.aten.miopen_batch_norm.default: BATCH_NORM_STATS}
 
 
 @contextmanager
@@ -101,6 +109,24 @@ def _schema_of(func) -> _Schema:
     return _Schema(mutated, tuple(args[i].name for i in mutated), view)
 
 
+def undeclared_writes(func, args, kwargs) -> list[int]:
+    """Indices of the arguments ``func`` writes in place although its schema does not say so (the
+    ``UNDECLARED_WRITES`` kernels, called with ``training`` true)."""
+    written = UNDECLARED_WRITES.get(func)
+    if written is None:
+        return []
+    schema = func._schema.arguments
+    training = next(i for i, a in enumerate(schema) if a.name == "training")
+    if not argument(args, kwargs, training, "training"):
+        return []
+    return [i for i, a in enumerate(schema) if a.name in written]
+
+
+def argument(args, kwargs, index: int, name: str):
+    """The value of a call's argument ``index`` called ``name``, given positionally or by keyword."""
+    return args[index] if index < len(args) else kwargs.get(name)
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -127,6 +153,7 @@ class OpRecorder(TorchDispatchMode):
         self._tensor_writer: dict[int, tuple[int, int]] = {}  # id(tensor) -> (op, stamp)
         self._storage_writer: dict[int, tuple[int, int]] = {}  # storage key -> (op, stamp)
         self._owner: dict[int, int] = {}  # storage key -> parameter index (update phase)
+        self._variable: dict[int, int] = {}  # storage key -> Variable op holding it (parameters, buffers, state)
         self._keep: list = []  # strong references: ids and storage keys stay unique
         self._pending: list[tuple[int, list]] = []  # forward ops whose outputs' grad_fn is not stamped
         self._schemas: dict = {}
@@ -138,6 +165,12 @@ class OpRecorder(TorchDispatchMode):
         self._tensor_writer[id(t)] = (op, op)
         if storage:
             self._storage_writer[_storage_key(t)] = (op, op)
+
+    def register_variable(self, t: torch.Tensor, op: int) -> None:
+        """``t`` is resident with Variable ``op`` (a parameter, a buffer, optimizer state): an op that writes its
+        storage in place is colocated with ``op``."""
+        self.register(t, op)
+        self._variable[_storage_key(t)] = op
 
     def set_owner(self, t: torch.Tensor, param_index: int) -> None:
         self._keep.append(t)
@@ -234,7 +267,7 @@ class OpRecorder(TorchDispatchMode):
         out_bytes = sum(tensor_bytes(t) for t in outputs)
         flops = op_flops(func, args, kwargs, out)
         sources = [(self.writer_of(t), tensor_bytes(t)) for t in inputs]
-        mutated = self._mutated_tensors(schema, args, kwargs)
+        mutated = self._mutated_tensors(func, schema, args, kwargs)
         base = self.writer_of(mutated[0]) if mutated else (sources[0][0] if schema.is_view and sources else None)
         scope, partner = self._scope_and_partner(node, sources, inputs, base)
         # A view or an in-place write allocates nothing: its outputs live in its input's storage. A view
@@ -252,6 +285,9 @@ class OpRecorder(TorchDispatchMode):
             self.table.edge_bytes.append(size)
         if partner is not None:
             self.table.colocate_pairs.append((partner, op))
+        for variable in self._variables_written(mutated):
+            if variable != partner:
+                self.table.colocate_pairs.append((variable, op))
         for t in mutated:
             self.register(t, op)
         for t in outputs:
@@ -262,12 +298,19 @@ class OpRecorder(TorchDispatchMode):
         elif self.phase == "forward":
             self._pending.append((op, outputs))
 
-    def _mutated_tensors(self, schema: _Schema, args, kwargs) -> list:
+    def _mutated_tensors(self, func, schema: _Schema, args, kwargs) -> list:
         found = []
         for index, name in zip(schema.mutated, schema.mutated_names):
-            value = args[index] if index < len(args) else kwargs.get(name)
-            found.extend(_tensors(value))
+            found.extend(_tensors(argument(args, kwargs, index, name)))
+        for index in undeclared_writes(func, args, kwargs):
+            found.extend(_tensors(argument(args, kwargs, index, func._schema.arguments[index].name)))
         return found
+
+    def _variables_written(self, mutated: list) -> list[int]:
+        """The Variable ops whose storage (a parameter, a buffer such as batch norm's running statistics, or
+        optimizer state) the op writes in place: a real run writes it on the device that holds it."""
+        found = (self._variable.get(_storage_key(t)) for t in mutated)
+        return list(dict.fromkeys(v for v in found if v is not None))
 
     def _scope_and_partner(self, node, sources, inputs, base) -> tuple[str, int | None]:
         """Scope of the op being recorded and the op it must be colocated with (or None).

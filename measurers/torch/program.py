@@ -33,7 +33,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES, without_onednn
+from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES, undeclared_writes, without_onednn
 from measurers.torch.live_scalars import LiveArg, LiveFloat, ScalarReads
 
 
@@ -77,30 +77,16 @@ class Program:
         return [f"{s.func.namespace}.{s.func._overloadpacket.__name__}" for s in self.steps if s.counted]
 
 
-# Kernels that write arguments their schema does not mark as written: batch norm in training updates its
-# running statistics in place (``_native_batch_norm_legit`` declares it; these do not).
-_BATCH_NORM_STATS = ("running_mean", "running_var")
-_UNDECLARED_WRITES = {torch.ops.aten.native_batch_norm.default: _BATCH_NORM_STATS,
-                      torch.ops.aten.cudnn_batch_norm.default: _BATCH_NORM_STATS,
-                      torch.ops.aten.miopen_batch_norm.default: _BATCH_NORM_STATS}
-
-
 def _mutated_args(func, args: tuple, kwargs: dict) -> tuple[tuple, tuple, bool]:
     """(indices, names) of the arguments ``func`` writes, and whether it is a view. An in-place view op
     (``transpose_``) changes its tensor's shape, not its data: it counts as a view, so it runs where the
     tensor lives, and as a write, so copies made before it go stale."""
     schema = func._schema.arguments
     mutated = [i for i, a in enumerate(schema) if a.alias_info is not None and a.alias_info.is_write]
-    if func in _UNDECLARED_WRITES and _argument(schema, args, kwargs, "training"):
-        mutated += [i for i, a in enumerate(schema) if a.name in _UNDECLARED_WRITES[func]]
+    mutated += undeclared_writes(func, args, kwargs)  # batch norm's running statistics
     inplace_view = torch.Tag.inplace_view in func.tags
     is_view = inplace_view or (any(r.alias_info is not None for r in func._schema.returns) and not mutated)
     return tuple(mutated), tuple(schema[i].name for i in mutated), is_view
-
-
-def _argument(schema, args: tuple, kwargs: dict, name: str):
-    index = next(i for i, a in enumerate(schema) if a.name == name)
-    return args[index] if index < len(args) else kwargs.get(name)
 
 
 class _Capture(TorchDispatchMode):

@@ -320,3 +320,31 @@ def test_import_onnx__conv_transpose_counts_its_bias_as_conv_does(tmp_path):
                  [numpy_helper.from_array(np.ones((8, 4, 2, 2), np.float32), "w"),
                   numpy_helper.from_array(np.ones(4, np.float32), "b")])
     assert import_onnx(path).flops.tolist() == [2 * (8 * 4 * 4) * (4 * 2 * 2) + 4 * 8 * 8]
+
+
+def test_import_onnx__resize_counts_its_interpolation_by_mode(tmp_path):
+    """Resize had no FLOP formula (0 FLOPs, listed in ops_without_flops). x (1, 3, 4, 6) -> (1, 3, 8, 12):
+    two dims resized, so 2^2 taps an output element for linear, 4^2 for cubic, a multiply-add each; nearest
+    is a gather; a linear resize of one dim (-> (1, 3, 4, 12)) reads 2 taps."""
+    value = helper.make_tensor_value_info
+    sizes = {"both": [1, 3, 8, 12], "wide": [1, 3, 4, 12]}
+    nodes = [helper.make_node("Resize", ["x", "", "", size], [f"y_{mode}_{size}"], name=f"{mode}_{size}", mode=mode)
+             for mode, size in (("nearest", "both"), ("linear", "both"), ("cubic", "both"), ("linear", "wide"))]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [1, 3, 4, 6])],
+                 [value(node.output[0], TensorProto.FLOAT, sizes[node.name.partition("_")[2]]) for node in nodes],
+                 [numpy_helper.from_array(np.array(dims, np.int64), name) for name, dims in sizes.items()])
+    graph = import_onnx(path)
+    both, wide = 3 * 8 * 12, 3 * 4 * 12
+    assert _by_name(graph, graph.flops) == {"nearest_both": 0, "linear_both": 2 * 4 * both,
+                                            "cubic_both": 2 * 16 * both, "linear_wide": 2 * 2 * wide}
+    assert graph.meta["ops_without_flops"] == {}
+
+
+@pytest.mark.parametrize("mode, flops", [(b"linear", 2 * 2 * 10), ("bilinear_pillow", 2 * 2 * 10),
+                                         ("bicubic_pillow", 2 * 4 * 10), ("nearest", 0), ("linear_onnx", 0)])
+def test_op_flops__resize_modes(mode, flops):
+    """ONNX gives the mode as bytes, OpenVINO's Interpolate as str; the last: no dim changes size."""
+    from graphs.inference.flops import op_flops
+
+    out = (2, 5) if mode != "linear_onnx" else (2, 3)
+    assert op_flops("Interpolate", [(2, 3)], [out], {"mode": mode}) == flops

@@ -177,3 +177,15 @@ def test_import_openvino_ir__an_ir_without_ops_is_refused_naming_it(tmp_path):
     path = _saved(tmp_path, [ops.result(x)], [x], "empty")
     with pytest.raises(PlacerError, match=f"OpenVINO IR {path} has no ops"):
         import_openvino_ir(str(path))
+
+
+def test_import_openvino_ir__interpolate_counts_its_taps_by_mode(tmp_path):
+    """Interpolate had no FLOP formula. x (1, 3, 4, 6) -> (1, 3, 8, 12): 4^2 taps an output element for
+    bicubic, a multiply-add each; nearest is a gather, 0."""
+    x = ops.parameter([1, 3, 4, 6], np.float32, name="x")
+    sizes, axes = ops.constant(np.array([8, 12], np.int64)), ops.constant(np.array([2, 3], np.int64))
+    resized = {mode: ops.interpolate(x, sizes, mode, "sizes", axes=axes, name=mode)
+               for mode in ("bicubic_pillow", "nearest")}
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in resized.values()], [x])))
+    assert _by_name(graph, graph.flops) == {"bicubic_pillow": 2 * 16 * 3 * 8 * 12, "nearest": 0}
+    assert graph.meta["ops_without_flops"] == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -145,6 +146,59 @@ def test_trace_training_step__views_and_inplace_colocated_with_producer():
     mean = _ops(graph, kind="aten.mean", phase="forward")[0]
     assert mul in _in_edges(graph, mean)
     assert mul in _in_edges(graph, total)
+
+
+def _bn_convnet_graph(train: bool):
+    from graphs.specs import call_spec
+
+    model, inputs = call_spec(f"{FIXTURES / 'tiny_models.py'}:tiny_torch_bn_convnet", "torch")
+    return trace_training_step(model.train(train), inputs)
+
+
+def _group(graph, op: int) -> set[str]:
+    return set(graph.op_names[graph.colocation == graph.colocation[op]])
+
+
+def test_trace_training_step__batch_norm_colocated_with_the_running_statistics_it_updates():
+    """native_batch_norm updates running_mean and running_var in place in training, though its schema does not
+    say so: a placement must not put those buffers on another device than the op (they were apart). In eval
+    mode it only reads them: no tie."""
+    graph = _bn_convnet_graph(train=True)
+    (forward,) = _ops(graph, kind="aten.native_batch_norm")
+    (backward,) = _ops(graph, kind="aten.native_batch_norm_backward")
+    group = _group(graph, forward)
+    assert {"param:1.running_mean", "param:1.running_var", graph.op_names[backward]} <= group
+    assert "param:1.num_batches_tracked" not in group  # its own add_, tied to it as before
+    (counter,) = _ops(graph, kind="aten.add_", phase="forward")
+    assert "param:1.num_batches_tracked" in _group(graph, counter)
+    names = list(graph.op_names)
+    assert _in_edges(graph, forward).keys() >= {names.index("param:1.running_mean"),
+                                                 names.index("param:1.running_var")}
+    evaluated = _bn_convnet_graph(train=False)
+    (forward,) = _ops(evaluated, kind="aten.native_batch_norm")
+    assert not {"param:1.running_mean", "param:1.running_var"} & _group(evaluated, forward)
+
+
+class _TwoRunningAverages(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x):
+        y = self.fc(x)
+        with torch.no_grad():
+            torch._foreach_lerp_([self.mean, self.var], [y.mean(0), y.var(0)], 0.1)
+        return y.sum()
+
+
+def test_trace_training_step__an_op_writing_two_buffers_in_place_is_colocated_with_both():
+    """Every buffer an op writes is tied to it, not only its first written argument (the second was apart)."""
+    graph = trace_training_step(_TwoRunningAverages(), (torch.randn(3, 4),))
+    (update,) = _ops(graph, kind="aten._foreach_lerp_")
+    assert {"param:mean", "param:var"} <= _group(graph, update)
+    assert "param:fc.weight" not in _group(graph, update)
 
 
 def test_trace_training_step__loss_fn_targets_become_inputs_and_loss_scope():
@@ -327,6 +381,37 @@ def test_trace_training_step__vector_products_and_bilinear_count_their_multiply_
     assert flops("aten.addbmm") == [2 * 3 * width * width * width]
     # out[b, o] = sum_ij x[b, i] W[o, i, j] y[b, j]: x W over (b, o, i, j), then that times y over (b, o, j)
     assert flops("aten._trilinear") == [2 * rows * 2 * width * 5 + 2 * rows * 2 * 5]
+
+
+class _Spectral(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x):
+        y = self.fc(x)
+        mixed = torch.fft.fft(torch.fft.rfft(y))  # r2c, then c2c over the one-sided half
+        plane = torch.fft.rfft2(y.view(y.shape[0], 4, -1))  # r2c over two dims
+        return torch.fft.irfft(mixed, n=y.shape[-1]).sum() + plane.abs().sum()
+
+
+def test_trace_training_step__ffts_count_five_n_log2_n_per_complex_transform():
+    """torch's flop_counter has no FFT formula (0 FLOPs before): 5 N log2 N per complex transform of length
+    N, half for a real signal; an r2c over two dims of 4 and 4 counts log2(16)."""
+    width, rows = 16, 4
+    torch.manual_seed(0)
+    graph = trace_training_step(_Spectral(width), (torch.randn(rows, width),), name="spectral")
+    forward = graph.phases == PHASE_CODE["forward"]
+
+    def flops(kind):
+        return graph.flops[forward & (graph.op_kinds == kind)].tolist()
+
+    half = width // 2 + 1
+    assert flops("aten._fft_r2c") == [2.5 * rows * width * 4, 2.5 * rows * width * 4]  # rfft; rfft2 on 4 x 4
+    assert flops("aten._fft_c2c") == [round(5 * rows * half * math.log2(half))]  # N = 9: not a power of 2
+    assert flops("aten._fft_c2r") == [2.5 * rows * width * 4]  # the real output's full length, 16
+    backward = graph.phases == PHASE_CODE["backward"]
+    assert np.all(graph.flops[backward & np.char.startswith(graph.op_kinds.astype(str), "aten._fft_")] > 0)
 
 
 class _MaskRouted(nn.Module):
