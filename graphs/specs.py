@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 from graphs.errors import PlacerError
 
@@ -56,11 +57,14 @@ def function_label(func: Callable) -> str:
     return f"{getattr(inner, '__module__', '?')}:{getattr(inner, '__qualname__', type(inner).__name__)}"
 
 
-def call_spec(spec: str, what: str):
-    """Call the function a spec names (no arguments); what it raises is reported as bad input."""
+def call_spec(spec: str, what: str, around_call: Callable[[Callable], ContextManager] | None = None):
+    """Call the function a spec names (no arguments); what it raises is reported as bad input.
+    ``around_call(function)``: a context the call runs in, made once the function is found (its module
+    imported)."""
     func, func_name = spec_function(spec, what)
     try:
-        return func()
+        with around_call(func) if around_call else nullcontext():
+            return func()
     except (Exception, SystemExit) as error:  # the user's code (sys.exit() in it too)
         raise PlacerError(f"{what} spec {spec!r}: {func_name}() raised {type(error).__name__}: {error}") from error
 

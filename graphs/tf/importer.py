@@ -7,10 +7,12 @@
 - ``import_keras_spec("pkg.mod:fn" | "path/file.py:fn" | "model.keras")``: what the command line uses. The
   function returns a compiled ``keras.Model`` alone (inputs and targets are made up from its input spec,
   output shapes and compiled loss, see ``bare_model_example``) or ``(model, inputs, targets[, loss])``.
-  Keras names what it makes unnamed ("adam", "dense_1") as in a fresh process (``fresh_keras_names``),
-  so the same model gives the same graph and hash whatever the process built before (unless a layer made
-  before, such as a module spec's module-level layer, then shares a model and a name with a new one: then
-  the process's counters name them, as Keras would).
+  Keras names what it makes unnamed ("adam", "dense_1") as in a fresh process (``fresh_keras_names``,
+  past the names of the layers the function reaches before it runs, such as a module spec's module-level
+  layer: ``names_past_reachable_layers``), so the same model gives the same graph and hash whatever the
+  process built before, and the function is called once. Only a layer made before and reached otherwise
+  (a cache in another module) that then shares a model and a name with a new one makes it run again,
+  named by the process's counters, as Keras would.
 
 How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`` and
 ``graphs.tf.flatten``. TensorFlow and Keras are imported inside the functions only.
@@ -37,6 +39,7 @@ MAX_MADE_UP_VALUES = 2**31  # one made-up input or target: 8-16 GiB
 EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on every import and rebuild
 UIDS_ATTRIBUTE = "object_name_uids"  # Keras's global state: {name prefix: objects named with it so far}
 KERAS_NAME_CLASH = "All operation names should be unique"  # Keras's error: two layers of one model named alike
+MAX_REACH_DEPTH = 4  # how deep into containers of a function's globals its layers are looked for
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
 # shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
@@ -145,8 +148,11 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
     except PlacerError as error:
         if KERAS_NAME_CLASH not in str(error):
             raise
-        # a layer made before (a module spec's module-level layer, a cached one) holds a name the fresh
-        # counters gave again: name from the process's counters instead, as Keras does by itself
+        # The function is called a second time only here: a layer made before that it reaches other than
+        # through its module's globals or closure (a cache in another module) joined its model, and a fresh
+        # name given to a new layer was that layer's. Keras refuses the model inside the function (in
+        # keras.Model(...)), so there is no model to rename, and which old layer joins it is not known
+        # before the function runs. Name from the process's counters instead, as Keras does by itself.
         graph = _traced_keras_spec(spec, batch_size, name)
     # what lets the real TensorFlow measurer rebuild the same step: see measurers.tf.workload
     graph.meta["keras_spec"] = absolute_spec(spec)  # found from any folder
@@ -183,7 +189,8 @@ def call_builder(spec: str, batch_size: int | None = None):
         raise PlacerError(f"bad Keras spec {spec!r}: expected MODULE:FUNCTION, FILE.py:FUNCTION or FILE.keras")
     from graphs.specs import call_spec
 
-    return keras_example_from_result(call_spec(spec, "keras"), spec, batch_size)
+    return keras_example_from_result(call_spec(spec, "keras", around_call=names_past_reachable_layers), spec,
+                                     batch_size)
 
 
 def keras_example_from_result(result, spec: str, batch_size: int | None = None):
@@ -474,6 +481,92 @@ def fresh_keras_names():
         for prefix, count in (global_state.get_global_attribute(UIDS_ATTRIBUTE) or {}).items():
             merged[prefix] = max(merged[prefix], count)
         global_state.set_global_attribute(UIDS_ATTRIBUTE, merged)
+
+
+def reachable_keras_names(function) -> frozenset[str]:
+    """Names of the Keras layers (with their sublayers) and other operations that ``function`` reaches
+    before it runs: in its module's globals (a module-level layer), its closure and its defaults, and in
+    lists, tuples, sets and dicts of them. Modules and other objects are not searched."""
+    import keras
+
+    function = getattr(function, "func", function)  # a functools.partial: the function it wraps
+    cells = getattr(function, "__closure__", None) or ()
+    roots = [*getattr(function, "__globals__", {}).values(), *(getattr(function, "__defaults__", None) or ()),
+             *(cell.cell_contents for cell in cells if _cell_is_set(cell))]
+    names, seen = set(), set()
+    stack = [(root, 0) for root in roots]
+    while stack:
+        value, depth = stack.pop()
+        if id(value) in seen or depth > MAX_REACH_DEPTH:
+            continue
+        seen.add(id(value))
+        if isinstance(value, keras.layers.Layer) and hasattr(value, "_flatten_layers"):  # itself and sublayers
+            names.update(layer.name for layer in value._flatten_layers(include_self=True, recursive=True))
+        elif isinstance(value, keras.Operation):
+            names.add(value.name)
+        elif isinstance(value, dict):
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((item, depth + 1) for item in value)
+    return frozenset(names)
+
+
+def _cell_is_set(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not assigned yet
+        return False
+    return True
+
+
+class _CountsPast(defaultdict):
+    """Keras's name counters ({prefix: objects named with it so far}) that never hand out a name in
+    ``taken``: Keras's ``uniquify`` names the next object ``prefix`` or ``f"{prefix}_{counts[prefix]}"``,
+    so a count whose name is taken is moved on past it when it is read."""
+
+    def __init__(self, taken: frozenset[str], counts: dict):
+        super().__init__(int, counts)
+        self.taken = taken
+
+    def __contains__(self, prefix) -> bool:
+        return super().__contains__(prefix) or prefix in self.taken
+
+    def __getitem__(self, prefix) -> int:
+        count = super().get(prefix, 0)
+        while (f"{prefix}_{count}" if count else prefix) in self.taken:
+            count += 1
+        self[prefix] = count
+        return count
+
+
+@contextmanager
+def keras_names_past(taken: frozenset[str]):
+    """Inside, Keras names nothing it makes without a name with a name in ``taken`` (it goes on to the
+    next number: "dense_1" when "dense" is taken); otherwise it counts as before. After, the counters go
+    on from where they stand."""
+    try:
+        from keras.src.backend.common import global_state
+    except ImportError:
+        global_state = None
+    if global_state is None or not taken:
+        yield
+        return
+    counts = _CountsPast(taken, global_state.get_global_attribute(UIDS_ATTRIBUTE) or {})
+    global_state.set_global_attribute(UIDS_ATTRIBUTE, counts)
+    try:
+        yield
+    finally:
+        if global_state.get_global_attribute(UIDS_ATTRIBUTE) is counts:  # not reset inside (clear_session)
+            global_state.set_global_attribute(UIDS_ATTRIBUTE, defaultdict(int, counts))
+
+
+def names_past_reachable_layers(function):
+    """The context a user's Keras function is called in: names it gives are none of the layers' it
+    reaches before it runs (``reachable_keras_names``), as when a fresh process imports its module, which
+    names the module-level layers, then calls it. Without it, a module-level layer that outlived an earlier
+    import (or a ``clear_session``, which restarts the counters) and a new layer of its model could both be
+    "dense", which Keras refuses ("All operation names should be unique")."""
+    return keras_names_past(reachable_keras_names(function))
 
 
 @contextmanager

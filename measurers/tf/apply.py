@@ -50,13 +50,14 @@ def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int |
     import keras
     import tensorflow as tf
 
-    from graphs.tf.importer import keras_example_from_result, trace_keras_training_step
+    from graphs.tf.importer import keras_example_from_result, names_past_reachable_layers, trace_keras_training_step
 
     origin = function_label(build_fn)
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
     try:
-        result = build_fn()
+        with names_past_reachable_layers(build_fn):  # a module-level layer keeps its name past clear_session
+            result = build_fn()
     except Exception as error:  # the user's code
         raise PlacerError(f"keras function {origin!r} raised {type(error).__name__}: {error}") from error
     model, inputs, targets, loss = keras_example_from_result(result, origin, batch_size)

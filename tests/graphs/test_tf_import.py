@@ -1,5 +1,6 @@
 """The TensorFlow importer on small Keras models and tf.functions traced end to end."""
 
+import functools
 import os
 
 import numpy as np
@@ -733,21 +734,70 @@ def test_fresh_keras_names__count_from_zero_inside_and_stay_unique_after():
     assert inside == "adam" and after not in (before, inside)
 
 
-def test_import_keras_spec__a_module_whose_layer_outlives_the_import_imports_again(tmp_path, monkeypatch):
+def test_import_keras_spec__a_module_level_layer_keeps_its_name_and_the_function_runs_once():
     """A module spec is imported once per process: its module-level layer was named "dense" from fresh
     counters, and the next import's fresh counters named the function's own Dense "dense" too, which Keras
-    refuses in one model ("All operation names should be unique")."""
+    refuses in one model ("All operation names should be unique"): the function ran a second time, named
+    by the process's counters (another hash). Fresh counters now skip the names of the layers the function
+    reaches, as in a fresh process, which names the module's layers on import, then calls the function."""
+    from fixtures import keras_shared_layer
     from graphs.tf.importer import import_keras_spec
 
-    (tmp_path / "placer_shared_layer_spec.py").write_text(
+    graphs, calls = [], []
+    for _ in range(2):
+        before = len(keras_shared_layer.CALLS)
+        graphs.append(import_keras_spec("fixtures.keras_shared_layer:build", batch_size=2))
+        calls.append(len(keras_shared_layer.CALLS) - before)
+    assert calls == [1, 1]
+    assert graphs[0].content_hash == graphs[1].content_hash
+    assert keras_shared_layer.SHARED.name == "dense" and {"dense", "dense_1", "adam"} <= set(graphs[1].scopes)
+
+
+def test_import_keras_spec__a_layer_cached_elsewhere_that_clashes_runs_the_function_again(tmp_path, monkeypatch):
+    """A layer kept where the function's globals do not show it (a cache in another module) is not skipped:
+    its model is refused inside the function, which then runs again with the process's counters."""
+    from graphs.tf.importer import import_keras_spec
+
+    (tmp_path / "placer_layer_cache.py").write_text(
+        "import functools\n"
         "import keras\n"
-        "shared = keras.layers.Dense(4)  # made once, when the module is imported\n"
+        "@functools.lru_cache\n"
+        "def shared():\n"
+        "    return keras.layers.Dense(4)\n")
+    (tmp_path / "placer_cached_layer_spec.py").write_text(
+        "import keras\n"
+        "import placer_layer_cache\n"
+        "CALLS = []\n"
         "def build():\n"
+        "    CALLS.append(1)\n"
+        "    shared = placer_layer_cache.shared()  # 'dense', from the first import's fresh counters\n"
         "    inputs = keras.Input((8,))\n"
         "    model = keras.Model(inputs, shared(keras.layers.Dense(4)(inputs)))\n"
         "    model.compile(optimizer='adam', loss='mse')\n"
         "    return model\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    first = import_keras_spec("placer_shared_layer_spec:build", batch_size=2)
-    second = import_keras_spec("placer_shared_layer_spec:build", batch_size=2)
+    first = import_keras_spec("placer_cached_layer_spec:build", batch_size=2)
+    second = import_keras_spec("placer_cached_layer_spec:build", batch_size=2)
+    import placer_cached_layer_spec
+
+    assert len(placer_cached_layer_spec.CALLS) == 3
     assert first.num_ops == second.num_ops and first.total_flops == second.total_flops
+
+
+def test_reachable_keras_names__globals_closure_and_containers_with_sublayers():
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, keras_names_past, reachable_keras_names
+
+    inner = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2, name="deep")], name="inner")
+    held = {"models": [inner]}
+    closed = keras.layers.Dense(2, name="closed")
+
+    def build(default=keras.layers.Dense(2, name="default")):
+        return held, closed
+
+    assert {"inner", "deep", "closed", "default"} <= reachable_keras_names(build)
+    assert "closed" in reachable_keras_names(functools.partial(build))
+    with fresh_keras_names(), keras_names_past(frozenset({"dense", "dense_2"})):
+        names = [keras.layers.Dense(2).name for _ in range(3)]
+    assert names == ["dense_1", "dense_3", "dense_4"]

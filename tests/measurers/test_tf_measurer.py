@@ -178,3 +178,13 @@ def test_tf_measurer__a_gpu_tensorflow_cannot_see_is_refused_not_soft_placed_on_
     assert on_gpu.status == "error" and "TensorFlow sees only 0" in on_gpu.error
     with pytest.raises(PlacerError, match="TensorFlow sees only 0"):
         profile_tf(graph, machine, runs=1, warmup=0, measurer=measurer)
+
+
+def test_tf_measurer__a_module_level_layer_after_clear_session_beside_another_model():
+    """The measurer rebuilds a step after ``clear_session``, which restarts Keras's name counters but keeps a
+    module spec's module-level layer, "dense": the function's own Dense was named "dense" too and Keras
+    refused the model. Two models, each measured after the other's rebuild, in one process."""
+    shared = import_keras_spec("fixtures.keras_shared_layer:build", batch_size=2)
+    for graph in (shared, import_keras_spec(SPEC), shared):
+        [result] = TFMeasurer(graph, three_cpus(), runs=1, warmup=0).measure([np.zeros(graph.num_ops, np.int64)])
+        assert result.status == "ok", result.error
