@@ -25,7 +25,7 @@ COPY_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)  # the sizes
 class CopyTiming:
     src: str  # machine device names
     dst: str
-    bytes: int
+    size_bytes: int
     median_s: float
 
 
@@ -64,7 +64,7 @@ def fit_link(timings: Sequence[CopyTiming]) -> tuple[float, float]:
     """(latency s, bandwidth B/s) of ``time = latency + bytes / bandwidth``, least squares over the timings
     (in seconds, so the large copies that dominate a step's transfer time weigh most); a negative latency is
     refitted as zero."""
-    size_bytes = np.array([t.bytes for t in timings], dtype=np.float64)  # (K,)
+    size_bytes = np.array([t.size_bytes for t in timings], dtype=np.float64)  # (K,)
     time_s = np.array([t.median_s for t in timings], dtype=np.float64)  # (K,)
     if len(timings) < 2 or len(set(size_bytes.tolist())) < 2:
         raise PlacerError("a link fit needs copies of at least two sizes")

@@ -78,8 +78,8 @@ def print_copies(copies: list) -> None:
     if copies:
         print("\n| copy | bytes | median s | GB/s |\n|---|---|---|---|")
     for copy in copies:
-        print(f"| {copy.src}->{copy.dst} | {copy.bytes} | {copy.median_s:.6f} | "
-              f"{copy.bytes / copy.median_s / 1e9:.2f} |")
+        print(f"| {copy.src}->{copy.dst} | {copy.size_bytes} | {copy.median_s:.6f} | "
+              f"{copy.size_bytes / copy.median_s / 1e9:.2f} |")
 
 
 def print_agreement(rows: list, labels: list) -> None:

@@ -63,7 +63,7 @@ def test_time_torch_copies__times_each_size_of_each_link_between_different_torch
     timed_links = {(t.src, t.dst) for t in found}
     expected = {(link.src, link.dst) for link in machine.links if "gpu:0" in (link.src, link.dst)}
     assert timed_links == expected and len(found) == len(expected) * len(sizes)
-    assert sorted({t.bytes for t in found}) == list(sizes) and all(t.median_s >= 0 for t in found)
+    assert sorted({t.size_bytes for t in found}) == list(sizes) and all(t.median_s >= 0 for t in found)
 
 
 def test_profile_torch__takes_the_brackets_own_time_off_each_op():
