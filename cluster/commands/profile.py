@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cluster.commands.paths import output_file
 
 
@@ -38,6 +40,9 @@ def _profile(args) -> int:
     check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback
     if args.machine_out and args.measurer != "torch":
         raise PlacerError(f"--machine-out times copies with PyTorch: it needs --measurer torch, not {args.measurer}")
+    if args.machine_out and Path(args.machine_out).resolve() == Path(args.output).resolve():
+        raise PlacerError(f"--machine-out and -o are the same file ({args.output}): the machine file names the "
+                          "profile, so each needs its own")
     if args.measurer == "tf":
         import_tensorflow_quietly()
     graph = load_graph(args.graph)
@@ -65,7 +70,6 @@ def _save_machine(machine, path: str, profile_path: str) -> None:
     import dataclasses
     import json
     import os
-    from pathlib import Path
 
     from graphs.files import atomic_file
     from measurers.machine_json import machine_to_json

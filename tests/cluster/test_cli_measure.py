@@ -201,6 +201,17 @@ def test_profile__machine_out_needs_the_torch_measurer(mlp_file, tmp_path, capsy
     assert not out.exists() and not machine_out.exists()
 
 
+def test_profile__machine_out_that_is_the_profile_file_is_refused_before_profiling(mlp_file, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """It wrote the profile, then the machine file over it (naming itself as its profile), and exited 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.json").write_text("kept")
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "1", "-o", "p.json",
+                 "--machine-out", "./sub/../p.json"]) == 2
+    assert "--machine-out and -o are the same file (p.json)" in capsys.readouterr().err
+    assert (tmp_path / "p.json").read_text() == "kept"
+
+
 def test_measure__openvino_inference_of_an_imported_ir(tmp_path, capsys):
     from measurers.openvino.sample import save_sample_model
 
