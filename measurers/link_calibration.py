@@ -18,6 +18,7 @@ import numpy as np
 from graphs.errors import PlacerError
 from measurers.machine import Machine
 
+LINKS_MEASURED_NOTE = "; links measured"  # ends the description of a calibrated machine
 COPY_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)  # the sizes a training step's cut edges span
 
 
@@ -91,5 +92,6 @@ def calibrated_machine(machine: Machine, timings: Sequence[CopyTiming]) -> Machi
             latency_s, bandwidth_Bps = fit_link(found)
             link = replace(link, latency_s=latency_s, bandwidth_Bps=bandwidth_Bps)
         links.append(link)
-    description = machine.description + ("; links measured" if by_link else "")
+    noted = not by_link or machine.description.endswith(LINKS_MEASURED_NOTE)  # a machine file calibrated before
+    description = machine.description + ("" if noted else LINKS_MEASURED_NOTE)
     return replace(machine, links=tuple(links), description=description)

@@ -46,6 +46,17 @@ def test_calibrated_machine__replaces_the_timed_links_only():
     assert calibrated_machine(machine, []) == machine
 
 
+def test_calibrated_machine__says_links_measured_once_when_calibrated_again():
+    """Profiling again with the machine file it wrote (--machine FILE --machine-out FILE) appended the note
+    again each time."""
+    machine = load_machine("paper-2gpu")
+    first = machine.links[0]
+    again = calibrated_machine(calibrated_machine(machine, _timings(first.src, first.dst, 3e-5, 2e9)),
+                               _timings(first.src, first.dst, 2e-5, 3e9))
+    assert again.description == machine.description + "; links measured"
+    assert again.links[0].bandwidth_Bps == pytest.approx(3e9)
+
+
 def test_time_torch_copies__times_each_size_of_each_link_between_different_torch_devices(monkeypatch):
     import torch
 
