@@ -118,6 +118,8 @@ def main() -> int:
                         "many times slower with several threads)")
     parser.add_argument("--save", type=Path, help="write graph, machine, profile, placements and times here")
     args = parser.parse_args()
+    if args.save and args.save.exists() and not args.save.is_dir():  # found only at the end, after the GPU run
+        parser.error(f"--save {args.save} is a file, not a folder")
     import torch
 
     if args.threads or args.cpu_smoke:
