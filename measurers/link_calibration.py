@@ -18,6 +18,7 @@ import numpy as np
 from graphs.errors import PlacerError
 from measurers.machine import Machine
 
+LINKS_MEASURED_NOTE = "; links measured"  # ends the description of a calibrated machine
 COPY_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)  # the sizes a training step's cut edges span
 
 
@@ -25,7 +26,7 @@ COPY_SIZES_BYTES = (4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)  # the sizes
 class CopyTiming:
     src: str  # machine device names
     dst: str
-    bytes: int
+    size_bytes: int
     median_s: float
 
 
@@ -64,7 +65,7 @@ def fit_link(timings: Sequence[CopyTiming]) -> tuple[float, float]:
     """(latency s, bandwidth B/s) of ``time = latency + bytes / bandwidth``, least squares over the timings
     (in seconds, so the large copies that dominate a step's transfer time weigh most); a negative latency is
     refitted as zero."""
-    size_bytes = np.array([t.bytes for t in timings], dtype=np.float64)  # (K,)
+    size_bytes = np.array([t.size_bytes for t in timings], dtype=np.float64)  # (K,)
     time_s = np.array([t.median_s for t in timings], dtype=np.float64)  # (K,)
     if len(timings) < 2 or len(set(size_bytes.tolist())) < 2:
         raise PlacerError("a link fit needs copies of at least two sizes")
@@ -91,5 +92,6 @@ def calibrated_machine(machine: Machine, timings: Sequence[CopyTiming]) -> Machi
             latency_s, bandwidth_Bps = fit_link(found)
             link = replace(link, latency_s=latency_s, bandwidth_Bps=bandwidth_Bps)
         links.append(link)
-    description = machine.description + ("; links measured" if by_link else "")
+    noted = not by_link or machine.description.endswith(LINKS_MEASURED_NOTE)  # a machine file calibrated before
+    description = machine.description + ("" if noted else LINKS_MEASURED_NOTE)
     return replace(machine, links=tuple(links), description=description)

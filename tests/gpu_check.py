@@ -78,8 +78,8 @@ def print_copies(copies: list) -> None:
     if copies:
         print("\n| copy | bytes | median s | GB/s |\n|---|---|---|---|")
     for copy in copies:
-        print(f"| {copy.src}->{copy.dst} | {copy.bytes} | {copy.median_s:.6f} | "
-              f"{copy.bytes / copy.median_s / 1e9:.2f} |")
+        print(f"| {copy.src}->{copy.dst} | {copy.size_bytes} | {copy.median_s:.6f} | "
+              f"{copy.size_bytes / copy.median_s / 1e9:.2f} |")
 
 
 def print_agreement(rows: list, labels: list) -> None:
@@ -118,6 +118,8 @@ def main() -> int:
                         "many times slower with several threads)")
     parser.add_argument("--save", type=Path, help="write graph, machine, profile, placements and times here")
     args = parser.parse_args()
+    if args.save and args.save.exists() and not args.save.is_dir():  # found only at the end, after the GPU run
+        parser.error(f"--save {args.save} is a file, not a folder")
     import torch
 
     if args.threads or args.cpu_smoke:

@@ -16,12 +16,34 @@ def _run(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_gpu_check__cpu_smoke_profiles_measures_and_compares_30_placements():
-    done = _run("--cpu-smoke")
+def test_gpu_check__cpu_smoke_profiles_measures_and_compares_30_placements(tmp_path):
+    done = _run("--cpu-smoke", "--save", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "(ok)" in line]
     assert len(rows) == 30
     assert "30/30 placements measured ok; Kendall tau" in done.stdout and "MAPE" in done.stdout
+    _check_saved_run_simulates_again(tmp_path / "run")
+
+
+def _check_saved_run_simulates_again(folder: Path) -> None:
+    """--save keeps what simulating the run again elsewhere needs: the same simulated times come back."""
+    import json
+
+    import numpy as np
+
+    from graphs.io import load_graph_file
+    from measurers.catalog import machine_from_json
+    from measurers.sim.costs import load_profile
+    from measurers.sim.reference import Simulator
+
+    graph, profile = load_graph_file(folder / "graph.parquet"), load_profile(folder / "profile.json")
+    placements = np.load(folder / "placements.npy")  # (K, N)
+    rows = json.loads((folder / "measured.json").read_text())["rows"]
+    machines = json.loads((folder / "machines.json").read_text())
+    assert len(rows) == len(placements) == 30 and set(machines) == {"catalog links", "measured links"}
+    for label, machine_json in machines.items():
+        simulator = Simulator(graph, machine_from_json(machine_json), profile=profile)
+        assert [simulator.run(p).runtime_s for p in placements] == pytest.approx([row[label] for row in rows])
 
 
 def test_gpu_check__without_cuda_skips_cleanly():
@@ -43,3 +65,12 @@ def test_gpu_check__without_openvino_says_so_and_goes_on(tmp_path):
                           text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "gpu-check (OpenVINO): skipped: OpenVINO is not installed" in done.stdout
+
+
+def test_gpu_check__save_to_a_file_is_refused_before_the_run(tmp_path):
+    """It ran the whole validation (minutes of a lent GPU) and then failed to make the folder."""
+    taken = tmp_path / "results"
+    taken.write_text("")
+    done = _run("--cpu-smoke", "--save", str(taken))
+    assert done.returncode == 2 and f"--save {taken} is a file, not a folder" in done.stderr
+    assert "captured the step" not in done.stdout

@@ -44,4 +44,7 @@ def _show(args) -> int:
     for link in machine.links:
         print(f"{link.src + '->' + link.dst:16s} {link.bandwidth_Bps / 1e9:7.1f} {link.latency_s * 1e6:10.1f}  "
               f"{link.channel}")
+    if machine.profile:  # the figures above were all a reader saw, as if the simulator used them for every op
+        print(f"profile {machine.profile} (measured op times: the simulator uses them, not the device figures, "
+              "for the ops it times)")
     return 0

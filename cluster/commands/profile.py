@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cluster.commands.paths import output_file
 
 
@@ -15,9 +17,10 @@ def register(subparsers) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
                         help="profile file (.json or .parquet)")
     parser.add_argument("--machine-out", metavar="FILE", type=output_file,
-                        help="also time copies over each link (--measurer torch) and write a machine file with "
-                             "the fitted latency and bandwidth, naming the profile: the simulator then models "
-                             "this node as measured (placer simulate --machine FILE)")
+                        help="also time copies over each link between two torch devices (--measurer torch; a "
+                             "link between devices torch runs as one, e.g. two CPUs, keeps its figures) and write "
+                             "a machine file with the fitted latency and bandwidth, naming the profile: the "
+                             "simulator then models this node as measured (placer simulate --machine FILE)")
     parser.add_argument("--runs", type=int, default=3, metavar="N", help="timed runs per op (median; default 3)")
     parser.add_argument("--warmup", type=int, default=1, metavar="W", help="untimed runs first (default 1)")
     parser.add_argument("--seed", type=int, default=0)
@@ -38,34 +41,38 @@ def _profile(args) -> int:
     check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback
     if args.machine_out and args.measurer != "torch":
         raise PlacerError(f"--machine-out times copies with PyTorch: it needs --measurer torch, not {args.measurer}")
+    if args.machine_out and Path(args.machine_out).resolve() == Path(args.output).resolve():
+        raise PlacerError(f"--machine-out and -o are the same file ({args.output}): the machine file names the "
+                          "profile, so each needs its own")
     if args.measurer == "tf":
         import_tensorflow_quietly()
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = profile_graph(graph, machine, args.measurer, args.runs, args.warmup, args.seed)
-    measured_machine = _measured_links(machine) if args.machine_out else None
+    measured = _measured_links(machine) if args.machine_out else None
     save_profile(profile, args.output)
     models = sorted(set(profile.device_models.tolist()))
     print(f"profiled {len(profile.op_names)} (op, device model) times of {graph.name} on {', '.join(models)} "
           f"-> {args.output}")
-    if measured_machine is not None:
-        _save_machine(measured_machine, args.machine_out, args.output)
+    if measured is not None:
+        _save_machine(*measured, args.machine_out, args.output)
     return 0
 
 
 def _measured_links(machine):
+    """(``machine`` with its timed links fitted, the (src, dst) of each timed link)."""
     from measurers.link_calibration import calibrated_machine, time_torch_copies
     from measurers.torch.measurer import default_torch_devices
 
-    return calibrated_machine(machine, time_torch_copies(machine, default_torch_devices(machine)))
+    timings = time_torch_copies(machine, default_torch_devices(machine))
+    return calibrated_machine(machine, timings), {(t.src, t.dst) for t in timings}
 
 
-def _save_machine(machine, path: str, profile_path: str) -> None:
+def _save_machine(machine, timed: set, path: str, profile_path: str) -> None:
     """The machine file, naming the profile by its path relative to the machine file's folder."""
     import dataclasses
     import json
     import os
-    from pathlib import Path
 
     from graphs.files import atomic_file
     from measurers.machine_json import machine_to_json
@@ -73,6 +80,17 @@ def _save_machine(machine, path: str, profile_path: str) -> None:
     relative = os.path.relpath(Path(profile_path).resolve(), Path(path).resolve().parent)
     with atomic_file(Path(path)) as tmp:
         tmp.write_text(json.dumps(machine_to_json(dataclasses.replace(machine, profile=relative)), indent=1))
-    fitted = ", ".join(f"{link.src}->{link.dst} {link.bandwidth_Bps / 1e9:.2f} GB/s + {link.latency_s * 1e6:.1f} us"
-                       for link in machine.links)
-    print(f"machine with measured links ({fitted or 'none'}) -> {path}")
+    print(f"machine with {_links_summary(machine.links, timed)} -> {path}")
+
+
+def _links_summary(links, timed: set) -> str:
+    """What the machine file's links are: the fitted figures of the timed ones, how many kept their own."""
+    fitted = [f"{link.src}->{link.dst} {link.bandwidth_Bps / 1e9:.2f} GB/s + {link.latency_s * 1e6:.1f} us"
+              for link in links if (link.src, link.dst) in timed]
+    kept = len(links) - len(fitted)  # both ends one torch device (a node without GPUs): no copy to time
+    if not links:
+        return "no link to measure (one device)"
+    parts = [f"links measured here ({', '.join(fitted)})"] if fitted else ["no link measured"]
+    if kept:
+        parts.append(f"{kept} kept as given (both ends one torch device)")
+    return "; ".join(parts)

@@ -183,7 +183,7 @@ def test_profile__machine_out_writes_a_machine_that_names_the_profile(mlp_file, 
         folder.mkdir()
     assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "2", "-o", str(profile_file),
                  "--machine-out", str(machine_file)]) == 0
-    assert "machine with measured links (" in capsys.readouterr().out
+    assert f"machine with no link to measure (one device) -> {machine_file}" in capsys.readouterr().out
     written = json.loads(machine_file.read_text())
     assert written["profile"] == "../p/profile.json"
     assert [d["name"] for d in written["devices"]] == [d.name for d in load_machine("local").devices]
@@ -191,6 +191,49 @@ def test_profile__machine_out_writes_a_machine_that_names_the_profile(mlp_file, 
                  "--json"]) == 0
     runtime_s = json.loads(capsys.readouterr().out)["runtime_s"]
     assert runtime_s == pytest.approx(float(load_profile(profile_file).time_s.sum()), rel=1e-6)
+    assert main(["machines", "show", str(machine_file)]) == 0  # it showed the device figures alone
+    assert f"profile {profile_file.resolve()} (measured op times: the simulator uses them" in capsys.readouterr().out
+
+
+def test_profile__machine_out_says_which_links_it_did_not_time(mlp_file, tmp_path, capsys):
+    """Two CPUs are one torch device: no copy between them to time, so their links keep the given figures.
+    It printed those figures as "measured links"."""
+    machine_json, given = _two_cpu_machine(tmp_path)
+    machine_out = tmp_path / "measured.json"
+    assert main(["profile", "--graph", str(mlp_file), "--machine", str(given), "--measurer", "torch", "--runs", "1",
+                 "-o", str(tmp_path / "p.json"), "--machine-out", str(machine_out)]) == 0
+    out = capsys.readouterr().out
+    assert "machine with no link measured; 2 kept as given (both ends one torch device)" in out
+    assert "measured here" not in out
+    assert json.loads(machine_out.read_text())["links"] == machine_json["links"]
+
+
+def test_profile__machine_out_prints_only_the_timed_links_as_measured(mlp_file, tmp_path, capsys, monkeypatch):
+    from measurers import link_calibration
+    from measurers.link_calibration import CopyTiming
+
+    def one_link_timed(machine, torch_devices):  # as if cpu:1 were another torch device, reached one way only
+        return [CopyTiming("cpu:0", "cpu:1", size, 3e-5 + size / 2e9) for size in (4096, 1 << 20)]
+
+    monkeypatch.setattr(link_calibration, "time_torch_copies", one_link_timed)
+    _, given = _two_cpu_machine(tmp_path)
+    assert main(["profile", "--graph", str(mlp_file), "--machine", str(given), "--measurer", "torch", "--runs", "1",
+                 "-o", str(tmp_path / "p.json"), "--machine-out", str(tmp_path / "m.json")]) == 0
+    out = capsys.readouterr().out
+    assert "machine with links measured here (cpu:0->cpu:1 2.00 GB/s + 30.0 us); 1 kept as given" in out
+
+
+def _two_cpu_machine(folder) -> tuple[dict, object]:
+    """This node's CPU twice, linked both ways: (its JSON, the file it is written to)."""
+    from measurers.catalog import machine_to_json
+
+    machine_json = machine_to_json(load_machine("local"))
+    machine_json["devices"].append({**machine_json["devices"][0], "name": "cpu:1"})
+    machine_json["links"] = [{"src": src, "dst": dst, "bandwidth_Bps": 3e10, "latency_s": 1e-6, "channel": "upi"}
+                             for src, dst in (("cpu:0", "cpu:1"), ("cpu:1", "cpu:0"))]
+    path = folder / "two-cpus.json"
+    path.write_text(json.dumps(machine_json))
+    return machine_json, path
 
 
 def test_profile__machine_out_needs_the_torch_measurer(mlp_file, tmp_path, capsys):
@@ -199,6 +242,17 @@ def test_profile__machine_out_needs_the_torch_measurer(mlp_file, tmp_path, capsy
                  str(machine_out)]) == 2
     assert "--machine-out times copies with PyTorch: it needs --measurer torch, not tf" in capsys.readouterr().err
     assert not out.exists() and not machine_out.exists()
+
+
+def test_profile__machine_out_that_is_the_profile_file_is_refused_before_profiling(mlp_file, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """It wrote the profile, then the machine file over it (naming itself as its profile), and exited 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.json").write_text("kept")
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "1", "-o", "p.json",
+                 "--machine-out", "./sub/../p.json"]) == 2
+    assert "--machine-out and -o are the same file (p.json)" in capsys.readouterr().err
+    assert (tmp_path / "p.json").read_text() == "kept"
 
 
 def test_measure__openvino_inference_of_an_imported_ir(tmp_path, capsys):

@@ -46,6 +46,17 @@ def test_calibrated_machine__replaces_the_timed_links_only():
     assert calibrated_machine(machine, []) == machine
 
 
+def test_calibrated_machine__says_links_measured_once_when_calibrated_again():
+    """Profiling again with the machine file it wrote (--machine FILE --machine-out FILE) appended the note
+    again each time."""
+    machine = load_machine("paper-2gpu")
+    first = machine.links[0]
+    again = calibrated_machine(calibrated_machine(machine, _timings(first.src, first.dst, 3e-5, 2e9)),
+                               _timings(first.src, first.dst, 2e-5, 3e9))
+    assert again.description == machine.description + "; links measured"
+    assert again.links[0].bandwidth_Bps == pytest.approx(3e9)
+
+
 def test_time_torch_copies__times_each_size_of_each_link_between_different_torch_devices(monkeypatch):
     import torch
 
@@ -63,7 +74,7 @@ def test_time_torch_copies__times_each_size_of_each_link_between_different_torch
     timed_links = {(t.src, t.dst) for t in found}
     expected = {(link.src, link.dst) for link in machine.links if "gpu:0" in (link.src, link.dst)}
     assert timed_links == expected and len(found) == len(expected) * len(sizes)
-    assert sorted({t.bytes for t in found}) == list(sizes) and all(t.median_s >= 0 for t in found)
+    assert sorted({t.size_bytes for t in found}) == list(sizes) and all(t.median_s >= 0 for t in found)
 
 
 def test_profile_torch__takes_the_brackets_own_time_off_each_op():
