@@ -3,27 +3,37 @@
 The memory-constrained heuristics (m-TOPO, m-ETF, m-SCT, HEFT) place with a per-unit estimate of memory
 (``policies.problem.unit_memory_bytes``); the simulator's liveness model is the truth, and the ``saved``
 estimate can fall short of it. ``fit_in_memory`` runs after them: a placement the simulator says fits
-comes back as it was (the same array); one that overflows has units moved, one at a time, each re-simulated,
-until it fits or a bounded number of moves is spent. ``Slot.fastest_device_start`` (policies/rl/gnn)
-spills its one-device start with the same ``spill``.
+comes back as it was (the same array); one that overflows has units moved, one at a time (or a region at
+once, below), each move re-simulated, until it fits or a bounded number of moves is spent. ``Slot.fastest_device_start`` (policies/rl/gnn)
+spills its one-device start with the same ``spill`` (single moves only).
 
-Each move takes the device whose peak is the most over its capacity and, among its units, the one that
-frees the most peak per byte of new cut traffic: the units are ranked by cut bytes added per byte of the
-estimate (the heuristics' per-unit bytes), simulated ``shortlist`` at a time in that order (at most
-``TRIALS`` shortlists), and of the first shortlist holding moves that lower that device's peak, the move
-with the largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop).
-Failing that, the first move that leaves every peak as it was (a peak several units share drops only
-once several have moved); failing that too, the repair stops. A move never raises the overflowing peak
-nor overflows its target; each unit moves at most once (nothing goes back and forth). A unit goes to the
-device it may run on where its estimate fits in the free memory (capacity minus simulated peak), the
-lowest ``preference`` first, then the one with the most free memory.
+Each move takes the device whose peak is the most over its capacity and, among its units, the one that frees
+the most peak per byte of new cut traffic: the units are ranked by cut bytes added per byte of the estimate
+(the heuristics' per-unit bytes), simulated ``shortlist`` at a time in that order (at most ``TRIALS``
+shortlists), and of the first shortlist holding moves that lower that device's peak, the move with the
+largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop). Failing that,
+the first move that leaves every peak as it was (a peak several units share drops only once several have
+moved); failing that too, a region moves (below). A move never raises the overflowing peak nor overflows its
+target; each unit moves at most once (nothing goes back and forth). A unit goes to the device it may run on
+where its estimate fits in the free memory (capacity minus simulated peak), the lowest ``preference`` first,
+then the one with the most free memory.
 
-Why not the most free memory alone, as a target: on the paper machines the host's 256 GB would take
-every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their memory model
-was fitted to (the GPUs), and only then the host. What it cannot do: the simulator's peak drops only when
-a unit's tensors live at the peak leave with no copy coming back (its readers there then receive one), so
-one op-level unit at a time seldom helps when the overflow is a whole region of the graph (m-TOPO on nmt-4
-/ cpu-igpu: 3 GB over, 18 MB freed before no move helped); the notes then say it is still out of memory.
+When no single move lowers the peak (or the moves are spent), a region moves: the simulator's peak is often
+made of many groups' live tensors, and one op-level group at a time frees nearly nothing there (its readers
+left behind receive a copy; m-TOPO on nmt-4 / cpu-igpu: 3 GB over, 18 MB freed before no move helped). The
+timeline says which buffers are live at the peak moment of the overflowing device
+(``measurers.sim.liveness``) and which groups hold each there (its producer and readers on that device); the
+holders not moved yet of the first 1, 2, 4, ... of them (oldest first) move together to the allowed device
+with the most free memory, each size simulated, until one fits: of those that lower the peak and leave the
+target fitting, the lowest peak wins (at most ``MAX_REGIONS`` regions; then single moves again, while
+allowed). Only a placement the single moves leave out of memory reaches this step, so one they fit is
+unchanged.
+
+Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
+would take every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their
+memory model was fitted to (the GPUs), and only then the host. What it cannot do: make a step fit that
+needs more than the devices hold, or a region whose holders some device cannot all run; the notes then say
+it is still out of memory.
 """
 
 from __future__ import annotations
@@ -35,7 +45,8 @@ import numpy as np
 
 from policies.problem import PlacementProblem
 
-MAX_MOVES = 256  # moves fit_in_memory makes at most (each simulates up to SHORTLIST * TRIALS placements)
+MAX_MOVES = 256  # single moves fit_in_memory makes at most (each simulates up to SHORTLIST * TRIALS placements)
+MAX_REGIONS = 16  # region moves it makes at most, besides (each: a timeline, then log2(live buffers) + 2 at most)
 SHORTLIST = 8  # units simulated together per move: the best of them moves
 TRIALS = 4  # shortlists a move may try before giving up on lowering the peak
 
@@ -57,7 +68,8 @@ class Spill:
     peak_bytes_before: np.ndarray  # (D,) int64
     peak_bytes: np.ndarray  # (D,) int64: of ``units``
     capacity_bytes: np.ndarray  # (D,) int64
-    stop: str  # "fits", "no unit fits elsewhere", or "move limit"
+    stop: str  # "fits", "no unit fits elsewhere", "no move lowers the peak" or "move limit"
+    regions: tuple[int, ...] = ()  # units of each region move, among ``moves`` (``_region_move``)
 
     @property
     def fits(self) -> bool:
@@ -77,6 +89,10 @@ class Spill:
             pairs[key] = pairs.get(key, 0) + 1
         moved = ", ".join(f"{names[a]} -> {names[b]}: {n}" for (a, b), n in pairs.items())
         text += f"; moved {len(self.moves)} groups" + (f" ({moved})" if moved else "")
+        if self.regions:
+            many = len(self.regions) > 1
+            text += (f", {sum(self.regions)} of them in {len(self.regions)} region{'s' if many else ''} "
+                     "(the groups holding the buffers live at the peak)")
         if self.fits:
             return text + "; fits now"
         still = np.flatnonzero(self.peak_bytes > self.capacity_bytes)
@@ -99,13 +115,14 @@ def unit_edges(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.nd
 
 def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.ndarray, preference: np.ndarray,
           max_moves: int = MAX_MOVES, shortlist: int = SHORTLIST,
-          edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> Spill:
+          edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, max_regions: int = MAX_REGIONS) -> Spill:
     """Move units of ``op_placement`` (N,) until every device's simulated peak fits its capacity (module
     docstring); a moved unit's ops all go to its target, the other ops stay where they are.
 
     ``unit_bytes`` (U,): the memory estimate that ranks units and checks that a target has room;
     ``preference`` (D,): lower first as a target, inf: never one; ``edges``: (from unit, to unit, bytes),
-    both directions (default ``unit_edges``). With ``shortlist=1`` the estimate alone picks each move."""
+    both directions (default ``unit_edges``). With ``shortlist=1`` the estimate alone picks each move;
+    ``max_regions``: region moves at most, once single moves stop (0: single moves only)."""
     from measurers.sim.reference import Simulator
 
     simulator = Simulator(problem.graph, problem.machine)
@@ -116,31 +133,98 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
     before, moves, stop = peaks.copy(), [], "fits"
     moved = np.zeros(problem.num_units, dtype=bool)
     edges = unit_edges(problem) if edges is None else edges
+    singles, regions = 0, []
     while (peaks > capacity).any():
-        if len(moves) >= max_moves:
-            stop = "move limit"
-            break
         here = int(np.argmax(peaks - capacity))
-        candidates, targets = _movable(problem, units, unit_bytes, preference, peaks, here)
-        keep = ~moved[candidates]  # a unit moves once: no unit goes back and forth
-        candidates, targets = candidates[keep], targets[keep]
-        if not len(candidates):
-            stop = "no unit fits elsewhere"
-            break
-        added = _added_cut_bytes(units, edges, candidates, here, targets, problem.num_units, problem.num_devices)
-        ranked = np.argsort(added / np.maximum(unit_bytes[candidates], 1), kind="stable")
-        ranked = ranked[:max(shortlist, 1) * TRIALS]
-        best = _best_move(problem, simulator, placement, candidates[ranked], targets[ranked], added[ranked],
-                          peaks, here, max(shortlist, 1))
+        stop, best = _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges,
+                                  peaks, here, shortlist, singles >= max_moves)
+        if best is None and len(regions) < max_regions:
+            best = _region_move(problem, simulator, placement, moved, preference, peaks, here)
+            regions += [] if best is None else [len(best[0])]
+        elif best is not None:
+            singles += 1
         if best is None:
-            stop = "no move lowers the peak"
             break
-        pick, peaks = best
-        unit, target = int(candidates[ranked[pick]]), int(targets[ranked[pick]])
-        moves.append(SpillMove(unit, here, target))
-        units[unit], moved[unit] = target, True
-        placement[problem.op_unit == unit] = target
-    return Spill(placement, units, tuple(moves), before, peaks, capacity, stop)
+        picked, target, peaks = best
+        moves += [SpillMove(int(unit), here, target) for unit in picked]
+        units[picked], moved[picked] = target, True
+        placement[np.isin(problem.op_unit, picked)] = target
+        stop = "fits"
+    return Spill(placement, units, tuple(moves), before, peaks, capacity, stop, tuple(regions))
+
+
+def _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges, peaks, here,
+                 shortlist, out_of_moves) -> tuple[str, tuple[np.ndarray, int, np.ndarray] | None]:
+    """The best one-unit move off ``here`` (module docstring): ("fits", ((1,) the unit, its target, the
+    simulated peaks after)), or (why there is none, None)."""
+    if out_of_moves:
+        return "move limit", None
+    candidates, targets = _movable(problem, units, unit_bytes, preference, peaks, here)
+    keep = ~moved[candidates]  # a unit moves once: no unit goes back and forth
+    candidates, targets = candidates[keep], targets[keep]
+    if not len(candidates):
+        return "no unit fits elsewhere", None
+    added = _added_cut_bytes(units, edges, candidates, here, targets, problem.num_units, problem.num_devices)
+    ranked = np.argsort(added / np.maximum(unit_bytes[candidates], 1), kind="stable")
+    ranked = ranked[:max(shortlist, 1) * TRIALS]
+    best = _best_move(problem, simulator, placement, candidates[ranked], targets[ranked], added[ranked],
+                      peaks, here, max(shortlist, 1))
+    if best is None:
+        return "no move lowers the peak", None
+    pick, after = best
+    return "fits", (candidates[ranked[pick]:ranked[pick] + 1], int(targets[ranked[pick]]), after)
+
+
+def _region_move(problem, simulator, placement, moved, preference, peaks,
+                 here) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """((R,) units, their target, the simulated peaks after) or None: the units holding the first buffers
+    live at ``here``'s peak, 1, 2, 4, ... of them, moved together to the allowed device with the most free
+    memory; of the regions that lower ``here``'s peak and leave the target fitting, the lowest peak (the
+    first that fits ``here``; growing stops once the target overflows)."""
+    capacity = problem.capacity_bytes()
+    first_rank = _holders_by_buffer(problem, simulator, placement, here)  # (U,)
+    allowed = problem.unit_allowed & np.isfinite(preference)  # (U, D)
+    allowed[:, here] = False
+    held = first_rank[first_rank < np.iinfo(np.int64).max]
+    best, taken = None, 0
+    for size in 2 ** np.arange(int(held.max(initial=0)).bit_length() + 1):
+        region = np.flatnonzero((first_rank < size) & ~moved)
+        if len(region) == taken:
+            continue
+        taken = len(region)
+        room = np.where(allowed[region].all(axis=0), capacity - peaks, -np.inf)
+        if not np.isfinite(room.max()):
+            break
+        target = int(np.argmax(room))
+        after = simulator.run(np.where(np.isin(problem.op_unit, region), target, placement)).peak_bytes
+        if after[target] > capacity[target]:
+            break
+        if after[here] < peaks[here] and (best is None or after[here] < best[2][here]):
+            best = (region, target, after)
+        if after[here] <= capacity[here]:
+            break
+    return best
+
+
+def _holders_by_buffer(problem, simulator, placement, here) -> np.ndarray:
+    """(U,) for each unit on ``here``, the rank of the first buffer live at ``here``'s simulated peak that it
+    holds (produces there, or reads there); int64 max for the units holding none. Moving every holder of a
+    buffer takes the buffer off ``here``."""
+    from measurers.sim.liveness import buffers_on, live_at, peak_moment
+
+    graph = problem.graph
+    buffers = buffers_on(graph, simulator.alloc_bytes, simulator.run(placement, timeline=True).timeline, here)
+    live = np.flatnonzero(live_at(buffers, peak_moment(buffers)[0]))
+    live = live[np.argsort(buffers.alloc_s[live], kind="stable")]
+    rank = np.full(graph.num_ops, -1, dtype=np.int64)
+    rank[buffers.producer[live]] = np.arange(len(live))
+    read_here = (rank[graph.edge_src] >= 0) & (placement[graph.edge_dst] == here)
+    produced_here = buffers.producer[live][placement[buffers.producer[live]] == here]
+    holder_rank = np.concatenate([rank[graph.edge_src[read_here]], rank[produced_here]])
+    holder_op = np.concatenate([graph.edge_dst[read_here], produced_here])
+    first_rank = np.full(problem.num_units, np.iinfo(np.int64).max)
+    np.minimum.at(first_rank, problem.op_unit[holder_op], holder_rank)
+    return first_rank
 
 
 def _movable(problem, units, unit_bytes, preference, peaks, here) -> tuple[np.ndarray, np.ndarray]:

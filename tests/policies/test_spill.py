@@ -8,10 +8,12 @@ import dataclasses
 import numpy as np
 import pytest
 
+from conftest import build_graph
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.machine import Machine
 from measurers.sim.measurer import SimulatorMeasurer
+from measurers.sim.reference import Simulator
 from policies.problem import make_problem
 from policies.registry import place
 from policies.spill import fit_in_memory, spill
@@ -116,3 +118,38 @@ def test_spill__each_move_lowers_the_overflowing_peak_or_keeps_it():
     moved = np.zeros(problem.num_units, dtype=bool)
     moved[[move.unit for move in result.moves]] = True
     assert np.array_equal(result.op_placement[~moved[problem.op_unit]], placement[~moved[problem.op_unit]])
+
+
+def training_chain(layers: int, activation_bytes: int):
+    """Forward ops 0..L-1, each output read by the next and by two backward ops (L + i and 2L + i) that run
+    after the whole forward pass: the peak, at the forward pass's end, holds every activation."""
+    edges = []
+    for i in range(layers):
+        edges += [(i, layers + i, activation_bytes), (i, 2 * layers + i, activation_bytes)]
+        if i + 1 < layers:
+            edges += [(i, i + 1, activation_bytes), (layers + i + 1, layers + i, 0),
+                      (layers + i + 1, 2 * layers + i, 0)]
+    return build_graph(edges, 3 * layers, out_bytes=[activation_bytes] * layers + [0] * (2 * layers))
+
+
+def test_spill__moves_a_region_when_no_single_group_move_lowers_the_peak():
+    """8 activations of 1 MB on gpu:0 of 5 MB: moving any one op leaves each activation held there (by its
+    producer's copy or its other backward reader), so no single move frees a byte; moving the holders of the
+    first activations together does, and gpu:1 (5 MB, empty) takes them."""
+    graph = training_chain(8, 10**6)
+    machine = with_gpu_memory(load_machine("paper-2gpu"), 5 * 10**6)
+    problem = make_problem(graph, machine)
+    placement = np.full(graph.num_ops, 1, dtype=np.int64)
+    simulator = Simulator(graph, machine)
+    peak_bytes = simulator.run(placement).peak_bytes[1]
+    assert peak_bytes == 8 * 10**6
+    for unit in range(problem.num_units):  # the premise: no single move lowers gpu:0's peak
+        assert simulator.run(np.where(problem.op_unit == unit, 2, placement)).peak_bytes[1] >= peak_bytes
+    preference = np.array([np.inf, 0.0, 0.0])  # never the host
+    result = spill(problem, placement, graph.out_bytes.astype(np.int64), preference)
+    assert result.fits, result.notes(problem)
+    assert len(result.regions) == 1 and result.regions[0] == len(result.moves)
+    assert all(move.from_device == 1 and move.to_device == 2 for move in result.moves)
+    assert "1 region" in result.notes(problem) and "fits now" in result.notes(problem)
+    single_only = spill(problem, placement, graph.out_bytes.astype(np.int64), preference, max_regions=0)
+    assert not single_only.fits and single_only.stop == "no move lowers the peak"
