@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from graphs.errors import PlacerError
-from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
 
 TRAINERS = ("reinforce", "ppo")
 DECODE_ORDERS = ("forward_position", "group")
@@ -19,6 +18,7 @@ BATCH_SIZE = 16  # placements per iteration: RLConfig's default, and SearchConfi
 FACTORIZED_LR = 1e-2  # the factorized module's default: its raw logits need steps far larger than an LSTM's
 # (tuned with Post on nmt-4 / paper-4gpu: 3e-2 converged early on seed 1)
 CHECKPOINT_EVERY = 10  # iterations between checkpoints: RLConfig's default, and every search's
+DEFAULT_PENALTY_RUNTIME_S = 100.0  # the runtime an out-of-memory or failed placement scores (policies/rl/env.py)
 
 
 def check_learner_sizes(batch_size: int, hidden_size: int, penalty_runtime_s: float) -> None:

@@ -29,8 +29,7 @@ import numpy as np
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from policies.base import FAILURE_FACTOR
-
-DEFAULT_PENALTY_RUNTIME_S = 100.0
+from policies.rl.config import DEFAULT_PENALTY_RUNTIME_S  # noqa: F401  (also this module's name for it)
 
 
 def scored_runtime_s(measurement: Measurement, penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S) -> float:

@@ -125,3 +125,20 @@ def test_simulate__a_machine_files_profile_of_another_graph_is_refused(tmp_path,
     err = capsys.readouterr().err
     assert f"profile file {str(tmp_path / 'prof.json')!r} was measured on a graph with hash" in err
     assert err.count("\n") == 1
+
+
+def test_cli__a_node_without_ray_rllib_or_tensorflow_simulates_and_lists_machines():
+    """A GPU node's own Python (torch, no Ray, RLlib's gymnasium or TensorFlow) ran no `placer` command at all:
+    every command's registration imported the learners' settings, which imported gymnasium."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    blocked = "import sys; sys.modules.update(dict.fromkeys(['ray', 'gymnasium', 'tensorflow']))"
+    run = (f"{blocked}; from cluster.cli import main; "
+           "sys.exit(main(['machines', 'list']) or main(['simulate', '--graph', 'synthetic:20:1', '--machine', "
+           "'paper-2gpu', '--policy', 'single-gpu']))")
+    done = subprocess.run([sys.executable, "-c", run], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "paper-2gpu" in done.stdout and "step" in done.stdout

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from graphs.errors import PlacerError
 from graphs.grouping import METHODS
 from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE, check_learner_sizes
-from policies.rl.env import DEFAULT_PENALTY_RUNTIME_S
+from policies.rl.config import DEFAULT_PENALTY_RUNTIME_S
 
 NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
 SOFT_PRIORS = ("position", "uniform")  # priors that are logits, not a grouping to start on
