@@ -92,11 +92,11 @@ def run(args) -> int:
         given["init"] = str(Path(given["init"]).resolve())
     if given.get("policy") == "hierarchical" and "groups" in given:  # its grouper's G (else the paper's 256)
         given["planner_groups"] = given["groups"]
-    config = search_config(given)
-    check_search_config(config)  # bad input: one error, before the progress bar is drawn
+    checked = check_search_config(search_config(given))  # bad input: one error, before the progress bar
+    config = checked.config
     with _Progress(config.budget, enabled=True) as progress:
         try:
-            result = run_search(config, progress=progress.update,
+            result = run_search(checked, progress=progress.update,
                                 on_start=progress.start)  # bad input found on the way: no bar before it
         except KeyboardInterrupt as exc:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)

@@ -15,9 +15,9 @@ from cluster.jobs.config import (BASELINES_FILE, CHECKPOINT_DIR, GROUPING_FILE, 
                                  SearchConfig)
 from cluster.jobs.logged import LoggedPoolMeasurer, expand_logged, log_placement
 from cluster.jobs.resume import resume_config, search_config
-from cluster.jobs.search import SearchInterrupted, SearchResult, check_search_config, run_search
+from cluster.jobs.search import CheckedSearch, SearchInterrupted, SearchResult, check_search_config, run_search
 
 __all__ = ["BASELINES_FILE", "CHECKPOINT_DIR", "GROUPING_FILE", "QUICK_BASELINES", "BaselinesConfig",
-           "BaselinesOutcome", "LoggedPoolMeasurer", "SearchConfig", "SearchInterrupted", "SearchResult",
-           "check_search_config", "expand_logged", "log_placement", "resume_config", "run_baselines", "run_search",
-           "search_config"]
+           "BaselinesOutcome", "CheckedSearch", "LoggedPoolMeasurer", "SearchConfig", "SearchInterrupted",
+           "SearchResult", "check_search_config", "expand_logged", "log_placement", "resume_config", "run_baselines",
+           "run_search", "search_config"]

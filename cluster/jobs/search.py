@@ -3,7 +3,8 @@
 ``run_search`` (``placer search``, and each row of ``placer reproduce``): graph + machine + policy +
 measurer + budget -> a run folder and the best placement::
 
-    check every setting                               (check_search_config: nothing started yet)
+    check every setting                               (check_search_config: nothing started yet; once,
+                                                       by placer search before its progress bar)
     load graph and machine, group the graph           (graphs/, measurers/)
     read and check a warm start file                  (cluster/jobs/warm_start.py)
     build the measurer once, start or join Ray        (bad input fails here, before any file is written)
@@ -129,6 +130,15 @@ class SearchResult:
         return json_safe(data)
 
 
+@dataclass(frozen=True)
+class CheckedSearch:
+    """A search's settings that ``check_search_config`` passed, with the warm start's source it found (None:
+    none). ``run_search`` given one runs it without checking again: ``placer search`` checks first, so bad
+    input is one error before its progress bar, and the settings are checked once per search."""
+    config: SearchConfig  # a resumed run's as ``search_config`` resolved them from its manifest
+    warm_source: WarmStartSource | None
+
+
 class SearchInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume."""
 
@@ -137,11 +147,13 @@ class SearchInterrupted(KeyboardInterrupt):
         self.run_dir = run_dir
 
 
-def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bool] | None = None,
+def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
                on_start: Callable[[Path], None] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
-    ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch; ``on_start(run_dir)``
-    once every check has passed and the run folder is open (bad input is raised before it)."""
+    ``search``: settings, checked here (a resumed run's taken from its manifest first), or a CheckedSearch,
+    checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch;
+    ``on_start(run_dir)`` once every check has passed and the run folder is open (bad input is raised before
+    it)."""
     import ray
 
     from cluster import ray_setup
@@ -151,9 +163,9 @@ def run_search(config: SearchConfig, progress=None, should_stop: Callable[[], bo
     from measurers.factory import MeasurerSpec, as_factory
 
     started = time.perf_counter()
-    if config.resume:
-        config = resume_config(config.resume, asdict(config))
-    warm_source = check_search_config(config)
+    if not isinstance(search, CheckedSearch):
+        search = check_search_config(resume_config(search.resume, asdict(search)) if search.resume else search)
+    config, warm_source = search.config, search.warm_source
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem, computed = _problem(graph, machine, config)
     removals = check_removals(config, machine)
@@ -211,11 +223,11 @@ def _write_result(run_dir: Path, result: SearchResult) -> None:
     write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
 
 
-def check_search_config(config: SearchConfig) -> WarmStartSource | None:
+def check_search_config(config: SearchConfig) -> CheckedSearch:
     """Every setting of a search, checked before anything starts (no Ray, no graph built, nothing
-    written): bad input is one PlacerError before ``placer search`` draws its progress bar.
-    ``run_search`` calls it too. Returns the warm start's source (None: none); a file's placement is
-    checked against the graph by ``run_search``, still before anything is written."""
+    written): bad input is one PlacerError before ``placer search`` draws its progress bar. ``run_search``
+    calls it unless it is given the answer. A warm start file's placement is checked against the graph by
+    ``run_search``, still before anything is written."""
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
     from policies.registry import check_device_policies, policy_entry
@@ -248,7 +260,7 @@ def check_search_config(config: SearchConfig) -> WarmStartSource | None:
     check_device_policies(config.baselines, machine, "baselines")
     check_device_policies([config.split_groups] if config.split_groups else (), machine, "--split-groups")
     check_device_policies(source.names if source is not None else (), machine, "--warm-start")
-    return source
+    return CheckedSearch(config, source)
 
 
 def _check_split_groups(heuristic: str, entry) -> None:

@@ -166,6 +166,53 @@ def test_search__a_resumed_hsdag_run_makes_its_policy_once(local_ray, tmp_path, 
     assert resumed.run_dir == first.run_dir and resumed.measurements > first.measurements
 
 
+def _count_checks(monkeypatch) -> list[str]:
+    """The policy of each check_search_config call, wherever it is called from."""
+    import cluster.jobs
+    import cluster.jobs.search
+
+    checks, original = [], cluster.jobs.search.check_search_config
+
+    def counted(config):
+        checks.append(config.policy)
+        return original(config)
+
+    monkeypatch.setattr(cluster.jobs, "check_search_config", counted)  # placer search's
+    monkeypatch.setattr(cluster.jobs.search, "check_search_config", counted)  # run_search's
+    return checks
+
+
+def test_search_cli__checks_the_settings_once_per_search_new_or_resumed(local_ray, tmp_path, capsys, monkeypatch):
+    """placer search checks them before its progress bar and hands run_search the answer (which checked them
+    again, reading a resumed run's manifest and learner.pt once more)."""
+    from cluster.cli import main
+
+    checks = _count_checks(monkeypatch)
+    assert main(["search", "--graph", GRAPH, "--policy", "hsdag", "--budget", "4", "--groups", "8", "--workers",
+                 "1", "--bound-time-limit", "0", "--out", str(tmp_path / "runs"), "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert checks == ["hsdag"] and first["measurements"] == 4
+    assert main(["search", "--resume", first["run_dir"], "--budget", "8", "--json"]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert checks == ["hsdag", "hsdag"] and resumed["measurements"] == 8 and resumed["run_dir"] == first["run_dir"]
+    assert main(["search", "--resume", first["run_dir"], "--budget", "8", "--groups", "6"]) == 2
+    err = placer_stderr(capsys.readouterr().err)
+    assert err.startswith("placer: error: --groups 6: run") and err.count("\n") == 1
+
+
+def test_run_search__checks_settings_given_without_the_cli_once_and_refuses_bad_ones_before_anything(
+        local_ray, tmp_path, monkeypatch):
+    """As `placer reproduce` and a script call it: a SearchConfig, checked by run_search itself."""
+    checks = _count_checks(monkeypatch)
+    run_search(_config(tmp_path / "good", policy="random", budget=2, bound_time_limit_s=0))
+    assert checks == ["random"]
+    for overrides, message in (({"budget": 0}, "--budget must be a whole number of at least 1"),
+                               ({"policy": "hsdag", "init": "other"}, "--init: hsdag starts from scratch")):
+        with pytest.raises(PlacerError, match=message):
+            run_search(_config(tmp_path / "bad", **overrides))
+    assert not (tmp_path / "bad").exists()
+
+
 def test_search__a_log_that_counted_the_baselines_together_resumes_without_logging_them_again(local_ray,
                                                                                               tmp_path):
     """Logs written before 3 December put the second quick baseline at iteration 1 (one count for all of

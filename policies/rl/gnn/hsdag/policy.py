@@ -18,7 +18,8 @@ with a device removed: the network reads any number of devices) continues from i
 optimizer, and from ``self.warm_start`` when one is set. Weights start from scratch, or with
 ``init="pretrained"`` the encoder, device MLP and pair scorer come from gdp's committed checkpoint.
 ``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo of measured placements,
-the best, counters): a resumed run measures nothing twice.
+the best, counters, the temperature and the stall count): a resumed run measures nothing twice and stops
+where one run would.
 """
 
 from __future__ import annotations
@@ -119,23 +120,23 @@ class HsdagPolicy:
     def _train(self, trainer: HsdagTrainer, slot: Slot, edges: ParseEdges) -> tuple[str, list[float]]:
         """Iterate until the budget, the time limit or the stop flag ends the run; the stop reason and
         the mean groups per sample of each batch."""
-        ctx, started, stalled, groups = self.context, time.perf_counter(), 0, []
+        ctx, started, groups = self.context, time.perf_counter(), []
         while slot.counter.left >= 2:
             stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
             if stopped is not None:
                 return stopped, groups
             if slot.only_placement:  # measured already: updates would sample it again and again
                 return "converged", groups
-            if stalled >= STALL_ITERATIONS:
+            if trainer.stalled >= STALL_ITERATIONS:
+                trainer.stalled = 0  # converged, resumed with a larger budget: it samples again
                 if not trainer.heat():
                     return "converged", groups
-                stalled = 0
             used = slot.counter.used
             metrics = trainer.iterate(slot, edges)
             if metrics is None:
                 break
             groups.append(metrics.mean_groups)
-            stalled = 0 if slot.counter.used > used else stalled + 1
+            trainer.stalled = 0 if slot.counter.used > used else trainer.stalled + 1
             if ctx.on_iteration is not None:
                 ctx.on_iteration(metrics.iteration, {k: float(v) for k, v in vars(metrics).items()
                                                      if isinstance(v, (int, float)) and k != "iteration"})

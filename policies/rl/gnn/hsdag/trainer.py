@@ -58,6 +58,7 @@ class HsdagTrainer:
         self.reward_scale_s: float | None = None  # the first batch's mean scored runtime
         self.learner_s: list[float] = []
         self.temperature = 1.0  # sampling temperature: raised by heat when the run stalls
+        self.stalled = 0  # updates in a row that measured nothing new (counted by the policy's loop)
 
     def heat(self) -> bool:
         """Raise the sampling temperature one step; False when it cannot rise (at its cap, or growth 1)."""
@@ -138,14 +139,14 @@ class HsdagTrainer:
         self.optimizer = torch.optim.Adam(self.net.parameters(), lr=self.config.lr)
         self.generator = torch.Generator().manual_seed(seed)
         self.baseline, self.reward_scale_s, self.learner_s = None, None, []
-        self.temperature = 1.0
+        self.temperature, self.stalled = 1.0, 0
 
     def state(self) -> dict:
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "generator": self.generator.get_state(), "iteration": self.iteration,
                 "baseline": np.nan if self.baseline is None else self.baseline,
                 "reward_scale_s": np.nan if self.reward_scale_s is None else self.reward_scale_s,
-                "temperature": self.temperature}
+                "temperature": self.temperature, "stalled": self.stalled}
 
     def load_state(self, state: dict) -> None:
         self.net.load_state_dict(state["net"])
@@ -156,3 +157,4 @@ class HsdagTrainer:
         self.baseline = None if np.isnan(baseline) else baseline
         self.reward_scale_s = None if np.isnan(scale) else scale
         self.temperature = float(state.get("temperature", 1.0))
+        self.stalled = int(state.get("stalled", 0))  # older learner.pt: 0, as every resume counted before
