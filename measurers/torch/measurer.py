@@ -67,7 +67,13 @@ class TorchMeasurer:
     @property
     def torch_devices(self) -> list[torch.device]:
         if self._torch_devices is None:
-            self._torch_devices = [torch.device(d) for d in self._torch_devices_of(self.machine)]
+            devices = [torch.device(d) for d in self._torch_devices_of(self.machine)]
+            if any(d.type == "cuda" for d in devices):
+                # CUDA's per-device memory statistics exist only once CUDA is initialized. Without this,
+                # `placer measure --machine FILE` on an H200 node reset them before anything had (`local`
+                # does, reading the GPUs): every measurement was "error: Invalid device argument"
+                torch.cuda.init()
+            self._torch_devices = devices
         return self._torch_devices
 
     def check_ready(self) -> None:

@@ -216,6 +216,21 @@ def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, mach
     assert result.status == "error" and "CUDA" in result.error
 
 
+def test_torch_measurer__initializes_cuda_once_it_maps_a_device_there(rnnlm, machine, monkeypatch):
+    """On an H200 node `placer measure --machine FILE` gave "error: Invalid device argument" for every
+    placement: the measurer reset CUDA's peak memory statistics before anything had initialized CUDA (`local`
+    does, by reading the GPUs). No CUDA here: the call is what is checked, not its effect."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "init", lambda: calls.append("init"))
+    on_gpu = TorchMeasurer(rnnlm, machine, torch_devices=lambda m: ["cpu"] + ["cuda:0"] * (m.num_devices - 1))
+    assert [d.type for d in on_gpu.torch_devices][:2] == ["cpu", "cuda"] and calls == ["init"]
+    _ = on_gpu.torch_devices
+    assert calls == ["init"]  # resolved once
+    on_cpu = TorchMeasurer(rnnlm, machine, torch_devices=lambda m: ["cpu"] * m.num_devices)
+    _ = on_cpu.torch_devices
+    assert calls == ["init"]
+
+
 def test_torch_measurer__runs_inside_a_ray_pool_actor(rnnlm):
     ray = pytest.importorskip("ray")
     from cluster.pool import MeasurerPool, PoolConfig
