@@ -21,7 +21,8 @@ A second ``place`` on the same instance (a device left the machine: the problem 
 the network and its optimizer as the first call left them, not the weights of ``init``, and starts from
 ``warm_start`` when the caller set it for the new problem (the networks read any number of devices).
 ``context.checkpoint_dir`` gets ``learner.pt`` (network, optimizer, the memo of measured placements, the
-best, counters) to resume from: a resumed run measures nothing twice.
+best, counters, the stall count) to resume from: a resumed run measures nothing twice and stops where one
+run would.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ class GdpPolicy:
             self.trainer = GnnTrainer(config)
             if self.initial.state is not None:
                 self.trainer.load_state(self.initial.state["trainer"], weights_only=True)
+        else:
+            self.trainer.stalled = 0  # another problem: its stalls count from nothing
         return self.trainer
 
     def _zero_shot(self, trainer, slot: Slot, start: np.ndarray | None) -> None:
@@ -166,12 +169,18 @@ class GdpPolicy:
         trainer.giph_rollout(slot, start, measure=True)
 
     def _fine_tune(self, trainer, slot: Slot, start: np.ndarray | None) -> str:
-        ctx, started, stalled = self.context, time.perf_counter(), 0
+        """Update until the budget, the time limit, the stop flag or a stall ends the run; the stop reason.
+        The stall count lives on the trainer (``learner.pt`` keeps it): a run cut inside a stall and resumed
+        converges at the update one run does."""
+        ctx, started = self.context, time.perf_counter()
         while slot.counter.left >= 2:
             stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
             if stopped is not None:
                 return stopped
-            if stalled >= STALL_ITERATIONS or slot.only_placement:  # only_placement: measured already
+            if slot.only_placement:  # measured already: updates would sample it again and again
+                return "converged"
+            if trainer.stalled >= STALL_ITERATIONS:
+                trainer.stalled = 0  # converged, resumed with a larger budget: it samples again
                 return "converged"
             used = slot.counter.used
             if trainer.config.kind != "gdp":  # fine-tuning improves the best placement so far, episode after episode
@@ -179,7 +188,7 @@ class GdpPolicy:
             metrics = trainer.iterate(slot, start)
             if metrics is None:
                 break
-            stalled = 0 if slot.counter.used > used else stalled + 1
+            trainer.stalled = 0 if slot.counter.used > used else trainer.stalled + 1
             if ctx.on_iteration is not None:
                 ctx.on_iteration(metrics.iteration, {k: float(v) for k, v in vars(metrics).items()
                                                      if isinstance(v, (int, float)) and k != "iteration"})

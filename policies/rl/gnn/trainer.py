@@ -77,6 +77,7 @@ class GnnTrainer:
         self.rng = np.random.default_rng(config.seed)
         self.iteration = 0
         self.learner_s: list[float] = []
+        self.stalled = 0  # updates in a row that measured nothing new (counted by the search's fine-tuning loop)
 
     # ---- zero shot ------------------------------------------------------------------------------
 
@@ -253,7 +254,7 @@ class GnnTrainer:
         optimizers = {name: opt.state_dict() for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID)}
         return {"config": asdict(self.config), "net": self.net.state_dict(), "optimizers": optimizers,
                 "generator": self.generator.get_state(), "rng": self.rng.bit_generator.state,
-                "iteration": self.iteration}
+                "iteration": self.iteration, "stalled": self.stalled}
 
     def load_state(self, state: dict, weights_only: bool = False) -> None:
         """Restore a run (or, ``weights_only``, just the network: fine-tuning starts a fresh optimizer)."""
@@ -266,3 +267,4 @@ class GnnTrainer:
         self.generator.set_state(state["generator"])
         self.rng.bit_generator.state = state["rng"]
         self.iteration = int(state["iteration"])
+        self.stalled = int(state.get("stalled", 0))  # older learner.pt: 0, as every resume counted before

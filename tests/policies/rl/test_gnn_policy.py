@@ -133,6 +133,65 @@ def test_run_resumes_from_its_own_checkpoint(setup, kind, tmp_path):
     assert len(set(measured)) == len(measured) == second.measurements  # nothing measured twice across the resume
 
 
+@pytest.mark.parametrize("kind", KINDS + ("giph",))
+def test_a_run_cut_inside_a_stall_and_resumed_stops_at_the_update_one_run_does(setup, kind, tmp_path, monkeypatch):
+    """learner.pt keeps the stall count: the resumed run converges at the same update, with the same
+    measurements and best, as one run (its count started over at 0: it went on for a whole stall more). A
+    run that converged, resumed with a larger budget, samples again for a whole stall."""
+    from policies.rl.gnn import policy as gnn_policy
+
+    monkeypatch.setattr(gnn_policy, "STALL_ITERATIONS", 6)  # short stalls: a fast test
+    graph, machine = setup[0].graph, setup[0].machine
+    problem, measurer = make_problem(graph, machine, max_groups=4), setup[1]  # 16 placements: it converges
+
+    def run(folder, budget=1000, stop_after=None):
+        updates = []
+        context = RunContext(checkpoint_dir=folder, on_iteration=lambda i, metrics: updates.append(i),
+                             should_stop=None if stop_after is None else lambda: len(updates) >= stop_after)
+        policy = make_policy(kind, context=context, **SMALL)
+        return policy.place(problem, measurer, budget, 0), policy.trainer.iteration
+
+    whole, whole_updates = run(tmp_path / "whole")
+    assert whole.stop_reason == "converged" and whole.measurements < 1000
+    cut, cut_updates = run(tmp_path / "cut", stop_after=whole_updates - 3)  # 3 updates into the last stall
+    assert cut.stop_reason == "should_stop" and cut_updates == whole_updates - 3
+    resumed, resumed_updates = run(tmp_path / "cut")
+    assert resumed.stop_reason == "converged" and resumed_updates == whole_updates
+    assert resumed.measurements == whole.measurements and resumed.best.runtime_s == whole.best.runtime_s
+    np.testing.assert_array_equal(resumed.op_placement, whole.op_placement)
+    _, more_updates = run(tmp_path / "cut", budget=2000)
+    assert more_updates >= whole_updates + 6
+
+
+def test_a_second_place_counts_its_stalls_from_nothing(setup, monkeypatch):
+    """A kept trainer (a device left the machine) carries no stall count into the next problem: the second
+    call updates for a whole stall, as it did when the count was the loop's own."""
+    from policies.rl.gnn import policy as gnn_policy
+
+    monkeypatch.setattr(gnn_policy, "STALL_ITERATIONS", 6)
+    problem, measurer = setup
+    gdp = make_policy("gdp", **SMALL)
+    assert gdp.place(problem, measurer, 20, 0).stop_reason == "budget"
+    gdp.trainer.stalled = 6  # as a first run that spent its budget at a stall's end leaves it
+    before = gdp.trainer.iteration
+    gdp.place(problem, measurer, 1000, 0)
+    assert gdp.trainer.iteration >= before + 6
+
+
+def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_none():
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    config = make_policy("gdp", **SMALL).config(0)
+    trainer, loaded = GnnTrainer(config), GnnTrainer(config)
+    trainer.stalled = 7
+    state = trainer.state()
+    loaded.load_state(state)
+    assert loaded.stalled == 7
+    del state["stalled"]  # a learner.pt written before the count was saved
+    loaded.load_state(state)
+    assert loaded.stalled == 0
+
+
 def test_another_policys_learner_is_refused(setup, tmp_path):
     problem, measurer = setup
     make_policy("gdp", context=RunContext(checkpoint_dir=tmp_path), **SMALL).place(problem, measurer, 4, 0)

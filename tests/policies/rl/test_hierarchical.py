@@ -263,6 +263,33 @@ def test_hierarchical__a_placement_sampled_again_costs_nothing_and_a_stalled_run
     assert result.stop_reason == "converged" and f"{STALL_ITERATIONS} iterations" in result.notes
 
 
+def test_hierarchical__a_run_cut_inside_a_stall_and_resumed_stops_at_the_iteration_one_run_does(tmp_path,
+                                                                                                 monkeypatch):
+    """learner.pt keeps the stall count (policies.rl.loop.resumed_stall_count): on a one-device machine every
+    iteration after the first measurement stalls; a run cut 3 iterations before the end converges, resumed,
+    where one run does, and a converged run resumed samples again for a whole stall."""
+    from graphs.registry import load_graph
+    from measurers.machine import Machine
+    from policies.rl import loop
+
+    monkeypatch.setattr(loop, "STALL_ITERATIONS", 6)  # short stalls: a fast test
+    one_cpu = Machine("one-cpu", load_machine("paper-2gpu").devices[:1], ())
+    problem = make_problem(load_graph("synthetic:60"), one_cpu, max_groups=None)
+
+    def run(folder, stop_after=None):
+        iterations = []
+        context = RunContext(checkpoint_dir=folder, on_iteration=lambda i, metrics: iterations.append(i),
+                             should_stop=None if stop_after is None else lambda: len(iterations) >= stop_after)
+        place("hierarchical", problem, Counting(problem), 10**4, 0, context=context, **OPTIONS)
+        return torch.load(folder / "learner.pt", weights_only=True)["iteration"]
+
+    whole = run(tmp_path / "whole")
+    assert whole == 1 + 6  # the first iteration measures the only placement, the next 6 stall
+    assert run(tmp_path / "cut", stop_after=whole - 3) == whole - 3
+    assert run(tmp_path / "cut") == whole
+    assert run(tmp_path / "cut") == whole + 6
+
+
 def test_hierarchical__a_resumed_run_keeps_its_memo(problem, tmp_path):
     """Every placement the first session measured is known to the second: none is measured twice."""
     first = Counting(problem)

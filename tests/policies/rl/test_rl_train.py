@@ -287,6 +287,16 @@ def test_train_placer__a_resumed_run_converges_at_the_iteration_one_run_does(tmp
     assert again.iterations == whole.iterations + STALL_ITERATIONS  # a larger budget: it samples again
 
 
+def test_resumed_stall_count_goes_on_from_a_cut_run_and_starts_over_after_a_converged_one():
+    """What a resumed seq2seq / post / ppo / hierarchical run counts its stall from: where it stopped, 0 for a
+    converged run (a larger budget samples again) and for a learner.pt written before the count was saved."""
+    from policies.rl.loop import STALL_ITERATIONS, resumed_stall_count
+
+    assert resumed_stall_count({"stalled": STALL_ITERATIONS - 1}) == STALL_ITERATIONS - 1
+    assert resumed_stall_count({"stalled": STALL_ITERATIONS}) == 0
+    assert resumed_stall_count({}) == 0
+
+
 class _SlowGpuCpuTimesOut:
     """The gpu placement runs in 150 s (a real CPU step can last longer than the 100 s penalty); the cpu
     one times out."""
