@@ -36,4 +36,4 @@ clean:
 
 # On a GPU machine: real PyTorch measurements against the profiled simulator (skips cleanly without CUDA).
 gpu-check: $(STAMP)
-	$(PY) tests/gpu_check.py
+	$(PY) tests/gpu_check.py && $(PY) tests/gpu_cli_check.py

@@ -74,3 +74,21 @@ def test_gpu_check__save_to_a_file_is_refused_before_the_run(tmp_path):
     done = _run("--cpu-smoke", "--save", str(taken))
     assert done.returncode == 2 and f"--save {taken} is a file, not a folder" in done.stderr
     assert "captured the step" not in done.stdout
+
+
+def test_gpu_cli_check__cpu_smoke_runs_the_users_commands_each_in_its_own_process():
+    done = subprocess.run([sys.executable, "tests/gpu_cli_check.py", "--cpu-smoke"], cwd=REPO, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "machine with no link to measure (one device)" in done.stdout
+    assert "| cpu-only | " in done.stdout and "(ok)" in done.stdout
+    assert "gpu-cli-check: 1/1 placements measured ok" in done.stdout
+
+
+def test_gpu_cli_check__without_cuda_skips_cleanly():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the plain run validates it instead")
+    done = subprocess.run([sys.executable, "tests/gpu_cli_check.py"], cwd=REPO, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "skipped" in done.stdout
