@@ -20,8 +20,12 @@ from pathlib import Path
 from measurers.devices import device_profiles
 from measurers.machine import Device, Link, Machine
 
-PCIE_BANDWIDTH_Bps = 25e9  # PCIe 4.0 x16, effective
+PCIE_BANDWIDTH_Bps = 25e9  # PCIe 4.0 x16, effective: between GPUs
 PCIE_LATENCY_s = 1e-5
+# Host <-> GPU as the torch measurer copies (Tensor.to, pageable host memory), timed on an H200 node: 21 us for
+# 4 KB, 13 GB/s at 16 MB (BENCHMARKS.md, "GPU validation"); `placer profile --machine-out` times this node's own
+HOST_COPY_BANDWIDTH_Bps = 13e9
+HOST_COPY_LATENCY_s = 2e-5
 GENERIC_GPU = {"peak_flops": 15e12, "mem_bandwidth_Bps": 900e9, "op_overhead_s": 5e-6, "compute_efficiency": 0.6,
                "memory_efficiency": 0.8}
 CPU_HZ, CPU_FLOP_PER_CYCLE = 2.5e9, 32
@@ -93,8 +97,8 @@ def local_machine(gpus: list[tuple[str, int]] | None = None, cpuinfo: str | None
     devices += [gpu_device(i, name, memory) for i, (name, memory) in enumerate(gpus)]
     links = []
     for i, _ in enumerate(gpus):
-        links.append(Link("cpu:0", f"gpu:{i}", PCIE_BANDWIDTH_Bps, PCIE_LATENCY_s, f"pcie:gpu{i}:h2d"))
-        links.append(Link(f"gpu:{i}", "cpu:0", PCIE_BANDWIDTH_Bps, PCIE_LATENCY_s, f"pcie:gpu{i}:d2h"))
+        links.append(Link("cpu:0", f"gpu:{i}", HOST_COPY_BANDWIDTH_Bps, HOST_COPY_LATENCY_s, f"pcie:gpu{i}:h2d"))
+        links.append(Link(f"gpu:{i}", "cpu:0", HOST_COPY_BANDWIDTH_Bps, HOST_COPY_LATENCY_s, f"pcie:gpu{i}:d2h"))
         for j, _ in enumerate(gpus):
             if i != j:
                 links.append(Link(f"gpu:{i}", f"gpu:{j}", PCIE_BANDWIDTH_Bps, PCIE_LATENCY_s, f"p2p:gpu{i}:out"))

@@ -64,3 +64,14 @@ def test_build_measurer__local_machine_is_reread_on_the_node_and_must_match():
         return  # this node really has two GPUs: the spec matches it
     with pytest.raises(PlacerError, match="this node has"):
         build_measurer(MeasurerSpec("torch", graph, elsewhere))
+
+
+def test_local_machine__host_links_carry_the_pageable_copy_figures_and_gpu_links_pcie():
+    from measurers.local import HOST_COPY_BANDWIDTH_Bps, HOST_COPY_LATENCY_s, PCIE_BANDWIDTH_Bps
+
+    machine = local_machine(gpus=[("NVIDIA H200", 141 << 30), ("NVIDIA H200", 141 << 30)], cpuinfo="", meminfo="",
+                            cores=4)
+    by_ends = {(link.src, link.dst): link for link in machine.links}
+    for ends in (("cpu:0", "gpu:0"), ("gpu:1", "cpu:0")):
+        assert (by_ends[ends].bandwidth_Bps, by_ends[ends].latency_s) == (HOST_COPY_BANDWIDTH_Bps, HOST_COPY_LATENCY_s)
+    assert by_ends[("gpu:0", "gpu:1")].bandwidth_Bps == PCIE_BANDWIDTH_Bps
