@@ -84,6 +84,19 @@ def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None
     )
 
 
+def training_chain(layers: int, activation_bytes: int, **extra) -> OpGraph:
+    """Forward ops 0..L-1, each output read by the next and by two backward ops (L + i and 2L + i) that run
+    after the whole forward pass: the peak, at the forward pass's end, holds every activation. ``extra``:
+    more ``build_graph`` arguments (``allowed_mask``)."""
+    edges = []
+    for i in range(layers):
+        edges += [(i, layers + i, activation_bytes), (i, 2 * layers + i, activation_bytes)]
+        if i + 1 < layers:
+            edges += [(i, i + 1, activation_bytes), (layers + i + 1, layers + i, 0),
+                      (layers + i + 1, 2 * layers + i, 0)]
+    return build_graph(edges, 3 * layers, out_bytes=[activation_bytes] * layers + [0] * (2 * layers), **extra)
+
+
 @pytest.fixture
 def make_graph():
     """The ``build_graph`` helper: ``make_graph([(0, 1), (1, 2, 1024)], flops=[...], ...)``."""

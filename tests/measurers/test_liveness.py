@@ -6,23 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import build_graph
+from conftest import build_graph, training_chain
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.sim.liveness import buffers_on, live_at, peak_moment
 from measurers.sim.reference import Simulator, output_alloc_bytes
-
-
-def training_chain(layers: int, activation_bytes: int):
-    """Forward ops 0..L-1, each output read by the next and by two backward ops (L + i and 2L + i) that run
-    after the whole forward pass: every activation is live at the end of the forward pass."""
-    edges = []
-    for i in range(layers):
-        edges += [(i, layers + i, activation_bytes), (i, 2 * layers + i, activation_bytes)]
-        if i + 1 < layers:
-            edges += [(i, i + 1, activation_bytes), (layers + i + 1, layers + i, 0),
-                      (layers + i + 1, 2 * layers + i, 0)]
-    return build_graph(edges, 3 * layers, out_bytes=[activation_bytes] * layers + [0] * (2 * layers))
 
 
 def random_dag(num_ops: int, seed: int):

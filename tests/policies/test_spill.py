@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import build_graph
+from conftest import training_chain
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.machine import Machine
@@ -118,18 +118,6 @@ def test_spill__each_move_lowers_the_overflowing_peak_or_keeps_it():
     moved = np.zeros(problem.num_units, dtype=bool)
     moved[[move.unit for move in result.moves]] = True
     assert np.array_equal(result.op_placement[~moved[problem.op_unit]], placement[~moved[problem.op_unit]])
-
-
-def training_chain(layers: int, activation_bytes: int):
-    """Forward ops 0..L-1, each output read by the next and by two backward ops (L + i and 2L + i) that run
-    after the whole forward pass: the peak, at the forward pass's end, holds every activation."""
-    edges = []
-    for i in range(layers):
-        edges += [(i, layers + i, activation_bytes), (i, 2 * layers + i, activation_bytes)]
-        if i + 1 < layers:
-            edges += [(i, i + 1, activation_bytes), (layers + i + 1, layers + i, 0),
-                      (layers + i + 1, 2 * layers + i, 0)]
-    return build_graph(edges, 3 * layers, out_bytes=[activation_bytes] * layers + [0] * (2 * layers))
 
 
 def test_spill__moves_a_region_when_no_single_group_move_lowers_the_peak():
