@@ -6,7 +6,8 @@ output lives on its device from the op's start until its last use there ends (a 
 transfer sending it away; the op's own end when nothing uses it); a received copy lives from its transfer's
 start until its last reader on the receiving device ends. Parameters are resident and are not buffers.
 ``peak_moment`` sweeps them (at one instant the frees first, as the simulator processes events, but those
-by 0 s work started then last) and ``live_at`` says which are live then. The memory repair (policies/spill.py) moves the ops that hold them.
+by 0 s work started then last) and ``live_at`` says which are live then. The memory repair
+(policies/spill.py) moves the ops that hold them.
 """
 
 from __future__ import annotations
