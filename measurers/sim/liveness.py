@@ -85,5 +85,8 @@ def peak_moment(buffers: DeviceBuffers) -> tuple[float, int]:
 
 
 def live_at(buffers: DeviceBuffers, time_s: float) -> np.ndarray:
-    """(B,) bool: the buffers allocated by ``time_s`` and not yet freed at it."""
-    return (buffers.alloc_s <= time_s) & (buffers.free_s > time_s)
+    """(B,) bool: the buffers allocated by ``time_s`` and not yet freed at it. One that work started at
+    ``time_s`` frees (``freed_late``) is still live then, as ``peak_moment`` counts it: at ``peak_moment``'s
+    instant the live buffers add up to its peak."""
+    freed_after = (buffers.free_s > time_s) | (buffers.freed_late & (buffers.free_s == time_s))
+    return (buffers.alloc_s <= time_s) & freed_after
