@@ -123,6 +123,18 @@ def check_a_resume_inside_a_stall(new_policy, problem, measurer, folder, stall_i
     assert more_updates >= whole_updates + stall_iterations
 
 
+def check_stall_count_in_learner_state(trainer, loaded) -> None:
+    """``trainer.state()`` keeps the stall count and ``loaded.load_state`` restores it; a state written before
+    the count was saved loads as 0. ``trainer`` and ``loaded``: two trainers of one config."""
+    trainer.stalled = 7
+    state = trainer.state()
+    loaded.load_state(state)
+    assert loaded.stalled == 7
+    del state["stalled"]  # a learner.pt written before the count was saved
+    loaded.load_state(state)
+    assert loaded.stalled == 0
+
+
 @pytest.fixture
 def make_graph():
     """The ``build_graph`` helper: ``make_graph([(0, 1), (1, 2, 1024)], flops=[...], ...)``."""

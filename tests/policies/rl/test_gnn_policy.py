@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import check_a_resume_inside_a_stall
+from conftest import check_a_resume_inside_a_stall, check_stall_count_in_learner_state
 from graphs.errors import PlacerError
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
@@ -161,18 +161,11 @@ def test_a_second_place_counts_its_stalls_from_nothing(setup, monkeypatch):
     assert gdp.trainer.iteration >= before + 6
 
 
-def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_none():
+def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_zero():
     from policies.rl.gnn.trainer import GnnTrainer
 
     config = make_policy("gdp", **SMALL).config(0)
-    trainer, loaded = GnnTrainer(config), GnnTrainer(config)
-    trainer.stalled = 7
-    state = trainer.state()
-    loaded.load_state(state)
-    assert loaded.stalled == 7
-    del state["stalled"]  # a learner.pt written before the count was saved
-    loaded.load_state(state)
-    assert loaded.stalled == 0
+    check_stall_count_in_learner_state(GnnTrainer(config), GnnTrainer(config))
 
 
 def test_another_policys_learner_is_refused(setup, tmp_path):
