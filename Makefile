@@ -34,6 +34,7 @@ bench: $(STAMP)
 clean:
 	rm -rf $(VENV) .cache
 
-# On a GPU machine: real PyTorch measurements against the profiled simulator (skips cleanly without CUDA).
+# On a GPU machine: real PyTorch measurements against the profiled simulator, then the user's placer commands
+# each in its own process (both skip cleanly without CUDA).
 gpu-check: $(STAMP)
 	$(PY) tests/gpu_check.py && $(PY) tests/gpu_cli_check.py

@@ -6,12 +6,14 @@ missing fields from its catalog ``model`` profile; ``machine_to_json`` writes th
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import fields
+import os
+from dataclasses import fields, replace
 from pathlib import Path
 
 from graphs.errors import PlacerError
-from graphs.files import file_problem
+from graphs.files import atomic_file, file_problem
 from measurers.devices import device_profiles
 from measurers.machine import Device, Link, Machine
 
@@ -67,6 +69,17 @@ def machine_to_json(machine: Machine) -> dict:
     if machine.profile:
         data["profile"] = machine.profile
     return data
+
+
+def save_machine(machine: Machine, path: str | Path) -> None:
+    """Write ``machine`` as a machine file (atomically). The profile it names is written relative to the
+    file's folder, where ``machine_from_json`` looks for it, so the two files can move together."""
+    path = Path(path)
+    if machine.profile:
+        relative = os.path.relpath(Path(machine.profile).resolve(), path.resolve().parent)
+        machine = replace(machine, profile=relative)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(machine_to_json(machine), indent=1))
 
 
 def _device(entry: object, where: str) -> Device:

@@ -4,8 +4,9 @@ The memory-constrained heuristics (m-TOPO, m-ETF, m-SCT, HEFT) place with a per-
 (``policies.problem.unit_memory_bytes``); the simulator's liveness model is the truth, and the ``saved``
 estimate can fall short of it. ``fit_in_memory`` runs after them: a placement the simulator says fits
 comes back as it was (the same array); one that overflows has units moved, one at a time (or a region at
-once, below), each move re-simulated, until it fits or a bounded number of moves is spent. ``Slot.fastest_device_start`` (policies/rl/gnn)
-spills its one-device start with the same ``spill`` (single moves only).
+once, below), each move re-simulated, until it fits or a bounded number of moves is spent.
+``Slot.fastest_device_start`` (policies/rl/gnn) spills its one-device start with the same ``spill`` (single
+moves only).
 
 Each move takes the device whose peak is the most over its capacity and, among its units, the one that frees
 the most peak per byte of new cut traffic: the units are ranked by cut bytes added per byte of the estimate
@@ -24,16 +25,16 @@ left behind receive a copy; m-TOPO on nmt-4 / cpu-igpu: 3 GB over, 18 MB freed b
 timeline says which buffers are live at the peak moment of the overflowing device
 (``measurers.sim.liveness``) and which groups hold each there (its producer and readers on that device); the
 holders not moved yet of the first 1, 2, 4, ... of them (oldest first) move together to the allowed device
-with the most free memory, each size simulated, until one fits: of those that lower the peak and leave the
-target fitting, the lowest peak wins (at most ``MAX_REGIONS`` regions; then single moves again, while
-allowed). Only a placement the single moves leave out of memory reaches this step, so one they fit is
-unchanged.
+with the most free memory (a holder that may not run there stays, and its buffers with it), each size
+simulated, until one fits: of those that lower the peak and leave the target fitting, the lowest peak wins
+(at most ``MAX_REGIONS`` regions; then single moves again, while allowed). Only a placement the single moves
+leave out of memory reaches this step, so one they fit is unchanged.
 
 Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
 would take every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their
 memory model was fitted to (the GPUs), and only then the host. What it cannot do: make a step fit that
-needs more than the devices hold, or a region whose holders some device cannot all run; the notes then say
-it is still out of memory.
+needs more than the devices hold, or free the buffers of holders that may run on no other device; the notes
+then say it is still out of memory.
 """
 
 from __future__ import annotations
@@ -179,23 +180,23 @@ def _region_move(problem, simulator, placement, moved, preference, peaks,
                  here) -> tuple[np.ndarray, int, np.ndarray] | None:
     """((R,) units, their target, the simulated peaks after) or None: the units holding the first buffers
     live at ``here``'s peak, 1, 2, 4, ... of them, moved together to the allowed device with the most free
-    memory; of the regions that lower ``here``'s peak and leave the target fitting, the lowest peak (the
-    first that fits ``here``; growing stops once the target overflows)."""
+    memory (those of them that may run there; one that may run on no other device stays); of the regions
+    that lower ``here``'s peak and leave the target fitting, the lowest peak (the first that fits ``here``;
+    growing stops once the target overflows)."""
     capacity = problem.capacity_bytes()
     first_rank = _holders_by_buffer(problem, simulator, placement, here)  # (U,)
     allowed = problem.unit_allowed & np.isfinite(preference)  # (U, D)
     allowed[:, here] = False
+    movable = allowed.any(axis=1)  # (U,) a holder that may run nowhere else keeps its buffers here
     held = first_rank[first_rank < np.iinfo(np.int64).max]
     best, taken = None, 0
     for size in 2 ** np.arange(int(held.max(initial=0)).bit_length() + 1):
-        region = np.flatnonzero((first_rank < size) & ~moved)
+        region = np.flatnonzero((first_rank < size) & ~moved & movable)
         if len(region) == taken:
             continue
         taken = len(region)
-        room = np.where(allowed[region].all(axis=0), capacity - peaks, -np.inf)
-        if not np.isfinite(room.max()):
-            break
-        target = int(np.argmax(room))
+        target = int(np.argmax(np.where(allowed[region].any(axis=0), capacity - peaks, -np.inf)))
+        region = region[allowed[region, target]]  # the holders that may run there
         after = simulator.run(np.where(np.isin(problem.op_unit, region), target, placement)).peak_bytes
         if after[target] > capacity[target]:
             break

@@ -84,6 +84,57 @@ def build_graph(edges, num_ops: int | None = None, *, flops=None, out_bytes=None
     )
 
 
+def training_chain(layers: int, activation_bytes: int, **extra) -> OpGraph:
+    """Forward ops 0..L-1, each output read by the next and by two backward ops (L + i and 2L + i) that run
+    after the whole forward pass: the peak, at the forward pass's end, holds every activation. ``extra``:
+    more ``build_graph`` arguments (``allowed_mask``)."""
+    edges = []
+    for i in range(layers):
+        edges += [(i, layers + i, activation_bytes), (i, 2 * layers + i, activation_bytes)]
+        if i + 1 < layers:
+            edges += [(i, i + 1, activation_bytes), (layers + i + 1, layers + i, 0),
+                      (layers + i + 1, 2 * layers + i, 0)]
+    return build_graph(edges, 3 * layers, out_bytes=[activation_bytes] * layers + [0] * (2 * layers), **extra)
+
+
+def check_a_resume_inside_a_stall(new_policy, problem, measurer, folder, stall_iterations: int) -> None:
+    """A learner whose learner.pt keeps its stall count: a run cut 3 updates into its last stall and resumed
+    converges at the update one run does, with the same measurements, best and placement (a count started
+    over at 0 went on for a whole stall more); a converged run resumed with a larger budget samples again for
+    a whole stall. ``new_policy(context)``: a fresh policy writing its checkpoints through ``context``."""
+    from policies.base import RunContext
+
+    def run(name: str, budget: int = 1000, stop_after: int | None = None):
+        updates = []
+        context = RunContext(checkpoint_dir=folder / name, on_iteration=lambda i, metrics: updates.append(i),
+                             should_stop=None if stop_after is None else lambda: len(updates) >= stop_after)
+        policy = new_policy(context)
+        return policy.place(problem, measurer, budget, 0), policy.trainer.iteration
+
+    whole, whole_updates = run("whole")
+    assert whole.stop_reason == "converged" and whole.measurements < 1000
+    cut, cut_updates = run("cut", stop_after=whole_updates - 3)  # 3 updates into the last stall
+    assert cut.stop_reason == "should_stop" and cut_updates == whole_updates - 3
+    resumed, resumed_updates = run("cut")
+    assert resumed.stop_reason == "converged" and resumed_updates == whole_updates
+    assert resumed.measurements == whole.measurements and resumed.best.runtime_s == whole.best.runtime_s
+    np.testing.assert_array_equal(resumed.op_placement, whole.op_placement)
+    _, more_updates = run("cut", budget=2000)
+    assert more_updates >= whole_updates + stall_iterations
+
+
+def check_stall_count_in_learner_state(trainer, loaded) -> None:
+    """``trainer.state()`` keeps the stall count and ``loaded.load_state`` restores it; a state written before
+    the count was saved loads as 0. ``trainer`` and ``loaded``: two trainers of one config."""
+    trainer.stalled = 7
+    state = trainer.state()
+    loaded.load_state(state)
+    assert loaded.stalled == 7
+    del state["stalled"]  # a learner.pt written before the count was saved
+    loaded.load_state(state)
+    assert loaded.stalled == 0
+
+
 @pytest.fixture
 def make_graph():
     """The ``build_graph`` helper: ``make_graph([(0, 1), (1, 2, 1024)], flops=[...], ...)``."""

@@ -69,17 +69,12 @@ def _measured_links(machine):
 
 
 def _save_machine(machine, timed: set, path: str, profile_path: str) -> None:
-    """The machine file, naming the profile by its path relative to the machine file's folder."""
+    """The machine file, naming the profile (by its path relative to the machine file's folder)."""
     import dataclasses
-    import json
-    import os
 
-    from graphs.files import atomic_file
-    from measurers.machine_json import machine_to_json
+    from measurers.machine_json import save_machine
 
-    relative = os.path.relpath(Path(profile_path).resolve(), Path(path).resolve().parent)
-    with atomic_file(Path(path)) as tmp:
-        tmp.write_text(json.dumps(machine_to_json(dataclasses.replace(machine, profile=relative)), indent=1))
+    save_machine(dataclasses.replace(machine, profile=profile_path), path)
     print(f"machine with {_links_summary(machine.links, timed)} -> {path}")
 
 

@@ -6,7 +6,8 @@ output lives on its device from the op's start until its last use there ends (a 
 transfer sending it away; the op's own end when nothing uses it); a received copy lives from its transfer's
 start until its last reader on the receiving device ends. Parameters are resident and are not buffers.
 ``peak_moment`` sweeps them (at one instant the frees first, as the simulator processes events, but those
-by 0 s work started then last) and ``live_at`` says which are live then. The memory repair (policies/spill.py) moves the ops that hold them.
+by 0 s work started then last) and ``live_at`` says which are live then. The memory repair
+(policies/spill.py) moves the ops that hold them.
 """
 
 from __future__ import annotations
@@ -84,5 +85,8 @@ def peak_moment(buffers: DeviceBuffers) -> tuple[float, int]:
 
 
 def live_at(buffers: DeviceBuffers, time_s: float) -> np.ndarray:
-    """(B,) bool: the buffers allocated by ``time_s`` and not yet freed at it."""
-    return (buffers.alloc_s <= time_s) & (buffers.free_s > time_s)
+    """(B,) bool: the buffers allocated by ``time_s`` and not yet freed at it. One that work started at
+    ``time_s`` frees (``freed_late``) is still live then, as ``peak_moment`` counts it: at ``peak_moment``'s
+    instant the live buffers add up to its peak."""
+    freed_after = (buffers.free_s > time_s) | (buffers.freed_late & (buffers.free_s == time_s))
+    return (buffers.alloc_s <= time_s) & freed_after

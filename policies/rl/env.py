@@ -29,7 +29,7 @@ import numpy as np
 from graphs.errors import PlacerError
 from measurers.base import Measurement
 from policies.base import FAILURE_FACTOR
-from policies.rl.config import DEFAULT_PENALTY_RUNTIME_S  # noqa: F401  (also this module's name for it)
+from policies.rl.config import DEFAULT_PENALTY_RUNTIME_S
 
 
 def scored_runtime_s(measurement: Measurement, penalty_runtime_s: float = DEFAULT_PENALTY_RUNTIME_S) -> float:

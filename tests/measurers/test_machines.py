@@ -21,6 +21,25 @@ def test_catalog_machine__loads_and_round_trips_through_json(name):
     assert machine_from_json(json.loads(json.dumps(machine_to_json(machine)))) == machine
 
 
+def test_save_machine__names_its_profile_relative_to_its_folder_and_loads_back(tmp_path):
+    """What `placer profile --machine-out` writes: the two files can move together."""
+    import dataclasses
+
+    from measurers.machine_json import save_machine
+
+    (tmp_path / "p").mkdir()
+    profile = tmp_path / "p" / "profile.json"
+    profile.write_text("{}")
+    machine = dataclasses.replace(load_machine("paper-2gpu"), profile=str(profile))
+    save_machine(machine, tmp_path / "m" / "node.json")
+    assert json.loads((tmp_path / "m" / "node.json").read_text())["profile"] == "../p/profile.json"
+    (tmp_path / "moved").mkdir()
+    for folder in ("p", "m"):
+        (tmp_path / folder).rename(tmp_path / "moved" / folder)
+    moved = load_machine(str(tmp_path / "moved" / "m" / "node.json"))
+    assert moved == dataclasses.replace(machine, profile=str((tmp_path / "moved" / "p" / "profile.json").resolve()))
+
+
 def test_paper_machines__one_cpu_and_k80_dies_through_the_host():
     for name, gpus in (("paper-2gpu", 2), ("paper-4gpu", 4)):
         machine = load_machine(name)

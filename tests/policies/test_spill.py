@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import build_graph
+from conftest import training_chain
+from graphs.opgraph import ANY_DEVICE, kind_bit
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.machine import Machine
@@ -120,18 +121,6 @@ def test_spill__each_move_lowers_the_overflowing_peak_or_keeps_it():
     assert np.array_equal(result.op_placement[~moved[problem.op_unit]], placement[~moved[problem.op_unit]])
 
 
-def training_chain(layers: int, activation_bytes: int):
-    """Forward ops 0..L-1, each output read by the next and by two backward ops (L + i and 2L + i) that run
-    after the whole forward pass: the peak, at the forward pass's end, holds every activation."""
-    edges = []
-    for i in range(layers):
-        edges += [(i, layers + i, activation_bytes), (i, 2 * layers + i, activation_bytes)]
-        if i + 1 < layers:
-            edges += [(i, i + 1, activation_bytes), (layers + i + 1, layers + i, 0),
-                      (layers + i + 1, 2 * layers + i, 0)]
-    return build_graph(edges, 3 * layers, out_bytes=[activation_bytes] * layers + [0] * (2 * layers))
-
-
 def test_spill__moves_a_region_when_no_single_group_move_lowers_the_peak():
     """8 activations of 1 MB on gpu:0 of 5 MB: moving any one op leaves each activation held there (by its
     producer's copy or its other backward reader), so no single move frees a byte; moving the holders of the
@@ -153,3 +142,20 @@ def test_spill__moves_a_region_when_no_single_group_move_lowers_the_peak():
     assert "1 region" in result.notes(problem) and "fits now" in result.notes(problem)
     single_only = spill(problem, placement, graph.out_bytes.astype(np.int64), preference, max_regions=0)
     assert not single_only.fits and single_only.stop == "no move lowers the peak"
+
+
+def test_spill__a_region_leaves_behind_a_holder_that_may_run_nowhere_else():
+    """The host (5 MB) holds 8 activations of 1 MB; the first one's producer may run on a CPU only. Every
+    region holds that producer, and no GPU could take a region whole: no region moved, and the placement
+    stayed out of memory. The producer stays now, the other holders move, and the step fits."""
+    mask = np.full(24, ANY_DEVICE, dtype=np.uint8)
+    mask[0] = kind_bit("cpu")
+    graph = training_chain(8, 10**6, allowed_mask=mask)
+    machine = load_machine("paper-2gpu")
+    machine = dataclasses.replace(machine, devices=tuple(
+        dataclasses.replace(d, memory_bytes=5 * 10**6) if d.kind == "cpu" else d for d in machine.devices))
+    problem = make_problem(graph, machine)
+    placement = np.zeros(graph.num_ops, dtype=np.int64)  # everything on cpu:0
+    result = spill(problem, placement, graph.out_bytes.astype(np.int64), np.array([np.inf, 0.0, 0.0]))
+    assert result.fits and len(result.regions) == 1, result.notes(problem)
+    assert result.op_placement[0] == 0 and all(move.unit != problem.op_unit[0] for move in result.moves)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from graphs.errors import PlacerError
 from graphs.grouping import METHODS
-from policies.rl.config import BATCH_SIZE, CHECKPOINT_EVERY, HIDDEN_SIZE, check_learner_sizes
-from policies.rl.config import DEFAULT_PENALTY_RUNTIME_S
+from policies.rl.config import (BATCH_SIZE, CHECKPOINT_EVERY, DEFAULT_PENALTY_RUNTIME_S, HIDDEN_SIZE,
+                                check_learner_sizes)
 
 NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
 SOFT_PRIORS = ("position", "uniform")  # priors that are logits, not a grouping to start on

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import check_a_resume_inside_a_stall, check_stall_count_in_learner_state
 from graphs.errors import PlacerError
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
@@ -135,32 +136,14 @@ def test_run_resumes_from_its_own_checkpoint(setup, kind, tmp_path):
 
 @pytest.mark.parametrize("kind", KINDS + ("giph",))
 def test_a_run_cut_inside_a_stall_and_resumed_stops_at_the_update_one_run_does(setup, kind, tmp_path, monkeypatch):
-    """learner.pt keeps the stall count: the resumed run converges at the same update, with the same
-    measurements and best, as one run (its count started over at 0: it went on for a whole stall more). A
-    run that converged, resumed with a larger budget, samples again for a whole stall."""
+    """learner.pt keeps the stall count (conftest.check_a_resume_inside_a_stall)."""
     from policies.rl.gnn import policy as gnn_policy
 
     monkeypatch.setattr(gnn_policy, "STALL_ITERATIONS", 6)  # short stalls: a fast test
     graph, machine = setup[0].graph, setup[0].machine
     problem, measurer = make_problem(graph, machine, max_groups=4), setup[1]  # 16 placements: it converges
-
-    def run(folder, budget=1000, stop_after=None):
-        updates = []
-        context = RunContext(checkpoint_dir=folder, on_iteration=lambda i, metrics: updates.append(i),
-                             should_stop=None if stop_after is None else lambda: len(updates) >= stop_after)
-        policy = make_policy(kind, context=context, **SMALL)
-        return policy.place(problem, measurer, budget, 0), policy.trainer.iteration
-
-    whole, whole_updates = run(tmp_path / "whole")
-    assert whole.stop_reason == "converged" and whole.measurements < 1000
-    cut, cut_updates = run(tmp_path / "cut", stop_after=whole_updates - 3)  # 3 updates into the last stall
-    assert cut.stop_reason == "should_stop" and cut_updates == whole_updates - 3
-    resumed, resumed_updates = run(tmp_path / "cut")
-    assert resumed.stop_reason == "converged" and resumed_updates == whole_updates
-    assert resumed.measurements == whole.measurements and resumed.best.runtime_s == whole.best.runtime_s
-    np.testing.assert_array_equal(resumed.op_placement, whole.op_placement)
-    _, more_updates = run(tmp_path / "cut", budget=2000)
-    assert more_updates >= whole_updates + 6
+    check_a_resume_inside_a_stall(lambda context: make_policy(kind, context=context, **SMALL), problem, measurer,
+                                  tmp_path, stall_iterations=6)
 
 
 def test_a_second_place_counts_its_stalls_from_nothing(setup, monkeypatch):
@@ -178,18 +161,11 @@ def test_a_second_place_counts_its_stalls_from_nothing(setup, monkeypatch):
     assert gdp.trainer.iteration >= before + 6
 
 
-def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_none():
+def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_zero():
     from policies.rl.gnn.trainer import GnnTrainer
 
     config = make_policy("gdp", **SMALL).config(0)
-    trainer, loaded = GnnTrainer(config), GnnTrainer(config)
-    trainer.stalled = 7
-    state = trainer.state()
-    loaded.load_state(state)
-    assert loaded.stalled == 7
-    del state["stalled"]  # a learner.pt written before the count was saved
-    loaded.load_state(state)
-    assert loaded.stalled == 0
+    check_stall_count_in_learner_state(GnnTrainer(config), GnnTrainer(config))
 
 
 def test_another_policys_learner_is_refused(setup, tmp_path):

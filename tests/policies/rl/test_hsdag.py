@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import check_a_resume_inside_a_stall, check_stall_count_in_learner_state
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from measurers.sim.measurer import SimulatorMeasurer
@@ -212,33 +213,15 @@ def test_resume_measures_nothing_twice(setup, tmp_path):
 
 
 def test_a_run_cut_inside_a_stall_and_resumed_stops_at_the_update_one_run_does(setup, tmp_path, monkeypatch):
-    """learner.pt keeps the stall count: the resumed run converges at the same update, with the same
-    measurements and best, as one run (its count started over at 0: it went on for a whole stall more). A
-    run that converged, resumed with a larger budget, samples again for a whole stall."""
+    """learner.pt keeps the stall count (conftest.check_a_resume_inside_a_stall)."""
     from policies.rl.gnn.hsdag import policy as hsdag_policy
 
     monkeypatch.setattr(hsdag_policy, "STALL_ITERATIONS", 6)  # short stalls: a fast test
     _, measurer = setup
     problem = make_problem(measurer.graph, measurer.machine, max_groups=4)
     options = {**SMALL, "batch_size": 4, "max_temperature": 1.5}  # one step of heat, then a stall ends the run
-
-    def run(folder, budget=1000, stop_after=None):
-        updates = []
-        context = RunContext(checkpoint_dir=folder, on_iteration=lambda i, metrics: updates.append(i),
-                             should_stop=None if stop_after is None else lambda: len(updates) >= stop_after)
-        policy = HsdagPolicy(context=context, **options)
-        return policy.place(problem, measurer, budget, 0), policy.trainer.iteration
-
-    whole, whole_updates = run(tmp_path / "whole")
-    assert whole.stop_reason == "converged" and whole.measurements < 1000
-    cut, cut_updates = run(tmp_path / "cut", stop_after=whole_updates - 3)  # 3 updates into the last stall
-    assert cut.stop_reason == "should_stop" and cut_updates == whole_updates - 3
-    resumed, resumed_updates = run(tmp_path / "cut")
-    assert resumed.stop_reason == "converged" and resumed_updates == whole_updates
-    assert resumed.measurements == whole.measurements and resumed.best.runtime_s == whole.best.runtime_s
-    np.testing.assert_array_equal(resumed.op_placement, whole.op_placement)
-    _, more_updates = run(tmp_path / "cut", budget=2000)
-    assert more_updates >= whole_updates + 6
+    check_a_resume_inside_a_stall(lambda context: HsdagPolicy(context=context, **options), problem, measurer,
+                                  tmp_path, stall_iterations=6)
 
 
 def test_budget_of_one_measures_the_greedy_parse(setup):
@@ -260,19 +243,12 @@ def test_heat_raises_the_temperature_by_its_growth_up_to_the_cap():
     assert not HsdagTrainer(HsdagConfig(hidden_size=8, num_layers=1, stall_temperature_growth=1.0)).heat()
 
 
-def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_none():
+def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads_as_zero():
     from policies.rl.gnn.hsdag.config import HsdagConfig
     from policies.rl.gnn.hsdag.trainer import HsdagTrainer
 
     config = HsdagConfig(hidden_size=8, num_layers=1)
-    trainer, loaded = HsdagTrainer(config), HsdagTrainer(config)
-    trainer.stalled = 7
-    state = trainer.state()
-    loaded.load_state(state)
-    assert loaded.stalled == 7
-    del state["stalled"]  # a learner.pt written before the count was saved
-    loaded.load_state(state)
-    assert loaded.stalled == 0
+    check_stall_count_in_learner_state(HsdagTrainer(config), HsdagTrainer(config))
 
 
 def test_a_hotter_draw_spreads_the_devices(setup):
