@@ -9,6 +9,7 @@ import os
 import sys
 
 from cluster.commands import COMMAND_MODULES
+from cluster.commands.paths import check_outputs_spare_inputs
 from cluster.jsonout import emit_json, json_stdout, writes_to_fd1
 from graphs.errors import PlacerError
 
@@ -58,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        check_outputs_spare_inputs(args)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a reader that left is caught, not at the interpreter's exit
         return status

@@ -59,3 +59,25 @@ def _writable(folder: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+INPUT_FILE_ARGS = ("graph", "machine", "profile", "placement", "onnx", "openvino")  # argparse dests of files read
+# (not train's --init: training on from a checkpoint into the same file is a use)
+OUTPUT_FILE_ARGS = ("output", "machine_out", "trace", "out", "module_map")  # ... and files written
+
+
+def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
+    """No file the command writes may be a file it reads: `placer profile --graph g.parquet -o g.parquet`
+    replaced the graph with the profile. One PlacerError naming both arguments, before any work."""
+    from graphs.errors import PlacerError
+
+    inputs = {}
+    for dest in INPUT_FILE_ARGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and Path(value).expanduser().is_file():
+            inputs[Path(value).expanduser().resolve()] = dest
+    for dest in OUTPUT_FILE_ARGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and (read_as := inputs.get(Path(value).expanduser().resolve())):
+            raise PlacerError(f"--{dest.replace('_', '-')} {value} is the --{read_as.replace('_', '-')} file this "
+                              "command reads: writing it would replace it")

@@ -381,3 +381,18 @@ def test_search__a_real_measurer_that_measures_nothing_stops_after_the_quick_bas
 
     (run_dir,) = list(out.iterdir())
     assert len(read_run(run_dir)) < 64  # the baselines' rows, not the budget's
+
+
+def test_cli__an_output_that_is_an_input_file_is_refused_before_any_work(tmp_path, capsys):
+    """`placer profile --graph g.parquet -o g.parquet` replaced the graph with its profile."""
+    from cluster.cli import main
+
+    graph = tmp_path / "g.parquet"
+    assert main(["graphs", "export", "synthetic:12:0", "-o", str(graph)]) == 0
+    before = graph.read_bytes()
+    capsys.readouterr()
+    assert main(["profile", "--graph", str(graph), "--measurer", "torch", "-o", str(graph)]) == 2
+    assert "--output " + str(graph) + " is the --graph file this command reads" in capsys.readouterr().err
+    assert main(["simulate", "--graph", str(graph), "--machine", "paper-2gpu", "--policy", "single-gpu", "--trace",
+                 str(tmp_path / "." / "g.parquet")]) == 2
+    assert "--trace" in capsys.readouterr().err and graph.read_bytes() == before
