@@ -37,14 +37,39 @@ def tf_device_names(machine: Machine) -> list[str]:
     return names
 
 
+def local_tf_device(name: str) -> str:
+    """``name`` ("/device:GPU:1", "/cpu:0", "gpu") as "/device:TYPE:INDEX" (index 0 when left out); a name
+    TensorFlow cannot parse, or one that is not a CPU or GPU of this process, is a PlacerError naming it."""
+    import tensorflow as tf
+
+    try:
+        spec = tf.DeviceSpec.from_string(name)
+    except (ValueError, TypeError, AttributeError) as error:
+        raise PlacerError(f"tf_devices gave {name!r}, not a TensorFlow device: {error}") from None
+    if spec.device_type not in ("CPU", "GPU") or any(v is not None for v in (spec.job, spec.replica, spec.task)):
+        raise PlacerError(f"tf_devices gave {name!r}, not a CPU or GPU of this process (\"/device:CPU:0\", "
+                          "\"/device:GPU:1\")")
+    return f"/device:{spec.device_type}:{spec.device_index or 0}"
+
+
+def device_counts(tf_devices: list[str]) -> dict[str, int]:
+    """CPUs and GPUs a Session needs for ``tf_devices`` ("/device:TYPE:INDEX"): one past the highest index
+    of each type (at least one CPU), so two machine devices mapped to one TensorFlow device need it once."""
+    counts = {"CPU": 1, "GPU": 0}
+    for name in tf_devices:
+        kind, index = name.rsplit(":", 2)[-2:]
+        counts[kind] = max(counts[kind], int(index) + 1)
+    return counts
+
+
 def check_tf_sees_gpus(machine_devices: list[str]) -> None:
-    """Refuse a machine whose GPUs this process's TensorFlow cannot see: with soft placement on (for ops
+    """Refuse devices on GPUs this process's TensorFlow cannot see: with soft placement on (for ops
     without a GPU kernel) TensorFlow would run every "GPU" op on the CPU and the timing would lie."""
     import tensorflow as tf
 
-    wanted, seen = sum("GPU" in d for d in machine_devices), len(tf.config.list_physical_devices("GPU"))
+    wanted, seen = device_counts(machine_devices)["GPU"], len(tf.config.list_physical_devices("GPU"))
     if wanted > seen:
-        raise PlacerError(f"the machine has {wanted} GPUs but TensorFlow sees only {seen} in this process")
+        raise PlacerError(f"the devices need {wanted} GPUs but TensorFlow sees only {seen} in this process")
 
 
 class TFMeasurer:
@@ -120,8 +145,7 @@ class PlacedSession:
                 with tf.device(_device_of(graph_def, node_name)):
                     self._init_ops.append(tf.raw_ops.AssignVariableOp(resource=handle, value=value))
                 self._init_feeds[value] = init_feeds[node_name]
-        counts = {"CPU": sum("CPU" in d for d in machine_devices) or 1, "GPU": sum("GPU" in d for d in machine_devices)}
-        config = tf.compat.v1.ConfigProto(device_count=counts, allow_soft_placement=True)
+        config = tf.compat.v1.ConfigProto(device_count=device_counts(machine_devices), allow_soft_placement=True)
         config.graph_options.rewrite_options.disable_meta_optimizer = True
         config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
         config.graph_options.optimizer_options.do_constant_folding = False

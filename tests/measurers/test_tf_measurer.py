@@ -180,6 +180,19 @@ def test_tf_measurer__a_gpu_tensorflow_cannot_see_is_refused_not_soft_placed_on_
         profile_tf(graph, machine, runs=1, warmup=0, measurer=measurer)
 
 
+def test_device_counts__machine_devices_sharing_a_tensorflow_device_need_it_once():
+    """Both GPUs of a machine mapped to /device:GPU:0 (a box with one GPU) need one GPU, not two; a
+    Session makes CPUs up to the highest index used."""
+    from measurers.tf.measurer import check_tf_sees_gpus, device_counts
+
+    assert device_counts(["/device:CPU:0", "/device:GPU:0", "/device:GPU:0"]) == {"CPU": 1, "GPU": 1}
+    assert device_counts(["/device:CPU:2", "/device:CPU:2"]) == {"CPU": 3, "GPU": 0}
+    assert device_counts(["/device:GPU:1"]) == {"CPU": 1, "GPU": 2}
+    if not tf.config.list_physical_devices("GPU"):
+        with pytest.raises(PlacerError, match="need 1 GPUs but TensorFlow sees only 0"):
+            check_tf_sees_gpus(["/device:CPU:0", "/device:GPU:0", "/device:GPU:0"])
+
+
 def test_tf_measurer__a_module_level_layer_after_clear_session_beside_another_model():
     """The measurer rebuilds a step after ``clear_session``, which restarts Keras's name counters but keeps a
     module spec's module-level layer, "dense": the function's own Dense was named "dense" too and Keras
