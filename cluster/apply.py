@@ -93,15 +93,19 @@ def apply_torch(source, build_fn: Callable[[], tuple], *, machine=None, torch_de
                            optimizer_options)
 
 
-def apply_keras(source, build_fn: Callable, *, machine=None, batch_size: int | None = None, seed: int = 0):
+def apply_keras(source, build_fn: Callable, *, machine=None, batch_size: int | None = None, seed: int = 0,
+                tf_devices: Callable | None = None):
     """The user's Keras step placed as ``source`` says (as ``apply_torch``). ``build_fn()`` returns a
     compiled model (``batch_size`` made-up examples, default 32: use the import's ``--batch-size``) or
-    ``(model, inputs, targets[, loss])``; it runs in a fresh Keras session seeded with ``seed``. Machine
-    devices map to TensorFlow's as the measurer maps them. Returns a `measurers.tf.apply.PlacedKerasStep`
+    ``(model, inputs, targets[, loss])``; it runs in a fresh Keras session seeded with ``seed``.
+    ``tf_devices(machine) -> [TensorFlow device per machine device]`` (default: the k-th CPU to
+    ``/device:CPU:k``, the k-th GPU to ``/device:GPU:k``). Returns a `measurers.tf.apply.PlacedKerasStep`
     (close it, or use ``with``)."""
     from measurers.tf.apply import place_user_keras_step, trace_user_keras_step
+    from measurers.tf.measurer import tf_device_names
 
     target = _target(source, machine)
     name = target.graph_name or getattr(build_fn, "__name__", "keras")
     user = trace_user_keras_step(build_fn, name, batch_size, seed)
-    return place_user_keras_step(user, _checked(user.graph, user.origin, target), target.machine)
+    return place_user_keras_step(user, _checked(user.graph, user.origin, target), target.machine,
+                                 tf_devices or tf_device_names)

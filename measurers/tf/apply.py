@@ -29,7 +29,7 @@ from graphs.opgraph import OpGraph
 from graphs.specs import function_label
 from measurers.machine import Machine
 from measurers.placement import check_placement
-from measurers.tf.measurer import PlacedSession, tf_device_names
+from measurers.tf.measurer import PlacedSession, local_tf_device, tf_device_names
 from measurers.tf.workload import TracedStep, trace_model_step
 
 
@@ -126,11 +126,17 @@ class PlacedKerasStep:
         self.close()
 
 
-def place_user_keras_step(user: UserKerasStep, placement, machine: Machine) -> PlacedKerasStep:
-    """The user's step placed by ``placement`` ((N,) device of every op of ``user.graph``) on ``machine``;
-    machine devices map to TensorFlow devices as the measurer maps them (``tf_device_names``)."""
+def place_user_keras_step(user: UserKerasStep, placement, machine: Machine,
+                          tf_devices: Callable[[Machine], list[str]] = tf_device_names) -> PlacedKerasStep:
+    """The user's step placed by ``placement`` ((N,) device of every op of ``user.graph``) on ``machine``.
+    ``tf_devices``: the TensorFlow device of each machine device (the measurer's mapping by default: the
+    k-th CPU to /device:CPU:k, the k-th GPU to /device:GPU:k); CPU indices past 0 are logical CPUs of the
+    step's Session, so every device may map to a CPU on a machine without GPUs."""
     placement = check_placement(user.graph, machine, placement)
-    devices = tf_device_names(machine)
+    devices = [local_tf_device(name) for name in tf_devices(machine)]
+    if len(devices) != machine.num_devices:
+        raise PlacerError(f"tf_devices gave {len(devices)} devices for the {machine.num_devices} of "
+                          f"machine {machine.name!r}")
     effective = user.traced.effective_placement(placement)
     session = PlacedSession(user.traced, [devices[d] for d in effective.tolist()], devices)
     return PlacedKerasStep(session, user, machine, effective)

@@ -213,6 +213,57 @@ def test_apply_keras__placed_training_matches_unplaced_training(keras_run):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
 
 
+@pytest.fixture(scope="module")
+def keras_2gpu_run(keras_run, tmp_path_factory):
+    """The Keras classifier's run placed on paper-2gpu (a CPU and two GPUs), every device used."""
+    _, graph = keras_run
+    root = tmp_path_factory.mktemp("keras-2gpu-run")
+    machine = load_machine("paper-2gpu")
+    devices, groups = spread_over_groups(graph, machine.num_devices, seed=1)
+    return write_run(root, graph, save_graph(graph, root / "keras.parquet"), machine, devices, groups)
+
+
+def logical_cpus(machine):
+    """Machine device k on the k-th CPU of the step's Session (logical CPUs: copies between them still happen)."""
+    return [f"/device:CPU:{k}" for k in range(machine.num_devices)]
+
+
+@pytest.mark.parametrize("tf_devices, cpus_used", [(logical_cpus, 3), (lambda machine: ["cpu:0"] * 3, 1)],
+                         ids=["logical-cpus", "one-cpu"])
+def test_apply_keras__a_gpu_placement_mapped_to_cpus_trains_as_unplaced(keras_2gpu_run, tf_devices, cpus_used):
+    """A placement for paper-2gpu on a machine without GPUs: refused as the measurer maps devices, and with
+    every device mapped to a CPU it trains as the unplaced step does (placing was a PlacerError before)."""
+    import tensorflow as tf
+
+    data = keras_batches(3)
+    ref_losses, ref_weights = unplaced_keras_training(data, seed=0)
+    if not tf.config.list_physical_devices("GPU"):
+        with pytest.raises(PlacerError, match="need 2 GPUs but TensorFlow sees only 0"):
+            apply_keras(keras_2gpu_run, tiny_keras_classifier, batch_size=8)
+    with apply_keras(keras_2gpu_run, tiny_keras_classifier, batch_size=8, tf_devices=tf_devices) as step:
+        assert len(set(step.placement.tolist())) == 3
+        losses = [step(x, y) for x, y in data]
+        step.copy_to_model()
+        weights = [w.numpy() for w in step.user.model.weights]
+        ran_on = {stats.device.split("/")[-1] for stats in step.session.step(trace=True).step_stats.dev_stats}
+    assert ran_on == {f"device:CPU:{k}" for k in range(cpus_used)}  # TensorFlow's record of where nodes ran
+    assert losses == pytest.approx(ref_losses, rel=1e-5) and losses[-1] != losses[0]
+    for got, want in zip(weights, ref_weights):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("tf_devices, message", [
+    (lambda machine: ["cpu:0"] * 2, "tf_devices gave 2 devices for the 3 of machine 'paper-2gpu'"),
+    (lambda machine: ["cpu:0", "cpu:1", "gpu-7"], "tf_devices gave 'gpu-7', not a TensorFlow device"),
+    (lambda machine: ["cpu:0", "cpu:1", "/device:TPU:0"], "tf_devices gave '/device:TPU:0', not a CPU or GPU"),
+    (lambda machine: ["cpu:0", "cpu:1", "/job:worker/device:CPU:0"], "not a CPU or GPU of this process"),
+], ids=["too-few", "unparsable", "tpu", "another-job"])
+def test_apply_keras__a_device_mapping_tensorflow_cannot_use_is_refused_naming_it(keras_2gpu_run, tf_devices,
+                                                                                   message):
+    with pytest.raises(PlacerError, match=message):
+        apply_keras(keras_2gpu_run, tiny_keras_classifier, batch_size=8, tf_devices=tf_devices)
+
+
 def test_apply_keras__a_model_of_another_width_is_refused_naming_the_hash(keras_run):
     import keras
 
