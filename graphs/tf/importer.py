@@ -111,7 +111,9 @@ def build_on(model, input_specs) -> None:
 
 def keras_train_step(model, loss=None, optimizer=None):
     """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss, tape gradients and the
-    optimizer's update, as a plain Python function to wrap in ``tf.function``."""
+    optimizer's update, as a plain Python function to wrap in ``tf.function``. The gradients are of the
+    loss the optimizer scales (``scale_loss``), as in ``Model.fit``: a mixed-precision model's
+    LossScaleOptimizer multiplies it by its dynamic scale and divides the gradients by it."""
     import keras
     import tensorflow as tf
 
@@ -129,7 +131,8 @@ def keras_train_step(model, loss=None, optimizer=None):
         with tf.GradientTape() as tape:
             predictions = model(inputs, training=True)
             value = loss_fn(targets, predictions)
-        gradients = tape.gradient(value, variables)
+            scaled = optimizer.scale_loss(value)  # as Keras's own step: a LossScaleOptimizer unscales gradients
+        gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
