@@ -71,3 +71,14 @@ def test_keras_mixed_precision__the_loss_is_multiplied_by_the_dynamic_scale_befo
     read_by = {graph.phases[d] for read in reads for d in _consumers(graph, read)}
     assert PHASE_CODE["backward"] in read_by
 
+
+def test_keras_mixed_precision__the_finite_check_and_the_scale_update_are_the_optimizers(mixed_graph):
+    """The gradients' IsFinite check and the conds that apply the step or shrink the scale, and grow it
+    every ``dynamic_growth_steps``, are update work: no op downstream of a gradient is forward."""
+    graph = mixed_graph
+    control = [i for i in range(graph.num_ops) if graph.op_kinds[i] in ("IsFinite", "All", "Equal", "If")]
+    assert {graph.op_kinds[i] for i in control} == {"IsFinite", "All", "Equal", "If"}
+    assert all(graph.phases[i] == PHASE_CODE["update"] for i in control)
+    later = (PHASE_CODE["backward"], PHASE_CODE["update"])
+    assert not [(graph.op_names[s], graph.op_names[d]) for s, d in zip(graph.edge_src, graph.edge_dst)
+                if graph.phases[s] in later and graph.phases[d] == PHASE_CODE["forward"]]
