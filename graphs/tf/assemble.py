@@ -16,8 +16,9 @@ and every remaining op becomes an OpGraph op:
   update, and the graph's own ``_class = loc:@...`` constraints.
 - Phases: backward = ops under a ``gradient_tape/`` or ``gradients/`` name scope (where TensorFlow puts
   every op a tape or ``tf.gradients`` adds); update = ops that write a trainable variable or its slots,
-  non-backward ops downstream of a gradient, and ops that only feed updates; Variables, state and inputs
-  are "other"; the rest is forward.
+  non-backward ops downstream of a gradient, control-flow joins whose branches end in updates (a
+  LossScaleOptimizer's conds), and ops that only feed updates; Variables, state and inputs are "other"; the
+  rest is forward.
 - allowed_mask: CPU only for op types with no registered GPU kernel.
 - meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
   not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
