@@ -82,3 +82,24 @@ def test_keras_mixed_precision__the_finite_check_and_the_scale_update_are_the_op
     later = (PHASE_CODE["backward"], PHASE_CODE["update"])
     assert not [(graph.op_names[s], graph.op_names[d]) for s, d in zip(graph.edge_src, graph.edge_dst)
                 if graph.phases[s] in later and graph.phases[d] == PHASE_CODE["forward"]]
+
+
+@pytest.mark.parametrize("optimizer", [None, "sgd"])
+def test_keras_mixed_precision__an_optimizer_it_was_not_compiled_with_is_loss_scaled_as_compile_would(optimizer):
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    before = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="fc"),
+                                  keras.layers.Activation("linear", dtype="float32", name="out")], name="uncompiled")
+    finally:
+        keras.mixed_precision.set_global_policy(before)
+    graph = trace_keras_training_step(model, np.zeros((BATCH, 8), "float32"), np.zeros((BATCH, 4), "float32"),
+                                      loss="mse", optimizer=optimizer)
+    assert graph.source == "keras uncompiled + LossScaleOptimizer"
+    state = {graph.op_names[i].split("/")[-1]: int(graph.param_bytes[i]) for i in range(graph.num_ops)
+             if graph.op_kinds[i] == "VarHandleOp" and graph.scopes[i] == "loss_scale_optimizer"}
+    assert state == LOSS_SCALE_STATE
