@@ -16,8 +16,9 @@ and every remaining op becomes an OpGraph op:
   update, and the graph's own ``_class = loc:@...`` constraints.
 - Phases: backward = ops under a ``gradient_tape/`` or ``gradients/`` name scope (where TensorFlow puts
   every op a tape or ``tf.gradients`` adds); update = ops that write a trainable variable or its slots,
-  non-backward ops downstream of a gradient, and ops that only feed updates; Variables, state and inputs
-  are "other"; the rest is forward.
+  non-backward ops downstream of a gradient, control-flow joins whose branches end in updates (a
+  LossScaleOptimizer's conds), and ops that only feed updates; Variables, state and inputs are "other"; the
+  rest is forward.
 - allowed_mask: CPU only for op types with no registered GPU kernel.
 - meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
   not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
@@ -35,10 +36,11 @@ import numpy as np
 
 from graphs.inference.flops import sorted_counts
 from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit
-from graphs.tf.flatten import LOOP_KINDS, RESOURCE_EDGE, FlatOp
+from graphs.tf.flatten import BRANCH_KINDS, CASE_KINDS, LOOP_KINDS, RESOURCE_EDGE, FlatOp
 
 GRADIENT_SCOPE = re.compile(r"(gradient_tape|gradients)(_\d+)?")
 PARAM, STATE, INPUT, OP = "Variable", "VarHandleOp", "Input", ""
+JOIN_KINDS = frozenset(BRANCH_KINDS) | CASE_KINDS | LOOP_KINDS  # what an inlined control-flow op leaves
 
 
 def build_opgraph(flat: list[FlatOp], concrete_function, *, name: str, batch_size: int,
@@ -254,11 +256,25 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np
             elif feeds_write[j]:
                 phase[j] = update
     for _ in range(2):  # ops that only feed updates (learning-rate schedules, step counter reads)
+        _mark_update_joins(flat, keep, owner, index, phase, fixed)
         for j in reversed(order):
             if not fixed[j] and succ[j] and all(phase[c] == update for c in succ[j]):
                 phase[j] = update
         _mark_state_writers(flat, keep, roles, owner, index, phase, fixed, succ, optimizer_states)
     return phase
+
+
+def _mark_update_joins(flat, keep, owner, index, phase, fixed) -> None:
+    """A control-flow join whose branches end in updates is one: a LossScaleOptimizer's cond that applies
+    the step or shrinks the loss scale, and the one that grows it. Its predicate (the gradients' finite
+    check) then only feeds updates. Joins come after their branches, so nested ones are seen first."""
+    update = PHASE_CODE["update"]
+    for j, old in enumerate(keep):
+        op = flat[old]
+        if fixed[j] or op.kind not in JOIN_KINDS:
+            continue
+        if any(phase[index[owner[p]]] == update for p in op.control_inputs):
+            phase[j] = update
 
 
 def _mark_state_writers(flat, keep, roles, owner, index, phase, fixed, succ, optimizer_states) -> None:

@@ -84,7 +84,8 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     ``example_inputs``/``example_targets``: arrays, tensors or ``tf.TensorSpec``s (only shape and dtype
     are used; an unknown leading dim becomes ``batch_size``). ``loss``: a callable ``(y_true, y_pred)``,
     a Keras loss or its name; default the model's compiled loss, else mean squared error.
-    ``optimizer``: default the model's compiled optimizer, else Adam."""
+    ``optimizer``: default the model's compiled optimizer, else Adam; one the model was not compiled with
+    is wrapped in a LossScaleOptimizer for a "mixed_float16" model, as ``compile`` would."""
     import tensorflow as tf
 
     batch = batch_size or leading_dim(example_inputs) or 1
@@ -111,13 +112,18 @@ def build_on(model, input_specs) -> None:
 
 def keras_train_step(model, loss=None, optimizer=None):
     """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss, tape gradients and the
-    optimizer's update, as a plain Python function to wrap in ``tf.function``."""
+    optimizer's update, as a plain Python function to wrap in ``tf.function``. The gradients are of the
+    loss the optimizer scales (``scale_loss``), as in ``Model.fit``: a mixed-precision model's
+    LossScaleOptimizer multiplies it by its dynamic scale and divides the gradients by it."""
     import keras
     import tensorflow as tf
 
     loss_fn = _loss_callable(loss, model)
+    compiled = getattr(model, "optimizer", None)
     with fresh_keras_names():  # a new optimizer is "adam", not "adam_3" after three others in this process
-        optimizer = keras.optimizers.get(optimizer or getattr(model, "optimizer", None) or "adam")
+        optimizer = keras.optimizers.get(optimizer or compiled or "adam")
+        if optimizer is not compiled:
+            optimizer = loss_scaled_as_compile_would(model, optimizer)
     variables = model.trainable_variables
     if not variables:
         raise PlacerError(f"Keras model {model.name!r} has no trainable variables: there is no training step "
@@ -129,11 +135,24 @@ def keras_train_step(model, loss=None, optimizer=None):
         with tf.GradientTape() as tape:
             predictions = model(inputs, training=True)
             value = loss_fn(targets, predictions)
-        gradients = tape.gradient(value, variables)
+            scaled = optimizer.scale_loss(value)  # as Keras's own step: a LossScaleOptimizer unscales gradients
+        gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
     return train_step, optimizer
+
+
+def loss_scaled_as_compile_would(model, optimizer):
+    """``optimizer`` wrapped in a LossScaleOptimizer when the model computes in float16 (its policy is
+    "mixed_float16"), as ``Model.compile`` wraps it; an optimizer the model was compiled with is taken as
+    it is (compiled with ``auto_scale_loss=False``, it is not wrapped)."""
+    import keras
+
+    policy = getattr(getattr(model, "dtype_policy", None), "name", None)
+    if policy != "mixed_float16" or isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    return keras.optimizers.LossScaleOptimizer(optimizer, name="loss_scale_optimizer")
 
 
 def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None = None) -> OpGraph:
