@@ -29,6 +29,20 @@ SMOKE_CONFIG = dict(batch_size=2, seq_len=3, hidden=8, vocab=20, layers=2)
 SCOPES = ("embed", "lstm.layer0", "lstm.layer1", "softmax")
 
 
+def rnnlm_gpu():
+    """(model, example_inputs) of the RNNLM this check traces on a GPU node: a spec for `placer graphs import
+    --torch tests/gpu_check.py:rnnlm_gpu` (tests/gpu_cli_check.py)."""
+    from graphs.benchmarks.torch_models import rnnlm_model
+
+    return rnnlm_model(**GPU_CONFIG)
+
+
+def rnnlm_smoke():
+    from graphs.benchmarks.torch_models import rnnlm_model
+
+    return rnnlm_model(**SMOKE_CONFIG)
+
+
 def scope_placements(graph, cpu: int, gpu: int) -> list[np.ndarray]:
     """Every CPU/GPU choice for the model's four parts (16 placements); ops outside them go with the GPU."""
     scopes = np.array([str(s) for s in graph.scopes], dtype=object)

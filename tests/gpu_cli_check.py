@@ -19,23 +19,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_CONFIG = dict(batch_size=32, seq_len=10, hidden=1024, vocab=8000, layers=2)
-SMOKE_CONFIG = dict(batch_size=2, seq_len=3, hidden=8, vocab=20, layers=2)
 GPU_POLICIES = ("single-gpu", "cpu-only", "m-topo", "heft")
 SMOKE_POLICIES = ("cpu-only",)  # a node without GPUs: one device
-
-
-def rnnlm_gpu():
-    """(model, example_inputs) of the RNNLM that tests/gpu_check.py traces on a GPU node."""
-    from graphs.benchmarks.torch_models import rnnlm_model
-
-    return rnnlm_model(**GPU_CONFIG)
-
-
-def rnnlm_smoke():
-    from graphs.benchmarks.torch_models import rnnlm_model
-
-    return rnnlm_model(**SMOKE_CONFIG)
 
 
 def placer(*args: str) -> str:
@@ -61,7 +46,7 @@ def main() -> int:
             return 0
     with tempfile.TemporaryDirectory() as folder:
         graph, profile, machine = (str(Path(folder) / name) for name in ("g.parquet", "p.json", "node.json"))
-        placer("graphs", "import", "--torch", f"tests/gpu_cli_check.py:{spec}", "-o", graph)
+        placer("graphs", "import", "--torch", f"tests/gpu_check.py:{spec}", "-o", graph)
         print(placer("profile", "--graph", graph, "--measurer", "torch", "-o", profile, "--machine-out", machine),
               end="")
         print("\n| policy | simulated s | measured s | measured / simulated |\n|---|---|---|---|")
