@@ -49,12 +49,16 @@ def _profile(args) -> int:
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = profile_graph(graph, machine, args.measurer, args.runs, args.warmup, args.seed)
-    measured = _measured_links(machine) if args.machine_out else None
     save_profile(profile, args.output)
     models = sorted(set(profile.device_models.tolist()))
     print(f"profiled {len(profile.op_names)} (op, device model) times of {graph.name} on {', '.join(models)} "
           f"-> {args.output}")
-    if measured is not None:
+    if args.machine_out:
+        try:
+            measured = _measured_links(machine)
+        except PlacerError as error:  # the profile took minutes: keep it, and say the machine file is missing
+            raise PlacerError(f"{error}; the profile was saved to {args.output}, no machine file was written "
+                              f"to {args.machine_out}") from error
         _save_machine(*measured, args.machine_out, args.output)
     return 0
 

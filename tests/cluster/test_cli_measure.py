@@ -223,6 +223,24 @@ def test_profile__machine_out_prints_only_the_timed_links_as_measured(mlp_file, 
     assert "machine with links measured here (cpu:0->cpu:1 2.00 GB/s + 30.0 us); 1 kept as given" in out
 
 
+def test_profile__a_link_fit_that_fails_keeps_the_profile(mlp_file, tmp_path, capsys, monkeypatch):
+    """The copies were timed after the profile, and a link fit that failed threw the finished profile away."""
+    from measurers import link_calibration
+    from measurers.link_calibration import CopyTiming
+
+    def flat_copies(machine, torch_devices):  # bigger copies no slower: no bandwidth to fit
+        return [CopyTiming("cpu:0", "cpu:1", size, 3e-5) for size in (4096, 1 << 20)]
+
+    monkeypatch.setattr(link_calibration, "time_torch_copies", flat_copies)
+    _, given = _two_cpu_machine(tmp_path)
+    profile_file, machine_file = tmp_path / "p.json", tmp_path / "m.json"
+    assert main(["profile", "--graph", str(mlp_file), "--machine", str(given), "--measurer", "torch", "--runs", "1",
+                 "-o", str(profile_file), "--machine-out", str(machine_file)]) == 2
+    err = capsys.readouterr().err
+    assert "no bandwidth to fit" in err and f"the profile was saved to {profile_file}" in err
+    assert err.count("\n") == 1 and profile_file.exists() and not machine_file.exists()
+
+
 def _two_cpu_machine(folder) -> tuple[dict, object]:
     """This node's CPU twice, linked both ways: (its JSON, the file it is written to)."""
     from measurers.catalog import machine_to_json
