@@ -18,6 +18,12 @@ PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EIS
                errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG}
 """What a path can do wrong (permissions, place, space): one error line. Any other OSError is a bug's."""
 
+PACKAGE_INSTALLS = {"ray": "ray[rllib]==2.60.0", "gymnasium": "ray[rllib]==2.60.0", "tensorflow": "tensorflow==2.21.0",
+                    "ortools": "ortools", "highspy": "highspy", "torch_geometric": "torch_geometric", "onnx": "onnx",
+                    "openvino": "openvino", "pymetis": "pymetis"}
+"""The dependencies a command imports only when it needs them (a GPU node's own Python may lack some), and
+what installs each: a command that needs a missing one says so in one line. Any other missing module is a bug's."""
+
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse with the project's error format: one ``placer: error: [COMMAND: ]MESSAGE`` line on stderr
@@ -75,6 +81,13 @@ def _run(args: argparse.Namespace) -> int:
         if path is None or exc.errno not in PATH_ERRNOS:
             raise
         print(f"placer: error: {path}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:
+        package = (exc.name or "").partition(".")[0]
+        if package not in PACKAGE_INSTALLS:
+            raise
+        print(f"placer: error: {args.command} needs the Python package {package}, which this Python lacks "
+              f"(pip install '{PACKAGE_INSTALLS[package]}')", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)

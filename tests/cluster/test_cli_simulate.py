@@ -1,6 +1,7 @@
 """`placer simulate`: JSON report, placement files, traces, engines, and clean failures."""
 
 import json
+import os
 
 import pytest
 
@@ -142,3 +143,19 @@ def test_cli__a_node_without_ray_rllib_or_tensorflow_simulates_and_lists_machine
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "paper-2gpu" in done.stdout and "step" in done.stdout
+
+
+def test_cli__a_command_that_needs_a_missing_package_names_it_in_one_line(tmp_path):
+    """`placer search` on a Python without Ray was a traceback ending in ModuleNotFoundError."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = ("import sys; sys.modules['ray'] = None; from cluster.cli import main; "
+           "sys.exit(main(['search', '--graph', 'synthetic:20:1', '--policy', 'cem', '--budget', '8']))")
+    done = subprocess.run([sys.executable, "-c", run], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr == ("placer: error: search needs the Python package ray, which this Python lacks "
+                           "(pip install 'ray[rllib]==2.60.0')\n")
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []
