@@ -15,20 +15,24 @@ shortlists), and of the first shortlist holding moves that lower that device's p
 largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop). Failing that,
 the first move that leaves every peak as it was (a peak several units share drops only once several have
 moved); failing that too, a region moves (below). A move never raises the overflowing peak nor overflows its
-target; each unit moves at most once (nothing goes back and forth). A unit goes to the device it may run on
-where its estimate fits in the free memory (capacity minus simulated peak), the lowest ``preference`` first,
-then the one with the most free memory.
+target (with ``shortlist=1`` it is not simulated: its estimate alone says it fits); a unit that moved is no
+single move's candidate again (nothing goes back and forth). A unit goes to the device it may run on where
+its estimate fits in the free memory (capacity minus simulated peak), the lowest ``preference`` first, then
+the one with the most free memory.
 
 When no single move lowers the peak (or the moves are spent), a region moves: the simulator's peak is often
 made of many groups' live tensors, and one op-level group at a time frees nearly nothing there (its readers
 left behind receive a copy; m-TOPO on nmt-4 / cpu-igpu: 3 GB over, 18 MB freed before no move helped). The
 timeline says which buffers are live at the peak moment of the overflowing device
 (``measurers.sim.liveness``) and which groups hold each there (its producer and readers on that device); the
-holders not moved yet of the first 1, 2, 4, ... of them (oldest first) move together to the allowed device
-with the most free memory (a holder that may not run there stays, and its buffers with it), each size
-simulated, until one fits: of those that lower the peak and leave the target fitting, the lowest peak wins
-(at most ``MAX_REGIONS`` regions; then single moves again, while allowed). Only a placement the single moves
-leave out of memory reaches this step, so one they fit is unchanged.
+holders of the first 1, 2, 4, ... of them (oldest first) move together to the allowed device with the most
+free memory (a holder that may not run there stays, and its buffers with it), each size simulated, until one
+fits: of those that lower the peak, leave the target fitting and make a placement not seen before in this
+repair, the lowest peak wins (at most ``MAX_REGIONS`` regions; then single moves again, while allowed). Only
+a placement the single moves leave out of memory reaches this step, so one they fit is unchanged. A holder
+that moved before takes part (a group a move put on a device that overflows later may be the one holding
+its buffers there); the move counts bound the repair, and never returning to a placement keeps regions
+from going back and forth.
 
 Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
 would take every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their
@@ -39,6 +43,7 @@ then say it is still out of memory.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -89,7 +94,8 @@ class Spill:
             key = (move.from_device, move.to_device)
             pairs[key] = pairs.get(key, 0) + 1
         moved = ", ".join(f"{names[a]} -> {names[b]}: {n}" for (a, b), n in pairs.items())
-        text += f"; moved {len(self.moves)} groups" + (f" ({moved})" if moved else "")
+        groups = len({move.unit for move in self.moves})  # a region may move a group a second time
+        text += f"; moved {groups} groups" + (f" ({moved})" if moved else "")
         if self.regions:
             many = len(self.regions) > 1
             text += (f", {sum(self.regions)} of them in {len(self.regions)} region{'s' if many else ''} "
@@ -133,6 +139,7 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
     peaks = simulator.run(placement).peak_bytes
     before, moves, stop = peaks.copy(), [], "fits"
     moved = np.zeros(problem.num_units, dtype=bool)
+    seen = {_digest(placement)}  # the placements this repair has been at: no region returns to one
     edges = unit_edges(problem) if edges is None else edges
     singles, regions = 0, []
     while (peaks > capacity).any():
@@ -140,7 +147,7 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
         stop, best = _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges,
                                   peaks, here, shortlist, singles >= max_moves)
         if best is None and len(regions) < max_regions:
-            best = _region_move(problem, simulator, placement, moved, preference, peaks, here)
+            best = _region_move(problem, simulator, placement, seen, preference, peaks, here)
             regions += [] if best is None else [len(best[0])]
         elif best is not None:
             singles += 1
@@ -150,6 +157,7 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
         moves += [SpillMove(int(unit), here, target) for unit in picked]
         units[picked], moved[picked] = target, True
         placement[np.isin(problem.op_unit, picked)] = target
+        seen.add(_digest(placement))
         stop = "fits"
     return Spill(placement, units, tuple(moves), before, peaks, capacity, stop, tuple(regions))
 
@@ -176,13 +184,17 @@ def _single_move(problem, simulator, placement, units, moved, unit_bytes, prefer
     return "fits", (candidates[ranked[pick]:ranked[pick] + 1], int(targets[ranked[pick]]), after)
 
 
-def _region_move(problem, simulator, placement, moved, preference, peaks,
+def _digest(op_placement: np.ndarray) -> bytes:
+    return hashlib.blake2b(op_placement.tobytes(), digest_size=16).digest()
+
+
+def _region_move(problem, simulator, placement, seen, preference, peaks,
                  here) -> tuple[np.ndarray, int, np.ndarray] | None:
     """((R,) units, their target, the simulated peaks after) or None: the units holding the first buffers
     live at ``here``'s peak, 1, 2, 4, ... of them, moved together to the allowed device with the most free
     memory (those of them that may run there; one that may run on no other device stays); of the regions
-    that lower ``here``'s peak and leave the target fitting, the lowest peak (the first that fits ``here``;
-    growing stops once the target overflows)."""
+    that lower ``here``'s peak, leave the target fitting and lead to a placement whose ``_digest`` is not in
+    ``seen``, the lowest peak (the first that fits ``here``; growing stops once the target overflows)."""
     capacity = problem.capacity_bytes()
     first_rank = _holders_by_buffer(problem, simulator, placement, here)  # (U,)
     allowed = problem.unit_allowed & np.isfinite(preference)  # (U, D)
@@ -191,13 +203,16 @@ def _region_move(problem, simulator, placement, moved, preference, peaks,
     held = first_rank[first_rank < np.iinfo(np.int64).max]
     best, taken = None, 0
     for size in 2 ** np.arange(int(held.max(initial=0)).bit_length() + 1):
-        region = np.flatnonzero((first_rank < size) & ~moved & movable)
+        region = np.flatnonzero((first_rank < size) & movable)
         if len(region) == taken:
             continue
         taken = len(region)
         target = int(np.argmax(np.where(allowed[region].any(axis=0), capacity - peaks, -np.inf)))
         region = region[allowed[region, target]]  # the holders that may run there
-        after = simulator.run(np.where(np.isin(problem.op_unit, region), target, placement)).peak_bytes
+        trial = np.where(np.isin(problem.op_unit, region), target, placement)
+        if _digest(trial) in seen:
+            continue
+        after = simulator.run(trial).peak_bytes
         if after[target] > capacity[target]:
             break
         if after[here] < peaks[here] and (best is None or after[here] < best[2][here]):

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import training_chain
+from conftest import build_graph, training_chain
 from graphs.opgraph import ANY_DEVICE, kind_bit
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
@@ -17,7 +17,7 @@ from measurers.sim.measurer import SimulatorMeasurer
 from measurers.sim.reference import Simulator
 from policies.problem import make_problem
 from policies.registry import place
-from policies.spill import fit_in_memory, spill
+from policies.spill import SpillMove, fit_in_memory, spill
 
 MEMORY_CONSTRAINED = ("m-topo", "m-etf", "m-sct", "heft")
 
@@ -159,3 +159,25 @@ def test_spill__a_region_leaves_behind_a_holder_that_may_run_nowhere_else():
     result = spill(problem, placement, graph.out_bytes.astype(np.int64), np.array([np.inf, 0.0, 0.0]))
     assert result.fits and len(result.regions) == 1, result.notes(problem)
     assert result.op_placement[0] == 0 and all(move.unit != problem.op_unit[0] for move in result.moves)
+
+
+def test_spill__a_region_may_move_a_group_that_moved_before():
+    """8 inputs of 1 MB read by one op, all on gpu:0 (5 MB). With a shortlist of one the estimate alone picks
+    the moves: the reader (4 MB by its estimate) goes to gpu:1, where its 8 received copies peak at 8 MB.
+    gpu:1 then holds that one group and overflows; no single move is left there, and a region skipping the
+    groups that moved before was empty: the repair stopped out of memory. The region of the reader moves it
+    on to the host (the device with the most free memory), and the rest fits."""
+    mb = 10**6
+    graph = build_graph([(i, 8, mb) for i in range(8)], 9, out_bytes=[mb] * 8 + [0])
+    machine = with_gpu_memory(load_machine("paper-2gpu"), 5 * mb)
+    problem = make_problem(graph, machine)
+    placement = np.full(graph.num_ops, 1, dtype=np.int64)
+    unit_bytes = np.ones(problem.num_units, dtype=np.int64)
+    reader = int(problem.op_unit[8])
+    unit_bytes[reader] = 4 * mb
+    result = spill(problem, placement, unit_bytes, np.array([1.0, 0.0, 0.0]), shortlist=1)
+    assert result.fits, result.notes(problem)
+    assert result.moves[0] == SpillMove(reader, 1, 2)  # the premise: the estimate sent it to gpu:1
+    assert SpillMove(reader, 2, 0) in result.moves and result.regions == (1,)
+    assert result.op_placement[8] == 0
+    assert "moved 4 groups" in result.notes(problem)  # the reader counted once
