@@ -42,11 +42,17 @@ ALIAS_OPS = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.
 SKIPPED_NAMESPACES = {"prim", "profiler"}
 SCALAR_OP = torch.ops.aten._local_scalar_dense.default
 # Kernels that write arguments their schema does not mark as written: batch norm in training updates its
-# running statistics in place (``_native_batch_norm_legit`` declares it; these do not).
+# running statistics in place (``_native_batch_norm_legit`` and ``_batch_norm_with_update``, ``.out`` too,
+# declare it; these do not). The ``.out`` overloads write them as well: native_batch_norm.out does on the
+# CPU, and ``_batch_norm_with_update.out`` updates them on CUDA by calling cudnn_ / miopen_batch_norm.out.
+# The ``_functional`` variants return new statistics and write nothing.
 BATCH_NORM_STATS = ("running_mean", "running_var")
 UNDECLARED_WRITES = {torch.ops.aten.native_batch_norm.default: BATCH_NORM_STATS,
+                     torch.ops.aten.native_batch_norm.out: BATCH_NORM_STATS,
                      torch.ops.aten.cudnn_batch_norm.default: BATCH_NORM_STATS,
-                     torch.ops.aten.miopen_batch_norm.default: BATCH_NORM_STATS}
+                     torch.ops.aten.cudnn_batch_norm.out: BATCH_NORM_STATS,
+                     torch.ops.aten.miopen_batch_norm.default: BATCH_NORM_STATS,
+                     torch.ops.aten.miopen_batch_norm.out: BATCH_NORM_STATS}
 
 
 @contextmanager

@@ -179,6 +179,53 @@ def test_trace_training_step__batch_norm_colocated_with_the_running_statistics_i
     assert not {"param:1.running_mean", "param:1.running_var"} & _group(evaluated, forward)
 
 
+class _OutBatchNorm(nn.Module):
+    """Batch norm through ``native_batch_norm.out``, its outputs preallocated (no affine: out= has no autograd)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("running_mean", torch.zeros(4))
+        self.register_buffer("running_var", torch.ones(4))
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y, save_mean, save_invstd = torch.empty(0), torch.empty(0), torch.empty(0)
+        torch.ops.aten.native_batch_norm.out(x, None, None, self.running_mean, self.running_var, self.training,
+                                             0.1, 1e-5, out=y, save_mean=save_mean, save_invstd=save_invstd)
+        return self.fc(y)
+
+
+def test_trace_training_step__batch_norm_out_overload_colocated_with_the_running_statistics_it_updates():
+    """native_batch_norm.out writes the running statistics in training as the default overload does (its schema
+    marks only out, save_mean and save_invstd written): the op was apart from both buffers."""
+    graph = trace_training_step(_OutBatchNorm().train(True), (torch.randn(8, 4),))
+    (forward,) = _ops(graph, kind="aten.native_batch_norm")
+    assert {"param:running_mean", "param:running_var"} <= _group(graph, forward)
+    evaluated = trace_training_step(_OutBatchNorm().train(False), (torch.randn(8, 4),))
+    (forward,) = _ops(evaluated, kind="aten.native_batch_norm")
+    assert not {"param:running_mean", "param:running_var"} & _group(evaluated, forward)
+
+
+@pytest.mark.parametrize("func", [torch.ops.aten.native_batch_norm.out, torch.ops.aten.cudnn_batch_norm.out,
+                                  torch.ops.aten.miopen_batch_norm.out])
+def test_undeclared_writes__batch_norm_out_overloads_write_the_running_statistics_in_training(func):
+    from graphs.torch.recorder import undeclared_writes
+
+    names = [a.name for a in func._schema.arguments]
+    args = [None] * names.index("training")
+    assert undeclared_writes(func, (*args, True), {}) == [names.index("running_mean"), names.index("running_var")]
+    assert undeclared_writes(func, (*args, False), {}) == []
+
+
+@pytest.mark.parametrize("func", [torch.ops.aten._native_batch_norm_legit.out,  # its schema says so already
+                                  torch.ops.aten._native_batch_norm_legit_functional.default,  # returns new ones
+                                  torch.ops.aten._batch_norm_with_update_functional.default])
+def test_undeclared_writes__nothing_for_batch_norms_whose_schema_is_true(func):
+    from graphs.torch.recorder import undeclared_writes
+
+    assert undeclared_writes(func, (None,) * 5 + (True,), {}) == []
+
+
 class _TwoRunningAverages(nn.Module):
     def __init__(self) -> None:
         super().__init__()
