@@ -45,10 +45,10 @@ def buffers_on(graph: OpGraph, timeline: Timeline, device: int) -> DeviceBuffers
 
 
 def _round_ends(buffers: DeviceBuffers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The device's memory after each round that changes it, replaying the buffers as the simulator does
-    (in a round, the frees first): ((K,) rounds, (K,) their instants, (K,) bytes held then)."""
+    """The device's memory after each round that changes it, replaying the buffers' rounds: ((K,) rounds,
+    (K,) their instants, (K,) bytes held then). A round frees before it allocates, so its end is its fullest."""
     rounds = np.concatenate([buffers.free_round, buffers.alloc_round])
-    order = np.lexsort((np.repeat([0, 1], len(buffers.nbytes)), rounds))
+    order = np.argsort(rounds, kind="stable")
     rounds = rounds[order]
     held = buffers.resident_bytes + np.cumsum(np.concatenate([-buffers.nbytes, buffers.nbytes])[order])
     end = np.flatnonzero(np.append(rounds[1:] != rounds[:-1], True)) if len(rounds) else rounds
