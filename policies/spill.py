@@ -229,7 +229,7 @@ def _holders_by_buffer(problem, simulator, placement, here) -> np.ndarray:
     from measurers.sim.liveness import buffers_on, live_at, peak_moment
 
     graph = problem.graph
-    buffers = buffers_on(graph, simulator.alloc_bytes, simulator.run(placement, timeline=True).timeline, here)
+    buffers = buffers_on(graph, simulator.run(placement, timeline=True).timeline, here)
     live = np.flatnonzero(live_at(buffers, peak_moment(buffers)[0]))
     live = live[np.argsort(buffers.alloc_s[live], kind="stable")]
     rank = np.full(graph.num_ops, -1, dtype=np.int64)

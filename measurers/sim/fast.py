@@ -63,19 +63,24 @@ class FastSimulator:
                                self.machine.num_devices)
         x_off, x_dst, x_bytes = plan[:3]
         out = _simulate(p, self.op_time_s, self.param_bytes, self.pred_off, *plan, self.link_of, self.link_channel,
-                        self.link_latency_s, self.link_bandwidth_Bps, self.num_channels)
-        runtime_s, busy_s, peak_bytes, link_bytes, start_s, end_s, x_start_s, x_end_s = out
+                        self.link_latency_s, self.link_bandwidth_Bps, self.num_channels, want_timeline)
+        runtime_s, busy_s, peak_bytes, link_bytes, start_s, end_s, x_start_s, x_end_s = out[:8]
         timeline = None
         if want_timeline:
             x_op_relabelled = np.repeat(np.arange(len(p)), np.diff(x_off))
             op_start, op_end = np.empty_like(start_s), np.empty_like(end_s)
             op_start[self.order], op_end[self.order] = start_s, end_s
             x_src, x_dst = p[x_op_relabelled].astype(np.int64), x_dst.astype(np.int64)
+            own_slot = np.empty(len(p), dtype=np.int64)  # (N,) each op's own slot, in graph op order
+            own_slot[self.order] = np.arange(len(p)) + x_off[:-1]
+            slots = np.concatenate([own_slot, x_op_relabelled + 1 + np.arange(len(x_dst))])  # (N+T,) buffer order
+            slot_bytes, (alloc_round, free_round, round_s) = plan[6], out[8:]
             timeline = Timeline(
                 op_device=np.asarray(placement, dtype=np.int64).copy(), op_start_s=op_start, op_end_s=op_end,
                 transfer_op=self.order[x_op_relabelled].astype(np.int64), transfer_src=x_src,
                 transfer_dst=x_dst, transfer_link=self.link_of[x_src, x_dst], transfer_bytes=x_bytes,
-                transfer_start_s=x_start_s, transfer_end_s=x_end_s)
+                transfer_start_s=x_start_s, transfer_end_s=x_end_s, buffer_bytes=slot_bytes[slots],
+                buffer_alloc_round=alloc_round[slots], buffer_free_round=free_round[slots], round_s=round_s)
         return SimResult(runtime_s=float(runtime_s), status="oom" if np.any(peak_bytes > self.capacity_bytes) else "ok",
                          busy_s=busy_s, peak_bytes=peak_bytes, capacity_bytes=self.capacity_bytes.copy(),
                          link_bytes=link_bytes, timeline=timeline)
@@ -90,7 +95,7 @@ def warm_up() -> float:
     p, succ_off, one, zero = np.array([0, 1], i32), np.array([0, 1, 1], i32), np.ones(1, i32), np.zeros(1, i32)
     plan = _plan_transfers(p, succ_off, one, np.ones(1, np.int64), zero, np.ones(2, np.int64), 2)
     _simulate(p, np.ones((2, 2)), np.zeros(2, dtype=np.int64), np.array([0, 0, 1], i32), *plan,
-              np.array([[-1, 0], [1, -1]]), np.array([0, 0]), np.ones(2), np.ones(2), 1)
+              np.array([[-1, 0], [1, -1]]), np.array([0, 0]), np.ones(2), np.ones(2), 1, False)
     return time.perf_counter() - began
 
 
@@ -174,12 +179,13 @@ def _plan_transfers(p, succ_off, succ_dst, succ_bytes, succ_pred, alloc_bytes, n
 
 @njit(cache=True)
 def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off, nt_w, uses, slot_bytes, rel,
-              link_of, link_channel, link_latency_s, link_bandwidth_Bps, num_channels):
+              link_of, link_channel, link_latency_s, link_bandwidth_Bps, num_channels, record):
     """The event loop. "Entities" are the devices (0..D-1), then the channels (D..D+C-1); each has a queue
     (ready ops, or requested transfers) in its own segment of ``q_keys``. Keys pushed at an instant carry the
     newest rank, so each queue is a sorted array consumed from its head: a push is an append (an insertion
     only for keys of the same instant arriving out of order), a pop is one read. The queue and heap code is
-    written out, not called: numba reference-counts array arguments of calls."""
+    written out, not called: numba reference-counts array arguments of calls. With ``record``, each slot's
+    allocating and freeing round and each round's instant (result.Timeline) are recorded."""
     n, num_devices, num_transfers = len(p), link_of.shape[0], len(x_dst)
     op_bits, x_bits = _bits(n), _bits(num_transfers)  # key = rank << bits | id
     num_ent = num_devices + num_channels
@@ -204,6 +210,9 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
     start_s, end_s = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.float64)
     x_start_s, x_end_s = np.zeros(num_transfers, dtype=np.float64), np.zeros(num_transfers, dtype=np.float64)
     waiting = np.empty(n, dtype=np.int32)
+    num_recorded = len(slot_bytes) if record else 0
+    alloc_round, free_round = np.zeros(num_recorded, dtype=np.int64), np.zeros(num_recorded, dtype=np.int64)
+    round_s = np.zeros(num_recorded + 1, dtype=np.float64)  # a round has an event: at most one per slot, + round 0
     num_dirty = 0
     for v in range(n):
         memory[p[v]] += param_bytes[v]
@@ -216,7 +225,7 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 dirty[num_dirty], is_dirty[ent] = ent, True
                 num_dirty += 1
     peak = memory.copy()
-    now, rank = 0.0, 0
+    now, rank, rnd = 0.0, 0, 0
     while True:
         for i in range(num_dirty):  # idle entities that changed start their first queued item
             ent = dirty[i]
@@ -232,6 +241,8 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 busy_s[ent] += op_time_s[v, ent]
                 memory[ent] += slot_bytes[v + x_off[v]]
                 peak[ent] = max(peak[ent], memory[ent])
+                if record:
+                    alloc_round[v + x_off[v]] = rnd
                 end = end_s[v]
             else:  # transfer k starts on channel ent - D
                 k = top & ((1 << x_bits) - 1)
@@ -241,6 +252,8 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 link_bytes[link] += x_bytes[k]
                 memory[d] += x_bytes[k]
                 peak[d] = max(peak[d], memory[d])
+                if record:
+                    alloc_round[x_op[k] + 1 + k] = rnd
                 end = x_end_s[k]
             j = ev_size  # event heap push
             ev_size += 1
@@ -253,6 +266,9 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
             break
         if ev_time[0] > now:
             now, rank = ev_time[0], rank + 1
+        rnd += 1
+        if record:
+            round_s[rnd] = now
         while ev_size > 0 and ev_time[0] == now:  # every event at this instant, before anything starts
             ent = ev_ent[0]  # event heap pop
             ev_size -= 1
@@ -277,9 +293,13 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                     uses[s] -= 1
                     if uses[s] == 0:
                         memory[d] -= slot_bytes[s]
+                        if record:
+                            free_round[s] = rnd
                 slot = v + x_off[v]
                 if uses[slot] == 0:
                     memory[d] -= slot_bytes[slot]
+                    if record:
+                        free_round[slot] = rnd
                 for k in range(x_off[v], x_off[v + 1]):  # request its transfers
                     ent, key = num_devices + link_channel[x_link[k]], (rank << x_bits) | k
                     head, j = q_head[ent], q_tail[ent]  # sorted insert (see the docstring; written out twice:
@@ -300,6 +320,8 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 uses[own] -= 1
                 if uses[own] == 0:
                     memory[p[u]] -= slot_bytes[own]
+                    if record:
+                        free_round[own] = rnd
                 slot = u + 1 + k
             for i in range(nt_off[slot], nt_off[slot + 1]):  # the copy is now present on device d
                 w = nt_w[i]
@@ -315,7 +337,8 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                     if not is_dirty[d]:
                         dirty[num_dirty], is_dirty[d] = d, True
                         num_dirty += 1
-    return now, busy_s, peak, link_bytes, start_s, end_s, x_start_s, x_end_s
+    return (now, busy_s, peak, link_bytes, start_s, end_s, x_start_s, x_end_s, alloc_round, free_round,
+            round_s[:rnd + 1] if record else round_s)
 
 
 @njit(cache=True)

@@ -1,13 +1,11 @@
-"""Which buffers a device holds at its memory peak, read back from a simulated timeline.
+"""Which buffers a device holds at its memory peak, read from a simulated timeline.
 
-The simulator reports each device's peak (``SimResult.peak_bytes``), not what makes it up. ``buffers_on``
-rebuilds a device's buffers from the timeline with the simulator's rules (reference.py, "Memory"): an op's
-output lives on its device from the op's start until its last use there ends (a reader on the device, or a
-transfer sending it away; the op's own end when nothing uses it); a received copy lives from its transfer's
-start until its last reader on the receiving device ends. Parameters are resident and are not buffers.
-``peak_moment`` sweeps them (at one instant the frees first, as the simulator processes events, but those
-by 0 s work started then last) and ``live_at`` says which are live then. The memory repair
-(policies/spill.py) moves the ops that hold them.
+The simulator reports each device's peak (``SimResult.peak_bytes``), not what makes it up; with a timeline it
+also records every buffer it allocates and frees, and the round of each (``result.Timeline``: the order it
+changes memory in, several rounds at one instant where work takes 0 s). ``buffers_on`` selects a device's
+buffers: its ops' outputs (not a Variable's, which is its resident parameter) and the copies it receives.
+``peak_moment`` replays them in the simulator's order (its peak, exactly) and ``live_at`` says which are live
+then. The memory repair (policies/spill.py) moves the ops that hold them.
 """
 
 from __future__ import annotations
@@ -29,64 +27,52 @@ class DeviceBuffers:
     nbytes: np.ndarray  # (B,) int64
     alloc_s: np.ndarray  # (B,) float64: allocated at
     free_s: np.ndarray  # (B,) float64: freed at
-    freed_late: np.ndarray  # (B,) bool: by work that started at ``free_s`` (it ends in a later round of it)
+    alloc_round: np.ndarray  # (B,) int64: the simulator's round allocating it (``Timeline.buffer_alloc_round``)
+    free_round: np.ndarray  # (B,) int64: the round freeing it (later than ``alloc_round``)
     resident_bytes: int  # the device's parameters, resident for the whole step
 
 
-def buffers_on(graph: OpGraph, alloc_bytes: np.ndarray, timeline: Timeline, device: int) -> DeviceBuffers:
-    """The buffers of ``device`` in the step ``timeline`` records; ``alloc_bytes``: (N,) output bytes an op
-    allocates (``measurers.sim.reference.output_alloc_bytes``)."""
-    on = timeline.op_device == device  # (N,)
-    src, dst = graph.edge_src, graph.edge_dst
-    own = np.flatnonzero(on & (alloc_bytes > 0))
-    local, sent = on[src] & on[dst], timeline.transfer_src == device
-    own_free_s, own_late = _last_use(  # the op itself, its readers here and its transfers away
-        np.concatenate([own, src[local], timeline.transfer_op[sent]]), graph.num_ops,
-        np.concatenate([timeline.op_start_s[own], timeline.op_start_s[dst[local]], timeline.transfer_start_s[sent]]),
-        np.concatenate([timeline.op_end_s[own], timeline.op_end_s[dst[local]], timeline.transfer_end_s[sent]]))
-
-    received = np.flatnonzero(timeline.transfer_dst == device)
-    copy_of = np.full(graph.num_ops, -1, dtype=np.int64)  # producer op -> its copy's index in ``received``
-    copy_of[timeline.transfer_op[received]] = np.arange(len(received))
-    remote = on[dst] & ~on[src]
-    copy_free_s, copy_late = _last_use(copy_of[src[remote]], len(received), timeline.op_start_s[dst[remote]],
-                                       timeline.op_end_s[dst[remote]])
+def buffers_on(graph: OpGraph, timeline: Timeline, device: int) -> DeviceBuffers:
+    """The buffers of ``device`` in the step ``timeline`` records: its ops' outputs of positive bytes, then
+    the copies it receives (in transfer order)."""
+    is_copy = np.arange(len(timeline.buffer_bytes)) >= graph.num_ops  # (N+T,)
+    held = np.flatnonzero((timeline.buffer_device == device) & (is_copy | (timeline.buffer_bytes > 0)))
     return DeviceBuffers(
-        device=device, producer=np.concatenate([own, timeline.transfer_op[received]]).astype(np.int64),
-        nbytes=np.concatenate([alloc_bytes[own], timeline.transfer_bytes[received]]).astype(np.int64),
-        alloc_s=np.concatenate([timeline.op_start_s[own], timeline.transfer_start_s[received]]),
-        free_s=np.concatenate([own_free_s[own], copy_free_s]),
-        freed_late=np.concatenate([own_late[own], copy_late]),
-        resident_bytes=int(graph.param_bytes[on].sum()))
+        device=device, producer=timeline.buffer_op[held], nbytes=timeline.buffer_bytes[held],
+        alloc_s=timeline.buffer_alloc_s[held], free_s=timeline.buffer_free_s[held],
+        alloc_round=timeline.buffer_alloc_round[held], free_round=timeline.buffer_free_round[held],
+        resident_bytes=int(graph.param_bytes[timeline.op_device == device].sum()))
 
 
-def _last_use(key: np.ndarray, size: int, start_s: np.ndarray, end_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """((size,) when the last use of each key ends, (size,) whether a use ending then also started then)."""
-    free_s = np.full(size, -np.inf)
-    np.maximum.at(free_s, key, end_s)
-    late = np.zeros(size, dtype=bool)
-    late[key[(end_s == free_s[key]) & (start_s == end_s)]] = True
-    return free_s, late
+def _round_ends(buffers: DeviceBuffers) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The device's memory after each round that changes it, replaying the buffers' rounds: ((K,) rounds,
+    (K,) their instants, (K,) bytes held then). A round frees before it allocates, so its end is its fullest."""
+    rounds = np.concatenate([buffers.free_round, buffers.alloc_round])
+    order = np.argsort(rounds, kind="stable")
+    rounds = rounds[order]
+    held = buffers.resident_bytes + np.cumsum(np.concatenate([-buffers.nbytes, buffers.nbytes])[order])
+    end = np.flatnonzero(np.append(rounds[1:] != rounds[:-1], True)) if len(rounds) else rounds
+    return rounds[end], np.concatenate([buffers.free_s, buffers.alloc_s])[order][end], held[end]
 
 
 def peak_moment(buffers: DeviceBuffers) -> tuple[float, int]:
-    """(the first instant the device's memory is at its largest, those bytes); (0.0, resident) without
-    buffers. At one instant the frees come first, then the allocations, then the frees by work that started
-    then (a 0 s op): exact but where such work chains at one instant (then it may count a few too many)."""
-    times = np.concatenate([buffers.alloc_s, buffers.free_s])
-    delta = np.concatenate([buffers.nbytes, -buffers.nbytes])
-    rank = np.concatenate([np.ones(len(delta) // 2), np.where(buffers.freed_late, 2, 0)])
-    order = np.lexsort((rank, times))
-    if not len(order):
+    """(the first instant the device's memory is at its largest, those bytes: the simulator's peak);
+    (0.0, resident) without buffers."""
+    _, times_s, held = _round_ends(buffers)
+    if not len(held):
         return 0.0, buffers.resident_bytes
-    held = buffers.resident_bytes + np.cumsum(delta[order])
     at = int(np.argmax(held))
-    return float(times[order][at]), int(held[at])
+    return float(times_s[at]), int(held[at])
 
 
 def live_at(buffers: DeviceBuffers, time_s: float) -> np.ndarray:
-    """(B,) bool: the buffers allocated by ``time_s`` and not yet freed at it. One that work started at
-    ``time_s`` frees (``freed_late``) is still live then, as ``peak_moment`` counts it: at ``peak_moment``'s
-    instant the live buffers add up to its peak."""
-    freed_after = (buffers.free_s > time_s) | (buffers.freed_late & (buffers.free_s == time_s))
-    return (buffers.alloc_s <= time_s) & freed_after
+    """(B,) bool: the buffers live at ``time_s``; where the device's memory changes in several rounds of that
+    instant (work of 0 s), those live after the fullest (the first of them): at ``peak_moment``'s instant the
+    live buffers add up to its peak."""
+    rounds, times_s, held = _round_ends(buffers)
+    upto = np.flatnonzero(times_s <= time_s)
+    if not len(upto):
+        return np.zeros(len(buffers.nbytes), dtype=bool)
+    then = upto[times_s[upto] == time_s]
+    at = then[np.argmax(held[then])] if len(then) else upto[-1]
+    return (buffers.alloc_round <= rounds[at]) & (buffers.free_round > rounds[at])

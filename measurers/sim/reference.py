@@ -32,7 +32,9 @@ Op times come from ``measurers.sim.costs.op_time_matrix`` (roofline, or a measur
   same device and its outgoing transfers (the send reads it). Output nobody uses is freed when the op ends.
   A received copy is allocated on the receiver when its transfer starts and freed when its last consumer
   there ends. ``peak_bytes`` is the largest total after any allocation. A peak above the device's
-  ``memory_bytes`` gives status ``"oom"`` (``runtime_s`` still computed); it is never an exception.
+  ``memory_bytes`` gives status ``"oom"`` (``runtime_s`` still computed); it is never an exception. A
+  timeline records every buffer and the rounds (batches of one instant's events, then the work they start)
+  allocating and freeing it (``result.Timeline``): ``liveness.py`` replays them.
 """
 
 from __future__ import annotations
@@ -159,17 +161,32 @@ def simulate_reference(graph: OpGraph, machine: Machine, placement: np.ndarray, 
         transfers_of[u].append(k)
     transfer_id = {key: k for k, key in enumerate(transfers)}
 
-    # Uses that keep a buffer alive (see "Memory" in the module docstring).
-    own_uses = [len(transfers_of[u]) + sum(device[v] == device[u] for v, _ in succ[u]) for u in range(n)]
-    copy_uses = [sum(device[v] == dst for v, _ in succ[u]) for u, dst in transfers]
+    # Buffers (see "Memory" in the module docstring): op u's output is buffer u, transfer k's copy buffer n + k;
+    # the uses that keep each alive, and the rounds allocating and freeing each (round_s: each round's instant).
+    buffer_device = device + [dst for _, dst in transfers]
+    buffer_bytes = alloc_bytes.tolist() + [transfer_bytes[key] for key in transfers]
+    uses = [len(transfers_of[u]) + sum(device[v] == device[u] for v, _ in succ[u]) for u in range(n)]
+    uses += [sum(device[v] == dst for v, _ in succ[u]) for u, dst in transfers]
+    alloc_round, free_round, round_s = [0] * len(uses), [0] * len(uses), [0.0]
     memory = [0] * num_devices
     for u in range(n):
         memory[device[u]] += int(graph.param_bytes[u])
     peak = list(memory)
 
-    def allocate(dev: int, nbytes: int) -> None:
-        memory[dev] += nbytes
+    def allocate(buffer: int) -> None:
+        dev = buffer_device[buffer]
+        memory[dev] += buffer_bytes[buffer]
         peak[dev] = max(peak[dev], memory[dev])
+        alloc_round[buffer] = len(round_s) - 1
+
+    def use_ended(buffer: int) -> None:
+        uses[buffer] -= 1
+        if uses[buffer] == 0:
+            free(buffer)
+
+    def free(buffer: int) -> None:
+        memory[buffer_device[buffer]] -= buffer_bytes[buffer]
+        free_round[buffer] = len(round_s) - 1
 
     waiting = [len(pred[v]) for v in range(n)]  # inputs not yet present
     ready = [[] for _ in range(num_devices)]  # per device: heap of (ready time, topo position, op)
@@ -198,7 +215,7 @@ def simulate_reference(graph: OpGraph, machine: Machine, placement: np.ndarray, 
                 running_op[d] = v
                 start_s[v], end_s[v] = now, now + duration[v]
                 busy_s[d] += duration[v]
-                allocate(d, int(alloc_bytes[v]))
+                allocate(v)
                 heapq.heappush(events, (end_s[v], 0, v))
         for c in range(len(channels)):  # idle channels start their first queued transfer
             if running_transfer[c] is None and queued[c]:
@@ -210,28 +227,21 @@ def simulate_reference(graph: OpGraph, machine: Machine, placement: np.ndarray, 
                 transfer_start_s[k] = now
                 transfer_end_s[k] = now + (machine.links[link].latency_s + size / machine.links[link].bandwidth_Bps)
                 link_bytes[link] += size
-                allocate(dst, size)
+                allocate(n + k)
                 heapq.heappush(events, (transfer_end_s[k], 1, k))
         if not events:
             break
         now = events[0][0]
+        round_s.append(now)
         while events and events[0][0] == now:  # every event at this instant, before anything starts
             _, what, ident = heapq.heappop(events)
             if what == 0:
                 v = ident
                 running_op[device[v]] = None
                 for u in pred[v]:  # v's inputs: one use fewer
-                    if device[u] == device[v]:
-                        own_uses[u] -= 1
-                        if own_uses[u] == 0:
-                            memory[device[u]] -= int(alloc_bytes[u])
-                    else:
-                        k = transfer_id[(u, device[v])]
-                        copy_uses[k] -= 1
-                        if copy_uses[k] == 0:
-                            memory[device[v]] -= transfer_bytes[(u, device[v])]
-                if own_uses[v] == 0:
-                    memory[device[v]] -= int(alloc_bytes[v])
+                    use_ended(u if device[u] == device[v] else n + transfer_id[(u, device[v])])
+                if uses[v] == 0:  # nothing uses v's output
+                    free(v)
                 for w, _ in succ[v]:
                     if device[w] == device[v]:
                         input_present(w, now)
@@ -242,9 +252,7 @@ def simulate_reference(graph: OpGraph, machine: Machine, placement: np.ndarray, 
                 k = ident
                 u, dst = transfers[k]
                 running_transfer[link_channel[link_index[(device[u], dst)]]] = None
-                own_uses[u] -= 1
-                if own_uses[u] == 0:
-                    memory[device[u]] -= int(alloc_bytes[u])
+                use_ended(u)
                 for w, _ in succ[u]:
                     if device[w] == dst:
                         input_present(w, now)
@@ -263,7 +271,10 @@ def simulate_reference(graph: OpGraph, machine: Machine, placement: np.ndarray, 
             transfer_dst=np.array([dst for _, dst in transfers], dtype=np.int64),
             transfer_link=np.array(links, dtype=np.int64),
             transfer_bytes=np.array([transfer_bytes[key] for key in transfers], dtype=np.int64),
-            transfer_start_s=np.array(transfer_start_s), transfer_end_s=np.array(transfer_end_s))
+            transfer_start_s=np.array(transfer_start_s), transfer_end_s=np.array(transfer_end_s),
+            buffer_bytes=np.array(buffer_bytes, dtype=np.int64),
+            buffer_alloc_round=np.array(alloc_round, dtype=np.int64),
+            buffer_free_round=np.array(free_round, dtype=np.int64), round_s=np.array(round_s))
     return SimResult(runtime_s=now, status="oom" if np.any(peak_bytes > capacity) else "ok",
                      busy_s=np.array(busy_s), peak_bytes=peak_bytes, capacity_bytes=capacity,
                      link_bytes=np.array(link_bytes, dtype=np.int64), timeline=timeline)

@@ -130,6 +130,23 @@ def test_received_copy__counts_on_the_receiver_until_its_last_consumer(engine):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_timeline__records_each_buffers_allocating_and_freeing_round(engine):
+    # a(1s) -> z(0s) -> b(1s) on gpu:0; a -> c(1s) on gpu:1, 1 GB (1 s). Buffers: a, z, b, c, then a's copy.
+    graph = toy_graph([("a", 1.0, 10), ("z", 0.0, 20), ("b", 1.0, 30), ("c", 1.0, 40)],
+                      [("a", "z", 10), ("z", "b", 20), ("a", "c", GB)])
+    timeline = run(graph, toy_machine(), ["gpu:0", "gpu:0", "gpu:0", "gpu:1"], engine).timeline
+    # round 0 (0 s): a starts. 1 (1 s): a ends; z and the copy start. 2 (1 s): z ends (a 0 s op ends in a later
+    # round of its instant); b starts. 3 (2 s): b and the copy end: a, z and b freed; c starts. 4 (3 s): c ends.
+    assert timeline.round_s.tolist() == [0.0, 1.0, 1.0, 2.0, 3.0]
+    assert timeline.buffer_op.tolist() == [0, 1, 2, 3, 0] and timeline.buffer_device.tolist() == [1, 1, 1, 2, 2]
+    assert timeline.buffer_bytes.tolist() == [10, 20, 30, 40, GB]
+    assert timeline.buffer_alloc_round.tolist() == [0, 1, 2, 3, 1]
+    assert timeline.buffer_free_round.tolist() == [3, 3, 3, 4, 4]
+    assert timeline.buffer_alloc_s.tolist() == [0.0, 1.0, 1.0, 2.0, 1.0]
+    assert timeline.buffer_free_s.tolist() == [2.0, 2.0, 2.0, 3.0, 3.0]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_oom_placement__is_a_status_with_the_runtime_still_computed(engine):
     graph = toy_graph([("a", 1.0, 100), ("v", 0.0, 400), ("b", 2.0, 200), ("c", 3.0, 50)],
                       [("a", "b", 100), ("v", "b", 400), ("b", "c", 200)],
