@@ -73,12 +73,15 @@ def _measured_links(machine):
 
 
 def _save_machine(machine, timed: set, path: str, profile_path: str) -> None:
-    """The machine file, naming the profile (by its path relative to the machine file's folder)."""
+    """The machine file, naming the profile (by its path relative to the machine file's folder). Its machine
+    is named after the one profiled and the file (``local@node`` for node.json): runs on it simulate with
+    other op times and links, and `placer analyze` groups runs by machine name."""
     import dataclasses
 
     from measurers.machine_json import save_machine
 
-    save_machine(dataclasses.replace(machine, profile=profile_path), path)
+    name = f"{machine.name.partition('@')[0]}@{Path(path).stem}"
+    save_machine(dataclasses.replace(machine, name=name, profile=profile_path), path)
     print(f"machine with {_links_summary(machine.links, timed)} -> {path}")
 
 

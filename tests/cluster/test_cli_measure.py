@@ -186,6 +186,7 @@ def test_profile__machine_out_writes_a_machine_that_names_the_profile(mlp_file, 
     assert f"machine with no link to measure (one device) -> {machine_file}" in capsys.readouterr().out
     written = json.loads(machine_file.read_text())
     assert written["profile"] == "../p/profile.json"
+    assert written["name"] == "local@node"  # not `local`, whose runs `placer analyze` would mix with these
     assert [d["name"] for d in written["devices"]] == [d.name for d in load_machine("local").devices]
     assert main(["simulate", "--graph", str(mlp_file), "--machine", str(machine_file), "--policy", "cpu-only",
                  "--json"]) == 0
