@@ -2,7 +2,9 @@
 
 The step is re-traced (`measurers.tf.workload`) and checked op for op against the graph (same kind at
 every index). Per placement, the GraphDef of the step is rewritten: every node gets its op's device (so
-loss and optimizer ops are placed too, which ``with tf.device`` scopes miss); nodes the graph does not
+loss and optimizer ops are placed too, which ``with tf.device`` scopes miss), the nodes inside its library
+functions as well (a ``cond``'s branches: a mixed-precision step's optimizer update; `measurers.tf.graph_def`
+names them as the importer does); nodes the graph does not
 name (constants, identities) follow their first input; each captured variable becomes a ``VarHandleOp`` on
 its Variable op's device, initialized from the eager value. Grappler and constant folding are off, so the
 nodes that run are the nodes placed. ``run_metadata`` returns TensorFlow's own record of where each node
@@ -24,6 +26,7 @@ from measurers.base import Measurement, failed_measurement, rebuild_step_now
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.timing import REAL_TIMING, TimingSettings, time_runs
+from measurers.tf.graph_def import step_nodes
 from measurers.tf.workload import TFWorkload, TracedStep, tf_workload_from_graph, trace_step
 
 
@@ -233,8 +236,9 @@ def _to_var_handle(node, variable) -> None:
 
 
 def _set_devices(graph_def, device_of: dict) -> None:
-    """Named nodes get their op's device; the others their first placed input's, in dependency order."""
-    nodes = {node.name: node for node in graph_def.node}
+    """Named nodes get their op's device; the others their first placed input's, in dependency order. Nodes
+    inside library functions (control flow, calls) too, by the importer's flattened names."""
+    nodes = {found.name: found for found in step_nodes(graph_def)}
     resolved: dict[str, str] = {}
 
     def device(name: str, depth: int = 0) -> str:
@@ -244,17 +248,16 @@ def _set_devices(graph_def, device_of: dict) -> None:
             resolved[name] = device_of[name]
             return resolved[name]
         resolved[name] = ""
-        node = nodes.get(name)
-        if node is not None and depth < 200:
-            for inp in node.input:
-                found = device(inp.lstrip("^").split(":")[0], depth + 1)
-                if found:
-                    resolved[name] = found
+        found = nodes.get(name)
+        if found is not None and depth < 200:
+            for source in found.data_sources + found.control_sources:
+                if device(source, depth + 1):
+                    resolved[name] = resolved[source]
                     break
         return resolved[name]
 
-    for node in graph_def.node:
-        node.device = device(node.name)
+    for name, found in nodes.items():
+        found.node.device = device(name)
 
 
 def _device_of(graph_def, name: str) -> str:

@@ -106,15 +106,17 @@ def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: lis
 
 
 def _resource_consumers(concrete, node_of_op: list[str], captured: dict) -> dict[int, int]:
+    """Graph op -> the Variable op whose resource is its first resource input (inside a function: the
+    argument the caller passes it), for the ops that take one."""
+    from measurers.tf.graph_def import step_nodes
+
     op_of_node = {node: i for i, node in enumerate(node_of_op)}
     owners = {}
-    for node in concrete.graph.as_graph_def().node:
-        op = op_of_node.get(node.name)
-        for name in node.input:
-            source = name.split(":")[0]
-            if op is not None and not name.startswith("^") and source in captured and source in op_of_node:
-                owners[op] = op_of_node[source]
-                break
+    for found in step_nodes(concrete.graph.as_graph_def()):
+        op = op_of_node.get(found.name)
+        sources = [s for s in found.data_sources if s in captured and s in op_of_node]
+        if op is not None and sources:
+            owners[op] = op_of_node[sources[0]]
     return owners
 
 

@@ -201,3 +201,36 @@ def test_tf_measurer__a_module_level_layer_after_clear_session_beside_another_mo
     for graph in (shared, import_keras_spec(SPEC), shared):
         [result] = TFMeasurer(graph, three_cpus(), runs=1, warmup=0).measure([np.zeros(graph.num_ops, np.int64)])
         assert result.status == "ok", result.error
+
+
+def test_tf_measurer__a_mixed_precision_model_steps_placed_as_on_one_device():
+    """A "mixed_float16" Keras model (float16 compute; the optimizer's update inside the loss scale's
+    ``cond``) runs placed over three devices: every op that runs runs where it was placed, the update's
+    included (they ran wherever TensorFlow put the lowered branch), and the steps give one device's losses,
+    which fall as the loss-scaled updates land."""
+    import re
+
+    mixed = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_mixed_precision_classifier", batch_size=4)
+    measurer = TFMeasurer(mixed, three_cpus(), runs=1, warmup=0)
+    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
+    spread = traced.effective_placement(group_placement(mixed, seed=7))
+    losses = []
+    for placement in (np.zeros(mixed.num_ops, dtype=np.int64), spread):
+        with PlacedSession(traced, [devices[d] for d in placement], devices) as session:
+            ran = where_nodes_ran(session.step(trace=True))
+            losses.append([float(np.sum(session.step())) for _ in range(3)])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-3)  # float16 compute: orders of summation may differ
+    assert losses[0][2] < losses[0][0]
+    # a lowered branch's node runs as ``cond/then/_0/NAME``; the importer names it ``cond/<then function>/NAME``
+    functions = {f.signature.name for f in traced.concrete.graph.as_graph_def().library.function}
+    placed: dict[str, set] = {}
+    for op, node in enumerate(traced.node_of_op):
+        key = "/".join(part for part in node.split("/") if part not in functions)
+        placed.setdefault(key, set()).add(devices[spread[op]].replace("/device:", "device:"))
+    ran = {re.sub(r"/(then|else)/_\d+/", "/", node): device for node, device in ran.items()}
+    in_branches = [node for node in placed if node in ran and node.startswith("cond/")]
+    assert len(in_branches) >= 50, in_branches
+    wrong = [(node, ran[node]) for node in placed if node in ran and not any(ran[node].endswith(d)
+                                                                                 for d in placed[node])]
+    assert not wrong
+    assert all(result.status == "ok" for result in measurer.measure([spread, spread]))

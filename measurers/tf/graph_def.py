@@ -1,0 +1,94 @@
+"""A step's GraphDef node by node under the importer's names, the nodes of its library functions included.
+
+The importer inlines function calls and control flow (graphs/tf/flatten.py): an op in the ``then`` branch of
+an ``If`` named ``cond`` is ``cond/<then function>/<its name>``, an op of a called function
+``<call>/<its name>``. A placement written onto the top-level nodes alone leaves such ops to TensorFlow's
+placer, which runs a lowered branch on the device of whatever it was placed beside: a mixed-precision Keras
+step's whole optimizer update (in the loss scale's ``cond``) ran on one device whatever the placement said.
+``step_nodes`` gives every node, top level and inside functions, its flattened name and its inputs' producers
+by flattened names (a function argument resolved to what the caller passes), so a device can be set on each.
+A function called from two places is copied for the second (one FunctionDef holds one device per node).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphs.tf.flatten import BRANCH_KINDS, CALL_KINDS, CASE_KINDS, LOOP_KINDS
+
+
+@dataclass(frozen=True)
+class StepNode:
+    name: str  # the importer's flattened name
+    node: object  # the NodeDef, in the GraphDef or one of its library functions (set its device there)
+    data_sources: tuple[str, ...]  # flattened names of the data inputs' producers
+    control_sources: tuple[str, ...]  # of the control inputs'
+
+
+def step_nodes(graph_def) -> list[StepNode]:
+    """Every node of ``graph_def`` and of the library functions its nodes call, callers before callees. A
+    function called a second time is copied for that call (``<name>_placed_<k>``, the call rewritten to it):
+    one FunctionDef holds one device per node, and the two calls' ops may be placed apart."""
+    library = {f.signature.name: f for f in graph_def.library.function}
+    found: list[StepNode] = []
+
+    def own_copy(name: str) -> str:
+        if name not in called:
+            called.add(name)
+            return name
+        copy = graph_def.library.function.add()
+        copy.CopyFrom(library[name])
+        copy.signature.name = f"{name}_placed_{len(graph_def.library.function)}"
+        library[copy.signature.name] = copy
+        return copy.signature.name
+
+    def visit(nodes, prefix: str, bound: dict[str, str]) -> None:
+        for node in nodes:
+            data = tuple(_source(i, prefix, bound) for i in node.input if not i.startswith("^"))
+            control = tuple(_source(i[1:], prefix, bound) for i in node.input if i.startswith("^"))
+            found.append(StepNode(prefix + node.name, node, data, control))
+            for fname, own in _calls(node, library, own_copy):
+                function = library[own]
+                args = data[1:] if node.op in BRANCH_KINDS or node.op in CASE_KINDS else data
+                inner = prefix + node.name + "/" + ("" if node.op in CALL_KINDS else fname + "/")
+                visit(function.node_def, inner, dict(zip((a.name for a in function.signature.input_arg), args)))
+
+    called: set[str] = set()
+    visit(graph_def.node, "", {})
+    return found
+
+
+def _calls(node, library: dict, own_copy) -> list[tuple[str, str]]:
+    """(the function's name, the name of the copy this call now calls) for each library function ``node``
+    calls, in the importer's order (a function used as an op type too)."""
+    if node.op in library:
+        name = node.op
+        node.op = own_copy(name)
+        return [(name, node.op)]
+    calls = []
+    for attr in _callee_attrs(node):
+        if attr.name in library:
+            name = attr.name
+            attr.name = own_copy(name)
+            calls.append((name, attr.name))
+    return calls
+
+
+def _callee_attrs(node) -> list:
+    """The NameAttrList of each function ``node`` calls (its ``name`` can be rewritten)."""
+    if node.op in CALL_KINDS:
+        return [node.attr["f"].func]
+    if node.op in BRANCH_KINDS:
+        return [node.attr[key].func for key in BRANCH_KINDS[node.op]]
+    if node.op in CASE_KINDS:
+        return list(node.attr["branches"].list.func)
+    if node.op in LOOP_KINDS:
+        return [node.attr["cond"].func, node.attr["body"].func]
+    return []
+
+
+def _source(tensor: str, prefix: str, bound: dict[str, str]) -> str:
+    """The flattened name of the node producing ``tensor`` (``node:1`` at the top level, ``node:out:0`` or an
+    argument's name inside a function)."""
+    node = tensor.split(":")[0]
+    return bound[node] if node in bound else prefix + node

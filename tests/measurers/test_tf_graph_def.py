@@ -1,0 +1,57 @@
+"""A step's GraphDef node by node under the importer's flattened names, library functions included."""
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from graphs.tf.flatten import flatten_graph  # noqa: E402
+from measurers.tf.graph_def import step_nodes  # noqa: E402
+
+
+def _twice_called():
+    """``outer`` calls ``inner`` twice (one FunctionDef, two calls) and branches on a ``tf.cond``."""
+    @tf.function(autograph=False)
+    def inner(x):
+        return tf.nn.relu(tf.matmul(x, x))
+
+    @tf.function(autograph=False)
+    def outer(x):
+        y = inner(x) + inner(x * 2.0)
+        return tf.cond(tf.reduce_sum(y) > 0, lambda: tf.exp(y), lambda: tf.sin(y))
+
+    return outer.get_concrete_function(tf.TensorSpec((4, 4), tf.float32))
+
+
+def test_step_nodes__name_every_op_as_the_importer_does_inside_calls_and_branches():
+    concrete = _twice_called()
+    names = {found.name for found in step_nodes(concrete.graph.as_graph_def())}
+    flat = [op.name for op in flatten_graph(concrete.graph, batch_size=4)]
+    assert set(flat) <= names
+    assert sum("/" in name for name in flat) >= 6  # two calls' MatMul and Relu, both branches' op
+
+
+def test_step_nodes__a_function_called_twice_gets_a_copy_for_its_second_call():
+    graph_def = _twice_called().graph.as_graph_def()
+    found = step_nodes(graph_def)
+    calls = [f.node for f in found if f.node.op in ("PartitionedCall", "StatefulPartitionedCall")]
+    assert len(calls) == 2 and calls[0].attr["f"].func.name != calls[1].attr["f"].func.name
+    library = {f.signature.name for f in graph_def.library.function}
+    assert {call.attr["f"].func.name for call in calls} <= library
+    matmuls = [f for f in found if f.node.op == "MatMul"]
+    matmuls[0].node.device, matmuls[1].node.device = "/device:CPU:0", "/device:CPU:1"
+    assert matmuls[0].node is not matmuls[1].node  # each call's op can be placed on its own
+
+
+def test_step_nodes__an_argument_inside_a_function_resolves_to_what_the_caller_passes():
+    found = {f.name: f for f in step_nodes(_twice_called().graph.as_graph_def())}
+    matmul = next(f for name, f in found.items() if f.node.op == "MatMul" and name.count("/") == 1)
+    caller = found[matmul.name.split("/")[0]]
+    assert matmul.data_sources == (caller.data_sources[0],) * 2
+    with tf.Graph().as_default():  # the copied GraphDef still imports and runs
+        graph_def = _twice_called().graph.as_graph_def()
+        step_nodes(graph_def)
+        tf.compat.v1.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session() as session:
+            out = session.run("Identity:0", {"x:0": np.eye(4, dtype=np.float32)})
+    assert out.shape == (4, 4)
