@@ -12,6 +12,7 @@ A function called from two places is copied for the second (one FunctionDef hold
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from graphs.tf.flatten import BRANCH_KINDS, CALL_KINDS, CASE_KINDS, LOOP_KINDS
@@ -23,6 +24,7 @@ class StepNode:
     node: object  # the NodeDef, in the GraphDef or one of its library functions (set its device there)
     data_sources: tuple[str, ...]  # flattened names of the data inputs' producers
     control_sources: tuple[str, ...]  # of the control inputs'
+    callees: tuple[str, ...] = ()  # the library functions it calls, by their own names, in the importer's order
 
 
 def step_nodes(graph_def) -> list[StepNode]:
@@ -46,8 +48,9 @@ def step_nodes(graph_def) -> list[StepNode]:
         for node in nodes:
             data = tuple(_source(i, prefix, bound) for i in node.input if not i.startswith("^"))
             control = tuple(_source(i[1:], prefix, bound) for i in node.input if i.startswith("^"))
-            found.append(StepNode(prefix + node.name, node, data, control))
-            for fname, own in _calls(node, library, own_copy):
+            calls = _calls(node, library, own_copy)
+            found.append(StepNode(prefix + node.name, node, data, control, tuple(name for name, _ in calls)))
+            for fname, own in calls:
                 function = library[own]
                 args = data[1:] if node.op in BRANCH_KINDS or node.op in CASE_KINDS else data
                 inner = prefix + node.name + "/" + ("" if node.op in CALL_KINDS else fname + "/")
@@ -56,6 +59,34 @@ def step_nodes(graph_def) -> list[StepNode]:
     called: set[str] = set()
     visit(graph_def.node, "", {})
     return found
+
+
+def lowered_names(nodes: list[StepNode]) -> dict[tuple[str, str], str]:
+    """(a control-flow node's flattened name, the part TensorFlow's lowering names one of its functions by:
+    ``then``, ``else``, ``branch<i>``, ``cond``, ``body``) -> that function's own name, for ``flattened_name``."""
+    parts = {**{kind: ("then", "else") for kind in BRANCH_KINDS}, **dict.fromkeys(LOOP_KINDS, ("cond", "body"))}
+    lowered = {}
+    for found in nodes:
+        names = parts.get(found.node.op) or (
+            tuple(f"branch{i}" for i in range(len(found.callees))) if found.node.op in CASE_KINDS else ())
+        lowered.update({(found.name, part): callee for part, callee in zip(names, found.callees)})
+    return lowered
+
+
+def flattened_name(run_name: str, lowered: dict[tuple[str, str], str]) -> str:
+    """The importer's name of a node TensorFlow ran (its step stats): a lowered ``cond`` runs its ``then``
+    branch's NAME as ``cond/then/_7/NAME``, which the importer names ``cond/<then function>/NAME``."""
+    parts, out = run_name.split("/"), []
+    i = 0
+    while i < len(parts):
+        function = lowered.get(("/".join(out), parts[i])) if i + 1 < len(parts) else None
+        if function is not None and re.fullmatch(r"_\d+", parts[i + 1]):
+            out.append(function)
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return "/".join(out)
 
 
 def _calls(node, library: dict, own_copy) -> list[tuple[str, str]]:

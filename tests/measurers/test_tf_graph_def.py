@@ -55,3 +55,23 @@ def test_step_nodes__an_argument_inside_a_function_resolves_to_what_the_caller_p
         with tf.compat.v1.Session() as session:
             out = session.run("Identity:0", {"x:0": np.eye(4, dtype=np.float32)})
     assert out.shape == (4, 4)
+
+
+def test_flattened_name__of_the_nodes_a_lowered_cond_case_and_while_run():
+    """TensorFlow's lowering names a branch's node ``cond/then/_0/NAME``, a case's ``case/branch1/_9/NAME``,
+    a loop body's ``while/body/_17/NAME``; the importer puts the function's own name in that place."""
+    from measurers.tf.graph_def import flattened_name, lowered_names
+
+    @tf.function(autograph=False)
+    def step(x):
+        y = tf.cond(tf.reduce_sum(x) > 0, lambda: tf.exp(x), lambda: tf.sin(x))
+        z = tf.switch_case(tf.constant(1), [lambda: y * 3.0, lambda: tf.tanh(y)])
+        return tf.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, tf.sigmoid(v)), (tf.constant(0), z))[1]
+
+    concrete = step.get_concrete_function(tf.TensorSpec((4, 4), tf.float32))
+    lowered = lowered_names(step_nodes(concrete.graph.as_graph_def()))
+    flat = {op.name for op in flatten_graph(concrete.graph, batch_size=4)}
+    run = {"cond/then/_0/cond/Exp", "switch_case/indexed_case/branch1/_9/switch_case/indexed_case/Tanh",
+           "while/body/_17/while/Sigmoid", "while/cond/_16/while/Less"}
+    assert {flattened_name(name, lowered) for name in run} <= flat
+    assert flattened_name("cond/then", lowered) == "cond/then" and flattened_name("add", lowered) == "add"
