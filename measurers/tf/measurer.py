@@ -9,8 +9,8 @@ name (constants, identities) follow their first input; each captured variable be
 its Variable op's device, initialized from the eager value. Grappler and constant folding are off, so the
 nodes that run are the nodes placed. ``run_metadata`` returns TensorFlow's own record of where each node
 ran (step stats). An op that takes a variable's resource runs where that variable lives (TensorFlow's
-placer insists; ``TracedStep.effective_placement``). Timing, statuses and the timeout follow `measurers.timing`; ``ResourceExhaustedError``
-is ``oom``.
+placer insists; ``TracedStep.effective_placement``). Timing, statuses and the timeout follow
+`measurers.timing`; ``ResourceExhaustedError`` is ``oom``.
 """
 
 from __future__ import annotations
