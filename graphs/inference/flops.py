@@ -18,6 +18,8 @@ from collections import Counter
 from functools import partial
 from typing import Callable
 
+from graphs.einsum import einsum_flops
+
 Shape = tuple[int, ...] | None
 Formula = Callable[[list[Shape], list[Shape], dict], float]
 
@@ -119,57 +121,7 @@ def _resize(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
 
 
 def _einsum(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
-    """ONNX / OpenVINO Einsum, contracted as a runtime does: an operand first sums the indices that neither a
-    later operand nor the output has (1 FLOP per element it reads), then the operands are multiplied left to
-    right, 2 FLOPs per point of each pair's index space (a matmul's multiply-add), the product keeping the
-    indices still needed. An equation or a shape it cannot read gives 0."""
-    equation = attrs.get("equation", "")
-    equation = (equation.decode() if isinstance(equation, bytes) else str(equation)).replace(" ", "")
-    operands = _einsum_operands(equation, ins)
-    if operands is None:
-        return 0.0
-    lhs, arrow, output = equation.partition("->")
-    if not arrow:  # implicit output: the indices used once, and any ellipsis
-        output = "..." + "".join(sorted(c for c in lhs if c.isalpha() and lhs.count(c) == 1))
-    sizes: dict[str, int] = {}
-    for letters, shape in operands:
-        for letter, size in zip(letters, shape):
-            sizes[letter] = max(sizes.get(letter, 1), size)
-    wanted = set(output.replace("...", ""))
-    if "..." in output:
-        wanted |= {c for letters, _ in operands for c in letters if c.isdigit()}
-    flops, current = 0.0, None
-    for index, (letters, _) in enumerate(operands):
-        later = wanted.union(*(set(other) for other, _ in operands[index + 1:]))
-        own = set(letters)
-        solo = own - later - (current or set())
-        if solo:
-            flops += math.prod(sizes[c] for c in own)
-            own -= solo
-        if current is None:
-            current = own
-        else:
-            space = current | own
-            flops += 2.0 * math.prod(sizes[c] for c in space)
-            current = space & later
-    return flops
-
-
-def _einsum_operands(equation: str, ins: list[Shape]) -> list[tuple[str, tuple[int, ...]]] | None:
-    """[(index letters, shape)] per operand; an ellipsis's dims become digit indices, aligned from the right
-    (broadcast alike in every operand)."""
-    terms = equation.partition("->")[0].split(",")
-    if not equation or len(terms) != len(ins) or any(shape is None for shape in ins):
-        return None
-    operands = []
-    for term, shape in zip(terms, ins):
-        named = term.replace("...", "")
-        hidden = len(shape) - len(named)
-        if (named and not named.isalpha()) or hidden < 0 or hidden > 10 or (hidden and "..." not in term):
-            return None
-        head, _, tail = term.partition("...")
-        operands.append((head + "".join(str(9 - i) for i in reversed(range(hidden))) + tail, tuple(shape)))
-    return operands
+    return einsum_flops(attrs.get("equation", ""), ins)
 
 
 ZERO_FLOP_TYPES = (

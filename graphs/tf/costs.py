@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+from graphs.einsum import einsum_flops
+
 # Ops that only move, view, describe, check or print data: no arithmetic.
 ZERO_FLOP_KINDS = frozenset({
     "Placeholder", "Const", "Identity", "IdentityN", "StopGradient", "PreventGradient", "Snapshot", "NoOp",
@@ -74,20 +76,7 @@ def _conv_backprop_filter(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
 
 
 def _einsum(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
-    """2 x the product of every distinct index's size (the multiply-adds of the contraction, as for a
-    matmul); an ellipsis counts its broadcast dims once, at the largest operand's."""
-    equation = attrs.get("equation", b"")
-    terms = (equation.decode() if isinstance(equation, bytes) else str(equation)).replace(" ", "")
-    sizes: dict[str, int] = {}
-    ellipsis = 1
-    for term, dims in zip(terms.split("->")[0].split(","), ins):
-        before, dots, after = term.partition("...")
-        if dots:
-            ellipsis = max(ellipsis, _numel(dims[len(before):len(dims) - len(after)]))
-            dims = dims[:len(before)] + dims[len(dims) - len(after):]
-        for label, size in zip(before + after, dims):
-            sizes[label] = max(sizes.get(label, 1), size)
-    return 2.0 * ellipsis * math.prod(sizes.values())
+    return einsum_flops(attrs.get("equation", b""), [tuple(dims) for dims in ins])
 
 
 def _depthwise_forward(ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
