@@ -294,6 +294,23 @@ def test_search__a_real_measurer_with_no_node_for_the_machines_gpus_is_refused_b
     assert not out.exists()
 
 
+def test_reproduce__a_real_measurer_with_no_node_for_the_machines_gpus_writes_no_experiment_folder(tmp_path, capsys,
+                                                                                                     monkeypatch):
+    """reproduce --measurer torch and a Ray with no GPU node (this one): the first row's search refused it
+    after experiment.json and the row's folder were written, and that folder then refused a run with
+    another measurer ("pick another --out")."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out = tmp_path / "out"
+    assert main(["reproduce", "mirhoseini2017", "--quick", "--measurer", "torch", "--rows", "rnnlm:paper-2gpu",
+                 "--out", str(out), "--json"]) == 2
+    captured = capsys.readouterr()
+    lines = placer_stderr(captured.err).splitlines()
+    assert captured.out == "" and [line for line in lines if line.startswith("placer")] == lines[-1:]
+    assert lines[-1].startswith("placer: error: --measurer torch runs machine 'paper-2gpu''s 2 GPUs on one node, "
+                                "but the Ray cluster has no node with 2 GPUs")
+    assert not out.exists()
+
+
 def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
     from cluster.commands.paths import output_file, output_folder
 
