@@ -311,6 +311,18 @@ def test_reproduce__a_real_measurer_with_no_node_for_the_machines_gpus_writes_no
     assert not out.exists()
 
 
+def test_search_resume__a_baselines_run_is_no_search_run_whatever_the_flags(tmp_path, capsys):
+    """With a flag, --resume of a `placer baselines --out` folder compared the flag with a search's defaults:
+    "--policy 'random': run ... searches with 'reinforce'", a policy the folder never ran."""
+    assert main(["baselines", *GRAPH, "--policies", "m-etf", "--bound-time-limit", "0", "--out", str(tmp_path),
+                 "--json"]) == 0
+    run_dir = json.loads(capsys.readouterr().out)["run_dir"]
+    for flags in ([], ["--policy", "random"], ["--budget", "100"]):
+        assert main(["search", "--resume", run_dir, *flags, "--json"]) == 2
+        assert one_placer_error(capsys) == f"placer: error: run folder {run_dir} has no grouping.npz: not a search " \
+                                           "run\n"
+
+
 def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
     from cluster.commands.paths import output_file, output_folder
 
