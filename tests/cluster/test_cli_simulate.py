@@ -126,6 +126,21 @@ def test_simulate__a_trace_inside_the_placement_run_folder_is_refused_and_the_ru
     assert simulate_json(capsys, *common, "--placement", str(run_dir), "--trace", str(tmp_path / "t.json"))["runtime_s"]
 
 
+def test_simulate__a_run_on_another_machine_of_the_same_name_says_what_differs(tmp_path, capsys):
+    """A run searched with a machine file of this node (profile --machine-out names it `local`) and simulate
+    or measure given `local` said "placed it on machine 'local', not on 'local'", naming no difference."""
+    machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
+    machine["links"][0]["bandwidth_Bps"] /= 2
+    (tmp_path / "m.json").write_text(json.dumps(machine))
+    assert main(["baselines", "--graph", "synthetic:30:1", "--machine", str(tmp_path / "m.json"), "--policies",
+                 "m-etf", "--bound-time-limit", "0", "--out", str(tmp_path / "runs"), "--json"]) == 0
+    run_dir = json.loads(capsys.readouterr().out)["run_dir"]
+    assert main(["simulate", "--graph", "synthetic:30:1", "--machine", "paper-2gpu", "--placement", run_dir]) == 2
+    assert one_placer_error(capsys).endswith("placed it on machine 'paper-2gpu', not on 'paper-2gpu' as it is given "
+                                             "(both are named 'paper-2gpu' but differ in links: give --machine the "
+                                             "machine file the run searched with)\n")
+
+
 def test_simulate__a_machine_files_profile_of_another_graph_is_refused(tmp_path, capsys):
     """A profile named in the machine file is the one search, baselines, bound and train read: it was
     applied to any graph whose op names matched."""
