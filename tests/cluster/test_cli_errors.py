@@ -267,6 +267,7 @@ def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_
         manifest = json.loads((runs[policy] / "manifest.json").read_text())
         manifest["config"]["policy"] = policy
         (runs[policy] / "manifest.json").write_text(json.dumps(manifest))
+        (runs[policy] / "grouping.npz").write_bytes(b"")  # a search run's (resume_config refuses others)
     assert resume_config(runs["gdp"], {"init": "pretrained"}).init == "pretrained"
     for policy, init in (("gdp", "scratch"), ("hsdag", "pretrained")):
         with pytest.raises(PlacerError, match=f"--init '{init}': run .* searches without --init"):
