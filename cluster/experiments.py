@@ -216,6 +216,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
     index = 0
     ray_setup.init_ray(ray_address)  # one Ray for all runs (ray_address, else RAY_ADDRESS, joins a cluster)
     try:
+        _check_measurer_nodes(experiment, settings)  # as a search does, but before any row's folder is written
         _check_or_write_settings(folder, experiment, settings)  # after Ray: a cluster not there writes nothing
         for cell in experiment.cells:
             for policy in experiment.searches:
@@ -226,6 +227,19 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
     finally:
         ray_setup.shutdown_ray()
     return folder
+
+
+def _check_measurer_nodes(experiment: Experiment, settings: Settings) -> None:
+    """Every row's machine has a node for the measurer (a CUDA one needs the machine's GPUs on one node): the
+    first row's search refused it after the experiment folder was written, which then refused another
+    measurer."""
+    from cluster.pool import CUDA_MEASURERS, measurer_nodes
+    from measurers.catalog import load_machine
+
+    if settings.measurer not in CUDA_MEASURERS:  # the others need no node of their own
+        return
+    for machine in dict.fromkeys(cell.machine for cell in experiment.cells):
+        measurer_nodes(settings.measurer, load_machine(machine))
 
 
 def check_experiment_folder(experiment: Experiment, out: str | os.PathLike, settings: Settings) -> None:

@@ -137,17 +137,24 @@ def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfi
     is one PlacerError, before anything is written. A real measurer without Ray GPUs to run (openvino, or a
     machine without GPUs) times on the CPUs of one actor, alone and with every core as a thread: two actors
     of one thread each timed at once, on the same cores. Needs Ray initialized."""
-    gpus = len(spec.machine.indices_of_kind("gpu")) if spec.kind in CUDA_MEASURERS else 0
-    labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
-    if gpus and not ray_setup.gpu_nodes(labels, gpus):
-        raise PlacerError(f"--measurer {spec.kind} runs machine {spec.machine.name!r}'s {gpus} GPUs on one node, "
-                          f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
-                          f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")
+    gpus, labels = measurer_nodes(spec.kind, spec.machine)
     real = spec.kind in REAL_MEASURERS
     if real and not gpus:  # timed on this node's CPUs: one placement at a time, with all of them
         return PoolConfig(num_cpu_actors=1, cpu_actor_threads=os.cpu_count() or 1, chunk_size=1, use_gpus=False)
     actors = {} if workers is None else {"num_cpu_actors": workers}
     return PoolConfig(chunk_size=1 if real else 64, node_labels=labels, min_gpus=max(gpus, 1), **actors)
+
+
+def measurer_nodes(kind: str, machine) -> tuple[int, dict[str, str]]:
+    """(the GPUs one placement of ``machine`` runs on with measurer ``kind``: 0 but for a CUDA measurer, the
+    labels of the nodes the pool measures on); one PlacerError when no node has those GPUs. Needs Ray."""
+    gpus = len(machine.indices_of_kind("gpu")) if kind in CUDA_MEASURERS else 0
+    labels = ray_setup.MEASURER_LABELS if ray_setup.gpu_nodes(ray_setup.MEASURER_LABELS) else {}
+    if gpus and not ray_setup.gpu_nodes(labels, gpus):
+        raise PlacerError(f"--measurer {kind} runs machine {machine.name!r}'s {gpus} GPUs on one node, "
+                          f"but the Ray cluster has no {'labelled ' if labels else ''}node with {gpus} GPUs "
+                          f"(are the GPU workers up? does RAY_ADDRESS name the cluster?)")
+    return gpus, labels
 
 
 @dataclass(eq=False)

@@ -75,10 +75,21 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
     if run_dir is None:
         return load_placement_file(path, graph, machine)
     run = read_run_best_of(run_dir, graph, f"--placement {path}")
-    if machine_to_json(run.machine) != machine_to_json(machine):
+    placed_on, given = machine_to_json(run.machine), machine_to_json(machine)
+    if placed_on != given:
         raise PlacerError(f"--placement {path}: run {run_dir} placed it on machine {run.machine.name!r}, "
-                          f"not on {machine.name!r} as it is given")
+                          f"not on {machine.name!r} as it is given{_same_name_differs(placed_on, given)}")
     return run.op_placement(graph)
+
+
+def _same_name_differs(placed_on: dict, given: dict) -> str:
+    """What tells two machine descriptions of one name apart (the machine file `placer profile --machine-out`
+    wrote names this node `local`, as the catalog's `local` does, and adds its profile)."""
+    if placed_on.get("name") != given.get("name"):
+        return ""
+    fields = [key for key in dict.fromkeys([*placed_on, *given]) if placed_on.get(key) != given.get(key)]
+    return f" (both are named {given.get('name')!r} but differ in {', '.join(fields)}: give --machine the machine " \
+           "file the run searched with)"
 
 
 def _recorded(run: RunBest) -> str:

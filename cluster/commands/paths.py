@@ -64,6 +64,7 @@ def _writable(folder: Path) -> bool:
 INPUT_FILE_ARGS = ("graph", "machine", "profile", "placement", "onnx", "openvino")  # argparse dests of files read
 # (not train's --init: training on from a checkpoint into the same file is a use)
 OUTPUT_FILE_ARGS = ("output", "machine_out", "trace", "out", "module_map")  # ... and files written
+RUN_FOLDER_ARGS = ("placement",)  # ... and run folders read (a run folder or its best placement file)
 
 
 def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
@@ -81,3 +82,34 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
         if isinstance(value, str) and (read_as := inputs.get(Path(value).expanduser().resolve())):
             raise PlacerError(f"--{dest.replace('_', '-')} {value} is the --{read_as.replace('_', '-')} file this "
                               "command reads: writing it would replace it")
+    _check_outputs_outside_runs_read(args)
+
+
+def _check_outputs_outside_runs_read(args: argparse.Namespace) -> None:
+    """No file the command writes may lie in a run folder it reads: `placer simulate --placement RUN --trace
+    RUN/manifest.json` replaced the run's manifest with the trace."""
+    from graphs.errors import PlacerError
+
+    runs = {}
+    for dest in RUN_FOLDER_ARGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and (folder := _run_folder_of(Path(value).expanduser())) is not None:
+            runs[folder] = (dest, value)
+    for dest in OUTPUT_FILE_ARGS:
+        value = getattr(args, dest, None)
+        if not isinstance(value, str):
+            continue
+        for folder, (read_as, given) in runs.items():
+            if folder in Path(value).expanduser().resolve().parents:
+                raise PlacerError(f"--{dest.replace('_', '-')} {value} lies inside the run folder of "
+                                  f"--{read_as.replace('_', '-')} {given}, which this command only reads: write "
+                                  "it elsewhere")
+
+
+def _run_folder_of(path: Path) -> Path | None:
+    """The run folder a ``--placement`` names: the folder itself, or the folder of its best placement file."""
+    if path.is_dir():
+        return path.resolve()
+    from cluster.runlog_format import BEST_FILE  # here: pandas and pyarrow load only for a placement given
+
+    return path.resolve().parent if path.name == BEST_FILE else None

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping
 
-from cluster.jobs.config import QUICK_BASELINES, SearchConfig
+from cluster.jobs.config import GROUPING_FILE, QUICK_BASELINES, SearchConfig
 from cluster.runlog import read_manifest, read_result_json
 from graphs.errors import PlacerError
 
@@ -37,7 +37,9 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
     settings (SESSION_SETTINGS) for this session, a higher budget or a time limit for the rest of the run;
     a value that would change what the run searches (graph, machine, policy, seed, measurer, batch,
     groups, ...) is one PlacerError. A given value equal to the manifest's is no change."""
-    saved = _saved_config(read_manifest(run_dir))
+    manifest = read_manifest(run_dir)
+    check_search_run(run_dir)  # before its settings: a baselines run's were compared with a search's defaults
+    saved = _saved_config(manifest)
     if given.get("remove_devices") or saved.remove_devices:
         raise PlacerError(f"--remove-device is not supported for resumed runs (run {run_dir}"
                           + (" removes devices during its search)" if saved.remove_devices else ")"))
@@ -57,6 +59,12 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
                               + ", and a resumed run keeps it (start a new run to change it)")
     _check_budget(run_dir, saved, changes)
     return replace(saved, resume=str(run_dir), **changes)
+
+
+def check_search_run(run_dir: str | Path) -> None:
+    """A folder a search can resume: a search run's, which keeps its grouping (not a baselines run's)."""
+    if not (Path(run_dir) / GROUPING_FILE).is_file():
+        raise PlacerError(f"run folder {run_dir} has no {GROUPING_FILE}: not a search run")
 
 
 def _check_budget(run_dir, saved: SearchConfig, changes: dict) -> None:

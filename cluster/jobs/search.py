@@ -43,7 +43,7 @@ from cluster.jobs.config import (CHECKPOINT_DIR, GROUPING_FILE, SearchConfig,
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
-from cluster.jobs.resume import resume_changes, resume_config
+from cluster.jobs.resume import check_search_run, resume_changes, resume_config
 from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSource, check_warm_start_config,
                                      heuristic_choice, load_warm_start_placement, path_choice,
                                      save_warm_start_placement, scored_baselines)
@@ -247,9 +247,8 @@ def check_search_config(config: SearchConfig) -> CheckedSearch:
         raise PlacerError(f"--groups must be at least 1, got {config.planner_groups}")
     check_removals(config, machine)
     _check_gnn_settings(config)
-    if config.resume and not (Path(config.resume) / GROUPING_FILE).is_file():
-        raise PlacerError(f"run folder {config.resume} has no {GROUPING_FILE}: not a search run")
     if config.resume:
+        check_search_run(config.resume)
         check_run_log(config.resume)
         _checkpoint_progress(Path(config.resume))  # a damaged learner checkpoint: one error, nothing changed
     source = check_warm_start_config(config)

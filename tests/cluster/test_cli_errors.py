@@ -267,6 +267,7 @@ def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_
         manifest = json.loads((runs[policy] / "manifest.json").read_text())
         manifest["config"]["policy"] = policy
         (runs[policy] / "manifest.json").write_text(json.dumps(manifest))
+        (runs[policy] / "grouping.npz").write_bytes(b"")  # a search run's (resume_config refuses others)
     assert resume_config(runs["gdp"], {"init": "pretrained"}).init == "pretrained"
     for policy, init in (("gdp", "scratch"), ("hsdag", "pretrained")):
         with pytest.raises(PlacerError, match=f"--init '{init}': run .* searches without --init"):
@@ -292,6 +293,35 @@ def test_search__a_real_measurer_with_no_node_for_the_machines_gpus_is_refused_b
                                 "but the Ray cluster has no node with 2 GPUs")
     assert [line for line in lines if line.startswith("placer")] == lines[-1:]
     assert not out.exists()
+
+
+def test_reproduce__a_real_measurer_with_no_node_for_the_machines_gpus_writes_no_experiment_folder(tmp_path, capsys,
+                                                                                                     monkeypatch):
+    """reproduce --measurer torch and a Ray with no GPU node (this one): the first row's search refused it
+    after experiment.json and the row's folder were written, and that folder then refused a run with
+    another measurer ("pick another --out")."""
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    out = tmp_path / "out"
+    assert main(["reproduce", "mirhoseini2017", "--quick", "--measurer", "torch", "--rows", "rnnlm:paper-2gpu",
+                 "--out", str(out), "--json"]) == 2
+    captured = capsys.readouterr()
+    lines = placer_stderr(captured.err).splitlines()
+    assert captured.out == "" and [line for line in lines if line.startswith("placer")] == lines[-1:]
+    assert lines[-1].startswith("placer: error: --measurer torch runs machine 'paper-2gpu''s 2 GPUs on one node, "
+                                "but the Ray cluster has no node with 2 GPUs")
+    assert not out.exists()
+
+
+def test_search_resume__a_baselines_run_is_no_search_run_whatever_the_flags(tmp_path, capsys):
+    """With a flag, --resume of a `placer baselines --out` folder compared the flag with a search's defaults:
+    "--policy 'random': run ... searches with 'reinforce'", a policy the folder never ran."""
+    assert main(["baselines", *GRAPH, "--policies", "m-etf", "--bound-time-limit", "0", "--out", str(tmp_path),
+                 "--json"]) == 0
+    run_dir = json.loads(capsys.readouterr().out)["run_dir"]
+    for flags in ([], ["--policy", "random"], ["--budget", "100"]):
+        assert main(["search", "--resume", run_dir, *flags, "--json"]) == 2
+        assert one_placer_error(capsys) == f"placer: error: run folder {run_dir} has no grouping.npz: not a search " \
+                                           "run\n"
 
 
 def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):

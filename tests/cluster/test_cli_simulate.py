@@ -9,7 +9,7 @@ from cluster.cli import main
 from graphs.io import save_graph
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import CATALOG_DIR, load_machine
-from conftest import policy_placement
+from conftest import one_placer_error, policy_placement
 from measurers.placement import save_placement_file
 
 
@@ -108,6 +108,37 @@ def test_simulate__a_run_folder_is_a_placement_its_best(tmp_path, capsys, monkey
         code = main(["simulate", "--graph", graph, "--machine", machine, "--placement", found["run_dir"]])
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_simulate__a_trace_inside_the_placement_run_folder_is_refused_and_the_run_kept(tmp_path, capsys):
+    """--placement RUN --trace RUN/manifest.json wrote the trace over the run's manifest (exit 0; the run was
+    unreadable after): any file inside the run folder read is refused before simulating."""
+    common = ["--graph", "synthetic:30:1", "--machine", "paper-2gpu"]
+    assert main(["baselines", *common, "--policies", "m-etf", "--bound-time-limit", "0", "--out",
+                 str(tmp_path / "runs"), "--json"]) == 0
+    run_dir = tmp_path / "runs" / os.path.basename(json.loads(capsys.readouterr().out)["run_dir"])
+    before = {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()}
+    for placement in (run_dir, run_dir / "best_placement.json"):
+        for trace in (run_dir / "manifest.json", run_dir / "traces" / "t.json"):
+            assert main(["simulate", *common, "--placement", str(placement), "--trace", str(trace)]) == 2
+            assert f"--trace {trace} lies inside the run folder of --placement {placement}" in one_placer_error(capsys)
+    assert {path: path.read_bytes() for path in run_dir.rglob("*") if path.is_file()} == before
+    assert simulate_json(capsys, *common, "--placement", str(run_dir), "--trace", str(tmp_path / "t.json"))["runtime_s"]
+
+
+def test_simulate__a_run_on_another_machine_of_the_same_name_says_what_differs(tmp_path, capsys):
+    """A run searched with a machine file of this node (profile --machine-out names it `local`) and simulate
+    or measure given `local` said "placed it on machine 'local', not on 'local'", naming no difference."""
+    machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
+    machine["links"][0]["bandwidth_Bps"] /= 2
+    (tmp_path / "m.json").write_text(json.dumps(machine))
+    assert main(["baselines", "--graph", "synthetic:30:1", "--machine", str(tmp_path / "m.json"), "--policies",
+                 "m-etf", "--bound-time-limit", "0", "--out", str(tmp_path / "runs"), "--json"]) == 0
+    run_dir = json.loads(capsys.readouterr().out)["run_dir"]
+    assert main(["simulate", "--graph", "synthetic:30:1", "--machine", "paper-2gpu", "--placement", run_dir]) == 2
+    assert one_placer_error(capsys).endswith("placed it on machine 'paper-2gpu', not on 'paper-2gpu' as it is given "
+                                             "(both are named 'paper-2gpu' but differ in links: give --machine the "
+                                             "machine file the run searched with)\n")
 
 
 def test_simulate__a_machine_files_profile_of_another_graph_is_refused(tmp_path, capsys):
