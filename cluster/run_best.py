@@ -83,8 +83,8 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
 
 
 def _same_name_differs(placed_on: dict, given: dict) -> str:
-    """What tells two machine descriptions of one name apart (the machine file `placer profile --machine-out`
-    wrote names this node `local`, as the catalog's `local` does, and adds its profile)."""
+    """What tells two machine descriptions of one name apart (two machine files of one name, or one edited
+    after a run searched with it)."""
     if placed_on.get("name") != given.get("name"):
         return ""
     fields = [key for key in dict.fromkeys([*placed_on, *given]) if placed_on.get(key) != given.get(key)]
