@@ -64,8 +64,11 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -409,7 +412,9 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     interrupted = []
     if integer and incumbent_after_s is not None:
         _stop_once_an_incumbent_after(highs, began + incumbent_after_s, interrupted)
-    if highs.run() != highspy.HighsStatus.kOk and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
+    with _interruptible(highs):
+        ran = highs.run()
+    if ran != highspy.HighsStatus.kOk and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
         # HiGHS keeps one task scheduler per process: a later solve asking another thread count fails
         raise PlacerError(f"HiGHS could not solve the relaxation (threads={threads}; one process must use "
                           f"one thread count)")
@@ -439,6 +444,33 @@ def _stop_once_an_incumbent_after(highs: highspy.Highs, stop_at: float, interrup
             event.interrupt()
 
     highs.cbMipInterrupt.subscribe(on_interrupt)
+
+
+@contextmanager
+def _interruptible(highs: highspy.Highs):
+    """Ctrl-C stops the solve at HiGHS's next interrupt check (simplex, interior point or branch and bound),
+    then raises KeyboardInterrupt. ``run`` holds the main thread in C++, where Python's own handler only ran
+    once the solve had ended: `placer bound` took up to its whole time limit to stop. Only where Ctrl-C is
+    Python's default (the main thread, no handler of the caller's)."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    pressed = []
+
+    def on_interrupt(event) -> None:
+        if pressed:
+            event.interrupt()
+
+    for check in (highs.cbSimplexInterrupt, highs.cbIpmInterrupt, highs.cbMipInterrupt):
+        check.subscribe(on_interrupt)
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def _set_start(highs: highspy.Highs, layout: _Layout, unit_placement: np.ndarray) -> None:

@@ -175,3 +175,25 @@ def test_relaxation__not_solved_when_building_the_model_took_the_whole_time_limi
     report = proven_bound(rnnlm_problem, 1e-9)
     assert report.lp_status == NOT_SOLVED and report.lp_s is None
     assert report.best_s == report.closed_form_s and report.holds_for == EVERY_PLACEMENT
+
+
+def test_solve_relaxation__ctrl_c_stops_the_solve_and_is_raised():
+    """HiGHS's run holds the main thread in C++: Ctrl-C during a MIP that would run to its 60 s limit was
+    seen only once the limit was reached. It now stops the solve at HiGHS's next interrupt check (well under
+    a second here), then raises KeyboardInterrupt, and Ctrl-C is Python's own again."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from graphs.synthetic import synthetic_graph
+
+    problem = make_problem(synthetic_graph(300, 0), load_machine("paper-4gpu"), max_groups=64, grouping_method="metis")
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    began = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        solve_relaxation(problem, time_limit_s=60.0)
+    timer.join()
+    assert time.perf_counter() - began < 30.0  # not the 60 s limit: the interrupt, not the end of the solve
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
