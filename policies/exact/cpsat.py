@@ -27,7 +27,12 @@ from __future__ import annotations
 
 import math
 import os
+import select
+import signal
+import socket
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -216,7 +221,8 @@ class ExactModel:
         if self.quotient.num_pieces > LARGE_PIECES:  # probing alone took 16 s of presolve on rnnlm's 609 pieces
             solver.parameters.cp_model_probing_level = 0
         started = time.perf_counter()
-        code = solver.solve(self.model)
+        with _stopped_by_ctrl_c(solver):
+            code = solver.solve(self.model)
         wall_s = time.perf_counter() - started
         status = STATUS.get(code, "unknown")
         if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -226,3 +232,38 @@ class ExactModel:
                              dtype=np.int64)
         return Solution(placement, solver.objective_value * self.tick_s,
                         solver.best_objective_bound * self.tick_s, status, wall_s)
+
+
+@contextmanager
+def _stopped_by_ctrl_c(solver: cp_model.CpSolver):
+    """Ctrl-C stops the search and is raised as KeyboardInterrupt once ``solve`` returns. CP-SAT's own
+    handler stopped it and swallowed the signal: the caller went on with the solution so far as if the time
+    limit had come (a search measured it, then ran its bound). Python's handler, which marks the signal, is
+    left in place; a thread reading its wakeup file stops the search. Only where Ctrl-C is Python's default."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield
+        return
+    solver.parameters.catch_sigint_signal = False
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    done = threading.Event()
+
+    def stop_on_a_signal() -> None:
+        while not done.is_set():
+            if select.select([reader], [], [], 0.1)[0]:
+                solver.stop_search()
+                return
+
+    watcher = threading.Thread(target=stop_on_a_signal, daemon=True)
+    watcher.start()
+    try:
+        yield  # Python raises KeyboardInterrupt here, as solve returns, when Ctrl-C was pressed
+    finally:
+        done.set()
+        watcher.join()
+        signal.set_wakeup_fd(previous)
+        reader.close()
+        writer.close()

@@ -266,3 +266,37 @@ def test_exact__is_a_warm_startable_search_that_baselines_do_not_run_by_default(
     entry = policy_entry("exact")
     assert entry.kind == "search" and entry.takes_warm_start and entry.places_groups
     assert "exact" not in baseline_names()
+
+
+def test_cpsat_solve__ctrl_c_stops_the_search_and_is_raised():
+    """CP-SAT's own Ctrl-C handler stopped the search and swallowed the signal: exact went on with the
+    solution so far as if its time limit had come. Now the search stops and KeyboardInterrupt is raised as
+    the solve returns, and Ctrl-C is Python's own again."""
+    import os
+    import signal
+    import threading
+
+    from ortools.sat.python import cp_model
+
+    from policies.exact.cpsat import _stopped_by_ctrl_c
+
+    model = cp_model.CpModel()  # a search that runs to its 60 s limit: products of pairs kept off residues
+    xs = [model.new_int_var(0, 1000, f"x{i}") for i in range(60)]
+    model.add_all_different(xs)
+    for i in range(0, 58, 2):
+        product, residue = model.new_int_var(0, 10**6, f"p{i}"), model.new_int_var(0, 96, f"r{i}")
+        model.add_multiplication_equality(product, [xs[i], xs[i + 1]])
+        model.add_modulo_equality(residue, product, 97)
+        model.add(residue != 3)
+    model.maximize(sum((i % 7 + 1 - abs(i - 30)) * x for i, x in enumerate(xs)))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds, solver.parameters.num_workers = 60.0, 2
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    began = time.perf_counter()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        with _stopped_by_ctrl_c(solver):
+            solver.solve(model)
+    timer.join()
+    assert time.perf_counter() - began < 30.0  # stopped, not run to its limit
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
