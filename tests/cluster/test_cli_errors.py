@@ -426,3 +426,19 @@ def test_cli__an_output_that_is_an_input_file_is_refused_before_any_work(tmp_pat
     assert main(["simulate", "--graph", str(graph), "--machine", "paper-2gpu", "--policy", "single-gpu", "--trace",
                  str(tmp_path / "." / "g.parquet")]) == 2
     assert "--trace" in capsys.readouterr().err and graph.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--graph", "models", "--machine", "paper-2gpu", "--policy", "single-gpu"],
+    ["train", "--policy", "gdp", "--graphs", "models", "--machines", "paper-2gpu", "--budget", "8", "-o", "c.pt"],
+])
+def test_graph__a_folder_is_called_a_folder_as_a_machine_folder_is(tmp_path, monkeypatch, capsys, argv):
+    """It said "not a file and not a benchmark" of a folder that exists."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    assert main(argv) == 2
+    assert one_placer_error(capsys).startswith("placer: error: unknown graph 'models': a folder, not a graph file, "
+                                               "and not a benchmark (benchmarks: ")
+    assert main(["no-such-graph" if arg == "models" else arg for arg in argv]) == 2
+    assert "unknown graph 'no-such-graph': not a file and not a benchmark" in one_placer_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
