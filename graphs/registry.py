@@ -99,7 +99,8 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
 
 
 def _unknown_graph(name: str) -> PlacerError:
-    return PlacerError(f"unknown graph {name!r}: not a file and not a benchmark "
+    what = "a folder, not a graph file, and not" if Path(name).is_dir() else "not a file and not"
+    return PlacerError(f"unknown graph {name!r}: {what} a benchmark "
                        f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED], "
                        f"family:KIND:SEED with KIND one of {', '.join(KINDS)})")
 

@@ -62,6 +62,11 @@ class Link:
                               f"got {self.bandwidth_Bps} B/s and {self.latency_s} s")
 
 
+PROFILE_NAMED_BY = "profile_named_by"
+"""``Machine.meta`` key: what named the machine's profile (``machine file 'M.json'``), for the messages about
+that profile, which is read only when a simulator is built."""
+
+
 @dataclass(frozen=True)
 class Machine:
     name: str

@@ -15,7 +15,7 @@ from pathlib import Path
 from graphs.errors import PlacerError
 from graphs.files import atomic_file, file_problem
 from measurers.devices import device_profiles
-from measurers.machine import Device, Link, Machine
+from measurers.machine import PROFILE_NAMED_BY, Device, Link, Machine
 
 NOTE_FIELDS = ("source", "notes")  # free text allowed in profiles and device entries
 
@@ -50,6 +50,7 @@ def machine_from_json(data: object, where: str = "machine", base_dir: Path | Non
             links=tuple(_link(entry, f"{where}: links[{i}]") for i, entry in enumerate(links)),
             description=str(description),
             profile=profile,
+            meta={PROFILE_NAMED_BY: where} if profile else {},
         )
     except PlacerError as exc:
         if str(exc).startswith(where):

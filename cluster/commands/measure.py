@@ -32,6 +32,18 @@ def register(subparsers) -> None:
     parser.set_defaults(func=_measure)
 
 
+def _check_args(args) -> None:
+    """The numbers, named by their flags, before anything is loaded (MeasurerSpec named its fields)."""
+    from cluster.jobs.config import check_measurer_settings
+    from graphs.errors import PlacerError
+    from policies.base import check_seed
+
+    check_measurer_settings(args.measurer, args.runs, args.warmup)
+    if not args.timeout > 0:  # NaN too
+        raise PlacerError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    check_seed(args.seed, "--seed")
+
+
 def _measure(args) -> int:
     from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
     from graphs.registry import load_graph
@@ -41,6 +53,7 @@ def _measure(args) -> int:
     from measurers.timing import default_timing
     from policies.registry import place_once
 
+    _check_args(args)
     timing = default_timing(args.measurer)
     args.runs = timing.runs if args.runs is None else args.runs
     args.warmup = timing.warmup if args.warmup is None else args.warmup

@@ -23,6 +23,10 @@ from graphs.errors import PlacerError
 FAMILIES_PREFIX = "families:"
 """Benchmarks the committed checkpoints never train on: the project's zero-shot figures hold them out."""
 METRICS_EVERY = 50  # updates between rewrites of the metrics file (train_family's checkpoint_every)
+CONFIG_FLAGS = {"hidden_size": "--hidden", "num_layers": "--layers", "batch_size": "--batch", "lr": "--lr",
+                "entropy_coeff": "--entropy", "episode_steps": "--episode-steps", "discount": "--discount",
+                "seed": "--seed"}
+"""The flag that sets each GnnConfig field, which names it in the message about a bad value."""
 
 
 def register(subparsers) -> None:
@@ -125,7 +129,7 @@ def check_train_args(args: argparse.Namespace):
         raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {args.policy!r}")
     config = GnnConfig(kind=args.policy, hidden_size=args.hidden, num_layers=args.layers, batch_size=args.batch,
                        lr=args.lr, entropy_coeff=args.entropy_coeff, order=args.order or GnnConfig.order,
-                       seed=args.seed, **giph)
+                       seed=args.seed, **giph, names=CONFIG_FLAGS)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
     if args.budget < 2:

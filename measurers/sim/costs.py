@@ -40,7 +40,7 @@ from graphs.errors import PlacerError
 from graphs.op_classes import OP_CLASSES, op_class, op_class_codes  # noqa: F401 (re-exported)
 from graphs.files import atomic_file, file_problem
 from graphs.opgraph import OpGraph
-from measurers.machine import Machine
+from measurers.machine import PROFILE_NAMED_BY, Machine
 
 COMPUTE_FACTOR = {  # fraction of the device's typical compute rate, per device kind and op class
     "gpu": {"dense": 1.0, "elementwise": 0.3, "meta": 1.0, "other": 0.5},
@@ -57,8 +57,10 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
     measured on another graph is a PlacerError (``OpProfile.check_graph``). Op or
     transfer times too large to simulate are a PlacerError (``_check_op_times``, ``_check_transfer_times``):
     every user of op times (simulator, lower bound, exact policies) builds them here."""
+    named_by = ""
     if profile is None and machine.profile:
         profile = machine.profile  # a path, relative ones resolved by the machine file's reader
+        named_by = machine.meta.get(PROFILE_NAMED_BY, "")
     classes = op_class_codes(graph)  # (N,) int8
     times = np.empty((graph.num_ops, machine.num_devices), dtype=np.float64)
     for d, device in enumerate(machine.devices):
@@ -71,7 +73,7 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
         times[:, d] = np.where(classes == OP_CLASSES.index("meta"), 0.0, device.op_overhead_s + roofline_s)
     where = "the profile"
     if isinstance(profile, (str, os.PathLike)):  # a path, as the machine file names one
-        where, profile = f"profile file {str(profile)!r}", load_profile(profile)
+        where, profile = _read_named_profile(profile, named_by)
     if profile is not None:
         profile.check_graph(graph, where)
         profile.apply(graph, machine, times)
@@ -80,6 +82,16 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
     _check_op_times(graph, machine, times, allowed)
     _check_transfer_times(graph, machine)
     return times
+
+
+def _read_named_profile(path: str | os.PathLike, named_by: str) -> tuple[str, "OpProfile"]:
+    """(how messages name the profile at ``path``, the profile). One a machine file names is named with that
+    file (``named_by``) when damaged or of another graph, as machine_from_json names a missing one."""
+    prefix = f"{named_by}: " if named_by else ""
+    try:
+        return f"{prefix}profile file {str(path)!r}", load_profile(path)
+    except PlacerError as exc:
+        raise PlacerError(f"{prefix}{exc}") from None
 
 
 MAX_TOTAL_S = 1e15  # about 32 million years: far above any real step, far below float overflow

@@ -426,3 +426,37 @@ def test_cli__an_output_that_is_an_input_file_is_refused_before_any_work(tmp_pat
     assert main(["simulate", "--graph", str(graph), "--machine", "paper-2gpu", "--policy", "single-gpu", "--trace",
                  str(tmp_path / "." / "g.parquet")]) == 2
     assert "--trace" in capsys.readouterr().err and graph.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--graph", "models", "--machine", "paper-2gpu", "--policy", "single-gpu"],
+    ["train", "--policy", "gdp", "--graphs", "models", "--machines", "paper-2gpu", "--budget", "8", "-o", "c.pt"],
+])
+def test_graph__a_folder_is_called_a_folder_as_a_machine_folder_is(tmp_path, monkeypatch, capsys, argv):
+    """It said "not a file and not a benchmark" of a folder that exists."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    assert main(argv) == 2
+    assert one_placer_error(capsys).startswith("placer: error: unknown graph 'models': a folder, not a graph file, "
+                                               "and not a benchmark (benchmarks: ")
+    assert main(["no-such-graph" if arg == "models" else arg for arg in argv]) == 2
+    assert "unknown graph 'no-such-graph': not a file and not a benchmark" in one_placer_error(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lr", "-1"], "--lr must be in (0, 1], got -1.0"),  # "lr must be in (0, 1] and failure_factor above 1"
+    (["--batch", "1"], "--batch must be at least 2, got 1"),  # "batch_size must ..."
+    (["--hidden", "0"], "--hidden must be in 4..4096, got 0"),  # "hidden_size must be ... and num_layers ..."
+    (["--layers", "0"], "--layers must be in 1..64, got 0"),
+    (["--entropy", "-1"], "--entropy must be a finite number >= 0, got -1.0"),  # "entropy_coeff must ..."
+    (["--seed", "-1"], "--seed must be a whole number in 0..4294967295, got -1"),  # "seed must ..."
+    (["--policy", "giph", "--episode-steps", "0"], "--episode-steps must be at least 1, got 0"),
+    (["--policy", "giph", "--discount", "0"], "--discount must be in (0, 1], got 0.0"),
+])
+def test_train__bad_network_settings_are_named_by_their_flags(tmp_path, capsys, flags, message):
+    argv = ["train", "--graphs", "synthetic:20", "--machines", "paper-2gpu", "--budget", "8",
+            "-o", str(tmp_path / "c.pt"), *flags]
+    assert main(argv if "--policy" in flags else [*argv, "--policy", "gdp"]) == 2
+    assert one_placer_error(capsys) == f"placer: error: {message}\n"
+    assert list(tmp_path.iterdir()) == []

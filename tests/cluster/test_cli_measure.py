@@ -7,6 +7,7 @@ import pytest
 from cluster.cli import main
 from measurers.factory import MeasurerSpec, build_measurer
 from measurers.catalog import load_machine
+from conftest import one_placer_error
 
 SPEC = "tests/fixtures/tiny_models.py:tiny_torch_mlp"
 
@@ -50,6 +51,19 @@ def test_measure__placement_file_of_wrong_length_is_a_clean_error(mlp_file, tmp_
 def test_measure__graph_that_cannot_be_rebuilt_is_a_clean_error(capsys):
     code = main(["measure", "--graph", "synthetic:20:1", "--measurer", "torch", "--policy", "cpu-only"])
     assert code == 2 and "cannot be rebuilt" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--runs", "0"], "--runs must be at least 1, got 0"),  # "measurer runs must ..."
+    (["--warmup", "-1"], "--warmup must not be negative, got -1"),
+    (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0.0"),  # "measurer timeout_s ..."
+    (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
+    (["--seed", "-1"], "--seed must be a whole number in 0..4294967295, got -1"),  # "a seed must ..."
+])
+def test_measure__bad_numbers_are_named_by_their_flags(capsys, flags, message):
+    argv = ["measure", "--graph", "synthetic:20:1", "--measurer", "torch", "--policy", "cpu-only", *flags]
+    assert main(argv) == 2
+    assert one_placer_error(capsys) == f"placer: error: {message}\n"
 
 
 def test_measure__a_step_whose_spec_file_is_gone_is_bad_input(tmp_path, capsys):

@@ -155,8 +155,25 @@ def test_simulate__a_machine_files_profile_of_another_graph_is_refused(tmp_path,
     assert json.loads(capsys.readouterr().out)["runtime_s"] == pytest.approx(20.0)
     assert main([*args, "--graph", "synthetic:20:0"]) == 2  # the same op names, another graph
     err = capsys.readouterr().err
-    assert f"profile file {str(tmp_path / 'prof.json')!r} was measured on a graph with hash" in err
+    assert (f"machine file {str(tmp_path / 'm.json')!r}: profile file {str(tmp_path / 'prof.json')!r} was measured "
+            "on a graph with hash") in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", [["simulate", "--policy", "single-gpu"], ["bound", "--time-limit", "0"]])
+@pytest.mark.parametrize("text, problem", [('{"format": "placer-op-profile", "ver', " is damaged or not a profile: "),
+                                           ('{"hello": 1}', ": not a placer-op-profile version 1 file")],
+                         ids=["truncated", "not-a-profile"])
+def test_simulate__a_machine_files_damaged_profile_is_named_with_the_machine_file(tmp_path, capsys, command, text,
+                                                                                  problem):
+    """A missing profile was named with the machine file that names it, a damaged one by its own path alone
+    (the user typed the machine file's)."""
+    (tmp_path / "prof.json").write_text(text)
+    machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
+    (tmp_path / "m.json").write_text(json.dumps({**machine, "name": "profiled", "profile": "prof.json"}))
+    assert main([*command, "--graph", "synthetic:20:1", "--machine", str(tmp_path / "m.json")]) == 2
+    assert one_placer_error(capsys).startswith(f"placer: error: machine file {str(tmp_path / 'm.json')!r}: profile "
+                                               f"file {str(tmp_path / 'prof.json')!r}{problem}")
 
 
 def test_cli__a_node_without_ray_rllib_or_tensorflow_simulates_and_lists_machines():

@@ -115,12 +115,12 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--machines", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
     (["--budget", "1"], "--budget must be at least 2 measurements"),
-    (["--entropy", "nan"], "entropy_coeff must be a finite number >= 0, got nan"),
-    (["--entropy", "inf"], "entropy_coeff must be a finite number >= 0, got inf"),  # trained nothing, exit 0
-    (["--lr", "inf"], "lr must be in (0, 1]"),  # NaN weights: a traceback from the sampler
-    (["--lr", "1e30"], "lr must be in (0, 1]"),
-    (["--layers", "1000"], "num_layers in 1..64"),
-    (["--seed", "18446744073709551616"], "seed must be a whole number in 0..4294967295"),  # METIS' traceback
+    (["--entropy", "nan"], "--entropy must be a finite number >= 0, got nan"),
+    (["--entropy", "inf"], "--entropy must be a finite number >= 0, got inf"),  # trained nothing, exit 0
+    (["--lr", "inf"], "--lr must be in (0, 1]"),  # NaN weights: a traceback from the sampler
+    (["--lr", "1e30"], "--lr must be in (0, 1]"),
+    (["--layers", "1000"], "--layers must be in 1..64"),
+    (["--seed", "18446744073709551616"], "--seed must be a whole number in 0..4294967295"),  # METIS' traceback
     (["--groups", "0"], "--groups must be a whole number of at least 1"),
     (["--policy", "placeto", "--order", "sideways"], "unknown --order 'sideways'"),
     (["--order", "bfs"], "--order: only for --policy placeto (it visits groups in order), not 'gdp'"),  # ignored
@@ -128,7 +128,7 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--graphs", "families:100000000"], "--graphs families:100000000: family_names: 100000000 graphs is more "
                                          "than the 10,000"),  # a list of 10^8 names: MemoryError
     (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
-    (["--hidden", "7"], "gdp's hidden_size must be a multiple of 4"),
+    (["--hidden", "7"], "gdp's --hidden must be a multiple of 4"),
     (["--resume"], "no such file"),
 ])
 def test_train__bad_input_is_one_error_and_writes_nothing(tmp_path, capsys, flags, message):
@@ -380,7 +380,7 @@ def _edited_networks(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
         (edited("nan", lambda s: s["trainer"]["net"][first_weight(s)].fill_(float("nan"))), "gdp",
          "NaN or infinite"),
         (edited("huge", lambda s: s["architecture"].update(num_layers=10**12)), "gdp",  # built: 23 GB and on
-         "num_layers in 1..64"),
+         "num_layers must be in 1..64"),
         (edited("no-config", lambda s: s["trainer"].pop("config")), "gdp", "lacks its trainer settings"),
     ]
 

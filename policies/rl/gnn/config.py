@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from typing import Mapping
 
 from graphs.errors import PlacerError
 from policies.base import FAILURE_FACTOR, check_seed
@@ -51,29 +52,40 @@ class GnnConfig:
     imitation_steps: int = 100
     """Adam steps fitting a warm start (GDP; Placeto starts its episodes at the warm start instead)."""
     seed: int = 0
+    names: InitVar[Mapping[str, str] | None] = None
+    """Not a setting (neither stored nor in ``fields()``): what the messages about a bad value call each field,
+    e.g. placer train's flags (``{"lr": "--lr"}``); a field not in it, or no mapping, by its own name."""
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, names: Mapping[str, str] | None) -> None:
+        def name(field: str) -> str:
+            return (names or {}).get(field, field)
+
         if self.kind not in KINDS:
             raise PlacerError(f"unknown graph-neural policy {self.kind!r} (known: {', '.join(KINDS)})")
         if self.order not in ORDERS:
             raise PlacerError(f"unknown --order {self.order!r} (known: {', '.join(ORDERS)})")
         if self.batch_size < 2:
-            raise PlacerError(f"batch_size must be at least 2, got {self.batch_size}")
-        if not 4 <= self.hidden_size <= MAX_HIDDEN or not 1 <= self.num_layers <= MAX_LAYERS:
-            raise PlacerError(f"hidden_size must be in 4..{MAX_HIDDEN} and num_layers in 1..{MAX_LAYERS}, got "
-                              f"{self.hidden_size}, {self.num_layers}")
+            raise PlacerError(f"{name('batch_size')} must be at least 2, got {self.batch_size}")
+        if not 4 <= self.hidden_size <= MAX_HIDDEN:
+            raise PlacerError(f"{name('hidden_size')} must be in 4..{MAX_HIDDEN}, got {self.hidden_size}")
+        if not 1 <= self.num_layers <= MAX_LAYERS:
+            raise PlacerError(f"{name('num_layers')} must be in 1..{MAX_LAYERS}, got {self.num_layers}")
         if self.kind == "gdp" and self.hidden_size % GDP_ATTENTION_HEADS:
-            raise PlacerError(f"gdp's hidden_size must be a multiple of {GDP_ATTENTION_HEADS} (its attention heads), "
-                              f"got {self.hidden_size}")
+            raise PlacerError(f"gdp's {name('hidden_size')} must be a multiple of {GDP_ATTENTION_HEADS} (its "
+                              f"attention heads), got {self.hidden_size}")
         if not 0 <= self.entropy_coeff < math.inf:  # NaN too
-            raise PlacerError(f"entropy_coeff must be a finite number >= 0, got {self.entropy_coeff}")
-        if self.episode_steps < 1 or not 0.0 < self.discount <= 1.0 or not 0.0 <= self.random_start <= 1.0:
-            raise PlacerError(f"episode_steps must be >= 1, discount in (0, 1] and random_start in [0, 1], got "
-                              f"{self.episode_steps}, {self.discount}, {self.random_start}")
-        if not 0 < self.lr <= MAX_LR or not self.failure_factor > 1.0:
-            raise PlacerError(f"lr must be in (0, {MAX_LR:g}] and failure_factor above 1, got {self.lr}, "
-                              f"{self.failure_factor}")
-        check_seed(self.seed, "seed")
+            raise PlacerError(f"{name('entropy_coeff')} must be a finite number >= 0, got {self.entropy_coeff}")
+        if self.episode_steps < 1:
+            raise PlacerError(f"{name('episode_steps')} must be at least 1, got {self.episode_steps}")
+        if not 0.0 < self.discount <= 1.0:
+            raise PlacerError(f"{name('discount')} must be in (0, 1], got {self.discount}")
+        if not 0.0 <= self.random_start <= 1.0:
+            raise PlacerError(f"random_start must be in [0, 1], got {self.random_start}")
+        if not 0 < self.lr <= MAX_LR:
+            raise PlacerError(f"{name('lr')} must be in (0, {MAX_LR:g}], got {self.lr}")
+        if not self.failure_factor > 1.0:
+            raise PlacerError(f"failure_factor must be above 1, got {self.failure_factor}")
+        check_seed(self.seed, name("seed"))
 
     @property
     def architecture(self) -> dict:
