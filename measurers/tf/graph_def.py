@@ -29,20 +29,24 @@ class StepNode:
 
 def step_nodes(graph_def) -> list[StepNode]:
     """Every node of ``graph_def`` and of the library functions its nodes call, callers before callees. A
-    function called a second time is copied for that call (``<name>_placed_<k>``, the call rewritten to it):
-    one FunctionDef holds one device per node, and the two calls' ops may be placed apart."""
+    function called a second time is copied for that call (``<name>_placed_<k>``, the call rewritten to it), and
+    so are the functions a copy calls: one FunctionDef holds one device per node, and two calls' ops may be
+    placed apart."""
     library = {f.signature.name: f for f in graph_def.library.function}
     found: list[StepNode] = []
+    original: dict[str, str] = {}  # a copy's name -> the function it copies (a copy's calls name copies too)
 
-    def own_copy(name: str) -> str:
+    def own_copy(name: str) -> tuple[str, str]:
+        """(the function's own name, the name of a function this call alone calls)."""
         if name not in called:
             called.add(name)
-            return name
+            return name, name
         copy = graph_def.library.function.add()
         copy.CopyFrom(library[name])
-        copy.signature.name = f"{name}_placed_{len(graph_def.library.function)}"
-        library[copy.signature.name] = copy
-        return copy.signature.name
+        copy.signature.name = f"{original.get(name, name)}_placed_{len(graph_def.library.function)}"
+        library[copy.signature.name], original[copy.signature.name] = copy, original.get(name, name)
+        called.add(copy.signature.name)
+        return original[copy.signature.name], copy.signature.name
 
     def visit(nodes, prefix: str, bound: dict[str, str]) -> None:
         for node in nodes:
@@ -93,14 +97,12 @@ def _calls(node, library: dict, own_copy) -> list[tuple[str, str]]:
     """(the function's name, the name of the copy this call now calls) for each library function ``node``
     calls, in the importer's order (a function used as an op type too)."""
     if node.op in library:
-        name = node.op
-        node.op = own_copy(name)
+        name, node.op = own_copy(node.op)
         return [(name, node.op)]
     calls = []
     for attr in _callee_attrs(node):
         if attr.name in library:
-            name = attr.name
-            attr.name = own_copy(name)
+            name, attr.name = own_copy(attr.name)
             calls.append((name, attr.name))
     return calls
 

@@ -127,8 +127,8 @@ def test_simulate__a_trace_inside_the_placement_run_folder_is_refused_and_the_ru
 
 
 def test_simulate__a_run_on_another_machine_of_the_same_name_says_what_differs(tmp_path, capsys):
-    """A run searched with a machine file of this node (profile --machine-out names it `local`) and simulate
-    or measure given `local` said "placed it on machine 'local', not on 'local'", naming no difference."""
+    """A run searched with an edited machine file that keeps its machine's name, and simulate or measure given
+    that machine, said "placed it on machine 'local', not on 'local'", naming no difference."""
     machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
     machine["links"][0]["bandwidth_Bps"] /= 2
     (tmp_path / "m.json").write_text(json.dumps(machine))

@@ -103,4 +103,3 @@ def test_live_at__the_buffers_live_at_the_peak_add_up_to_it_where_0_s_ops_chain(
                                      buffers.free_round[buffers.free_s == when_s]])
             chained += len(np.unique(rounds)) > 1
     assert chained > 0  # the case the test is about happened
-

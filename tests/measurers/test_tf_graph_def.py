@@ -75,3 +75,27 @@ def test_flattened_name__of_the_nodes_a_lowered_cond_case_and_while_run():
            "while/body/_17/while/Sigmoid", "while/cond/_16/while/Less"}
     assert {flattened_name(name, lowered) for name in run} <= flat
     assert flattened_name("cond/then", lowered) == "cond/then" and flattened_name("add", lowered) == "add"
+
+
+def test_step_nodes__a_copied_function_gets_its_own_copies_of_the_functions_it_calls():
+    """``step`` calls ``middle`` twice, ``middle`` calls ``inner`` (which branches) twice: the four calls of
+    ``inner`` hold four FunctionDefs (the second ``middle`` had shared one with the first), and their ops and
+    branches keep the importer's names (a branch was named after its copy)."""
+    @tf.function(autograph=False)
+    def inner(x):
+        return tf.cond(tf.reduce_sum(x) > 0, lambda: tf.exp(x), lambda: tf.sin(x))
+
+    @tf.function(autograph=False)
+    def middle(x):
+        return inner(x) + inner(x * 2.0)
+
+    @tf.function(autograph=False)
+    def step(x):
+        return middle(x) - middle(x * 3.0)
+
+    concrete = step.get_concrete_function(tf.TensorSpec((4, 4), tf.float32))
+    found = step_nodes(concrete.graph.as_graph_def())
+    flat = [op.name for op in flatten_graph(concrete.graph, batch_size=4)]
+    assert set(flat) <= {f.name for f in found}
+    exps = [f.node for f in found if f.node.op == "Exp"]
+    assert len(exps) == 4 and len({id(node) for node in exps}) == 4
