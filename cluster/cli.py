@@ -6,6 +6,7 @@ import argparse
 import errno
 import importlib
 import os
+import re
 import sys
 
 from cluster.commands import COMMAND_MODULES
@@ -18,11 +19,27 @@ PATH_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR, errno.EIS
                errno.ENOSPC, errno.EDQUOT, errno.ENAMETOOLONG}
 """What a path can do wrong (permissions, place, space): one error line. Any other OSError is a bug's."""
 
-PACKAGE_INSTALLS = {"ray": "ray[rllib]==2.60.0", "gymnasium": "ray[rllib]==2.60.0", "tensorflow": "tensorflow==2.21.0",
-                    "ortools": "ortools", "highspy": "highspy", "torch_geometric": "torch_geometric", "onnx": "onnx",
-                    "openvino": "openvino", "pymetis": "pymetis"}
-"""The dependencies a command imports only when it needs them (a GPU node's own Python may lack some), and
-what installs each: a command that needs a missing one says so in one line. Any other missing module is a bug's."""
+OPTIONAL_IMPORTS = {"ray": "ray", "gymnasium": "ray", "tensorflow": "tensorflow", "ortools": "ortools",
+                    "highspy": "highspy", "torch_geometric": "torch_geometric", "onnx": "onnx", "openvino": "openvino",
+                    "pymetis": "pymetis"}
+"""The dependencies a command imports only when it needs them (a GPU node's own Python may lack some), by
+import name, and the distribution that brings each (gymnasium comes with Ray's RLlib): a command that needs a
+missing one says so in one line. Any other missing module is a bug's."""
+
+
+def install_hint(distribution: str) -> str:
+    """What installs ``distribution`` as this project requires it (pyproject.toml's pin, extras included)."""
+    from importlib import metadata
+
+    try:
+        required = metadata.requires("placer") or []
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        required = []
+    for requirement in required:
+        name = re.split(r"[\[=<>~!; ]", requirement, maxsplit=1)[0]
+        if name.lower() == distribution and ";" not in requirement:
+            return requirement.replace(" ", "")
+    return distribution
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -84,10 +101,10 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except ModuleNotFoundError as exc:
         package = (exc.name or "").partition(".")[0]
-        if package not in PACKAGE_INSTALLS:
+        if package not in OPTIONAL_IMPORTS:
             raise
         print(f"placer: error: {args.command} needs the Python package {package}, which this Python lacks "
-              f"(pip install '{PACKAGE_INSTALLS[package]}')", file=sys.stderr)
+              f"(pip install '{install_hint(OPTIONAL_IMPORTS[package])}')", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placer: interrupted", file=sys.stderr)
