@@ -37,7 +37,7 @@ def register(subparsers) -> None:
     export = commands.add_parser("export", help="write a benchmark (or graph file) as a Parquet graph file")
     export.add_argument("graph", metavar="NAME_OR_FILE")
     export.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file)
-    export.set_defaults(func=_export)
+    export.set_defaults(func=_export, positional_args=("graph",))  # named so in errors (cluster/commands/paths.py)
 
     importer = commands.add_parser("import", help="trace a PyTorch or Keras model, or read an ONNX model or "
                                                   "OpenVINO IR, into a graph file")

@@ -80,7 +80,8 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
     for dest in OUTPUT_FILE_ARGS:
         value = getattr(args, dest, None)
         if isinstance(value, str) and (read_as := inputs.get(Path(value).expanduser().resolve())):
-            raise PlacerError(f"--{dest.replace('_', '-')} {value} is the --{read_as.replace('_', '-')} file this "
+            read_label = read_as if read_as in getattr(args, "positional_args", ()) else f"--{read_as}"
+            raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_label.replace('_', '-')} file this "
                               "command reads: writing it would replace it")
     _check_outputs_outside_runs_read(args)
 

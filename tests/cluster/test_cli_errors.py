@@ -426,6 +426,9 @@ def test_cli__an_output_that_is_an_input_file_is_refused_before_any_work(tmp_pat
     assert main(["simulate", "--graph", str(graph), "--machine", "paper-2gpu", "--policy", "single-gpu", "--trace",
                  str(tmp_path / "." / "g.parquet")]) == 2
     assert "--trace" in capsys.readouterr().err and graph.read_bytes() == before
+    assert main(["graphs", "export", str(graph), "-o", str(graph)]) == 2  # the graph is a positional argument there
+    assert f"--output {graph} is the graph file this command reads" in capsys.readouterr().err
+    assert graph.read_bytes() == before
 
 
 @pytest.mark.parametrize("argv", [
