@@ -135,8 +135,9 @@ def check_train_args(args: argparse.Namespace):
     if args.budget < 2:
         raise PlacerError(f"--budget must be at least 2 measurements (an update measures two placements or more), "
                           f"got {args.budget}")
-    if args.teacher_budget < 0 or args.imitation_steps < 0:
-        raise PlacerError("--teacher-budget and --imitation-steps must not be negative")
+    for flag, value in (("--teacher-budget", args.teacher_budget), ("--imitation-steps", args.imitation_steps)):
+        if value < 0:
+            raise PlacerError(f"{flag} must not be negative, got {value}")
     if config.kind == "giph" and args.teacher_budget > 0:
         raise PlacerError("--teacher-budget: giph learns from rewards only (no imitation of a teacher)")
     if args.time_limit_s is not None and not 0 < args.time_limit_s < math.inf:

@@ -456,6 +456,7 @@ def test_graph__a_folder_is_called_a_folder_as_a_machine_folder_is(tmp_path, mon
     (["--seed", "-1"], "--seed must be a whole number in 0..4294967295, got -1"),  # "seed must ..."
     (["--policy", "giph", "--episode-steps", "0"], "--episode-steps must be at least 1, got 0"),
     (["--policy", "giph", "--discount", "0"], "--discount must be in (0, 1], got 0.0"),
+    (["--imitation-steps", "-2"], "--imitation-steps must not be negative, got -2"),  # named with --teacher-budget
 ])
 def test_train__bad_network_settings_are_named_by_their_flags(tmp_path, capsys, flags, message):
     argv = ["train", "--graphs", "synthetic:20", "--machines", "paper-2gpu", "--budget", "8",
