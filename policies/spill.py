@@ -95,7 +95,8 @@ class Spill:
             pairs[key] = pairs.get(key, 0) + 1
         moved = ", ".join(f"{names[a]} -> {names[b]}: {n}" for (a, b), n in pairs.items())
         groups = len({move.unit for move in self.moves})  # a region may move a group a second time
-        text += f"; moved {groups} groups" + (f" ({moved})" if moved else "")
+        twice = f" in {len(self.moves)} moves" if len(self.moves) > groups else ""  # the pairs below count moves
+        text += f"; moved {groups} groups{twice}" + (f" ({moved})" if moved else "")
         if self.regions:
             many = len(self.regions) > 1
             text += (f", {sum(self.regions)} of them in {len(self.regions)} region{'s' if many else ''} "
