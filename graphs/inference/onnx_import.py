@@ -3,7 +3,8 @@
 Graph inputs and initializers are not ops: an initializer's bytes are resident ``param_bytes`` of the first
 node that reads it (each initializer counted once), and every node that reads it pays its bytes in
 ``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``, run after the inputs' sizes are fixed
-(graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given).
+(graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given), and
+helped through the shape arithmetic of older exports it leaves unknown (graphs.inference.shape_folding).
 A dim inference still leaves symbolic inside the graph counts as 1, and the tensors that have one are
 counted in ``meta["tensors_without_size"]``; a node output of unknown shape (or rank) is 0 bytes, and counted
 there too (``meta["unsized_tensors_by_op"]``: the same count by the op type that makes them). A node that
@@ -25,6 +26,7 @@ from graphs.files import file_problem
 from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
+from graphs.inference.shape_folding import infer_with_folded_shapes
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -88,7 +90,7 @@ def _load_checked(model_file: Path, given: InputShapes):
 
     model = _foreign(model_file, load)
     _size_inputs(model.graph, sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given))
-    return _foreign(model_file, lambda: onnx.shape_inference.infer_shapes(model, data_prop=True)), given
+    return _foreign(model_file, lambda: infer_with_folded_shapes(model)), given
 
 
 def _foreign(model_file: Path, call):
@@ -121,7 +123,7 @@ def _unsized_by_op(graph, tensors: dict[str, TensorInfo]) -> dict[str, int]:
     """{op type: count} of the tensors whose shape inference left a dim symbolic (each counted as 1), and of
     the node outputs it gave no shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu:
     0 bytes, said, not silent), by the op type that makes them: a user sees which ops to look at (a Reshape
-    whose target shape is computed at run time, as in a legacy export of attention)."""
+    whose target shape is computed at run time through an op graphs.inference.shape_folding does not fold)."""
     producer = {tensor: node.op_type for node in graph.node for tensor in node.output if tensor}
     counts = Counter(producer.get(value.name, "graph input") for value in [*graph.output, *graph.value_info]
                      if value.type.HasField("tensor_type")

@@ -348,3 +348,121 @@ def test_op_flops__resize_modes(mode, flops):
 
     out = (2, 5) if mode != "linear_onnx" else (2, 3)
     assert op_flops("Interpolate", [(2, 3)], [out], {"mode": mode}) == flops
+
+
+SEQ, HIDDEN, HEADS = 5, 12, 3  # head_dim 4
+
+
+def _legacy_attention(tmp_path, opset: int, head_dim_op: str = "Div") -> str:
+    """The attention scores of an older torch.onnx export: x (BATCH, SEQ, HIDDEN) is reshaped to (batch, seq,
+    heads, hidden // heads), its target computed at run time (Shape -> Gather -> Div -> Unsqueeze -> Concat),
+    then q (.., seq, head_dim) @ k (.., head_dim, seq). ``head_dim_op`` "Abs" follows the Div with an op the
+    folding does not know."""
+    def const(name, value):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value)))
+
+    def unsqueeze(source, out):  # axes: an attribute up to opset 12, an input from 13
+        if opset < 13:
+            return helper.make_node("Unsqueeze", [source], [out], axes=[0])
+        return helper.make_node("Unsqueeze", [source, "axis0"], [out])
+
+    head_dim = [helper.make_node("Div", ["hidden", "heads"], ["head_dim"])] if head_dim_op == "Div" else [
+        helper.make_node("Div", ["hidden", "heads"], ["quotient"]), helper.make_node("Abs", ["quotient"], ["head_dim"])]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]), const("i0", np.int64(0)), const("i1", np.int64(1)),
+        const("i2", np.int64(2)), const("heads", np.int64(HEADS)), const("axis0", np.array([0], np.int64)),
+        *[helper.make_node("Gather", ["shape", f"i{k}"], [dim], axis=0)
+          for k, dim in enumerate(("batch", "seq", "hidden"))],
+        *head_dim,
+        *[unsqueeze(dim, f"{dim}_1") for dim in ("batch", "seq", "heads", "head_dim")],
+        helper.make_node("Concat", ["batch_1", "seq_1", "heads_1", "head_dim_1"], ["target"], axis=0, name="target"),
+        helper.make_node("Reshape", ["x", "target"], ["split"], name="split"),
+        helper.make_node("Transpose", ["split"], ["q"], perm=[0, 2, 1, 3], name="q"),
+        helper.make_node("Transpose", ["split"], ["k"], perm=[0, 2, 3, 1], name="k"),
+        helper.make_node("MatMul", ["q", "k"], ["scores"], name="scores"),
+    ]
+    graph = helper.make_graph(nodes, "legacy", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                              [BATCH, SEQ, HIDDEN])],
+                              [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["b", "h", "s", "t"])])
+    path = tmp_path / f"legacy{opset}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("opset", [11, 13, 17])
+def test_import_onnx__a_legacy_attention_reshape_gets_its_computed_target(tmp_path, opset):
+    """onnx's inference leaves the target unknown: Reshape-5/-13 read no computed target (not even the rank),
+    and no opset's data propagation does Div; the folded target sizes every tensor."""
+    graph = import_onnx(_legacy_attention(tmp_path, opset))
+    head_dim = HIDDEN // HEADS
+    assert "unsized_tensors_by_op" not in graph.meta and "tensors_without_size" not in graph.meta
+    flops, accessed = _by_name(graph, graph.flops), _by_name(graph, graph.bytes_accessed)
+    assert flops["scores"] == 2 * BATCH * HEADS * SEQ * SEQ * head_dim
+    assert accessed["scores"] == 2 * BATCH * SEQ * HIDDEN * F32 + BATCH * HEADS * SEQ * SEQ * F32  # q, k; out
+    assert accessed["split"] == 2 * BATCH * SEQ * HIDDEN * F32 + 4 * 8  # x in (a graph input), split out; target
+    names = graph.op_names.tolist()
+    edges = {(names[s], names[d]): b for s, d, b in zip(graph.edge_src, graph.edge_dst, graph.edge_bytes)}
+    assert edges[("target", "split")] == 4 * 8  # the model's own nodes: the Concat still feeds the Reshape
+
+
+def test_import_onnx__a_target_through_an_op_not_folded_stays_unknown_as_before(tmp_path):
+    graph = import_onnx(_legacy_attention(tmp_path, 17, head_dim_op="Abs"))
+    assert graph.meta["unsized_tensors_by_op"] == {"Reshape": 1, "Transpose": 2}  # head_dim counted as 1
+    assert _by_name(graph, graph.flops)["scores"] == 2 * BATCH * HEADS * SEQ * SEQ * 1
+
+
+def test_import_onnx__expand_and_constant_of_shape_targets_fold_through_slice_squeeze_cast_and_arithmetic(tmp_path):
+    """(2, 5, 12) = Concat(Slice(shape)[0:2], Unsqueeze(Cast(Mul(Div(Cast(Squeeze(Slice(shape)[2:3])), 2), 2))))."""
+    init = numpy_helper.from_array
+    value = helper.make_tensor_value_info
+    initializers = [init(np.array([0], np.int64), "zero"), init(np.array([2], np.int64), "two"),
+                    init(np.array([3], np.int64), "three"), init(np.float32(2), "half"),
+                    init(np.ones((1, 1, 1), np.float32), "bias")]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Slice", ["shape", "zero", "two"], ["lead"]),
+        helper.make_node("Slice", ["shape", "two", "three"], ["last_1"]),
+        helper.make_node("Squeeze", ["last_1", "zero"], ["last"]),
+        helper.make_node("Cast", ["last"], ["last_f"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["last_f", "half"], ["halved"]),
+        helper.make_node("Mul", ["halved", "half"], ["doubled"]),
+        helper.make_node("Cast", ["doubled"], ["width"], to=TensorProto.INT64),
+        helper.make_node("Unsqueeze", ["width", "zero"], ["width_1"]),
+        helper.make_node("Concat", ["lead", "width_1"], ["target"], axis=0),
+        helper.make_node("Expand", ["bias", "target"], ["e"], name="expand"),
+        helper.make_node("ConstantOfShape", ["target"], ["z"], name="zeros",
+                         value=init(np.array([0], np.float32), "fill")),
+        helper.make_node("Add", ["e", "z"], ["y"], name="sum"),
+    ]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 5, 12])],
+                 [value("y", TensorProto.FLOAT, [2, 5, "w"])], initializers)
+    graph = import_onnx(path)
+    assert "unsized_tensors_by_op" not in graph.meta
+    assert _by_name(graph, graph.flops)["sum"] == 2 * 5 * 12
+    assert _by_name(graph, graph.bytes_accessed)["sum"] == 3 * 2 * 5 * 12 * F32
+
+
+def test_import_onnx__a_target_computed_from_a_folded_reshapes_output_folds_in_a_later_round(tmp_path):
+    """The heads merged back: (batch, seq, heads * head_dim) from Shape(split), which the first inference
+    leaves without even a rank at opset 13."""
+    model = onnx.load(_legacy_attention(tmp_path, 13))
+    init = numpy_helper.from_array
+    model.graph.initializer.extend([init(np.array([0], np.int64), "start"), init(np.array([2], np.int64), "end"),
+                                    init(np.int64(2), "at2"), init(np.int64(3), "at3")])
+    model.graph.node.extend([
+        helper.make_node("Shape", ["split"], ["split_shape"]),
+        helper.make_node("Slice", ["split_shape", "start", "end"], ["lead"]),
+        helper.make_node("Gather", ["split_shape", "at2"], ["split_heads"]),
+        helper.make_node("Gather", ["split_shape", "at3"], ["split_head_dim"]),
+        helper.make_node("Mul", ["split_heads", "split_head_dim"], ["width"]),
+        helper.make_node("Unsqueeze", ["width", "axis0"], ["width_1"]),
+        helper.make_node("Concat", ["lead", "width_1"], ["merged_shape"], axis=0),
+        helper.make_node("Reshape", ["split", "merged_shape"], ["merged"], name="merge"),
+        helper.make_node("Relu", ["merged"], ["out"], name="relu"),
+    ])
+    model.graph.output.append(helper.make_tensor_value_info("out", TensorProto.FLOAT, [BATCH, SEQ, "w"]))
+    path = tmp_path / "merged.onnx"
+    onnx.save(model, str(path))
+    graph = import_onnx(str(path))
+    assert "unsized_tensors_by_op" not in graph.meta
+    assert _by_name(graph, graph.flops)["relu"] == BATCH * SEQ * HIDDEN

@@ -1,0 +1,270 @@
+"""ONNX shape inference, helped through the shape arithmetic the onnx package's data propagation leaves unknown.
+
+Older torch.onnx exports (e.g. BERT's attention) compute a Reshape's target at run time from its input's
+shape: ``Shape -> Gather -> (Div by the head count) -> Unsqueeze -> Concat -> Reshape``. onnx 1.23's
+inference reads such a computed target only from Reshape-14 on (Reshape-5 and -13 leave even the output's
+rank unknown), and its data propagation does not cover Div, so those tensors came out unsized.
+
+``infer_with_folded_shapes`` infers as the importer always did; then, while a shape-taking input
+(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, ...) of a node whose output is still not fully
+sized has a value numpy can compute from what is known (static shapes, small initializers, Constants) through
+the ops of ``FOLDERS``, it gives that input its value as an initializer on a slimmed copy of the model and
+infers again (at most ``MAX_ROUNDS`` times: a chain that starts from a tensor sized in the previous round,
+like the next layer's, takes one round each). The importer still reads the model's own nodes: only the
+inferred value_info and output types come from the copy. A model with no such input is left exactly as the
+first inference gave it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TARGET_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2)}
+MAX_ROUNDS = 64  # one round a layer whose chain starts from the previous layer's output
+MAX_ELEMENTS = 1024  # a value (or initializer) larger than this is no shape: neither read nor computed
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+class _Unknown(Exception):
+    """An input of a folded node has no known value (or the op is used in a way not folded)."""
+
+
+def infer_with_folded_shapes(model):
+    """``onnx.shape_inference.infer_shapes(model, data_prop=True)``, with the shape-taking inputs whose values
+    can be folded given those values (see the module docstring); ``model`` itself is not changed."""
+    from onnx.shape_inference import infer_shapes
+
+    inferred = infer_shapes(model, data_prop=True)
+    folded, targets = inferred, {}
+    for _ in range(MAX_ROUNDS):
+        found = _new_targets(folded.graph, targets)
+        if not found:
+            break
+        targets.update(found)
+        folded = infer_shapes(_slim_copy(model, targets), data_prop=True)
+    if targets:
+        _take_types(inferred.graph, folded.graph)
+    return inferred
+
+
+def _new_targets(graph, taken: dict) -> dict[tuple[int, int], np.ndarray]:
+    """{(node index, input index): value} of the shape-taking inputs, neither given yet nor constant already,
+    whose value is now known and whose node's outputs are not all sized."""
+    values, static = _known_values(graph), _static_shapes(graph)
+    constants = {init.name for init in graph.initializer} | {
+        t for node in graph.node if node.op_type == "Constant" for t in node.output}
+    computed, found = values.keys() - constants, {}
+    for i, node in enumerate(graph.node):
+        positions = TARGET_INPUTS.get(node.op_type, ()) if node.domain in DEFAULT_DOMAINS else ()
+        if not positions or all(out in static for out in node.output if out):
+            continue
+        for j in positions:
+            if (i, j) not in taken and j < len(node.input) and node.input[j] in computed:
+                found[(i, j)] = values[node.input[j]]
+    return found
+
+
+def _slim_copy(model, targets: dict):
+    """A copy of ``model`` whose ``targets`` inputs read initializers holding their values, and whose large
+    initializers are graph inputs of the same type and shape (inference reads only their shapes: the copy
+    is not the weights' size)."""
+    from onnx import helper, numpy_helper
+
+    graph = model.graph
+    large = [init for init in graph.initializer if math.prod(init.dims) > MAX_ELEMENTS]
+    inputs = list(graph.input) + [helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
+                                  for init in large if init.name not in {value.name for value in graph.input}]
+    copy_graph = helper.make_graph(graph.node, graph.name, inputs, graph.output,
+                                   [init for init in graph.initializer if math.prod(init.dims) <= MAX_ELEMENTS],
+                                   value_info=graph.value_info)
+    names = _all_names(graph)
+    for (i, j), value in sorted(targets.items()):
+        name = _fresh_name(f"{copy_graph.node[i].input[j]}_folded", names)
+        copy_graph.initializer.append(numpy_helper.from_array(value, name))
+        copy_graph.node[i].input[j] = name
+    return helper.make_model(copy_graph, opset_imports=model.opset_import, ir_version=model.ir_version,
+                             functions=model.functions)
+
+
+def _take_types(graph, folded_graph) -> None:
+    """``graph``'s inferred value_info and output types become ``folded_graph``'s (the same tensors; the
+    initializers the copy added have no value_info)."""
+    del graph.value_info[:]
+    graph.value_info.extend(folded_graph.value_info)
+    folded_outputs = {value.name: value for value in folded_graph.output}
+    for value in graph.output:
+        value.type.CopyFrom(folded_outputs[value.name].type)
+
+
+def _all_names(graph) -> set[str]:
+    return ({value.name for value in [*graph.input, *graph.output, *graph.value_info]}
+            | {init.name for init in graph.initializer} | {t for node in graph.node for t in node.output})
+
+
+def _fresh_name(base: str, names: set[str]) -> str:
+    name, n = base, 0
+    while name in names:
+        n += 1
+        name = f"{base}_{n}"
+    names.add(name)
+    return name
+
+
+def _static_shapes(graph) -> dict[str, tuple[int, ...]]:
+    """{tensor: shape} of every tensor whose dims are all sized."""
+    shapes = {init.name: tuple(init.dims) for init in graph.initializer}
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor_type is not None and tensor_type.HasField("shape") and all(
+                d.HasField("dim_value") and d.dim_value >= 0 for d in tensor_type.shape.dim):
+            shapes[value.name] = tuple(d.dim_value for d in tensor_type.shape.dim)
+    return shapes
+
+
+def _known_values(graph) -> dict[str, np.ndarray]:
+    """{tensor: value} of the small initializers and of the outputs of FOLDERS' ops whose inputs are known,
+    in the graph's (topological) node order."""
+    from onnx import numpy_helper
+
+    values = {init.name: numpy_helper.to_array(init) for init in graph.initializer
+              if math.prod(init.dims) <= MAX_ELEMENTS}
+    shapes = _static_shapes(graph)
+    for node in graph.node:
+        fold = FOLDERS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
+        if fold is None or not node.output:
+            continue
+        try:
+            value = np.asarray(fold(node, values, shapes))
+        except (_Unknown, ValueError, IndexError, TypeError, ArithmeticError, KeyError):
+            continue
+        if value.size <= MAX_ELEMENTS:
+            values[node.output[0]] = value
+    return values
+
+
+def _inputs(node, values: dict) -> list:
+    """The node's input values; None for an omitted optional input; _Unknown if one is not known."""
+    if any(t and t not in values for t in node.input):
+        raise _Unknown(node.name)
+    return [values[t] if t else None for t in node.input]
+
+
+def _attribute(node, name: str, default=None):
+    from onnx import helper
+
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return helper.get_attribute_value(attribute)
+    return default
+
+
+def _constant(node, values, shapes):
+    from onnx import numpy_helper
+
+    kinds = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32, "value_floats": np.float32}
+    for attribute in node.attribute:
+        if attribute.name == "value" and math.prod(attribute.t.dims) <= MAX_ELEMENTS:  # not a weight
+            return numpy_helper.to_array(attribute.t)
+        if attribute.name in kinds:
+            return np.array(_attribute(node, attribute.name), kinds[attribute.name])
+    raise _Unknown(node.name)  # sparse or string constants: never a shape
+
+
+def _shape(node, values, shapes):
+    source = node.input[0]
+    shape = values[source].shape if source in values else shapes.get(source)
+    if shape is None:
+        raise _Unknown(node.name)
+    start, end = _attribute(node, "start", 0), _attribute(node, "end", None)
+    return np.array(shape[start:end], np.int64)
+
+
+def _gather(node, values, shapes):
+    data, indices = _inputs(node, values)
+    return np.take(data, indices, axis=_attribute(node, "axis", 0))
+
+
+def _axes(node, inputs: list):
+    """Unsqueeze's and Squeeze's axes: an attribute up to opset 12, the second input from 13."""
+    axes = _attribute(node, "axes")
+    if axes is None and len(inputs) > 1 and inputs[1] is not None:
+        axes = inputs[1].tolist()
+    return axes
+
+
+def _unsqueeze(node, values, shapes):
+    inputs = _inputs(node, values)
+    data, axes = inputs[0], _axes(node, inputs)
+    rank = data.ndim + len(axes)
+    for axis in sorted(a % rank for a in axes):
+        data = np.expand_dims(data, axis)
+    return data
+
+
+def _squeeze(node, values, shapes):
+    inputs = _inputs(node, values)
+    axes = _axes(node, inputs)
+    return np.squeeze(inputs[0], axis=None if axes is None else tuple(axes))
+
+
+def _concat(node, values, shapes):
+    return np.concatenate(_inputs(node, values), axis=_attribute(node, "axis"))
+
+
+def _slice(node, values, shapes):
+    inputs = _inputs(node, values)
+    data = inputs[0]
+    if len(inputs) >= 3:  # opset 10 on: starts, ends, axes, steps as inputs
+        starts, ends = inputs[1].tolist(), inputs[2].tolist()
+        axes = inputs[3].tolist() if len(inputs) > 3 and inputs[3] is not None else list(range(len(starts)))
+        steps = inputs[4].tolist() if len(inputs) > 4 and inputs[4] is not None else [1] * len(starts)
+    else:
+        starts, ends = _attribute(node, "starts"), _attribute(node, "ends")
+        axes, steps = _attribute(node, "axes", list(range(len(starts)))), [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        index[axis % data.ndim] = slice(start, end, step)  # Python's clamping is ONNX's
+    return data[tuple(index)]
+
+
+def _cast(node, values, shapes):
+    from onnx import helper
+
+    (data,) = _inputs(node, values)
+    return data.astype(helper.tensor_dtype_to_np_dtype(_attribute(node, "to")))
+
+
+def _div(node, values, shapes):
+    a, b = _inputs(node, values)
+    if np.issubdtype(a.dtype, np.integer):
+        if np.any(b == 0):
+            raise _Unknown(node.name)
+        return (np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)).astype(a.dtype)  # truncates, as C does
+    return np.divide(a, b)
+
+
+def _constant_of_shape(node, values, shapes):
+    from onnx import numpy_helper
+
+    (shape,) = _inputs(node, values)
+    if math.prod(shape.tolist()) > MAX_ELEMENTS:
+        raise _Unknown(node.name)
+    tensor = _attribute(node, "value")
+    fill = numpy_helper.to_array(tensor).reshape(-1) if tensor is not None else np.zeros(1, np.float32)
+    return np.full(tuple(shape.tolist()), fill[0], fill.dtype)
+
+
+def _elementwise(function):
+    def fold(node, values, shapes):
+        return function(*_inputs(node, values))
+    return fold
+
+
+FOLDERS = {
+    "Constant": _constant, "Shape": _shape, "Gather": _gather, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
+    "Concat": _concat, "Slice": _slice, "Cast": _cast, "Div": _div, "ConstantOfShape": _constant_of_shape,
+    "Add": _elementwise(np.add), "Sub": _elementwise(np.subtract), "Mul": _elementwise(np.multiply),
+    "Identity": _elementwise(lambda data: data),
+}
