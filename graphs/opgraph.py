@@ -369,3 +369,13 @@ def _topological_order(n: int, src: np.ndarray, dst: np.ndarray, name: str) -> n
         stuck = next(i for i in range(n) if deg[i] > 0)
         raise PlacerError(f"graph {name!r} has a cycle (through op {stuck})")
     return np.asarray(order, dtype=np.int64)
+
+
+def unique_name(wanted: str, taken: set[str]) -> str:
+    """``wanted``, or ``wanted_1``, ``wanted_2``, ... : the first not in ``taken``; added to ``taken``."""
+    name, k = wanted, 0
+    while name in taken:
+        k += 1
+        name = f"{wanted}_{k}"
+    taken.add(name)
+    return name

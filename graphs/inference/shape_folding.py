@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from graphs.opgraph import unique_name
+
 TARGET_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2)}
 MAX_ROUNDS = 64  # one round a layer whose chain starts from the previous layer's output
 MAX_ELEMENTS = 1024  # a value (or initializer) larger than this is no shape: neither read nor computed
@@ -81,7 +83,7 @@ def _slim_copy(model, targets: dict):
                                    value_info=graph.value_info)
     names = _all_names(graph)
     for (i, j), value in sorted(targets.items()):
-        name = _fresh_name(f"{copy_graph.node[i].input[j]}_folded", names)
+        name = unique_name(f"{copy_graph.node[i].input[j]}_folded", names)
         copy_graph.initializer.append(numpy_helper.from_array(value, name))
         copy_graph.node[i].input[j] = name
     return helper.make_model(copy_graph, opset_imports=model.opset_import, ir_version=model.ir_version,
@@ -101,15 +103,6 @@ def _take_types(graph, folded_graph) -> None:
 def _all_names(graph) -> set[str]:
     return ({value.name for value in [*graph.input, *graph.output, *graph.value_info]}
             | {init.name for init in graph.initializer} | {t for node in graph.node for t in node.output})
-
-
-def _fresh_name(base: str, names: set[str]) -> str:
-    name, n = base, 0
-    while name in names:
-        n += 1
-        name = f"{base}_{n}"
-    names.add(name)
-    return name
 
 
 def _static_shapes(graph) -> dict[str, tuple[int, ...]]:

@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 from graphs.inference.flops import sorted_counts
-from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit
+from graphs.opgraph import ANY_DEVICE, PHASE_CODE, OpGraph, colocation_groups, kind_bit, unique_name
 from graphs.tf.flatten import BRANCH_KINDS, CASE_KINDS, LOOP_KINDS, RESOURCE_EDGE, FlatOp
 
 GRADIENT_SCOPE = re.compile(r"(gradient_tape|gradients)(_\d+)?")
@@ -91,20 +91,10 @@ def _classify_resources(flat: list[FlatOp], concrete_function):
         variable = by_placeholder.get(op.name)
         roles[i] = PARAM if variable is not None and variable.trainable else STATE
         if variable is not None:
-            op.name = _unique_name(variable.name.split(":")[0], taken)
+            op.name = unique_name(variable.name.split(":")[0], taken)  # a variable's name, e.g. "fc1/kernel"
             numels[i] = int(np.prod(variable.shape.as_list(), dtype=np.int64))
             value_bytes[i] = numels[i] * variable.dtype.size
     return roles, value_bytes, numels
-
-
-def _unique_name(wanted: str, taken: set[str]) -> str:
-    """``wanted`` (a variable's name, e.g. "fc1/kernel") made unique among op names; added to ``taken``."""
-    name, k = wanted, 0
-    while name in taken:
-        k += 1
-        name = f"{wanted}_{k}"
-    taken.add(name)
-    return name
 
 
 def _assign_slots(flat: list[FlatOp], roles: list[str]) -> list[int]:
