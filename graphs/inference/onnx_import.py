@@ -26,7 +26,7 @@ from graphs.files import file_problem
 from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.shape_folding import infer_with_folded_shapes
+from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -109,7 +109,7 @@ def _model_inputs(graph) -> list:
 
 
 def _input_dims(graph) -> dict:
-    return {value.name: tuple(d.dim_value if _static(d) else None for d in value.type.tensor_type.shape.dim)
+    return {value.name: tuple(d.dim_value if static_dim(d) else None for d in value.type.tensor_type.shape.dim)
             for value in _model_inputs(graph)}
 
 
@@ -127,7 +127,7 @@ def _unsized_by_op(graph, tensors: dict[str, TensorInfo]) -> dict[str, int]:
     producer = {tensor: node.op_type for node in graph.node for tensor in node.output if tensor}
     counts = Counter(producer.get(value.name, "graph input") for value in [*graph.output, *graph.value_info]
                      if value.type.HasField("tensor_type")
-                     and any(not _static(d) for d in value.type.tensor_type.shape.dim))
+                     and any(not static_dim(d) for d in value.type.tensor_type.shape.dim))
     counts.update(node.op_type for node in graph.node for tensor in node.output
                   if tensor and _shape(tensors.get(tensor)) is None)
     return dict(counts)
@@ -149,13 +149,8 @@ def _tensor_table(graph) -> dict[str, TensorInfo]:
     return table
 
 
-def _static(dim) -> bool:
-    """Whether a dim has a size: a set ``dim_value``, 0 included (a zero-size tensor, 0 bytes, not unknown)."""
-    return dim.HasField("dim_value") and dim.dim_value >= 0
-
-
 def _dim(dim) -> int:
-    return dim.dim_value if _static(dim) else 1
+    return dim.dim_value if static_dim(dim) else 1
 
 
 def _itemsize(elem_type: int) -> int:

@@ -105,13 +105,18 @@ def _all_names(graph) -> set[str]:
             | {init.name for init in graph.initializer} | {t for node in graph.node for t in node.output})
 
 
+def static_dim(dim) -> bool:
+    """Whether a dim has a size: a set ``dim_value``, 0 included (a zero-size tensor, 0 bytes, not unknown)."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
 def _static_shapes(graph) -> dict[str, tuple[int, ...]]:
     """{tensor: shape} of every tensor whose dims are all sized."""
     shapes = {init.name: tuple(init.dims) for init in graph.initializer}
     for value in [*graph.input, *graph.output, *graph.value_info]:
         tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
         if tensor_type is not None and tensor_type.HasField("shape") and all(
-                d.HasField("dim_value") and d.dim_value >= 0 for d in tensor_type.shape.dim):
+                static_dim(d) for d in tensor_type.shape.dim):
             shapes[value.name] = tuple(d.dim_value for d in tensor_type.shape.dim)
     return shapes
 
