@@ -78,12 +78,10 @@ def empty_bracket_s(sync, samples: int = 201) -> float:
 
 def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1, seed: int = 0,
                measurer=None) -> OpProfile:
-    from measurers.tf.graph_def import flattened_name, lowered_names, step_nodes
     from measurers.tf.measurer import PlacedSession, TFMeasurer
 
     measurer = measurer or TFMeasurer(graph, machine, seed=seed)
     traced = measurer.traced()
-    lowered = lowered_names(step_nodes(traced.concrete.graph.as_graph_def()))  # a cond's branches, by their names
     timed: list[tuple[int, int, float]] = []
     for d, placement in model_placements(graph, machine):
         effective = traced.effective_placement(placement)
@@ -94,7 +92,7 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
             for _ in range(runs):
                 for stats in session.step(trace=True).step_stats.dev_stats:
                     for node in stats.node_stats:
-                        per_node.setdefault(flattened_name(node.node_name, lowered), []).append(_node_time_s(node))
+                        per_node.setdefault(traced.node_of_run(node.node_name), []).append(_node_time_s(node))
         for op, node in enumerate(traced.node_of_op):
             if effective[op] == d and node in per_node and graph.op_kinds[op] not in ("Variable", "Input"):
                 timed.append((op, d, float(np.median(per_node[node]))))

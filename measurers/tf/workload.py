@@ -19,6 +19,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
+from measurers.tf.graph_def import flattened_name, lowered_names, step_nodes
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,12 @@ class TracedStep:
     args: list  # numpy values of the step's arguments (inputs, targets), seeded
     variables: dict  # captured placeholder node name -> tf.Variable
     resource_of: dict  # graph op -> the Variable op whose resource it takes as an input
+    lowered: dict  # graph_def.lowered_names of the step: how TensorFlow names its control flow's functions
+
+    def node_of_run(self, run_name: str) -> str:
+        """The ``node_of_op`` name of a node TensorFlow ran, by the name its step stats give
+        (``cond/then/_0/X`` is ``cond/<then function>/X``: graph_def.flattened_name)."""
+        return flattened_name(run_name, self.lowered)
 
     def effective_placement(self, placement):
         """TensorFlow runs an op that takes a resource where the resource lives (its placer overrides the
@@ -102,17 +109,17 @@ def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: lis
     captured = {internal.op.name: handles[id(external)] for external, internal in concrete.graph.captures
                 if id(external) in handles}
     node_of_op = [renamed[name] for name in graph.op_names]
-    return TracedStep(concrete, graph, node_of_op, args, captured, _resource_consumers(concrete, node_of_op, captured))
+    nodes = step_nodes(concrete.graph.as_graph_def())
+    return TracedStep(concrete, graph, node_of_op, args, captured, _resource_consumers(nodes, node_of_op, captured),
+                      lowered_names(nodes))
 
 
-def _resource_consumers(concrete, node_of_op: list[str], captured: dict) -> dict[int, int]:
+def _resource_consumers(nodes: list, node_of_op: list[str], captured: dict) -> dict[int, int]:
     """Graph op -> the Variable op whose resource is its first resource input (inside a function: the
-    argument the caller passes it), for the ops that take one."""
-    from measurers.tf.graph_def import step_nodes
-
+    argument the caller passes it), for the ops that take one; ``nodes``: the step's ``step_nodes``."""
     op_of_node = {node: i for i, node in enumerate(node_of_op)}
     owners = {}
-    for found in step_nodes(concrete.graph.as_graph_def()):
+    for found in nodes:
         op = op_of_node.get(found.name)
         sources = [s for s in found.data_sources if s in captured and s in op_of_node]
         if op is not None and sources:

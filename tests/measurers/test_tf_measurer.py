@@ -208,8 +208,6 @@ def test_tf_measurer__a_mixed_precision_model_steps_placed_as_on_one_device():
     ``cond``) runs placed over three devices: every op that runs runs where it was placed, the update's
     included (they ran wherever TensorFlow put the lowered branch), and the steps give one device's losses,
     which fall as the loss-scaled updates land."""
-    from measurers.tf.graph_def import flattened_name, lowered_names, step_nodes
-
     mixed = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_mixed_precision_classifier", batch_size=4)
     measurer = TFMeasurer(mixed, three_cpus(), runs=1, warmup=0)
     traced, devices = measurer.traced(), tf_device_names(measurer.machine)
@@ -221,8 +219,7 @@ def test_tf_measurer__a_mixed_precision_model_steps_placed_as_on_one_device():
             losses.append([float(np.sum(session.step())) for _ in range(3)])
     assert losses[0] == pytest.approx(losses[1], rel=1e-3)  # float16 compute: orders of summation may differ
     assert losses[0][2] < losses[0][0]
-    lowered = lowered_names(step_nodes(traced.concrete.graph.as_graph_def()))
-    ran = {flattened_name(node, lowered): device for node, device in ran.items()}  # cond/then/_0/X: cond/<fn>/X
+    ran = {traced.node_of_run(node): device for node, device in ran.items()}  # cond/then/_0/X: cond/<fn>/X
     placed = {node: devices[spread[op]].replace("/device:", "device:") for op, node in enumerate(traced.node_of_op)}
     checked = [node for node in placed if node in ran]
     assert sum(node.startswith("cond/") for node in checked) >= 50
