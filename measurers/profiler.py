@@ -6,7 +6,10 @@ and then ``runs`` times with each op timed on its own, and the median per op is 
 
 - torch: each replayed aten call bracketed by device synchronization (`PlacedReplay.run`), less the
   bracket's own time (``empty_bracket_s``);
-- tf: TensorFlow's own per-node times from the run metadata (step stats);
+- tf: TensorFlow's own per-node times from the run metadata (step stats). TensorFlow inlines function calls
+  (their ops run under the importer's names) except those it must not (``_noinline``, ``jit_compile``): it
+  names their ops in the stats only within the function (``Relu``), and an op is timed when that name fits
+  no other op; the rest are left out and listed in the profile's ``untimed`` (`graph_def.attribute_runs`);
 - openvino: OpenVINO's performance counters (inference graphs imported from ONNX or OpenVINO IR); an op the
   plugin fused into another gets 0 s, its time being in that op's.
 
@@ -83,20 +86,29 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
     measurer = measurer or TFMeasurer(graph, machine, seed=seed)
     traced = measurer.traced()
     timed: list[tuple[int, int, float]] = []
+    untimed: set[int] = set()
     for d, placement in model_placements(graph, machine):
         effective = traced.effective_placement(placement)
         with PlacedSession(traced, [measurer.devices[k] for k in effective.tolist()], measurer.devices) as session:
             for _ in range(warmup):
                 session.step()
             per_node: dict[str, list[float]] = {}
+            missed: set[str] = set()
             for _ in range(runs):
-                for stats in session.step(trace=True).step_stats.dev_stats:
-                    for node in stats.node_stats:
-                        per_node.setdefault(traced.node_of_run(node.node_name), []).append(_node_time_s(node))
+                stats = [node for dev in session.step(trace=True).step_stats.dev_stats for node in dev.node_stats]
+                nodes, not_told = traced.nodes_of_runs(node.node_name for node in stats)
+                missed |= not_told
+                for node in stats:
+                    if node.node_name in nodes:
+                        per_node.setdefault(nodes[node.node_name], []).append(_node_time_s(node))
         for op, node in enumerate(traced.node_of_op):
-            if effective[op] == d and node in per_node and graph.op_kinds[op] not in ("Variable", "Input"):
+            if effective[op] != d or graph.op_kinds[op] in ("Variable", "Input"):
+                continue
+            if node in per_node:
                 timed.append((op, d, float(np.median(per_node[node]))))
-    return _op_profile(graph, machine, timed)
+            elif node in missed:
+                untimed.add(op)
+    return _op_profile(graph, machine, timed, untimed)
 
 
 def _node_time_s(node) -> float:
@@ -115,11 +127,14 @@ def profile_openvino(graph: OpGraph, machine: Machine, runs: int = 3, warmup: in
     return _op_profile(graph, machine, timed)
 
 
-def _op_profile(graph: OpGraph, machine: Machine, timed: list[tuple[int, int, float]]) -> OpProfile:
-    """The profile of (op index, device index, seconds) triples: keyed by op name and the device's model."""
+def _op_profile(graph: OpGraph, machine: Machine, timed: list[tuple[int, int, float]],
+                untimed: set[int] = frozenset()) -> OpProfile:
+    """The profile of (op index, device index, seconds) triples: keyed by op name and the device's model.
+    ``untimed``: ops that ran but whose times the framework did not tell apart (`OpProfile.untimed`)."""
     ops = np.array([graph.op_names[op] for op, _, _ in timed], dtype=object)
     models = np.array([machine.devices[d].model for _, d, _ in timed], dtype=object)
-    return OpProfile(ops, models, np.array([t for _, _, t in timed], dtype=np.float64), graph.content_hash)
+    return OpProfile(ops, models, np.array([t for _, _, t in timed], dtype=np.float64), graph.content_hash,
+                     tuple(graph.op_names[op] for op in sorted(untimed)))
 
 
 PROFILERS = {"torch": profile_torch, "tf": profile_tf, "openvino": profile_openvino}

@@ -53,6 +53,8 @@ def _profile(args) -> int:
     models = sorted(set(profile.device_models.tolist()))
     print(f"profiled {len(profile.op_names)} (op, device model) times of {graph.name} on {', '.join(models)} "
           f"-> {args.output}")
+    if profile.untimed:
+        _note_untimed(profile.untimed)
     if args.machine_out:
         try:
             measured = _measured_links(machine)
@@ -61,6 +63,16 @@ def _profile(args) -> int:
                               f"to {args.machine_out}") from error
         _save_machine(*measured, args.machine_out, args.output)
     return 0
+
+
+def _note_untimed(untimed: tuple[str, ...]) -> None:
+    """Say which ops ran but are not in the profile (the simulator's cost model times them instead)."""
+    import sys
+
+    shown = ", ".join(untimed[:5]) + (f", ... ({len(untimed) - 5} more)" if len(untimed) > 5 else "")
+    print(f"placer: note: {len(untimed)} ops ran inside function calls TensorFlow did not inline (_noinline, "
+          f"jit_compile), or share a name with such an op, and its step stats do not tell them apart: they are "
+          f"not in the profile (the cost model times them): {shown}", file=sys.stderr)
 
 
 def _measured_links(machine):

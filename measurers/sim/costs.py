@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import reprlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +167,7 @@ class OpProfile:
     device_models: np.ndarray  # (K,) object
     time_s: np.ndarray  # (K,) float64
     graph_hash: str = ""
+    untimed: tuple[str, ...] = field(default=(), compare=False)  # ops that ran, not told apart: not saved
 
     def __post_init__(self) -> None:
         if not (len(self.op_names) == len(self.device_models) == len(self.time_s)):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterable
 
 from graphs.tf.flatten import BRANCH_KINDS, CALL_KINDS, CASE_KINDS, LOOP_KINDS
 
@@ -65,6 +66,14 @@ def step_nodes(graph_def) -> list[StepNode]:
     return found
 
 
+@dataclass(frozen=True)
+class RunNames:
+    """The node names of one step's stats as the importer's names (`attribute_runs`)."""
+    attributed: dict[str, str]  # a stats name -> the one flattened name it fits
+    shared: frozenset[str]  # flattened names a stats name fit along with another, and none alone
+    uninlined: frozenset[str]  # the calls TensorFlow ran through its function runtime (its stats name them)
+
+
 def lowered_names(nodes: list[StepNode]) -> dict[tuple[str, str], str]:
     """(a control-flow node's flattened name, the part TensorFlow's lowering names one of its functions by:
     ``then``, ``else``, ``branch<i>``, ``cond``, ``body``) -> that function's own name, for ``flattened_name``."""
@@ -91,6 +100,40 @@ def flattened_name(run_name: str, lowered: dict[tuple[str, str], str]) -> str:
             out.append(parts[i])
             i += 1
     return "/".join(out)
+
+
+def call_names(nodes: list[StepNode]) -> frozenset[str]:
+    """Flattened names of the nodes that call a function (``PartitionedCall``, ``StatefulPartitionedCall``, a
+    library function as the op type), not control flow: the importer names the callee's ops ``<call>/<op>``."""
+    flow = {*BRANCH_KINDS, *CASE_KINDS, *LOOP_KINDS}
+    return frozenset(found.name for found in nodes if found.callees and found.node.op not in flow)
+
+
+def attribute_runs(run_names: Iterable[str], known: set[str], lowered: dict, calls: frozenset[str]) -> RunNames:
+    """Which ``known`` flattened name each node name of one step's stats is. TensorFlow inlines a call and
+    names its ops as the importer does; a call it runs through its function runtime instead (``_noinline``,
+    ``jit_compile``) shows in the stats under its own name, and its ops under their names inside the
+    function alone (``Relu``), which two calls of one function, or a node outside, may share: a name that
+    fits two nodes tells neither."""
+    names = set(run_names)
+    ran: set[str] = set()
+    while True:  # a call run inside an uninlined call is named inside it too
+        more = {fit for name in names for fit in _fits(name, ran, lowered) if fit in calls} - ran
+        if not more:
+            break
+        ran |= more
+    attributed, shared = {}, set()
+    for name in names:
+        fits = _fits(name, ran, lowered) & known
+        if len(fits) == 1:
+            attributed[name] = fits.pop()
+        shared |= fits if len(fits) > 1 else set()
+    return RunNames(attributed, frozenset(shared - set(attributed.values())), frozenset(ran))
+
+
+def _fits(run_name: str, ran_calls: set[str], lowered: dict) -> set[str]:
+    """The flattened names ``run_name`` may stand for: itself, or a node inside any call run uninlined."""
+    return {flattened_name(run_name, lowered), *(flattened_name(f"{call}/{run_name}", lowered) for call in ran_calls)}
 
 
 def _calls(node, library: dict, own_copy) -> list[tuple[str, str]]:

@@ -7,9 +7,11 @@ functions as well (a ``cond``'s branches: a mixed-precision step's optimizer upd
 names them as the importer does); nodes the graph does not
 name (constants, identities) follow their first input; each captured variable becomes a ``VarHandleOp`` on
 its Variable op's device, initialized from the eager value. Grappler and constant folding are off, so the
-nodes that run are the nodes placed. ``run_metadata`` returns TensorFlow's own record of where each node
-ran (step stats). An op that takes a variable's resource runs where that variable lives (TensorFlow's
-placer insists; ``TracedStep.effective_placement``). Timing, statuses and the timeout follow
+nodes that run are the nodes placed; function calls are inlined (the Session's own inlining, as a
+``tf.function`` runs them; grappler's was off with it), so a call's ops run as the importer names them.
+``run_metadata`` returns TensorFlow's own record of where each node ran (step stats). An op that takes a
+variable's resource runs where that variable lives (TensorFlow's placer insists;
+``TracedStep.effective_placement``). Timing, statuses and the timeout follow
 `measurers.timing`; ``ResourceExhaustedError`` is ``oom``.
 """
 
@@ -152,6 +154,7 @@ class PlacedSession:
         config.graph_options.rewrite_options.disable_meta_optimizer = True
         config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
         config.graph_options.optimizer_options.do_constant_folding = False
+        config.graph_options.optimizer_options.do_function_inlining = True  # a call's ops run under their names
         self.session = tf.compat.v1.Session(graph=self.tf_graph, config=config)
         concrete = traced.concrete
         self._fetches = [t.name for t in concrete.graph.outputs]

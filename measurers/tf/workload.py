@@ -13,13 +13,13 @@ already built (`measurers.tf.apply` traces the user's own model and data with it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.tf.graph_def import flattened_name, lowered_names, step_nodes
+from measurers.tf.graph_def import attribute_runs, call_names, flattened_name, lowered_names, step_nodes
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,21 @@ class TracedStep:
     variables: dict  # captured placeholder node name -> tf.Variable
     resource_of: dict  # graph op -> the Variable op whose resource it takes as an input
     lowered: dict  # graph_def.lowered_names of the step: how TensorFlow names its control flow's functions
+    calls: frozenset[str] = frozenset()  # graph_def.call_names of the step: its function calls' nodes
 
     def node_of_run(self, run_name: str) -> str:
         """The ``node_of_op`` name of a node TensorFlow ran, by the name its step stats give
         (``cond/then/_0/X`` is ``cond/<then function>/X``: graph_def.flattened_name)."""
         return flattened_name(run_name, self.lowered)
+
+    def nodes_of_runs(self, run_names: Iterable[str]) -> tuple[dict[str, str], frozenset[str]]:
+        """(step-stats name -> ``node_of_op`` name, for the names of one step's stats that tell one node;
+        the ``node_of_op`` names that no name tells alone: inside calls TensorFlow ran uninlined, or sharing a
+        name with one of their ops: graph_def.attribute_runs)."""
+        found = attribute_runs(run_names, set(self.node_of_op), self.lowered, self.calls)
+        told, prefixes = set(found.attributed.values()), tuple(f"{call}/" for call in found.uninlined)
+        inside = {node for node in self.node_of_op if node.startswith(prefixes)}
+        return found.attributed, frozenset((inside | found.shared) - told)
 
     def effective_placement(self, placement):
         """TensorFlow runs an op that takes a resource where the resource lives (its placer overrides the
@@ -111,7 +121,7 @@ def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: lis
     node_of_op = [renamed[name] for name in graph.op_names]
     nodes = step_nodes(concrete.graph.as_graph_def())
     return TracedStep(concrete, graph, node_of_op, args, captured, _resource_consumers(nodes, node_of_op, captured),
-                      lowered_names(nodes))
+                      lowered_names(nodes), call_names(nodes))
 
 
 def _resource_consumers(nodes: list, node_of_op: list[str], captured: dict) -> dict[int, int]:

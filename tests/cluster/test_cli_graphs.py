@@ -286,6 +286,22 @@ def test_keras_import_and_the_tf_measurer_in_a_fresh_process_print_nothing_of_te
         assert done.returncode == 0 and done.stderr == "", (command[0], done.stderr)
 
 
+def test_profile__tf_notes_the_ops_of_uninlined_calls_it_could_not_time(tmp_path, capsys):
+    """Ops of ``_noinline`` function calls whose step-stats names fit two ops are left out of the profile:
+    one note on stderr counts and names them, and the profile of the rest is written."""
+    pytest.importorskip("tensorflow")
+    graph, out = tmp_path / "calls.parquet", tmp_path / "profile.json"
+    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_uninlined_calls"
+    assert main(["graphs", "import", "--keras", spec, "-o", str(graph)]) == 0
+    capsys.readouterr()
+    assert main(["profile", "--graph", str(graph), "--measurer", "tf", "--runs", "1", "--warmup", "0",
+                 "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("profiled ") and out.exists()
+    assert captured.err.count("\n") == 1 and captured.err.startswith("placer: note: 14 ops ran inside ")
+    assert "calls_1/PartitionedCall/Tanh" in captured.err and "(9 more)" in captured.err
+
+
 @pytest.mark.parametrize("spec, message", [("missing.keras", "Keras model file 'missing.keras' does not exist"),
                                            ("missing/models.py:build", "no file 'missing/models.py'")])
 def test_graphs_import__a_missing_keras_file_is_named_before_tensorflow_loads(tmp_path, capsys, spec, message):

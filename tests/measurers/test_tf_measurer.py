@@ -239,3 +239,45 @@ def test_profile_tf__times_the_ops_inside_a_mixed_precision_steps_cond():
                  and name.split("/")[1].startswith("cond_true") and "cond_cond_" not in name
                  and kind in ("Mul", "Sub", "AssignSubVariableOp", "Sqrt")}
     assert len(in_update) >= 10 and in_update <= set(profile.op_names)
+
+
+def test_profile_tf__times_the_ops_inside_a_steps_function_calls_which_run_where_placed():
+    """A layer calling ``tf.function``s: TensorFlow inlines the calls (the Session's own function inlining,
+    grappler being off), so their ops and their gradients' run under the importer's names
+    (``<call>/Relu``), on their placed devices. Before, the calls ran through the function runtime, whose
+    step stats name the ops ``Relu``, and the profile left them out without a word."""
+    from measurers.profiler import profile_tf
+
+    calls = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_calls")
+    inner = {name for name in calls.op_names if "PartitionedCall" in name}
+    assert len(inner) >= 20 and any(name.startswith("PartitionedCall") for name in inner)  # gradients' calls too
+    profile = profile_tf(calls, three_cpus(), runs=1, warmup=0)
+    assert inner <= set(profile.op_names) and profile.untimed == ()
+    measurer = TFMeasurer(calls, three_cpus(), runs=1, warmup=0)
+    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
+    spread = traced.effective_placement(group_placement(calls, seed=3))
+    with PlacedSession(traced, [devices[d] for d in spread], devices) as session:
+        ran = {traced.node_of_run(node): device for node, device in where_nodes_ran(session.step(trace=True)).items()}
+    placed = {node: devices[spread[op]].replace("/device:", "device:") for op, node in enumerate(traced.node_of_op)}
+    assert len({placed[node] for node in inner}) == 3 and inner <= set(ran)
+    assert [(node, ran[node]) for node in inner if not ran[node].endswith(placed[node])] == []
+
+
+def test_profile_tf__an_uninlined_calls_ops_are_timed_where_their_names_tell_them_apart_and_listed_where_not():
+    """Functions marked ``_noinline`` run through TensorFlow's function runtime: the step stats name their
+    ops within the function alone. ``spread`` (called once) has ``Sigmoid``, which nothing else is named:
+    timed. The two calls of ``squash`` share ``Relu`` and the others; ``spread``'s ``Square`` shares its
+    name with the loss's: none of these is timed (the loss's ``Square`` took both ops' times before), and
+    each is listed in ``untimed``."""
+    from measurers.profiler import profile_tf
+
+    calls = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_uninlined_calls")
+    profile = profile_tf(calls, three_cpus(), runs=1, warmup=0)
+    timed, untimed = set(profile.op_names), set(profile.untimed)
+    squash = {name for name in calls.op_names if "/PartitionedCall/" in name or "/PartitionedCall_1/" in name}
+    assert len(squash) == 6 and squash <= untimed and not squash & timed
+    spread = {name for name in calls.op_names if "calls_1/PartitionedCall_2/" in name}
+    assert {n.rsplit("/", 1)[1] for n in spread & timed} == {"Sigmoid", "add"}
+    assert {next(n for n in spread if n.endswith("/Square")), "Square"} <= untimed and "Square" not in timed
+    assert not timed & untimed and len(timed) > 0.5 * calls.num_ops
+
