@@ -6,7 +6,8 @@ an ``If`` named ``cond`` is ``cond/<then function>/<its name>``, an op of a call
 placer, which runs a lowered branch on the device of whatever it was placed beside: a mixed-precision Keras
 step's whole optimizer update (in the loss scale's ``cond``) ran on one device whatever the placement said.
 ``step_nodes`` gives every node, top level and inside functions, its flattened name and its inputs' producers
-by flattened names (a function argument resolved to what the caller passes), so a device can be set on each.
+by flattened names (a function argument resolved to what the caller passes, a call's output to the op inside
+the callee that returns it), so a device can be set on each.
 A function called from two places is copied for the second (one FunctionDef holds one device per node).
 """
 
@@ -23,7 +24,7 @@ from graphs.tf.flatten import BRANCH_KINDS, CALL_KINDS, CASE_KINDS, LOOP_KINDS
 class StepNode:
     name: str  # the importer's flattened name
     node: object  # the NodeDef, in the GraphDef or one of its library functions (set its device there)
-    data_sources: tuple[str, ...]  # flattened names of the data inputs' producers
+    data_sources: tuple[str, ...]  # flattened names of the data inputs' producers (a call's: inside its callee)
     control_sources: tuple[str, ...]  # of the control inputs'
     callees: tuple[str, ...] = ()  # the library functions it calls, by their own names, in the importer's order
 
@@ -34,7 +35,6 @@ def step_nodes(graph_def) -> list[StepNode]:
     so are the functions a copy calls: one FunctionDef holds one device per node, and two calls' ops may be
     placed apart."""
     library = {f.signature.name: f for f in graph_def.library.function}
-    found: list[StepNode] = []
     original: dict[str, str] = {}  # a copy's name -> the function it copies (a copy's calls name copies too)
 
     def own_copy(name: str) -> tuple[str, str]:
@@ -49,21 +49,31 @@ def step_nodes(graph_def) -> list[StepNode]:
         called.add(copy.signature.name)
         return original[copy.signature.name], copy.signature.name
 
-    def visit(nodes, prefix: str, bound: dict[str, str]) -> None:
+    def visit(nodes, prefix: str, bound: dict[str, _Ref]) -> None:
         for node in nodes:
-            data = tuple(_source(i, prefix, bound) for i in node.input if not i.startswith("^"))
-            control = tuple(_source(i[1:], prefix, bound) for i in node.input if i.startswith("^"))
+            data = tuple(_ref(i, prefix, bound) for i in node.input if not i.startswith("^"))
+            control = tuple(_ref(i[1:], prefix, bound).node for i in node.input if i.startswith("^"))
+            is_call = node.op in CALL_KINDS or node.op in library  # before _calls renames a function op type
             calls = _calls(node, library, own_copy)
-            found.append(StepNode(prefix + node.name, node, data, control, tuple(name for name, _ in calls)))
+            walked.append((prefix + node.name, node, data, control, tuple(name for name, _ in calls)))
             for fname, own in calls:
                 function = library[own]
                 args = data[1:] if node.op in BRANCH_KINDS or node.op in CASE_KINDS else data
                 inner = prefix + node.name + "/" + ("" if node.op in CALL_KINDS else fname + "/")
-                visit(function.node_def, inner, dict(zip((a.name for a in function.signature.input_arg), args)))
+                arguments = dict(zip((a.name for a in function.signature.input_arg), args))
+                visit(function.node_def, inner, arguments)
+                if is_call:
+                    outputs = function.signature.output_arg
+                    returned[prefix + node.name] = (None if node.op in CALL_KINDS else [a.name for a in outputs],
+                                                    [_ref(function.ret[a.name], inner, arguments) for a in outputs])
 
     called: set[str] = set()
+    walked: list[tuple] = []
+    # a call -> (its callee's output names where a function is the op type, what each output returns)
+    returned: dict[str, tuple[list[str] | None, list[_Ref]]] = {}
     visit(graph_def.node, "", {})
-    return found
+    return [StepNode(name, node, tuple(_producer(ref, returned) for ref in data), control, callees)
+            for name, node, data, control, callees in walked]
 
 
 @dataclass(frozen=True)
@@ -163,8 +173,31 @@ def _callee_attrs(node) -> list:
     return []
 
 
-def _source(tensor: str, prefix: str, bound: dict[str, str]) -> str:
-    """The flattened name of the node producing ``tensor`` (``node:1`` at the top level, ``node:out:0`` or an
-    argument's name inside a function)."""
-    node = tensor.split(":")[0]
-    return bound[node] if node in bound else prefix + node
+@dataclass(frozen=True)
+class _Ref:
+    """A tensor a node reads: its producer's flattened name and which of its outputs."""
+    node: str
+    output: str  # the output argument's name inside a function ("output" of a call), "" at the top level
+    index: int
+
+
+def _ref(tensor: str, prefix: str, bound: dict[str, _Ref]) -> _Ref:
+    """The tensor ``tensor`` names (``node:1`` at the top level, ``node:out:0`` or an argument's name inside a
+    function, which is what the caller passes)."""
+    parts = tensor.split(":")
+    if parts[0] in bound:
+        return bound[parts[0]]
+    if len(parts) == 3:
+        return _Ref(prefix + parts[0], parts[1], int(parts[2]))
+    return _Ref(prefix + parts[0], "", int(parts[1]) if len(parts) == 2 else 0)
+
+
+def _producer(ref: _Ref, returned: dict) -> str:
+    """The flattened name of the node producing ``ref``: an output of a call is made inside its callee (the
+    importer inlines the call and has no op by its name), by the op the callee returns it from."""
+    for _ in range(1000):  # calls nest no deeper in a real step: a loop of names would be a broken GraphDef
+        if ref.node not in returned:
+            break
+        names, refs = returned[ref.node]
+        ref = refs[names.index(ref.output) + ref.index if names is not None and ref.output else ref.index]
+    return ref.node

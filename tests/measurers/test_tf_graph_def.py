@@ -99,3 +99,34 @@ def test_step_nodes__a_copied_function_gets_its_own_copies_of_the_functions_it_c
     assert set(flat) <= {f.name for f in found}
     exps = [f.node for f in found if f.node.op == "Exp"]
     assert len(exps) == 4 and len({id(node) for node in exps}) == 4
+
+
+def test_step_nodes__a_calls_output_is_read_from_the_op_inside_its_callee_that_returns_it():
+    """The importer inlines a call and has no op by the call's name: a node reading the call's output reads
+    what the callee returns, through the callee's own output identities, at the top level
+    (``call:1``) and inside a function (``call:output:2``); a returned argument is what the caller passed."""
+    @tf.function(autograph=False)
+    def pair(x):
+        return tf.nn.relu(x), x, tf.exp(x)
+
+    @tf.function(autograph=False)
+    def middle(x):
+        relu, _, exp = pair(x)
+        return tf.identity(exp), relu
+
+    @tf.function(autograph=False)
+    def step(x):
+        exp, relu = middle(tf.sin(x))
+        return tf.identity(exp), tf.identity(relu), tf.identity(pair(x)[1])
+
+    found = {f.name: f for f in step_nodes(step.get_concrete_function(tf.TensorSpec((4,), tf.float32))
+                                            .graph.as_graph_def())}
+
+    def producer(name: str) -> str:  # past identities, to the op that makes the value
+        while found[name].node.op in ("Identity", "IdentityN"):
+            name = found[name].data_sources[0]
+        return name
+
+    outputs = [producer(name) for name in ("Identity", "Identity_1", "Identity_2")]
+    assert [found[name].node.op for name in outputs] == ["Exp", "Relu", "Placeholder"]
+    assert outputs[0].startswith("PartitionedCall/PartitionedCall/") and outputs[2] == "x"

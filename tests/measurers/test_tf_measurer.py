@@ -281,3 +281,29 @@ def test_profile_tf__an_uninlined_calls_ops_are_timed_where_their_names_tell_the
     assert {next(n for n in spread if n.endswith("/Square")), "Square"} <= untimed and "Square" not in timed
     assert not timed & untimed and len(timed) > 0.5 * calls.num_ops
 
+
+def test_placed_graph_def__an_identity_of_a_calls_output_runs_where_the_callee_made_it():
+    """A layer returns ``tf.identity`` of a ``tf.function``'s result. The identity (no op of the graph: the
+    importer collapses it) follows its input: that was the call node, which follows the call's own input,
+    so the identity was placed where the layer before runs, not where ``squash`` makes its value."""
+    import keras
+
+    from measurers.tf.measurer import placed_graph_def
+    from measurers.tf.workload import trace_model_step
+
+    @tf.function(autograph=False)
+    def squash(x):
+        return tf.nn.relu(x * 2.0)
+
+    class Squash(keras.layers.Layer):
+        def call(self, x):
+            return tf.identity(squash(x))
+
+    features = keras.Input((8,))
+    model = keras.Model(features, keras.layers.Dense(2)(Squash(name="sq")(keras.layers.Dense(8)(features))))
+    traced = trace_model_step(model, np.zeros((4, 8), np.float32), np.zeros((4, 2), np.float32))
+    devices = ["/device:CPU:1" if "sq_1/" in node else "/device:CPU:0" for node in traced.node_of_op]
+    graph_def, _ = placed_graph_def(traced, devices)
+    identity = next(node for node in graph_def.node if node.op == "Identity" and "sq_1/" in node.name)
+    assert identity.input[0].startswith("functional") and "PartitionedCall" in identity.input[0]
+    assert identity.device == "/device:CPU:1"
