@@ -50,6 +50,7 @@ class FastSimulator:
         self.pred_off = _offsets(self.succ_dst[by_dst], graph.num_ops).astype(np.int32)  # (N+1,)
         self.op_time_s = np.ascontiguousarray(op_time_s[self.order])  # (N, D)
         self.alloc_bytes = np.ascontiguousarray(alloc_bytes[self.order])  # (N,)
+        self.buffer_alloc_bytes = np.asarray(alloc_bytes, dtype=np.int64)  # (N,) in graph op order: ops' buffers
         self.param_bytes = np.ascontiguousarray(graph.param_bytes[self.order])  # (N,)
         links = link_table(machine)
         self.link_of, self.link_channel = links.link_of, links.link_channel  # (D, D), (L,)
@@ -63,7 +64,7 @@ class FastSimulator:
                                self.machine.num_devices)
         x_off, x_dst, x_bytes = plan[:3]
         out = _simulate(p, self.op_time_s, self.param_bytes, self.pred_off, *plan, self.link_of, self.link_channel,
-                        self.link_latency_s, self.link_bandwidth_Bps, self.num_channels, want_timeline)
+                        self.link_latency_s, self.link_bandwidth_Bps, self.num_channels, self.order, want_timeline)
         runtime_s, busy_s, peak_bytes, link_bytes, start_s, end_s, x_start_s, x_end_s = out[:8]
         timeline = None
         if want_timeline:
@@ -71,16 +72,14 @@ class FastSimulator:
             op_start, op_end = np.empty_like(start_s), np.empty_like(end_s)
             op_start[self.order], op_end[self.order] = start_s, end_s
             x_src, x_dst = p[x_op_relabelled].astype(np.int64), x_dst.astype(np.int64)
-            own_slot = np.empty(len(p), dtype=np.int64)  # (N,) each op's own slot, in graph op order
-            own_slot[self.order] = np.arange(len(p)) + x_off[:-1]
-            slots = np.concatenate([own_slot, x_op_relabelled + 1 + np.arange(len(x_dst))])  # (N+T,) buffer order
-            slot_bytes, (alloc_round, free_round, round_s) = plan[6], out[8:]
+            alloc_round, free_round, round_s = out[8:]  # already in buffer order (op i, then transfer k at N + k)
             timeline = Timeline(
                 op_device=np.asarray(placement, dtype=np.int64).copy(), op_start_s=op_start, op_end_s=op_end,
                 transfer_op=self.order[x_op_relabelled].astype(np.int64), transfer_src=x_src,
                 transfer_dst=x_dst, transfer_link=self.link_of[x_src, x_dst], transfer_bytes=x_bytes,
-                transfer_start_s=x_start_s, transfer_end_s=x_end_s, buffer_bytes=slot_bytes[slots],
-                buffer_alloc_round=alloc_round[slots], buffer_free_round=free_round[slots], round_s=round_s)
+                transfer_start_s=x_start_s, transfer_end_s=x_end_s,
+                buffer_bytes=np.concatenate([self.buffer_alloc_bytes, x_bytes]),
+                buffer_alloc_round=alloc_round, buffer_free_round=free_round, round_s=round_s)
         return SimResult(runtime_s=float(runtime_s), status="oom" if np.any(peak_bytes > self.capacity_bytes) else "ok",
                          busy_s=busy_s, peak_bytes=peak_bytes, capacity_bytes=self.capacity_bytes.copy(),
                          link_bytes=link_bytes, timeline=timeline)
@@ -95,7 +94,7 @@ def warm_up() -> float:
     p, succ_off, one, zero = np.array([0, 1], i32), np.array([0, 1, 1], i32), np.ones(1, i32), np.zeros(1, i32)
     plan = _plan_transfers(p, succ_off, one, np.ones(1, np.int64), zero, np.ones(2, np.int64), 2)
     _simulate(p, np.ones((2, 2)), np.zeros(2, dtype=np.int64), np.array([0, 0, 1], i32), *plan,
-              np.array([[-1, 0], [1, -1]]), np.array([0, 0]), np.ones(2), np.ones(2), 1, False)
+              np.array([[-1, 0], [1, -1]]), np.array([0, 0]), np.ones(2), np.ones(2), 1, np.array([0, 1]), False)
     return time.perf_counter() - began
 
 
@@ -179,24 +178,33 @@ def _plan_transfers(p, succ_off, succ_dst, succ_bytes, succ_pred, alloc_bytes, n
 
 @njit(cache=True)
 def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off, nt_w, uses, slot_bytes, rel,
-              link_of, link_channel, link_latency_s, link_bandwidth_Bps, num_channels, record):
+              link_of, link_channel, link_latency_s, link_bandwidth_Bps, num_channels, order, record):
     """The event loop. "Entities" are the devices (0..D-1), then the channels (D..D+C-1); each has a queue
     (ready ops, or requested transfers) in its own segment of ``q_keys``. Keys pushed at an instant carry the
     newest rank, so each queue is a sorted array consumed from its head: a push is an append (an insertion
     only for keys of the same instant arriving out of order), a pop is one read. The queue and heap code is
     written out, not called: numba reference-counts array arguments of calls. With ``record``, each slot's
-    allocating and freeing round and each round's instant (result.Timeline) are recorded."""
+    allocating and freeing round and each round's instant (result.Timeline) are recorded, straight in the
+    timeline's buffer order (op ``order[u]``'s output, then transfer k's copy at N + k): reordering slot-indexed
+    records in Python took ten temporaries of N+T entries, whose memory glibc handed back and the next run
+    faulted in again (a timeline run of nmt-8 1.5x slower; BENCHMARKS.md, "Timeline cost")."""
     n, num_devices, num_transfers = len(p), link_of.shape[0], len(x_dst)
     op_bits, x_bits = _bits(n), _bits(num_transfers)  # key = rank << bits | id
     num_ent = num_devices + num_channels
     x_op = np.empty(num_transfers, dtype=np.int32)
     x_link = np.empty(num_transfers, dtype=np.int32)
     q_base = np.zeros(num_ent + 1, dtype=np.int64)  # queue segment of each entity
+    num_recorded = len(slot_bytes) if record else 0
+    buffer_of = np.empty(num_recorded, dtype=np.int32)  # each slot's buffer (result.Timeline order)
     for u in range(n):
         q_base[p[u] + 1] += 1
+        if record:
+            buffer_of[u + x_off[u]] = order[u]
         for k in range(x_off[u], x_off[u + 1]):
             x_op[k], x_link[k] = u, link_of[p[u], x_dst[k]]
             q_base[num_devices + link_channel[x_link[k]] + 1] += 1
+            if record:
+                buffer_of[u + 1 + k] = n + k
     for e in range(num_ent):
         q_base[e + 1] += q_base[e]
     q_keys = np.empty(max(q_base[num_ent], 1), dtype=np.int64)
@@ -210,7 +218,6 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
     start_s, end_s = np.zeros(n, dtype=np.float64), np.zeros(n, dtype=np.float64)
     x_start_s, x_end_s = np.zeros(num_transfers, dtype=np.float64), np.zeros(num_transfers, dtype=np.float64)
     waiting = np.empty(n, dtype=np.int32)
-    num_recorded = len(slot_bytes) if record else 0
     alloc_round, free_round = np.zeros(num_recorded, dtype=np.int64), np.zeros(num_recorded, dtype=np.int64)
     round_s = np.zeros(num_recorded + 1, dtype=np.float64)  # a round has an event: at most one per slot, + round 0
     num_dirty = 0
@@ -242,7 +249,7 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 memory[ent] += slot_bytes[v + x_off[v]]
                 peak[ent] = max(peak[ent], memory[ent])
                 if record:
-                    alloc_round[v + x_off[v]] = rnd
+                    alloc_round[buffer_of[v + x_off[v]]] = rnd
                 end = end_s[v]
             else:  # transfer k starts on channel ent - D
                 k = top & ((1 << x_bits) - 1)
@@ -253,7 +260,7 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 memory[d] += x_bytes[k]
                 peak[d] = max(peak[d], memory[d])
                 if record:
-                    alloc_round[x_op[k] + 1 + k] = rnd
+                    alloc_round[n + k] = rnd
                 end = x_end_s[k]
             j = ev_size  # event heap push
             ev_size += 1
@@ -294,12 +301,12 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                     if uses[s] == 0:
                         memory[d] -= slot_bytes[s]
                         if record:
-                            free_round[s] = rnd
+                            free_round[buffer_of[s]] = rnd
                 slot = v + x_off[v]
                 if uses[slot] == 0:
                     memory[d] -= slot_bytes[slot]
                     if record:
-                        free_round[slot] = rnd
+                        free_round[buffer_of[slot]] = rnd
                 for k in range(x_off[v], x_off[v + 1]):  # request its transfers
                     ent, key = num_devices + link_channel[x_link[k]], (rank << x_bits) | k
                     head, j = q_head[ent], q_tail[ent]  # sorted insert (see the docstring; written out twice:
@@ -321,7 +328,7 @@ def _simulate(p, op_time_s, param_bytes, pred_off, x_off, x_dst, x_bytes, nt_off
                 if uses[own] == 0:
                     memory[p[u]] -= slot_bytes[own]
                     if record:
-                        free_round[own] = rnd
+                        free_round[buffer_of[own]] = rnd
                 slot = u + 1 + k
             for i in range(nt_off[slot], nt_off[slot + 1]):  # the copy is now present on device d
                 w = nt_w[i]

@@ -1,12 +1,14 @@
-"""Simulator speed: fast vs reference, ops per second, growth to 1M ops, compile time, batch amortization.
+"""Simulator speed: fast vs reference, ops/s, growth to 1M ops, compile time, batch amortization, timeline cost.
 
 Run: python tests/bench/bench_simulator.py [--quick]   (prints markdown tables)
+     python tests/bench/bench_simulator.py --part timeline [--timeline-graphs nmt-8 inception-v3]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,7 @@ import time
 
 import numpy as np
 
+from graphs.grouping import group_ops
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.sim.fast import warm_up
@@ -86,20 +89,57 @@ def batch(machine, graph_name: str) -> None:
     print(f"| Simulator(...).run_batch(64) | {batch_s:.3f} | {batch_s / 64 * 1e3:.2f} |")
 
 
+def timeline_cost(machine, graph_names, rounds: int = 8, runs: int = 10) -> None:
+    """Runs with and without a timeline, in blocks of ``runs`` of each, alternating, ``rounds`` blocks: each
+    kind of run sees the same load and the allocator state the other leaves behind. Page faults are counted
+    because freed memory glibc hands back to the system is faulted in again by the next run."""
+    from graphs.registry import load_graph
+
+    print(f"\n## Timeline cost on {machine.name} (fast engine; 32 scope groups on random GPUs, seed 0; "
+          f"best of {rounds * runs} runs)\n")
+    print("| graph | ops | transfers | run ms | run with timeline ms | ratio | page faults per timeline run |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in graph_names:
+        graph = load_graph(name)
+        op_group = group_ops(graph, 32).op_group
+        placement = np.random.default_rng(0).integers(1, machine.num_devices, size=op_group.max() + 1)[op_group]
+        simulator = Simulator(graph, machine)
+        plain_s, timeline_s, faults = [], [], []
+        for _ in range(rounds):
+            plain_s += [best_of(1, lambda: simulator.run(placement)) for _ in range(runs)]
+            for _ in range(runs):
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                timeline_s.append(best_of(1, lambda: simulator.run(placement, timeline=True)))
+                faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        transfers = len(simulator.run(placement, timeline=True).timeline.transfer_op)
+        best_plain_s, best_timeline_s = min(plain_s), min(timeline_s)
+        print(f"| {name} | {graph.num_ops:,} | {transfers:,} | {best_plain_s * 1e3:.2f} | "
+              f"{best_timeline_s * 1e3:.2f} | {best_timeline_s / best_plain_s:.2f} | {int(np.median(faults))} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller graphs (10k-50k ops instead of up to 1M)")
     parser.add_argument("--batch-graph", default="synthetic:20000", metavar="NAME",
                         help="graph of the batch-amortization table (default synthetic:20000)")
+    parser.add_argument("--part", choices=("all", "timeline"), default="all",
+                        help="every table (default), or only the timeline's cost")
+    parser.add_argument("--timeline-graphs", nargs="+", default=["nmt-8", "inception-v3"], metavar="NAME",
+                        help="graphs of the timeline-cost table (default nmt-8 inception-v3)")
     args = parser.parse_args()
     quick = args.quick
+    paper4 = load_machine("paper-4gpu")
+    if args.part == "timeline":
+        warm_up()
+        timeline_cost(paper4, args.timeline_graphs)
+        return
     print(f"# Simulator benchmark ({'quick' if quick else 'full'})\n")
     print(f"compile from scratch: {compile_time_s():.1f} s; load from cache (this process): {warm_up():.2f} s")
-    paper4 = load_machine("paper-4gpu")
     side_by_side(paper4, 10_000 if quick else 100_000)
     growth(paper4, [10_000, 50_000] if quick else [10_000, 50_000, 100_000, 1_000_000])
     growth(load_machine("h200x8"), [50_000] if quick else [50_000, 1_000_000])
     batch(paper4, args.batch_graph)
+    timeline_cost(paper4, args.timeline_graphs)
 
 
 def _placement(graph, machine, policy: str):

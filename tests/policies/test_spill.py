@@ -181,3 +181,33 @@ def test_spill__a_region_may_move_a_group_that_moved_before():
     assert SpillMove(reader, 2, 0) in result.moves and result.regions == (1,)
     assert result.op_placement[8] == 0
     assert "moved 4 groups in 5 moves (" in result.notes(problem)  # the reader counted once as a group
+
+
+def test_spill__a_region_skips_a_return_to_a_placement_the_repair_has_been_at():
+    """Group A = {x, j} (GPU only): j reads x (4 MB) and k (1 MB). Group B = {y, k} (any device): k reads y
+    (4 MB). A on gpu:0 (4 MB) and B on gpu:1 (6 MB): gpu:0 holds x and k's copy, 5 MB. With a shortlist of
+    one, A's estimate (1 MB) sends it to gpu:1, where x, y and k are then live together: 9 MB. No single move
+    is left there (B's estimate is 0, A moved). The region of the oldest buffer there is A alone, and the only
+    device it may go to is gpu:0: back to the placement the repair started from. That one is skipped and the
+    region grows to A and B: the host has the most free memory, A may not run there and stays, B goes, and
+    gpu:1 keeps 5 MB. Without the skip, the return's target (gpu:0 at 5 MB again) ended the region's growth
+    and the repair stopped at 9 MB of 6."""
+    mb, gpu = 10**6, kind_bit("gpu")
+    graph = build_graph([(0, 3, 4 * mb), (1, 2, 4 * mb), (2, 3, mb)], 4, out_bytes=[4 * mb, 4 * mb, mb, 0],
+                        colocation=[0, 1, 1, 0], allowed_mask=[gpu, ANY_DEVICE, ANY_DEVICE, gpu])  # x, y, k, j
+    base = load_machine("paper-2gpu")
+    memory_bytes = {"gpu:0": 4 * mb, "gpu:1": 6 * mb}
+    machine = dataclasses.replace(base, devices=tuple(
+        dataclasses.replace(d, memory_bytes=memory_bytes.get(d.name, d.memory_bytes)) for d in base.devices))
+    problem = make_problem(graph, machine)
+    group_a, group_b = int(problem.op_unit[0]), int(problem.op_unit[1])
+    start = np.array([1, 2, 2, 1], dtype=np.int64)
+    simulator = Simulator(graph, machine)
+    assert simulator.run(start).peak_bytes.tolist() == [0, 5 * mb, 5 * mb]  # the premise: gpu:0 overflows
+    assert simulator.run(np.full(4, 2)).peak_bytes[2] == 9 * mb  # and gpu:1 does once A joins it
+    unit_bytes = np.zeros(problem.num_units, dtype=np.int64)
+    unit_bytes[group_a] = mb
+    result = spill(problem, start, unit_bytes, np.array([1.0, 0.0, 0.0]), shortlist=1)
+    assert result.fits, result.notes(problem)
+    assert result.moves == (SpillMove(group_a, 1, 2), SpillMove(group_b, 2, 0)) and result.regions == (1,)
+    assert result.op_placement.tolist() == [2, 0, 0, 2] and result.peak_bytes[2] == 5 * mb
