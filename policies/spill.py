@@ -31,8 +31,9 @@ fits: of those that lower the peak, leave the target fitting and make a placemen
 repair, the lowest peak wins (at most ``MAX_REGIONS`` regions; then single moves again, while allowed). Only
 a placement the single moves leave out of memory reaches this step, so one they fit is unchanged. A holder
 that moved before takes part (a group a move put on a device that overflows later may be the one holding
-its buffers there); the move counts bound the repair, and never returning to a placement keeps regions
-from going back and forth.
+its buffers there); the move counts bound the repair. A region that would return to a placement the
+repair has been at is skipped, so the region grows to its next size (a return's target overflows again,
+which would have ended the growth).
 
 Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
 would take every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their
