@@ -651,6 +651,20 @@ def test_keras_step__a_subclass_of_a_keras_recurrent_layer_is_left_rolled_and_na
     assert "build it with unroll=True" in str(caught.value)
 
 
+def test_graphs_import_keras__a_rolled_lstm_is_imported_unrolled_with_one_note(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    code, out = _import_cli(tmp_path, "tiny_keras_lstm_classifier", "--batch-size", "4")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err == ("placer: note: 1 Keras recurrent layer(s) built with unroll=False traced unrolled, so every "
+                   "time step's ops are in the graph: lstm\n")
+    graph = load_graph_file(out)
+    assert graph.meta["unrolled_layers"] == ["lstm"]
+    recurrent = _ops(graph, "MatMul", scope="lstm.lstm_cell", phase="forward")
+    assert len(recurrent) == 2 * 4  # the input and the recurrent kernel's matmuls, at each of the 4 steps
+
+
 def test_import_keras_spec__a_saved_model_with_a_rolled_gru_is_imported_unrolled(tmp_path):
     """A .keras file keeps the layer's unroll=False: loaded, the layer is unrolled as a model built in code is."""
     import keras
