@@ -151,6 +151,7 @@ def _import(args: argparse.Namespace) -> int:
                           "example inputs")
     _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
+    _note_unrolled_layers(graph.meta.get("unrolled_layers") or [])
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
     _warn_loops_counted_once(graph.meta.get("loops_counted_once", 0))
     _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0), graph.meta.get("unsized_tensors_by_op", {}))
@@ -246,6 +247,14 @@ def _check_keras_file(spec: str) -> None:
         check_spec_file(spec, "keras")
     elif problem := saved_model_problem(spec):
         raise PlacerError(f"Keras model file {spec!r} {problem}")
+
+
+def _note_unrolled_layers(layers: list[str]) -> None:
+    """Keras recurrent layers built with unroll=False were traced unrolled (graphs.tf.recurrent): ``fit`` would
+    run their loop, the graph (and the tf measurer's step) has the same computation step by step."""
+    if layers:
+        print(f"placer: note: {len(layers)} Keras recurrent layer(s) built with unroll=False traced unrolled, so "
+              f"every time step's ops are in the graph: {', '.join(layers)}", file=sys.stderr)
 
 
 def _warn_ops_without_flops(missing: dict[str, int]) -> None:

@@ -36,6 +36,11 @@ CASE_KINDS = frozenset({"Case", "StatelessCase"})
 RESOURCE_EDGE = -1  # edge bytes placeholder for a resource handle, resolved to the variable's bytes later
 
 
+class LoopShapeError(PlacerError):
+    """An op inside a while loop has no static shapes: the Keras importer names the recurrent layers it left
+    rolled, and why (``graphs.tf.recurrent``)."""
+
+
 @dataclass
 class FlatOp:
     name: str  # flattened TF name: caller op names joined with "/" in front of the op's own name
@@ -182,8 +187,7 @@ class _Flattener:
         try:
             flops = op_flops(op.type, in_dims, out_dims, attrs, float_output)
         except (IndexError, TypeError) as err:  # a formula met shapes it does not expect
-            raise PlacerError(f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): "
-                              f"{self._why_no_flops(op, err)}") from None
+            raise self._flops_error(op, prefix, err) from None
         inputs = []
         for tensor, ids in zip(op.inputs, ins):
             size = RESOURCE_EDGE if tensor.dtype == tf.resource else _tensor_bytes(tensor, self.batch_size)
@@ -200,12 +204,14 @@ class _Flattener:
         self.ops.append(flat)
         return len(self.ops) - 1
 
-    def _why_no_flops(self, op, err: Exception) -> str:
+    def _flops_error(self, op, prefix: str, err: Exception) -> PlacerError:
+        problem = f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): "
         if self.loop_depth and any(t.shape.rank is None for t in op.inputs):
-            return ("its inputs have no static shape inside a while loop (as in the gradient of a Keras "
-                    "recurrent layer, whose steps run in a loop that would count once): build the layer with "
-                    "unroll=True, so every step is traced with its shapes")
-        return str(err)
+            return LoopShapeError(problem + "its inputs have no static shape inside a while loop (as in the gradient "
+                                  "of a Keras recurrent layer left rolled, whose steps run in a loop that would count "
+                                  "once): unroll the loop (a Keras recurrent layer: unroll=True, on a fixed number "
+                                  "of steps), so every step is traced with its shapes")
+        return PlacerError(problem + str(err))
 
 
 def _topological_ops(graph) -> list:

@@ -4,6 +4,8 @@
 - ``trace_keras_training_step(model, inputs, targets)``: builds the step (forward, loss, GradientTape
   gradients, ``optimizer.apply_gradients``) as one tf.function and imports it, with Keras layer names
   as scopes, without the ops TensorFlow never runs (``graphs.tf.flatten``: the input data's gradient).
+  Keras's recurrent layers built with ``unroll=False`` are traced unrolled where their time dimension is
+  static (``graphs.tf.recurrent``), as the model built with ``unroll=True``: ``meta["unrolled_layers"]``.
 - ``import_keras_spec("pkg.mod:fn" | "path/file.py:fn" | "model.keras")``: what the command line uses. The
   function returns a compiled ``keras.Model`` alone (inputs and targets are made up from its input spec,
   output shapes and compiled loss, see ``bare_model_example``) or ``(model, inputs, targets[, loss])``.
@@ -32,6 +34,8 @@ from graphs.errors import PlacerError
 from graphs.files import file_problem
 from graphs.opgraph import OpGraph
 from graphs.specs import absolute_spec
+from graphs.tf.flatten import LoopShapeError
+from graphs.tf.recurrent import RecurrentUnrolling, unrolled_recurrent_layers
 
 KERAS_FILE_SUFFIXES = (".keras", ".h5")
 DEFAULT_BATCH_SIZE = 32  # examples per step of a bare model (a function returning one, or a saved file)
@@ -85,19 +89,33 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     are used; an unknown leading dim becomes ``batch_size``). ``loss``: a callable ``(y_true, y_pred)``,
     a Keras loss or its name; default the model's compiled loss, else mean squared error.
     ``optimizer``: default the model's compiled optimizer, else Adam; one the model was not compiled with
-    is wrapped in a LossScaleOptimizer for a "mixed_float16" model, as ``compile`` would."""
+    is wrapped in a LossScaleOptimizer for a "mixed_float16" model, as ``compile`` would.
+
+    ``meta["unrolled_layers"]``: the scopes of the recurrent layers built with ``unroll=False`` that were traced
+    unrolled (absent when none). A loop the step keeps that cannot be imported (a layer left rolled: its time
+    dimension unknown, or not one of Keras's own) is one PlacerError naming the layers left rolled and why."""
     import tensorflow as tf
 
     batch = batch_size or leading_dim(example_inputs) or 1
     specs = [tf.nest.map_structure(lambda x: tensor_spec_of(x, batch), example) for example in
              (example_inputs, example_targets)]
     build_on(model, specs[0])
-    train_step, optimizer = keras_train_step(model, loss, optimizer)
+    unrolling = RecurrentUnrolling()
+    train_step, optimizer = keras_train_step(model, loss, optimizer, unrolling=unrolling)
     with _recorded_keras_scopes(model.name) as scope_map:
         concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
-    return import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
-                              source=f"keras {model.name} + {type(optimizer).__name__}",
-                              optimizer_variables=optimizer.variables, drop_dead_ops=True)
+    try:
+        graph = import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
+                                   source=f"keras {model.name} + {type(optimizer).__name__}",
+                                   optimizer_variables=optimizer.variables, drop_dead_ops=True)
+    except LoopShapeError as error:
+        if not unrolling.left_rolled:
+            raise
+        raise PlacerError(f"{error}; the importer unrolls Keras's recurrent layers but left these rolled: "
+                          f"{unrolling.rolled_reasons()}") from None
+    if unrolling.unrolled:
+        graph.meta["unrolled_layers"] = list(unrolling.unrolled)
+    return graph
 
 
 def build_on(model, input_specs) -> None:
@@ -110,11 +128,15 @@ def build_on(model, input_specs) -> None:
     model(tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), input_specs))
 
 
-def keras_train_step(model, loss=None, optimizer=None):
+def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrolling | None = None):
     """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss, tape gradients and the
     optimizer's update, as a plain Python function to wrap in ``tf.function``. The gradients are of the
     loss the optimizer scales (``scale_loss``), as in ``Model.fit``: a mixed-precision model's
-    LossScaleOptimizer multiplies it by its dynamic scale and divides the gradients by it."""
+    LossScaleOptimizer multiplies it by its dynamic scale and divides the gradients by it.
+
+    The forward runs Keras's recurrent layers unrolled where their time dimension is static
+    (``graphs.tf.recurrent``), so the importer and the TensorFlow measurer, which both trace this step,
+    see every time step's ops; ``unrolling``, when given, records which layers were and which were not."""
     import keras
     import tensorflow as tf
 
@@ -133,7 +155,8 @@ def keras_train_step(model, loss=None, optimizer=None):
 
     def train_step(inputs, targets):
         with tf.GradientTape() as tape:
-            predictions = model(inputs, training=True)
+            with unrolled_recurrent_layers(model.name, unrolling):
+                predictions = model(inputs, training=True)
             value = loss_fn(targets, predictions)
             scaled = optimizer.scale_loss(value)  # as Keras's own step: a LossScaleOptimizer unscales gradients
         gradients = tape.gradient(scaled, variables)

@@ -566,18 +566,117 @@ def test_tf_measurer__measures_a_bare_model_graph_rebuilt_at_its_batch_on_the_lo
     assert np.array_equal(measurer.traced().graph.flops, graph.flops)  # the same step at batch 8, not 32
 
 
-def test_keras_step__recurrent_layer_loop_without_static_shapes_is_refused_naming_unroll():
-    """A Keras LSTM runs its steps in a while loop, whose gradient body gives the matmuls no static shapes
-    (and a loop body counts once): one error naming the op and the remedy, which traces every step."""
+def _recurrent_model(kind: str, unroll: bool):
+    """A model of 5 steps of 8 features through a recurrent layer of kind ``kind``, then Dense(2), every
+    layer named, built from fresh name counters and seeded weights so that two builds are alike."""
     import keras
+
+    from graphs.tf.importer import fresh_keras_names
+
+    def rnn(name="lstm", cls=keras.layers.LSTM, **kwargs):
+        return cls(16, name=name, unroll=unroll, **kwargs)
+
+    with fresh_keras_names():
+        keras.utils.set_random_seed(0)
+        if kind == "subclassed":
+            class Tagger(keras.Model):
+                def __init__(self):
+                    super().__init__(name="tagger")
+                    self.encoder, self.head = rnn(return_sequences=True), keras.layers.Dense(2, name="head")
+
+                def call(self, x):
+                    return self.head(self.encoder(x))
+
+            return Tagger()
+        layer = {"lstm": rnn, "gru": lambda: rnn("gru", keras.layers.GRU),
+                 "simple_rnn": lambda: rnn("simple_rnn", keras.layers.SimpleRNN),
+                 "bidirectional": lambda: keras.layers.Bidirectional(rnn(), name="bi"),
+                 "nested": lambda: keras.Sequential([keras.Input((5, 8)), rnn()], name="encoder")}[kind]()
+        inputs = keras.Input((5, 8), name="x")
+        return keras.Model(inputs, keras.layers.Dense(2, name="head")(layer(inputs)), name="net")
+
+
+def _trace_recurrent(model, time_steps=5):
+    import tensorflow as tf
 
     from graphs.tf.importer import trace_keras_training_step
 
-    model = keras.Sequential([keras.Input((5, 8)), keras.layers.LSTM(16, name="lstm"), keras.layers.Dense(2)])
-    with pytest.raises(PlacerError, match="unroll=True") as caught:
-        trace_keras_training_step(model, np.zeros((4, 5, 8), "float32"), np.zeros((4, 2), "float32"),
-                                  loss="mse", optimizer="adam", name="lstm")
-    assert "(MatMul)" in str(caught.value) and "while" in str(caught.value)
+    targets = np.zeros((4, 5, 2) if model.name == "tagger" else (4, 2), "float32")
+    return trace_keras_training_step(model, tf.TensorSpec((4, time_steps, 8)), targets, loss="mse",
+                                     optimizer="adam", name="rnn")
+
+
+@pytest.mark.parametrize("kind, unrolled", [
+    ("lstm", ["lstm"]), ("gru", ["gru"]), ("simple_rnn", ["simple_rnn"]),
+    ("bidirectional", ["bi.forward_lstm", "bi.backward_lstm"]), ("nested", ["encoder.lstm"]),
+    ("subclassed", ["lstm"]),
+])
+def test_keras_step__a_recurrent_layer_built_rolled_imports_as_if_built_with_unroll_true(kind, unrolled):
+    """A Keras RNN built with the default unroll=False runs its steps in a while loop (counted once, its
+    gradient without static shapes): the importer traces it unrolled, the very graph of the model built with
+    unroll=True (same ops, names, costs, hash), and records which layers it unrolled."""
+    model = _recurrent_model(kind, unroll=False)
+    rolled, built_unrolled = _trace_recurrent(model), _trace_recurrent(_recurrent_model(kind, unroll=True))
+    assert rolled.content_hash == built_unrolled.content_hash
+    assert list(rolled.op_names) == list(built_unrolled.op_names)
+    assert "While" not in set(rolled.op_kinds) and "loops_counted_once" not in rolled.meta
+    assert rolled.meta["unrolled_layers"] == unrolled and "unrolled_layers" not in built_unrolled.meta
+    assert not any(getattr(layer, "unroll", False) for layer in model._flatten_layers())  # the user's flags again
+
+
+def test_keras_step__a_recurrent_layer_of_unknown_time_dimension_is_refused_naming_it_and_why():
+    """Nothing to unroll to: the loop's gradient has no static shapes, and the error says which layer was left
+    rolled and why, besides the op and the while loop."""
+    import keras
+
+    model = keras.Sequential([keras.Input((None, 8)), keras.layers.LSTM(16, name="lstm"), keras.layers.Dense(2)])
+    with pytest.raises(PlacerError) as caught:
+        _trace_recurrent(model, time_steps=None)
+    message = str(caught.value)
+    assert "(MatMul)" in message and "while loop" in message
+    assert "left these rolled: 'lstm': its input's time dimension is unknown (shape (4, None, 8))" in message
+
+
+def test_keras_step__a_subclass_of_a_keras_recurrent_layer_is_left_rolled_and_named():
+    """A user's subclass of LSTM may not honour unroll: it keeps its loop, and the error says so."""
+    import keras
+
+    class PeepholeishLSTM(keras.layers.LSTM):
+        pass
+
+    model = keras.Sequential([keras.Input((5, 8)), PeepholeishLSTM(16, name="mine"), keras.layers.Dense(2)])
+    with pytest.raises(PlacerError) as caught:
+        _trace_recurrent(model)
+    assert "'mine': PeepholeishLSTM is not one of Keras's own recurrent layers" in str(caught.value)
+    assert "build it with unroll=True" in str(caught.value)
+
+
+def test_graphs_import_keras__a_rolled_lstm_is_imported_unrolled_with_one_note(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    code, out = _import_cli(tmp_path, "tiny_keras_lstm_classifier", "--batch-size", "4")
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err == ("placer: note: 1 Keras recurrent layer(s) built with unroll=False traced unrolled, so every "
+                   "time step's ops are in the graph: lstm\n")
+    graph = load_graph_file(out)
+    assert graph.meta["unrolled_layers"] == ["lstm"]
+    recurrent = _ops(graph, "MatMul", scope="lstm.lstm_cell", phase="forward")
+    assert len(recurrent) == 2 * 4  # the input and the recurrent kernel's matmuls, at each of the 4 steps
+
+
+def test_import_keras_spec__a_saved_model_with_a_rolled_gru_is_imported_unrolled(tmp_path):
+    """A .keras file keeps the layer's unroll=False: loaded, the layer is unrolled as a model built in code is."""
+    import keras
+
+    from graphs.tf.importer import import_keras_spec
+
+    model = keras.Sequential([keras.Input((3, 4)), keras.layers.GRU(5, name="gru"), keras.layers.Dense(1, name="out")],
+                             name="saved_gru")
+    model.compile(optimizer="sgd", loss="mse")
+    model.save(tmp_path / "gru.keras")
+    graph = import_keras_spec(str(tmp_path / "gru.keras"), batch_size=2)
+    assert graph.meta["unrolled_layers"] == ["gru"] and "While" not in set(graph.op_kinds)
 
 
 def test_tf_function__a_while_loop_is_recorded_as_counted_once():

@@ -227,6 +227,30 @@ def test_tf_measurer__a_mixed_precision_model_steps_placed_as_on_one_device():
     assert all(result.status == "ok" for result in measurer.measure([spread, spread]))
 
 
+def test_tf_measurer__a_model_whose_lstm_was_built_rolled_runs_the_unrolled_step_it_was_imported_as():
+    """An LSTM built with unroll=False is imported unrolled (graphs.tf.recurrent); the measurer rebuilds that
+    very step (no while loop, the graph's op names), and it runs placed over three devices as on one."""
+    graph = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_lstm_classifier", batch_size=4)
+    measurer = TFMeasurer(graph, three_cpus(), runs=1, warmup=0)
+    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
+    assert list(traced.graph.op_names) == list(graph.op_names)
+    assert not {op.type for op in traced.concrete.graph.get_operations()} & {"While", "StatelessWhile"}
+    spread = traced.effective_placement(group_placement(graph, seed=3))
+    assert len(set(spread.tolist())) == 3
+    losses = []
+    for placement in (np.zeros(graph.num_ops, dtype=np.int64), spread):
+        with PlacedSession(traced, [devices[d] for d in placement], devices) as session:
+            ran = where_nodes_ran(session.step(trace=True))
+            losses.append([float(np.sum(session.step())) for _ in range(3)])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5) and losses[0][2] != losses[0][0]
+    placed = {node: devices[spread[op]].replace("/device:", "device:") for op, node in enumerate(traced.node_of_op)}
+    checked = [node for node in placed if node in ran]
+    assert len(checked) >= 0.9 * graph.num_ops  # all but the fed inputs
+    assert [(node, ran[node]) for node in checked if not ran[node].endswith(placed[node])] == []
+    [result] = measurer.measure([spread])
+    assert result.status == "ok", result.error
+
+
 def test_profile_tf__times_the_ops_inside_a_mixed_precision_steps_cond():
     """The optimizer's update runs inside the loss scale's lowered ``cond`` as ``cond/then/_0/...``; the
     profile matched step stats to the importer's names (``cond/<then function>/...``) and left them out."""
