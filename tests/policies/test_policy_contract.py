@@ -138,3 +138,41 @@ def test_policy_contract__expert_names_the_graph_it_has_no_rule_for():
     problem = make_problem(graph, load_machine("paper-2gpu"), max_groups=8)
     with pytest.raises(PlacerError, match=f"no expert rule for graph {graph.name!r}"):
         place("expert", problem, SimulatorMeasurer(graph, problem.machine), 1, 0)
+
+
+# -- the same seed in another process: Python's hash seed and the graph cache play no part ----------------------
+
+_PLACE_ALL = """
+import hashlib, sys
+sys.path.insert(0, {folder!r})
+import test_policy_contract as contract
+from graphs.registry import load_graph
+graph = load_graph("nmt-2")
+problem = contract.make_problem(graph, contract.load_machine("paper-2gpu"), max_groups=8)
+print("graph", graph.content_hash)
+for name in contract.POLICIES:
+    result = contract.run(name, problem, seed=3)[0]
+    print(name, hashlib.sha256(result.op_placement.tobytes()).hexdigest(), result.best.runtime_s.hex())
+"""
+
+
+def test_policy_contract__same_seed_same_placement_in_processes_with_other_hash_seeds(tmp_path):
+    """Every policy places alike in two fresh processes whose str hashes differ (PYTHONHASHSEED 1 and 2: a set of
+    names iterated in hash order would show), the first building the graph, the second reading it from the
+    cache. A benchmark's two runs of one command differ only across CPUs (README, Reproducibility)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = _PLACE_ALL.format(folder=str(Path(__file__).resolve().parent))
+    outputs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PLACER_CACHE": str(tmp_path / "cache")}
+        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout.splitlines())
+    assert len(outputs[0]) == 1 + len(POLICIES)
+    assert outputs[0] == outputs[1]
