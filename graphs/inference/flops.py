@@ -4,8 +4,11 @@ One table maps both vocabularies (ONNX ``Conv``, OpenVINO ``Convolution``, ...) 
 multiply-add counts as 2 FLOPs (the project's convention: ResNet-50 at 224x224 is about 2 x 4.1e9 FLOPs).
 Elementwise ops (transcendental ones included) cost one FLOP per output element; normalizations and
 softmax a few per input element; data-movement ops (Reshape, Transpose, Concat, Gather, Cast, ...) cost 0,
-deliberately: they have a formula. An op type absent from the table has no formula: ``op_flops`` returns
-None and the importers list it in ``graph.meta["ops_without_flops"]``.
+deliberately: they have a formula. An op that the other format spells as several costs what they would
+(OpenVINO's ScaledDotProductAttention: two matmuls, a scale, a mask and a softmax), except activations: a
+Gelu or a Swish is one elementwise op, 1 FLOP an element, where an export that writes it out pays for each
+of its ops. An op type absent from the table has
+no formula: ``op_flops`` returns None and the importers list it in ``graph.meta["ops_without_flops"]``.
 
 Shapes are tuples of ints (unknown dims already replaced by 1) or None for a tensor of unknown rank; a
 formula that needs a shape it lacks gives 0.
@@ -120,6 +123,21 @@ def _resize(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     return 0.0 if taps == 1 or resized == 0 else 2.0 * taps ** resized * numel(y)
 
 
+def _attention(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """OpenVINO ScaledDotProductAttention(query [..., L, E], key [..., S, E], value [..., S, Ev][, mask[,
+    scale]]; causal): per score (L x S of them per head) the ops its specification spells out, as this table
+    costs them: Q K^T and P V (2 x E and 2 x Ev: a multiply-add is 2), the scale (1), the mask's add (1, when
+    causal or given a mask of more than one element; a scalar mask is the specification's zero) and the
+    softmax (5, as Softmax)."""
+    q, k, v = (ins[i] if len(ins) > i else None for i in range(3))
+    out = _first(outs)
+    if q is None or k is None or v is None or out is None or len(k) < 2 or not q or not v or not v[-1]:
+        return 0.0
+    scores = numel(out) // v[-1] * k[-2]
+    masked = bool(attrs.get("causal")) or (len(ins) > 3 and numel(ins[3]) > 1)
+    return float(scores * (2 * q[-1] + 2 * v[-1] + 1 + (1 if masked else 0) + PER_INPUT_ELEMENT["Softmax"]))
+
+
 def _einsum(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     return einsum_flops(attrs.get("equation", ""), ins)
 
@@ -140,11 +158,12 @@ ELEMENTWISE_TYPES = (
     "Abs", "Max", "Min", "Mean", "Sum", "Clip", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
     "PRelu", "Softplus", "Softsign", "Mish", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Sign",
     "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Mod",
-    "IsNaN", "IsInf", "BitShift",
+    "IsNaN", "IsInf", "BitShift", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+    "ThresholdedRelu", "Shrink", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
     # OpenVINO
     "Multiply", "Subtract", "Divide", "Power", "Maximum", "Minimum", "SquaredDifference", "Clamp", "Negative",
     "Ceiling", "HSwish", "HSigmoid", "Swish", "Select", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot",
-    "LogicalXor", "FloorMod", "FakeQuantize",
+    "LogicalXor", "FloorMod", "FakeQuantize", "SoftPlus", "SoftSign", "GreaterEqual", "LessEqual", "IsFinite",
 )
 PER_INPUT_ELEMENT = {
     # normalization and softmax: a few FLOPs per element of the main input
@@ -168,7 +187,7 @@ FORMULAS: dict[str, Formula] = {
     "GroupConvolution": partial(_conv, 2, False),
     "ConvTranspose": partial(_conv, 1, True, bias_input=True), "ConvolutionBackpropData": partial(_conv, 1, True),
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
-    "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
+    "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum, "ScaledDotProductAttention": _attention,
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
     "Resize": _resize, "Upsample": _resize, "Interpolate": _resize,
     # recurrent: where W is among the inputs (ONNX X, W, R, B; OpenVINO X, H[, C], seq_lengths, W, R, B)

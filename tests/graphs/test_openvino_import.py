@@ -189,3 +189,38 @@ def test_import_openvino_ir__interpolate_counts_its_taps_by_mode(tmp_path):
     graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in resized.values()], [x])))
     assert _by_name(graph, graph.flops) == {"bicubic_pillow": 2 * 16 * 3 * 8 * 12, "nearest": 0}
     assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_openvino_ir__scaled_dot_product_attention_counts_what_its_specification_spells_out(tmp_path):
+    """ScaledDotProductAttention had no FLOP formula (0 FLOPs, listed in ops_without_flops): OpenVINO fuses an
+    exported attention's MatMul, scale, mask, Softmax and MatMul into it, so a converted transformer lost its
+    attention. q (2, 4, L=6, E=8), k (2, 4, S=10, 8), v (2, 4, 10, Ev=16): per score, 2 x 8 + 2 x 16 for the
+    two matmuls, 1 for the scale, 5 for the softmax, and 1 for the mask where there is one (causal, or a
+    mask tensor; a scalar mask is the specification's zero)."""
+    q = ops.parameter([2, 4, 6, 8], np.float32, name="q")
+    k = ops.parameter([2, 4, 10, 8], np.float32, name="k")
+    v = ops.parameter([2, 4, 10, 16], np.float32, name="v")
+    mask = ops.constant(np.zeros((6, 10), np.float32))
+    scalar_mask, scale = ops.constant(np.float32(0)), ops.constant(np.float32(0.5))
+    nodes = {"plain": ops.scaled_dot_product_attention(q, k, v, name="plain"),
+             "causal": ops.scaled_dot_product_attention(q, k, v, causal=True, name="causal"),
+             "masked": ops.scaled_dot_product_attention(q, k, v, mask, name="masked"),
+             "scalar_mask": ops.scaled_dot_product_attention(q, k, v, scalar_mask, scale, name="scalar_mask")}
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in nodes.values()], [q, k, v])))
+    scores = 2 * 4 * 6 * 10
+    unmasked = scores * (2 * 8 + 2 * 16 + 1 + 5)
+    assert _by_name(graph, graph.flops) == {"plain": unmasked, "causal": unmasked + scores,
+                                            "masked": unmasked + scores, "scalar_mask": unmasked}
+    assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_openvino_ir__openvinos_spellings_of_elementwise_ops_have_the_onnx_ones_formula(tmp_path):
+    """SoftPlus, SoftSign, GreaterEqual and LessEqual (ONNX: Softplus, Softsign, GreaterOrEqual, LessOrEqual)
+    and the trigonometric ops had no formula: 0 FLOPs, listed in ops_without_flops. One FLOP an element."""
+    x = ops.parameter([2, 3, 5], np.float32, name="x")
+    nodes = [ops.softplus(x, name="softplus"), ops.softsign(x, name="softsign"),
+             ops.greater_equal(x, x, name="ge"), ops.less_equal(x, x, name="le"), ops.tan(x, name="tan"),
+             ops.asinh(x, name="asinh"), ops.cosh(x, name="cosh"), ops.is_finite(x, name="finite")]
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in nodes], [x])))
+    assert graph.meta["ops_without_flops"] == {}
+    assert graph.flops.tolist() == [2 * 3 * 5] * len(nodes)
