@@ -5,9 +5,9 @@ multiply-add counts as 2 FLOPs (the project's convention: ResNet-50 at 224x224 i
 Elementwise ops (transcendental ones included) cost one FLOP per output element; normalizations and
 softmax a few per input element; data-movement ops (Reshape, Transpose, Concat, Gather, Cast, ...) cost 0,
 deliberately: they have a formula. An op that the other format spells as several costs what they would
-(OpenVINO's ScaledDotProductAttention: two matmuls, a scale, a mask and a softmax), except activations: a
-Gelu or a Swish is one elementwise op, 1 FLOP an element, where an export that writes it out pays for each
-of its ops. An op type absent from the table has
+(OpenVINO's ScaledDotProductAttention: two matmuls, a scale, a mask and a softmax; ONNX's LayerNormalization:
+OpenVINO's MVN, Multiply and Add), except activations: a Gelu or a Swish is one elementwise op, 1 FLOP an
+element, where an export that writes it out pays for each of its ops. An op type absent from the table has
 no formula: ``op_flops`` returns None and the importers list it in ``graph.meta["ops_without_flops"]``.
 
 Shapes are tuples of ints (unknown dims already replaced by 1) or None for a tensor of unknown rank; a
@@ -138,6 +138,14 @@ def _attention(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     return float(scores * (2 * q[-1] + 2 * v[-1] + 1 + (1 if masked else 0) + PER_INPUT_ELEMENT["Softmax"]))
 
 
+def _affine_normalization(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """ONNX LayerNormalization, InstanceNormalization, GroupNormalization: MVN's 5 FLOPs per element of X
+    (the mean's sum, the subtraction, the square, the variance's sum, the scaling by its inverse root), then
+    1 for each of the scale and bias inputs present (LayerNormalization's bias is optional). OpenVINO spells
+    them MVN, Multiply and Add: 7 in all there too."""
+    return float((PER_INPUT_ELEMENT["MVN"] + len(ins[1:3])) * numel(_first(ins)))
+
+
 def _einsum(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     return einsum_flops(attrs.get("equation", ""), ins)
 
@@ -168,7 +176,7 @@ ELEMENTWISE_TYPES = (
 PER_INPUT_ELEMENT = {
     # normalization and softmax: a few FLOPs per element of the main input
     "BatchNormalization": 2, "BatchNormInference": 2,  # inference: one scale and one shift per element
-    "LayerNormalization": 5, "MVN": 5, "InstanceNormalization": 5, "GroupNormalization": 5,
+    "MVN": 5, "MeanVarianceNormalization": 5,  # no scale or bias (LayerNormalization: _affine_normalization)
     "NormalizeL2": 3, "LpNormalization": 3, "LRN": 5,
     "Softmax": 5, "LogSoftmax": 5, "SoftMax": 5,
     # reductions: one pass over the input
@@ -188,6 +196,7 @@ FORMULAS: dict[str, Formula] = {
     "ConvTranspose": partial(_conv, 1, True, bias_input=True), "ConvolutionBackpropData": partial(_conv, 1, True),
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
     "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum, "ScaledDotProductAttention": _attention,
+    **{name: _affine_normalization for name in ("LayerNormalization", "InstanceNormalization", "GroupNormalization")},
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
     "Resize": _resize, "Upsample": _resize, "Interpolate": _resize,
     # recurrent: where W is among the inputs (ONNX X, W, R, B; OpenVINO X, H[, C], seq_lengths, W, R, B)
