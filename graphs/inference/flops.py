@@ -90,10 +90,11 @@ def _pool(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
 def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     """A recurrent op, a whole sequence (ONNX RNN / GRU / LSTM, OpenVINO *Sequence) or one step (*Cell). Per
     time step, example and direction: the input and recurrent matmuls, 2 x gates*hidden x (input + hidden);
-    the biases, 2 x gates*hidden; and ``per_hidden`` FLOPs of gate arithmetic per hidden unit (sums,
-    activations, products: RNN 2, GRU 11, LSTM 13). ``ins[w_index]`` is W ((directions,) gates*hidden x
-    input), the next R (... x hidden), then the bias; steps x examples is X's elements over the input size,
-    whatever X's layout."""
+    one add per bias element (ONNX's B holds W's and R's biases, 2 x gates*hidden; OpenVINO's one sum of
+    them, gates*hidden, or (gates + 1)*hidden for a GRU with linear_before_reset); and ``per_hidden`` FLOPs of
+    gate arithmetic per hidden unit (sums, activations, products: RNN 2, GRU 11, LSTM 13). ``ins[w_index]``
+    is W ((directions,) gates*hidden x input), the next R (... x hidden), then the bias; steps x examples is
+    X's elements over the input size, whatever X's layout."""
     x = _first(ins)
     w, r, bias = (ins[i] if len(ins) > i else None for i in range(w_index, w_index + 3))
     if x is None or w is None or r is None or len(w) < 2 or not r or not w[-1]:
@@ -101,7 +102,7 @@ def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape
     gates_hidden, input_size, hidden = w[-2], w[-1], r[-1]
     directions = w[0] if len(w) == 3 else 1
     biased = bias is not None and len(bias) > 0 and bias[-1] >= gates_hidden  # not sequence_lens ([batch])
-    per_step = 2 * gates_hidden * (input_size + hidden) + (2 * gates_hidden if biased else 0) + per_hidden * hidden
+    per_step = 2 * gates_hidden * (input_size + hidden) + (bias[-1] if biased else 0) + per_hidden * hidden
     return float(numel(x) // input_size * directions * per_step)
 
 

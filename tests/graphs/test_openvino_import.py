@@ -137,7 +137,8 @@ def test_cli_graphs_import_openvino__writes_the_graph_without_warning(tmp_path, 
 
 def test_import_openvino_ir__an_lstm_sequence_counts_its_matmuls_biases_and_gates(tmp_path):
     """X (2 examples, 5 steps, 3 inputs), hidden 4, both directions, with bias: per step, example and
-    direction 2 x 16 x (3 + 4) matmul FLOPs + 2 x 16 bias adds + 13 x 4 gate FLOPs."""
+    direction 2 x 16 x (3 + 4) matmul FLOPs + 16 bias adds + 13 x 4 gate FLOPs. OpenVINO's B is one vector
+    of 4 x hidden, W's and R's biases summed (ONNX's holds both, 8 x hidden): it counted 2 x 16 adds."""
     x = ops.parameter([2, 5, 3], np.float32, name="x")
     h0, c0 = (ops.constant(np.zeros((2, 2, 4), np.float32)) for _ in range(2))
     w, r, b = (ops.constant(np.ones(shape, np.float32)) for shape in ((2, 16, 3), (2, 16, 4), (2, 16)))
@@ -146,7 +147,24 @@ def test_import_openvino_ir__an_lstm_sequence_counts_its_matmuls_biases_and_gate
     path = tmp_path / "lstm.xml"
     ov.save_model(ov.Model([ops.result(lstm.output(0))], [x], "lstm"), str(path), compress_to_fp16=False)
     graph = import_openvino_ir(str(path))
-    assert graph.flops.tolist() == [2 * 5 * 2 * (2 * 16 * 7 + 2 * 16 + 13 * 4)]
+    assert graph.flops.tolist() == [2 * 5 * 2 * (2 * 16 * 7 + 16 + 13 * 4)]
+
+
+def test_import_openvino_ir__a_gru_sequence_adds_each_bias_element_once(tmp_path):
+    """X (2, 5, 3), hidden 4: with linear_before_reset, B holds 4 x hidden biases (R's for the new gate
+    apart), else 3 x hidden; one add each per step and example, beside 2 x 12 x (3 + 4) + 11 x 4."""
+    x = ops.parameter([2, 5, 3], np.float32, name="x")
+    h0 = ops.constant(np.zeros((2, 1, 4), np.float32))
+    w, r = ops.constant(np.ones((1, 12, 3), np.float32)), ops.constant(np.ones((1, 12, 4), np.float32))
+    lengths = ops.constant(np.array([5, 5], np.int32))
+    nodes = [ops.gru_sequence(x, h0, lengths, w, r, ops.constant(np.ones((1, 4 * 4), np.float32)), 4, "forward",
+                              linear_before_reset=True, name="before_reset"),
+             ops.gru_sequence(x, h0, lengths, w, r, ops.constant(np.ones((1, 3 * 4), np.float32)), 4, "forward",
+                              name="after_reset")]
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n.output(0)) for n in nodes], [x])))
+    products = 2 * 12 * 7 + 11 * 4
+    assert _by_name(graph, graph.flops) == {"before_reset": 2 * 5 * (products + 16),
+                                            "after_reset": 2 * 5 * (products + 12)}
 
 
 def _saved(tmp_path, outputs, inputs, name: str = "small"):
