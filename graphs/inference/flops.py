@@ -4,8 +4,11 @@ One table maps both vocabularies (ONNX ``Conv``, OpenVINO ``Convolution``, ...) 
 multiply-add counts as 2 FLOPs (the project's convention: ResNet-50 at 224x224 is about 2 x 4.1e9 FLOPs).
 Elementwise ops (transcendental ones included) cost one FLOP per output element; normalizations and
 softmax a few per input element; data-movement ops (Reshape, Transpose, Concat, Gather, Cast, ...) cost 0,
-deliberately: they have a formula. An op type absent from the table has no formula: ``op_flops`` returns
-None and the importers list it in ``graph.meta["ops_without_flops"]``.
+deliberately: they have a formula. An op that the other format spells as several costs what they would
+(OpenVINO's ScaledDotProductAttention: two matmuls, a scale, a mask and a softmax; ONNX's LayerNormalization:
+OpenVINO's MVN, Multiply and Add), except activations: a Gelu or a Swish is one elementwise op, 1 FLOP an
+element, where an export that writes it out pays for each of its ops. An op type absent from the table has
+no formula: ``op_flops`` returns None and the importers list it in ``graph.meta["ops_without_flops"]``.
 
 Shapes are tuples of ints (unknown dims already replaced by 1) or None for a tensor of unknown rank; a
 formula that needs a shape it lacks gives 0.
@@ -87,10 +90,11 @@ def _pool(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
 def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     """A recurrent op, a whole sequence (ONNX RNN / GRU / LSTM, OpenVINO *Sequence) or one step (*Cell). Per
     time step, example and direction: the input and recurrent matmuls, 2 x gates*hidden x (input + hidden);
-    the biases, 2 x gates*hidden; and ``per_hidden`` FLOPs of gate arithmetic per hidden unit (sums,
-    activations, products: RNN 2, GRU 11, LSTM 13). ``ins[w_index]`` is W ((directions,) gates*hidden x
-    input), the next R (... x hidden), then the bias; steps x examples is X's elements over the input size,
-    whatever X's layout."""
+    one add per bias element (ONNX's B holds W's and R's biases, 2 x gates*hidden; OpenVINO's one sum of
+    them, gates*hidden, or (gates + 1)*hidden for a GRU with linear_before_reset); and ``per_hidden`` FLOPs of
+    gate arithmetic per hidden unit (sums, activations, products: RNN 2, GRU 11, LSTM 13). ``ins[w_index]``
+    is W ((directions,) gates*hidden x input), the next R (... x hidden), then the bias; steps x examples is
+    X's elements over the input size, whatever X's layout."""
     x = _first(ins)
     w, r, bias = (ins[i] if len(ins) > i else None for i in range(w_index, w_index + 3))
     if x is None or w is None or r is None or len(w) < 2 or not r or not w[-1]:
@@ -98,7 +102,7 @@ def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape
     gates_hidden, input_size, hidden = w[-2], w[-1], r[-1]
     directions = w[0] if len(w) == 3 else 1
     biased = bias is not None and len(bias) > 0 and bias[-1] >= gates_hidden  # not sequence_lens ([batch])
-    per_step = 2 * gates_hidden * (input_size + hidden) + (2 * gates_hidden if biased else 0) + per_hidden * hidden
+    per_step = 2 * gates_hidden * (input_size + hidden) + (bias[-1] if biased else 0) + per_hidden * hidden
     return float(numel(x) // input_size * directions * per_step)
 
 
@@ -118,6 +122,29 @@ def _resize(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     taps = next((n for name, n in RESIZE_TAPS.items() if name in mode), 1)
     resized = sum(1 for a, b in zip(x, y) if a != b)
     return 0.0 if taps == 1 or resized == 0 else 2.0 * taps ** resized * numel(y)
+
+
+def _attention(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """OpenVINO ScaledDotProductAttention(query [..., L, E], key [..., S, E], value [..., S, Ev][, mask[,
+    scale]]; causal): per score (L x S of them per head) the ops its specification spells out, as this table
+    costs them: Q K^T and P V (2 x E and 2 x Ev: a multiply-add is 2), the scale (1), the mask's add (1, when
+    causal or given a mask of more than one element; a scalar mask is the specification's zero) and the
+    softmax (5, as Softmax)."""
+    q, k, v = (ins[i] if len(ins) > i else None for i in range(3))
+    out = _first(outs)
+    if q is None or k is None or v is None or out is None or len(k) < 2 or not q or not v or not v[-1]:
+        return 0.0
+    scores = numel(out) // v[-1] * k[-2]
+    masked = bool(attrs.get("causal")) or (len(ins) > 3 and numel(ins[3]) > 1)
+    return float(scores * (2 * q[-1] + 2 * v[-1] + 1 + (1 if masked else 0) + PER_INPUT_ELEMENT["Softmax"]))
+
+
+def _affine_normalization(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """ONNX LayerNormalization, InstanceNormalization, GroupNormalization: MVN's 5 FLOPs per element of X
+    (the mean's sum, the subtraction, the square, the variance's sum, the scaling by its inverse root), then
+    1 for each of the scale and bias inputs present (LayerNormalization's bias is optional). OpenVINO spells
+    them MVN, Multiply and Add: 7 in all there too."""
+    return float((PER_INPUT_ELEMENT["MVN"] + len(ins[1:3])) * numel(_first(ins)))
 
 
 def _einsum(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
@@ -140,16 +167,17 @@ ELEMENTWISE_TYPES = (
     "Abs", "Max", "Min", "Mean", "Sum", "Clip", "LeakyRelu", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish",
     "PRelu", "Softplus", "Softsign", "Mish", "Reciprocal", "Floor", "Ceil", "Round", "Sin", "Cos", "Sign",
     "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Xor", "Mod",
-    "IsNaN", "IsInf", "BitShift",
+    "IsNaN", "IsInf", "BitShift", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+    "ThresholdedRelu", "Shrink", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot",
     # OpenVINO
     "Multiply", "Subtract", "Divide", "Power", "Maximum", "Minimum", "SquaredDifference", "Clamp", "Negative",
     "Ceiling", "HSwish", "HSigmoid", "Swish", "Select", "NotEqual", "LogicalAnd", "LogicalOr", "LogicalNot",
-    "LogicalXor", "FloorMod", "FakeQuantize",
+    "LogicalXor", "FloorMod", "FakeQuantize", "SoftPlus", "SoftSign", "GreaterEqual", "LessEqual", "IsFinite",
 )
 PER_INPUT_ELEMENT = {
     # normalization and softmax: a few FLOPs per element of the main input
     "BatchNormalization": 2, "BatchNormInference": 2,  # inference: one scale and one shift per element
-    "LayerNormalization": 5, "MVN": 5, "InstanceNormalization": 5, "GroupNormalization": 5,
+    "MVN": 5, "MeanVarianceNormalization": 5,  # no scale or bias (LayerNormalization: _affine_normalization)
     "NormalizeL2": 3, "LpNormalization": 3, "LRN": 5,
     "Softmax": 5, "LogSoftmax": 5, "SoftMax": 5,
     # reductions: one pass over the input
@@ -168,7 +196,8 @@ FORMULAS: dict[str, Formula] = {
     "GroupConvolution": partial(_conv, 2, False),
     "ConvTranspose": partial(_conv, 1, True, bias_input=True), "ConvolutionBackpropData": partial(_conv, 1, True),
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
-    "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
+    "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum, "ScaledDotProductAttention": _attention,
+    **{name: _affine_normalization for name in ("LayerNormalization", "InstanceNormalization", "GroupNormalization")},
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
     "Resize": _resize, "Upsample": _resize, "Interpolate": _resize,
     # recurrent: where W is among the inputs (ONNX X, W, R, B; OpenVINO X, H[, C], seq_lengths, W, R, B)

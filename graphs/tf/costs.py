@@ -11,6 +11,7 @@ Unknown dimensions must be filled before these formulas run (see ``tensor_dims``
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Callable
 
 from graphs.einsum import einsum_flops
@@ -25,7 +26,7 @@ ZERO_FLOP_KINDS = frozenset({
     "BroadcastGradientArgs", "ConcatOffset", "InvertPermutation", "ReverseV2", "OneHot", "Where",
     "ScatterNd", "TensorScatterUpdate", "Variable", "Input", "If", "StatelessIf", "While", "StatelessWhile",
     "Case", "StatelessCase", "Assert", "PrintV2", "ResourceScatterUpdate", "ResourceScatterNdUpdate",
-    "ResourceStridedSliceAssign",
+    "ResourceStridedSliceAssign", "ResizeNearestNeighbor",
 })
 
 # Optimizer kernels: FLOPs per element of the variable they update (rough operation counts of the kernels).
@@ -105,6 +106,25 @@ def _pool_grad_from_output_grad(ins: OpShapes, outs: OpShapes, attrs: dict) -> f
     return float(_numel(ins[-1]) * _window(attrs))
 
 
+def _resized_dims(image: list[int], resized: list[int]) -> int:
+    return sum(1 for before, after in zip(image, resized) if before != after)
+
+
+def _resize(taps: int, ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    """ResizeBilinear / ResizeBicubic (images [N, H, W, C] -> [N, H', W', C]), as the ONNX importer counts
+    Resize: each output element is a weighted sum of taps^k input values (k the dims whose size changes), a
+    multiply-add each. ResizeNearestNeighbor gathers: 0 (ZERO_FLOP_KINDS)."""
+    resized = _resized_dims(ins[0], outs[0])
+    return 2.0 * taps ** resized * _numel(outs[0]) if resized else 0.0
+
+
+def _resize_grad(taps: int, ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
+    """ResizeBilinearGrad / ResizeBicubicGrad (grads [N, H', W', C], original image -> [N, H, W, C]): each
+    gradient element is spread over the taps^k inputs its forward element read, the forward's multiply-adds."""
+    resized = _resized_dims(ins[0], outs[0])
+    return 2.0 * taps ** resized * _numel(ins[0]) if resized else 0.0
+
+
 FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {
     "MatMul": _matmul, "BatchMatMul": _matmul, "BatchMatMulV2": _matmul, "BatchMatMulV3": _matmul,
     "Conv2D": _conv_forward, "Conv3D": _conv_forward, "Einsum": _einsum,
@@ -117,6 +137,8 @@ FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {
     "MaxPool": _pool, "MaxPoolV2": _pool, "AvgPool": _pool,
     "MaxPoolGrad": _pool_grad_from_output_grad, "MaxPoolGradV2": _pool_grad_from_output_grad,
     "AvgPoolGrad": _pool_grad_from_output_grad,
+    "ResizeBilinear": partial(_resize, 2), "ResizeBicubic": partial(_resize, 4),
+    "ResizeBilinearGrad": partial(_resize_grad, 2), "ResizeBicubicGrad": partial(_resize_grad, 4),
 }
 
 FORMULA_ATTRS = ("transpose_a", "transpose_b", "adj_x", "adj_y", "ksize", "equation")  # attrs the formulas read

@@ -466,3 +466,41 @@ def test_import_onnx__a_target_computed_from_a_folded_reshapes_output_folds_in_a
     graph = import_onnx(str(path))
     assert "unsized_tensors_by_op" not in graph.meta
     assert _by_name(graph, graph.flops)["relu"] == BATCH * SEQ * HIDDEN
+
+
+def test_import_onnx__normalizations_count_their_scale_and_bias_as_openvinos_spelling_does(tmp_path):
+    """A LayerNormalization counted 5 FLOPs an element, as OpenVINO's MVN, which has no scale or bias: the
+    OpenVINO IR converted from the same file (MVN, Multiply, Add) counted 7. x (2, 3, 4): 5 to normalize, 1
+    for the scale, 1 for the bias where given (LayerNormalization's is optional); InstanceNormalization
+    always has both."""
+    import openvino as ov
+
+    from graphs.inference.openvino_import import import_openvino_ir
+
+    rng = np.random.default_rng(0)
+    init = numpy_helper.from_array
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["y"], name="ln", axis=-1),
+             helper.make_node("LayerNormalization", ["y", "gamma"], ["z"], name="ln_unbiased", axis=-1),
+             helper.make_node("InstanceNormalization", ["z", "scale", "shift"], ["out"], name="instance")]
+    weights = [init(rng.normal(size=size).astype(np.float32), name)  # not ones and zeros, which OpenVINO folds
+               for name, size in {"gamma": 4, "beta": 4, "scale": 3, "shift": 3}.items()]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 3, 4])],
+                 [value("out", TensorProto.FLOAT, [2, 3, 4])], weights)
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops) == {"ln": 7 * 24, "ln_unbiased": 6 * 24, "instance": 7 * 24}
+    xml = tmp_path / "small.xml"
+    ov.save_model(ov.convert_model(path), str(xml), compress_to_fp16=False)
+    converted = import_openvino_ir(str(xml))
+    assert "MVN" in converted.op_kinds.tolist() and "LayerNormalization" not in converted.op_kinds.tolist()
+    assert converted.total_flops == graph.total_flops
+
+
+@pytest.mark.parametrize("op_type, flops", [("GroupNormalization", 7 * 60), ("MeanVarianceNormalization", 5 * 60),
+                                            ("MVN", 5 * 60)])
+def test_op_flops__normalizations(op_type, flops):
+    """ONNX GroupNormalization(X, scale, bias) normalizes and scales; MVN (OpenVINO, its second input the
+    axes) and ONNX MeanVarianceNormalization only normalize."""
+    from graphs.inference.flops import op_flops
+
+    assert op_flops(op_type, [(2, 6, 5), (2,), (2,)], [(2, 6, 5)], {}) == flops

@@ -137,7 +137,8 @@ def test_cli_graphs_import_openvino__writes_the_graph_without_warning(tmp_path, 
 
 def test_import_openvino_ir__an_lstm_sequence_counts_its_matmuls_biases_and_gates(tmp_path):
     """X (2 examples, 5 steps, 3 inputs), hidden 4, both directions, with bias: per step, example and
-    direction 2 x 16 x (3 + 4) matmul FLOPs + 2 x 16 bias adds + 13 x 4 gate FLOPs."""
+    direction 2 x 16 x (3 + 4) matmul FLOPs + 16 bias adds + 13 x 4 gate FLOPs. OpenVINO's B is one vector
+    of 4 x hidden, W's and R's biases summed (ONNX's holds both, 8 x hidden): it counted 2 x 16 adds."""
     x = ops.parameter([2, 5, 3], np.float32, name="x")
     h0, c0 = (ops.constant(np.zeros((2, 2, 4), np.float32)) for _ in range(2))
     w, r, b = (ops.constant(np.ones(shape, np.float32)) for shape in ((2, 16, 3), (2, 16, 4), (2, 16)))
@@ -146,7 +147,24 @@ def test_import_openvino_ir__an_lstm_sequence_counts_its_matmuls_biases_and_gate
     path = tmp_path / "lstm.xml"
     ov.save_model(ov.Model([ops.result(lstm.output(0))], [x], "lstm"), str(path), compress_to_fp16=False)
     graph = import_openvino_ir(str(path))
-    assert graph.flops.tolist() == [2 * 5 * 2 * (2 * 16 * 7 + 2 * 16 + 13 * 4)]
+    assert graph.flops.tolist() == [2 * 5 * 2 * (2 * 16 * 7 + 16 + 13 * 4)]
+
+
+def test_import_openvino_ir__a_gru_sequence_adds_each_bias_element_once(tmp_path):
+    """X (2, 5, 3), hidden 4: with linear_before_reset, B holds 4 x hidden biases (R's for the new gate
+    apart), else 3 x hidden; one add each per step and example, beside 2 x 12 x (3 + 4) + 11 x 4."""
+    x = ops.parameter([2, 5, 3], np.float32, name="x")
+    h0 = ops.constant(np.zeros((2, 1, 4), np.float32))
+    w, r = ops.constant(np.ones((1, 12, 3), np.float32)), ops.constant(np.ones((1, 12, 4), np.float32))
+    lengths = ops.constant(np.array([5, 5], np.int32))
+    nodes = [ops.gru_sequence(x, h0, lengths, w, r, ops.constant(np.ones((1, 4 * 4), np.float32)), 4, "forward",
+                              linear_before_reset=True, name="before_reset"),
+             ops.gru_sequence(x, h0, lengths, w, r, ops.constant(np.ones((1, 3 * 4), np.float32)), 4, "forward",
+                              name="after_reset")]
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n.output(0)) for n in nodes], [x])))
+    products = 2 * 12 * 7 + 11 * 4
+    assert _by_name(graph, graph.flops) == {"before_reset": 2 * 5 * (products + 16),
+                                            "after_reset": 2 * 5 * (products + 12)}
 
 
 def _saved(tmp_path, outputs, inputs, name: str = "small"):
@@ -189,3 +207,38 @@ def test_import_openvino_ir__interpolate_counts_its_taps_by_mode(tmp_path):
     graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in resized.values()], [x])))
     assert _by_name(graph, graph.flops) == {"bicubic_pillow": 2 * 16 * 3 * 8 * 12, "nearest": 0}
     assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_openvino_ir__scaled_dot_product_attention_counts_what_its_specification_spells_out(tmp_path):
+    """ScaledDotProductAttention had no FLOP formula (0 FLOPs, listed in ops_without_flops): OpenVINO fuses an
+    exported attention's MatMul, scale, mask, Softmax and MatMul into it, so a converted transformer lost its
+    attention. q (2, 4, L=6, E=8), k (2, 4, S=10, 8), v (2, 4, 10, Ev=16): per score, 2 x 8 + 2 x 16 for the
+    two matmuls, 1 for the scale, 5 for the softmax, and 1 for the mask where there is one (causal, or a
+    mask tensor; a scalar mask is the specification's zero)."""
+    q = ops.parameter([2, 4, 6, 8], np.float32, name="q")
+    k = ops.parameter([2, 4, 10, 8], np.float32, name="k")
+    v = ops.parameter([2, 4, 10, 16], np.float32, name="v")
+    mask = ops.constant(np.zeros((6, 10), np.float32))
+    scalar_mask, scale = ops.constant(np.float32(0)), ops.constant(np.float32(0.5))
+    nodes = {"plain": ops.scaled_dot_product_attention(q, k, v, name="plain"),
+             "causal": ops.scaled_dot_product_attention(q, k, v, causal=True, name="causal"),
+             "masked": ops.scaled_dot_product_attention(q, k, v, mask, name="masked"),
+             "scalar_mask": ops.scaled_dot_product_attention(q, k, v, scalar_mask, scale, name="scalar_mask")}
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in nodes.values()], [q, k, v])))
+    scores = 2 * 4 * 6 * 10
+    unmasked = scores * (2 * 8 + 2 * 16 + 1 + 5)
+    assert _by_name(graph, graph.flops) == {"plain": unmasked, "causal": unmasked + scores,
+                                            "masked": unmasked + scores, "scalar_mask": unmasked}
+    assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_openvino_ir__openvinos_spellings_of_elementwise_ops_have_the_onnx_ones_formula(tmp_path):
+    """SoftPlus, SoftSign, GreaterEqual and LessEqual (ONNX: Softplus, Softsign, GreaterOrEqual, LessOrEqual)
+    and the trigonometric ops had no formula: 0 FLOPs, listed in ops_without_flops. One FLOP an element."""
+    x = ops.parameter([2, 3, 5], np.float32, name="x")
+    nodes = [ops.softplus(x, name="softplus"), ops.softsign(x, name="softsign"),
+             ops.greater_equal(x, x, name="ge"), ops.less_equal(x, x, name="le"), ops.tan(x, name="tan"),
+             ops.asinh(x, name="asinh"), ops.cosh(x, name="cosh"), ops.is_finite(x, name="finite")]
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in nodes], [x])))
+    assert graph.meta["ops_without_flops"] == {}
+    assert graph.flops.tolist() == [2 * 3 * 5] * len(nodes)

@@ -901,3 +901,30 @@ def test_reachable_keras_names__globals_closure_and_containers_with_sublayers():
     with fresh_keras_names(), keras_names_past(frozenset({"dense", "dense_2"})):
         names = [keras.layers.Dense(2).name for _ in range(3)]
     assert names == ["dense_1", "dense_3", "dense_4"]
+
+
+def test_keras_step__resizes_count_their_interpolation_as_the_onnx_importer_does():
+    """ResizeBilinear and ResizeBicubic fell back to 1 FLOP an output element, and ResizeNearestNeighbor too,
+    where the ONNX importer's Resize counts taps^k multiply-adds an output element (k the dims resized: 2^k
+    for bilinear, 4^k for bicubic) and nearest 0, a gather. conv (2, 4, 6, 3) -> (2, 8, 12, 3) three ways,
+    and -> (2, 4, 12, 3) bilinear (one dim resized); a gradient does its forward's multiply-adds."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    inputs = keras.Input((4, 6, 3), name="x")
+    conv = keras.layers.Conv2D(3, 1, name="conv")(inputs)
+    resized = [keras.layers.Resizing(height, 12, interpolation=mode, name=name)(conv)
+                for name, mode, height in (("bilinear", "bilinear", 8), ("bicubic", "bicubic", 8),
+                                           ("nearest", "nearest", 8), ("wide", "bilinear", 4))]
+    outputs = keras.layers.Concatenate(axis=1)(resized)
+    model = keras.Model(inputs, outputs, name="resizes")
+    graph = trace_keras_training_step(model, np.zeros((2, 4, 6, 3), "float32"),
+                                      np.zeros((2, 28, 12, 3), "float32"), loss="mse", optimizer="sgd", name="resizes")
+    both, wide = 2 * 8 * 12 * 3, 2 * 4 * 12 * 3
+    forward = {graph.scopes[i]: graph.flops[i] for i in range(graph.num_ops)
+               if graph.op_kinds[i].startswith("Resize") and graph.phases[i] == PHASE_CODE["forward"]}
+    assert forward == {"bilinear": 2 * 4 * both, "bicubic": 2 * 16 * both, "nearest": 0, "wide": 2 * 2 * wide}
+    grads = {graph.scopes[i]: graph.flops[i]
+             for i in _ops(graph, "ResizeBilinearGrad") + _ops(graph, "ResizeBicubicGrad")}
+    assert grads == {"bilinear": 2 * 4 * both, "bicubic": 2 * 16 * both, "wide": 2 * 2 * wide}
