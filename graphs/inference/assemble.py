@@ -53,6 +53,53 @@ class ImportedModel:
     # why its bodies' cost is unknown (its trip count)}: imported with bytes only, as an op without a formula
 
 
+@dataclass
+class Uncosted:
+    """What the ops inside subgraph bodies leave out: op types without a FLOP formula ({type: count}), and the
+    subgraph ops whose bodies could not be costed ({name, a nested one's path outer/inner: why})."""
+    without_flops: Counter = field(default_factory=Counter)
+    not_costed: dict[str, str] = field(default_factory=dict)
+
+    def add(self, other: Uncosted) -> None:
+        self.without_flops.update(other.without_flops)
+        self.not_costed.update(other.not_costed)
+
+
+@dataclass(frozen=True)
+class BodyCost:
+    """A subgraph op's bodies over all their runs (``flops`` None: how many runs is not known statically)."""
+    flops: float | None
+    bytes_accessed: int  # what the bodies' ops read and write
+    param_bytes: int  # the bodies' own weights, resident once however many runs
+    uncosted: Uncosted
+
+
+def body_cost(costs: list[NodeCost], uncosted: Uncosted) -> BodyCost:
+    """One run of a body whose ops cost ``costs``: their sums; the op types without a formula are listed."""
+    uncosted.without_flops.update(cost.op_type for cost in costs if cost.flops is None)
+    return BodyCost(sum(cost.flops or 0.0 for cost in costs),
+                    sum(c.in_bytes + c.out_bytes + c.weight_bytes + c.body_bytes for c in costs),
+                    sum(cost.param_bytes for cost in costs), uncosted)
+
+
+def repeated(body: BodyCost, runs: int | None, path: str, why: str) -> BodyCost:
+    """A loop's cost: ``body`` (one run) ``runs`` times; when ``runs`` is None (not static), no FLOPs (listed)
+    and no body bytes, and ``path``'s ``why`` recorded. Its weights are resident either way."""
+    if runs is None:
+        return BodyCost(None, 0, body.param_bytes, Uncosted(not_costed={path: why}))
+    return BodyCost(runs * body.flops, runs * body.bytes_accessed, body.param_bytes, body.uncosted)
+
+
+def costlier(branches: list[BodyCost]) -> BodyCost:
+    """An If's cost: the larger of its branches' FLOPs, and of their bytes (an upper bound of the one that
+    runs); every branch's weights are resident."""
+    uncosted = Uncosted()
+    for branch in branches:
+        uncosted.add(branch.uncosted)
+    return BodyCost(max(b.flops or 0.0 for b in branches), max(b.bytes_accessed for b in branches),
+                    sum(b.param_bytes for b in branches), uncosted)
+
+
 def scope_of(name: str) -> str:
     """``/encoder/layer.0/attention/MatMul`` -> ``encoder.layer.0.attention``: the dotted module path the
     torch benchmarks' scopes use (expert placements match scope prefixes); a bare name has no scope."""

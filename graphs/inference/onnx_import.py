@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import math
 from collections import ChainMap, Counter
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Mapping
@@ -41,7 +40,8 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.files import file_problem
-from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
+from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, Uncosted, body_cost, costlier,
+                                       repeated, to_opgraph, unique_names)
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.inference.shape_folding import infer_with_folded_shapes, known_values, static_dim, static_shapes
@@ -60,13 +60,13 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
         raise PlacerError(f"ONNX model {model_file} has no nodes")
     scope = _Scope(graph, _default_opset(model))
     names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)])
-    nodes, inner = _cost_nodes(scope, names)
+    nodes, uncosted = _cost_nodes(scope, names)
     num_params = sum(math.prod(init.dims) for body in _graphs_within(graph) for init in body.initializer
                      if _type_name(init.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes,
                                     _edges(graph, scope.tensors), _batch_size(graph, scope.initializers),
                                     int(num_params), given, dict(_unsized_by_op(graph, scope.tensors)),
-                                    dict(inner.without_flops), inner.not_costed))
+                                    dict(uncosted.without_flops), uncosted.not_costed))
 
 
 class _Scope:
@@ -92,33 +92,12 @@ class _Scope:
         return ChainMap(static_shapes(self.graph), *([self.outer.static_shapes] if self.outer else []))
 
 
-@dataclass
-class _Inner:
-    """What the nodes inside subgraph bodies leave uncounted: op types without a FLOP formula, and subgraph ops
-    whose body could not be costed ({path: why})."""
-    without_flops: Counter = field(default_factory=Counter)
-    not_costed: dict[str, str] = field(default_factory=dict)
-
-    def add(self, other: _Inner) -> None:
-        self.without_flops.update(other.without_flops)
-        self.not_costed.update(other.not_costed)
-
-
-@dataclass(frozen=True)
-class _BodyCost:
-    """A subgraph op's bodies over all their runs (``flops`` None: how many runs is not known statically)."""
-    flops: float | None
-    bytes_accessed: int
-    param_bytes: int  # the bodies' own initializers, resident once however many runs
-    inner: _Inner
-
-
-def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], _Inner]:
+def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
     """One NodeCost per node of ``scope.graph``, with its shapes from ``scope``: the main graph's ops, and
     (recursively) a subgraph body's. A weight is owned (``param_bytes``) by its graph's first node that reads
     it; a body node reading an enclosing graph's weight reads it (``weight_bytes``) without owning it: the
     top-level subgraph op, whose implicit input it is, does."""
-    costs, inner, owned = [], _Inner(), set()
+    costs, uncosted, owned = [], Uncosted(), set()
     for node, name in zip(scope.graph.node, names):
         in_bytes = weight_bytes = param_bytes = 0
         for tensor in _reads(node):
@@ -135,13 +114,13 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], _Inner
         if _is_subgraph_op(node):
             body = _subgraph_cost(node, scope, name)
             flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes
-            inner.add(body.inner)
+            uncosted.add(body.uncosted)
         else:
             flops = op_flops(node.op_type, [_shape(scope.tensors.get(t)) for t in node.input if t],
                              [_shape(scope.tensors.get(t)) for t in outputs], _attributes(node))
         costs.append(NodeCost(name, node.op_type, flops, in_bytes, sum(_bytes(scope.tensors.get(t)) for t in outputs),
                               weight_bytes, param_bytes, body_bytes))
-    return costs, inner
+    return costs, uncosted
 
 
 def _edges(graph, tensors) -> list[tuple[int, int, int]]:
@@ -164,32 +143,20 @@ def _is_subgraph_op(node) -> bool:
     return node.op_type in SUBGRAPH_OPS and node.domain in DEFAULT_DOMAINS
 
 
-def _subgraph_cost(node, scope: _Scope, path: str) -> _BodyCost:
-    """An If costs its costlier branch: FLOPs and bytes each the larger of the two branches' (an upper bound
-    of the branch that runs). A Loop or Scan costs its body times its trip count when that is known statically
-    (``_loop_trips``, ``_scan_trips``); else its FLOPs are unknown (None: listed) and its body adds no bytes."""
+def _subgraph_cost(node, scope: _Scope, path: str) -> BodyCost:
+    """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop or Scan its
+    body times its trip count when that is known statically (``_loop_trips``, ``_scan_trips``)."""
     if node.op_type == "If":
-        branches = [_body_cost(_graph_attribute(node, name), scope, path) for name in ("then_branch", "else_branch")]
-        inner = _Inner()
-        for branch in branches:
-            inner.add(branch.inner)
-        return _BodyCost(max(b.flops for b in branches), max(b.bytes_accessed for b in branches),
-                         sum(b.param_bytes for b in branches), inner)
-    body = _body_cost(_graph_attribute(node, "body"), scope, path)
+        return costlier([_body_cost(_graph_attribute(node, name), scope, path)
+                         for name in ("then_branch", "else_branch")])
     trips, why = _loop_trips(node, scope) if node.op_type == "Loop" else _scan_trips(node, scope)
-    if trips is None:
-        return _BodyCost(None, 0, body.param_bytes, _Inner(not_costed={path: f"{node.op_type}: {why}"}))
-    return _BodyCost(trips * body.flops, trips * body.bytes_accessed, body.param_bytes, body.inner)
+    return repeated(_body_cost(_graph_attribute(node, "body"), scope, path), trips, path, f"{node.op_type}: {why}")
 
 
-def _body_cost(body, scope: _Scope, path: str) -> _BodyCost:
-    """One run of a body graph: the sum of its nodes' costs, costed as the main graph's are."""
+def _body_cost(body, scope: _Scope, path: str) -> BodyCost:
+    """One run of a body graph: its nodes costed as the main graph's, summed."""
     names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(body.node)])
-    costs, inner = _cost_nodes(scope.body(body), [f"{path}/{name}" for name in names])
-    inner.without_flops.update(cost.op_type for cost in costs if cost.flops is None)
-    return _BodyCost(sum(cost.flops or 0.0 for cost in costs),
-                     sum(c.in_bytes + c.out_bytes + c.weight_bytes + c.body_bytes for c in costs),
-                     sum(cost.param_bytes for cost in costs), inner)
+    return body_cost(*_cost_nodes(scope.body(body), [f"{path}/{name}" for name in names]))
 
 
 def _loop_trips(node, scope: _Scope) -> tuple[int | None, str]:
