@@ -122,8 +122,9 @@ def unique_names(names: list[str]) -> list[str]:
 
 def to_opgraph(model: ImportedModel) -> OpGraph:
     """The OpGraph of an imported inference model; meta carries the model file and the op types without
-    a FLOP formula (``{}`` when every op had one), and where there are any, the input sizes the user gave
-    and the count of tensors without a size."""
+    a FLOP formula, inside subgraph bodies too (``{}`` when every op had one), and where there are any, the
+    input sizes the user gave, the count of tensors without a size and the subgraph ops whose bodies could
+    not be costed (``bodies_not_costed``)."""
     nodes = model.nodes
     pair_bytes: dict[tuple[int, int], int] = defaultdict(int)
     for src, dst, size in model.edges:
