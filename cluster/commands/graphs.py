@@ -152,7 +152,7 @@ def _import(args: argparse.Namespace) -> int:
     _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _note_unrolled_layers(graph.meta.get("unrolled_layers") or [])
-    _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {})
+    _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {}, graph.meta.get("bodies_not_costed") or {})
     _warn_loops_counted_once(graph.meta.get("loops_counted_once", 0))
     _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0), graph.meta.get("unsized_tensors_by_op", {}))
     path = save_graph(graph, args.output)
@@ -257,13 +257,17 @@ def _note_unrolled_layers(layers: list[str]) -> None:
               f"every time step's ops are in the graph: {', '.join(layers)}", file=sys.stderr)
 
 
-def _warn_ops_without_flops(missing: dict[str, int]) -> None:
-    """One stderr line naming the op types imported with bytes only, so a FLOP total is read knowingly."""
+def _warn_ops_without_flops(missing: dict[str, int], not_costed: dict[str, str]) -> None:
+    """One stderr line naming the op types imported with bytes only, so a FLOP total is read knowingly; the
+    subgraph ops among them (a Loop, Scan, TensorIterator) are there because their trip count is unknown,
+    and the line says so, op by op, with why."""
     if not missing:
         return
     listed = ", ".join(f"{kind} ({count})" for kind, count in missing.items())
     noun = "op type has" if len(missing) == 1 else "op types have"
-    print(f"placer: warning: {len(missing)} {noun} no FLOP formula, imported with bytes only: {listed}",
+    why = "; subgraph ops whose bodies are not costed, their trip count unknown: " + ", ".join(
+        f"{name} ({reason})" for name, reason in not_costed.items()) if not_costed else ""
+    print(f"placer: warning: {len(missing)} {noun} no FLOP formula, imported with bytes only: {listed}{why}",
           file=sys.stderr)
 
 

@@ -3,6 +3,10 @@
 An importer walks its model in topological order and hands over one ``NodeCost`` per op and the tensors
 between ops; this module sums tensors between the same two ops into one edge, derives scopes from the
 names, marks every op forward and records what has no FLOP formula.
+
+A subgraph op (ONNX If / Loop / Scan, OpenVINO If / Loop / TensorIterator) is one op whose ``body_bytes`` are
+what its body's ops read and write over all its runs, on top of its own inputs and outputs; the op types
+without a formula inside bodies, and the subgraph ops whose body could not be costed (why), are the model's.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ class NodeCost:
     in_bytes: int  # activations read (from other ops or graph inputs)
     out_bytes: int  # tensors written
     weight_bytes: int  # weights read (initializers / Constants), shared ones included
-    param_bytes: int  # weights this op owns: each weight is owned by its first consumer
+    param_bytes: int  # weights this op owns: each weight is owned by its first consumer (a subgraph op: and
+    # the weights inside its bodies, once)
+    body_bytes: int = 0  # a subgraph op: what its bodies' ops access (read and write), over all its runs
 
 
 @dataclass(frozen=True)
@@ -41,6 +47,57 @@ class ImportedModel:
     input_shapes: dict = field(default_factory=dict)  # the sizes the user gave (--input-shape), for measuring
     unsized_by_op: dict = field(default_factory=dict)  # {op type: tensors it made that the importer could
     # not size} (a symbolic dim counts as 1, an unknown shape as 0 bytes); a graph input's as "graph input"
+    body_ops_without_flops: dict = field(default_factory=dict)  # {op type: count} of the ops inside subgraph
+    # bodies without a FLOP formula (their subgraph op's FLOPs lack theirs)
+    bodies_not_costed: dict = field(default_factory=dict)  # {subgraph op's name (a nested one's path, outer/inner):
+    # why its bodies' cost is unknown (its trip count)}: imported with bytes only, as an op without a formula
+
+
+@dataclass
+class Uncosted:
+    """What the ops inside subgraph bodies leave out: op types without a FLOP formula ({type: count}), and the
+    subgraph ops whose bodies could not be costed ({name, a nested one's path outer/inner: why})."""
+    without_flops: Counter = field(default_factory=Counter)
+    not_costed: dict[str, str] = field(default_factory=dict)
+
+    def add(self, other: Uncosted) -> None:
+        self.without_flops.update(other.without_flops)
+        self.not_costed.update(other.not_costed)
+
+
+@dataclass(frozen=True)
+class BodyCost:
+    """A subgraph op's bodies over all their runs (``flops`` None: how many runs is not known statically)."""
+    flops: float | None
+    bytes_accessed: int  # what the bodies' ops read and write
+    param_bytes: int  # the bodies' own weights, resident once however many runs
+    uncosted: Uncosted
+
+
+def body_cost(costs: list[NodeCost], uncosted: Uncosted) -> BodyCost:
+    """One run of a body whose ops cost ``costs``: their sums; the op types without a formula are listed."""
+    uncosted.without_flops.update(cost.op_type for cost in costs if cost.flops is None)
+    return BodyCost(sum(cost.flops or 0.0 for cost in costs),
+                    sum(c.in_bytes + c.out_bytes + c.weight_bytes + c.body_bytes for c in costs),
+                    sum(cost.param_bytes for cost in costs), uncosted)
+
+
+def repeated(body: BodyCost, runs: int | None, path: str, why: str) -> BodyCost:
+    """A loop's cost: ``body`` (one run) ``runs`` times; when ``runs`` is None (not static), no FLOPs (listed)
+    and no body bytes, and ``path``'s ``why`` recorded. Its weights are resident either way."""
+    if runs is None:
+        return BodyCost(None, 0, body.param_bytes, Uncosted(not_costed={path: why}))
+    return BodyCost(runs * body.flops, runs * body.bytes_accessed, body.param_bytes, body.uncosted)
+
+
+def costlier(branches: list[BodyCost]) -> BodyCost:
+    """An If's cost: the larger of its branches' FLOPs, and of their bytes (an upper bound of the one that
+    runs); every branch's weights are resident."""
+    uncosted = Uncosted()
+    for branch in branches:
+        uncosted.add(branch.uncosted)
+    return BodyCost(max(b.flops or 0.0 for b in branches), max(b.bytes_accessed for b in branches),
+                    sum(b.param_bytes for b in branches), uncosted)
 
 
 def scope_of(name: str) -> str:
@@ -65,8 +122,9 @@ def unique_names(names: list[str]) -> list[str]:
 
 def to_opgraph(model: ImportedModel) -> OpGraph:
     """The OpGraph of an imported inference model; meta carries the model file and the op types without
-    a FLOP formula (``{}`` when every op had one), and where there are any, the input sizes the user gave
-    and the count of tensors without a size."""
+    a FLOP formula, inside subgraph bodies too (``{}`` when every op had one), and where there are any, the
+    input sizes the user gave, the count of tensors without a size and the subgraph ops whose bodies could
+    not be costed (``bodies_not_costed``)."""
     nodes = model.nodes
     pair_bytes: dict[tuple[int, int], int] = defaultdict(int)
     for src, dst, size in model.edges:
@@ -74,7 +132,7 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
             pair_bytes[(src, dst)] += int(size)
     _check_byte_totals(model, pair_bytes)
     pairs = sorted(pair_bytes)
-    missing = Counter(node.op_type for node in nodes if node.flops is None)
+    missing = Counter(node.op_type for node in nodes if node.flops is None) + Counter(model.body_ops_without_flops)
     model_file = os.path.abspath(model.model_file)
     return OpGraph(
         name=model.name,
@@ -82,8 +140,8 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
         op_names=np.array([node.name for node in nodes], dtype=object),
         op_kinds=np.array([node.op_type for node in nodes], dtype=object),
         flops=np.array([node.flops or 0.0 for node in nodes], dtype=np.float64),
-        bytes_accessed=np.array([node.in_bytes + node.out_bytes + node.weight_bytes for node in nodes],
-                                dtype=np.float64),
+        bytes_accessed=np.array([node.in_bytes + node.out_bytes + node.weight_bytes + node.body_bytes
+                                 for node in nodes], dtype=np.float64),
         out_bytes=np.array([node.out_bytes for node in nodes], dtype=np.int64),
         param_bytes=np.array([node.param_bytes for node in nodes], dtype=np.int64),
         edge_src=np.array([p[0] for p in pairs], dtype=np.int64),
@@ -102,7 +160,8 @@ def _check_byte_totals(model: ImportedModel, pair_bytes: dict) -> None:
     """Sizes past a 64-bit count (absurd input sizes, given or declared by the model) are one PlacerError."""
     totals = {"outputs": sum(node.out_bytes for node in model.nodes),
               "weights": sum(node.param_bytes + node.weight_bytes for node in model.nodes),
-              "inputs": sum(node.in_bytes for node in model.nodes), "edges": sum(pair_bytes.values())}
+              "inputs": sum(node.in_bytes for node in model.nodes), "edges": sum(pair_bytes.values()),
+              "subgraph bodies' accesses": sum(node.body_bytes for node in model.nodes)}
     name, total = max(totals.items(), key=lambda item: item[1])
     if total >= MAX_TOTAL_BYTES:
         raise PlacerError(f"model {model.model_file}: its {name} total {min(total, 10**300):.3g} bytes, more than "
@@ -116,4 +175,6 @@ def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dic
     if model.unsized_by_op:
         meta["tensors_without_size"] = sum(model.unsized_by_op.values())
         meta["unsized_tensors_by_op"] = dict(sorted(model.unsized_by_op.items()))
+    if model.bodies_not_costed:
+        meta["bodies_not_costed"] = dict(model.bodies_not_costed)
     return meta

@@ -11,22 +11,40 @@ there too (``meta["unsized_tensors_by_op"]``: the same count by the op type that
 reads one tensor twice (``Mul(y, y)``) reads it once: one edge's worth of bytes.
 
 Subgraph ops (If, Loop, Scan) are one op each: the tensors their bodies read from the outer graph are
-edges into them, but they have no FLOP formula, so their body's FLOPs are not counted and they are listed in
-``meta["ops_without_flops"]`` with any other op type the table in ``graphs.inference.flops`` lacks.
+edges into them (an outer initializer one reads is theirs, as any reader's), and they cost their bodies. A
+body's nodes are costed as the main graph's (same formulas, shapes from the same inference, which infers
+inside bodies: a Scan's from its inputs' slices, an If's branches from the outer tensors, a Loop's from the
+shapes its body declares for its carried values, which onnx does not carry in since they may change from
+one iteration to the next; a body tensor it leaves unsized counts as the main graph's do), recursively for
+nested subgraph ops, and summed: FLOPs, and bytes accessed (every body node's reads and writes, weights
+included, on top of the op's own inputs and outputs). A Loop multiplies its body by its trip count when that
+is static (``M`` a known value and a condition that cannot stop it early), a Scan by its scan inputs' length;
+an If takes the larger of its two branches' FLOPs, and of their bytes: an upper bound of the one that runs.
+A Loop or Scan whose trip count is not known statically keeps no FLOPs (listed in ``ops_without_flops``)
+and adds no body bytes; why is in ``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}). A
+body's own initializers are resident weights of its top-level subgraph op, counted once whatever the trip
+count (``param_bytes``, ``num_params``); its intermediate tensors live only while the op runs, so the op's
+``out_bytes`` are its own outputs. An op type without a formula inside a body is listed in
+``ops_without_flops`` too (one per body node), its subgraph op's FLOPs lacking it.
 """
 
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import ChainMap, Counter
+from functools import cached_property
 from pathlib import Path
+from typing import Mapping
+
+import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.files import file_problem
-from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph, unique_names
+from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, Uncosted, body_cost, costlier,
+                                       repeated, to_opgraph, unique_names)
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim
+from graphs.inference.shape_folding import infer_with_folded_shapes, known_values, static_dim, static_shapes
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -40,35 +58,187 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
     graph = model.graph
     if not graph.node:
         raise PlacerError(f"ONNX model {model_file} has no nodes")
-    tensors = _tensor_table(graph)
-    initializers = {init.name: init for init in graph.initializer}
+    scope = _Scope(graph, _default_opset(model))
     names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)])
-    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
-    nodes, edges, owned = [], [], set()
-    for i, node in enumerate(graph.node):
-        inputs = list(dict.fromkeys([t for t in node.input if t] + _outer_reads(node, set(node.input))))
-        in_bytes = weight_bytes = param_bytes = 0
-        for tensor in inputs:
-            size = _bytes(tensors.get(tensor))
-            if tensor in producer:
-                edges.append((producer[tensor], i, size))
-                in_bytes += size
-            elif tensor in initializers:
-                weight_bytes += size
-                param_bytes += 0 if tensor in owned else size
-                owned.add(tensor)
-            else:
-                in_bytes += size  # a graph input
-        outputs = [t for t in node.output if t]
-        flops = op_flops(node.op_type, [_shape(tensors.get(t)) for t in node.input if t],
-                         [_shape(tensors.get(t)) for t in outputs], _attributes(node))
-        nodes.append(NodeCost(names[i], node.op_type, flops, in_bytes,
-                              sum(_bytes(tensors.get(t)) for t in outputs), weight_bytes, param_bytes))
-    num_params = sum(math.prod(init.dims) for init in initializers.values()
+    nodes, uncosted = _cost_nodes(scope, names)
+    num_params = sum(math.prod(init.dims) for body in _graphs_within(graph) for init in body.initializer
                      if _type_name(init.data_type) in FLOAT_TYPES)
-    return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes, edges,
-                                    _batch_size(graph, initializers), int(num_params), given,
-                                    _unsized_by_op(graph, tensors)))
+    return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes,
+                                    _edges(graph, scope.tensors), _batch_size(graph, scope.initializers),
+                                    int(num_params), given, dict(_unsized_by_op(graph, scope.tensors)),
+                                    dict(uncosted.without_flops), uncosted.not_costed))
+
+
+class _Scope:
+    """What the nodes of one graph see: its tensors and initializers, and those of the graphs around it (a
+    subgraph body reads the enclosing graph's tensors by name). The known values (Loop trip counts) and the
+    fully sized shapes (Scan lengths) are computed when first asked for: a model without loops never is."""
+
+    def __init__(self, graph, opset: int, outer: _Scope | None = None):
+        self.graph, self.opset, self.outer = graph, opset, outer
+        self.own_initializers = {init.name: init for init in graph.initializer}
+        self.tensors = ChainMap(_tensor_table(graph), *([outer.tensors] if outer else []))
+        self.initializers = ChainMap(self.own_initializers, *([outer.initializers] if outer else []))
+
+    def body(self, graph) -> _Scope:
+        return _Scope(graph, self.opset, self)
+
+    @cached_property
+    def values(self) -> dict:
+        return known_values(self.graph, self.outer.values if self.outer else None)
+
+    @cached_property
+    def static_shapes(self) -> ChainMap:
+        return ChainMap(static_shapes(self.graph), *([self.outer.static_shapes] if self.outer else []))
+
+
+def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
+    """One NodeCost per node of ``scope.graph``, with its shapes from ``scope``: the main graph's ops, and
+    (recursively) a subgraph body's. A weight is owned (``param_bytes``) by its graph's first node that reads
+    it; a body node reading an enclosing graph's weight reads it (``weight_bytes``) without owning it: the
+    top-level subgraph op, whose implicit input it is, does."""
+    costs, uncosted, owned = [], Uncosted(), set()
+    for node, name in zip(scope.graph.node, names):
+        in_bytes = weight_bytes = param_bytes = 0
+        for tensor in _reads(node):
+            size = _bytes(scope.tensors.get(tensor))
+            if tensor not in scope.initializers:
+                in_bytes += size  # another node's output, or an input of the graph
+                continue
+            weight_bytes += size
+            if tensor in scope.own_initializers and tensor not in owned:
+                param_bytes += size
+                owned.add(tensor)
+        outputs = [t for t in node.output if t]
+        flops, body_bytes = None, 0
+        if _is_subgraph_op(node):
+            body = _subgraph_cost(node, scope, name)
+            flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes
+            uncosted.add(body.uncosted)
+        else:
+            flops = op_flops(node.op_type, [_shape(scope.tensors.get(t)) for t in node.input if t],
+                             [_shape(scope.tensors.get(t)) for t in outputs], _attributes(node))
+        costs.append(NodeCost(name, node.op_type, flops, in_bytes, sum(_bytes(scope.tensors.get(t)) for t in outputs),
+                              weight_bytes, param_bytes, body_bytes))
+    return costs, uncosted
+
+
+def _edges(graph, tensors) -> list[tuple[int, int, int]]:
+    """(producer, consumer, bytes) per tensor a node reads from another node (explicitly or in a body)."""
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    return [(producer[tensor], i, _bytes(tensors.get(tensor)))
+            for i, node in enumerate(graph.node) for tensor in _reads(node) if tensor in producer]
+
+
+def _reads(node) -> list[str]:
+    """The tensors a node reads, each once: its inputs, then what its bodies read from the graph around it."""
+    return list(dict.fromkeys([t for t in node.input if t] + _outer_reads(node, set(node.input))))
+
+
+SUBGRAPH_OPS = ("If", "Loop", "Scan")
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+def _is_subgraph_op(node) -> bool:
+    return node.op_type in SUBGRAPH_OPS and node.domain in DEFAULT_DOMAINS
+
+
+def _subgraph_cost(node, scope: _Scope, path: str) -> BodyCost:
+    """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop or Scan its
+    body times its trip count when that is known statically (``_loop_trips``, ``_scan_trips``)."""
+    if node.op_type == "If":
+        return costlier([_body_cost(_graph_attribute(node, name), scope, path)
+                         for name in ("then_branch", "else_branch")])
+    trips, why = _loop_trips(node, scope) if node.op_type == "Loop" else _scan_trips(node, scope)
+    return repeated(_body_cost(_graph_attribute(node, "body"), scope, path), trips, path, f"{node.op_type}: {why}")
+
+
+def _body_cost(body, scope: _Scope, path: str) -> BodyCost:
+    """One run of a body graph: its nodes costed as the main graph's, summed."""
+    names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(body.node)])
+    return body_cost(*_cost_nodes(scope.body(body), [f"{path}/{name}" for name in names]))
+
+
+def _loop_trips(node, scope: _Scope) -> tuple[int | None, str]:
+    """(the Loop's trip count, "") when it is static: its ``M`` input a known value (an initializer, a
+    Constant, or shape arithmetic graphs.inference.shape_folding folds) and its condition true at every
+    iteration (absent or a constant true, and the body's condition output its input passed through, maybe
+    by Identity nodes, or a constant true, as torch.onnx writes a for loop); else (None, why). A loop that
+    may stop early on a condition computed at run time has no static trip count, even with an ``M`` (which
+    bounds the count only)."""
+    trip_input = node.input[0] if node.input else ""
+    if not trip_input:
+        return None, "no trip count M, it runs while its condition holds"
+    trips = _known_int(scope.values.get(trip_input))
+    if trips is None:
+        return None, "its trip count M is computed at run time"
+    body = _graph_attribute(node, "body")
+    condition = node.input[1] if len(node.input) > 1 else ""
+    if condition and not _known_true(scope.values.get(condition)):
+        return None, "its initial condition is computed at run time"
+    body_condition = _through_identities(body, body.output[0].name) if body.output else ""
+    passed_through = len(body.input) > 1 and body_condition == body.input[1].name
+    if not passed_through and not _known_true(scope.body(body).values.get(body_condition)):
+        return None, "its body computes its condition, so it may stop before its trip count M"
+    return max(trips, 0), ""
+
+
+def _through_identities(graph, tensor: str) -> str:
+    """The tensor ``tensor`` copies through a chain of ``graph``'s Identity nodes (itself if none)."""
+    copied_from = {node.output[0]: node.input[0] for node in graph.node
+                   if node.op_type == "Identity" and node.domain in DEFAULT_DOMAINS and node.input and node.output}
+    seen = set()
+    while tensor in copied_from and tensor not in seen:
+        seen.add(tensor)
+        tensor = copied_from[tensor]
+    return tensor
+
+
+def _scan_trips(node, scope: _Scope) -> tuple[int | None, str]:
+    """(the Scan's iterations, "") when the first scan input's size along its scan axis is static (every
+    dim of it sized); else (None, why). Opset 8's Scan (a batch axis first, per-example lengths) is not costed."""
+    if scope.opset < 9:
+        return None, "a Scan of opset 8 (batched, per-example sequence lengths) is not costed"
+    num_scan = _attributes(node).get("num_scan_inputs", 0)
+    first = node.input[len(node.input) - num_scan] if 0 < num_scan <= len(node.input) else ""
+    shape = scope.static_shapes.get(first)
+    if not shape:
+        return None, "the length of its scan inputs is not known statically"
+    axis = (_attributes(node).get("scan_input_axes") or [0])[0]
+    return shape[axis % len(shape)], ""
+
+
+def _known_int(value) -> int | None:
+    if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.integer):
+        return None
+    return int(value.reshape(-1)[0])
+
+
+def _known_true(value) -> bool:
+    return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
+
+
+def _graph_attribute(node, name: str):
+    return next(attribute.g for attribute in node.attribute if attribute.name == name)
+
+
+def _bodies(node) -> list:
+    """The subgraphs a node holds (If's branches, Loop's and Scan's body, any other op's graph attributes)."""
+    import onnx
+
+    bodies = []
+    for attribute in node.attribute:
+        bodies += [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+    return bodies
+
+
+def _graphs_within(graph) -> list:
+    """``graph`` and every subgraph inside it, nested ones included."""
+    return [graph] + [inner for node in graph.node for body in _bodies(node) for inner in _graphs_within(body)]
+
+
+def _default_opset(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in DEFAULT_DOMAINS), 0)
 
 
 def _existing(path: str) -> Path:
@@ -119,7 +289,7 @@ def _size_inputs(graph, sized: InputShapes) -> None:
             dim.dim_value = size  # replaces a symbolic dim_param (one of the two)
 
 
-def _unsized_by_op(graph, tensors: dict[str, TensorInfo]) -> dict[str, int]:
+def _unsized_by_op(graph, tensors: Mapping[str, TensorInfo]) -> Counter:
     """{op type: count} of the tensors whose shape inference left a dim symbolic (each counted as 1), and of
     the node outputs it gave no shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu:
     0 bytes, said, not silent), by the op type that makes them: a user sees which ops to look at (a Reshape
@@ -130,7 +300,9 @@ def _unsized_by_op(graph, tensors: dict[str, TensorInfo]) -> dict[str, int]:
                      and any(not static_dim(d) for d in value.type.tensor_type.shape.dim))
     counts.update(node.op_type for node in graph.node for tensor in node.output
                   if tensor and _shape(tensors.get(tensor)) is None)
-    return dict(counts)
+    for body in [body for node in graph.node for body in _bodies(node)]:  # a body's tensors, seen as its nodes do
+        counts.update(_unsized_by_op(body, ChainMap(_tensor_table(body), tensors)))
+    return counts
 
 
 TensorInfo = tuple[Shape, int]  # (shape with unknown dims as 1, or None for unknown rank; bytes per element)
@@ -190,13 +362,9 @@ def _attributes(node) -> dict:
 
 def _outer_reads(node, listed: set[str]) -> list[str]:
     """Tensors a subgraph op's bodies read from the enclosing graph (implicit inputs), in first-read order."""
-    import onnx
-
     reads: list[str] = []
-    for attribute in node.attribute:
-        bodies = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-        for body in bodies:
-            reads += [t for t in _free_names(body) if t not in listed and t not in reads]
+    for body in _bodies(node):
+        reads += [t for t in _free_names(body) if t not in listed and t not in reads]
     return reads
 
 

@@ -7,6 +7,17 @@ A Constant's bytes are resident ``param_bytes`` of its first consumer (counted o
 A node that reads one tensor twice reads it once; an output nothing reads (MaxPool's indices) adds no
 output bytes. ``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the
 converter's folding, e.g. batch norms folded into one scale and shift).
+
+Subgraph ops (If, Loop, TensorIterator: what ``openvino.convert_model`` makes of ONNX's If, Loop and Scan) are
+one op each and cost their bodies, which the OpenVINO API hands over (``get_function``, ``get_then_body``,
+``get_else_body``) with their shapes: a body's ops are costed as the model's, recursively, and summed. A Loop
+or TensorIterator multiplies its body by ``get_num_iterations()`` when OpenVINO knows it (a Loop's trip count
+a Constant and its condition constant true; a TensorIterator's sliced inputs' length); when it does not
+(-1), the op keeps no FLOPs (listed in ``ops_without_flops``) nor body bytes, and why is in
+``meta["bodies_not_costed"]``. An If takes the larger of its branches' FLOPs and of their bytes (an upper
+bound of the one that runs). The Constants inside bodies (the converter moves the weights a body reads
+into it) are resident ``param_bytes`` of the subgraph op, once, and count in ``num_params``; outputs of
+dynamic shape are counted by op type in ``meta["unsized_tensors_by_op"]``, those inside bodies included.
 """
 
 from __future__ import annotations
@@ -18,12 +29,14 @@ from pathlib import Path
 
 from graphs.errors import PlacerError
 from graphs.files import file_problem
-from graphs.inference.assemble import ImportedModel, NodeCost, to_opgraph
+from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, Uncosted, body_cost, costlier,
+                                       repeated, to_opgraph)
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.opgraph import OpGraph
 
 NOT_OPS = ("Parameter", "Result", "Constant")
+SUBGRAPH_OPS = ("If", "Loop", "TensorIterator")
 
 
 def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
@@ -33,31 +46,79 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
     model = _read_model(xml_file)
     given = input_shapes or {}
     size_inputs(model, f"OpenVINO IR {xml_file}", given)
-    ops = [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
+    ops = _ops_of(model)
     if not ops:
         raise PlacerError(f"OpenVINO IR {xml_file} has no ops: only Parameters, Constants and Results")
     _require_unique_names(xml_file, ops)
-    index = {node.get_instance_id(): i for i, node in enumerate(ops)}
-    nodes, edges, owned = [], [], set()
-    for i, node in enumerate(ops):
+    nodes, uncosted = _cost_ops(ops, [node.get_friendly_name() for node in ops])
+    return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, _edges(ops),
+                                    _batch_size(model), _num_params(model), given, dict(_outputs_without_size(ops)),
+                                    dict(uncosted.without_flops), uncosted.not_costed))
+
+
+def _cost_ops(ops: list, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
+    """One NodeCost per op, the model's or (recursively) a subgraph body's: a Constant is owned (``param_bytes``)
+    by its first consumer among ``ops``, read by each."""
+    costs, uncosted, owned = [], Uncosted(), set()
+    for node, name in zip(ops, names):
         in_bytes = weight_bytes = param_bytes = 0
         for source in _distinct_sources(node):
             producer, size = source.get_node(), _bytes(source)
-            kind = producer.get_type_name()
-            if kind == "Constant":
-                weight_bytes += size
-                param_bytes += 0 if producer.get_instance_id() in owned else size
-                owned.add(producer.get_instance_id())
-            else:
+            if producer.get_type_name() != "Constant":
                 in_bytes += size
-                if kind != "Parameter":
-                    edges.append((index[producer.get_instance_id()], i, size))
-        flops = op_flops(node.get_type_name(), [_shape(p.get_source_output()) for p in node.inputs()],
-                         [_shape(out) for out in node.outputs()], node.get_attributes())
-        nodes.append(NodeCost(node.get_friendly_name(), node.get_type_name(), flops, in_bytes,
-                              sum(_bytes(out) for out in _used_outputs(node)), weight_bytes, param_bytes))
-    return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, edges,
-                                    _batch_size(model), _num_params(model), given, _outputs_without_size(ops)))
+                continue
+            weight_bytes += size
+            param_bytes += 0 if producer.get_instance_id() in owned else size
+            owned.add(producer.get_instance_id())
+        flops, body_bytes = None, 0
+        if node.get_type_name() in SUBGRAPH_OPS:
+            body = _subgraph_cost(node, name)
+            flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes
+            uncosted.add(body.uncosted)
+        else:
+            flops = op_flops(node.get_type_name(), [_shape(p.get_source_output()) for p in node.inputs()],
+                             [_shape(out) for out in node.outputs()], node.get_attributes())
+        costs.append(NodeCost(name, node.get_type_name(), flops, in_bytes,
+                              sum(_bytes(out) for out in _used_outputs(node)), weight_bytes, param_bytes, body_bytes))
+    return costs, uncosted
+
+
+def _edges(ops: list) -> list[tuple[int, int, int]]:
+    """(producer, consumer, bytes) per tensor an op reads from another op (not a Parameter or a Constant)."""
+    index = {node.get_instance_id(): i for i, node in enumerate(ops)}
+    return [(index[source.get_node().get_instance_id()], i, _bytes(source))
+            for i, node in enumerate(ops) for source in _distinct_sources(node)
+            if source.get_node().get_type_name() not in NOT_OPS]
+
+
+def _subgraph_cost(node, path: str) -> BodyCost:
+    """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop or a
+    TensorIterator its body times its iterations, when OpenVINO knows them statically (``get_num_iterations``:
+    a Loop's trip count a Constant and its condition constant true; a TensorIterator's sliced inputs' length)."""
+    if node.get_type_name() == "If":
+        return costlier([_body_cost(body, path) for body in (node.get_then_body(), node.get_else_body())])
+    iterations = node.get_num_iterations()
+    why = f"{node.get_type_name()}: OpenVINO gives no static iteration count (a trip count or a condition computed " \
+        "at run time)"
+    return repeated(_body_cost(node.get_function(), path), iterations if iterations >= 0 else None, path, why)
+
+
+def _body_cost(body, path: str) -> BodyCost:
+    """One run of a body (an ``ov.Model``): its ops costed as the model's, summed."""
+    ops = _ops_of(body)
+    return body_cost(*_cost_ops(ops, [f"{path}/{node.get_friendly_name()}" for node in ops]))
+
+
+def _ops_of(model) -> list:
+    return [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
+
+
+def _bodies(node) -> list:
+    """The ``ov.Model`` bodies of a subgraph op (an If's two branches, a Loop's or TensorIterator's body)."""
+    kind = node.get_type_name()
+    if kind == "If":
+        return [node.get_then_body(), node.get_else_body()]
+    return [node.get_function()] if kind in SUBGRAPH_OPS else []
 
 
 def size_inputs(model, where: str, given: InputShapes) -> None:
@@ -106,9 +167,14 @@ def _used_outputs(node) -> list:
     return [out for out in node.outputs() if out.get_target_inputs()]
 
 
-def _outputs_without_size(ops: list) -> int:
-    """Op outputs whose shape still has a dynamic dim after the inputs are sized (each counted as 1)."""
-    return sum(1 for node in ops for out in node.outputs() if out.get_partial_shape().is_dynamic)
+def _outputs_without_size(ops: list) -> Counter:
+    """{op type: count} of the op outputs whose shape still has a dynamic dim after the inputs are sized (each
+    counted as 1), the ops inside subgraph bodies included."""
+    counts = Counter(node.get_type_name() for node in ops for out in node.outputs()
+                     if out.get_partial_shape().is_dynamic)
+    for body in [body for node in ops for body in _bodies(node)]:
+        counts.update(_outputs_without_size(_ops_of(body)))
+    return counts
 
 
 def _checked_ir_files(xml_path: str) -> Path:
@@ -174,5 +240,8 @@ def _batch_size(model) -> int:
 
 
 def _num_params(model) -> int:
-    return sum(math.prod(_shape(node.output(0)) or ()) for node in model.get_ordered_ops()
-               if node.get_type_name() == "Constant" and node.get_output_element_type(0).is_real())
+    """Scalars of the floating-point Constants, those inside subgraph bodies included."""
+    nodes = model.get_ordered_ops()
+    return sum(math.prod(_shape(node.output(0)) or ()) for node in nodes
+               if node.get_type_name() == "Constant" and node.get_output_element_type(0).is_real()) + sum(
+        _num_params(body) for node in nodes for body in _bodies(node))

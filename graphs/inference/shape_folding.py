@@ -54,7 +54,7 @@ def infer_with_folded_shapes(model):
 def _new_targets(graph, taken: dict) -> dict[tuple[int, int], np.ndarray]:
     """{(node index, input index): value} of the shape-taking inputs, neither given yet nor constant already,
     whose value is now known and whose node's outputs are not all sized."""
-    values, static = _known_values(graph), _static_shapes(graph)
+    values, static = known_values(graph), static_shapes(graph)
     constants = {init.name for init in graph.initializer} | {
         t for node in graph.node if node.op_type == "Constant" for t in node.output}
     computed, found = values.keys() - constants, {}
@@ -110,7 +110,7 @@ def static_dim(dim) -> bool:
     return dim.HasField("dim_value") and dim.dim_value >= 0
 
 
-def _static_shapes(graph) -> dict[str, tuple[int, ...]]:
+def static_shapes(graph) -> dict[str, tuple[int, ...]]:
     """{tensor: shape} of every tensor whose dims are all sized."""
     shapes = {init.name: tuple(init.dims) for init in graph.initializer}
     for value in [*graph.input, *graph.output, *graph.value_info]:
@@ -121,14 +121,16 @@ def _static_shapes(graph) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _known_values(graph) -> dict[str, np.ndarray]:
+def known_values(graph, outer: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """{tensor: value} of the small initializers and of the outputs of FOLDERS' ops whose inputs are known,
-    in the graph's (topological) node order."""
+    in the graph's (topological) node order; ``outer``: the values a subgraph body reads from the graphs
+    around it (the importer reads a Loop's trip count and condition so)."""
     from onnx import numpy_helper
 
-    values = {init.name: numpy_helper.to_array(init) for init in graph.initializer
-              if math.prod(init.dims) <= MAX_ELEMENTS}
-    shapes = _static_shapes(graph)
+    values = dict(outer or {})
+    values.update({init.name: numpy_helper.to_array(init) for init in graph.initializer
+                   if math.prod(init.dims) <= MAX_ELEMENTS})
+    shapes = static_shapes(graph)
     for node in graph.node:
         fold = FOLDERS.get(node.op_type) if node.domain in DEFAULT_DOMAINS else None
         if fold is None or not node.output:

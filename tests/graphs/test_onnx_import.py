@@ -112,7 +112,7 @@ def test_import_onnx__repeated_node_names_are_made_unique(tmp_path):
     assert imported.edge_src.tolist() == [0] and imported.edge_dst.tolist() == [1]
 
 
-def test_import_onnx__if_is_one_op_fed_by_what_its_branches_read_and_listed_without_flops(tmp_path):
+def test_import_onnx__if_is_one_op_fed_by_what_its_branches_read(tmp_path):
     value = helper.make_tensor_value_info
     branch = {name: helper.make_graph([helper.make_node(kind, ["h"], [f"{name}_out"])], name, [],
                                       [value(f"{name}_out", TensorProto.FLOAT, [4])])
@@ -128,7 +128,7 @@ def test_import_onnx__if_is_one_op_fed_by_what_its_branches_read_and_listed_with
     assert imported.op_names.tolist() == ["relu", "choose"]
     assert list(zip(imported.edge_src.tolist(), imported.edge_dst.tolist(), imported.edge_bytes.tolist())) == \
         [(0, 1, 16)]  # h, read inside both branches
-    assert imported.meta["ops_without_flops"] == {"If": 1} and imported.flops[1] == 0
+    assert imported.meta["ops_without_flops"] == {} and imported.flops[1] == 4  # the Neg branch's
 
 
 def _damaged(tmp_path, hand_onnx) -> dict:
@@ -504,3 +504,187 @@ def test_op_flops__normalizations(op_type, flops):
     from graphs.inference.flops import op_flops
 
     assert op_flops(op_type, [(2, 6, 5), (2,), (2,)], [(2, 6, 5)], {}) == flops
+
+
+# Subgraph ops: a Loop, Scan or If costs its bodies (nodes costed as the main graph's), figures by hand.
+
+BOOL = 1  # bytes per bool
+
+
+def _loop_body(carried_shape=(2, 4), condition=None):
+    """One iteration: h (2,4) @ W (4,4, the outer graph's) -> m; m + b (4, the body's own weight) -> h2; the
+    condition passed through by an Identity (or ``condition``'s nodes making cond_out)."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("MatMul", ["h", "W"], ["m"], name="matmul"),
+             helper.make_node("Add", ["m", "b"], ["h2"], name="add")]
+    nodes += condition or [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going")]
+    shape = list(carried_shape) if carried_shape is not None else None
+    return helper.make_graph(nodes, "body", [value("i", TensorProto.INT64, []), value("cond_in", TensorProto.BOOL, []),
+                                             value("h", TensorProto.FLOAT, shape)],
+                             [value("cond_out", TensorProto.BOOL, []), value("h2", TensorProto.FLOAT, shape)],
+                             [numpy_helper.from_array(np.ones(4, np.float32), "b")])
+
+
+# one iteration of _loop_body: MatMul 2 x 8 x 4 + Add 8 FLOPs; bytes: MatMul h, W, m; Add m, b, h2; Identity 2 bools
+BODY_FLOPS = 2 * 8 * 4 + 8
+BODY_BYTES = (8 + 16 + 8) * F32 + (8 + 4 + 8) * F32 + 2 * BOOL
+
+
+def _loop_model(tmp_path, body, trips_input: str = "M", extra_inputs=()) -> str:
+    """x (2,4) -> loop (Loop M times over body) -> y; W (4,4) and M = 5 initializers."""
+    value = helper.make_tensor_value_info
+    initializers = [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                    numpy_helper.from_array(np.array(5, np.int64), "M")]
+    loop = helper.make_node("Loop", [trips_input, "", "x"], ["y"], name="loop", body=body)
+    return _save(tmp_path, [loop], [value("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
+                 [value("y", TensorProto.FLOAT, [2, 4])], initializers)
+
+
+def test_import_onnx__a_loop_with_a_static_trip_count_costs_its_body_times_the_trips(tmp_path):
+    graph = import_onnx(_loop_model(tmp_path, _loop_body()))
+    assert graph.flops.tolist() == [5 * BODY_FLOPS]
+    # its own input x and output y, the weights it reads (M, and W inside its body), then 5 runs of its body
+    assert graph.bytes_accessed.tolist() == [8 * F32 + 8 * F32 + 8 + 16 * F32 + 5 * BODY_BYTES]
+    assert graph.param_bytes.tolist() == [8 + 16 * F32 + 4 * F32]  # M, W and the body's b: resident once
+    assert graph.out_bytes.tolist() == [8 * F32]
+    assert graph.num_params == 16 + 4  # W and the body's b
+    assert graph.meta["ops_without_flops"] == {} and "bodies_not_costed" not in graph.meta
+
+
+def test_import_onnx__a_loop_whose_trip_count_is_a_folded_shape_is_costed(tmp_path):
+    """M = Shape(x)[0] (2), as torch.onnx writes ``for t in range(x.size(0))`` when it does not fold it."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("Shape", ["x"], ["x_shape"]),
+             helper.make_node("Gather", ["x_shape", "zero"], ["steps"], axis=0),
+             helper.make_node("Loop", ["steps", "", "x"], ["y"], name="loop", body=_loop_body())]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])], [value("y", TensorProto.FLOAT, [2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                  numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops)["loop"] == 2 * BODY_FLOPS
+
+
+def test_import_onnx__a_loop_whose_body_condition_is_a_constant_true_is_costed(tmp_path):
+    """torch.onnx's for loop: the body's condition output an Identity of the outer graph's Constant true."""
+    value = helper.make_tensor_value_info
+    body = _loop_body(condition=[helper.make_node("Identity", ["go"], ["cond_out"])])
+    nodes = [helper.make_node("Constant", [], ["go"], value=numpy_helper.from_array(np.array(True))),
+             helper.make_node("Loop", ["M", "go", "x"], ["y"], name="loop", body=body)]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])], [value("y", TensorProto.FLOAT, [2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                  numpy_helper.from_array(np.array(3, np.int64), "M")])
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops)["loop"] == 3 * BODY_FLOPS
+
+
+def test_import_onnx__loops_nest(tmp_path):
+    """An outer Loop (M = 5) whose body runs an inner Loop (N = 3, a Constant of the outer body) of _loop_body."""
+    value = helper.make_tensor_value_info
+    inner = helper.make_node("Loop", ["N", "", "h_outer"], ["h_next"], name="inner", body=_loop_body())
+    outer_body = helper.make_graph(
+        [helper.make_node("Constant", [], ["N"], value=numpy_helper.from_array(np.array(3, np.int64))), inner,
+         helper.make_node("Identity", ["cond_outer"], ["cond_next"])], "outer_body",
+        [value("j", TensorProto.INT64, []), value("cond_outer", TensorProto.BOOL, []),
+         value("h_outer", TensorProto.FLOAT, [2, 4])],
+        [value("cond_next", TensorProto.BOOL, []), value("h_next", TensorProto.FLOAT, [2, 4])])
+    graph = import_onnx(_loop_model(tmp_path, outer_body))
+    assert graph.flops.tolist() == [5 * 3 * BODY_FLOPS]
+    assert graph.param_bytes.tolist() == [8 + 16 * F32 + 4 * F32]  # M, W, the inner body's b (once); N is an op's
+    assert graph.num_params == 16 + 4
+
+
+def test_import_onnx__a_loop_without_a_static_trip_count_is_listed_and_says_why(tmp_path, capsys):
+    from cluster.cli import main
+
+    value = helper.make_tensor_value_info
+    dynamic = _loop_model(tmp_path, _loop_body(), trips_input="steps",
+                          extra_inputs=[value("steps", TensorProto.INT64, [])])
+    graph = import_onnx(dynamic)
+    assert graph.flops.tolist() == [0.0]
+    assert graph.bytes_accessed.tolist() == [8 * F32 + 8 * F32 + 16 * F32 + 8]  # its own tensors, W: no body
+    assert graph.meta["ops_without_flops"] == {"Loop": 1}
+    assert graph.meta["bodies_not_costed"] == {"loop": "Loop: its trip count M is computed at run time"}
+    out = tmp_path / "loop.parquet"
+    assert main(["graphs", "import", "--onnx", dynamic, "-o", str(out)]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == ["placer: warning: 1 op type has no FLOP formula, imported with bytes only: Loop (1); "
+                        "subgraph ops whose bodies are not costed, their trip count unknown: loop (Loop: its trip "
+                        "count M is computed at run time)"]
+
+
+def test_import_onnx__a_loop_that_may_stop_early_on_its_condition_is_not_costed(tmp_path):
+    """M = 5 bounds the trips, but the body computes the condition (sum(h2) < 100): no static trip count."""
+    stop = [helper.make_node("ReduceSum", ["h2"], ["total"], keepdims=0),
+            helper.make_node("Less", ["total", "limit"], ["cond_out"])]
+    body = _loop_body(condition=stop)
+    body.initializer.append(numpy_helper.from_array(np.array(100, np.float32), "limit"))
+    graph = import_onnx(_loop_model(tmp_path, body))
+    assert graph.flops.tolist() == [0.0] and graph.meta["ops_without_flops"] == {"Loop": 1}
+    assert graph.meta["bodies_not_costed"] == {
+        "loop": "Loop: its body computes its condition, so it may stop before its trip count M"}
+
+
+def test_import_onnx__a_body_tensor_without_a_shape_is_counted_not_a_crash(tmp_path):
+    """A body that declares no shape for its carried h: onnx's inference leaves h, m and h2 unshaped there (a
+    loop-carried value may change shape between iterations), so MatMul and Add count 0 FLOPs and 0 bytes."""
+    graph = import_onnx(_loop_model(tmp_path, _loop_body(carried_shape=None)))
+    assert graph.flops.tolist() == [0.0]
+    assert graph.meta["unsized_tensors_by_op"] == {"Add": 1, "MatMul": 1}
+    assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_onnx__an_op_without_a_formula_inside_a_body_is_listed(tmp_path):
+    body = _loop_body()
+    body.node.append(helper.make_node("FancyOp", ["h2"], ["fancy_out"], name="fancy", domain="com.example"))
+    body.output.append(helper.make_tensor_value_info("fancy_out", TensorProto.FLOAT, [2, 4]))
+    path = _loop_model(tmp_path, body)
+    model = onnx.load(path)
+    model.opset_import.append(helper.make_opsetid("com.example", 1))
+    model.graph.output.append(helper.make_tensor_value_info("ys", TensorProto.FLOAT, [5, 2, 4]))
+    model.graph.node[0].output.append("ys")
+    onnx.save(model, path)
+    graph = import_onnx(path)
+    assert graph.meta["ops_without_flops"] == {"FancyOp": 1}
+    assert graph.flops.tolist() == [5 * BODY_FLOPS]  # the rest of the body
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_import_onnx__a_scan_costs_its_body_times_its_inputs_length(tmp_path, axis):
+    """s (2,4) carried over 7 slices xt (2,3) of xs along ``axis``: MatMul(xt, W (3,4)) -> m; s + m -> s2;
+    Identity(s2) -> o, stacked into os."""
+    value = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["xt", "W"], ["m"]), helper.make_node("Add", ["s", "m"], ["s2"]),
+         helper.make_node("Identity", ["s2"], ["o"])], "scan_body",
+        [value("s", TensorProto.FLOAT, None), value("xt", TensorProto.FLOAT, None)],
+        [value("s2", TensorProto.FLOAT, None), value("o", TensorProto.FLOAT, None)])
+    scan = helper.make_node("Scan", ["s0", "xs"], ["s_last", "os"], name="scan", body=body, num_scan_inputs=1,
+                            scan_input_axes=[axis])
+    xs_shape = [7, 2, 3] if axis == 0 else [2, 7, 3]
+    path = _save(tmp_path, [scan], [value("s0", TensorProto.FLOAT, [2, 4]), value("xs", TensorProto.FLOAT, xs_shape)],
+                 [value("s_last", TensorProto.FLOAT, [2, 4]), value("os", TensorProto.FLOAT, [7, 2, 4])],
+                 [numpy_helper.from_array(np.ones((3, 4), np.float32), "W")])
+    graph = import_onnx(path)
+    assert graph.flops.tolist() == [7 * (2 * 8 * 3 + 8)]
+    body_bytes = (6 + 12 + 8) * F32 + 3 * 8 * F32 + 2 * 8 * F32  # MatMul xt, W, m; Add s, m, s2; Identity s2, o
+    own_bytes = (8 + 42) * F32 + 12 * F32 + (8 + 56) * F32  # s0, xs; W (read in the body); s_last, os
+    assert graph.bytes_accessed.tolist() == [own_bytes + 7 * body_bytes]
+    assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_onnx__an_if_costs_the_larger_of_its_branches_flops_and_bytes(tmp_path):
+    """then: MatMul(h (2,4), W (4,4)), 64 FLOPs and 32 + 64 + 32 bytes; else: three Identity copies of h, 0 FLOPs
+    and 3 x 64 bytes. The If counts 64 FLOPs and 192 bytes: each the larger, an upper bound of either branch."""
+    value = helper.make_tensor_value_info
+    then = helper.make_graph([helper.make_node("MatMul", ["h", "W"], ["t"])], "then", [],
+                             [value("t", TensorProto.FLOAT, [2, 4])])
+    copies = [helper.make_node("Identity", [a], [b]) for a, b in (("h", "e1"), ("e1", "e2"), ("e2", "e"))]
+    other = helper.make_graph(copies, "else", [], [value("e", TensorProto.FLOAT, [2, 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("If", ["flag"], ["y"], name="choose", then_branch=then, else_branch=other)]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4]), value("flag", TensorProto.BOOL, [])],
+                 [value("y", TensorProto.FLOAT, [2, 4])], [numpy_helper.from_array(np.ones((4, 4), np.float32), "W")])
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops) == {"relu": 8, "choose": 2 * 8 * 4}
+    own_bytes = BOOL + 8 * F32 + 16 * F32 + 8 * F32  # flag, h; W; y
+    assert _by_name(graph, graph.bytes_accessed)["choose"] == own_bytes + 3 * 2 * 8 * F32

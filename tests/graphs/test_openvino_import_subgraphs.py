@@ -1,0 +1,104 @@
+"""The OpenVINO IR importer on subgraph ops (Loop, TensorIterator, If): ONNX models built by hand with
+onnx.helper, converted with openvino.convert_model and saved as IR; figures checked by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import openvino as ov
+import openvino.opset13 as ops
+from onnx import TensorProto, helper, numpy_helper
+
+from graphs.inference.openvino_import import import_openvino_ir
+
+F32 = 4
+VALUE = helper.make_tensor_value_info
+
+
+def _ir_of(tmp_path, nodes, inputs, outputs, initializers=()) -> str:
+    """The IR OpenVINO converts an opset-17 ONNX model of ``nodes`` to; its .xml path."""
+    graph = helper.make_graph(nodes, "small", inputs, outputs, list(initializers))
+    onnx_path, xml_path = tmp_path / "small.onnx", tmp_path / "small.xml"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(onnx_path))
+    ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
+    return str(xml_path)
+
+
+def _loop_ir(tmp_path, trips_input: str = "M", extra_inputs=()) -> str:
+    """x (2,4) -> Loop over a body h @ W (4,4) + b (4), its condition passed through; M = 5."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "W"], ["m"]), helper.make_node("Add", ["m", "b"], ["h2"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [VALUE("i", TensorProto.INT64, []), VALUE("cond_in", TensorProto.BOOL, []),
+         VALUE("h", TensorProto.FLOAT, [2, 4])],
+        [VALUE("cond_out", TensorProto.BOOL, []), VALUE("h2", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.ones(4, np.float32), "b")])
+    loop = helper.make_node("Loop", [trips_input, "", "x"], ["y"], name="loop", body=body)
+    return _ir_of(tmp_path, [loop], [VALUE("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
+                  [VALUE("y", TensorProto.FLOAT, [2, 4])],
+                  [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                   numpy_helper.from_array(np.array(5, np.int64), "M")])
+
+
+def test_import_openvino_ir__a_loop_with_a_static_trip_count_costs_its_body_times_the_trips(tmp_path):
+    graph = import_openvino_ir(_loop_ir(tmp_path))
+    assert graph.op_kinds.tolist() == ["Loop"]
+    assert graph.flops.tolist() == [5 * (2 * 8 * 4 + 8)]  # MatMul + Add, 5 times
+    body_bytes = (8 + 16 + 8) * F32 + (8 + 4 + 8) * F32  # MatMul h, W, m; Add m, b, h2 (W and b Constants in it)
+    own_bytes = 8 * F32 + 8 * F32 + 8 + 1  # x, y; its Constant inputs M (i64) and the initial condition (bool)
+    assert graph.bytes_accessed.tolist() == [own_bytes + 5 * body_bytes]
+    assert graph.param_bytes.tolist() == [8 + 1 + (16 + 4) * F32]  # W and b, inside its body, resident once
+    assert graph.num_params == 16 + 4
+    assert graph.meta["ops_without_flops"] == {} and "bodies_not_costed" not in graph.meta
+
+
+def test_import_openvino_ir__a_loop_without_a_static_trip_count_is_listed_and_says_why(tmp_path):
+    graph = import_openvino_ir(_loop_ir(tmp_path, "steps", [VALUE("steps", TensorProto.INT64, [])]))
+    (name,) = graph.op_names.tolist()
+    assert graph.flops.tolist() == [0.0] and graph.meta["ops_without_flops"] == {"Loop": 1}
+    assert graph.meta["bodies_not_costed"] == {name: "Loop: OpenVINO gives no static iteration count (a trip count "
+                                                     "or a condition computed at run time)"}
+
+
+def test_import_openvino_ir__a_scan_is_a_tensor_iterator_costing_its_body_times_its_length(tmp_path):
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["xt", "W"], ["m"]), helper.make_node("Add", ["s", "m"], ["s2"]),
+         helper.make_node("Identity", ["s2"], ["o"])], "scan_body",
+        [VALUE("s", TensorProto.FLOAT, [2, 4]), VALUE("xt", TensorProto.FLOAT, [2, 3])],
+        [VALUE("s2", TensorProto.FLOAT, [2, 4]), VALUE("o", TensorProto.FLOAT, [2, 4])])
+    scan = helper.make_node("Scan", ["s0", "xs"], ["s_last", "os"], name="scan", body=body, num_scan_inputs=1)
+    path = _ir_of(tmp_path, [scan], [VALUE("s0", TensorProto.FLOAT, [2, 4]), VALUE("xs", TensorProto.FLOAT, [7, 2, 3])],
+                  [VALUE("s_last", TensorProto.FLOAT, [2, 4]), VALUE("os", TensorProto.FLOAT, [7, 2, 4])],
+                  [numpy_helper.from_array(np.ones((3, 4), np.float32), "W")])
+    graph = import_openvino_ir(path)
+    assert graph.op_kinds.tolist() == ["TensorIterator"]
+    assert graph.flops.tolist() == [7 * (2 * 8 * 3 + 8)]
+    assert graph.num_params == 12
+    assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_openvino_ir__an_if_costs_its_costlier_branch(tmp_path):
+    then = helper.make_graph([helper.make_node("MatMul", ["h", "W"], ["t"])], "then", [],
+                             [VALUE("t", TensorProto.FLOAT, [2, 4])])
+    other = helper.make_graph([helper.make_node("Neg", ["h"], ["e"])], "else", [],
+                              [VALUE("e", TensorProto.FLOAT, [2, 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("If", ["flag"], ["y"], name="choose", then_branch=then, else_branch=other)]
+    path = _ir_of(tmp_path, nodes, [VALUE("x", TensorProto.FLOAT, [2, 4]), VALUE("flag", TensorProto.BOOL, [])],
+                  [VALUE("y", TensorProto.FLOAT, [2, 4])], [numpy_helper.from_array(np.ones((4, 4), np.float32), "W")])
+    graph = import_openvino_ir(path)
+    flops = dict(zip(graph.op_kinds.tolist(), graph.flops.tolist()))
+    assert flops == {"Relu": 8, "If": 2 * 8 * 4}  # the MatMul branch's, not the negation's 8
+    assert graph.meta["ops_without_flops"] == {}
+
+
+def test_import_openvino_ir__outputs_of_dynamic_shape_are_counted_by_op_type(tmp_path):
+    """NonZero's output has a data-dependent dim: counted (as 1) in tensors_without_size, by the op that
+    makes it. The importer used to hand a plain count where the assembly reads a {type: count}, and failed."""
+    x = ops.parameter([2, 3], np.float32, name="x")
+    nonzero = ops.non_zero(x, "i64")
+    path = tmp_path / "nz.xml"
+    ov.save_model(ov.Model([ops.result(ops.convert(nonzero, "f32"))], [x], "nz"), str(path), compress_to_fp16=False)
+    graph = import_openvino_ir(str(path))
+    assert graph.meta["unsized_tensors_by_op"] == {"Convert": 1, "NonZero": 1}
+    assert graph.meta["tensors_without_size"] == 2
