@@ -1,9 +1,12 @@
 """OpenVINO IR (``model.xml`` + ``model.bin`` beside it) -> inference OpGraph.
 
 Contract with the OpenVINO measurer: op names are the nodes' friendly names (unique in a model, or the
-import fails), Parameter, Result and Constant nodes are not ops, ``meta["model_file"]`` is the .xml path.
-A Constant's bytes are resident ``param_bytes`` of its first consumer (counted once) and read bytes
-(``bytes_accessed``) of every consumer; a tensor from a Parameter is read bytes, not an edge.
+import fails), Parameter, Result and Constant nodes are not ops, nor is a Convert of a Constant (the
+decompression of float16-compressed weights, ``ov.save_model``'s and ``ovc``'s default, which OpenVINO folds
+when it compiles: its output is the weight), ``meta["model_file"]`` is the .xml path.
+A Constant's bytes (a decompressed one's as its Convert gives them) are resident ``param_bytes`` of its first
+consumer (counted once) and read bytes (``bytes_accessed``) of every consumer; a tensor from a Parameter is
+read bytes, not an edge.
 A node that reads one tensor twice reads it once; an output nothing reads (MaxPool's indices) adds no
 output bytes. ``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the
 converter's folding, e.g. batch norms folded into one scale and shift).
@@ -33,7 +36,7 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
     model = _read_model(xml_file)
     given = input_shapes or {}
     size_inputs(model, f"OpenVINO IR {xml_file}", given)
-    ops = [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
+    ops = [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS and not _is_weight(node)]
     if not ops:
         raise PlacerError(f"OpenVINO IR {xml_file} has no ops: only Parameters, Constants and Results")
     _require_unique_names(xml_file, ops)
@@ -44,7 +47,7 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
         for source in _distinct_sources(node):
             producer, size = source.get_node(), _bytes(source)
             kind = producer.get_type_name()
-            if kind == "Constant":
+            if kind == "Constant" or _is_weight(producer):
                 weight_bytes += size
                 param_bytes += 0 if producer.get_instance_id() in owned else size
                 owned.add(producer.get_instance_id())
@@ -58,6 +61,12 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
                               sum(_bytes(out) for out in _used_outputs(node)), weight_bytes, param_bytes))
     return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, edges,
                                     _batch_size(model), _num_params(model), given, _outputs_without_size(ops)))
+
+
+def _is_weight(node) -> bool:
+    """A Convert of a Constant: float16 weights decompressed, folded by OpenVINO into a float32 Constant when it
+    compiles (as the uncompressed IR's). As an op it cost a kernel and, placed apart from its reader, a copy."""
+    return node.get_type_name() == "Convert" and node.input_value(0).get_node().get_type_name() == "Constant"
 
 
 def size_inputs(model, where: str, given: InputShapes) -> None:
