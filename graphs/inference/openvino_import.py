@@ -1,7 +1,7 @@
 """OpenVINO IR (``model.xml`` + ``model.bin`` beside it) -> inference OpGraph.
 
 Contract with the OpenVINO measurer: op names are the nodes' friendly names (unique in a model, or the
-import fails), Parameter, Result and Constant nodes are not ops, nor is a Convert of a Constant (the
+import fails), Parameter, Result and Constant nodes are not ops, nor is a Convert of a float16 Constant (the
 decompression of float16-compressed weights, ``ov.save_model``'s and ``ovc``'s default, which OpenVINO folds
 when it compiles: its output is the weight), ``meta["model_file"]`` is the .xml path.
 A Constant's bytes (a decompressed one's as its Convert gives them) are resident ``param_bytes`` of its first
@@ -27,6 +27,7 @@ from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.opgraph import OpGraph
 
 NOT_OPS = ("Parameter", "Result", "Constant")
+F16 = ("f16", "bf16")  # the element types of compressed float weights (compress_to_fp16)
 
 
 def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
@@ -64,9 +65,13 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
 
 
 def _is_weight(node) -> bool:
-    """A Convert of a Constant: float16 weights decompressed, folded by OpenVINO into a float32 Constant when it
-    compiles (as the uncompressed IR's). As an op it cost a kernel and, placed apart from its reader, a copy."""
-    return node.get_type_name() == "Convert" and node.input_value(0).get_node().get_type_name() == "Constant"
+    """A Convert of a float16 (or bfloat16) Constant: compressed weights decompressed, folded by OpenVINO into a
+    float32 Constant when it compiles (as the uncompressed IR's). As an op it cost a kernel and, placed apart
+    from its reader, a copy. Integer weights (int8 compression: Convert, Subtract, Multiply) stay ops."""
+    if node.get_type_name() != "Convert":
+        return False
+    source = node.input_value(0)
+    return source.get_node().get_type_name() == "Constant" and source.get_element_type().get_type_name() in F16
 
 
 def size_inputs(model, where: str, given: InputShapes) -> None:

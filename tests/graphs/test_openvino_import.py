@@ -275,3 +275,16 @@ def test_import_openvino_ir__a_convolution_split_from_its_bias_keeps_the_layers_
     relu = ops.relu(bias, name="/Relu")
     graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(relu)], [x])))
     assert _by_name(graph, graph.scopes) == {"/enc1/Conv/WithoutBiases": "enc1", "/enc1/Conv": "enc1", "/Relu": ""}
+
+
+def test_import_openvino_ir__integer_weights_decompressed_by_ops_keep_those_ops(tmp_path):
+    """int8 weight compression reads u8 weights through Convert, Multiply by a scale: OpenVINO keeps the u8 weights
+    and runs the decompression, so that Convert stays an op owning the u8 bytes (only float16's is folded)."""
+    x = ops.parameter([2, 4], np.float32, name="x")
+    stored = ops.constant(np.ones((4, 3), np.uint8))
+    weights = ops.multiply(ops.convert(stored, np.float32, name="dequantize"),
+                           ops.constant(np.full((1, 3), 0.5, np.float32)), name="scale")
+    fc = ops.matmul(x, weights, False, False, name="fc")
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(fc)], [x])))
+    assert sorted(graph.op_names.tolist()) == ["dequantize", "fc", "scale"]
+    assert _by_name(graph, graph.param_bytes)["dequantize"] == 4 * 3  # one byte a weight
