@@ -40,7 +40,10 @@ def _show(args) -> int:
     for d in machine.devices:
         print(f"{d.name:8s} {d.model:15s} {d.peak_flops / 1e12:8.2f} {d.mem_bandwidth_Bps / 1e9:7.0f} "
               f"{d.memory_bytes / 1e9:9.1f} {d.op_overhead_s * 1e6:11.1f}")
-    print(f"{'link':16s} {'GB/s':>7s} {'latency us':>10s}  channel")
+    if not machine.links:  # a header over no rows read as a table that failed to print
+        print("links: none (one device)" if machine.num_devices == 1 else "links: none")
+    else:
+        print(f"{'link':16s} {'GB/s':>7s} {'latency us':>10s}  channel")
     for link in machine.links:
         print(f"{link.src + '->' + link.dst:16s} {link.bandwidth_Bps / 1e9:7.1f} {link.latency_s * 1e6:10.1f}  "
               f"{link.channel}")

@@ -75,6 +75,8 @@ def _simulate(args) -> int:
     for d in report["devices"]:
         flag = "  OOM" if d["peak_bytes"] > d["capacity_bytes"] else ""
         print(f"{d['name']:8s} {d['busy_s']:10.4g} {d['peak_bytes'] / 1e9:9.3f} {d['capacity_bytes'] / 1e9:11.1f}{flag}")
+    if args.trace:
+        print(f"trace: {args.trace} (Chrome trace format: open it in Perfetto or chrome://tracing)")
     return 0
 
 

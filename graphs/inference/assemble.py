@@ -102,8 +102,10 @@ def costlier(branches: list[BodyCost]) -> BodyCost:
 
 def scope_of(name: str) -> str:
     """``/encoder/layer.0/attention/MatMul`` -> ``encoder.layer.0.attention``: the dotted module path the
-    torch benchmarks' scopes use (expert placements match scope prefixes); a bare name has no scope."""
-    head, _, _ = name.strip("/").rpartition("/")
+    torch benchmarks' scopes use (expert placements match scope prefixes); a bare name has no scope.
+    ``/enc1/Conv/WithoutBiases``, the half OpenVINO's ONNX reader splits off a Conv or Gemm with a bias (the
+    bias Add keeps ``/enc1/Conv``), is ``enc1``'s too."""
+    head, _, _ = name.strip("/").removesuffix("/WithoutBiases").rpartition("/")
     return head.replace("/", ".")
 
 

@@ -1,9 +1,12 @@
 """OpenVINO IR (``model.xml`` + ``model.bin`` beside it) -> inference OpGraph.
 
 Contract with the OpenVINO measurer: op names are the nodes' friendly names (unique in a model, or the
-import fails), Parameter, Result and Constant nodes are not ops, ``meta["model_file"]`` is the .xml path.
-A Constant's bytes are resident ``param_bytes`` of its first consumer (counted once) and read bytes
-(``bytes_accessed``) of every consumer; a tensor from a Parameter is read bytes, not an edge.
+import fails), Parameter, Result and Constant nodes are not ops, nor is a Convert of a float16 Constant (the
+decompression of float16-compressed weights, ``ov.save_model``'s and ``ovc``'s default, which OpenVINO folds
+when it compiles: its output is the weight), ``meta["model_file"]`` is the .xml path.
+A Constant's bytes (a decompressed one's as its Convert gives them) are resident ``param_bytes`` of its first
+consumer (counted once) and read bytes (``bytes_accessed``) of every consumer; a tensor from a Parameter is
+read bytes, not an edge.
 A node that reads one tensor twice reads it once; an output nothing reads (MaxPool's indices) adds no
 output bytes. ``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the
 converter's folding, e.g. batch norms folded into one scale and shift).
@@ -37,6 +40,7 @@ from graphs.opgraph import OpGraph
 
 NOT_OPS = ("Parameter", "Result", "Constant")
 SUBGRAPH_OPS = ("If", "Loop", "TensorIterator")
+F16 = ("f16", "bf16")  # the element types of compressed float weights (compress_to_fp16)
 
 
 def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
@@ -64,7 +68,7 @@ def _cost_ops(ops: list, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
         in_bytes = weight_bytes = param_bytes = 0
         for source in _distinct_sources(node):
             producer, size = source.get_node(), _bytes(source)
-            if producer.get_type_name() != "Constant":
+            if producer.get_type_name() != "Constant" and not _is_weight(producer):
                 in_bytes += size
                 continue
             weight_bytes += size
@@ -88,7 +92,7 @@ def _edges(ops: list) -> list[tuple[int, int, int]]:
     index = {node.get_instance_id(): i for i, node in enumerate(ops)}
     return [(index[source.get_node().get_instance_id()], i, _bytes(source))
             for i, node in enumerate(ops) for source in _distinct_sources(node)
-            if source.get_node().get_type_name() not in NOT_OPS]
+            if source.get_node().get_type_name() not in NOT_OPS and not _is_weight(source.get_node())]
 
 
 def _subgraph_cost(node, path: str) -> BodyCost:
@@ -110,7 +114,7 @@ def _body_cost(body, path: str) -> BodyCost:
 
 
 def _ops_of(model) -> list:
-    return [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS]
+    return [node for node in model.get_ordered_ops() if node.get_type_name() not in NOT_OPS and not _is_weight(node)]
 
 
 def _bodies(node) -> list:
@@ -119,6 +123,16 @@ def _bodies(node) -> list:
     if kind == "If":
         return [node.get_then_body(), node.get_else_body()]
     return [node.get_function()] if kind in SUBGRAPH_OPS else []
+
+
+def _is_weight(node) -> bool:
+    """A Convert of a float16 (or bfloat16) Constant: compressed weights decompressed, folded by OpenVINO into a
+    float32 Constant when it compiles (as the uncompressed IR's). As an op it cost a kernel and, placed apart
+    from its reader, a copy. Integer weights (int8 compression: Convert, Subtract, Multiply) stay ops."""
+    if node.get_type_name() != "Convert":
+        return False
+    source = node.input_value(0)
+    return source.get_node().get_type_name() == "Constant" and source.get_element_type().get_type_name() in F16
 
 
 def size_inputs(model, where: str, given: InputShapes) -> None:

@@ -440,14 +440,33 @@ def _load_saved_model(path: str):
 
 
 def _loss_callable(loss, model):
+    """The step's loss: ``loss``, else the model's compiled loss, else mean squared error. A loss by name, or a
+    plain function the model was compiled with, is reduced as ``compile`` reduces it (``_batch_mean``)."""
     import keras
 
+    compiled = loss is None
     loss = loss if loss is not None else getattr(model, "loss", None)
     if loss is None:
         return keras.losses.MeanSquaredError()
     if isinstance(loss, (dict, list, tuple)):
         return _summed_output_losses(loss, model)
-    return _one_loss_callable(loss)
+    function = _one_loss_callable(loss)
+    if (compiled or isinstance(loss, str)) and not isinstance(function, keras.losses.Loss):
+        return _batch_mean(function, loss if isinstance(loss, str) else getattr(function, "__name__", "loss"))
+    return function
+
+
+def _batch_mean(function, name: str):
+    """``function`` (per-example losses, as ``keras.losses.get("mse")`` gives) as a Keras Loss, the way
+    ``compile`` wraps it: the mean over the batch (and any other axes it leaves). Taken as it was, the step
+    returned the per-example losses and its gradients were those of their sum, batch-size times fit's."""
+    import keras
+
+    class BatchMean(keras.losses.Loss):
+        def call(self, y_true, y_pred):
+            return function(y_true, y_pred)
+
+    return BatchMean(name=name)
 
 
 def _one_loss_callable(loss):

@@ -207,7 +207,9 @@ def test_profile__machine_out_writes_a_machine_that_names_the_profile(mlp_file, 
     runtime_s = json.loads(capsys.readouterr().out)["runtime_s"]
     assert runtime_s == pytest.approx(float(load_profile(profile_file).time_s.sum()), rel=1e-6)
     assert main(["machines", "show", str(machine_file)]) == 0  # it showed the device figures alone
-    assert f"profile {profile_file.resolve()} (measured op times: the simulator uses them" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert f"profile {profile_file.resolve()} (measured op times: the simulator uses them" in shown
+    assert "links: none (one device)" in shown and "latency us" not in shown  # not a header over no rows
 
 
 def test_profile__machine_out_says_which_links_it_did_not_time(mlp_file, tmp_path, capsys):

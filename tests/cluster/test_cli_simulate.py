@@ -42,7 +42,8 @@ def test_simulate__trace_file_is_chrome_trace_format(tmp_path, capsys):
     trace = tmp_path / "new folder" / "t.json"  # missing folders are made, as for every output file
     assert main(["simulate", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policy", "round-robin",
                  "--trace", str(trace)]) == 0
-    assert "lower bound" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "lower bound" in out and f"trace: {trace} " in out  # where it went: it was written without a word
     events = json.loads(trace.read_text())["traceEvents"]
     ops = [e for e in events if e["ph"] == "X" and e["cat"] != "transfer"]
     transfers = [e for e in events if e["ph"] == "X" and e["cat"] == "transfer"]

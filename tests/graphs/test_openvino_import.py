@@ -167,6 +167,11 @@ def test_import_openvino_ir__a_gru_sequence_adds_each_bias_element_once(tmp_path
                                             "after_reset": 2 * 5 * (products + 12)}
 
 
+def _edges(graph) -> dict:
+    return {(graph.op_names[s], graph.op_names[d]): int(b)
+            for s, d, b in zip(graph.edge_src, graph.edge_dst, graph.edge_bytes)}
+
+
 def _saved(tmp_path, outputs, inputs, name: str = "small"):
     path = tmp_path / f"{name}.xml"
     ov.save_model(ov.Model(outputs, inputs, name), str(path), compress_to_fp16=False)
@@ -242,3 +247,44 @@ def test_import_openvino_ir__openvinos_spellings_of_elementwise_ops_have_the_onn
     graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(n) for n in nodes], [x])))
     assert graph.meta["ops_without_flops"] == {}
     assert graph.flops.tolist() == [2 * 3 * 5] * len(nodes)
+
+
+def test_import_openvino_ir__fp16_compressed_weights_import_as_the_uncompressed_ir(tmp_path):
+    """``ov.save_model`` and ``ovc`` store float weights as float16 by default, each read through a
+    decompression Convert that OpenVINO folds when it compiles: no op, the weights as the uncompressed IR's."""
+    for folder, compress in (("plain", False), ("fp16", True)):
+        (tmp_path / folder).mkdir()
+        ov.save_model(_hand_model(), str(tmp_path / folder / "hand.xml"), compress_to_fp16=compress)
+    compressed_ir = ov.Core().read_model(str(tmp_path / "fp16" / "hand.xml"))
+    assert "Convert" in {node.get_type_name() for node in compressed_ir.get_ordered_ops()}  # what is tested
+    plain, fp16 = (import_openvino_ir(str(tmp_path / folder / "hand.xml")) for folder in ("plain", "fp16"))
+    assert sorted(fp16.op_names.tolist()) == sorted(plain.op_names.tolist())
+    for values in ("flops", "param_bytes", "bytes_accessed", "out_bytes", "scopes"):
+        assert _by_name(fp16, getattr(fp16, values)) == _by_name(plain, getattr(plain, values)), values
+    assert _edges(fp16) == _edges(plain)
+    assert fp16.num_params == plain.num_params
+
+
+def test_import_openvino_ir__a_convolution_split_from_its_bias_keeps_the_layers_scope(tmp_path):
+    """OpenVINO's ONNX reader splits ``/enc1/Conv`` (a Conv with a bias) into ``/enc1/Conv/WithoutBiases``
+    and an Add named ``/enc1/Conv``: both are layer enc1's, as the ONNX import's one Conv is."""
+    x = ops.parameter([1, 3, 8, 8], np.float32, name="x")
+    conv = ops.convolution(x, ops.constant(np.ones((4, 3, 3, 3), np.float32)), [1, 1], [0, 0], [0, 0], [1, 1],
+                           name="/enc1/Conv/WithoutBiases")
+    bias = ops.add(conv, ops.constant(np.ones((1, 4, 1, 1), np.float32)), name="/enc1/Conv")
+    relu = ops.relu(bias, name="/Relu")
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(relu)], [x])))
+    assert _by_name(graph, graph.scopes) == {"/enc1/Conv/WithoutBiases": "enc1", "/enc1/Conv": "enc1", "/Relu": ""}
+
+
+def test_import_openvino_ir__integer_weights_decompressed_by_ops_keep_those_ops(tmp_path):
+    """int8 weight compression reads u8 weights through Convert, Multiply by a scale: OpenVINO keeps the u8 weights
+    and runs the decompression, so that Convert stays an op owning the u8 bytes (only float16's is folded)."""
+    x = ops.parameter([2, 4], np.float32, name="x")
+    stored = ops.constant(np.ones((4, 3), np.uint8))
+    weights = ops.multiply(ops.convert(stored, np.float32, name="dequantize"),
+                           ops.constant(np.full((1, 3), 0.5, np.float32)), name="scale")
+    fc = ops.matmul(x, weights, False, False, name="fc")
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(fc)], [x])))
+    assert sorted(graph.op_names.tolist()) == ["dequantize", "fc", "scale"]
+    assert _by_name(graph, graph.param_bytes)["dequantize"] == 4 * 3  # one byte a weight

@@ -737,7 +737,11 @@ def test_keras_step__the_input_gradient_nothing_reads_is_dropped_with_its_flops_
     assert everything.flops[dead] == 2 * BATCH * 10 * 10 * 4 * 3 * 3 * 3  # dX of conv1: out pixels x kernel
     (kept,) = _ops(graph, "Conv2DBackpropInput")  # conv2's dX: conv1's weight gradient reads it
     assert graph.scopes[kept] == "conv2"
-    assert everything.total_flops - graph.total_flops == everything.flops[dead]  # the rest dropped cost nothing
+    rest = [i for i, name in enumerate(everything.op_names) if i != dead and name not in set(graph.op_names)]
+    assert {str(everything.op_names[i]).rsplit("/", 1)[0] for i in rest} <= {"gradient_tape/mse",
+                                                                            "gradient_tape/mse/div_no_nan"}
+    assert everything.flops[rest].max() <= 1  # the rest: the loss's batch mean's gradient by its batch size
+    assert everything.total_flops - graph.total_flops == everything.flops[dead] + everything.flops[rest].sum()
     assert len(_writes(graph)) == len(_writes(everything)) == 3 * 6 + 1  # weight, m, v of 6 variables; step
     assert len(_ops(graph, "Variable")) == 6 and graph.num_params == everything.num_params
 
@@ -928,3 +932,29 @@ def test_keras_step__resizes_count_their_interpolation_as_the_onnx_importer_does
     grads = {graph.scopes[i]: graph.flops[i]
              for i in _ops(graph, "ResizeBilinearGrad") + _ops(graph, "ResizeBicubicGrad")}
     assert grads == {"bilinear": 2 * 4 * both, "bicubic": 2 * 16 * both, "wide": 2 * 2 * wide}
+
+
+@pytest.mark.parametrize("loss", ["mse", "sparse_categorical_crossentropy", "compiled function"])
+def test_keras_step__a_loss_compiled_by_name_or_as_a_function_steps_as_fit_does(loss):
+    """``compile(loss="mse")`` (or a plain function) gives per-example losses that Keras averages over the
+    batch; the traced step took the gradient of their sum, 8x fit's here, which SGD applies as it is."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import keras_train_step
+
+    def compiled():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, name="fc")])
+        by_name = keras.losses.mean_squared_error if loss == "compiled function" else loss
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=by_name)
+        return model
+
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype("float32")
+    y = (np.arange(8) % 3).astype("int32") if loss.startswith("sparse") else np.ones((8, 3), "float32")
+    stepped, fitted = compiled(), compiled()
+    step_loss = float(tf.function(keras_train_step(stepped)[0], autograph=False)(x, y))
+    fit_loss = float(fitted.train_on_batch(x, y))
+    assert step_loss == pytest.approx(fit_loss, rel=1e-5)
+    for got, want in zip(stepped.weights, fitted.weights):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)

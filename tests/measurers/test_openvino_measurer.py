@@ -226,6 +226,23 @@ def test_openvino_import__measured_as_imported(model_file, two_core):
     assert all(m.ok for m in measurer.measure([np.zeros(4, np.int64), np.array([1, 0, 1, 0])]))
 
 
+def test_openvino_import__an_fp16_compressed_ir_measured_and_timed_as_imported(tmp_path, two_core):
+    """``ov.save_model``'s default stores the weights as float16, each behind a decompression Convert that is
+    no op of the graph: the ops are the uncompressed IR's, and a split places and times each of them."""
+    from graphs.inference.openvino_import import import_openvino_ir
+
+    plain = save_sample_model(tmp_path)
+    model_file = tmp_path / "fp16.xml"
+    ov.save_model(ov.Core().read_model(str(plain)), str(model_file), compress_to_fp16=True)
+    graph = import_openvino_ir(str(model_file))
+    assert graph.op_names.tolist() == OPS
+    measurer = OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), runs=2, warmup=1, core=two_core,
+                                ov_devices=["CPU", "CPUB"])
+    assert all(m.ok for m in measurer.measure([np.zeros(4, np.int64), np.array([1, 0, 1, 0])]))
+    times = measurer.op_times_s(np.array([0, 0, 1, 1]))
+    assert sorted(times) == [0, 1, 2, 3] and times[0] > 0 and times[3] > 0
+
+
 def test_factory__openvino_kind_with_its_default_timing(model_file):
     graph = graph_of(model_file)
     measurer = build_measurer(MeasurerSpec("openvino", graph, openvino_machine()))

@@ -289,10 +289,11 @@ def test_profile_tf__times_the_ops_inside_a_steps_function_calls_which_run_where
 
 def test_profile_tf__an_uninlined_calls_ops_are_timed_where_their_names_tell_them_apart_and_listed_where_not():
     """Functions marked ``_noinline`` run through TensorFlow's function runtime: the step stats name their
-    ops within the function alone. ``spread`` (called once) has ``Sigmoid``, which nothing else is named:
-    timed. The two calls of ``squash`` share ``Relu`` and the others; ``spread``'s ``Square`` shares its
-    name with the loss's: none of these is timed (the loss's ``Square`` took both ops' times before), and
-    each is listed in ``untimed``."""
+    ops within the function alone. ``spread`` (called once) has ``Sigmoid`` and ``Square``, which nothing
+    else is named: timed. The two calls of ``squash`` share ``Relu`` and the others; ``spread``'s ``Add``
+    shares its name with a top-level op's (Adam's): none of these is timed (the loss's
+    ``Square``, top-level before its ops had the loss's scope, took both ops' times), and each is listed in
+    ``untimed``."""
     from measurers.profiler import profile_tf
 
     calls = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_uninlined_calls")
@@ -301,8 +302,8 @@ def test_profile_tf__an_uninlined_calls_ops_are_timed_where_their_names_tell_the
     squash = {name for name in calls.op_names if "/PartitionedCall/" in name or "/PartitionedCall_1/" in name}
     assert len(squash) == 6 and squash <= untimed and not squash & timed
     spread = {name for name in calls.op_names if "calls_1/PartitionedCall_2/" in name}
-    assert {n.rsplit("/", 1)[1] for n in spread & timed} == {"Sigmoid", "add"}
-    assert {next(n for n in spread if n.endswith("/Square")), "Square"} <= untimed and "Square" not in timed
+    assert {n.rsplit("/", 1)[1] for n in spread & timed} == {"Sigmoid", "Square"}
+    assert {next(n for n in spread if n.endswith("/Add")), "Add"} <= untimed and "Add" not in timed
     assert not timed & untimed and len(timed) > 0.5 * calls.num_ops
 
 

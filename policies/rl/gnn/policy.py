@@ -13,9 +13,10 @@ every group has one allowed device: nothing is left to choose). A warm start (op
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
 Fine-tuning Placeto starts every batch of episodes from the best placement measured so far (training
 across graphs starts them all from ``Slot.fastest_device_start``), so each pass improves on the last.
-GiPH starts at the warm start (else the fastest single device, spilled onto the next fastest where the step
-overflows its memory: ``Slot.fastest_device_start``), measures it, then its greedy moves one by
-one (``episode_steps`` measurements at most), then fine-tunes with episodes of moves from the best so far.
+GiPH starts at the warm start (else the fastest GPU by the cost model, any device without GPUs, spilled onto the
+next fastest where the step overflows its memory: ``Slot.fastest_device_start``), measures it, then its greedy
+moves one by one (``episode_steps`` measurements at most), then fine-tunes with episodes of moves from the best
+so far.
 
 A second ``place`` on the same instance (a device left the machine: the problem has fewer devices) keeps
 the network and its optimizer as the first call left them, not the weights of ``init``, and starts from

@@ -122,7 +122,8 @@ class Slot:
 
     def fastest_device_start(self) -> np.ndarray:
         """(G,) where the networks' episodes start without a warm start, found without a measurement:
-        everything on the device the cost model says is fastest (repaired to allowed devices). When the
+        everything on the GPU the cost model says is fastest (any device on a machine without GPUs; a CPU
+        that would run the step faster is not chosen), repaired to allowed devices. When the
         whole step's peak memory (the simulator's liveness model, ``single_device_peak_bytes``: measured on
         the first GPU, the same on any alike one) overflows that device, groups spill to the next fastest
         device of its kind (``_spilled``), so that the start runs: moves from a start that fails measure
