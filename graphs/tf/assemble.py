@@ -247,8 +247,10 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np
     for j in reversed(order):
         feeds_backward[j] = any(phase[c] == backward and fixed[c] or feeds_backward[c] for c in succ[j])
         feeds_write[j] = any(phase[c] == update and fixed[c] or feeds_write[c] for c in succ[j])
-    for j in order:  # downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer
-        if not fixed[j] and any(phase[p] in (backward, update) for p in pred[j]):
+    # Downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer. A gradient op made of
+    # constants alone is no gradient: the TensorList a forward while loop fills for its gradient loop to pop.
+    for j in order:
+        if not fixed[j] and any(phase[p] == update or phase[p] == backward and pred[p] for p in pred[j]):
             if feeds_backward[j]:
                 phase[j] = backward
             elif feeds_write[j]:

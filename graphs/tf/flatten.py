@@ -8,13 +8,15 @@ input, NoOps into the control edges they stand for, and constants are dropped (t
 every device that needs them).
 
 A while loop whose trip count is static (``graphs.tf.loops``: ``maximum_iterations``, autograph's ``for i in
-tf.range(N)``, a counter compared with a constant) gives each op of its body
+tf.range(N)``, a counter compared with a constant, and the gradients of such loops) gives each op of its body
 ``runs`` = that count (its cond's one more), times the runs of the loops around it; the OpGraph multiplies
 their FLOPs and bytes accessed by it, and the join op keeps the count (``trips``). Approximations: an op's
 output bytes stay one iteration's (a loop reuses its buffers; a TensorList accumulating every iteration's
 value for the gradient grows, and that growth is not counted), and the edges into and out of the body are
 crossed once, not once per iteration for the loop-carried values. A loop whose trip count is not static (a
 condition on the data, which may stop it early) runs its body once here: ``trips`` None, ``runs`` unchanged.
+A function's arguments keep the handle data of resources and of TensorLists (variants), so the ops a gradient
+loop pops from its forward loop's accumulators have static shapes.
 
 Dead ops can be dropped too (``drop_dead=True``): ops from which no data or control path leads to the
 step's outputs or control outputs (a tf.function makes every stateful op, so every variable write, a control
@@ -47,8 +49,8 @@ RESOURCE_EDGE = -1  # edge bytes placeholder for a resource handle, resolved to 
 
 
 class LoopShapeError(PlacerError):
-    """An op inside a while loop has no static shapes: the Keras importer names the recurrent layers it left
-    rolled, and why (``graphs.tf.recurrent``)."""
+    """An op inside a while loop has no static shapes (the gradient of a loop nested in another loop): the
+    Keras importer names the recurrent layers it left rolled, and why (``graphs.tf.recurrent``)."""
 
 
 @dataclass
@@ -247,9 +249,8 @@ class _Flattener:
         problem = f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): "
         if self.loop_depth and any(t.shape.rank is None for t in op.inputs):
             return LoopShapeError(problem + "its inputs have no static shape inside a while loop (as in the gradient "
-                                  "of a Keras recurrent layer left rolled, whose steps run in a loop that would count "
-                                  "once): unroll the loop (a Keras recurrent layer: unroll=True, on a fixed number "
-                                  "of steps), so every step is traced with its shapes")
+                                  "of a loop nested in another loop): unroll the loop (a Keras recurrent layer: "
+                                  "unroll=True, on a fixed number of steps), so every step is traced with its shapes")
         return PlacerError(problem + str(err))
 
 
@@ -316,7 +317,7 @@ def _function_graph(graph, fdef, arg_tensors):
         for tensor, arg in zip(arg_tensors, fdef.signature.input_arg):
             placeholder = tf.compat.v1.placeholder(tensor.dtype, tensor.shape if tensor.dtype != tf.resource
                                                    else [], name=f"placer_arg_{arg.name}")
-            if tensor.dtype == tf.resource:
+            if tensor.dtype in (tf.resource, tf.variant):  # a variant: a TensorList, its element shape
                 handle_data_util.copy_handle_data(tensor, placeholder)
             args.append(placeholder)
         input_map = {flat_names[arg.name]: p for arg, p in zip(fdef.signature.input_arg, args)}

@@ -639,15 +639,15 @@ def test_keras_step__a_recurrent_layer_built_rolled_imports_as_if_built_with_unr
 
 
 def test_keras_step__a_recurrent_layer_of_unknown_time_dimension_is_refused_naming_it_and_why():
-    """Nothing to unroll to: the loop's gradient has no static shapes, and the error says which layer was left
-    rolled and why, besides the op and the while loop."""
+    """Nothing to unroll to: the loop has no static trip count, and the error says which layer was left rolled
+    and why, besides the loops."""
     import keras
 
     model = keras.Sequential([keras.Input((None, 8)), keras.layers.LSTM(16, name="lstm"), keras.layers.Dense(2)])
     with pytest.raises(PlacerError) as caught:
         _trace_recurrent(model, time_steps=None)
     message = str(caught.value)
-    assert "(MatMul)" in message and "while loop" in message
+    assert "while loop(s) without a static trip count would count their body once" in message
     assert "left these rolled: 'lstm': its input's time dimension is unknown (shape (4, None, 8))" in message
 
 
@@ -815,6 +815,37 @@ def test_tf_function__no_loop_no_loop_records():
 
     plain, _ = _loop_graph(no_loop)
     assert "loops_counted_once" not in plain.meta and "loop_trips" not in plain.meta
+
+
+def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_per_iteration():
+    """The gradient of a while loop is another loop, bounded by the forward loop's final counter: both run
+    three times, so the forward MatMul and the gradient's two (dX, dW) count three iterations each."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    class Repeat(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], input_shape[-1]), name="w")
+
+        def call(self, x):
+            return tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, self.w))), (0, x))[1]
+
+    model = keras.Sequential([keras.Input((8,)), Repeat(name="rep"), keras.layers.Dense(2, name="out")], name="net")
+    graph = trace_keras_training_step(model, tf.TensorSpec((4, 8)), np.zeros((4, 2), "float32"), loss="mse",
+                                      optimizer="adam", name="net")
+    assert sorted(graph.meta["loop_trips"].items()) == [
+        ("gradient_tape/net_1/rep_1/while/net_1/rep_1/while_grad", 3), ("net_1/rep_1/while", 3)]
+    assert "loops_counted_once" not in graph.meta
+    (forward,) = _ops(graph, "MatMul", scope="rep", phase="forward")
+    backward = _ops(graph, "MatMul", scope="rep", phase="backward")
+    assert graph.flops[forward] == 3 * 2 * 4 * 8 * 8 and list(graph.flops[backward]) == [3 * 2 * 4 * 8 * 8] * 2
+    # The forward loop fills TensorLists (made under the tape's scope) for its gradient: still forward, and so
+    # is what follows it.
+    assert graph.phases[list(graph.op_names).index("net_1/rep_1/while")] == PHASE_CODE["forward"]
+    (dense,) = _ops(graph, "MatMul", scope="out", phase="forward")
+    assert graph.flops[dense] == 2 * 4 * 8 * 2  # outside the loop: once
 
 
 def _two_conv_net():
