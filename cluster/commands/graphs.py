@@ -272,11 +272,13 @@ def _warn_ops_without_flops(missing: dict[str, int], not_costed: dict[str, str])
 
 
 def _warn_loops_counted_once(count: int) -> None:
-    """A TF while loop's body is inlined once: its FLOPs and bytes are one iteration's (graphs.tf.flatten)."""
+    """A TF while loop without a static trip count has its body inlined once: its FLOPs and bytes are one
+    iteration's (graphs.tf.flatten). Loops with one are costed that many times, and are not warned about."""
     if count:
-        print(f"placer: warning: {count} while loop(s) imported with their body counted once, whatever the trip "
-              "count: their FLOPs and bytes are one iteration's (unroll the loop, e.g. a Keras RNN with "
-              "unroll=True, to count every step)", file=sys.stderr)
+        print(f"placer: warning: {count} while loop(s) without a static trip count imported with their body "
+              "counted once: their FLOPs and bytes are one iteration's (a condition on the loop's data may stop it "
+              "at any iteration; a loop bounded only by maximum_iterations, tf.range or a counter compared with a "
+              "constant is costed every iteration)", file=sys.stderr)
 
 
 def _warn_tensors_without_size(count: int, by_op: dict[str, int]) -> None:

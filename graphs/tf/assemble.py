@@ -4,7 +4,9 @@ The concrete function's graph is flattened (library functions and control flow i
 collapsed, constants dropped, and for a Keras step the ops TensorFlow never runs; see ``graphs.tf.flatten``)
 and every remaining op becomes an OpGraph op:
 
-- kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes.
+- kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes. Both are
+  multiplied by the op's runs per step, the trip counts of the while loops around it where they are static
+  (``graphs.tf.flatten``); out_bytes are one run's (a loop reuses its buffers each iteration).
 - Variables: each captured trainable variable becomes one op of kind "Variable" whose ``param_bytes`` are
   weight + gradient + optimizer slot bytes (Adam: m and v, so 4x the weight bytes). An optimizer slot is
   found structurally: a non-trainable variable written from the model's data (its variable's gradient)
@@ -22,8 +24,9 @@ and every remaining op becomes an OpGraph op:
 - allowed_mask: CPU only for op types with no registered GPU kernel.
 - meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
   not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
-- meta["loops_counted_once"]: how many while loops were inlined once (``graphs.tf.flatten``): their bodies'
-  FLOPs and bytes are one iteration's, whatever the trip count (absent when there are none).
+- meta["loop_trips"]: {loop op name: trip count} of the while loops whose trip count is static (per run of
+  the loop, so a nested loop's own count); meta["loops_counted_once"]: how many while loops have none (their
+  bodies' FLOPs and bytes are one iteration's, ``graphs.tf.flatten``). Each absent when there are none.
 """
 
 from __future__ import annotations
@@ -162,15 +165,15 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
     edges = _edges(flat, keep, owner, index, value_bytes)
     kinds = [roles[i] if roles[i] != OP else flat[i].kind for i in keep]
     out_bytes = [value_bytes[i] if roles[i] in (PARAM, STATE) else flat[i].out_bytes for i in keep]
-    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].in_bytes + flat[i].out_bytes
-                + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE) for i in keep]
+    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].in_bytes + flat[i].out_bytes
+                + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE)) for i in keep]
     data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
     phases = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)
     return OpGraph(
         name=name, framework="tensorflow",
         op_names=np.array([flat[i].name for i in keep], dtype=object),
         op_kinds=np.array(kinds, dtype=object),
-        flops=np.array([flat[i].flops for i in keep], dtype=np.float64),
+        flops=np.array([flat[i].flops * flat[i].runs for i in keep], dtype=np.float64),
         bytes_accessed=np.array(accessed, dtype=np.float64), out_bytes=np.array(out_bytes, dtype=np.int64),
         param_bytes=param_bytes,
         edge_src=np.array([e[0] for e in edges], dtype=np.int64),
@@ -185,12 +188,17 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
 
 
 def _meta(flat: list[FlatOp], keep: list[int]) -> dict:
-    """What the cost model missed: ``ops_without_flops``, and ``loops_counted_once`` (while loops whose body
-    was inlined once, so it counts one iteration whatever the trip count) when there are any."""
+    """What the cost model missed: ``ops_without_flops``, and ``loops_counted_once`` (while loops without a
+    static trip count, whose body counts one iteration) when there are any; ``loop_trips`` {loop: trip count}
+    for the loops whose body counts that many iterations, when there are any."""
     meta: dict = {"ops_without_flops": _ops_without_flops(flat, keep)}
-    loops = sum(1 for i in keep if flat[i].kind in LOOP_KINDS)  # each inlined loop's join op keeps its kind
-    if loops:
-        meta["loops_counted_once"] = loops
+    loops = [flat[i] for i in keep if flat[i].kind in LOOP_KINDS]  # each inlined loop's join op keeps its kind
+    counted_once = sum(1 for loop in loops if loop.trips is None)
+    if counted_once:
+        meta["loops_counted_once"] = counted_once
+    trips = {loop.name: loop.trips for loop in loops if loop.trips is not None}
+    if trips:
+        meta["loop_trips"] = trips
     return meta
 
 
@@ -239,8 +247,10 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np
     for j in reversed(order):
         feeds_backward[j] = any(phase[c] == backward and fixed[c] or feeds_backward[c] for c in succ[j])
         feeds_write[j] = any(phase[c] == update and fixed[c] or feeds_write[c] for c in succ[j])
-    for j in order:  # downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer
-        if not fixed[j] and any(phase[p] in (backward, update) for p in pred[j]):
+    # Downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer. A gradient op made of
+    # constants alone is no gradient: the TensorList a forward while loop fills for its gradient loop to pop.
+    for j in order:
+        if not fixed[j] and any(phase[p] == update or phase[p] == backward and pred[p] for p in pred[j]):
             if feeds_backward[j]:
                 phase[j] = backward
             elif feeds_write[j]:

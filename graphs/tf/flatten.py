@@ -3,9 +3,20 @@
 Function calls (PartitionedCall, StatefulPartitionedCall, a library function used as an op type) are
 inlined: the callee's ops become ops named ``<call op name>/<op name>`` whose inputs are the caller's.
 Control flow (If/Case/While and their stateless forms) is inlined once per branch or body, and a zero-cost
-join op named like the control-flow op collects the branch outputs; a loop body therefore counts once,
-whatever its trip count. Identity-like ops are collapsed into their input, NoOps into the control edges
-they stand for, and constants are dropped (they cost nothing and exist on every device that needs them).
+join op named like the control-flow op collects the branch outputs. Identity-like ops are collapsed into their
+input, NoOps into the control edges they stand for, and constants are dropped (they cost nothing and exist on
+every device that needs them).
+
+A while loop whose trip count is static (``graphs.tf.loops``: ``maximum_iterations``, autograph's ``for i in
+tf.range(N)``, a counter compared with a constant, and the gradients of such loops) gives each op of its body
+``runs`` = that count (its cond's one more), times the runs of the loops around it; the OpGraph multiplies
+their FLOPs and bytes accessed by it, and the join op keeps the count (``trips``). Approximations: an op's
+output bytes stay one iteration's (a loop reuses its buffers; a TensorList accumulating every iteration's
+value for the gradient grows, and that growth is not counted), and the edges into and out of the body are
+crossed once, not once per iteration for the loop-carried values. A loop whose trip count is not static (a
+condition on the data, which may stop it early) runs its body once here: ``trips`` None, ``runs`` unchanged.
+A function's arguments keep the handle data of resources and of TensorLists (variants), so the ops a gradient
+loop pops from its forward loop's accumulators have static shapes.
 
 Dead ops can be dropped too (``drop_dead=True``): ops from which no data or control path leads to the
 step's outputs or control outputs (a tf.function makes every stateful op, so every variable write, a control
@@ -26,6 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from graphs.errors import PlacerError
 from graphs.tf.costs import FORMULA_ATTRS, op_flops, without_flops
+from graphs.tf.loops import loop_count, static_scalar
 
 COLLAPSED_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})
 DROPPED_KINDS = frozenset({"Const", "HostConst"})
@@ -37,8 +49,8 @@ RESOURCE_EDGE = -1  # edge bytes placeholder for a resource handle, resolved to 
 
 
 class LoopShapeError(PlacerError):
-    """An op inside a while loop has no static shapes: the Keras importer names the recurrent layers it left
-    rolled, and why (``graphs.tf.recurrent``)."""
+    """An op inside a while loop has no static shapes (the gradient of a loop nested in another loop): the
+    Keras importer names the recurrent layers it left rolled, and why (``graphs.tf.recurrent``)."""
 
 
 @dataclass
@@ -54,13 +66,15 @@ class FlatOp:
     resource_output: bool = False  # the op yields a resource handle (a captured variable)
     is_argument: bool = False  # a placeholder argument of the top-level function
     without_flops: bool = False  # its 0 FLOPs is a type the cost model does not know (graphs.tf.costs)
+    runs: int = 1  # times the op runs per step: the product of the trip counts of the loops around it
+    trips: int | None = None  # a while loop's join op: its static trip count (None: its body counted once)
 
 
 def flatten_graph(graph, batch_size: int, drop_dead: bool = False) -> list[FlatOp]:
     """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined; with
     ``drop_dead``, only those TensorFlow runs (see the module's docstring)."""
     flattener = _Flattener(batch_size)
-    src, done = flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
+    src, done, _ = flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
     if not drop_dead:
         return flattener.ops
     results = [src.get(t.name, []) for t in graph.outputs]
@@ -93,12 +107,15 @@ class _Flattener:
         self.batch_size = batch_size
         self.ops: list[FlatOp] = []
         self.loop_depth = 0  # while-loop bodies being walked
+        self.runs = 1  # times the ops being added run per step (the trip counts of the loops around them)
 
-    def walk(self, graph, prefix: str, bound: list[list[int]] | None, entry_ctrl: list[int]):
-        """Add the ops of ``graph``; ``bound`` maps each function argument to its producer ids.
-        Returns (producer ids per output tensor name, done-ids per op name) for the caller."""
+    def walk(self, graph, prefix: str, bound: list[list[int]] | None, entry_ctrl: list[int], bound_values=()):
+        """Add the ops of ``graph``; ``bound`` maps each function argument to its producer ids, ``bound_values``
+        to its static scalar value (None where unknown). Returns (producer ids per output tensor name,
+        done-ids per op name, static scalar values per tensor name) for the caller."""
         src: dict[str, list[int]] = {}  # tensor name -> producer ids
         done: dict[str, list[int]] = {}  # op name -> ids whose completion the op's completion implies
+        values: dict[str, int | bool] = {}  # tensor name -> static value, for loop trip counts (graphs.tf.loops)
         args = {t.name: i for i, t in enumerate(graph.inputs)} if bound is not None else {}
         for op in _topological_ops(graph):
             ins = [src.get(t.name, []) for t in op.inputs]
@@ -108,24 +125,27 @@ class _Flattener:
             if op.type == "Placeholder" and op.outputs[0].name in args:
                 src[op.outputs[0].name] = list(bound[args[op.outputs[0].name]])
                 done[op.name] = src[op.outputs[0].name]
+                _set_value(values, op.outputs[0], bound_values, args[op.outputs[0].name])
             elif op.type == "Placeholder" and bound is not None:  # an argument node replaced on import
                 src[op.outputs[0].name], done[op.name] = [], []
             elif op.type in COLLAPSED_KINDS:
                 for i, out in enumerate(op.outputs):
                     src[out.name] = ins[i] if i < len(ins) else []
+                    _set_value(values, out, [values.get(t.name) for t in op.inputs], i)
                 done[op.name] = _union([*ins, ctrl])
             elif op.type == "NoOp":
                 done[op.name] = _union([*ins, ctrl])
             elif op.type in DROPPED_KINDS:
                 src[op.outputs[0].name], done[op.name] = [], ctrl
+                _set_value(values, op.outputs[0], [static_scalar(op)], 0)
             elif self._callee_names(op, graph):
-                self._inline(op, graph, prefix, ins, ctrl, src, done)
+                self._inline(op, graph, prefix, ins, ctrl, (src, done, values))
             else:
                 new_id = self._add_real_op(op, prefix, ins, ctrl, is_top=bound is None)
                 for out in op.outputs:
                     src[out.name] = [new_id]
                 done[op.name] = [new_id]
-        return src, done
+        return src, done, values
 
     def _callee_names(self, op, graph) -> list[str]:
         if op.type in CALL_KINDS:
@@ -140,42 +160,63 @@ class _Flattener:
             return [op.type]
         return []
 
-    def _inline(self, op, graph, prefix, ins, ctrl, src, done) -> None:
-        """Inline a call (outputs come from the callee) or control flow (outputs from a join op)."""
+    def _inline(self, op, graph, prefix, ins, ctrl, state) -> None:
+        """Inline a call (outputs come from the callee) or control flow (outputs from a join op). A while loop's
+        cond and body count their trip count's runs (the cond one more) where it is static (graphs.tf.loops)."""
+        src, done, values = state
         arg_ins = ins[1:] if op.type in BRANCH_KINDS or op.type in CASE_KINDS else ins
         arg_tensors = list(op.inputs[1:] if len(arg_ins) < len(ins) else op.inputs)
+        arg_values = [values.get(t.name) for t in arg_tensors]
+        callees = [(fname, self._callee_graph(op, graph, prefix, fname, arg_tensors))
+                   for fname in self._callee_names(op, graph)]
+        count = loop_count(callees[0][1], callees[1][1], arg_values) if op.type in LOOP_KINDS else None
         results = []
-        for fname in self._callee_names(op, graph):
-            fdef = _find_function_def(graph, fname)
-            if fdef is None:
-                raise PlacerError(f"op {prefix + op.name!r} calls function {fname!r}, which is not in the library")
-            body = _function_graph(graph, fdef, arg_tensors)
+        for k, (fname, body) in enumerate(callees):
             inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
-            self.loop_depth += op.type in LOOP_KINDS
-            try:
-                inner_src, inner_done = self.walk(body, inner_prefix, arg_ins, ctrl)
-            finally:
-                self.loop_depth -= op.type in LOOP_KINDS
+            runs = 1 if count is None or count.trips is None else count.trips + (k == 0)  # k == 0: the cond
+            inner_src, inner_done, inner_values = self._walk_callee(
+                body, inner_prefix, arg_ins, ctrl, arg_values if count is None else count.invariant_values,
+                runs, op.type in LOOP_KINDS)
             outs = [inner_src.get(t.name, []) for t in body.outputs]
             ends = _union(inner_done.get(c.name, []) for c in getattr(body, "control_outputs", []))
-            results.append((body, outs, ends))
+            results.append((body, outs, ends, [inner_values.get(t.name) for t in body.outputs]))
         if op.type in CALL_KINDS or len(results) == 1 and op.type not in LOOP_KINDS:
-            body, outs, ends = results[0]
-            for out, ids in zip(op.outputs, outs):
+            body, outs, ends, out_values = results[0]
+            for i, (out, ids) in enumerate(zip(op.outputs, outs)):
                 src[out.name] = ids
+                _set_value(values, out, out_values, i)
             done[op.name] = _union([*outs, ends])
             return
-        join_inputs = [(pid, _tensor_bytes(t, self.batch_size)) for body, outs, _ in results
+        join_inputs = [(pid, _tensor_bytes(t, self.batch_size)) for body, outs, _, _ in results
                        for t, ids in zip(body.outputs, outs) for pid in ids]
         if op.type not in LOOP_KINDS:
             join_inputs += [(pid, _tensor_bytes(op.inputs[0], self.batch_size)) for pid in ins[0]]
         join = FlatOp(name=prefix + op.name, kind=op.type, flops=0.0, in_bytes=0,
                       out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
-                      inputs=_dedup(join_inputs), control_inputs=_union(end for _, _, end in results))
+                      inputs=_dedup(join_inputs), control_inputs=_union(end for _, _, end, _ in results),
+                      runs=self.runs, trips=count.trips if count is not None else None)
         self.ops.append(join)
-        for out in op.outputs:
+        for i, out in enumerate(op.outputs):
             src[out.name] = [len(self.ops) - 1]
+            _set_value(values, out, count.output_values if count is not None else [], i)
         done[op.name] = [len(self.ops) - 1]
+
+    def _callee_graph(self, op, graph, prefix: str, fname: str, arg_tensors):
+        fdef = _find_function_def(graph, fname)
+        if fdef is None:
+            raise PlacerError(f"op {prefix + op.name!r} calls function {fname!r}, which is not in the library")
+        return _function_graph(graph, fdef, arg_tensors)
+
+    def _walk_callee(self, body, prefix: str, arg_ins, ctrl, arg_values, runs: int, in_loop: bool):
+        """``walk`` a callee whose ops run ``runs`` times each time the caller's do."""
+        outer_runs = self.runs
+        self.loop_depth += in_loop
+        self.runs *= runs
+        try:
+            return self.walk(body, prefix, arg_ins, ctrl, arg_values)
+        finally:
+            self.loop_depth -= in_loop
+            self.runs = outer_runs
 
     def _add_real_op(self, op, prefix: str, ins: list[list[int]], ctrl: list[int], is_top: bool) -> int:
         import tensorflow as tf
@@ -199,7 +240,7 @@ class _Flattener:
             out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
             inputs=_dedup(inputs), control_inputs=ctrl, colocate_with=_colocation_names(op, prefix),
             resource_output=resource_output, is_argument=is_top and op.type == "Placeholder",
-            without_flops=without_flops(op.type, len(op.outputs)),
+            without_flops=without_flops(op.type, len(op.outputs)), runs=self.runs,
         )
         self.ops.append(flat)
         return len(self.ops) - 1
@@ -208,9 +249,8 @@ class _Flattener:
         problem = f"cannot count FLOPs of op {prefix + op.name!r} ({op.type}): "
         if self.loop_depth and any(t.shape.rank is None for t in op.inputs):
             return LoopShapeError(problem + "its inputs have no static shape inside a while loop (as in the gradient "
-                                  "of a Keras recurrent layer left rolled, whose steps run in a loop that would count "
-                                  "once): unroll the loop (a Keras recurrent layer: unroll=True, on a fixed number "
-                                  "of steps), so every step is traced with its shapes")
+                                  "of a loop nested in another loop): unroll the loop (a Keras recurrent layer: "
+                                  "unroll=True, on a fixed number of steps), so every step is traced with its shapes")
         return PlacerError(problem + str(err))
 
 
@@ -277,16 +317,25 @@ def _function_graph(graph, fdef, arg_tensors):
         for tensor, arg in zip(arg_tensors, fdef.signature.input_arg):
             placeholder = tf.compat.v1.placeholder(tensor.dtype, tensor.shape if tensor.dtype != tf.resource
                                                    else [], name=f"placer_arg_{arg.name}")
-            if tensor.dtype == tf.resource:
+            if tensor.dtype in (tf.resource, tf.variant):  # a variant: a TensorList, its element shape
                 handle_data_util.copy_handle_data(tensor, placeholder)
             args.append(placeholder)
         input_map = {flat_names[arg.name]: p for arg, p in zip(fdef.signature.input_arg, args)}
         importer.import_graph_def(graph_def, input_map=input_map, name="")
         body.inputs = args
+        body.arg_index = {p.name: i for i, p in enumerate(args)}  # argument position by tensor name, also by the
+        # name of the placeholder the import replaced, which an output passing its argument through still names
+        body.arg_index.update({flat_names[arg.name]: i for i, arg in enumerate(fdef.signature.input_arg)})
         body.outputs = [body.get_tensor_by_name(flat_names[fdef.ret[arg.name]]) for arg in fdef.signature.output_arg]
         body.control_outputs = [body.get_operation_by_name(fdef.control_ret[name])
                                 for name in fdef.signature.control_output]
     return body
+
+
+def _set_value(values: dict, tensor, known: list, i: int) -> None:
+    """Record ``known[i]`` as ``tensor``'s static value where there is one."""
+    if i < len(known) and known[i] is not None:
+        values[tensor.name] = known[i]
 
 
 def _dims(tensor, batch_size: int) -> list[int]:

@@ -92,8 +92,9 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     is wrapped in a LossScaleOptimizer for a "mixed_float16" model, as ``compile`` would.
 
     ``meta["unrolled_layers"]``: the scopes of the recurrent layers built with ``unroll=False`` that were traced
-    unrolled (absent when none). A loop the step keeps that cannot be imported (a layer left rolled: its time
-    dimension unknown, or not one of Keras's own) is one PlacerError naming the layers left rolled and why."""
+    unrolled (absent when none). A loop the step keeps that cannot be imported or has no static trip count,
+    where a layer was left rolled (its time dimension unknown, or not one of Keras's own), is one PlacerError
+    naming the layers left rolled and why."""
     import tensorflow as tf
 
     batch = batch_size or leading_dim(example_inputs) or 1
@@ -113,6 +114,10 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
             raise
         raise PlacerError(f"{error}; the importer unrolls Keras's recurrent layers but left these rolled: "
                           f"{unrolling.rolled_reasons()}") from None
+    if unrolling.left_rolled and graph.meta.get("loops_counted_once"):
+        raise PlacerError(f"{graph.meta['loops_counted_once']} while loop(s) without a static trip count would count "
+                          "their body once: the importer unrolls Keras's recurrent layers but left these rolled: "
+                          f"{unrolling.rolled_reasons()}")
     if unrolling.unrolled:
         graph.meta["unrolled_layers"] = list(unrolling.unrolled)
     return graph

@@ -1,7 +1,8 @@
 """Keras recurrent layers traced unrolled: every time step's ops in the step's graph, with their shapes.
 
 A Keras RNN built with the default ``unroll=False`` runs its steps in a TF while loop: the importer would
-count its body once (``graphs.tf.flatten``) and the loop's gradient has no static shapes. While a training
+count its body once (``graphs.tf.flatten``: its maximum_iterations is a Max that ``graphs.tf.loops`` does not
+fold), and a placement would see one op for all the steps of each. While a training
 step is traced inside ``unrolled_recurrent_layers``, each of Keras's own recurrent layers whose input has a
 static time dimension is called with ``unroll=True``, which is the layer a user builds with
 ``unroll=True``: the same layer, weights and names, the loop replaced by one cell call per step. The
@@ -14,7 +15,7 @@ every one of them runs, is wrapped while the step is traced) and put back after.
 
 A layer is left rolled, with the reason recorded, when its input's time dimension is unknown (nothing to
 unroll to) or when it is a subclass of Keras's layers (its own code may not honour ``unroll``). The importer
-names those reasons if the loop then cannot be imported.
+names those reasons if the loop then has no static trip count or cannot be imported.
 """
 
 from __future__ import annotations

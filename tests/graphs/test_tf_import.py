@@ -437,11 +437,25 @@ def test_graphs_import_keras__ops_without_flops_are_named_on_stderr_and_kept_in_
 def test_graphs_import_keras__a_loop_counted_once_is_said_on_stderr_and_kept_in_the_file(tmp_path, capsys):
     from graphs.io import load_graph_file
 
-    code, out = _import_cli(tmp_path, "tiny_keras_input_smoother", "--batch-size", "4")
+    code, out = _import_cli(tmp_path, "tiny_keras_input_settler", "--batch-size", "4")
     assert code == 0
     err = capsys.readouterr().err
-    assert "placer: warning: 1 while loop(s) imported with their body counted once, whatever the trip count" in err
-    assert load_graph_file(out).meta["loops_counted_once"] == 1
+    assert "placer: warning: 1 while loop(s) without a static trip count imported with their body counted once" in err
+    graph = load_graph_file(out)
+    assert graph.meta["loops_counted_once"] == 1 and "loop_trips" not in graph.meta
+
+
+def test_graphs_import_keras__a_loop_of_static_trip_count_is_costed_silently_and_kept_in_the_file(tmp_path, capsys):
+    from graphs.io import load_graph_file
+
+    code, out = _import_cli(tmp_path, "tiny_keras_input_smoother", "--batch-size", "4")
+    err = capsys.readouterr().err
+    assert code == 0 and "while loop" not in err, err
+    graph = load_graph_file(out)
+    assert graph.meta["loop_trips"] == {"tiny_keras_input_smoother_1/smooth_1/while": 3}
+    assert "loops_counted_once" not in graph.meta
+    (tanh,) = _ops(graph, "Tanh")
+    assert graph.flops[tanh] == 3 * 4 * 8 and graph.out_bytes[tanh] == 4 * 8 * 4  # 3 runs; one run's buffer
 
 
 def test_keras_example__int_token_inputs_are_valid_ids_and_class_ids_drop_the_class_axis():
@@ -625,15 +639,15 @@ def test_keras_step__a_recurrent_layer_built_rolled_imports_as_if_built_with_unr
 
 
 def test_keras_step__a_recurrent_layer_of_unknown_time_dimension_is_refused_naming_it_and_why():
-    """Nothing to unroll to: the loop's gradient has no static shapes, and the error says which layer was left
-    rolled and why, besides the op and the while loop."""
+    """Nothing to unroll to: the loop has no static trip count, and the error says which layer was left rolled
+    and why, besides the loops."""
     import keras
 
     model = keras.Sequential([keras.Input((None, 8)), keras.layers.LSTM(16, name="lstm"), keras.layers.Dense(2)])
     with pytest.raises(PlacerError) as caught:
         _trace_recurrent(model, time_steps=None)
     message = str(caught.value)
-    assert "(MatMul)" in message and "while loop" in message
+    assert "while loop(s) without a static trip count would count their body once" in message
     assert "left these rolled: 'lstm': its input's time dimension is unknown (shape (4, None, 8))" in message
 
 
@@ -679,33 +693,159 @@ def test_import_keras_spec__a_saved_model_with_a_rolled_gru_is_imported_unrolled
     assert graph.meta["unrolled_layers"] == ["gru"] and "While" not in set(graph.op_kinds)
 
 
-def test_tf_function__a_while_loop_is_recorded_as_counted_once():
-    """A loop body is inlined once, whatever its trip count: the graph says so instead of staying silent."""
+def _loop_graph(step, batch=2):
+    """``step`` (a tf.function of one (batch, 4) float input) imported, and its MatMuls by name."""
     import tensorflow as tf
 
     from graphs.tf.importer import import_tf_function
+
+    graph = import_tf_function(step.get_concrete_function(tf.TensorSpec((batch, 4))), name="loop", batch_size=batch)
+    return graph, {graph.op_names[i]: i for i in _ops(graph, "MatMul")}
+
+
+MATMUL_FLOPS = 2 * 2 * 4 * 4  # a (2, 4) @ (4, 4) MatMul, once
+MATMUL_BYTES = (2 * 4 + 4 * 4 + 2 * 4) * 4  # its input, weight (read from the variable) and output
+
+
+def test_tf_function__a_while_loop_with_maximum_iterations_costs_its_body_that_many_times():
+    """while_v2 ANDs ``loop counter < maximum_iterations`` with the user's condition (a constant true here)."""
+    import tensorflow as tf
 
     w = tf.Variable(tf.ones((4, 4)), name="w")
 
     @tf.function
     def step(x):
-        _, h = tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(h) * 0.5),
-                             (tf.constant(0), x))  # static shapes: three iterations, the body counted once
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(tf.matmul(h, w))
-        (grad,) = tape.gradient(loss, [w])
-        w.assign_sub(0.1 * grad)
-        return loss
+        return tf.while_loop(lambda h: True, lambda h: (tf.matmul(h, w),), (x,), maximum_iterations=5)
 
-    graph = import_tf_function(step.get_concrete_function(tf.TensorSpec((None, 4))), name="t", batch_size=8)
-    assert graph.meta["loops_counted_once"] == 1
+    graph, matmuls = _loop_graph(step)
+    (matmul,) = matmuls.values()
+    assert graph.flops[matmul] == 5 * MATMUL_FLOPS
+    assert graph.bytes_accessed[matmul] == 5 * MATMUL_BYTES
+    assert graph.out_bytes[matmul] == 2 * 4 * 4  # one iteration's buffer
+    assert graph.meta["loop_trips"] == {"while": 5} and "loops_counted_once" not in graph.meta
+
+
+def test_tf_function__autograph_for_over_tf_range_costs_its_body_per_iteration_and_nested_loops_multiply():
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        for _ in tf.range(4):
+            x = tf.matmul(x, w)
+        for _ in tf.range(10, 0, -4):  # 10, 6, 2
+            for _ in tf.range(2, 9, 3):  # 2, 5, 8
+                x = tf.matmul(x, w)
+        return x
+
+    graph, matmuls = _loop_graph(step)
+    assert sorted(graph.flops[list(matmuls.values())]) == [4 * MATMUL_FLOPS, 3 * 3 * MATMUL_FLOPS]
+    assert sorted(graph.meta["loop_trips"].values()) == [3, 3, 4]  # each loop's own count, per run of it
+
+
+@pytest.mark.parametrize("cond, start, step, trips", [
+    (lambda i, h: i < 10, 0, 1, 10), (lambda i, h: i <= 10, 1, 2, 5), (lambda i, h: 7 > i, 0, 3, 3),
+    (lambda i, h: i > 0, 9, -2, 5), (lambda i, h: i >= -3, 0, -1, 4), (lambda i, h: i < 3, 5, 1, 0),
+], ids=["i<10", "i<=10_by_2", "7>i_by_3", "i>0_down_by_2", "i>=-3_down", "never"])
+def test_tf_function__a_counter_compared_with_a_constant_gives_the_trip_count(cond, start, step, trips):
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def loop(x):
+        return tf.while_loop(cond, lambda i, h: (i + step, tf.matmul(h, w)), (start, x))[1]
+
+    graph, matmuls = _loop_graph(loop)
+    (matmul,) = matmuls.values()
+    assert graph.flops[matmul] == trips * MATMUL_FLOPS and graph.meta["loop_trips"] == {"while": trips}
+
+
+@pytest.mark.parametrize("loop", ["data", "counter_doubled", "bound_from_data", "maximum_and_data"])
+def test_tf_function__a_loop_without_a_static_trip_count_is_counted_once_and_recorded(loop):
+    """A condition on the data (even under a maximum_iterations, which only bounds it), a counter the body
+    changes otherwise than by a constant step, a bound computed at run time: the body counts once."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+    conds = {"data": lambda i, h: tf.reduce_sum(h) < 100.0, "counter_doubled": lambda i, h: i < 10,
+             "bound_from_data": lambda i, h: i < tf.cast(tf.reduce_sum(h), tf.int32),
+             "maximum_and_data": lambda i, h: tf.reduce_sum(h) < 100.0}
+
+    @tf.function
+    def step(x):
+        body = (lambda i, h: (i * 2, tf.matmul(h, w))) if loop == "counter_doubled" else \
+            (lambda i, h: (i + 1, tf.matmul(h, w)))
+        return tf.while_loop(conds[loop], body, (1, x), maximum_iterations=4 if loop == "maximum_and_data" else None)
+
+    graph, matmuls = _loop_graph(step)
+    (matmul,) = matmuls.values()
+    assert graph.flops[matmul] == MATMUL_FLOPS
+    assert graph.meta["loops_counted_once"] == 1 and "loop_trips" not in graph.meta
+
+
+def test_tf_function__a_for_loop_over_tf_range_with_a_break_is_counted_once():
+    """autograph ANDs the range's comparison with a flag the break sets: the loop may stop at any iteration."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        for _ in tf.range(10):
+            x = tf.matmul(x, w)
+            if tf.reduce_sum(x) > 100.0:
+                break
+        return x
+
+    graph, matmuls = _loop_graph(step)
+    assert list(graph.flops[list(matmuls.values())]) == [MATMUL_FLOPS]
+    assert graph.meta["loops_counted_once"] == 1 and "loop_trips" not in graph.meta
+
+
+def test_tf_function__no_loop_no_loop_records():
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
 
     @tf.function
     def no_loop(x):
         return tf.reduce_sum(tf.matmul(x, w))
 
-    plain = import_tf_function(no_loop.get_concrete_function(tf.TensorSpec((None, 4))), name="p", batch_size=8)
-    assert "loops_counted_once" not in plain.meta
+    plain, _ = _loop_graph(no_loop)
+    assert "loops_counted_once" not in plain.meta and "loop_trips" not in plain.meta
+
+
+def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_per_iteration():
+    """The gradient of a while loop is another loop, bounded by the forward loop's final counter: both run
+    three times, so the forward MatMul and the gradient's two (dX, dW) count three iterations each."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    class Repeat(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], input_shape[-1]), name="w")
+
+        def call(self, x):
+            return tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, self.w))), (0, x))[1]
+
+    model = keras.Sequential([keras.Input((8,)), Repeat(name="rep"), keras.layers.Dense(2, name="out")], name="net")
+    graph = trace_keras_training_step(model, tf.TensorSpec((4, 8)), np.zeros((4, 2), "float32"), loss="mse",
+                                      optimizer="adam", name="net")
+    assert sorted(graph.meta["loop_trips"].items()) == [
+        ("gradient_tape/net_1/rep_1/while/net_1/rep_1/while_grad", 3), ("net_1/rep_1/while", 3)]
+    assert "loops_counted_once" not in graph.meta
+    (forward,) = _ops(graph, "MatMul", scope="rep", phase="forward")
+    backward = _ops(graph, "MatMul", scope="rep", phase="backward")
+    assert graph.flops[forward] == 3 * 2 * 4 * 8 * 8 and list(graph.flops[backward]) == [3 * 2 * 4 * 8 * 8] * 2
+    # The forward loop fills TensorLists (made under the tape's scope) for its gradient: still forward, and so
+    # is what follows it.
+    assert graph.phases[list(graph.op_names).index("net_1/rep_1/while")] == PHASE_CODE["forward"]
+    (dense,) = _ops(graph, "MatMul", scope="out", phase="forward")
+    assert graph.flops[dense] == 2 * 4 * 8 * 2  # outside the loop: once
 
 
 def _two_conv_net():
