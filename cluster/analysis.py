@@ -68,11 +68,12 @@ class RunSummary:
     best_baseline_run: str  # the sibling run that logged it; "" when this run did (or there is none)
     ratio_to_lower_bound: float
     ratio_to_best_baseline: float  # < 1: the policy beat every baseline
-    measurements: int  # rows measured (cache hits excluded)
+    measurements: int  # rows measured, every policy's (cache hits excluded): what measurements_per_s counts
     cache_hits: int
     failures: dict[str, int]  # status -> count, failures only
     wall_s: float  # the sessions' sum: each one's start (the manifest's, then each resume's) to its last
-    # finished measurement; the wait between a stop and its resume is not counted (wall_s_of)
+    # finished measurement; the wait between a stop and its resume is not counted (wall_s_of). A search's own
+    # wall_s is longer: it also counts what came before its run folder (the graph, the proven bound, Ray's start)
     measurements_per_s: float
     finished: bool  # result.json is there
     baselines: tuple[PolicyBest, ...] = field(default=())  # every other policy tag logged in the run
@@ -80,6 +81,8 @@ class RunSummary:
     proven_bound_holds_for: str = ""  # the placements it holds for (e.g. "placements of the 32 scope groups ...")
     ratio_to_proven_bound: float = math.nan
     removed_devices: tuple[RemovedDevice, ...] = field(default=())
+    policy_measurements: int = 0  # rows of the run's own policy, cache hits included: what `placer search`
+    # counts against its budget and reports as its measurements (a `placer baselines --out` run: every row)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -264,6 +267,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     ok_pool = [b for b in pool.bests if b.status == "ok"]
     baseline = min(ok_pool, key=lambda b: b.runtime_s) if ok_pool else None
     measured = rows[~rows["cache_hit"].astype(bool)]
+    policy_rows = rows if manifest.policy == BASELINES_POLICY else rows[rows["policy"] == manifest.policy]
     failures = {str(k): int(v) for k, v in rows.loc[rows["status"] != "ok", "status"].value_counts().items()}
     wall_s = wall_s_of(rows, manifest)
     lower = lower_bound_of(run, manifest)
@@ -280,7 +284,8 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         finished=finished, baselines=tuple(_own_baselines(manifest, bests)),
         proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s),
         removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
-                              for r in device_removals_done(manifest)))
+                              for r in device_removals_done(manifest)),
+        policy_measurements=len(policy_rows))
 
 
 def wall_s_of(rows: pd.DataFrame, manifest: RunManifest) -> float:

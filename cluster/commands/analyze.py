@@ -57,7 +57,7 @@ def print_summaries(summaries) -> None:
 
     table = Table(title=f"{len(summaries)} run(s)")
     headers = ("graph", "machine", "policy", "best (s)", "x lower bound", "x proven bound", "x best baseline",
-               "measurements", "failures", "wall (s)", "meas/s", "state", "run")
+               "measurements", "failures", "log wall (s)", "meas/s", "state", "run")
     for header in headers:
         table.add_column(header, justify="left" if header in ("graph", "machine", "policy", "failures", "state",
                                                                "run") else "right")
@@ -66,10 +66,9 @@ def print_summaries(summaries) -> None:
         baseline = _num(s.ratio_to_best_baseline, ".3f")
         if s.best_baseline:
             baseline += f" ({s.best_baseline})"
-        hits = f" (+{s.cache_hits} cached)" if s.cache_hits else ""
         table.add_row(s.graph, s.machine, s.policy or "-", _num(s.best_runtime_s, ".4g"),
                       _num(s.ratio_to_lower_bound, ".3f"), _num(s.ratio_to_proven_bound, ".3f"), baseline,
-                      f"{s.measurements}{hits}", failures,
+                      measurements_cell(s), failures,
                       _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
                       "finished" if s.finished else "running or stopped", s.run_id)
     console = text_console(width=240)
@@ -83,6 +82,16 @@ def print_summaries(summaries) -> None:
         for removed in s.removed_devices:
             console.print(f"{s.run_id}: {removed.device} left after {removed.at_measurement} measurements (then "
                           f"{removed.machine_after}); its bests count only placements without it")
+
+
+def measurements_cell(s) -> str:
+    """The run's policy's measurements, as `placer search` counts them against its budget (cache hits included),
+    then the other policies' rows scored in the run (its baselines) and the cache hits among all rows."""
+    from cluster.jobs.config import BASELINES_POLICY
+
+    others = 0 if s.policy == BASELINES_POLICY else s.measurements + s.cache_hits - s.policy_measurements
+    notes = ([f"+{others} others"] if others else []) + ([f"{s.cache_hits} cached"] if s.cache_hits else [])
+    return f"{s.policy_measurements}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _print_proven_bounds(console, summaries) -> None:

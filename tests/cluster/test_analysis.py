@@ -303,6 +303,24 @@ def test_cli_analyze__table_names_every_run(tmp_path, capsys):
     assert "x proven bound" in out.replace("\n", " ")  # the column, "-" without a bound
 
 
+def test_cli_analyze__counts_the_policys_measurements_as_search_does_apart_from_its_baselines(tmp_path, capsys):
+    """A `placer search --budget 64` run showed 64 measurements in search's summary and 66 here: its 3
+    baselines were counted in, its one cache hit left out. The policy's rows (cache hit included) are what
+    search counts against its budget; the baselines and the cache hits are shown apart."""
+    run = write_run(tmp_path)  # annealing: 8 rows, 1 a cache hit; 2 baselines
+    (s,) = summarize([run])
+    assert s.policy_measurements == 8 and (s.measurements, s.cache_hits) == (9, 1)
+    assert main(["analyze", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "8 (+2 others, 1 cached)" in out and "log wall (s)" in out
+    assert main(["analyze", str(run), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert (entry["policy_measurements"], entry["measurements"], entry["cache_hits"]) == (8, 9, 1)
+    rows = [("single-gpu", 2.0, "ok", False), ("m-etf", 1.0, "ok", False)]
+    (s,) = summarize([write_run(tmp_path / "b", rows=rows, policy="baselines")])  # `placer baselines --out`
+    assert s.policy_measurements == 2
+
+
 def test_find_runs__a_run_named_twice_is_summarized_once(tmp_path):
     run = write_run(tmp_path / "exp" / "cell")
     assert find_runs([run, tmp_path / "exp", str(run) + "/"]) == [run]

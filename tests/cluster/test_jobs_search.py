@@ -17,6 +17,7 @@ import pytest
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
+from cluster.analysis import summarize  # noqa: E402
 from cluster.runlog import MEASUREMENTS_DIR, read_best, read_manifest, read_metrics, read_run  # noqa: E402
 from graphs.errors import PlacerError  # noqa: E402
 from conftest import placer_stderr  # noqa: E402
@@ -53,6 +54,7 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     rows = read_run(result.run_dir)
     learner_rows = rows[rows.policy == "reinforce"]
     assert len(learner_rows) == 12 == result.measurements
+    assert summarize([result.run_dir])[0].policy_measurements == 12  # `placer analyze` counts as search does
     assert set(rows.policy) >= {"reinforce", "single-gpu", "m-etf"}
     baselines = rows[rows.policy.isin(["single-gpu", "m-etf"])]  # each its own batches, from 0 (m-etf had 1)
     assert len(baselines) == 2 and (baselines.iteration == 0).all()
@@ -137,6 +139,7 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     resumed = run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)),
                          progress=lambda measured, best_s, bound_s: shown.append(best_s))
     assert resumed.run_dir == first.run_dir and resumed.measurements == 16
+    assert summarize([first.run_dir])[0].policy_measurements == 16  # both sessions', as search counts them
     assert shown and max(shown) <= first.policy_best_runtime_s
     rows = read_run(first.run_dir)
     learner = rows[(rows.policy == "reinforce") & ~rows.cache_hit]
