@@ -27,7 +27,7 @@ def register(subparsers) -> None:
                         help="policies to run (default: all; device:K is everything on device K)")
     parser.add_argument("--budget", type=int, default=d.budget, metavar="N",
                         help=f"measurements each search may use (heuristics use one; default {d.budget})")
-    parser.add_argument("--groups", type=int, default=d.groups, metavar="G",
+    parser.add_argument("--groups", type=int, default=None, metavar="G",  # None: not given, d.groups
                         help=f"searches place at most G groups (default {d.groups}, as placer search)")
     parser.add_argument("--grouping", default=d.grouping,
                         help=f"how the searches' groups are made (default {d.grouping}, as placer search)")
@@ -53,11 +53,14 @@ def _run(args: argparse.Namespace) -> int:
 
     policies = None if args.policies is None else tuple(p.strip() for p in args.policies.split(","))
     names = BaselinesConfig.__dataclass_fields__
-    config = BaselinesConfig(**{**{k: v for k, v in vars(args).items() if k in names}, "policies": policies})
+    given = args.groups is not None
+    groups = args.groups if given else BaselinesConfig.groups
+    config = BaselinesConfig(**{**{k: v for k, v in vars(args).items() if k in names}, "policies": policies,
+                                "groups": groups})
     outcome = run_baselines(config)
-    note_groups_above_colocation(args.groups, outcome.colocation_groups, outcome.table.graph)
-    note_fewer_groups_than_asked(args.groups, outcome.groups, outcome.colocation_groups, outcome.table.graph,
-                                 args.grouping)
+    note_groups_above_colocation(groups, outcome.colocation_groups, outcome.table.graph, given=given)
+    note_fewer_groups_than_asked(groups, outcome.groups, outcome.colocation_groups, outcome.table.graph,
+                                 args.grouping, given=given)
     if args.json:  # the run folder (--out), as `placer search --json` names its own; baselines.json has no need
         emit_json({**outcome.to_json(), "run_dir": None if outcome.run_dir is None else str(outcome.run_dir)})
     else:

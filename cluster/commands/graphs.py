@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     show = commands.add_parser("show", help="figures of a benchmark or graph file")
     show.add_argument("graph", metavar="NAME_OR_FILE")
     show.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    show.add_argument("--groups", type=int, default=DEFAULT_MAX_GROUPS, metavar="G",
+    show.add_argument("--groups", type=int, default=None, metavar="G",  # None: not given, DEFAULT_MAX_GROUPS
                       help=f"group to at most G (default {DEFAULT_MAX_GROUPS})")
     show.add_argument("--method", default=None, help="grouping method (default: the grouping default)")
     show.set_defaults(func=_show)
@@ -83,16 +83,18 @@ def _show(args: argparse.Namespace) -> int:
     from graphs.grouping import DEFAULT_METHOD, group_ops
     from graphs.registry import load_graph
 
-    if args.groups < 1:
-        raise PlacerError(f"--groups must be at least 1, got {args.groups}")
+    given = args.groups is not None
+    max_groups = args.groups if given else DEFAULT_MAX_GROUPS
+    if max_groups < 1:
+        raise PlacerError(f"--groups must be at least 1, got {max_groups}")
     graph = load_graph(args.graph)
     method = args.method or DEFAULT_METHOD
-    grouping = group_ops(graph, max_groups=args.groups, method=method)  # an unknown method: before any note
-    note_groups_above_colocation(args.groups, graph.num_colocation_groups, graph.name)
-    note_fewer_groups_than_asked(args.groups, grouping.num_groups, graph.num_colocation_groups, graph.name,
-                                 grouping.method or method)
+    grouping = group_ops(graph, max_groups=max_groups, method=method)  # an unknown method: before any note
+    note_groups_above_colocation(max_groups, graph.num_colocation_groups, graph.name, given=given)
+    note_fewer_groups_than_asked(max_groups, grouping.num_groups, graph.num_colocation_groups, graph.name,
+                                 grouping.method or method, given=given)
     figures = graph.summary()
-    figures.update(groups=grouping.num_groups, max_groups=args.groups, grouping_method=grouping.method or method,
+    figures.update(groups=grouping.num_groups, max_groups=max_groups, grouping_method=grouping.method or method,
                    colocation_groups=graph.num_colocation_groups)
     if args.json:
         emit_json(figures)

@@ -109,10 +109,10 @@ def run(args) -> int:
             return 130
         progress.finish(result.measurements, result.stop_reason)
     if not config.resume:  # a resumed run keeps its own grouping
-        note_groups_above_colocation(config.groups, result.colocation_groups, result.graph)
+        note_groups_above_colocation(config.groups, result.colocation_groups, result.graph, given="groups" in given)
         if not config.split_groups:  # split groups can outnumber --groups
             note_fewer_groups_than_asked(config.groups, result.groups, result.colocation_groups, result.graph,
-                                         config.grouping)
+                                         config.grouping, given="groups" in given)
     if args.json:
         emit_json(result.to_json())
     else:

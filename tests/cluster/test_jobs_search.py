@@ -447,6 +447,20 @@ def test_search_cli__json_output(local_ray, tmp_path, capsys):
     assert np.isfinite(data["best_runtime_s"])
 
 
+def test_search_cli__the_default_groups_are_named_as_the_default_in_the_note(local_ray, tmp_path, capsys):
+    """With no --groups the note said "--groups 32 is more than ...", a flag the user never gave."""
+    from cluster.cli import main
+
+    flags = ["search", "--graph", "synthetic:20:1", "--policy", "random", "--budget", "2", "--workers", "1", "--json"]
+    assert main([*flags, "--out", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr()
+    colocation_groups = json.loads(out.out)["colocation_groups"]
+    assert (f"placer: note: the default of 32 groups (--groups) is more than the {colocation_groups} colocation "
+            f"groups of graph 'synthetic:20:1'") in out.err and "--groups 32" not in out.err
+    assert main([*flags, "--groups", "40", "--out", str(tmp_path / "b")]) == 0
+    assert "placer: note: --groups 40 is more than" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("policy, batch, given", [("giph", None, {}), ("hsdag", None, {}),
                                                    ("giph", 4, {"batch_size": 4}),
                                                    ("reinforce", None, {"hidden_size": 16})])

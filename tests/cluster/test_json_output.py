@@ -61,6 +61,23 @@ def test_graphs_show__fewer_groups_than_asked_is_one_note(capsys):
     assert "placer: note:" not in capsys.readouterr().err  # 32 groups made: no note
 
 
+def test_graphs_show_and_baselines__the_default_groups_are_named_as_the_default_in_their_notes(capsys):
+    """With no --groups a note said "--groups 32 is more than ...", a flag the user never gave."""
+    assert main(["graphs", "show", "synthetic:20:1", "--json"]) == 0
+    out = capsys.readouterr()
+    colocation_groups = json.loads(out.out)["colocation_groups"]
+    assert colocation_groups < 32 and "--groups 32" not in out.err
+    assert out.err == (f"placer: note: the default of 32 groups (--groups) is more than the {colocation_groups} "
+                       f"colocation groups of graph 'synthetic:20:1'; using {colocation_groups}\n")
+    assert main(["graphs", "show", "synthetic:150", "--method", "topo", "--json"]) == 0
+    assert "(the default of 32 groups (--groups), 138 colocation groups)" in capsys.readouterr().err
+    assert main(["baselines", "--graph", "synthetic:20:1", "--machine", "paper-2gpu", "--policies", "random",
+                 "--budget", "2", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["groups"] == colocation_groups
+    assert "placer: note: the default of 32 groups (--groups) is more than" in out.err
+
+
 def test_baselines_json__groups_below_colocation_groups_is_no_note(capsys):
     code = main(["baselines", "--graph", SMALL_GRAPH, "--machine", "paper-2gpu", "--groups", "8",
                  "--policies", "random", "--budget", "3", "--json"])
