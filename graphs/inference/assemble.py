@@ -82,12 +82,23 @@ def body_cost(costs: list[NodeCost], uncosted: Uncosted) -> BodyCost:
                     sum(cost.param_bytes for cost in costs), uncosted)
 
 
-def repeated(body: BodyCost, runs: int | None, path: str, why: str) -> BodyCost:
+class TripCountOverflow(PlacerError):
+    """A loop's static trip count times its body's bytes is past what a graph counts (the importer names the
+    model file before the rest)."""
+
+
+def repeated(body: BodyCost, runs: int | None, path: str, why: str, op_type: str) -> BodyCost:
     """A loop's cost: ``body`` (one run) ``runs`` times; when ``runs`` is None (not static), no FLOPs (listed)
-    and no body bytes, and ``path``'s ``why`` recorded. Its weights are resident either way."""
+    and no body bytes, and ``path``'s ``why`` recorded. Its weights are resident either way. A trip count
+    that takes a body's bytes past 2**62 is a TripCountOverflow naming the op (not the input sizes' fault)."""
     if runs is None:
         return BodyCost(None, 0, body.param_bytes, Uncosted(not_costed={path: why}))
-    return BodyCost(runs * body.flops, runs * body.bytes_accessed, body.param_bytes, body.uncosted)
+    total_bytes = runs * body.bytes_accessed
+    if total_bytes >= MAX_TOTAL_BYTES > body.bytes_accessed:
+        raise TripCountOverflow(f"{op_type} {path!r} runs its body {runs} times (its static trip count), "
+                                f"{body.bytes_accessed} bytes accessed in each run: {total_bytes:.3g} bytes, more "
+                                "than a graph counts (2**62)")
+    return BodyCost(runs * body.flops, total_bytes, body.param_bytes, body.uncosted)
 
 
 def costlier(branches: list[BodyCost]) -> BodyCost:
@@ -165,9 +176,14 @@ def _check_byte_totals(model: ImportedModel, pair_bytes: dict) -> None:
               "inputs": sum(node.in_bytes for node in model.nodes), "edges": sum(pair_bytes.values()),
               "subgraph bodies' accesses": sum(node.body_bytes for node in model.nodes)}
     name, total = max(totals.items(), key=lambda item: item[1])
-    if total >= MAX_TOTAL_BYTES:
-        raise PlacerError(f"model {model.model_file}: its {name} total {min(total, 10**300):.3g} bytes, more than "
-                          "a graph counts (2**62): check the input sizes (--input-shape)")
+    if total < MAX_TOTAL_BYTES:
+        return
+    hint = "check the input sizes (--input-shape)"
+    if name == "subgraph bodies' accesses":  # several loops, each within the limit (repeated checks one)
+        most = max(model.nodes, key=lambda node: node.body_bytes)
+        hint = f"the most from {most.op_type} {most.name!r}, {most.body_bytes:.3g} over its runs: check its trip count"
+    raise PlacerError(f"model {model.model_file}: its {name} total {min(total, 10**300):.3g} bytes, more than "
+                      f"a graph counts (2**62): {hint}")
 
 
 def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dict:

@@ -40,8 +40,8 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.files import file_problem
-from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, Uncosted, body_cost, costlier,
-                                       repeated, to_opgraph, unique_names)
+from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
+                                       costlier, repeated, to_opgraph, unique_names)
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.inference.shape_folding import infer_with_folded_shapes, known_values, static_dim, static_shapes
@@ -60,7 +60,10 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
         raise PlacerError(f"ONNX model {model_file} has no nodes")
     scope = _Scope(graph, _default_opset(model))
     names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)])
-    nodes, uncosted = _cost_nodes(scope, names)
+    try:
+        nodes, uncosted = _cost_nodes(scope, names)
+    except TripCountOverflow as exc:
+        raise PlacerError(f"ONNX model {model_file}: {exc}") from None
     num_params = sum(math.prod(init.dims) for body in _graphs_within(graph) for init in body.initializer
                      if _type_name(init.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes,
@@ -150,7 +153,8 @@ def _subgraph_cost(node, scope: _Scope, path: str) -> BodyCost:
         return costlier([_body_cost(_graph_attribute(node, name), scope, path)
                          for name in ("then_branch", "else_branch")])
     trips, why = _loop_trips(node, scope) if node.op_type == "Loop" else _scan_trips(node, scope)
-    return repeated(_body_cost(_graph_attribute(node, "body"), scope, path), trips, path, f"{node.op_type}: {why}")
+    return repeated(_body_cost(_graph_attribute(node, "body"), scope, path), trips, path, f"{node.op_type}: {why}",
+                    node.op_type)
 
 
 def _body_cost(body, scope: _Scope, path: str) -> BodyCost:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from graphs.errors import PlacerError
 from graphs.files import file_problem
-from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, Uncosted, body_cost, costlier,
-                                       repeated, to_opgraph)
+from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
+                                       costlier, repeated, to_opgraph)
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.opgraph import OpGraph
@@ -54,7 +54,10 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
     if not ops:
         raise PlacerError(f"OpenVINO IR {xml_file} has no ops: only Parameters, Constants and Results")
     _require_unique_names(xml_file, ops)
-    nodes, uncosted = _cost_ops(ops, [node.get_friendly_name() for node in ops])
+    try:
+        nodes, uncosted = _cost_ops(ops, [node.get_friendly_name() for node in ops])
+    except TripCountOverflow as exc:
+        raise PlacerError(f"OpenVINO IR {xml_file}: {exc}") from None
     return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, _edges(ops),
                                     _batch_size(model), _num_params(model), given, dict(_outputs_without_size(ops)),
                                     dict(uncosted.without_flops), uncosted.not_costed))
@@ -104,7 +107,8 @@ def _subgraph_cost(node, path: str) -> BodyCost:
     iterations = node.get_num_iterations()
     why = f"{node.get_type_name()}: OpenVINO gives no static iteration count (a trip count or a condition computed " \
         "at run time)"
-    return repeated(_body_cost(node.get_function(), path), iterations if iterations >= 0 else None, path, why)
+    return repeated(_body_cost(node.get_function(), path), iterations if iterations >= 0 else None, path, why,
+                    node.get_type_name())
 
 
 def _body_cost(body, path: str) -> BodyCost:

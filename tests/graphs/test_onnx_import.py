@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -530,11 +532,11 @@ BODY_FLOPS = 2 * 8 * 4 + 8
 BODY_BYTES = (8 + 16 + 8) * F32 + (8 + 4 + 8) * F32 + 2 * BOOL
 
 
-def _loop_model(tmp_path, body, trips_input: str = "M", extra_inputs=()) -> str:
-    """x (2,4) -> loop (Loop M times over body) -> y; W (4,4) and M = 5 initializers."""
+def _loop_model(tmp_path, body, trips_input: str = "M", extra_inputs=(), trips: int = 5) -> str:
+    """x (2,4) -> loop (Loop M times over body) -> y; W (4,4) and M = ``trips`` (5) initializers."""
     value = helper.make_tensor_value_info
     initializers = [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
-                    numpy_helper.from_array(np.array(5, np.int64), "M")]
+                    numpy_helper.from_array(np.array(trips, np.int64), "M")]
     loop = helper.make_node("Loop", [trips_input, "", "x"], ["y"], name="loop", body=body)
     return _save(tmp_path, [loop], [value("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
                  [value("y", TensorProto.FLOAT, [2, 4])], initializers)
@@ -549,6 +551,39 @@ def test_import_onnx__a_loop_with_a_static_trip_count_costs_its_body_times_the_t
     assert graph.out_bytes.tolist() == [8 * F32]
     assert graph.num_params == 16 + 4  # W and the body's b
     assert graph.meta["ops_without_flops"] == {} and "bodies_not_costed" not in graph.meta
+
+
+def test_import_onnx__a_huge_static_trip_count_is_one_error_naming_the_loop_not_the_input_sizes(tmp_path, capsys):
+    """M = 10**18 took the body's bytes past 2**62, and the error said to check --input-shape, which this model
+    has none of."""
+    from cluster.cli import main
+
+    path = _loop_model(tmp_path, _loop_body(), trips=10**18)
+    message = (f"ONNX model {Path(path).resolve()}: Loop 'loop' runs its body 1000000000000000000 times (its static "
+               f"trip count), {BODY_BYTES} bytes accessed in each run: {10**18 * BODY_BYTES:.3g} bytes, more than a "
+               "graph counts (2**62)")
+    with pytest.raises(PlacerError) as caught:
+        import_onnx(path)
+    assert str(caught.value) == message
+    out = tmp_path / "loop.parquet"
+    assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 2
+    assert capsys.readouterr().err == f"placer: error: {message}\n" and not out.exists()
+
+
+def test_import_onnx__loops_within_the_limit_each_but_not_together_name_the_costliest(tmp_path):
+    """Two loops each under 2**62 bytes, over it together: the total's error names the costlier one."""
+    value = helper.make_tensor_value_info
+    trips = 2**62 // BODY_BYTES - 1
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["h"], name="first", body=_loop_body()),
+             helper.make_node("Loop", ["N", "", "h"], ["y"], name="second", body=_loop_body())]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])], [value("y", TensorProto.FLOAT, [2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                  numpy_helper.from_array(np.array(trips, np.int64), "M"),
+                  numpy_helper.from_array(np.array(trips - 1, np.int64), "N")])
+    with pytest.raises(PlacerError, match=r"its subgraph bodies' accesses total .* bytes, more than a graph counts "
+                                          r"\(2\*\*62\): the most from Loop 'first', .* over its runs: check its trip "
+                                          r"count$"):
+        import_onnx(path)
 
 
 def test_import_onnx__a_loop_whose_trip_count_is_a_folded_shape_is_costed(tmp_path):

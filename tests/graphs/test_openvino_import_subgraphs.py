@@ -7,8 +7,10 @@ import numpy as np
 import onnx
 import openvino as ov
 import openvino.opset13 as ops
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from graphs.errors import PlacerError
 from graphs.inference.openvino_import import import_openvino_ir
 
 F32 = 4
@@ -24,8 +26,8 @@ def _ir_of(tmp_path, nodes, inputs, outputs, initializers=()) -> str:
     return str(xml_path)
 
 
-def _loop_ir(tmp_path, trips_input: str = "M", extra_inputs=()) -> str:
-    """x (2,4) -> Loop over a body h @ W (4,4) + b (4), its condition passed through; M = 5."""
+def _loop_ir(tmp_path, trips_input: str = "M", extra_inputs=(), trips: int = 5) -> str:
+    """x (2,4) -> Loop over a body h @ W (4,4) + b (4), its condition passed through; M = ``trips`` (5)."""
     body = helper.make_graph(
         [helper.make_node("MatMul", ["h", "W"], ["m"]), helper.make_node("Add", ["m", "b"], ["h2"]),
          helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
@@ -37,7 +39,16 @@ def _loop_ir(tmp_path, trips_input: str = "M", extra_inputs=()) -> str:
     return _ir_of(tmp_path, [loop], [VALUE("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
                   [VALUE("y", TensorProto.FLOAT, [2, 4])],
                   [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
-                   numpy_helper.from_array(np.array(5, np.int64), "M")])
+                   numpy_helper.from_array(np.array(trips, np.int64), "M")])
+
+
+def test_import_openvino_ir__a_huge_static_trip_count_is_one_error_naming_the_loop(tmp_path):
+    """Its error said to check --input-shape, which this model has none of."""
+    path = _loop_ir(tmp_path, trips=10**18)
+    with pytest.raises(PlacerError, match=r"^OpenVINO IR .*small\.xml: Loop '.*' runs its body 1000000000000000000 "
+                                          r"times \(its static trip count\), \d+ bytes accessed in each run: .* "
+                                          r"bytes, more than a graph counts \(2\*\*62\)$"):
+        import_openvino_ir(path)
 
 
 def test_import_openvino_ir__a_loop_with_a_static_trip_count_costs_its_body_times_the_trips(tmp_path):
