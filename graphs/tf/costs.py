@@ -40,7 +40,7 @@ APPLY_FLOPS_PER_ELEMENT = {
     "AssignAddVariableOp": 1, "AssignSubVariableOp": 1,
 }
 
-# Normalization and softmax-like ops: FLOPs per element of their main (first) input.
+# Normalization, softmax-like and reduction ops: FLOPs per element of their main (first) input.
 PER_INPUT_ELEMENT_FLOPS = {
     "FusedBatchNorm": 5, "FusedBatchNormV2": 5, "FusedBatchNormV3": 5,
     "FusedBatchNormGrad": 8, "FusedBatchNormGradV2": 8, "FusedBatchNormGradV3": 8,
@@ -48,6 +48,7 @@ PER_INPUT_ELEMENT_FLOPS = {
     "SoftmaxCrossEntropyWithLogits": 6, "SparseSoftmaxCrossEntropyWithLogits": 6,
     "Sum": 1, "Mean": 1, "Max": 1, "Min": 1, "Prod": 1, "All": 0, "Any": 0, "ArgMax": 1, "ArgMin": 1,
     "BiasAddGrad": 1, "L2Loss": 2, "EuclideanNorm": 2,
+    "ResizeNearestNeighborGrad": 1,  # adds each incoming gradient element (input 0) into the one input it copied
 }
 
 OpShapes = list[list[int]]  # one list of dims per tensor
@@ -113,7 +114,8 @@ def _resized_dims(image: list[int], resized: list[int]) -> int:
 def _resize(taps: int, ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
     """ResizeBilinear / ResizeBicubic (images [N, H, W, C] -> [N, H', W', C]), as the ONNX importer counts
     Resize: each output element is a weighted sum of taps^k input values (k the dims whose size changes), a
-    multiply-add each. ResizeNearestNeighbor gathers: 0 (ZERO_FLOP_KINDS)."""
+    multiply-add each. ResizeNearestNeighbor gathers: 0 (ZERO_FLOP_KINDS); its gradient scatter-adds: 1 FLOP
+    per incoming gradient element (PER_INPUT_ELEMENT_FLOPS)."""
     resized = _resized_dims(ins[0], outs[0])
     return 2.0 * taps ** resized * _numel(outs[0]) if resized else 0.0
 

@@ -227,6 +227,14 @@ def test_tf_costs__einsum_counts_as_the_onnx_importer_does(equation, in_dims, fl
     assert op_flops("Einsum", in_dims, [[1]], {"equation": equation}, True) == flops
 
 
+def test_tf_costs__a_nearest_resize_gradient_adds_each_incoming_gradient_element_once():
+    """ResizeNearestNeighborGrad (grads [2, 8, 12, 3], size -> [2, 4, 6, 3]) scatter-adds every incoming element
+    into the input element it copied: 576 FLOPs, where the elementwise fallback counted its 144 outputs."""
+    from graphs.tf.costs import op_flops
+
+    assert op_flops("ResizeNearestNeighborGrad", [[2, 8, 12, 3], [2]], [[2, 4, 6, 3]], {}, True) == 2 * 8 * 12 * 3
+
+
 @pytest.mark.parametrize("kind, num_outputs, missed", [
     ("ResourceScatterAdd", 0, True),  # changes a variable the cost model cannot see
     ("ResourceApplyPowerSign", 0, True),  # an optimizer kernel the apply table lacks
@@ -1051,7 +1059,8 @@ def test_keras_step__resizes_count_their_interpolation_as_the_onnx_importer_does
     """ResizeBilinear and ResizeBicubic fell back to 1 FLOP an output element, and ResizeNearestNeighbor too,
     where the ONNX importer's Resize counts taps^k multiply-adds an output element (k the dims resized: 2^k
     for bilinear, 4^k for bicubic) and nearest 0, a gather. conv (2, 4, 6, 3) -> (2, 8, 12, 3) three ways,
-    and -> (2, 4, 12, 3) bilinear (one dim resized); a gradient does its forward's multiply-adds."""
+    and -> (2, 4, 12, 3) bilinear (one dim resized); a gradient does its forward's multiply-adds, nearest's
+    one add per incoming gradient element."""
     import keras
 
     from graphs.tf.importer import trace_keras_training_step
@@ -1072,6 +1081,8 @@ def test_keras_step__resizes_count_their_interpolation_as_the_onnx_importer_does
     grads = {graph.scopes[i]: graph.flops[i]
              for i in _ops(graph, "ResizeBilinearGrad") + _ops(graph, "ResizeBicubicGrad")}
     assert grads == {"bilinear": 2 * 4 * both, "bicubic": 2 * 16 * both, "wide": 2 * 2 * wide}
+    nearest_grads = graph.flops[_ops(graph, "ResizeNearestNeighborGrad")].tolist()
+    assert nearest_grads == [both]  # a scatter-add: one add per incoming gradient element
 
 
 @pytest.mark.parametrize("loss", ["mse", "sparse_categorical_crossentropy", "compiled function"])
