@@ -5,13 +5,14 @@ multiply-add counts as 2 FLOPs (the project's convention: ResNet-50 at 224x224 i
 Elementwise ops (transcendental ones included) cost one FLOP per output element; normalizations and
 softmax a few per input element; data-movement ops (Reshape, Transpose, Concat, Gather, Cast, ...) cost 0,
 deliberately: they have a formula. An op that the other format spells as several costs what they would
-(OpenVINO's ScaledDotProductAttention: two matmuls, a scale, a mask and a softmax; ONNX's LayerNormalization:
-OpenVINO's MVN, Multiply and Add), except activations: a Gelu or a Swish is one elementwise op, 1 FLOP an
-element, where an export that writes it out pays for each of its ops. An op type absent from the table has
-no formula: ``op_flops`` returns None and the importers list it in ``graph.meta["ops_without_flops"]``.
+(OpenVINO's ScaledDotProductAttention and ONNX's Attention: two matmuls, a scale, a mask and a softmax;
+ONNX's LayerNormalization: OpenVINO's MVN, Multiply and Add), except activations: a Gelu or a Swish is one
+elementwise op, 1 FLOP an element, where an export that writes it out pays for each of its ops. An op type
+absent from the table has no formula: ``op_flops`` returns None and the importers list it in
+``graph.meta["ops_without_flops"]``.
 
-Shapes are tuples of ints (unknown dims already replaced by 1) or None for a tensor of unknown rank; a
-formula that needs a shape it lacks gives 0.
+Shapes are tuples of ints (unknown dims already replaced by 1) or None for a tensor of unknown rank (or an
+optional ONNX input left out before one given); a formula that needs a shape it lacks gives 0.
 """
 
 from __future__ import annotations
@@ -139,6 +140,32 @@ def _attention(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     return float(scores * (2 * q[-1] + 2 * v[-1] + 1 + (1 if masked else 0) + PER_INPUT_ELEMENT["Softmax"]))
 
 
+def _onnx_attention(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
+    """ONNX Attention (opset 23): Q, K, V[, attn_mask, past_key, past_value], each 4D (batch, heads, sequence,
+    head size) or 3D (batch, sequence, heads x head size; the heads given by q_num_heads, kv_num_heads).
+    Per score, batch x query heads x query length x (past_key's length + K's), what ScaledDotProductAttention
+    costs (_attention): 2 x head size and 2 x V's head size for the two matmuls, 1 for the scale, 1 for the
+    mask (is_causal, or an attn_mask of more than one element) and 5 for the softmax; with a softcap, 3 more
+    (softcap x tanh(score / softcap)). A 3D layout without its head counts gives 0. The present key and
+    value are concatenations: 0. ``ins`` by position (an absent optional input None)."""
+    q, k, v, mask, past_key = (ins[i] if len(ins) > i else None for i in range(5))
+    if any(s is None or len(s) != len(q or ()) for s in (k, v)) or q is None or len(q) not in (3, 4):
+        return 0.0
+    if len(q) == 3:
+        q_heads, kv_heads = attrs.get("q_num_heads"), attrs.get("kv_num_heads")
+        if not q_heads or not kv_heads:
+            return 0.0
+        batch, q_length, head_size, v_head_size = q[0], q[1], q[2] // q_heads, v[2] // kv_heads
+    else:
+        batch, q_heads, q_length, head_size, v_head_size = q[0], q[1], q[2], q[3], v[3]
+    past_length = past_key[-2] if past_key is not None and len(past_key) == 4 else 0
+    scores = batch * q_heads * q_length * (past_length + k[-2])
+    masked = bool(attrs.get("is_causal")) or numel(mask) > 1
+    softcap = 3 if attrs.get("softcap") else 0
+    return float(scores * (2 * head_size + 2 * v_head_size + 1 + (1 if masked else 0) + softcap
+                           + PER_INPUT_ELEMENT["Softmax"]))
+
+
 def _affine_normalization(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     """ONNX LayerNormalization, InstanceNormalization, GroupNormalization: MVN's 5 FLOPs per element of X
     (the mean's sum, the subtraction, the square, the variance's sum, the scaling by its inverse root), then
@@ -197,6 +224,7 @@ FORMULAS: dict[str, Formula] = {
     "ConvTranspose": partial(_conv, 1, True, bias_input=True), "ConvolutionBackpropData": partial(_conv, 1, True),
     "GroupConvolutionBackpropData": partial(_conv, 2, True),
     "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum, "ScaledDotProductAttention": _attention,
+    "Attention": _onnx_attention,  # ONNX's (opset 23; com.microsoft's differs: the importer gives it none)
     **{name: _affine_normalization for name in ("LayerNormalization", "InstanceNormalization", "GroupNormalization")},
     "MaxPool": _pool, "AveragePool": _pool, "AvgPool": _pool, "LpPool": _pool,
     "Resize": _resize, "Upsample": _resize, "Interpolate": _resize,

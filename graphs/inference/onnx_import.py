@@ -118,12 +118,24 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncost
             body = _subgraph_cost(node, scope, name)
             flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes
             uncosted.add(body.uncosted)
+        elif node.domain not in DEFAULT_DOMAINS and node.op_type in DEFAULT_DOMAIN_ONLY:
+            flops = None  # com.microsoft's Attention: other inputs than the formula of ONNX's reads
         else:
-            flops = op_flops(node.op_type, [_shape(scope.tensors.get(t)) for t in node.input if t],
+            flops = op_flops(node.op_type, _input_shapes(node, scope.tensors),
                              [_shape(scope.tensors.get(t)) for t in outputs], _attributes(node))
         costs.append(NodeCost(name, node.op_type, flops, in_bytes, sum(_bytes(scope.tensors.get(t)) for t in outputs),
                               weight_bytes, param_bytes, body_bytes))
     return costs, uncosted
+
+
+def _input_shapes(node, tensors) -> list[Shape]:
+    """A node's input shapes by position: an optional input left out ("") before one given is None, so a
+    formula finds each input at its index (Attention's past_key after an absent attn_mask); trailing ones
+    left out are dropped."""
+    names = list(node.input)
+    while names and not names[-1]:
+        names.pop()
+    return [_shape(tensors.get(name)) if name else None for name in names]
 
 
 def _edges(graph, tensors) -> list[tuple[int, int, int]]:
@@ -140,6 +152,7 @@ def _reads(node) -> list[str]:
 
 SUBGRAPH_OPS = ("If", "Loop", "Scan")
 DEFAULT_DOMAINS = ("", "ai.onnx")
+DEFAULT_DOMAIN_ONLY = ("Attention",)  # op types whose formula is the default domain's alone
 
 
 def _is_subgraph_op(node) -> bool:

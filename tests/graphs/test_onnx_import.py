@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -506,6 +507,41 @@ def test_op_flops__normalizations(op_type, flops):
     from graphs.inference.flops import op_flops
 
     assert op_flops(op_type, [(2, 6, 5), (2,), (2,)], [(2, 6, 5)], {}) == flops
+
+
+def test_import_onnx__attention_of_opset_23_counts_per_score_what_scaled_dot_product_attention_does(tmp_path):
+    """ONNX's Attention had no formula (0 FLOPs, listed). q (2, 4 heads, L=6, E=8), k (2, 2 heads, S=10, 8), v
+    (2, 2, 10, Ev=16): per score (batch x q heads x L x S) 2 x 8 + 2 x 16 for the matmuls, 1 for the scale and
+    5 for the softmax (54), as OpenVINO's ScaledDotProductAttention; 1 more for a mask (is_causal, or an
+    attn_mask of more than one element), 3 more for a softcap. The keys in past_key (P=3) are scored too: S
+    counts them, read at its own input index after an attn_mask left out ("")."""
+    value = helper.make_tensor_value_info
+    shapes = {"q": [2, 4, 6, 8], "k": [2, 2, 10, 8], "v": [2, 2, 10, 16], "past_k": [2, 2, 3, 8],
+              "past_v": [2, 2, 3, 16], "q3": [2, 6, 32], "k3": [2, 10, 16], "v3": [2, 10, 32], "mask": [6, 10],
+              "one": [1]}
+    attention = partial(helper.make_node, "Attention")
+    nodes = [attention(["q", "k", "v"], ["plain_y"], name="plain"),
+             attention(["q", "k", "v", "", "past_k", "past_v"], ["past_y", "present_k", "present_v"], name="past"),
+             attention(["q", "k", "v"], ["causal_y"], name="causal", is_causal=1),
+             attention(["q", "k", "v", "one"], ["one_y"], name="one_element_mask"),
+             attention(["q", "k", "v"], ["capped_y"], name="capped", softcap=30.0),
+             attention(["q3", "k3", "v3", "mask"], ["grouped_y"], name="grouped", q_num_heads=4, kv_num_heads=2),
+             helper.make_node("Attention", ["q", "k", "v"], ["ms_y"], name="microsoft", domain="com.microsoft")]
+    outputs = {"plain_y": [2, 4, 6, 16], "past_y": [2, 4, 6, 16], "present_k": [2, 2, 13, 8],
+               "present_v": [2, 2, 13, 16], "causal_y": [2, 4, 6, 16], "one_y": [2, 4, 6, 16],
+               "capped_y": [2, 4, 6, 16], "grouped_y": [2, 6, 64], "ms_y": [2, 4, 6, 16]}
+    graph = helper.make_graph(nodes, "attention", [value(n, TensorProto.FLOAT, d) for n, d in shapes.items()],
+                              [value(n, TensorProto.FLOAT, d) for n, d in outputs.items()])
+    path = tmp_path / "attention.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23),
+                                                      helper.make_opsetid("com.microsoft", 1)]), str(path))
+    imported = import_onnx(str(path))
+    scores, per_score = 2 * 4 * 6 * 10, 2 * 8 + 2 * 16 + 1 + 5
+    assert _by_name(imported, imported.flops) == {
+        "plain": scores * per_score, "past": 2 * 4 * 6 * 13 * per_score, "causal": scores * (per_score + 1),
+        "one_element_mask": scores * per_score, "capped": scores * (per_score + 3),
+        "grouped": scores * (per_score + 1), "microsoft": 0}
+    assert imported.meta["ops_without_flops"] == {"Attention": 1}  # com.microsoft's: other inputs, no formula
 
 
 # Subgraph ops: a Loop, Scan or If costs its bodies (nodes costed as the main graph's), figures by hand.
