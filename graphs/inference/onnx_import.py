@@ -44,7 +44,8 @@ from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCo
                                        costlier, repeated, to_opgraph, unique_names)
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.shape_folding import infer_with_folded_shapes, known_values, static_dim, static_shapes
+from graphs.inference.shape_folding import (infer_with_folded_shapes, known_values, shape_conflict, static_dim,
+                                            static_shapes)
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -276,8 +277,34 @@ def _load_checked(model_file: Path, given: InputShapes):
         return onnx.load(str(model_file))
 
     model = _foreign(model_file, load)
-    _size_inputs(model.graph, sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given))
-    return _foreign(model_file, lambda: infer_with_folded_shapes(model)), given
+    sized = sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given)
+    _size_inputs(model.graph, sized)
+    inferred = _foreign(model_file, lambda: infer_with_folded_shapes(model))
+    if _has_unsized_outputs(inferred.graph):  # maybe sizes the model cannot take: which node says so
+        _refuse_conflict(model_file, model, sized, given)
+    return inferred, given
+
+
+def _has_unsized_outputs(graph) -> bool:
+    sized = {value.name for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type")
+             and value.type.tensor_type.HasField("shape")
+             and all(static_dim(d) for d in value.type.tensor_type.shape.dim)}
+    return any(tensor and tensor not in sized for node in graph.node for tensor in node.output)
+
+
+def _refuse_conflict(model_file: Path, model, sized: InputShapes, given: InputShapes) -> None:
+    """One PlacerError naming the input sizes and the node whose shapes contradict each other at them (a
+    U-Net's Concat of halves of different heights at a size that is no multiple of its poolings'), where
+    onnx's strict inference finds one: the lenient one left its output unsized, and the import went on to
+    a graph that OpenVINO refused to run at those sizes."""
+    conflict = shape_conflict(model)
+    if conflict is None:
+        return
+    sizes = ", ".join(f"{name}={','.join(map(str, dims))}" for name, dims in sized.items())
+    source = "--input-shape" if given else "the model's own"
+    node = f"{conflict.node_name!r} ({conflict.op_type})" if conflict.node_name else f"an unnamed {conflict.op_type}"
+    raise PlacerError(f"ONNX model {model_file}: at the input sizes {sizes} ({source}), node {node} fails shape "
+                      f"inference: {conflict.reason}")
 
 
 def _foreign(model_file: Path, call):

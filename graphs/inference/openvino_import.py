@@ -26,6 +26,7 @@ dynamic shape are counted by op type in ``meta["unsized_tensors_by_op"]``, those
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ElementTree
 from collections import Counter
 from pathlib import Path
@@ -154,8 +155,25 @@ def size_inputs(model, where: str, given: InputShapes) -> None:
         except (RuntimeError, TypeError) as exc:  # the sizes contradict an op (a Reshape to a fixed size)
             given_text = ", ".join(f"{port_name}={','.join(map(str, sized[port_name]))}"
                                    for port_name in sized if ports[port_name] in changed)
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise PlacerError(f"{where}: OpenVINO cannot size the model's inputs as {given_text}: {reason}") from None
+            raise PlacerError(f"{where}: OpenVINO cannot size the model's inputs as {given_text}: "
+                              f"{reshape_failure(exc)}") from None
+
+
+# OpenVINO's "While validating node 'opset1::Concat cat (...) -> (...)' with friendly_name 'cat':"
+_VALIDATING = re.compile(r"While validating node '(?:\w+::)?(\w+) .*' with friendly_name '(.*)':\s*$")
+
+
+def reshape_failure(exc: Exception) -> str:
+    """What OpenVINO's reshape error says, shortly: the node that failed (type and name), why (its last line),
+    and the input shapes it was given where it says them; its first line (the C++ check) when it names none."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    node = next((match for match in map(_VALIDATING.match, lines) if match), None)
+    if node is None or len(lines) < 3:
+        return lines[0] if lines else type(exc).__name__
+    shapes = next((line.removeprefix("Shape inference input shapes ") for line in lines
+                   if line.startswith("Shape inference input shapes ")), "")
+    return (f"node {node.group(2)!r} ({node.group(1)}) fails: {lines[-1]}"
+            + (f" (its input shapes {shapes})" if shapes else ""))
 
 
 def _input_name(port) -> str:

@@ -13,11 +13,16 @@ infers again (at most ``MAX_ROUNDS`` times: a chain that starts from a tensor si
 like the next layer's, takes one round each). The importer still reads the model's own nodes: only the
 inferred value_info and output types come from the copy. A model with no such input is left exactly as the
 first inference gave it.
+
+``shape_conflict`` asks onnx's strict inference which node's input shapes contradict each other (sizes given
+to a U-Net that its pooled and upsampled halves no longer match), which the lenient one leaves unsized.
 """
 
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,6 +54,34 @@ def infer_with_folded_shapes(model):
     if targets:
         _take_types(inferred.graph, folded.graph)
     return inferred
+
+
+@dataclass(frozen=True)
+class ShapeConflict:
+    """A node whose input shapes contradict each other (or its own checks), as onnx's inference says it."""
+    op_type: str
+    node_name: str  # "" for a node without a name
+    reason: str
+
+
+# one error of onnx's strict inference: "(op_type:Concat, node name: cat): [ShapeInferenceError] Can't merge ..."
+_INFERENCE_ERROR = re.compile(r"\(op_type:([^,]*), node name: ([^)]*)\): \[(\w+)\] ([^\n]*)")
+
+
+def shape_conflict(model) -> ShapeConflict | None:
+    """The first node whose shapes contradict each other at ``model``'s input sizes (a Concat of tensors of
+    different heights, an Add of sizes that do not broadcast), from onnx's strict inference on a slimmed copy;
+    None when it reports none. An error that follows from another's (an input left without a type, a
+    TypeInferenceError) is no conflict of its own."""
+    from onnx.shape_inference import infer_shapes
+
+    try:
+        infer_shapes(_slim_copy(model, {}), strict_mode=True, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - InferenceError, and whatever else a foreign library raises
+        for op_type, name, kind, reason in _INFERENCE_ERROR.findall(str(exc)):
+            if kind == "ShapeInferenceError":
+                return ShapeConflict(op_type, name.strip(), reason.strip())
+    return None
 
 
 def _new_targets(graph, taken: dict) -> dict[tuple[int, int], np.ndarray]:

@@ -114,8 +114,56 @@ def test_import_openvino_ir__sizes_a_reshape_cannot_take_are_one_error(tmp_path)
     path = tmp_path / "reshape.xml"
     ov.save_model(ov.Model([ops.result(ops.relu(flat))], [x], "reshape"), str(path), compress_to_fp16=False)
     assert import_openvino_ir(str(path), input_shapes={"x": (1, 3, 4, 4)}).num_ops > 0
-    with pytest.raises(PlacerError, match=r"reshape.xml.*: OpenVINO cannot size the model's inputs as x=1,3,5,5: "):
+    with pytest.raises(PlacerError, match=r"reshape.xml.*: OpenVINO cannot size the model's inputs as x=1,3,5,5: "
+                                          r"node '.*' \(Reshape\) fails: Requested output shape \[1,48\] is "
+                                          r"incompatible with input shape \(its input shapes \{\[1,3,5,5\],\[2\]\}\)$"):
         import_openvino_ir(str(path), input_shapes={"x": (1, 3, 5, 5)})
+
+
+def _onnx_unet(path) -> str:
+    """x [N, 3, H, W] -> pool (2x2 max pool) -> up (nearest x2 Resize) -> cat (Concat with x on the channels)
+    -> relu: H and W must be even, as a U-Net's must be multiples of its poolings'."""
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+             helper.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest", name="up"),
+             helper.make_node("Concat", ["u", "x"], ["c"], axis=1, name="cat"),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(nodes, "unet", [value("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+                              [value("y", TensorProto.FLOAT, ["n", 6, "h", "w"])],
+                              [numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_cli_graphs_import_onnx__sizes_the_model_cannot_take_are_one_error_naming_the_node(tmp_path, capsys):
+    """A U-Net at 31x33: its halves, 30x32 and 31x33, cannot be concatenated. The import warned of unsized
+    tensors and wrote a graph, and `placer measure` then failed on OpenVINO's first internal line."""
+    from cluster.cli import main
+
+    path, out = _onnx_unet(tmp_path / "unet.onnx"), tmp_path / "unet.parquet"
+    assert main(["graphs", "import", "--onnx", path, "--input-shape", "x=1,3,31,33", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"placer: error: ONNX model {Path(path).resolve()}: at the input sizes x=1,3,31,33 "
+                   "(--input-shape), node 'cat' (Concat) fails shape inference: Can't merge shape info. Both "
+                   "inferred and declared dimension have values but they differ. Inferred=31 Declared=30 "
+                   "Dimension=2\n")
+    assert not out.exists()
+    assert main(["graphs", "import", "--onnx", path, "--input-shape", "x=1,3,32,32", "-o", str(out)]) == 0
+    assert "placer: warning" not in capsys.readouterr().err and out.exists()
+
+
+def test_import_openvino_ir__sizes_the_model_cannot_take_name_the_node_and_why(tmp_path):
+    """OpenVINO's refusal was its first line, a C++ check ("Check 'TRShape::merge_into(...)' failed at
+    src/core/..."): the node and the reason are on its later lines."""
+    xml = tmp_path / "unet.xml"
+    ov.save_model(ov.convert_model(_onnx_unet(tmp_path / "unet.onnx")), str(xml), compress_to_fp16=False)
+    with pytest.raises(PlacerError) as refused:
+        import_openvino_ir(str(xml), input_shapes={"x": (1, 3, 31, 33)})
+    assert str(refused.value) == (
+        f"OpenVINO IR {xml}: OpenVINO cannot size the model's inputs as x=1,3,31,33: node 'cat' (Concat) fails: "
+        "Argument shapes are inconsistent; they must have the same rank, and must have equal dimension everywhere "
+        "except on the concatenation axis (axis 1). (its input shapes {[1,3,30,32],[1,3,31,33]})")
+    assert import_openvino_ir(str(xml), input_shapes={"x": (1, 3, 32, 32)}).num_ops == 4
 
 
 def test_parse_input_shapes__names_may_hold_equals_signs():
