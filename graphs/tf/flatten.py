@@ -8,13 +8,18 @@ input, NoOps into the control edges they stand for, and constants are dropped (t
 every device that needs them).
 
 A while loop whose trip count is static (``graphs.tf.loops``: ``maximum_iterations``, autograph's ``for i in
-tf.range(N)``, a counter compared with a constant, and the gradients of such loops) gives each op of its body
+tf.range(N)``, a counter compared with a constant or with shape arithmetic on static dims such as
+``tf.shape(x)[0]``, and the gradients of such loops) gives each op of its body
 ``runs`` = that count (its cond's one more), times the runs of the loops around it; the OpGraph multiplies
 their FLOPs and bytes accessed by it, and the join op keeps the count (``trips``). Approximations: an op's
 output bytes stay one iteration's (a loop reuses its buffers; a TensorList accumulating every iteration's
 value for the gradient grows, and that growth is not counted), and the edges into and out of the body are
 crossed once, not once per iteration for the loop-carried values. A loop whose trip count is not static (a
 condition on the data, which may stop it early) runs its body once here: ``trips`` None, ``runs`` unchanged.
+The static values the walk tracks for trip counts (``walk``'s ``values``) include those of real ops doing shape
+arithmetic (a ``Shape`` op stays an op with its cost, and may also have a value); no dims are static inside a
+loop whose variables may change shape (a relaxed shape invariant: its cond and body are given the shapes the
+variables enter with), and an unknown leading dim is the batch only where the step's signature left it open.
 A function's arguments keep the handle data of resources and of TensorLists (variants), so the ops a gradient
 loop pops from its forward loop's accumulators have static shapes.
 
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from graphs.errors import PlacerError
 from graphs.tf.costs import FORMULA_ATTRS, op_flops, without_flops
-from graphs.tf.loops import loop_count, static_scalar
+from graphs.tf.loops import EVALUATED_KINDS, loop_count, static_constant, static_outputs
 
 COLLAPSED_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})
 DROPPED_KINDS = frozenset({"Const", "HostConst"})
@@ -73,7 +78,8 @@ class FlatOp:
 def flatten_graph(graph, batch_size: int, drop_dead: bool = False) -> list[FlatOp]:
     """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined; with
     ``drop_dead``, only those TensorFlow runs (see the module's docstring)."""
-    flattener = _Flattener(batch_size)
+    batch_left_open = any(_leading_dim_unknown(t) for t in getattr(graph, "inputs", ()))
+    flattener = _Flattener(batch_size, batch_left_open)
     src, done, _ = flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
     if not drop_dead:
         return flattener.ops
@@ -103,11 +109,25 @@ def live_ops(ops: list[FlatOp], results: list[int]) -> list[FlatOp]:
 
 
 class _Flattener:
-    def __init__(self, batch_size: int):
+    def __init__(self, batch_size: int, batch_left_open: bool):
         self.batch_size = batch_size
+        self.batch_left_open = batch_left_open  # an argument's leading dim is unknown: batch_size fills it
         self.ops: list[FlatOp] = []
         self.loop_depth = 0  # while-loop bodies being walked
         self.runs = 1  # times the ops being added run per step (the trip counts of the loops around them)
+        self.loose_loops = 0  # loops being walked whose variables may change shape: no dims are static inside
+
+    def static_dims(self, tensor) -> list | None:
+        """``tensor``'s dims as shape arithmetic may read them (None for an unknown dim; None for an unknown
+        rank or inside a loop whose variables may change shape, as a callee's arguments take the shapes they
+        enter with). An unknown leading dim is the batch, ``batch_size``, when the step left its batch open
+        (as its costs count it); with a static batch, it is data-dependent (a ``tf.unique``) and unknown."""
+        if tensor.shape.rank is None or self.loose_loops:
+            return None
+        dims = tensor.shape.as_list()
+        if dims and dims[0] is None and self.batch_left_open:
+            dims[0] = self.batch_size
+        return dims
 
     def walk(self, graph, prefix: str, bound: list[list[int]] | None, entry_ctrl: list[int], bound_values=()):
         """Add the ops of ``graph``; ``bound`` maps each function argument to its producer ids, ``bound_values``
@@ -137,7 +157,7 @@ class _Flattener:
                 done[op.name] = _union([*ins, ctrl])
             elif op.type in DROPPED_KINDS:
                 src[op.outputs[0].name], done[op.name] = [], ctrl
-                _set_value(values, op.outputs[0], [static_scalar(op)], 0)
+                _set_value(values, op.outputs[0], [static_constant(op)], 0)
             elif self._callee_names(op, graph):
                 self._inline(op, graph, prefix, ins, ctrl, (src, done, values))
             else:
@@ -145,6 +165,10 @@ class _Flattener:
                 for out in op.outputs:
                     src[out.name] = [new_id]
                 done[op.name] = [new_id]
+                if op.type in EVALUATED_KINDS:  # shape arithmetic: a real op that may have a static value
+                    known = static_outputs(op, [values.get(t.name) for t in op.inputs], self.static_dims)
+                    for i, out in enumerate(op.outputs):
+                        _set_value(values, out, known, i)
         return src, done, values
 
     def _callee_names(self, op, graph) -> list[str]:
@@ -169,17 +193,15 @@ class _Flattener:
         arg_values = [values.get(t.name) for t in arg_tensors]
         callees = [(fname, self._callee_graph(op, graph, prefix, fname, arg_tensors))
                    for fname in self._callee_names(op, graph)]
-        count = loop_count(callees[0][1], callees[1][1], arg_values) if op.type in LOOP_KINDS else None
-        results = []
-        for k, (fname, body) in enumerate(callees):
-            inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
-            runs = 1 if count is None or count.trips is None else count.trips + (k == 0)  # k == 0: the cond
-            inner_src, inner_done, inner_values = self._walk_callee(
-                body, inner_prefix, arg_ins, ctrl, arg_values if count is None else count.invariant_values,
-                runs, op.type in LOOP_KINDS)
-            outs = [inner_src.get(t.name, []) for t in body.outputs]
-            ends = _union(inner_done.get(c.name, []) for c in getattr(body, "control_outputs", []))
-            results.append((body, outs, ends, [inner_values.get(t.name) for t in body.outputs]))
+        loose = op.type in LOOP_KINDS and not _shapes_kept(op)
+        self.loose_loops += loose
+        try:
+            count = loop_count(callees[0][1], callees[1][1], arg_values, self.static_dims) \
+                if op.type in LOOP_KINDS else None
+            results = [self._inline_callee(op, prefix, fname, body, k, count, (arg_ins, ctrl, arg_values))
+                       for k, (fname, body) in enumerate(callees)]
+        finally:
+            self.loose_loops -= loose
         if op.type in CALL_KINDS or len(results) == 1 and op.type not in LOOP_KINDS:
             body, outs, ends, out_values = results[0]
             for i, (out, ids) in enumerate(zip(op.outputs, outs)):
@@ -200,6 +222,19 @@ class _Flattener:
             src[out.name] = [len(self.ops) - 1]
             _set_value(values, out, count.output_values if count is not None else [], i)
         done[op.name] = [len(self.ops) - 1]
+
+    def _inline_callee(self, op, prefix: str, fname: str, body, k: int, count, args):
+        """Walk callee ``k`` of ``op``: (its graph, producer ids per output, ids its completion implies, static
+        values per output)."""
+        arg_ins, ctrl, arg_values = args
+        inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
+        runs = 1 if count is None or count.trips is None else count.trips + (k == 0)  # k == 0: the cond
+        inner_src, inner_done, inner_values = self._walk_callee(
+            body, inner_prefix, arg_ins, ctrl, arg_values if count is None else count.invariant_values,
+            runs, op.type in LOOP_KINDS)
+        outs = [inner_src.get(t.name, []) for t in body.outputs]
+        ends = _union(inner_done.get(c.name, []) for c in getattr(body, "control_outputs", []))
+        return body, outs, ends, [inner_values.get(t.name) for t in body.outputs]
 
     def _callee_graph(self, op, graph, prefix: str, fname: str, arg_tensors):
         fdef = _find_function_def(graph, fname)
@@ -330,6 +365,20 @@ def _function_graph(graph, fdef, arg_tensors):
         body.control_outputs = [body.get_operation_by_name(fdef.control_ret[name])
                                 for name in fdef.signature.control_output]
     return body
+
+
+def _shapes_kept(loop) -> bool:
+    """Every variable of the while op ``loop`` keeps the shape it enters with (no relaxed shape invariant), so
+    the shapes its cond and body see, those it enters with, hold in every iteration."""
+    return all(_shape_key(t) == _shape_key(out) for t, out in zip(loop.inputs, loop.outputs))
+
+
+def _shape_key(tensor) -> tuple | None:
+    return None if tensor.shape.rank is None else tuple(tensor.shape.as_list())
+
+
+def _leading_dim_unknown(tensor) -> bool:
+    return bool(tensor.shape.rank) and tensor.shape[0] is None
 
 
 def _set_value(values: dict, tensor, known: list, i: int) -> None:

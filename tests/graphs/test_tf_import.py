@@ -825,6 +825,97 @@ def test_tf_function__no_loop_no_loop_records():
     assert "loops_counted_once" not in plain.meta and "loop_trips" not in plain.meta
 
 
+SHAPE_BOUNDS = {  # a loop bound written in shape arithmetic on a (3, 4) x, and the trip count it is
+    "shape_0": (lambda tf, x: tf.shape(x)[0], 3),
+    "shape_1_minus_1": (lambda tf, x: tf.shape(x)[1] - 1, 3),
+    "size_floordiv_rank": (lambda tf, x: tf.size(x) // tf.rank(x), 6),
+    "gather_min_plus_1": (lambda tf, x: tf.minimum(tf.gather(tf.shape(x), 1), 2) + 1, 3),
+    "int64_last_cast": (lambda tf, x: tf.cast(tf.shape(x, out_type=tf.int64)[-1], tf.int32), 4),
+}
+
+
+@pytest.mark.parametrize("bound", SHAPE_BOUNDS, ids=list(SHAPE_BOUNDS))
+def test_tf_function__a_for_loop_over_a_range_of_shape_arithmetic_costs_its_body_per_iteration(bound):
+    """``for i in tf.range(tf.shape(x)[0])``: the bound is a Shape op's static value sliced (and combined)."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+    limit, trips = SHAPE_BOUNDS[bound]
+
+    @tf.function
+    def step(x):
+        for _ in tf.range(limit(tf, x)):
+            x = tf.matmul(x, w)
+        return x
+
+    graph, matmuls = _loop_graph(step, batch=3)
+    (matmul,) = matmuls.values()
+    assert graph.flops[matmul] == trips * 2 * 3 * 4 * 4
+    assert graph.meta["loop_trips"] == {"while": trips} and "loops_counted_once" not in graph.meta
+
+
+def test_tf_function__a_while_loop_whose_condition_reads_a_loop_variables_shape_gets_the_trip_count():
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        return tf.while_loop(lambda i, h: i < tf.shape(h)[1], lambda i, h: (i + 1, tf.matmul(h, w)), (0, x))[1]
+
+    graph, matmuls = _loop_graph(step)
+    (matmul,) = matmuls.values()
+    assert graph.flops[matmul] == 4 * MATMUL_FLOPS and graph.meta["loop_trips"] == {"while": 4}
+
+
+def test_tf_function__a_batch_left_open_in_the_signature_bounds_a_loop_by_the_imported_batch_size():
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        for _ in tf.range(tf.shape(x)[0]):
+            x = tf.matmul(x, w)
+        return x
+
+    graph = import_tf_function(step.get_concrete_function(tf.TensorSpec((None, 4))), name="loop", batch_size=5)
+    (matmul,) = _ops(graph, "MatMul")
+    assert graph.flops[matmul] == 5 * 2 * 5 * 4 * 4 and graph.meta["loop_trips"] == {"while": 5}
+
+
+@pytest.mark.parametrize("unknown", ["dim_left_open", "data_dependent_rows", "loop_variable_shrinking"])
+def test_tf_function__a_bound_on_a_shape_not_known_statically_counts_its_loop_once(unknown):
+    """Next to a loop on a static dim (counted): a dim the signature leaves open past the batch, the rows of a
+    tf.unique (data-dependent, though the batch is static), the rows of a loop variable a shape invariant lets
+    shrink (the body sees the rows it enters with, 4, but it runs twice): each counted once, and recorded."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+    bounds = {"dim_left_open": lambda x, y: tf.shape(y)[1],
+              "data_dependent_rows": lambda x, y: tf.shape(tf.unique(y[0])[0])[0]}
+
+    @tf.function
+    def step(x, y):
+        for _ in tf.range(tf.shape(x)[0]):
+            x = tf.matmul(x, w)
+        if unknown == "loop_variable_shrinking":
+            return tf.while_loop(lambda i, h: i < tf.shape(h)[0], lambda i, h: (i + 1, h[1:]), (0, x),
+                                 shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, 4])))[1]
+        for _ in tf.range(bounds[unknown](x, y)):
+            x = tf.matmul(x, w)
+        return x
+
+    concrete = step.get_concrete_function(tf.TensorSpec((4, 4)), tf.TensorSpec((4, None), tf.int32))
+    graph = import_tf_function(concrete, name="loop", batch_size=4)
+    assert list(graph.meta["loop_trips"].values()) == [4]
+    assert graph.meta["loops_counted_once"] == 1
+
+
 def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_per_iteration():
     """The gradient of a while loop is another loop, bounded by the forward loop's final counter: both run
     three times, so the forward MatMul and the gradient's two (dX, dW) count three iterations each."""
