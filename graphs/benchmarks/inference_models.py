@@ -98,6 +98,7 @@ def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:
 
 
 OPENVINO_COUNTER_NAME = re.compile(r"([A-Z][A-Za-z0-9]*)_\d+")  # Transpose_241: OpenVINO's own name for a node
+MODEL_NAMED = ("Parameter", "Result")  # the model's inputs and outputs: named by the model, whatever the form
 
 
 def _name_unnamed_nodes(ov_model) -> None:
@@ -105,9 +106,11 @@ def _name_unnamed_nodes(ov_model) -> None:
     OpenVINO names a node nothing named after a counter of every node the process has made (``Transpose_241``
     in one process, ``Transpose_11637`` after another model was converted; a node a transformation made keeps
     the name of the one it replaced, a Convolution ``Transpose_3555``), and the importer takes those names as
-    op names: the same benchmark hashed differently with what the process had converted before."""
+    op names: the same benchmark hashed differently with what the process had converted before. The model's
+    inputs and outputs keep the names it gave them (a Keras input ``Image_1`` is not OpenVINO's counter)."""
     nodes = ov_model.get_ordered_ops()
-    counted = [OPENVINO_COUNTER_NAME.fullmatch(node.get_friendly_name()) for node in nodes]
+    counted = [None if node.get_type_name() in MODEL_NAMED else
+               OPENVINO_COUNTER_NAME.fullmatch(node.get_friendly_name()) for node in nodes]
     taken = {node.get_friendly_name() for node, match in zip(nodes, counted) if match is None}
     counts: dict[str, int] = {}
     for node, match in zip(nodes, counted):

@@ -5,8 +5,9 @@ between ops; this module sums tensors between the same two ops into one edge, de
 names, marks every op forward and records what has no FLOP formula.
 
 A subgraph op (ONNX If / Loop / Scan, OpenVINO If / Loop / TensorIterator) is one op whose ``body_bytes`` are
-what its body's ops read and write over all its runs, on top of its own inputs and outputs; the op types
-without a formula inside bodies, and the subgraph ops whose body could not be costed (why), are the model's.
+what its bodies' ops read and write over all its runs; where they are known, they are its bytes accessed (its
+own inputs and outputs are among what its bodies read and write, not counted again); the op types without a
+formula inside bodies, and the subgraph ops whose body could not be costed (why), are the model's.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class NodeCost:
     weight_bytes: int  # weights read (initializers / Constants), shared ones included
     param_bytes: int  # weights this op owns: each weight is owned by its first consumer (a subgraph op: and
     # the weights inside its bodies, once)
-    body_bytes: int = 0  # a subgraph op: what its bodies' ops access (read and write), over all its runs
+    body_bytes: int | None = None  # a subgraph op whose bodies are costed: what their ops access (read and
+    # write) over all its runs, its bytes accessed (``accessed_bytes``); None: any other op
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Uncosted:
 class BodyCost:
     """A subgraph op's bodies over all their runs (``flops`` None: how many runs is not known statically)."""
     flops: float | None
-    bytes_accessed: int  # what the bodies' ops read and write
+    bytes_accessed: int | None  # what the bodies' ops read and write (None with ``flops``)
     param_bytes: int  # the bodies' own weights, resident once however many runs
     uncosted: Uncosted
 
@@ -78,7 +80,7 @@ def body_cost(costs: list[NodeCost], uncosted: Uncosted) -> BodyCost:
     """One run of a body whose ops cost ``costs``: their sums; the op types without a formula are listed."""
     uncosted.without_flops.update(cost.op_type for cost in costs if cost.flops is None)
     return BodyCost(sum(cost.flops or 0.0 for cost in costs),
-                    sum(c.in_bytes + c.out_bytes + c.weight_bytes + c.body_bytes for c in costs),
+                    sum(accessed_bytes(cost) for cost in costs),
                     sum(cost.param_bytes for cost in costs), uncosted)
 
 
@@ -89,10 +91,11 @@ class TripCountOverflow(PlacerError):
 
 def repeated(body: BodyCost, runs: int | None, path: str, why: str, op_type: str) -> BodyCost:
     """A loop's cost: ``body`` (one run) ``runs`` times; when ``runs`` is None (not static), no FLOPs (listed)
-    and no body bytes, and ``path``'s ``why`` recorded. Its weights are resident either way. A trip count
-    that takes a body's bytes past 2**62 is a TripCountOverflow naming the op (not the input sizes' fault)."""
+    and no body bytes (the op's own inputs and outputs stand for them), and ``path``'s ``why`` recorded. Its
+    weights are resident either way. A trip count that takes a body's bytes past 2**62 is a TripCountOverflow
+    naming the op (not the input sizes' fault)."""
     if runs is None:
-        return BodyCost(None, 0, body.param_bytes, Uncosted(not_costed={path: why}))
+        return BodyCost(None, None, body.param_bytes, Uncosted(not_costed={path: why}))
     total_bytes = runs * body.bytes_accessed
     if total_bytes >= MAX_TOTAL_BYTES > body.bytes_accessed:
         raise TripCountOverflow(f"{op_type} {path!r} runs its body {runs} times (its static trip count), "
@@ -109,6 +112,12 @@ def costlier(branches: list[BodyCost]) -> BodyCost:
         uncosted.add(branch.uncosted)
     return BodyCost(max(b.flops or 0.0 for b in branches), max(b.bytes_accessed for b in branches),
                     sum(b.param_bytes for b in branches), uncosted)
+
+
+def accessed_bytes(cost: NodeCost) -> int:
+    """What an op reads and writes: its inputs, outputs and weights; a subgraph op with costed bodies, what
+    they access (its inputs and outputs among that: a body reads its inputs and writes its outputs)."""
+    return cost.body_bytes if cost.body_bytes is not None else cost.in_bytes + cost.out_bytes + cost.weight_bytes
 
 
 def scope_of(name: str) -> str:
@@ -153,8 +162,7 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
         op_names=np.array([node.name for node in nodes], dtype=object),
         op_kinds=np.array([node.op_type for node in nodes], dtype=object),
         flops=np.array([node.flops or 0.0 for node in nodes], dtype=np.float64),
-        bytes_accessed=np.array([node.in_bytes + node.out_bytes + node.weight_bytes + node.body_bytes
-                                 for node in nodes], dtype=np.float64),
+        bytes_accessed=np.array([accessed_bytes(node) for node in nodes], dtype=np.float64),
         out_bytes=np.array([node.out_bytes for node in nodes], dtype=np.int64),
         param_bytes=np.array([node.param_bytes for node in nodes], dtype=np.int64),
         edge_src=np.array([p[0] for p in pairs], dtype=np.int64),
@@ -174,13 +182,13 @@ def _check_byte_totals(model: ImportedModel, pair_bytes: dict) -> None:
     totals = {"outputs": sum(node.out_bytes for node in model.nodes),
               "weights": sum(node.param_bytes + node.weight_bytes for node in model.nodes),
               "inputs": sum(node.in_bytes for node in model.nodes), "edges": sum(pair_bytes.values()),
-              "subgraph bodies' accesses": sum(node.body_bytes for node in model.nodes)}
+              "subgraph bodies' accesses": sum(node.body_bytes or 0 for node in model.nodes)}
     name, total = max(totals.items(), key=lambda item: item[1])
     if total < MAX_TOTAL_BYTES:
         return
     hint = "check the input sizes (--input-shape)"
     if name == "subgraph bodies' accesses":  # several loops, each within the limit (repeated checks one)
-        most = max(model.nodes, key=lambda node: node.body_bytes)
+        most = max(model.nodes, key=lambda node: node.body_bytes or 0)
         hint = f"the most from {most.op_type} {most.name!r}, {most.body_bytes:.3g} over its runs: check its trip count"
     raise PlacerError(f"model {model.model_file}: its {name} total {min(total, 10**300):.3g} bytes, more than "
                       f"a graph counts (2**62): {hint}")

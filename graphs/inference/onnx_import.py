@@ -17,15 +17,16 @@ inside bodies: a Scan's from its inputs' slices, an If's branches from the outer
 shapes its body declares for its carried values, which onnx does not carry in since they may change from
 one iteration to the next; a body tensor it leaves unsized counts as the main graph's do), recursively for
 nested subgraph ops, and summed: FLOPs, and bytes accessed (every body node's reads and writes, weights
-included, on top of the op's own inputs and outputs). A Loop multiplies its body by its trip count when that
-is static (``M`` a known value and a condition that cannot stop it early), a Scan by its scan inputs' length;
-an If takes the larger of its two branches' FLOPs, and of their bytes: an upper bound of the one that runs.
-A Loop or Scan whose trip count is not known statically keeps no FLOPs (listed in ``ops_without_flops``)
-and adds no body bytes; why is in ``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}). A
-body's own initializers are resident weights of its top-level subgraph op, counted once whatever the trip
-count (``param_bytes``, ``num_params``); its intermediate tensors live only while the op runs, so the op's
-``out_bytes`` are its own outputs. An op type without a formula inside a body is listed in
-``ops_without_flops`` too (one per body node), its subgraph op's FLOPs lacking it.
+included: the op's own inputs and outputs are among them, not counted again). A Loop multiplies its body by
+its trip count when that is static (``M`` a known value and a condition that cannot stop it early), a Scan by
+its scan inputs' length; an If takes the larger of its two branches' FLOPs, and of their bytes: an upper bound
+of the one that runs. A Loop or Scan whose trip count is not known statically keeps no FLOPs (listed in
+``ops_without_flops``) and its own inputs, outputs and weights as its bytes accessed; why is in
+``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}). A body's own initializers are resident
+weights of its top-level subgraph op, counted once whatever the trip count (``param_bytes``, ``num_params``);
+its intermediate tensors live only while the op runs, so the op's ``out_bytes`` are its own outputs. An op
+type without a formula inside a body is listed in ``ops_without_flops`` too (one per body node), its subgraph
+op's FLOPs lacking it.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncost
                 param_bytes += size
                 owned.add(tensor)
         outputs = [t for t in node.output if t]
-        flops, body_bytes = None, 0
+        flops, body_bytes = None, None
         if _is_subgraph_op(node):
             body = _subgraph_cost(node, scope, name)
             flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes

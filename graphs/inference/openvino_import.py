@@ -13,10 +13,11 @@ converter's folding, e.g. batch norms folded into one scale and shift).
 
 Subgraph ops (If, Loop, TensorIterator: what ``openvino.convert_model`` makes of ONNX's If, Loop and Scan) are
 one op each and cost their bodies, which the OpenVINO API hands over (``get_function``, ``get_then_body``,
-``get_else_body``) with their shapes: a body's ops are costed as the model's, recursively, and summed. A Loop
-or TensorIterator multiplies its body by ``get_num_iterations()`` when OpenVINO knows it (a Loop's trip count
-a Constant and its condition constant true; a TensorIterator's sliced inputs' length); when it does not
-(-1), the op keeps no FLOPs (listed in ``ops_without_flops``) nor body bytes, and why is in
+``get_else_body``) with their shapes: a body's ops are costed as the model's, recursively, and summed (the
+op's own inputs and outputs are among what they read and write, not counted again). A Loop or TensorIterator
+multiplies its body by ``get_num_iterations()`` when OpenVINO knows it (a Loop's trip count a Constant and its
+condition constant true; a TensorIterator's sliced inputs' length); when it does not (-1), the op keeps no
+FLOPs (listed in ``ops_without_flops``), its own inputs and outputs its bytes accessed, and why is in
 ``meta["bodies_not_costed"]``. An If takes the larger of its branches' FLOPs and of their bytes (an upper
 bound of the one that runs). The Constants inside bodies (the converter moves the weights a body reads
 into it) are resident ``param_bytes`` of the subgraph op, once, and count in ``num_params``; outputs of
@@ -78,7 +79,7 @@ def _cost_ops(ops: list, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
             weight_bytes += size
             param_bytes += 0 if producer.get_instance_id() in owned else size
             owned.add(producer.get_instance_id())
-        flops, body_bytes = None, 0
+        flops, body_bytes = None, None
         if node.get_type_name() in SUBGRAPH_OPS:
             body = _subgraph_cost(node, name)
             flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes
