@@ -2,7 +2,9 @@
 ("MatMul"), ONNX ("Gemm") and OpenVINO ("Convolution", "Multiply") alike. The simulator's cost model
 (measurers.sim.costs) and fusion-aware grouping (graphs.fusion) both read it.
 
-- ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs).
+- ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs), and
+  fused attention kernels, whose work is their two matmuls (torch's ``_scaled_dot_product_*_attention``,
+  OpenVINO's ScaledDotProductAttention, ONNX Attention).
 - ``elementwise``: pointwise maths, activations and their backward, casts, copies and optimizer updates
   (add, mul, relu, tanh, ApplyAdam...).
 - ``meta``: ops that launch no kernel: parameters (Variable), inputs, constants, views and reshapes,
@@ -25,7 +27,7 @@ OP_CLASSES = ("dense", "elementwise", "meta", "other")
 
 _DENSE = re.compile(r"(mm|bmm|addmm|addbmm|baddbmm|addmv|mv|dot|vdot|linear|einsum|tensordot|matmul|batchmatmul\w*|"
                     r"sparsematmul|gemm|(?!convert)\w*conv\w*|\w*convolution\w*|_?cudnn_rnn\w*|_?thnn_fused_\w*|"
-                    r"lstm|gru|rnn_\w+)")
+                    r"lstm|gru|rnn_\w+|\w*attention\w*)")  # attention kernels: two matmuls and a softmax
 _META = re.compile(r"(variable|variablev2|varhandleop|readvariableop|placeholder\w*|input|const|constant|identity\w*|"
                    r"noop|stopgradient|shape|shapeof|size|reshape|squeeze|unsqueeze|expanddims|sym_size|getitem|"
                    r"_assert\w*|output)")

@@ -8,7 +8,8 @@ Roofline model. An op of class ``c`` on device ``d`` takes::
 The op class comes from the op kind string, torch ("aten.mm.default") and TensorFlow ("MatMul") alike
 (``graphs.op_classes``, re-exported here):
 
-- ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs).
+- ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs, fused
+  attention kernels).
   They reach the device's typical efficiency (factor 1.0).
 - ``elementwise``: pointwise maths, activations and their backward, casts, copies and optimizer updates
   (add, mul, relu, tanh, ApplyAdam...). Memory-bound in practice; their arithmetic runs at a fraction of peak

@@ -175,6 +175,16 @@ def test_op_class__torch_and_tensorflow_kinds():
     assert op_class("aten._softmax.default") == op_class("Transpose") == op_class("Mean") == "other"
 
 
+def test_op_class__fused_attention_kernels_are_dense():
+    """Their work is two matmuls (and a softmax): costed at the dense rate, not at "other"'s half (torch's CPU and
+    GPU kernels and their backward, OpenVINO's ScaledDotProductAttention, ONNX Attention)."""
+    kinds = ("aten._scaled_dot_product_flash_attention_for_cpu.default",
+             "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
+             "aten._scaled_dot_product_efficient_attention.default", "aten._efficient_attention_backward.default",
+             "ScaledDotProductAttention", "Attention")
+    assert {op_class(kind) for kind in kinds} == {"dense"}
+
+
 def test_op_time_matrix__roofline_overhead_and_allowed_mask():
     graph = toy_graph([("mm", 2.0, 0), ("add", 0.0, 0)], [], kinds=["MatMul", "AddV2"],
                       allowed_mask=np.array([kind_bit("gpu"), 3], dtype=np.uint8), bytes_accessed=np.array([0.0, 3e12]))
