@@ -23,6 +23,7 @@ from functools import partial
 from typing import Callable
 
 from graphs.einsum import einsum_flops
+from graphs.resize import RESIZE_TAPS, resize_flops
 
 Shape = tuple[int, ...] | None
 Formula = Callable[[list[Shape], list[Shape], dict], float]
@@ -107,22 +108,18 @@ def _recurrent(w_index: int, per_hidden: int, ins: list[Shape], outs: list[Shape
     return float(numel(x) // input_size * directions * per_step)
 
 
-RESIZE_TAPS = {"nearest": 1, "linear": 2, "cubic": 4}  # input values read along each resized dim
-
-
 def _resize(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:
     """ONNX Resize / Upsample, OpenVINO Interpolate: each output element is a weighted sum of taps^k input
     values, k the dims whose size changes and taps 2 for linear modes, 4 for cubic ones (a multiply-add, 2
     FLOPs, each); nearest is a gather, 0. The weights' own arithmetic (per output coordinate, not element)
-    is not counted. A mode named neither linear nor cubic counts as nearest."""
+    is not counted (graphs.resize). A mode named neither linear nor cubic counts as nearest."""
     x, y = _first(ins), _first(outs)
     if x is None or y is None or len(x) != len(y):
         return 0.0
     mode = attrs.get("mode", "nearest")
     mode = mode.decode() if isinstance(mode, bytes) else str(mode)
     taps = next((n for name, n in RESIZE_TAPS.items() if name in mode), 1)
-    resized = sum(1 for a, b in zip(x, y) if a != b)
-    return 0.0 if taps == 1 or resized == 0 else 2.0 * taps ** resized * numel(y)
+    return resize_flops(taps, x, y, numel(y))
 
 
 def _attention(ins: list[Shape], outs: list[Shape], attrs: dict) -> float:

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Callable
 
 from graphs.einsum import einsum_flops
+from graphs.resize import resize_flops
 
 # Ops that only move, view, describe, check or print data: no arithmetic.
 ZERO_FLOP_KINDS = frozenset({
@@ -107,24 +108,18 @@ def _pool_grad_from_output_grad(ins: OpShapes, outs: OpShapes, attrs: dict) -> f
     return float(_numel(ins[-1]) * _window(attrs))
 
 
-def _resized_dims(image: list[int], resized: list[int]) -> int:
-    return sum(1 for before, after in zip(image, resized) if before != after)
-
-
 def _resize(taps: int, ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
     """ResizeBilinear / ResizeBicubic (images [N, H, W, C] -> [N, H', W', C]), as the ONNX importer counts
-    Resize: each output element is a weighted sum of taps^k input values (k the dims whose size changes), a
-    multiply-add each. ResizeNearestNeighbor gathers: 0 (ZERO_FLOP_KINDS); its gradient scatter-adds: 1 FLOP
-    per incoming gradient element (PER_INPUT_ELEMENT_FLOPS)."""
-    resized = _resized_dims(ins[0], outs[0])
-    return 2.0 * taps ** resized * _numel(outs[0]) if resized else 0.0
+    Resize (graphs.resize): each output element is a weighted sum of taps^k input values.
+    ResizeNearestNeighbor gathers: 0 (ZERO_FLOP_KINDS); its gradient scatter-adds: 1 FLOP per incoming
+    gradient element (PER_INPUT_ELEMENT_FLOPS)."""
+    return resize_flops(taps, ins[0], outs[0], _numel(outs[0]))
 
 
 def _resize_grad(taps: int, ins: OpShapes, outs: OpShapes, attrs: dict) -> float:
     """ResizeBilinearGrad / ResizeBicubicGrad (grads [N, H', W', C], original image -> [N, H, W, C]): each
     gradient element is spread over the taps^k inputs its forward element read, the forward's multiply-adds."""
-    resized = _resized_dims(ins[0], outs[0])
-    return 2.0 * taps ** resized * _numel(ins[0]) if resized else 0.0
+    return resize_flops(taps, ins[0], outs[0], _numel(ins[0]))
 
 
 FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {

@@ -42,9 +42,9 @@ from dataclasses import dataclass, field, replace
 
 from graphs.errors import PlacerError
 from graphs.tf.costs import FORMULA_ATTRS, op_flops, without_flops
-from graphs.tf.loops import EVALUATED_KINDS, loop_count, static_constant, static_outputs
+from graphs.tf.loops import EVALUATED_KINDS, PASS_THROUGH_KINDS, loop_count, static_constant, static_outputs
 
-COLLAPSED_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})
+COLLAPSED_KINDS = PASS_THROUGH_KINDS  # identity-like ops, which loops.py reads trip counts through too
 DROPPED_KINDS = frozenset({"Const", "HostConst"})
 CALL_KINDS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 BRANCH_KINDS = {"If": ("then_branch", "else_branch"), "StatelessIf": ("then_branch", "else_branch")}

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 COMPARISONS = frozenset({"Less", "LessEqual", "Greater", "GreaterEqual"})
 FLIPPED = {"Less": "Greater", "Greater": "Less", "LessEqual": "GreaterEqual", "GreaterEqual": "LessEqual"}
-PASS_THROUGH_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})  # as flatten
+PASS_THROUGH_KINDS = frozenset({"Identity", "IdentityN", "StopGradient", "Snapshot", "PreventGradient"})  # identities
 INTEGER_DTYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 MAX_VECTOR_LENGTH = 8  # the longest integer vector (a shape, a slice's begin) kept as a static value
 ELEMENT_KINDS = frozenset({"StridedSlice", "GatherV2", "Gather"})
