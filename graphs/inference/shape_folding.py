@@ -70,13 +70,20 @@ _INFERENCE_ERROR = re.compile(r"\(op_type:([^,]*), node name: ([^)]*)\): \[(\w+)
 
 def shape_conflict(model) -> ShapeConflict | None:
     """The first node whose shapes contradict each other at ``model``'s input sizes (a Concat of tensors of
-    different heights, an Add of sizes that do not broadcast), from onnx's strict inference on a slimmed copy;
+    different heights, an Add of sizes that do not broadcast), from onnx's strict inference on a slimmed copy
+    without the shapes the model declares for its intermediate tensors and outputs (an annotation written at
+    other sizes, a batch of 1, contradicts the sizes given, yet onnxruntime and OpenVINO run the model);
     None when it reports none. An error that follows from another's (an input left without a type, a
     TypeInferenceError) is no conflict of its own."""
     from onnx.shape_inference import infer_shapes
 
+    copy = _slim_copy(model, {})
+    del copy.graph.value_info[:]
+    for value in copy.graph.output:
+        if value.type.HasField("tensor_type"):
+            value.type.tensor_type.ClearField("shape")
     try:
-        infer_shapes(_slim_copy(model, {}), strict_mode=True, data_prop=True)
+        infer_shapes(copy, strict_mode=True, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - InferenceError, and whatever else a foreign library raises
         for op_type, name, kind, reason in _INFERENCE_ERROR.findall(str(exc)):
             if kind == "ShapeInferenceError":

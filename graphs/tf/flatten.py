@@ -19,7 +19,8 @@ condition on the data, which may stop it early) runs its body once here: ``trips
 The static values the walk tracks for trip counts (``walk``'s ``values``) include those of real ops doing shape
 arithmetic (a ``Shape`` op stays an op with its cost, and may also have a value); no dims are static inside a
 loop whose variables may change shape (a relaxed shape invariant: its cond and body are given the shapes the
-variables enter with), and an unknown leading dim is the batch only where the step's signature left it open.
+variables enter with), and an unknown leading dim is the batch only on an argument whose batch the step's
+signature left open (a tensor computed from it may have other rows: a ``tf.boolean_mask``'s, a reshape's).
 A function's arguments keep the handle data of resources and of TensorLists (variants), so the ops a gradient
 loop pops from its forward loop's accumulators have static shapes.
 
@@ -78,8 +79,8 @@ class FlatOp:
 def flatten_graph(graph, batch_size: int, drop_dead: bool = False) -> list[FlatOp]:
     """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined; with
     ``drop_dead``, only those TensorFlow runs (see the module's docstring)."""
-    batch_left_open = any(_leading_dim_unknown(t) for t in getattr(graph, "inputs", ()))
-    flattener = _Flattener(batch_size, batch_left_open)
+    open_batch_args = frozenset(id(t) for t in getattr(graph, "inputs", ()) if _leading_dim_unknown(t))
+    flattener = _Flattener(batch_size, open_batch_args)
     src, done, _ = flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
     if not drop_dead:
         return flattener.ops
@@ -109,9 +110,9 @@ def live_ops(ops: list[FlatOp], results: list[int]) -> list[FlatOp]:
 
 
 class _Flattener:
-    def __init__(self, batch_size: int, batch_left_open: bool):
+    def __init__(self, batch_size: int, open_batch_args: frozenset[int]):
         self.batch_size = batch_size
-        self.batch_left_open = batch_left_open  # an argument's leading dim is unknown: batch_size fills it
+        self.open_batch_args = open_batch_args  # id() of the step's arguments whose leading dim (batch) is unknown
         self.ops: list[FlatOp] = []
         self.loop_depth = 0  # while-loop bodies being walked
         self.runs = 1  # times the ops being added run per step (the trip counts of the loops around them)
@@ -120,12 +121,13 @@ class _Flattener:
     def static_dims(self, tensor) -> list | None:
         """``tensor``'s dims as shape arithmetic may read them (None for an unknown dim; None for an unknown
         rank or inside a loop whose variables may change shape, as a callee's arguments take the shapes they
-        enter with). An unknown leading dim is the batch, ``batch_size``, when the step left its batch open
-        (as its costs count it); with a static batch, it is data-dependent (a ``tf.unique``) and unknown."""
+        enter with). The unknown leading dim of an argument the step's signature left open is the batch,
+        ``batch_size``; any other tensor's is unknown: a ``tf.unique``'s or ``tf.boolean_mask``'s rows are
+        data-dependent, a ``tf.reshape(x, [-1])``'s a multiple of the batch."""
         if tensor.shape.rank is None or self.loose_loops:
             return None
         dims = tensor.shape.as_list()
-        if dims and dims[0] is None and self.batch_left_open:
+        if dims and dims[0] is None and id(tensor) in self.open_batch_args:
             dims[0] = self.batch_size
         return dims
 

@@ -152,6 +152,22 @@ def test_cli_graphs_import_onnx__sizes_the_model_cannot_take_are_one_error_namin
     assert "placer: warning" not in capsys.readouterr().err and out.exists()
 
 
+def test_import_onnx__shapes_the_model_declares_at_other_sizes_do_not_refuse_it(tmp_path):
+    """A model made batch-dynamic whose value_info and outputs still say batch 1 runs at batch 4 (OpenVINO and
+    onnxruntime read no declared intermediate shape); a NonZero output, unsized by nature, sent the import to
+    onnx's strict inference, which refused the model over its own stale annotations."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Relu", ["r"], ["y"], name="relu2"),
+             helper.make_node("NonZero", ["x"], ["nz"], name="nonzero")]
+    graph = helper.make_graph(nodes, "stale", [value("x", TensorProto.FLOAT, ["n", 4])],
+                              [value("y", TensorProto.FLOAT, [1, 4]), value("nz", TensorProto.INT64, [2, "k"])],
+                              value_info=[value("r", TensorProto.FLOAT, [1, 4])])
+    path = tmp_path / "stale.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    graph = import_onnx(str(path), input_shapes={"x": (4, 4)})
+    assert graph.num_ops == 3 and graph.meta["unsized_tensors_by_op"] == {"NonZero": 1}
+
+
 def test_import_openvino_ir__sizes_the_model_cannot_take_name_the_node_and_why(tmp_path):
     """OpenVINO's refusal was its first line, a C++ check ("Check 'TRShape::merge_into(...)' failed at
     src/core/..."): the node and the reason are on its later lines."""

@@ -886,6 +886,32 @@ def test_tf_function__a_batch_left_open_in_the_signature_bounds_a_loop_by_the_im
     assert graph.flops[matmul] == 5 * 2 * 5 * 4 * 4 and graph.meta["loop_trips"] == {"while": 5}
 
 
+@pytest.mark.parametrize("rows", ["boolean_mask", "unique", "flattened"])
+def test_tf_function__with_the_batch_left_open_only_the_arguments_rows_are_the_batch(rows):
+    """The signature leaves x's batch open (imported at 5): the rows of a tf.boolean_mask or tf.unique of x
+    are data-dependent and those of x reshaped to [-1] 4 times the batch, though TensorFlow's shape gives each
+    an unknown leading dim as x's: a loop over them was counted 5 times, as over x's own rows."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+    derived = {"boolean_mask": lambda x: tf.boolean_mask(x, x[:, 0] > 0),
+               "unique": lambda x: tf.unique(tf.reshape(tf.cast(x, tf.int32), [-1]))[0],
+               "flattened": lambda x: tf.reshape(x, [-1])}
+
+    @tf.function
+    def step(x):
+        for _ in tf.range(tf.shape(x)[0]):
+            x = tf.matmul(x, w)
+        for _ in tf.range(tf.shape(derived[rows](x))[0]):
+            x = tf.matmul(x, w)
+        return x
+
+    graph = import_tf_function(step.get_concrete_function(tf.TensorSpec((None, 4))), name="loop", batch_size=5)
+    assert list(graph.meta["loop_trips"].values()) == [5] and graph.meta["loops_counted_once"] == 1
+
+
 @pytest.mark.parametrize("unknown", ["dim_left_open", "data_dependent_rows", "loop_variable_shrinking"])
 def test_tf_function__a_bound_on_a_shape_not_known_statically_counts_its_loop_once(unknown):
     """Next to a loop on a static dim (counted): a dim the signature leaves open past the batch, the rows of a
