@@ -568,13 +568,15 @@ BODY_FLOPS = 2 * 8 * 4 + 8
 BODY_BYTES = (8 + 16 + 8) * F32 + (8 + 4 + 8) * F32 + 2 * BOOL
 
 
-def _loop_model(tmp_path, body, trips_input: str = "M", extra_inputs=(), trips: int = 5) -> str:
-    """x (2,4) -> loop (Loop M times over body) -> y; W (4,4) and M = ``trips`` (5) initializers."""
+def _loop_model(tmp_path, body, trips_input: str = "M", extra_inputs=(), trips: int = 5, before=(),
+                condition: str = "", extra_initializers=()) -> str:
+    """x (2,4) -> loop (Loop M times over body) -> y; W (4,4) and M = ``trips`` (5) initializers. ``before``:
+    nodes ahead of the loop (making its trip count ``trips_input`` or its ``condition``)."""
     value = helper.make_tensor_value_info
     initializers = [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
-                    numpy_helper.from_array(np.array(trips, np.int64), "M")]
-    loop = helper.make_node("Loop", [trips_input, "", "x"], ["y"], name="loop", body=body)
-    return _save(tmp_path, [loop], [value("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
+                    numpy_helper.from_array(np.array(trips, np.int64), "M"), *extra_initializers]
+    loop = helper.make_node("Loop", [trips_input, condition, "x"], ["y"], name="loop", body=body)
+    return _save(tmp_path, [*before, loop], [value("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
                  [value("y", TensorProto.FLOAT, [2, 4])], initializers)
 
 
@@ -624,27 +626,18 @@ def test_import_onnx__loops_within_the_limit_each_but_not_together_name_the_cost
 
 def test_import_onnx__a_loop_whose_trip_count_is_a_folded_shape_is_costed(tmp_path):
     """M = Shape(x)[0] (2), as torch.onnx writes ``for t in range(x.size(0))`` when it does not fold it."""
-    value = helper.make_tensor_value_info
-    nodes = [helper.make_node("Shape", ["x"], ["x_shape"]),
-             helper.make_node("Gather", ["x_shape", "zero"], ["steps"], axis=0),
-             helper.make_node("Loop", ["steps", "", "x"], ["y"], name="loop", body=_loop_body())]
-    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])], [value("y", TensorProto.FLOAT, [2, 4])],
-                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
-                  numpy_helper.from_array(np.array(0, np.int64), "zero")])
-    graph = import_onnx(path)
+    shape_of_x = [helper.make_node("Shape", ["x"], ["x_shape"]),
+                  helper.make_node("Gather", ["x_shape", "zero"], ["steps"], axis=0)]
+    graph = import_onnx(_loop_model(tmp_path, _loop_body(), trips_input="steps", before=shape_of_x,
+                                    extra_initializers=[numpy_helper.from_array(np.array(0, np.int64), "zero")]))
     assert _by_name(graph, graph.flops)["loop"] == 2 * BODY_FLOPS
 
 
 def test_import_onnx__a_loop_whose_body_condition_is_a_constant_true_is_costed(tmp_path):
     """torch.onnx's for loop: the body's condition output an Identity of the outer graph's Constant true."""
-    value = helper.make_tensor_value_info
     body = _loop_body(condition=[helper.make_node("Identity", ["go"], ["cond_out"])])
-    nodes = [helper.make_node("Constant", [], ["go"], value=numpy_helper.from_array(np.array(True))),
-             helper.make_node("Loop", ["M", "go", "x"], ["y"], name="loop", body=body)]
-    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])], [value("y", TensorProto.FLOAT, [2, 4])],
-                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
-                  numpy_helper.from_array(np.array(3, np.int64), "M")])
-    graph = import_onnx(path)
+    go = helper.make_node("Constant", [], ["go"], value=numpy_helper.from_array(np.array(True)))
+    graph = import_onnx(_loop_model(tmp_path, body, trips=3, before=[go], condition="go"))
     assert _by_name(graph, graph.flops)["loop"] == 3 * BODY_FLOPS
 
 
