@@ -236,10 +236,12 @@ def _step(body, i: int, known: _Known) -> int | None:
     if out.op.type not in ("Add", "AddV2", "Sub"):
         return None
     left, right = (_source(t) for t in out.op.inputs)
-    if _loop_variable(body, left) == i and _is_int(_known(body, right, known)):
-        return _known(body, right, known) * (-1 if out.op.type == "Sub" else 1)
-    if out.op.type != "Sub" and _loop_variable(body, right) == i and _is_int(_known(body, left, known)):
-        return _known(body, left, known)
+    if _loop_variable(body, left) == i:
+        step = _known(body, right, known)
+        return step * (-1 if out.op.type == "Sub" else 1) if _is_int(step) else None
+    if out.op.type != "Sub" and _loop_variable(body, right) == i:
+        step = _known(body, left, known)
+        return step if _is_int(step) else None
     return None
 
 
