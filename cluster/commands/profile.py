@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from cluster.commands.paths import output_file
@@ -67,8 +68,6 @@ def _profile(args) -> int:
 
 def _note_untimed(untimed: tuple[str, ...]) -> None:
     """Say which ops ran but are not in the profile (the simulator's cost model times them instead)."""
-    import sys
-
     shown = ", ".join(untimed[:5]) + (f", ... ({len(untimed) - 5} more)" if len(untimed) > 5 else "")
     print(f"placer: note: {len(untimed)} ops ran inside function calls TensorFlow did not inline (_noinline, "
           f"jit_compile), or share a name with such an op, and its step stats do not tell them apart: they are "

@@ -104,13 +104,13 @@ def _subgraph_cost(node, path: str) -> BodyCost:
     """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop or a
     TensorIterator its body times its iterations, when OpenVINO knows them statically (``get_num_iterations``:
     a Loop's trip count a Constant and its condition constant true; a TensorIterator's sliced inputs' length)."""
+    bodies = [_body_cost(body, path) for body in _bodies(node)]
     if node.get_type_name() == "If":
-        return costlier([_body_cost(body, path) for body in (node.get_then_body(), node.get_else_body())])
+        return costlier(bodies)
     iterations = node.get_num_iterations()
     why = f"{node.get_type_name()}: OpenVINO gives no static iteration count (a trip count or a condition computed " \
         "at run time)"
-    return repeated(_body_cost(node.get_function(), path), iterations if iterations >= 0 else None, path, why,
-                    node.get_type_name())
+    return repeated(bodies[0], iterations if iterations >= 0 else None, path, why, node.get_type_name())
 
 
 def _body_cost(body, path: str) -> BodyCost:
