@@ -3,8 +3,10 @@
 Graph inputs and initializers are not ops: an initializer's bytes are resident ``param_bytes`` of the first
 node that reads it (each initializer counted once), and every node that reads it pays its bytes in
 ``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``, run after the inputs' sizes are fixed
-(graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given), and
-helped through the shape arithmetic of older exports it leaves unknown (graphs.inference.shape_folding).
+(graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given),
+helped through the shape arithmetic of older exports it leaves unknown (graphs.inference.shape_folding); a
+shape the model declares gives way to what the inputs' sizes give (graphs.inference.declared_shapes: a
+batch-dynamic model declared at batch 1 is costed at the batch given).
 A dim inference still leaves symbolic inside the graph counts as 1, and the tensors that have one are
 counted in ``meta["tensors_without_size"]``; a node output of unknown shape (or rank) is 0 bytes, and counted
 there too (``meta["unsized_tensors_by_op"]``: the same count by the op type that makes them). A node that
@@ -43,10 +45,10 @@ from graphs.errors import PlacerError
 from graphs.files import file_problem
 from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
                                        costlier, repeated, to_opgraph, unique_names)
+from graphs.inference.declared_shapes import infer_preferring_inputs
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.shape_folding import (infer_with_folded_shapes, known_values, shape_conflict, static_dim,
-                                            static_shapes)
+from graphs.inference.shape_folding import known_values, shape_conflict, static_dim, static_shapes
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -280,24 +282,18 @@ def _load_checked(model_file: Path, given: InputShapes):
     model = _foreign(model_file, load)
     sized = sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given)
     _size_inputs(model.graph, sized)
-    inferred = _foreign(model_file, lambda: infer_with_folded_shapes(model))
-    if _has_unsized_outputs(inferred.graph):  # maybe sizes the model cannot take: which node says so
+    inference = _foreign(model_file, lambda: infer_preferring_inputs(model))
+    if inference.unsized_from_inputs:  # maybe sizes the model cannot take: which node says so
         _refuse_conflict(model_file, model, sized, given)
-    return inferred, given
-
-
-def _has_unsized_outputs(graph) -> bool:
-    sized = {value.name for value in [*graph.output, *graph.value_info] if value.type.HasField("tensor_type")
-             and value.type.tensor_type.HasField("shape")
-             and all(static_dim(d) for d in value.type.tensor_type.shape.dim)}
-    return any(tensor and tensor not in sized for node in graph.node for tensor in node.output)
+    return inference.model, given
 
 
 def _refuse_conflict(model_file: Path, model, sized: InputShapes, given: InputShapes) -> None:
     """One PlacerError naming the input sizes and the node whose shapes contradict each other at them (a
     U-Net's Concat of halves of different heights at a size that is no multiple of its poolings'), where
-    onnx's strict inference finds one: the lenient one left its output unsized, and the import went on to
-    a graph that OpenVINO refused to run at those sizes."""
+    onnx's strict inference finds one: the lenient one (from the input sizes alone, graphs.inference.
+    declared_shapes) left its output unsized, and the import went on to a graph that OpenVINO refused to run
+    at those sizes."""
     conflict = shape_conflict(model)
     if conflict is None:
         return
