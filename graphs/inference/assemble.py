@@ -4,10 +4,11 @@ An importer walks its model in topological order and hands over one ``NodeCost``
 between ops; this module sums tensors between the same two ops into one edge, derives scopes from the
 names, marks every op forward and records what has no FLOP formula.
 
-A subgraph op (ONNX If / Loop / Scan, OpenVINO If / Loop / TensorIterator) is one op whose ``body_bytes`` are
-what its bodies' ops read and write over all its runs; where they are known, they are its bytes accessed (its
-own inputs and outputs are among what its bodies read and write, not counted again); the op types without a
-formula inside bodies, and the subgraph ops whose body could not be costed (why), are the model's.
+A subgraph op (ONNX If / Loop / Scan / SequenceMap, OpenVINO If / Loop / TensorIterator) is one op whose
+``body_bytes`` are what its bodies' ops read and write over all its runs; where they are known, they are its
+bytes accessed (its own inputs and outputs are among what its bodies read and write, not counted again); the
+op types without a formula inside bodies, and the subgraph ops whose body could not be costed (why), are the
+model's.
 """
 
 from __future__ import annotations

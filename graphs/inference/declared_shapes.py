@@ -19,7 +19,9 @@ declaration must not hide sizes the model cannot take.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
+from graphs.inference.onnx_trips import graphs_within
 from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim
 
 
@@ -30,32 +32,22 @@ class Inference:
     # sizes the model cannot take: where onnx's strict inference is asked which node says so)
 
 
-def infer_preferring_inputs(model) -> Inference:
-    """``model`` (its inputs sized) inferred from its inputs' sizes, a declared shape filling in only what they
-    leave unknown. ``model``'s declarations are replaced (in place) by the ones that filled something in."""
-    graphs = _graphs_within(model.graph)
+def infer_preferring_inputs(model, infer: Callable = infer_with_folded_shapes) -> Inference:
+    """``model`` (its inputs sized) inferred by ``infer`` from its inputs' sizes, a declared shape filling in
+    only what they leave unknown. ``model``'s declarations are replaced (in place) by the ones that filled
+    something in."""
+    graphs = graphs_within(model.graph)
     declared = [_take_declarations(graph) for graph in graphs]
-    from_inputs = infer_with_folded_shapes(model)
+    from_inputs = infer(model)
     unsized = _has_unsized_outputs(from_inputs.graph)
     hints = [_hints(graph_declared, _inferred_types(inferred))
-             for graph_declared, inferred in zip(declared, _graphs_within(from_inputs.graph))]
+             for graph_declared, inferred in zip(declared, graphs_within(from_inputs.graph))]
     if not any(hints):
         return Inference(from_inputs, unsized)
     del from_inputs  # its copy of the weights, before the next inference makes another
     for graph, graph_hints in zip(graphs, hints):
         _declare(graph, graph_hints)
-    return Inference(infer_with_folded_shapes(model), unsized)
-
-
-def _graphs_within(graph) -> list:
-    """``graph`` and the subgraphs inside it (an If's branches, a Loop's body, nested ones), in the same order
-    for a model and its inferred copy."""
-    from onnx import AttributeProto
-
-    bodies = []
-    for attribute in [attribute for node in graph.node for attribute in node.attribute]:
-        bodies += [attribute.g] if attribute.type == AttributeProto.GRAPH else list(attribute.graphs)
-    return [graph] + [inner for body in bodies for inner in _graphs_within(body)]
+    return Inference(infer(model), unsized)
 
 
 def _has_unsized_outputs(graph) -> bool:

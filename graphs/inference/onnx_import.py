@@ -12,23 +12,27 @@ counted in ``meta["tensors_without_size"]``; a node output of unknown shape (or 
 there too (``meta["unsized_tensors_by_op"]``: the same count by the op type that makes them). A node that
 reads one tensor twice (``Mul(y, y)``) reads it once: one edge's worth of bytes.
 
-Subgraph ops (If, Loop, Scan) are one op each: the tensors their bodies read from the outer graph are
-edges into them (an outer initializer one reads is theirs, as any reader's), and they cost their bodies. A
+Subgraph ops (If, Loop, Scan, SequenceMap) are one op each: the tensors their bodies read from the outer graph
+are edges into them (an outer initializer one reads is theirs, as any reader's), and they cost their bodies. A
 body's nodes are costed as the main graph's (same formulas, shapes from the same inference, which infers
-inside bodies: a Scan's from its inputs' slices, an If's branches from the outer tensors, a Loop's from the
-shapes its body declares for its carried values, which onnx does not carry in since they may change from
-one iteration to the next; a body tensor it leaves unsized counts as the main graph's do), recursively for
-nested subgraph ops, and summed: FLOPs, and bytes accessed (every body node's reads and writes, weights
-included: the op's own inputs and outputs are among them, not counted again). A Loop multiplies its body by
-its trip count when that is static (``M`` a known value and a condition that cannot stop it early), a Scan by
-its scan inputs' length; an If takes the larger of its two branches' FLOPs, and of their bytes: an upper bound
-of the one that runs. A Loop or Scan whose trip count is not known statically keeps no FLOPs (listed in
-``ops_without_flops``) and its own inputs, outputs and weights as its bytes accessed; why is in
-``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}). A body's own initializers are resident
-weights of its top-level subgraph op, counted once whatever the trip count (``param_bytes``, ``num_params``);
-its intermediate tensors live only while the op runs, so the op's ``out_bytes`` are its own outputs. An op
-type without a formula inside a body is listed in ``ops_without_flops`` too (one per body node), its subgraph
-op's FLOPs lacking it.
+inside bodies: a Scan's from its inputs' slices, a SequenceMap's from its sequences' tensors, an If's branches
+from the outer tensors, a Loop's from the shapes its body declares for its carried values, which onnx does not
+carry in since they may change from one iteration to the next; a body tensor it leaves unsized counts as the
+main graph's do), recursively for nested subgraph ops, and summed: FLOPs, and bytes accessed (every body node's
+reads and writes, weights included: the op's own inputs and outputs are among them, not counted again). A Loop
+multiplies its body by its trip count when that is static (``M`` a known value and a condition that cannot stop
+it early), a Scan by its scan inputs' length (one of them sized along its scan axis is enough), a SequenceMap
+by its input sequence's length where the ops that make it say it (graphs.inference.onnx_trips); an If takes the
+larger of its two branches' FLOPs, and of their bytes: an upper bound of the one that runs. A Loop's scan
+outputs, which onnx's inference leaves a symbolic leading dim, are as long as its static trip count, and what
+reads them is inferred again with that size. A Loop, Scan or SequenceMap whose runs are not known statically
+keeps no FLOPs (listed in ``ops_without_flops``) and its own inputs, outputs and weights as its bytes accessed;
+why is in ``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}), which ``placer graphs import``
+warns of. A body's own initializers are resident weights of its top-level subgraph op, counted once whatever
+the trip count (``param_bytes``, ``num_params``); its intermediate tensors live only while the op runs, so the
+op's ``out_bytes`` are its own outputs (a sequence is 0 bytes, counted with the outputs of unknown shape). An
+op type without a formula inside a body is listed in ``ops_without_flops`` too (one per body node), its
+subgraph op's FLOPs lacking it.
 """
 
 from __future__ import annotations
@@ -39,8 +43,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
 from graphs.errors import PlacerError
 from graphs.files import file_problem
 from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
@@ -48,7 +50,10 @@ from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCo
 from graphs.inference.declared_shapes import infer_preferring_inputs
 from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.shape_folding import known_values, shape_conflict, static_dim, static_shapes
+from graphs.inference.onnx_trips import (bodies, graph_attribute, graphs_within, loop_trips, scan_trips,
+                                         sequence_lengths, sequence_map_trips, size_loop_scan_outputs)
+from graphs.inference.shape_folding import (infer_with_folded_shapes, known_values, shape_conflict, static_dim,
+                                            tensor_dims)
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -68,7 +73,7 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
         nodes, uncosted = _cost_nodes(scope, names)
     except TripCountOverflow as exc:
         raise PlacerError(f"ONNX model {model_file}: {exc}") from None
-    num_params = sum(math.prod(init.dims) for body in _graphs_within(graph) for init in body.initializer
+    num_params = sum(math.prod(init.dims) for body in graphs_within(graph) for init in body.initializer
                      if _type_name(init.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes,
                                     _edges(graph, scope.tensors), _batch_size(graph, scope.initializers),
@@ -78,8 +83,9 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
 
 class _Scope:
     """What the nodes of one graph see: its tensors and initializers, and those of the graphs around it (a
-    subgraph body reads the enclosing graph's tensors by name). The known values (Loop trip counts) and the
-    fully sized shapes (Scan lengths) are computed when first asked for: a model without loops never is."""
+    subgraph body reads the enclosing graph's tensors by name). The known values (Loop trip counts), the dims
+    (Scan lengths) and the sequences' lengths (SequenceMap's) are computed when first asked for: a model
+    without loops never is."""
 
     def __init__(self, graph, opset: int, outer: _Scope | None = None):
         self.graph, self.opset, self.outer = graph, opset, outer
@@ -95,8 +101,12 @@ class _Scope:
         return known_values(self.graph, self.outer.values if self.outer else None)
 
     @cached_property
-    def static_shapes(self) -> ChainMap:
-        return ChainMap(static_shapes(self.graph), *([self.outer.static_shapes] if self.outer else []))
+    def dims(self) -> ChainMap:
+        return ChainMap(tensor_dims(self.graph), *([self.outer.dims] if self.outer else []))
+
+    @cached_property
+    def sequence_lengths(self) -> dict[str, int]:
+        return sequence_lengths(self.graph, self.values, self.dims, self.outer.sequence_lengths if self.outer else None)
 
 
 def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
@@ -154,7 +164,7 @@ def _reads(node) -> list[str]:
     return list(dict.fromkeys([t for t in node.input if t] + _outer_reads(node, set(node.input))))
 
 
-SUBGRAPH_OPS = ("If", "Loop", "Scan")
+SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
 DEFAULT_DOMAINS = ("", "ai.onnx")
 DEFAULT_DOMAIN_ONLY = ("Attention",)  # op types whose formula is the default domain's alone
 
@@ -164,98 +174,30 @@ def _is_subgraph_op(node) -> bool:
 
 
 def _subgraph_cost(node, scope: _Scope, path: str) -> BodyCost:
-    """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop or Scan its
-    body times its trip count when that is known statically (``_loop_trips``, ``_scan_trips``)."""
+    """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop, Scan or
+    SequenceMap its body times its runs when they are known statically (``_trips``)."""
     if node.op_type == "If":
-        return costlier([_body_cost(_graph_attribute(node, name), scope, path)
+        return costlier([_body_cost(graph_attribute(node, name), scope, path)
                          for name in ("then_branch", "else_branch")])
-    trips, why = _loop_trips(node, scope) if node.op_type == "Loop" else _scan_trips(node, scope)
-    return repeated(_body_cost(_graph_attribute(node, "body"), scope, path), trips, path, f"{node.op_type}: {why}",
+    trips, why = _trips(node, scope)
+    return repeated(_body_cost(graph_attribute(node, "body"), scope, path), trips, path, f"{node.op_type}: {why}",
                     node.op_type)
+
+
+def _trips(node, scope: _Scope) -> tuple[int | None, str]:
+    """(how many times a Loop, Scan or SequenceMap runs its body, "") when that is static; else (None, why):
+    graphs.inference.onnx_trips."""
+    if node.op_type == "Loop":
+        return loop_trips(node, scope.values)
+    if node.op_type == "Scan":
+        return scan_trips(node, scope.dims, scope.opset)
+    return sequence_map_trips(node, scope.sequence_lengths)
 
 
 def _body_cost(body, scope: _Scope, path: str) -> BodyCost:
     """One run of a body graph: its nodes costed as the main graph's, summed."""
     names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(body.node)])
     return body_cost(*_cost_nodes(scope.body(body), [f"{path}/{name}" for name in names]))
-
-
-def _loop_trips(node, scope: _Scope) -> tuple[int | None, str]:
-    """(the Loop's trip count, "") when it is static: its ``M`` input a known value (an initializer, a
-    Constant, or shape arithmetic graphs.inference.shape_folding folds) and its condition true at every
-    iteration (absent or a constant true, and the body's condition output its input passed through, maybe
-    by Identity nodes, or a constant true, as torch.onnx writes a for loop); else (None, why). A loop that
-    may stop early on a condition computed at run time has no static trip count, even with an ``M`` (which
-    bounds the count only)."""
-    trip_input = node.input[0] if node.input else ""
-    if not trip_input:
-        return None, "no trip count M, it runs while its condition holds"
-    trips = _known_int(scope.values.get(trip_input))
-    if trips is None:
-        return None, "its trip count M is computed at run time"
-    body = _graph_attribute(node, "body")
-    condition = node.input[1] if len(node.input) > 1 else ""
-    if condition and not _known_true(scope.values.get(condition)):
-        return None, "its initial condition is computed at run time"
-    body_condition = _through_identities(body, body.output[0].name) if body.output else ""
-    passed_through = len(body.input) > 1 and body_condition == body.input[1].name
-    if not passed_through and not _known_true(scope.body(body).values.get(body_condition)):
-        return None, "its body computes its condition, so it may stop before its trip count M"
-    return max(trips, 0), ""
-
-
-def _through_identities(graph, tensor: str) -> str:
-    """The tensor ``tensor`` copies through a chain of ``graph``'s Identity nodes (itself if none)."""
-    copied_from = {node.output[0]: node.input[0] for node in graph.node
-                   if node.op_type == "Identity" and node.domain in DEFAULT_DOMAINS and node.input and node.output}
-    seen = set()
-    while tensor in copied_from and tensor not in seen:
-        seen.add(tensor)
-        tensor = copied_from[tensor]
-    return tensor
-
-
-def _scan_trips(node, scope: _Scope) -> tuple[int | None, str]:
-    """(the Scan's iterations, "") when the first scan input's size along its scan axis is static (every
-    dim of it sized); else (None, why). Opset 8's Scan (a batch axis first, per-example lengths) is not costed."""
-    if scope.opset < 9:
-        return None, "a Scan of opset 8 (batched, per-example sequence lengths) is not costed"
-    num_scan = _attributes(node).get("num_scan_inputs", 0)
-    first = node.input[len(node.input) - num_scan] if 0 < num_scan <= len(node.input) else ""
-    shape = scope.static_shapes.get(first)
-    if not shape:
-        return None, "the length of its scan inputs is not known statically"
-    axis = (_attributes(node).get("scan_input_axes") or [0])[0]
-    return shape[axis % len(shape)], ""
-
-
-def _known_int(value) -> int | None:
-    if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.integer):
-        return None
-    return int(value.reshape(-1)[0])
-
-
-def _known_true(value) -> bool:
-    return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
-
-
-def _graph_attribute(node, name: str):
-    return next(attribute.g for attribute in node.attribute if attribute.name == name)
-
-
-def _bodies(node) -> list:
-    """The subgraphs a node holds (If's branches, Loop's and Scan's body, any other op's graph attributes)."""
-    import onnx
-
-    bodies = []
-    for attribute in node.attribute:
-        bodies += [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-    return bodies
-
-
-def _graphs_within(graph) -> list:
-    """``graph`` and every subgraph inside it, nested ones included."""
-    return [graph] + [inner for node in graph.node for body in _bodies(node) for inner in _graphs_within(body)]
 
 
 def _default_opset(model) -> int:
@@ -282,10 +224,23 @@ def _load_checked(model_file: Path, given: InputShapes):
     model = _foreign(model_file, load)
     sized = sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given)
     _size_inputs(model.graph, sized)
-    inference = _foreign(model_file, lambda: infer_preferring_inputs(model))
+    inference = _foreign(model_file, lambda: infer_preferring_inputs(model, _inferred_with_loop_outputs))
     if inference.unsized_from_inputs:  # maybe sizes the model cannot take: which node says so
         _refuse_conflict(model_file, model, sized, given)
     return inference.model, given
+
+
+def _inferred_with_loop_outputs(model):
+    """``model`` with its shapes inferred (graphs.inference.shape_folding), the scan outputs of its Loops of a
+    static trip count led by that count (graphs.inference.onnx_trips), and what reads them inferred again: a
+    Loop whose trip count reads another's scan output takes one more round."""
+    inferred = infer_with_folded_shapes(model)
+    loops = sum(node.op_type == "Loop" for graph in graphs_within(model.graph) for node in graph.node)
+    for _ in range(loops):  # each round sizes some Loop's scan outputs, which stay sized
+        if not size_loop_scan_outputs(inferred.graph):
+            break
+        inferred = infer_with_folded_shapes(inferred)
+    return inferred
 
 
 def _refuse_conflict(model_file: Path, model, sized: InputShapes, given: InputShapes) -> None:
@@ -341,7 +296,7 @@ def _unsized_by_op(graph, tensors: Mapping[str, TensorInfo]) -> Counter:
                      and any(not static_dim(d) for d in value.type.tensor_type.shape.dim))
     counts.update(node.op_type for node in graph.node for tensor in node.output
                   if tensor and _shape(tensors.get(tensor)) is None)
-    for body in [body for node in graph.node for body in _bodies(node)]:  # a body's tensors, seen as its nodes do
+    for body in [body for node in graph.node for body in bodies(node)]:  # a body's tensors, seen as its nodes do
         counts.update(_unsized_by_op(body, ChainMap(_tensor_table(body), tensors)))
     return counts
 
@@ -404,7 +359,7 @@ def _attributes(node) -> dict:
 def _outer_reads(node, listed: set[str]) -> list[str]:
     """Tensors a subgraph op's bodies read from the enclosing graph (implicit inputs), in first-read order."""
     reads: list[str] = []
-    for body in _bodies(node):
+    for body in bodies(node):
         reads += [t for t in _free_names(body) if t not in listed and t not in reads]
     return reads
 

@@ -42,6 +42,8 @@ from graphs.opgraph import OpGraph
 
 NOT_OPS = ("Parameter", "Result", "Constant")
 SUBGRAPH_OPS = ("If", "Loop", "TensorIterator")
+NO_ITERATIONS = {"Loop": "a trip count or a condition computed at run time",  # why get_num_iterations() is -1
+                 "TensorIterator": "its sliced inputs' length is not static"}
 F16 = ("f16", "bf16")  # the element types of compressed float weights (compress_to_fp16)
 
 
@@ -108,8 +110,7 @@ def _subgraph_cost(node, path: str) -> BodyCost:
     if node.get_type_name() == "If":
         return costlier(bodies)
     iterations = node.get_num_iterations()
-    why = f"{node.get_type_name()}: OpenVINO gives no static iteration count (a trip count or a condition computed " \
-        "at run time)"
+    why = f"{node.get_type_name()}: OpenVINO gives no static iteration count ({NO_ITERATIONS[node.get_type_name()]})"
     return repeated(bodies[0], iterations if iterations >= 0 else None, path, why, node.get_type_name())
 
 

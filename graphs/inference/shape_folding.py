@@ -161,6 +161,17 @@ def static_shapes(graph) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def tensor_dims(graph) -> dict[str, tuple[int | None, ...]]:
+    """{tensor: dims, None where not sized} of every tensor of known rank (a Scan's length may be known when
+    another of its input's dims is not)."""
+    dims = {init.name: tuple(init.dims) for init in graph.initializer}
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor_type is not None and tensor_type.HasField("shape"):
+            dims[value.name] = tuple(d.dim_value if static_dim(d) else None for d in tensor_type.shape.dim)
+    return dims
+
+
 def known_values(graph, outer: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """{tensor: value} of the small initializers and of the outputs of FOLDERS' ops whose inputs are known,
     in the graph's (topological) node order; ``outer``: the values a subgraph body reads from the graphs

@@ -752,3 +752,163 @@ def test_import_onnx__an_if_costs_the_larger_of_its_branches_flops_and_bytes(tmp
     assert _by_name(graph, graph.flops) == {"relu": 8, "choose": 2 * 8 * 4}
     # the else branch reads h and writes y (e) itself: the If's own h, W and y are not counted again
     assert _by_name(graph, graph.bytes_accessed)["choose"] == 3 * 2 * 8 * F32
+
+
+def _stacking_loop_body():
+    """_loop_body with a scan output: Relu(h2) -> r (2,4) each iteration, stacked by the Loop into ys."""
+    body = _loop_body()
+    body.node.append(helper.make_node("Relu", ["h2"], ["r"], name="relu"))
+    body.output.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4]))
+    return body
+
+
+def test_import_onnx__a_loops_scan_outputs_are_its_trip_count_long(tmp_path):
+    """loop (M = 5) -> y (2,4), ys (5,2,4); neg = Neg(ys). onnx's inference gives ys (and z) a symbolic leading
+    dim, which counted as 1: ys and the Neg were one iteration's."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["y", "ys"], name="loop", body=_stacking_loop_body()),
+             helper.make_node("Neg", ["ys"], ["z"], name="neg")]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])],
+                 [value("y", TensorProto.FLOAT, [2, 4]), value("z", TensorProto.FLOAT, ["T", 2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                  numpy_helper.from_array(np.array(5, np.int64), "M")])
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.out_bytes) == {"loop": (8 + 5 * 8) * F32, "neg": 5 * 8 * F32}
+    assert _by_name(graph, graph.flops) == {"loop": 5 * (BODY_FLOPS + 8), "neg": 5 * 8}
+    assert graph.edge_bytes.tolist() == [5 * 8 * F32]
+    assert "tensors_without_size" not in graph.meta
+
+
+def test_import_onnx__an_inner_loops_scan_outputs_are_its_trip_count_long_too(tmp_path):
+    """An outer Loop (M = 5) whose body runs an inner one (N = 3) stacking r, negates the stack (3,2,4) and
+    stacks that in turn: ys (5,3,2,4), read by an Abs."""
+    value = helper.make_tensor_value_info
+    inner = helper.make_node("Loop", ["N", "", "h_outer"], ["h_next", "rs"], name="inner", body=_stacking_loop_body())
+    outer_body = helper.make_graph(
+        [helper.make_node("Constant", [], ["N"], value=numpy_helper.from_array(np.array(3, np.int64))), inner,
+         helper.make_node("Neg", ["rs"], ["negated"], name="neg"),
+         helper.make_node("Identity", ["cond_outer"], ["cond_next"])], "outer_body",
+        [value("j", TensorProto.INT64, []), value("cond_outer", TensorProto.BOOL, []),
+         value("h_outer", TensorProto.FLOAT, [2, 4])],
+        [value("cond_next", TensorProto.BOOL, []), value("h_next", TensorProto.FLOAT, [2, 4]),
+         value("negated", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["y", "ys"], name="outer", body=outer_body),
+             helper.make_node("Abs", ["ys"], ["z"], name="abs")]
+    path = _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 4])],
+                 [value("y", TensorProto.FLOAT, [2, 4]), value("z", TensorProto.FLOAT, ["A", "B", 2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                  numpy_helper.from_array(np.array(5, np.int64), "M")])
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops) == {"outer": 5 * (3 * (BODY_FLOPS + 8) + 3 * 8), "abs": 5 * 3 * 8}
+    assert _by_name(graph, graph.out_bytes) == {"outer": (8 + 5 * 3 * 8) * F32, "abs": 5 * 3 * 8 * F32}
+    assert "tensors_without_size" not in graph.meta
+
+
+def test_import_onnx__the_scan_outputs_of_a_loop_without_a_static_trip_count_stay_unsized(tmp_path):
+    value = helper.make_tensor_value_info
+    loop = helper.make_node("Loop", ["steps", "", "x"], ["y", "ys"], name="loop", body=_stacking_loop_body())
+    path = _save(tmp_path, [loop], [value("x", TensorProto.FLOAT, [2, 4]), value("steps", TensorProto.INT64, [])],
+                 [value("y", TensorProto.FLOAT, [2, 4]), value("ys", TensorProto.FLOAT, ["T", 2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W")])
+    graph = import_onnx(path)
+    assert graph.out_bytes.tolist() == [(8 + 8) * F32]  # ys's unknown leading dim counts as 1, and is said
+    assert graph.meta["unsized_tensors_by_op"] == {"Loop": 1}
+
+
+def _nonzero_scan(tmp_path, transposed: bool = False, with_xs: bool = True) -> str:
+    """s (4) carried over the slices of f = Cast(NonZero(mask (2,3))), (2, ?): its second dim is data-dependent
+    (``transposed``: of ft, its transpose, (?, 2), whose scan axis is unsized), and of xs (2,3) when ``with_xs``.
+    Body: MatMul(xt, W (3,4)) -> m (4 + 12 x 2 FLOPs); ReduceSum(slice of f) -> t (keepdims); a = m + t; s2 = s + a."""
+    value = helper.make_tensor_value_info
+    body_nodes = [helper.make_node("ReduceSum", ["fs"], ["t"], keepdims=1)]
+    body_nodes += [helper.make_node("MatMul", ["xt", "W"], ["m"]), helper.make_node("Add", ["m", "t"], ["a"]),
+                   helper.make_node("Add", ["s", "a"], ["s2"])] if with_xs else [
+        helper.make_node("Add", ["s", "t"], ["s2"])]
+    body = helper.make_graph(body_nodes + [helper.make_node("Identity", ["s2"], ["o"])], "scan_body",
+                             [value("s", TensorProto.FLOAT, [4]), value("fs", TensorProto.FLOAT, None)]
+                             + ([value("xt", TensorProto.FLOAT, None)] if with_xs else []),
+                             [value("s2", TensorProto.FLOAT, [4]), value("o", TensorProto.FLOAT, [4])])
+    nodes = [helper.make_node("NonZero", ["mask"], ["nz"], name="nonzero"),
+             helper.make_node("Cast", ["nz"], ["f"], name="cast", to=TensorProto.FLOAT)]
+    nodes += [helper.make_node("Transpose", ["f"], ["ft"], name="transpose", perm=[1, 0])] if transposed else []
+    nodes += [helper.make_node("Scan", ["s0", "ft" if transposed else "f"] + (["xs"] if with_xs else []),
+                               ["s_last", "os"], name="scan", body=body, num_scan_inputs=2 if with_xs else 1)]
+    return _save(tmp_path, nodes, [value("mask", TensorProto.FLOAT, [2, 3]), value("s0", TensorProto.FLOAT, [4])]
+                 + ([value("xs", TensorProto.FLOAT, [2, 3])] if with_xs else []),
+                 [value("s_last", TensorProto.FLOAT, [4]), value("os", TensorProto.FLOAT, ["T", 4])],
+                 [numpy_helper.from_array(np.ones((3, 4), np.float32), "W")])
+
+
+# one iteration of _nonzero_scan's body with xs: MatMul 2 x 4 x 3, ReduceSum 1 per element of its slice, two Adds 4
+def _nonzero_scan_flops(slice_elements: int) -> int:
+    return 2 * (2 * 4 * 3 + slice_elements + 4 + 4)
+
+
+def test_import_onnx__a_scan_whose_input_has_an_unsized_dim_is_costed_when_its_scan_axis_is_sized(tmp_path):
+    """f (2, ?): 2 iterations, whatever its other dim (a slice of ? elements, counted as 1, and said). Only
+    a scan input sized in every dim used to be read: the Scan had no FLOPs."""
+    graph = import_onnx(_nonzero_scan(tmp_path))
+    assert _by_name(graph, graph.flops)["scan"] == _nonzero_scan_flops(1)
+    assert "bodies_not_costed" not in graph.meta and graph.meta["ops_without_flops"] == {}
+    assert graph.meta["unsized_tensors_by_op"] == {"Cast": 1, "NonZero": 1}
+
+
+def test_import_onnx__a_scans_length_is_read_from_any_of_its_scan_inputs(tmp_path):
+    """ft (?, 2) first, its scan axis unsized; xs (2,3), as long (every scan input is), says 2. A slice of ft
+    has 2 elements."""
+    graph = import_onnx(_nonzero_scan(tmp_path, transposed=True))
+    assert _by_name(graph, graph.flops)["scan"] == _nonzero_scan_flops(2)
+    assert "bodies_not_costed" not in graph.meta
+
+
+def test_cli_graphs_import_onnx__a_scan_of_unknown_length_is_not_costed_and_warned(tmp_path, capsys):
+    from cluster.cli import main
+
+    path = _nonzero_scan(tmp_path, transposed=True, with_xs=False)
+    graph = import_onnx(path)
+    assert _by_name(graph, graph.flops)["scan"] == 0.0 and graph.meta["ops_without_flops"] == {"Scan": 1}
+    assert graph.meta["bodies_not_costed"] == {"scan": "Scan: the length of its scan inputs is not known statically"}
+    assert main(["graphs", "import", "--onnx", path, "-o", str(tmp_path / "scan.parquet")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "no FLOP formula" in line]
+    assert warnings == ["placer: warning: 1 op type has no FLOP formula, imported with bytes only: Scan (1); "
+                        "subgraph ops whose bodies are not costed, their trip count unknown: scan (Scan: the length "
+                        "of its scan inputs is not known statically)"]
+
+
+def _sequence_map(tmp_path, make_sequence: list, inputs: list) -> str:
+    """``make_sequence``'s nodes make seq; map = SequenceMap(seq) over MatMul(t, W (4,4)) and Relu, each tensor
+    of seq (1,2,4): 2 x 8 x 4 + 8 FLOPs; y = ConcatFromSequence(mapped)."""
+    value = helper.make_tensor_value_info
+    body = helper.make_graph([helper.make_node("MatMul", ["t", "W"], ["m"]), helper.make_node("Relu", ["m"], ["r"])],
+                             "map_body", [value("t", TensorProto.FLOAT, None)], [value("r", TensorProto.FLOAT, None)])
+    nodes = [*make_sequence, helper.make_node("SequenceMap", ["seq"], ["mapped"], name="map", body=body),
+             helper.make_node("ConcatFromSequence", ["mapped"], ["y"], name="concat", axis=0)]
+    return _save(tmp_path, nodes, inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 4])],
+                 [numpy_helper.from_array(np.ones((4, 4), np.float32), "W")])
+
+
+MAP_BODY_FLOPS = 2 * 8 * 4 + 8
+MAP_BODY_BYTES = (8 + 16 + 8) * F32 + (8 + 8) * F32  # MatMul t, W, m; Relu m, r
+
+
+def test_import_onnx__a_sequence_map_costs_its_body_times_its_sequences_length(tmp_path):
+    """SplitToSequence of x (3,2,4) along axis 0 (no split: one tensor per row) makes 3 tensors (1,2,4). The
+    SequenceMap had no formula: no FLOPs, its body unseen."""
+    split = helper.make_node("SplitToSequence", ["x"], ["seq"], name="split", axis=0)
+    graph = import_onnx(_sequence_map(tmp_path, [split], [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                         [3, 2, 4])]))
+    assert _by_name(graph, graph.flops)["map"] == 3 * MAP_BODY_FLOPS
+    assert _by_name(graph, graph.bytes_accessed)["map"] == 3 * MAP_BODY_BYTES
+    assert _by_name(graph, graph.param_bytes)["map"] == 16 * F32  # W, read by its body
+    assert "SequenceMap" not in graph.meta["ops_without_flops"] and "bodies_not_costed" not in graph.meta
+
+
+def test_import_onnx__a_sequence_map_over_a_sequence_of_unknown_length_is_not_costed_and_says_why(tmp_path):
+    """seq is a graph input: how many tensors it holds is known at run time only."""
+    elem = helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 2, 4])
+    seq = helper.make_value_info("seq", helper.make_sequence_type_proto(elem))
+    graph = import_onnx(_sequence_map(tmp_path, [], [seq]))
+    assert _by_name(graph, graph.flops)["map"] == 0.0
+    assert graph.meta["ops_without_flops"]["SequenceMap"] == 1
+    assert graph.meta["bodies_not_costed"] == {
+        "map": "SequenceMap: the length of its input sequence is not known statically"}

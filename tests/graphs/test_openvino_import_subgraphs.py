@@ -3,6 +3,8 @@ onnx.helper, converted with openvino.convert_model and saved as IR; figures chec
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import openvino as ov
@@ -112,3 +114,77 @@ def test_import_openvino_ir__outputs_of_dynamic_shape_are_counted_by_op_type(tmp
     graph = import_openvino_ir(str(path))
     assert graph.meta["unsized_tensors_by_op"] == {"Convert": 1, "NonZero": 1}
     assert graph.meta["tensors_without_size"] == 2
+
+
+def _both(path: str):
+    """The ONNX model ``_ir_of`` converted beside ``path``, imported by each importer: (onnx, openvino)."""
+    from graphs.inference.onnx_import import import_onnx
+
+    return import_onnx(str(Path(path).with_suffix(".onnx"))), import_openvino_ir(path)
+
+
+def test_importers_agree__a_loops_scan_outputs_and_their_reader(tmp_path):
+    """loop (M = 5): y, and ys stacking Relu(h2) (5,2,4); Neg(ys). OpenVINO sizes ys by the trip count; the ONNX
+    importer counted its symbolic leading dim as 1, one iteration's bytes, and the Neg's FLOPs with them."""
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "W"], ["h2"]), helper.make_node("Relu", ["h2"], ["r"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+        [VALUE("i", TensorProto.INT64, []), VALUE("cond_in", TensorProto.BOOL, []),
+         VALUE("h", TensorProto.FLOAT, [2, 4])],
+        [VALUE("cond_out", TensorProto.BOOL, []), VALUE("h2", TensorProto.FLOAT, [2, 4]),
+         VALUE("r", TensorProto.FLOAT, [2, 4])])
+    nodes = [helper.make_node("Loop", ["M", "", "x"], ["y", "ys"], name="loop", body=body),
+             helper.make_node("Neg", ["ys"], ["z"], name="neg")]
+    path = _ir_of(tmp_path, nodes, [VALUE("x", TensorProto.FLOAT, [2, 4])],
+                  [VALUE("y", TensorProto.FLOAT, [2, 4]), VALUE("z", TensorProto.FLOAT, ["T", 2, 4])],
+                  [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                   numpy_helper.from_array(np.array(5, np.int64), "M")])
+    onnx_graph, openvino_graph = _both(path)
+    assert openvino_graph.op_kinds.tolist() == ["Loop", "Multiply"]  # Neg: a Multiply by -1
+    for graph in (onnx_graph, openvino_graph):
+        assert graph.flops.tolist() == [5 * (2 * 8 * 4 + 8), 5 * 8]
+        assert graph.out_bytes.tolist() == [(8 + 5 * 8) * F32, 5 * 8 * F32]
+        assert graph.edge_bytes.tolist() == [5 * 8 * F32]
+
+
+def _nonzero_scan_ir(tmp_path, with_xs: bool) -> str:
+    """s (4) carried over the rows of ft, the transpose of Cast(NonZero(mask (2,3))), (?, 2): its scan axis is
+    data-dependent; and, ``with_xs``, over those of xs (2,3), as long, which says 2. Body: ReduceSum(the row of
+    ft) -> t (1); with xs, MatMul(its row, W (3,4)) + t; s + that."""
+    body_nodes = [helper.make_node("ReduceSum", ["fs"], ["t"], keepdims=1)]
+    body_nodes += [helper.make_node("MatMul", ["xt", "W"], ["m"]), helper.make_node("Add", ["m", "t"], ["a"]),
+                   helper.make_node("Add", ["s", "a"], ["s2"])] if with_xs else [
+        helper.make_node("Add", ["s", "t"], ["s2"])]
+    body = helper.make_graph(body_nodes + [helper.make_node("Identity", ["s2"], ["o"])], "scan_body",
+                             [VALUE("s", TensorProto.FLOAT, [4]), VALUE("fs", TensorProto.FLOAT, None)]
+                             + ([VALUE("xt", TensorProto.FLOAT, None)] if with_xs else []),
+                             [VALUE("s2", TensorProto.FLOAT, [4]), VALUE("o", TensorProto.FLOAT, [4])])
+    nodes = [helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Transpose", ["f"], ["ft"], perm=[1, 0]),
+             helper.make_node("Scan", ["s0", "ft"] + (["xs"] if with_xs else []), ["s_last", "os"], name="scan",
+                              body=body, num_scan_inputs=2 if with_xs else 1)]
+    return _ir_of(tmp_path, nodes, [VALUE("mask", TensorProto.FLOAT, [2, 3]), VALUE("s0", TensorProto.FLOAT, [4])]
+                  + ([VALUE("xs", TensorProto.FLOAT, [2, 3])] if with_xs else []),
+                  [VALUE("s_last", TensorProto.FLOAT, [4]), VALUE("os", TensorProto.FLOAT, ["T", 4])],
+                  [numpy_helper.from_array(np.ones((3, 4), np.float32), "W")] if with_xs else [])
+
+
+def test_importers_agree__a_scan_whose_first_input_has_an_unsized_scan_axis_runs_as_long_as_another(tmp_path):
+    """2 iterations, read from xs; the ONNX importer read the first scan input alone, and left the Scan uncosted
+    for its unsized dim. A row of ft has 2 elements: ReduceSum 2, MatMul 2 x 4 x 3, two Adds 4 each."""
+    onnx_graph, openvino_graph = _both(_nonzero_scan_ir(tmp_path, with_xs=True))
+    assert openvino_graph.op_kinds.tolist()[-1] == "TensorIterator"
+    for graph in (onnx_graph, openvino_graph):
+        assert graph.flops.tolist()[-1] == 2 * (2 + 2 * 4 * 3 + 4 + 4)
+        assert graph.meta["ops_without_flops"] == {} and "bodies_not_costed" not in graph.meta
+
+
+def test_importers_agree__a_scan_of_unknown_length_is_not_costed_and_says_why(tmp_path):
+    onnx_graph, openvino_graph = _both(_nonzero_scan_ir(tmp_path, with_xs=False))
+    assert onnx_graph.meta["bodies_not_costed"] == {"scan": "Scan: the length of its scan inputs is not known "
+                                                            "statically"}
+    assert openvino_graph.meta["bodies_not_costed"] == {"os": "TensorIterator: OpenVINO gives no static iteration "
+                                                              "count (its sliced inputs' length is not static)"}
+    for graph, kind in ((onnx_graph, "Scan"), (openvino_graph, "TensorIterator")):
+        assert graph.flops.tolist()[-1] == 0.0 and graph.meta["ops_without_flops"] == {kind: 1}

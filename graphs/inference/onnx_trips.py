@@ -1,0 +1,201 @@
+"""How many times an ONNX Loop, Scan or SequenceMap runs its body, where that is known statically, and the
+leading dim that count gives a Loop's scan outputs.
+
+- A Loop runs ``M`` times when M is a known value (graphs.inference.shape_folding.known_values: an
+  initializer, a Constant, folded shape arithmetic) and its condition cannot stop it early.
+- A Scan runs once per slice of its scan inputs along their scan axes. They are all as long, so one whose
+  scan axis is sized is enough, whatever its other dims (an unsized one counts as 1 in the body, as anywhere).
+- A SequenceMap runs once per tensor of its input sequence, whose length is followed through the ops that
+  make sequences (``sequence_lengths``).
+
+onnx's shape inference gives a Loop's scan outputs (the body's outputs after its carried values, stacked over
+the iterations) a symbolic leading dim even when the trip count is static; ``size_loop_scan_outputs`` gives
+them the trip count, and inferring again sizes what reads them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from graphs.inference.shape_folding import known_values, static_dim
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+Dims = tuple[int | None, ...]  # a tensor's dims, None where not sized
+
+
+def loop_trips(node, values: Mapping[str, np.ndarray]) -> tuple[int | None, str]:
+    """(the Loop's trip count, "") when it is static: its ``M`` input a known value in ``values`` and its
+    condition true at every iteration (absent or a constant true, and the body's condition output its input
+    passed through, maybe by Identity nodes, or a constant true, as torch.onnx writes a for loop); else (None,
+    why). A loop that may stop early on a condition computed at run time has no static trip count, even with
+    an ``M`` (which bounds the count only)."""
+    trip_input = node.input[0] if node.input else ""
+    if not trip_input:
+        return None, "no trip count M, it runs while its condition holds"
+    trips = _known_int(values.get(trip_input))
+    if trips is None:
+        return None, "its trip count M is computed at run time"
+    body = graph_attribute(node, "body")
+    condition = node.input[1] if len(node.input) > 1 else ""
+    if condition and not _known_true(values.get(condition)):
+        return None, "its initial condition is computed at run time"
+    body_condition = _through_identities(body, body.output[0].name) if body.output else ""
+    passed_through = len(body.input) > 1 and body_condition == body.input[1].name
+    if not passed_through and not _known_true(known_values(body, dict(values)).get(body_condition)):
+        return None, "its body computes its condition, so it may stop before its trip count M"
+    return max(trips, 0), ""
+
+
+def scan_trips(node, dims: Mapping[str, Dims], opset: int) -> tuple[int | None, str]:
+    """(the Scan's iterations, "") when a scan input's size along its scan axis is static; else (None, why).
+    Opset 8's Scan (a batch axis first, per-example lengths) is not costed."""
+    if opset < 9:
+        return None, "a Scan of opset 8 (batched, per-example sequence lengths) is not costed"
+    num_scan = _attribute(node, "num_scan_inputs", 0)
+    scan_inputs = node.input[len(node.input) - num_scan:] if 0 < num_scan <= len(node.input) else []
+    axes = _attribute(node, "scan_input_axes") or [0] * len(scan_inputs)
+    for tensor, axis in zip(scan_inputs, axes):
+        shape = dims.get(tensor)
+        if shape and shape[axis % len(shape)] is not None:
+            return shape[axis % len(shape)], ""
+    return None, "the length of its scan inputs is not known statically"
+
+
+def sequence_map_trips(node, lengths: Mapping[str, int]) -> tuple[int | None, str]:
+    """(the length of the SequenceMap's input sequence, "") when it is static (``sequence_lengths``); else
+    (None, why)."""
+    length = lengths.get(node.input[0]) if node.input else None
+    if length is None:
+        return None, "the length of its input sequence is not known statically"
+    return length, ""
+
+
+def sequence_lengths(graph, values: Mapping[str, np.ndarray], dims: Mapping[str, Dims],
+                     outer: Mapping[str, int] | None = None) -> dict[str, int]:
+    """{sequence: how many tensors it holds} of the sequences ``graph``'s nodes make, in their (topological)
+    order, where that is static: SequenceEmpty's, SequenceConstruct's, SplitToSequence's of a known split or
+    a sized axis, and SequenceInsert's, SequenceErase's, Identity's and SequenceMap's of a sequence of known
+    length. ``outer``: the lengths of the sequences of the graphs around it (a body reads them by name)."""
+    lengths = dict(outer or {})
+    for node in graph.node:
+        length = _sequence_length(node, lengths, values, dims) if node.domain in DEFAULT_DOMAINS else None
+        if length is not None:
+            lengths.update({tensor: length for tensor in node.output if tensor})
+    return lengths
+
+
+def _sequence_length(node, lengths: Mapping[str, int], values, dims) -> int | None:
+    kind = node.op_type
+    first = lengths.get(node.input[0]) if node.input else None
+    if kind == "SequenceEmpty":
+        return 0
+    if kind == "SequenceConstruct":
+        return len(node.input)
+    if kind == "SplitToSequence":
+        return _split_length(node, values, dims)
+    if first is None:
+        return None
+    return {"SequenceInsert": first + 1, "SequenceErase": max(first - 1, 0), "Identity": first,
+            "SequenceMap": first}.get(kind)
+
+
+def _split_length(node, values, dims) -> int | None:
+    """How many tensors SplitToSequence makes: one per entry of a 1-D ``split`` (its length known if not its
+    values), the axis's size over a scalar ``split`` (rounded up), or the axis's size without one."""
+    split = node.input[1] if len(node.input) > 1 else ""
+    if split and split in values and values[split].ndim == 1:
+        return len(values[split])
+    if split and len(dims.get(split) or ()) == 1:
+        return dims[split][0]
+    shape = dims.get(node.input[0])
+    size = shape[_attribute(node, "axis", 0) % len(shape)] if shape else None
+    if size is None:
+        return None
+    if not split:
+        return size
+    step = _known_int(values.get(split))
+    return math.ceil(size / step) if step is not None and step > 0 else None
+
+
+def size_loop_scan_outputs(graph, outer: Mapping[str, np.ndarray] | None = None) -> bool:
+    """Give the scan outputs of ``graph``'s Loops of a static trip count (those of the Loops inside its
+    subgraph bodies too) that count as their leading dim where onnx's inference left it unsized, in their
+    value_info or graph output entries (in place); whether it gave any."""
+    values = known_values(graph, dict(outer or {}))
+    entries: dict[str, list] = {}
+    for value in [*graph.output, *graph.value_info]:
+        entries.setdefault(value.name, []).append(value)
+    changed = False
+    for node in graph.node:
+        for body in bodies(node):
+            changed |= size_loop_scan_outputs(body, values)
+        if node.op_type != "Loop" or node.domain not in DEFAULT_DOMAINS:
+            continue
+        trips, _ = loop_trips(node, values)
+        carried = max(len(node.input) - 2, 0)
+        for tensor in node.output[carried:] if trips is not None else []:
+            for entry in entries.get(tensor, []):
+                changed |= _lead_with(entry, trips)
+    return changed
+
+
+def _lead_with(value, size: int) -> bool:
+    """Set the leading dim of ``value`` (a ValueInfoProto) to ``size`` if it has none; whether it did."""
+    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    if tensor_type is None or not tensor_type.HasField("shape") or not tensor_type.shape.dim:
+        return False
+    if static_dim(tensor_type.shape.dim[0]):
+        return False
+    tensor_type.shape.dim[0].dim_value = size  # replaces its dim_param (one of the two)
+    return True
+
+
+def _through_identities(graph, tensor: str) -> str:
+    """The tensor ``tensor`` copies through a chain of ``graph``'s Identity nodes (itself if none)."""
+    copied_from = {node.output[0]: node.input[0] for node in graph.node
+                   if node.op_type == "Identity" and node.domain in DEFAULT_DOMAINS and node.input and node.output}
+    seen = set()
+    while tensor in copied_from and tensor not in seen:
+        seen.add(tensor)
+        tensor = copied_from[tensor]
+    return tensor
+
+
+def _known_int(value) -> int | None:
+    if value is None or value.size != 1 or not np.issubdtype(value.dtype, np.integer):
+        return None
+    return int(value.reshape(-1)[0])
+
+
+def _known_true(value) -> bool:
+    return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
+
+
+def graph_attribute(node, name: str):
+    return next(attribute.g for attribute in node.attribute if attribute.name == name)
+
+
+def bodies(node) -> list:
+    """The subgraphs a node holds (If's branches, Loop's, Scan's and SequenceMap's body, any other op's graph
+    attributes)."""
+    import onnx
+
+    graphs = []
+    for attribute in node.attribute:
+        graphs += [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+    return graphs
+
+
+def graphs_within(graph) -> list:
+    """``graph`` and every subgraph inside it, nested ones included (the same order for a model and its
+    inferred copy)."""
+    return [graph] + [inner for node in graph.node for body in bodies(node) for inner in graphs_within(body)]
+
+
+def _attribute(node, name: str, default=None):
+    from onnx import helper
+
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
