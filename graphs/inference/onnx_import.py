@@ -52,8 +52,8 @@ from graphs.inference.flops import Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.inference.onnx_trips import (bodies, graph_attribute, graphs_within, loop_trips, scan_trips,
                                          sequence_lengths, sequence_map_trips, size_loop_scan_outputs)
-from graphs.inference.shape_folding import (infer_with_folded_shapes, known_values, shape_conflict, static_dim,
-                                            tensor_dims)
+from graphs.inference.shape_folding import (ShapeConflict, infer_with_folded_shapes, known_values, reshape_conflict,
+                                            shape_conflict, static_dim, tensor_dims)
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -226,7 +226,8 @@ def _load_checked(model_file: Path, given: InputShapes):
     _size_inputs(model.graph, sized)
     inference = _foreign(model_file, lambda: infer_preferring_inputs(model, _inferred_with_loop_outputs))
     if inference.unsized_from_inputs:  # maybe sizes the model cannot take: which node says so
-        _refuse_conflict(model_file, model, sized, given)
+        _refuse_conflict(model_file, shape_conflict(model), sized, given)
+    _refuse_conflict(model_file, reshape_conflict(graphs_within(inference.model.graph)), sized, given)
     return inference.model, given
 
 
@@ -243,13 +244,14 @@ def _inferred_with_loop_outputs(model):
     return inferred
 
 
-def _refuse_conflict(model_file: Path, model, sized: InputShapes, given: InputShapes) -> None:
-    """One PlacerError naming the input sizes and the node whose shapes contradict each other at them (a
-    U-Net's Concat of halves of different heights at a size that is no multiple of its poolings'), where
-    onnx's strict inference finds one: the lenient one (from the input sizes alone, graphs.inference.
-    declared_shapes) left its output unsized, and the import went on to a graph that OpenVINO refused to run
-    at those sizes."""
-    conflict = shape_conflict(model)
+def _refuse_conflict(model_file: Path, conflict: ShapeConflict | None, sized: InputShapes,
+                     given: InputShapes) -> None:
+    """One PlacerError naming the input sizes and the node whose shapes contradict each other at them, if any:
+    a U-Net's Concat of halves of different heights at a size that is no multiple of its poolings', which
+    onnx's strict inference finds (asked when the lenient one, from the input sizes alone, graphs.inference.
+    declared_shapes, left an output unsized); or a Reshape to a fixed size other than its input's
+    (``reshape_conflict``), which no inference checks. Either way the import would go on to a graph that
+    OpenVINO refuses to run at those sizes, or one costed at the sizes the model was exported at."""
     if conflict is None:
         return
     sizes = ", ".join(f"{name}={','.join(map(str, dims))}" for name, dims in sized.items())

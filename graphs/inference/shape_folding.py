@@ -91,6 +91,24 @@ def shape_conflict(model) -> ShapeConflict | None:
     return None
 
 
+def reshape_conflict(graphs) -> ShapeConflict | None:
+    """The first Reshape of the inferred ``graphs`` (a model's and its bodies) whose fixed target holds another
+    number of elements than its input: a target written as a constant at the export's sizes (``[1, 20]``)
+    where the input now has other sizes. onnx's inference takes the target as the output's shape without
+    counting, so everything after it would be sized at the export's batch; onnxruntime and OpenVINO refuse
+    to run it."""
+    for body in graphs:
+        shapes = static_shapes(body)
+        for node in body.node:
+            if node.op_type != "Reshape" or len(node.input) < 1 or not node.output:
+                continue
+            source, target = shapes.get(node.input[0]), shapes.get(node.output[0])
+            if source is not None and target is not None and math.prod(source) != math.prod(target):
+                return ShapeConflict("Reshape", node.name, f"it reshapes {list(source)} ({math.prod(source)} "
+                                     f"elements) to the fixed shape {list(target)} ({math.prod(target)} elements)")
+    return None
+
+
 def _new_targets(graph, taken: dict) -> dict[tuple[int, int], np.ndarray]:
     """{(node index, input index): value} of the shape-taking inputs, neither given yet nor constant already,
     whose value is now known and whose node's outputs are not all sized."""

@@ -229,3 +229,32 @@ def test_sized_inputs__every_input_without_sizes_is_named_in_one_error():
         sized_inputs("model m.onnx", inputs, {"ids": (2, 16)})
     assert sized_inputs("model m.onnx", inputs, {"ids": (2, 16), "img": (2, 3, 8, 8)}) == \
         {"ids": (2, 16), "img": (2, 3, 8, 8), "scale": (1,)}
+
+
+def _onnx_fixed_reshape(path) -> str:
+    """x[batch, 4, 5] -> Reshape to the constant [1, 20] (written at the export's batch 1) -> MatMul [20, 8]."""
+    value = helper.make_tensor_value_info
+    target = numpy_helper.from_array(np.array([1, 20], dtype=np.int64), "target")
+    weight = numpy_helper.from_array(np.ones((20, 8), dtype=np.float32), "w")
+    nodes = [helper.make_node("Reshape", ["x", "target"], ["r"], name="flatten"),
+             helper.make_node("MatMul", ["r", "w"], ["y"], name="fc")]
+    graph = helper.make_graph(nodes, "fixed", [value("x", TensorProto.FLOAT, ["batch", 4, 5])],
+                              [value("y", TensorProto.FLOAT, ["b", 8])], [target, weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_cli_graphs_import_onnx__a_reshape_to_a_size_fixed_at_export_is_one_error_naming_it(tmp_path, capsys):
+    """onnx's inference gives the Reshape the constant target's shape whatever its input holds: at batch 32
+    the MatMul after it was costed at batch 1 (320 FLOPs), with no warning, and onnxruntime cannot run it."""
+    from cluster.cli import main
+
+    path, out = _onnx_fixed_reshape(tmp_path / "fixed.onnx"), tmp_path / "fixed.parquet"
+    assert main(["graphs", "import", "--onnx", path, "--input-shape", "x=32,4,5", "-o", str(out)]) == 2
+    assert capsys.readouterr().err == (
+        f"placer: error: ONNX model {Path(path).resolve()}: at the input sizes x=32,4,5 (--input-shape), node "
+        "'flatten' (Reshape) fails shape inference: it reshapes [32, 4, 5] (640 elements) to the fixed shape "
+        "[1, 20] (20 elements)\n")
+    assert not out.exists()
+    assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 0  # at its own batch, 1: it runs
+    assert out.exists()
