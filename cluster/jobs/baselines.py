@@ -100,7 +100,8 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     factory = as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
-    from cluster.jobs.search import bound_of_measured_steps, proven_bound_once
+    from cluster.jobs.bound_solve import proven_bound_once
+    from cluster.jobs.search import bound_of_measured_steps
 
     bound = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s),  # the searches' groups
                                     config.measurer)

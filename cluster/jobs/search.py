@@ -15,8 +15,9 @@ measurer + budget -> a run folder and the best placement::
       every batch goes to the pool in one call, every result into the run log
       (--remove-device: the policy is placed phase by phase, devices leaving between: removal.py)
     final table against the baselines and the lower bound; the run log is compacted on a clean finish
-    (the proven bound of the searched groups, policies/exact/bound.py, is solved once before Ray starts,
-    within ``bound_time_limit_s``, and kept in the manifest: a resume reads it from there)
+    (the proven bound of the searched groups, policies/exact/bound.py, is solved within
+    ``bound_time_limit_s`` in a thread while the search runs, cluster/jobs/bound_solve.py, and kept in the
+    manifest once solved: a resume reads it from there)
 
 The run folder is the run log of cluster/runlog.py plus ``checkpoint/`` (the learner) and
 ``grouping.npz``. ``resume`` continues a stopped run: the learner's weights and RNG come back from the
@@ -37,6 +38,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from cluster.jobs.bound_solve import BoundSolve, bound_solve
 from cluster.jobs.config import (CHECKPOINT_DIR, GROUPING_FILE, SearchConfig,
                                  check_bound_time_limit, check_counts, check_measurer_settings,
                                  check_policy_groups)
@@ -171,21 +173,22 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     removals = check_removals(config, machine)
     check_removals_for_problem(problem, removals)  # the graph's ops keep a device of their kinds
     warm_file = load_warm_start_placement(warm_source, problem)  # a bad placement fails before any file
-    bound_s, bound_holds_for = _search_bound(problem, config)
-    spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
-                        runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
-    factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
+    bound = _search_bound(problem, config)  # (seconds, what it holds for), or solving in a thread
     owns_ray = not ray.is_initialized()  # a caller that runs many searches keeps one Ray for all
-    ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
     try:
+        spec = MeasurerSpec(config.measurer, graph, machine, noise_std=config.noise_std, seed=config.seed,
+                            runs=config.runs, warmup=config.warmup)  # None: measurers.timing.default_timing
+        factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
+        ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
         pool_config = pool_config_for(spec, config.workers)  # a real measurer with no node for its GPUs: refused
-        writer, past = _open_run(config, spec, problem, (bound_s, bound_holds_for))
+        writer, past = _open_run(config, spec, problem, bound if isinstance(bound, tuple) else None)
     except BaseException:
+        _stop_solving(bound)
         if owns_ray:
             ray_setup.shutdown_ray()
         raise
     run_dir = writer.folder
-    pool = None
+    pool = outcome = None
     stop_reason = "interrupted"
     try:
         save_warm_start_placement(run_dir, warm_file)
@@ -204,8 +207,14 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         writer.close(compact=stop_reason != "interrupted")  # a stopped run keeps its parts for --resume
         if owns_ray:
             ray_setup.shutdown_ray()
+        if outcome is None:  # interrupted, or failed: no bound recorded (a resume solves it again)
+            _stop_solving(bound)
     if outcome is None:
         raise SearchInterrupted(run_dir)
+    try:
+        bound_s, bound_holds_for = _solved_bound(run_dir, bound, config)
+    except KeyboardInterrupt:
+        raise SearchInterrupted(run_dir) from None
     result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
                      warm)
     if removals:
@@ -372,9 +381,10 @@ def _split_groups(problem, config: SearchConfig) -> tuple:
     return split, placement
 
 
-def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
+def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str] | None):
     """The run folder (new, or the one resumed); ``spec`` is the measurer's, whose timing the manifest records,
-    ``bound`` the proven bound (seconds, what it holds for) a new run's manifest records."""
+    ``bound`` the proven bound (seconds, what it holds for) a new run's manifest records (None: not solved
+    yet, recorded when it is: ``_solved_bound``)."""
     from measurers.catalog import machine_to_json
     from policies.rl.env import reward_of  # -sqrt(runtime), failures at the default penalty
 
@@ -398,16 +408,14 @@ def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str]):
                             runs=spec.runs, warmup=spec.warmup,
                             config={**asdict(config), "groups_used": problem.num_units},
                             lower_bound_s=problem.lower_bound_s)
-    manifest = replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
+    if bound is not None:
+        manifest = replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
     with atomic_folder(Path(config.out), run_id) as staging:  # whole or none: without its grouping it cannot resume
         staged = RunLogWriter.create(staging, manifest)
         staged.write_groups(problem.op_unit, graph.op_names)
         np.savez(staged.folder / GROUPING_FILE, **problem.grouping.to_arrays())
         staged.close()
     return RunLogWriter(Path(config.out) / run_id, manifest, reward_fn=reward_of), PastRows()
-
-
-_BOUNDS: dict[tuple, object] = {}  # (graph hash, machine, grouping digest, time limit) -> BoundReport
 
 
 def bound_of_measured_steps(report, measurer: str, noise_std: float = 0.0):
@@ -452,28 +460,32 @@ def solver_raised_bound(bound: tuple[float, str], solver: SolverFigures | None, 
     return float(solver.bound_s), holds_for
 
 
-def proven_bound_once(problem, time_limit_s: float):
-    """The problem's BoundReport (policies.exact.bound), solved once per graph, machine, grouping and time
-    limit in this process: `placer reproduce` runs two searches of each cell on the same groups."""
-    import hashlib
-
-    from policies.exact.bound import proven_bound
-
-    grouping = hashlib.sha256(np.ascontiguousarray(problem.op_unit, dtype=np.int64).tobytes()).hexdigest()
-    key = (problem.graph.content_hash, problem.machine, grouping, float(time_limit_s))
-    if key not in _BOUNDS:
-        _BOUNDS[key] = proven_bound(problem, time_limit_s)
-    return _BOUNDS[key]
-
-
-def _search_bound(problem, config: SearchConfig) -> tuple[float, str]:
-    """(seconds, what it holds for): a resumed run's from its manifest, else solved for the searched groups."""
+def _search_bound(problem, config: SearchConfig) -> tuple[float, str] | BoundSolve:
+    """A resumed run's proven bound from its manifest (seconds, what it holds for), else its solve for the
+    searched groups, started (cluster/jobs/bound_solve.py). ``exact`` waits for it before it starts: its own
+    HiGHS solves would share the process's one HiGHS scheduler with the bound's, side by side."""
     if config.resume:
         manifest = read_manifest(config.resume)
         if manifest.proven_bound_s is not None:
             return float(manifest.proven_bound_s), manifest.proven_bound_holds_for or ""
-    report = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s), config.measurer,
-                                     config.noise_std)
+    solve = bound_solve(problem, config.bound_time_limit_s)
+    if config.policy == "exact":
+        solve.report()
+    return solve
+
+
+def _stop_solving(bound: tuple[float, str] | BoundSolve) -> None:
+    if isinstance(bound, BoundSolve):
+        bound.stop()
+
+
+def _solved_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig) -> tuple[float, str]:
+    """The run's proven bound (seconds, what it holds for), waited for where it is solving, and recorded in
+    its manifest then."""
+    if isinstance(bound, tuple):
+        return bound
+    report = bound_of_measured_steps(bound.report(), config.measurer, config.noise_std)
+    record_proven_bound(run_dir, report.best_s, report.holds_for)
     return report.best_s, report.holds_for
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -67,8 +68,10 @@ def grouping_name(problem: PlacementProblem) -> str:
     return f"the {problem.num_units} {method} groups of {problem.graph.name}"
 
 
-def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 1) -> BoundReport:
-    """The closed-form, LP and MIP bounds of the module docstring within ``time_limit_s`` seconds."""
+def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 1,
+                 stop: threading.Event | None = None) -> BoundReport:
+    """The closed-form, LP and MIP bounds of the module docstring within ``time_limit_s`` seconds, or until
+    ``stop`` is set (by another thread: what was proven by then; statuses "stopped")."""
     from policies.exact.relaxation import SOLVER_SLACK, solve_relaxation
 
     if not isinstance(time_limit_s, numbers.Real) or not time_limit_s >= 0 or math.isinf(time_limit_s):
@@ -77,11 +80,12 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
     closed_s = float(problem.lower_bound_s)
     lp = mip = None
     if time_limit_s > 0:
-        lp = solve_relaxation(problem, time_limit_s, integer=False, threads=threads)
+        lp = solve_relaxation(problem, time_limit_s, integer=False, threads=threads, stop=stop)
         left_s = time_limit_s - (time.perf_counter() - began)
-        if left_s > 0:
-            mip = solve_relaxation(problem, left_s, integer=True, threads=threads)
-    exact = _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads)
+        if left_s > 0 and not (stop is not None and stop.is_set()):
+            mip = solve_relaxation(problem, left_s, integer=True, threads=threads, stop=stop)
+    stopped = stop is not None and stop.is_set()
+    exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads)
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
     candidates += [(r.bound_s * (1.0 - SOLVER_SLACK), f"placements of {grouping}") for r in (lp, mip)

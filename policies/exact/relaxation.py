@@ -84,6 +84,7 @@ GB = 1e9
 HEAD_TAIL_LEVELS = 16  # quantiles of heads and of tails used as thresholds in constraint 6
 SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
 NOT_SOLVED = "not solved (time limit)"  # building the model took the whole time limit: HiGHS never ran
+STOPPED = "stopped"  # solve_relaxation's ``stop`` was set before the solve ended
 
 
 @dataclass(frozen=True)
@@ -389,14 +390,16 @@ def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
 def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bool = True,
                      threads: int = 1, placement_weight: float = 0.0,
                      forbidden: Sequence[np.ndarray] = (), incumbent_after_s: float | None = None,
-                     start: np.ndarray | None = None) -> RelaxationResult:
+                     start: np.ndarray | None = None, stop: threading.Event | None = None) -> RelaxationResult:
     """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal).
     Building counts against ``time_limit_s``: when it took all of it, HiGHS does not run (status NOT_SOLVED).
     A MIP also returns its best integer placement. With ``placement_weight`` or ``forbidden`` the model
     is no longer the relaxation of every placement, so no bound is returned (``bound_s`` None).
     ``incumbent_after_s``: a MIP stops ("time limit") once this many seconds have passed and it holds an
     integer point and a dual bound; without them it goes on, up to ``time_limit_s``. ``start`` (U,): a unit
-    placement given to HiGHS as a starting solution (its other columns left for HiGHS to complete)."""
+    placement given to HiGHS as a starting solution (its other columns left for HiGHS to complete). ``stop``:
+    once set (by another thread), the solve stops at HiGHS's next interrupt check (status "stopped"; a MIP's
+    dual bound so far still holds, an LP cut short proves nothing)."""
     began = time.perf_counter()
     lp, layout = _build(problem, integer, placement_weight, forbidden)
     highs = _quiet_highs()
@@ -412,6 +415,8 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     interrupted = []
     if integer and incumbent_after_s is not None:
         _stop_once_an_incumbent_after(highs, began + incumbent_after_s, interrupted)
+    if stop is not None:
+        _stop_when_set(highs, stop)
     with _interruptible(highs):
         ran = highs.run()
     if ran != highspy.HighsStatus.kOk and highs.getModelStatus() == highspy.HighsModelStatus.kNotset:
@@ -420,6 +425,8 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
                           f"one thread count)")
     status = highs.getModelStatus()
     name = "time limit" if interrupted and status == highspy.HighsModelStatus.kInterrupt else _status_name(status)
+    if stop is not None and stop.is_set() and status == highspy.HighsModelStatus.kInterrupt:
+        name = STOPPED
     info = highs.getInfo()
     bound_ms = None
     if integer and np.isfinite(info.mip_dual_bound):
@@ -444,6 +451,16 @@ def _stop_once_an_incumbent_after(highs: highspy.Highs, stop_at: float, interrup
             event.interrupt()
 
     highs.cbMipInterrupt.subscribe(on_interrupt)
+
+
+def _stop_when_set(highs: highspy.Highs, stop: threading.Event) -> None:
+    """Interrupt the solve (simplex, interior point or branch and bound) once ``stop`` is set."""
+    def on_interrupt(event) -> None:
+        if stop.is_set():
+            event.interrupt()
+
+    for check in (highs.cbSimplexInterrupt, highs.cbIpmInterrupt, highs.cbMipInterrupt):
+        check.subscribe(on_interrupt)
 
 
 @contextmanager

@@ -579,3 +579,51 @@ def test_search__an_exact_runs_own_bound_for_every_placement_of_its_groups_raise
     assert result.proven_bound_holds_for == f"placements of the {result.groups} metis groups of synthetic:40:0"
     assert proven_bound_of(result.run_dir, read_manifest(result.run_dir)) == (result.proven_bound_s,
                                                                               result.proven_bound_holds_for)
+
+
+def test_search__the_bound_is_solved_while_the_search_measures_and_recorded_when_it_ends(local_ray, tmp_path,
+                                                                                          monkeypatch):
+    """The proven bound's solve (10 s by default) ran before Ray started: every search waited for it first,
+    a third of `make demo`. It runs in a thread now: here it sees the search's first batch measured before it
+    ends, and the run records what it proved (a limit of its own: solves are shared per limit)."""
+    import threading
+
+    import policies.exact.bound as bound_module
+
+    real, measured, saw_measuring = bound_module.proven_bound, threading.Event(), []
+
+    def proven_bound(problem, time_limit_s, threads=1, stop=None):
+        saw_measuring.append(measured.wait(60))
+        return real(problem, time_limit_s, threads, stop=stop)
+
+    monkeypatch.setattr(bound_module, "proven_bound", proven_bound)
+    result = run_search(_config(tmp_path, bound_time_limit_s=3.25),
+                        progress=lambda measured_count, best_s, lower_s: measured.set())
+    assert saw_measuring == [True]
+    assert read_manifest(result.run_dir).proven_bound_s == result.proven_bound_s >= result.lower_bound_s
+    assert result.proven_bound_holds_for == "placements of the 8 metis groups of " + result.graph
+
+
+def test_search__ctrl_c_stops_the_bounds_solve_and_its_resume_solves_it_again(local_ray, tmp_path, monkeypatch):
+    """A search stopped before its bound is proven stops the solve (no thread left solving for nothing) and
+    records no bound, not a partial one its resume would keep; the resume solves it and records it."""
+    import threading
+
+    import policies.exact.bound as bound_module
+
+    real, stopped = bound_module.proven_bound, []
+
+    def slow_bound(problem, time_limit_s, threads=1, stop=None):
+        stopped.append(stop is not None and stop.wait(60))  # solving until the search stops it
+        return real(problem, 0.0)
+
+    monkeypatch.setattr(bound_module, "proven_bound", slow_bound)
+    with pytest.raises(KeyboardInterrupt):
+        run_search(_config(tmp_path, budget=40, bound_time_limit_s=4.75), progress=_interrupt_at(4))
+    assert stopped == [True]
+    assert not [t for t in threading.enumerate() if t.name == "placer-proven-bound"]
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert read_manifest(run_dir).proven_bound_s is None
+    monkeypatch.setattr(bound_module, "proven_bound", real)
+    resumed = run_search(_config(tmp_path, budget=40, bound_time_limit_s=4.75, resume=str(run_dir)))
+    assert read_manifest(run_dir).proven_bound_s == resumed.proven_bound_s >= resumed.lower_bound_s

@@ -203,3 +203,26 @@ def test_solve_relaxation__ctrl_c_stops_the_solve_and_is_raised():
     timer.join()
     assert highs.getModelStatus() == highspy.HighsModelStatus.kInterrupt
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_proved():
+    """`placer search` solves the bound in a thread while it measures (cluster/jobs/bound_solve.py) and stops
+    it when the search is stopped. A MIP that would run to its 60 s limit ends at HiGHS's next interrupt
+    check once the stop is set, "stopped", its dual bound still a bound; a stop set before the solve skips
+    the MIP and proves the closed form alone."""
+    import threading
+
+    from graphs.synthetic import synthetic_graph
+
+    problem = make_problem(synthetic_graph(300, 0), load_machine("paper-4gpu"), max_groups=64, grouping_method="metis")
+    stop = threading.Event()
+    timer = threading.Timer(1.0, stop.set)  # after the LP (0.1 s), during the MIP
+    timer.start()
+    report = proven_bound(problem, 60.0, stop=stop)
+    timer.join()
+    assert report.mip_status == "stopped" and report.lp_status == "optimal"
+    assert report.mip_s is None or report.mip_s >= report.lp_s * (1 - REL)  # what it proved by then
+    assert report.best_s >= report.closed_form_s
+    stopped_first = proven_bound(problem, 60.0, stop=stop)  # already set
+    assert (stopped_first.lp_status, stopped_first.mip_status) == ("stopped", "skipped")
+    assert stopped_first.best_s == stopped_first.closed_form_s and stopped_first.holds_for == EVERY_PLACEMENT
