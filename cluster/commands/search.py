@@ -53,7 +53,7 @@ def register(subparsers) -> None:
     p.add_argument("--noise", type=float, dest="noise_std", help=f"simulator: relative noise per timed run "
                                                                  f"(default {d.noise_std})")
     p.add_argument("--bound-time-limit", type=float, dest="bound_time_limit_s", metavar="S",
-                   help=f"seconds for the proven bound on the searched groups, solved once at the start "
+                   help=f"seconds for the proven bound on the searched groups, solved while the search runs "
                         f"(placer bound; default {d.bound_time_limit_s:g}, 0: the closed form only)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
     p.add_argument("--out", type=output_folder, help=f"folder for run folders (default {d.out})")
