@@ -14,8 +14,13 @@ and computes, and what crosses between devices each step.
   lower device index); ``split_modules`` names the scopes whose ops run on more than one device. A parent
   comes before its children (shallower scopes first), so applied in order (``.to()`` per entry) a child's
   own entry wins over its parent's. The torch importer's scope for the ops of the loss function,
-  ``loss``, is not a module and is left out (when it holds no parameters). A parameter two modules share
-  (tied weights) counts for the first that uses it; the other is placed by its FLOPs.
+  ``loss``, is not a module and is left out (when it holds no parameters). A graph that records which
+  scopes are layers (``meta[LAYER_SCOPES]``: the Keras importer's) maps layers only: an op counts for the
+  innermost layer its scope lies in, and the optimizer's, the loss's and a bare TF op's scopes ("adam",
+  "mse", "Add") are no module (their ops still count in the device totals; the importer puts a weight's
+  gradient and optimizer state on its variable op, colocated with its updates, so parameters still decide
+  a layer's device, where the variable is named in the layer's scope). A parameter two modules share (tied
+  weights) counts for the first that uses it; the other is placed by its FLOPs.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from graphs.opgraph import OpGraph
+from graphs.errors import PlacerError
+from graphs.opgraph import LAYER_SCOPES, OpGraph
 from graphs.torch import LOSS_SCOPE
 from measurers.machine import Machine
 
@@ -112,13 +118,13 @@ def _scope_load(scope: str, mask: np.ndarray, graph: OpGraph, placement: np.ndar
 
 def _modules(graph: OpGraph, placement: np.ndarray, names: list) -> tuple[dict, tuple]:
     modules, split = {}, []
-    scopes = sorted(_in_order(graph.scopes), key=lambda scope: scope.count("."))  # stable: parents first
+    module_of_op = _module_of_op(graph)  # (N,) object
+    scopes = sorted(_in_order(module_of_op), key=lambda scope: scope.count("."))  # stable: parents first
     for scope in scopes:
-        mask = graph.scopes == scope
-        loss_ops = scope == LOSS_SCOPE and graph.framework == "torch" and not graph.param_bytes[mask].any()
-        if not scope or loss_ops:
+        if not scope:
             continue
-        on = placement[mask]  # (n,) devices of the scope's ops
+        mask = module_of_op == scope
+        on = placement[mask]  # (n,) devices of the module's ops
         by = [np.bincount(on, weights=w, minlength=len(names)) for w in
               (graph.param_bytes[mask].astype(np.float64), graph.flops[mask], np.ones(len(on)))]  # 3 x (D,)
         best = max(range(len(names)), key=lambda d: (by[0][d], by[1][d], by[2][d], -d))
@@ -126,3 +132,32 @@ def _modules(graph: OpGraph, placement: np.ndarray, names: list) -> tuple[dict, 
         if len(np.unique(on)) > 1:
             split.append(str(scope))
     return modules, tuple(split)
+
+
+def _module_of_op(graph: OpGraph) -> np.ndarray:
+    """(N,) object: the module each op counts for in ``modules``, "" for none. A graph that records its
+    layers (``meta[LAYER_SCOPES]``, Keras) maps each op to the innermost layer its scope lies in, so that the
+    optimizer's, the loss's and a bare TF op's scopes are no module; others map each op to its own scope,
+    less the ops of the torch loss function (when they hold no parameters)."""
+    layers = graph.meta.get(LAYER_SCOPES)
+    if layers is not None:
+        if not isinstance(layers, list) or not all(isinstance(scope, str) for scope in layers):
+            raise PlacerError(f"graph {graph.name!r}: meta[{LAYER_SCOPES!r}] must be a list of scope names, "
+                              f"got {layers!r:.80}")
+        layers = frozenset(layers)
+        layer_of = {scope: _innermost_layer(scope, layers) for scope in _in_order(graph.scopes)}
+        return np.array([layer_of[scope] for scope in graph.scopes], dtype=object)
+    module_of_op = graph.scopes.copy()
+    loss = graph.scopes == LOSS_SCOPE  # (N,) bool
+    if graph.framework == "torch" and not graph.param_bytes[loss].any():
+        module_of_op[loss] = ""
+    return module_of_op
+
+
+def _innermost_layer(scope: str, layers: frozenset) -> str:
+    """The longest dotted prefix of ``scope`` in ``layers`` ("block.conv" for "block.conv.moments"), or ""."""
+    parts = scope.split(".") if scope else []
+    for k in range(len(parts), 0, -1):
+        if ".".join(parts[:k]) in layers:
+            return ".".join(parts[:k])
+    return ""

@@ -20,6 +20,9 @@ PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 DEVICE_KINDS = ("cpu", "gpu")
 ANY_DEVICE = (1 << len(DEVICE_KINDS)) - 1  # allowed_mask value of an op that may run anywhere
 MAX_TOTAL_BYTES = 2**62  # out, parameter or edge bytes of a whole graph: sums of two stay within int64
+# meta key: the dotted scopes that are layers / modules of the model, where the importer knows them (Keras:
+# the scopes a layer call opened, not the optimizer's, the loss's or a bare TF op's); see cluster.placement_summary
+LAYER_SCOPES = "layer_scopes"
 
 
 def kind_bit(device_kind: str) -> int:

@@ -4,7 +4,8 @@ Both are built with ``keras.applications`` (``weights=None``) and traced by ``gr
 Optimizer: SGD with momentum 0.9 (the usual ImageNet recipe), so each Variable's ``param_bytes`` is
 weights + gradient + momentum = 3x the weight bytes; pass ``optimizer="adam"`` for 4x.
 Scopes are Keras layer names; Inception-V3's layers are further prefixed by their block
-("stem", "mixed0".."mixed10", "aux", "head"), e.g. "mixed5.conv2d_40", so expert placements can find them.
+("stem", "mixed0".."mixed10", "aux", "head"), e.g. "mixed5.conv2d_40", so expert placements can find them;
+``meta[LAYER_SCOPES]`` (the layers, for ``placer apply --module-map``) is prefixed alike.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import re
 
 import numpy as np
 
-from graphs.opgraph import OpGraph
+from graphs.opgraph import LAYER_SCOPES, OpGraph
 
 AUX_LOSS_WEIGHT = 0.4  # Szegedy et al. 2016 weight of the auxiliary classifier's loss
 MIXED_BLOCK = re.compile(r"mixed\d+")
@@ -30,6 +31,7 @@ def build_inception_v3(batch_size: int = 32, image_size: int = 299, num_classes:
     graph = _trace(model, inputs, targets, loss, "inception-v3", "inception_v3_step", settings)
     blocks = _inception_blocks(model)
     scopes = [_prefixed_scope(s, blocks) for s in graph.scopes]
+    graph.meta[LAYER_SCOPES] = sorted(_prefixed_scope(s, blocks) for s in graph.meta[LAYER_SCOPES])  # as scopes
     return dataclasses.replace(graph, scopes=np.array(scopes, dtype=object),
                                source=f"benchmark inception-v3 (keras.applications, batch {batch_size}, "
                                       f"{image_size}x{image_size}, aux head {aux_head}, {optimizer})")

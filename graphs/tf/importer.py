@@ -26,13 +26,14 @@ import math
 import zipfile
 from collections import defaultdict
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.files import file_problem
-from graphs.opgraph import OpGraph
+from graphs.opgraph import LAYER_SCOPES, OpGraph
 from graphs.specs import absolute_spec
 from graphs.tf.flatten import LoopShapeError
 from graphs.tf.recurrent import RecurrentUnrolling, unrolled_recurrent_layers
@@ -91,6 +92,9 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     ``optimizer``: default the model's compiled optimizer, else Adam; one the model was not compiled with
     is wrapped in a LossScaleOptimizer for a "mixed_float16" model, as ``compile`` would.
 
+    ``meta["layer_scopes"]`` (``LAYER_SCOPES``): the dotted scopes a layer's call opened, sorted (not the
+    optimizer's, the loss's, or a TF op's outside any layer), so that a module map lists layers only; absent
+    where Keras's name scopes could not be recorded.
     ``meta["unrolled_layers"]``: the scopes of the recurrent layers built with ``unroll=False`` that were traced
     unrolled (absent when none). A loop the step keeps that cannot be imported or has no static trip count,
     where a layer was left rolled (its time dimension unknown, or not one of Keras's own), is one PlacerError
@@ -103,10 +107,10 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     build_on(model, specs[0])
     unrolling = RecurrentUnrolling()
     train_step, optimizer = keras_train_step(model, loss, optimizer, unrolling=unrolling)
-    with _recorded_keras_scopes(model.name) as scope_map:
+    with _recorded_keras_scopes(model.name) as recorded:
         concrete = tf.function(train_step, autograph=False).get_concrete_function(*specs)
     try:
-        graph = import_tf_function(concrete, name=name, batch_size=batch, scope_map=scope_map,
+        graph = import_tf_function(concrete, name=name, batch_size=batch, scope_map=recorded.scope_map,
                                    source=f"keras {model.name} + {type(optimizer).__name__}",
                                    optimizer_variables=optimizer.variables, drop_dead_ops=True)
     except LoopShapeError as error:
@@ -120,6 +124,8 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
                           f"{unrolling.rolled_reasons()}")
     if unrolling.unrolled:
         graph.meta["unrolled_layers"] = list(unrolling.unrolled)
+    if recorded.layers is not None:
+        graph.meta[LAYER_SCOPES] = sorted(recorded.layers)
     return graph
 
 
@@ -635,23 +641,32 @@ def names_past_reachable_layers(function):
     return keras_names_past(reachable_keras_names(function))
 
 
+@dataclass
+class RecordedKerasScopes:
+    scope_map: dict[str, str] = field(default_factory=dict)  # TF name scope -> dotted Keras path, e.g. "fc1"
+    layers: set[str] | None = None  # the dotted paths a layer's call opened (not the root's); None: not known
+
+
 @contextmanager
 def _recorded_keras_scopes(root_name: str):
-    """Record which TF name scope each Keras layer call opened, as {"net_1/fc1_1": "fc1"}.
+    """Record which TF name scope each Keras name scope opened, as {"net_1/fc1_1": "fc1"}, and which of those
+    a layer's call opened (the optimizer and the loss open theirs too: "adam", "mse").
 
     TensorFlow makes scope names unique ("fc1" becomes "fc1_1" on a layer's second scope, and a layer
     named "fc1_1" then gets "fc1_1_1"), so layer names cannot be recovered from op names alone. Keras's
     TF-backend ``name_scope`` is wrapped while tracing; without it, scopes fall back to raw TF names."""
     import tensorflow as tf
 
-    scope_map: dict[str, str] = {}
+    recorded = RecordedKerasScopes()
     try:
         from keras.src.backend.common import global_state
         from keras.src.backend.tensorflow import core
+        from keras.src.layers.layer import Layer
     except ImportError:
-        yield scope_map
+        yield recorded
         return
     original = core.name_scope.__enter__
+    recorded.layers = set()
 
     def enter(self):
         result = original(self)
@@ -659,11 +674,14 @@ def _recorded_keras_scopes(root_name: str):
             path = [s.name for s in global_state.get_global_attribute("name_scope_stack", default=[])]
             if path and path[0] == root_name:
                 path = path[1:]
-            scope_map[tf.compat.v1.get_default_graph().get_name_scope()] = ".".join(path)
+            dotted = ".".join(path)
+            recorded.scope_map[tf.compat.v1.get_default_graph().get_name_scope()] = dotted
+            if dotted and isinstance(getattr(self, "caller", None), Layer):  # Layer.__call__ passes itself
+                recorded.layers.add(dotted)
         return result
 
     core.name_scope.__enter__ = enter
     try:
-        yield scope_map
+        yield recorded
     finally:
         core.name_scope.__enter__ = original

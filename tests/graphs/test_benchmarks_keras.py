@@ -50,6 +50,8 @@ def test_inception_v3__parameters_pinned_with_aux_head_and_blocks_in_scopes():
     blocks = {scope.split(".")[0] for scope in graph.scopes}
     assert {f"mixed{k}" for k in range(11)} | {"stem", "aux", "head"} <= blocks
     assert any(s.startswith("mixed5.conv2d_") for s in graph.scopes)
+    layers = set(graph.meta["layer_scopes"])  # the module map's keys: prefixed as the scopes are
+    assert {s for s in graph.scopes if "." in s} <= layers and not layers & {"sgd", "mul", ""}
 
 
 @pytest.mark.slow

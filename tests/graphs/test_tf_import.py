@@ -91,6 +91,46 @@ def test_keras_step__graph_has_no_calls_identities_or_constants(mlp_graph):
     assert graph.meta["ops_without_flops"] == {}  # the cost model knows every op of a Keras MLP step
 
 
+def keras_layer_paths(layer, prefix: str = "") -> set:
+    """The dotted paths of a Keras layer's sublayers, recursively ("block", "block.a"), less input layers."""
+    import keras
+
+    paths = set()
+    for sub in layer._flatten_layers(include_self=False, recursive=False):
+        if not isinstance(sub, keras.layers.InputLayer):
+            paths |= {prefix + sub.name} | keras_layer_paths(sub, f"{prefix}{sub.name}.")
+    return paths
+
+
+def test_keras_step__meta_records_the_scopes_of_layers(mlp_graph):
+    model, graph = mlp_graph
+    assert graph.meta["layer_scopes"] == ["fc1", "fc2"] == sorted(keras_layer_paths(model))
+    assert {"adam", "mse"} <= set(graph.scopes)  # the optimizer's and the loss's scopes are no layers
+
+
+def test_keras_step__a_subclassed_models_nested_layers_are_recorded_not_its_bare_ops_optimizer_or_loss():
+    """The map of `placer apply --module-map` keys on this record: a layer user code reaches by its path."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.block = keras.Sequential([keras.layers.Dense(8, name="a"), keras.layers.Dense(8, name="b")],
+                                          name="block")
+            self.head = keras.layers.Dense(2, name="head")
+
+        def call(self, x):
+            return self.head(self.block(x) + x)  # a bare TF op between layers
+
+    model = Net()
+    graph = trace_keras_training_step(model, np.zeros((4, 8), "float32"), np.zeros((4, 2), "float32"),
+                                      loss="mse", optimizer="sgd", name="net")
+    assert graph.meta["layer_scopes"] == ["block", "block.a", "block.b", "head"] == sorted(keras_layer_paths(model))
+    assert {"block.a", "block.b", "head", "sgd", "mse"} <= set(graph.scopes)
+
+
 def test_tf_function__nested_function_and_cond_are_inlined():
     import tensorflow as tf
 
