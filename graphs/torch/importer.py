@@ -147,8 +147,10 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
                   inputs: tuple, optimizer: torch.optim.Optimizer) -> None:
     """Variable ops (parameters, then buffers) and Input ops, registered as the writers of their tensors."""
     for index, (name, p) in enumerate(trainable.items()):
-        state = [s for s in optimizer.state[p].values() if isinstance(s, torch.Tensor)]
-        moments = [s for s in state if s.numel() == p.numel()]  # not the scalar step counter
+        state = {key: s for key, s in optimizer.state[p].items() if isinstance(s, torch.Tensor)}
+        # Moments have the parameter's shape; scalar state (Adam's step counter) does not count, also where
+        # the parameter itself has one element
+        moments = [s for key, s in state.items() if key != "step" and s.shape == p.shape]
         resident = 2 * tensor_bytes(p) + sum(tensor_bytes(s) for s in moments)  # weight + grad + moments
         scope = _owner_scope(name)
         op = table.add(f"param:{name}", "Variable", scope, "other", out_bytes=tensor_bytes(p),
@@ -156,9 +158,9 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
         recorder.register_variable(p, op)
         recorder.param_ops.append(op)
         recorder.param_scopes.append(scope)
-        for t in state:
+        for t in state.values():
             recorder.register_variable(t, op)
-        for t in [p, *state]:
+        for t in [p, *state.values()]:
             recorder.set_owner(t, index)
     frozen = {k: v for k, v in params.items() if k not in trainable}
     for name, t in {**frozen, **buffers}.items():

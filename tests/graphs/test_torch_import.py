@@ -280,6 +280,28 @@ def test_trace_training_step__optimizer_state_sets_param_bytes():
     assert graph.meta["optimizer"] == "SGD"
 
 
+class _ScaledLinear(nn.Module):
+    """A Linear to one output (its bias has one element) times a learned 0-dim temperature (CLIP's logit_scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 1)
+        self.logit_scale = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return self.fc(x) * self.logit_scale.exp()
+
+
+def test_trace_training_step__one_element_parameters_hold_weight_gradient_and_two_moments():
+    """Adam's step counter is a one-element tensor too: it was counted as a moment of every one-element
+    parameter (20 bytes instead of 16)."""
+    graph = trace_training_step(_ScaledLinear(), torch.randn(4, 8))
+    names = list(graph.op_names)
+    assert {name: int(graph.param_bytes[names.index(f"param:{name}")])
+            for name in ("fc.weight", "fc.bias", "logit_scale")} == {"fc.weight": 4 * 32, "fc.bias": 4 * 4,
+                                                                     "logit_scale": 4 * 4}
+
+
 def test_trace_training_step__meta_model_allocates_nothing():
     with torch.device("meta"):
         model = nn.Linear(60_000, 60_000)  # 14.4 GB of fp32 weights: only fake tensors can trace it
