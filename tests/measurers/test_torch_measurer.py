@@ -337,6 +337,22 @@ class TransposeInPlace(nn.Module):
         return (self.fc(x).transpose_(0, 1) * self.w).sum()
 
 
+class WritesThroughViews(nn.Module):
+    """In-place writes through views of a tensor that needs a gradient: autograd rebuilds such a view by
+    replaying its view ops on the base under fake tensors, so the step must be captured that way too."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.fc(x) * 2.0
+        h[:, :2] = 0.0
+        h[:, 2:4].mul_(3.0)
+        return self.out(h).pow(2).sum()
+
+
 class LSTMNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -376,7 +392,9 @@ def _kinds_on(graph, kinds: tuple, device: int) -> np.ndarray:
     (BatchNormNet, (5, 6), lambda graph: _kinds_on(graph, ("aten.native_batch_norm",), 1)),
     (TransposeInPlace, (5, 6), lambda graph: _kinds_on(graph, ("aten.transpose_", "aten.mul"), 2)),
     (LSTMNet, (3, 4, 6), lambda graph: np.random.default_rng(0).integers(0, 3, graph.num_ops)),
-], ids=["batchnorm-away-from-its-running-stats", "transpose_-away-from-its-tensor", "lstm-spread"])
+    (WritesThroughViews, (5, 6), lambda graph: np.random.default_rng(1).integers(0, 3, graph.num_ops)),
+], ids=["batchnorm-away-from-its-running-stats", "transpose_-away-from-its-tensor", "lstm-spread",
+        "writes-through-views-spread"])
 def test_torch_measurer__placed_step_updates_parameters_and_buffers_as_one_device(module, input_shape, placement_of,
                                                                                  machine, one_torch_thread):
     workload = TorchWorkload(lambda: (module(), (torch.randn(*input_shape),)), origin=module.__name__)
