@@ -209,6 +209,32 @@ def test_workload_from_graph__benchmark_spec_and_unknown_origin(rnnlm):
         workload_from_graph(synthetic_graph(10, 0))
 
 
+class TextClassifier(nn.Module):
+    """Token ids (vocabulary 50) and class targets (3 classes): both integer inputs, with other bounds."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, ids, labels):
+        return nn.functional.cross_entropy(self.head(self.emb(ids).mean(dim=1)), labels)
+
+
+def test_torch_measurer__real_example_inputs_are_the_builders_own(machine):
+    """Integer inputs were drawn again below the embedding's 50 rows, so the class targets went out of range
+    and every measurement of the model failed (IndexError)."""
+    labels = torch.tensor([0, 2, 1, 2])
+    workload = TorchWorkload(lambda: (TextClassifier(), (torch.randint(0, 50, (4, 6)), labels.clone())),
+                             origin="text classifier")
+    built = workload.materialize(0)
+    assert torch.equal(built.inputs[1], labels)
+    graph = trace_training_step(built.model, built.inputs, name="text_classifier")
+    measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok", result.error
+
+
 def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, machine):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
