@@ -80,9 +80,12 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
         _warm_up(optimizer, trainable.values(), recorder)
     _add_leaf_ops(recorder, table, trainable, fake_params, fake_buffers, fake_inputs, optimizer)
     hooks = _scope_hooks(model, recorder)
+    fakes = {id(t): fake for name, fake in {**fake_params, **fake_buffers}.items()
+             for t in [named_params.get(name, named_buffers.get(name))]}
     try:
-        with _fake_tensor_log_quiet(), without_onednn(), fake_mode, recorder, GradFnStamper(recorder):
-            output = torch.func.functional_call(model, {**fake_params, **fake_buffers}, fake_inputs)
+        with _fake_tensor_log_quiet(), without_onednn(), _swapped_in(model, fakes), fake_mode, recorder, \
+                GradFnStamper(recorder):
+            output = model(*fake_inputs)
             loss = _loss(output, loss_fn, recorder)
             recorder.stamp_pending()
             recorder.phase = "backward"
@@ -114,6 +117,27 @@ def _fake_tensor_log_quiet():
         yield
     finally:
         log.setLevel(level)
+
+
+@contextmanager
+def _swapped_in(model: nn.Module, replacements: dict[int, torch.Tensor]):
+    """Every parameter and buffer of ``model`` (tied ones wherever they are held) replaced by its fake tensor,
+    ``replacements`` by id of the real one, for forward, loss and backward: a checkpointed block
+    (``torch.utils.checkpoint``) runs its forward again in the backward, and must read the traced parameters
+    then too (with the real ones its recomputed ops read constants, and a reentrant checkpoint's gradients
+    missed the parameters, whose updates were then left out of the step)."""
+    swapped = []
+    for module in model.modules():
+        for slots in (module._parameters, module._buffers):
+            for key, t in slots.items():
+                if t is not None and id(t) in replacements:
+                    swapped.append((slots, key, t))
+                    slots[key] = replacements[id(t)]
+    try:
+        yield
+    finally:
+        for slots, key, t in reversed(swapped):
+            slots[key] = t
 
 
 def _fake_like(t: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:

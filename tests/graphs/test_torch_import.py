@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
@@ -300,6 +301,41 @@ def test_trace_training_step__one_element_parameters_hold_weight_gradient_and_tw
     assert {name: int(graph.param_bytes[names.index(f"param:{name}")])
             for name in ("fc.weight", "fc.bias", "logit_scale")} == {"fc.weight": 4 * 32, "fc.bias": 4 * 4,
                                                                      "logit_scale": 4 * 4}
+
+
+class _CheckpointedBlocks(nn.Module):
+    """A stem Linear, then blocks (Linear, Tanh) each under ``torch.utils.checkpoint``: their forward runs
+    again in the backward, from the input it kept."""
+
+    def __init__(self, width: int, blocks: int, reentrant: bool) -> None:
+        super().__init__()
+        self.stem = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(blocks))
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant)
+        return x.pow(2).mean()
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_trace_training_step__checkpointed_blocks_read_and_update_their_parameters(reentrant):
+    """The recomputation read the model's own parameters, not the traced ones: a reentrant checkpoint's
+    gradients missed the traced parameters (their Adam updates were left out of the step), and a
+    non-reentrant one read them as constant Input ops."""
+    batch, width, blocks = 4, 8, 2
+    graph = trace_training_step(_CheckpointedBlocks(width, blocks, reentrant), torch.randn(batch, width))
+    assert [graph.op_names[i] for i in _ops(graph, kind="Input")] == ["input:0"]
+    updates = graph.colocation[_ops(graph, phase="update")]
+    for variable in _ops(graph, kind="Variable"):
+        assert graph.colocation[variable] in updates, graph.op_names[variable]
+    one_matmul = 2 * batch * width * width
+    forward = (1 + blocks) * one_matmul
+    # the stem's weight gradient; each block's input and weight gradients and its recomputed forward
+    assert graph.flops[graph.phases == PHASE_CODE["backward"]].sum() == one_matmul + blocks * 3 * one_matmul
+    assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == forward
 
 
 def test_trace_training_step__meta_model_allocates_nothing():
