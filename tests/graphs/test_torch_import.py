@@ -338,6 +338,17 @@ def test_trace_training_step__checkpointed_blocks_read_and_update_their_paramete
     assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == forward
 
 
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_trace_training_step__recomputed_ops_are_in_their_modules_scope(reentrant):
+    """A checkpointed block's recomputation runs its modules' forward in the backward pass: each op there is
+    in its module's scope. They took the scope of the backward op that asked for them (the Linear's in the
+    Tanh's) or, under a reentrant checkpoint, of their first input (the Tanh's in the Linear's)."""
+    graph = trace_training_step(_CheckpointedBlocks(8, 2, reentrant), torch.randn(4, 8))
+    linears, tanhs = _ops(graph, kind="aten.addmm", phase="backward"), _ops(graph, kind="aten.tanh", phase="backward")
+    assert sorted(graph.scopes[linears].tolist()) == ["blocks.0.0", "blocks.1.0"]
+    assert sorted(graph.scopes[tanhs].tolist()) == ["blocks.0.1", "blocks.1.1"]
+
+
 def test_trace_training_step__meta_model_allocates_nothing():
     with torch.device("meta"):
         model = nn.Linear(60_000, 60_000)  # 14.4 GB of fp32 weights: only fake tensors can trace it
