@@ -367,10 +367,14 @@ class OpRecorder(TorchDispatchMode):
 
 
 class GradFnStamper(TorchFunctionMode):
-    """Stamps autograd nodes after each torch-level call has returned through autograd.
+    """Stamps autograd nodes after each torch-level call that returns a tensor needing a gradient has
+    returned through autograd.
 
     Not inside ``__torch_dispatch__``: there autograd may still hold a view's lock while it rebuilds that
-    view's ``grad_fn``, and reading ``grad_fn`` then deadlocks.
+    view's ``grad_fn``, and reading ``grad_fn`` then deadlocks. Not after calls without such a tensor: the
+    ops of a custom ``torch.autograd.Function``'s forward run without gradients, and the tensor it returns
+    gets the Function's node only once ``apply`` has returned (the device queries in between would stamp
+    too early); their node is stamped at the next call, with the op that made the tensor.
     """
 
     def __init__(self, recorder: OpRecorder) -> None:
@@ -379,7 +383,7 @@ class GradFnStamper(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.recorder._pending:
+        if self.recorder._pending and any(t.requires_grad for t in _tensors(out)):
             self.recorder.stamp_pending()
         return out
 

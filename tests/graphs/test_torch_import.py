@@ -349,6 +349,39 @@ def test_trace_training_step__recomputed_ops_are_in_their_modules_scope(reentran
     assert sorted(graph.scopes[tanhs].tolist()) == ["blocks.0.1", "blocks.1.1"]
 
 
+class _Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * grad
+
+
+class _CubeBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _Cube.apply(self.fc(x))
+
+
+def test_trace_training_step__custom_function_backward_follows_its_forward():
+    """A custom autograd.Function's forward runs without gradients, and its output gets the Function's node
+    only when apply returns: that node was never linked to an op, so the backward's ops took their first
+    input's scope ("fc") and were colocated with nothing."""
+    graph = trace_training_step(nn.Sequential(_CubeBlock()), torch.randn(3, 4))
+    forward_cube = _ops(graph, kind="aten.mul", phase="forward")[-1]
+    backward = _ops(graph, kind="aten.mul", phase="backward")
+    assert len(backward) == 3 and graph.scopes[forward_cube] == "0"
+    assert set(graph.scopes[backward].tolist()) == {"0"}
+    assert set(graph.colocation[backward].tolist()) == {graph.colocation[forward_cube]}
+
+
 def test_trace_training_step__meta_model_allocates_nothing():
     with torch.device("meta"):
         model = nn.Linear(60_000, 60_000)  # 14.4 GB of fp32 weights: only fake tensors can trace it
