@@ -223,14 +223,22 @@ def _loss(output, loss_fn: Callable | None, recorder: OpRecorder) -> torch.Tenso
     try:
         loss = loss_fn(output) if loss_fn is not None else output
         if not isinstance(loss, torch.Tensor):
-            raise PlacerError(f"the loss must be a tensor, got {type(loss).__name__} "
-                              "(with no loss_fn the model must return its loss)")
+            raise PlacerError(_not_a_loss(loss, loss_fn is None))
         if not loss.requires_grad:
             raise PlacerError("the loss does not depend on any trainable parameter (it has no gradient: an "
                               "argmax, an integer output or a detached value?), so there is no backward to trace")
         return loss if loss.dim() == 0 else loss.sum()
     finally:
         recorder.scope_stack.pop()
+
+
+def _not_a_loss(loss, from_model: bool) -> str:
+    """Why ``loss`` is no loss; for a model's dict or tuple output, how to pick the loss from it."""
+    if not from_model:
+        return f"the loss must be a tensor, but loss_fn returned {type(loss).__name__}"
+    pick = {dict: "out['loss']", tuple: "out[0]", list: "out[0]"}.get(type(loss))
+    how = f": return (model, example_inputs, loss_fn) with loss_fn picking it, e.g. lambda out: {pick}" if pick else ""
+    return f"the model's output is the loss unless a loss_fn is given, and it returned {type(loss).__name__}{how}"
 
 
 def _to_opgraph(table: OpTable, name: str, batch_size: int, num_params: int, source: str,

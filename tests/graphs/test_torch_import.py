@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -467,6 +468,30 @@ def test_trace_training_step__a_loss_without_gradient_is_refused_saying_why():
     does not require grad and does not have a grad_fn'."""
     with pytest.raises(PlacerError, match="does not depend on any trainable parameter"):
         trace_training_step(nn.Linear(4, 2), (torch.randn(3, 4),), loss_fn=lambda out: out.argmax(-1), name="argmax")
+
+
+class _LossAndLogits(nn.Module):
+    """Returns its loss with its logits, in a dict (as Hugging Face models do) or a tuple, loss first."""
+
+    def __init__(self, as_dict: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.as_dict = as_dict
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        loss = F.cross_entropy(logits, labels)
+        return {"loss": loss, "logits": logits} if self.as_dict else (loss, logits)
+
+
+@pytest.mark.parametrize("as_dict, pick", [(True, "out['loss']"), (False, "out[0]")], ids=["dict", "tuple"])
+def test_trace_training_step__a_model_returning_more_than_its_loss_is_told_how_to_pick_it(as_dict, pick):
+    inputs = (torch.randn(2, 4), torch.tensor([0, 2]))
+    with pytest.raises(PlacerError, match=rf"returned {'dict' if as_dict else 'tuple'}: .*loss_fn.*{re.escape(pick)}"):
+        trace_training_step(_LossAndLogits(as_dict), inputs)
+    loss_fn = (lambda out: out["loss"]) if as_dict else (lambda out: out[0])
+    graph = trace_training_step(_LossAndLogits(as_dict), inputs, loss_fn=loss_fn)
+    assert len(_ops(graph, kind="aten.nll_loss_forward")) == 1
 
 
 class _SdpaAttention(nn.Module):
