@@ -80,9 +80,12 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
         _warm_up(optimizer, trainable.values(), recorder)
     _add_leaf_ops(recorder, table, trainable, fake_params, fake_buffers, fake_inputs, optimizer)
     hooks = _scope_hooks(model, recorder)
+    fakes = {id(t): fake for name, fake in {**fake_params, **fake_buffers}.items()
+             for t in [named_params.get(name, named_buffers.get(name))]}
     try:
-        with _fake_tensor_log_quiet(), without_onednn(), fake_mode, recorder, GradFnStamper(recorder):
-            output = torch.func.functional_call(model, {**fake_params, **fake_buffers}, fake_inputs)
+        with _fake_tensor_log_quiet(), without_onednn(), _swapped_in(model, fakes), fake_mode, recorder, \
+                GradFnStamper(recorder):
+            output = model(*fake_inputs)
             loss = _loss(output, loss_fn, recorder)
             recorder.stamp_pending()
             recorder.phase = "backward"
@@ -116,6 +119,27 @@ def _fake_tensor_log_quiet():
         log.setLevel(level)
 
 
+@contextmanager
+def _swapped_in(model: nn.Module, replacements: dict[int, torch.Tensor]):
+    """Every parameter and buffer of ``model`` (tied ones wherever they are held) replaced by its fake tensor,
+    ``replacements`` by id of the real one, for forward, loss and backward: a checkpointed block
+    (``torch.utils.checkpoint``) runs its forward again in the backward, and must read the traced parameters
+    then too (with the real ones its recomputed ops read constants, and a reentrant checkpoint's gradients
+    missed the parameters, whose updates were then left out of the step)."""
+    swapped = []
+    for module in model.modules():
+        for slots in (module._parameters, module._buffers):
+            for key, t in slots.items():
+                if t is not None and id(t) in replacements:
+                    swapped.append((slots, key, t))
+                    slots[key] = replacements[id(t)]
+    try:
+        yield
+    finally:
+        for slots, key, t in reversed(swapped):
+            slots[key] = t
+
+
 def _fake_like(t: torch.Tensor, requires_grad: bool = False) -> torch.Tensor:
     """A fake tensor of ``t``'s shape and dtype (on CPU when ``t`` lives on the meta device)."""
     device = "cpu" if t.device.type == "meta" else t.device
@@ -147,8 +171,10 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
                   inputs: tuple, optimizer: torch.optim.Optimizer) -> None:
     """Variable ops (parameters, then buffers) and Input ops, registered as the writers of their tensors."""
     for index, (name, p) in enumerate(trainable.items()):
-        state = [s for s in optimizer.state[p].values() if isinstance(s, torch.Tensor)]
-        moments = [s for s in state if s.numel() == p.numel()]  # not the scalar step counter
+        state = {key: s for key, s in optimizer.state[p].items() if isinstance(s, torch.Tensor)}
+        # Moments have the parameter's shape; scalar state (Adam's step counter) does not count, also where
+        # the parameter itself has one element
+        moments = [s for key, s in state.items() if key != "step" and s.shape == p.shape]
         resident = 2 * tensor_bytes(p) + sum(tensor_bytes(s) for s in moments)  # weight + grad + moments
         scope = _owner_scope(name)
         op = table.add(f"param:{name}", "Variable", scope, "other", out_bytes=tensor_bytes(p),
@@ -156,9 +182,9 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
         recorder.register_variable(p, op)
         recorder.param_ops.append(op)
         recorder.param_scopes.append(scope)
-        for t in state:
+        for t in state.values():
             recorder.register_variable(t, op)
-        for t in [p, *state]:
+        for t in [p, *state.values()]:
             recorder.set_owner(t, index)
     frozen = {k: v for k, v in params.items() if k not in trainable}
     for name, t in {**frozen, **buffers}.items():
@@ -197,14 +223,22 @@ def _loss(output, loss_fn: Callable | None, recorder: OpRecorder) -> torch.Tenso
     try:
         loss = loss_fn(output) if loss_fn is not None else output
         if not isinstance(loss, torch.Tensor):
-            raise PlacerError(f"the loss must be a tensor, got {type(loss).__name__} "
-                              "(with no loss_fn the model must return its loss)")
+            raise PlacerError(_not_a_loss(loss, loss_fn is None))
         if not loss.requires_grad:
             raise PlacerError("the loss does not depend on any trainable parameter (it has no gradient: an "
                               "argmax, an integer output or a detached value?), so there is no backward to trace")
         return loss if loss.dim() == 0 else loss.sum()
     finally:
         recorder.scope_stack.pop()
+
+
+def _not_a_loss(loss, from_model: bool) -> str:
+    """Why ``loss`` is no loss; for a model's dict or tuple output, how to pick the loss from it."""
+    if not from_model:
+        return f"the loss must be a tensor, but loss_fn returned {type(loss).__name__}"
+    pick = {dict: "out['loss']", tuple: "out[0]", list: "out[0]"}.get(type(loss))
+    how = f": return (model, example_inputs, loss_fn) with loss_fn picking it, e.g. lambda out: {pick}" if pick else ""
+    return f"the model's output is the loss unless a loss_fn is given, and it returned {type(loss).__name__}{how}"
 
 
 def _to_opgraph(table: OpTable, name: str, batch_size: int, num_params: int, source: str,

@@ -14,7 +14,10 @@ the storage of a Variable (a parameter, a buffer, optimizer state) is colocated 
 
 Backward → forward: after a forward op returns through autograd its outputs carry ``grad_fn``; the
 recorder stamps that node's ``metadata`` with the op id (when the torch-level call returns), and during
-backward ``torch._C._current_autograd_node()`` names the node whose backward is running.
+backward ``torch._C._current_autograd_node()`` names the node whose backward is running. A module's forward
+run again inside the backward (a ``torch.utils.checkpoint`` block recomputing what it did not keep) records
+forward ops of that module, in the backward phase, and stamps their nodes too: a reentrant checkpoint's
+backward through them follows them.
 """
 
 from __future__ import annotations
@@ -198,6 +201,11 @@ class OpRecorder(TorchDispatchMode):
     def current_scope(self) -> str:
         return self.scope_stack[-1] if self.scope_stack else ""
 
+    def recomputing(self) -> bool:
+        """A module's forward runs inside the backward: a checkpointed block (``torch.utils.checkpoint``)
+        recomputing what it did not keep. Its ops are forward ops of that module, run in the backward pass."""
+        return self.phase == "backward" and bool(self.scope_stack)
+
     # -- dispatch ---------------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -301,7 +309,7 @@ class OpRecorder(TorchDispatchMode):
                 self.register(t, op, storage=not schema.is_view)
         if self.phase == "update":
             self._propagate_owner(inputs, outputs)
-        elif self.phase == "forward":
+        elif self.phase == "forward" or self.recomputing():
             self._pending.append((op, outputs))
 
     def _mutated_tensors(self, func, schema: _Schema, args, kwargs) -> list:
@@ -325,6 +333,8 @@ class OpRecorder(TorchDispatchMode):
         without such a link join the producer of the tensor they view or mutate (``base``), so chains of
         views never merge whole layers.
         """
+        if self.recomputing():
+            return self.current_scope(), base
         if self.phase == "backward":
             forward_op = node.metadata.get(NODE_KEY) if node is not None else None
             if forward_op is not None:
@@ -357,10 +367,14 @@ class OpRecorder(TorchDispatchMode):
 
 
 class GradFnStamper(TorchFunctionMode):
-    """Stamps autograd nodes after each torch-level call has returned through autograd.
+    """Stamps autograd nodes after each torch-level call that returns a tensor needing a gradient has
+    returned through autograd.
 
     Not inside ``__torch_dispatch__``: there autograd may still hold a view's lock while it rebuilds that
-    view's ``grad_fn``, and reading ``grad_fn`` then deadlocks.
+    view's ``grad_fn``, and reading ``grad_fn`` then deadlocks. Not after calls without such a tensor: the
+    ops of a custom ``torch.autograd.Function``'s forward run without gradients, and the tensor it returns
+    gets the Function's node only once ``apply`` has returned (the device queries in between would stamp
+    too early); their node is stamped at the next call, with the op that made the tensor.
     """
 
     def __init__(self, recorder: OpRecorder) -> None:
@@ -369,7 +383,7 @@ class GradFnStamper(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.recorder._pending:
+        if self.recorder._pending and any(t.requires_grad for t in _tensors(out)):
             self.recorder.stamp_pending()
         return out
 

@@ -219,10 +219,10 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
     try:
         if live_scalars:
             capture.scalars = ScalarReads(capture.record_read)
-            with without_onednn(), capture, capture.scalars:
+            with without_onednn(), _view_replay(), capture, capture.scalars:
                 loss = step_fn()
         else:
-            with without_onednn(), capture:
+            with without_onednn(), _view_replay(), capture:
                 loss = step_fn()
         loss_slot = capture.slot_of.get(id(loss))
     finally:
@@ -238,6 +238,13 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
     _plan_frees(capture.steps, loss_slot)
     return Program(capture.steps, len(capture.group), capture.leaf_values, capture.leaf_ops, capture.group,
                    loss_slot, {name: capture.slot_of[id(p)] for name, p in params.items() if id(p) in capture.slot_of})
+
+
+def _view_replay():
+    """Autograd rebuilds a view written in place (``x[:, :4].mul_(2)`` on a tensor that needs a gradient) by
+    replaying its view ops on the base (``slice``), as it always does for the importer's fake tensors, not by
+    one ``as_strided`` as it does for plain tensors: the captured ops are then the traced graph's."""
+    return torch.autograd._force_original_view_tracking(True)
 
 
 _RELEASE_EVERY_SLOTS = 256  # at least this many new slots, or new storage bytes, between two releases

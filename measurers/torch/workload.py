@@ -8,9 +8,12 @@ tensors. ``workload_from_graph(graph)`` finds where the graph came from:
 - an import spec (``graph.source == "torch:MODULE:FUNCTION"``): the function returns
   ``(model, inputs)`` or ``(model, inputs, loss_fn)``.
 
-``TorchWorkload.materialize(seed)`` then gives the model with seeded parameters on the CPU and seeded
-inputs of the traced shapes (integer inputs are drawn below the smallest embedding table, so they are
-valid token ids and class targets), plus the optimizer class the trace used (Adam unless recorded).
+``TorchWorkload.materialize(seed)`` then gives the model with seeded parameters on the CPU, the builder's
+own example inputs where they hold data (the builder runs after ``torch.manual_seed(seed)``, so what it draws
+is seeded), seeded inputs of the traced shapes where they are on the meta device (integer inputs drawn below
+the smallest embedding table, so they are valid token ids), plus the optimizer class the trace used (Adam
+unless recorded). A real input is kept, not drawn again: only the builder knows its valid values (class
+targets below the number of classes, not below the vocabulary of the model's embedding).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ class TorchWorkload:
         generator = torch.Generator().manual_seed(seed)
         model = _materialize_model(model, seed)
         bound = _token_bound(model)
-        real_inputs = tuple(_seeded_like(x, generator, bound) if isinstance(x, torch.Tensor) else x for x in inputs)
+        real_inputs = tuple(_real_input(x, generator, bound) if isinstance(x, torch.Tensor) else x for x in inputs)
         optimizer_cls = getattr(torch.optim, self.optimizer, None)
         if optimizer_cls is None:
             raise PlacerError(f"torch workload {self.origin!r}: unknown optimizer {self.optimizer!r}")
@@ -150,6 +153,11 @@ def _materialize_model(model: nn.Module, seed: int) -> nn.Module:
 def _token_bound(model: nn.Module) -> int:
     sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)]
     return min(sizes) if sizes else 2
+
+
+def _real_input(x: torch.Tensor, generator: torch.Generator, bound: int) -> torch.Tensor:
+    """The builder's input on the CPU, or one drawn for it where it is on the meta device (no data)."""
+    return _seeded_like(x, generator, bound) if x.is_meta else x.detach().to("cpu", copy=True)
 
 
 def _seeded_like(x: torch.Tensor, generator: torch.Generator, bound: int) -> torch.Tensor:

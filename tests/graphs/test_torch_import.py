@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
@@ -280,6 +282,107 @@ def test_trace_training_step__optimizer_state_sets_param_bytes():
     assert graph.meta["optimizer"] == "SGD"
 
 
+class _ScaledLinear(nn.Module):
+    """A Linear to one output (its bias has one element) times a learned 0-dim temperature (CLIP's logit_scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 1)
+        self.logit_scale = nn.Parameter(torch.tensor(2.0))
+
+    def forward(self, x):
+        return self.fc(x) * self.logit_scale.exp()
+
+
+def test_trace_training_step__one_element_parameters_hold_weight_gradient_and_two_moments():
+    """Adam's step counter is a one-element tensor too: it was counted as a moment of every one-element
+    parameter (20 bytes instead of 16)."""
+    graph = trace_training_step(_ScaledLinear(), torch.randn(4, 8))
+    names = list(graph.op_names)
+    assert {name: int(graph.param_bytes[names.index(f"param:{name}")])
+            for name in ("fc.weight", "fc.bias", "logit_scale")} == {"fc.weight": 4 * 32, "fc.bias": 4 * 4,
+                                                                     "logit_scale": 4 * 4}
+
+
+class _CheckpointedBlocks(nn.Module):
+    """A stem Linear, then blocks (Linear, Tanh) each under ``torch.utils.checkpoint``: their forward runs
+    again in the backward, from the input it kept."""
+
+    def __init__(self, width: int, blocks: int, reentrant: bool) -> None:
+        super().__init__()
+        self.stem = nn.Linear(width, width)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.Tanh()) for _ in range(blocks))
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        x = self.stem(x)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant)
+        return x.pow(2).mean()
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_trace_training_step__checkpointed_blocks_read_and_update_their_parameters(reentrant):
+    """The recomputation read the model's own parameters, not the traced ones: a reentrant checkpoint's
+    gradients missed the traced parameters (their Adam updates were left out of the step), and a
+    non-reentrant one read them as constant Input ops."""
+    batch, width, blocks = 4, 8, 2
+    graph = trace_training_step(_CheckpointedBlocks(width, blocks, reentrant), torch.randn(batch, width))
+    assert [graph.op_names[i] for i in _ops(graph, kind="Input")] == ["input:0"]
+    updates = graph.colocation[_ops(graph, phase="update")]
+    for variable in _ops(graph, kind="Variable"):
+        assert graph.colocation[variable] in updates, graph.op_names[variable]
+    one_matmul = 2 * batch * width * width
+    forward = (1 + blocks) * one_matmul
+    # the stem's weight gradient; each block's input and weight gradients and its recomputed forward
+    assert graph.flops[graph.phases == PHASE_CODE["backward"]].sum() == one_matmul + blocks * 3 * one_matmul
+    assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == forward
+
+
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_trace_training_step__recomputed_ops_are_in_their_modules_scope(reentrant):
+    """A checkpointed block's recomputation runs its modules' forward in the backward pass: each op there is
+    in its module's scope. They took the scope of the backward op that asked for them (the Linear's in the
+    Tanh's) or, under a reentrant checkpoint, of their first input (the Tanh's in the Linear's)."""
+    graph = trace_training_step(_CheckpointedBlocks(8, 2, reentrant), torch.randn(4, 8))
+    linears, tanhs = _ops(graph, kind="aten.addmm", phase="backward"), _ops(graph, kind="aten.tanh", phase="backward")
+    assert sorted(graph.scopes[linears].tolist()) == ["blocks.0.0", "blocks.1.0"]
+    assert sorted(graph.scopes[tanhs].tolist()) == ["blocks.0.1", "blocks.1.1"]
+
+
+class _Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x * x * grad
+
+
+class _CubeBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _Cube.apply(self.fc(x))
+
+
+def test_trace_training_step__custom_function_backward_follows_its_forward():
+    """A custom autograd.Function's forward runs without gradients, and its output gets the Function's node
+    only when apply returns: that node was never linked to an op, so the backward's ops took their first
+    input's scope ("fc") and were colocated with nothing."""
+    graph = trace_training_step(nn.Sequential(_CubeBlock()), torch.randn(3, 4))
+    forward_cube = _ops(graph, kind="aten.mul", phase="forward")[-1]
+    backward = _ops(graph, kind="aten.mul", phase="backward")
+    assert len(backward) == 3 and graph.scopes[forward_cube] == "0"
+    assert set(graph.scopes[backward].tolist()) == {"0"}
+    assert set(graph.colocation[backward].tolist()) == {graph.colocation[forward_cube]}
+
+
 def test_trace_training_step__meta_model_allocates_nothing():
     with torch.device("meta"):
         model = nn.Linear(60_000, 60_000)  # 14.4 GB of fp32 weights: only fake tensors can trace it
@@ -365,6 +468,30 @@ def test_trace_training_step__a_loss_without_gradient_is_refused_saying_why():
     does not require grad and does not have a grad_fn'."""
     with pytest.raises(PlacerError, match="does not depend on any trainable parameter"):
         trace_training_step(nn.Linear(4, 2), (torch.randn(3, 4),), loss_fn=lambda out: out.argmax(-1), name="argmax")
+
+
+class _LossAndLogits(nn.Module):
+    """Returns its loss with its logits, in a dict (as Hugging Face models do) or a tuple, loss first."""
+
+    def __init__(self, as_dict: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+        self.as_dict = as_dict
+
+    def forward(self, x, labels):
+        logits = self.fc(x)
+        loss = F.cross_entropy(logits, labels)
+        return {"loss": loss, "logits": logits} if self.as_dict else (loss, logits)
+
+
+@pytest.mark.parametrize("as_dict, pick", [(True, "out['loss']"), (False, "out[0]")], ids=["dict", "tuple"])
+def test_trace_training_step__a_model_returning_more_than_its_loss_is_told_how_to_pick_it(as_dict, pick):
+    inputs = (torch.randn(2, 4), torch.tensor([0, 2]))
+    with pytest.raises(PlacerError, match=rf"returned {'dict' if as_dict else 'tuple'}: .*loss_fn.*{re.escape(pick)}"):
+        trace_training_step(_LossAndLogits(as_dict), inputs)
+    loss_fn = (lambda out: out["loss"]) if as_dict else (lambda out: out[0])
+    graph = trace_training_step(_LossAndLogits(as_dict), inputs, loss_fn=loss_fn)
+    assert len(_ops(graph, kind="aten.nll_loss_forward")) == 1
 
 
 class _SdpaAttention(nn.Module):

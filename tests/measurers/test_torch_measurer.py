@@ -209,6 +209,32 @@ def test_workload_from_graph__benchmark_spec_and_unknown_origin(rnnlm):
         workload_from_graph(synthetic_graph(10, 0))
 
 
+class TextClassifier(nn.Module):
+    """Token ids (vocabulary 50) and class targets (3 classes): both integer inputs, with other bounds."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, ids, labels):
+        return nn.functional.cross_entropy(self.head(self.emb(ids).mean(dim=1)), labels)
+
+
+def test_torch_measurer__real_example_inputs_are_the_builders_own(machine):
+    """Integer inputs were drawn again below the embedding's 50 rows, so the class targets went out of range
+    and every measurement of the model failed (IndexError)."""
+    labels = torch.tensor([0, 2, 1, 2])
+    workload = TorchWorkload(lambda: (TextClassifier(), (torch.randint(0, 50, (4, 6)), labels.clone())),
+                             origin="text classifier")
+    built = workload.materialize(0)
+    assert torch.equal(built.inputs[1], labels)
+    graph = trace_training_step(built.model, built.inputs, name="text_classifier")
+    measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok", result.error
+
+
 def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, machine):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
@@ -337,6 +363,22 @@ class TransposeInPlace(nn.Module):
         return (self.fc(x).transpose_(0, 1) * self.w).sum()
 
 
+class WritesThroughViews(nn.Module):
+    """In-place writes through views of a tensor that needs a gradient: autograd rebuilds such a view by
+    replaying its view ops on the base under fake tensors, so the step must be captured that way too."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.out = nn.Linear(8, 2)
+
+    def forward(self, x):
+        h = self.fc(x) * 2.0
+        h[:, :2] = 0.0
+        h[:, 2:4].mul_(3.0)
+        return self.out(h).pow(2).sum()
+
+
 class LSTMNet(nn.Module):
     def __init__(self):
         super().__init__()
@@ -376,7 +418,9 @@ def _kinds_on(graph, kinds: tuple, device: int) -> np.ndarray:
     (BatchNormNet, (5, 6), lambda graph: _kinds_on(graph, ("aten.native_batch_norm",), 1)),
     (TransposeInPlace, (5, 6), lambda graph: _kinds_on(graph, ("aten.transpose_", "aten.mul"), 2)),
     (LSTMNet, (3, 4, 6), lambda graph: np.random.default_rng(0).integers(0, 3, graph.num_ops)),
-], ids=["batchnorm-away-from-its-running-stats", "transpose_-away-from-its-tensor", "lstm-spread"])
+    (WritesThroughViews, (5, 6), lambda graph: np.random.default_rng(1).integers(0, 3, graph.num_ops)),
+], ids=["batchnorm-away-from-its-running-stats", "transpose_-away-from-its-tensor", "lstm-spread",
+        "writes-through-views-spread"])
 def test_torch_measurer__placed_step_updates_parameters_and_buffers_as_one_device(module, input_shape, placement_of,
                                                                                  machine, one_torch_thread):
     workload = TorchWorkload(lambda: (module(), (torch.randn(*input_shape),)), origin=module.__name__)
