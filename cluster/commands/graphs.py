@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
-from cluster.commands.paths import output_file
+from cluster.commands.paths import graph_output_file
 from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
@@ -36,7 +36,7 @@ def register(subparsers) -> None:
 
     export = commands.add_parser("export", help="write a benchmark (or graph file) as a Parquet graph file")
     export.add_argument("graph", metavar="NAME_OR_FILE")
-    export.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file)
+    export.add_argument("-o", "--output", required=True, metavar="FILE", type=graph_output_file)
     export.set_defaults(func=_export, positional_args=("graph",))  # named so in errors (cluster/commands/paths.py)
 
     importer = commands.add_parser("import", help="trace a PyTorch or Keras model, or read an ONNX model or "
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     importer.add_argument("--input-shape", action="append", dest="input_shapes", metavar="NAME=D0,D1,...",
                           help="--onnx and --openvino: the sizes of an input the model leaves dynamic (repeatable; "
                                "a dynamic leading dim is the batch and counts as 1, any other must be given)")
-    importer.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file)
+    importer.add_argument("-o", "--output", required=True, metavar="FILE", type=graph_output_file)
     importer.add_argument("--batch-size", type=int, default=None, metavar="N",
                           help="--keras only: examples per step for a compiled model alone or a .keras file "
                                "(default 32); it must match the batch of returned inputs")

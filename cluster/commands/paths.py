@@ -25,6 +25,19 @@ def output_file(text: str) -> str:
     return text
 
 
+OTHER_FORMATS = (".json", ".csv", ".txt", ".npy", ".npz")  # data formats a graph file (Parquet) is not
+
+
+def graph_output_file(text: str) -> str:
+    """``output_file`` for a graph file, which is Parquet: a name that says another data format (``g.json``)
+    is refused rather than written Parquet under it."""
+    text = output_file(text)
+    suffix = Path(text).suffix.lower()
+    if suffix in OTHER_FORMATS:
+        raise argparse.ArgumentTypeError(f"{text}: a graph file is Parquet, not {suffix}; name it with .parquet")
+    return text
+
+
 def output_folder(text: str) -> str:
     """A folder the command will create or write into: not a file, and under no file; ``~`` expanded."""
     text = str(Path(text).expanduser())

@@ -125,6 +125,22 @@ def test_graphs_export__unknown_name_writes_nothing(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["g.json", "g.CSV"])
+def test_graphs_export_and_import__a_name_of_another_data_format_is_refused_before_anything(graph_file, tmp_path,
+                                                                                              capsys, name):
+    """A graph file is Parquet: `-o g.json` wrote Parquet under a JSON name (a user piping it to jq, or
+    keeping a JSON file of that name, found out later)."""
+    _, path = graph_file
+    out = tmp_path / name
+    out.write_text("the user's own file\n")
+    for args in (["export", str(path)], ["import", "--torch", f"{FIXTURES / 'tiny_models.py'}:tiny_torch_mlp"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["graphs", *args, "-o", str(out)])
+        assert exit_.value.code == 2
+        assert f"a graph file is Parquet, not {out.suffix.lower()}; name it with .parquet" in _error_line(capsys)
+    assert out.read_text() == "the user's own file\n"
+
+
 def test_graphs_export__synthetic_graph(tmp_path):
     out = tmp_path / "s.parquet"
     assert main(["graphs", "export", "synthetic:3000:1", "-o", str(out)]) == 0
