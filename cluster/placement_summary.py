@@ -19,8 +19,13 @@ and computes, and what crosses between devices each step.
   innermost layer its scope lies in, and the optimizer's, the loss's and a bare TF op's scopes ("adam",
   "mse", "Add") are no module (their ops still count in the device totals; the importer puts a weight's
   gradient and optimizer state on its variable op, colocated with its updates, so parameters still decide
-  a layer's device, where the variable is named in the layer's scope). A parameter two modules share (tied
-  weights) counts for the first that uses it; the other is placed by its FLOPs.
+  a layer's device, where the variable is named in the layer's scope).
+- ``tied``: modules that hold one parameter or buffer (tied weights, ``out.weight = emb.weight``), from the
+  torch importer's record (``meta[TIED_PARAMETERS]``). ``.to()`` on any of them moves the one tensor for
+  all, so the map puts them all on one device: the one its Variable op is placed on (for modules tied
+  through several tensors, the device holding most of their bytes), and lists every holder, also one with
+  no ops of its own (else a parent's entry applied after the other holders could move the tensor). A graph
+  without the record has none.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from graphs.errors import PlacerError
-from graphs.opgraph import LAYER_SCOPES, OpGraph
+from graphs.opgraph import LAYER_SCOPES, TIED_PARAMETERS, OpGraph
 from graphs.torch import LOSS_SCOPE
 from measurers.machine import Machine
 
@@ -60,6 +65,14 @@ class Transfers:
 
 
 @dataclass(frozen=True)
+class TiedModules:
+    """Modules holding one parameter (tied weights): one device in the module map."""
+    modules: tuple  # dotted module paths, in map order
+    parameters: tuple  # the shared tensors' names (their Variable ops' ``param:NAME``)
+    device: str  # where the shared tensors' Variable ops are placed: each module's entry in the map
+
+
+@dataclass(frozen=True)
 class PlacementSummary:
     graph: str
     graph_hash: str
@@ -70,6 +83,7 @@ class PlacementSummary:
     transfers: Transfers
     modules: dict  # full scope -> device name
     split_modules: tuple  # scopes whose ops run on more than one device
+    tied: tuple  # TiedModules: modules sharing a parameter, put on one device in ``modules``
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -86,8 +100,10 @@ def summarize_placement(graph: OpGraph, machine: Machine, placement: np.ndarray,
     prefixes = np.array([".".join(s.split(".")[:scope_depth]) if s else UNSCOPED for s in graph.scopes], dtype=object)
     scopes = tuple(_scope_load(str(p), prefixes == p, graph, placement, names) for p in _in_order(prefixes))
     modules, split = _modules(graph, placement, names)
+    tied = _tied_modules(graph, placement, names)
+    modules = _with_tied(modules, tied)
     return PlacementSummary(graph.name, graph.content_hash, graph.framework, machine.name, devices, scopes,
-                            transfers_per_step(graph, placement), modules, split)
+                            transfers_per_step(graph, placement), modules, split, _in_map_order(tied, modules))
 
 
 def transfers_per_step(graph: OpGraph, placement: np.ndarray) -> Transfers:
@@ -161,3 +177,56 @@ def _innermost_layer(scope: str, layers: frozenset) -> str:
         if ".".join(parts[:k]) in layers:
             return ".".join(parts[:k])
     return ""
+
+
+def _tied_modules(graph: OpGraph, placement: np.ndarray, names: list) -> list:
+    """TiedModules per set of modules tied through one or more shared tensors (``meta[TIED_PARAMETERS]``),
+    on the device holding most of those tensors' Variable ops' bytes (ties: more of them, then the lower
+    index); modules in no particular order yet."""
+    clusters = []  # [(holder modules, first names)], merged where they share a module
+    for held in _tied_record(graph):
+        modules, firsts = {name.rpartition(".")[0] for name in held} - {""}, [held[0]]
+        for other in [c for c in clusters if c[0] & modules]:
+            clusters.remove(other)
+            modules, firsts = modules | other[0], other[1] + firsts
+        if modules:
+            clusters.append((modules, firsts))
+    op_of = {name: op for op, name in enumerate(graph.op_names)}
+    tied = []
+    for modules, firsts in clusters:
+        missing = [name for name in firsts if f"param:{name}" not in op_of]
+        if missing:
+            raise PlacerError(f"graph {graph.name!r}: meta[{TIED_PARAMETERS!r}] names {missing[0]!r}, but the graph "
+                              f"has no Variable op 'param:{missing[0]}'")
+        ops = np.array([op_of[f"param:{name}"] for name in firsts], dtype=np.int64)  # (k,) Variable ops
+        held_bytes = np.bincount(placement[ops], weights=graph.param_bytes[ops].astype(np.float64),
+                                 minlength=len(names))  # (D,)
+        held = np.bincount(placement[ops], minlength=len(names))  # (D,)
+        best = max(range(len(names)), key=lambda d: (held_bytes[d], held[d], -d))
+        tied.append(TiedModules(tuple(modules), tuple(firsts), names[best]))
+    return tied
+
+
+def _tied_record(graph: OpGraph) -> list:
+    """``meta[TIED_PARAMETERS]``, checked: a list of lists of two or more names; [] for a graph without it."""
+    record = graph.meta.get(TIED_PARAMETERS, [])
+    if not isinstance(record, list) or not all(
+            isinstance(held, list) and len(held) > 1 and all(isinstance(name, str) for name in held)
+            for held in record):
+        raise PlacerError(f"graph {graph.name!r}: meta[{TIED_PARAMETERS!r}] must be a list of lists of two or more "
+                          f"parameter names, got {record!r:.80}")
+    return record
+
+
+def _with_tied(modules: dict, tied: list) -> dict:
+    """``modules`` with every holder of a tied tensor on its TiedModules' device, holders without ops of their
+    own added, parents still before their children (stable: the others keep their order)."""
+    merged = {**modules, **{module: t.device for t in tied for module in sorted(t.modules)}}
+    return dict(sorted(merged.items(), key=lambda item: item[0].count(".")))
+
+
+def _in_map_order(tied: list, modules: dict) -> tuple:
+    """``tied`` with each one's modules in the map's order, and ordered by their first module."""
+    position = {module: k for k, module in enumerate(modules)}
+    tied = [TiedModules(tuple(sorted(t.modules, key=position.get)), t.parameters, t.device) for t in tied]
+    return tuple(sorted(tied, key=lambda t: position[t.modules[0]]))

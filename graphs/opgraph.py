@@ -23,6 +23,9 @@ MAX_TOTAL_BYTES = 2**62  # out, parameter or edge bytes of a whole graph: sums o
 # meta key: the dotted scopes that are layers / modules of the model, where the importer knows them (Keras:
 # the scopes a layer call opened, not the optimizer's, the loss's or a bare TF op's); see cluster.placement_summary
 LAYER_SCOPES = "layer_scopes"
+# meta key: the names of each parameter or buffer a model holds under more than one name (tied weights), its
+# Variable op's (``param:NAME``) first: [["emb.weight", "out.weight"]] (torch); see cluster.placement_summary
+TIED_PARAMETERS = "tied_parameters"
 
 
 def kind_bit(device_kind: str) -> int:

@@ -2,9 +2,10 @@
 
 Which modules / name scopes went to which device (grouped by their top ``--depth`` scope levels), parameter
 bytes and FLOPs per device, and the transfers per step (`cluster.placement_summary`). ``--module-map FILE``
-writes ``{module: device}`` for every module (or Keras layer) as JSON: a file the user reads when moving
-their model, written only when asked, so the command never changes the run folder. To train with the
-placement itself, use ``cluster.apply.apply_torch`` / ``apply_keras`` (README, "Use the result").
+writes ``{module: device}`` for every module (or Keras layer) as JSON, and the modules that share a parameter
+(tied weights, ``tied``: one device for all of them): a file the user reads when moving their model, written
+only when asked, so the command never changes the run folder. To train with the placement itself, use
+``cluster.apply.apply_torch`` / ``apply_keras`` (README, "Use the result").
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ def run(args) -> int:
         raise PlacerError(f"--module-map {args.module_map} lies inside the run folder {args.run_dir}, which apply "
                           "never changes: write the map elsewhere")
     if args.module_map:
+        tied = summary.to_json()["tied"]
         write_text_atomic(Path(args.module_map), json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
-                                            "machine": summary.machine, "modules": summary.modules}, indent=2))
+                                                             "machine": summary.machine, "modules": summary.modules,
+                                                             "tied": tied}, indent=2))
     if args.json:
         emit_json({"run": run.manifest.run_id, "run_dir": str(run.run_dir), "runtime_s": run.best.runtime_s,
                    "module_map_file": args.module_map, **summary.to_json()})
@@ -85,5 +88,8 @@ def _print(run, summary, module_map: str | None) -> None:
                   "destination device)")
     if summary.split_modules:
         console.print(f"modules split across devices: {', '.join(summary.split_modules)}")
+    for t in summary.tied:
+        console.print(f"tied weights: {', '.join(t.modules)} share {', '.join(t.parameters)}, so the module map puts "
+                      f"each on {t.device}, where the shared parameter is placed")
     if module_map:
         console.print(f"module -> device map: {module_map}")

@@ -15,7 +15,9 @@ aten call into one op:
 - one ``Variable`` op per parameter (scope = owning module, ``param_bytes`` = weight + gradient +
   optimizer moments: 4 x the weight bytes for fp32 Adam, i.e. weight, grad, exp_avg and exp_avg_sq; Adam's
   scalar step counter is not counted) and per buffer (``param_bytes`` = its bytes); one ``Input`` op per
-  example input, target, and constant tensor the model reads;
+  example input, target, and constant tensor the model reads. A tensor several modules hold (tied weights:
+  ``out.weight = emb.weight``) is one Variable op, in its first holder's scope; ``meta[TIED_PARAMETERS]``
+  lists all its names (``[["emb.weight", "out.weight"]]``, not part of the content hash);
 - scope = dotted module path active when a forward op ran (loss ops outside the model: ``loss``); a
   backward op takes its forward op's scope and is colocated with it; an update op takes its parameter's
   scope and is colocated with its Variable; other views and in-place ops are colocated with the producer
@@ -48,7 +50,7 @@ from torch import nn
 from torch._subclasses import FakeTensorMode
 
 from graphs.errors import PlacerError
-from graphs.opgraph import OpGraph, colocation_groups
+from graphs.opgraph import TIED_PARAMETERS, OpGraph, colocation_groups
 from graphs.torch import LOSS_SCOPE
 from graphs.torch.recorder import GradFnStamper, OpRecorder, OpTable, tensor_bytes, without_onednn
 
@@ -102,6 +104,9 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
         batch_size = int(inputs[0].shape[0])
     num_params = sum(p.numel() for p in trainable.values())
     meta = {"optimizer": optimizer_cls.__name__, "trace_s": f"{time.perf_counter() - started:.3f}"}
+    tied = _tied_names(model)
+    if tied:
+        meta[TIED_PARAMETERS] = tied
     return _to_opgraph(table, name, batch_size, num_params, source or f"torch trace of {type(model).__name__}",
                        meta)
 
@@ -198,6 +203,17 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
 
 def _owner_scope(param_name: str) -> str:
     return param_name.rpartition(".")[0]
+
+
+def _tied_names(model: nn.Module) -> list[list[str]]:
+    """The names of each parameter or buffer ``model`` holds under more than one name (tied weights, a module
+    registered twice), the name of its Variable op first. The step has one Variable op for it, in the first
+    holder's scope; `.to()` on any holder moves it for all, so `placer apply`'s module map puts them on one
+    device."""
+    names: dict[int, list[str]] = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]:
+        names.setdefault(id(t), []).append(name)
+    return [held for held in names.values() if len(held) > 1]
 
 
 def _scope_hooks(model: nn.Module, recorder: OpRecorder) -> list:

@@ -312,6 +312,24 @@ def test_placer_apply__prints_a_table_per_device_and_per_scope(torch_run, capsys
     assert "per device" in out and "gpu:1" in out and "fc2" in out and "transfers per step" in out
 
 
+def test_placer_apply__tied_weights_are_one_device_in_the_module_map_and_said_so(tmp_path, capsys, one_torch_thread):
+    """emb's weight on gpu:1 and out's matmuls (which read it) on gpu:0: the map puts out with emb, lists them as
+    tied, and the printed summary says so."""
+    graph = import_torch_spec("tests/fixtures/tiny_models.py:tiny_torch_tied_lm")
+    groups = graph.colocation_ids
+    devices = np.ones(groups.max() + 1, dtype=np.int64)  # gpu:0 ...
+    devices[groups[list(graph.op_names).index("param:emb.weight")]] = 2  # ... but emb's weight and update: gpu:1
+    run_dir = write_run(tmp_path, graph, save_graph(graph, tmp_path / "tied.parquet"), load_machine("paper-2gpu"),
+                        devices, groups)
+    module_map = tmp_path / "modules.json"
+    capsys.readouterr()
+    assert main(["apply", str(run_dir), "--module-map", str(module_map)]) == 0
+    assert "tied weights: emb, out share emb.weight, so the module map puts each on gpu:1" in capsys.readouterr().out
+    written = json.loads(module_map.read_text())
+    assert written["modules"] == {"emb": "gpu:1", "mid": "gpu:0", "out": "gpu:1"}
+    assert written["tied"] == [{"modules": ["emb", "out"], "parameters": ["emb.weight"], "device": "gpu:1"}]
+
+
 @pytest.mark.parametrize("case", ["not a run", "no best placement"])
 def test_placer_apply__bad_folder_exits_2_and_writes_nothing(case, tmp_path, capsys):
     run_dir = tmp_path

@@ -1,13 +1,14 @@
 """The placement summary on a five-op graph a reader can check by hand."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
-from cluster.placement_summary import Transfers, summarize_placement, transfers_per_step
+from cluster.placement_summary import TiedModules, Transfers, summarize_placement, transfers_per_step
 from graphs.errors import PlacerError
-from graphs.opgraph import LAYER_SCOPES
+from graphs.opgraph import LAYER_SCOPES, TIED_PARAMETERS
 from measurers.machine import Device, Link, Machine
 
 
@@ -80,6 +81,98 @@ def test_summarize_placement__a_layer_record_that_is_no_list_of_names_is_one_err
     graph = make_graph([(0, 1)], scopes=np.array(["fc1", "fc2"], dtype=object), meta={LAYER_SCOPES: 3})
     with pytest.raises(PlacerError, match=r"meta\['layer_scopes'\] must be a list of scope names, got 3"):
         summarize_placement(graph, two_devices(), np.array([0, 1]))
+
+
+def tied_lm(make_graph, scopes=("emb", "emb", "mid", "mid", "out"), **meta):
+    """op0 emb's weight (param:emb.weight, 400 B) -> op1 emb's lookup -> op2 mid matmul <- op3 mid's weight,
+    op2 -> op4 out matmul <- op0: out reads emb's weight (tied weights; the graph records it when asked)."""
+    graph = make_graph([(0, 1), (1, 2), (3, 2), (2, 4), (0, 4)], flops=[0, 0, 100, 0, 1000],
+                       param_bytes=[400, 0, 0, 40, 0], scopes=np.array(scopes, dtype=object), meta=meta)
+    return dataclasses.replace(graph, op_names=np.array(
+        ["param:emb.weight", "lookup", "mm", "param:mid.weight", "logits"], dtype=object))
+
+
+def tensors_after_to_in_order(modules: dict, holders: dict) -> dict:
+    """Where each tensor ends when the map is applied with ``module.to(device)`` per entry, in order:
+    ``holders`` maps a tensor to the module paths holding it (one Parameter object for all of them); .to()
+    moves what the module or any submodule holds, wherever else that is held."""
+    device_of = {}
+    for module, device in modules.items():
+        for tensor, paths in holders.items():
+            if any(path == module or path.startswith(module + ".") for path in paths):
+                device_of[tensor] = device
+    return device_of
+
+
+def test_summarize_placement__modules_sharing_a_parameter_are_mapped_where_it_is_placed(make_graph):
+    """emb's weight (and lookup) on d1, out's matmul on d0: by its FLOPs out went to d0, and `out.to(d0)`,
+    applied after `emb.to(d1)`, moved the one shared Parameter to d0, away from emb's lookup."""
+    placement = np.array([1, 1, 0, 0, 0])
+    graph = tied_lm(make_graph, **{TIED_PARAMETERS: [["emb.weight", "out.weight"]]})
+    summary = summarize_placement(graph, two_devices(), placement)
+    assert summary.modules == {"emb": "d1", "mid": "d0", "out": "d1"}
+    assert summary.tied == (TiedModules(("emb", "out"), ("emb.weight",), "d1"),)
+    ends_on = tensors_after_to_in_order(summary.modules, {"W": ["emb", "out"], "M": ["mid"]})
+    assert ends_on == {"W": "d1", "M": "d0"}  # each module's weight where its entry says
+    assert json.loads(json.dumps(summary.to_json()))["tied"] == [
+        {"modules": ["emb", "out"], "parameters": ["emb.weight"], "device": "d1"}]
+    unrecorded = summarize_placement(dataclasses.replace(graph, meta={}), two_devices(), placement)
+    assert unrecorded.modules == {"emb": "d1", "mid": "d0", "out": "d0"} and unrecorded.tied == ()  # as before
+
+
+def test_summarize_placement__a_holder_without_ops_is_mapped_after_its_parent(make_graph):
+    """dec.proj holds emb's weight but runs no op itself (dec reads it): without an entry of its own,
+    `dec.to(d0)`, applied after `emb.to(d1)`, moved the shared weight away from emb."""
+    graph = tied_lm(make_graph, ("emb", "emb", "mid", "mid", "dec"),
+                    **{TIED_PARAMETERS: [["emb.weight", "dec.proj.weight"]]})
+    summary = summarize_placement(graph, two_devices(), np.array([1, 1, 0, 0, 0]))
+    assert summary.modules == {"emb": "d1", "mid": "d0", "dec": "d0", "dec.proj": "d1"}  # parents first
+    assert summary.tied == (TiedModules(("emb", "dec.proj"), ("emb.weight",), "d1"),)
+    ends_on = tensors_after_to_in_order(summary.modules, {"W": ["emb", "dec.proj"], "M": ["mid"]})
+    assert ends_on == {"W": "d1", "M": "d0"}
+
+
+def test_summarize_placement__modules_tied_through_two_tensors_share_the_device_of_most_of_their_bytes(make_graph):
+    """emb and out share emb.weight (400 B, d1); out and mid share mid.weight (40 B, d0): one device for all
+    three, the one holding most of the shared bytes."""
+    graph = tied_lm(make_graph, **{TIED_PARAMETERS: [["emb.weight", "out.weight"], ["mid.weight", "out.extra"]]})
+    summary = summarize_placement(graph, two_devices(), np.array([1, 1, 0, 0, 0]))
+    assert summary.modules == {"emb": "d1", "mid": "d1", "out": "d1"}
+    assert summary.tied == (TiedModules(("emb", "mid", "out"), ("emb.weight", "mid.weight"), "d1"),)
+
+
+@pytest.mark.parametrize("record, message", [
+    (3, r"meta\['tied_parameters'\] must be a list of lists of two or more parameter names, got 3"),
+    ([["emb.weight"]], r"must be a list of lists of two or more parameter names, got \[\['emb.weight'\]\]"),
+    ([["emb.bias", "out.bias"]], r"names 'emb.bias', but the graph has no Variable op 'param:emb.bias'"),
+])
+def test_summarize_placement__a_bad_tied_record_is_one_error(make_graph, record, message):
+    """A hand-edited graph file's meta: one PlacerError naming the key, not a KeyError from deep inside."""
+    graph = tied_lm(make_graph, **{TIED_PARAMETERS: record})
+    with pytest.raises(PlacerError, match=message):
+        summarize_placement(graph, two_devices(), np.zeros(5, dtype=np.int64))
+
+
+def test_summarize_placement__a_traced_tied_model_applied_with_to_in_order_keeps_each_weight_with_its_module(
+        one_torch_thread):
+    """The torch importer's record, on a real model: its shared Parameter (one object) ends, after `.to()`
+    per map entry in order, on the device the map gives every module holding it."""
+    from fixtures.tiny_models import tiny_torch_tied_lm
+    from graphs.torch.importer import trace_training_step
+
+    model, inputs = tiny_torch_tied_lm()
+    graph = trace_training_step(model, inputs, name="tied")
+    emb_weight = graph.colocation == graph.colocation[list(graph.op_names).index("param:emb.weight")]
+    placement = emb_weight.astype(np.int64)  # emb's weight, its gradient and update on d1; out's matmuls on d0
+    summary = summarize_placement(graph, two_devices(), placement)
+    device_of = {}  # id(Parameter) -> device: .to() moves a Parameter in place, for every module holding it
+    for module, device in summary.modules.items():
+        for parameter in model.get_submodule(module).parameters():
+            device_of[id(parameter)] = device
+    for module, device in summary.modules.items():
+        own = model.get_submodule(module).parameters(recurse=False)
+        assert {device_of[id(parameter)] for parameter in own} <= {device}, module
+    assert summary.modules["emb"] == summary.modules["out"] == "d1"
 
 
 @pytest.fixture(scope="module")

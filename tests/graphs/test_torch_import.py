@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -14,7 +15,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from graphs.errors import PlacerError
-from graphs.opgraph import PHASE_CODE
+from graphs.io import load_graph_file, save_graph
+from graphs.opgraph import PHASE_CODE, TIED_PARAMETERS
 from graphs.opgraph import colocation_groups
 from graphs.torch.importer import import_torch_spec, trace_training_step
 
@@ -389,6 +391,30 @@ def test_trace_training_step__meta_model_allocates_nothing():
     graph = trace_training_step(model, torch.empty(2, 60_000, device="meta"))
     assert graph.num_params == 60_000 * 60_000 + 60_000
     assert graph.flops[graph.phases == PHASE_CODE["forward"]].sum() == 2 * 2 * 60_000 * 60_000
+
+
+def test_import_torch_spec__tied_weights_are_one_variable_and_every_holder_is_recorded(tmp_path):
+    """``out.weight = emb.weight``: one Parameter, one Variable op (in emb's scope) that out's forward reads
+    too; meta records both names, so `placer apply`'s module map can put emb and out on one device. The
+    record is kept in the graph file and is no part of the content hash."""
+    graph = import_torch_spec(f"{FIXTURES / 'tiny_models.py'}:tiny_torch_tied_lm")
+    variables = {graph.op_names[i]: graph.scopes[i] for i in _ops(graph, kind="Variable")}
+    assert variables == {"param:emb.weight": "emb", "param:mid.weight": "mid", "param:mid.bias": "mid"}
+    emb_weight = int(np.flatnonzero(graph.op_names == "param:emb.weight")[0])
+    assert "out" in {graph.scopes[op] for op in graph.edge_dst[graph.edge_src == emb_weight]}  # out reads it
+    assert graph.meta[TIED_PARAMETERS] == [["emb.weight", "out.weight"]]
+    assert load_graph_file(save_graph(graph, tmp_path / "tied.parquet")).meta[TIED_PARAMETERS] == \
+        [["emb.weight", "out.weight"]]
+    assert dataclasses.replace(graph, meta={}).content_hash == graph.content_hash
+    assert TIED_PARAMETERS not in _mlp_graph().meta  # nothing shared: no record
+
+
+def test_trace_training_step__a_module_registered_twice_ties_each_of_its_tensors():
+    shared = nn.BatchNorm1d(4)
+    model = nn.Sequential(nn.Linear(4, 4), shared, shared)  # paths 1 and 2: weight, bias and three buffers
+    graph = trace_training_step(model, torch.randn(3, 4))
+    assert graph.meta[TIED_PARAMETERS] == [[f"1.{key}", f"2.{key}"] for key in (
+        "weight", "bias", "running_mean", "running_var", "num_batches_tracked")]
 
 
 def test_trace_training_step__model_without_params_is_rejected():
