@@ -102,6 +102,52 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}") from None
     if answers_http:
         raise PlacerError(f"{address!r} answers HTTP, as a dashboard does, not Ray's control store; {join}")
+    if not address.startswith("ray://"):  # Ray Client's port speaks its own protocol
+        check_token_accepted(address, timeout_s)
+
+
+def check_token_accepted(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """One call to the control store at ``address``, sent as ray.init would send it (the token only with
+    RAY_AUTH_MODE=token): a cluster that refuses it is one PlacerError saying why, within a second. ray.init
+    retried the refused handshake for 20 s, printing a warning a second, then said the cluster was
+    unreachable. Any other answer (or a Ray without these internals) is left to ray.init."""
+    try:
+        import grpc
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray._raylet import AuthenticationTokenLoader
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return
+    sends_token = is_token_auth_enabled()
+    if sends_token and not _has_token(AuthenticationTokenLoader.instance()):
+        raise PlacerError(f"RAY_AUTH_MODE=token, but no Ray token was found to join {address!r}: put the cluster's "
+                          f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token (or its file's path in RAY_AUTH_TOKEN_PATH)")
+    channel = init_grpc_channel(address)
+    try:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            raise PlacerError(_refusal(address, sends_token)) from None
+    finally:
+        channel.close()
+
+
+def _has_token(loader) -> bool:
+    try:
+        return bool(loader.has_token())
+    except Exception:  # ray.exceptions.AuthenticationError: token mode, and no token anywhere
+        return False
+
+
+def _refusal(address: str, sent_token: bool) -> str:
+    refused = f"the Ray cluster at {address!r} refused this client"
+    if not sent_token:
+        return (f"{refused}: it uses token authentication; export RAY_AUTH_MODE=token, with the cluster's token in "
+                "RAY_AUTH_TOKEN or ~/.ray/auth_token")
+    return (f"{refused}'s token (from RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): it is not the "
+            "cluster's; use the head node's ~/.ray/auth_token")
 
 
 def _answers_http(connection: socket.socket, timeout_s: float = 2.0) -> bool:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import time
+
+PROGRESS_LINE_EVERY_S = 30.0  # a progress bar's line in a log (a Ray job's, a file): the first, then this often
+
 
 def text_console(**options):
     """A rich Console that prints names as they are, in its tables and lines alike: rich's emoji codes turned
@@ -16,3 +21,19 @@ def seconds_text(seconds: float) -> str:
     """A step time for a table: 4 decimals (0.4712), or 4 significant digits below 10 ms, where 4 decimals
     would print every step of a small graph as 0.0004 or 0.0000."""
     return f"{seconds:.4f}" if abs(seconds) >= 0.01 or seconds == 0 else f"{seconds:.4g}"
+
+
+class ProgressLines:
+    """A rich progress bar's line, printed to its console every ``every_s`` seconds (the first at the first
+    ``tick``) when that console is no terminal: there rich draws the bar once, when it stops, so
+    `ray job logs --follow` of a search showed nothing until the search ended. A terminal keeps the live bar."""
+
+    def __init__(self, bar, every_s: float = PROGRESS_LINE_EVERY_S, clock=time.monotonic):
+        self._bar, self._every_s, self._clock = bar, every_s, clock
+        self._due_s = None if bar.console.is_terminal else -math.inf  # None: the live bar shows progress
+
+    def tick(self) -> None:
+        if self._due_s is None or self._clock() < self._due_s:
+            return
+        self._due_s = self._clock() + self._every_s
+        self._bar.console.print(self._bar.make_tasks_table(self._bar.tasks))

@@ -6,7 +6,7 @@ import math
 import sys
 from pathlib import Path
 
-from cluster.commands.console import seconds_text
+from cluster.commands.console import PROGRESS_LINE_EVERY_S, seconds_text
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import output_folder
 from cluster.jsonout import emit_json
@@ -124,9 +124,10 @@ class _Progress:
     """A rich progress bar on stderr: measurements, best step time, ratio to the lower bound, rate. It is
     drawn from ``start`` (the run folder is open) or the first update, so an error before is one line."""
 
-    def __init__(self, budget: int, enabled: bool):
+    def __init__(self, budget: int, enabled: bool, line_every_s: float = PROGRESS_LINE_EVERY_S):
         self.budget, self.enabled = budget, enabled
-        self._bar = None
+        self._line_every_s = line_every_s  # how often the bar is printed as a line where stderr is no terminal
+        self._bar = self._lines = None
         self.run_dir = None  # the run folder, once the search has opened it
 
     def __enter__(self):
@@ -135,7 +136,7 @@ class _Progress:
     def start(self, run_dir=None) -> None:
         self.run_dir = run_dir if run_dir is not None else self.run_dir
         if self.enabled and self._bar is None:
-            from cluster.commands.console import text_console
+            from cluster.commands.console import ProgressLines, text_console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(TextColumn("search"), BarColumn(), MofNCompleteColumn(),
@@ -143,6 +144,7 @@ class _Progress:
                                  TimeElapsedColumn(), console=text_console(stderr=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task("search", total=self.budget, best="best -", rate="")
+            self._lines = ProgressLines(self._bar, self._line_every_s)
 
     def update(self, measured: int, best_runtime_s: float, lower_bound_s: float | None = None) -> None:
         self.start()
@@ -154,6 +156,7 @@ class _Progress:
         if lower_bound_s and math.isfinite(best_runtime_s):
             best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"
         self._bar.update(self._task, completed=min(measured, self.budget), best=best, rate=f"{rate:.1f}/s")
+        self._lines.tick()
 
     def finish(self, measured: int, stop_reason: str) -> None:
         """The search ended. Unless a time limit or a stop cut it short, the bar ends full at what the policy

@@ -344,7 +344,7 @@ class _Progress:
         self.budget, self._bar, self._updates = budget, None, 0
 
     def __enter__(self):
-        from cluster.commands.console import text_console
+        from cluster.commands.console import ProgressLines, text_console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self._bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
@@ -352,6 +352,7 @@ class _Progress:
                              console=text_console(stderr=True), transient=False)
         self._bar.__enter__()
         self._task = self._bar.add_task("train", total=self.budget, rate="", best="")
+        self._lines = ProgressLines(self._bar)  # where stderr is a log (a Ray job's): a line now and then
         return self
 
     def update(self, metrics) -> None:
@@ -362,6 +363,7 @@ class _Progress:
                 if math.isfinite(metrics.batch_best_runtime_s) else f"{metrics.problem}: none ran ok")
         self._bar.update(self._task, completed=min(metrics.measurements_used, self.budget),
                          rate=f"{rate:.1f} updates/s", best=best)
+        self._lines.tick()
 
     def __exit__(self, *exc):
         self._bar.__exit__(*exc)

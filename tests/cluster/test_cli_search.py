@@ -207,3 +207,39 @@ def test_search_progress__ends_full_unless_the_search_was_cut_short(measured, st
         progress.finish(measured, stop_reason)
         task = progress._bar.tasks[0]
         assert (task.completed, task.total) == shown
+
+
+def test_search_progress__in_a_log_a_line_at_the_first_update_not_only_at_the_end(capsys):
+    """A Ray job's stderr is a file: rich drew the bar there once, when the search ended, so `ray job logs
+    --follow` showed no progress for the whole search."""
+    from cluster.commands.search import _Progress
+
+    with _Progress(64, enabled=True) as progress:
+        progress.start()
+        progress.update(8, 0.5, 0.25)
+        err = capsys.readouterr().err  # while the search still runs
+    line, = err.splitlines()
+    assert line.startswith("search ") and "8/64" in line and "best 0.5000 s (2.00x LB)" in line, err
+
+
+def test_progress_lines__every_interval_in_a_log_and_never_on_a_terminal(capsys):
+    import io
+
+    from cluster.commands.console import ProgressLines, text_console
+    from rich.progress import MofNCompleteColumn, Progress, TextColumn
+
+    now_s = [100.0]
+    for terminal in (False, True):
+        console = text_console(file=io.StringIO(), force_terminal=terminal, width=80)
+        with Progress(TextColumn("search"), MofNCompleteColumn(), console=console, auto_refresh=False) as bar:
+            task = bar.add_task("search", total=64)
+            lines = ProgressLines(bar, every_s=30.0, clock=lambda: now_s[0])
+            for done, now_s[0] in ((1, 100.0), (2, 129.0), (3, 130.0), (4, 131.0)):
+                bar.update(task, completed=done)
+                lines.tick()
+            printed = console.file.getvalue()
+        if terminal:  # the live bar shows it: no line of ours
+            assert "1/64" not in printed and "3/64" not in printed, printed
+        else:  # at the first tick and 30 s later
+            assert [" ".join(line.split()) for line in printed.splitlines() if line] == ["search 1/64",
+                                                                                         "search 3/64"], printed

@@ -53,6 +53,15 @@ def test_ray_config__gpu_workers_carry_gpus_labels_and_the_pinned_install():
     assert "torch==2.13.0" in setup and "'ray[default,rllib]==2.60.0'" in setup and "~/placer" in setup
 
 
+def test_ray_config__the_head_gives_a_stopped_job_time_to_exit():
+    """`ray job stop` SIGKILLs a job still running after RAY_JOB_STOP_WAIT_TIME_S (3 s by default): a search
+    stopped on a busy head was killed while Python unloaded torch and Ray, after its log was flushed, never
+    reaching its exit status 130."""
+    for config in (_config(), _onprem_config()):
+        head_start = " ".join(c for c in config["head_start_ray_commands"] if "ray start" in c)
+        assert "RAY_JOB_STOP_WAIT_TIME_S=30 ray start --head" in head_start
+
+
 def test_ray_config__token_authentication_stays_on():
     for config in (_config(), _onprem_config()):
         starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]

@@ -245,6 +245,19 @@ def test_train__an_interrupt_stops_after_a_whole_update_saves_the_checkpoint_and
     assert json.loads(capsys.readouterr().out)["stop_reason"] == "budget" and len(_metrics(out)) > 1
 
 
+def test_train__progress_in_a_log_shows_before_training_ends(capsys):
+    """In a Ray job's log (no terminal) rich drew the bar only when training ended."""
+    from types import SimpleNamespace
+
+    from cluster.commands import train as train_command
+
+    with train_command._Progress(96) as progress:
+        progress.update(SimpleNamespace(problem="nmt-2/paper-2gpu", batch_best_runtime_s=0.5, measurements_used=16))
+        err = capsys.readouterr().err  # while training still runs
+    line, = [line for line in err.splitlines() if line]
+    assert line.startswith("train ") and "16/96" in line and "batch best 0.5000 s" in line, err
+
+
 def test_train__families_expand_and_held_out_benchmarks_are_noted(capsys, monkeypatch):
     from cluster.cli import main
     from cluster.commands import train
