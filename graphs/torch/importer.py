@@ -8,7 +8,9 @@ aten call into one op:
 - kind ``aten.<name>`` (overload packet), FLOPs from ``torch.utils.flop_counter``'s formulas (matmuls,
   convolutions, attention) and `graphs.torch.flops`' for the kernels it lacks (the CPU attention kernel, mv,
   dot, addbmm, nn.Bilinear, the FFTs); element-wise ops count 0 FLOPs and are costed by their bytes,
-  ``bytes_accessed`` = bytes of tensor inputs + outputs, ``out_bytes`` = bytes of outputs;
+  ``bytes_accessed`` = bytes of tensor inputs + outputs, ``out_bytes`` = bytes of fresh outputs; views,
+  in place or not (``view``, ``squeeze``, ``t_``, ``transpose_``, ``as_strided_``, a ``resize_`` that does not
+  grow), move and allocate nothing: 0 and 0;
 - not recorded (they move no data): ``aten.detach``, ``aten.alias``, ``aten.lift_fresh``, ``prim.*``
   (device queries), ``profiler.*`` markers and ``aten._local_scalar_dense`` (``.item()``, answered 1:
   fake tensors hold no data);

@@ -6,7 +6,8 @@ and colocation links. `graphs.torch.importer.trace_training_step` drives it thro
 update.
 
 Who wrote a tensor: an op's fresh outputs are registered by tensor identity and by storage; a view only by
-tensor identity (it aliases its base); an in-place op re-registers the storage it mutates. A read resolves to
+tensor identity (it aliases its base); an in-place op re-registers the storage it mutates, an in-place view
+(``t_``, ``squeeze_``...: it changes shape and strides, not data) only the tensor. A read resolves to
 the tensor's own writer unless its storage was written later (then to that later writer). Every tensor
 seen is kept alive, so ``id()`` and storage keys are never reused during a trace. What an op writes is what
 its schema marks written, and batch norm's running statistics (``UNDECLARED_WRITES``); an op that writes
@@ -44,6 +45,12 @@ NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it 
 ALIAS_OPS = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default}
 SKIPPED_NAMESPACES = {"prim", "profiler"}
 SCALAR_OP = torch.ops.aten._local_scalar_dense.default
+# In-place views (schema tag ``inplace_view``: squeeze_, unsqueeze_, t_, transpose_, as_strided_, detach_...)
+# change only the tensor's shape and strides, as a view does. ``resize_`` / ``resize_as_`` also do unless they
+# grow the storage (then they allocate and copy, and stay costed as a write). ``set_`` rebinds the tensor to
+# another storage and stays costed as a write.
+RESIZE_OPS = {torch.ops.aten.resize_.default, torch.ops.aten.resize_as_.default}
+REBINDING_OPS = {torch.ops.aten.set_}
 # Kernels that write arguments their schema does not mark as written: batch norm in training updates its
 # running statistics in place (``_native_batch_norm_legit`` and ``_batch_norm_with_update``, ``.out`` too,
 # declare it; these do not). The ``.out`` overloads write them as well: native_batch_norm.out does on the
@@ -109,13 +116,20 @@ class _Schema:
     mutated: tuple  # indices of arguments written in place
     mutated_names: tuple  # their names (for keyword-only arguments such as out=)
     is_view: bool  # some output aliases an input without writing it
+    restrides: bool  # an in-place view: writes its argument's shape and strides, not its data (RESIZE_OPS: unless
+    # it grows the storage)
 
 
 def _schema_of(func) -> _Schema:
     args = func._schema.arguments
     mutated = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
     view = any(r.alias_info is not None for r in func._schema.returns) and not mutated
-    return _Schema(mutated, tuple(args[i].name for i in mutated), view)
+    restrides = torch.Tag.inplace_view in func.tags and func._overloadpacket not in REBINDING_OPS
+    return _Schema(mutated, tuple(args[i].name for i in mutated), view, restrides)
+
+
+def _storage_nbytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
 
 
 def undeclared_writes(func, args, kwargs) -> list[int]:
@@ -221,11 +235,14 @@ class OpRecorder(TorchDispatchMode):
             return out
         self._check_dtypes(func, args, kwargs)
         node = torch._C._current_autograd_node() if self.phase == "backward" else None
+        resized = args[0] if func in RESIZE_OPS else None
+        storage_bytes = _storage_nbytes(resized) if resized is not None else 0
         try:
             out = func(*args, **kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as error:
             raise PlacerError(self._data_dependent(func)) from error
-        self._record(func, args, kwargs, out, node)
+        grew = resized is not None and _storage_nbytes(resized) > storage_bytes
+        self._record(func, args, kwargs, out, node, grew)
         return out
 
     def _data_dependent(self, func) -> str:
@@ -271,10 +288,12 @@ class OpRecorder(TorchDispatchMode):
         stamps = [w[1] for w in (by_tensor, by_storage) if w is not None]
         return max(stamps) if stamps else 0
 
-    def _record(self, func, args, kwargs, out, node) -> None:
+    def _record(self, func, args, kwargs, out, node, grew: bool = False) -> None:
+        """Record one call; ``grew``: a resize that grew its tensor's storage (it allocated and copied)."""
         schema = self._schemas.get(func)
         if schema is None:
             schema = self._schemas[func] = _schema_of(func)
+        metadata_only = schema.is_view or (schema.restrides and not grew)
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
         kind = f"{func.namespace}.{func._overloadpacket.__name__}"
         in_bytes = sum(tensor_bytes(t) for t in inputs)
@@ -285,12 +304,12 @@ class OpRecorder(TorchDispatchMode):
         base = self.writer_of(mutated[0]) if mutated else (sources[0][0] if schema.is_view and sources else None)
         scope, partner = self._scope_and_partner(node, sources, inputs, base)
         # A view or an in-place write allocates nothing: its outputs live in its input's storage. A view
-        # moves no data either. Edges out of it still carry the tensor's bytes (a consumer elsewhere needs
-        # the data). Approximation: the base's memory is freed with its last direct consumer (the view op),
-        # not with the view's consumers.
+        # (in place or not) moves no data either. Edges out of it still carry the tensor's bytes (a consumer
+        # elsewhere needs the data). Approximation: the base's memory is freed with its last direct consumer
+        # (the view op), not with the view's consumers.
         fresh_bytes = sum(tensor_bytes(t) for t in outputs
                           if not schema.is_view and not any(t is m for m in mutated))
-        accessed_bytes = 0 if schema.is_view else in_bytes + out_bytes
+        accessed_bytes = 0 if metadata_only else in_bytes + out_bytes
         op = self.table.add(f"{kind}_{len(self.table.names)}", kind, scope, self.phase, flops,
                             accessed_bytes, fresh_bytes)
         for src, size in sources:
@@ -302,8 +321,8 @@ class OpRecorder(TorchDispatchMode):
         for variable in self._variables_written(mutated):
             if variable != partner:
                 self.table.colocate_pairs.append((variable, op))
-        for t in mutated:
-            self.register(t, op)
+        for t in mutated:  # an in-place view leaves the storage's data, and so its other views' writer, as it was
+            self.register(t, op, storage=not metadata_only)
         for t in outputs:
             if not any(t is m for m in mutated):  # an in-place op returns the tensor it wrote
                 self.register(t, op, storage=not schema.is_view)

@@ -631,3 +631,40 @@ def test_trace_training_step__data_dependent_shape_is_one_error_saying_what_to_d
     """Was fake tensors' own DynamicOutputShapeException naming only the aten op."""
     with pytest.raises(PlacerError, match=r"aten\.index .*shape depends on the data.*give the model fixed shapes"):
         trace_training_step(_MaskRouted(), (torch.randn(6, 4),), name="routed")
+
+
+class _InPlaceViews(nn.Module):
+    """Shape-only in-place ops on an activation, a shrinking and a growing resize_ on a gradient-free copy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+
+    def forward(self, x):
+        y = self.fc(x)
+        flat = y.view(-1)  # a view taken before the in-place views: they leave its data as it was
+        y.unsqueeze_(0).squeeze_(0).t_().transpose_(0, 1).as_strided_((3, 6), (6, 1))
+        shrunk = x.detach().clone().resize_(2, 6)
+        grown = x.detach().clone().resize_(4, 6)
+        return flat.sum() + y.mean() + shrunk.sum() + grown.sum()
+
+
+def test_trace_training_step__in_place_views_move_and_allocate_nothing():
+    """Were costed as reading and writing the whole tensor, and made the view taken before them read them."""
+    graph = trace_training_step(_InPlaceViews(), (torch.randn(3, 6),))
+    restrided = [_ops(graph, kind=f"aten.{name}", phase="forward")[0]
+                 for name in ("unsqueeze_", "squeeze_", "t_", "transpose_", "as_strided_")]
+    shrink, grow = _ops(graph, kind="aten.resize_", phase="forward")
+    for op in [*restrided, shrink]:
+        assert (graph.bytes_accessed[op], graph.out_bytes[op]) == (0, 0), graph.op_kinds[op]
+        assert graph.flops[op] == 0
+    assert graph.bytes_accessed[grow] > 0  # growing allocates and copies
+    addmm = _ops(graph, kind="aten.addmm", phase="forward")[0]
+    view = _ops(graph, kind="aten.view", phase="forward")[0]
+    # each in-place view reads the tensor its predecessor left; the sum of the earlier view reads that view
+    chain = [addmm, *restrided]
+    for producer, op in zip(chain, restrided):
+        assert _in_edges(graph, op) == {producer: 3 * 6 * 4}
+    assert _in_edges(graph, _ops(graph, kind="aten.sum", phase="forward")[0]) == {view: 3 * 6 * 4}
+    assert _in_edges(graph, _ops(graph, kind="aten.mean", phase="forward")[0]) == {restrided[-1]: 3 * 6 * 4}
+    assert len({graph.colocation[op] for op in [addmm, view, *restrided]}) == 1
