@@ -181,10 +181,15 @@ ZERO_FLOP_TYPES = (
     "Unsqueeze", "Squeeze", "Cast", "CastLike", "Shape", "Size", "Identity", "Expand", "Tile", "Pad",
     "Constant", "ConstantOfShape", "Range", "Dropout", "ScatterND", "ScatterElements", "DepthToSpace",
     "SpaceToDepth", "OneHot", "NonZero", "Trilu", "EyeLike",
+    *("SequenceEmpty", "SequenceLength", "SequenceErase"),  # sequence bookkeeping
+    *("SplitToSequence", "ConcatFromSequence", "SequenceAt", "SequenceInsert", "SequenceConstruct"),  # SEQUENCE_COPIES
     # OpenVINO
     "ShapeOf", "StridedSlice", "Broadcast", "Convert", "ConvertLike", "VariadicSplit", "ScatterUpdate",
     "ScatterNDUpdate", "ScatterElementsUpdate", "Roll", "ReverseSequence",
 )
+# Ops that copy tensors into or out of a sequence. A sequence has no size an importer knows (0 bytes), so they
+# cost what a Concat or Split moving their tensors does: what they read of tensors, they write, and conversely.
+SEQUENCE_COPIES = ("SplitToSequence", "ConcatFromSequence", "SequenceAt", "SequenceInsert", "SequenceConstruct")
 ELEMENTWISE_TYPES = (
     # ONNX
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Relu", "Tanh", "Sigmoid", "Erf", "Gelu", "Exp", "Log", "Neg",

@@ -25,12 +25,15 @@ it early), a Scan by its scan inputs' length (one of them sized along its scan a
 by its input sequence's length where the ops that make it say it (graphs.inference.onnx_trips); an If takes the
 larger of its two branches' FLOPs, and of their bytes: an upper bound of the one that runs. A Loop's scan
 outputs, which onnx's inference leaves a symbolic leading dim, are as long as its static trip count, and what
-reads them is inferred again with that size. A Loop, Scan or SequenceMap whose runs are not known statically
+reads them is inferred again with that size; so is a ConcatFromSequence's concatenated dim, where its
+sequence's length and its tensors' dims are known. A Loop, Scan or SequenceMap whose runs are not known statically
 keeps no FLOPs (listed in ``ops_without_flops``) and its own inputs, outputs and weights as its bytes accessed;
 why is in ``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}), which ``placer graphs import``
 warns of. A body's own initializers are resident weights of its top-level subgraph op, counted once whatever
 the trip count (``param_bytes``, ``num_params``); its intermediate tensors live only while the op runs, so the
-op's ``out_bytes`` are its own outputs (a sequence is 0 bytes, counted with the outputs of unknown shape). An
+op's ``out_bytes`` are its own outputs (a sequence is 0 bytes, counted with the outputs of unknown shape). The
+ops that copy tensors into or out of a sequence (flops.SEQUENCE_COPIES) cost 0 FLOPs and what a copy moves:
+their sequence side counts the bytes of their tensor side (read and written, as a Concat or a Split). An
 op type without a formula inside a body is listed in ``ops_without_flops`` too (one per body node), its
 subgraph op's FLOPs lacking it.
 """
@@ -48,10 +51,11 @@ from graphs.files import file_problem
 from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
                                        costlier, repeated, to_opgraph, unique_names)
 from graphs.inference.declared_shapes import infer_preferring_inputs
-from graphs.inference.flops import Shape, op_flops
+from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.inference.onnx_trips import (bodies, graph_attribute, graphs_within, loop_trips, scan_trips,
-                                         sequence_lengths, sequence_map_trips, size_loop_scan_outputs)
+                                         sequence_lengths, sequence_map_trips, size_concat_from_sequences,
+                                         size_loop_scan_outputs)
 from graphs.inference.shape_folding import (ShapeConflict, infer_with_folded_shapes, known_values, reshape_conflict,
                                             shape_conflict, static_dim, tensor_dims)
 from graphs.opgraph import OpGraph
@@ -137,8 +141,11 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncost
         else:
             flops = op_flops(node.op_type, _input_shapes(node, scope.tensors),
                              [_shape(scope.tensors.get(t)) for t in outputs], _attributes(node))
-        costs.append(NodeCost(name, node.op_type, flops, in_bytes, sum(_bytes(scope.tensors.get(t)) for t in outputs),
-                              weight_bytes, param_bytes, body_bytes))
+        out_bytes = sum(_bytes(scope.tensors.get(t)) for t in outputs)
+        if node.op_type in SEQUENCE_COPIES and node.domain in DEFAULT_DOMAINS:
+            out_bytes = max(in_bytes + weight_bytes, out_bytes)  # a copy: the sequence side (0 bytes) as the other
+            in_bytes = out_bytes - weight_bytes
+        costs.append(NodeCost(name, node.op_type, flops, in_bytes, out_bytes, weight_bytes, param_bytes, body_bytes))
     return costs, uncosted
 
 
@@ -236,9 +243,11 @@ def _inferred_with_loop_outputs(model):
     static trip count led by that count (graphs.inference.onnx_trips), and what reads them inferred again: a
     Loop whose trip count reads another's scan output takes one more round."""
     inferred = infer_with_folded_shapes(model)
-    loops = sum(node.op_type == "Loop" for graph in graphs_within(model.graph) for node in graph.node)
-    for _ in range(loops):  # each round sizes some Loop's scan outputs, which stay sized
-        if not size_loop_scan_outputs(inferred.graph):
+    rounds = sum(node.op_type in ("Loop", "ConcatFromSequence") for graph in graphs_within(model.graph)
+                 for node in graph.node)
+    for _ in range(rounds):  # each round sizes some Loop's scan outputs or concatenations, which stay sized
+        sized = size_loop_scan_outputs(inferred.graph)
+        if not size_concat_from_sequences(inferred.graph) and not sized:
             break
         inferred = infer_with_folded_shapes(inferred)
     return inferred

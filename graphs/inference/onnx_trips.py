@@ -10,7 +10,8 @@ leading dim that count gives a Loop's scan outputs.
 
 onnx's shape inference gives a Loop's scan outputs (the body's outputs after its carried values, stacked over
 the iterations) a symbolic leading dim even when the trip count is static; ``size_loop_scan_outputs`` gives
-them the trip count, and inferring again sizes what reads them.
+them the trip count, and inferring again sizes what reads them. ``size_concat_from_sequences`` does the same
+for a ConcatFromSequence's concatenated dim, from its sequence's length and its tensors' dims.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
-from graphs.inference.shape_folding import known_values, static_dim
+from graphs.inference.shape_folding import known_values, static_dim, tensor_dims
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 Dims = tuple[int | None, ...]  # a tensor's dims, None where not sized
@@ -140,6 +141,65 @@ def size_loop_scan_outputs(graph, outer: Mapping[str, np.ndarray] | None = None)
             for entry in entries.get(tensor, []):
                 changed |= _lead_with(entry, trips)
     return changed
+
+
+def size_concat_from_sequences(graph, outer: Mapping[str, np.ndarray] | None = None) -> bool:
+    """Give the output of each of ``graph``'s ConcatFromSequence (those inside its subgraph bodies too) its
+    concatenated dim where onnx's inference left it unsized and the sequence's length (``sequence_lengths``) and
+    its tensors' dims (the sequence's inferred type) are known: length x the tensors' dim along ``axis``, or the
+    length for a new axis (``new_axis``). In place; whether it sized any."""
+    values = known_values(graph, dict(outer or {}))
+    lengths = sequence_lengths(graph, values, tensor_dims(graph))
+    elements = {value.name: _element_dims(value) for value in [*graph.input, *graph.output, *graph.value_info]}
+    entries: dict[str, list] = {}
+    for value in [*graph.output, *graph.value_info]:
+        entries.setdefault(value.name, []).append(value)
+    changed = False
+    for node in graph.node:
+        for body in bodies(node):
+            changed |= size_concat_from_sequences(body, values)
+        if node.op_type != "ConcatFromSequence" or node.domain not in DEFAULT_DOMAINS or not node.input:
+            continue
+        size = _concatenated(node, lengths.get(node.input[0]), elements.get(node.input[0]))
+        for entry in entries.get(node.output[0], []) if size is not None else []:
+            changed |= _size_dim(entry, size[0], size[1])
+    return changed
+
+
+def _concatenated(node, length: int | None, element: Dims | None) -> tuple[int, int] | None:
+    """(the output dim, its size) of a ConcatFromSequence of ``length`` tensors of dims ``element``, if known."""
+    if length is None or not element:
+        return None
+    new_axis = bool(_attribute(node, "new_axis", 0))
+    rank = len(element) + new_axis
+    axis = _attribute(node, "axis", 0)
+    if not -rank <= axis < rank:
+        return None
+    axis %= rank
+    if new_axis:
+        return axis, length
+    return (axis, length * element[axis]) if element[axis] is not None else None
+
+
+def _element_dims(value) -> Dims | None:
+    """The dims of a sequence's tensors (None where not sized), from its type; None for anything else."""
+    if not value.type.HasField("sequence_type"):
+        return None
+    element = value.type.sequence_type.elem_type
+    if not element.HasField("tensor_type") or not element.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if static_dim(d) else None for d in element.tensor_type.shape.dim)
+
+
+def _size_dim(value, index: int, size: int) -> bool:
+    """Set dim ``index`` of ``value`` (a ValueInfoProto) to ``size`` if it has none; whether it did."""
+    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    if tensor_type is None or not tensor_type.HasField("shape") or len(tensor_type.shape.dim) <= index:
+        return False
+    if static_dim(tensor_type.shape.dim[index]):
+        return False
+    tensor_type.shape.dim[index].dim_value = size  # replaces its dim_param (one of the two)
+    return True
 
 
 def _lead_with(value, size: int) -> bool:

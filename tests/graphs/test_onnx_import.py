@@ -912,3 +912,48 @@ def test_import_onnx__a_sequence_map_over_a_sequence_of_unknown_length_is_not_co
     assert graph.meta["ops_without_flops"]["SequenceMap"] == 1
     assert graph.meta["bodies_not_costed"] == {
         "map": "SequenceMap: the length of its input sequence is not known statically"}
+
+
+def _sequence_ops_model(tmp_path) -> str:
+    """x (3,2,4) split into a sequence of three (1,2,4), one taken out, a Relu of it put back, the four
+    concatenated along axis 0 into y, negated; a pair made of x and x, stacked along a new axis 0 into z."""
+    value = helper.make_tensor_value_info
+    node = helper.make_node
+    nodes = [node("SplitToSequence", ["x"], ["rows"], name="split", axis=0),
+             node("SequenceAt", ["rows", "one"], ["row"], name="at"),
+             node("Relu", ["row"], ["r"], name="relu"),
+             node("SequenceInsert", ["rows", "r"], ["more"], name="insert"),
+             node("ConcatFromSequence", ["more"], ["y"], name="concat", axis=0),
+             node("Neg", ["y"], ["minus_y"], name="neg"),
+             node("SequenceConstruct", ["x", "x"], ["pair"], name="construct"),
+             node("ConcatFromSequence", ["pair"], ["z"], name="stack", axis=0, new_axis=1)]
+    return _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [3, 2, 4])],
+                 [value("minus_y", TensorProto.FLOAT, ["Y", 2, 4]), value("z", TensorProto.FLOAT, ["Z", 3, 2, 4])],
+                 [numpy_helper.from_array(np.array(1, np.int64), "one")])
+
+
+def test_import_onnx__sequence_ops_cost_no_flops_and_move_their_tensors_as_a_copy(tmp_path):
+    """They had no formula (listed in ops_without_flops), and a sequence is 0 bytes: they cost their tensor side
+    once. Now each writes what it reads, as a Concat or a Split moving those tensors."""
+    graph = import_onnx(_sequence_ops_model(tmp_path))
+    x_bytes, row_bytes = 24 * F32, 8 * F32
+    assert graph.meta["ops_without_flops"] == {}
+    assert _by_name(graph, graph.flops) == {"split": 0, "at": 0, "relu": 8, "insert": 0, "concat": 0, "neg": 32,
+                                            "construct": 0, "stack": 0}
+    accessed, written = _by_name(graph, graph.bytes_accessed), _by_name(graph, graph.out_bytes)
+    assert accessed["split"] == 2 * x_bytes and written["split"] == x_bytes  # the sequence holds the rows
+    assert accessed["at"] == 2 * row_bytes  # the position, 8 bytes, is read with the row it picks
+    assert accessed["insert"] == 2 * row_bytes
+    assert accessed["construct"] == 2 * x_bytes  # x read once, as by any node reading a tensor twice
+    assert accessed["concat"] == 2 * written["concat"] and accessed["stack"] == 2 * written["stack"]
+
+
+def test_import_onnx__concat_from_sequence_of_known_length_is_sized_and_so_are_its_readers(tmp_path):
+    """y = ConcatFromSequence of four (1,2,4) along axis 0: (4,2,4); z stacks two (3,2,4) along a new axis 0:
+    (2,3,2,4). onnx's inference left their concatenated dim symbolic, counted as 1: one tensor's worth."""
+    graph = import_onnx(_sequence_ops_model(tmp_path))
+    written = _by_name(graph, graph.out_bytes)
+    assert (written["concat"], written["neg"], written["stack"]) == (32 * F32, 32 * F32, 48 * F32)
+    assert _by_name(graph, graph.flops)["neg"] == 32
+    # only the sequences are unsized (0 bytes), y and z no longer
+    assert graph.meta["unsized_tensors_by_op"] == {"SequenceConstruct": 1, "SequenceInsert": 1, "SplitToSequence": 1}
