@@ -126,9 +126,7 @@ def size_loop_scan_outputs(graph, outer: Mapping[str, np.ndarray] | None = None)
     subgraph bodies too) that count as their leading dim where onnx's inference left it unsized, in their
     value_info or graph output entries (in place); whether it gave any."""
     values = known_values(graph, dict(outer or {}))
-    entries: dict[str, list] = {}
-    for value in [*graph.output, *graph.value_info]:
-        entries.setdefault(value.name, []).append(value)
+    entries = _entries_by_name(graph)
     changed = False
     for node in graph.node:
         for body in bodies(node):
@@ -151,9 +149,7 @@ def size_concat_from_sequences(graph, outer: Mapping[str, np.ndarray] | None = N
     values = known_values(graph, dict(outer or {}))
     lengths = sequence_lengths(graph, values, tensor_dims(graph))
     elements = {value.name: _element_dims(value) for value in [*graph.input, *graph.output, *graph.value_info]}
-    entries: dict[str, list] = {}
-    for value in [*graph.output, *graph.value_info]:
-        entries.setdefault(value.name, []).append(value)
+    entries = _entries_by_name(graph)
     changed = False
     for node in graph.node:
         for body in bodies(node):
@@ -164,6 +160,14 @@ def size_concat_from_sequences(graph, outer: Mapping[str, np.ndarray] | None = N
         for entry in entries.get(node.output[0], []) if size is not None else []:
             changed |= _size_dim(entry, size[0], size[1])
     return changed
+
+
+def _entries_by_name(graph) -> dict[str, list]:
+    """{tensor: its graph output and value_info entries}: where an inferred shape is written."""
+    entries: dict[str, list] = {}
+    for value in [*graph.output, *graph.value_info]:
+        entries.setdefault(value.name, []).append(value)
+    return entries
 
 
 def _concatenated(node, length: int | None, element: Dims | None) -> tuple[int, int] | None:
