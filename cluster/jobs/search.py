@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field, replace
@@ -54,7 +55,7 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_i
                             read_run, record_device_removal, record_proven_bound, record_resume,
                             rows_without_devices, write_text_atomic)
 from graphs.errors import PlacerError
-from graphs.files import atomic_folder
+from graphs.files import atomic_folder, missing_folders, remove_empty_folders
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
 from policies.rl.config import CHECKPOINT_EVERY
@@ -142,10 +143,12 @@ class CheckedSearch:
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume."""
+    """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume.
+    ``run_dir`` None: a new run stopped before its first measurement, whose folder was removed."""
 
-    def __init__(self, run_dir: Path):
-        super().__init__(f"search interrupted; the run log is complete up to now in {run_dir}")
+    def __init__(self, run_dir: Path | None):
+        super().__init__(f"search interrupted; the run log is complete up to now in {run_dir}" if run_dir else
+                         "search interrupted before its first measurement; no run folder was kept")
         self.run_dir = run_dir
 
 
@@ -155,7 +158,8 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     ``search``: settings, checked here (a resumed run's taken from its manifest first), or a CheckedSearch,
     checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch;
     ``on_start(run_dir)`` once every check has passed and the run folder is open (bad input is raised before
-    it)."""
+    it). A new run that stops before its first measurement (no measurer actor started, any error, Ctrl-C)
+    removes its folder again: ``SearchInterrupted.run_dir`` is None then; a resumed run keeps its folder."""
     import ray
 
     from cluster import ray_setup
@@ -181,6 +185,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
         ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
         pool_config = pool_config_for(spec, config.workers)  # a real measurer with no node for its GPUs: refused
+        out_made = [] if config.resume else missing_folders(Path(config.out))  # removed with a run discarded
         writer, past = _open_run(config, spec, problem, bound if isinstance(bound, tuple) else None)
     except BaseException:
         _stop_solving(bound)
@@ -189,7 +194,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         raise
     run_dir = writer.folder
     pool = outcome = None
-    stop_reason = "interrupted"
+    stop_reason, kept = "interrupted", True
     try:
         save_warm_start_placement(run_dir, warm_file)
         if on_start is not None:
@@ -209,8 +214,11 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
             ray_setup.shutdown_ray()
         if outcome is None:  # interrupted, or failed: no bound recorded (a resume solves it again)
             _stop_solving(bound)
+        kept = outcome is not None or bool(config.resume) or writer.rows_logged > 0
+        if not kept:
+            _discard_unmeasured_run(run_dir, out_made)
     if outcome is None:
-        raise SearchInterrupted(run_dir)
+        raise SearchInterrupted(run_dir if kept else None)
     try:
         bound_s, bound_holds_for = _solved_bound(run_dir, bound, config)
     except KeyboardInterrupt:
@@ -225,6 +233,14 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     result = replace(result, proven_bound_s=bound_s, proven_bound_holds_for=bound_holds_for)
     _write_result(run_dir, result)
     return result
+
+
+def _discard_unmeasured_run(run_dir: Path, out_made: list[Path]) -> None:
+    """A new run that stopped before its first measurement (no measurer actor started, any error, Ctrl-C): a
+    manifest with nothing measured is no run to read or resume (`placer analyze` listed it as running or
+    stopped), so its folder goes, and the folders of ``--out`` this run made, while they are empty."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    remove_empty_folders(out_made)
 
 
 def _write_result(run_dir: Path, result: SearchResult) -> None:

@@ -419,6 +419,49 @@ def test_search__a_run_folder_is_made_whole_or_not_at_all(local_ray, tmp_path, m
                                                                                   result.run_dir.iterdir()}
 
 
+def _no_actor_starts(monkeypatch):
+    """The pool finds no node to start an actor on (every GPU node held by another search): wait_ready's
+    error, at once rather than after 120 s."""
+    from cluster.pool import MeasurerPool
+
+    monkeypatch.setattr(MeasurerPool, "_add_slots", lambda self: None)
+
+
+def _ctrl_c_at_first_measurement(monkeypatch):
+    from cluster.pool import MeasurerPool
+
+    def submit(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MeasurerPool, "submit", submit)
+
+
+@pytest.mark.parametrize("fail, raised, match", [(_no_actor_starts, PlacerError, "no measurer actor started"),
+                                                 (_ctrl_c_at_first_measurement, KeyboardInterrupt, "")])
+def test_search__a_new_run_stopped_before_its_first_measurement_leaves_no_folder(local_ray, tmp_path, monkeypatch,
+                                                                                 fail, raised, match):
+    """A search whose pool never started an actor left a run folder with a manifest and nothing measured,
+    which `placer analyze` listed as "running or stopped". A resumed run's folder stays, whatever happens."""
+    settings = dict(policy="random", budget=40, bound_time_limit_s=0)
+    with pytest.raises(KeyboardInterrupt):  # a stopped run, to resume below
+        run_search(_config(tmp_path, **settings), progress=_interrupt_at(1))
+    (stopped,) = list((tmp_path / "runs").iterdir())
+    fail(monkeypatch)
+    started = []
+    with pytest.raises(raised, match=match) as caught:
+        run_search(_config(tmp_path, **settings, seed=4), on_start=started.append)
+    assert len(started) == 1 and not started[0].exists()  # it was opened, then removed
+    assert list((tmp_path / "runs").iterdir()) == [stopped]
+    if raised is KeyboardInterrupt:  # nothing to resume: the CLI prints no --resume command
+        assert caught.value.run_dir is None and "no run folder was kept" in str(caught.value)
+    with pytest.raises(raised, match=match):
+        run_search(_config(tmp_path / "fresh", **settings))
+    assert not (tmp_path / "fresh").exists()  # nor the --out folder it made
+    with pytest.raises(raised, match=match):
+        run_search(_config(tmp_path, **settings, resume=str(stopped)))
+    assert list((tmp_path / "runs").iterdir()) == [stopped] and len(read_run(stopped)) > 0
+
+
 def test_search_cli__bad_input_exits_non_zero_and_writes_nothing(tmp_path, capsys):
     from cluster.cli import main
 
