@@ -153,10 +153,14 @@ class SearchInterrupted(KeyboardInterrupt):
 
 
 def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
-               on_start: Callable[[Path], None] | None = None) -> SearchResult:
+               on_start: Callable[[Path], None] | None = None,
+               on_policy_start: Callable[[int], None] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
     ``search``: settings, checked here (a resumed run's taken from its manifest first), or a CheckedSearch,
-    checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch;
+    checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch
+    (``measured``: the policy's measurements in the run, a resumed learner's earlier sessions' included);
+    ``on_policy_start(measured)`` once before the policy's first batch, with the count it starts from (a
+    resumed learner's, else 0: what is measured in this session is ``measured`` less that);
     ``on_start(run_dir)`` once every check has passed and the run folder is open (bad input is raised before
     it). A new run that stops before its first measurement (no measurer actor started, any error, Ctrl-C)
     removes its folder again: ``SearchInterrupted.run_dir`` is None then; a resumed run keeps its folder."""
@@ -202,7 +206,8 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         pool = MeasurerPool(factory, pool_config, run_log=writer)
         baselines, placements = _score_baselines(problem, pool, config, past, writer, computed)
         warm = _warm_start(warm_source, warm_file, baselines, placements, problem, pool, past, writer)
-        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals)
+        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals,
+                              on_policy_start)
         stop_reason = outcome.stop_reason
     except KeyboardInterrupt:
         outcome, baselines, placements = None, [], {}
@@ -565,7 +570,8 @@ class _PolicyOutcome:
 
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
-                warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = ()) -> _PolicyOutcome:
+                warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = (),
+                on_policy_start: Callable[[int], None] | None = None) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
     time limit, stop flag and metrics log (policies.base.RunContext), the searches that take one its time
     limit and stop flag, and each policy that takes one ``warm_start`` when the search has one. A resumed
@@ -580,6 +586,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
     tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured,
                            best_runtime_s=past.best_s.get(config.policy, math.inf) if measured else math.inf)
+    if on_policy_start is not None:
+        on_policy_start(measured)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
                                   first_iteration=first_iteration, count_calls=not learned or bool(removals))
     options = {}

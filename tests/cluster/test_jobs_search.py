@@ -134,11 +134,12 @@ def test_search__a_search_stops_at_its_time_limit_as_a_learner_does(local_ray, t
 
 
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
-    first = run_search(_config(tmp_path, budget=8))
+    starts = []  # what each session's policy starts from: the bar's rate is this session's, after it
+    first = run_search(_config(tmp_path, budget=8), on_policy_start=starts.append)
     shown = []  # the progress bar's best: the run's, not only this session's (it started at infinity)
     resumed = run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)),
-                         progress=lambda measured, best_s, bound_s: shown.append(best_s))
-    assert resumed.run_dir == first.run_dir and resumed.measurements == 16
+                         progress=lambda measured, best_s, bound_s: shown.append(best_s), on_policy_start=starts.append)
+    assert resumed.run_dir == first.run_dir and resumed.measurements == 16 and starts == [0, 8]
     assert summarize([first.run_dir])[0].policy_measurements == 16  # both sessions', as search counts them
     assert shown and max(shown) <= first.policy_best_runtime_s
     rows = read_run(first.run_dir)
