@@ -172,7 +172,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
 
-    started = time.perf_counter()
+    started = _clock()
     if not isinstance(search, CheckedSearch):
         search = check_search_config(resume_config(search.resume, asdict(search)) if search.resume else search)
     config, warm_source = search.config, search.warm_source
@@ -207,7 +207,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         baselines, placements = _score_baselines(problem, pool, config, past, writer, computed)
         warm = _warm_start(warm_source, warm_file, baselines, placements, problem, pool, past, writer)
         outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals,
-                              on_policy_start)
+                              on_policy_start, _time_left_s(config.time_limit_s, started))
         stop_reason = outcome.stop_reason
     except KeyboardInterrupt:
         outcome, baselines, placements = None, [], {}
@@ -228,7 +228,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         bound_s, bound_holds_for = _solved_bound(run_dir, bound, config)
     except KeyboardInterrupt:
         raise SearchInterrupted(run_dir) from None
-    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
+    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, _clock() - started,
                      warm)
     if removals:
         result = _on_final_devices(result, problem, outcome, placements, warm)
@@ -238,6 +238,15 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     result = replace(result, proven_bound_s=bound_s, proven_bound_holds_for=bound_holds_for)
     _write_result(run_dir, result)
     return result
+
+
+_clock = time.perf_counter  # the session's clock, for its time limit (a test's fake moves it on)
+
+
+def _time_left_s(time_limit_s: float | None, started_s: float) -> float | None:
+    """What ``--time-limit`` leaves the policy: the limit counts from the session's start (loading the graph,
+    Ray, the pool's actors and the baselines took some of it); 0 once spent, None without a limit."""
+    return None if time_limit_s is None else max(0.0, time_limit_s - (_clock() - started_s))
 
 
 def _discard_unmeasured_run(run_dir: Path, out_made: list[Path]) -> None:
@@ -571,10 +580,11 @@ class _PolicyOutcome:
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
                 warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = (),
-                on_policy_start: Callable[[int], None] | None = None) -> _PolicyOutcome:
+                on_policy_start: Callable[[int], None] | None = None,
+                time_left_s: float | None = None) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
-    time limit, stop flag and metrics log (policies.base.RunContext), the searches that take one its time
-    limit and stop flag, and each policy that takes one ``warm_start`` when the search has one. A resumed
+    the time its limit leaves (``time_left_s``), stop flag and metrics log (policies.base.RunContext), the
+    searches that take one the time left and stop flag (exact: the whole limit, for its solver), and each policy that takes one ``warm_start`` when the search has one. A resumed
     learner goes on from its checkpoint: its log rows and the progress count go on from there too (and it
     does not imitate its warm start again)."""
     from policies.base import RunContext
@@ -599,7 +609,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
             if not measurer.count_calls:  # (with removals each phase's learner counts from 0: calls count)
                 measurer.start_iteration(iteration + 1)
 
-        context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=config.time_limit_s,
+        context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=time_left_s,
                              should_stop=should_stop, on_iteration=on_iteration,
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"torch_threads": 1, "checkpoint_every": CHECKPOINT_EVERY, "context": context,
@@ -613,7 +623,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         if config.policy == "hierarchical":  # its grouper starts on groups of the searched method
             options["prior"] = config.grouping
     elif entry.takes_context:  # a search stops between batches as a learner does
-        options["context"] = RunContext(time_limit_s=config.time_limit_s, should_stop=should_stop)
+        options["context"] = RunContext(time_limit_s=time_left_s, should_stop=should_stop)
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if entry.takes_time_limit and config.time_limit_s is not None:

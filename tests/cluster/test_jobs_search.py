@@ -133,6 +133,29 @@ def test_search__a_search_stops_at_its_time_limit_as_a_learner_does(local_ray, t
     assert result.stop_reason == "time_limit" and result.measurements < 3000
 
 
+@pytest.mark.parametrize("policy", ["random", "reinforce"])
+def test_search__the_time_limit_counts_from_the_sessions_start(local_ray, tmp_path, monkeypatch, policy):
+    """`placer search --time-limit 45` ended at 63 s: the policy's clock started after Ray, the pool's actors
+    and the baselines. Here the baselines "take" the whole limit (a fake clock moved on by 100 s): the policy
+    gets none of it and stops at its first batch boundary, before measuring anything."""
+    import cluster.jobs.search as search_job
+
+    offset_s = [0.0]
+    real_clock, real_baselines = search_job._clock, search_job._score_baselines
+    monkeypatch.setattr(search_job, "_clock", lambda: real_clock() + offset_s[0])
+
+    def slow_baselines(*args, **kwargs):
+        outcome = real_baselines(*args, **kwargs)
+        offset_s[0] += 100.0
+        return outcome
+
+    monkeypatch.setattr(search_job, "_score_baselines", slow_baselines)
+    result = run_search(_config(tmp_path, policy=policy, budget=40, time_limit_s=100.0, bound_time_limit_s=0))
+    assert result.stop_reason == "time_limit" and result.measurements == 0
+    assert result.wall_s >= 100.0  # the session's clock, the same the limit is counted on
+    assert not (read_run(result.run_dir).policy == policy).any()
+
+
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     starts = []  # what each session's policy starts from: the bar's rate is this session's, after it
     first = run_search(_config(tmp_path, budget=8), on_policy_start=starts.append)
