@@ -584,9 +584,10 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
                 time_left_s: float | None = None) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
     the time its limit leaves (``time_left_s``), stop flag and metrics log (policies.base.RunContext), the
-    searches that take one the time left and stop flag (exact: the whole limit, for its solver), and each policy that takes one ``warm_start`` when the search has one. A resumed
-    learner goes on from its checkpoint: its log rows and the progress count go on from there too (and it
-    does not imitate its warm start again)."""
+    searches that take one the time left and stop flag (exact: the whole limit, for its solver), and each
+    policy that takes one ``warm_start`` when the search has one. A resumed learner goes on from its
+    checkpoint: its log rows and the progress count go on from there too (and it does not imitate its warm
+    start again)."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
     from policies.rl.gnn.config import GRAPH_NEURAL
