@@ -46,7 +46,7 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     from graphs.errors import PlacerError
 
     root = Path(root)
-    made = _missing_folders(root)
+    made = missing_folders(root)
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(root)
     staging = root / _temp_name(name)
@@ -59,7 +59,7 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
         os.rename(staging / name, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        _remove_empty(made)
+        remove_empty_folders(made)
         raise
     staging.rmdir()  # empty: its folder was renamed out
 
@@ -151,7 +151,7 @@ def _process_gone(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
-def _missing_folders(path: Path) -> list[Path]:
+def missing_folders(path: Path) -> list[Path]:
     """``path`` and its ancestors that do not exist yet, deepest first: what ``mkdir(parents=True)`` makes."""
     missing = []
     for folder in (path.absolute(), *path.absolute().parents):
@@ -161,7 +161,7 @@ def _missing_folders(path: Path) -> list[Path]:
     return missing
 
 
-def _remove_empty(folders: list[Path]) -> None:
+def remove_empty_folders(folders: list[Path]) -> None:
     """Remove ``folders`` (deepest first) while they are empty: one something else wrote into stays, and so do
     the folders above it."""
     for folder in folders:

@@ -34,7 +34,9 @@ def register(subparsers) -> None:
                    "from ONNX or OpenVINO IR, per-op devices through OpenVINO's HETERO mode)")
     p.add_argument("--budget", type=int, help=f"measurements (default {d.budget})")
     p.add_argument("--time-limit", type=float, dest="time_limit_s",
-                   help="seconds (default none; exact: the solver's, default 60)")
+                   help="seconds from the search's start (Ray, the pool and the baselines count): the policy "
+                        "stops at its first batch boundary after it, so the batch in flight and closing come on top "
+                        "(default none; exact: the solver's, default 60)")
     p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")
     p.add_argument("--batch", type=int, help="placements per learner iteration, learned policies only (default: "
                    "the policy's own, 16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 "
@@ -96,8 +98,8 @@ def run(args) -> int:
     config = checked.config
     with _Progress(config.budget, enabled=True) as progress:
         try:
-            result = run_search(checked, progress=progress.update,
-                                on_start=progress.start)  # bad input found on the way: no bar before it
+            result = run_search(checked, progress=progress.update, on_start=progress.start,  # bad input found on
+                                on_policy_start=progress.measured_before)  # the way: no bar before it
         except KeyboardInterrupt as exc:
             print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
             run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else progress.run_dir  # or while closing
@@ -122,13 +124,16 @@ def run(args) -> int:
 
 class _Progress:
     """A rich progress bar on stderr: measurements, best step time, ratio to the lower bound, rate. It is
-    drawn from ``start`` (the run folder is open) or the first update, so an error before is one line."""
+    drawn from ``start`` (the run folder is open) or the first update, so an error before is one line. The
+    rate is this session's: measurements since ``measured_before`` (a resumed run's earlier ones: the bar
+    counts them) over the bar's time."""
 
     def __init__(self, budget: int, enabled: bool, line_every_s: float = PROGRESS_LINE_EVERY_S):
         self.budget, self.enabled = budget, enabled
         self._line_every_s = line_every_s  # how often the bar is printed as a line where stderr is no terminal
         self._bar = self._lines = None
         self.run_dir = None  # the run folder, once the search has opened it
+        self._measured_before = 0  # earlier sessions' measurements: not this session's rate
 
     def __enter__(self):
         return self
@@ -146,12 +151,16 @@ class _Progress:
             self._task = self._bar.add_task("search", total=self.budget, best="best -", rate="")
             self._lines = ProgressLines(self._bar, self._line_every_s)
 
+    def measured_before(self, measured: int) -> None:
+        """The policy starts at ``measured`` (a resumed run's earlier sessions' measurements)."""
+        self._measured_before = measured
+
     def update(self, measured: int, best_runtime_s: float, lower_bound_s: float | None = None) -> None:
         self.start()
         if self._bar is None:
             return
         task = self._bar.tasks[0]
-        rate = measured / task.elapsed if task.elapsed else 0.0
+        rate = (measured - self._measured_before) / task.elapsed if task.elapsed else 0.0
         best = "best -" if math.isinf(best_runtime_s) else f"best {seconds_text(best_runtime_s)} s"
         if lower_bound_s and math.isfinite(best_runtime_s):
             best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"

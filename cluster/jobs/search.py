@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field, replace
@@ -54,7 +55,7 @@ from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_i
                             read_run, record_device_removal, record_proven_bound, record_resume,
                             rows_without_devices, write_text_atomic)
 from graphs.errors import PlacerError
-from graphs.files import atomic_folder
+from graphs.files import atomic_folder, missing_folders, remove_empty_folders
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
 from policies.rl.config import CHECKPOINT_EVERY
@@ -142,20 +143,27 @@ class CheckedSearch:
 
 
 class SearchInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume."""
+    """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume.
+    ``run_dir`` None: a new run stopped before its first measurement, whose folder was removed."""
 
-    def __init__(self, run_dir: Path):
-        super().__init__(f"search interrupted; the run log is complete up to now in {run_dir}")
+    def __init__(self, run_dir: Path | None):
+        super().__init__(f"search interrupted; the run log is complete up to now in {run_dir}" if run_dir else
+                         "search interrupted before its first measurement; no run folder was kept")
         self.run_dir = run_dir
 
 
 def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
-               on_start: Callable[[Path], None] | None = None) -> SearchResult:
+               on_start: Callable[[Path], None] | None = None,
+               on_policy_start: Callable[[int], None] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
     ``search``: settings, checked here (a resumed run's taken from its manifest first), or a CheckedSearch,
-    checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch;
+    checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch
+    (``measured``: the policy's measurements in the run, a resumed learner's earlier sessions' included);
+    ``on_policy_start(measured)`` once before the policy's first batch, with the count it starts from (a
+    resumed learner's, else 0: what is measured in this session is ``measured`` less that);
     ``on_start(run_dir)`` once every check has passed and the run folder is open (bad input is raised before
-    it)."""
+    it). A new run that stops before its first measurement (no measurer actor started, any error, Ctrl-C)
+    removes its folder again: ``SearchInterrupted.run_dir`` is None then; a resumed run keeps its folder."""
     import ray
 
     from cluster import ray_setup
@@ -164,7 +172,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
 
-    started = time.perf_counter()
+    started = _clock()
     if not isinstance(search, CheckedSearch):
         search = check_search_config(resume_config(search.resume, asdict(search)) if search.resume else search)
     config, warm_source = search.config, search.warm_source
@@ -181,6 +189,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         factory = as_factory(spec)  # a measurer that cannot run this graph fails here, before anything is written
         ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
         pool_config = pool_config_for(spec, config.workers)  # a real measurer with no node for its GPUs: refused
+        out_made = [] if config.resume else missing_folders(Path(config.out))  # removed with a run discarded
         writer, past = _open_run(config, spec, problem, bound if isinstance(bound, tuple) else None)
     except BaseException:
         _stop_solving(bound)
@@ -189,7 +198,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         raise
     run_dir = writer.folder
     pool = outcome = None
-    stop_reason = "interrupted"
+    stop_reason, kept = "interrupted", True
     try:
         save_warm_start_placement(run_dir, warm_file)
         if on_start is not None:
@@ -197,7 +206,8 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         pool = MeasurerPool(factory, pool_config, run_log=writer)
         baselines, placements = _score_baselines(problem, pool, config, past, writer, computed)
         warm = _warm_start(warm_source, warm_file, baselines, placements, problem, pool, past, writer)
-        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals)
+        outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals,
+                              on_policy_start, _time_left_s(config.time_limit_s, started))
         stop_reason = outcome.stop_reason
     except KeyboardInterrupt:
         outcome, baselines, placements = None, [], {}
@@ -209,13 +219,16 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
             ray_setup.shutdown_ray()
         if outcome is None:  # interrupted, or failed: no bound recorded (a resume solves it again)
             _stop_solving(bound)
+        kept = outcome is not None or bool(config.resume) or writer.rows_logged > 0
+        if not kept:
+            _discard_unmeasured_run(run_dir, out_made)
     if outcome is None:
-        raise SearchInterrupted(run_dir)
+        raise SearchInterrupted(run_dir if kept else None)
     try:
         bound_s, bound_holds_for = _solved_bound(run_dir, bound, config)
     except KeyboardInterrupt:
         raise SearchInterrupted(run_dir) from None
-    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, time.perf_counter() - started,
+    result = _result(config, run_dir, problem, baselines, outcome, stop_reason, _clock() - started,
                      warm)
     if removals:
         result = _on_final_devices(result, problem, outcome, placements, warm)
@@ -225,6 +238,23 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     result = replace(result, proven_bound_s=bound_s, proven_bound_holds_for=bound_holds_for)
     _write_result(run_dir, result)
     return result
+
+
+_clock = time.perf_counter  # the session's clock, for its time limit (a test's fake moves it on)
+
+
+def _time_left_s(time_limit_s: float | None, started_s: float) -> float | None:
+    """What ``--time-limit`` leaves the policy: the limit counts from the session's start (loading the graph,
+    Ray, the pool's actors and the baselines took some of it); 0 once spent, None without a limit."""
+    return None if time_limit_s is None else max(0.0, time_limit_s - (_clock() - started_s))
+
+
+def _discard_unmeasured_run(run_dir: Path, out_made: list[Path]) -> None:
+    """A new run that stopped before its first measurement (no measurer actor started, any error, Ctrl-C): a
+    manifest with nothing measured is no run to read or resume (`placer analyze` listed it as running or
+    stopped), so its folder goes, and the folders of ``--out`` this run made, while they are empty."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    remove_empty_folders(out_made)
 
 
 def _write_result(run_dir: Path, result: SearchResult) -> None:
@@ -549,12 +579,15 @@ class _PolicyOutcome:
 
 
 def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop,
-                warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = ()) -> _PolicyOutcome:
+                warm: WarmStartChoice | None = None, removals: Sequence[DeviceRemoval] = (),
+                on_policy_start: Callable[[int], None] | None = None,
+                time_left_s: float | None = None) -> _PolicyOutcome:
     """Any registry policy through one ``place`` call; learned ones also get the run's checkpoint folder,
-    time limit, stop flag and metrics log (policies.base.RunContext), the searches that take one its time
-    limit and stop flag, and each policy that takes one ``warm_start`` when the search has one. A resumed
-    learner goes on from its checkpoint: its log rows and the progress count go on from there too (and it
-    does not imitate its warm start again)."""
+    the time its limit leaves (``time_left_s``), stop flag and metrics log (policies.base.RunContext), the
+    searches that take one the time left and stop flag (exact: the whole limit, for its solver), and each
+    policy that takes one ``warm_start`` when the search has one. A resumed learner goes on from its
+    checkpoint: its log rows and the progress count go on from there too (and it does not imitate its warm
+    start again)."""
     from policies.base import RunContext
     from policies.registry import place, policy_entry
     from policies.rl.gnn.config import GRAPH_NEURAL
@@ -564,6 +597,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     first_iteration, measured = _checkpoint_progress(run_dir) if learned else (0, 0)
     tracker = _BestTracker(progress, problem.lower_bound_s, measured=measured,
                            best_runtime_s=past.best_s.get(config.policy, math.inf) if measured else math.inf)
+    if on_policy_start is not None:
+        on_policy_start(measured)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
                                   first_iteration=first_iteration, count_calls=not learned or bool(removals))
     options = {}
@@ -575,7 +610,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
             if not measurer.count_calls:  # (with removals each phase's learner counts from 0: calls count)
                 measurer.start_iteration(iteration + 1)
 
-        context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=config.time_limit_s,
+        context = RunContext(checkpoint_dir=checkpoint_dir, time_limit_s=time_left_s,
                              should_stop=should_stop, on_iteration=on_iteration,
                              before_checkpoint=writer.flush)  # a checkpoint never ahead of the log on disk
         options = {"torch_threads": 1, "checkpoint_every": CHECKPOINT_EVERY, "context": context,
@@ -589,7 +624,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         if config.policy == "hierarchical":  # its grouper starts on groups of the searched method
             options["prior"] = config.grouping
     elif entry.takes_context:  # a search stops between batches as a learner does
-        options["context"] = RunContext(time_limit_s=config.time_limit_s, should_stop=should_stop)
+        options["context"] = RunContext(time_limit_s=time_left_s, should_stop=should_stop)
     if warm is not None and warm.usable:  # check_search_config: only a policy that takes one has a warm start
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if entry.takes_time_limit and config.time_limit_s is not None:

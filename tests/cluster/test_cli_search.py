@@ -222,6 +222,25 @@ def test_search_progress__in_a_log_a_line_at_the_first_update_not_only_at_the_en
     assert line.startswith("search ") and "8/64" in line and "best 0.5000 s (2.00x LB)" in line, err
 
 
+def test_search_progress__a_resumed_run_shows_this_sessions_rate(monkeypatch):
+    """A resumed search showed 358.8/s where it measured about 130/s: the earlier sessions' measurements,
+    counted on the bar, went into the rate too, over this session's time."""
+    from cluster.commands import console
+    from cluster.commands.search import _Progress
+
+    now_s = [1000.0]
+    real_console = console.text_console
+    monkeypatch.setattr(console, "text_console", lambda **options: real_console(get_time=lambda: now_s[0],
+                                                                                **options))
+    with _Progress(2048, enabled=True) as progress:
+        progress.start()
+        progress.measured_before(960)  # the learner's checkpoint: 960 measured by earlier sessions
+        now_s[0] += 10.0
+        progress.update(960 + 40, 0.5, 0.25)
+        task = progress._bar.tasks[0]
+        assert task.completed == 1000 and task.fields["rate"] == "4.0/s"  # not 100.0/s
+
+
 def test_progress_lines__every_interval_in_a_log_and_never_on_a_terminal(capsys):
     import io
 

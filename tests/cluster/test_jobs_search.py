@@ -133,12 +133,36 @@ def test_search__a_search_stops_at_its_time_limit_as_a_learner_does(local_ray, t
     assert result.stop_reason == "time_limit" and result.measurements < 3000
 
 
+@pytest.mark.parametrize("policy", ["random", "reinforce"])
+def test_search__the_time_limit_counts_from_the_sessions_start(local_ray, tmp_path, monkeypatch, policy):
+    """`placer search --time-limit 45` ended at 63 s: the policy's clock started after Ray, the pool's actors
+    and the baselines. Here the baselines "take" the whole limit (a fake clock moved on by 100 s): the policy
+    gets none of it and stops at its first batch boundary, before measuring anything."""
+    import cluster.jobs.search as search_job
+
+    offset_s = [0.0]
+    real_clock, real_baselines = search_job._clock, search_job._score_baselines
+    monkeypatch.setattr(search_job, "_clock", lambda: real_clock() + offset_s[0])
+
+    def slow_baselines(*args, **kwargs):
+        outcome = real_baselines(*args, **kwargs)
+        offset_s[0] += 100.0
+        return outcome
+
+    monkeypatch.setattr(search_job, "_score_baselines", slow_baselines)
+    result = run_search(_config(tmp_path, policy=policy, budget=40, time_limit_s=100.0, bound_time_limit_s=0))
+    assert result.stop_reason == "time_limit" and result.measurements == 0
+    assert result.wall_s >= 100.0  # the session's clock, the same the limit is counted on
+    assert not (read_run(result.run_dir).policy == policy).any()
+
+
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
-    first = run_search(_config(tmp_path, budget=8))
+    starts = []  # what each session's policy starts from: the bar's rate is this session's, after it
+    first = run_search(_config(tmp_path, budget=8), on_policy_start=starts.append)
     shown = []  # the progress bar's best: the run's, not only this session's (it started at infinity)
     resumed = run_search(_config(tmp_path, budget=16, resume=str(first.run_dir)),
-                         progress=lambda measured, best_s, bound_s: shown.append(best_s))
-    assert resumed.run_dir == first.run_dir and resumed.measurements == 16
+                         progress=lambda measured, best_s, bound_s: shown.append(best_s), on_policy_start=starts.append)
+    assert resumed.run_dir == first.run_dir and resumed.measurements == 16 and starts == [0, 8]
     assert summarize([first.run_dir])[0].policy_measurements == 16  # both sessions', as search counts them
     assert shown and max(shown) <= first.policy_best_runtime_s
     rows = read_run(first.run_dir)
@@ -417,6 +441,49 @@ def test_search__a_run_folder_is_made_whole_or_not_at_all(local_ray, tmp_path, m
     assert list((tmp_path / "runs").iterdir()) == [result.run_dir]
     assert {"manifest.json", "groups.parquet", "grouping.npz", "result.json"} <= {p.name for p in
                                                                                   result.run_dir.iterdir()}
+
+
+def _no_actor_starts(monkeypatch):
+    """The pool finds no node to start an actor on (every GPU node held by another search): wait_ready's
+    error, at once rather than after 120 s."""
+    from cluster.pool import MeasurerPool
+
+    monkeypatch.setattr(MeasurerPool, "_add_slots", lambda self: None)
+
+
+def _ctrl_c_at_first_measurement(monkeypatch):
+    from cluster.pool import MeasurerPool
+
+    def submit(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MeasurerPool, "submit", submit)
+
+
+@pytest.mark.parametrize("fail, raised, match", [(_no_actor_starts, PlacerError, "no measurer actor started"),
+                                                 (_ctrl_c_at_first_measurement, KeyboardInterrupt, "")])
+def test_search__a_new_run_stopped_before_its_first_measurement_leaves_no_folder(local_ray, tmp_path, monkeypatch,
+                                                                                 fail, raised, match):
+    """A search whose pool never started an actor left a run folder with a manifest and nothing measured,
+    which `placer analyze` listed as "running or stopped". A resumed run's folder stays, whatever happens."""
+    settings = dict(policy="random", budget=40, bound_time_limit_s=0)
+    with pytest.raises(KeyboardInterrupt):  # a stopped run, to resume below
+        run_search(_config(tmp_path, **settings), progress=_interrupt_at(1))
+    (stopped,) = list((tmp_path / "runs").iterdir())
+    fail(monkeypatch)
+    started = []
+    with pytest.raises(raised, match=match) as caught:
+        run_search(_config(tmp_path, **settings, seed=4), on_start=started.append)
+    assert len(started) == 1 and not started[0].exists()  # it was opened, then removed
+    assert list((tmp_path / "runs").iterdir()) == [stopped]
+    if raised is KeyboardInterrupt:  # nothing to resume: the CLI prints no --resume command
+        assert caught.value.run_dir is None and "no run folder was kept" in str(caught.value)
+    with pytest.raises(raised, match=match):
+        run_search(_config(tmp_path / "fresh", **settings))
+    assert not (tmp_path / "fresh").exists()  # nor the --out folder it made
+    with pytest.raises(raised, match=match):
+        run_search(_config(tmp_path, **settings, resume=str(stopped)))
+    assert list((tmp_path / "runs").iterdir()) == [stopped] and len(read_run(stopped)) > 0
 
 
 def test_search_cli__bad_input_exits_non_zero_and_writes_nothing(tmp_path, capsys):
