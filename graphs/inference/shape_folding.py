@@ -104,8 +104,10 @@ def reshape_conflict(graphs) -> ShapeConflict | None:
                 continue
             source, target = shapes.get(node.input[0]), shapes.get(node.output[0])
             if source is not None and target is not None and math.prod(source) != math.prod(target):
-                return ShapeConflict("Reshape", node.name, f"it reshapes {list(source)} ({math.prod(source)} "
-                                     f"elements) to the fixed shape {list(target)} ({math.prod(target)} elements)")
+                return ShapeConflict("Reshape", node.name, (
+                    f"it reshapes {list(source)} ({math.prod(source)} elements) to the fixed shape {list(target)} "
+                    f"({math.prod(target)} elements), written at the sizes the model was exported at: export it at "
+                    f"these sizes, or with these axes dynamic"))
     return None
 
 

@@ -254,7 +254,8 @@ def test_cli_graphs_import_onnx__a_reshape_to_a_size_fixed_at_export_is_one_erro
     assert capsys.readouterr().err == (
         f"placer: error: ONNX model {Path(path).resolve()}: at the input sizes x=32,4,5 (--input-shape), node "
         "'flatten' (Reshape) fails shape inference: it reshapes [32, 4, 5] (640 elements) to the fixed shape "
-        "[1, 20] (20 elements)\n")
+        "[1, 20] (20 elements), written at the sizes the model was exported at: export it at these sizes, or with "
+        "these axes dynamic\n")
     assert not out.exists()
     assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 0  # at its own batch, 1: it runs
     assert out.exists()
