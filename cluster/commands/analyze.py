@@ -30,9 +30,10 @@ def run(args) -> int:
     summaries = summarize(args.paths)
     plots = []
     if args.plots:
-        from cluster.plots import read_run_to_plot, write_run_plots
+        from cluster.plots import check_plot_paths, read_run_to_plot, write_run_plots
 
         to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
+        check_plot_paths(to_plot, args.plots)
         plots = [write_run_plots(logged, args.plots, s.lower_bound_s) for logged, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
