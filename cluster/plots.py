@@ -8,7 +8,8 @@
     plot_device_load(names, busy_s, peak_bytes, capacity_bytes, path)
                                             compute busy time per device; peak memory against capacity
     plot_run(run_dir, out_dir)              all of the above for one run folder, plus <run>__trace.json
-                                            (read_run_to_plot reads and checks first, write_run_plots writes)
+                                            (read_run_to_plot reads and checks first, check_plot_paths
+                                            that no plot's path is a folder, write_run_plots writes)
 
 The timeline is the simulator's, also for a run measured on real hardware: it shows how the cost model
 sees the best placement. Only ``plot_run`` needs the graph (from a graph file or the benchmark cache,
@@ -21,6 +22,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -200,27 +202,45 @@ def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = ma
     return write_run_plots(read_run_to_plot(run_dir), out_dir, lower_bound_s)
 
 
+def run_plot_paths(run: RunToPlot, out_dir: str | Path) -> RunPlots:
+    """Where ``write_run_plots`` writes ``run``'s plots in ``out_dir``: ``<run_id>__<plot>``; a run without a
+    best placement gets the learning curve only."""
+    prefix = Path(out_dir) / run.run_id
+    if run.best is None:
+        return RunPlots(Path(f"{prefix}__learning_curve.png"), None, None, None)
+    return RunPlots(*(Path(f"{prefix}__{name}") for name in ("learning_curve.png", "timeline.png",
+                                                              "device_load.png", "trace.json")))
+
+
+def check_plot_paths(runs: Sequence[RunToPlot], out_dir: str | Path) -> None:
+    """One PlacerError, before any plot is written, when a plot's path is taken by a folder: the runs
+    plotted before it kept their files (`placer analyze --plots` left them half-written)."""
+    for run in runs:
+        for path in vars(run_plot_paths(run, out_dir)).values():
+            if path is not None and path.is_dir():
+                raise PlacerError(f"--plots: {path} is a folder, so run {run.run_id}'s plot cannot be written there")
+
+
 def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
     from measurers.sim.reference import Simulator
     from measurers.sim.trace import write_trace
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    prefix = out_dir / run.run_id
-    curve_png = plot_learning_curve(run.curve, f"{prefix}__learning_curve.png", run.title, lower_bound_s)
+    paths = run_plot_paths(run, out_dir)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    curve_png = plot_learning_curve(run.curve, paths.learning_curve, run.title, lower_bound_s)
     if run.best is None:
         return RunPlots(curve_png, None, None, None)
     graph, machine, best, rows = run.graph, run.best.machine, run.best.best, run.rows
     result = Simulator(graph, machine).run(run.best.op_placement(graph), timeline=True)
     found_by = rows.loc[rows["seq"] == best.seq, "policy"]
     title = f"{run.title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
-    timeline_png = plot_timeline(graph, machine, result.timeline, f"{prefix}__timeline.png",
+    timeline_png = plot_timeline(graph, machine, result.timeline, paths.timeline,
                                  f"{title}, {result.runtime_s:.4g} s simulated")
     measured = rows.loc[rows["seq"] == best.seq, "peak_bytes"]
     peak = np.asarray(measured.iloc[0], dtype=np.int64) if len(measured) else result.peak_bytes
     if len(peak) != machine.num_devices:
         peak = result.peak_bytes
     load_png = plot_device_load([d.name for d in machine.devices], result.busy_s, peak, result.capacity_bytes,
-                                f"{prefix}__device_load.png", title)
-    trace = write_trace(f"{prefix}__trace.json", graph, machine, result)
+                                paths.device_load, title)
+    trace = write_trace(paths.trace, graph, machine, result)
     return RunPlots(curve_png, timeline_png, load_png, trace)

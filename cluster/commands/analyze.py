@@ -30,9 +30,10 @@ def run(args) -> int:
     summaries = summarize(args.paths)
     plots = []
     if args.plots:
-        from cluster.plots import read_run_to_plot, write_run_plots
+        from cluster.plots import check_plot_paths, read_run_to_plot, write_run_plots
 
         to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
+        check_plot_paths(to_plot, args.plots)
         plots = [write_run_plots(logged, args.plots, s.lower_bound_s) for logged, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
@@ -105,9 +106,20 @@ def _print_proven_bounds(console, summaries) -> None:
             key = (s.graph, s.machine, s.proven_bound_holds_for, s.proven_bound_s)
             bounds.setdefault(key, []).append(s.run_id)
     per_pair = Counter((graph, machine) for graph, machine, _, _ in bounds)
+    digits = _distinct_digits([key[3] for key in bounds])
     for (graph, machine, holds_for, bound_s), run_ids in bounds.items():
         which = f" (run{'s' * (len(run_ids) > 1)} {', '.join(run_ids)})" if per_pair[(graph, machine)] > 1 else ""
-        console.print(f"{graph} on {machine}: proven bound {bound_s:.4g} s holds for {holds_for}{which}")
+        console.print(f"{graph} on {machine}: proven bound {bound_s:.{digits}g} s holds for {holds_for}{which}")
+
+
+def _distinct_digits(values_s: list[float]) -> int:
+    """Significant digits (4 or more) that print distinct bounds apart: two solves of one problem that stop
+    at their time limit differ in the 5th digit, and their lines read as one printed twice."""
+    distinct = set(values_s)
+    for digits in range(4, 17):
+        if len({format(v, f".{digits}g") for v in distinct}) == len(distinct):
+            return digits
+    return 17
 
 
 def _distinct_names(runs: list) -> list:

@@ -149,6 +149,19 @@ def test_cli_analyze__every_distinct_proven_bound_is_printed_naming_its_runs_whe
                      f"tiny6 on paper-2gpu: proven bound 0.9 s holds for every placement (run {runs[2].name})"]
 
 
+def test_cli_analyze__proven_bounds_that_differ_past_the_4th_digit_print_apart(tmp_path, capsys):
+    """Bounds of 0.38387 and 0.38386 s (two solves stopped by their time limit) printed as two 0.3839 lines."""
+    runs = [write_run(tmp_path / name) for name in ("a", "b")]
+    for run, bound_s in zip(runs, (0.383874, 0.383857)):
+        manifest = json.loads((run / MANIFEST_FILE).read_text())
+        (run / MANIFEST_FILE).write_text(json.dumps({**manifest, "proven_bound_s": bound_s,
+                                                     "proven_bound_holds_for": "every placement"}))
+    assert main(["analyze", str(tmp_path)]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "proven bound 0" in line]
+    assert lines == [f"tiny6 on paper-2gpu: proven bound 0.38387 s holds for every placement (run {runs[0].name})",
+                     f"tiny6 on paper-2gpu: proven bound 0.38386 s holds for every placement (run {runs[1].name})"]
+
+
 def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_path):
     cell = tmp_path / "exp" / "tiny6__paper-2gpu"
     write_run(cell, policy="reinforce", rows=[("single-gpu", 2.0, "ok", False), ("reinforce", 1.8, "ok", False)])

@@ -165,3 +165,17 @@ def test_cli_analyze__two_copies_of_a_run_get_plots_of_their_own(tmp_path, capsy
     curves = [entry["plots"]["learning_curve"] for entry in json.loads(capsys.readouterr().out)]
     assert len(set(curves)) == 2 and all(Path(c).is_file() for c in curves)
     assert curves[1].endswith(f"{run.name}-2__learning_curve.png")
+
+
+def test_cli_analyze__a_plot_path_taken_by_a_folder_is_refused_before_any_plot_is_written(tmp_path, capsys):
+    """The first run's plots and the second's learning curve were written before the folder stopped the rest."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    second = write_run(tmp_path / "runs" / "b", graph_file=graph_file, policy="cem")
+    blocker = tmp_path / "plots" / f"{second.name}__timeline.png"
+    blocker.mkdir(parents=True)
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots")]) == 2
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == [blocker.name]
+    err = capsys.readouterr().err
+    assert err.startswith(f"placer: error: --plots: {blocker} is a folder") and err.count("\n") == 1
