@@ -7,7 +7,7 @@ search measures meanwhile; it waits for the bound only at its end, for the rest 
 is the same, so the bound is too, up to what the search's own work leaves HiGHS of the cores (on 2 cores the
 demo's came out 0.3836 s, against 0.3839 s solved alone; a MIP cut short by its limit proves less in less CPU
 time). A search stopped before the bound is done stops the solve and records no bound: its resume solves it
-again.
+again; one stopped after records it.
 
 Solves are shared within a process per graph, machine, grouping and time limit (`placer reproduce` runs two
 searches of each cell on the same groups): the second waits for the first's.
@@ -50,6 +50,11 @@ class BoundSolve:
         if self._error is not None:
             raise self._error
         return self._report
+
+    @property
+    def finished(self) -> bool:
+        """Solved to its own end (its time limit or optimality): not running, not stopped early, no error."""
+        return not self._thread.is_alive() and not self._stop.is_set() and self._error is None
 
     def stop(self) -> None:
         """End the solve at HiGHS's next interrupt check and wait for it; a stopped solve is not shared."""

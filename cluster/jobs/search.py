@@ -217,8 +217,8 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         writer.close(compact=stop_reason != "interrupted")  # a stopped run keeps its parts for --resume
         if owns_ray:
             ray_setup.shutdown_ray()
-        if outcome is None:  # interrupted, or failed: no bound recorded (a resume solves it again)
-            _stop_solving(bound)
+        if outcome is None:  # interrupted, or failed: its bound recorded if proven, else stopped (a resume solves it)
+            _settle_bound(run_dir, bound, config)
         kept = outcome is not None or bool(config.resume) or writer.rows_logged > 0
         if not kept:
             _discard_unmeasured_run(run_dir, out_made)
@@ -507,6 +507,14 @@ def _search_bound(problem, config: SearchConfig) -> tuple[float, str] | BoundSol
 def _stop_solving(bound: tuple[float, str] | BoundSolve) -> None:
     if isinstance(bound, BoundSolve):
         bound.stop()
+
+
+def _settle_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig) -> None:
+    """A run that stopped early: its bound recorded where the solve has finished, else the solve stopped."""
+    if isinstance(bound, BoundSolve) and bound.finished:
+        _solved_bound(run_dir, bound, config)
+    else:
+        _stop_solving(bound)
 
 
 def _solved_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig) -> tuple[float, str]:

@@ -694,3 +694,22 @@ def test_search__ctrl_c_stops_the_bounds_solve_and_its_resume_solves_it_again(lo
     monkeypatch.setattr(bound_module, "proven_bound", real)
     resumed = run_search(_config(tmp_path, budget=40, bound_time_limit_s=4.75, resume=str(run_dir)))
     assert read_manifest(run_dir).proven_bound_s == resumed.proven_bound_s >= resumed.lower_bound_s
+
+
+def test_search__a_run_stopped_after_its_bound_was_proven_records_it(local_ray, tmp_path):
+    """A Ctrl-C after the bound's solve had finished dropped it with the rest (the run's `analyze` row showed
+    no proven bound); only a solve still going is stopped, and its resume solves it."""
+    import threading
+
+    def interrupt_once_the_bound_is_proven(measured, best_runtime_s, lower_bound_s):
+        for thread in [t for t in threading.enumerate() if t.name == "placer-proven-bound"]:
+            thread.join(60)
+        if measured >= 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_search(_config(tmp_path, budget=40, bound_time_limit_s=0.5), progress=interrupt_once_the_bound_is_proven)
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    manifest = read_manifest(run_dir)
+    assert manifest.proven_bound_s is not None and manifest.proven_bound_s >= manifest.lower_bound_s
+    assert manifest.proven_bound_holds_for
