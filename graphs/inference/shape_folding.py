@@ -98,10 +98,10 @@ def reshape_conflict(graphs) -> ShapeConflict | None:
     counting, so everything after it would be sized at the export's batch; onnxruntime and OpenVINO refuse
     to run it."""
     for body in graphs:
-        shapes = static_shapes(body)
+        shapes, values = static_shapes(body), known_values(body)
         for node in body.node:
-            if node.op_type != "Reshape" or len(node.input) < 1 or not node.output:
-                continue
+            if node.op_type != "Reshape" or len(node.input) < 2 or not node.output or node.input[1] not in values:
+                continue  # a target computed at run time: the output's shape may be a declaration, not the target
             source, target = shapes.get(node.input[0]), shapes.get(node.output[0])
             if source is not None and target is not None and math.prod(source) != math.prod(target):
                 return ShapeConflict("Reshape", node.name, (

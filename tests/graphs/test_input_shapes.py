@@ -259,3 +259,22 @@ def test_cli_graphs_import_onnx__a_reshape_to_a_size_fixed_at_export_is_one_erro
     assert not out.exists()
     assert main(["graphs", "import", "--onnx", path, "-o", str(out)]) == 0  # at its own batch, 1: it runs
     assert out.exists()
+
+
+def test_import_onnx__a_reshape_whose_target_is_computed_at_run_time_is_not_refused(tmp_path):
+    """Its output's declared shape ([1, 20], written at the export's batch) is no fixed target: the model runs
+    at batch 32 (onnxruntime reshapes to [32, 20]), and the check refused it as one."""
+    value, tensor = helper.make_tensor_value_info, helper.make_tensor
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "st", "en"], ["tail"]),
+             helper.make_node("ReduceProd", ["tail"], ["p"], keepdims=1),
+             helper.make_node("Concat", ["neg", "p"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], name="flatten"),
+             helper.make_node("Relu", ["y"], ["z"])]
+    inits = [tensor("st", TensorProto.INT64, [1], [1]), tensor("en", TensorProto.INT64, [1], [3]),
+             tensor("neg", TensorProto.INT64, [1], [-1])]
+    graph = helper.make_graph(nodes, "computed", [value("x", TensorProto.FLOAT, ["N", 4, 5])],
+                              [value("z", TensorProto.FLOAT, [1, 20])], inits,
+                              value_info=[value("y", TensorProto.FLOAT, [1, 20])])
+    path = tmp_path / "computed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    assert import_onnx(str(path), input_shapes={"x": (32, 4, 5)}).num_ops == 6
