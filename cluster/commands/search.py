@@ -36,7 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--time-limit", type=float, dest="time_limit_s",
                    help="seconds from the search's start (Ray, the pool and the baselines count): the policy "
                         "stops at its first batch boundary after it, so the batch in flight and closing come on top "
-                        "(default none; exact: the solver's, default 60)")
+                        "(default none; exact: its solver's own, whole, default 60)")
     p.add_argument("--workers", type=int, help=f"measurer actors without GPU nodes (default {d.workers})")
     p.add_argument("--batch", type=int, help="placements per learner iteration, learned policies only (default: "
                    "the policy's own, 16 for reinforce, ppo, hierarchical, post, gdp, placeto; giph 2 episodes of 3 "

@@ -26,6 +26,9 @@ class BoundSolve:
     ends it early (its report is then what was proven by then, and it leaves the shared solves)."""
 
     def __init__(self, problem, time_limit_s: float, key: tuple | None = None):
+        from policies.exact.relaxation import quiet_highs
+
+        quiet_highs()  # the process's first solver, made here: its banner's silencing takes fd 1 from everyone
         self._stop, self._key = threading.Event(), key
         self._report = self._error = None
         self._thread = threading.Thread(target=self._solve, args=(problem, time_limit_s), daemon=True,
@@ -59,9 +62,11 @@ class BoundSolve:
     def stop(self) -> None:
         """End the solve at HiGHS's next interrupt check and wait for it; a stopped solve is not shared."""
         self._stop.set()
-        self._thread.join()
-        if _SOLVES.get(self._key) is self:
-            del _SOLVES[self._key]
+        try:
+            self._thread.join()
+        finally:
+            if _SOLVES.get(self._key) is self:
+                del _SOLVES[self._key]
 
 
 _SOLVES: dict[tuple, BoundSolve] = {}  # (graph hash, machine, grouping digest, time limit) -> its solve
@@ -72,7 +77,8 @@ def bound_solve(problem, time_limit_s: float) -> BoundSolve:
     this process started already for the same graph, machine, grouping and limit."""
     grouping = hashlib.sha256(np.ascontiguousarray(problem.op_unit, dtype=np.int64).tobytes()).hexdigest()
     key = (problem.graph.content_hash, problem.machine, grouping, float(time_limit_s))
-    if key not in _SOLVES:
+    shared = _SOLVES.get(key)
+    if shared is None or shared._error is not None:  # a failed solve is tried again, not its error repeated
         _SOLVES[key] = BoundSolve(problem, time_limit_s, key)
     return _SOLVES[key]
 

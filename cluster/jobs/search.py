@@ -218,14 +218,14 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         if owns_ray:
             ray_setup.shutdown_ray()
         if outcome is None:  # interrupted, or failed: its bound recorded if proven, else stopped (a resume solves it)
-            _settle_bound(run_dir, bound, config)
+            _settle_bound(run_dir, bound, config, problem)
         kept = outcome is not None or bool(config.resume) or writer.rows_logged > 0
         if not kept:
             _discard_unmeasured_run(run_dir, out_made)
     if outcome is None:
         raise SearchInterrupted(run_dir if kept else None)
     try:
-        bound_s, bound_holds_for = _solved_bound(run_dir, bound, config)
+        bound_s, bound_holds_for = _solved_bound(run_dir, bound, config, problem)
     except KeyboardInterrupt:
         raise SearchInterrupted(run_dir) from None
     result = _result(config, run_dir, problem, baselines, outcome, stop_reason, _clock() - started,
@@ -509,22 +509,30 @@ def _stop_solving(bound: tuple[float, str] | BoundSolve) -> None:
         bound.stop()
 
 
-def _settle_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig) -> None:
+def _settle_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig, problem) -> None:
     """A run that stopped early: its bound recorded where the solve has finished, else the solve stopped."""
     if isinstance(bound, BoundSolve) and bound.finished:
-        _solved_bound(run_dir, bound, config)
+        _solved_bound(run_dir, bound, config, problem)
     else:
         _stop_solving(bound)
 
 
-def _solved_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig) -> tuple[float, str]:
+def _solved_bound(run_dir: Path, bound: tuple[float, str] | BoundSolve, config: SearchConfig,
+                  problem) -> tuple[float, str]:
     """The run's proven bound (seconds, what it holds for), waited for where it is solving, and recorded in
-    its manifest then."""
+    its manifest then. A solve that failed (the search is done: its result must not be lost) leaves the
+    closed form, which holds for every placement, and says why."""
     if isinstance(bound, tuple):
         return bound
-    report = bound_of_measured_steps(bound.report(), config.measurer, config.noise_std)
-    record_proven_bound(run_dir, report.best_s, report.holds_for)
-    return report.best_s, report.holds_for
+    try:
+        report = bound_of_measured_steps(bound.report(), config.measurer, config.noise_std)
+        solved = report.best_s, report.holds_for
+    except Exception as exc:  # noqa: BLE001 - HiGHS, or the model's build: the search's result still stands
+        from policies.exact.bound import EVERY_PLACEMENT
+
+        solved = float(problem.lower_bound_s), f"{EVERY_PLACEMENT} (the closed form: the solve failed: {exc})"
+    record_proven_bound(run_dir, *solved)
+    return solved
 
 
 def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer,

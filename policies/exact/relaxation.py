@@ -402,7 +402,7 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     dual bound so far still holds, an LP cut short proves nothing)."""
     began = time.perf_counter()
     lp, layout = _build(problem, integer, placement_weight, forbidden)
-    highs = _quiet_highs()
+    highs = quiet_highs()
     highs.setOptionValue("threads", int(threads))
     highs.setOptionValue("random_seed", 0)
     remaining_s = time_limit_s - (time.perf_counter() - began)  # building counts against the limit
@@ -509,9 +509,18 @@ def _incumbent(highs: highspy.Highs, layout: _Layout) -> tuple[np.ndarray | None
     return x.argmax(axis=1).astype(np.int64), float(values[layout.w_col]) / MS_PER_S
 
 
-def _quiet_highs() -> highspy.Highs:
+_BANNER_SILENCED = []  # [True] once the process's first solver was made (with fd 1 at /dev/null)
+
+
+def quiet_highs() -> highspy.Highs:
     """A silent solver. HiGHS prints its banner on stdout (file descriptor 1, below Python) when the first
-    solver of a process is made: that would break a ``--json`` document, so fd 1 points at /dev/null then."""
+    solver of a process is made: that would break a ``--json`` document, so fd 1 points at /dev/null then,
+    and only then (fd 1 is the whole process's: a solve in another thread, the search's proven bound, must
+    not take it from the main thread's output; cluster/jobs/bound_solve.py makes the first solver before)."""
+    if _BANNER_SILENCED:
+        highs = highspy.Highs()
+        highs.setOptionValue("output_flag", False)
+        return highs
     sys.stdout.flush()
     saved = os.dup(1)
     try:
@@ -522,6 +531,7 @@ def _quiet_highs() -> highspy.Highs:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+    _BANNER_SILENCED.append(True)
     return highs
 
 

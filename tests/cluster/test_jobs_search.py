@@ -713,3 +713,24 @@ def test_search__a_run_stopped_after_its_bound_was_proven_records_it(local_ray, 
     manifest = read_manifest(run_dir)
     assert manifest.proven_bound_s is not None and manifest.proven_bound_s >= manifest.lower_bound_s
     assert manifest.proven_bound_holds_for
+
+
+def test_search__a_bound_solve_that_fails_leaves_the_closed_form_and_the_search_its_result(local_ray, tmp_path,
+                                                                                            monkeypatch):
+    """The bound is waited for after the search: a solve that raised lost the finished search's result (no
+    result.json, an error), and the failure was shared with every later search of the same problem."""
+    import policies.exact.bound as bound_module
+
+    calls = []
+
+    def failing_bound(problem, time_limit_s, threads=1, stop=None):
+        calls.append(time_limit_s)
+        raise RuntimeError("HiGHS fell over")
+
+    monkeypatch.setattr(bound_module, "proven_bound", failing_bound)
+    for attempt in (1, 2):
+        result = run_search(_config(tmp_path / str(attempt), bound_time_limit_s=2.75))
+        assert result.proven_bound_s == result.lower_bound_s and (result.run_dir / "result.json").exists()
+        assert result.proven_bound_holds_for.startswith("every placement (the closed form: the solve failed: HiGHS")
+        assert read_manifest(result.run_dir).proven_bound_s == result.proven_bound_s
+    assert calls == [2.75, 2.75]  # tried again, not the first failure repeated

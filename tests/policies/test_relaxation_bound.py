@@ -188,11 +188,11 @@ def test_solve_relaxation__ctrl_c_stops_the_solve_and_is_raised():
     import highspy
 
     from graphs.synthetic import synthetic_graph
-    from policies.exact.relaxation import _build, _interruptible, _quiet_highs
+    from policies.exact.relaxation import _build, _interruptible, quiet_highs
 
     problem = make_problem(synthetic_graph(300, 0), load_machine("paper-4gpu"), max_groups=64, grouping_method="metis")
     lp, _ = _build(problem, True, 0.0, ())
-    highs = _quiet_highs()
+    highs = quiet_highs()
     highs.setOptionValue("time_limit", 60.0)
     highs.passModel(lp)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
