@@ -26,9 +26,9 @@ class BoundSolve:
     ends it early (its report is then what was proven by then, and it leaves the shared solves)."""
 
     def __init__(self, problem, time_limit_s: float, key: tuple | None = None):
-        from policies.exact.relaxation import quiet_highs
+        from policies.exact.relaxation import silence_highs_banner
 
-        quiet_highs()  # the process's first solver, made here: its banner's silencing takes fd 1 from everyone
+        silence_highs_banner()  # here, not in the thread: silencing the banner takes fd 1 from the whole process
         self._stop, self._key = threading.Event(), key
         self._report = self._error = None
         self._thread = threading.Thread(target=self._solve, args=(problem, time_limit_s), daemon=True,

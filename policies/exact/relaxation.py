@@ -512,26 +512,31 @@ def _incumbent(highs: highspy.Highs, layout: _Layout) -> tuple[np.ndarray | None
 _BANNER_SILENCED = []  # [True] once the process's first solver was made (with fd 1 at /dev/null)
 
 
-def quiet_highs() -> highspy.Highs:
-    """A silent solver. HiGHS prints its banner on stdout (file descriptor 1, below Python) when the first
-    solver of a process is made: that would break a ``--json`` document, so fd 1 points at /dev/null then,
-    and only then (fd 1 is the whole process's: a solve in another thread, the search's proven bound, must
-    not take it from the main thread's output; cluster/jobs/bound_solve.py makes the first solver before)."""
+def silence_highs_banner() -> None:
+    """Make the process's first HiGHS solver, whose banner HiGHS prints on stdout (file descriptor 1, below
+    Python; it would break a ``--json`` document), with fd 1 pointing at /dev/null; later solvers print none.
+    fd 1 is the whole process's, so this is done once, on the calling thread: a solve in another thread (the
+    search's proven bound, cluster/jobs/bound_solve.py, which calls this first) must not take it from the
+    main thread's output."""
     if _BANNER_SILENCED:
-        highs = highspy.Highs()
-        highs.setOptionValue("output_flag", False)
-        return highs
+        return
     sys.stdout.flush()
     saved = os.dup(1)
     try:
         with open(os.devnull, "w") as devnull:
             os.dup2(devnull.fileno(), 1)
-            highs = highspy.Highs()
-            highs.setOptionValue("output_flag", False)
+            highspy.Highs()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
     _BANNER_SILENCED.append(True)
+
+
+def quiet_highs() -> highspy.Highs:
+    """A silent solver (the banner silenced first, ``silence_highs_banner``)."""
+    silence_highs_banner()
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
     return highs
 
 
