@@ -173,11 +173,7 @@ def static_dim(dim) -> bool:
 def static_shapes(graph) -> dict[str, tuple[int, ...]]:
     """{tensor: shape} of every tensor whose dims are all sized."""
     shapes = {init.name: tuple(init.dims) for init in graph.initializer}
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
-        if tensor_type is not None and tensor_type.HasField("shape") and all(
-                static_dim(d) for d in tensor_type.shape.dim):
-            shapes[value.name] = tuple(d.dim_value for d in tensor_type.shape.dim)
+    shapes.update((name, dims) for name, dims in _typed_dims(graph) if None not in dims)
     return shapes
 
 
@@ -185,11 +181,17 @@ def tensor_dims(graph) -> dict[str, tuple[int | None, ...]]:
     """{tensor: dims, None where not sized} of every tensor of known rank (a Scan's length may be known when
     another of its input's dims is not)."""
     dims = {init.name: tuple(init.dims) for init in graph.initializer}
+    dims.update(_typed_dims(graph))
+    return dims
+
+
+def _typed_dims(graph):
+    """(tensor, dims with None where not sized) of the graph's inputs, outputs and value_info of known rank,
+    in that order."""
     for value in [*graph.input, *graph.output, *graph.value_info]:
         tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
         if tensor_type is not None and tensor_type.HasField("shape"):
-            dims[value.name] = tuple(d.dim_value if static_dim(d) else None for d in tensor_type.shape.dim)
-    return dims
+            yield value.name, tuple(d.dim_value if static_dim(d) else None for d in tensor_type.shape.dim)
 
 
 def known_values(graph, outer: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
