@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from graphs.inference.onnx_trips import graphs_within
-from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim
+from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim, static_shapes
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,7 @@ def infer_preferring_inputs(model, infer: Callable = infer_with_folded_shapes) -
 
 def _has_unsized_outputs(graph) -> bool:
     """Whether a node of ``graph`` (an inferred one) has an output whose shape is not fully sized."""
-    sized = {value.name for value in [*graph.output, *graph.value_info] if _has_shape(value.type)
-             and all(static_dim(d) for d in value.type.tensor_type.shape.dim)}
+    sized = static_shapes(graph)
     return any(tensor and tensor not in sized for node in graph.node for tensor in node.output)
 
 
