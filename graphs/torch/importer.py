@@ -10,7 +10,8 @@ aten call into one op:
   dot, addbmm, nn.Bilinear, the FFTs); element-wise ops count 0 FLOPs and are costed by their bytes,
   ``bytes_accessed`` = bytes of tensor inputs + outputs, ``out_bytes`` = bytes of fresh outputs; views,
   in place or not (``view``, ``squeeze``, ``t_``, ``transpose_``, ``as_strided_``, a ``resize_`` that does not
-  grow), move and allocate nothing: 0 and 0;
+  grow, ``set_``, which makes its tensor a view of its source), move and allocate nothing: 0 and 0; a
+  ``resize_`` that grows allocates its new storage (``out_bytes``) and copies the old one (twice its bytes);
 - not recorded (they move no data): ``aten.detach``, ``aten.alias``, ``aten.lift_fresh``, ``prim.*``
   (device queries), ``profiler.*`` markers and ``aten._local_scalar_dense`` (``.item()``, answered 1:
   fake tensors hold no data);

@@ -7,8 +7,8 @@ update.
 
 Who wrote a tensor: an op's fresh outputs are registered by tensor identity and by storage; a view only by
 tensor identity (it aliases its base); an in-place op re-registers the storage it mutates, an in-place view
-(``t_``, ``squeeze_``...: it changes shape and strides, not data) only the tensor. A read resolves to
-the tensor's own writer unless its storage was written later (then to that later writer). Every tensor
+(``t_``, ``squeeze_``..., ``set_``: it changes shape, strides or storage, not data) only the tensor. A read
+resolves to the tensor's own writer unless its storage was written later (then to that later writer). Every tensor
 seen is kept alive, so ``id()`` and storage keys are never reused during a trace. What an op writes is what
 its schema marks written, and batch norm's running statistics (``UNDECLARED_WRITES``); an op that writes
 the storage of a Variable (a parameter, a buffer, optimizer state) is colocated with that Variable.
@@ -47,8 +47,9 @@ SKIPPED_NAMESPACES = {"prim", "profiler"}
 SCALAR_OP = torch.ops.aten._local_scalar_dense.default
 # In-place views (schema tag ``inplace_view``: squeeze_, unsqueeze_, t_, transpose_, as_strided_, detach_...)
 # change only the tensor's shape and strides, as a view does. ``resize_`` / ``resize_as_`` also do unless they
-# grow the storage (then they allocate and copy, and stay costed as a write). ``set_`` rebinds the tensor to
-# another storage and stays costed as a write.
+# grow the storage: then they allocate the new storage and copy the old one's bytes into it. ``set_`` points
+# the tensor at another tensor's (or a given) storage: it becomes a view of that data, and reads nothing of
+# its own.
 RESIZE_OPS = {torch.ops.aten.resize_.default, torch.ops.aten.resize_as_.default}
 REBINDING_OPS = {torch.ops.aten.set_}
 # Kernels that write arguments their schema does not mark as written: batch norm in training updates its
@@ -118,14 +119,24 @@ class _Schema:
     is_view: bool  # some output aliases an input without writing it
     restrides: bool  # an in-place view: writes its argument's shape and strides, not its data (RESIZE_OPS: unless
     # it grows the storage)
+    rebinds: bool  # REBINDING_OPS: the in-place view takes its source's storage and reads nothing of its own
 
 
 def _schema_of(func) -> _Schema:
     args = func._schema.arguments
     mutated = tuple(i for i, a in enumerate(args) if a.alias_info is not None and a.alias_info.is_write)
     view = any(r.alias_info is not None for r in func._schema.returns) and not mutated
-    restrides = torch.Tag.inplace_view in func.tags and func._overloadpacket not in REBINDING_OPS
-    return _Schema(mutated, tuple(args[i].name for i in mutated), view, restrides)
+    restrides = torch.Tag.inplace_view in func.tags
+    return _Schema(mutated, tuple(args[i].name for i in mutated), view, restrides,
+                   func._overloadpacket in REBINDING_OPS)
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """A resize that grew its tensor's storage: allocated ``after_bytes``, copied ``before_bytes`` into them."""
+
+    before_bytes: int
+    after_bytes: int
 
 
 def _storage_nbytes(t: torch.Tensor) -> int:
@@ -160,6 +171,24 @@ def _tensors(tree) -> list:
 
 def _storage_key(t: torch.Tensor) -> int:
     return t.untyped_storage()._cdata
+
+
+def _costed_bytes(schema: _Schema, inputs: list, outputs: list, mutated: list, metadata_only: bool,
+                  growth: _Growth | None) -> tuple[int, int]:
+    """(bytes accessed, fresh out bytes) of one call.
+
+    A view or an in-place write allocates nothing: its outputs live in its input's storage. A view (in place
+    or not, ``set_`` too) moves no data either. Edges out of it still carry the tensor's bytes (a consumer
+    elsewhere needs the data). Approximation: the base's memory is freed with its last direct consumer (the
+    view op), not with the view's consumers. A resize that grows allocates the new storage and reads and
+    writes the old one's bytes (the new part is left uninitialized).
+    """
+    if growth is not None:
+        return 2 * growth.before_bytes, growth.after_bytes
+    fresh_bytes = sum(tensor_bytes(t) for t in outputs if not schema.is_view and not any(t is m for m in mutated))
+    if metadata_only:
+        return 0, fresh_bytes
+    return sum(tensor_bytes(t) for t in inputs) + sum(tensor_bytes(t) for t in outputs), fresh_bytes
 
 
 class OpRecorder(TorchDispatchMode):
@@ -241,8 +270,9 @@ class OpRecorder(TorchDispatchMode):
             out = func(*args, **kwargs)
         except (DynamicOutputShapeException, DataDependentOutputException) as error:
             raise PlacerError(self._data_dependent(func)) from error
-        grew = resized is not None and _storage_nbytes(resized) > storage_bytes
-        self._record(func, args, kwargs, out, node, grew)
+        grown_bytes = _storage_nbytes(resized) if resized is not None else 0
+        self._record(func, args, kwargs, out, node,
+                     _Growth(storage_bytes, grown_bytes) if grown_bytes > storage_bytes else None)
         return out
 
     def _data_dependent(self, func) -> str:
@@ -288,28 +318,20 @@ class OpRecorder(TorchDispatchMode):
         stamps = [w[1] for w in (by_tensor, by_storage) if w is not None]
         return max(stamps) if stamps else 0
 
-    def _record(self, func, args, kwargs, out, node, grew: bool = False) -> None:
-        """Record one call; ``grew``: a resize that grew its tensor's storage (it allocated and copied)."""
+    def _record(self, func, args, kwargs, out, node, growth: _Growth | None = None) -> None:
+        """Record one call; ``growth``: a resize that grew its tensor's storage (it allocated and copied)."""
         schema = self._schemas.get(func)
         if schema is None:
             schema = self._schemas[func] = _schema_of(func)
-        metadata_only = schema.is_view or (schema.restrides and not grew)
+        metadata_only = schema.is_view or (schema.restrides and growth is None)
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)
         kind = f"{func.namespace}.{func._overloadpacket.__name__}"
-        in_bytes = sum(tensor_bytes(t) for t in inputs)
-        out_bytes = sum(tensor_bytes(t) for t in outputs)
         flops = op_flops(func, args, kwargs, out)
-        sources = [(self.writer_of(t), tensor_bytes(t)) for t in inputs]
         mutated = self._mutated_tensors(func, schema, args, kwargs)
-        base = self.writer_of(mutated[0]) if mutated else (sources[0][0] if schema.is_view and sources else None)
-        scope, partner = self._scope_and_partner(node, sources, inputs, base)
-        # A view or an in-place write allocates nothing: its outputs live in its input's storage. A view
-        # (in place or not) moves no data either. Edges out of it still carry the tensor's bytes (a consumer
-        # elsewhere needs the data). Approximation: the base's memory is freed with its last direct consumer
-        # (the view op), not with the view's consumers.
-        fresh_bytes = sum(tensor_bytes(t) for t in outputs
-                          if not schema.is_view and not any(t is m for m in mutated))
-        accessed_bytes = 0 if metadata_only else in_bytes + out_bytes
+        sources = self._rebinding_sources(args, kwargs, inputs, mutated) if schema.rebinds else \
+            [(self.writer_of(t), tensor_bytes(t)) for t in inputs]
+        scope, partner = self._scope_and_partner(node, sources, inputs, self._base(schema, sources, mutated))
+        accessed_bytes, fresh_bytes = _costed_bytes(schema, inputs, outputs, mutated, metadata_only, growth)
         op = self.table.add(f"{kind}_{len(self.table.names)}", kind, scope, self.phase, flops,
                             accessed_bytes, fresh_bytes)
         for src, size in sources:
@@ -330,6 +352,24 @@ class OpRecorder(TorchDispatchMode):
             self._propagate_owner(inputs, outputs)
         elif self.phase == "forward" or self.recomputing():
             self._pending.append((op, outputs))
+
+    def _base(self, schema: _Schema, sources: list, mutated: list) -> int | None:
+        """The op that wrote the data this call views or writes in place (``set_``: its source's), or None."""
+        if mutated and not schema.rebinds:
+            return self.writer_of(mutated[0])
+        return sources[0][0] if sources and (schema.is_view or schema.rebinds) else None
+
+    def _rebinding_sources(self, args, kwargs, inputs, mutated) -> list[tuple[int, int]]:
+        """(writer op, bytes) of what ``set_`` reads: its source tensor, or the storage it was given (by its
+        writer, when known; ``set_(tensor, offset, size)`` reaches the recorder as the storage variant). Not the
+        tensor it rebinds: its old data is dropped, not read."""
+        rebound = mutated[0]
+        sources = [(self.writer_of(t), tensor_bytes(t)) for t in inputs if t is not rebound]
+        for leaf in tree_leaves((args, kwargs)):
+            writer = self._storage_writer.get(leaf._cdata) if isinstance(leaf, torch.UntypedStorage) else None
+            if writer is not None:
+                sources.append((writer[0], tensor_bytes(rebound)))
+        return sources
 
     def _mutated_tensors(self, func, schema: _Schema, args, kwargs) -> list:
         found = []

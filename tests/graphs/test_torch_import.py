@@ -668,3 +668,49 @@ def test_trace_training_step__in_place_views_move_and_allocate_nothing():
     assert _in_edges(graph, _ops(graph, kind="aten.sum", phase="forward")[0]) == {view: 3 * 6 * 4}
     assert _in_edges(graph, _ops(graph, kind="aten.mean", phase="forward")[0]) == {restrided[-1]: 3 * 6 * 4}
     assert len({graph.colocation[op] for op in [addmm, view, *restrided]}) == 1
+
+
+class _Rebinding(nn.Module):
+    """``holder.set_(...)``: a gradient-free copy of the input pointed at the activation's data (as a tensor, or
+    as its storage), both read afterwards; and a resize_ that grows a copy of the input."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 6)
+        self.source = source
+
+    def forward(self, x):
+        y = self.fc(x)
+        holder = x.detach().clone()
+        data = y.detach()
+        if self.source == "tensor":
+            holder.set_(data)
+        else:
+            holder.set_(data.untyped_storage(), 0, (3, 6), (6, 1))
+        grown = x.detach().clone().resize_(4, 6)
+        return y.sum() + holder.sum() + grown.sum()
+
+
+@pytest.mark.parametrize("source", ["tensor", "storage"])
+def test_trace_training_step__set_makes_a_view_of_its_source_and_moves_nothing(source):
+    """Was costed as a write of the whole tensor, and re-registered the source's storage as written by it (the
+    activation's other reader then read set_); given a storage, the tensor's readers lost the activation."""
+    graph = trace_training_step(_Rebinding(source), (torch.randn(3, 6),))
+    addmm = _ops(graph, kind="aten.addmm", phase="forward")[0]
+    rebind = _ops(graph, kind="aten.set_", phase="forward")[0]
+    assert (graph.bytes_accessed[rebind], graph.out_bytes[rebind], graph.flops[rebind]) == (0, 0, 0)
+    assert _in_edges(graph, rebind) == {addmm: 3 * 6 * 4}  # the data it now views, not the copy it dropped
+    assert graph.colocation[rebind] == graph.colocation[addmm]
+    first_sum, second_sum = _ops(graph, kind="aten.sum", phase="forward")[:2]
+    assert _in_edges(graph, first_sum) == {addmm: 3 * 6 * 4}  # y.sum(): y is addmm's
+    assert _in_edges(graph, second_sum) == {rebind: 3 * 6 * 4}  # holder.sum()
+
+
+def test_trace_training_step__growing_resize_allocates_its_new_storage_and_copies_the_old():
+    """Was 0 out_bytes (it allocates the grown storage) and bytes accessed of twice the new size."""
+    graph = trace_training_step(_Rebinding("tensor"), (torch.randn(3, 6),))
+    grow = _ops(graph, kind="aten.resize_", phase="forward")[0]
+    assert graph.out_bytes[grow] == 4 * 6 * 4
+    assert graph.bytes_accessed[grow] == 2 * 3 * 6 * 4  # reads and writes the old storage's bytes
+    assert graph.flops[grow] == 0
+    assert _in_edges(graph, _ops(graph, kind="aten.sum", phase="forward")[2]) == {grow: 4 * 6 * 4}
