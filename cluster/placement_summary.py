@@ -13,7 +13,10 @@ and computes, and what crosses between devices each step.
   holding most of its parameter bytes, else running most of its FLOPs, else most of its ops (ties: the
   lower device index); ``split_modules`` names the scopes whose ops run on more than one device. A parent
   comes before its children (shallower scopes first), so applied in order (``.to()`` per entry) a child's
-  own entry wins over its parent's. The torch importer's scope for the ops of the loss function,
+  own entry wins over its parent's. A torch model's own parameters and buffers (registered on the model,
+  not on a submodule: their Variable ops' scope is "") are under ``ROOT_MODULE`` (``model.get_submodule("")``
+  is the model), the first entry, when it holds any: applied first, its ``.to()`` moves the whole model,
+  and every other entry then moves its own. The torch importer's scope for the ops of the loss function,
   ``loss``, is not a module and is left out (when it holds no parameters). A graph that records which
   scopes are layers (``meta[LAYER_SCOPES]``: the Keras importer's) maps layers only: an op counts for the
   innermost layer its scope lies in, and the optimizer's, the loss's and a bare TF op's scopes ("adam",
@@ -24,7 +27,8 @@ and computes, and what crosses between devices each step.
   torch importer's record (``meta[TIED_PARAMETERS]``). ``.to()`` on any of them moves the one tensor for
   all, so the map puts them all on one device: the one its Variable op is placed on (for modules tied
   through several tensors, the device holding most of their bytes), and lists every holder, also one with
-  no ops of its own (else a parent's entry applied after the other holders could move the tensor). A graph
+  no ops of its own (else a parent's entry applied after the other holders could move the tensor), and the
+  model itself (``ROOT_MODULE``) where it holds the tensor too (``self.head.weight = self.shared``). A graph
   without the record has none.
 """
 
@@ -40,6 +44,7 @@ from graphs.torch import LOSS_SCOPE
 from measurers.machine import Machine
 
 UNSCOPED = "(top level)"  # ops outside any submodule: inputs, constants, the root module's own ops
+ROOT_MODULE = ""  # the module map's key for a torch model itself (its own parameters): model.get_submodule("")
 
 
 @dataclass(frozen=True)
@@ -135,9 +140,9 @@ def _scope_load(scope: str, mask: np.ndarray, graph: OpGraph, placement: np.ndar
 def _modules(graph: OpGraph, placement: np.ndarray, names: list) -> tuple[dict, tuple]:
     modules, split = {}, []
     module_of_op = _module_of_op(graph)  # (N,) object
-    scopes = sorted(_in_order(module_of_op), key=lambda scope: scope.count("."))  # stable: parents first
+    scopes = sorted(_in_order(module_of_op), key=_depth)  # stable: parents first
     for scope in scopes:
-        if not scope:
+        if scope == ROOT_MODULE and not _root_holds_parameters(graph, module_of_op):
             continue
         mask = module_of_op == scope
         on = placement[mask]  # (n,) devices of the module's ops
@@ -148,6 +153,16 @@ def _modules(graph: OpGraph, placement: np.ndarray, names: list) -> tuple[dict, 
         if len(np.unique(on)) > 1:
             split.append(str(scope))
     return modules, tuple(split)
+
+
+def _depth(module: str) -> int:
+    """Levels of a module path: 0 for the model itself (ROOT_MODULE), 1 for "fc1", 2 for "fc2.inner"."""
+    return module.count(".") + 1 if module else 0
+
+
+def _root_holds_parameters(graph: OpGraph, module_of_op: np.ndarray) -> bool:
+    """A torch model holds parameters or buffers of its own (their Variable ops have scope "")."""
+    return graph.framework == "torch" and bool(graph.param_bytes[module_of_op == ROOT_MODULE].any())
 
 
 def _module_of_op(graph: OpGraph) -> np.ndarray:
@@ -185,12 +200,11 @@ def _tied_modules(graph: OpGraph, placement: np.ndarray, names: list) -> list:
     index); modules in no particular order yet."""
     clusters = []  # [(holder modules, first names)], merged where they share a module
     for held in _tied_record(graph):
-        modules, firsts = {name.rpartition(".")[0] for name in held} - {""}, [held[0]]
+        modules, firsts = {name.rpartition(".")[0] for name in held}, [held[0]]  # ROOT_MODULE: the model's own
         for other in [c for c in clusters if c[0] & modules]:
             clusters.remove(other)
             modules, firsts = modules | other[0], other[1] + firsts
-        if modules:
-            clusters.append((modules, firsts))
+        clusters.append((modules, firsts))
     op_of = {name: op for op, name in enumerate(graph.op_names)}
     tied = []
     for modules, firsts in clusters:
@@ -222,7 +236,7 @@ def _with_tied(modules: dict, tied: list) -> dict:
     """``modules`` with every holder of a tied tensor on its TiedModules' device, holders without ops of their
     own added, parents still before their children (stable: the others keep their order)."""
     merged = {**modules, **{module: t.device for t in tied for module in sorted(t.modules)}}
-    return dict(sorted(merged.items(), key=lambda item: item[0].count(".")))
+    return dict(sorted(merged.items(), key=lambda item: _depth(item[0])))
 
 
 def _in_map_order(tied: list, modules: dict) -> tuple:

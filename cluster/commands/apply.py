@@ -2,9 +2,10 @@
 
 Which modules / name scopes went to which device (grouped by their top ``--depth`` scope levels), parameter
 bytes and FLOPs per device, and the transfers per step (`cluster.placement_summary`). ``--module-map FILE``
-writes ``{module: device}`` for every module (or Keras layer) as JSON, and the modules that share a parameter
-(tied weights, ``tied``: one device for all of them): a file the user reads when moving their model, written
-only when asked, so the command never changes the run folder. To train with the placement itself, use
+writes ``{module: device}`` for every module (or Keras layer) as JSON, a torch model itself under "" when it
+holds parameters of its own, and the modules that share a parameter (tied weights, ``tied``: one device for
+all of them): a file the user reads when moving their model, written only when asked, so the command never
+changes the run folder. To train with the placement itself, use
 ``cluster.apply.apply_torch`` / ``apply_keras`` (README, "Use the result").
 """
 
@@ -89,7 +90,8 @@ def _print(run, summary, module_map: str | None) -> None:
     if summary.split_modules:
         console.print(f"modules split across devices: {', '.join(summary.split_modules)}")
     for t in summary.tied:
-        console.print(f"tied weights: {', '.join(t.modules)} share {', '.join(t.parameters)}, so the module map puts "
+        holders = ", ".join(module or "the model itself ('')" for module in t.modules)
+        console.print(f"tied weights: {holders} share {', '.join(t.parameters)}, so the module map puts "
                       f"each on {t.device}, where the shared parameter is placed")
     if module_map:
         console.print(f"module -> device map: {module_map}")

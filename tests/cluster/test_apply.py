@@ -330,6 +330,26 @@ def test_placer_apply__tied_weights_are_one_device_in_the_module_map_and_said_so
     assert written["tied"] == [{"modules": ["emb", "out"], "parameters": ["emb.weight"], "device": "gpu:1"}]
 
 
+def test_placer_apply__a_parameter_the_model_itself_shares_puts_the_model_in_the_map(tmp_path, capsys,
+                                                                                    one_torch_thread):
+    """The model's own table (``self.out.weight = self.table``) on gpu:1: the map has an entry for the model
+    itself (""), tied with out, and the printed summary names it."""
+    graph = import_torch_spec("tests/fixtures/tiny_models.py:tiny_torch_root_tied_lm")
+    groups = graph.colocation_ids
+    devices = np.ones(groups.max() + 1, dtype=np.int64)  # gpu:0 ...
+    devices[groups[list(graph.op_names).index("param:table")]] = 2  # ... but the table and its update: gpu:1
+    run_dir = write_run(tmp_path, graph, save_graph(graph, tmp_path / "tied.parquet"), load_machine("paper-2gpu"),
+                        devices, groups)
+    module_map = tmp_path / "modules.json"
+    capsys.readouterr()
+    assert main(["apply", str(run_dir), "--module-map", str(module_map)]) == 0
+    assert ("tied weights: the model itself (''), out share table, so the module map puts each on gpu:1"
+            in capsys.readouterr().out)
+    written = json.loads(module_map.read_text())
+    assert list(written["modules"].items()) == [("", "gpu:1"), ("mid", "gpu:0"), ("out", "gpu:1")]
+    assert written["tied"] == [{"modules": ["", "out"], "parameters": ["table"], "device": "gpu:1"}]
+
+
 @pytest.mark.parametrize("case", ["not a run", "no best placement"])
 def test_placer_apply__bad_folder_exits_2_and_writes_nothing(case, tmp_path, capsys):
     run_dir = tmp_path

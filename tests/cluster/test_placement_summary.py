@@ -99,8 +99,8 @@ def tensors_after_to_in_order(modules: dict, holders: dict) -> dict:
     device_of = {}
     for module, device in modules.items():
         for tensor, paths in holders.items():
-            if any(path == module or path.startswith(module + ".") for path in paths):
-                device_of[tensor] = device
+            if any(module == "" or path == module or path.startswith(module + ".") for path in paths):
+                device_of[tensor] = device  # "": the model itself, which holds every tensor
     return device_of
 
 
@@ -141,6 +141,37 @@ def test_summarize_placement__modules_tied_through_two_tensors_share_the_device_
     assert summary.tied == (TiedModules(("emb", "mid", "out"), ("emb.weight", "mid.weight"), "d1"),)
 
 
+def root_lm(make_graph, **meta):
+    """tied_lm whose table is the model's own parameter (op0 param:table, scope "") and whose lookup runs in
+    the model's own forward (scope ""); a torch graph."""
+    graph = tied_lm(make_graph, ("", "", "mid", "mid", "out"), **meta)
+    names = graph.op_names.copy()
+    names[0] = "param:table"
+    return dataclasses.replace(graph, op_names=names, framework="torch")
+
+
+def test_summarize_placement__a_torch_models_own_parameter_is_its_first_entry(make_graph):
+    """A parameter registered on the model itself had no entry: no `.to()` of the map moved it."""
+    graph = root_lm(make_graph)
+    summary = summarize_placement(graph, two_devices(), np.array([1, 1, 0, 0, 0]))
+    assert list(summary.modules.items()) == [("", "d1"), ("mid", "d0"), ("out", "d0")]  # the model first
+    ends_on = tensors_after_to_in_order(summary.modules, {"T": [""], "M": ["mid"]})
+    assert ends_on == {"T": "d1", "M": "d0"}
+    other = summarize_placement(dataclasses.replace(graph, framework="onnx"), two_devices(), np.array([1, 1, 0, 0, 0]))
+    assert "" not in other.modules  # ops outside any name scope: no module of another framework
+
+
+def test_summarize_placement__a_parameter_the_model_shares_with_a_submodule_ties_the_model(make_graph):
+    """``self.out.weight = self.table``: the model was left out of the tie (and of the map), so out's entry
+    alone said where the table goes and the model's own parameters went nowhere."""
+    graph = root_lm(make_graph, **{TIED_PARAMETERS: [["table", "out.weight"]]})
+    summary = summarize_placement(graph, two_devices(), np.array([1, 1, 0, 0, 0]))
+    assert list(summary.modules.items()) == [("", "d1"), ("mid", "d0"), ("out", "d1")]
+    assert summary.tied == (TiedModules(("", "out"), ("table",), "d1"),)
+    ends_on = tensors_after_to_in_order(summary.modules, {"T": ["", "out"], "M": ["mid"]})
+    assert ends_on == {"T": "d1", "M": "d0"}
+
+
 @pytest.mark.parametrize("record, message", [
     (3, r"meta\['tied_parameters'\] must be a list of lists of two or more parameter names, got 3"),
     ([["emb.weight"]], r"must be a list of lists of two or more parameter names, got \[\['emb.weight'\]\]"),
@@ -173,6 +204,28 @@ def test_summarize_placement__a_traced_tied_model_applied_with_to_in_order_keeps
         own = model.get_submodule(module).parameters(recurse=False)
         assert {device_of[id(parameter)] for parameter in own} <= {device}, module
     assert summary.modules["emb"] == summary.modules["out"] == "d1"
+
+
+def test_summarize_placement__a_traced_model_holding_parameters_itself_applied_in_order_keeps_each_with_its_entry(
+        one_torch_thread):
+    """The model's own table (which out.weight shares) and logit bias: both end, after `.to()` per map entry in
+    order, where the model's entry says, and the shared table also where out's does."""
+    from fixtures.tiny_models import tiny_torch_root_tied_lm
+    from graphs.torch.importer import trace_training_step
+
+    model, inputs = tiny_torch_root_tied_lm()
+    graph = trace_training_step(model, inputs, name="root_tied")
+    table = graph.colocation == graph.colocation[list(graph.op_names).index("param:table")]
+    summary = summarize_placement(graph, two_devices(), table.astype(np.int64))  # the table and its update on d1
+    assert list(summary.modules) == ["", "mid", "out"]
+    device_of = {}  # id(Parameter) -> device
+    for module, device in summary.modules.items():
+        for parameter in model.get_submodule(module).parameters():
+            device_of[id(parameter)] = device
+    assert device_of[id(model.table)] == summary.modules[""] == summary.modules["out"] == "d1"
+    for module, device in summary.modules.items():
+        own = model.get_submodule(module).parameters(recurse=False)
+        assert {device_of[id(parameter)] for parameter in own} <= {device}, module
 
 
 @pytest.fixture(scope="module")
