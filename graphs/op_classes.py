@@ -5,8 +5,8 @@
 - ``dense``: matrix products and convolutions (mm, bmm, addmm, matmul, linear, einsum, conv*, cudnn RNNs), and
   fused attention kernels, whose work is their two matmuls (torch's ``_scaled_dot_product_*_attention``,
   OpenVINO's ScaledDotProductAttention, ONNX Attention).
-- ``elementwise``: pointwise maths, activations and their backward, casts, copies and optimizer updates
-  (add, mul, relu, tanh, ApplyAdam...).
+- ``elementwise``: pointwise maths, activations and their backward, casts, copies (torch's ``resize_``, which
+  copies where it grows) and optimizer updates (add, mul, relu, tanh, ApplyAdam...).
 - ``meta``: ops that launch no kernel: parameters (Variable), inputs, constants, views and reshapes,
   identities.
 - ``other``: everything else (reductions, softmax, normalization, gathers, concatenation, embeddings...).
@@ -32,7 +32,9 @@ _META = re.compile(r"(variable|variablev2|varhandleop|readvariableop|placeholder
                    r"noop|stopgradient|shape|shapeof|size|reshape|squeeze|unsqueeze|expanddims|sym_size|getitem|"
                    r"_assert\w*|output)")
 _ATEN_VIEWS = re.compile(r"(view|_unsafe_view|_reshape_alias|expand|expand_as|t|unsqueeze|alias|detach|as_strided|"
-                         r"slice|select|split\w*|unbind|permute|transpose|lift_fresh\w*|empty\w*|unflatten|flatten)")
+                         r"slice|select|split\w*|unbind|permute|transpose|lift_fresh\w*|empty\w*|unflatten|flatten|"
+                         r"set)")  # set_: points the tensor at other storage
+_ATEN_RESIZES = re.compile(r"resize|resize_as")  # a copy where they grow the storage (ONNX's Resize: "other")
 _ELEMENTWISE = re.compile(r"(add|addv2|add_|sub|mul|div|realdiv|neg|abs|exp|log|log1p|sqrt|rsqrt|pow|square|"
                           r"reciprocal|sign|relu\w*|sigmoid\w*|tanh\w*|gelu\w*|silu\w*|elu\w*|selu|softplus\w*|"
                           r"hardtanh\w*|leaky_relu\w*|threshold\w*|clamp\w*|where|select_v2|maximum|minimum|"
@@ -54,6 +56,8 @@ def op_class(kind: str) -> str:
         name = name.rstrip("_") if name not in ("add_", "mul_", "div_") else name
         if _ATEN_VIEWS.fullmatch(name):  # torch views alias their input; TF's Transpose, Slice... copy
             return "meta"
+        if _ATEN_RESIZES.fullmatch(name):
+            return "elementwise"
     for cls, pattern in (("meta", _META), ("dense", _DENSE), ("elementwise", _ELEMENTWISE)):
         if pattern.fullmatch(name):
             return cls

@@ -185,6 +185,14 @@ def test_op_class__fused_attention_kernels_are_dense():
     assert {op_class(kind) for kind in kinds} == {"dense"}
 
 
+def test_op_class__torch_set_is_a_view_and_resize_a_copy():
+    """``set_`` only points a tensor at other storage (no kernel); a growing ``resize_`` copies into new storage
+    (the recorder gives a non-growing one 0 bytes). ONNX's Resize is an interpolation, not a copy."""
+    assert op_class("aten.set_.source_Tensor") == op_class("aten.set_.source_Storage") == "meta"
+    assert op_class("aten.resize_.default") == op_class("aten.resize_as_.default") == "elementwise"
+    assert op_class("Resize") == "other"
+
+
 def test_op_time_matrix__roofline_overhead_and_allowed_mask():
     graph = toy_graph([("mm", 2.0, 0), ("add", 0.0, 0)], [], kinds=["MatMul", "AddV2"],
                       allowed_mask=np.array([kind_bit("gpu"), 3], dtype=np.uint8), bytes_accessed=np.array([0.0, 3e12]))
