@@ -1013,6 +1013,57 @@ def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_pe
     assert graph.flops[dense] == 2 * 4 * 8 * 2  # outside the loop: once
 
 
+def test_keras_step__a_loop_nested_in_a_loop_costs_its_gradient_by_both_trip_counts():
+    """The outer loop keeps the inner loop's accumulators (lists) in its own, so the lists the outer gradient
+    pops had no element shapes and the inner gradient's MatMuls no static shapes (a LoopShapeError); the inner
+    gradient's trip count is the inner forward loop's final counter, popped from an accumulator too."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    class Nested(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], input_shape[-1]), name="w")
+
+        def call(self, x):
+            def inner(h):
+                return tf.while_loop(lambda i, h: i < 2, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, self.w))),
+                                     (0, h))[1]
+
+            return tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, inner(h)), (0, x))[1]
+
+    model = keras.Sequential([keras.Input((8,)), Nested(name="nest"), keras.layers.Dense(2, name="out")], name="net")
+    graph = trace_keras_training_step(model, tf.TensorSpec((4, 8)), np.zeros((4, 2), "float32"), loss="mse",
+                                      optimizer="adam", name="net")
+    assert sorted(graph.meta["loop_trips"].values()) == [2, 2, 3, 3] and "loops_counted_once" not in graph.meta
+    (forward,) = _ops(graph, "MatMul", scope="nest", phase="forward")
+    backward = _ops(graph, "MatMul", scope="nest", phase="backward")
+    assert graph.flops[forward] == 3 * 2 * 2 * 4 * 8 * 8 and list(graph.flops[backward]) == [3 * 2 * 2 * 4 * 8 * 8] * 2
+
+
+def test_tf_function__three_nested_for_loops_over_tf_range_cost_their_gradient_by_all_three_counts():
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            for _ in tf.range(3):
+                for _ in tf.range(2):
+                    for _ in tf.range(5):
+                        x = tf.tanh(tf.matmul(x, w))
+            loss = tf.reduce_sum(x)
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        return loss
+
+    graph, matmuls = _loop_graph(step)
+    assert sorted(graph.meta["loop_trips"].values()) == [2, 2, 3, 3, 5, 5] and "loops_counted_once" not in graph.meta
+    assert sorted(graph.phases[list(matmuls.values())]) == [PHASE_CODE["forward"]] + [PHASE_CODE["backward"]] * 2
+    assert list(graph.flops[list(matmuls.values())]) == [3 * 2 * 5 * MATMUL_FLOPS] * 3
+
+
 def _two_conv_net():
     import keras
 
