@@ -165,7 +165,7 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
     edges = _edges(flat, keep, owner, index, value_bytes)
     kinds = [roles[i] if roles[i] != OP else flat[i].kind for i in keep]
     out_bytes = [value_bytes[i] if roles[i] in (PARAM, STATE) else flat[i].out_bytes for i in keep]
-    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].in_bytes + flat[i].out_bytes
+    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].data_bytes()
                 + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE)) for i in keep]
     data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
     phases = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)

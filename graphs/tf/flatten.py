@@ -14,13 +14,21 @@ tf.range(N)``, a counter compared with a constant or with shape arithmetic on st
 their FLOPs and bytes accessed by it, and the join op keeps the count (``trips``). Approximations: an op's
 output bytes stay one iteration's (a loop reuses its buffers; a TensorList accumulating every iteration's
 value for the gradient grows, and that growth is not counted), and the edges into and out of the body are
-crossed once, not once per iteration for the loop-carried values. A loop whose trip count is not static (a
-condition on the data, which may stop it early) runs its body once here: ``trips`` None, ``runs`` unchanged.
+crossed once, not once per iteration for the loop-carried values. A loop whose variables change shape (a relaxed
+shape invariant, a tensor grown by ``tf.concat``) and whose trip count is static has its body walked at each
+iteration's shapes (those the previous iteration's outputs have, until they stop changing; at most
+MAX_FOLLOWED_ITERATIONS of them) and folded into one set of ops: FLOPs and bytes accessed are the exact sum over
+the iterations, output and edge bytes the largest iteration's; its cond is costed at the shapes the variables
+enter with (a counter's comparison). A loop whose trip count is not static (a
+condition on the data, which may stop it early) runs its body once here, at the shapes its variables enter
+with: ``trips`` None, ``runs`` unchanged. A gradient loop pops what its forward loop pushed; when that changed
+shape, the element shape its accumulators record leaves the changing dims unknown, counted as the batch (leading)
+or 1, not per iteration.
 The static values the walk tracks for trip counts (``walk``'s ``values``) include those of real ops doing shape
 arithmetic (a ``Shape`` op stays an op with its cost, and may also have a value); no dims are static inside a
-loop whose variables may change shape (a relaxed shape invariant: its cond and body are given the shapes the
-variables enter with), and an unknown leading dim is the batch only on an argument whose batch the step's
-signature left open (a tensor computed from it may have other rows: a ``tf.boolean_mask``'s, a reshape's).
+loop whose variables may change shape (a relaxed shape invariant), and an unknown leading dim is the batch
+only on an argument whose batch the step's signature left open (a tensor computed from it may have other rows:
+a ``tf.boolean_mask``'s, a reshape's).
 A function's arguments keep the handle data of resources and of TensorLists (variants), so the ops a gradient
 loop pops from its forward loop's accumulators have static shapes. A loop nested in a loop keeps its inner loop's
 accumulators in the outer loop's (a list of lists, whose handle data TensorFlow does not record): the walk
@@ -56,6 +64,7 @@ BRANCH_KINDS = {"If": ("then_branch", "else_branch"), "StatelessIf": ("then_bran
 LOOP_KINDS = frozenset({"While", "StatelessWhile"})
 CASE_KINDS = frozenset({"Case", "StatelessCase"})
 RESOURCE_EDGE = -1  # edge bytes placeholder for a resource handle, resolved to the variable's bytes later
+MAX_FOLLOWED_ITERATIONS = 256  # the most iterations of a loop whose variables change shape walked at their shapes
 
 
 class LoopShapeError(PlacerError):
@@ -78,6 +87,12 @@ class FlatOp:
     without_flops: bool = False  # its 0 FLOPs is a type the cost model does not know (graphs.tf.costs)
     runs: int = 1  # times the op runs per step: the product of the trip counts of the loops around it
     trips: int | None = None  # a while loop's join op: its static trip count (None: its body counted once)
+    accessed_bytes: float | None = None  # bytes accessed per run where runs differ (the mean over the iterations
+    # of a loop whose variables change shape); None: in_bytes + out_bytes
+
+    def data_bytes(self) -> float:
+        """Bytes of data one run reads and writes (resource reads aside)."""
+        return self.in_bytes + self.out_bytes if self.accessed_bytes is None else self.accessed_bytes
 
 
 def flatten_graph(graph, batch_size: int, drop_dead: bool = False) -> list[FlatOp]:
@@ -211,8 +226,11 @@ class _Flattener:
         try:
             count = loop_count(callees[0][1], callees[1][1], arg_values, self.static_dims) \
                 if op.type in LOOP_KINDS else None
-            results = [self._inline_callee(op, prefix, fname, body, k, count, (arg_ins, ctrl, arg_values, arg_lists))
-                       for k, (fname, body) in enumerate(callees)]
+            walk_args = (arg_ins, ctrl, arg_values, arg_lists)
+            results = [self._inline_callee(op, prefix, fname, body, _callee_runs(count, k), count, walk_args)
+                       for k, (fname, body) in enumerate(callees[:1] if loose and count.trips else callees)]
+            if loose and count.trips:  # a static trip count: the body walked at each iteration's shapes
+                results.append(self._inline_changing_body(op, graph, prefix, callees[1], count, walk_args))
         finally:
             self.loose_loops -= loose
         if op.type in CALL_KINDS or len(results) == 1 and op.type not in LOOP_KINDS:
@@ -240,12 +258,11 @@ class _Flattener:
             _set_value(lists, out, exit_lists, i)
         done[op.name] = [len(self.ops) - 1]
 
-    def _inline_callee(self, op, prefix: str, fname: str, body, k: int, count, args) -> _InlinedCallee:
-        """Walk callee ``k`` of ``op`` (a loop's cond or body sees the static values and list facts that hold in
-        every iteration)."""
+    def _inline_callee(self, op, prefix: str, fname: str, body, runs: int, count, args) -> _InlinedCallee:
+        """Walk a callee of ``op`` whose ops run ``runs`` times per run of ``op`` (a loop's cond or body sees the
+        static values and list facts that hold in every iteration)."""
         arg_ins, ctrl, arg_values, arg_lists = args
         inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
-        runs = 1 if count is None or count.trips is None else count.trips + (k == 0)  # k == 0: the cond
         if op.type in LOOP_KINDS:
             arg_lists = [loop_entry_facts(body, i, facts) for i, facts in enumerate(arg_lists)]
         inner_src, inner_done, inner_values, inner_lists = self._walk_callee(
@@ -256,6 +273,41 @@ class _Flattener:
             ends=_union(inner_done.get(c.name, []) for c in getattr(body, "control_outputs", [])),
             out_values=[inner_values.get(t.name) for t in body.outputs],
             out_lists=[inner_lists.get(t.name) for t in body.outputs])
+
+    def _inline_changing_body(self, op, graph, prefix: str, callee, count, args) -> _InlinedCallee:
+        """Walk the body of a loop whose variables change shape (a relaxed shape invariant: ``tf.concat`` growing
+        a tensor) and whose trip count is static at each iteration's shapes, the outputs' of the iteration
+        before, until they stop changing (then once for the iterations left), and fold the walks into the first
+        one's ops (``_fold_iterations``): each op's FLOPs and bytes accessed are the sum over the iterations at
+        their sizes, its output bytes the largest. More than MAX_FOLLOWED_ITERATIONS shapes is a PlacerError."""
+        fname, body = callee
+        bodies = self._iteration_bodies(op, graph, prefix, callee, count.trips, args[3])
+        runs = [1] * (len(bodies) - 1) + [count.trips - len(bodies) + 1]  # the last shapes hold to the end
+        starts, results = [], []
+        for iteration_body, iteration_runs in zip(bodies, runs):
+            starts.append(len(self.ops))
+            results.append(self._inline_callee(op, prefix, fname, iteration_body, iteration_runs, count, args))
+        _fold_iterations(self.ops, starts, prefix + op.name)
+        return results[0]
+
+    def _iteration_bodies(self, op, graph, prefix: str, callee, trips: int, arg_lists) -> list:
+        """The body graph given the loop's inputs, then given the shapes of the previous one's outputs, until
+        they are its inputs' shapes or ``trips`` graphs are made."""
+        fname, body = callee
+        fdef = _find_function_def(graph, fname)
+        handles = [facts.handle if facts else None for facts in arg_lists]
+        bodies = [body]
+        while len(bodies) < trips:
+            shapes = [t.shape for t in bodies[-1].outputs]
+            if [_shape_key(t) for t in bodies[-1].inputs] == [_shape_key(t) for t in bodies[-1].outputs]:
+                break
+            if len(bodies) == MAX_FOLLOWED_ITERATIONS:
+                raise PlacerError(f"while loop {prefix + op.name!r}: its variables change shape in each of its first "
+                                  f"{MAX_FOLLOWED_ITERATIONS} iterations (of {trips}), and the importer costs each "
+                                  f"iteration at its shapes for at most {MAX_FOLLOWED_ITERATIONS}: give its variables "
+                                  "fixed shapes (padded to the largest), or run fewer iterations")
+            bodies.append(_function_graph(graph, fdef, list(op.inputs), handles, shapes))
+        return bodies
 
     def _callee_graph(self, op, graph, prefix: str, fname: str, arg_tensors, arg_lists):
         fdef = _find_function_def(graph, fname)
@@ -322,6 +374,38 @@ class _InlinedCallee:
     out_lists: list
 
 
+def _callee_runs(count, k: int) -> int:
+    """Runs of callee ``k`` per run of its op: a loop's trip count where static (its cond, ``k`` 0, one more)."""
+    return 1 if count is None or count.trips is None else count.trips + (k == 0)
+
+
+def _fold_iterations(ops: list[FlatOp], starts: list[int], loop: str) -> None:
+    """Fold the walks of a loop body at later iterations' shapes (``ops[starts[1]:]``, each as long as the first)
+    into the first walk's ops (``ops[starts[0]:starts[1]]``), which then stand for every iteration: runs, FLOPs
+    and bytes accessed summed (``flops`` and ``accessed_bytes`` per run: their mean over the runs), output bytes
+    and edge bytes the largest. The later walks' ops are removed."""
+    if len(starts) < 2:
+        return
+    size = starts[1] - starts[0]
+    walks = [ops[start:start + size] for start in starts]
+    if len(ops) != starts[-1] + size or any([o.name for o in w] != [o.name for o in walks[0]] for w in walks):
+        raise PlacerError(f"while loop {loop!r}: its body does not make the same ops at every iteration's shapes")
+    first_id = {start + j: starts[0] + j for start in starts for j in range(size)}
+    for j, same in enumerate(zip(*walks)):
+        runs = sum(o.runs for o in same)
+        inputs: dict[int, int] = {}
+        for o in same:
+            for pid, size_bytes in o.inputs:
+                pid = first_id.get(pid, pid)
+                inputs[pid] = max(inputs.get(pid, size_bytes), size_bytes)
+        ops[starts[0] + j] = replace(
+            same[0], runs=runs, flops=sum(o.flops * o.runs for o in same) / runs,
+            accessed_bytes=sum(o.data_bytes() * o.runs for o in same) / runs,
+            in_bytes=max(o.in_bytes for o in same), out_bytes=max(o.out_bytes for o in same),
+            inputs=list(inputs.items()))
+    del ops[starts[1]:]
+
+
 def _topological_ops(graph) -> list:
     """The graph's ops, producers before consumers (data and control edges), creation order on ties."""
     ops = graph.get_operations()
@@ -364,8 +448,9 @@ def _find_function_def(graph, name: str):
     return None
 
 
-def _function_graph(graph, fdef, arg_tensors, arg_handles=()):
-    """A FuncGraph of ``fdef`` nested in ``graph`` whose arguments have the caller's shapes, including the
+def _function_graph(graph, fdef, arg_tensors, arg_handles=(), arg_shapes=None):
+    """A FuncGraph of ``fdef`` nested in ``graph`` whose arguments have the caller's shapes (else ``arg_shapes``,
+    a loop's variables in a later iteration), including the
     variable shapes behind resource handles (so shape inference sees through ReadVariableOp) and the element
     shapes of TensorLists: the caller's tensor's handle data, else ``arg_handles``' (what ``graphs.tf.lists``
     knows of a list popped from a list of lists, whose tensor has none)."""
@@ -378,14 +463,15 @@ def _function_graph(graph, fdef, arg_tensors, arg_handles=()):
     if len(arg_tensors) != len(fdef.signature.input_arg):
         raise PlacerError(f"function {fdef.signature.name!r} called with {len(arg_tensors)} arguments, "
                           f"expects {len(fdef.signature.input_arg)}")
-    shapes = [None if t.dtype == tf.resource else t.shape for t in arg_tensors]
+    arg_shapes = arg_shapes or [t.shape for t in arg_tensors]
+    shapes = [None if t.dtype == tf.resource else shape for t, shape in zip(arg_tensors, arg_shapes)]
     with graph.as_default():
         graph_def, flat_names = function_def_to_graph_def(fdef, shapes)
         body = func_graph_module.FuncGraph(fdef.signature.name)
     with body.as_default():
         args = []
         for tensor, arg in zip(arg_tensors, fdef.signature.input_arg):
-            placeholder = tf.compat.v1.placeholder(tensor.dtype, tensor.shape if tensor.dtype != tf.resource
+            placeholder = tf.compat.v1.placeholder(tensor.dtype, shapes[len(args)] if tensor.dtype != tf.resource
                                                    else [], name=f"placer_arg_{arg.name}")
             if tensor.dtype in (tf.resource, tf.variant):  # a variant: a TensorList, its element shape
                 handle_data_util.copy_handle_data(tensor, placeholder)

@@ -982,6 +982,46 @@ def test_tf_function__a_bound_on_a_shape_not_known_statically_counts_its_loop_on
     assert graph.meta["loops_counted_once"] == 1
 
 
+def test_tf_function__a_loop_growing_a_tensor_costs_each_iteration_at_its_size():
+    """A relaxed shape invariant lets h grow, 2, 4, then 8 rows (the slice keeps at most 8), over 5 iterations:
+    each iteration's MatMul counts its own rows, not the 2 that h enters with, in one op for all of them; its
+    output bytes are the largest iteration's."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        return tf.while_loop(lambda i, h: i < 5, lambda i, h: (i + 1, tf.concat([h, tf.matmul(h, w)], 0)[:8]), (0, x),
+                             shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, 4])))[1]
+
+    graph, matmuls = _loop_graph(step)
+    (matmul,) = matmuls.values()
+    rows = [2, 4, 8, 8, 8]
+    assert graph.flops[matmul] == sum(2 * r * 4 * 4 for r in rows)
+    assert graph.bytes_accessed[matmul] == sum((r * 4 + 4 * 4 + r * 4) * 4 for r in rows)
+    assert graph.out_bytes[matmul] == 8 * 4 * 4
+    assert graph.meta["loop_trips"] == {"while": 5} and "loops_counted_once" not in graph.meta
+
+
+def test_tf_function__a_loop_whose_shapes_change_in_more_iterations_than_followed_is_refused_naming_it(monkeypatch):
+    import tensorflow as tf
+
+    from graphs.tf import flatten
+
+    monkeypatch.setattr(flatten, "MAX_FOLLOWED_ITERATIONS", 3)
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        return tf.while_loop(lambda i, h: i < 4, lambda i, h: (i + 1, tf.concat([h, tf.matmul(h[:1], w)], 0)), (0, x),
+                             shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, 4])))[1]
+
+    with pytest.raises(PlacerError, match="while loop 'while': its variables change shape in each of its first 3 "
+                                          r"iterations \(of 4\).*give its variables fixed shapes"):
+        _loop_graph(step)
+
+
 def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_per_iteration():
     """The gradient of a while loop is another loop, bounded by the forward loop's final counter: both run
     three times, so the forward MatMul and the gradient's two (dX, dW) count three iterations each."""
