@@ -6,7 +6,8 @@ and every remaining op becomes an OpGraph op:
 
 - kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes. Both are
   multiplied by the op's runs per step, the trip counts of the while loops around it where they are static
-  (``graphs.tf.flatten``); out_bytes are one run's (a loop reuses its buffers each iteration).
+  (``graphs.tf.flatten``; in a loop whose variables change shape, the sum over its iterations at their sizes);
+  out_bytes are one run's (a loop reuses its buffers each iteration; the largest run's).
 - Variables: each captured trainable variable becomes one op of kind "Variable" whose ``param_bytes`` are
   weight + gradient + optimizer slot bytes (Adam: m and v, so 4x the weight bytes). An optimizer slot is
   found structurally: a non-trainable variable written from the model's data (its variable's gradient)

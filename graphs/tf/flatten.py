@@ -275,11 +275,12 @@ class _Flattener:
             out_lists=[inner_lists.get(t.name) for t in body.outputs])
 
     def _inline_changing_body(self, op, graph, prefix: str, callee, count, args) -> _InlinedCallee:
-        """Walk the body of a loop whose variables change shape (a relaxed shape invariant: ``tf.concat`` growing
-        a tensor) and whose trip count is static at each iteration's shapes, the outputs' of the iteration
-        before, until they stop changing (then once for the iterations left), and fold the walks into the first
-        one's ops (``_fold_iterations``): each op's FLOPs and bytes accessed are the sum over the iterations at
-        their sizes, its output bytes the largest. More than MAX_FOLLOWED_ITERATIONS shapes is a PlacerError."""
+        """Walk the body of a loop of static trip count whose variables change shape (a relaxed shape invariant:
+        ``tf.concat`` growing a tensor) once per iteration, at the shapes the iteration before left, until they
+        stop changing (then once for the iterations left), and fold the walks into the first one's ops
+        (``_fold_iterations``): each op's FLOPs and bytes accessed are the sum over the iterations at their sizes,
+        its output bytes the largest (an exact sum, not a bound). More than MAX_FOLLOWED_ITERATIONS changing
+        shapes is a PlacerError."""
         fname, body = callee
         bodies = self._iteration_bodies(op, graph, prefix, callee, count.trips, args[3])
         runs = [1] * (len(bodies) - 1) + [count.trips - len(bodies) + 1]  # the last shapes hold to the end
