@@ -6,7 +6,8 @@ and every remaining op becomes an OpGraph op:
 
 - kind: the TF op type; FLOPs from ``graphs.tf.costs``; bytes_accessed = input + output bytes. Both are
   multiplied by the op's runs per step, the trip counts of the while loops around it where they are static
-  (``graphs.tf.flatten``); out_bytes are one run's (a loop reuses its buffers each iteration).
+  (``graphs.tf.flatten``; in a loop whose variables change shape, the sum over its iterations at their sizes);
+  out_bytes are one run's (a loop reuses its buffers each iteration; the largest run's).
 - Variables: each captured trainable variable becomes one op of kind "Variable" whose ``param_bytes`` are
   weight + gradient + optimizer slot bytes (Adam: m and v, so 4x the weight bytes). An optimizer slot is
   found structurally: a non-trainable variable written from the model's data (its variable's gradient)
@@ -165,7 +166,7 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
     edges = _edges(flat, keep, owner, index, value_bytes)
     kinds = [roles[i] if roles[i] != OP else flat[i].kind for i in keep]
     out_bytes = [value_bytes[i] if roles[i] in (PARAM, STATE) else flat[i].out_bytes for i in keep]
-    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].in_bytes + flat[i].out_bytes
+    accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].data_bytes()
                 + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE)) for i in keep]
     data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
     phases = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)

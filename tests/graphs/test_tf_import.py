@@ -982,6 +982,46 @@ def test_tf_function__a_bound_on_a_shape_not_known_statically_counts_its_loop_on
     assert graph.meta["loops_counted_once"] == 1
 
 
+def test_tf_function__a_loop_growing_a_tensor_costs_each_iteration_at_its_size():
+    """A relaxed shape invariant lets h grow, 2, 4, then 8 rows (the slice keeps at most 8), over 5 iterations:
+    each iteration's MatMul counts its own rows, not the 2 that h enters with, in one op for all of them; its
+    output bytes are the largest iteration's."""
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        return tf.while_loop(lambda i, h: i < 5, lambda i, h: (i + 1, tf.concat([h, tf.matmul(h, w)], 0)[:8]), (0, x),
+                             shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, 4])))[1]
+
+    graph, matmuls = _loop_graph(step)
+    (matmul,) = matmuls.values()
+    rows = [2, 4, 8, 8, 8]
+    assert graph.flops[matmul] == sum(2 * r * 4 * 4 for r in rows)
+    assert graph.bytes_accessed[matmul] == sum((r * 4 + 4 * 4 + r * 4) * 4 for r in rows)
+    assert graph.out_bytes[matmul] == 8 * 4 * 4
+    assert graph.meta["loop_trips"] == {"while": 5} and "loops_counted_once" not in graph.meta
+
+
+def test_tf_function__a_loop_whose_shapes_change_in_more_iterations_than_followed_is_refused_naming_it(monkeypatch):
+    import tensorflow as tf
+
+    from graphs.tf import flatten
+
+    monkeypatch.setattr(flatten, "MAX_FOLLOWED_ITERATIONS", 3)
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        return tf.while_loop(lambda i, h: i < 4, lambda i, h: (i + 1, tf.concat([h, tf.matmul(h[:1], w)], 0)), (0, x),
+                             shape_invariants=(tf.TensorShape([]), tf.TensorShape([None, 4])))[1]
+
+    with pytest.raises(PlacerError, match="while loop 'while': its variables change shape in each of its first 3 "
+                                          r"iterations \(of 4\).*give its variables fixed shapes"):
+        _loop_graph(step)
+
+
 def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_per_iteration():
     """The gradient of a while loop is another loop, bounded by the forward loop's final counter: both run
     three times, so the forward MatMul and the gradient's two (dX, dW) count three iterations each."""
@@ -1011,6 +1051,57 @@ def test_keras_step__a_custom_loop_layer_costs_its_forward_and_gradient_loops_pe
     assert graph.phases[list(graph.op_names).index("net_1/rep_1/while")] == PHASE_CODE["forward"]
     (dense,) = _ops(graph, "MatMul", scope="out", phase="forward")
     assert graph.flops[dense] == 2 * 4 * 8 * 2  # outside the loop: once
+
+
+def test_keras_step__a_loop_nested_in_a_loop_costs_its_gradient_by_both_trip_counts():
+    """The outer loop keeps the inner loop's accumulators (lists) in its own, so the lists the outer gradient
+    pops had no element shapes and the inner gradient's MatMuls no static shapes (a LoopShapeError); the inner
+    gradient's trip count is the inner forward loop's final counter, popped from an accumulator too."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    class Nested(keras.layers.Layer):
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], input_shape[-1]), name="w")
+
+        def call(self, x):
+            def inner(h):
+                return tf.while_loop(lambda i, h: i < 2, lambda i, h: (i + 1, tf.tanh(tf.matmul(h, self.w))),
+                                     (0, h))[1]
+
+            return tf.while_loop(lambda i, h: i < 3, lambda i, h: (i + 1, inner(h)), (0, x))[1]
+
+    model = keras.Sequential([keras.Input((8,)), Nested(name="nest"), keras.layers.Dense(2, name="out")], name="net")
+    graph = trace_keras_training_step(model, tf.TensorSpec((4, 8)), np.zeros((4, 2), "float32"), loss="mse",
+                                      optimizer="adam", name="net")
+    assert sorted(graph.meta["loop_trips"].values()) == [2, 2, 3, 3] and "loops_counted_once" not in graph.meta
+    (forward,) = _ops(graph, "MatMul", scope="nest", phase="forward")
+    backward = _ops(graph, "MatMul", scope="nest", phase="backward")
+    assert graph.flops[forward] == 3 * 2 * 2 * 4 * 8 * 8 and list(graph.flops[backward]) == [3 * 2 * 2 * 4 * 8 * 8] * 2
+
+
+def test_tf_function__three_nested_for_loops_over_tf_range_cost_their_gradient_by_all_three_counts():
+    import tensorflow as tf
+
+    w = tf.Variable(tf.ones((4, 4)), name="w")
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            for _ in tf.range(3):
+                for _ in tf.range(2):
+                    for _ in tf.range(5):
+                        x = tf.tanh(tf.matmul(x, w))
+            loss = tf.reduce_sum(x)
+        w.assign_sub(0.1 * tape.gradient(loss, w))
+        return loss
+
+    graph, matmuls = _loop_graph(step)
+    assert sorted(graph.meta["loop_trips"].values()) == [2, 2, 3, 3, 5, 5] and "loops_counted_once" not in graph.meta
+    assert sorted(graph.phases[list(matmuls.values())]) == [PHASE_CODE["forward"]] + [PHASE_CODE["backward"]] * 2
+    assert list(graph.flops[list(matmuls.values())]) == [3 * 2 * 5 * MATMUL_FLOPS] * 3
 
 
 def _two_conv_net():
