@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from graphs.inference.onnx_trips import graphs_within
-from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim, static_shapes
+from graphs.inference.shape_folding import graphs_within, infer_with_folded_shapes, static_dim, static_shapes
 
 
 @dataclass(frozen=True)

@@ -53,11 +53,10 @@ from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCo
 from graphs.inference.declared_shapes import infer_preferring_inputs
 from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.onnx_trips import (bodies, graph_attribute, graphs_within, loop_trips, scan_trips,
-                                         sequence_lengths, sequence_map_trips, size_concat_from_sequences,
-                                         size_loop_scan_outputs)
-from graphs.inference.shape_folding import (ShapeConflict, infer_with_folded_shapes, known_values, reshape_conflict,
-                                            shape_conflict, static_dim, tensor_dims)
+from graphs.inference.onnx_trips import (graph_attribute, loop_trips, scan_trips, sequence_lengths,
+                                         sequence_map_trips, size_concat_from_sequences, size_loop_scan_outputs)
+from graphs.inference.shape_folding import (ShapeConflict, bodies, graphs_within, infer_with_folded_shapes,
+                                            known_values, reshape_conflict, shape_conflict, static_dim, tensor_dims)
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")

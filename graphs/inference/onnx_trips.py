@@ -21,7 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
-from graphs.inference.shape_folding import known_values, static_dim, tensor_dims
+from graphs.inference.shape_folding import bodies, known_values, static_dim, tensor_dims
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 Dims = tuple[int | None, ...]  # a tensor's dims, None where not sized
@@ -240,23 +240,6 @@ def _known_true(value) -> bool:
 
 def graph_attribute(node, name: str):
     return next(attribute.g for attribute in node.attribute if attribute.name == name)
-
-
-def bodies(node) -> list:
-    """The subgraphs a node holds (If's branches, Loop's, Scan's and SequenceMap's body, any other op's graph
-    attributes)."""
-    import onnx
-
-    graphs = []
-    for attribute in node.attribute:
-        graphs += [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-    return graphs
-
-
-def graphs_within(graph) -> list:
-    """``graph`` and every subgraph inside it, nested ones included (the same order for a model and its
-    inferred copy)."""
-    return [graph] + [inner for node in graph.node for body in bodies(node) for inner in graphs_within(body)]
 
 
 def _attribute(node, name: str, default=None):
