@@ -223,6 +223,14 @@ def test_import_onnx__a_reshape_whose_target_folds_through_reduce_prod_follows_t
     assert graph.flops.tolist()[-1] == BATCH * 20 and "tensors_without_size" not in graph.meta
 
 
+def test_import_onnx__a_reshape_whose_target_does_not_fold_leaves_a_stale_declaration_out_and_says_so(tmp_path):
+    """Through Abs the target stays unknown; the declared (1, 20) holds 20 elements where x holds 640: a size
+    of the export's batch, not taken, and neither is the Relu's, computed from it. Both are unsized, counted."""
+    graph = import_onnx(_computed_flatten(tmp_path, unfolded_op=True), input_shapes={"x": (BATCH, 4, 5)})
+    assert graph.meta["unsized_tensors_by_op"] == {"Relu": 1, "Reshape": 1}
+    assert import_onnx(_computed_flatten(tmp_path, unfolded_op=True)).out_bytes.tolist()[-2:] == [80, 80]  # batch 1
+
+
 def test_import_onnx__a_reshape_in_a_loop_body_reads_its_target_from_the_outer_graph(tmp_path):
     """A Loop of two runs, each flattening x (N, 4, 5) to [-1, 20], an initializer of the outer graph (as
     torch.onnx hoists a body's constants): onnx's inference of a body sees the outer tensors' types and the
