@@ -5,6 +5,7 @@ batch asked for, as the same model exported at that batch."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List
 
 import numpy as np
 import onnx
@@ -251,3 +252,50 @@ def test_import_onnx__a_reshape_in_a_loop_body_reads_its_target_from_the_outer_g
     assert graph.flops.tolist() == [2 * BATCH * 20] and graph.out_bytes.tolist() == [2 * BATCH * 20 * 4]
     assert "tensors_without_size" not in graph.meta
 
+
+class AppendingLoop(nn.Module):
+    """A list appended in a loop over x's steps, stacked, concatenated and indexed after it: scripted, a Loop
+    carrying a sequence (SequenceInsert in its body; ConcatFromSequence and SequenceAt after it); traced, the
+    loop unrolled."""
+
+    def __init__(self):
+        super().__init__()
+        self.step = nn.Linear(8, 8)
+
+    def forward(self, x):
+        outs: List[torch.Tensor] = []
+        for i in range(x.size(1)):
+            outs.append(self.step(x[:, i]))
+        return torch.stack(outs, 1), torch.cat(outs, 0), outs[2]
+
+
+def _export_loop(path: Path, batch: int, scripted: bool, declared_at_batch_1: bool = False) -> str:
+    torch.manual_seed(0)
+    module = torch.jit.script(AppendingLoop()) if scripted else AppendingLoop()
+    axes = {"dynamic_axes": {"x": {0: "batch"}}} if scripted else {}
+    torch.onnx.export(module, (torch.randn(batch, 5, 8),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], **axes)
+    if declared_at_batch_1:  # every tensor's shape inferred at batch 1 and declared, the body's too
+        model = onnx.load(str(path))
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+        onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("declared_at_batch_1", [False, True])
+def test_import_onnx__a_list_appended_in_a_loop_costs_as_the_unrolled_export_at_the_batch_given(
+        tmp_path, declared_at_batch_1):
+    """At x (3, 5, 8): the Loop runs its body five times, each a Linear of (3, 8) (its Slice of x read its axes
+    from a Constant outside the body, which onnx's inference of a body does not see: it was costed at one row
+    by one column), and what reads its sequence is sized as the unrolled export's stack, cat and outs[2] (they
+    were unsized, or sized at batch 1)."""
+    unrolled = import_onnx(_export_loop(tmp_path / "unrolled.onnx", 3, scripted=False))
+    path = _export_loop(tmp_path / "loop.onnx", 1, scripted=True, declared_at_batch_1=declared_at_batch_1)
+    graph = import_onnx(path, input_shapes={"x": (3, 5, 8)})
+    flops, written = (dict(zip(graph.op_kinds.tolist(), values)) for values in (graph.flops, graph.out_bytes))
+    assert flops["Loop"] == sum(unrolled.flops[unrolled.op_kinds == "Gemm"]) == 5 * (2 * 3 * 8 * 8 + 3 * 8)
+    stack, cat = unrolled.out_bytes[unrolled.op_kinds == "Concat"].tolist()
+    assert graph.out_bytes[graph.op_kinds == "ConcatFromSequence"].tolist() == [stack, cat] == [3 * 5 * 8 * 4] * 2
+    assert written["SequenceAt"] == 3 * 8 * 4  # outs[2], the unrolled export's third Gemm's output
