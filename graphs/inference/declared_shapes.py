@@ -11,18 +11,22 @@ the nodes after it read it), so at ``--input-shape x=32,...`` every op was coste
 such declaration set aside; a body's inputs, a Loop's carried values, keep theirs: onnx needs them); a
 declaration then gives only what that leaves unknown (a dim without a size, the shape of an output of an op
 onnx does not know) and the model is inferred once more from there, so the ops after it are sized too. A
-model whose declarations agree with its inputs is inferred as before. Whether the inputs alone left a node
+model whose declarations agree with its inputs is inferred as before. A Reshape's output declared with another
+number of elements than its input holds (its target computed at run time through an op no folding knows) is
+no hint: it was written at the export's sizes, and so were the declarations of what is computed from it;
+those stay unsized, and counted so. Whether the inputs alone left a node
 output unsized is what tells the importer to ask onnx's strict inference for a conflict (shape_conflict): a
 declaration must not hide sizes the model cannot take.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
-from graphs.inference.onnx_trips import graphs_within
-from graphs.inference.shape_folding import infer_with_folded_shapes, static_dim, static_shapes
+from graphs.inference.shape_folding import (bodies, graphs_within, infer_with_folded_shapes, static_dim,
+                                            static_shapes)
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,9 @@ def infer_preferring_inputs(model, infer: Callable = infer_with_folded_shapes) -
     declared = [_take_declarations(graph) for graph in graphs]
     from_inputs = infer(model)
     unsized = _has_unsized_outputs(from_inputs.graph)
-    hints = [_hints(graph_declared, _inferred_types(inferred))
+    stale = _computed_from(from_inputs.graph, _stale_reshape_declarations(from_inputs.graph, declared))
+    hints = [_hints({name: type_ for name, type_ in graph_declared.items() if name not in stale},
+                    _inferred_types(inferred))
              for graph_declared, inferred in zip(declared, graphs_within(from_inputs.graph))]
     if not any(hints):
         return Inference(from_inputs, unsized)
@@ -54,6 +60,51 @@ def _has_unsized_outputs(graph) -> bool:
     """Whether a node of ``graph`` (an inferred one) has an output whose shape is not fully sized."""
     sized = static_shapes(graph)
     return any(tensor and tensor not in sized for node in graph.node for tensor in node.output)
+
+
+def _stale_reshape_declarations(graph, declared: list[dict]) -> set[str]:
+    """The outputs of the Reshapes of ``graph`` (inferred from the inputs' sizes) and its bodies that the inputs'
+    sizes left unsized (a target computed at run time through an op neither onnx nor
+    graphs.inference.shape_folding folds) and whose declared shape holds another number of elements than the
+    Reshape's input: written at the export's sizes. Such a declaration sized the output, and the ops after it,
+    at the export's batch; left out, the output stays unsized, and counted so."""
+    shapes = {name: dims for body in graphs_within(graph) for name, dims in static_shapes(body).items()}
+    declared_dims = {name: _declared_size(value_type) for graph_declared in declared
+                     for name, value_type in graph_declared.items()}
+    return {node.output[0] for body in graphs_within(graph) for node in body.node
+            if node.op_type == "Reshape" and node.input and node.output and node.input[0] in shapes
+            and node.output[0] not in shapes
+            and declared_dims.get(node.output[0]) not in (None, math.prod(shapes[node.input[0]]))}
+
+
+def _computed_from(graph, tensors: set[str]) -> set[str]:
+    """``tensors`` and every tensor of ``graph`` and its bodies computed from them (a subgraph op's outputs
+    from anything its bodies read or give back): their declarations were written from the stale ones."""
+    reached, graphs = set(tensors), graphs_within(graph)
+    while reached:
+        count = len(reached)
+        for body in graphs:
+            reached.update(out for node in body.node if not reached.isdisjoint(_reads_within(node))
+                           for out in node.output if out)
+        if len(reached) == count:
+            break
+    return reached
+
+
+def _reads_within(node) -> set[str]:
+    """What a node reads: its inputs, and its bodies' nodes' inputs and its bodies' outputs (nested ones' too)."""
+    reads = set(node.input)
+    for body in bodies(node):
+        reads.update(value.name for value in body.output)
+        for inner in body.node:
+            reads |= _reads_within(inner)
+    return reads
+
+
+def _declared_size(value_type) -> int | None:
+    """The number of elements of a declared tensor type, None unless every dim has a size."""
+    dims = value_type.tensor_type.shape.dim
+    return math.prod(d.dim_value for d in dims) if all(static_dim(d) for d in dims) else None
 
 
 def _take_declarations(graph) -> dict:

@@ -26,7 +26,9 @@ by its input sequence's length where the ops that make it say it (graphs.inferen
 larger of its two branches' FLOPs, and of their bytes: an upper bound of the one that runs. A Loop's scan
 outputs, which onnx's inference leaves a symbolic leading dim, are as long as its static trip count, and what
 reads them is inferred again with that size; so is a ConcatFromSequence's concatenated dim, where its
-sequence's length and its tensors' dims are known. A Loop, Scan or SequenceMap whose runs are not known statically
+sequence's length and its tensors' dims are known, and the tensors of a sequence a Loop carries, the shape of
+those its body inserts (a list appended in a loop: its length is its initial one + the trip count x the inserts
+of one run). A Loop, Scan or SequenceMap whose runs are not known statically
 keeps no FLOPs (listed in ``ops_without_flops``) and its own inputs, outputs and weights as its bytes accessed;
 why is in ``meta["bodies_not_costed"]`` ({op name, a nested one's path: why}), which ``placer graphs import``
 warns of. A body's own initializers are resident weights of its top-level subgraph op, counted once whatever
@@ -53,11 +55,11 @@ from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCo
 from graphs.inference.declared_shapes import infer_preferring_inputs
 from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.onnx_trips import (bodies, graph_attribute, graphs_within, loop_trips, scan_trips,
-                                         sequence_lengths, sequence_map_trips, size_concat_from_sequences,
-                                         size_loop_scan_outputs)
-from graphs.inference.shape_folding import (ShapeConflict, infer_with_folded_shapes, known_values, reshape_conflict,
-                                            shape_conflict, static_dim, tensor_dims)
+from graphs.inference.onnx_trips import (graph_attribute, loop_trips, scan_trips, sequence_lengths,
+                                         sequence_map_trips, size_concat_from_sequences, size_loop_scan_outputs,
+                                         size_loop_sequences)
+from graphs.inference.shape_folding import (ShapeConflict, bodies, graphs_within, infer_with_folded_shapes,
+                                            known_values, reshape_conflict, shape_conflict, static_dim, tensor_dims)
 from graphs.opgraph import OpGraph
 
 FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
@@ -240,14 +242,16 @@ def _load_checked(model_file: Path, given: InputShapes):
 
 def _inferred_with_loop_outputs(model):
     """``model`` with its shapes inferred (graphs.inference.shape_folding), the scan outputs of its Loops of a
-    static trip count led by that count (graphs.inference.onnx_trips), and what reads them inferred again: a
-    Loop whose trip count reads another's scan output takes one more round."""
+    static trip count led by that count, the tensors of the sequences they carry and the concatenations of
+    sequences sized (graphs.inference.onnx_trips), and what reads them inferred again: a Loop whose trip count
+    reads another's scan output takes one more round."""
     inferred = infer_with_folded_shapes(model)
     rounds = sum(node.op_type in ("Loop", "ConcatFromSequence") for graph in graphs_within(model.graph)
                  for node in graph.node)
-    for _ in range(rounds):  # each round sizes some Loop's scan outputs or concatenations, which stay sized
-        sized = size_loop_scan_outputs(inferred.graph)
-        if not size_concat_from_sequences(inferred.graph) and not sized:
+    for _ in range(rounds):  # each round sizes some Loop's outputs or concatenations, which stay sized
+        sized = [size(inferred.graph) for size in (size_loop_scan_outputs, size_loop_sequences,
+                                                   size_concat_from_sequences)]
+        if not any(sized):
             break
         inferred = infer_with_folded_shapes(inferred)
     return inferred

@@ -6,12 +6,16 @@ leading dim that count gives a Loop's scan outputs.
 - A Scan runs once per slice of its scan inputs along their scan axes. They are all as long, so one whose
   scan axis is sized is enough, whatever its other dims (an unsized one counts as 1 in the body, as anywhere).
 - A SequenceMap runs once per tensor of its input sequence, whose length is followed through the ops that
-  make sequences (``sequence_lengths``).
+  make sequences (``sequence_lengths``), a Loop included: a list appended in a loop, as torch.onnx writes it
+  (the Loop carries a sequence, its body inserts into it), holds its initial length + the trip count x the
+  tensors each run inserts.
 
 onnx's shape inference gives a Loop's scan outputs (the body's outputs after its carried values, stacked over
 the iterations) a symbolic leading dim even when the trip count is static; ``size_loop_scan_outputs`` gives
 them the trip count, and inferring again sizes what reads them. ``size_concat_from_sequences`` does the same
-for a ConcatFromSequence's concatenated dim, from its sequence's length and its tensors' dims.
+for a ConcatFromSequence's concatenated dim, from its sequence's length and its tensors' dims; and
+``size_loop_sequences`` for the tensors of a sequence a Loop carries, which onnx leaves without a shape (the
+tensors the body inserts have theirs).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
-from graphs.inference.shape_folding import known_values, static_dim, tensor_dims
+from graphs.inference.shape_folding import bodies, known_values, static_dim, tensor_dims
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 Dims = tuple[int | None, ...]  # a tensor's dims, None where not sized
@@ -82,10 +86,51 @@ def sequence_lengths(graph, values: Mapping[str, np.ndarray], dims: Mapping[str,
     length. ``outer``: the lengths of the sequences of the graphs around it (a body reads them by name)."""
     lengths = dict(outer or {})
     for node in graph.node:
+        if node.domain in DEFAULT_DOMAINS and node.op_type == "Loop":
+            lengths.update(_loop_sequence_lengths(node, lengths, values))
+            continue
         length = _sequence_length(node, lengths, values, dims) if node.domain in DEFAULT_DOMAINS else None
         if length is not None:
             lengths.update({tensor: length for tensor in node.output if tensor})
     return lengths
+
+
+def _loop_sequence_lengths(node, lengths: Mapping[str, int], values) -> dict[str, int]:
+    """{Loop output: length} of the sequences a Loop of a static trip count carries, where each run of its body
+    adds the same number of tensors (``_carried_chain``): the initial length + the trip count x that number."""
+    trips, _ = loop_trips(node, values)
+    found = {}
+    for initial, chain, output in _carried_sequences(node) if trips is not None else []:
+        if chain is not None and initial in lengths:
+            added = sum(+1 if link.op_type == "SequenceInsert" else -1 if link.op_type == "SequenceErase" else 0
+                        for link in chain)
+            if lengths[initial] + trips * added >= 0:
+                found[output] = lengths[initial] + trips * added
+    return found
+
+
+def _carried_sequences(node) -> list[tuple[str, list | None, str]]:
+    """(initial value, ``_carried_chain`` in the body, output) of each value a Loop carries."""
+    body = graph_attribute(node, "body")
+    carried = zip(node.input[2:], body.input[2:], body.output[1:], node.output)
+    return [(initial, _carried_chain(body, inside.name, after.name), output)
+            for initial, inside, after, output in carried if output]
+
+
+def _carried_chain(body, start: str, end: str) -> list | None:
+    """The body nodes that make its carried value ``end`` from its value ``start`` (the one before the run) by
+    SequenceInsert, SequenceErase and Identity alone, in run order ([] when it is passed through as it is); None
+    when anything else makes it (a sequence built anew, a Loop inside)."""
+    producer = {out: n for n in body.node for out in n.output if out}
+    chain, tensor = [], end
+    while tensor != start:
+        link = producer.get(tensor)
+        if link is None or link.domain not in DEFAULT_DOMAINS or not link.input or link.op_type not in (
+                "SequenceInsert", "SequenceErase", "Identity") or len(chain) > len(body.node):
+            return None
+        chain.append(link)
+        tensor = link.input[0]
+    return chain[::-1]
 
 
 def _sequence_length(node, lengths: Mapping[str, int], values, dims) -> int | None:
@@ -139,6 +184,48 @@ def size_loop_scan_outputs(graph, outer: Mapping[str, np.ndarray] | None = None)
             for entry in entries.get(tensor, []):
                 changed |= _lead_with(entry, trips)
     return changed
+
+
+def size_loop_sequences(graph) -> bool:
+    """Give the sequences ``graph``'s Loops carry (those of the Loops inside its subgraph bodies too) the shape
+    of their tensors where onnx's inference left it unknown (it does not carry a body's inserted tensors' shapes
+    out, and a torch export declares the body's sequence without sizes): the shape of every tensor the body
+    inserts (``_carried_chain``), when they all have the same one, fully sized, and so has the initial
+    sequence's unless it is SequenceEmpty's. In place; whether it gave any."""
+    changed = False
+    entries = _entries_by_name(graph)
+    initial_dims = {value.name: _element_dims(value) for value in [*graph.input, *graph.value_info]}
+    empty = {out for node in graph.node if node.op_type == "SequenceEmpty" for out in node.output}
+    for node in graph.node:
+        for body in bodies(node):
+            changed |= size_loop_sequences(body)
+        if node.op_type != "Loop" or node.domain not in DEFAULT_DOMAINS:
+            continue
+        body = graph_attribute(node, "body")
+        body_dims = tensor_dims(body)
+        for initial, chain, output in _carried_sequences(node):
+            shapes = {body_dims.get(link.input[1]) if len(link.input) > 1 else None
+                      for link in chain or () if link.op_type == "SequenceInsert"}
+            if initial not in empty:
+                shapes.add(initial_dims.get(initial))
+            shape = shapes.pop() if chain is not None and len(shapes) == 1 else None
+            for entry in entries.get(output, []) if shape is not None and None not in shape else []:
+                changed |= _size_elements(entry, shape)
+    return changed
+
+
+def _size_elements(value, dims: tuple[int, ...]) -> bool:
+    """Give the tensors of ``value`` (a ValueInfoProto of a sequence) the shape ``dims`` unless they have a full
+    one already; whether it did."""
+    if not value.type.HasField("sequence_type") or not value.type.sequence_type.elem_type.HasField("tensor_type"):
+        return False
+    tensor_type = value.type.sequence_type.elem_type.tensor_type
+    if tensor_type.HasField("shape") and all(static_dim(d) for d in tensor_type.shape.dim):
+        return False
+    tensor_type.ClearField("shape")
+    for size in dims:
+        tensor_type.shape.dim.add().dim_value = size
+    return True
 
 
 def size_concat_from_sequences(graph, outer: Mapping[str, np.ndarray] | None = None) -> bool:
@@ -240,23 +327,6 @@ def _known_true(value) -> bool:
 
 def graph_attribute(node, name: str):
     return next(attribute.g for attribute in node.attribute if attribute.name == name)
-
-
-def bodies(node) -> list:
-    """The subgraphs a node holds (If's branches, Loop's, Scan's and SequenceMap's body, any other op's graph
-    attributes)."""
-    import onnx
-
-    graphs = []
-    for attribute in node.attribute:
-        graphs += [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
-    return graphs
-
-
-def graphs_within(graph) -> list:
-    """``graph`` and every subgraph inside it, nested ones included (the same order for a model and its
-    inferred copy)."""
-    return [graph] + [inner for node in graph.node for body in bodies(node) for inner in graphs_within(body)]
 
 
 def _attribute(node, name: str, default=None):

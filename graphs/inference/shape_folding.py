@@ -6,11 +6,14 @@ inference reads such a computed target only from Reshape-14 on (Reshape-5 and -1
 rank unknown), and its data propagation does not cover Div, so those tensors came out unsized.
 
 ``infer_with_folded_shapes`` infers as the importer always did; then, while a shape-taking input
-(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, ...) of a node whose output is still not fully
-sized has a value numpy can compute from what is known (static shapes, small initializers, Constants) through
-the ops of ``FOLDERS``, it gives that input its value as an initializer on a slimmed copy of the model and
-infers again (at most ``MAX_ROUNDS`` times: a chain that starts from a tensor sized in the previous round,
-like the next layer's, takes one round each). The importer still reads the model's own nodes: only the
+(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, ...) of a node whose output
+is still not fully sized has a value numpy can compute from what is known (static shapes, small initializers,
+Constants) through the ops of ``FOLDERS``, it gives that input its value as an initializer on a slimmed copy
+of the model (of the node's own graph, a subgraph body's too: onnx's inference of a body sees the outer
+graph's tensors' types and the values its data propagation computed, not the outer initializers' or Constants'
+values, which torch.onnx hoists out of a Loop body, e.g. a Slice's axes) and infers again (at most
+``MAX_ROUNDS`` times: a chain that starts from a tensor sized in the previous round, like the next layer's,
+takes one round each). The importer still reads the model's own nodes: only the
 inferred value_info and output types come from the copy. A model with no such input is left exactly as the
 first inference gave it.
 
@@ -28,7 +31,8 @@ import numpy as np
 
 from graphs.opgraph import unique_name
 
-TARGET_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2)}
+TARGET_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
+                 "Slice": (1, 2, 3, 4)}
 MAX_ROUNDS = 64  # one round a layer whose chain starts from the previous layer's output
 MAX_ELEMENTS = 1024  # a value (or initializer) larger than this is no shape: neither read nor computed
 DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -52,7 +56,8 @@ def infer_with_folded_shapes(model):
         targets.update(found)
         folded = infer_shapes(_slim_copy(model, targets), data_prop=True)
     if targets:
-        _take_types(inferred.graph, folded.graph)
+        for graph, folded_graph in zip(graphs_within(inferred.graph), graphs_within(folded.graph)):
+            _take_types(graph, folded_graph)
     return inferred
 
 
@@ -111,25 +116,41 @@ def reshape_conflict(graphs) -> ShapeConflict | None:
     return None
 
 
-def _new_targets(graph, taken: dict) -> dict[tuple[int, int], np.ndarray]:
-    """{(node index, input index): value} of the shape-taking inputs, neither given yet nor constant already,
-    whose value is now known and whose node's outputs are not all sized."""
-    values, static = known_values(graph), static_shapes(graph)
-    constants = {init.name for init in graph.initializer} | {
-        t for node in graph.node if node.op_type == "Constant" for t in node.output}
-    computed, found = values.keys() - constants, {}
-    for i, node in enumerate(graph.node):
-        positions = TARGET_INPUTS.get(node.op_type, ()) if node.domain in DEFAULT_DOMAINS else ()
-        if not positions or all(out in static for out in node.output if out):
-            continue
-        for j in positions:
-            if (i, j) not in taken and j < len(node.input) and node.input[j] in computed:
-                found[(i, j)] = values[node.input[j]]
+def _new_targets(graph, taken: dict) -> dict[tuple[int, int, int], np.ndarray]:
+    """{(graph index in ``graphs_within``, node index, input index): value} of the shape-taking inputs, neither
+    given yet nor constant already, whose value is now known and whose node's outputs are not all sized. Inside a
+    subgraph body, a value read from the graphs around it counts as computed: onnx's inference of a body sees
+    the outer tensors' types, not their values (a Loop body's Slice of an outer tensor, its axes an outer
+    Constant, was left without a shape)."""
+    found = {}
+    for g, (body, values) in enumerate(_graphs_with_values(graph)):
+        static = static_shapes(body)
+        constants = {init.name for init in body.initializer} | {
+            t for node in body.node if node.op_type == "Constant" for t in node.output}
+        computed = values.keys() - constants
+        for i, node in enumerate(body.node):
+            positions = TARGET_INPUTS.get(node.op_type, ()) if node.domain in DEFAULT_DOMAINS else ()
+            if not positions or all(out in static for out in node.output if out):
+                continue
+            for j in positions:
+                if (g, i, j) not in taken and j < len(node.input) and node.input[j] in computed:
+                    found[(g, i, j)] = values[node.input[j]]
     return found
 
 
+def _graphs_with_values(graph, outer: dict | None = None):
+    """(graph, its known values) for ``graph`` and every subgraph inside it, in ``graphs_within``'s order; a
+    body's values include those of the graphs around it."""
+    values = known_values(graph, outer)
+    yield graph, values
+    for node in graph.node:
+        for body in bodies(node):
+            yield from _graphs_with_values(body, values)
+
+
 def _slim_copy(model, targets: dict):
-    """A copy of ``model`` whose ``targets`` inputs read initializers holding their values, and whose large
+    """A copy of ``model`` whose ``targets`` inputs read initializers (of their own graph) holding their values,
+    and whose large
     initializers are graph inputs of the same type and shape (inference reads only their shapes: the copy
     is not the weights' size)."""
     from onnx import helper, numpy_helper
@@ -141,18 +162,20 @@ def _slim_copy(model, targets: dict):
     copy_graph = helper.make_graph(graph.node, graph.name, inputs, graph.output,
                                    [init for init in graph.initializer if math.prod(init.dims) <= MAX_ELEMENTS],
                                    value_info=graph.value_info)
-    names = _all_names(graph)
-    for (i, j), value in sorted(targets.items()):
-        name = unique_name(f"{copy_graph.node[i].input[j]}_folded", names)
-        copy_graph.initializer.append(numpy_helper.from_array(value, name))
-        copy_graph.node[i].input[j] = name
+    names = set().union(*map(_all_names, graphs_within(graph)))
+    copies = graphs_within(copy_graph)
+    for (g, i, j), value in sorted(targets.items()):
+        node = copies[g].node[i]
+        name = unique_name(f"{node.input[j]}_folded", names)
+        copies[g].initializer.append(numpy_helper.from_array(value, name))  # in the body of the node reading it
+        node.input[j] = name
     return helper.make_model(copy_graph, opset_imports=model.opset_import, ir_version=model.ir_version,
                              functions=model.functions)
 
 
 def _take_types(graph, folded_graph) -> None:
-    """``graph``'s inferred value_info and output types become ``folded_graph``'s (the same tensors; the
-    initializers the copy added have no value_info)."""
+    """``graph``'s inferred value_info and output types become ``folded_graph``'s (the same tensors, a body's
+    too; the initializers the copy added have no value_info)."""
     del graph.value_info[:]
     graph.value_info.extend(folded_graph.value_info)
     folded_outputs = {value.name: value for value in folded_graph.output}
@@ -163,6 +186,23 @@ def _take_types(graph, folded_graph) -> None:
 def _all_names(graph) -> set[str]:
     return ({value.name for value in [*graph.input, *graph.output, *graph.value_info]}
             | {init.name for init in graph.initializer} | {t for node in graph.node for t in node.output})
+
+
+def bodies(node) -> list:
+    """The subgraphs a node holds (If's branches, Loop's, Scan's and SequenceMap's body, any other op's graph
+    attributes)."""
+    import onnx
+
+    graphs = []
+    for attribute in node.attribute:
+        graphs += [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+    return graphs
+
+
+def graphs_within(graph) -> list:
+    """``graph`` and every subgraph inside it, nested ones included (the same order for a model and its
+    inferred copy)."""
+    return [graph] + [inner for node in graph.node for body in bodies(node) for inner in graphs_within(body)]
 
 
 def static_dim(dim) -> bool:
@@ -329,6 +369,19 @@ def _constant_of_shape(node, values, shapes):
     return np.full(tuple(shape.tolist()), fill[0], fill.dtype)
 
 
+def _reduce(function):
+    """ReduceProd's or ReduceSum's fold (a flatten's ``-1`` written as the product of the trailing dims): axes
+    an attribute or, from ReduceSum-13 and ReduceProd-18, the second input; none given reduces every axis,
+    unless ``noop_with_empty_axes``."""
+    def fold(node, values, shapes):
+        inputs = _inputs(node, values)
+        axes = _axes(node, inputs)
+        if not axes and _attribute(node, "noop_with_empty_axes", 0):
+            return inputs[0]
+        return function(inputs[0], axis=tuple(axes) if axes else None, keepdims=bool(_attribute(node, "keepdims", 1)))
+    return fold
+
+
 def _elementwise(function):
     def fold(node, values, shapes):
         return function(*_inputs(node, values))
@@ -339,5 +392,5 @@ FOLDERS = {
     "Constant": _constant, "Shape": _shape, "Gather": _gather, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
     "Concat": _concat, "Slice": _slice, "Cast": _cast, "Div": _div, "ConstantOfShape": _constant_of_shape,
     "Add": _elementwise(np.add), "Sub": _elementwise(np.subtract), "Mul": _elementwise(np.multiply),
-    "Identity": _elementwise(lambda data: data),
+    "Identity": _elementwise(lambda data: data), "ReduceProd": _reduce(np.prod), "ReduceSum": _reduce(np.sum),
 }

@@ -5,6 +5,7 @@ batch asked for, as the same model exported at that batch."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List
 
 import numpy as np
 import onnx
@@ -193,3 +194,108 @@ def test_import_onnx__sizes_the_model_cannot_take_are_refused_though_it_declares
     with pytest.raises(PlacerError, match=r"x=1,3,31,33 \(--input-shape\), node 'cat' \(Concat\) fails shape "):
         import_onnx(str(path), input_shapes={"x": (1, 3, 31, 33)})
     assert import_onnx(str(path), input_shapes={"x": (1, 3, 32, 32)}).out_bytes.tolist()[-1] == 6 * 32 * 32 * 4
+
+
+def _computed_flatten(tmp_path, unfolded_op: bool = False) -> str:
+    """x (N, 4, 5) -> flat = Reshape(x, [-1, ReduceProd(Shape(x)[1:3])]) (its target computed at run time, then
+    passed through Abs, an op the folding does not know, if ``unfolded_op``) -> y = Relu(flat); flat and y
+    declared (1, 20), at the export's batch."""
+    value, tensor = helper.make_tensor_value_info, helper.make_tensor
+    product = [helper.make_node("ReduceProd", ["tail"], ["p"], keepdims=1)] if not unfolded_op else [
+        helper.make_node("ReduceProd", ["tail"], ["p0"], keepdims=1), helper.make_node("Abs", ["p0"], ["p"])]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "start", "end"], ["tail"]),
+             *product, helper.make_node("Concat", ["rest", "p"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"], name="flatten"),
+             helper.make_node("Relu", ["flat"], ["y"], name="relu")]
+    initializers = [tensor("start", TensorProto.INT64, [1], [1]), tensor("end", TensorProto.INT64, [1], [3]),
+                    tensor("rest", TensorProto.INT64, [1], [-1])]
+    return _save(tmp_path, nodes, [value("x", TensorProto.FLOAT, ["N", 4, 5])],
+                 [value("y", TensorProto.FLOAT, [1, 20])], [value("flat", TensorProto.FLOAT, [1, 20])],
+                 initializers=initializers)
+
+
+def test_import_onnx__a_reshape_whose_target_folds_through_reduce_prod_follows_the_batch_not_its_declaration(
+        tmp_path):
+    """The target [-1, 20] folds (ReduceProd of the trailing dims, as a flatten writes it): at batch 32 the
+    Reshape and the Relu are (32, 20); the declared (1, 20) sized both, the Relu costing 20 FLOPs."""
+    graph = import_onnx(_computed_flatten(tmp_path), input_shapes={"x": (BATCH, 4, 5)})
+    written = dict(zip(graph.op_names.tolist(), graph.out_bytes.tolist()))
+    assert written["flatten"] == written["relu"] == BATCH * 20 * 4
+    assert graph.flops.tolist()[-1] == BATCH * 20 and "tensors_without_size" not in graph.meta
+
+
+def test_import_onnx__a_reshape_whose_target_does_not_fold_leaves_a_stale_declaration_out_and_says_so(tmp_path):
+    """Through Abs the target stays unknown; the declared (1, 20) holds 20 elements where x holds 640: a size
+    of the export's batch, not taken, and neither is the Relu's, computed from it. Both are unsized, counted."""
+    graph = import_onnx(_computed_flatten(tmp_path, unfolded_op=True), input_shapes={"x": (BATCH, 4, 5)})
+    assert graph.meta["unsized_tensors_by_op"] == {"Relu": 1, "Reshape": 1}
+    assert import_onnx(_computed_flatten(tmp_path, unfolded_op=True)).out_bytes.tolist()[-2:] == [80, 80]  # batch 1
+
+
+def test_import_onnx__a_reshape_in_a_loop_body_reads_its_target_from_the_outer_graph(tmp_path):
+    """A Loop of two runs, each flattening x (N, 4, 5) to [-1, 20], an initializer of the outer graph (as
+    torch.onnx hoists a body's constants): onnx's inference of a body sees the outer tensors' types and the
+    values its data propagation computed, not the outer initializers' or Constants' values, so the body's
+    declarations at batch 1 sized it. Folded into the body, each run's Relu is (32, 20), stacked (2, 32, 20)."""
+    value, tensor = helper.make_tensor_value_info, helper.make_tensor
+    body = helper.make_graph([helper.make_node("Identity", ["c_in"], ["c_out"]),
+                              helper.make_node("Reshape", ["x", "flat_shape"], ["flat"]),
+                              helper.make_node("Relu", ["flat"], ["r"])], "flatten",
+                             [value("i", TensorProto.INT64, []), value("c_in", TensorProto.BOOL, [])],
+                             [value("c_out", TensorProto.BOOL, []), value("r", TensorProto.FLOAT, [1, 20])],
+                             value_info=[value("flat", TensorProto.FLOAT, [1, 20])])
+    initializers = [tensor("flat_shape", TensorProto.INT64, [2], [-1, 20]), tensor("two", TensorProto.INT64, [], [2])]
+    path = _save(tmp_path, [helper.make_node("Loop", ["two", ""], ["y"], name="loop", body=body)],
+                 [value("x", TensorProto.FLOAT, ["N", 4, 5])], [value("y", TensorProto.FLOAT, [2, 1, 20])],
+                 initializers=initializers)
+    graph = import_onnx(path, input_shapes={"x": (BATCH, 4, 5)})
+    assert graph.flops.tolist() == [2 * BATCH * 20] and graph.out_bytes.tolist() == [2 * BATCH * 20 * 4]
+    assert "tensors_without_size" not in graph.meta
+
+
+class AppendingLoop(nn.Module):
+    """A list appended in a loop over x's steps, stacked, concatenated and indexed after it: scripted, a Loop
+    carrying a sequence (SequenceInsert in its body; ConcatFromSequence and SequenceAt after it); traced, the
+    loop unrolled."""
+
+    def __init__(self):
+        super().__init__()
+        self.step = nn.Linear(8, 8)
+
+    def forward(self, x):
+        outs: List[torch.Tensor] = []
+        for i in range(x.size(1)):
+            outs.append(self.step(x[:, i]))
+        return torch.stack(outs, 1), torch.cat(outs, 0), outs[2]
+
+
+def _export_loop(path: Path, batch: int, scripted: bool, declared_at_batch_1: bool = False) -> str:
+    torch.manual_seed(0)
+    module = torch.jit.script(AppendingLoop()) if scripted else AppendingLoop()
+    axes = {"dynamic_axes": {"x": {0: "batch"}}} if scripted else {}
+    torch.onnx.export(module, (torch.randn(batch, 5, 8),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], **axes)
+    if declared_at_batch_1:  # every tensor's shape inferred at batch 1 and declared, the body's too
+        model = onnx.load(str(path))
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+        onnx.save(model, str(path))
+    return str(path)
+
+
+@pytest.mark.parametrize("declared_at_batch_1", [False, True])
+def test_import_onnx__a_list_appended_in_a_loop_costs_as_the_unrolled_export_at_the_batch_given(
+        tmp_path, declared_at_batch_1):
+    """At x (3, 5, 8): the Loop runs its body five times, each a Linear of (3, 8) (its Slice of x read its axes
+    from a Constant outside the body, which onnx's inference of a body does not see: it was costed at one row
+    by one column), and what reads its sequence is sized as the unrolled export's stack, cat and outs[2] (they
+    were unsized, or sized at batch 1)."""
+    unrolled = import_onnx(_export_loop(tmp_path / "unrolled.onnx", 3, scripted=False))
+    path = _export_loop(tmp_path / "loop.onnx", 1, scripted=True, declared_at_batch_1=declared_at_batch_1)
+    graph = import_onnx(path, input_shapes={"x": (3, 5, 8)})
+    flops, written = (dict(zip(graph.op_kinds.tolist(), values)) for values in (graph.flops, graph.out_bytes))
+    assert flops["Loop"] == sum(unrolled.flops[unrolled.op_kinds == "Gemm"]) == 5 * (2 * 3 * 8 * 8 + 3 * 8)
+    stack, cat = unrolled.out_bytes[unrolled.op_kinds == "Concat"].tolist()
+    assert graph.out_bytes[graph.op_kinds == "ConcatFromSequence"].tolist() == [stack, cat] == [3 * 5 * 8 * 4] * 2
+    assert written["SequenceAt"] == 3 * 8 * 4  # outs[2], the unrolled export's third Gemm's output

@@ -957,3 +957,38 @@ def test_import_onnx__concat_from_sequence_of_known_length_is_sized_and_so_are_i
     assert _by_name(graph, graph.flops)["neg"] == 32
     # only the sequences are unsized (0 bytes), y and z no longer
     assert graph.meta["unsized_tensors_by_op"] == {"SequenceConstruct": 1, "SequenceInsert": 1, "SplitToSequence": 1}
+
+
+def _appending_loop_model(tmp_path, axis: int, new_axis: int, declared: list) -> str:
+    """A list appended in a loop: five runs insert Relu(x) (x: (N, 8)) into a sequence that starts empty;
+    after the Loop, y = ConcatFromSequence (``axis``, ``new_axis``) declared ``declared`` and at = its tensor 2.
+    The body declares its sequence without sizes, as torch.onnx does."""
+    value, sequence = helper.make_tensor_value_info, helper.make_tensor_sequence_value_info
+    body = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                              helper.make_node("SequenceInsert", ["s_in", "r"], ["s_out"]),
+                              helper.make_node("Identity", ["c_in"], ["c_out"])], "append",
+                             [value("i", TensorProto.INT64, []), value("c_in", TensorProto.BOOL, []),
+                              sequence("s_in", TensorProto.FLOAT, ["m", "n"])],
+                             [value("c_out", TensorProto.BOOL, []), sequence("s_out", TensorProto.FLOAT, ["m", "n"])])
+    nodes = [helper.make_node("SequenceEmpty", [], ["empty"], dtype=TensorProto.FLOAT),
+             helper.make_node("Loop", ["M", "", "empty"], ["list"], name="loop", body=body),
+             helper.make_node("ConcatFromSequence", ["list"], ["y"], name="concat", axis=axis, new_axis=new_axis),
+             helper.make_node("SequenceAt", ["list", "two"], ["at"], name="at")]
+    return _save(tmp_path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                 [value("y", TensorProto.FLOAT, declared), value("at", TensorProto.FLOAT, [2, 8])],
+                 [numpy_helper.from_array(np.array(5, np.int64), "M"), numpy_helper.from_array(np.int64(2), "two")])
+
+
+@pytest.mark.parametrize("axis, new_axis, stacked, declared", [
+    (0, 0, (15, 8), [10, 8]), (1, 0, (3, 40), [2, "w"]), (1, 1, (3, 5, 8), [2, 5, 8]), (-1, 1, (3, 8, 5), [2, 8, 5]),
+    (0, 1, (5, 3, 8), ["a", "b", "c"])])
+def test_import_onnx__a_sequence_a_loop_appends_to_is_sized_by_its_trip_count_and_the_inserted_tensor(
+        tmp_path, axis, new_axis, stacked, declared):
+    """At x (3, 8), the Loop leaves five (3, 8) tensors: y and at are sized from them (both were costed at the
+    sizes declared at the export's batch 2, or unsized: the Loop's sequence had no length nor tensor shape)."""
+    graph = import_onnx(_appending_loop_model(tmp_path, axis, new_axis, declared), input_shapes={"x": (3, 8)})
+    written, accessed = _by_name(graph, graph.out_bytes), _by_name(graph, graph.bytes_accessed)
+    assert written["concat"] == int(np.prod(stacked)) * F32 and accessed["concat"] == 2 * written["concat"]
+    assert written["at"] == 3 * 8 * F32
+    assert _by_name(graph, graph.flops)["loop"] == 5 * 3 * 8  # five Relu of (3, 8)
+    assert graph.meta["unsized_tensors_by_op"] == {"Loop": 1, "SequenceEmpty": 1, "SequenceInsert": 1}  # sequences

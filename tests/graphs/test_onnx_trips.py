@@ -47,3 +47,41 @@ def test_sequence_lengths__unknown_where_the_split_axis_or_the_split_is():
     assert _lengths([node("SplitToSequence", ["u"], ["rows"]),  # u's rows: data-dependent
                      node("SequenceInsert", ["rows", "a"], ["more"]),
                      node("SplitToSequence", ["a", "step"], ["by_step"])]) == {}  # step: a graph input
+
+
+def _appending_loop(run: list, trips: str = "five", initial: str = "pair"):
+    """A Loop of ``trips`` runs carrying the sequence ``initial`` (s_in in its body, ``run``'s s_out after a run)
+    into "after"; its condition passed through, as torch.onnx writes a for loop."""
+    value = helper.make_tensor_value_info
+    body = helper.make_graph([helper.make_node("Identity", ["c_in"], ["c_out"]), *run], "run",
+                             [value("i", TensorProto.INT64, []), value("c_in", TensorProto.BOOL, []),
+                              helper.make_tensor_sequence_value_info("s_in", TensorProto.FLOAT, None)],
+                             [value("c_out", TensorProto.BOOL, []),
+                              helper.make_tensor_sequence_value_info("s_out", TensorProto.FLOAT, None)])
+    return helper.make_node("Loop", [trips, "", initial], ["after"], body=body)
+
+
+def test_sequence_lengths__a_loop_adds_what_each_run_of_its_body_inserts_times_its_trip_count():
+    """A list appended in a loop: the initial pair, and per run two inserts (or an insert and an erase, or
+    nothing) for five runs."""
+    node = helper.make_node
+    five = [numpy_helper.from_array(np.array(5, np.int64), "five")]
+    pair = node("SequenceConstruct", ["a", "b"], ["pair"])
+    runs = {12: [node("SequenceInsert", ["s_in", "a"], ["s_1"]), node("SequenceInsert", ["s_1", "b"], ["s_out"])],
+            2: [node("SequenceInsert", ["s_in", "a"], ["s_1"]), node("SequenceErase", ["s_1"], ["s_out"])],
+            7: [node("SequenceInsert", ["s_in", "a"], ["s_1"]), node("Identity", ["s_1"], ["s_out"])]}
+    for length, run in runs.items():
+        assert _lengths([pair, _appending_loop(run)], five)["after"] == length
+    assert _lengths([pair, _appending_loop([node("Identity", ["s_in"], ["s_out"])])], five)["after"] == 2
+
+
+def test_sequence_lengths__of_a_loop_unknown_for_a_trip_count_at_run_time_or_a_sequence_built_anew():
+    node = helper.make_node
+    pair, five = node("SequenceConstruct", ["a", "b"], ["pair"]), [numpy_helper.from_array(np.array(5, np.int64),
+                                                                                            "five")]
+    insert = [node("SequenceInsert", ["s_in", "a"], ["s_out"])]
+    assert "after" not in _lengths([pair, _appending_loop(insert, trips="step")], five)  # step: a graph input
+    assert "after" not in _lengths([node("SplitToSequence", ["u"], ["u_rows"]),  # its initial length unknown
+                                    _appending_loop(insert, initial="u_rows")], five)
+    anew = [node("SequenceConstruct", ["a"], ["s_out"])]  # the same length each run, but not the initial one's
+    assert "after" not in _lengths([pair, _appending_loop(anew)], five)
