@@ -234,8 +234,8 @@ def print_result(result) -> None:
         row(f"warm start ({result.warm_start})", result.warm_start_runtime_s, "ok" if warm_started else "none ran ok")
         if math.isfinite(result.warm_start_on_groups_s):  # what the learner imitated and never ends worse than
             row("warm start on the searched groups", result.warm_start_on_groups_s, "ok")
-    row(f"overall best ({result.best_source})", result.best_runtime_s,
-        "ok" if math.isfinite(result.best_runtime_s) else "none ok")
+    row(f"overall best ({result.overall_best_source})", result.overall_best_runtime_s,
+        "ok" if math.isfinite(result.overall_best_runtime_s) else "none ok")
     for b in result.baselines:
         row(b.policy, b.runtime_s, b.status)
     row("lower bound", lb, "-")
