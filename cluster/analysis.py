@@ -60,12 +60,16 @@ class RunSummary:
     graph: str
     machine: str
     policy: str
-    best_runtime_s: float  # the run's own policy, ok rows only; nan when none
-    best_overall_s: float  # every row of the run (baselines scored in it included) that uses no removed device
+    policy_best_runtime_s: float  # the run's own policy, ok rows only (a `placer baselines --out` run: every
+    # row); nan when none. The figure every ratio below compares
+    overall_best_runtime_s: float  # every ok row of the run (its baselines and warm start included) that uses
+    # no removed device: result.json's overall_best_runtime_s, best_placement.json's placement
+    overall_best_source: str  # the policy tag of the row that found it; "" when none was ok
     lower_bound_s: float  # nan when unknown
-    best_baseline_s: float  # best ok row tagged with another policy (this run or a sibling); nan when none
+    best_baseline_s: float  # best ok row tagged with another policy, in this run or a comparable one (same graph,
+    # machine and measuring: comparable_key), a `placer baselines --out` run's included; nan when none
     best_baseline: str  # its policy tag
-    best_baseline_run: str  # the sibling run that logged it; "" when this run did (or there is none)
+    best_baseline_run: str  # the other run that logged it; "" when this run did (or there is none)
     ratio_to_lower_bound: float
     ratio_to_best_baseline: float  # < 1: the policy beat every baseline
     measurements: int  # rows measured, every policy's (cache hits excluded): what measurements_per_s counts
@@ -191,8 +195,9 @@ def run_started_at(manifest: RunManifest) -> pd.Timestamp | None:
 
 
 def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
-    """One summary per run found under ``paths``; a run without an ok baseline of its own takes the best
-    baseline logged by a sibling run measured alike (``comparable_key``: the other runs of an experiment)."""
+    """One summary per run found under ``paths``; each is compared with the best baseline among its own and
+    those logged by the other runs read that were measured alike (``comparable_key``: the other runs of an
+    experiment, a `placer baselines --out` run beside it)."""
     runs = find_runs(paths)
     loaded = []
     baseline_rows: dict[tuple, list[pd.DataFrame]] = {}  # every run's rows of other policies
@@ -204,7 +209,7 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
         baseline_rows.setdefault(comparable_key(manifest), []).append(others)
         loaded.append((run, manifest, rows, usable, bests))
     pooled = {key: pd.concat(frames, ignore_index=True) for key, frames in baseline_rows.items()}
-    return [_summary(run, manifest, rows, usable, bests, _baseline_pool(manifest, bests, pooled))
+    return [_summary(run, manifest, rows, usable, bests, _baseline_pool(manifest, pooled[comparable_key(manifest)]))
             for run, manifest, rows, usable, bests in loaded]
 
 
@@ -227,25 +232,19 @@ def _hashable(value):
 @dataclass(frozen=True)
 class BaselinePool:
     bests: list[PolicyBest]  # the best of each baseline policy
-    logged_by: dict[str, str]  # policy -> run id of a sibling that logged its best ("" for the run's own)
+    logged_by: dict[str, str]  # policy -> run id of another run that logged its best ("" for the run's own)
 
 
-def _baseline_pool(manifest: RunManifest, bests: dict[str, PolicyBest],
-                   pooled: dict[tuple, pd.DataFrame]) -> BaselinePool:
-    """The run's own baselines when one of them was ok, else its comparable siblings'."""
-    own = _own_baselines(manifest, bests)
-    if any(b.status == "ok" for b in own):
-        return BaselinePool(own, {})
-    return _sibling_baselines(pooled[comparable_key(manifest)], manifest)
-
-
-def _sibling_baselines(rows: pd.DataFrame, manifest: RunManifest) -> BaselinePool:
-    """The best of each baseline the comparable runs logged (``rows``), on the devices this run kept (a
-    device that left this run would make a sibling's placement one it can no longer run)."""
+def _baseline_pool(manifest: RunManifest, rows: pd.DataFrame) -> BaselinePool:
+    """The best of each baseline that this run and the comparable runs logged (``rows``, other policies' rows of
+    each, LOGGED_BY naming its run), on the devices this run kept (a device that left this run would make
+    another run's placement one it can no longer run). The run's own policy is no baseline of it, also where
+    another run scored it as one; a tie goes to the run's own row."""
     kept = rows_without_devices(rows, removed_device_indices(manifest))
+    kept = kept[kept["policy"] != manifest.policy]
     bests = policy_bests(kept)
-    ok = kept[kept["status"] == "ok"].sort_values("runtime_s", kind="stable")
-    first = ok.drop_duplicates("policy")
+    ok = kept[kept["status"] == "ok"].assign(_other=kept[LOGGED_BY] != manifest.run_id)
+    first = ok.sort_values(["runtime_s", "_other"], kind="stable").drop_duplicates("policy")
     logged_by = {str(p): ("" if r == manifest.run_id else str(r)) for p, r in zip(first["policy"], first[LOGGED_BY])}
     return BaselinePool(list(bests.values()), logged_by)
 
@@ -259,8 +258,7 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     """``rows``: the whole log; ``usable``: those on devices the run kept; ``bests``: policy_bests(usable)."""
     own = bests.get(manifest.policy)
     own_best = own.runtime_s if own is not None else math.nan
-    ok_rows = usable[usable["status"] == "ok"]
-    overall = float(ok_rows["runtime_s"].min()) if len(ok_rows) else math.nan
+    overall, overall_source = _fastest(usable[usable["status"] == "ok"])
     finished = read_result_json(run) is not None
     if manifest.policy == BASELINES_POLICY:  # a `placer baselines --out` run: its best is the best baseline
         own_best, finished = overall, (run / BASELINES_FILE).is_file()
@@ -275,7 +273,8 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     baseline_s = baseline.runtime_s if baseline is not None else math.nan
     return RunSummary(
         run_dir=str(run), run_id=manifest.run_id, graph=manifest.graph_name, machine=manifest.machine_name,
-        policy=manifest.policy, best_runtime_s=own_best, best_overall_s=overall, lower_bound_s=lower,
+        policy=manifest.policy, policy_best_runtime_s=own_best, overall_best_runtime_s=overall,
+        overall_best_source=overall_source, lower_bound_s=lower,
         best_baseline_s=baseline_s, best_baseline=baseline.policy if baseline is not None else "",
         best_baseline_run=pool.logged_by.get(baseline.policy, "") if baseline is not None else "",
         ratio_to_lower_bound=_ratio(own_best, lower), ratio_to_best_baseline=_ratio(own_best, baseline_s),
@@ -286,6 +285,14 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
                               for r in device_removals_done(manifest)),
         policy_measurements=len(policy_rows))
+
+
+def _fastest(ok_rows: pd.DataFrame) -> tuple[float, str]:
+    """(step time, policy tag) of the fastest row, the first logged on a tie; (nan, "") for none."""
+    if not len(ok_rows):
+        return math.nan, ""
+    first = ok_rows.sort_values(["runtime_s", "seq"], kind="stable").iloc[0]
+    return float(first["runtime_s"]), str(first["policy"])
 
 
 def wall_s_of(rows: pd.DataFrame, manifest: RunManifest) -> float:

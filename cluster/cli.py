@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
 import errno
 import importlib
 import os
 import re
+import signal
 import sys
 
 from cluster.commands import COMMAND_MODULES
 from cluster.commands.paths import check_outputs_spare_inputs
-from cluster.jsonout import emit_json, json_stdout, writes_to_fd1
+from cluster.jsonout import emit_json, json_emitted, json_stdout, writes_to_fd1
 from graphs.errors import PlacerError
 
 
@@ -69,8 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; returns its exit status (130 after Ctrl-C). ``console_main`` is the program."""
+    args = None
     try:
+        args = build_parser().parse_args(argv)  # imports every command's module: Ctrl-C may come here too
         if getattr(args, "json", False):
             with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
                 return _run(args)
@@ -78,6 +83,67 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
         _stdout_to_devnull()
         return 141
+    except KeyboardInterrupt:  # outside the command: while loading it, or at json_stdout's end
+        return _interrupted(args if args is not None else _argv_as_parsed_so_far(argv))
+
+
+def console_main() -> None:
+    """The `placer` program (and `python -m cluster.cli`): main's exit status, 130 once Ctrl-C came, whenever
+    it came. A Ctrl-C after main returned (its last output flushed, Ray's exit, Python's) raised a
+    KeyboardInterrupt no one caught: Python then kills itself with SIGINT (a parent sees -2, not 130)."""
+    late = _InterruptAfterMain()
+    atexit.register(late.exit_if_pressed)  # before a command imports Ray: it runs after Ray's own exit handler
+    status = 130
+    try:
+        status = main()
+    except KeyboardInterrupt:  # a second Ctrl-C while main reported the first
+        pass
+    finally:
+        late.install()
+    sys.exit(130 if late.pressed else status)
+
+
+class _InterruptAfterMain:
+    """SIGINT once main has returned: marks the exit status 130 and lets the exit go on (Ray's shutdown,
+    flushing the output); a second one ends the process at once, in case the exit hangs."""
+
+    def __init__(self):
+        self.pressed = False
+
+    def install(self) -> None:
+        signal.signal(signal.SIGINT, self._press)
+
+    def _press(self, signum, frame) -> None:
+        if self.pressed:
+            self._exit_130()
+        self.pressed = True
+
+    def exit_if_pressed(self) -> None:
+        """atexit: Python's exit status is fixed before its exit handlers run; a Ctrl-C during them still counts."""
+        if self.pressed:
+            self._exit_130()
+
+    @staticmethod
+    def _exit_130() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(130)
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    """Ctrl-C: one line on stderr and exit status 130; with --json still one document for a pipe's reader,
+    unless the command printed its own before the Ctrl-C came."""
+    print("placer: interrupted", file=sys.stderr)
+    if getattr(args, "json", False) and not json_emitted():
+        emit_json({"stop_reason": "interrupted", "command": args.command})
+    return 130
+
+
+def _argv_as_parsed_so_far(argv: list[str] | None) -> argparse.Namespace:
+    """The command and --json of a command line not parsed yet (Ctrl-C while the commands load)."""
+    words = sys.argv[1:] if argv is None else argv
+    return argparse.Namespace(command=next((w for w in words if not w.startswith("-")), None), json="--json" in words)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -107,10 +173,7 @@ def _run(args: argparse.Namespace) -> int:
               f"(pip install '{install_hint(OPTIONAL_IMPORTS[package])}')", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("placer: interrupted", file=sys.stderr)
-        if getattr(args, "json", False):  # still one document for a pipe's reader
-            emit_json({"stop_reason": "interrupted", "command": args.command})
-        return 130
+        return _interrupted(args)
 
 
 def _stdout_to_devnull() -> None:
@@ -123,4 +186,4 @@ def _stdout_to_devnull() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -19,15 +19,24 @@ import sys
 from typing import IO, Iterator
 
 _json_stream: IO[str] | None = None  # the real stdout while json_stdout() is active
+_documents_emitted = 0  # emit_json calls since the last json_stdout() began
 
 
 def emit_json(payload) -> None:
     """Print ``payload`` as the command's one JSON document (indented, newline-terminated) on the real
     stdout, even while everything else written to stdout is being sent to stderr. Infinities and NaN
     become null: JSON has no such numbers, and `jq` refuses Python's ``Infinity``."""
+    global _documents_emitted
     stream = _json_stream if _json_stream is not None else sys.stdout
+    _documents_emitted += 1  # counted before writing: a Ctrl-C mid-write must not add a second document
     stream.write(json.dumps(json_safe(payload), indent=2, allow_nan=False) + "\n")
     stream.flush()
+
+
+def json_emitted() -> bool:
+    """Whether the command has printed its JSON document (since its json_stdout() began): a Ctrl-C after that
+    must not print another."""
+    return _documents_emitted > 0
 
 
 def json_safe(value):
@@ -45,7 +54,8 @@ def json_safe(value):
 def json_stdout() -> Iterator[None]:
     """Send everything written to stdout (``sys.stdout`` and file descriptor 1) to stderr until the block
     ends; ``emit_json`` inside the block still reaches the real stdout."""
-    global _json_stream
+    global _json_stream, _documents_emitted
+    _documents_emitted = 0
     original = sys.stdout
     _flush_all(original)
     saved_fd = os.dup(1)

@@ -221,6 +221,17 @@ def check_plot_paths(runs: Sequence[RunToPlot], out_dir: str | Path) -> None:
                 raise PlacerError(f"--plots: {path} is a folder, so run {run.run_id}'s plot cannot be written there")
 
 
+def best_placement_caption(run: RunToPlot) -> str:
+    """What the timeline shows: the run's overall best placement (best_placement.json), which a baseline scored
+    in the run may have found rather than the run's policy (whose own best is the learning curve's)."""
+    found_by = run.rows.loc[run.rows["seq"] == run.best.best.seq, "policy"]
+    source = str(found_by.iloc[0]) if len(found_by) else "?"
+    policy = run.best.manifest.policy
+    if source == policy or not policy:
+        return f"overall best placement, found by {source}"
+    return f"overall best placement, found by {source}, not by {policy}"
+
+
 def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
     from measurers.sim.reference import Simulator
     from measurers.sim.trace import write_trace
@@ -232,8 +243,7 @@ def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = 
         return RunPlots(curve_png, None, None, None)
     graph, machine, best, rows = run.graph, run.best.machine, run.best.best, run.rows
     result = Simulator(graph, machine).run(run.best.op_placement(graph), timeline=True)
-    found_by = rows.loc[rows["seq"] == best.seq, "policy"]
-    title = f"{run.title}: best placement (found by {found_by.iloc[0] if len(found_by) else '?'})"
+    title = f"{run.title}: {best_placement_caption(run)}"
     timeline_png = plot_timeline(graph, machine, result.timeline, paths.timeline,
                                  f"{title}, {result.runtime_s:.4g} s simulated")
     measured = rows.loc[rows["seq"] == best.seq, "peak_bytes"]

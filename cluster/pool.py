@@ -90,7 +90,10 @@ class PoolConfig:
     cpu_actor_threads: int = 0
     """OMP_NUM_THREADS of a CPU actor (0: Ray's, 1 for an actor reserving no CPU)."""
     use_gpus: bool = True
-    """One actor per GPU node, holding all its GPUs, when the cluster has GPU nodes."""
+    """One actor per GPU node, when the cluster has GPU nodes."""
+    hold_gpus: bool = True
+    """A GPU node's actor reserves all the node's GPUs (a real measurer runs on them); False: no GPU (the
+    simulator uses none, so searches that simulate share the nodes instead of waiting for each other)."""
     node_labels: dict = field(default_factory=dict)
     """Only GPU nodes carrying all these labels host measurers (e.g. {"placer/role": "measurer"})."""
     min_gpus: int = 1
@@ -131,7 +134,8 @@ one placement per call, and never two timed at once on one node's cores."""
 
 def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfig:
     """The pool a search or a baselines table measures ``spec`` with: the GPU nodes labelled
-    ``placer/role=measurer`` when the cluster labels any (ray_config.yaml does), else every GPU node. A CUDA
+    ``placer/role=measurer`` when the cluster labels any (ray_config.yaml does), else every GPU node; only a real
+    measurer's actors reserve the node's GPUs (the simulator's reserve none, so two searches share). A CUDA
     measurer (torch, tf) runs each placement on one node, one placement per call, so it needs nodes with at
     least the machine's GPUs; without one, CPU actors would fail every placement that uses a GPU, so that
     is one PlacerError, before anything is written. A real measurer without Ray GPUs to run (openvino, or a
@@ -142,7 +146,8 @@ def pool_config_for(spec: MeasurerSpec, workers: int | None = None) -> PoolConfi
     if real and not gpus:  # timed on this node's CPUs: one placement at a time, with all of them
         return PoolConfig(num_cpu_actors=1, cpu_actor_threads=os.cpu_count() or 1, chunk_size=1, use_gpus=False)
     actors = {} if workers is None else {"num_cpu_actors": workers}
-    return PoolConfig(chunk_size=1 if real else 64, node_labels=labels, min_gpus=max(gpus, 1), **actors)
+    return PoolConfig(chunk_size=1 if real else 64, node_labels=labels, min_gpus=max(gpus, 1), hold_gpus=real,
+                      **actors)
 
 
 def measurer_nodes(kind: str, machine) -> tuple[int, dict[str, str]]:
@@ -354,10 +359,16 @@ class MeasurerPool:
         if not self.actors:
             self.close()
             raise PlacerError(f"no measurer actor started within {timeout_s:g} s"
-                              + (f": {self._last_error}" if self._last_error else
-                                 f" on {len(self._slots)} node(s): each actor takes all of its node's GPUs; "
-                                 "does another job hold them (`ray status`)?"))
+                              + (f": {self._last_error}" if self._last_error else self._no_start_hint()))
         return self.actors
+
+    def _no_start_hint(self) -> str:
+        if not self._gpu_mode:
+            return f" ({len(self._slots)} CPU actor(s); is the cluster short of CPUs? `ray status`)"
+        if self.config.hold_gpus:
+            return (f" on {len(self._slots)} node(s): each actor takes all of its node's GPUs; does another job "
+                    "hold them (`ray status`)?")
+        return f" on {len(self._slots)} node(s) (`ray status`)"
 
     def close(self) -> None:
         """Kill every actor (unfinished placements are dropped) and flush the run log."""
@@ -430,10 +441,11 @@ class MeasurerPool:
                 self._start(slot)
 
     def _actor_options(self, slot: _Slot) -> dict:
-        """A GPU node's actor is pinned to it, holds its GPUs, and gets its CPUs as threads: with
-        ``num_cpus=0`` Ray would set OMP_NUM_THREADS=1, and a real measurer would run a step's CPU ops on one
-        thread of a 32-CPU node."""
-        options = {"num_cpus": self.config.actor_num_cpus, "num_gpus": slot.num_gpus}
+        """A GPU node's actor is pinned to it, holds its GPUs (with ``hold_gpus``), and gets its CPUs as
+        threads: with ``num_cpus=0`` Ray would set OMP_NUM_THREADS=1, and a real measurer would run a step's CPU
+        ops on one thread of a 32-CPU node."""
+        num_gpus = slot.num_gpus if self.config.hold_gpus else 0
+        options = {"num_cpus": self.config.actor_num_cpus, "num_gpus": num_gpus}
         if slot.node_id is not None:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(slot.node_id, soft=False)
             options["runtime_env"] = {"env_vars": {"OMP_NUM_THREADS": str(max(slot.num_cpus, 1))}}

@@ -308,14 +308,23 @@ def read_metrics(folder: str | os.PathLike) -> pd.DataFrame:
     return _read_dataset(Path(folder) / METRICS_DIR, METRIC_SCHEMA)
 
 
+RESULT_RENAMED = {"best_runtime_s": "overall_best_runtime_s", "best_source": "overall_best_source"}
+"""result.json's fields under their older names: ``best_runtime_s`` was the overall best, not the policy's own."""
+
+
 def read_result_json(folder: str | os.PathLike) -> dict | None:
-    """The run's result.json as a JSON object; None when it is missing or damaged (the run did not finish
-    writing it, so it counts as not finished)."""
+    """The run's result.json as a JSON object, an older run's fields under today's names (RESULT_RENAMED);
+    None when it is missing or damaged (the run did not finish writing it, so it counts as not finished)."""
     try:
         data = json.loads((Path(folder) / RESULT_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    for old, new in RESULT_RENAMED.items():
+        if old in data:
+            data.setdefault(new, data.pop(old))
+    return data
 
 
 def read_best(folder: str | os.PathLike) -> BestPlacement | None:

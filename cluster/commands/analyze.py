@@ -56,8 +56,10 @@ def print_summaries(summaries) -> None:
     from cluster.commands.console import text_console
     from rich.table import Table
 
+    from cluster.jobs.config import BASELINES_POLICY
+
     table = Table(title=f"{len(summaries)} run(s)")
-    headers = ("graph", "machine", "policy", "best (s)", "x lower bound", "x proven bound", "x best baseline",
+    headers = ("graph", "machine", "policy", "policy best (s)", "x lower bound", "x proven bound", "x best baseline",
                "measurements", "failures", "log wall (s)", "meas/s", "state", "run")
     for header in headers:
         table.add_column(header, justify="left" if header in ("graph", "machine", "policy", "failures", "state",
@@ -67,7 +69,7 @@ def print_summaries(summaries) -> None:
         baseline = _num(s.ratio_to_best_baseline, ".3f")
         if s.best_baseline:
             baseline += f" ({s.best_baseline})"
-        table.add_row(s.graph, s.machine, s.policy or "-", _num(s.best_runtime_s, ".4g"),
+        table.add_row(s.graph, s.machine, s.policy or "-", _num(s.policy_best_runtime_s, ".4g"),
                       _num(s.ratio_to_lower_bound, ".3f"), _num(s.ratio_to_proven_bound, ".3f"), baseline,
                       measurements_cell(s), failures,
                       _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
@@ -76,6 +78,9 @@ def print_summaries(summaries) -> None:
     console.print(table)
     _print_proven_bounds(console, summaries)
     for s in summaries:
+        if s.overall_best_source and s.overall_best_source != s.policy and s.policy != BASELINES_POLICY:
+            console.print(f"{s.run_id}: its overall best, {s.overall_best_runtime_s:.4g} s, was found by "
+                          f"{s.overall_best_source}, not by {s.policy} (best_placement.json holds it)")
         if s.best_baseline_run:
             console.print(f"{s.run_id}: its best baseline, {s.best_baseline}, was logged by run {s.best_baseline_run} "
                           f"(same graph, machine, measurer, noise and timing)")

@@ -101,8 +101,8 @@ def run(args) -> int:
             result = run_search(checked, progress=progress.update, on_start=progress.start,  # bad input found on
                                 on_policy_start=progress.measured_before)  # the way: no bar before it
         except KeyboardInterrupt as exc:
-            print(f"placer: {str(exc) or 'interrupted'}", file=sys.stderr)
-            run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else progress.run_dir  # or while closing
+            run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else _left_run_dir(progress.run_dir)
+            print(f"placer: {_interrupted_text(exc, progress.run_dir, run_dir)}", file=sys.stderr)
             if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
                 resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
                                                                                  str(run_dir)]
@@ -120,6 +120,27 @@ def run(args) -> int:
     else:
         print_result(result)
     return 0
+
+
+def _left_run_dir(opened: Path | None) -> Path | None:
+    """The run folder a search left when Ctrl-C came while it was closing (not as its SearchInterrupted):
+    the folder it opened, unless the search had removed it already (a new run with nothing measured)."""
+    from cluster.runlog import MANIFEST_FILE
+
+    return opened if opened is not None and (Path(opened) / MANIFEST_FILE).is_file() else None
+
+
+def _interrupted_text(exc: KeyboardInterrupt, opened: Path | None, left: Path | None) -> str:
+    """What an interrupted search says of its run folder: a SearchInterrupted's own words; a Ctrl-C while it
+    was closing names the folder it opened as it is now (there, or removed with nothing measured)."""
+    from cluster.jobs import SearchInterrupted
+
+    text = str(exc) or "interrupted"
+    if isinstance(exc, SearchInterrupted) or opened is None:
+        return text
+    if left is None:
+        return f"{text}; its run folder {opened} was removed: nothing was measured"
+    return f"{text}; its run folder is {left}"
 
 
 class _Progress:
@@ -213,8 +234,8 @@ def print_result(result) -> None:
         row(f"warm start ({result.warm_start})", result.warm_start_runtime_s, "ok" if warm_started else "none ran ok")
         if math.isfinite(result.warm_start_on_groups_s):  # what the learner imitated and never ends worse than
             row("warm start on the searched groups", result.warm_start_on_groups_s, "ok")
-    row(f"overall best ({result.best_source})", result.best_runtime_s,
-        "ok" if math.isfinite(result.best_runtime_s) else "none ok")
+    row(f"overall best ({result.overall_best_source})", result.overall_best_runtime_s,
+        "ok" if math.isfinite(result.overall_best_runtime_s) else "none ok")
     for b in result.baselines:
         row(b.policy, b.runtime_s, b.status)
     row("lower bound", lb, "-")

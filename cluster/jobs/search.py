@@ -93,9 +93,10 @@ class SearchResult:
     graph: str
     machine: str
     policy: str
-    best_runtime_s: float  # over everything measured in the run (policy and baselines)
-    best_source: str  # which policy found it
-    policy_best_runtime_s: float  # the searched policy's own best
+    overall_best_runtime_s: float  # the run's best over everything it measured ok: the policy's placements, the
+    # baselines it scored and its warm start (best_placement.json holds its placement)
+    overall_best_source: str  # which of them found it (a policy tag, "warm start (...)"; "none ran ok")
+    policy_best_runtime_s: float  # the searched policy's own best (`placer analyze`'s policy_best_runtime_s)
     measurements: int  # measured by the policy in this run, resumed part included
     lower_bound_s: float
     baselines: list[BaselineOutcome]
@@ -115,8 +116,9 @@ class SearchResult:
     proven_bound_s: float = math.nan  # best proven bound for the searched groups (policies.exact.bound)
     proven_bound_holds_for: str = ""  # the placements it holds for ("every placement" for the closed form)
     solver: SolverFigures | None = None  # exact: the solver's own makespan, bound and status
-    # --remove-device: best_runtime_s, best_source and policy_best_runtime_s are then over placements that use
-    # only final_devices (a baseline or an earlier best on a removed device does not count; it stays listed)
+    # --remove-device: overall_best_runtime_s, overall_best_source and policy_best_runtime_s are then over
+    # placements that use only final_devices (a baseline or an earlier best on a removed device does not count;
+    # it stays listed)
     device_removals: list[dict] = field(default_factory=list)  # one record per --remove-device: device, index,
     # trigger, requested, removed (false: never came), at_measurement (the policy's count), machine_after
     final_devices: list[str] | None = None  # the devices left at the end; None without --remove-device
@@ -708,11 +710,12 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
         candidates.append((warm.runtime_s, f"warm start ({warm.source})", warm.candidates[0]))
     devices = [problem.machine.devices[i].name for i in outcome.final_devices]
     if not candidates:
-        return replace(result, best_runtime_s=math.inf, best_source="none on the final devices",
+        return replace(result, overall_best_runtime_s=math.inf, overall_best_source="none on the final devices",
                        device_removals=outcome.removals, final_devices=devices, baselines_on_removed_devices=left_out)
     runtime_s, source, placement = min(candidates, key=lambda c: c[0])
     logged = log_placement(problem, placement)
-    return replace(result, best_runtime_s=runtime_s, best_source=source, device_removals=outcome.removals,
+    return replace(result, overall_best_runtime_s=runtime_s, overall_best_source=source,
+                   device_removals=outcome.removals,
                    final_devices=devices, best_placement=[int(d) for d in logged.devices],
                    best_placement_level=logged.level, baselines_on_removed_devices=left_out)
 

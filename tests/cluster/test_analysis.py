@@ -74,7 +74,7 @@ def test_summarize__best_ratios_failures_and_rates_known(tmp_path):
     run = write_run(tmp_path)
     (s,) = summarize([run])
     assert (s.graph, s.machine, s.policy) == ("tiny6", "paper-2gpu", "annealing")
-    assert s.best_runtime_s == 1.5 and s.best_overall_s == 1.5
+    assert s.policy_best_runtime_s == 1.5 and s.overall_best_runtime_s == 1.5
     assert s.best_baseline == "single-gpu" and s.best_baseline_s == 2.2
     assert s.ratio_to_best_baseline == pytest.approx(1.5 / 2.2)
     assert s.failures == {"oom": 2, "error": 1, "timeout": 1}
@@ -176,14 +176,50 @@ def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_
     assert summaries[("annealing", "paper-4gpu")].best_baseline == ""  # another machine: not a sibling
 
 
-def test_summarize__a_run_with_baselines_of_its_own_is_not_compared_with_a_siblings(tmp_path):
-    """Another run of the graph (other groups, another command) logged a faster heuristic: a run that
-    measured its own baselines is compared with those."""
-    write_run(tmp_path / "a", policy="cem", rows=[("single-gpu", 2.0, "ok", False), ("cem", 1.8, "ok", False)])
-    write_run(tmp_path / "b", policy="cem", rows=[("heft", 1.0, "ok", False), ("cem", 1.2, "ok", False)])
-    first, second = summarize([tmp_path / "a", tmp_path / "b"])
-    assert (first.best_baseline, first.best_baseline_s) == ("single-gpu", 2.0)
-    assert (second.best_baseline, second.best_baseline_s) == ("heft", 1.0)
+def test_summarize__a_run_is_compared_with_the_best_baseline_available_and_told_where_it_came_from(tmp_path, capsys):
+    """A run whose own baseline ran ok was compared with it, also where another run read alike (another grouping,
+    a `placer baselines --out` run in the same folder) had logged a faster one."""
+    a = write_run(tmp_path / "a", policy="cem", rows=[("single-gpu", 2.0, "ok", False), ("cem", 1.8, "ok", False)])
+    b = write_run(tmp_path / "b", policy="annealing",
+                  rows=[("heft", 1.0, "ok", False), ("annealing", 1.2, "ok", False)])
+    table = write_run(tmp_path / "c", policy="baselines",  # `placer baselines --out` into the same folder
+                      rows=[("m-etf", 1.4, "ok", False), ("expert", 3.0, "ok", False)])
+    first, second, _ = summarize([a, b, table])
+    assert (first.best_baseline, first.best_baseline_s, first.best_baseline_run) == ("heft", 1.0, b.name)
+    assert first.ratio_to_best_baseline == pytest.approx(1.8)
+    assert (second.best_baseline, second.best_baseline_run) == ("heft", "")  # its own, the fastest
+    first, _ = summarize([a, table])
+    assert (first.best_baseline, first.best_baseline_s, first.best_baseline_run) == ("m-etf", 1.4, table.name)
+    heuristic = write_run(tmp_path / "d", policy="m-etf",
+                          rows=[("single-gpu", 2.0, "ok", False), ("m-etf", 1.3, "ok", False)])
+    mine, _ = summarize([heuristic, table])  # the table's m-etf is the run's own policy, no baseline of it
+    assert (mine.best_baseline, mine.best_baseline_s, mine.best_baseline_run) == ("single-gpu", 2.0, "")
+    assert main(["analyze", str(a), str(table)]) == 0
+    assert f"{a.name}: its best baseline, m-etf, was logged by run {table.name}" in capsys.readouterr().out
+
+
+def test_summarize__the_policys_best_and_the_overall_best_are_named_apart(tmp_path, capsys):
+    """result.json's best_runtime_s was the overall best (a baseline's, here), analyze's the policy's own:
+    each field now says which it is, and the table says who found an overall best the policy did not."""
+    run = write_run(tmp_path, rows=[("annealing", 2.0, "ok", False), ("m-etf", 1.2, "ok", False),
+                                    ("single-gpu", 1.2, "ok", False)])
+    (s,) = summarize([run])
+    assert (s.policy_best_runtime_s, s.overall_best_runtime_s, s.overall_best_source) == (2.0, 1.2, "m-etf")
+    assert main(["analyze", str(run), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert (entry["policy_best_runtime_s"], entry["overall_best_runtime_s"], entry["overall_best_source"]) == (
+        2.0, 1.2, "m-etf") and "best_runtime_s" not in entry
+    assert main(["analyze", str(run)]) == 0
+    assert f"{s.run_id}: its overall best, 1.2 s, was found by m-etf, not by annealing" in capsys.readouterr().out
+
+
+def test_read_result_json__an_older_runs_fields_read_under_todays_names(tmp_path):
+    from cluster.runlog import read_result_json
+
+    (tmp_path / RESULT_FILE).write_text(json.dumps({"best_runtime_s": 1.2, "best_source": "m-etf",
+                                                    "policy_best_runtime_s": 2.0}))
+    assert read_result_json(tmp_path) == {"overall_best_runtime_s": 1.2, "overall_best_source": "m-etf",
+                                          "policy_best_runtime_s": 2.0}
 
 
 def test_summarize__a_device_that_left_counts_for_no_best(tmp_path, capsys):
@@ -194,14 +230,14 @@ def test_summarize__a_device_that_left_counts_for_no_best(tmp_path, capsys):
             ("annealing", 1.2, "ok", False)]
     run = write_run(tmp_path, rows=rows, placements=[on_gpu0, on_both, on_gpu0, on_both])
     (s,) = summarize([run])
-    assert s.best_runtime_s == 1.0 and not s.removed_devices
+    assert s.policy_best_runtime_s == 1.0 and not s.removed_devices
     path = run / MANIFEST_FILE
     manifest = json.loads(path.read_text())
     removal = {"device": "gpu:1", "index": 2, "trigger": "measurements", "requested": "gpu:1@2",
                "at_measurement": 2, "machine_after": "paper-2gpu-without-gpu:1", "at_seq": 3, "at": STARTED}
     path.write_text(json.dumps({**manifest, "device_removals": [removal]}))
     (s,) = summarize([run])
-    assert s.best_runtime_s == 1.8 and s.best_overall_s == 1.8
+    assert s.policy_best_runtime_s == 1.8 and s.overall_best_runtime_s == 1.8
     curve = learning_curve(read_run(run), policy="annealing", manifest=runlog.read_manifest(run))
     assert curve.best_so_far_s.tolist() == [1.0, 1.0, 1.8]  # from at_seq 3 on, the best without gpu:1
     assert s.ratio_to_best_baseline == pytest.approx(1.8 / 2.2)
@@ -212,7 +248,7 @@ def test_summarize__a_device_that_left_counts_for_no_best(tmp_path, capsys):
     assert "gpu:1 left after 2 measurements" in out
     assert main(["analyze", str(run), "--json"]) == 0
     (entry,) = json.loads(capsys.readouterr().out)
-    assert entry["best_runtime_s"] == 1.8 and entry["removed_devices"][0]["device"] == "gpu:1"
+    assert entry["policy_best_runtime_s"] == 1.8 and entry["removed_devices"][0]["device"] == "gpu:1"
 
 
 def test_learning_curve__best_so_far_ok_only_and_elapsed(tmp_path):
@@ -266,7 +302,7 @@ def test_summarize__counts_each_row_once_during_and_after_a_compaction(tmp_path,
 
 def test_summarize__a_run_with_no_rows_yet(tmp_path):
     (s,) = summarize([write_run(tmp_path, rows=[])])
-    assert s.measurements == 0 and math.isnan(s.best_runtime_s) and s.wall_s == 0.0
+    assert s.measurements == 0 and math.isnan(s.policy_best_runtime_s) and s.wall_s == 0.0
 
 
 @pytest.mark.parametrize("case", ["missing", "file", "empty", "version", "garbage"])
@@ -302,7 +338,7 @@ def test_cli_analyze__json_rows_for_several_runs(tmp_path, capsys):
     assert main(["analyze", str(a), str(b), "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert [p["policy"] for p in payload] == ["annealing", "reinforce"]
-    assert payload[0]["best_runtime_s"] == 1.5 and payload[0]["lower_bound_s"] is None
+    assert payload[0]["policy_best_runtime_s"] == 1.5 and payload[0]["lower_bound_s"] is None
     assert payload[0]["proven_bound_s"] is None and payload[0]["ratio_to_proven_bound"] is None
     assert payload[1]["best_baseline"] == "single-gpu"  # same graph and machine: a's baseline counts
 

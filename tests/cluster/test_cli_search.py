@@ -123,7 +123,7 @@ def test_search_cli__openvino_measures_an_imported_ir_through_the_pool(tmp_path,
                  "--policy", "random", "--budget", "2", "--workers", "1", "--runs", "2", "--warmup", "1",
                  "--bound-time-limit", "0", "--out", str(out), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["measurer"] == "openvino" and 0 < result["best_runtime_s"] < 1.0
+    assert result["measurer"] == "openvino" and 0 < result["overall_best_runtime_s"] < 1.0
     manifest = json.loads(next(out.glob("*/manifest.json")).read_text())
     assert (manifest["runs"], manifest["warmup"]) == (2, 1)
 
@@ -144,6 +144,8 @@ def test_search_cli__json_interrupted_while_the_run_closes_still_prints_its_fold
     from cluster.cli import main
 
     run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text("{}")  # the run it opened is still there
 
     def interrupted_while_closing(*args, on_start=None, **kwargs):
         on_start(run_dir)
@@ -158,6 +160,25 @@ def test_search_cli__json_interrupted_while_the_run_closes_still_prints_its_fold
                  "--out", str(tmp_path / "runs"), "--json"]) == 130
     assert json.loads(capsys.readouterr().out) == {"stop_reason": "interrupted", "run_dir": str(run_dir),
                                                    "resume": None}
+
+
+def test_search_cli__interrupted_after_closing_removed_its_folder_names_no_folder(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after a new run with nothing measured removed its folder (before its SearchInterrupted): the
+    message and --json's run_dir and resume named the folder just removed."""
+    import cluster.jobs
+    from cluster.cli import main
+
+    run_dir = tmp_path / "runs" / "r"
+
+    def interrupted_after_removing(*args, on_start=None, **kwargs):
+        on_start(run_dir)  # opened, then removed by the search's closing (it measured nothing)
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(cluster.jobs, "run_search", interrupted_after_removing)
+    assert main(["search", "--graph", "synthetic:300", "--out", str(tmp_path / "runs"), "--json"]) == 130
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"stop_reason": "interrupted", "run_dir": None, "resume": None}
+    assert f"placer: interrupted; its run folder {run_dir} was removed: nothing was measured\n" in captured.err
 
 
 def test_search_cli__an_interrupt_before_the_run_folder_exists_says_interrupted(tmp_path, capsys, monkeypatch):

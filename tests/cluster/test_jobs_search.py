@@ -59,21 +59,21 @@ def test_search__run_folder_holds_every_measurement_and_the_result(local_ray, tm
     baselines = rows[rows.policy.isin(["single-gpu", "m-etf"])]  # each its own batches, from 0 (m-etf had 1)
     assert len(baselines) == 2 and (baselines.iteration == 0).all()
     assert math.isclose(result.policy_best_runtime_s, learner_rows[learner_rows.status == "ok"].runtime_s.min())
-    assert result.best_runtime_s <= result.policy_best_runtime_s
-    assert result.best_runtime_s >= result.lower_bound_s
+    assert result.overall_best_runtime_s <= result.policy_best_runtime_s
+    assert result.overall_best_runtime_s >= result.lower_bound_s
     assert read_manifest(result.run_dir).lower_bound_s == pytest.approx(result.lower_bound_s)
     assert result.proven_bound_s >= result.lower_bound_s and result.proven_bound_holds_for
     assert read_manifest(result.run_dir).proven_bound_s == result.proven_bound_s
     if result.proven_bound_holds_for != "every placement":  # the learner places the bound's own groups
         assert result.proven_bound_holds_for == "placements of the 8 metis groups of " + result.graph
         assert result.policy_best_runtime_s >= result.proven_bound_s * (1 - 1e-6)
-    assert read_best(result.run_dir).runtime_s == pytest.approx(result.best_runtime_s)
+    assert read_best(result.run_dir).runtime_s == pytest.approx(result.overall_best_runtime_s)
     finished = json.loads((result.run_dir / "result.json").read_text())
     assert finished["policy_best_runtime_s"] == result.policy_best_runtime_s
     assert len(read_metrics(result.run_dir)) > 0
     assert all(len(p) == 8 for p in learner_rows.placement)  # group placements, 8 groups
     data = result.to_json()
-    assert set(data) >= {"run_dir", "best_runtime_s", "policy_best_runtime_s", "measurements", "lower_bound_s",
+    assert set(data) >= {"run_dir", "overall_best_runtime_s", "policy_best_runtime_s", "measurements", "lower_bound_s",
                          "baselines"}
     assert data["baselines"]["expert"] is None  # no expert rule for a synthetic graph
     json.dumps(data)
@@ -511,7 +511,7 @@ def test_search_cli__json_output(local_ray, tmp_path, capsys):
     assert data["measurements"] == 8 and data["lower_bound_s"] > 0
     assert data["proven_bound_s"] >= data["lower_bound_s"] and data["proven_bound_holds_for"]
     assert set(data["baselines"]) == {"single-gpu", "expert", "m-etf"}
-    assert np.isfinite(data["best_runtime_s"])
+    assert np.isfinite(data["overall_best_runtime_s"])
 
 
 def test_search_cli__the_default_groups_are_named_as_the_default_in_the_note(local_ray, tmp_path, capsys):
@@ -627,7 +627,7 @@ def test_search__a_run_where_nothing_ran_ok_says_so(local_ray, tmp_path, capsys)
     machine_file = tmp_path / "tiny.json"
     machine_file.write_text(json.dumps(machine))
     result = run_search(_config(tmp_path, machine=str(machine_file), budget=8))
-    assert math.isinf(result.best_runtime_s) and result.best_source == "none ran ok"
+    assert math.isinf(result.overall_best_runtime_s) and result.overall_best_source == "none ran ok"
     print_result(result)
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
     assert rows and all("│ ok " not in line for line in rows)  # the overall best's row said ok

@@ -15,8 +15,8 @@ from test_analysis import _graph, write_run
 
 from cluster.analysis import learning_curve
 from cluster.cli import main
-from cluster.plots import (FAILURE_COLOUR, PHASE_COLOURS, TRANSFER_COLOUR, plot_device_load, plot_learning_curve,
-                           plot_run, plot_timeline)
+from cluster.plots import (FAILURE_COLOUR, PHASE_COLOURS, TRANSFER_COLOUR, best_placement_caption, plot_device_load,
+                           plot_learning_curve, plot_run, plot_timeline, read_run_to_plot)
 from cluster.runlog import read_run
 from graphs.errors import PlacerError
 from graphs.io import save_graph
@@ -87,6 +87,19 @@ def test_plot_run__all_plots_and_a_chrome_trace_of_the_best(tmp_path):
     assert len(ops) == graph.num_ops
     best_placement = [(6 + k) % 3 for k in range(6)]  # row 6 (1.5 s) is the run's best
     assert sorted({e["pid"] for e in ops}) == sorted(set(best_placement))
+
+
+def test_plot_run__the_timeline_says_whose_overall_best_it_shows(tmp_path):
+    """The timeline of a run whose best row was a baseline's said "best placement (found by m-etf)" under the
+    policy's name, beside analyze's best, which is the policy's own."""
+    graph = _graph()
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(graph, graph_file)
+    rows = [("annealing", 2.0, "ok", False), ("m-etf", 1.2, "ok", False)]
+    run = read_run_to_plot(write_run(tmp_path / "runs", rows=rows, graph=graph, graph_file=graph_file))
+    assert best_placement_caption(run) == "overall best placement, found by m-etf, not by annealing"
+    own = read_run_to_plot(write_run(tmp_path / "own", rows=rows[:1], graph=graph, graph_file=graph_file))
+    assert best_placement_caption(own) == "overall best placement, found by annealing"
 
 
 def test_plot_run__no_ok_measurement_gives_the_curve_only(tmp_path):

@@ -255,6 +255,23 @@ def test_pool_config_for__openvino_times_alone_with_every_core_and_needs_no_ray_
         1, os.cpu_count(), False, 1)
 
 
+def test_pool_config_for__simulating_pools_share_the_gpu_nodes_real_ones_hold_their_gpus(cluster):
+    """A simulator's actors held every GPU of their nodes, so a second search that simulates waited for the
+    first's nodes (and gave up after 120 s) although neither used a GPU."""
+    from cluster.pool import pool_config_for
+
+    spec = MeasurerSpec("sim", synthetic_graph(20, seed=1), load_machine("paper-4gpu"))
+    config = pool_config_for(spec)
+    assert config.node_labels == {"placer/role": "measurer"} and not config.hold_gpus
+    assert pool_config_for(dataclasses.replace(spec, kind="torch")).hold_gpus  # its steps run on the GPUs
+    gpu_node_ids = {n.node_id for n in gpu_nodes()}
+    with MeasurerPool(spec, config, start_timeout_s=20) as first, \
+            MeasurerPool(spec, config, start_timeout_s=20) as second:
+        for pool in (first, second):  # both at once: each node of 4 GPUs hosts an actor of each pool
+            assert {i.node_id for i in pool.actors} == gpu_node_ids and all(not i.gpu_ids for i in pool.actors)
+            assert [m.status for m in pool.measure([np.zeros(20, dtype=np.int64)])] == ["ok"]
+
+
 def test_pool__a_collected_or_repeated_ticket_is_refused_not_waited_for(cpu_pool):
     """as_completed of a ticket that gather had collected waited forever; gather([t, t]) was a bare KeyError."""
     (ticket,) = cpu_pool.submit(_placements(1))

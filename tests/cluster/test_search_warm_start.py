@@ -251,7 +251,7 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
     table = capsys.readouterr().out
     (given,) = fake_learner
     assert np.array_equal(given[0], read_run_best(first.run_dir).op_placement(load_graph(GRAPH)))
-    assert _table_row(table, f"warm start ({first.run_dir})").startswith(f"{first.best_runtime_s:.4f} │ ok")
+    assert _table_row(table, f"warm start ({first.run_dir})").startswith(f"{first.overall_best_runtime_s:.4f} │ ok")
     assert f"{FAKE} (learner's own best, warm-started)" in table
     assert "x proven bound" in table and "proven bound (placer bound)" in table  # the column and what it holds for
 

@@ -1,0 +1,98 @@
+"""Ctrl-C at any moment of a `placer` process exits 130: the program (`python -m cluster.cli`, as the `placer`
+script) run in a subprocess that sends itself SIGINT at a chosen point outside a command's own handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+
+CTRL_C_AT = {
+    # after the command printed its --json document, as json_stdout puts stdout back
+    "json_stdout_end": """
+        import cluster.jsonout as jsonout
+        emit, flush, emitted = jsonout.emit_json, jsonout._flush_all, []
+        def emit_json(payload):
+            emit(payload)
+            emitted.append(True)
+        def flush_all(stream):
+            flush(stream)
+            if emitted:
+                os.kill(os.getpid(), signal.SIGINT)
+        jsonout.emit_json, jsonout._flush_all = emit_json, flush_all
+        """,
+    # while Python exits, after main returned (Ray's exit handler runs then, registered once Ray is imported)
+    "exit": """
+        import atexit
+        import cluster.commands.machines as machines
+        show = machines._show
+        def show_then_ctrl_c_at_exit(args):
+            atexit.register(os.kill, os.getpid(), signal.SIGINT)
+            return show(args)
+        machines._show = show_then_ctrl_c_at_exit
+        """,
+    # while main loads the commands, before any command runs
+    "loading": """
+        import cluster.commands.machines as machines
+        register = machines.register
+        def register_with_ctrl_c(subparsers):
+            os.kill(os.getpid(), signal.SIGINT)
+            register(subparsers)
+        machines.register = register_with_ctrl_c
+        """,
+}
+
+
+def _placer_with_ctrl_c(at: str, *args: str) -> subprocess.CompletedProcess:
+    script = "import os, runpy, signal, sys\n" + textwrap.dedent(CTRL_C_AT[at]) + (
+        "sys.argv = ['placer', *sys.argv[1:]]\nrunpy.run_module('cluster.cli', run_name='__main__')\n")
+    return subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("at", sorted(CTRL_C_AT))
+def test_cli__ctrl_c_outside_the_command_exits_130_with_no_traceback(at):
+    """Ctrl-C just after a command finished escaped main as a KeyboardInterrupt: Python killed itself with
+    SIGINT (status -2, a traceback); at exit it was ignored (status 0); while loading commands, -2 too."""
+    done = _placer_with_ctrl_c(at, "machines", "show", "paper-2gpu", "--json")
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    (document,) = _json_documents(done.stdout)  # --json: still exactly one document
+    if at == "loading":
+        assert done.stderr.endswith("placer: interrupted\n")
+        assert document == {"stop_reason": "interrupted", "command": "machines"}
+    else:
+        assert document["name"] == "paper-2gpu"  # the command's own, printed before the Ctrl-C came
+
+
+def _json_documents(text: str) -> list:
+    decoder, documents, at = json.JSONDecoder(), [], 0
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        document, at = decoder.raw_decode(text, at)
+        documents.append(document)
+    return documents
+
+
+def test_cli__a_second_ctrl_c_after_main_returned_ends_the_process_at_once():
+    """After main returned, a first Ctrl-C marks the status 130 and lets the exit go on; a second ends it (a
+    hung exit stays stoppable)."""
+    from cluster.cli import _InterruptAfterMain
+
+    late = _InterruptAfterMain()
+    late._press(signal.SIGINT, None)
+    assert late.pressed
+    code = ("from cluster.cli import _InterruptAfterMain\n"
+            "late = _InterruptAfterMain()\nlate._press(2, None)\nlate._press(2, None)\nprint('not reached')\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 130 and "not reached" not in done.stdout
