@@ -205,6 +205,7 @@ def _tied_modules(graph: OpGraph, placement: np.ndarray, names: list) -> list:
             clusters.remove(other)
             modules, firsts = modules | other[0], other[1] + firsts
         clusters.append((modules, firsts))
+    clusters = [c for c in clusters if len(c[0]) > 1]  # a tensor held twice by one module ties it to nothing
     op_of = {name: op for op, name in enumerate(graph.op_names)}
     tied = []
     for modules, firsts in clusters:

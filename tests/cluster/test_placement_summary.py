@@ -141,6 +141,15 @@ def test_summarize_placement__modules_tied_through_two_tensors_share_the_device_
     assert summary.tied == (TiedModules(("emb", "mid", "out"), ("emb.weight", "mid.weight"), "d1"),)
 
 
+def test_summarize_placement__a_tensor_one_module_holds_twice_ties_nothing(make_graph):
+    """``self.w2 = self.w`` inside mid: it was listed as "tied" with mid alone, a tie to nothing."""
+    graph = tied_lm(make_graph, **{TIED_PARAMETERS: [["mid.weight", "mid.alias"]]})
+    summary = summarize_placement(graph, two_devices(), np.array([1, 1, 0, 0, 0]))
+    assert summary.tied == ()
+    assert summary.modules == summarize_placement(dataclasses.replace(graph, meta={}), two_devices(),
+                                                  np.array([1, 1, 0, 0, 0])).modules
+
+
 def root_lm(make_graph, **meta):
     """tied_lm whose table is the model's own parameter (op0 param:table, scope "") and whose lookup runs in
     the model's own forward (scope ""); a torch graph."""
