@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY
+from cluster.jobs.warm_start import FILE_POLICY
 from cluster.jsonout import json_safe
 from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, read_manifest, read_result_json,
                             read_run, removed_device_indices, rows_without_devices)
@@ -205,7 +206,7 @@ def summarize(paths: Sequence[str | os.PathLike]) -> list[RunSummary]:
         manifest, rows = read_manifest(run), read_run(run)
         usable = rows_without_devices(rows, removed_device_indices(manifest))  # bests count these only
         bests = policy_bests(usable)
-        others = usable[usable["policy"] != manifest.policy].assign(**{LOGGED_BY: manifest.run_id})
+        others = _baseline_rows(manifest, usable).assign(**{LOGGED_BY: manifest.run_id})
         baseline_rows.setdefault(comparable_key(manifest), []).append(others)
         loaded.append((run, manifest, rows, usable, bests))
     pooled = {key: pd.concat(frames, ignore_index=True) for key, frames in baseline_rows.items()}
@@ -241,7 +242,7 @@ def _baseline_pool(manifest: RunManifest, rows: pd.DataFrame) -> BaselinePool:
     another run's placement one it can no longer run). The run's own policy is no baseline of it, also where
     another run scored it as one; a tie goes to the run's own row."""
     kept = rows_without_devices(rows, removed_device_indices(manifest))
-    kept = kept[kept["policy"] != manifest.policy]
+    kept = _baseline_rows(manifest, kept)
     bests = policy_bests(kept)
     ok = kept[kept["status"] == "ok"].assign(_other=kept[LOGGED_BY] != manifest.run_id)
     first = ok.sort_values(["runtime_s", "_other"], kind="stable").drop_duplicates("policy")
@@ -249,8 +250,14 @@ def _baseline_pool(manifest: RunManifest, rows: pd.DataFrame) -> BaselinePool:
     return BaselinePool(list(bests.values()), logged_by)
 
 
+def _baseline_rows(manifest: RunManifest, rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``rows`` that are baselines of the run: other policies', not a warm start's re-measurement of
+    a placement from a file or run folder (FILE_POLICY: another search's best, perhaps this policy's own)."""
+    return rows[~rows["policy"].isin([manifest.policy, FILE_POLICY])]
+
+
 def _own_baselines(manifest: RunManifest, bests: dict[str, PolicyBest]) -> list[PolicyBest]:
-    return [b for p, b in bests.items() if p != manifest.policy]
+    return [b for p, b in bests.items() if p not in (manifest.policy, FILE_POLICY)]
 
 
 def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.DataFrame,

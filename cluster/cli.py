@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import errno
 import importlib
+import logging
 import os
 import re
 import signal
@@ -125,6 +126,10 @@ class _InterruptAfterMain:
 
     @staticmethod
     def _exit_130() -> None:
+        """Exit at once: the exit handlers registered before console_main's (logging's) are skipped, so do
+        what they would that matters here: flush log handlers and the standard streams."""
+        with contextlib.suppress(Exception):
+            logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -140,10 +145,13 @@ def _interrupted(args: argparse.Namespace) -> int:
     return 130
 
 
+COMMAND_NAMES = frozenset(module.rpartition(".")[2] for module in COMMAND_MODULES)  # search, analyze...
+
+
 def _argv_as_parsed_so_far(argv: list[str] | None) -> argparse.Namespace:
     """The command and --json of a command line not parsed yet (Ctrl-C while the commands load)."""
     words = sys.argv[1:] if argv is None else argv
-    return argparse.Namespace(command=next((w for w in words if not w.startswith("-")), None), json="--json" in words)
+    return argparse.Namespace(command=next((w for w in words if w in COMMAND_NAMES), None), json="--json" in words)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -198,6 +198,18 @@ def test_summarize__a_run_is_compared_with_the_best_baseline_available_and_told_
     assert f"{a.name}: its best baseline, m-etf, was logged by run {table.name}" in capsys.readouterr().out
 
 
+def test_summarize__a_warm_starts_re_measurement_is_no_baseline(tmp_path):
+    """A "warm-start" row re-measures a placement from a file or run folder (another search's best, perhaps this
+    policy's own): a comparable run took it for its best baseline, and so did the run that logged it."""
+    a = write_run(tmp_path / "a", policy="hsdag", rows=[("single-gpu", 2.0, "ok", False), ("hsdag", 1.0, "ok", False)])
+    b = write_run(tmp_path / "b", policy="giph", rows=[("warm-start", 0.98, "ok", False), ("giph", 0.97, "ok", False),
+                                                      ("m-etf", 1.5, "ok", False)])
+    first, second = summarize([a, b])
+    assert (first.best_baseline, first.best_baseline_s, first.best_baseline_run) == ("m-etf", 1.5, b.name)
+    assert (second.best_baseline, second.best_baseline_s) == ("m-etf", 1.5)
+    assert [b.policy for b in second.baselines] == ["m-etf"]
+
+
 def test_summarize__the_policys_best_and_the_overall_best_are_named_apart(tmp_path, capsys):
     """result.json's best_runtime_s was the overall best (a baseline's, here), analyze's the policy's own:
     each field now says which it is, and the table says who found an overall best the policy did not."""
