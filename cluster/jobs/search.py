@@ -43,6 +43,7 @@ from cluster.jobs.bound_solve import BoundSolve, bound_solve
 from cluster.jobs.config import (CHECKPOINT_DIR, GROUPING_FILE, SearchConfig,
                                  check_bound_time_limit, check_counts, check_measurer_settings,
                                  check_policy_groups)
+from cluster.jobs.interrupts import interrupts_deferred
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
@@ -214,17 +215,19 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     except KeyboardInterrupt:
         outcome, baselines, placements = None, [], {}
     finally:
-        if pool is not None:
-            pool.close()
-        writer.close(compact=stop_reason != "interrupted")  # a stopped run keeps its parts for --resume
-        if owns_ray:
-            ray_setup.shutdown_ray()
-        if outcome is None:  # interrupted, or failed: its bound recorded if proven, else stopped (a resume solves it)
-            _settle_bound(run_dir, bound, config, problem)
-        kept = outcome is not None or bool(config.resume) or writer.rows_logged > 0
-        if not kept:
-            _discard_unmeasured_run(run_dir, out_made)
-    if outcome is None:
+        with interrupts_deferred("closing the run log") as held:
+            if pool is not None:
+                pool.close()
+            # a stopped run keeps its parts for --resume (Ctrl-C while closing stops a run that ended too)
+            writer.close(compact=stop_reason != "interrupted" and not held.pressed)
+            if owns_ray:
+                ray_setup.shutdown_ray()
+            if outcome is None or held.pressed:  # its bound recorded if proven, else stopped (a resume solves it)
+                _settle_bound(run_dir, bound, config, problem)
+            kept = outcome is not None or bool(config.resume) or writer.rows_logged > 0
+            if not kept:
+                _discard_unmeasured_run(run_dir, out_made)
+    if outcome is None or held.pressed:
         raise SearchInterrupted(run_dir if kept else None)
     try:
         bound_s, bound_holds_for = _solved_bound(run_dir, bound, config, problem)

@@ -173,6 +173,30 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     assert resumed.policy_best_runtime_s == straight.policy_best_runtime_s
 
 
+def test_search__ctrl_c_while_the_run_closes_keeps_every_row_and_stops_it_for_resume(local_ray, tmp_path,
+                                                                                       monkeypatch):
+    """People press Ctrl-C again while a search closes: the KeyboardInterrupt landed in the pool's closing,
+    before the run log's flush, and the rows still buffered were lost. It is held until the closing is done,
+    and a run that had ended is then stopped, resumable, as an interrupted one."""
+    from cluster.jobs import SearchInterrupted
+    from cluster.pool import MeasurerPool
+
+    close = MeasurerPool.close
+
+    def ctrl_c_then_close(pool):
+        os.kill(os.getpid(), signal.SIGINT)
+        close(pool)
+
+    monkeypatch.setattr(MeasurerPool, "close", ctrl_c_then_close)
+    with pytest.raises(SearchInterrupted) as stopped:
+        run_search(_config(tmp_path, budget=8))
+    rows = read_run(stopped.value.run_dir)
+    assert len(rows[rows.policy == "reinforce"]) == 8  # each measurement paid for is in the log
+    monkeypatch.setattr(MeasurerPool, "close", close)
+    resumed = run_search(_config(tmp_path, budget=8, resume=str(stopped.value.run_dir)))
+    assert resumed.measurements == 8 and resumed.run_dir == stopped.value.run_dir
+
+
 def test_search__a_resumed_hsdag_run_makes_its_policy_once(local_ray, tmp_path, monkeypatch):
     """The search checked hsdag's settings (learner.pt to resume included) by making a policy it threw away,
     then made the one that ran, which read and checked learner.pt again."""
