@@ -35,6 +35,7 @@ from graphs.errors import PlacerError
 from graphs.files import file_problem
 from graphs.opgraph import LAYER_SCOPES, OpGraph
 from graphs.specs import absolute_spec
+from graphs.tf.assemble import VariableLabel
 from graphs.tf.flatten import LoopShapeError
 from graphs.tf.recurrent import RecurrentUnrolling, unrolled_recurrent_layers
 
@@ -63,7 +64,8 @@ TARGET_KIND_OF_LOSS = {
 
 def import_tf_function(concrete_function, name: str = "tf_function", batch_size: int | None = None, *,
                        scope_map: dict[str, str] | None = None, source: str = "",
-                       optimizer_variables=(), drop_dead_ops: bool = False) -> OpGraph:
+                       optimizer_variables=(), drop_dead_ops: bool = False,
+                       variable_labels: dict[int, VariableLabel] | None = None) -> OpGraph:
     """OpGraph of a concrete ``tf.function`` (a whole training step: forward, gradients, updates).
 
     ``batch_size`` fills unknown leading dims (default: the first argument's static batch, else 1).
@@ -71,7 +73,8 @@ def import_tf_function(concrete_function, name: str = "tf_function", batch_size:
     ``optimizer_variables``: the optimizer's variables, so that writes to its step counter count as
     updates even when no update reads it (found structurally otherwise). ``drop_dead_ops``: leave out the
     ops TensorFlow never runs, as nothing the step needs reads them (``graphs.tf.flatten``); Keras steps
-    do, a plain function's graph keeps every op unless asked."""
+    do, a plain function's graph keeps every op unless asked. ``variable_labels``: the name and scope of
+    variables a Keras layer owns (``keras_variable_labels``)."""
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
 
@@ -79,7 +82,33 @@ def import_tf_function(concrete_function, name: str = "tf_function", batch_size:
     batch = batch_size or _static_batch(graph) or 1
     flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops)
     return build_opgraph(flat, concrete_function, name=name, batch_size=batch, scope_map=scope_map or {},
-                         source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables)
+                         source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables,
+                         variable_labels=variable_labels)
+
+
+def keras_variable_labels(model, layer_calls: dict[int, str]) -> dict[int, VariableLabel]:
+    """{id of a tf.Variable's handle: VariableLabel} for every variable a layer of ``model`` (the model
+    included) owns itself (its weights, BatchNormalization's statistics; not a Dropout's seed state, a counter
+    that should not decide where the layer goes): named by Keras's path of it, scoped by the dotted path of
+    the owner's first call (``layer_calls``: {id of the layer: that path}; None where it was not called).
+    TensorFlow's names do not say the layer: a subclassed model builds its layers in its own first call, so
+    their variables are "net/kernel", "net/kernel_1"; a model nested in a functional one has its layers'
+    variables named without it ("dense/kernel" for the layer called as "inner.dense"). A variable two layers
+    hold is the first one's, in Keras's layer order."""
+    labels: dict[int, VariableLabel] = {}
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        owned = [*getattr(layer, "_trainable_variables", ()), *getattr(layer, "_non_trainable_variables", ())]
+        for variable in owned:
+            handle = _tf_handle(variable)
+            if handle is not None and id(handle) not in labels:
+                labels[id(handle)] = VariableLabel(variable.path, layer_calls.get(id(layer)))
+    return labels
+
+
+def _tf_handle(variable):
+    """The resource handle of the tf.Variable behind a Keras variable (its ``value``), or None."""
+    inner = getattr(variable, "value", None)
+    return getattr(inner if hasattr(inner, "handle") else variable, "handle", None)
 
 
 def trace_keras_training_step(model, example_inputs, example_targets, loss=None, optimizer=None,
@@ -112,7 +141,8 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     try:
         graph = import_tf_function(concrete, name=name, batch_size=batch, scope_map=recorded.scope_map,
                                    source=f"keras {model.name} + {type(optimizer).__name__}",
-                                   optimizer_variables=optimizer.variables, drop_dead_ops=True)
+                                   optimizer_variables=optimizer.variables, drop_dead_ops=True,
+                                   variable_labels=keras_variable_labels(model, recorded.layer_calls))
     except LoopShapeError as error:
         if not unrolling.left_rolled:
             raise
@@ -645,6 +675,7 @@ def names_past_reachable_layers(function):
 class RecordedKerasScopes:
     scope_map: dict[str, str] = field(default_factory=dict)  # TF name scope -> dotted Keras path, e.g. "fc1"
     layers: set[str] | None = None  # the dotted paths a layer's call opened (not the root's); None: not known
+    layer_calls: dict[int, str] = field(default_factory=dict)  # id of a layer -> dotted path of its first call
 
 
 @contextmanager
@@ -676,8 +707,11 @@ def _recorded_keras_scopes(root_name: str):
                 path = path[1:]
             dotted = ".".join(path)
             recorded.scope_map[tf.compat.v1.get_default_graph().get_name_scope()] = dotted
-            if dotted and isinstance(getattr(self, "caller", None), Layer):  # Layer.__call__ passes itself
-                recorded.layers.add(dotted)
+            caller = getattr(self, "caller", None)
+            if isinstance(caller, Layer):  # Layer.__call__ passes itself
+                recorded.layer_calls.setdefault(id(caller), dotted)
+                if dotted:
+                    recorded.layers.add(dotted)
         return result
 
     core.name_scope.__enter__ = enter
