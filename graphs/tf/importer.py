@@ -74,13 +74,15 @@ def import_tf_function(concrete_function, name: str = "tf_function", batch_size:
     updates even when no update reads it (found structurally otherwise). ``drop_dead_ops``: leave out the
     ops TensorFlow never runs, as nothing the step needs reads them (``graphs.tf.flatten``); Keras steps
     do, a plain function's graph keeps every op unless asked. ``variable_labels``: the name and scope of
-    variables a Keras layer owns (``keras_variable_labels``)."""
+    variables a Keras layer owns (``keras_variable_labels``). An op inside control flow is named by the
+    branch or loop part it is in (``cond/then/...``), not by TensorFlow's per-process function name
+    (``flatten_graph``'s ``stable_names``), so the same step gets the same hash in any process."""
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
 
     graph = concrete_function.graph
     batch = batch_size or _static_batch(graph) or 1
-    flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops)
+    flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops, stable_names=True)
     return build_opgraph(flat, concrete_function, name=name, batch_size=batch, scope_map=scope_map or {},
                          source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables,
                          variable_labels=variable_labels)
