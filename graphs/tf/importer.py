@@ -46,6 +46,7 @@ EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on e
 UIDS_ATTRIBUTE = "object_name_uids"  # Keras's global state: {name prefix: objects named with it so far}
 KERAS_NAME_CLASH = "All operation names should be unique"  # Keras's error: two layers of one model named alike
 MAX_REACH_DEPTH = 4  # how deep into containers of a function's globals its layers are looked for
+OWN_TRAIN_STEP = "own_train_step"  # meta key: the model's own train_step, which the imported step is not
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
 # shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
@@ -126,6 +127,8 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     ``meta["layer_scopes"]`` (``LAYER_SCOPES``): the dotted scopes a layer's call opened, sorted (not the
     optimizer's, the loss's, or a TF op's outside any layer), so that a module map lists layers only; absent
     where Keras's name scopes could not be recorded.
+    ``meta["own_train_step"]`` (``OWN_TRAIN_STEP``): the ``train_step`` the model's class overrides, which the
+    step traced here is not (``own_train_step``); absent for Keras's own.
     ``meta["unrolled_layers"]``: the scopes of the recurrent layers built with ``unroll=False`` that were traced
     unrolled (absent when none). A loop the step keeps that cannot be imported or has no static trip count,
     where a layer was left rolled (its time dimension unknown, or not one of Keras's own), is one PlacerError
@@ -158,7 +161,19 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
         graph.meta["unrolled_layers"] = list(unrolling.unrolled)
     if recorded.layers is not None:
         graph.meta[LAYER_SCOPES] = sorted(recorded.layers)
+    if own := own_train_step(model):
+        graph.meta[OWN_TRAIN_STEP] = own
     return graph
+
+
+def own_train_step(model) -> str:
+    """The qualified name of the ``train_step`` the model's class defines itself ("GAN.train_step"), or "" for
+    Keras's own. The importer does not trace it: its step is forward, the loss, tape gradients and the
+    optimizer's update (``keras_train_step``), which the tf measurer and ``apply_keras`` run too."""
+    method = getattr(type(model), "train_step", None)
+    if method is None or getattr(method, "__module__", "").split(".")[0] == "keras":
+        return ""
+    return getattr(method, "__qualname__", "train_step")
 
 
 def build_on(model, input_specs) -> None:
