@@ -187,8 +187,9 @@ def build_on(model, input_specs) -> None:
 
 
 def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrolling | None = None):
-    """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss, tape gradients and the
-    optimizer's update, as a plain Python function to wrap in ``tf.function``. The gradients are of the
+    """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss (with the losses the layers add:
+    ``with_added_losses``), tape gradients and the optimizer's update, as a plain Python function to wrap in
+    ``tf.function``. The gradients are of the
     loss the optimizer scales (``scale_loss``), as in ``Model.fit``: a mixed-precision model's
     LossScaleOptimizer multiplies it by its dynamic scale and divides the gradients by it.
 
@@ -215,13 +216,23 @@ def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrol
         with tf.GradientTape() as tape:
             with unrolled_recurrent_layers(model.name, unrolling):
                 predictions = model(inputs, training=True)
-            value = loss_fn(targets, predictions)
+            value = with_added_losses(loss_fn(targets, predictions), model)
             scaled = optimizer.scale_loss(value)  # as Keras's own step: a LossScaleOptimizer unscales gradients
         gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
     return train_step, optimizer
+
+
+def with_added_losses(value, model):
+    """``value`` plus the losses the model's layers add (weight regularizers such as ``kernel_regularizer="l2"``,
+    ``add_loss``), each summed, as ``Model.compute_loss`` adds them in ``fit``; ``value`` itself where there
+    are none. Read after the forward call, which is when ``add_loss`` records its losses."""
+    import tensorflow as tf
+
+    added = [tf.reduce_sum(tf.cast(loss, value.dtype)) for loss in model.losses]
+    return tf.add_n([value, *added]) if added else value
 
 
 def loss_scaled_as_compile_would(model, optimizer):

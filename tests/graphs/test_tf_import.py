@@ -195,6 +195,26 @@ def test_keras_step__a_model_nested_in_a_functional_one_scopes_its_layers_weight
     assert "inner.d" in graph.meta["layer_scopes"]
 
 
+def test_keras_step__a_weight_regularizer_adds_its_loss_as_fit_does():
+    """``fit`` adds the layers' losses (regularizers, ``add_loss``) to the compiled loss; the step left them out,
+    so a model with ``kernel_regularizer="l2"`` imported to the graph of one without, and ``apply_keras`` trained
+    it without weight decay."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    def step(regularizer):
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, kernel_regularizer=regularizer)])
+        return trace_keras_training_step(model, np.zeros((4, 16), "float32"), np.zeros((4, 8), "float32"),
+                                         loss="mse", optimizer="sgd", name="reg")
+
+    plain, regularized = step(None), step("l2")
+    forward = PHASE_CODE["forward"]
+    added = regularized.flops[regularized.phases == forward].sum() - plain.flops[plain.phases == forward].sum()
+    assert added >= 16 * 8  # at least one FLOP per kernel weight: its square
+    assert regularized.num_ops > plain.num_ops and regularized.content_hash != plain.content_hash
+
+
 def test_tf_function__nested_function_and_cond_are_inlined():
     import tensorflow as tf
 
