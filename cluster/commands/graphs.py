@@ -154,6 +154,7 @@ def _import(args: argparse.Namespace) -> int:
     _check_output_is_not_an_input(args)
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _note_unrolled_layers(graph.meta.get("unrolled_layers") or [])
+    _note_own_train_step(graph.meta.get("own_train_step") or "", graph.name)
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {}, graph.meta.get("bodies_not_costed") or {})
     _warn_loops_counted_once(graph.meta.get("loops_counted_once", 0))
     _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0), graph.meta.get("unsized_tensors_by_op", {}))
@@ -257,6 +258,16 @@ def _note_unrolled_layers(layers: list[str]) -> None:
     if layers:
         print(f"placer: note: {len(layers)} Keras recurrent layer(s) built with unroll=False traced unrolled, so "
               f"every time step's ops are in the graph: {', '.join(layers)}", file=sys.stderr)
+
+
+def _note_own_train_step(method: str, model: str) -> None:
+    """A Keras model whose class overrides ``train_step``: the graph is the importer's step, not that one
+    (graphs.tf.importer.own_train_step), and so is what the tf measurer and ``apply_keras`` run."""
+    if method:
+        print(f"placer: note: {method} of Keras model {model!r} is not traced: the graph is the importer's step "
+              "(forward, the loss compiled or returned, else mean squared error, tape gradients, the optimizer's "
+              "update), which the tf measurer and apply_keras run too; if yours computes another loss, return "
+              "(model, inputs, targets, loss) with it", file=sys.stderr)
 
 
 def _warn_ops_without_flops(missing: dict[str, int], not_costed: dict[str, str]) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -47,17 +48,30 @@ PARAM, STATE, INPUT, OP = "Variable", "VarHandleOp", "Input", ""
 JOIN_KINDS = frozenset(BRANCH_KINDS) | CASE_KINDS | LOOP_KINDS  # what an inlined control-flow op leaves
 
 
+@dataclass(frozen=True)
+class VariableLabel:
+    """How a Keras layer's variable is named in the graph. A subclassed model builds its layers inside its
+    own first call, so TensorFlow names their variables after the model alone ("net/kernel_1"); Keras's
+    path and the layer that owns the variable say which layer's it is."""
+    name: str  # the Variable op's name: Keras's path of the variable, e.g. "net/fc1/kernel"
+    scope: str | None  # dotted path of the owning layer's first call ("fc1"; "" the model's own); None: not called
+
+
 def build_opgraph(flat: list[FlatOp], concrete_function, *, name: str, batch_size: int,
-                  scope_map: dict[str, str], source: str, optimizer_variables=()) -> OpGraph:
+                  scope_map: dict[str, str], source: str, optimizer_variables=(),
+                  variable_labels: dict[int, VariableLabel] | None = None) -> OpGraph:
     """The OpGraph of ``flat`` (the flattened graph of ``concrete_function``). Writes to
-    ``optimizer_variables`` (e.g. a Keras optimizer's step counter) count as updates."""
+    ``optimizer_variables`` (e.g. a Keras optimizer's step counter) count as updates. ``variable_labels``
+    ({id of a tf.Variable's handle: VariableLabel}) names and scopes those variables' ops; any other
+    variable is named by TensorFlow and scoped by its name (``_scope``)."""
     optimizer_handles = {id(v.handle) for v in _tf_variables(optimizer_variables)}
     optimizer_states = {i for i, h in _captured_handles(flat, concrete_function) if h in optimizer_handles}
-    roles, value_bytes, numels = _classify_resources(flat, concrete_function)  # renames variable ops
+    roles, value_bytes, numels, labeled = _classify_resources(flat, concrete_function, variable_labels or {})
     owner = _assign_slots(flat, roles)
     return _assemble(flat, roles, owner, value_bytes, name=name, batch_size=batch_size,
                      num_params=sum(numels[i] for i, r in enumerate(roles) if r == PARAM),
-                     scope_map=scope_map, source=source, optimizer_states=optimizer_states)
+                     scope_map=scope_map, source=source, optimizer_states=optimizer_states,
+                     variable_scopes={i: label.scope for i, label in labeled.items() if label.scope is not None})
 
 
 def _tf_variables(variables) -> list:
@@ -77,14 +91,16 @@ def _captured_handles(flat: list[FlatOp], concrete_function) -> list[tuple[int, 
             if op.is_argument and op.resource_output and op.name in placeholder_to_handle]
 
 
-def _classify_resources(flat: list[FlatOp], concrete_function):
-    """Role of every flat op (PARAM, STATE, INPUT or OP), bytes and element count behind each handle."""
+def _classify_resources(flat: list[FlatOp], concrete_function, labels: dict[int, VariableLabel]):
+    """Role of every flat op (PARAM, STATE, INPUT or OP), bytes and element count behind each handle, and
+    the VariableLabel of each variable op ``labels`` names (by its handle's id); renames variable ops."""
     by_handle = {id(v.handle): v for v in concrete_function.graph.variables}
     by_placeholder = {}
     for external, internal in concrete_function.graph.captures:
         if id(external) in by_handle:
             by_placeholder[internal.op.name] = by_handle[id(external)]
     roles, value_bytes, numels = [OP] * len(flat), [0] * len(flat), [0] * len(flat)
+    labeled: dict[int, VariableLabel] = {}
     taken = {op.name for op in flat}
     for i, op in enumerate(flat):
         if not op.is_argument:
@@ -95,10 +111,14 @@ def _classify_resources(flat: list[FlatOp], concrete_function):
         variable = by_placeholder.get(op.name)
         roles[i] = PARAM if variable is not None and variable.trainable else STATE
         if variable is not None:
-            op.name = unique_name(variable.name.split(":")[0], taken)  # a variable's name, e.g. "fc1/kernel"
+            label = labels.get(id(variable.handle))
+            if label is not None:
+                labeled[i] = label
+            # a variable's name, e.g. "fc1/kernel"
+            op.name = unique_name(label.name if label else variable.name.split(":")[0], taken)
             numels[i] = int(np.prod(variable.shape.as_list(), dtype=np.int64))
             value_bytes[i] = numels[i] * variable.dtype.size
-    return roles, value_bytes, numels
+    return roles, value_bytes, numels, labeled
 
 
 def _assign_slots(flat: list[FlatOp], roles: list[str]) -> list[int]:
@@ -154,7 +174,7 @@ def _written_downstream(start: int, consumers: list[list[int]], writes: list[set
 
 
 def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, scope_map, source,
-              optimizer_states) -> OpGraph:
+              optimizer_states, variable_scopes) -> OpGraph:
     keep = [i for i in range(len(flat)) if owner[i] == i]
     index = {old: new for new, old in enumerate(keep)}
     param_bytes = np.zeros(len(keep), dtype=np.int64)  # (N,)
@@ -181,7 +201,8 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         edge_dst=np.array([e[1] for e in edges], dtype=np.int64),
         edge_bytes=np.array([e[2] for e in edges], dtype=np.int64),
         colocation=_colocation(flat, keep, roles, owner, index, phases, data_edges),
-        scopes=np.array([_scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
+        scopes=np.array([variable_scopes[i] if i in variable_scopes else
+                         _scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
         meta=_meta(flat, keep),

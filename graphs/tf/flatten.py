@@ -95,11 +95,15 @@ class FlatOp:
         return self.in_bytes + self.out_bytes if self.accessed_bytes is None else self.accessed_bytes
 
 
-def flatten_graph(graph, batch_size: int, drop_dead: bool = False) -> list[FlatOp]:
+def flatten_graph(graph, batch_size: int, drop_dead: bool = False, stable_names: bool = False) -> list[FlatOp]:
     """All real ops of ``graph`` (a tf.Graph / FuncGraph) with its library functions inlined; with
-    ``drop_dead``, only those TensorFlow runs (see the module's docstring)."""
+    ``drop_dead``, only those TensorFlow runs (see the module's docstring). An op inside control flow is named
+    ``<control-flow op>/<function>/<op>``: with ``stable_names``, the function by its part, as TensorFlow's
+    lowering names it (``then``, ``else``, ``branch<i>``, ``cond``, ``body``; ``call`` for a function used as an
+    op type), not by its own name, which carries a counter of the process (``cond_true_238``), so that the same
+    step gets the same names whatever the process traced before."""
     open_batch_args = frozenset(id(t) for t in getattr(graph, "inputs", ()) if _leading_dim_unknown(t))
-    flattener = _Flattener(batch_size, open_batch_args)
+    flattener = _Flattener(batch_size, open_batch_args, stable_names)
     src, done, _, _ = flattener.walk(graph, prefix="", bound=None, entry_ctrl=[])
     if not drop_dead:
         return flattener.ops
@@ -129,8 +133,9 @@ def live_ops(ops: list[FlatOp], results: list[int]) -> list[FlatOp]:
 
 
 class _Flattener:
-    def __init__(self, batch_size: int, open_batch_args: frozenset[int]):
+    def __init__(self, batch_size: int, open_batch_args: frozenset[int], stable_names: bool = False):
         self.batch_size = batch_size
+        self.stable_names = stable_names  # name a control-flow callee's ops by its part, not its function
         self.open_batch_args = open_batch_args  # id() of the step's arguments whose leading dim (batch) is unknown
         self.ops: list[FlatOp] = []
         self.loop_depth = 0  # while-loop bodies being walked
@@ -227,7 +232,8 @@ class _Flattener:
             count = loop_count(callees[0][1], callees[1][1], arg_values, self.static_dims) \
                 if op.type in LOOP_KINDS else None
             walk_args = (arg_ins, ctrl, arg_values, arg_lists)
-            results = [self._inline_callee(op, prefix, fname, body, _callee_runs(count, k), count, walk_args)
+            results = [self._inline_callee(op, prefix, self._part(op, fname, k), body, _callee_runs(count, k), count,
+                                           walk_args)
                        for k, (fname, body) in enumerate(callees[:1] if loose and count.trips else callees)]
             if loose and count.trips:  # a static trip count: the body walked at each iteration's shapes
                 results.append(self._inline_changing_body(op, graph, prefix, callees[1], count, walk_args))
@@ -258,11 +264,21 @@ class _Flattener:
             _set_value(lists, out, exit_lists, i)
         done[op.name] = [len(self.ops) - 1]
 
-    def _inline_callee(self, op, prefix: str, fname: str, body, runs: int, count, args) -> _InlinedCallee:
+    def _part(self, op, fname: str, k: int) -> str:
+        """The name part of ``op``'s ``k``-th callee ``fname`` in its ops' names (see ``flatten_graph``)."""
+        if not self.stable_names:
+            return fname
+        if op.type in BRANCH_KINDS:
+            return ("then", "else")[k]
+        if op.type in LOOP_KINDS:
+            return ("cond", "body")[k]
+        return f"branch{k}" if op.type in CASE_KINDS else "call"
+
+    def _inline_callee(self, op, prefix: str, part: str, body, runs: int, count, args) -> _InlinedCallee:
         """Walk a callee of ``op`` whose ops run ``runs`` times per run of ``op`` (a loop's cond or body sees the
-        static values and list facts that hold in every iteration)."""
+        static values and list facts that hold in every iteration); ``part`` names it in its ops' names."""
         arg_ins, ctrl, arg_values, arg_lists = args
-        inner_prefix = prefix + op.name + "/" + (fname + "/" if op.type not in CALL_KINDS else "")
+        inner_prefix = prefix + op.name + "/" + (part + "/" if op.type not in CALL_KINDS else "")
         if op.type in LOOP_KINDS:
             arg_lists = [loop_entry_facts(body, i, facts) for i, facts in enumerate(arg_lists)]
         inner_src, inner_done, inner_values, inner_lists = self._walk_callee(
@@ -287,7 +303,8 @@ class _Flattener:
         starts, results = [], []
         for iteration_body, iteration_runs in zip(bodies, runs):
             starts.append(len(self.ops))
-            results.append(self._inline_callee(op, prefix, fname, iteration_body, iteration_runs, count, args))
+            results.append(self._inline_callee(op, prefix, self._part(op, fname, 1), iteration_body, iteration_runs,
+                                               count, args))
         _fold_iterations(self.ops, starts, prefix + op.name)
         return results[0]
 

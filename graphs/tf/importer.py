@@ -35,6 +35,7 @@ from graphs.errors import PlacerError
 from graphs.files import file_problem
 from graphs.opgraph import LAYER_SCOPES, OpGraph
 from graphs.specs import absolute_spec
+from graphs.tf.assemble import VariableLabel
 from graphs.tf.flatten import LoopShapeError
 from graphs.tf.recurrent import RecurrentUnrolling, unrolled_recurrent_layers
 
@@ -45,6 +46,7 @@ EXAMPLE_SEED = 0  # made-up inputs and targets of a bare model are the same on e
 UIDS_ATTRIBUTE = "object_name_uids"  # Keras's global state: {name prefix: objects named with it so far}
 KERAS_NAME_CLASH = "All operation names should be unique"  # Keras's error: two layers of one model named alike
 MAX_REACH_DEPTH = 4  # how deep into containers of a function's globals its layers are looked for
+OWN_TRAIN_STEP = "own_train_step"  # meta key: the model's own train_step, which the imported step is not
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
 # shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
@@ -63,7 +65,8 @@ TARGET_KIND_OF_LOSS = {
 
 def import_tf_function(concrete_function, name: str = "tf_function", batch_size: int | None = None, *,
                        scope_map: dict[str, str] | None = None, source: str = "",
-                       optimizer_variables=(), drop_dead_ops: bool = False) -> OpGraph:
+                       optimizer_variables=(), drop_dead_ops: bool = False,
+                       variable_labels: dict[int, VariableLabel] | None = None) -> OpGraph:
     """OpGraph of a concrete ``tf.function`` (a whole training step: forward, gradients, updates).
 
     ``batch_size`` fills unknown leading dims (default: the first argument's static batch, else 1).
@@ -71,15 +74,44 @@ def import_tf_function(concrete_function, name: str = "tf_function", batch_size:
     ``optimizer_variables``: the optimizer's variables, so that writes to its step counter count as
     updates even when no update reads it (found structurally otherwise). ``drop_dead_ops``: leave out the
     ops TensorFlow never runs, as nothing the step needs reads them (``graphs.tf.flatten``); Keras steps
-    do, a plain function's graph keeps every op unless asked."""
+    do, a plain function's graph keeps every op unless asked. ``variable_labels``: the name and scope of
+    variables a Keras layer owns (``keras_variable_labels``). An op inside control flow is named by the
+    branch or loop part it is in (``cond/then/...``), not by TensorFlow's per-process function name
+    (``flatten_graph``'s ``stable_names``), so the same step gets the same hash in any process."""
     from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
 
     graph = concrete_function.graph
     batch = batch_size or _static_batch(graph) or 1
-    flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops)
+    flat = flatten_graph(graph, batch, drop_dead=drop_dead_ops, stable_names=True)
     return build_opgraph(flat, concrete_function, name=name, batch_size=batch, scope_map=scope_map or {},
-                         source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables)
+                         source=source or f"tf.function {graph.name}", optimizer_variables=optimizer_variables,
+                         variable_labels=variable_labels)
+
+
+def keras_variable_labels(model, layer_calls: dict[int, str]) -> dict[int, VariableLabel]:
+    """{id of a tf.Variable's handle: VariableLabel} for every variable a layer of ``model`` (the model
+    included) owns itself (its weights, BatchNormalization's statistics; not a Dropout's seed state, a counter
+    that should not decide where the layer goes): named by Keras's path of it, scoped by the dotted path of
+    the owner's first call (``layer_calls``: {id of the layer: that path}; None where it was not called).
+    TensorFlow's names do not say the layer: a subclassed model builds its layers in its own first call, so
+    their variables are "net/kernel", "net/kernel_1"; a model nested in a functional one has its layers'
+    variables named without it ("dense/kernel" for the layer called as "inner.dense"). A variable two layers
+    hold is the first one's, in Keras's layer order."""
+    labels: dict[int, VariableLabel] = {}
+    for layer in model._flatten_layers(include_self=True, recursive=True):
+        owned = [*getattr(layer, "_trainable_variables", ()), *getattr(layer, "_non_trainable_variables", ())]
+        for variable in owned:
+            handle = _tf_handle(variable)
+            if handle is not None and id(handle) not in labels:
+                labels[id(handle)] = VariableLabel(variable.path, layer_calls.get(id(layer)))
+    return labels
+
+
+def _tf_handle(variable):
+    """The resource handle of the tf.Variable behind a Keras variable (its ``value``), or None."""
+    inner = getattr(variable, "value", None)
+    return getattr(inner if hasattr(inner, "handle") else variable, "handle", None)
 
 
 def trace_keras_training_step(model, example_inputs, example_targets, loss=None, optimizer=None,
@@ -95,6 +127,8 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     ``meta["layer_scopes"]`` (``LAYER_SCOPES``): the dotted scopes a layer's call opened, sorted (not the
     optimizer's, the loss's, or a TF op's outside any layer), so that a module map lists layers only; absent
     where Keras's name scopes could not be recorded.
+    ``meta["own_train_step"]`` (``OWN_TRAIN_STEP``): the ``train_step`` the model's class overrides, which the
+    step traced here is not (``own_train_step``); absent for Keras's own.
     ``meta["unrolled_layers"]``: the scopes of the recurrent layers built with ``unroll=False`` that were traced
     unrolled (absent when none). A loop the step keeps that cannot be imported or has no static trip count,
     where a layer was left rolled (its time dimension unknown, or not one of Keras's own), is one PlacerError
@@ -112,7 +146,8 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
     try:
         graph = import_tf_function(concrete, name=name, batch_size=batch, scope_map=recorded.scope_map,
                                    source=f"keras {model.name} + {type(optimizer).__name__}",
-                                   optimizer_variables=optimizer.variables, drop_dead_ops=True)
+                                   optimizer_variables=optimizer.variables, drop_dead_ops=True,
+                                   variable_labels=keras_variable_labels(model, recorded.layer_calls))
     except LoopShapeError as error:
         if not unrolling.left_rolled:
             raise
@@ -126,7 +161,19 @@ def trace_keras_training_step(model, example_inputs, example_targets, loss=None,
         graph.meta["unrolled_layers"] = list(unrolling.unrolled)
     if recorded.layers is not None:
         graph.meta[LAYER_SCOPES] = sorted(recorded.layers)
+    if own := own_train_step(model):
+        graph.meta[OWN_TRAIN_STEP] = own
     return graph
+
+
+def own_train_step(model) -> str:
+    """The qualified name of the ``train_step`` the model's class defines itself ("GAN.train_step"), or "" for
+    Keras's own. The importer does not trace it: its step is forward, the loss, tape gradients and the
+    optimizer's update (``keras_train_step``), which the tf measurer and ``apply_keras`` run too."""
+    method = getattr(type(model), "train_step", None)
+    if method is None or getattr(method, "__module__", "").split(".")[0] == "keras":
+        return ""
+    return getattr(method, "__qualname__", "train_step")
 
 
 def build_on(model, input_specs) -> None:
@@ -140,8 +187,9 @@ def build_on(model, input_specs) -> None:
 
 
 def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrolling | None = None):
-    """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss, tape gradients and the
-    optimizer's update, as a plain Python function to wrap in ``tf.function``. The gradients are of the
+    """``(train_step(inputs, targets) -> loss, optimizer)``: forward, loss (with the losses the layers add:
+    ``with_added_losses``), tape gradients and the optimizer's update, as a plain Python function to wrap in
+    ``tf.function``. The gradients are of the
     loss the optimizer scales (``scale_loss``), as in ``Model.fit``: a mixed-precision model's
     LossScaleOptimizer multiplies it by its dynamic scale and divides the gradients by it.
 
@@ -168,13 +216,23 @@ def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrol
         with tf.GradientTape() as tape:
             with unrolled_recurrent_layers(model.name, unrolling):
                 predictions = model(inputs, training=True)
-            value = loss_fn(targets, predictions)
+            value = with_added_losses(loss_fn(targets, predictions), model)
             scaled = optimizer.scale_loss(value)  # as Keras's own step: a LossScaleOptimizer unscales gradients
         gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
     return train_step, optimizer
+
+
+def with_added_losses(value, model):
+    """``value`` plus the losses the model's layers add (weight regularizers such as ``kernel_regularizer="l2"``,
+    ``add_loss``), each summed, as ``Model.compute_loss`` adds them in ``fit``; ``value`` itself where there
+    are none. Read after the forward call, which is when ``add_loss`` records its losses."""
+    import tensorflow as tf
+
+    added = [tf.reduce_sum(tf.cast(loss, value.dtype)) for loss in model.losses]
+    return tf.add_n([value, *added]) if added else value
 
 
 def loss_scaled_as_compile_would(model, optimizer):
@@ -645,6 +703,7 @@ def names_past_reachable_layers(function):
 class RecordedKerasScopes:
     scope_map: dict[str, str] = field(default_factory=dict)  # TF name scope -> dotted Keras path, e.g. "fc1"
     layers: set[str] | None = None  # the dotted paths a layer's call opened (not the root's); None: not known
+    layer_calls: dict[int, str] = field(default_factory=dict)  # id of a layer -> dotted path of its first call
 
 
 @contextmanager
@@ -676,8 +735,11 @@ def _recorded_keras_scopes(root_name: str):
                 path = path[1:]
             dotted = ".".join(path)
             recorded.scope_map[tf.compat.v1.get_default_graph().get_name_scope()] = dotted
-            if dotted and isinstance(getattr(self, "caller", None), Layer):  # Layer.__call__ passes itself
-                recorded.layers.add(dotted)
+            caller = getattr(self, "caller", None)
+            if isinstance(caller, Layer):  # Layer.__call__ passes itself
+                recorded.layer_calls.setdefault(id(caller), dotted)
+                if dotted:
+                    recorded.layers.add(dotted)
         return result
 
     core.name_scope.__enter__ = enter

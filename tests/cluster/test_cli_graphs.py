@@ -272,6 +272,22 @@ def test_graphs_import__a_subclassed_keras_model_never_called_gets_its_weights_f
     assert graph.num_params == 6 * 16 + 16 + 16 * 2 + 2 and (graph.op_kinds == "Variable").sum() == 4
 
 
+def test_graphs_import__a_keras_models_own_train_step_is_said_not_traced(tmp_path, capsys):
+    """The importer traces its own step (forward, loss, gradients, update), which the tf measurer and apply_keras
+    run too: a model overriding train_step was imported without a word that its step was not the one traced."""
+    out = tmp_path / "own.parquet"
+    spec = f"{FIXTURES / 'tiny_models.py'}:tiny_keras_own_train_step"
+    assert main(["graphs", "import", "--keras", spec, "-o", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.err.startswith(
+        "placer: note: tiny_keras_own_train_step.<locals>.OwnStep.train_step of Keras model 'own_step' is not traced")
+    assert captured.out.startswith(f"wrote {out}")
+    assert load_graph_file(out).meta["own_train_step"] == "tiny_keras_own_train_step.<locals>.OwnStep.train_step"
+    plain = tmp_path / "plain.parquet"
+    assert main(["graphs", "import", "--keras", f"{FIXTURES / 'tiny_models.py'}:tiny_keras_mlp", "-o", str(plain)]) == 0
+    assert capsys.readouterr().err == "" and "own_train_step" not in load_graph_file(plain).meta
+
+
 @pytest.mark.parametrize("batch_size", ["10000000000000", "99999999999999999999"])
 def test_graphs_import__a_keras_batch_too_large_to_make_up_is_one_error(tmp_path, capsys, batch_size):
     """Made-up examples of 10**13 rows: a NumPy MemoryError (291 TiB) or ValueError traceback before."""

@@ -278,3 +278,20 @@ def test_summarize_placement__a_keras_models_module_map_names_its_layers_on_the_
         assert summary.modules[layer] == "d1"
     assert summary.modules["drop"] == summary.modules["merge"] == "d0"  # no weights: where their FLOPs run
     assert sum(d.param_bytes for d in summary.devices) == int(graph.param_bytes.sum())
+
+
+def test_summarize_placement__a_subclassed_keras_models_layers_go_where_their_weights_are():
+    """A subclassed model builds its layers in its first call; their weights were then no layer's (scope ""),
+    so the map put each layer where its FLOPs ran, whatever device held its weights and optimizer state."""
+    pytest.importorskip("keras")
+    from fixtures.tiny_models import tiny_keras_subclassed
+    from graphs.tf.importer import trace_keras_training_step
+
+    model, inputs, targets = tiny_keras_subclassed()
+    graph = trace_keras_training_step(model, inputs, targets, name="two_layers")
+    holds_weights = np.isin(graph.colocation, graph.colocation[graph.op_kinds == "Variable"])  # with their updates
+    summary = summarize_placement(graph, two_devices(), holds_weights.astype(np.int64))  # the rest on d0
+    hidden, out = model.hidden.name, model.out.name  # "dense", "dense_1" in a fresh process
+    assert summary.modules == {hidden: "d1", out: "d1"}
+    held = {s.scope: s.param_bytes for s in summary.scopes}
+    assert (held[hidden], held[out]) == (4 * 4 * (6 * 16 + 16), 4 * 4 * (16 * 2 + 2))  # weights, grads, Adam m, v

@@ -131,6 +131,90 @@ def test_keras_step__a_subclassed_models_nested_layers_are_recorded_not_its_bare
     assert {"block.a", "block.b", "head", "sgd", "mse"} <= set(graph.scopes)
 
 
+def _variable_ops(graph) -> dict:
+    """{name: scope} of the graph's variable ops (weights, and state such as BatchNormalization's statistics)."""
+    return {graph.op_names[i]: graph.scopes[i] for i in range(graph.num_ops)
+            if graph.op_kinds[i] in ("Variable", "VarHandleOp")}
+
+
+def test_keras_step__a_subclassed_models_variables_are_named_and_scoped_by_their_layers():
+    """Built in its first call, a subclassed model's layers make their variables under the model's TF name scope
+    alone ("net/kernel", "net/kernel_1", "net/moving_mean"): their ops had scope "", no layer, so the module map
+    put each layer where its FLOPs ran, not where its weights live. Keras's path names them, the layer holds them."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    class Block(keras.Model):
+        def __init__(self):
+            super().__init__(name="block")
+            self.a = keras.layers.Dense(8, name="a")
+            self.norm = keras.layers.BatchNormalization(name="norm")
+
+        def call(self, x):
+            return self.norm(self.a(x))
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.fc1 = keras.layers.Dense(8, activation="relu", name="fc1")
+            self.block = Block()
+            self.head = keras.layers.Dense(2, name="head")
+
+        def call(self, x):
+            return self.head(self.block(self.fc1(x)))
+
+    model = Net()  # not called yet: no variables until the importer builds it
+    graph = trace_keras_training_step(model, np.zeros((4, 6), "float32"), np.zeros((4, 2), "float32"),
+                                      loss="mse", optimizer="adam", name="net")
+    variables = _variable_ops(graph)
+    layer_of = {"fc1": "fc1", "a": "block.a", "norm": "block.norm", "head": "head"}
+    expected = {v.path: layer_of[v.path.split("/")[-2]] for v in model.variables}
+    assert {name: variables[name] for name in expected} == expected
+    assert len(expected) == 10 and set(expected.values()) <= set(graph.meta["layer_scopes"])
+    assert {scope for name, scope in variables.items() if name not in expected} == {"adam"}
+
+
+def test_keras_step__a_model_nested_in_a_functional_one_scopes_its_layers_weights_by_their_call():
+    """A functional model's layers make their variables where the model is built, so "d/kernel" for a layer the
+    outer model calls as "inner.d": scope "d" was no layer of the record."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    inner_x = keras.Input((8,))
+    inner = keras.Model(inner_x, keras.layers.Dense(8, name="d")(inner_x), name="inner")
+    x = keras.Input((6,))
+    model = keras.Model(x, keras.layers.Dense(2, name="head")(inner(keras.layers.Dense(8, name="pre")(x))),
+                        name="outer")
+    graph = trace_keras_training_step(model, np.zeros((4, 6), "float32"), np.zeros((4, 2), "float32"),
+                                      loss="mse", optimizer="adam", name="outer")
+    variables = _variable_ops(graph)
+    assert {name: variables[name] for name in ("d/kernel", "d/bias", "pre/kernel", "head/bias")} == {
+        "d/kernel": "inner.d", "d/bias": "inner.d", "pre/kernel": "pre", "head/bias": "head"}
+    assert "inner.d" in graph.meta["layer_scopes"]
+
+
+def test_keras_step__a_weight_regularizer_adds_its_loss_as_fit_does():
+    """``fit`` adds the layers' losses (regularizers, ``add_loss``) to the compiled loss; the step left them out,
+    so a model with ``kernel_regularizer="l2"`` imported to the graph of one without, and ``apply_keras`` trained
+    it without weight decay."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    def step(regularizer):
+        model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(8, kernel_regularizer=regularizer)])
+        return trace_keras_training_step(model, np.zeros((4, 16), "float32"), np.zeros((4, 8), "float32"),
+                                         loss="mse", optimizer="sgd", name="reg")
+
+    plain, regularized = step(None), step("l2")
+    forward = PHASE_CODE["forward"]
+    added = regularized.flops[regularized.phases == forward].sum() - plain.flops[plain.phases == forward].sum()
+    assert added >= 16 * 8  # at least one FLOP per kernel weight: its square
+    assert regularized.num_ops > plain.num_ops and regularized.content_hash != plain.content_hash
+
+
 def test_tf_function__nested_function_and_cond_are_inlined():
     import tensorflow as tf
 

@@ -103,3 +103,19 @@ def test_keras_mixed_precision__an_optimizer_it_was_not_compiled_with_is_loss_sc
     state = {graph.op_names[i].split("/")[-1]: int(graph.param_bytes[i]) for i in range(graph.num_ops)
              if graph.op_kinds[i] == "VarHandleOp" and graph.scopes[i] == "loss_scale_optimizer"}
     assert state == LOSS_SCALE_STATE
+
+
+def test_keras_mixed_precision__the_same_model_imports_to_the_same_names_and_hash_after_other_conds(mixed_graph):
+    """The loss scale's conds call branch functions TensorFlow numbers per process (``cond_true_238``), and their
+    ops were named after them: after any other cond was traced, the same model had another hash, and
+    ``apply_keras`` refused its own run. Their ops are named by the branch: ``cond/then/...``, ``cond/else/...``."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_keras_spec
+
+    tf.function(lambda x: tf.cond(x > 0, lambda: x, lambda: -x)).get_concrete_function(tf.TensorSpec(()))
+    again = import_keras_spec(f"{FIXTURES}:tiny_keras_mixed_precision_classifier", batch_size=BATCH)
+    assert again.content_hash == mixed_graph.content_hash
+    assert list(again.op_names) == list(mixed_graph.op_names)
+    branches = {name.split("/")[1] for name in mixed_graph.op_names if name.startswith("cond/")}
+    assert branches == {"then", "else"}

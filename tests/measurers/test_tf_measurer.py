@@ -253,14 +253,15 @@ def test_tf_measurer__a_model_whose_lstm_was_built_rolled_runs_the_unrolled_step
 
 def test_profile_tf__times_the_ops_inside_a_mixed_precision_steps_cond():
     """The optimizer's update runs inside the loss scale's lowered ``cond`` as ``cond/then/_0/...``; the
-    profile matched step stats to the importer's names (``cond/<then function>/...``) and left them out."""
+    profile matched step stats to the measurer's names (``cond/<then function>/...``; the importer's are
+    ``cond/then/...``) and left them out."""
     from measurers.profiler import profile_tf
 
     mixed = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_mixed_precision_classifier", batch_size=4)
     profile = profile_tf(mixed, three_cpus(), runs=1, warmup=0)
     # the branch that runs when the gradients are finite, less the scale's own nested cond (it runs rarely)
-    in_update = {name for name, kind in zip(mixed.op_names, mixed.op_kinds) if name.split("/")[1:2] != []
-                 and name.split("/")[1].startswith("cond_true") and "cond_cond_" not in name
+    in_update = {name for name, kind in zip(mixed.op_names, mixed.op_kinds) if name.split("/")[1:2] == ["then"]
+                 and not {"then", "else"} & set(name.split("/")[2:])
                  and kind in ("Mul", "Sub", "AssignSubVariableOp", "Sqrt")}
     assert len(in_update) >= 10 and in_update <= set(profile.op_names)
 
