@@ -431,19 +431,19 @@ def _output_names(model, outputs) -> list[str]:
     return names if len(names) == count else [f"output {i}" for i in range(count)]
 
 
-def _output_losses(losses, model, outputs) -> list:
-    """One loss per output (``tf.nest.flatten`` order) from a loss as ``compile`` takes it: one for all, a
-    list in output order, or a dict by output name (an output it leaves out gets None)."""
+def _output_losses(losses, model, outputs, what: str = "losses") -> list:
+    """One loss (or loss weight: ``what``) per output (``tf.nest.flatten`` order) from a loss as ``compile``
+    takes it: one for all, a list in output order, or a dict by output name (an output it leaves out gets None)."""
     names = _output_names(model, outputs)
     if isinstance(losses, dict):
         unknown = sorted(set(losses) - set(names))
         if unknown:
-            raise PlacerError(f"Keras model {model.name!r} has no outputs {unknown} that its loss names "
+            raise PlacerError(f"Keras model {model.name!r} has no outputs {unknown} that its {what} name "
                               f"(its outputs: {names})")
         return [losses.get(name) for name in names]
     if isinstance(losses, (list, tuple)):
         if len(losses) != len(names):
-            raise PlacerError(f"Keras model {model.name!r} has {len(names)} outputs but {len(losses)} losses")
+            raise PlacerError(f"Keras model {model.name!r} has {len(names)} outputs but {len(losses)} {what}")
         return list(losses)
     return [losses] * len(names)
 
@@ -517,8 +517,9 @@ def _loss_callable(loss, model):
     loss = loss if loss is not None else getattr(model, "loss", None)
     if loss is None:
         return keras.losses.MeanSquaredError()
-    if isinstance(loss, (dict, list, tuple)):
-        return _summed_output_losses(loss, model)
+    weights = _compiled_loss_weights(model) if compiled else None
+    if isinstance(loss, (dict, list, tuple)) or weights is not None:
+        return _summed_output_losses(loss, model, weights)
     function = _one_loss_callable(loss)
     if (compiled or isinstance(loss, str)) and not isinstance(function, keras.losses.Loss):
         return _batch_mean(function, loss if isinstance(loss, str) else getattr(function, "__name__", "loss"))
@@ -551,21 +552,33 @@ def _one_loss_callable(loss):
     return loss
 
 
-def _summed_output_losses(losses, model):
+def _summed_output_losses(losses, model, weights=None):
     """A loss per output (a list, or a dict by output name, as ``compile`` takes it) as one callable on
-    the targets and predictions structures: the sum of each output's mean loss (compiled loss weights
-    are left out: they change one multiply per output)."""
+    the targets and predictions structures: the sum of each output's mean loss, times its weight where
+    ``weights`` (the compiled ``loss_weights``, in the same forms) gives one other than 1, as ``fit`` weighs it."""
     import tensorflow as tf
 
     outputs = _symbolic_tensors(model, "output", model.name)
     functions = [None if one is None else _one_loss_callable(one) for one in _output_losses(losses, model, outputs)]
+    scales = [1.0 if w is None else float(w) for w in _output_losses(weights, model, outputs, "loss weights")]
 
     def summed(targets, predictions):
-        terms = [tf.reduce_mean(function(target, prediction)) for function, target, prediction
-                 in zip(functions, tf.nest.flatten(targets), tf.nest.flatten(predictions)) if function is not None]
+        terms = [_weighted(tf.reduce_mean(function(target, prediction)), scale) for function, scale, target, prediction
+                 in zip(functions, scales, tf.nest.flatten(targets), tf.nest.flatten(predictions))
+                 if function is not None]
         return tf.add_n(terms)
 
     return summed
+
+
+def _weighted(term, scale: float):
+    return term if scale == 1.0 else term * scale  # no multiply op for the weight 1 (an unweighted graph as before)
+
+
+def _compiled_loss_weights(model):
+    """The ``loss_weights`` the model was compiled with (a number, a list or a dict by output name), else None."""
+    config = model.get_compile_config() if getattr(model, "compiled", False) else None
+    return (config or {}).get("loss_weights")
 
 
 def tensor_spec_of(example, batch_size: int):

@@ -1417,6 +1417,36 @@ def test_keras_step__resizes_count_their_interpolation_as_the_onnx_importer_does
     assert nearest_grads == [both]  # a scatter-add: one add per incoming gradient element
 
 
+@pytest.mark.parametrize("loss, loss_weights", [(["mse", "mae"], [0.3, 2.0]),
+                                                 ({"b": "mae", "a": "mse"}, {"b": 2.0, "a": 0.5}), ("mse", 0.5)])
+def test_keras_step__compiled_loss_weights_weigh_the_step_as_fit_does(loss, loss_weights):
+    """``compile(..., loss_weights=...)``: the step summed the outputs' losses unweighted, so a model applied
+    with apply_keras trained another objective than fit's."""
+    import keras
+    import tensorflow as tf
+
+    from graphs.tf.importer import keras_train_step
+
+    def compiled():
+        keras.utils.set_random_seed(0)
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(4, name="fc")(inputs)
+        outputs = [keras.layers.Dense(3, name="a")(hidden), keras.layers.Dense(2, name="b")(hidden)]
+        model = keras.Model(inputs, outputs if not isinstance(loss, str) else outputs[0])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss, loss_weights=loss_weights)
+        return model
+
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype("float32")
+    a, b = np.ones((8, 3), "float32"), np.full((8, 2), -1.0, "float32")
+    y = a if isinstance(loss, str) else {"a": a, "b": b} if isinstance(loss, dict) else [a, b]
+    stepped, fitted = compiled(), compiled()
+    step_loss = float(tf.function(keras_train_step(stepped)[0], autograph=False)(x, y))
+    fit_loss = float(np.ravel(fitted.train_on_batch(x, y))[0])  # several outputs: the total first
+    assert step_loss == pytest.approx(fit_loss, rel=1e-5)
+    for got, want in zip(stepped.weights, fitted.weights):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("loss", ["mse", "sparse_categorical_crossentropy", "compiled function"])
 def test_keras_step__a_loss_compiled_by_name_or_as_a_function_steps_as_fit_does(loss):
     """``compile(loss="mse")`` (or a plain function) gives per-example losses that Keras averages over the
