@@ -27,8 +27,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY
-from cluster.jobs.warm_start import FILE_POLICY
+from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY, FILE_POLICY
 from cluster.jsonout import json_safe
 from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, read_manifest, read_result_json,
                             read_run, removed_device_indices, rows_without_devices)

@@ -21,6 +21,7 @@ WARM_START_FILE = "warm_start.npy"
 GROUPING_FILE = "grouping.npz"
 BASELINES_FILE = "baselines.json"
 BASELINES_POLICY = "baselines"  # the manifest's policy of a `placer baselines --out` run
+FILE_POLICY = "warm-start"  # the run log's policy of the one measurement of a warm start read from a path
 CHECKPOINT_DIR = "checkpoint"
 
 

@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cluster.jobs.bound_solve import BoundSolve, bound_solve
-from cluster.jobs.config import (CHECKPOINT_DIR, GROUPING_FILE, SearchConfig,
+from cluster.jobs.config import (CHECKPOINT_DIR, FILE_POLICY, GROUPING_FILE, SearchConfig,
                                  check_bound_time_limit, check_counts, check_measurer_settings,
                                  check_policy_groups)
 from cluster.jobs.interrupts import interrupts_deferred
@@ -48,7 +48,7 @@ from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, pas
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
                                   place_with_removals)
 from cluster.jobs.resume import check_search_run, resume_changes, resume_config
-from cluster.jobs.warm_start import (FILE_POLICY, WarmStartChoice, WarmStartSource, check_warm_start_config,
+from cluster.jobs.warm_start import (WarmStartChoice, WarmStartSource, check_warm_start_config,
                                      heuristic_choice, load_warm_start_placement, path_choice,
                                      save_warm_start_placement, scored_baselines)
 from cluster.jsonout import json_safe

@@ -27,10 +27,6 @@ from graphs.errors import PlacerError
 from graphs.files import atomic_file
 from measurers.base import Measurer
 
-FILE_POLICY = "warm-start"
-"""The run log's policy name for the one measurement of a warm start read from a path."""
-
-
 @dataclass(frozen=True)
 class WarmStartSource:
     """``SearchConfig.warm_start`` parsed: heuristic names (``auto``: every scored baseline), or a path."""

@@ -242,16 +242,17 @@ def keras_residual():
     """A functional Keras model with a Dropout (whose seed generator has a state variable of its own), a
     bare Keras op (``x + hidden``), an Add layer and a nested Sequential model, and its traced training step."""
     keras = pytest.importorskip("keras")
-    from graphs.tf.importer import trace_keras_training_step
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
 
-    x = keras.Input((8,), name="x")
-    hidden = keras.layers.Dropout(0.1, name="drop")(keras.layers.Dense(8, activation="relu", name="fc1")(x))
-    summed = keras.layers.Add(name="merge")([x + hidden, hidden])
-    block = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="a"), keras.layers.Dense(4, name="b")],
-                             name="block")
-    model = keras.Model(x, keras.layers.Dense(2, name="head")(block(summed)), name="res")
-    graph = trace_keras_training_step(model, np.zeros((4, 8), "float32"), np.zeros((4, 2), "float32"),
-                                      loss="mse", optimizer="adam", name="res")
+    with fresh_keras_names():  # built as `placer graphs import` builds it: "seed_generator", whatever ran before
+        x = keras.Input((8,), name="x")
+        hidden = keras.layers.Dropout(0.1, name="drop")(keras.layers.Dense(8, activation="relu", name="fc1")(x))
+        summed = keras.layers.Add(name="merge")([x + hidden, hidden])
+        block = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, name="a"),
+                                  keras.layers.Dense(4, name="b")], name="block")
+        model = keras.Model(x, keras.layers.Dense(2, name="head")(block(summed)), name="res")
+        graph = trace_keras_training_step(model, np.zeros((4, 8), "float32"), np.zeros((4, 2), "float32"),
+                                          loss="mse", optimizer="adam", name="res")
     return model, graph
 
 
