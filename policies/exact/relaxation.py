@@ -49,6 +49,18 @@ Constraints, and why the simulator's schedule meets each:
    starts at >= h and the step goes on >= t after the last ends, so
    ``w >= h + t + sum_{i in K} t[i,d] x[unit(i),d]``. A grid of HEAD_TAIL_LEVELS^2 thresholds per device.
 
+7. Windows along the longest path (of fastest op times, as in 6). For each of WINDOW_OPS ops v spread
+   along one such path and every device d: (a) v's ancestors that run on d run one at a time and all end
+   before v starts, so ``s_v >= sum_{a anc. of v} t[a,d] x[unit(a),d]``; (b) its descendants on d start
+   after v ends and end by the step's end, so ``w >= s_v + p_v + sum_{b desc. of v} t[b,d] x[unit(b),d]``;
+   (c) for consecutive chosen ops u, v (u an ancestor of v: they lie on one path), the ops that are
+   descendants of u and ancestors of v start after u ends and end before v starts, so
+   ``s_v >= s_u + p_u + sum_{k between} t[k,d] x[unit(k),d]``. Each row sums the work per unit (at most
+   U + D + 1 terms). They see what a training step's phases impose: the backward pass waits for the loss,
+   so the forward work and the backward work must each fit on the devices, not only their sum. (On the
+   issue's eight rows they raise the MIP bound by up to 9% at a 120 s limit, the LP by at most 2%:
+   BENCHMARKS.md, issue 16, "Window rows".)
+
 No symmetry rows: ordering interchangeable GPUs by their least unit index was tried (valid, since the
 relaxation is invariant under such swaps) and measured worse at a 60 s limit on the 32 scope groups
 (inception-v3 / paper-4gpu 0.4230 s at the limit against 0.4331 s optimal without; HiGHS detects the
@@ -82,6 +94,7 @@ from policies.problem import PlacementProblem
 MS_PER_S = 1e3
 GB = 1e9
 HEAD_TAIL_LEVELS = 16  # quantiles of heads and of tails used as thresholds in constraint 6
+WINDOW_OPS = 48  # ops of the longest path with window rows (constraint 7)
 SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
 NOT_SOLVED = "not solved (time limit)"  # building the model took the whole time limit: HiGHS never ran
 STOPPED = "stopped"  # solve_relaxation's ``stop`` was set before the solve ended
@@ -231,11 +244,8 @@ def heads_and_tails_s(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray
     """(N,) earliest start and (N,) least remaining time after the end of each op: longest paths of each
     op's fastest time on the devices its unit may use (communication free)."""
     graph = problem.graph
-    allowed = problem.unit_allowed[problem.op_unit]  # (N, D)
-    fastest = np.where(allowed, problem.op_time_s, np.inf).min(axis=1).tolist()  # (N,)
-    succ = [[] for _ in range(graph.num_ops)]
-    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
-        succ[u].append(v)
+    fastest = _fastest_s(problem).tolist()  # (N,)
+    succ = _neighbours(graph, forward=True)
     order = graph.topo_order.tolist()
     head, tail = [0.0] * graph.num_ops, [0.0] * graph.num_ops
     for u in order:
@@ -246,6 +256,21 @@ def heads_and_tails_s(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray
     for u in reversed(order):
         tail[u] = max((fastest[v] + tail[v] for v in succ[u]), default=0.0)
     return np.array(head), np.array(tail)
+
+
+def _fastest_s(problem: PlacementProblem) -> np.ndarray:
+    """(N,) each op's least time over the devices its unit may use."""
+    allowed = problem.unit_allowed[problem.op_unit]  # (N, D)
+    return np.where(allowed, problem.op_time_s, np.inf).min(axis=1)
+
+
+def _neighbours(graph, forward: bool) -> list[list[int]]:
+    """Each op's successors (``forward``) or predecessors, as lists."""
+    out = [[] for _ in range(graph.num_ops)]
+    src, dst = (graph.edge_src, graph.edge_dst) if forward else (graph.edge_dst, graph.edge_src)
+    for u, v in zip(src.tolist(), dst.tolist()):
+        out[u].append(v)
+    return out
 
 
 def _add_head_tail_rows(rows: _Rows, problem, layout) -> None:
@@ -265,6 +290,92 @@ def _add_head_tail_rows(rows: _Rows, problem, layout) -> None:
                      np.concatenate([np.full(problem.num_devices, layout.w_col), layout.x_col[u[keep], d[keep]]]),
                      np.concatenate([np.ones(problem.num_devices), -work[u[keep], d[keep]] * MS_PER_S]),
                      np.full(problem.num_devices, (h + t) * MS_PER_S), np.inf)
+
+
+def longest_path_ops(problem: PlacementProblem, count: int) -> np.ndarray:
+    """(M,) up to ``count`` ops spread evenly (by position) along one longest path of fastest op times, in
+    path order, so each is an ancestor of the next."""
+    graph = problem.graph
+    if graph.num_ops == 0 or count <= 0:
+        return np.zeros(0, dtype=np.int64)
+    _, tail = heads_and_tails_s(problem)
+    reach = (_fastest_s(problem) + tail).tolist()  # (N,) the longest path from each op's start on
+    succ = _neighbours(graph, forward=True)
+    sources = np.flatnonzero(np.bincount(graph.edge_dst, minlength=graph.num_ops) == 0)
+    op = int(sources[np.argmax(np.asarray(reach)[sources])])
+    path = [op]
+    while succ[op]:
+        op = max(succ[op], key=reach.__getitem__)  # continues a longest path
+        path.append(op)
+    pick = np.unique(np.linspace(0, len(path) - 1, min(count, len(path))).round().astype(np.int64))
+    return np.asarray(path, dtype=np.int64)[pick]
+
+
+def _related(graph, chosen: np.ndarray, ancestors: bool) -> np.ndarray:
+    """(N, M) bool: op i is an ancestor (``ancestors``) or a descendant of ``chosen[m]``: one sweep in
+    topological order (reversed for ancestors) with a bitset per op, bit m for chosen[m]."""
+    num_chosen = len(chosen)
+    bit = [0] * graph.num_ops
+    for m, op in enumerate(chosen.tolist()):
+        bit[op] = 1 << m
+    inherit_from = _neighbours(graph, forward=ancestors)  # an ancestor inherits from its successors
+    order = graph.topo_order.tolist()
+    masks = [0] * graph.num_ops
+    for i in (reversed(order) if ancestors else order):
+        acc = 0
+        for j in inherit_from[i]:
+            acc |= masks[j] | bit[j]
+        masks[i] = acc
+    out = np.zeros((graph.num_ops, num_chosen), dtype=bool)
+    for first in range(0, num_chosen, 64):  # 64 bits at a time through numpy
+        width = min(64, num_chosen - first)
+        chunk = np.array([(mask >> first) & ((1 << width) - 1) for mask in masks], dtype=np.uint64)
+        out[:, first:first + width] = (chunk[:, None] >> np.arange(width, dtype=np.uint64)) & np.uint64(1) != 0
+    return out
+
+
+def _work_by_unit_ms(problem, member: np.ndarray) -> np.ndarray:
+    """(M, U, D) milliseconds: the summed time on each device of each unit's ops with ``member[:, m]``."""
+    units, devices, count = problem.num_units, problem.num_devices, member.shape[1]
+    op, m = np.nonzero(member)
+    op_time = np.where(problem.unit_allowed[problem.op_unit[op]], problem.op_time_s[op], 0.0)  # (K, D)
+    key = m * units + problem.op_unit[op]
+    work = np.stack([np.bincount(key, weights=op_time[:, d], minlength=count * units) for d in range(devices)],
+                    axis=1)
+    return work.reshape(count, units, devices) * MS_PER_S
+
+
+def _add_work_rows(rows: _Rows, problem, layout, work_ms, plus_col, minus_col=None, ran_op=None) -> None:
+    """Rows ``v[plus_m] - v[minus_m] - p_{ran_m}(x) - sum_u work_ms[m,u,d] x[u,d] >= 0`` for every m and
+    device d with some work (``minus_col``, ``ran_op``: (M,) or None for no such term)."""
+    devices = problem.num_devices
+    m, u, d = np.nonzero((work_ms > 0) & (layout.x_col >= 0)[None])
+    row_keys, row_of_term = np.unique(m * devices + d, return_inverse=True)
+    row_m, r = row_keys // devices, np.arange(len(row_keys))
+    parts = [(r, plus_col[row_m], np.ones(len(r))), (row_of_term.reshape(-1), layout.x_col[u, d], -work_ms[m, u, d])]
+    if minus_col is not None:
+        parts.append((r, minus_col[row_m], -np.ones(len(r))))
+    if ran_op is not None:
+        parts.append(_runtime_terms(problem, layout, ran_op[row_m], r, -1.0))
+    row, col, val = (np.concatenate(p) for p in zip(*parts))
+    pair, inverse = np.unique(row * layout.num_cols + col, return_inverse=True)  # HiGHS takes no duplicates
+    merged = np.bincount(inverse.reshape(-1), weights=val, minlength=len(pair))
+    rows.add(pair // layout.num_cols, pair % layout.num_cols, merged, np.zeros(len(r)), np.inf)
+
+
+def _add_window_rows(rows: _Rows, problem, layout) -> None:
+    """Constraint 7 around the ops of ``longest_path_ops``."""
+    chosen = longest_path_ops(problem, WINDOW_OPS)
+    if len(chosen) == 0:
+        return
+    anc = _related(problem.graph, chosen, ancestors=True)  # (N, M)
+    desc = _related(problem.graph, chosen, ancestors=False)
+    s_col = layout.s_col[chosen]
+    _add_work_rows(rows, problem, layout, _work_by_unit_ms(problem, anc), s_col)
+    _add_work_rows(rows, problem, layout, _work_by_unit_ms(problem, desc), np.full(len(chosen), layout.w_col),
+                   s_col, chosen)
+    between = desc[:, :-1] & anc[:, 1:]  # after chosen[m], before chosen[m + 1]
+    _add_work_rows(rows, problem, layout, _work_by_unit_ms(problem, between), s_col[1:], s_col[:-1], chosen[:-1])
 
 
 def _add_makespan_rows(rows: _Rows, problem, layout) -> None:
@@ -367,6 +478,7 @@ def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
     _add_channel_rows(rows, problem, layout, links)
     _add_memory_rows(rows, problem, layout)
     _add_head_tail_rows(rows, problem, layout)
+    _add_window_rows(rows, problem, layout)
     start, index, value, row_lower, row_upper = rows.csr()
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = layout.num_cols, rows.count

@@ -216,7 +216,7 @@ def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_prove
 
     problem = make_problem(synthetic_graph(300, 0), load_machine("paper-4gpu"), max_groups=64, grouping_method="metis")
     stop = threading.Event()
-    timer = threading.Timer(1.0, stop.set)  # after the LP (0.1 s), during the MIP
+    timer = threading.Timer(2.0, stop.set)  # after the LP (0.65 s with its build, longer on a busy machine)
     timer.start()
     report = proven_bound(problem, 60.0, stop=stop)
     timer.join()
@@ -226,3 +226,96 @@ def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_prove
     stopped_first = proven_bound(problem, 60.0, stop=stop)  # already set
     assert (stopped_first.lp_status, stopped_first.mip_status) == ("stopped", "skipped")
     assert stopped_first.best_s == stopped_first.closed_form_s and stopped_first.holds_for == EVERY_PLACEMENT
+
+
+def own_channel_machine(num_gpus: int = 2) -> Machine:
+    """A CPU and ``num_gpus`` GPUs, every link its own channel (no copies queue behind each other)."""
+    devices = [Device("cpu:0", "cpu", "r", 2e9, 1e12, 10**10, 1e-5)]
+    devices += [Device(f"gpu:{i}", "gpu", "r", 1e10, 1e12, 4 * 10**9, 1e-5) for i in range(num_gpus)]
+    links = [Link(a.name, b.name, 1e9, 1e-5, f"{a.name}>{b.name}") for a, b in itertools.permutations(devices, 2)]
+    return Machine("own-channels", tuple(devices), tuple(links))
+
+
+def without_window_rows(problem, monkeypatch, **kwargs):
+    """The relaxation as it was before constraint 7 (no window rows)."""
+    import policies.exact.relaxation as relaxation
+
+    with monkeypatch.context() as patch:
+        patch.setattr(relaxation, "WINDOW_OPS", 0)
+        return solve_relaxation(problem, 30.0, **kwargs)
+
+
+def random_training_graph(seed: int, forward: int = 8, units: int = 6):
+    """A random forest of ``forward`` heavy forward ops into a loss op, the backward ops mirroring it (each
+    reads its forward op), on GPUs only; a forward op and its backward op share a random one of ``units``
+    groups, as scope groups do. Wide and cheap to copy, so the GPUs share the work and the window rows bind."""
+    rng = np.random.default_rng(seed)
+    loss = forward
+    edges = [(int(rng.integers(j)), j, int(rng.integers(10**4, 10**6))) for j in range(1, forward)
+             if rng.random() < 0.5]
+    ends = [i for i in range(forward) if all(src != i for src, _, _ in edges)]
+    edges += [(i, loss, 10**4) for i in ends] + [(loss, forward + 1 + i, 10**4) for i in ends]
+    edges += [(forward + 1 + j, forward + 1 + i, size) for i, j, size in edges if j < forward]
+    edges += [(i, forward + 1 + i, 10**5) for i in range(forward)]
+    unit = rng.integers(0, units, forward).tolist()
+    flops = np.concatenate([rng.uniform(1e7, 1e8, forward), [1e4], rng.uniform(1e7, 2e8, forward)])
+    return build_graph(edges, 2 * forward + 1, flops=flops, colocation=unit + [units] + unit,
+                       allowed_mask=[2] * (2 * forward + 1), name=f"training{seed}")
+
+
+@pytest.mark.parametrize("machine", [staging_machine, own_channel_machine])
+@pytest.mark.parametrize("seed", [0, 2, 3, 4])
+def test_window_rows__hold_for_every_placement_and_never_lower_the_bound(seed, machine, monkeypatch):
+    """Constraint 7 is valid: the MIP bound with it stays at most the best simulated placement (all of them
+    enumerated), and it is at least the bound without it (it only adds rows). On these seeds the rows bind:
+    they raise the MIP bound by 3.7-8.2%, up to the optimum itself on seeds 0 and 4 (within 0.02%)."""
+    problem = make_problem(random_training_graph(seed), machine(num_gpus=2))
+    best_s = best_simulated_s(problem)
+    mip = solve_relaxation(problem, 30.0)
+    lp = solve_relaxation(problem, 30.0, integer=False)
+    assert mip.status == "optimal" and lp.status == "optimal"
+    assert lp.bound_s <= mip.bound_s * (1 + REL) and mip.bound_s <= best_s * (1 + REL)
+    before = [without_window_rows(problem, monkeypatch, integer=integer) for integer in (True, False)]
+    assert mip.bound_s >= before[0].bound_s * (1 - REL) and lp.bound_s >= before[1].bound_s * (1 - REL)
+    assert mip.bound_s > before[0].bound_s * 1.03
+
+
+def phase_bound_problem():
+    """Forward ops 1-4 (33 ms each) fan out of op 0 and into the loss (5), backward ops 6-9 (33 ms each) fan
+    out of it into op 10, on two GPUs. The units: {1, 2, 3}, {4, 6}, {7, 8, 9} (the rest tiny, on
+    their own). A device's total work can be balanced (5 ops against 3), but not each phase's: every placement
+    takes at least 6 ops' time, the forward's busiest device then the backward's."""
+    edges = [(0, k, 10**3) for k in range(1, 5)] + [(k, 5, 10**3) for k in range(1, 5)]
+    edges += [(5, k, 10**3) for k in range(6, 10)] + [(k, 10, 10**3) for k in range(6, 10)]
+    flops = [1e3] + [1e8] * 4 + [1e3] + [1e8] * 4 + [1e3]
+    graph = build_graph(edges, 11, flops=flops, colocation=[0, 1, 1, 1, 2, 3, 2, 4, 4, 4, 5], allowed_mask=[2] * 11)
+    return make_problem(graph, staging_machine(num_gpus=2))
+
+
+def test_window_rows__see_that_each_phase_must_be_balanced(monkeypatch):
+    """Without constraint 7 the MIP proves 5 ops' time (device work); with it, 6 (the loss starts after the
+    forward work on each device, and the backward work on each device runs after it): the optimum."""
+    problem = phase_bound_problem()
+    op_s = float(problem.op_time_s[1, 1])
+    best_s = best_simulated_s(problem)
+    mip = solve_relaxation(problem, 30.0)
+    before = without_window_rows(problem, monkeypatch)
+    assert mip.status == before.status == "optimal"
+    assert before.bound_s == pytest.approx(5 * op_s, rel=1e-3)
+    assert mip.bound_s == pytest.approx(6 * op_s, rel=1e-3) and mip.bound_s <= best_s * (1 + REL)
+    assert best_s == pytest.approx(6 * op_s, rel=1e-3)
+
+
+def test_longest_path_ops__one_chain_even_where_paths_tie():
+    """Two branches of equal length: the ops chosen lie on one of them, each an ancestor of the next (the rows
+    between consecutive ops need that), spread from its first op to its last; ``count`` caps them."""
+    from policies.exact.relaxation import _related, longest_path_ops
+
+    edges = [(0, 1), (1, 2), (2, 3), (0, 4), (4, 5), (5, 3), (3, 6)]
+    problem = make_problem(build_graph(edges, 7, flops=[1e7] * 7), staging_machine(num_gpus=2))
+    chosen = longest_path_ops(problem, 48)
+    assert len(chosen) == 5 and chosen[0] == 0 and chosen[-1] == 6
+    ancestors = _related(problem.graph, chosen, ancestors=True)  # (N, M)
+    assert all(ancestors[chosen[m], m + 1] for m in range(len(chosen) - 1))
+    assert longest_path_ops(problem, 3).tolist() == [0, 2, 6]  # positions 0, 2 and 4 of 0 1 2 3 6
+    assert len(longest_path_ops(problem, 0)) == 0
