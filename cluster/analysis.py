@@ -249,14 +249,18 @@ def _baseline_pool(manifest: RunManifest, rows: pd.DataFrame) -> BaselinePool:
     return BaselinePool(list(bests.values()), logged_by)
 
 
+def _not_baselines(manifest: RunManifest) -> tuple[str, str]:
+    """Policies whose rows are no baseline of the run: its own, and a warm start's re-measurement of a placement
+    from a file or run folder (FILE_POLICY: another search's best, perhaps this policy's own)."""
+    return manifest.policy, FILE_POLICY
+
+
 def _baseline_rows(manifest: RunManifest, rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows of ``rows`` that are baselines of the run: other policies', not a warm start's re-measurement of
-    a placement from a file or run folder (FILE_POLICY: another search's best, perhaps this policy's own)."""
-    return rows[~rows["policy"].isin([manifest.policy, FILE_POLICY])]
+    return rows[~rows["policy"].isin(_not_baselines(manifest))]
 
 
 def _own_baselines(manifest: RunManifest, bests: dict[str, PolicyBest]) -> list[PolicyBest]:
-    return [b for p, b in bests.items() if p not in (manifest.policy, FILE_POLICY)]
+    return [b for p, b in bests.items() if p not in _not_baselines(manifest)]
 
 
 def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.DataFrame,

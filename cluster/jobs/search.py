@@ -218,7 +218,9 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
         with interrupts_deferred("closing the run log") as held:
             if pool is not None:
                 pool.close()
-            # a stopped run keeps its parts for --resume (Ctrl-C while closing stops a run that ended too)
+            # a stopped run keeps its parts for --resume (Ctrl-C while closing stops a run that ended too; one
+            # during the compaction leaves it compacted, which a resume reads as well); a second Ctrl-C raises here
+            # and skips the rest (the bound's daemon thread dies with the process; an empty new folder stays)
             writer.close(compact=stop_reason != "interrupted" and not held.pressed)
             if owns_ray:
                 ray_setup.shutdown_ray()

@@ -35,7 +35,7 @@ from graphs.errors import PlacerError
 from graphs.files import file_problem
 from graphs.opgraph import LAYER_SCOPES, OpGraph
 from graphs.specs import absolute_spec
-from graphs.tf.assemble import VariableLabel
+from graphs.tf.assemble import VariableLabel, build_opgraph
 from graphs.tf.flatten import LoopShapeError
 from graphs.tf.recurrent import RecurrentUnrolling, unrolled_recurrent_layers
 
@@ -78,7 +78,6 @@ def import_tf_function(concrete_function, name: str = "tf_function", batch_size:
     variables a Keras layer owns (``keras_variable_labels``). An op inside control flow is named by the
     branch or loop part it is in (``cond/then/...``), not by TensorFlow's per-process function name
     (``flatten_graph``'s ``stable_names``), so the same step gets the same hash in any process."""
-    from graphs.tf.assemble import build_opgraph
     from graphs.tf.flatten import flatten_graph
 
     graph = concrete_function.graph
@@ -518,7 +517,7 @@ def _loss_callable(loss, model):
     if loss is None:
         return keras.losses.MeanSquaredError()
     weights = _compiled_loss_weights(model) if compiled else None
-    if isinstance(loss, (dict, list, tuple)) or weights is not None:
+    if isinstance(loss, (dict, list, tuple)) or _weighs_any(weights):
         return _summed_output_losses(loss, model, weights)
     function = _one_loss_callable(loss)
     if (compiled or isinstance(loss, str)) and not isinstance(function, keras.losses.Loss):
@@ -573,6 +572,13 @@ def _summed_output_losses(losses, model, weights=None):
 
 def _weighted(term, scale: float):
     return term if scale == 1.0 else term * scale  # no multiply op for the weight 1 (an unweighted graph as before)
+
+
+def _weighs_any(weights) -> bool:
+    """Whether compiled ``loss_weights`` (None, a number, a list or a dict) give some output a weight other than 1."""
+    values = weights.values() if isinstance(weights, dict) else weights if isinstance(weights, (list, tuple)) \
+        else [] if weights is None else [weights]
+    return any(w is not None and float(w) != 1.0 for w in values)
 
 
 def _compiled_loss_weights(model):

@@ -273,8 +273,7 @@ def _neighbours(graph, forward: bool) -> list[list[int]]:
     return out
 
 
-def _add_head_tail_rows(rows: _Rows, problem, layout) -> None:
-    head, tail = heads_and_tails_s(problem)
+def _add_head_tail_rows(rows: _Rows, problem, layout, head: np.ndarray, tail: np.ndarray) -> None:
     levels = np.linspace(0.0, 1.0, HEAD_TAIL_LEVELS, endpoint=False)
     u, d = np.nonzero(layout.x_col >= 0)
     op_time = np.where(problem.unit_allowed[problem.op_unit], problem.op_time_s, 0.0)  # (N, D)
@@ -292,13 +291,13 @@ def _add_head_tail_rows(rows: _Rows, problem, layout) -> None:
                      np.full(problem.num_devices, (h + t) * MS_PER_S), np.inf)
 
 
-def longest_path_ops(problem: PlacementProblem, count: int) -> np.ndarray:
+def longest_path_ops(problem: PlacementProblem, count: int, tail: np.ndarray | None = None) -> np.ndarray:
     """(M,) up to ``count`` ops spread evenly (by position) along one longest path of fastest op times, in
-    path order, so each is an ancestor of the next."""
+    path order, so each is an ancestor of the next; ``tail``: heads_and_tails_s's, if computed already."""
     graph = problem.graph
     if graph.num_ops == 0 or count <= 0:
         return np.zeros(0, dtype=np.int64)
-    _, tail = heads_and_tails_s(problem)
+    tail = heads_and_tails_s(problem)[1] if tail is None else tail
     reach = (_fastest_s(problem) + tail).tolist()  # (N,) the longest path from each op's start on
     succ = _neighbours(graph, forward=True)
     sources = np.flatnonzero(np.bincount(graph.edge_dst, minlength=graph.num_ops) == 0)
@@ -363,9 +362,9 @@ def _add_work_rows(rows: _Rows, problem, layout, work_ms, plus_col, minus_col=No
     rows.add(pair // layout.num_cols, pair % layout.num_cols, merged, np.zeros(len(r)), np.inf)
 
 
-def _add_window_rows(rows: _Rows, problem, layout) -> None:
+def _add_window_rows(rows: _Rows, problem, layout, tail: np.ndarray) -> None:
     """Constraint 7 around the ops of ``longest_path_ops``."""
-    chosen = longest_path_ops(problem, WINDOW_OPS)
+    chosen = longest_path_ops(problem, WINDOW_OPS, tail)
     if len(chosen) == 0:
         return
     anc = _related(problem.graph, chosen, ancestors=True)  # (N, M)
@@ -477,8 +476,9 @@ def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
     _add_makespan_rows(rows, problem, layout)
     _add_channel_rows(rows, problem, layout, links)
     _add_memory_rows(rows, problem, layout)
-    _add_head_tail_rows(rows, problem, layout)
-    _add_window_rows(rows, problem, layout)
+    head, tail = heads_and_tails_s(problem)  # (N,), (N,) seconds
+    _add_head_tail_rows(rows, problem, layout, head, tail)
+    _add_window_rows(rows, problem, layout, tail)
     start, index, value, row_lower, row_upper = rows.csr()
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = layout.num_cols, rows.count

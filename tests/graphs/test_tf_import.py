@@ -1447,6 +1447,26 @@ def test_keras_step__compiled_loss_weights_weigh_the_step_as_fit_does(loss, loss
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("loss_weights", [1.0, [1.0, 1.0]])
+def test_keras_step__loss_weights_of_one_import_as_none(loss_weights):
+    """Weights of 1 change nothing fit computes: the step (and its hash) is the unweighted model's."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    def traced(weights):
+        with fresh_keras_names():
+            inputs = keras.Input((6,))
+            outputs = [keras.layers.Dense(3, name="a")(inputs), keras.layers.Dense(3, name="b")(inputs)]
+            model = keras.Model(inputs, outputs if isinstance(loss_weights, list) else outputs[0], name="m")
+            losses = ["mse", "mse"] if isinstance(loss_weights, list) else keras.losses.MeanSquaredError()
+            model.compile(optimizer="sgd", loss=losses, loss_weights=weights)
+            targets = [np.ones((4, 3), "float32")] * 2 if isinstance(loss_weights, list) else np.ones((4, 3), "float32")
+            return trace_keras_training_step(model, np.zeros((4, 6), "float32"), targets, name="m")
+
+    assert traced(loss_weights).content_hash == traced(None).content_hash
+
+
 @pytest.mark.parametrize("loss", ["mse", "sparse_categorical_crossentropy", "compiled function"])
 def test_keras_step__a_loss_compiled_by_name_or_as_a_function_steps_as_fit_does(loss):
     """``compile(loss="mse")`` (or a plain function) gives per-example losses that Keras averages over the
