@@ -12,7 +12,6 @@ import argparse
 import math
 import signal
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from cluster.commands.console import seconds_text
@@ -237,17 +236,23 @@ def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):
 
     import torch
 
+    from cluster.jobs.interrupts import interrupts_deferred
     from policies.rl.gnn.family import train_family
 
     torch.set_num_threads(1)  # a small network: one thread is fastest, as the search's learners run
     started = time.perf_counter()
-    with _Progress(args.budget) as progress, _interrupts_as_a_flag() as interrupted:
+    # Ctrl-C (or SIGTERM) while training: a flag the trainer reads between updates, so it stops after a whole
+    # update and saves its checkpoint; a second one interrupts at once. (An interrupt raised inside the
+    # simulator's compiled code surfaces as a SystemError, and one mid-update leaves the network half-stepped.)
+    with _Progress(args.budget) as progress, \
+            interrupts_deferred(signals=(signal.SIGINT, signal.SIGTERM)) as interrupted:
         def on_update(metrics) -> None:
             log.append(metrics)
             progress.update(metrics)
 
         result = train_family(problems, config, args.budget, args.out, resume=args.resume,
-                              time_limit_s=args.time_limit_s, should_stop=interrupted, on_update=on_update,
+                              time_limit_s=args.time_limit_s, should_stop=lambda: interrupted.pressed,
+                              on_update=on_update,
                               checkpoint_every=METRICS_EVERY, teacher_budget=args.teacher_budget,
                               imitation_steps=args.imitation_steps, settings=_settings(args))
     if Path(args.out).is_file():  # else stopped while teaching: nothing is written
@@ -255,27 +260,6 @@ def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):
     if result.stop_reason == "should_stop":
         result = replace(result, stop_reason="interrupted")
     return result, time.perf_counter() - started
-
-
-@contextmanager
-def _interrupts_as_a_flag():
-    """Ctrl-C (or SIGTERM) while training raises a flag the trainer reads between updates, so it stops after
-    a whole update and saves its checkpoint; a second one interrupts at once. (An interrupt raised inside the
-    simulator's compiled code surfaces as a SystemError, and one mid-update leaves the network half-stepped.)"""
-    raised: list[int] = []
-    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-
-    def raise_flag(signum, frame) -> None:
-        raised.append(signum)
-        signal.signal(signum, before[signum])
-
-    for signum in before:
-        signal.signal(signum, raise_flag)
-    try:
-        yield lambda: bool(raised)
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)
 
 
 def metrics_path(checkpoint: str | Path) -> Path:
