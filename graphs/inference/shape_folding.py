@@ -3,7 +3,9 @@
 Older torch.onnx exports (e.g. BERT's attention) compute a Reshape's target at run time from its input's
 shape: ``Shape -> Gather -> (Div by the head count) -> Unsqueeze -> Concat -> Reshape``. onnx 1.23's
 inference reads such a computed target only from Reshape-14 on (Reshape-5 and -13 leave even the output's
-rank unknown), and its data propagation does not cover Div, so those tensors came out unsized.
+rank unknown), and its data propagation does not cover Div, so those tensors came out unsized. So with an
+expand to sizes read at run time (a ViT's ``token.expand(x.size(0), -1, -1)``): torch.onnx stacks the sizes
+(``Concat -> Reshape`` to [-1]) and makes each -1 a 1 (``Equal`` to -1, ``Where``), none of which it propagates.
 
 ``infer_with_folded_shapes`` infers as the importer always did; then, while a shape-taking input
 (``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, ...) of a node whose output
@@ -369,6 +371,25 @@ def _constant_of_shape(node, values, shapes):
     return np.full(tuple(shape.tolist()), fill[0], fill.dtype)
 
 
+def _reshape(node, values, shapes):
+    """ONNX's Reshape: a target dim 0 copies the input's dim at that index (unless ``allowzero``), -1 is
+    inferred; the target an attribute up to opset 4, the second input from 5 (torch.onnx writes an expand's
+    ``(a, -1)`` as a stack of scalars reshaped to [-1])."""
+    inputs = _inputs(node, values)
+    data = inputs[0]
+    target = inputs[1].tolist() if len(inputs) > 1 else _attribute(node, "shape")
+    if target is None:
+        raise _Unknown(node.name)
+    if not _attribute(node, "allowzero", 0):
+        target = [data.shape[i] if size == 0 else size for i, size in enumerate(target)]
+    return data.reshape(target)
+
+
+def _where(node, values, shapes):
+    condition, x, y = _inputs(node, values)
+    return np.where(condition.astype(bool), x, y)  # numpy's broadcasting is ONNX's
+
+
 def _reduce(function):
     """ReduceProd's or ReduceSum's fold (a flatten's ``-1`` written as the product of the trailing dims): axes
     an attribute or, from ReduceSum-13 and ReduceProd-18, the second input; none given reduces every axis,
@@ -393,4 +414,5 @@ FOLDERS = {
     "Concat": _concat, "Slice": _slice, "Cast": _cast, "Div": _div, "ConstantOfShape": _constant_of_shape,
     "Add": _elementwise(np.add), "Sub": _elementwise(np.subtract), "Mul": _elementwise(np.multiply),
     "Identity": _elementwise(lambda data: data), "ReduceProd": _reduce(np.prod), "ReduceSum": _reduce(np.sum),
+    "Reshape": _reshape, "Equal": _elementwise(np.equal), "Where": _where,
 }
