@@ -202,7 +202,7 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         edge_bytes=np.array([e[2] for e in edges], dtype=np.int64),
         colocation=_colocation(flat, keep, roles, owner, index, phases, data_edges),
         scopes=np.array([variable_scopes[i] if i in variable_scopes else
-                         _scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
+                         _scope(flat[i], scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
         meta=_meta(flat, keep),
@@ -361,18 +361,35 @@ def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges
     return [(j, target[j]) for j in range(n) if target[j] >= 0]
 
 
-def _scope(op_name: str, scope_map: dict[str, str], variable: bool = False) -> str:
-    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. A variable is
+def _scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str:
+    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. An op inside control
+    flow that no recorded scope holds by its flattened name is looked up by its own name too: a cond's branch
+    opens its scopes under the cond's ("cond/adam", the optimizer a LossScaleOptimizer applies in its cond), not
+    under the flattened "cond/then/" it is named by."""
+    mapped = _mapped_scope(op.name, scope_map, variable)
+    if mapped is None and op.own_name and op.own_name != op.name:
+        mapped = _mapped_scope(op.own_name, scope_map, variable)
+    return mapped if mapped is not None else ".".join(_scope_parts(op.name))
+
+
+def _mapped_scope(op_name: str, scope_map: dict[str, str], variable: bool) -> str | None:
+    """The mapped Keras layer path of the longest recorded prefix of the op's scope, or None. A variable is
     named by its Keras path ("model/fc1/kernel" in a Sequential model), not by a scope a layer call opened:
     under the root model's scope (mapped to "") the rest of its path is its layer."""
-    parts = op_name.split("/")[:-1]
-    while parts and GRADIENT_SCOPE.fullmatch(parts[0]):
-        parts = parts[1:]
+    parts = _scope_parts(op_name)
     for k in range(len(parts), 0, -1):
         mapped = scope_map.get("/".join(parts[:k]))
         if mapped is not None:
             return ".".join(parts[k:]) if variable and mapped == "" and k < len(parts) else mapped
-    return ".".join(parts)
+    return None
+
+
+def _scope_parts(op_name: str) -> list[str]:
+    """The op's TF name scope, less the gradient scopes in front (a gradient op is its forward op's scope's)."""
+    parts = op_name.split("/")[:-1]
+    while parts and GRADIENT_SCOPE.fullmatch(parts[0]):
+        parts = parts[1:]
+    return parts
 
 
 @lru_cache(maxsize=None)
