@@ -195,6 +195,26 @@ def test_keras_step__a_model_nested_in_a_functional_one_scopes_its_layers_weight
     assert "inner.d" in graph.meta["layer_scopes"]
 
 
+def test_keras_step__a_shared_layers_summed_weight_gradients_are_its_backward_work():
+    """A layer called twice gets one gradient per call for each weight, which the tape sums in an AddN outside its
+    ``gradient_tape/`` scope: that sum was an "update" op of scope "", so the module map and scope grouping put it
+    with no layer. It is the layer's backward work, in the scope of the layer that owns the weights."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    with fresh_keras_names():
+        left, right = keras.Input((8,)), keras.Input((8,))
+        shared = keras.layers.Dense(4, name="shared")
+        model = keras.Model([left, right], keras.layers.Add(name="sum")([shared(left), shared(right)]), name="twin")
+        graph = trace_keras_training_step(model, [np.zeros((4, 8), "float32")] * 2, np.zeros((4, 4), "float32"),
+                                          loss="mse", optimizer="adam", name="twin")
+    sums = _ops(graph, "AddN")
+    assert len(sums) == 2  # the kernel's gradients and the bias's
+    assert all(graph.scopes[i] == "shared" and graph.phases[i] == PHASE_CODE["backward"] for i in sums)
+    assert _ops(graph, "AddN", scope="shared", phase="backward") == sums
+
+
 def test_keras_step__a_weight_regularizer_adds_its_loss_as_fit_does():
     """``fit`` adds the layers' losses (regularizers, ``add_loss``) to the compiled loss; the step left them out,
     so a model with ``kernel_regularizer="l2"`` imported to the graph of one without, and ``apply_keras`` trained
