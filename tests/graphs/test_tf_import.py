@@ -1467,6 +1467,28 @@ def test_keras_step__compiled_loss_weights_weigh_the_step_as_fit_does(loss, loss
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("loss_weights", [None, [0.5, 2.0]])
+def test_keras_step__a_two_output_models_loss_ops_are_scoped_by_their_losses_as_a_single_outputs(loss_weights):
+    """A single output's loss ops are in its scope ("mse"); those of a model compiled with a loss per output were
+    bare TF ops of scope "", in no group of their own, beside the optimizer's bare step counter."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    with fresh_keras_names():
+        inputs = keras.Input((6,))
+        model = keras.Model(inputs, [keras.layers.Dense(3, name="a")(inputs), keras.layers.Dense(2, name="b")(inputs)],
+                            name="two")
+        model.compile(optimizer="sgd", loss=["mse", "mae"], loss_weights=loss_weights)
+        graph = trace_keras_training_step(model, np.zeros((4, 6), "float32"),
+                                          [np.ones((4, 3), "float32"), np.ones((4, 2), "float32")], name="two")
+    work = [i for i in range(graph.num_ops) if graph.phases[i] in (PHASE_CODE["forward"], PHASE_CODE["backward"])]
+    assert {graph.scopes[i] for i in work} == {"a", "b", "mse", "mae", "loss"}
+    (total,) = _ops(graph, "AddN", phase="forward")
+    assert graph.scopes[total] == "loss"
+    assert not _ops(graph, "Mul", scope="", phase="forward")  # the weights' products are the loss's too
+
+
 @pytest.mark.parametrize("loss_weights", [1.0, [1.0, 1.0]])
 def test_keras_step__loss_weights_of_one_import_as_none(loss_weights):
     """Weights of 1 change nothing fit computes: the step (and its hash) is the unweighted model's."""
