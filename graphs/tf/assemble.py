@@ -189,7 +189,11 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
     accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].data_bytes()
                 + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE)) for i in keep]
     data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
-    phases = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)
+    phases, gradient_sums = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)
+    updates = _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges)
+    scopes = [variable_scopes[i] if i in variable_scopes else
+              _scope(flat[i], scope_map, roles[i] in (PARAM, STATE)) for i in keep]
+    _scope_gradient_sums(scopes, gradient_sums, updates, data_edges)
     return OpGraph(
         name=name, framework="tensorflow",
         op_names=np.array([flat[i].name for i in keep], dtype=object),
@@ -200,9 +204,8 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
         edge_src=np.array([e[0] for e in edges], dtype=np.int64),
         edge_dst=np.array([e[1] for e in edges], dtype=np.int64),
         edge_bytes=np.array([e[2] for e in edges], dtype=np.int64),
-        colocation=_colocation(flat, keep, roles, owner, index, phases, data_edges),
-        scopes=np.array([variable_scopes[i] if i in variable_scopes else
-                         _scope(flat[i].name, scope_map, roles[i] in (PARAM, STATE)) for i in keep], dtype=object),
+        colocation=_colocation(flat, keep, roles, owner, index, updates),
+        scopes=np.array(scopes, dtype=object),
         phases=phases, allowed_mask=np.array([_allowed_mask(k) for k in kinds], dtype=np.uint8),
         batch_size=batch_size, num_params=num_params, source=source,
         meta=_meta(flat, keep),
@@ -245,7 +248,8 @@ def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, b
     return edges
 
 
-def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np.ndarray:
+def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> tuple[np.ndarray, list[int]]:
+    """Each op's phase (see the module's docstring), and the ops that sum a weight's gradients (``_sums_gradients``)."""
     n = len(keep)
     phase = np.full(n, PHASE_CODE["forward"], dtype=np.int8)  # (N,)
     succ: list[list[int]] = [[] for _ in range(n)]
@@ -271,10 +275,14 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np
         feeds_write[j] = any(phase[c] == update and fixed[c] or feeds_write[c] for c in succ[j])
     # Downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer. A gradient op made of
     # constants alone is no gradient: the TensorList a forward while loop fills for its gradient loop to pop.
+    gradient_sums = []
     for j in order:
         if not fixed[j] and any(phase[p] == update or phase[p] == backward and pred[p] for p in pred[j]):
             if feeds_backward[j]:
                 phase[j] = backward
+            elif _sums_gradients(flat[keep[j]], pred[j], phase):
+                phase[j], fixed[j] = backward, True
+                gradient_sums.append(j)
             elif feeds_write[j]:
                 phase[j] = update
     for _ in range(2):  # ops that only feed updates (learning-rate schedules, step counter reads)
@@ -283,7 +291,28 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> np
             if not fixed[j] and succ[j] and all(phase[c] == update for c in succ[j]):
                 phase[j] = update
         _mark_state_writers(flat, keep, roles, owner, index, phase, fixed, succ, optimizer_states)
-    return phase
+    return phase, gradient_sums
+
+
+def _sums_gradients(op: FlatOp, pred: list[int], phase: np.ndarray) -> bool:
+    """``op`` is the tape's sum of one weight's gradients, one per call of a layer called more than once (a shared
+    layer): an AddN of gradient ops alone. The tape adds it outside its ``gradient_tape/`` scope, in no layer's."""
+    return op.kind == "AddN" and bool(pred) and all(phase[p] == PHASE_CODE["backward"] for p in pred)
+
+
+def _scope_gradient_sums(scopes: list[str], gradient_sums: list[int], updates: list[tuple[int, int]],
+                         data_edges: list[tuple[int, int]]) -> None:
+    """A weight's summed gradient (``_sums_gradients``) takes the scope of the weight whose update it feeds: the
+    layer that owns it, whose backward work it is (a sum feeding several weights' updates keeps its own)."""
+    target = dict(updates)  # {update op: the one trainable variable it updates}
+    sums = set(gradient_sums)
+    weights: dict[int, set[int]] = {j: set() for j in gradient_sums}
+    for s, d in data_edges:
+        if s in sums and d in target:
+            weights[s].add(target[d])
+    for j, found in weights.items():
+        if len(found) == 1:
+            scopes[j] = scopes[next(iter(found))]
 
 
 def _mark_update_joins(flat, keep, owner, index, phase, fixed) -> None:
@@ -326,7 +355,7 @@ def _topo(n: int, succ: list[list[int]], pred: list[list[int]]) -> list[int]:
     return order
 
 
-def _colocation(flat, keep, roles, owner, index, phases, data_edges) -> np.ndarray:
+def _colocation(flat, keep, roles, owner, index, single_variable_updates) -> np.ndarray:
     pairs: list[tuple[int, int]] = []
     by_name = {flat[old].name: new for new, old in enumerate(keep)}
     for new, old in enumerate(keep):
@@ -337,7 +366,7 @@ def _colocation(flat, keep, roles, owner, index, phases, data_edges) -> np.ndarr
         for target in flat[old].colocate_with:
             if target in by_name:
                 pairs.append((new, by_name[target]))
-    pairs += _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges)
+    pairs += single_variable_updates
     return colocation_groups(len(keep), pairs)  # (N,)
 
 
@@ -361,18 +390,35 @@ def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges
     return [(j, target[j]) for j in range(n) if target[j] >= 0]
 
 
-def _scope(op_name: str, scope_map: dict[str, str], variable: bool = False) -> str:
-    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. A variable is
+def _scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str:
+    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. An op inside control
+    flow that no recorded scope holds by its flattened name is looked up by its own name too: a cond's branch
+    opens its scopes under the cond's ("cond/adam", the optimizer a LossScaleOptimizer applies in its cond), not
+    under the flattened "cond/then/" it is named by."""
+    mapped = _mapped_scope(op.name, scope_map, variable)
+    if mapped is None and op.own_name and op.own_name != op.name:
+        mapped = _mapped_scope(op.own_name, scope_map, variable)
+    return mapped if mapped is not None else ".".join(_scope_parts(op.name))
+
+
+def _mapped_scope(op_name: str, scope_map: dict[str, str], variable: bool) -> str | None:
+    """The mapped Keras layer path of the longest recorded prefix of the op's scope, or None. A variable is
     named by its Keras path ("model/fc1/kernel" in a Sequential model), not by a scope a layer call opened:
     under the root model's scope (mapped to "") the rest of its path is its layer."""
-    parts = op_name.split("/")[:-1]
-    while parts and GRADIENT_SCOPE.fullmatch(parts[0]):
-        parts = parts[1:]
+    parts = _scope_parts(op_name)
     for k in range(len(parts), 0, -1):
         mapped = scope_map.get("/".join(parts[:k]))
         if mapped is not None:
             return ".".join(parts[k:]) if variable and mapped == "" and k < len(parts) else mapped
-    return ".".join(parts)
+    return None
+
+
+def _scope_parts(op_name: str) -> list[str]:
+    """The op's TF name scope, less the gradient scopes in front (a gradient op is its forward op's scope's)."""
+    parts = op_name.split("/")[:-1]
+    while parts and GRADIENT_SCOPE.fullmatch(parts[0]):
+        parts = parts[1:]
+    return parts
 
 
 @lru_cache(maxsize=None)

@@ -89,6 +89,8 @@ class FlatOp:
     trips: int | None = None  # a while loop's join op: its static trip count (None: its body counted once)
     accessed_bytes: float | None = None  # bytes accessed per run where runs differ (the mean over the iterations
     # of a loop whose variables change shape); None: in_bytes + out_bytes
+    own_name: str = ""  # its name in its own graph: inside a branch, under the name scopes open where the cond was
+    # built ("cond/adam/Sub" for "cond/then/cond/adam/Sub"), which Keras's recorded scopes know
 
     def data_bytes(self) -> float:
         """Bytes of data one run reads and writes (resource reads aside)."""
@@ -251,7 +253,7 @@ class _Flattener:
                        for t, ids in zip(callee.graph.outputs, callee.outs) for pid in ids]
         if op.type not in LOOP_KINDS:
             join_inputs += [(pid, _tensor_bytes(op.inputs[0], self.batch_size)) for pid in ins[0]]
-        join = FlatOp(name=prefix + op.name, kind=op.type, flops=0.0, in_bytes=0,
+        join = FlatOp(name=prefix + op.name, own_name=op.name, kind=op.type, flops=0.0, in_bytes=0,
                       out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
                       inputs=_dedup(join_inputs), control_inputs=_union(callee.ends for callee in results),
                       runs=self.runs, trips=count.trips if count is not None else None)
@@ -362,7 +364,7 @@ class _Flattener:
             inputs += [(pid, size) for pid in ids]
         resource_output = any(t.dtype == tf.resource for t in op.outputs)
         flat = FlatOp(
-            name=prefix + op.name, kind=op.type, flops=flops,
+            name=prefix + op.name, own_name=op.name, kind=op.type, flops=flops,
             in_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.inputs if t.dtype != tf.resource),
             out_bytes=sum(_tensor_bytes(t, self.batch_size) for t in op.outputs),
             inputs=_dedup(inputs), control_inputs=ctrl, colocate_with=_colocation_names(op, prefix),

@@ -47,6 +47,7 @@ UIDS_ATTRIBUTE = "object_name_uids"  # Keras's global state: {name prefix: objec
 KERAS_NAME_CLASH = "All operation names should be unique"  # Keras's error: two layers of one model named alike
 MAX_REACH_DEPTH = 4  # how deep into containers of a function's globals its layers are looked for
 OWN_TRAIN_STEP = "own_train_step"  # meta key: the model's own train_step, which the imported step is not
+SUMMED_LOSS_SCOPE = "loss"  # the name scope of the weighing and the sum of several outputs' losses
 
 # The targets a compiled loss takes, by the name of its Keras loss function: "class_ids" (int32, the output
 # shape without its last (class) axis), "one_hot" (float, the output shape), "binary" (0/1 floats, the
@@ -554,20 +555,42 @@ def _one_loss_callable(loss):
 def _summed_output_losses(losses, model, weights=None):
     """A loss per output (a list, or a dict by output name, as ``compile`` takes it) as one callable on
     the targets and predictions structures: the sum of each output's mean loss, times its weight where
-    ``weights`` (the compiled ``loss_weights``, in the same forms) gives one other than 1, as ``fit`` weighs it."""
+    ``weights`` (the compiled ``loss_weights``, in the same forms) gives one other than 1, as ``fit`` weighs it.
+    Each output's loss runs in its own name scope, as a single output's does ("mse": ``_scoped_loss``), and the
+    weighing and the sum in ``SUMMED_LOSS_SCOPE``, so that no loss op is left in the scope of no layer."""
+    import keras
     import tensorflow as tf
 
     outputs = _symbolic_tensors(model, "output", model.name)
-    functions = [None if one is None else _one_loss_callable(one) for one in _output_losses(losses, model, outputs)]
+    functions = [None if one is None else _scoped_loss(one) for one in _output_losses(losses, model, outputs)]
     scales = [1.0 if w is None else float(w) for w in _output_losses(weights, model, outputs, "loss weights")]
 
     def summed(targets, predictions):
-        terms = [_weighted(tf.reduce_mean(function(target, prediction)), scale) for function, scale, target, prediction
-                 in zip(functions, scales, tf.nest.flatten(targets), tf.nest.flatten(predictions))
-                 if function is not None]
-        return tf.add_n(terms)
+        values = [(_mean(function(target, prediction)), scale) for function, scale, target, prediction
+                  in zip(functions, scales, tf.nest.flatten(targets), tf.nest.flatten(predictions))
+                  if function is not None]
+        with keras.name_scope(SUMMED_LOSS_SCOPE):
+            return tf.add_n([_weighted(value, scale) for value, scale in values])
 
     return summed
+
+
+def _scoped_loss(loss):
+    """One output's loss as a Keras Loss, which opens a name scope of its name when called: a loss by name or a
+    plain function reduced to its batch mean (``_batch_mean``, as ``_loss_callable`` makes a single output's)."""
+    import keras
+
+    function = _one_loss_callable(loss)
+    if isinstance(function, keras.losses.Loss):
+        return function
+    return _batch_mean(function, loss if isinstance(loss, str) else getattr(function, "__name__", "loss"))
+
+
+def _mean(value):
+    """The mean of a loss's values; a Loss's scalar as it is (no op)."""
+    import tensorflow as tf
+
+    return value if value.shape.rank == 0 else tf.reduce_mean(value)
 
 
 def _weighted(term, scale: float):

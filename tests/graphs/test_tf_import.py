@@ -195,6 +195,26 @@ def test_keras_step__a_model_nested_in_a_functional_one_scopes_its_layers_weight
     assert "inner.d" in graph.meta["layer_scopes"]
 
 
+def test_keras_step__a_shared_layers_summed_weight_gradients_are_its_backward_work():
+    """A layer called twice gets one gradient per call for each weight, which the tape sums in an AddN outside its
+    ``gradient_tape/`` scope: that sum was an "update" op of scope "", so the module map and scope grouping put it
+    with no layer. It is the layer's backward work, in the scope of the layer that owns the weights."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    with fresh_keras_names():
+        left, right = keras.Input((8,)), keras.Input((8,))
+        shared = keras.layers.Dense(4, name="shared")
+        model = keras.Model([left, right], keras.layers.Add(name="sum")([shared(left), shared(right)]), name="twin")
+        graph = trace_keras_training_step(model, [np.zeros((4, 8), "float32")] * 2, np.zeros((4, 4), "float32"),
+                                          loss="mse", optimizer="adam", name="twin")
+    sums = _ops(graph, "AddN")
+    assert len(sums) == 2  # the kernel's gradients and the bias's
+    assert all(graph.scopes[i] == "shared" and graph.phases[i] == PHASE_CODE["backward"] for i in sums)
+    assert _ops(graph, "AddN", scope="shared", phase="backward") == sums
+
+
 def test_keras_step__a_weight_regularizer_adds_its_loss_as_fit_does():
     """``fit`` adds the layers' losses (regularizers, ``add_loss``) to the compiled loss; the step left them out,
     so a model with ``kernel_regularizer="l2"`` imported to the graph of one without, and ``apply_keras`` trained
@@ -1445,6 +1465,28 @@ def test_keras_step__compiled_loss_weights_weigh_the_step_as_fit_does(loss, loss
     assert step_loss == pytest.approx(fit_loss, rel=1e-5)
     for got, want in zip(stepped.weights, fitted.weights):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss_weights", [None, [0.5, 2.0]])
+def test_keras_step__a_two_output_models_loss_ops_are_scoped_by_their_losses_as_a_single_outputs(loss_weights):
+    """A single output's loss ops are in its scope ("mse"); those of a model compiled with a loss per output were
+    bare TF ops of scope "", in no group of their own, beside the optimizer's bare step counter."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    with fresh_keras_names():
+        inputs = keras.Input((6,))
+        model = keras.Model(inputs, [keras.layers.Dense(3, name="a")(inputs), keras.layers.Dense(2, name="b")(inputs)],
+                            name="two")
+        model.compile(optimizer="sgd", loss=["mse", "mae"], loss_weights=loss_weights)
+        graph = trace_keras_training_step(model, np.zeros((4, 6), "float32"),
+                                          [np.ones((4, 3), "float32"), np.ones((4, 2), "float32")], name="two")
+    work = [i for i in range(graph.num_ops) if graph.phases[i] in (PHASE_CODE["forward"], PHASE_CODE["backward"])]
+    assert {graph.scopes[i] for i in work} == {"a", "b", "mse", "mae", "loss"}
+    (total,) = _ops(graph, "AddN", phase="forward")
+    assert graph.scopes[total] == "loss"
+    assert not _ops(graph, "Mul", scope="", phase="forward")  # the weights' products are the loss's too
 
 
 @pytest.mark.parametrize("loss_weights", [1.0, [1.0, 1.0]])

@@ -119,3 +119,15 @@ def test_keras_mixed_precision__the_same_model_imports_to_the_same_names_and_has
     assert list(again.op_names) == list(mixed_graph.op_names)
     branches = {name.split("/")[1] for name in mixed_graph.op_names if name.startswith("cond/")}
     assert branches == {"then", "else"}
+
+
+def test_keras_mixed_precision__the_inner_optimizers_ops_are_in_its_scope_as_in_a_float32_model(mixed_graph):
+    """The LossScaleOptimizer applies its Adam inside a cond, whose branch opens Adam's name scope under the cond's
+    ("cond/adam"): those ops were scoped "cond.then.cond.adam", beside the "adam" of the optimizer's own variables,
+    where a float32 model has all of them in "adam"."""
+    graph = mixed_graph
+    in_cond = [i for i in range(graph.num_ops) if graph.op_names[i].startswith("cond/then/cond/adam/")]
+    writes = [i for i in in_cond if graph.op_kinds[i] == "AssignSubVariableOp"]
+    assert len(writes) == 4  # the update of each of the four weights
+    assert {graph.scopes[i] for i in in_cond} == {"adam"}
+    assert {scope for scope in graph.scopes if "adam" in scope} == {"adam"}
