@@ -23,10 +23,12 @@ demo: $(STAMP)
 	$(VENV)/bin/placer search
 
 # Two test processes (pytest-xdist), each taking whole files, so a file's Ray or traced graph is made once.
+# A test that kills its worker fails the run at once: xdist's replacement worker left the suite hanging.
 TEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --max-worker-restart=0 \
+		--durations=15 tests
 
 bench: $(STAMP)
 	@for script in tests/bench/bench_*.py; do echo "## $$script"; $(PY) $$script || exit 1; done

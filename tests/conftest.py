@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 
 import numpy as np
 import pytest
 
 import graphs.native_order  # noqa: F401  (before any test module imports TensorFlow)
 from graphs.opgraph import PHASE_CODE, OpGraph
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    # A suite started as a background job (`make test &`) inherits Ctrl-C ignored, as would the placer processes
+    # its tests start; the tests of Ctrl-C handling are about a placer run from a terminal.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

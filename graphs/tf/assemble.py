@@ -394,9 +394,11 @@ def _scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str
     """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. An op inside control
     flow that no recorded scope holds by its flattened name is looked up by its own name too: a cond's branch
     opens its scopes under the cond's ("cond/adam", the optimizer a LossScaleOptimizer applies in its cond), not
-    under the flattened "cond/then/" it is named by."""
+    under the flattened "cond/then/" it is named by. Only there: a variable renamed by its Keras path keeps the
+    scope of that path, not that of the layer that read it (the name it had, "res/drop/ReadVariableOp")."""
     mapped = _mapped_scope(op.name, scope_map, variable)
-    if mapped is None and op.own_name and op.own_name != op.name:
+    in_a_function = op.own_name and op.own_name != op.name and op.name.endswith("/" + op.own_name)
+    if mapped is None and in_a_function:
         mapped = _mapped_scope(op.own_name, scope_map, variable)
     return mapped if mapped is not None else ".".join(_scope_parts(op.name))
 

@@ -184,7 +184,7 @@ def test_search__ctrl_c_while_the_run_closes_keeps_every_row_and_stops_it_for_re
     close = MeasurerPool.close
 
     def ctrl_c_then_close(pool):
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
         close(pool)
 
     monkeypatch.setattr(MeasurerPool, "close", ctrl_c_then_close)

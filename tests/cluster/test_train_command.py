@@ -229,7 +229,7 @@ def test_train__an_interrupt_stops_after_a_whole_update_saves_the_checkpoint_and
 
     def update_then_interrupt(self, metrics):
         real_update(self, metrics)
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during the first update's bookkeeping
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C during the first update's bookkeeping
 
     monkeypatch.setattr(train_command._Progress, "update", update_then_interrupt)
     handler_before = signal.getsignal(signal.SIGINT)  # SIG_IGN where the suite runs as a background job
@@ -527,7 +527,7 @@ def test_train__an_interrupt_while_the_teachers_search_writes_nothing(tmp_path, 
 
     def teach_then_interrupt(*args, **kwargs):
         found = real_teach(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while the first teacher searched
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C while the first teacher searched
         return found
 
     monkeypatch.setattr(family, "teach", teach_then_interrupt)
