@@ -433,11 +433,11 @@ def _add_memory_rows(rows: _Rows, problem, layout) -> None:
 
 
 def build_model(problem: PlacementProblem, integer: bool = True, placement_weight: float = 0.0,
-                forbidden: Sequence[np.ndarray] = ()) -> highspy.HighsLp:
+                forbidden: Sequence[np.ndarray] = (), window_rows: bool = True) -> highspy.HighsLp:
     """The relaxation of the module docstring as a HiGHS model (objective: w, in milliseconds; plus
     ``placement_weight`` times the tie-breaking cost of ``_placement_cost``; ``forbidden`` (U,) unit
-    placements are cut off)."""
-    return _build(problem, integer, placement_weight, forbidden)[0]
+    placements are cut off; ``window_rows``: with constraint 7)."""
+    return _build(problem, integer, placement_weight, forbidden, window_rows)[0]
 
 
 def _placement_cost(problem, layout, links) -> np.ndarray:
@@ -466,7 +466,7 @@ def _add_forbidden_rows(rows: _Rows, problem, layout, forbidden: Sequence[np.nda
 
 
 def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
-           forbidden: Sequence[np.ndarray]) -> tuple[highspy.HighsLp, _Layout]:
+           forbidden: Sequence[np.ndarray], window_rows: bool = True) -> tuple[highspy.HighsLp, _Layout]:
     layout = _layout(problem)
     links = link_table(problem.machine)
     rows = _Rows()
@@ -478,7 +478,8 @@ def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
     _add_memory_rows(rows, problem, layout)
     head, tail = heads_and_tails_s(problem)  # (N,), (N,) seconds
     _add_head_tail_rows(rows, problem, layout, head, tail)
-    _add_window_rows(rows, problem, layout, tail)
+    if window_rows:
+        _add_window_rows(rows, problem, layout, tail)
     start, index, value, row_lower, row_upper = rows.csr()
     lp = highspy.HighsLp()
     lp.num_col_, lp.num_row_ = layout.num_cols, rows.count
@@ -502,7 +503,8 @@ def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
 def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bool = True,
                      threads: int = 1, placement_weight: float = 0.0,
                      forbidden: Sequence[np.ndarray] = (), incumbent_after_s: float | None = None,
-                     start: np.ndarray | None = None, stop: threading.Event | None = None) -> RelaxationResult:
+                     start: np.ndarray | None = None, stop: threading.Event | None = None,
+                     window_rows: bool = True) -> RelaxationResult:
     """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal).
     Building counts against ``time_limit_s``: when it took all of it, HiGHS does not run (status NOT_SOLVED).
     A MIP also returns its best integer placement. With ``placement_weight`` or ``forbidden`` the model
@@ -511,9 +513,10 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     integer point and a dual bound; without them it goes on, up to ``time_limit_s``. ``start`` (U,): a unit
     placement given to HiGHS as a starting solution (its other columns left for HiGHS to complete). ``stop``:
     once set (by another thread), the solve stops at HiGHS's next interrupt check (status "stopped"; a MIP's
-    dual bound so far still holds, an LP cut short proves nothing)."""
+    dual bound so far still holds, an LP cut short proves nothing). ``window_rows=False`` leaves out
+    constraint 7: a weaker bound, still valid, and other integer points (exact's candidate solves)."""
     began = time.perf_counter()
-    lp, layout = _build(problem, integer, placement_weight, forbidden)
+    lp, layout = _build(problem, integer, placement_weight, forbidden, window_rows)
     highs = quiet_highs()
     highs.setOptionValue("threads", int(threads))
     highs.setOptionValue("random_seed", 0)

@@ -7,7 +7,10 @@
 2. Then, while time and budget remain: the relaxation with a small tie-breaking cost (unit time on its
    device, least copy time of cut edges: policies/exact/relaxation.py ``_placement_cost``) and a no-good cut
    on every placement measured so far; each new integer point is measured. The relaxation sees no
-   queueing, so many placements share its optimum; the tie-break and the cuts walk through them.
+   queueing, so many placements share its optimum; the tie-break and the cuts walk through them. These
+   solves carry the window rows too (constraint 7, ``CANDIDATE_WINDOW_ROWS``): leaving them out, measured
+   on the issue's eight rows, found a faster placement on 2 and the same on 5 (BENCHMARKS.md, issue 16,
+   5 December 2026), short of the rule set beforehand for a switch.
 
 Stops early when the best measured step reaches the proven bound (the placement is then optimal for the
 coarsening).
@@ -29,6 +32,7 @@ from policies.problem import PlacementProblem
 PLACEMENT_WEIGHT = 0.01  # tie-breaking cost per millisecond of unit time and copy time, against 1 per ms of w
 BOUND_SHARE = 0.5  # of the time limit, for the relaxation of every placement
 MIN_SOLVE_S = 1.0  # no new solve with less time than this left
+CANDIDATE_WINDOW_ROWS = True  # constraint 7 in step 2's solves too (always in step 1's: it is the bound)
 
 
 @dataclass
@@ -73,7 +77,7 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
         if run.reached(counter) or left_s < MIN_SOLVE_S or counter.left == 0:
             break
         found = solve_relaxation(problem, left_s, threads=threads, placement_weight=PLACEMENT_WEIGHT,
-                                 forbidden=measured)
+                                 forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS)
         run.solves += 1
         run.solve_s += found.wall_s
         placement, model_s = found.unit_placement, found.makespan_s

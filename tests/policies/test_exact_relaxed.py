@@ -17,6 +17,7 @@ from policies.exact.relaxation import solve_relaxation
 from policies.problem import make_problem
 from policies.registry import place
 from test_exact import exhaustive_optimum_s, own_channels_machine, random_dag
+from test_relaxation_bound import random_training_graph, staging_machine, without_window_rows
 
 
 def test_relaxation__returns_its_integer_point_and_a_cut_placement_is_never_returned_again():
@@ -241,3 +242,27 @@ def test_exact_highs__a_first_solve_without_an_integer_point_goes_on_with_the_ti
     assert "no solution" not in result.solver_status and "gave no placement" not in result.notes, result.notes
     assert math.isfinite(result.solver_bound_s) and result.best.ok
 
+
+@pytest.mark.parametrize("in_candidates", [True, False])
+def test_exact_highs__window_rows_always_in_the_bound_solve_in_the_candidates_as_set(in_candidates, monkeypatch):
+    """Constraint 7 raises the proven bound (3.7% on this graph), so the first solve, which gives the bound,
+    always carries the rows; the solves with the tie-break and the cuts carry them as
+    ``CANDIDATE_WINDOW_ROWS`` says (True: leaving them out was measured and not kept, BENCHMARKS.md issue 16)."""
+    import policies.exact.relaxation as relaxation
+    import policies.exact.relaxed_search as relaxed_search
+
+    problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
+    with_rows = []  # per model built: whether constraint 7 was added
+    build, add_windows = relaxation._build, relaxation._add_window_rows
+    monkeypatch.setattr(relaxed_search, "CANDIDATE_WINDOW_ROWS", in_candidates)
+    monkeypatch.setattr(relaxation, "_add_window_rows", lambda *args: with_rows.__setitem__(-1, True) or
+                        add_windows(*args))
+    monkeypatch.setattr(relaxation, "_build", lambda *args, **kwargs: with_rows.append(False) or
+                        build(*args, **kwargs))
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 4, 0, time_limit_s=30,
+                   solver="highs")
+    assert result.measurements == 4 and with_rows == [True] + [in_candidates] * 3
+    monkeypatch.undo()
+    assert relaxed_search.CANDIDATE_WINDOW_ROWS  # today's setting
+    assert result.solver_bound_s <= solve_relaxation(problem, 30.0).bound_s * (1 + 1e-6)  # HiGHS's MIP gap
+    assert result.solver_bound_s > without_window_rows(problem, monkeypatch).bound_s * 1.03

@@ -294,7 +294,8 @@ def phase_bound_problem():
 
 def test_window_rows__see_that_each_phase_must_be_balanced(monkeypatch):
     """Without constraint 7 the MIP proves 5 ops' time (device work); with it, 6 (the loss starts after the
-    forward work on each device, and the backward work on each device runs after it): the optimum."""
+    forward work on each device, and the backward work on each device runs after it): the optimum.
+    ``window_rows=False`` builds the model without them."""
     problem = phase_bound_problem()
     op_s = float(problem.op_time_s[1, 1])
     best_s = best_simulated_s(problem)
@@ -302,6 +303,7 @@ def test_window_rows__see_that_each_phase_must_be_balanced(monkeypatch):
     before = without_window_rows(problem, monkeypatch)
     assert mip.status == before.status == "optimal"
     assert before.bound_s == pytest.approx(5 * op_s, rel=1e-3)
+    assert solve_relaxation(problem, 30.0, window_rows=False).bound_s == pytest.approx(before.bound_s, rel=REL)
     assert mip.bound_s == pytest.approx(6 * op_s, rel=1e-3) and mip.bound_s <= best_s * (1 + REL)
     assert best_s == pytest.approx(6 * op_s, rel=1e-3)
 
