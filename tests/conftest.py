@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import signal
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +18,36 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     # A suite started as a background job (`make test &`) inherits Ctrl-C ignored, as would the placer processes
     # its tests start; the tests of Ctrl-C handling are about a placer run from a terminal.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class _SignalStack(ctypes.Structure):
+    _fields_ = [("ss_sp", ctypes.c_void_p), ("ss_flags", ctypes.c_int), ("ss_size", ctypes.c_size_t)]
+
+
+SS_DISABLE = 2  # Linux's sigaltstack flag: no alternate signal stack
+
+
+def _switch_off_a_freed_signal_stack() -> None:
+    """OpenVINO's CPU plugin gives the thread that compiles a model an alternate signal stack and, when two
+    cores are released in the order they were made, puts back the first one's, already freed: the next signal
+    the thread takes (a test's Ctrl-C) then kills the process with SIGSEGV (the suite's CI lost a worker so).
+    A stack that lies in no mapping of the process is switched off; signals then run on the thread's own."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    current = _SignalStack()
+    if libc.sigaltstack(None, ctypes.byref(current)) != 0 or current.ss_flags & SS_DISABLE or not current.ss_sp:
+        return
+    with open("/proc/self/maps") as maps:
+        spans = [line.split(maxsplit=1)[0].split("-") for line in maps]
+    if not any(int(low, 16) <= current.ss_sp < int(high, 16) for low, high in spans):
+        libc.sigaltstack(ctypes.byref(_SignalStack(None, SS_DISABLE, 0)), None)
+
+
+@pytest.fixture(autouse=True)
+def _signal_stack_kept_valid():
+    yield
+    _switch_off_a_freed_signal_stack()
 
 
 @pytest.fixture(autouse=True, scope="session")
