@@ -1,7 +1,6 @@
 """interrupts_deferred: the first signal in the block is held and recorded, a second acts as outside it.
 
-Signals are sent with ``signal.raise_signal``: delivered to this thread and handled before it returns, where an
-``os.kill`` of the process is handled whenever Python next checks (the suite's CI saw a worker process die here)."""
+Signals are sent with ``signal.raise_signal``: delivered to this thread and handled before it returns."""
 
 from __future__ import annotations
 
