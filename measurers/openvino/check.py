@@ -15,11 +15,10 @@ SKIP_LINE = "skipped: no OpenVINO GPU"
 
 def gpu_check_openvino(core=None, runs: int = 10, warmup: int = 3) -> str:
     """``split_check`` on this node's OpenVINO machine and its first GPU, or ``SKIP_LINE`` without one."""
-    import openvino as ov
-
+    from measurers.openvino.core import openvino_core
     from measurers.openvino.devices import openvino_machine
 
-    core = core or ov.Core()
+    core = core or openvino_core()
     if not any(name.startswith("GPU") for name in core.available_devices):
         return SKIP_LINE
     machine = openvino_machine(core)

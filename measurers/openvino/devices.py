@@ -8,7 +8,7 @@ that map to one OpenVINO device (two ``cpu`` devices: both ``CPU``) run as that 
 split between them is no split. Example::
 
     machine = openvino_machine()                         # e.g. cpu:0 -> CPU, gpu:0 -> GPU.0
-    names = openvino_device_names(machine, ov.Core().available_devices)
+    names = openvino_device_names(machine, openvino_core().available_devices)
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Sequence
 from graphs.errors import PlacerError
 from measurers.local import local_machine
 from measurers.machine import Machine
+from measurers.openvino.core import openvino_core
 
 META_KEY = "openvino_devices"  # machine.meta entry: the OpenVINO device of each machine device, comma-separated
 
@@ -74,9 +75,7 @@ def openvino_gpus(core) -> list[tuple[str, str, int]]:
 def openvino_machine(core=None) -> Machine:
     """This node's CPU plus every GPU OpenVINO lists, with the local machine's catalog-like profiles and
     links (measurers.local); ``meta["openvino_devices"]`` records the OpenVINO name of each device."""
-    import openvino as ov
-
-    core = core or ov.Core()
+    core = core or openvino_core()
     gpus = openvino_gpus(core)
     base = local_machine(gpus=[(full, memory) for _, full, memory in gpus])
     names = ["CPU"] + [name for name, _, _ in gpus]

@@ -1,9 +1,9 @@
 """The OpenVINO measurer: real inference of an imported model, each op on its placed OpenVINO device.
 
-The graph comes from an OpenVINO IR or ONNX file (``graph.meta["model_file"]``, read with
-``ov.Core().read_model``, its inputs sized as at import, ``meta["input_shapes"]``; graph ops are the model's
-nodes by friendly name, or for an ONNX-imported graph by the tensors they compute; Parameter / Constant /
-Result nodes are not ops). Per placement the model's
+The graph comes from an OpenVINO IR or ONNX file (``graph.meta["model_file"]``, read with the process's one
+core, measurers.openvino.core, unless a ``core`` is passed), its inputs sized as at import,
+``meta["input_shapes"]``; graph ops are the model's nodes by friendly name, or for an ONNX-imported graph by
+the tensors they compute; Parameter / Constant / Result nodes are not ops). Per placement the model's
 nodes get manual HETERO affinities (measurers.openvino.affinity: ops on their devices, other nodes with a
 neighbour op) and the model is compiled on ``HETERO:<devices>``, always through HETERO so one-device and
 split placements are timed the same way. Compilation is not timed; timing follows measurers.timing:
@@ -38,6 +38,7 @@ from graphs.opgraph import OpGraph
 from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
 from measurers.openvino.affinity import apply_affinity, match_ops, node_devices, node_ops
+from measurers.openvino.core import openvino_core
 from measurers.openvino.devices import openvino_device_names
 from measurers.openvino.inputs import ov_message, random_inputs
 from measurers.openvino.onnx_ops import onnx_tensor_ops
@@ -53,11 +54,9 @@ class OpenVinoMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = INFERENCE_TIMING.runs,
                  warmup: int = INFERENCE_TIMING.warmup, timeout_s: float = INFERENCE_TIMING.timeout_s, seed: int = 0,
                  core=None, ov_devices: Sequence[str] | None = None, clock: Callable[[], float] = time.perf_counter):
-        import openvino as ov
-
         self.graph, self.machine, self.seed, self.clock = graph, machine, seed, clock
         self.settings = TimingSettings(runs, warmup, timeout_s)
-        self.core = core or ov.Core()
+        self.core = core or openvino_core()  # one per process: see measurers.openvino.core
         self.device_names = openvino_device_names(machine, self.core.available_devices, ov_devices)  # (D,)
         for name in set(self.device_names):
             self.core.set_property(name, {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION})
