@@ -392,27 +392,45 @@ def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges
 
 def _scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str:
     """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. An op inside control
-    flow that no recorded scope holds by its flattened name is looked up by its own name too: a cond's branch
-    opens its scopes under the cond's ("cond/adam", the optimizer a LossScaleOptimizer applies in its cond), not
-    under the flattened "cond/then/" it is named by. Only there: a variable renamed by its Keras path keeps the
-    scope of that path, not that of the layer that read it (the name it had, "res/drop/ReadVariableOp")."""
-    mapped = _mapped_scope(op.name, scope_map, variable)
+    flow is looked up by its own name too: a cond's branch opens its scopes under the cond's ("cond/adam", the
+    optimizer a LossScaleOptimizer applies in its cond; "net_1/cond/d1_1", a layer a model calls in a branch), not
+    under the flattened "cond/then/" it is named by, so the flattened name finds at most the scope around the cond
+    (the model's root, ""). The longer match wins. Only there: a variable renamed by its Keras path keeps the scope
+    of that path, not that of the layer that read it (the name it had, "res/drop/ReadVariableOp")."""
+    mapped = _mapped_prefix(_scope_parts(op.name), scope_map, variable)
     in_a_function = op.own_name and op.own_name != op.name and op.name.endswith("/" + op.own_name)
-    if mapped is None and in_a_function:
-        mapped = _mapped_scope(op.own_name, scope_map, variable)
-    return mapped if mapped is not None else ".".join(_scope_parts(op.name))
+    if in_a_function:
+        own = _mapped_prefix(_forward_parts(op.own_name), scope_map, variable)
+        if own is not None and (mapped is None or own.depth > mapped.depth):
+            mapped = own
+    return mapped.scope if mapped is not None else ".".join(_scope_parts(op.name))
 
 
-def _mapped_scope(op_name: str, scope_map: dict[str, str], variable: bool) -> str | None:
-    """The mapped Keras layer path of the longest recorded prefix of the op's scope, or None. A variable is
-    named by its Keras path ("model/fc1/kernel" in a Sequential model), not by a scope a layer call opened:
+@dataclass(frozen=True)
+class _Mapped:
+    """A recorded scope an op's name starts with: its dotted Keras path, and how many name parts it matched."""
+    scope: str
+    depth: int
+
+
+def _mapped_prefix(parts: list[str], scope_map: dict[str, str], variable: bool) -> _Mapped | None:
+    """The mapped Keras layer path of the longest recorded prefix of the op's scope ``parts``, or None. A variable
+    is named by its Keras path ("model/fc1/kernel" in a Sequential model), not by a scope a layer call opened:
     under the root model's scope (mapped to "") the rest of its path is its layer."""
-    parts = _scope_parts(op_name)
     for k in range(len(parts), 0, -1):
         mapped = scope_map.get("/".join(parts[:k]))
         if mapped is not None:
-            return ".".join(parts[k:]) if variable and mapped == "" and k < len(parts) else mapped
+            rest = variable and mapped == "" and k < len(parts)
+            return _Mapped(".".join(parts[k:]) if rest else mapped, len(parts) if rest else k)
     return None
+
+
+def _forward_parts(own_name: str) -> list[str]:
+    """The scope of a branch op by its own name, from its last gradient scope on: a cond's gradient branch names
+    its ops by their forward ops' ("gradient_tape/net_1/cond/gradients/net_1/cond/d1_1/MatMul_grad/MatMul")."""
+    parts = own_name.split("/")[:-1]
+    last = max((i for i, part in enumerate(parts) if GRADIENT_SCOPE.fullmatch(part)), default=-1)
+    return parts[last + 1:]
 
 
 def _scope_parts(op_name: str) -> list[str]:

@@ -215,6 +215,33 @@ def test_keras_step__a_shared_layers_summed_weight_gradients_are_its_backward_wo
     assert _ops(graph, "AddN", scope="shared", phase="backward") == sums
 
 
+def test_keras_step__layers_a_model_calls_in_a_conds_branches_are_scoped_by_those_layers():
+    """A cond's branch names its ops "net_1/cond/then/net_1/cond/d1_1/MatMul": the flattened name finds the root
+    model's scope ("net_1", mapped to ""), so the layers' forward and gradient ops had scope "", no layer, though
+    the record lists them. Their own names ("net_1/cond/d1_1/MatMul") find the layers', the longer match."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.d1 = keras.layers.Dense(4, name="d1")
+            self.d2 = keras.layers.Dense(4, name="d2")
+
+        def call(self, x):
+            return keras.ops.cond(keras.ops.sum(x) > 0, lambda: self.d1(x), lambda: self.d2(x))
+
+    with fresh_keras_names():
+        graph = trace_keras_training_step(Net(), np.ones((4, 8), "float32"), np.zeros((4, 4), "float32"),
+                                          loss="mse", optimizer="sgd", name="net")
+    assert graph.meta["layer_scopes"] == ["d1", "d2"]
+    for layer in ("d1", "d2"):
+        assert len(_ops(graph, "MatMul", scope=layer, phase="forward")) == 1
+        assert len(_ops(graph, "MatMul", scope=layer, phase="backward")) == 2  # the input's and the kernel's
+        assert len(_ops(graph, "BiasAddGrad", scope=layer, phase="backward")) == 1
+    assert len(_ops(graph, "MatMul")) == 6
+
 def test_keras_step__a_weight_regularizer_adds_its_loss_as_fit_does():
     """``fit`` adds the layers' losses (regularizers, ``add_loss``) to the compiled loss; the step left them out,
     so a model with ``kernel_regularizer="l2"`` imported to the graph of one without, and ``apply_keras`` trained
