@@ -13,23 +13,19 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("openvino")
-pytest.importorskip("onnx")
 
 REPO = Path(__file__).resolve().parents[1]
 
 TWO_CORES_THEN_CTRL_C = """
     import gc, signal, sys
-    import numpy as np, onnx, openvino as ov
-    from onnx import TensorProto, helper
+    import openvino as ov
+    from measurers.openvino.sample import save_sample_model
     sys.path.insert(0, {tests!r})
     from conftest import _switch_off_a_freed_signal_stack
 
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), {model!r})
+    model = str(save_sample_model({folder!r}))
     first, second = ov.Core(), ov.Core()
-    compiled = [core.compile_model({model!r}, "CPU") for core in (first, second)]
+    compiled = [core.compile_model(model, "CPU") for core in (first, second)]
     del compiled, first, second
     gc.collect()
     if {guarded}:
@@ -42,7 +38,7 @@ TWO_CORES_THEN_CTRL_C = """
 def test_signal_stack__ctrl_c_after_two_openvino_cores_is_handled_once_the_freed_stack_is_switched_off(tmp_path):
     def run(guarded: bool) -> subprocess.CompletedProcess:
         script = textwrap.dedent(TWO_CORES_THEN_CTRL_C).format(
-            tests=str(REPO / "tests"), model=str(tmp_path / "relu.onnx"), guarded=guarded)
+            tests=str(REPO / "tests"), folder=str(tmp_path), guarded=guarded)
         return subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
 
     unguarded = run(False)
