@@ -351,11 +351,31 @@ def _cast(node, values, shapes):
     return data.astype(helper.tensor_dtype_to_np_dtype(_attribute(node, "to")))
 
 
+def _broadcast_inputs(node, values: dict) -> list:
+    """The node's input values, once the shape they broadcast to (numpy's broadcasting is ONNX's multidirectional
+    one) is known to hold at most MAX_ELEMENTS: a larger result is no shape, and is never computed (a Where of
+    three 1024-element vectors along different axes would be a billion elements)."""
+    inputs = _inputs(node, values)
+    _check_size(node, np.broadcast_shapes(*(np.shape(value) for value in inputs if value is not None)))
+    return inputs
+
+
+def _check_size(node, shape) -> None:
+    """_Unknown unless ``shape`` is a valid one of at most MAX_ELEMENTS elements, before anything of it is made."""
+    if any(size < 0 for size in shape) or math.prod(shape) > MAX_ELEMENTS:
+        raise _Unknown(node.name)
+
+
+def _nonzero_integer_divisor(node, a, b) -> None:
+    """_Unknown for an integer division by zero: ONNX leaves its result undefined (numpy would give 0)."""
+    if np.issubdtype(a.dtype, np.integer) and np.any(b == 0):
+        raise _Unknown(node.name)
+
+
 def _div(node, values, shapes):
-    a, b = _inputs(node, values)
+    a, b = _broadcast_inputs(node, values)
+    _nonzero_integer_divisor(node, a, b)
     if np.issubdtype(a.dtype, np.integer):
-        if np.any(b == 0):
-            raise _Unknown(node.name)
         return (np.abs(a) // np.abs(b) * np.sign(a) * np.sign(b)).astype(a.dtype)  # truncates, as C does
     return np.divide(a, b)
 
@@ -386,8 +406,8 @@ def _reshape(node, values, shapes):
 
 
 def _where(node, values, shapes):
-    condition, x, y = _inputs(node, values)
-    return np.where(condition.astype(bool), x, y)  # numpy's broadcasting is ONNX's
+    condition, x, y = _broadcast_inputs(node, values)
+    return np.where(condition.astype(bool), x, y)
 
 
 def _reduce(function):
@@ -404,8 +424,9 @@ def _reduce(function):
 
 
 def _elementwise(function):
+    """A fold of ``function`` applied to the node's inputs, broadcast."""
     def fold(node, values, shapes):
-        return function(*_inputs(node, values))
+        return function(*_broadcast_inputs(node, values))
     return fold
 
 

@@ -3,13 +3,15 @@ an exported model's Expand sized by them."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import torch
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from graphs.inference.onnx_import import import_onnx
-from graphs.inference.shape_folding import known_values
+from graphs.inference.shape_folding import MAX_ELEMENTS, known_values
 
 F32 = 4  # bytes per float32
 
@@ -64,6 +66,24 @@ def test_known_values__torch_expands_keep_this_dim_target():
                      {"at0": np.array(0, np.int64), "axis0": np.array([0], np.int64), "keep": np.array([-1], np.int64),
                       "flat": np.array([-1], np.int64), "minus_one": np.array(-1, np.int64)})
     assert values["target"] == [2, 1, 1]
+
+
+def test_known_values__a_broadcast_larger_than_max_elements_is_never_computed():
+    """A Where of three 100-element vectors along different axes would be (100, 100, 100): a million elements
+    (8 MB of int64) that no shape holds. It is not folded, and not made to be thrown away."""
+    node = helper.make_node
+    axes = {"condition": (100, 1, 1), "x": (1, 100, 1), "y": (1, 1, 100)}
+    constants = {name: np.arange(100, dtype=np.int64).reshape(shape) for name, shape in axes.items()}
+    assert all(value.size <= MAX_ELEMENTS for value in constants.values())
+    tracemalloc.start()
+    try:
+        values = _values([node("Where", ["condition", "x", "y"], ["picked"]), node("Add", ["x", "y"], ["sum"])],
+                         constants)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "picked" not in values and "sum" not in values  # (1, 100, 100): 10,000 elements, no shape either
+    assert peak_bytes < 1_000_000
 
 
 class ClassToken(nn.Module):
