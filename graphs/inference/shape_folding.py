@@ -6,6 +6,10 @@ inference reads such a computed target only from Reshape-14 on (Reshape-5 and -1
 rank unknown), and its data propagation does not cover Div, so those tensors came out unsized. So with an
 expand to sizes read at run time (a ViT's ``token.expand(x.size(0), -1, -1)``): torch.onnx stacks the sizes
 (``Concat -> Reshape`` to [-1]) and makes each -1 a 1 (``Equal`` to -1, ``Where``), none of which it propagates.
+Nor does it cover what torch 2.13's TorchScript exporter writes for a floor division of a size
+(``torch.div(n, 2, rounding_mode="floor")``: Div, then a fix-up on the signs through Less, Xor, Mod, Equal,
+Not, And and Where), a ``repeat_interleave`` by a size (a OneHot as Tile's repeats) or a ``clamp`` of one
+(Clip).
 
 ``infer_with_folded_shapes`` infers as the importer always did; then, while a shape-taking input
 (``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, ...) of a node whose output
@@ -25,6 +29,7 @@ to a U-Net that its pooled and upsampled halves no longer match), which the leni
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -380,6 +385,18 @@ def _div(node, values, shapes):
     return np.divide(a, b)
 
 
+def _mod(node, values, shapes):
+    """ONNX's Mod: with ``fmod`` 0 (integers only) the result takes the divisor's sign, as Python's ``%`` (torch's
+    ``//`` on sizes writes it to round a negative quotient down); with ``fmod`` 1 the dividend's, as C's fmod."""
+    a, b = _broadcast_inputs(node, values)
+    _nonzero_integer_divisor(node, a, b)
+    if _attribute(node, "fmod", 0):
+        return np.fmod(a, b)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise _Unknown(node.name)  # fmod 0 is for integers: the model is invalid
+    return np.mod(a, b)
+
+
 def _constant_of_shape(node, values, shapes):
     from onnx import numpy_helper
 
@@ -410,6 +427,72 @@ def _where(node, values, shapes):
     return np.where(condition.astype(bool), x, y)
 
 
+def _expand(node, values, shapes):
+    """ONNX's Expand: the input broadcast both ways with the target (a target dim of 1 keeps the input's)."""
+    data, target = _inputs(node, values)
+    shape = np.broadcast_shapes(data.shape, tuple(target.tolist()))
+    _check_size(node, shape)
+    return np.broadcast_to(data, shape).copy()
+
+
+def _tile(node, values, shapes):
+    """ONNX's Tile: one repeat count per input axis (the repeats of torch's ``repeat_interleave``)."""
+    data, repeats = _inputs(node, values)
+    repeats = repeats.tolist()
+    if len(repeats) != data.ndim:
+        raise _Unknown(node.name)
+    _check_size(node, [size * count for size, count in zip(data.shape, repeats)])
+    return np.tile(data, repeats)
+
+
+def _range(node, values, shapes):
+    """ONNX's Range: ``start + i * delta`` for i below ``max(ceil((limit - start) / delta), 0)``, in the inputs'
+    type; the count checked before any element is made."""
+    start, limit, delta = (value.reshape(()) for value in _inputs(node, values))
+    if delta == 0:
+        raise _Unknown(node.name)
+    if np.issubdtype(start.dtype, np.integer):
+        count = -((int(start) - int(limit)) // int(delta))  # the exact ceiling
+    else:
+        count = math.ceil((float(limit) - float(start)) / float(delta))
+    _check_size(node, [max(count, 0)])
+    return (start + np.arange(max(count, 0)) * delta).astype(start.dtype)
+
+
+def _one_hot(node, values, shapes):
+    """ONNX's OneHot: ``values[1]`` where an index (negative ones from the end) meets its position along the new
+    ``axis`` of length ``depth``, ``values[0]`` elsewhere. torch's ``repeat_interleave`` by a size read at run
+    time writes its Tile's repeats so: a one-hot of the repeated axis, on-value the size, off-value 1."""
+    indices, depth, off_on = _inputs(node, values)
+    depth = int(depth.reshape(-1)[0])
+    _check_size(node, [*indices.shape, depth])
+    indices = indices.astype(np.int64)
+    hot = np.where(indices < 0, indices + depth, indices)[..., None] == np.arange(depth)  # (*indices, depth)
+    hot = np.moveaxis(hot, -1, _attribute(node, "axis", -1) % (indices.ndim + 1))
+    return np.where(hot, off_on[1], off_on[0]).astype(off_on.dtype)
+
+
+def _clip(node, values, shapes):
+    """ONNX's Clip (torch's ``clamp`` of a size): bounds as inputs from opset 11, attributes before; either may
+    be missing."""
+    inputs = _inputs(node, values) + [None, None]
+    data, low, high = inputs[:3]
+    if len(node.input) == 1:
+        low, high = _attribute(node, "min"), _attribute(node, "max")
+    if low is not None:
+        data = np.maximum(data, low).astype(data.dtype)
+    if high is not None:
+        data = np.minimum(data, high).astype(data.dtype)
+    return data
+
+
+def _transpose(node, values, shapes):
+    """ONNX's Transpose (torch writes ``F.pad``'s pads computed at run time as (begin, end) rows, one an axis,
+    transposed into ONNX's begins-then-ends order)."""
+    (data,) = _inputs(node, values)
+    return np.transpose(data, _attribute(node, "perm", None))
+
+
 def _reduce(function):
     """ReduceProd's or ReduceSum's fold (a flatten's ``-1`` written as the product of the trailing dims): axes
     an attribute or, from ReduceSum-13 and ReduceProd-18, the second input; none given reduces every axis,
@@ -424,10 +507,14 @@ def _reduce(function):
 
 
 def _elementwise(function):
-    """A fold of ``function`` applied to the node's inputs, broadcast."""
+    """A fold of ``function`` applied to the node's inputs, broadcast (Max and Min: any number of them)."""
     def fold(node, values, shapes):
         return function(*_broadcast_inputs(node, values))
     return fold
+
+
+def _variadic(function):
+    return lambda *inputs: functools.reduce(function, inputs)
 
 
 FOLDERS = {
@@ -436,4 +523,10 @@ FOLDERS = {
     "Add": _elementwise(np.add), "Sub": _elementwise(np.subtract), "Mul": _elementwise(np.multiply),
     "Identity": _elementwise(lambda data: data), "ReduceProd": _reduce(np.prod), "ReduceSum": _reduce(np.sum),
     "Reshape": _reshape, "Equal": _elementwise(np.equal), "Where": _where,
+    "Expand": _expand, "Tile": _tile, "Range": _range, "OneHot": _one_hot, "Clip": _clip, "Transpose": _transpose,
+    "Less": _elementwise(np.less), "Greater": _elementwise(np.greater), "LessOrEqual": _elementwise(np.less_equal),
+    "GreaterOrEqual": _elementwise(np.greater_equal), "Not": _elementwise(np.logical_not),
+    "And": _elementwise(np.logical_and), "Or": _elementwise(np.logical_or), "Xor": _elementwise(np.logical_xor),
+    "Max": _elementwise(_variadic(np.maximum)), "Min": _elementwise(_variadic(np.minimum)), "Mod": _mod,
+    "Floor": _elementwise(np.floor), "Neg": _elementwise(np.negative), "Abs": _elementwise(np.abs),
 }

@@ -198,11 +198,11 @@ def test_import_onnx__sizes_the_model_cannot_take_are_refused_though_it_declares
 
 def _computed_flatten(tmp_path, unfolded_op: bool = False) -> str:
     """x (N, 4, 5) -> flat = Reshape(x, [-1, ReduceProd(Shape(x)[1:3])]) (its target computed at run time, then
-    passed through Abs, an op the folding does not know, if ``unfolded_op``) -> y = Relu(flat); flat and y
+    passed through Relu, an op the folding does not know, if ``unfolded_op``) -> y = Relu(flat); flat and y
     declared (1, 20), at the export's batch."""
     value, tensor = helper.make_tensor_value_info, helper.make_tensor
     product = [helper.make_node("ReduceProd", ["tail"], ["p"], keepdims=1)] if not unfolded_op else [
-        helper.make_node("ReduceProd", ["tail"], ["p0"], keepdims=1), helper.make_node("Abs", ["p0"], ["p"])]
+        helper.make_node("ReduceProd", ["tail"], ["p0"], keepdims=1), helper.make_node("Relu", ["p0"], ["p"])]
     nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Slice", ["s", "start", "end"], ["tail"]),
              *product, helper.make_node("Concat", ["rest", "p"], ["target"], axis=0),
              helper.make_node("Reshape", ["x", "target"], ["flat"], name="flatten"),
@@ -225,7 +225,7 @@ def test_import_onnx__a_reshape_whose_target_folds_through_reduce_prod_follows_t
 
 
 def test_import_onnx__a_reshape_whose_target_does_not_fold_leaves_a_stale_declaration_out_and_says_so(tmp_path):
-    """Through Abs the target stays unknown; the declared (1, 20) holds 20 elements where x holds 640: a size
+    """Through Relu the target stays unknown; the declared (1, 20) holds 20 elements where x holds 640: a size
     of the export's batch, not taken, and neither is the Relu's, computed from it. Both are unsized, counted."""
     graph = import_onnx(_computed_flatten(tmp_path, unfolded_op=True), input_shapes={"x": (BATCH, 4, 5)})
     assert graph.meta["unsized_tensors_by_op"] == {"Relu": 1, "Reshape": 1}

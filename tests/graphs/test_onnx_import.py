@@ -359,8 +359,8 @@ SEQ, HIDDEN, HEADS = 5, 12, 3  # head_dim 4
 def _legacy_attention(tmp_path, opset: int, head_dim_op: str = "Div") -> str:
     """The attention scores of an older torch.onnx export: x (BATCH, SEQ, HIDDEN) is reshaped to (batch, seq,
     heads, hidden // heads), its target computed at run time (Shape -> Gather -> Div -> Unsqueeze -> Concat),
-    then q (.., seq, head_dim) @ k (.., head_dim, seq). ``head_dim_op`` "Abs" follows the Div with an op the
-    folding does not know."""
+    then q (.., seq, head_dim) @ k (.., head_dim, seq). ``head_dim_op`` (another op than "Div") follows the Div
+    with that op: "Relu", an identity on a size that the folding does not know."""
     def const(name, value):
         return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value)))
 
@@ -370,7 +370,8 @@ def _legacy_attention(tmp_path, opset: int, head_dim_op: str = "Div") -> str:
         return helper.make_node("Unsqueeze", [source, "axis0"], [out])
 
     head_dim = [helper.make_node("Div", ["hidden", "heads"], ["head_dim"])] if head_dim_op == "Div" else [
-        helper.make_node("Div", ["hidden", "heads"], ["quotient"]), helper.make_node("Abs", ["quotient"], ["head_dim"])]
+        helper.make_node("Div", ["hidden", "heads"], ["quotient"]),
+        helper.make_node(head_dim_op, ["quotient"], ["head_dim"])]
     nodes = [
         helper.make_node("Shape", ["x"], ["shape"]), const("i0", np.int64(0)), const("i1", np.int64(1)),
         const("i2", np.int64(2)), const("heads", np.int64(HEADS)), const("axis0", np.array([0], np.int64)),
@@ -409,7 +410,7 @@ def test_import_onnx__a_legacy_attention_reshape_gets_its_computed_target(tmp_pa
 
 
 def test_import_onnx__a_target_through_an_op_not_folded_stays_unknown_as_before(tmp_path):
-    graph = import_onnx(_legacy_attention(tmp_path, 17, head_dim_op="Abs"))
+    graph = import_onnx(_legacy_attention(tmp_path, 17, head_dim_op="Relu"))
     assert graph.meta["unsized_tensors_by_op"] == {"Reshape": 1, "Transpose": 2}  # head_dim counted as 1
     assert _by_name(graph, graph.flops)["scores"] == 2 * BATCH * HEADS * SEQ * SEQ * 1
 
