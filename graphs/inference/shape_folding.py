@@ -8,14 +8,14 @@ expand to sizes read at run time (a ViT's ``token.expand(x.size(0), -1, -1)``): 
 (``Concat -> Reshape`` to [-1]) and makes each -1 a 1 (``Equal`` to -1, ``Where``), none of which it propagates.
 Nor does it cover what torch 2.13's TorchScript exporter writes for a floor division of a size
 (``torch.div(n, 2, rounding_mode="floor")``: Div, then a fix-up on the signs through Less, Xor, Mod, Equal,
-Not, And and Where), a ``repeat_interleave`` by a size (a OneHot as Tile's repeats) or a ``clamp`` of one
-(Clip).
+Not, And and Where), a ``repeat_interleave`` by a size (a OneHot as Tile's repeats), a ``clamp`` of one (Clip)
+or an ``F.pad`` by a computed amount (``(4 - n % 4) % 4``: Mod, then the pads transposed into ONNX's order).
 
 ``infer_with_folded_shapes`` infers as the importer always did; then, while a shape-taking input
-(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, ...) of a node whose output
-is still not fully sized has a value numpy can compute from what is known (static shapes, small initializers,
-Constants) through the ops of ``FOLDERS``, it gives that input its value as an initializer on a slimmed copy
-of the model (of the node's own graph, a subgraph body's too: onnx's inference of a body sees the outer
+(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, Pad's pads, ...) of a node
+whose output is still not fully sized has a value numpy can compute from what is known (static shapes, small
+initializers, Constants) through the ops of ``FOLDERS``, it gives that input its value as an initializer on a
+slimmed copy of the model (of the node's own graph, a subgraph body's too: onnx's inference of a body sees the outer
 graph's tensors' types and the values its data propagation computed, not the outer initializers' or Constants'
 values, which torch.onnx hoists out of a Loop body, e.g. a Slice's axes) and infers again (at most
 ``MAX_ROUNDS`` times: a chain that starts from a tensor sized in the previous round, like the next layer's,
@@ -39,7 +39,7 @@ import numpy as np
 from graphs.opgraph import unique_name
 
 TARGET_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-                 "Slice": (1, 2, 3, 4)}
+                 "Slice": (1, 2, 3, 4), "Pad": (1, 3)}
 MAX_ROUNDS = 64  # one round a layer whose chain starts from the previous layer's output
 MAX_ELEMENTS = 1024  # a value (or initializer) larger than this is no shape: neither read nor computed
 DEFAULT_DOMAINS = ("", "ai.onnx")

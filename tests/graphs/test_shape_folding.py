@@ -1,5 +1,5 @@
 """The values shape folding computes on known integer tensors (the ops of torch.onnx's ``expand(a, -1)``, of
-its floor division and ``repeat_interleave`` by sizes), and exported models' ops sized by them."""
+its floor division, ``repeat_interleave`` and ``F.pad`` by sizes), and exported models' ops sized by them."""
 
 from __future__ import annotations
 
@@ -252,6 +252,18 @@ class FloorHalfPairs(nn.Module):
         return self.linear(x.reshape(x.size(0), torch.div(x.size(1), 2, rounding_mode="floor"), 16))
 
 
+class PadToWindows(nn.Module):
+    """A Swin window padding: the length padded up to a multiple of 4 (``(4 - seq % 4) % 4`` rows, an ``F.pad``
+    by a size read at run time), then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 16)
+
+    def forward(self, x):
+        return self.linear(nn.functional.pad(x, (0, 0, 0, (4 - x.size(1) % 4) % 4)))
+
+
 def _static_and_folded(tmp_path, module: nn.Module, export_shape: tuple, import_shape: tuple, dynamic: dict):
     """The module exported at ``import_shape`` (every size a constant), and exported at ``export_shape`` with the
     ``dynamic`` axes then imported at ``import_shape``."""
@@ -295,3 +307,14 @@ def test_import_onnx__a_floor_division_of_the_length_is_sized_as_the_static_expo
     assert _costs(folded, ("MatMul",))["MatMul"] == [(2 * 2 * 5 * 16 * 32, 2 * 5 * 32 * F32)]
     assert folded.out_bytes[folded.op_kinds == "Reshape"].max() == 2 * 5 * 16 * F32
 
+
+def test_import_onnx__a_pad_to_a_multiple_of_the_window_is_sized_as_the_static_export(tmp_path):
+    """Exported at length 6, imported at x (2, 10, 8): 2 rows padded, Pad writes (2, 12, 8), the Linear a
+    (24, 8) @ (8, 16) MatMul. Without Mod and Transpose folded and Pad's pads a shape-taking input, Pad, MatMul
+    and Add stayed unsized."""
+    static, folded = _static_and_folded(tmp_path, PadToWindows(), (2, 6, 8), (2, 10, 8), {1: "seq"})
+    assert "unsized_tensors_by_op" not in folded.meta and "tensors_without_size" not in folded.meta
+    kinds = ("Pad", "MatMul", "Add")
+    assert _costs(folded, kinds) == _costs(static, kinds)
+    assert _costs(folded, ("Pad",))["Pad"] == [(0.0, 2 * 12 * 8 * F32)]
+    assert _costs(folded, ("MatMul",))["MatMul"] == [(2 * 24 * 8 * 16, 24 * 16 * F32)]
