@@ -170,7 +170,8 @@ class ExactPolicy:
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
-        chosen = (f"the relaxation's step of the chosen placement {model_s:.6g} s" if math.isfinite(model_s) else
+        chosen = (f"the relaxation's step of the chosen placement {model_s:.6g} s (communication weight "
+                  f"{run.weight(result.group_placement):g})" if math.isfinite(model_s) else
                   "the chosen placement is the warm start")
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
                  f"{bound} for every placement of these groups; {chosen}; measured {measured}"

@@ -4,13 +4,20 @@
    integer point: to the end of the limit if need be), started from the warm start, else the best single GPU:
    HiGHS's dual bound is a proven lower bound on the simulated step of every such placement that fits in
    memory (the policy's ``solver_bound_s``), and its best integer point is the first candidate.
-2. Then, while time and budget remain: the relaxation with a small tie-breaking cost (unit time on its
-   device, least copy time of cut edges: policies/exact/relaxation.py ``_placement_cost``) and a no-good cut
-   on every placement measured so far; each new integer point is measured. The relaxation sees no
-   queueing, so many placements share its optimum; the tie-break and the cuts walk through them. These
-   solves carry the window rows too (constraint 7, ``CANDIDATE_WINDOW_ROWS``): leaving them out, measured
-   on the issue's eight rows, found a faster placement on 2 and the same on 5 (BENCHMARKS.md, issue 16,
-   5 December 2026), short of the rule set beforehand for a switch.
+2. A sweep of the communication weight: one solve per weight of ``COMM_WEIGHTS`` (heaviest first, each
+   with an equal share of the time left), minimising w plus the weight times the placement cost (unit time
+   on its device, least copy time of every cut pair of units: policies/exact/relaxation.py
+   ``_placement_cost``), with a no-good cut on every placement measured so far; each new integer point is
+   measured. The relaxation sees no queueing: its w-optimal placements balance the work over many cut
+   edges, and the simulator's first-come dispatch then stalls them (nmt-2 / paper-2gpu: w 0.39 s, measured
+   0.64-0.96 s). Heavier weights trade balance for fewer copies, and which trade the measurer rewards
+   differs per graph, so the sweep measures each (BENCHMARKS.md, issue 16, "A sweep of the communication
+   weight").
+3. Then, while time and budget remain: the same solve at the weight whose placement measured best (a
+   small tie-break, ``PLACEMENT_WEIGHT``, when that was step 1's), the cuts walking through its optimum.
+   Steps 2 and 3 carry the window rows too (constraint 7, ``CANDIDATE_WINDOW_ROWS``): leaving them out,
+   measured on the issue's eight rows, found a faster placement on 2 and the same on 5 (BENCHMARKS.md,
+   issue 16, 5 December 2026), short of the rule set beforehand for a switch.
 
 Stops early when the best measured step reaches the proven bound (the placement is then optimal for the
 coarsening).
@@ -30,6 +37,7 @@ from policies.exact.relaxation import solve_relaxation
 from policies.problem import PlacementProblem
 
 PLACEMENT_WEIGHT = 0.01  # tie-breaking cost per millisecond of unit time and copy time, against 1 per ms of w
+COMM_WEIGHTS = (10.0, 3.0, 1.0, 0.3, 0.1)  # step 2's weights, heaviest (fastest to solve) first
 BOUND_SHARE = 0.5  # of the time limit, for the relaxation of every placement
 MIN_SOLVE_S = 1.0  # no new solve with less time than this left
 CANDIDATE_WINDOW_ROWS = True  # constraint 7 in step 2's solves too (always in step 1's: it is the bound)
@@ -40,6 +48,7 @@ class RelaxedRun:
     bound_s: float = math.nan  # proven, for every placement of the coarsening (step 1)
     bound_status: str = "unknown"
     model_s_of: dict[bytes, float] = field(default_factory=dict)  # unit placement bytes -> relaxation's w
+    weight_of: dict[bytes, float] = field(default_factory=dict)  # unit placement bytes -> its solve's weight
     solves: int = 0
     solve_s: float = 0.0  # wall time of the solves, building the models included
     converged: bool = False  # the best measured step reached the proven bound
@@ -49,6 +58,12 @@ class RelaxedRun:
             return math.nan
         return self.model_s_of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
 
+    def weight(self, unit_placement: np.ndarray | None) -> float:
+        """The communication weight of the solve that gave ``unit_placement`` (0: step 1's); nan if none did."""
+        if unit_placement is None:
+            return math.nan
+        return self.weight_of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
+
     def reached(self, counter: BudgetedMeasurer) -> bool:
         """The best measured step is at the proven bound (within HiGHS's tolerance)."""
         return counter.best_cost_s <= self.bound_s * (1 + 1e-6)
@@ -56,7 +71,7 @@ class RelaxedRun:
 
 def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float,
                    start: np.ndarray | None = None, measured: Sequence[np.ndarray] = ()) -> RelaxedRun:
-    """Steps 1 and 2 of the module docstring; the measured placements are in ``counter``. ``start`` (U,):
+    """Steps 1 to 3 of the module docstring; the measured placements are in ``counter``. ``start`` (U,):
     HiGHS's starting solution; ``measured``: (U,) placements measured already (the warm start), never
     measured again. HiGHS runs on one thread, as ``placer bound`` does: its task scheduler is one per
     process and takes one thread count."""
@@ -66,20 +81,38 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     first = solve_relaxation(problem, left_s, threads=threads, incumbent_after_s=BOUND_SHARE * left_s, start=start)
     run.solves, run.bound_status, run.solve_s = 1, first.status, first.wall_s
     run.bound_s = first.bound_s if first.bound_s is not None else math.nan
+    if first.unit_placement is None:
+        return run
     measured = [np.asarray(placement, dtype=np.int64) for placement in measured]
-    placement, model_s = first.unit_placement, first.makespan_s
-    while placement is not None and counter.left > 0 and not run.reached(counter):
-        run.model_s_of[placement.tobytes()] = model_s
-        if not any(np.array_equal(placement, seen) for seen in measured):
-            counter.measure([problem.expand(placement)])
-            measured.append(placement)
+    sweep, best_weight = list(COMM_WEIGHTS), PLACEMENT_WEIGHT
+    found, weight = first, 0.0
+    while counter.left > 0 and not run.reached(counter):
+        if found.unit_placement is not None and _measure_new(problem, counter, run, found, weight, measured):
+            best_weight = weight or PLACEMENT_WEIGHT  # cutting step 1's placement: its tie-break
         left_s = deadline - time.perf_counter()
         if run.reached(counter) or left_s < MIN_SOLVE_S or counter.left == 0:
             break
-        found = solve_relaxation(problem, left_s, threads=threads, placement_weight=PLACEMENT_WEIGHT,
+        if not sweep and found.unit_placement is None:
+            break  # step 3's solve found nothing in all the time there was
+        weight = sweep.pop(0) if sweep else best_weight
+        found = solve_relaxation(problem, left_s / (len(sweep) + 1), threads=threads, placement_weight=weight,
                                  forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS)
         run.solves += 1
         run.solve_s += found.wall_s
-        placement, model_s = found.unit_placement, found.makespan_s
     run.converged = run.reached(counter)
     return run
+
+
+def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, found, weight: float,
+                 measured: list[np.ndarray]) -> bool:
+    """Measure ``found``'s placement unless it was measured already (the warm start); True when it is now
+    the best measured."""
+    placement = found.unit_placement
+    run.model_s_of[placement.tobytes()] = found.makespan_s
+    run.weight_of[placement.tobytes()] = weight
+    if any(np.array_equal(placement, seen) for seen in measured):
+        return False
+    before_s = counter.best_cost_s
+    counter.measure([problem.expand(placement)])
+    measured.append(placement)
+    return counter.best_cost_s < before_s

@@ -266,3 +266,54 @@ def test_exact_highs__window_rows_always_in_the_bound_solve_in_the_candidates_as
     assert relaxed_search.CANDIDATE_WINDOW_ROWS  # today's setting
     assert result.solver_bound_s <= solve_relaxation(problem, 30.0).bound_s * (1 + 1e-6)  # HiGHS's MIP gap
     assert result.solver_bound_s > without_window_rows(problem, monkeypatch).bound_s * 1.03
+
+
+def _cut_copy_ms(problem, unit_placement: np.ndarray) -> float:
+    """The placement cost's copy part: each cut pair of units' least copy time (milliseconds)."""
+    import policies.exact.relaxation as relaxation
+    from measurers.sim.links import link_table
+
+    layout = relaxation._layout(problem)
+    cost = relaxation._placement_cost(problem, layout, link_table(problem.machine))
+    cut = unit_placement[layout.pair_a] != unit_placement[layout.pair_b]
+    return float(cost[layout.z_col][cut].sum())
+
+
+def test_relaxation__a_heavier_communication_weight_trades_balance_for_fewer_copies():
+    """Solved to optimality, w + weight * cost has no more copy time on cut pairs than the relaxation's own
+    optimum and no smaller w (the sweep's trade); on this graph, with weight 100, strictly: 4.66 ms of
+    copies to 0.08 ms, w 0.253 s to 0.314 s."""
+    problem = make_problem(random_training_graph(1), staging_machine(num_gpus=2))
+    plain = solve_relaxation(problem, 30.0)
+    heavy = solve_relaxation(problem, 30.0, placement_weight=100.0)
+    assert plain.status == heavy.status == "optimal"
+    assert _cut_copy_ms(problem, heavy.unit_placement) < 0.1 * _cut_copy_ms(problem, plain.unit_placement)
+    assert heavy.makespan_s > 1.1 * plain.makespan_s
+
+
+def test_exact_highs__sweeps_the_communication_weights_then_cuts_at_the_best_measured(monkeypatch):
+    """After the bound solve, one solve per weight of COMM_WEIGHTS (heaviest first), then the weight whose
+    placement measured best; every solve after the first cuts every placement measured so far."""
+    import policies.exact.relaxed_search as relaxed_search
+
+    problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
+    solves = []  # (weight, placements cut)
+
+    def recording(problem, time_limit_s, **kwargs):
+        solves.append((kwargs.get("placement_weight", 0.0), len(kwargs.get("forbidden", ()))))
+        return solve_relaxation(problem, time_limit_s, **kwargs)
+
+    monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
+    measured = []
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 9, 0, time_limit_s=60,
+                   solver="highs", on_measurement=lambda placement, m: measured.append((placement.copy(), m)))
+    sweep = list(relaxed_search.COMM_WEIGHTS)
+    assert [w for w, _ in solves[:len(sweep) + 1]] == [0.0] + sweep
+    assert [cut for _, cut in solves] == list(range(len(solves)))  # every earlier placement cut, each measured
+    assert result.measurements == len(measured) == len(solves) == 9
+    best_s = min(m.runtime_s for _, m in measured)
+    first_best = next(k for k, (_, m) in enumerate(measured) if m.runtime_s == best_s)
+    best_weight = solves[first_best][0] or relaxed_search.PLACEMENT_WEIGHT
+    assert all(w == best_weight for w, _ in solves[len(sweep) + 1:])
+    assert result.best.runtime_s == best_s
+    assert f"communication weight {solves[first_best][0]:g}" in result.notes
