@@ -15,6 +15,8 @@
    weight").
 3. Then, while time and budget remain: the same solve at the weight whose placement measured best (a
    small tie-break, ``PLACEMENT_WEIGHT``, when that was step 1's), the cuts walking through its optimum.
+   It runs on the time the sweep leaves: the sweep's last solve may take all that is left, and only a sweep
+   whose solves end early (optimal, as on the 2-GPU rows) leaves any.
    Steps 2 and 3 carry the window rows too (constraint 7, ``CANDIDATE_WINDOW_ROWS``): leaving them out,
    measured on the issue's eight rows, found a faster placement on 2 and the same on 5 (BENCHMARKS.md,
    issue 16, 5 December 2026), short of the rule set beforehand for a switch.
@@ -40,7 +42,7 @@ PLACEMENT_WEIGHT = 0.01  # tie-breaking cost per millisecond of unit time and co
 COMM_WEIGHTS = (10.0, 3.0, 1.0, 0.3, 0.1)  # step 2's weights, heaviest (fastest to solve) first
 BOUND_SHARE = 0.5  # of the time limit, for the relaxation of every placement
 MIN_SOLVE_S = 1.0  # no new solve with less time than this left
-CANDIDATE_WINDOW_ROWS = True  # constraint 7 in step 2's solves too (always in step 1's: it is the bound)
+CANDIDATE_WINDOW_ROWS = True  # constraint 7 in steps 2 and 3 too (always in step 1's: it is the bound)
 
 
 @dataclass
@@ -82,20 +84,24 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     run.solves, run.bound_status, run.solve_s = 1, first.status, first.wall_s
     run.bound_s = first.bound_s if first.bound_s is not None else math.nan
     if first.unit_placement is None:
+        run.converged = run.reached(counter)  # a measured warm start can sit at the bound
         return run
     measured = [np.asarray(placement, dtype=np.int64) for placement in measured]
-    sweep, best_weight = list(COMM_WEIGHTS), PLACEMENT_WEIGHT
+    sweep, best_weight, best_s = list(COMM_WEIGHTS), PLACEMENT_WEIGHT, math.inf
     found, weight = first, 0.0
     while counter.left > 0 and not run.reached(counter):
-        if found.unit_placement is not None and _measure_new(problem, counter, run, found, weight, measured):
-            best_weight = weight or PLACEMENT_WEIGHT  # cutting step 1's placement: its tie-break
+        if found.unit_placement is not None:
+            cost_s = _measure_new(problem, counter, run, found, weight, measured)
+            if cost_s < best_s:  # the best of this search's own placements (a warm start may be better)
+                best_s, best_weight = cost_s, weight or PLACEMENT_WEIGHT  # step 1's placement: its tie-break
         left_s = deadline - time.perf_counter()
         if run.reached(counter) or left_s < MIN_SOLVE_S or counter.left == 0:
             break
         if not sweep and found.unit_placement is None:
-            break  # step 3's solve found nothing in all the time there was
+            break  # the last solve had all the time left and found nothing (or every placement is cut)
         weight = sweep.pop(0) if sweep else best_weight
-        found = solve_relaxation(problem, left_s / (len(sweep) + 1), threads=threads, placement_weight=weight,
+        share_s = min(left_s, max(left_s / (len(sweep) + 1), MIN_SOLVE_S))
+        found = solve_relaxation(problem, share_s, threads=threads, placement_weight=weight,
                                  forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS)
         run.solves += 1
         run.solve_s += found.wall_s
@@ -104,15 +110,12 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
 
 
 def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, found, weight: float,
-                 measured: list[np.ndarray]) -> bool:
-    """Measure ``found``'s placement unless it was measured already (the warm start); True when it is now
-    the best measured."""
+                 measured: list[np.ndarray]) -> float:
+    """Measure ``found``'s placement unless it was measured already (the warm start): its cost, else inf."""
     placement = found.unit_placement
     run.model_s_of[placement.tobytes()] = found.makespan_s
     run.weight_of[placement.tobytes()] = weight
     if any(np.array_equal(placement, seen) for seen in measured):
-        return False
-    before_s = counter.best_cost_s
-    counter.measure([problem.expand(placement)])
+        return math.inf
     measured.append(placement)
-    return counter.best_cost_s < before_s
+    return counter.measure([problem.expand(placement)])[0]

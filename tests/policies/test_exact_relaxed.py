@@ -246,7 +246,7 @@ def test_exact_highs__a_first_solve_without_an_integer_point_goes_on_with_the_ti
 @pytest.mark.parametrize("in_candidates", [True, False])
 def test_exact_highs__window_rows_always_in_the_bound_solve_in_the_candidates_as_set(in_candidates, monkeypatch):
     """Constraint 7 raises the proven bound (3.7% on this graph), so the first solve, which gives the bound,
-    always carries the rows; the solves with the tie-break and the cuts carry them as
+    always carries the rows; the solves with a weight and the cuts carry them as
     ``CANDIDATE_WINDOW_ROWS`` says (True: leaving them out was measured and not kept, BENCHMARKS.md issue 16)."""
     import policies.exact.relaxation as relaxation
     import policies.exact.relaxed_search as relaxed_search
@@ -316,4 +316,34 @@ def test_exact_highs__sweeps_the_communication_weights_then_cuts_at_the_best_mea
     best_weight = solves[first_best][0] or relaxed_search.PLACEMENT_WEIGHT
     assert all(w == best_weight for w, _ in solves[len(sweep) + 1:])
     assert result.best.runtime_s == best_s
-    assert f"communication weight {solves[first_best][0]:g}" in result.notes
+    assert f"(communication weight {solves[first_best][0]:g})" in result.notes
+
+
+def test_exact_highs__cuts_at_the_weight_of_its_own_best_when_the_warm_start_is_better(monkeypatch):
+    """Step 3's weight is that of the best placement the search itself found: with the best placement of a
+    cold run as the warm start (nothing beats it), step 3 used to run at the tie-break weight whatever the
+    sweep had found."""
+    import policies.exact.relaxed_search as relaxed_search
+
+    problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
+    measurer = SimulatorMeasurer(problem.graph, problem.machine)
+    cold = place("exact", problem, measurer, 9, 0, time_limit_s=60, solver="highs")
+    solves = []  # (weight, op placement bytes of the solve's placement)
+
+    def recording(problem, time_limit_s, **kwargs):
+        found = solve_relaxation(problem, time_limit_s, **kwargs)
+        placed = None if found.unit_placement is None else problem.expand(found.unit_placement).tobytes()
+        solves.append((kwargs.get("placement_weight", 0.0), placed))
+        return found
+
+    monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
+    cost_s = {}
+    warm = place("exact", problem, measurer, 9, 0, time_limit_s=60, solver="highs", warm_start=[cold.op_placement],
+                 on_measurement=lambda placement, m: cost_s.setdefault(placement.tobytes(), m.runtime_s))
+    own = [(cost_s[placed], k) for k, (_, placed) in enumerate(solves)
+           if placed is not None and placed != cold.op_placement.tobytes()]
+    assert warm.best.runtime_s == cold.best.runtime_s <= min(own)[0]
+    best_weight = solves[min(own)[1]][0] or relaxed_search.PLACEMENT_WEIGHT
+    step3 = [w for w, _ in solves[len(relaxed_search.COMM_WEIGHTS) + 1:]]
+    assert step3 and all(w == best_weight for w in step3), (best_weight, step3)
+    assert best_weight != relaxed_search.PLACEMENT_WEIGHT  # the sweep's weight, not the fallback
