@@ -15,7 +15,7 @@ The searches' figures come from ``--searches`` (JSON lines written by ``bench_le
 ``exact`` must reach. Each finished job is appended to ``--out``; running the same command again resumes.
 Usage::
 
-    python tests/bench/bench_exact.py [--jobs 2] [--time-limit 600] [--bound-time-limit 300]
+    python tests/bench/bench_exact.py [--jobs 2] [--time-limit 600] [--budget 16] [--bound-time-limit 300]
         [--rows nmt-2:paper-2gpu ...] [--searches runs/searches.jsonl] [--out FILE] [--report-only]
 """
 
@@ -46,6 +46,7 @@ class Job:
     kind: str  # "exact" | "bound"
     time_limit_s: float
     solver: str = ""  # exact's solver (cpsat | highs); "" for the bound job
+    budget: int = 16  # exact's measurements
 
     @property
     def key(self) -> tuple:
@@ -68,7 +69,7 @@ def run_exact(job: Job) -> dict:
 
     problem, measurer = build(job)
     started = time.perf_counter()
-    result = place("exact", problem, measurer, 16, 0, time_limit_s=job.time_limit_s, solver=job.solver)
+    result = place("exact", problem, measurer, job.budget, 0, time_limit_s=job.time_limit_s, solver=job.solver)
     return {"runtime_s": result.best.runtime_s if result.best.ok else math.nan, "status": result.best.status,
             "solver_makespan_s": result.solver_makespan_s, "solver_bound_s": result.solver_bound_s,
             "solver_status": result.solver_status, "measurements": result.measurements,
@@ -127,8 +128,10 @@ def fmt(value, digits: int = 4) -> str:
     return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
 
 
-def report(records: list[dict], searches: dict, solvers: list[str]) -> None:
-    done = {(r["graph"], r["machine"], r["kind"], r.get("solver", "")): r for r in records if not r.get("error")}
+def report(records: list[dict], searches: dict, solvers: list[str], budget: int) -> None:
+    """The table of the records of exact runs with ``budget`` measurements (and the bound jobs)."""
+    done = {(r["graph"], r["machine"], r["kind"], r.get("solver", "")): r for r in records
+            if not r.get("error") and (r["kind"] != "exact" or r.get("budget", 16) == budget)}
     summary = []
     for row in ROWS:
         graph, machine = row.split(":")
@@ -175,6 +178,7 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["exact", "bound"], choices=["exact", "bound"])
     parser.add_argument("--solvers", nargs="+", default=["highs"], choices=["cpsat", "highs"], help="exact's")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--budget", type=int, default=16, help="exact's measurements (the searches': 2048)")
     parser.add_argument("--searches", default="runs/searches.jsonl")
     parser.add_argument("--out", default="runs/bench_exact.jsonl")
     parser.add_argument("--report-only", action="store_true")
@@ -182,10 +186,12 @@ def main() -> None:
 
     out = Path(args.out)
     if not args.report_only:
-        finished = {Job(r["graph"], r["machine"], r["kind"], r["time_limit_s"], r.get("solver", "")).key
+        finished = {Job(r["graph"], r["machine"], r["kind"], r["time_limit_s"], r.get("solver", ""),
+                        r.get("budget", 16)).key
                     for r in load_records(out) if not r.get("error")}
         jobs = [Job(*row.split(":"), "bound", args.bound_time_limit) for row in args.rows if "bound" in args.kinds]
-        jobs += [Job(*row.split(":"), "exact", args.time_limit, solver) for row in args.rows for solver in args.solvers
+        jobs += [Job(*row.split(":"), "exact", args.time_limit, solver, args.budget) for row in args.rows
+                 for solver in args.solvers
                  if "exact" in args.kinds]
         jobs = [job for job in jobs if job.key not in finished]
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +203,7 @@ def main() -> None:
                     f.write(json.dumps(record) + "\n")
                 print(f"{record['graph']}:{record['machine']} {record['kind']} {record['solver']}: "
                       f"{record.get('error') or 'done'}", flush=True)
-    report(load_records(out), search_bests(Path(args.searches)), args.solvers)
+    report(load_records(out), search_bests(Path(args.searches)), args.solvers, args.budget)
 
 
 if __name__ == "__main__":
