@@ -191,8 +191,7 @@ def main() -> None:
                     for r in load_records(out) if not r.get("error")}
         jobs = [Job(*row.split(":"), "bound", args.bound_time_limit) for row in args.rows if "bound" in args.kinds]
         jobs += [Job(*row.split(":"), "exact", args.time_limit, solver, args.budget) for row in args.rows
-                 for solver in args.solvers
-                 if "exact" in args.kinds]
+                 for solver in args.solvers if "exact" in args.kinds]
         jobs = [job for job in jobs if job.key not in finished]
         out.parent.mkdir(parents=True, exist_ok=True)
         with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:

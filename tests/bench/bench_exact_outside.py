@@ -32,8 +32,8 @@ def row(graph, machine_name: str, exact_time_limit_s: float = 60.0) -> dict:
     problem = make_problem(graph, machine, max_groups=32, grouping_method="scope")
     measurer = SimulatorMeasurer(graph, machine)
     bound = proven_bound(problem, 60)
-    out = {"graph": graph.name, "machine": machine_name, "closed_form_s": bound.closed_form_s, "lp_s": bound.lp_s, "mip_s": bound.mip_s,
-           "mip_status": bound.mip_status, "proven_bound_s": bound.best_s}
+    out = {"graph": graph.name, "machine": machine_name, "closed_form_s": bound.closed_form_s, "lp_s": bound.lp_s,
+           "mip_s": bound.mip_s, "mip_status": bound.mip_status, "proven_bound_s": bound.best_s}
     for name in HEURISTICS:
         out[name] = place(name, problem, measurer, 1, 0).best.runtime_s
     for name in SEARCHES:
