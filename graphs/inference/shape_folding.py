@@ -401,8 +401,7 @@ def _constant_of_shape(node, values, shapes):
     from onnx import numpy_helper
 
     (shape,) = _inputs(node, values)
-    if math.prod(shape.tolist()) > MAX_ELEMENTS:
-        raise _Unknown(node.name)
+    _check_size(node, shape.tolist())
     tensor = _attribute(node, "value")
     fill = numpy_helper.to_array(tensor).reshape(-1) if tensor is not None else np.zeros(1, np.float32)
     return np.full(tuple(shape.tolist()), fill[0], fill.dtype)

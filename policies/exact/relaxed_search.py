@@ -56,15 +56,11 @@ class RelaxedRun:
     converged: bool = False  # the best measured step reached the proven bound
 
     def model_s(self, unit_placement: np.ndarray | None) -> float:
-        if unit_placement is None:
-            return math.nan
-        return self.model_s_of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
+        return _looked_up(self.model_s_of, unit_placement)
 
     def weight(self, unit_placement: np.ndarray | None) -> float:
         """The communication weight of the solve that gave ``unit_placement`` (0: step 1's); nan if none did."""
-        if unit_placement is None:
-            return math.nan
-        return self.weight_of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
+        return _looked_up(self.weight_of, unit_placement)
 
     def reached(self, counter: BudgetedMeasurer) -> bool:
         """The best measured step is at the proven bound (within HiGHS's tolerance)."""
@@ -107,6 +103,13 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
         run.solve_s += found.wall_s
     run.converged = run.reached(counter)
     return run
+
+
+def _looked_up(of: dict[bytes, float], unit_placement: np.ndarray | None) -> float:
+    """``of``'s value for the (U,) placement; nan for None or a placement no solve gave."""
+    if unit_placement is None:
+        return math.nan
+    return of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
 
 
 def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, found, weight: float,

@@ -291,30 +291,40 @@ def test_relaxation__a_heavier_communication_weight_trades_balance_for_fewer_cop
     assert heavy.makespan_s > 1.1 * plain.makespan_s
 
 
+def _record_solves(monkeypatch) -> list:
+    """Every solve exact's relaxed search makes from now on, as (weight, placements cut, (U,) placement or
+    None), in order."""
+    import policies.exact.relaxed_search as relaxed_search
+
+    solves = []
+
+    def recording(problem, time_limit_s, **kwargs):
+        found = solve_relaxation(problem, time_limit_s, **kwargs)
+        solves.append((kwargs.get("placement_weight", 0.0), len(kwargs.get("forbidden", ())), found.unit_placement))
+        return found
+
+    monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
+    return solves
+
+
 def test_exact_highs__sweeps_the_communication_weights_then_cuts_at_the_best_measured(monkeypatch):
     """After the bound solve, one solve per weight of COMM_WEIGHTS (heaviest first), then the weight whose
     placement measured best; every solve after the first cuts every placement measured so far."""
     import policies.exact.relaxed_search as relaxed_search
 
     problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
-    solves = []  # (weight, placements cut)
-
-    def recording(problem, time_limit_s, **kwargs):
-        solves.append((kwargs.get("placement_weight", 0.0), len(kwargs.get("forbidden", ()))))
-        return solve_relaxation(problem, time_limit_s, **kwargs)
-
-    monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
+    solves = _record_solves(monkeypatch)
     measured = []
     result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 9, 0, time_limit_s=60,
                    solver="highs", on_measurement=lambda placement, m: measured.append((placement.copy(), m)))
     sweep = list(relaxed_search.COMM_WEIGHTS)
-    assert [w for w, _ in solves[:len(sweep) + 1]] == [0.0] + sweep
-    assert [cut for _, cut in solves] == list(range(len(solves)))  # every earlier placement cut, each measured
+    assert [w for w, _, _ in solves[:len(sweep) + 1]] == [0.0] + sweep
+    assert [cut for _, cut, _ in solves] == list(range(len(solves)))  # every earlier placement cut, each measured
     assert result.measurements == len(measured) == len(solves) == 9
     best_s = min(m.runtime_s for _, m in measured)
     first_best = next(k for k, (_, m) in enumerate(measured) if m.runtime_s == best_s)
     best_weight = solves[first_best][0] or relaxed_search.PLACEMENT_WEIGHT
-    assert all(w == best_weight for w, _ in solves[len(sweep) + 1:])
+    assert all(w == best_weight for w, _, _ in solves[len(sweep) + 1:])
     assert result.best.runtime_s == best_s
     assert f"(communication weight {solves[first_best][0]:g})" in result.notes
 
@@ -328,22 +338,14 @@ def test_exact_highs__cuts_at_the_weight_of_its_own_best_when_the_warm_start_is_
     problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
     measurer = SimulatorMeasurer(problem.graph, problem.machine)
     cold = place("exact", problem, measurer, 9, 0, time_limit_s=60, solver="highs")
-    solves = []  # (weight, op placement bytes of the solve's placement)
-
-    def recording(problem, time_limit_s, **kwargs):
-        found = solve_relaxation(problem, time_limit_s, **kwargs)
-        placed = None if found.unit_placement is None else problem.expand(found.unit_placement).tobytes()
-        solves.append((kwargs.get("placement_weight", 0.0), placed))
-        return found
-
-    monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
+    solves = _record_solves(monkeypatch)
     cost_s = {}
     warm = place("exact", problem, measurer, 9, 0, time_limit_s=60, solver="highs", warm_start=[cold.op_placement],
                  on_measurement=lambda placement, m: cost_s.setdefault(placement.tobytes(), m.runtime_s))
-    own = [(cost_s[placed], k) for k, (_, placed) in enumerate(solves)
-           if placed is not None and placed != cold.op_placement.tobytes()]
+    placed = [None if units is None else problem.expand(units).tobytes() for _, _, units in solves]  # op bytes
+    own = [(cost_s[op], k) for k, op in enumerate(placed) if op is not None and op != cold.op_placement.tobytes()]
     assert warm.best.runtime_s == cold.best.runtime_s <= min(own)[0]
     best_weight = solves[min(own)[1]][0] or relaxed_search.PLACEMENT_WEIGHT
-    step3 = [w for w, _ in solves[len(relaxed_search.COMM_WEIGHTS) + 1:]]
+    step3 = [w for w, _, _ in solves[len(relaxed_search.COMM_WEIGHTS) + 1:]]
     assert step3 and all(w == best_weight for w in step3), (best_weight, step3)
     assert best_weight != relaxed_search.PLACEMENT_WEIGHT  # the sweep's weight, not the fallback
