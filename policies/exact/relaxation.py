@@ -81,7 +81,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import highspy
@@ -109,6 +109,9 @@ class RelaxationResult:
     num_cols: int
     unit_placement: np.ndarray | None = None  # (U,) int64: a MIP's best integer point, None without one
     makespan_s: float = math.nan  # the model's w at unit_placement
+    # a MIP's earlier integer points, oldest first, each better in the model than the one before:
+    # ((U,) int64 placement, the model's w in seconds); unit_placement is not among them
+    earlier: list[tuple[np.ndarray, float]] = field(default_factory=list)
 
 
 class _Rows:
@@ -527,7 +530,9 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     highs.passModel(lp)
     if integer and start is not None:
         _set_start(highs, layout, start)
-    interrupted = []
+    interrupted, improving = [], []
+    if integer:
+        _record_improving(highs, layout, improving)
     if integer and incumbent_after_s is not None:
         _stop_once_an_incumbent_after(highs, began + incumbent_after_s, interrupted)
     if stop is not None:
@@ -551,8 +556,20 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     if placement_weight or len(forbidden):
         bound_ms = None
     placement, makespan_s = _incumbent(highs, layout) if integer else (None, math.nan)
+    earlier = [(point, w_s) for point, w_s in improving
+               if placement is None or not np.array_equal(point, placement)]
     return RelaxationResult(None if bound_ms is None else bound_ms / MS_PER_S, name,
-                            time.perf_counter() - began, lp.num_row_, lp.num_col_, placement, makespan_s)
+                            time.perf_counter() - began, lp.num_row_, lp.num_col_, placement, makespan_s,
+                            earlier)
+
+
+def _record_improving(highs: highspy.Highs, layout: _Layout, improving: list) -> None:
+    """Append ((U,) placement, w in seconds) to ``improving`` for each integer point better than the last."""
+    def on_improving(event) -> None:
+        values = np.asarray(event.data_out.mip_solution, dtype=np.float64)  # (columns,)
+        improving.append((_placement_of(values, layout), float(values[layout.w_col]) / MS_PER_S))
+
+    highs.cbMipImprovingSolution.subscribe(on_improving)
 
 
 def _stop_once_an_incumbent_after(highs: highspy.Highs, stop_at: float, interrupted: list) -> None:
@@ -620,8 +637,13 @@ def _incumbent(highs: highspy.Highs, layout: _Layout) -> tuple[np.ndarray | None
     if highs.getInfo().primal_solution_status != 2:  # 2: a feasible point
         return None, math.nan
     values = np.asarray(highs.getSolution().col_value)
+    return _placement_of(values, layout), float(values[layout.w_col]) / MS_PER_S
+
+
+def _placement_of(values: np.ndarray, layout: _Layout) -> np.ndarray:
+    """(U,) int64: each unit's device in the column values of an integer point."""
     x = np.where(layout.x_col >= 0, values[np.maximum(layout.x_col, 0)], -1.0)  # (U, D)
-    return x.argmax(axis=1).astype(np.int64), float(values[layout.w_col]) / MS_PER_S
+    return x.argmax(axis=1).astype(np.int64)
 
 
 _BANNER_SILENCED = []  # [True] once the process's first solver was made (with fd 1 at /dev/null)

@@ -21,6 +21,11 @@
    measured on the issue's eight rows, found a faster placement on 2 and the same on 5 (BENCHMARKS.md,
    issue 16, 5 December 2026), short of the rule set beforehand for a switch.
 
+Every solve's integer points are measured, not only its best: its best first, then the points HiGHS held
+before it, newest first (``RelaxationResult.earlier``), while the budget lasts. A 4-GPU solve cut short at
+its limit ends with a few points only, and an earlier one, worse in the relaxation, can measure faster
+(BENCHMARKS.md, issue 16, "Every integer point measured").
+
 Stops early when the best measured step reaches the proven bound (the placement is then optimal for the
 coarsening).
 """
@@ -86,8 +91,10 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     sweep, best_weight, best_s = list(COMM_WEIGHTS), PLACEMENT_WEIGHT, math.inf
     found, weight = first, 0.0
     while counter.left > 0 and not run.reached(counter):
-        if found.unit_placement is not None:
-            cost_s = _measure_new(problem, counter, run, found, weight, measured)
+        for point, model_s in _points(found):
+            if counter.left == 0:
+                break
+            cost_s = _measure_new(problem, counter, run, point, model_s, weight, measured)
             if cost_s < best_s:  # the best of this search's own placements (a warm start may be better)
                 best_s, best_weight = cost_s, weight or PLACEMENT_WEIGHT  # step 1's placement: its tie-break
         left_s = deadline - time.perf_counter()
@@ -112,12 +119,20 @@ def _looked_up(of: dict[bytes, float], unit_placement: np.ndarray | None) -> flo
     return of.get(np.asarray(unit_placement, dtype=np.int64).tobytes(), math.nan)
 
 
-def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, found, weight: float,
-                 measured: list[np.ndarray]) -> float:
-    """Measure ``found``'s placement unless it was measured already (the warm start): its cost, else inf."""
-    placement = found.unit_placement
-    run.model_s_of[placement.tobytes()] = found.makespan_s
-    run.weight_of[placement.tobytes()] = weight
+def _points(found) -> list[tuple[np.ndarray, float]]:
+    """A solve's integer points in the order they are measured: its best, then the earlier ones newest first."""
+    if found.unit_placement is None:
+        return []
+    return [(found.unit_placement, found.makespan_s)] + found.earlier[::-1]
+
+
+def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, placement: np.ndarray,
+                 model_s: float, weight: float, measured: list[np.ndarray]) -> float:
+    """Measure ``placement`` (U,) unless it was measured already (the warm start, or a point of an earlier
+    solve): its cost, else inf."""
+    key = placement.tobytes()
+    if key not in run.model_s_of:  # the first solve that found it, as with the cost
+        run.model_s_of[key], run.weight_of[key] = model_s, weight
     if any(np.array_equal(placement, seen) for seen in measured):
         return math.inf
     measured.append(placement)

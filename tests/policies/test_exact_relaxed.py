@@ -259,13 +259,27 @@ def test_exact_highs__window_rows_always_in_the_bound_solve_in_the_candidates_as
                         add_windows(*args))
     monkeypatch.setattr(relaxation, "_build", lambda *args, **kwargs: with_rows.append(False) or
                         build(*args, **kwargs))
-    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 4, 0, time_limit_s=30,
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 12, 0, time_limit_s=30,
                    solver="highs")
-    assert result.measurements == 4 and with_rows == [True] + [in_candidates] * 3
+    assert result.measurements == 12 and len(with_rows) > 2 and with_rows == [True] + [in_candidates] * (len(with_rows) - 1)
     monkeypatch.undo()
     assert relaxed_search.CANDIDATE_WINDOW_ROWS  # today's setting
     assert result.solver_bound_s <= solve_relaxation(problem, 30.0).bound_s * (1 + 1e-6)  # HiGHS's MIP gap
     assert result.solver_bound_s > without_window_rows(problem, monkeypatch).bound_s * 1.03
+
+
+def test_relaxation__keeps_the_integer_points_found_before_its_best():
+    """``earlier``: the MIP's integer points before its best, oldest first, each better in the model than the
+    one before (weight 0: a lower w), none of them the best; exact measures them too."""
+    problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
+    found = solve_relaxation(problem, 30.0)
+    w_s = [model_s for _, model_s in found.earlier] + [found.makespan_s]
+    assert found.status == "optimal" and len(found.earlier) >= 2
+    assert all(a > b for a, b in zip(w_s, w_s[1:]))
+    assert not any(np.array_equal(placement, found.unit_placement) for placement, _ in found.earlier)
+    for placement, _ in found.earlier:
+        assert placement.shape == found.unit_placement.shape
+        assert problem.unit_allowed[np.arange(len(placement)), placement].all()
 
 
 def _cut_copy_ms(problem, unit_placement: np.ndarray) -> float:
@@ -292,41 +306,57 @@ def test_relaxation__a_heavier_communication_weight_trades_balance_for_fewer_cop
 
 
 def _record_solves(monkeypatch) -> list:
-    """Every solve exact's relaxed search makes from now on, as (weight, placements cut, (U,) placement or
-    None), in order."""
+    """Every solve exact's relaxed search makes from now on, as (weight, placements cut, its (U,) integer
+    points in the order they are measured: its best, then the earlier ones newest first), in order."""
     import policies.exact.relaxed_search as relaxed_search
 
     solves = []
 
     def recording(problem, time_limit_s, **kwargs):
         found = solve_relaxation(problem, time_limit_s, **kwargs)
-        solves.append((kwargs.get("placement_weight", 0.0), len(kwargs.get("forbidden", ())), found.unit_placement))
+        points = [placement for placement, _ in relaxed_search._points(found)]
+        solves.append((kwargs.get("placement_weight", 0.0), len(kwargs.get("forbidden", ())), points))
         return found
 
     monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
     return solves
 
 
+def _new_points(solves: list) -> list[tuple[bytes, int]]:
+    """(placement bytes, index of the solve that found it first), for every distinct point, in finding order."""
+    seen = {}
+    for k, (_, _, points) in enumerate(solves):
+        for placement in points:
+            seen.setdefault(placement.tobytes(), k)
+    return list(seen.items())
+
+
 def test_exact_highs__sweeps_the_communication_weights_then_cuts_at_the_best_measured(monkeypatch):
     """After the bound solve, one solve per weight of COMM_WEIGHTS (heaviest first), then the weight whose
-    placement measured best; every solve after the first cuts every placement measured so far."""
+    placement measured best; every solve measures each new integer point it found, and every solve after the
+    first cuts every placement measured so far."""
     import policies.exact.relaxed_search as relaxed_search
 
     problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
     solves = _record_solves(monkeypatch)
     measured = []
-    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 9, 0, time_limit_s=60,
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 40, 0, time_limit_s=60,
                    solver="highs", on_measurement=lambda placement, m: measured.append((placement.copy(), m)))
     sweep = list(relaxed_search.COMM_WEIGHTS)
     assert [w for w, _, _ in solves[:len(sweep) + 1]] == [0.0] + sweep
-    assert [cut for _, cut, _ in solves] == list(range(len(solves)))  # every earlier placement cut, each measured
-    assert result.measurements == len(measured) == len(solves) == 9
+    found = _new_points(solves)
+    assert result.measurements == len(measured) == 40 <= len(found)  # the budget can end inside a solve's points
+    found = found[:40]
+    assert [problem.expand(np.frombuffer(units, dtype=np.int64)).tobytes() for units, _ in found] == \
+        [placement.tobytes() for placement, _ in measured]  # each point once, in the order found
+    assert any(len(points) > 1 for _, _, points in solves)  # earlier points measured too, on this graph
+    assert [cut for _, cut, _ in solves] == [sum(k < j for _, k in found) for j in range(len(solves))]
     best_s = min(m.runtime_s for _, m in measured)
     first_best = next(k for k, (_, m) in enumerate(measured) if m.runtime_s == best_s)
-    best_weight = solves[first_best][0] or relaxed_search.PLACEMENT_WEIGHT
-    assert all(w == best_weight for w, _, _ in solves[len(sweep) + 1:])
+    best_weight = solves[found[first_best][1]][0] or relaxed_search.PLACEMENT_WEIGHT
+    assert len(solves) > len(sweep) + 1 and all(w == best_weight for w, _, _ in solves[len(sweep) + 1:])
     assert result.best.runtime_s == best_s
-    assert f"(communication weight {solves[first_best][0]:g})" in result.notes
+    assert f"(communication weight {solves[found[first_best][1]][0]:g})" in result.notes
 
 
 def test_exact_highs__cuts_at_the_weight_of_its_own_best_when_the_warm_start_is_better(monkeypatch):
@@ -337,13 +367,13 @@ def test_exact_highs__cuts_at_the_weight_of_its_own_best_when_the_warm_start_is_
 
     problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
     measurer = SimulatorMeasurer(problem.graph, problem.machine)
-    cold = place("exact", problem, measurer, 9, 0, time_limit_s=60, solver="highs")
+    cold = place("exact", problem, measurer, 40, 0, time_limit_s=60, solver="highs")
     solves = _record_solves(monkeypatch)
     cost_s = {}
-    warm = place("exact", problem, measurer, 9, 0, time_limit_s=60, solver="highs", warm_start=[cold.op_placement],
+    warm = place("exact", problem, measurer, 40, 0, time_limit_s=60, solver="highs", warm_start=[cold.op_placement],
                  on_measurement=lambda placement, m: cost_s.setdefault(placement.tobytes(), m.runtime_s))
-    placed = [None if units is None else problem.expand(units).tobytes() for _, _, units in solves]  # op bytes
-    own = [(cost_s[op], k) for k, op in enumerate(placed) if op is not None and op != cold.op_placement.tobytes()]
+    placed = [(problem.expand(np.frombuffer(units, dtype=np.int64)).tobytes(), k) for units, k in _new_points(solves)]
+    own = [(cost_s[op], k) for op, k in placed if op != cold.op_placement.tobytes() and op in cost_s]
     assert warm.best.runtime_s == cold.best.runtime_s <= min(own)[0]
     best_weight = solves[min(own)[1]][0] or relaxed_search.PLACEMENT_WEIGHT
     step3 = [w for w, _, _ in solves[len(relaxed_search.COMM_WEIGHTS) + 1:]]
