@@ -22,9 +22,10 @@
    issue 16, 5 December 2026), short of the rule set beforehand for a switch.
 
 Every solve's integer points are measured, not only its best: its best first, then the points HiGHS held
-before it, newest first (``RelaxationResult.earlier``), while the budget lasts. A 4-GPU solve cut short at
-its limit ends with a few points only, and an earlier one, worse in the relaxation, can measure faster
-(BENCHMARKS.md, issue 16, "Every integer point measured").
+before it, newest first (``RelaxationResult.earlier``), while the budget lasts; the earlier points leave one
+measurement for each sweep solve still to come, so a small budget still sees every weight. A 4-GPU solve cut
+short at its limit ends with a few points only, and an earlier one, worse in the relaxation, can measure
+faster (BENCHMARKS.md, issue 16, "Every integer point measured").
 
 Stops early when the best measured step reaches the proven bound (the placement is then optimal for the
 coarsening).
@@ -91,9 +92,9 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     sweep, best_weight, best_s = list(COMM_WEIGHTS), PLACEMENT_WEIGHT, math.inf
     found, weight = first, 0.0
     while counter.left > 0 and not run.reached(counter):
-        for point, model_s in _points(found):
-            if counter.left == 0:
-                break
+        for k, (point, model_s) in enumerate(_points(found)):
+            if counter.left <= (len(sweep) if k else 0):
+                break  # the budget ends, or what is left is the sweep's: one measurement per solve to come
             cost_s = _measure_new(problem, counter, run, point, model_s, weight, measured)
             if cost_s < best_s:  # the best of this search's own placements (a warm start may be better)
                 best_s, best_weight = cost_s, weight or PLACEMENT_WEIGHT  # step 1's placement: its tie-break

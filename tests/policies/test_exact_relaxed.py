@@ -261,7 +261,8 @@ def test_exact_highs__window_rows_always_in_the_bound_solve_in_the_candidates_as
                         build(*args, **kwargs))
     result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 12, 0, time_limit_s=30,
                    solver="highs")
-    assert result.measurements == 12 and len(with_rows) > 2 and with_rows == [True] + [in_candidates] * (len(with_rows) - 1)
+    assert result.measurements == 12 and len(with_rows) > 2
+    assert with_rows == [True] + [in_candidates] * (len(with_rows) - 1)
     monkeypatch.undo()
     assert relaxed_search.CANDIDATE_WINDOW_ROWS  # today's setting
     assert result.solver_bound_s <= solve_relaxation(problem, 30.0).bound_s * (1 + 1e-6)  # HiGHS's MIP gap
@@ -357,6 +358,24 @@ def test_exact_highs__sweeps_the_communication_weights_then_cuts_at_the_best_mea
     assert len(solves) > len(sweep) + 1 and all(w == best_weight for w, _, _ in solves[len(sweep) + 1:])
     assert result.best.runtime_s == best_s
     assert f"(communication weight {solves[found[first_best][1]][0]:g})" in result.notes
+
+
+def test_exact_highs__a_small_budget_still_measures_one_point_of_every_sweep_solve(monkeypatch):
+    """Earlier integer points leave one measurement for each sweep solve to come: with a budget of one per
+    solve, every weight is solved and each solve's best is what gets measured."""
+    import policies.exact.relaxed_search as relaxed_search
+
+    problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
+    solves = _record_solves(monkeypatch)
+    measured = []
+    budget = len(relaxed_search.COMM_WEIGHTS) + 1
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), budget, 0,
+                   time_limit_s=60, solver="highs", on_measurement=lambda placement, m: measured.append(placement))
+    assert [w for w, _, _ in solves] == [0.0] + list(relaxed_search.COMM_WEIGHTS)
+    assert any(len(points) > 1 for _, _, points in solves)  # earlier points were there, and left unmeasured
+    assert result.measurements == budget
+    assert [placement.tobytes() for placement in measured] == [problem.expand(points[0]).tobytes()
+                                                               for _, _, points in solves]
 
 
 def test_exact_highs__cuts_at_the_weight_of_its_own_best_when_the_warm_start_is_better(monkeypatch):
