@@ -109,8 +109,8 @@ class RelaxationResult:
     num_cols: int
     unit_placement: np.ndarray | None = None  # (U,) int64: a MIP's best integer point, None without one
     makespan_s: float = math.nan  # the model's w at unit_placement
-    # a MIP's earlier integer points, oldest first, each better in the model than the one before:
-    # ((U,) int64 placement, the model's w in seconds); unit_placement is not among them
+    # a MIP's earlier integer points, oldest first, each distinct and no worse in the model than the one before
+    # (HiGHS can report ties): ((U,) int64 placement, the model's w in seconds); unit_placement is not among them
     earlier: list[tuple[np.ndarray, float]] = field(default_factory=list)
 
 
@@ -556,11 +556,20 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     if placement_weight or len(forbidden):
         bound_ms = None
     placement, makespan_s = _incumbent(highs, layout) if integer else (None, math.nan)
-    earlier = [(point, w_s) for point, w_s in improving
-               if placement is None or not np.array_equal(point, placement)]
+    earlier = _distinct(improving, placement)
     return RelaxationResult(None if bound_ms is None else bound_ms / MS_PER_S, name,
                             time.perf_counter() - began, lp.num_row_, lp.num_col_, placement, makespan_s,
                             earlier)
+
+
+def _distinct(points: list, best: np.ndarray | None) -> list[tuple[np.ndarray, float]]:
+    """``points`` ((U,) placement, w) without repeats (the first kept) and without ``best``."""
+    kept, seen = [], set() if best is None else {best.tobytes()}
+    for placement, w_s in points:
+        if placement.tobytes() not in seen:
+            seen.add(placement.tobytes())
+            kept.append((placement, w_s))
+    return kept
 
 
 def _record_improving(highs: highspy.Highs, layout: _Layout, improving: list) -> None:

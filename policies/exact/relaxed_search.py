@@ -93,8 +93,8 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     found, weight = first, 0.0
     while counter.left > 0 and not run.reached(counter):
         for k, (point, model_s) in enumerate(_points(found)):
-            if counter.left <= (len(sweep) if k else 0):
-                break  # the budget ends, or what is left is the sweep's: one measurement per solve to come
+            if counter.left <= (len(sweep) if k else 0) or run.reached(counter):
+                break  # the budget ends, what is left is the sweep's (one measurement per solve to come), or optimal
             cost_s = _measure_new(problem, counter, run, point, model_s, weight, measured)
             if cost_s < best_s:  # the best of this search's own placements (a warm start may be better)
                 best_s, best_weight = cost_s, weight or PLACEMENT_WEIGHT  # step 1's placement: its tie-break
@@ -129,12 +129,11 @@ def _points(found) -> list[tuple[np.ndarray, float]]:
 
 def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, placement: np.ndarray,
                  model_s: float, weight: float, measured: list[np.ndarray]) -> float:
-    """Measure ``placement`` (U,) unless it was measured already (the warm start, or a point of an earlier
-    solve): its cost, else inf."""
-    key = placement.tobytes()
-    if key not in run.model_s_of:  # the first solve that found it, as with the cost
-        run.model_s_of[key], run.weight_of[key] = model_s, weight
+    """Measure ``placement`` (U,) unless it was measured already (the warm start, which HiGHS reports among its
+    points when started from it, or a point of this solve): its cost, else inf. Only a point measured here
+    gets a model step and weight: the notes then never credit a warm start to a solve."""
     if any(np.array_equal(placement, seen) for seen in measured):
         return math.inf
     measured.append(placement)
+    run.model_s_of[placement.tobytes()], run.weight_of[placement.tobytes()] = model_s, weight
     return counter.measure([problem.expand(placement)])[0]
