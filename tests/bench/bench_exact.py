@@ -37,6 +37,7 @@ ROWS = tuple(f"{graph}:{machine}" for graph in ("nmt-2", "nmt-4", "rnnlm", "ince
              for machine in ("paper-2gpu", "paper-4gpu"))
 HEURISTICS = ("single-gpu", "expert", "m-topo", "m-etf", "m-sct", "heft")
 GROUPS, GROUPING = 32, "scope"
+BUDGET = 16  # exact's measurements by default, and in records written before the budget was recorded
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Job:
     kind: str  # "exact" | "bound"
     time_limit_s: float
     solver: str = ""  # exact's solver (cpsat | highs); "" for the bound job
-    budget: int = 16  # exact's measurements
+    budget: int = BUDGET  # exact's measurements
 
     @property
     def key(self) -> tuple:
@@ -131,7 +132,7 @@ def fmt(value, digits: int = 4) -> str:
 def report(records: list[dict], searches: dict, solvers: list[str], budget: int) -> None:
     """The table of the records of exact runs with ``budget`` measurements (and the bound jobs)."""
     done = {(r["graph"], r["machine"], r["kind"], r.get("solver", "")): r for r in records
-            if not r.get("error") and (r["kind"] != "exact" or r.get("budget", 16) == budget)}
+            if not r.get("error") and (r["kind"] != "exact" or r.get("budget", BUDGET) == budget)}
     summary = []
     for row in ROWS:
         graph, machine = row.split(":")
@@ -178,7 +179,7 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["exact", "bound"], choices=["exact", "bound"])
     parser.add_argument("--solvers", nargs="+", default=["highs"], choices=["cpsat", "highs"], help="exact's")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--budget", type=int, default=16, help="exact's measurements (the searches': 2048)")
+    parser.add_argument("--budget", type=int, default=BUDGET, help="exact's measurements (the searches': 2048)")
     parser.add_argument("--searches", default="runs/searches.jsonl")
     parser.add_argument("--out", default="runs/bench_exact.jsonl")
     parser.add_argument("--report-only", action="store_true")
@@ -187,7 +188,7 @@ def main() -> None:
     out = Path(args.out)
     if not args.report_only:
         finished = {Job(r["graph"], r["machine"], r["kind"], r["time_limit_s"], r.get("solver", ""),
-                        r.get("budget", 16)).key
+                        r.get("budget", BUDGET)).key
                     for r in load_records(out) if not r.get("error")}
         jobs = [Job(*row.split(":"), "bound", args.bound_time_limit) for row in args.rows if "bound" in args.kinds]
         jobs += [Job(*row.split(":"), "exact", args.time_limit, solver, args.budget) for row in args.rows
