@@ -130,7 +130,8 @@ def fmt(value, digits: int = 4) -> str:
 
 
 def report(records: list[dict], searches: dict, solvers: list[str], budget: int) -> None:
-    """The table of the records of exact runs with ``budget`` measurements (and the bound jobs)."""
+    """The table of the records of exact runs with ``budget`` measurements, and of the bound jobs where the file
+    has them (without, the proven bound is exact's own and the heuristics are left out)."""
     done = {(r["graph"], r["machine"], r["kind"], r.get("solver", "")): r for r in records
             if not r.get("error") and (r["kind"] != "exact" or r.get("budget", BUDGET) == budget)}
     summary = []
@@ -139,19 +140,21 @@ def report(records: list[dict], searches: dict, solvers: list[str], budget: int)
         bound = done.get((graph, machine, "bound", ""))
         exact = {solver: done[(graph, machine, "exact", solver)] for solver in solvers
                  if (graph, machine, "exact", solver) in done}
-        if bound is None or not exact:
+        if not exact:
             continue
-        b = bound["bound"]
-        proven_s = max([b["best_s"]] + [e["solver_bound_s"] for s, e in exact.items()
-                                        if s == "highs" and e["solver_bound_s"] is not None
-                                        and math.isfinite(e["solver_bound_s"])])
-        closed_s = b["closed_form_s"]
+        b = bound["bound"] if bound else None  # without the bound job: exact's own bound, no heuristics
+        proven_s = max(([b["best_s"]] if b else []) + [e["solver_bound_s"] for s, e in exact.items()
+                                                      if s == "highs" and e["solver_bound_s"] is not None
+                                                      and math.isfinite(e["solver_bound_s"])], default=math.nan)
+        closed_s = b["closed_form_s"] if b else math.nan
         own = searches.get((graph, machine), {})
-        methods = {**bound["heuristics"], **own, **{f"exact ({s})": e["runtime_s"] for s, e in exact.items()}}
+        methods = {**(bound["heuristics"] if bound else {}), **own,
+                   **{f"exact ({s})": e["runtime_s"] for s, e in exact.items()}}
         print(f"\n#### {graph} on {machine}\n")
-        print(f"closed-form bound {fmt(closed_s)} s (every placement); LP {fmt(b['lp_s'])} s; MIP {fmt(b['mip_s'])} s "
-              f"({b['mip_status']}, {b['time_limit_s']:.0f} s limit); best proven "
-              f"{fmt(proven_s)} s for {b['holds_for']}\n")
+        if b:
+            print(f"closed-form bound {fmt(closed_s)} s (every placement); LP {fmt(b['lp_s'])} s; MIP "
+                  f"{fmt(b['mip_s'])} s ({b['mip_status']}, {b['time_limit_s']:.0f} s limit); best proven "
+                  f"{fmt(proven_s)} s for {b['holds_for']}\n")
         for solver, e in exact.items():
             print(f"- exact ({solver}, {e['time_limit_s']:.0f} s limit): measured {fmt(e['runtime_s'])} s; solver's "
                   f"makespan {fmt(e['solver_makespan_s'])} s, bound {fmt(e['solver_bound_s'])} s, "
