@@ -18,7 +18,6 @@ import numpy as np
 from graphs.errors import PlacerError
 from graphs.grouping import majority_device
 from graphs.opgraph import PHASE_CODE, OpGraph
-from measurers.automorphisms import device_automorphisms
 from measurers.machine import Machine
 
 
@@ -69,16 +68,6 @@ class PlacementProblem:
         total = np.zeros((self.num_units, self.num_devices))
         np.add.at(total, self.op_unit, np.where(self.op_allowed, self.op_time_s, 0.0))
         return np.where(self.unit_allowed, total, np.inf)
-
-    @cached_property
-    def unit_relabelings(self) -> np.ndarray:
-        """(K, D) int64: the machine's automorphisms (measurers/automorphisms.py) that keep every unit's
-        allowed devices and times, identity first: the unit placements ``p`` and ``relabelings[k][p]`` run
-        alike (in the simulator, up to its tie-breaks by device index)."""
-        automorphisms = device_automorphisms(self.machine)  # (K, D)
-        keeps = [np.array_equal(self.unit_allowed[:, p], self.unit_allowed)
-                 and np.array_equal(self.unit_time_s[:, p], self.unit_time_s) for p in automorphisms]
-        return automorphisms[np.asarray(keeps, dtype=bool)]
 
     def at_op_level(self) -> "PlacementProblem":
         """The same problem with the graph's colocation groups as units (what the list schedulers,

@@ -27,14 +27,6 @@ measurement for each sweep solve still to come, so a small budget still sees eve
 short at its limit ends with a few points only, and an earlier one, worse in the relaxation, can measure
 faster (BENCHMARKS.md, issue 16, "Every integer point measured").
 
-Placements are measured and cut up to relabeling: two placements that differ by swapping alike GPUs
-(``PlacementProblem.unit_relabelings``: paper-2gpu's two, paper-4gpu's pairs on a board and the two boards)
-run alike, so a point whose relabeling was measured is not measured again, and every solve after the first
-cuts each measured placement's relabelings (at most ``MAX_CUT_RELABELINGS`` of them) as well as the
-placement. Without that, the sweep's solves returned relabelings of placements already measured: 8 of 56
-measurements on nmt-2 / paper-4gpu in 300 s, one placement six times (BENCHMARKS.md, issue 16, "Cuts up to
-relabeling").
-
 Stops early when the best measured step reaches the proven bound (the placement is then optimal for the
 coarsening).
 """
@@ -57,7 +49,6 @@ COMM_WEIGHTS = (10.0, 3.0, 1.0, 0.3, 0.1)  # step 2's weights, heaviest (fastest
 BOUND_SHARE = 0.5  # of the time limit, for the relaxation of every placement
 MIN_SOLVE_S = 1.0  # no new solve with less time than this left
 CANDIDATE_WINDOW_ROWS = True  # constraint 7 in steps 2 and 3 too (always in step 1's: it is the bound)
-MAX_CUT_RELABELINGS = 48  # no-good cuts per measured placement (h200x8 has 40,320 relabelings: the first 48)
 
 
 @dataclass
@@ -83,11 +74,11 @@ class RelaxedRun:
 
 
 def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float,
-                   start: np.ndarray | None = None, measured_before: Sequence[np.ndarray] = ()) -> RelaxedRun:
+                   start: np.ndarray | None = None, measured: Sequence[np.ndarray] = ()) -> RelaxedRun:
     """Steps 1 to 3 of the module docstring; the measured placements are in ``counter``. ``start`` (U,):
-    HiGHS's starting solution; ``measured_before``: (U,) placements measured already (the warm start), never
-    measured again (nor their relabelings). HiGHS runs on one thread, as ``placer bound`` does: its task
-    scheduler is one per process and takes one thread count."""
+    HiGHS's starting solution; ``measured``: (U,) placements measured already (the warm start), never
+    measured again. HiGHS runs on one thread, as ``placer bound`` does: its task scheduler is one per
+    process and takes one thread count."""
     threads = 1
     run = RelaxedRun()
     left_s = deadline - time.perf_counter()
@@ -97,9 +88,7 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     if first.unit_placement is None:
         run.converged = run.reached(counter)  # a measured warm start can sit at the bound
         return run
-    measured = _Measured(problem.unit_relabelings)
-    for placement in measured_before:
-        measured.add(np.asarray(placement, dtype=np.int64))
+    measured = [np.asarray(placement, dtype=np.int64) for placement in measured]
     sweep, best_weight, best_s = list(COMM_WEIGHTS), PLACEMENT_WEIGHT, math.inf
     found, weight = first, 0.0
     while counter.left > 0 and not run.reached(counter):
@@ -117,7 +106,7 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
         weight = sweep.pop(0) if sweep else best_weight
         share_s = min(left_s, max(left_s / (len(sweep) + 1), MIN_SOLVE_S))
         found = solve_relaxation(problem, share_s, threads=threads, placement_weight=weight,
-                                 forbidden=measured.forbidden(), window_rows=CANDIDATE_WINDOW_ROWS)
+                                 forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS)
         run.solves += 1
         run.solve_s += found.wall_s
     run.converged = run.reached(counter)
@@ -138,36 +127,13 @@ def _points(found) -> list[tuple[np.ndarray, float]]:
     return [(found.unit_placement, found.makespan_s)] + found.earlier[::-1]
 
 
-@dataclass
-class _Measured:
-    """The placements measured so far, each up to relabeling (``relabelings`` (K, D): identity first)."""
-    relabelings: np.ndarray
-    classes: set[bytes] = field(default_factory=set)  # the smallest relabeling of each, as bytes
-    cut: dict[bytes, np.ndarray] = field(default_factory=dict)  # every (U,) placement recorded, as given
-
-    def add(self, placement: np.ndarray) -> bool:
-        """Record ``placement`` (U,); False when it or a relabeling of it was recorded before. Recorded either
-        way, so that it is cut even where the cut relabelings of the one measured do not include it."""
-        self.cut[placement.tobytes()] = placement
-        orbit = self.relabelings[:, placement]  # (K, U)
-        smallest = orbit[np.lexsort(orbit.T[::-1])[0]].tobytes()
-        new = smallest not in self.classes
-        self.classes.add(smallest)
-        return new
-
-    def forbidden(self) -> list[np.ndarray]:
-        """(U,) placements: every recorded one and its first MAX_CUT_RELABELINGS relabelings, once each."""
-        relabelings = self.relabelings[:MAX_CUT_RELABELINGS]
-        cuts = {row.tobytes(): row for placement in self.cut.values() for row in relabelings[:, placement]}
-        return list(cuts.values())
-
-
 def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, placement: np.ndarray,
-                 model_s: float, weight: float, measured: _Measured) -> float:
-    """Measure ``placement`` (U,) unless it or a relabeling of it was measured already (the warm start, which
-    HiGHS reports among its points when started from it, or a point of this run): its cost, else inf. Only a
-    point measured here gets a model step and weight: the notes then never credit a warm start to a solve."""
-    if not measured.add(placement):
+                 model_s: float, weight: float, measured: list[np.ndarray]) -> float:
+    """Measure ``placement`` (U,) unless it was measured already (the warm start, which HiGHS reports among its
+    points when started from it, or a point of this solve): its cost, else inf. Only a point measured here
+    gets a model step and weight: the notes then never credit a warm start to a solve."""
+    if any(np.array_equal(placement, seen) for seen in measured):
         return math.inf
+    measured.append(placement)
     run.model_s_of[placement.tobytes()], run.weight_of[placement.tobytes()] = model_s, weight
     return counter.measure([problem.expand(placement)])[0]

@@ -21,8 +21,7 @@ from measurers.base import Measurer
 from policies.base import CountingMeasurer
 from policies.problem import PlacementProblem
 from policies.registry import QUICK_HEURISTICS, place
-from measurers.automorphisms import device_automorphisms
-from policies.rl.gnn.symmetry import canonical_placement
+from policies.rl.gnn.symmetry import canonical_placement, device_automorphisms
 
 
 RELABEL_TOLERANCE = 0.02  # the canonical relabeling is kept unless it measures this much slower

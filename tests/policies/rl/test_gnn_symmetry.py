@@ -11,8 +11,7 @@ from measurers.catalog import load_machine
 from measurers.sim.links import link_table
 from measurers.sim.measurer import SimulatorMeasurer
 from policies.problem import make_problem
-from measurers.automorphisms import device_automorphisms
-from policies.rl.gnn.symmetry import canonical_placement
+from policies.rl.gnn.symmetry import canonical_placement, device_automorphisms
 
 
 def _link_matrices(machine):
