@@ -49,7 +49,7 @@ from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_b
 from policies.exact.cpsat import ExactModel, Solution, model_size
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
 from policies.exact.relaxation import SOLVER_SLACK
-from policies.exact.relaxed_search import relaxed_search
+from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
@@ -151,9 +151,7 @@ class ExactPolicy:
         measured = [] if warm is None else [warm.unit_placement]
         run = relaxed_search(problem, counter, deadline, self._hint(problem)[0], measured)
         warm_s = math.nan if warm is None else warm.runtime_s
-        bound_s = run.bound_s * (1 - SOLVER_SLACK)  # HiGHS's own can sit a few ulps above the optimum
-        bound = f"bound {bound_s:.6g} s ({run.bound_status})" if math.isfinite(bound_s) else \
-            f"no bound ({run.bound_status})"
+        bound_s, bound = _relaxed_bound(problem, run)
         if counter.best_placement is None:
             hint, hint_name = self._hint(problem)
             counter.measure([problem.expand(hint)])
@@ -268,6 +266,18 @@ class ExactPolicy:
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=float(run.chosen.makespan_s), solver_bound_s=float(bound_s),
                        solver_status=run.first.status, solver_bound_every_placement=quotient.single_op)
+
+
+def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, str]:
+    """HiGHS's bound, or the closed form where that is higher (HiGHS stopped at its limit before its dual bound
+    passed it); nan without a HiGHS bound. With its words for the notes."""
+    highs_s = run.bound_s * (1 - SOLVER_SLACK)  # HiGHS's own can sit a few ulps above the optimum
+    if not math.isfinite(highs_s):
+        return highs_s, f"no bound ({run.bound_status})"
+    if highs_s < problem.lower_bound_s:
+        return float(problem.lower_bound_s), (f"bound {problem.lower_bound_s:.6g} s (the closed form's: HiGHS "
+                                              f"proved {highs_s:.6g} s, {run.bound_status})")
+    return highs_s, f"bound {highs_s:.6g} s ({run.bound_status})"
 
 
 BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
