@@ -168,7 +168,7 @@ class ExactPolicy:
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
-        chosen = (f"the relaxation's step of the chosen placement {model_s:.6g} s (communication weight "
+        chosen = (f"its solve's step of the chosen placement {model_s:.6g} s (communication weight "
                   f"{run.weight(result.group_placement):g})" if math.isfinite(model_s) else
                   "the chosen placement is the warm start")
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "

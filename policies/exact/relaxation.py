@@ -450,12 +450,18 @@ def _placement_cost(problem, layout, links) -> np.ndarray:
     cost = np.zeros(layout.num_cols)
     allowed = layout.x_col >= 0
     cost[layout.x_col[allowed]] = problem.unit_time_s[allowed] * MS_PER_S
-    if problem.num_devices > 1:  # on one device no edge is ever cut
-        _, pair, comm_ms = _cross_edges(problem, layout, links)
-        off_diagonal = ~np.eye(problem.num_devices, dtype=bool)
-        least_ms = np.where(off_diagonal, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
-        cost[layout.z_col] = np.bincount(pair, weights=least_ms, minlength=len(layout.z_col))
+    cost[layout.z_col] = _least_copy_ms(problem, layout, links)
     return cost
+
+
+def _least_copy_ms(problem, layout, links) -> np.ndarray:
+    """(P,) milliseconds: each unit pair's least copy time, summed over its edges (0 on one device)."""
+    if problem.num_devices == 1:  # no edge is ever cut
+        return np.zeros(len(layout.z_col))
+    _, pair, comm_ms = _cross_edges(problem, layout, links)
+    off_diagonal = ~np.eye(problem.num_devices, dtype=bool)
+    least_ms = np.where(off_diagonal, comm_ms, np.inf).min(axis=(1, 2))  # (C,)
+    return np.bincount(pair, weights=least_ms, minlength=len(layout.z_col))
 
 
 def _add_forbidden_rows(rows: _Rows, problem, layout, forbidden: Sequence[np.ndarray]) -> None:
@@ -468,12 +474,39 @@ def _add_forbidden_rows(rows: _Rows, problem, layout, forbidden: Sequence[np.nda
                  float(len(cols) - 1))
 
 
+def _add_measured_rows(rows: _Rows, problem, layout, links, measured: Sequence[tuple[np.ndarray, float]]) -> None:
+    """Cuts from measurements, as logic-based Benders decomposition's optimality cuts but with a heuristic
+    reach: for a placement P measured at T seconds, ``w >= T - sum_u reach_u(P) (1 - x[u, P_u])``, where
+    ``reach_u`` is unit u's time on its device in P plus the least copy time of every unit pair it is in.
+    A placement that moves few units of P is taken to run about as slowly as P; the relaxation is loose
+    exactly there (its optimum balances the work and then stalls in the simulator), and a no-good cut
+    forbids P alone. Not valid for every placement (a move can gain more than its reach in the simulator's
+    dispatch), so a model with them proves nothing."""
+    if not measured:
+        return
+    units = np.arange(problem.num_units)
+    least_ms = _least_copy_ms(problem, layout, links)  # (P,)
+    comm_of_unit = (np.bincount(layout.pair_a, weights=least_ms, minlength=problem.num_units)
+                    + np.bincount(layout.pair_b, weights=least_ms, minlength=problem.num_units))  # (U,) ms
+    for placement, step_s in measured:
+        placement = np.asarray(placement, dtype=np.int64)
+        cols = layout.x_col[units, placement]  # (U,) -1 where not allowed (then never 1: the unit always moved)
+        reach_ms = problem.unit_time_s[units, placement] * MS_PER_S + comm_of_unit  # (U,)
+        keep = cols >= 0
+        reach_ms = np.where(keep, reach_ms, 0.0)  # a unit that cannot stay on P_u: its move is forced
+        rows.add(np.zeros(int(keep.sum()) + 1, dtype=np.int64),
+                 np.concatenate([[layout.w_col], cols[keep]]), np.concatenate([[1.0], -reach_ms[keep]]),
+                 np.array([step_s * MS_PER_S - reach_ms.sum()]), np.inf)
+
+
 def _build(problem: PlacementProblem, integer: bool, placement_weight: float,
-           forbidden: Sequence[np.ndarray], window_rows: bool = True) -> tuple[highspy.HighsLp, _Layout]:
+           forbidden: Sequence[np.ndarray], window_rows: bool = True,
+           measured: Sequence[tuple[np.ndarray, float]] = ()) -> tuple[highspy.HighsLp, _Layout]:
     layout = _layout(problem)
     links = link_table(problem.machine)
     rows = _Rows()
     _add_forbidden_rows(rows, problem, layout, forbidden)
+    _add_measured_rows(rows, problem, layout, links, measured)
     _add_assignment_rows(rows, problem, layout)
     _add_precedence_rows(rows, problem, layout, links)
     _add_makespan_rows(rows, problem, layout)
@@ -507,19 +540,23 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
                      threads: int = 1, placement_weight: float = 0.0,
                      forbidden: Sequence[np.ndarray] = (), incumbent_after_s: float | None = None,
                      start: np.ndarray | None = None, stop: threading.Event | None = None,
-                     window_rows: bool = True) -> RelaxationResult:
+                     window_rows: bool = True,
+                     measured: Sequence[tuple[np.ndarray, float]] = ()) -> RelaxationResult:
     """Build and solve; the bound is HiGHS's dual bound (MIP) or the optimum (LP, only when optimal).
     Building counts against ``time_limit_s``: when it took all of it, HiGHS does not run (status NOT_SOLVED).
-    A MIP also returns its best integer placement. With ``placement_weight`` or ``forbidden`` the model
+    A MIP also returns its best integer placement. With ``placement_weight``, ``forbidden`` or ``measured`` the model
     is no longer the relaxation of every placement, so no bound is returned (``bound_s`` None).
     ``incumbent_after_s``: a MIP stops ("time limit") once this many seconds have passed and it holds an
     integer point and a dual bound; without them it goes on, up to ``time_limit_s``. ``start`` (U,): a unit
     placement given to HiGHS as a starting solution (its other columns left for HiGHS to complete). ``stop``:
     once set (by another thread), the solve stops at HiGHS's next interrupt check (status "stopped"; a MIP's
     dual bound so far still holds, an LP cut short proves nothing). ``window_rows=False`` leaves out
-    constraint 7: a weaker bound, still valid, and other integer points (exact's candidate solves)."""
+    constraint 7: a weaker bound, still valid, and other integer points (exact's candidate solves).
+    ``measured``: ((U,) placement, its measured step in seconds) pairs, one cut each (``_add_measured_rows``);
+    they lift w near placements that measured slow, so ``makespan_s`` is then that model's w, not the
+    relaxation's."""
     began = time.perf_counter()
-    lp, layout = _build(problem, integer, placement_weight, forbidden, window_rows)
+    lp, layout = _build(problem, integer, placement_weight, forbidden, window_rows, measured)
     highs = quiet_highs()
     highs.setOptionValue("threads", int(threads))
     highs.setOptionValue("random_seed", 0)
@@ -553,7 +590,7 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
         bound_ms = max(float(info.mip_dual_bound), 0.0)
     elif not integer and name == "optimal":
         bound_ms = float(info.objective_function_value)
-    if placement_weight or len(forbidden):
+    if placement_weight or len(forbidden) or len(measured):
         bound_ms = None
     placement, makespan_s = _incumbent(highs, layout) if integer else (None, math.nan)
     earlier = _distinct(improving, placement)

@@ -17,6 +17,12 @@
    small tie-break, ``PLACEMENT_WEIGHT``, when that was step 1's), the cuts walking through its optimum.
    It runs on the time the sweep leaves: the sweep's last solve may take all that is left, and only a sweep
    whose solves end early (optimal, as on the 2-GPU rows) leaves any.
+   Steps 2 and 3 also carry a cut from every placement measured so far (``MEASURED_CUTS``; relaxation.py,
+   ``_add_measured_rows``): w is at least its measured step less the reach of each unit moved off it. A
+   no-good cut forbids the slow placement alone, and the next solve returns its neighbour, as loose in the
+   relaxation and as slow; these lift the neighbourhood. Measured on the issue's eight rows at 600 s: lower
+   on 4, the same on 2, higher on 2 (by up to 2.8%), 0.8% lower on the geometric mean (BENCHMARKS.md,
+   issue 16, "Cuts from the measurements").
    Steps 2 and 3 carry the window rows too (constraint 7, ``CANDIDATE_WINDOW_ROWS``): leaving them out,
    measured on the issue's eight rows, found a faster placement on 2 and the same on 5 (BENCHMARKS.md,
    issue 16, 5 December 2026), short of the rule set beforehand for a switch.
@@ -40,7 +46,7 @@ from typing import Sequence
 
 import numpy as np
 
-from policies.base import BudgetedMeasurer
+from policies.base import FAILED_COST_S, BudgetedMeasurer
 from policies.exact.relaxation import solve_relaxation
 from policies.problem import PlacementProblem
 
@@ -48,6 +54,7 @@ PLACEMENT_WEIGHT = 0.01  # tie-breaking cost per millisecond of unit time and co
 COMM_WEIGHTS = (10.0, 3.0, 1.0, 0.3, 0.1)  # step 2's weights, heaviest (fastest to solve) first
 BOUND_SHARE = 0.5  # of the time limit, for the relaxation of every placement
 MIN_SOLVE_S = 1.0  # no new solve with less time than this left
+MEASURED_CUTS = True  # steps 2 and 3 carry a cut from every placement measured (w >= its step - reach moved)
 CANDIDATE_WINDOW_ROWS = True  # constraint 7 in steps 2 and 3 too (always in step 1's: it is the bound)
 
 
@@ -60,6 +67,7 @@ class RelaxedRun:
     solves: int = 0
     solve_s: float = 0.0  # wall time of the solves, building the models included
     converged: bool = False  # the best measured step reached the proven bound
+    steps: list[tuple[np.ndarray, float]] = field(default_factory=list)  # ((U,) placement, measured s), ok ones
 
     def model_s(self, unit_placement: np.ndarray | None) -> float:
         return _looked_up(self.model_s_of, unit_placement)
@@ -106,7 +114,8 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
         weight = sweep.pop(0) if sweep else best_weight
         share_s = min(left_s, max(left_s / (len(sweep) + 1), MIN_SOLVE_S))
         found = solve_relaxation(problem, share_s, threads=threads, placement_weight=weight,
-                                 forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS)
+                                 forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS,
+                                 measured=run.steps if MEASURED_CUTS else ())
         run.solves += 1
         run.solve_s += found.wall_s
     run.converged = run.reached(counter)
@@ -136,4 +145,7 @@ def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: Rela
         return math.inf
     measured.append(placement)
     run.model_s_of[placement.tobytes()], run.weight_of[placement.tobytes()] = model_s, weight
-    return counter.measure([problem.expand(placement)])[0]
+    cost_s = counter.measure([problem.expand(placement)])[0]
+    if cost_s < FAILED_COST_S:
+        run.steps.append((placement, cost_s))
+    return cost_s

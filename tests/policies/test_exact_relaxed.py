@@ -441,3 +441,45 @@ def test_exact_highs__stops_measuring_a_solves_points_once_the_bound_is_reached(
     result = place("exact", problem, measurer, 40, 0, time_limit_s=20, solver="highs")
     assert solves[0] >= 1 and len(solves) == 1  # it had earlier points, and nothing was solved after it
     assert (result.measurements, result.stop_reason) == (1, "converged")
+
+
+def test_relaxation__a_measured_cut_lifts_w_by_what_stays_of_the_measured_placement():
+    """A cut from a placement P measured at T: w >= T - the reach of every unit moved off P. Measured far above
+    the model, the best point moves every unit that can move; measured at the model's own optimum, it binds
+    nowhere else (every other point's w is at least that optimum already)."""
+    graph, machine = random_dag(7, 5), own_channels_machine()
+    problem = make_problem(graph, machine)
+    first = solve_relaxation(problem, 20)
+    assert first.status == "optimal"
+    placement = first.unit_placement
+    movable = problem.unit_allowed.sum(axis=1) > 1
+    assert movable.sum() >= 3
+    far = solve_relaxation(problem, 20, forbidden=[placement], measured=[(placement, 1e3)])
+    assert far.unit_placement is not None and far.bound_s is None
+    assert (far.unit_placement != placement)[movable].all()
+    assert far.makespan_s > 1.0  # w is lifted above anything the relaxation alone gives
+    plain = solve_relaxation(problem, 20, forbidden=[placement])
+    at_optimum = solve_relaxation(problem, 20, forbidden=[placement], measured=[(placement, first.makespan_s)])
+    assert at_optimum.makespan_s == pytest.approx(plain.makespan_s, rel=1e-6)
+
+
+def test_exact_highs__every_candidate_solve_carries_a_cut_from_each_placement_measured_before_it(monkeypatch):
+    import policies.exact.relaxed_search as relaxed_search
+
+    problem = make_problem(random_training_graph(2), staging_machine(num_gpus=2))
+    cuts_per_solve = []
+
+    def recording(problem, time_limit_s, **kwargs):
+        cuts_per_solve.append([(units.copy(), step_s) for units, step_s in kwargs.get("measured", ())])
+        return solve_relaxation(problem, time_limit_s, **kwargs)
+
+    monkeypatch.setattr(relaxed_search, "solve_relaxation", recording)
+    measured = []
+    place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 12, 0, time_limit_s=60,
+          solver="highs", on_measurement=lambda placement, m: measured.append((placement.copy(), m.runtime_s)))
+    assert len(cuts_per_solve) >= 3 and cuts_per_solve[0] == []  # the bound solve carries none
+    for cuts in cuts_per_solve[1:]:
+        assert 1 <= len(cuts) <= len(measured)
+        assert [(problem.expand(units).tobytes(), step_s) for units, step_s in cuts] == \
+            [(placement.tobytes(), step_s) for placement, step_s in measured[:len(cuts)]]
+    assert [len(cuts) for cuts in cuts_per_solve] == sorted(len(cuts) for cuts in cuts_per_solve)
