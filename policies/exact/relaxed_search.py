@@ -17,7 +17,7 @@
    small tie-break, ``PLACEMENT_WEIGHT``, when that was step 1's), the cuts walking through its optimum.
    It runs on the time the sweep leaves: the sweep's last solve may take all that is left, and only a sweep
    whose solves end early (optimal, as on the 2-GPU rows) leaves any.
-   Steps 2 and 3 also carry a cut from every placement measured so far (``MEASURED_CUTS``; relaxation.py,
+   Steps 2 and 3 also carry a cut from every placement measured so far (relaxation.py,
    ``_add_measured_rows``): w is at least its measured step less the reach of each unit moved off it. A
    no-good cut forbids the slow placement alone, and the next solve returns its neighbour, as loose in the
    relaxation and as slow; these lift the neighbourhood. Measured on the issue's eight rows at 600 s: lower
@@ -54,7 +54,6 @@ PLACEMENT_WEIGHT = 0.01  # tie-breaking cost per millisecond of unit time and co
 COMM_WEIGHTS = (10.0, 3.0, 1.0, 0.3, 0.1)  # step 2's weights, heaviest (fastest to solve) first
 BOUND_SHARE = 0.5  # of the time limit, for the relaxation of every placement
 MIN_SOLVE_S = 1.0  # no new solve with less time than this left
-MEASURED_CUTS = True  # steps 2 and 3 carry a cut from every placement measured (w >= its step - reach moved)
 CANDIDATE_WINDOW_ROWS = True  # constraint 7 in steps 2 and 3 too (always in step 1's: it is the bound)
 
 
@@ -115,7 +114,7 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
         share_s = min(left_s, max(left_s / (len(sweep) + 1), MIN_SOLVE_S))
         found = solve_relaxation(problem, share_s, threads=threads, placement_weight=weight,
                                  forbidden=measured, window_rows=CANDIDATE_WINDOW_ROWS,
-                                 measured=run.steps if MEASURED_CUTS else ())
+                                 measured=run.steps)
         run.solves += 1
         run.solve_s += found.wall_s
     run.converged = run.reached(counter)
