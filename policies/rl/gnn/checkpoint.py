@@ -8,6 +8,10 @@ One ``torch.save`` dict (tensors and plain values only, read back with ``weights
     trainer: GnnTrainer.state()   (network, optimizer, generators, iteration)
     progress: {measurements_used, wall_s, updates, problems: ["graph@machine", ...], budget, ...}
 
+Beside it, ``CHECKPOINT.resume`` (``write_resume_state``): each problem's memo of measured placements, which
+only `placer train --resume` reads. A 600,000-measurement run's memo is tens of MB; kept apart, the checkpoint
+that `--init` reads (and the committed ones) stays at the network's size.
+
 ``read_checkpoint`` refuses, with one PlacerError naming the file and the problem: a missing file, a
 damaged or truncated one (checksums included), a file that is not such a checkpoint (another policy's
 learner.pt included), a checkpoint of the other policy, one whose feature layout or format version differs
@@ -30,6 +34,7 @@ from policies.rl.learner_file import load_torch_file
 from policies.rl.loop import save_state
 
 FORMAT = "placer-gnn"
+RESUME_FORMAT = "placer-gnn-resume"
 CHECKPOINT_VERSION = 1
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
 
@@ -48,6 +53,38 @@ def write_checkpoint(path: str | os.PathLike, policy: str, trainer_state: dict, 
              "architecture": {k: trainer_state["config"][k] for k in ("kind", "hidden_size", "num_layers")},
              "trainer": trainer_state, "progress": progress}
     save_state(state, path)
+
+
+def resume_path(checkpoint: str | os.PathLike) -> Path:
+    """Where the resume state of ``checkpoint`` lies: beside it, ``CHECKPOINT.resume``."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + ".resume")
+
+
+def write_resume_state(checkpoint: str | os.PathLike, updates: int, slots: list[dict]) -> None:
+    """Each problem's ``Slot.progress_state`` at ``updates`` updates, beside ``checkpoint`` (written first: a
+    save cut short between the two files leaves a resume state newer than its checkpoint, which
+    ``read_resume_state`` refuses)."""
+    save_state({"format": RESUME_FORMAT, "updates": int(updates), "slots": slots}, resume_path(checkpoint))
+
+
+def read_resume_state(checkpoint: str | os.PathLike, updates: int) -> list[dict] | None:
+    """The slots ``write_resume_state`` wrote for ``checkpoint`` at ``updates`` updates; None when there is no
+    resume file (a committed checkpoint, or one written before the file existed). A damaged file, another
+    kind of file, or one written at another update than the checkpoint: one PlacerError naming it."""
+    path = resume_path(checkpoint)
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise PlacerError(f"{path}, the resume state of checkpoint {checkpoint}, is not a file: move it")
+    state = load_torch_file(path, "resume state")
+    if not isinstance(state, dict) or state.get("format") != RESUME_FORMAT or not isinstance(state.get("slots"), list):
+        raise PlacerError(f"{path} is not the resume state of a gdp/placeto/giph checkpoint")
+    if state.get("updates") != updates:
+        raise PlacerError(f"{path} was written at update {state.get('updates')} and its checkpoint {checkpoint} at "
+                          f"update {updates} (a save was cut short): remove {path} to resume without the memo of "
+                          f"measured placements")
+    return state["slots"]
 
 
 def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:

@@ -14,7 +14,7 @@ from measurers.sim.measurer import SimulatorMeasurer
 from policies.base import CountingMeasurer
 from policies.problem import make_problem
 from policies.registry import place
-from policies.rl.gnn.checkpoint import read_checkpoint, write_checkpoint
+from policies.rl.gnn.checkpoint import read_checkpoint, read_resume_state, resume_path, write_checkpoint
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.family import TrainProblem, train_family
 from policies.rl.gnn.problems import Slot
@@ -113,8 +113,9 @@ def test_family_resume_continues_the_count(family_run, two_problems, tmp_path):
 
 def test_an_interrupted_family_run_resumed_measures_and_visits_as_one_run_does(tmp_path):
     """A stop after 5 updates, then a resume: the same problems visited in the same order and the same
-    measurements counted as an uninterrupted run. The memo of each problem's measured placements and the
-    round in progress are in the checkpoint (a resume used to measure repeats again and restart the round)."""
+    measurements counted as an uninterrupted run. The round in progress is in the checkpoint and the memo of
+    each problem's measured placements beside it, in OUT.resume (a resume used to measure repeats again and
+    restart the round)."""
     problems = [_train_problem(name, "paper-2gpu", 6) for name in ("synthetic:200", "synthetic:150", "synthetic:120")]
 
     def run(out, stop_after: int | None = None, resume: bool = False) -> list[tuple[str, int]]:
@@ -129,6 +130,43 @@ def test_an_interrupted_family_run_resumed_measures_and_visits_as_one_run_does(t
     rest = run(tmp_path / "split.pt", resume=True)
     assert len(first) == 5 and len(straight) > 8
     assert first + rest == straight
+    progress = read_checkpoint(tmp_path / "split.pt", "gdp")["progress"]
+    assert "slots" not in progress  # the checkpoint --init reads holds no memo
+    memo = read_resume_state(tmp_path / "split.pt", progress["updates"])
+    assert len(memo) == 3 and sum(len(slot["memo_units"]) for slot in memo) == progress["measurements_used"]
+
+
+def test_a_resume_state_cut_short_damaged_or_foreign_is_refused_naming_it(family_run, two_problems, tmp_path):
+    """A resume file from another update than its checkpoint (a save cut short between the two), a damaged
+    one, or another file there: one PlacerError naming it, before anything is trained or written."""
+    import shutil
+
+    out = tmp_path / "gdp.pt"
+    shutil.copy(family_run[0], out)
+    shutil.copy(resume_path(family_run[0]), resume_path(out))
+    updates = read_checkpoint(out, "gdp")["progress"]["updates"]
+    state = torch.load(resume_path(out), weights_only=True)
+    state["updates"] = updates + 1
+    torch.save(state, resume_path(out))
+    bad_files = (resume_path(out).read_bytes(), b"not a torch file",
+                 _saved_bytes(tmp_path, {"format": "something else", "slots": []}))
+    for bad in bad_files:
+        resume_path(out).write_bytes(bad)
+        before = out.read_bytes()
+        with pytest.raises(PlacerError) as error:
+            train_family(two_problems, SMALL, 80, out, resume=True, teacher_budget=16, imitation_steps=10)
+        assert str(resume_path(out)) in str(error.value)
+        assert out.read_bytes() == before and resume_path(out).read_bytes() == bad
+    resume_path(out).write_bytes(bad_files[0])
+    with pytest.raises(PlacerError) as error:
+        read_resume_state(out, updates)
+    assert f"written at update {updates + 1} and its checkpoint {out} at update {updates}" in str(error.value)
+
+
+def _saved_bytes(tmp_path, state: dict) -> bytes:
+    path = tmp_path / "other.pt"
+    torch.save(state, path)
+    return path.read_bytes()
 
 
 def test_resume_with_another_network_is_refused(family_run, two_problems):
@@ -267,7 +305,7 @@ def test_family_memo_holds_the_teachers_placements(family_run, two_problems):
     """Every teacher's placement is in its problem's memo and best: training never measures it again."""
     out = family_run[0]
     progress = read_checkpoint(out, "gdp")["progress"]
-    for problem, slot in zip(two_problems, progress["slots"]):
+    for problem, slot in zip(two_problems, read_resume_state(out, progress["updates"])):
         teacher = progress["teachers"][problem.name]
         memo = {tuple(row) for row in slot["memo_units"].tolist()}
         assert tuple(teacher["units"]) in memo
