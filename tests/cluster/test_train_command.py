@@ -194,6 +194,29 @@ def test_train__a_resume_with_a_teacher_the_run_did_not_have_is_refused(trained,
     assert f"checkpoint {out} was trained with" in err and "'teacher_budget': 8" in err, err
 
 
+def test_train__writes_the_memo_beside_the_checkpoint_and_a_cut_short_one_is_refused_writing_nothing(
+        trained, tmp_path, capsys):
+    """The memo of measured placements is in CHECKPOINT.resume, not in the checkpoint; a resume file of
+    another update than its checkpoint (a save cut short) is one error naming it, exit 2, and the checkpoint,
+    the metrics and the resume file stay as they were."""
+    import torch
+
+    from policies.rl.gnn.checkpoint import read_checkpoint, resume_path
+
+    source, _ = trained
+    assert "slots" not in read_checkpoint(source, "gdp")["progress"] and resume_path(source).is_file()
+    out, metrics = tmp_path / "gdp.pt", Path(str(tmp_path / "gdp.pt") + ".metrics.parquet")
+    for suffix in ("", ".metrics.parquet", ".resume"):
+        shutil.copy(str(source) + suffix, str(out) + suffix)
+    state = torch.load(resume_path(out), weights_only=True)
+    state["updates"] += 1
+    torch.save(state, resume_path(out))
+    before = {path: path.read_bytes() for path in (out, metrics, resume_path(out))}
+    assert _train(out, "--resume", budget=96) == 2
+    assert f"{resume_path(out)} was written at update" in one_placer_error(capsys)
+    assert {path: path.read_bytes() for path in before} == before
+
+
 def test_train__resume_with_a_damaged_metrics_file_is_refused_and_a_missing_one_noted(trained, tmp_path, capsys):
     source, printed = trained
     out, metrics = tmp_path / "gdp.pt", Path(str(tmp_path / "gdp.pt") + ".metrics.parquet")

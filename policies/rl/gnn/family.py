@@ -168,7 +168,9 @@ def _teach_and_imitate(problems, slots, trainer, progress: dict, budget: int, te
 def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings: dict, budget: int) -> dict:
     """The checkpoint at ``out`` read and checked against the run that would resume it (network, problem
     names, settings, a budget no lower than the measurements it made): one PlacerError naming the file for
-    the first difference. Returns the checkpoint's state."""
+    the first difference; then its resume file (``checkpoint.read_resume_state``: damaged, foreign or cut short,
+    refused the same way). Returns the checkpoint's state, the resume file's slots in its progress (where
+    checkpoints of 3-5 December 2026 kept them)."""
     state = read_checkpoint(out, config.kind)
     _check_resume_sections(out, state)
     if state["architecture"] != config.architecture:
@@ -190,6 +192,9 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
     if budget < used:
         raise PlacerError(f"--budget {budget}: checkpoint {out} has made {used} measurements already; resume with "
                           f"a budget of at least {used}")
+    slots = read_resume_state(out, progress.get("updates"))
+    if slots is not None:
+        state["progress"] = {**progress, "slots": slots}
     return state
 
 
@@ -239,10 +244,7 @@ def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, tra
     measured placements and best into ``slots`` (a placement measured before the resume costs nothing)."""
     state = check_resume(out, config, names, settings, budget)
     progress = dict(state["progress"])
-    saved_slots = read_resume_state(out, progress.get("updates"))
-    if saved_slots is None:  # checkpoints of 3-5 December 2026 kept them inside; older ones and committed ones: none
-        saved_slots = progress.get("slots", ())
-    progress.pop("slots", None)
+    saved_slots = progress.pop("slots", ())  # none for a committed checkpoint or one older than 3 December 2026
     try:
         trainer.load_state(state["trainer"])
         for slot, slot_state in zip(slots, saved_slots):
