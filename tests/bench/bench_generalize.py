@@ -15,12 +15,14 @@ Every row is a held-out graph (never in a training set) on a machine, searched a
     orders      placeto trained with each visiting order (--order-init ORDER=PATH ...): zero-shot and
                 after --budget measurements; with --graphs families:12:24 --seeds 0, on validation graphs
                 (family draws past the training family's 24) instead of the held-out ones
+    checkpoints checkpoints of one policy (--policies P --checkpoints PATH ...), the same way as orders: with
+                --graphs families:12:24 --seeds 0, the validation score that chose the committed ones
 
 Usage::
 
     python tests/bench/bench_generalize.py [SECTION] [--policies gdp placeto giph] [--init-gdp PATH]
         [--init-placeto PATH] [--init-giph PATH] [--reinforce runs/bench_reinforce_heldout.jsonl]
-        [--seeds 0 1 2] [--out runs/bench_generalize.jsonl] [--graphs NAME_OR_FILE ...]
+        [--seeds 0 1 2] [--out runs/bench_generalize.jsonl] [--graphs NAME_OR_FILE ...] [--checkpoints PATH ...]
 
 Each finished job is one JSON line in ``--out``; a rerun skips the jobs already there. The REINFORCE
 references missing from ``--reinforce`` are run first (bench_learned_vs_search.py's jobs).
@@ -249,26 +251,41 @@ def orders_section(args, rows) -> None:
     """Placeto trained with each visiting order (one checkpoint each, the same problems and budget), each
     used with its own order: zero-shot, and the mean best after ``--budget`` measurements over the seeds."""
     orders = dict(item.split("=", 1) for item in args.order_init)
-    jobs = [dict(kind=kind, graph=g, machine=m, policy="placeto", seed=s, budget=budget, init=path, order=order)
-            for g, m in rows for order, path in orders.items()
+    _variants_section(args, rows, "placeto", {order: dict(init=path, order=order) for order, path in orders.items()})
+
+
+def checkpoints_section(args, rows) -> None:
+    """Checkpoints of one policy (the first of ``--policies``) side by side, e.g. training runs of other seeds:
+    with ``--graphs families:12:24 --seeds 0``, the validation score that chose the committed checkpoints
+    (BENCHMARKS.md, issue 14, "The committed checkpoints")."""
+    _variants_section(args, rows, args.policies[0], {path: dict(init=path) for path in args.checkpoints})
+
+
+def _variants_section(args, rows, policy: str, variants: dict[str, dict]) -> None:
+    """Each variant (label -> the job fields it sets: init, order) zero-shot and after ``--budget``
+    measurements on every row, then the geometric means and the score sqrt(zero-shot x tuned)."""
+    jobs = [dict(kind=kind, graph=g, machine=m, policy=policy, seed=s, budget=budget, **fields)
+            for g, m in rows for fields in variants.values()
             for kind, budget, seeds in (("zero-shot", 1, [0]), ("fine-tune", args.budget, args.seeds)) for s in seeds]
     records = run_all(jobs, args.out)
-    print("| graph | machine | " + " | ".join(f"{o}: zero-shot / {args.budget}" for o in orders) + " |")
-    print("|---" * (len(orders) + 2) + "|")
-    totals = {order: [] for order in orders}
+    print("| graph | machine | " + " | ".join(f"{v}: zero-shot / {args.budget}" for v in variants) + " |")
+    print("|---" * (len(variants) + 2) + "|")
+    totals = {label: [] for label in variants}
     for g, m in rows:
         cells = []
-        for order in orders:
-            mine = [r for r in records if r["graph"] == g and r["machine"] == m and r.get("order") == order]
+        for label, fields in variants.items():
+            mine = [r for r in records if r["graph"] == g and r["machine"] == m and r["policy"] == policy
+                    and all(r.get(k) == fields.get(k) for k in ("init", "order"))]
             shot = mean(r["best_s"] for r in mine if r["kind"] == "zero-shot")
             tuned = mean(r["best_s"] for r in mine if r["kind"] == "fine-tune")
-            totals[order].append((shot, tuned))
+            totals[label].append((shot, tuned))
             cells.append(f"{shot:.4f} / {tuned:.4f}")
         print(f"| {g} | {m} | " + " | ".join(cells) + " |")
     print("| geometric mean over the rows | | " + " | ".join(
-        f"{_geomean(v[0] for v in totals[o]):.4f} / {_geomean(v[1] for v in totals[o]):.4f}" for o in orders) + " |")
+        f"{_geomean(v[0] for v in totals[label]):.4f} / {_geomean(v[1] for v in totals[label]):.4f}"
+        for label in variants) + " |")
     print("| score: geometric mean of sqrt(zero-shot x tuned) | | " + " | ".join(
-        f"{_geomean(math.sqrt(shot * tuned) for shot, tuned in totals[o]):.4f}" for o in orders) + " |")
+        f"{_geomean(math.sqrt(shot * tuned) for shot, tuned in totals[label]):.4f}" for label in variants) + " |")
 
 
 def _geomean(values) -> float:
@@ -278,12 +295,14 @@ def _geomean(values) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("section", nargs="?", default="all", choices=("all", "zero-shot", "fine-tune", "devices", "orders"),
+    parser.add_argument("section", nargs="?", default="all", choices=("all", "zero-shot", "fine-tune", "devices", "orders", "checkpoints"),
                         help="all (the default): zero-shot, fine-tune, devices, and orders when --order-init is given")
     parser.add_argument("--policies", nargs="+", default=["gdp", "placeto"], choices=KINDS)
     for kind in KINDS:
         parser.add_argument(f"--init-{kind}", default="pretrained")
     parser.add_argument("--order-init", nargs="*", default=[], metavar="ORDER=PATH")
+    parser.add_argument("--checkpoints", nargs="*", default=[], metavar="PATH",
+                        help="checkpoints section: checkpoints of the first --policies ('pretrained': the committed one)")
     parser.add_argument("--reinforce", type=Path, default=Path("runs/bench_reinforce_heldout.jsonl"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--budget", type=int, default=FINE_TUNE_BUDGET)
@@ -298,7 +317,8 @@ def main() -> None:
     if args.section in ("all", "zero-shot", "fine-tune"):
         ensure_reinforce_reference(args.reinforce, rows, args.seeds)
     sections = {"zero-shot": lambda: zero_shot_section(args, rows), "fine-tune": lambda: fine_tune_section(args, rows),
-                "devices": lambda: devices_section(args), "orders": lambda: orders_section(args, rows)}
+                "devices": lambda: devices_section(args), "orders": lambda: orders_section(args, rows),
+                "checkpoints": lambda: checkpoints_section(args, rows)}
     chosen = [args.section] if args.section != "all" else ["zero-shot", "fine-tune", "devices"] + (
         ["orders"] if args.order_init else [])
     for name in chosen:
