@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     problems = _problems(graphs, args.machines, args)
     log = MetricsLog(metrics_path(args.out), updates_before)
     result, wall_s = _train(args, config, problems, log)
+    from policies.rl.gnn.checkpoint import resume_path
     session_updates = result.updates - updates_before
     summary = {"policy": config.kind, "problems": [p.name for p in problems],
                "updates": result.updates, "measurements": result.measurements_used, "budget": args.budget,
@@ -95,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
                "updates_per_s": session_updates / wall_s if wall_s else 0.0,
                "stop_reason": result.stop_reason,
                "checkpoint": str(result.checkpoint) if Path(result.checkpoint).is_file() else None,
+               "resume": str(resume_path(result.checkpoint)) if resume_path(result.checkpoint).is_file() else None,
                "metrics": str(log.path) if log.path.is_file() else None, "metrics_rows": log.rows_written}
     if args.json:
         emit_json(summary)
@@ -369,6 +371,7 @@ def print_summary(summary: dict) -> None:
                                        "session)"),
                          ("stopped by", summary["stop_reason"]),
                          ("checkpoint", summary["checkpoint"] or "not written"),
+                         ("resume file", summary["resume"] or "not written"),
                          ("metrics", summary["metrics"] or "not written")):
         table.add_row(label, value)
     text_console().print(table)

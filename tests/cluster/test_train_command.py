@@ -77,6 +77,7 @@ def test_train__writes_a_checkpoint_and_one_metrics_row_per_update(trained):
     assert [r["iteration"] for r in rows] == list(range(len(rows)))
     assert 40 <= data["measurements"] <= 48 and rows[-1]["measurements_used"] == data["measurements"]
     assert data["stop_reason"] == "budget" and data["checkpoint"] == str(out) and data["policy"] == "gdp"
+    assert data["resume"] == str(out) + ".resume"
 
 
 def test_train__resume_continues_the_same_problems_and_appends_metrics(trained, tmp_path, capsys):
@@ -560,7 +561,8 @@ def test_train__an_interrupt_while_the_teachers_search_writes_nothing(tmp_path, 
     assert "interrupted while its teachers searched: nothing was written" in captured.err
     assert list(tmp_path.iterdir()) == []
     summary = json.loads(captured.out)  # it names no file it never wrote
-    assert (summary["checkpoint"], summary["metrics"], summary["stop_reason"]) == (None, None, "interrupted")
+    assert (summary["checkpoint"], summary["resume"], summary["metrics"], summary["stop_reason"]) == (
+        None, None, None, "interrupted")
 
 
 def test_train__a_crash_before_the_first_checkpoint_writes_nothing_and_the_path_stays_free(tmp_path, monkeypatch):
