@@ -80,6 +80,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     config, graphs, updates_before = check_train_args(args)
     from graphs.families import HELD_OUT
+    from policies.rl.gnn.checkpoint import resume_path
 
     held_out = [g for g in graphs if g in HELD_OUT]
     if held_out:
@@ -88,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
     problems = _problems(graphs, args.machines, args)
     log = MetricsLog(metrics_path(args.out), updates_before)
     result, wall_s = _train(args, config, problems, log)
-    from policies.rl.gnn.checkpoint import resume_path
     session_updates = result.updates - updates_before
     summary = {"policy": config.kind, "problems": [p.name for p in problems],
                "updates": result.updates, "measurements": result.measurements_used, "budget": args.budget,
