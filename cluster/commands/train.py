@@ -95,9 +95,8 @@ def run(args: argparse.Namespace) -> int:
                "wall_s": result.wall_s, "session_wall_s": wall_s, "session_updates": session_updates,
                "updates_per_s": session_updates / wall_s if wall_s else 0.0,
                "stop_reason": result.stop_reason,
-               "checkpoint": str(result.checkpoint) if Path(result.checkpoint).is_file() else None,
-               "resume": str(resume_path(result.checkpoint)) if resume_path(result.checkpoint).is_file() else None,
-               "metrics": str(log.path) if log.path.is_file() else None, "metrics_rows": log.rows_written}
+               "checkpoint": _written(result.checkpoint), "resume": _written(resume_path(result.checkpoint)),
+               "metrics": _written(log.path), "metrics_rows": log.rows_written}
     if args.json:
         emit_json(summary)
     else:
@@ -171,6 +170,11 @@ def check_train_args(args: argparse.Namespace):
     names = [name for name, _, _, _ in _problem_specs(graphs, args.machines, args.groups)]
     state = check_resume(args.out, config, names, _settings(args), args.budget)  # missing, damaged, another run's
     return config, graphs, int(state["progress"].get("updates", 0))
+
+
+def _written(path) -> str | None:
+    """``path`` as the summary names it: None when the run wrote no file there."""
+    return str(path) if Path(path).is_file() else None
 
 
 def expand_graphs(entries: list[str]) -> list[str]:
