@@ -78,7 +78,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config, graphs, updates_before = check_train_args(args)
+    config, graphs, resumed = check_train_args(args)
+    updates_before = 0 if resumed is None else int(resumed["progress"].get("updates", 0))
     from graphs.families import HELD_OUT
     from policies.rl.gnn.checkpoint import resume_path
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
               "never trained on it (the zero-shot figures hold it out)", file=sys.stderr)
     problems = _problems(graphs, args.machines, args)
     log = MetricsLog(metrics_path(args.out), updates_before)
-    result, wall_s = _train(args, config, problems, log)
+    result, wall_s = _train(args, config, problems, log, resumed)
     session_updates = result.updates - updates_before
     summary = {"policy": config.kind, "problems": [p.name for p in problems],
                "updates": result.updates, "measurements": result.measurements_used, "budget": args.budget,
@@ -113,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_train_args(args: argparse.Namespace):
-    """(GnnConfig, graph names with families:N expanded, updates the resumed checkpoint holds or 0); one
-    PlacerError for the first bad input."""
+    """(GnnConfig, graph names with families:N expanded, the checked state of the checkpoint --resume
+    continues or None); one PlacerError for the first bad input."""
     from cluster.jobs.config import check_counts, check_unique
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
@@ -164,12 +165,12 @@ def check_train_args(args: argparse.Namespace):
     if not args.resume:
         if Path(args.out).exists():
             raise PlacerError(f"{args.out} exists: pass --resume to continue it, or choose another path")
-        return config, graphs, 0
+        return config, graphs, None
     from policies.rl.gnn.family import check_resume
 
     names = [name for name, _, _, _ in _problem_specs(graphs, args.machines, args.groups)]
     state = check_resume(args.out, config, names, _settings(args), args.budget)  # missing, damaged, another run's
-    return config, graphs, int(state["progress"].get("updates", 0))
+    return config, graphs, state
 
 
 def _written(path) -> str | None:
@@ -234,9 +235,10 @@ def _settings(args: argparse.Namespace) -> dict:
     return {"groups": list(args.groups), "grouping": args.grouping, "seed": args.seed, **taught}
 
 
-def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):
-    """train_family with the progress bar and the metrics log: (FamilyResult, session seconds). An interrupt
-    stops it between updates, with its checkpoint saved: stop reason "interrupted"."""
+def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog", resumed: dict | None):
+    """train_family with the progress bar and the metrics log, continuing ``resumed`` (the checkpoint state
+    check_train_args read and checked) when given: (FamilyResult, session seconds). An interrupt stops it
+    between updates, with its checkpoint saved: stop reason "interrupted"."""
     import time
     from dataclasses import replace
 
@@ -256,7 +258,7 @@ def _train(args: argparse.Namespace, config, problems: list, log: "MetricsLog"):
             log.append(metrics)
             progress.update(metrics)
 
-        result = train_family(problems, config, args.budget, args.out, resume=args.resume,
+        result = train_family(problems, config, args.budget, args.out, resume=args.resume, resume_state=resumed,
                               time_limit_s=args.time_limit_s, should_stop=lambda: interrupted.pressed,
                               on_update=on_update,
                               checkpoint_every=METRICS_EVERY, teacher_budget=args.teacher_budget,

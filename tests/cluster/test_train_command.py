@@ -80,7 +80,8 @@ def test_train__writes_a_checkpoint_and_one_metrics_row_per_update(trained):
     assert data["resume"] == str(out) + ".resume"
 
 
-def test_train__resume_continues_the_same_problems_and_appends_metrics(trained, tmp_path, capsys):
+def test_train__resume_continues_the_same_problems_and_appends_metrics(trained, tmp_path, capsys, monkeypatch):
+    from policies.rl.gnn import family
     from policies.rl.gnn.checkpoint import read_checkpoint
 
     source, printed = trained
@@ -88,7 +89,10 @@ def test_train__resume_continues_the_same_problems_and_appends_metrics(trained, 
     shutil.copy(source, out)
     shutil.copy(str(source) + ".metrics.parquet", str(out) + ".metrics.parquet")
     before, first = json.loads(printed), _metrics(out)
+    reads, read_resume_state = [], family.read_resume_state
+    monkeypatch.setattr(family, "read_resume_state", lambda *a: reads.append(a) or read_resume_state(*a))
     assert _train(out, "--resume", "--json", budget=96) == 0
+    assert len(reads) == 1  # checked once before training, not read again by train_family
     data = json.loads(capsys.readouterr().out)
     rows = _metrics(out)
     assert data["updates"] > before["updates"] and len(rows) == data["updates"]

@@ -53,14 +53,16 @@ class FamilyResult:
 
 
 def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: int, out: str | Path, *,
-                 resume: bool = False, time_limit_s: float | None = None,
+                 resume: bool = False, resume_state: dict | None = None, time_limit_s: float | None = None,
                  should_stop: Callable[[], bool] | None = None,
                  on_update: Callable[[UpdateMetrics], None] | None = None,
                  checkpoint_every: int = 50, teacher_budget: int = 0, imitation_steps: int = 0,
                  on_teacher: Callable[[str, Teaching | None], None] | None = None,
                  settings: dict | None = None) -> FamilyResult:
     """Train on ``problems`` (see the module docstring). ``settings`` (plain values: how the problems were
-    built, e.g. the grouping) are stored in the checkpoint, and a resumed run must have the same."""
+    built, e.g. the grouping) are stored in the checkpoint, and a resumed run must have the same.
+    ``resume_state``: what ``check_resume`` returned for this run, when the caller checked it already (the
+    checkpoint and its resume file, up to tens of MB, are then not read twice); else ``resume`` reads it."""
     from policies.rl.gnn.trainer import GnnTrainer
     from policies.rl.loop import deterministic_torch
 
@@ -77,7 +79,9 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         progress = {"measurements_used": 0, "wall_s": 0.0, "updates": 0, "problems": names, "budget": budget,
                     "config": {k: v for k, v in vars(config).items()}, "settings": dict(settings or {})}
         if resume:
-            progress = _resumed(out, config, names, dict(settings or {}), trainer, budget, slots)
+            if resume_state is None:
+                resume_state = check_resume(out, config, names, dict(settings or {}), budget)
+            progress = _restored(out, resume_state, trainer, budget, slots)
         before_s = float(progress["wall_s"])
 
         def stop_now() -> str | None:
@@ -238,11 +242,10 @@ def _compact(slot_state: dict) -> dict:
     return {**slot_state, "memo_units": slot_state["memo_units"].to(torch.int16)}
 
 
-def _resumed(out: Path, config: GnnConfig, names: list[str], settings: dict, trainer, budget: int,
-             slots: list[Slot]) -> dict:
-    """The checkpoint's progress, its trainer state loaded into ``trainer`` and each problem's memo of
-    measured placements and best into ``slots`` (a placement measured before the resume costs nothing)."""
-    state = check_resume(out, config, names, settings, budget)
+def _restored(out: Path, state: dict, trainer, budget: int, slots: list[Slot]) -> dict:
+    """The checked checkpoint ``state``'s progress, its trainer state loaded into ``trainer`` and each
+    problem's memo of measured placements and best into ``slots`` (a placement measured before the resume
+    costs nothing)."""
     progress = dict(state["progress"])
     saved_slots = progress.pop("slots", ())  # none for a committed checkpoint or one older than 3 December 2026
     try:
