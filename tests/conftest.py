@@ -62,6 +62,15 @@ def _private_placer_cache(tmp_path_factory):
         os.environ["PLACER_CACHE"] = previous
 
 
+def with_gpu_memory(machine, memory_bytes: int):
+    """``machine`` with every GPU's memory set to ``memory_bytes``."""
+    import dataclasses
+
+    devices = tuple(dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.kind == "gpu" else d
+                    for d in machine.devices)
+    return dataclasses.replace(machine, devices=devices)
+
+
 def policy_placement(graph: OpGraph, machine, name: str) -> np.ndarray:
     """(N,) op placement of a registry policy (``single-gpu``, ``round-robin``, ``device:K``, ...), made the
     way `placer simulate --policy` makes one (scored once by the simulator)."""

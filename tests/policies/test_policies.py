@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -12,10 +11,9 @@ from graphs.opgraph import kind_bit
 from graphs.synthetic import synthetic_graph
 from measurers.catalog import load_machine
 from measurers.sim.lower_bound import lower_bound_from_times
-from measurers.machine import Machine
 from policies.problem import PlacementProblem
 from policies.registry import baseline_names, make_policy
-from conftest import build_graph
+from conftest import build_graph, with_gpu_memory
 
 SEARCHES = ("random", "cem", "annealing")
 NON_EXPERT = tuple(p for p in baseline_names() if p != "expert")
@@ -44,12 +42,6 @@ def problem_for(graph, machine, op_unit=None) -> PlacementProblem:
         op_unit = np.unique(graph.colocation, return_inverse=True)[1].reshape(-1)
     return PlacementProblem(graph, machine, np.asarray(op_unit, dtype=np.int64), times,
                             lower_bound_from_times(graph, times, machine.num_devices))
-
-
-def with_gpu_memory(machine: Machine, memory_bytes: int) -> Machine:
-    devices = tuple(dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.kind == "gpu" else d
-                    for d in machine.devices)
-    return dataclasses.replace(machine, devices=devices)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from conftest import build_graph, training_chain
+from conftest import build_graph, training_chain, with_gpu_memory
 from graphs.opgraph import ANY_DEVICE, kind_bit
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
@@ -20,12 +20,6 @@ from policies.registry import place
 from policies.spill import SpillMove, fit_in_memory, spill
 
 MEMORY_CONSTRAINED = ("m-topo", "m-etf", "m-sct", "heft")
-
-
-def with_gpu_memory(machine: Machine, memory_bytes: int) -> Machine:
-    devices = tuple(dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.kind == "gpu" else d
-                    for d in machine.devices)
-    return dataclasses.replace(machine, devices=devices)
 
 
 def placed(name: str, graph_name: str, machine: Machine):

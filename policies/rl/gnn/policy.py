@@ -6,7 +6,9 @@ pre-trained network or from scratch.
 checkpoint (or ``GnnConfig``'s defaults from scratch); the search's ``hidden_size`` is not used.
 
 With a budget of 1 the answer is the zero-shot placement: one forward pass (Placeto: one greedy pass over
-the groups), one measurement. A larger budget measures that placement first, then fine-tunes on this
+the groups), one measurement. A zero-shot placement whose step would overflow a device's memory (the
+simulator's memory model, which measures nothing) is repaired first as the heuristics' placements are
+(``Slot.fitted``). A larger budget measures that placement first, then fine-tunes on this
 graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
 ``STALL_ITERATIONS`` updates with nothing new end the run as "converged" (as does a first measurement where
 every group has one allowed device: nothing is left to choose). A warm start (op placements,
@@ -163,7 +165,7 @@ class GdpPolicy:
         """Measure the policy's zero-shot placement (GiPH: the start, then its greedy moves one by one, when
         the budget holds them all: the walk's end is the zero-shot answer, which a larger budget must measure)."""
         if trainer.config.kind != "giph" or slot.counter.left < 1 + trainer.config.episode_steps:
-            slot.measure(trainer.greedy(slot, start)[None])
+            slot.measure(slot.fitted(trainer.greedy(slot, start))[None])
             return
         start = slot.fastest_device_start() if start is None else start
         slot.measure(start[None])

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import with_gpu_memory
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
 from policies.problem import make_problem
@@ -234,19 +235,13 @@ def test_fastest_device_start_respects_allowed_devices(make_graph):
     assert set(start[on_gpu]) <= {1, 2} and len(set(start[on_gpu])) == 1  # one GPU takes all it may
 
 
-def _with_gpu_memory(machine, memory_bytes: int):
-    devices = tuple(dataclasses.replace(d, memory_bytes=int(memory_bytes)) if d.kind == "gpu" else d
-                    for d in machine.devices)
-    return dataclasses.replace(machine, devices=devices)
-
-
 def test_fastest_device_start_spills_what_one_gpu_cannot_hold(graph):
     from measurers.sim.reference import Simulator
 
     roomy = make_problem(graph, load_machine("paper-4gpu"), max_groups=16)
     one_gpu = Slot(roomy, counter=None).fastest_device_start()
     assert len(set(one_gpu.tolist())) == 1  # the step fits on one GPU: it all goes there
-    machine = _with_gpu_memory(roomy.machine, 0.95 * roomy.single_device_peak_bytes)  # a GPU holds 95%
+    machine = with_gpu_memory(roomy.machine, 0.95 * roomy.single_device_peak_bytes)  # a GPU holds 95%
     problem = make_problem(graph, machine, max_groups=16)
     start = Slot(problem, counter=None).fastest_device_start()
     counts = np.bincount(start, minlength=machine.num_devices)  # (D,)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import check_a_resume_inside_a_stall, check_stall_count_in_learner_state
+from conftest import check_a_resume_inside_a_stall, check_stall_count_in_learner_state, with_gpu_memory
 from graphs.errors import PlacerError
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
@@ -60,6 +60,27 @@ def test_budget_of_one_measures_the_zero_shot_placement_once(setup, kind):
     greedy = _greedy(kind, problem)
     np.testing.assert_array_equal(result.group_placement, greedy)
     assert result.best.runtime_s == pytest.approx(_runtime_s(problem, measurer, greedy), rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_zero_shot_placement_that_overflows_memory_is_repaired_before_it_is_measured(kind, monkeypatch):
+    """Where the network's placement would overflow a GPU, the one measurement goes to the heuristics'
+    memory repair of it (groups moved off that GPU), not to a placement that fails."""
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    graph = load_graph("synthetic:200")
+    roomy = make_problem(graph, load_machine("paper-2gpu"), max_groups=8)
+    machine = with_gpu_memory(roomy.machine, 0.95 * roomy.single_device_peak_bytes)  # a GPU holds 95%
+    problem, measurer = make_problem(graph, machine, max_groups=8), SimulatorMeasurer(graph, machine)
+    one_gpu = problem.repair_allowed(np.full(problem.num_units, problem.gpu_indices()[0]))  # (G,)
+    [overflowing] = measurer.measure([problem.expand(one_gpu)])
+    assert not overflowing.ok
+    monkeypatch.setattr(GnnTrainer, "greedy", lambda self, slot, start=None: one_gpu.copy())
+    counted = CountingMeasurer(measurer)
+    result = place(kind, problem, counted, 1, 0, **SMALL)
+    assert counted.used == 1 and result.best.ok
+    moved = result.group_placement != one_gpu
+    assert moved.any() and (one_gpu[moved] == problem.gpu_indices()[0]).all()  # moved off the full GPU only
 
 
 @pytest.mark.parametrize("kind", KINDS)
