@@ -50,7 +50,7 @@ def _in(value: int, low: int, high: int, step: int = 1) -> bool:
 
 
 def _check_nmt(c: dict) -> None:
-    assert _in(c["layers"], 1, 4) and _in(c["hidden"], 256, 1024, 128) and _in(c["batch_size"], 16, 128, 16)
+    assert _in(c["layers"], 1, 4) and _in(c["hidden"], 256, 1024, 128) and _in(c["batch_size"], 64, 512, 64)
     assert _in(c["src_len"], 10, 40) and _in(c["tgt_len"], 10, 40)
     assert c["layers"] * (c["src_len"] + c["tgt_len"]) <= NMT_MAX_LAYER_STEPS
     assert _in(c["src_vocab"], 8000, 32000, 1000) and _in(c["tgt_vocab"], 8000, 32000, 1000)
@@ -58,14 +58,14 @@ def _check_nmt(c: dict) -> None:
 
 def _check_rnnlm(c: dict) -> None:
     assert _in(c["layers"], 1, 2) and _in(c["hidden"], 256, 1024, 128) and _in(c["seq_len"], 10, 40)
-    assert _in(c["batch_size"], 16, 128, 16) and _in(c["vocab"], 5000, 20000, 1000)
+    assert _in(c["batch_size"], 64, 512, 64) and _in(c["vocab"], 5000, 20000, 1000)
 
 
 def _check_transformer(c: dict) -> None:
     assert _in(c["layers"], 2, 6) and _in(c["d_model"], 256, 768, 64)
     assert c["d_model"] % c["heads"] == 0 and 32 <= c["d_model"] // c["heads"] <= 128
     assert _in(c["seq_len"], 128, 512, 64) and c["context"] == c["seq_len"]
-    assert _in(c["batch_size"], 2, 16) and _in(c["vocab"], 8000, 50257)
+    assert _in(c["batch_size"], 8, 64, 8) and _in(c["vocab"], 8000, 50257)
 
 
 def _check_cnn(c: dict) -> None:
@@ -74,7 +74,7 @@ def _check_cnn(c: dict) -> None:
     assert all(_in(b, 1, 3) for b in c["blocks"]) and all(_in(b, 2, 4) for b in c["branches"])
     assert all(isinstance(r, bool) for r in c["residual"])
     assert _in(c["width"], 16, 64, 8) and _in(c["image_size"], 32, 224, 16)
-    assert _in(c["batch_size"], 8, 64, 8) and _in(c["classes"], 10, 1000)
+    assert _in(c["batch_size"], 32, 256, 32) and _in(c["classes"], 10, 1000)
 
 
 CHECKS = {"nmt": _check_nmt, "rnnlm": _check_rnnlm, "transformer": _check_transformer, "cnn": _check_cnn}
