@@ -25,7 +25,7 @@ Kinds and ranges (inclusive; "step" is the grid a value is drawn on):
 
 The batch ranges set the scale of a step's memory: one GPU's peak is 2-63% of a K80's 12 GiB across
 ``families:24`` (the held-out graphs: 28-101%; nmt-2, nmt-4, rnnlm: 38-71%). Until 6 December 2026 they were
-4x smaller (peaks of 1-18%), and networks trained on them put heavy groups of large graphs on the CPU
+4x smaller (peaks of 1-18%), and GDP trained on them put heavy groups of resnet-50 on the CPU
 (BENCHMARKS.md, issue 14).
 
 The ranges stay clear of the held-out benchmarks: nmt-8 (8 layers), the GPT-2-small transformer (12 layers,
