@@ -51,6 +51,10 @@ class GnnConfig:
     from varied states."""
     imitation_steps: int = 100
     """Adam steps fitting a warm start (GDP; Placeto starts its episodes at the warm start instead)."""
+    greedy_passes: int = 1
+    """Placeto: greedy passes over the groups in its zero-shot decode, each from where the one before ended,
+    with no measurement in between (training episodes are one pass; ``placer search`` decodes with
+    ``PlacetoPolicy.search_defaults``)."""
     seed: int = 0
     names: InitVar[Mapping[str, str] | None] = None
     """Not a setting (neither stored nor in ``fields()``): what the messages about a bad value call each field,
@@ -75,6 +79,8 @@ class GnnConfig:
                               f"attention heads), got {self.hidden_size}")
         if not 0 <= self.entropy_coeff < math.inf:  # NaN too
             raise PlacerError(f"{name('entropy_coeff')} must be a finite number >= 0, got {self.entropy_coeff}")
+        if self.greedy_passes < 1:
+            raise PlacerError(f"{name('greedy_passes')} must be at least 1, got {self.greedy_passes}")
         if self.episode_steps < 1:
             raise PlacerError(f"{name('episode_steps')} must be at least 1, got {self.episode_steps}")
         if not 0.0 < self.discount <= 1.0:

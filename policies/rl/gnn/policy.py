@@ -217,6 +217,9 @@ class GdpPolicy:
 
 class PlacetoPolicy(GdpPolicy):
     name = "placeto"
+    # Two greedy passes in the zero shot: on the validation draws (families:12:24, paper-2gpu and paper-4gpu)
+    # they gave 0.977x one pass's geometric mean step, three 0.981x, four 0.985x (BENCHMARKS.md, issue 14).
+    search_defaults = {"greedy_passes": 2}
 
 
 class GiphPolicy(GdpPolicy):

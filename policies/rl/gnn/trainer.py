@@ -17,9 +17,9 @@ GiPH (policies/rl/gnn/giph.py), one update per batch of B episodes of relocation
 (training: a random placement or the fastest single device, ``Slot.fastest_device_start``), discounted
 improvement rewards.
 
-``greedy`` placements (the most likely device per group; Placeto: one greedy pass, no measurement in
-between; GiPH: the most likely move ``episode_steps`` times) are the zero-shot answer: one forward pass,
-one measurement.
+``greedy`` placements (the most likely device per group; Placeto: ``greedy_passes`` greedy passes, no
+measurement in between; GiPH: the most likely move ``episode_steps`` times) are the zero-shot answer: one
+forward pass, one measurement.
 """
 
 from __future__ import annotations
@@ -82,14 +82,16 @@ class GnnTrainer:
     # ---- zero shot ------------------------------------------------------------------------------
 
     def greedy(self, slot: Slot, start: np.ndarray | None = None) -> np.ndarray:
-        """(G,) the policy's most likely placement (Placeto: one greedy pass from ``start``)."""
+        """(G,) the policy's most likely placement (Placeto: ``greedy_passes`` greedy passes from ``start``)."""
         with torch.no_grad():
             if self.config.kind == "gdp":
                 return self.net(slot.tensors).argmax(dim=1).numpy().astype(np.int64)
-            start = slot.fastest_device_start() if start is None else start
+            placement = slot.fastest_device_start() if start is None else start
             if self.config.kind == "giph":
-                return self.giph_rollout(slot, start, measure=False)
-            return self._episode(slot, start, 1, greedy=True)[0][0]
+                return self.giph_rollout(slot, placement, measure=False)
+            for _ in range(self.config.greedy_passes):
+                placement = self._episode(slot, placement, 1, greedy=True)[0][0]
+            return placement
 
     # ---- one update -----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from policies.rl.gnn.problems import Slot
 torch.set_num_threads(1)
 SMALL = {"init": "scratch", "hidden_size": 8, "num_layers": 1, "batch_size": 4}
 KINDS = ("gdp", "placeto")
+SEED_WHOSE_SECOND_PASS_MOVES = 25  # a scratch network whose second greedy pass moves groups
 
 
 
@@ -227,7 +228,8 @@ def test_visit_orders_visit_every_group_once(setup, order):
 
 @pytest.mark.parametrize("options, word", [({"kind": "seq2seq"}, "seq2seq"), ({"order": "dfs"}, "dfs"),
                                            ({"batch_size": 1}, "batch_size"), ({"hidden_size": 2}, "hidden_size"),
-                                           ({"lr": 0.0}, "lr"), ({"failure_factor": 1.0}, "failure_factor")])
+                                           ({"lr": 0.0}, "lr"), ({"failure_factor": 1.0}, "failure_factor"),
+                                           ({"greedy_passes": 0}, "greedy_passes")])
 def test_bad_settings_are_refused(options, word):
     with pytest.raises(PlacerError, match=word):
         GnnConfig(**options)
@@ -323,3 +325,27 @@ def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_i
     with pytest.raises(PlacerError, match=message) as error:
         make_policy("gdp", context=context, **SMALL)
     assert str(path) in str(error.value)
+
+
+
+def test_placeto_zero_shot_passes_chain_from_where_the_last_pass_ended(setup):
+    """Each greedy pass starts at the placement the pass before ended at (no measurement in between), and
+    ``placer search`` decodes placeto's zero shot with two."""
+    from dataclasses import replace
+
+    from policies.rl.gnn.trainer import GnnTrainer
+    from policies.rl.loop import deterministic_torch
+
+    problem = setup[0]
+    config = make_policy("placeto", **SMALL).config(SEED_WHOSE_SECOND_PASS_MOVES)
+    assert config.greedy_passes == 2
+    slot = Slot(problem, counter=None)
+    with deterministic_torch():
+        trainer = GnnTrainer(replace(config, greedy_passes=1))
+    passes = [slot.fastest_device_start()]
+    for _ in range(3):
+        passes.append(trainer.greedy(slot, passes[-1]))
+    assert not np.array_equal(passes[1], passes[2]) and not np.array_equal(passes[2], passes[3])
+    for count in (2, 3):
+        trainer.config = replace(config, greedy_passes=count)
+        np.testing.assert_array_equal(trainer.greedy(slot), passes[count])
