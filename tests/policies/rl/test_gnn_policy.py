@@ -327,7 +327,6 @@ def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_i
     assert str(path) in str(error.value)
 
 
-
 def test_placeto_zero_shot_passes_chain_from_where_the_last_pass_ended(setup):
     """Each greedy pass starts at the placement the pass before ended at (no measurement in between), and
     ``placer search`` decodes placeto's zero shot with two."""
