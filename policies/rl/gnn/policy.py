@@ -5,11 +5,11 @@ pre-trained network or from scratch.
 ``checkpoint.pretrained_path``) or ``"scratch"`` (fresh weights). The network's size comes from the
 checkpoint (or ``GnnConfig``'s defaults from scratch); the search's ``hidden_size`` is not used.
 
-With a budget of 1 the answer is the zero-shot placement: one forward pass (Placeto: one greedy pass over
-the groups), one measurement. A zero-shot placement whose step would overflow a device's memory (the
-simulator's memory model, which measures nothing) is repaired first as the heuristics' placements are
-(``Slot.fitted``). A larger budget measures that placement first, then fine-tunes on this
-graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
+With a budget of 1 the answer is the zero-shot placement: one forward pass (Placeto: ``greedy_passes``
+greedy passes over the groups, two in a search), one measurement. A zero-shot placement whose step would
+overflow a device's memory (the simulator's memory model, which measures nothing) is repaired first as the
+heuristics' placements are (``Slot.fitted``). A larger budget measures that placement first, then fine-tunes
+on this graph (``GnnTrainer.iterate``) until the budget is spent; a placement sampled again costs nothing, and
 ``STALL_ITERATIONS`` updates with nothing new end the run as "converged" (as does a first measurement where
 every group has one allowed device: nothing is left to choose). A warm start (op placements,
 best first) is measured in the budget: GDP imitates the best that ran, Placeto starts its episodes there.
