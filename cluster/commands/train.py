@@ -119,6 +119,7 @@ def check_train_args(args: argparse.Namespace):
     from cluster.jobs.config import check_counts, check_unique
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
+    from policies.rl.gnn.checkpoint import resume_path
     from policies.rl.gnn.config import GnnConfig
 
     giph = {key: value for key, value in (("episode_steps", args.episode_steps), ("discount", args.discount))
@@ -158,10 +159,10 @@ def check_train_args(args: argparse.Namespace):
         raise PlacerError(f"--teacher-budget {args.teacher_budget} for each of {problems} "
                           f"problem{'s' * (problems != 1)} spends {args.teacher_budget * problems} of --budget "
                           f"{args.budget}: too little is left to learn from rewards")
-    metrics = metrics_path(args.out)
-    if metrics.exists() and not metrics.is_file():  # found only when training writes it
-        raise PlacerError(f"{metrics}, where the metrics of -o {args.out} go, is not a file: move it or choose "
-                          "another -o")
+    for beside, what in ((metrics_path(args.out), "the metrics"), (resume_path(args.out), "the resume state")):
+        if beside.exists() and not beside.is_file():  # found only when training writes it, its budget spent
+            raise PlacerError(f"{beside}, where {what} of -o {args.out} go, is not a file: move it or choose "
+                              "another -o")
     if not args.resume:
         if Path(args.out).exists():
             raise PlacerError(f"{args.out} exists: pass --resume to continue it, or choose another path")

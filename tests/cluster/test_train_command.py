@@ -592,13 +592,16 @@ def test_train__a_crash_before_the_first_checkpoint_writes_nothing_and_the_path_
     assert _train(out) == 0 and out.is_file()
 
 
-def test_train__a_folder_where_the_metrics_go_is_refused_before_training(tmp_path, capsys):
-    """Found only when the metrics were first written, after training; the checkpoint it had written then
-    made the same command fail as "exists"."""
+@pytest.mark.parametrize("suffix, what", [(".metrics.parquet", "the metrics"), (".resume", "the resume state")])
+def test_train__a_folder_where_the_metrics_or_the_resume_state_go_is_refused_before_training(tmp_path, capsys,
+                                                                                              suffix, what):
+    """Found only when they were first written: the metrics after training (the checkpoint written then made
+    the same command fail as "exists"); the resume state at the first save, which it precedes, so no
+    checkpoint was written at all."""
     out = tmp_path / "c.pt"
-    Path(str(out) + ".metrics.parquet").mkdir()
+    Path(str(out) + suffix).mkdir()
     assert _train(out) == 2
-    assert "c.pt.metrics.parquet, where the metrics of -o" in one_placer_error(capsys)
+    assert f"c.pt{suffix}, where {what} of -o" in one_placer_error(capsys)
     assert not out.exists()
 
 

@@ -6,7 +6,7 @@ import math
 from dataclasses import InitVar, dataclass
 from typing import Mapping
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
 from policies.base import FAILURE_FACTOR, check_seed
 
 KINDS = ("gdp", "placeto", "giph")
@@ -16,6 +16,7 @@ ORDERS = ("topo", "reverse-topo", "bfs", "random")
 GDP_ATTENTION_HEADS = 4  # GDP's attention across groups splits hidden_size among this many heads
 MAX_HIDDEN, MAX_LAYERS = 4096, 64  # far above what trains here; a checkpoint claiming more is damaged
 MAX_LR = 1.0  # Adam's step size: beyond it the weights become NaN within an update
+COUNTS = ("hidden_size", "num_layers", "batch_size", "episode_steps", "imitation_steps", "greedy_passes")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class GnnConfig:
         def name(field: str) -> str:
             return (names or {}).get(field, field)
 
+        for field in COUNTS:
+            if not is_whole_number(getattr(self, field)):
+                raise PlacerError(f"{name(field)} must be a whole number, got {getattr(self, field)!r}")
         if self.kind not in KINDS:
             raise PlacerError(f"unknown graph-neural policy {self.kind!r} (known: {', '.join(KINDS)})")
         if self.order not in ORDERS:
@@ -79,6 +83,10 @@ class GnnConfig:
                               f"attention heads), got {self.hidden_size}")
         if not 0 <= self.entropy_coeff < math.inf:  # NaN too
             raise PlacerError(f"{name('entropy_coeff')} must be a finite number >= 0, got {self.entropy_coeff}")
+        if not 0 < self.grad_clip < math.inf:  # NaN too; 0 would zero every update, below it ascend
+            raise PlacerError(f"{name('grad_clip')} must be a finite number above 0, got {self.grad_clip}")
+        if self.imitation_steps < 0:
+            raise PlacerError(f"{name('imitation_steps')} must be at least 0, got {self.imitation_steps}")
         if self.greedy_passes < 1:
             raise PlacerError(f"{name('greedy_passes')} must be at least 1, got {self.greedy_passes}")
         if self.episode_steps < 1:

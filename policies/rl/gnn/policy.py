@@ -119,7 +119,6 @@ class GdpPolicy:
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         from policies.rl.loop import deterministic_torch
-        from policies.rl.warm_start import measure_warm_start
 
         check_budget(budget)
         if self.torch_threads is not None:
@@ -130,13 +129,12 @@ class GdpPolicy:
             trainer = self._trainer(self.config(seed))
             slot = Slot(problem, counter, trainer.config.failure_factor)
             resumed = first and self._resume(trainer, slot)
-            start, warm_runtime_s = None, math.nan
+            start = None
             notes = [f"weights: {self.initial.source}" if first else "weights: kept from the previous place call"]
             if not resumed:
-                warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
-                if warm is not None:
-                    start, warm_runtime_s = warm.unit_placement, warm.runtime_s
-                    slot.record(start, warm.runtime_s)  # fine-tuning improves on it, and never reports worse
+                warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
+                if warm is not None:  # in the memo: fine-tuning improves on it, and never reports worse
+                    start = warm.unit_placement
                     if trainer.config.kind == "gdp":
                         trainer.imitate([slot], [start], trainer.config.imitation_steps)
                     notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
@@ -146,7 +144,7 @@ class GdpPolicy:
         if trainer.learner_s:
             notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each")
         found = replace(search_result(self.name, problem, counter, "; ".join(notes)),
-                        warm_start_runtime_s=warm_runtime_s)
+                        warm_start_runtime_s=slot.warm_start_runtime_s)  # a resumed run's too
         return self._with_slot_best(found, problem, slot, stop_reason, trainer)
 
     def _trainer(self, config: GnnConfig):
@@ -163,13 +161,15 @@ class GdpPolicy:
 
     def _zero_shot(self, trainer, slot: Slot, start: np.ndarray | None) -> None:
         """Measure the policy's zero-shot placement (GiPH: the start, then its greedy moves one by one, when
-        the budget holds them all: the walk's end is the zero-shot answer, which a larger budget must measure)."""
+        the budget holds them all: the walk's end, repaired where it would overflow, is the zero-shot answer,
+        which a larger budget must measure too)."""
         if trainer.config.kind != "giph" or slot.counter.left < 1 + trainer.config.episode_steps:
             slot.measure(slot.fitted(trainer.greedy(slot, start))[None])
             return
         start = slot.fastest_device_start() if start is None else start
         slot.measure(start[None])
-        trainer.giph_rollout(slot, start, measure=True)
+        end = trainer.giph_rollout(slot, start, measure=True)
+        slot.measure(slot.fitted(end)[None])  # free when the end fits: the memo has it
 
     def _fine_tune(self, trainer, slot: Slot, start: np.ndarray | None) -> str:
         """Update until the budget, the time limit, the stop flag or a stall ends the run; the stop reason.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -16,6 +17,9 @@ from graphs.features import FEATURE_COLUMNS
 from policies.base import FAILED_COST_S, FAILURE_FACTOR, BudgetedMeasurer, RunContext
 from policies.problem import PlacementProblem
 from policies.rl.gnn.inputs import GraphInputs, graph_inputs
+
+if TYPE_CHECKING:
+    from policies.rl.warm_start import WarmStart
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Slot:
     best_runtime_s: float = math.inf
     best_units: np.ndarray | None = None  # (G,) int64
     worst_ok_s: float = 0.0
+    warm_start_runtime_s: float = math.nan  # the best warm-start candidate's step, once measured here
     _start: np.ndarray | None = field(default=None, init=False, repr=False)  # fastest_device_start's answer
 
     def __post_init__(self) -> None:
@@ -65,7 +70,8 @@ class Slot:
         return {"measurements_used": self.counter.used, "best_runtime_s": self.best_runtime_s,
                 "best_units": None if self.best_units is None else torch.from_numpy(self.best_units),
                 "num_groups": self.num_groups, "num_devices": self.problem.num_devices,
-                "worst_ok_s": self.worst_ok_s, "memo_units": torch.from_numpy(memo_units.copy()),
+                "worst_ok_s": self.worst_ok_s, "warm_start_runtime_s": self.warm_start_runtime_s,
+                "memo_units": torch.from_numpy(memo_units.copy()),
                 "memo_cost_s": torch.tensor([self.memo[k] for k in keys], dtype=torch.float64)}
 
     def load_progress(self, state: dict) -> None:
@@ -76,6 +82,7 @@ class Slot:
         for units, cost in zip(state["memo_units"].numpy(), state["memo_cost_s"].tolist()):
             self.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = float(cost)  # not measured again
         self.worst_ok_s = float(state["worst_ok_s"])
+        self.warm_start_runtime_s = float(state.get("warm_start_runtime_s", math.nan))  # older files: none kept
 
     @property
     def position(self) -> np.ndarray:
@@ -92,8 +99,9 @@ class Slot:
         return np.maximum(share, 0.1)
 
     def measure(self, units: np.ndarray) -> np.ndarray:
-        """(B, G) unit placements -> (B,) runtimes (inf for failures, and for rows past the budget). Each
-        placement not measured before is measured once, all in one call; repeats are free."""
+        """(B, G) unit placements -> (B,) costs: the runtime, ``measurement_cost_s`` for a failure (at least
+        FAILED_COST_S), inf for rows past the budget. Each placement not measured before is measured once, all
+        in one call; repeats are free."""
         units = np.ascontiguousarray(units, dtype=np.int64)
         keys = [row.tobytes() for row in units]
         unseen = list(dict.fromkeys(k for k in keys if k not in self.memo))[: max(self.counter.left, 0)]
@@ -114,6 +122,22 @@ class Slot:
             self.worst_ok_s = max(self.worst_ok_s, float(cost))
             if cost < self.best_runtime_s:
                 self.best_runtime_s, self.best_units = float(cost), units.copy()
+
+    def measure_warm_start(self, placements) -> "WarmStart | None":
+        """A warm start's candidates (op placements, best first) measured in the budget
+        (``policies.rl.warm_start``), each remembered as measured here (sampled again, it costs nothing), and
+        the best that ran ok (None when none did)."""
+        from policies.base import measurement_cost_s
+        from policies.rl.warm_start import best_candidate, measure_candidates
+
+        measured = measure_candidates(self.problem, self.counter, placements)
+        capacity = self.problem.capacity_bytes()
+        for candidate in measured:
+            self.record(candidate.unit_placement, measurement_cost_s(candidate.measurement, capacity))
+        best = best_candidate(measured)
+        if best is not None:
+            self.warm_start_runtime_s = best.runtime_s
+        return best
 
     def scored(self, runtimes: np.ndarray) -> np.ndarray:
         """Runtimes with failures (and unmeasured rows) as ``failure_factor`` times the worst ok runtime."""
@@ -237,8 +261,11 @@ def resume_learner(context: RunContext, policy: str, trainer, slot: Slot, networ
     if network is not None:
         saved = state.get("trainer")
         check_weights(path, trainer.net, saved.get("net") if isinstance(saved, dict) else saved, network)
-    trainer.load_state(state["trainer"])
-    slot.load_progress(state)
+    try:
+        trainer.load_state(state["trainer"])
+        slot.load_progress(state)
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:  # a section missing or misshapen
+        raise PlacerError(f"{path}: its learner state cannot be restored ({type(exc).__name__}: {exc})") from None
     return True
 
 

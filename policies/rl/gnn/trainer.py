@@ -209,7 +209,8 @@ class GnnTrainer:
     def imitate(self, slots: list[Slot], targets: list[np.ndarray], steps: int) -> float:
         """Fit the policy to the placements ``targets`` (one (G,) per slot) with ``steps`` Adam steps of
         their own (the RL optimizer's moments are left alone), visiting the slots in reshuffled rounds;
-        returns the mean cross-entropy of the last round. GiPH learns from rewards only."""
+        returns the mean cross-entropy of the last round (partial when ``steps`` is no multiple of the slots).
+        GiPH learns from rewards only."""
         if self.config.kind == "giph":
             raise PlacerError("giph learns from rewards only: it has no imitation of a teacher (--teacher-budget) "
                               "and starts its episodes at a warm start instead")

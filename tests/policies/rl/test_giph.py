@@ -182,6 +182,31 @@ def test_every_budget_above_one_measures_the_zero_shot_placement(setup):
     assert all(zero_shot in measured for measured in placements.values()), placements
 
 
+def test_a_walk_that_ends_overflowing_memory_is_repaired_at_every_budget(monkeypatch):
+    """Budget 1 measured the repaired end of the greedy walk; a budget that holds the walk measured its end
+    as it was, out of memory, and never the zero-shot answer."""
+    from conftest import with_gpu_memory
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    graph = load_graph("synthetic:200")
+    roomy = make_problem(graph, load_machine("paper-2gpu"), max_groups=8)
+    machine = with_gpu_memory(roomy.machine, 0.95 * roomy.single_device_peak_bytes)  # a GPU holds 95%
+    problem, measurer = make_problem(graph, machine, max_groups=8), SimulatorMeasurer(graph, machine)
+    last_gpu = problem.gpu_indices()[-1]  # not the start's GPU, so its repair is not the start
+    one_gpu = problem.repair_allowed(np.full(problem.num_units, last_gpu))  # (G,) overflows
+    monkeypatch.setattr(GnnTrainer, "greedy", lambda self, slot, start=None: one_gpu.copy())
+    monkeypatch.setattr(GnnTrainer, "giph_rollout", lambda self, slot, start, measure=True: one_gpu.copy())
+    measured = {}
+    for budget in (1, 20):
+        seen = []
+        GiphPolicy(**SMALL_OPTIONS, episode_steps=3).place(
+            problem, measurer, budget, 0, on_measurement=lambda placement, *rest: seen.append(tuple(placement)))
+        measured[budget] = seen
+    (zero_shot,) = measured[1]
+    assert zero_shot != tuple(problem.expand(one_gpu))  # repaired
+    assert zero_shot in measured[20]
+
+
 def test_second_place_on_a_smaller_machine_keeps_the_network_and_starts_at_the_warm_start(setup):
     problem, measurer = setup
     graph, machine = problem.graph, problem.machine

@@ -26,9 +26,6 @@ KINDS = ("gdp", "placeto")
 SEED_WHOSE_SECOND_PASS_MOVES = 25  # a scratch network whose second greedy pass moves groups
 
 
-
-
-
 @pytest.fixture(scope="module")
 def setup():
     graph, machine = load_graph("synthetic:200"), load_machine("paper-2gpu")
@@ -115,6 +112,43 @@ def test_warm_start_is_never_lost(setup, kind):
     assert counted.used <= 12
     assert result.best.ok and result.best.runtime_s <= warm_s * (1 + 1e-9)
     assert result.warm_start_runtime_s == pytest.approx(warm_s)  # the search's "warm start on the searched groups"
+
+
+def test_every_warm_start_candidate_measured_is_in_the_memo(setup):
+    """Only the best used to be: a candidate sampled again later was measured again, and paid for twice."""
+    problem, measurer = setup
+    counter = BudgetedMeasurer(CountingMeasurer(measurer), 10, problem.capacity_bytes(), DecisionClock())
+    slot = Slot(problem, counter)
+    candidates = [place(name, problem, measurer, 1, 0).op_placement for name in ("m-etf", "single-gpu")]
+    runtimes = [_runtime_s(problem, measurer, problem.collapse(c)) for c in candidates]
+    warm = slot.measure_warm_start(candidates)
+    assert counter.used == 2 and warm.runtime_s == min(runtimes) == slot.warm_start_runtime_s
+    again = slot.measure(np.stack([problem.collapse(c) for c in candidates]))
+    assert counter.used == 2 and again.tolist() == pytest.approx(runtimes)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_resumed_run_reports_its_warm_start(setup, kind, tmp_path):
+    problem, measurer = setup
+    warm = place("m-etf", problem, measurer, 1, 0).op_placement
+    warm_s = _runtime_s(problem, measurer, problem.collapse(warm))
+    context = RunContext(checkpoint_dir=tmp_path)
+    make_policy(kind, context=context, warm_start=[warm], **SMALL).place(problem, measurer, 12, 0)
+    resumed = make_policy(kind, context=context, warm_start=[warm], **SMALL).place(problem, measurer, 24, 0)
+    assert resumed.warm_start_runtime_s == pytest.approx(warm_s)
+
+
+def test_a_learner_to_resume_missing_a_section_is_refused_naming_it(setup, tmp_path):
+    problem, measurer = setup
+    context = RunContext(checkpoint_dir=tmp_path)
+    make_policy("placeto", context=context, **SMALL).place(problem, measurer, 8, 0)
+    path = tmp_path / "learner.pt"
+    state = torch.load(path, weights_only=True)
+    del state["worst_ok_s"]
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match="cannot be restored.*worst_ok_s") as error:
+        make_policy("placeto", context=context, **SMALL).place(problem, measurer, 16, 0)
+    assert str(path) in str(error.value)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -229,7 +263,11 @@ def test_visit_orders_visit_every_group_once(setup, order):
 @pytest.mark.parametrize("options, word", [({"kind": "seq2seq"}, "seq2seq"), ({"order": "dfs"}, "dfs"),
                                            ({"batch_size": 1}, "batch_size"), ({"hidden_size": 2}, "hidden_size"),
                                            ({"lr": 0.0}, "lr"), ({"failure_factor": 1.0}, "failure_factor"),
-                                           ({"greedy_passes": 0}, "greedy_passes")])
+                                           ({"greedy_passes": 0}, "greedy_passes"), ({"grad_clip": 0.0}, "grad_clip"),
+                                           ({"grad_clip": -1.0}, "grad_clip"), ({"grad_clip": float("nan")}, "grad_clip"),
+                                           ({"imitation_steps": -5}, "imitation_steps"),
+                                           ({"batch_size": 2.5}, "batch_size.*whole number"),
+                                           ({"num_layers": 2.0}, "num_layers.*whole number")])
 def test_bad_settings_are_refused(options, word):
     with pytest.raises(PlacerError, match=word):
         GnnConfig(**options)

@@ -66,7 +66,6 @@ class HsdagPolicy:
 
     def place(self, problem, measurer, budget: int, seed: int, on_measurement=None) -> PolicyResult:
         from policies.rl.loop import deterministic_torch
-        from policies.rl.warm_start import measure_warm_start
 
         check_budget(budget)
         if self.torch_threads is not None:
@@ -76,16 +75,14 @@ class HsdagPolicy:
         slot = Slot(problem, counter, config.failure_factor)
         edges = ParseEdges.of(slot.tensors)
         kept = " (kept from the last run)" if self.trainer else ""
-        notes, warm_runtime_s = [f"weights: {config.init}{kept}"], math.nan
+        notes = [f"weights: {config.init}{kept}"]
         with deterministic_torch():
             first = self.trainer is None
             trainer = self._trainer(config)
             if not (first and self._resume(trainer, slot)):  # a later call is another problem: nothing to resume
-                warm = measure_warm_start(problem, counter, self.warm_start) if self.warm_start else None
-                if warm is not None:
-                    slot.record(warm.unit_placement, warm.runtime_s)  # training never reports worse
+                warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
+                if warm is not None:  # in the memo: training never reports worse
                     trainer.imitate(slot, edges, warm.unit_placement, config.imitation_steps)
-                    warm_runtime_s = warm.runtime_s
                     notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
                 slot.measure(trainer.greedy(slot, edges)[None])
             stop_reason, groups = self._train(trainer, slot, edges)
@@ -97,7 +94,8 @@ class HsdagPolicy:
         best_op = None if slot.best_units is None else problem.expand(slot.best_units)
         spu = float(np.mean(trainer.learner_s)) if trainer.learner_s else math.nan
         return with_run_best(found, problem, best_op, slot.best_runtime_s, measurements=slot.counter.used,
-                             stop_reason=stop_reason, seconds_per_update=spu, warm_start_runtime_s=warm_runtime_s)
+                             stop_reason=stop_reason, seconds_per_update=spu,
+                             warm_start_runtime_s=slot.warm_start_runtime_s)  # a resumed run's too
 
     def _trainer(self, config: HsdagConfig) -> HsdagTrainer:
         """The kept trainer with a fresh optimizer, or a new one (weights seeded by ``config.seed``)."""
