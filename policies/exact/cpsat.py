@@ -239,12 +239,15 @@ def _stopped_by_ctrl_c(solver: cp_model.CpSolver):
     """Ctrl-C stops the search and is raised as KeyboardInterrupt once ``solve`` returns. CP-SAT's own
     handler stopped it and swallowed the signal: the caller went on with the solution so far as if the time
     limit had come (a search measured it, then ran its bound). Python's handler, which marks the signal, is
-    left in place; a thread reading its wakeup file stops the search. Only where Ctrl-C is Python's default."""
+    left in place; a thread reading its wakeup file stops the search. Only where Ctrl-C is Python's default;
+    elsewhere (a solve in a background thread: the proven bound while a search runs) CP-SAT is still kept off
+    SIGINT, whose handler it would leave at the system default when it returns: the next Ctrl-C killed the
+    process, with no interrupted result and Ray's workers left running."""
+    solver.parameters.catch_sigint_signal = False
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
         return
-    solver.parameters.catch_sigint_signal = False
     reader, writer = socket.socketpair()
     reader.setblocking(False)
     writer.setblocking(False)

@@ -134,13 +134,17 @@ class ExactPolicy:
         reaches it (that bound alone can be twice the optimum: tests/policies/test_exact_relaxed.py
         ``near_tie_problem``)."""
         target_s = counter.best_cost_s - run.tolerance_s
+
+        def below(bound_s: float) -> bool:  # under a bound that holds for the simulator: a noisy or real measurer
+            return quotient.single_op and counter.best_cost_s < bound_s - run.tolerance_s
+
         if solution.bound_s < target_s:
             return False
         if proof_deadline is None:
-            return True
+            return not below(solution.bound_s)
         if run.proof is None:
             run.proof = self._free_order_bound(problem, quotient, run, proof_deadline, seed)
-        return run.proof is not None and run.proof.bound_s >= target_s
+        return run.proof is not None and run.proof.bound_s >= target_s and not below(run.proof.bound_s)
 
     def _place_relaxed(self, problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> PolicyResult:
         """solver "highs": placements of the simulator's relaxation, measured (policies/exact/relaxed_search.py)."""

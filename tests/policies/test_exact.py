@@ -114,10 +114,12 @@ def test_exact__when_the_dispatch_rules_model_finds_nothing_the_free_order_model
 @pytest.mark.parametrize("solver", ["cpsat", "highs"])
 def test_exact__a_noisy_measurer_below_the_bound_proves_nothing(synthetic10, solver):
     """With --noise a measured step can come out below the bound, which holds for the noise-free simulator:
-    exact said "proven best for the measurer" (the exhaustive optimum, 0.000368597 s, is above it)."""
+    exact said "proven best for the measurer" (the exhaustive optimum, 0.000368597 s, is above it), and
+    stopped there as converged, after one measurement, the rest of its budget unspent."""
     noisy = SimulatorMeasurer(synthetic10.graph, synthetic10.machine, noise_std=0.05, seed=1)
-    result = place("exact", synthetic10, noisy, 20, 0, time_limit_s=30, solver=solver)
+    result = place("exact", synthetic10, noisy, 8, 0, time_limit_s=30, solver=solver)
     assert result.best.runtime_s < result.solver_bound_s * 0.99
+    assert result.stop_reason == "budget" and result.measurements == 8
     assert "proven best" not in result.notes
     assert "measured below the bound: the measurer is not the noise-free simulator it holds for" in result.notes
 
@@ -298,3 +300,33 @@ def test_cpsat_solve__ctrl_c_stops_the_search_and_is_raised():
             solver.solve(model)
     timer.join()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_cpsat_solve__in_a_background_thread_leaves_ctrl_c_to_python():
+    """The proven bound solves CP-SAT in a thread while a search runs. CP-SAT took SIGINT there and left
+    its handler at the system default: the search's next Ctrl-C killed the process (exit 130, no
+    KeyboardInterrupt), with no interrupted result and Ray's workers left running."""
+    import subprocess
+    import sys
+
+    script = """
+import os, signal, threading, time
+from graphs.registry import load_graph
+from measurers.catalog import load_machine
+from policies.exact.cpsat import ExactModel
+from policies.exact.quotient import quotient_graph
+from policies.problem import make_problem
+graph, machine = load_graph("synthetic:10"), load_machine("paper-2gpu")
+problem = make_problem(graph, machine, max_groups=16)
+model = ExactModel(quotient_graph(problem), machine, problem.capacity_bytes())
+solving = threading.Thread(target=lambda: model.solve(5.0, num_workers=1))
+solving.start()
+solving.join()
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(2)
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "KeyboardInterrupt", (done.returncode, done.stderr[-2000:])
