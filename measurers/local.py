@@ -5,10 +5,12 @@
 - one GPU device per CUDA device torch sees (inside a Ray actor: the GPUs Ray gave it, through
   ``CUDA_VISIBLE_DEVICES``), named ``gpu:0``... in torch's order, with the real name and memory.
 
-Speeds come from the catalog profile whose model name appears in the device's name (``"NVIDIA H200"`` ->
-``H200``, ``"Intel(R) Xeon(R) Platinum 8480+"`` -> ``Xeon-8480``); otherwise from a generic profile
-(CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle). Links: PCIe 4.0 x16 figures between the CPU and each GPU
-(one channel per direction per GPU) and, between GPUs, one egress channel per GPU.
+Speeds come from the catalog profile whose model name's parts appear, in order, among the words of the
+device's name (``catalog_model``: ``"NVIDIA H200"`` -> ``H200``, ``"NVIDIA H100 PCIe"`` -> ``H100-PCIe``,
+``"Intel(R) Xeon(R) CPU E5-2699 v3 @ 2.30GHz"`` -> ``Xeon-E5-2699v3``; ``"NVIDIA L40S"`` is not ``L4``);
+otherwise from a generic profile (CPU: cores x 2.5 GHz x 32 fp32 FLOP/cycle). Links: host copies as the torch
+measurer makes them (pageable memory, ``HOST_COPY_*``) between the CPU and each GPU (one channel per direction
+per GPU) and, between GPUs, PCIe 4.0 x16 figures with one egress channel per GPU.
 """
 
 from __future__ import annotations
@@ -42,15 +44,38 @@ def total_memory_bytes(meminfo: str) -> int:
 
 
 def catalog_model(device_name: str, kind: str) -> str | None:
-    """The catalog profile whose model appears in ``device_name`` (the longest such model), if any."""
-    found = []
-    for model, profile in device_profiles().items():
-        if profile.get("kind") != kind:
-            continue
-        key = model.split("-")[-1] if kind == "cpu" else model  # "Xeon-8480" matches "... 8480+"
-        if re.search(rf"(?<![0-9A-Za-z]){re.escape(key)}", device_name):
-            found.append(model)
+    """The catalog profile of ``kind`` whose model appears in ``device_name`` (the longest such model), if any:
+    the model's words ("Xeon-E5-2699v3": xeon, e5, 2699v3) appear in the name's words in that order, others
+    between them allowed ("(R) CPU"), each as one word or as consecutive words run together ("2699 v3"), and
+    never as part of a longer word ("L4" is not in "L40S", nor "H100" in "H1000")."""
+    name_words = _words(device_name)
+    found = [model for model, profile in device_profiles().items()
+             if profile.get("kind") == kind and _in_order(_words(model), name_words)]
     return max(found, key=len) if found else None
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[0-9a-z]+", text.lower())
+
+
+def _in_order(words: list[str], name_words: list[str]) -> bool:
+    at = 0
+    for word in words:
+        while at < len(name_words) and _run_end(word, name_words, at) is None:
+            at += 1
+        if at == len(name_words):
+            return False
+        at = _run_end(word, name_words, at)
+    return True
+
+
+def _run_end(word: str, name_words: list[str], start: int) -> int | None:
+    """The index after the consecutive name words from ``start`` that run together spell ``word``, if any."""
+    run, end = "", start
+    while end < len(name_words) and len(run) < len(word):
+        run += name_words[end]
+        end += 1
+    return end if run == word else None
 
 
 def cpu_device(name: str, cores: int, memory_bytes: int) -> Device:

@@ -33,11 +33,11 @@ def machine_from_json(data: object, where: str = "machine", base_dir: Path | Non
     name = _field(data, "name", str, where)
     devices = _field(data, "devices", list, where)
     links = _field(data, "links", list, where)
-    description = data.get("description", "")
     unknown = set(data) - {"name", "devices", "links", "description", "profile"}
     if unknown:
         raise PlacerError(f"{where}: unknown field {sorted(unknown)[0]!r}")
-    profile = str(data.get("profile", ""))
+    description = _field(data, "description", str, where) if "description" in data else ""
+    profile = _field(data, "profile", str, where) if "profile" in data else ""
     if profile:
         profile_path = Path(profile) if base_dir is None else Path(base_dir) / profile
         if problem := file_problem(profile_path):
@@ -135,6 +135,8 @@ def _field(data: dict, key: str, expected, where: str):
             raise PlacerError(f"{where}: field {key!r} must be a number, got {value!r}")
         if not _is_finite(value):
             raise PlacerError(f"{where}: field {key!r} must be finite, got {_short_repr(value)}")
+        if key == "memory_bytes" and value != int(value):  # 1.5 was truncated to a 1-byte device
+            raise PlacerError(f"{where}: field 'memory_bytes' must be a whole number of bytes, got {value!r}")
         return float(value) if key != "memory_bytes" else value
     expected_type = {"str": str, "list": list}.get(expected, expected) if isinstance(expected, str) else expected
     if expected_type in (str, list) and not isinstance(value, expected_type):

@@ -227,6 +227,9 @@ def load_profile(path: str | os.PathLike) -> OpProfile:
             graph_hash = _graph_hash_of(data, where)
             entries = data["entries"]
             columns = {key: [entry[key] for entry in entries] for key in ("op", "device_model", "time_s")}
+        bad = next((t for t in columns["time_s"] if isinstance(t, bool) or not isinstance(t, (int, float))), None)
+        if bad is not None:  # float() took true as 1 s and "0.25" as 0.25 s
+            raise PlacerError(f"{where}: field 'time_s' must hold numbers, got {bad!r}")
         times = [float(t) for t in columns["time_s"]]
     except PlacerError:
         raise

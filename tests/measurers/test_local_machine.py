@@ -30,11 +30,18 @@ def test_local_machine__unknown_devices_get_generic_profiles():
     assert "Mystery" in gpu.model and gpu.memory_bytes == 4 * 2**30 and gpu.peak_flops > cpu.peak_flops
 
 
-def test_catalog_model__matches_whole_model_names_only():
-    assert catalog_model("NVIDIA A100-SXM4-40GB", "gpu") == "A100"
-    assert catalog_model("Tesla K80", "gpu") == "K80"
-    assert catalog_model("NVIDIA GeForce RTX 4090", "gpu") is None
-    assert catalog_model("Intel(R) Xeon(R) CPU E5-2699 v3 @ 2.30GHz", "cpu") is None  # "2699" vs "2699v3"
+@pytest.mark.parametrize("name, kind, model", [
+    ("NVIDIA A100-SXM4-40GB", "gpu", "A100"), ("Tesla K80", "gpu", "K80"), ("NVIDIA GeForce RTX 4090", "gpu", None),
+    ("NVIDIA H100 PCIe", "gpu", "H100-PCIe"), ("NVIDIA H100 80GB HBM3", "gpu", "H100"), ("NVIDIA A10", "gpu", "A10"),
+    ("NVIDIA L40S", "gpu", None), ("NVIDIA L40", "gpu", None), ("NVIDIA T400", "gpu", None),  # were L4, L4, T4
+    ("Intel(R) UHD Graphics 770 (iGPU)", "gpu", "UHD-770"),  # was the generic GPU
+    ("Intel(R) Xeon(R) CPU E5-2699 v3 @ 2.30GHz", "cpu", "Xeon-E5-2699v3"),  # /proc/cpuinfo's spelling: was none
+    ("Intel(R) Xeon(R) CPU E5-2698 v4 @ 2.20GHz", "cpu", "Xeon-E5-2698v4"),
+    ("Intel(R) Xeon(R) CPU E5-2699 v4 @ 2.20GHz", "cpu", None), ("Intel(R) Xeon(R) Platinum 8480+", "cpu", "Xeon-8480"),
+    ("11th Gen Intel(R) Core(TM) i7-1185G7 @ 3.00GHz", "cpu", "Core-i7-1185G7"),
+])
+def test_catalog_model__matches_whole_model_names_only(name, kind, model):
+    assert catalog_model(name, kind) == model
 
 
 def test_load_machine__local_is_this_node_and_simulates():

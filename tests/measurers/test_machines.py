@@ -89,6 +89,9 @@ def test_user_machine_file__largest_int64_memory_is_accepted(tmp_path):
     (lambda d: d["devices"][1].update(memory_bytes=2**63), r"memory_bytes must be below 2\*\*63"),  # int64 overflow
     (lambda d: d["devices"][1].update(memory_bytes=1e300), r"memory_bytes must be below 2\*\*63"),
     (lambda d: d.update(profile="."), r"profile file '.*' is a folder, not a file"),
+    (lambda d: d.update(profile=False), "field 'profile' must be a str, got False"),  # was a file named 'False'
+    (lambda d: d.update(description=["x"]), r"field 'description' must be a str, got \['x'\]"),
+    (lambda d: d["devices"][1].update(memory_bytes=1.5), "'memory_bytes' must be a whole number of bytes, got 1.5"),
     (lambda d: d["links"][0].update(bandwidth_Bps=10**400), "field 'bandwidth_Bps' must be finite, got an integer "
                                                              "of 401 digits"),  # was an OverflowError traceback
     # One link per ordered pair: a second one silently replaced the first in the simulator (159 s steps).

@@ -247,6 +247,8 @@ def test_profile__parquet_keeps_the_graph_hash_like_json(tmp_path):
     ({"op": "a", "device_model": ["toy"], "time_s": 1.0}, r"entry 1: device_model must be a string, got \['toy'\]"),
     ({"op": {"x": 1}, "device_model": "toy", "time_s": 1.0}, r"entry 1: op must be a string, got \{'x': 1\}"),
     ({"op": 7, "device_model": "toy", "time_s": 1.0}, "entry 1: op must be a string, got 7"),
+    ({"op": "a", "device_model": "toy", "time_s": True}, "field 'time_s' must hold numbers, got True"),  # was 1 s
+    ({"op": "a", "device_model": "toy", "time_s": "0.25"}, "field 'time_s' must hold numbers, got '0.25'"),
 ])
 def test_profile__entry_that_is_not_a_string_is_one_error(tmp_path, entry, message):
     """Such entries crashed with TypeError (unhashable) while looking for duplicate pairs."""
