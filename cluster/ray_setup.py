@@ -12,7 +12,9 @@ import os
 import signal
 import socket
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from graphs.errors import PlacerError
 
@@ -44,6 +46,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         check_reachable(address)
+    before_ray = signal.getsignal(signal.SIGTERM)  # ray.init sets its own handler
     try:
         if address:
             ray.init(address=address, namespace=namespace, log_to_driver=True)
@@ -61,24 +64,41 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             raise PlacerError(f"Ray refused the connection ({exc}); a cluster with token authentication needs its "
                               f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from exc
         raise
-    _stop_on_sigterm()
+    _stop_on_sigterm(before_ray)
     return ray.get_runtime_context().gcs_address
 
 
-_SIGTERM_BEFORE: list = []  # the handler _stop_on_sigterm replaced, put back by shutdown_ray
+_SIGTERM_BEFORE: list = []  # the handler before ray.init, put back by shutdown_ray
 
 
-def _stop_on_sigterm() -> None:
+def _stop_on_sigterm(before_ray) -> None:
     """SIGTERM (what `ray job stop` sends a job's driver) stops a run as Ctrl-C does: the log flushed, the
-    learner's checkpoint kept, exit 130. Ray's own handler, set by ray.init, dumped a stack and lost both."""
+    learner's checkpoint kept, exit 130. Ray's own handler, set by ray.init, dumped a stack and lost both.
+    ``before_ray``: the handler ray.init replaced, which shutdown_ray puts back (not Ray's: with no Ray, its
+    ``sys.exit`` ended a search waiting for its bound with status 15 and no result)."""
     if threading.current_thread() is not threading.main_thread():
         return
-    _SIGTERM_BEFORE.append(signal.getsignal(signal.SIGTERM))
+    _SIGTERM_BEFORE.append(before_ray)
     signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt("stopped by SIGTERM")
+
+
+@contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt as Ctrl-C does, whether Ray is up or not (a search
+    waits for its proven bound after Ray is shut down); the handler before comes back after it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
@@ -167,7 +187,9 @@ def shutdown_ray() -> None:
     if ray.is_initialized():
         ray.shutdown()
     if _SIGTERM_BEFORE and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _SIGTERM_BEFORE.pop() or signal.SIG_DFL)
+        before_ray = _SIGTERM_BEFORE.pop()
+        if signal.getsignal(signal.SIGTERM) is _raise_interrupt:  # else a block holds it (interrupts_deferred)
+            signal.signal(signal.SIGTERM, before_ray if before_ray is not None else signal.SIG_DFL)
 
 
 def list_nodes(alive_only: bool = True) -> list[NodeInfo]:

@@ -274,7 +274,9 @@ class RunLogWriter:
 
     @classmethod
     def resume(cls, folder: str | os.PathLike, **options) -> RunLogWriter:
-        """Continue a run that stopped: sequence numbers and file names go on where they ended."""
+        """Continue a run that stopped: sequence numbers and file names go on where they ended. The best is the
+        log's own where its rows hold a faster one than ``best_placement.json`` (a kill between a flush's
+        measurements part and its best file left the file behind, and a resume answered those rows from it)."""
         folder = Path(folder)
         manifest = read_manifest(folder)
         rows, metrics, best = read_run(folder), read_metrics(folder), read_best(folder)  # refused: nothing changed
@@ -287,6 +289,10 @@ class RunLogWriter:
                      next_part=max(parts, default=-1) + 1, best=best,
                      next_metric_seq=int(metrics["seq"].max()) + 1 if len(metrics) else 0, **options)
         writer._metrics_logged_up_to = int(metrics["iteration"].max()) if len(metrics) else -1
+        writer._forbidden = removed_device_indices(manifest)
+        logged = writer._best_allowed_row() if len(rows) else None
+        if logged is not None and (best is None or (logged.runtime_s, logged.placement) < (best.runtime_s, best.placement)):
+            writer._best, writer._best_dirty = logged, True
         return writer
 
     # ---- appending ---------------------------------------------------------------------------------

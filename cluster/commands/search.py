@@ -92,6 +92,9 @@ def run(args) -> int:
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in vars(args).items() if k in names and v is not None}
     if given.get("init") not in (None, "pretrained", "scratch"):  # the manifest's path reads from any folder
         given["init"] = str(Path(given["init"]).resolve())
+    for name in ("graph", "machine"):  # files (which win over names) too: a resume from another folder read them
+        if Path(given.get(name) or "").is_file():  # relative to its own, and refused the same file's full path
+            given[name] = str(Path(given[name]).resolve())
     if given.get("policy") == "hierarchical" and "groups" in given:  # its grouper's G (else the paper's 256)
         given["planner_groups"] = given["groups"]
     checked = check_search_config(search_config(given))  # bad input: one error, before the progress bar

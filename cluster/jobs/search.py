@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
 import time
 import zipfile
 from dataclasses import asdict, dataclass, field, replace
@@ -158,6 +159,17 @@ class SearchInterrupted(KeyboardInterrupt):
 def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
                on_start: Callable[[Path], None] | None = None,
                on_policy_start: Callable[[int], None] | None = None) -> SearchResult:
+    """``_run_search`` with SIGTERM (`ray job stop`) stopping it as Ctrl-C does from start to end, the wait for
+    the proven bound after Ray is shut down and the closing (where it is held, as Ctrl-C is) included."""
+    from cluster import ray_setup
+
+    with ray_setup.sigterm_as_ctrl_c():
+        return _run_search(search, progress, should_stop, on_start, on_policy_start)
+
+
+def _run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
+                on_start: Callable[[Path], None] | None = None,
+                on_policy_start: Callable[[int], None] | None = None) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
     ``search``: settings, checked here (a resumed run's taken from its manifest first), or a CheckedSearch,
     checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch
@@ -215,7 +227,7 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     except KeyboardInterrupt:
         outcome, baselines, placements = None, [], {}
     finally:
-        with interrupts_deferred("closing the run log") as held:
+        with interrupts_deferred("closing the run log", signals=(signal.SIGINT, signal.SIGTERM)) as held:
             if pool is not None:
                 pool.close()
             # a stopped run keeps its parts for --resume (Ctrl-C while closing stops a run that ended too; one

@@ -109,6 +109,30 @@ def test_search_cli__resume_on_a_changed_machine_is_refused_and_changes_nothing(
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 
+def test_search_cli__a_run_of_relative_graph_and_machine_files_resumes_from_another_folder(tmp_path, capsys,
+                                                                                          monkeypatch):
+    """The run kept the paths as typed: from another folder its resume read no file, and the same files'
+    full paths were refused as another graph and machine."""
+    import json
+
+    from cluster.cli import main
+    from graphs.io import save_graph
+    from graphs.registry import load_graph
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    save_graph(load_graph("synthetic:300"), first / "g.parquet")
+    (first / "box.json").write_text((REPO / "measurers/catalog/paper-2gpu.json").read_text())
+    monkeypatch.chdir(first)
+    assert main(["search", "--graph", "g.parquet", "--machine", "box.json", "--policy", "reinforce", "--budget", "8",
+                 "--batch", "4", "--workers", "1", "--out", str(tmp_path / "runs"), "--json"]) == 0
+    run_dir = Path(json.loads(capsys.readouterr().out)["run_dir"])
+    monkeypatch.chdir(second)
+    assert main(["search", "--resume", str(run_dir), "--graph", str(first / "g.parquet"), "--machine",
+                 str(first / "box.json"), "--budget", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measurements"] == 16
+
+
 def test_search_cli__openvino_measures_an_imported_ir_through_the_pool(tmp_path, capsys):
     import json
 

@@ -29,3 +29,43 @@ def test_interrupts_deferred__sigterm_too_when_asked_and_nothing_said_without_a_
         signal.raise_signal(signal.SIGTERM)
     assert held.pressed and signal.getsignal(signal.SIGTERM) is before
     assert capsys.readouterr().err == ""
+
+
+def test_sigterm_as_ctrl_c__raises_keyboard_interrupt_in_the_block_and_puts_the_handler_back():
+    from cluster.ray_setup import sigterm_as_ctrl_c
+
+    def mine(signum, frame):
+        raise AssertionError("the handler from before ran inside the block")
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with sigterm_as_ctrl_c():
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_shutdown_ray__puts_back_the_sigterm_handler_from_before_ray_not_rays():
+    """It put back Ray's own (``sys.exit``): a search waiting for its proven bound after shutting Ray down ended
+    with status 15 on SIGTERM, no result and no message."""
+    import ray
+
+    from cluster import ray_setup
+
+    if ray.is_initialized():
+        pytest.skip("another test's Ray is running")
+
+    def mine(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        ray_setup.init_ray(num_cpus=1)
+        assert signal.getsignal(signal.SIGTERM) is ray_setup._raise_interrupt
+        ray_setup.shutdown_ray()
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        ray_setup.shutdown_ray()
+        signal.signal(signal.SIGTERM, before)

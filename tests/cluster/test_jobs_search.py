@@ -173,18 +173,20 @@ def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     assert resumed.policy_best_runtime_s == straight.policy_best_runtime_s
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_search__ctrl_c_while_the_run_closes_keeps_every_row_and_stops_it_for_resume(local_ray, tmp_path,
-                                                                                       monkeypatch):
+                                                                                       monkeypatch, signum):
     """People press Ctrl-C again while a search closes: the KeyboardInterrupt landed in the pool's closing,
     before the run log's flush, and the rows still buffered were lost. It is held until the closing is done,
-    and a run that had ended is then stopped, resumable, as an interrupted one."""
+    and a run that had ended is then stopped, resumable, as an interrupted one. SIGTERM (`ray job stop`) too:
+    it was not held, and a short search lost every row."""
     from cluster.jobs import SearchInterrupted
     from cluster.pool import MeasurerPool
 
     close = MeasurerPool.close
 
     def ctrl_c_then_close(pool):
-        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signum)
         close(pool)
 
     monkeypatch.setattr(MeasurerPool, "close", ctrl_c_then_close)
@@ -195,6 +197,31 @@ def test_search__ctrl_c_while_the_run_closes_keeps_every_row_and_stops_it_for_re
     monkeypatch.setattr(MeasurerPool, "close", close)
     resumed = run_search(_config(tmp_path, budget=8, resume=str(stopped.value.run_dir)))
     assert resumed.measurements == 8 and resumed.run_dir == stopped.value.run_dir
+
+
+def test_search__sigterm_while_it_waits_for_its_bound_stops_it_as_ctrl_c(local_ray, tmp_path, monkeypatch):
+    """After Ray is shut down a search waits for its proven bound; SIGTERM there got whatever handler the
+    process had (a command line's: Ray's ``sys.exit``, status 15, no result)."""
+    from cluster.jobs import SearchInterrupted
+    from cluster.jobs import search as search_job
+
+    solved = search_job._solved_bound
+
+    def sigterm_then_wait(*args):
+        signal.raise_signal(signal.SIGTERM)
+        return solved(*args)
+
+    def elsewhere(signum, frame):
+        pass
+
+    monkeypatch.setattr(search_job, "_solved_bound", sigterm_then_wait)
+    before = signal.signal(signal.SIGTERM, elsewhere)
+    try:
+        with pytest.raises(SearchInterrupted):
+            run_search(_config(tmp_path, budget=8))
+        assert signal.getsignal(signal.SIGTERM) is elsewhere
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def test_search__a_resumed_hsdag_run_makes_its_policy_once(local_ray, tmp_path, monkeypatch):

@@ -384,6 +384,23 @@ def test_runlog__resume_continues_sequence_and_files(tmp_path, manifest):
     assert not list(run.glob("measurements/.*.tmp"))
 
 
+def test_runlog__a_resume_takes_the_best_from_the_rows_where_the_best_file_was_left_behind(tmp_path, manifest):
+    """A kill between a flush's measurements part and its best file left an older best file; a resume trusted
+    it, answered the rows already logged from it, and `placer apply` took the slower placement."""
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        for i in (2, 1, 0):
+            log.append(_result(i))  # the fastest, 1.0 s, last
+    run = tmp_path / manifest.run_id
+    best_file = run / "best_placement.json"
+    stale = {**json.loads(best_file.read_text()), "seq": 0, "runtime_s": 3.0, "placement": [2, 1, 2]}
+    best_file.write_text(json.dumps(stale))
+    writer, _ = resume_run(run)
+    with writer:
+        writer.append(_result(4))  # 5.0 s: no better
+    best = read_best(run)
+    assert (best.seq, best.runtime_s, list(best.placement)) == (2, 1.0, [0, 1, 2])
+
+
 def test_runlog__read_runs_concatenates(tmp_path, manifest):
     other = new_manifest("second", build_graph([(0, 1)]), load_machine("paper-2gpu"), seed=1)
     for m, n in ((manifest, 2), (other, 3)):
