@@ -141,7 +141,10 @@ def _interrupted(args: argparse.Namespace) -> int:
     unless the command printed its own before the Ctrl-C came."""
     print("placer: interrupted", file=sys.stderr)
     if getattr(args, "json", False) and not json_emitted():
-        emit_json({"stop_reason": "interrupted", "command": args.command})
+        if getattr(args, "command", None) == "search":  # its own document (README), before any run folder
+            emit_json({"stop_reason": "interrupted", "run_dir": None, "resume": None})
+        else:
+            emit_json({"stop_reason": "interrupted", "command": args.command})
     return 130
 
 

@@ -74,6 +74,14 @@ def test_cli__ctrl_c_outside_the_command_exits_130_with_no_traceback(at):
         assert document["name"] == "paper-2gpu"  # the command's own, printed before the Ctrl-C came
 
 
+def test_cli__ctrl_c_while_loading_a_search_prints_the_searchs_own_document():
+    """It printed the other commands' {"stop_reason", "command"}: a reader of search's --json looks for
+    ``run_dir`` and ``resume`` (null: no run folder was made)."""
+    done = _placer_with_ctrl_c("loading", "search", "--json")
+    assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
+    assert _json_documents(done.stdout) == [{"stop_reason": "interrupted", "run_dir": None, "resume": None}]
+
+
 def _json_documents(text: str) -> list:
     decoder, documents, at = json.JSONDecoder(), [], 0
     while text[at:].strip():
