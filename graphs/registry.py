@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 from graphs.benchmarks import BUILTIN, Benchmark
@@ -94,7 +95,11 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
             path.unlink(missing_ok=True)  # a damaged cache entry is rebuilt
     graph = benchmark.build()
     if use_cache:
-        save_graph(graph, path)
+        try:
+            save_graph(graph, path)
+        except OSError as exc:  # the graph is built: use it, and say why the next command builds it again
+            print(f"placer: note: {name} is not cached: cannot write the graph cache {path.parent} "
+                  f"({exc.strerror or exc}); set PLACER_CACHE to a folder this user can write", file=sys.stderr)
     return graph
 
 

@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, ContextManager
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 
 
 def spec_function(spec: str, what: str) -> tuple[Callable, str]:
@@ -83,5 +83,5 @@ def import_target(spec: str, target: str, what: str):
     except PlacerError:
         raise
     except (Exception, SystemExit) as error:  # ImportError, SyntaxError, anything the module raises on import
-        raise PlacerError(f"{what} spec {spec!r}: cannot import {target!r}: {type(error).__name__}: {error}") \
-            from error
+        raise PlacerError(f"{what} spec {spec!r}: cannot import {target!r}: {type(error).__name__}: "
+                          f"{first_line(error)}") from error

@@ -13,7 +13,7 @@ from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE
-from graphs.grouping import DEFAULT_MAX_GROUPS
+from graphs.grouping import DEFAULT_MAX_GROUPS, METHODS
 
 SYNTHETIC_ENTRY = ("synthetic:N[:SEED]", "seeded random layered DAG of N ops (scale tests, up to 20,000,000)")
 
@@ -87,9 +87,11 @@ def _show(args: argparse.Namespace) -> int:
     max_groups = args.groups if given else DEFAULT_MAX_GROUPS
     if max_groups < 1:
         raise PlacerError(f"--groups must be at least 1, got {max_groups}")
-    graph = load_graph(args.graph)
     method = args.method or DEFAULT_METHOD
-    grouping = group_ops(graph, max_groups=max_groups, method=method)  # an unknown method: before any note
+    if method not in METHODS:  # before the graph: building (and caching) one takes minutes for the large
+        raise PlacerError(f"unknown grouping method {method!r} (known: {', '.join(METHODS)})")
+    graph = load_graph(args.graph)
+    grouping = group_ops(graph, max_groups=max_groups, method=method)
     note_groups_above_colocation(max_groups, graph.num_colocation_groups, graph.name, given=given)
     note_fewer_groups_than_asked(max_groups, grouping.num_groups, graph.num_colocation_groups, graph.name,
                                  grouping.method or method, given=given)

@@ -48,7 +48,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Mapping
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 from graphs.files import file_problem
 from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
                                        costlier, repeated, to_opgraph, unique_names)
@@ -278,8 +278,7 @@ def _foreign(model_file: Path, call):
     try:
         return call()
     except Exception as exc:  # noqa: BLE001 - DecodeError, ValidationError, InferenceError, OSError, ...
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else "no detail"
-        raise PlacerError(f"{model_file} is not a valid ONNX model ({type(exc).__name__}: {message})") from None
+        raise PlacerError(f"{model_file} is not a valid ONNX model ({type(exc).__name__}: {first_line(exc)})") from None
 
 
 def _model_inputs(graph) -> list:

@@ -52,7 +52,7 @@ import torch
 from torch import nn
 from torch._subclasses import FakeTensorMode
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 from graphs.opgraph import TIED_PARAMETERS, OpGraph, colocation_groups
 from graphs.torch import LOSS_SCOPE
 from graphs.torch.recorder import GradFnStamper, OpRecorder, OpTable, tensor_bytes, without_onednn
@@ -295,7 +295,7 @@ def import_torch_spec(spec: str) -> OpGraph:
         raise PlacerError(f"torch spec {spec!r}: {error}") from error
     except Exception as error:  # the model's own forward/backward failed on the example inputs
         raise PlacerError(f"torch spec {spec!r}: tracing the training step failed: "
-                          f"{type(error).__name__}: {error}") from error
+                          f"{type(error).__name__}: {first_line(error)}") from error
 
 
 def check_spec_result(spec: str, result) -> tuple:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 
 CHECKPOINT_FILE = "learner.pt"
 
@@ -41,8 +41,7 @@ def load_torch_file(path: str | os.PathLike, what: str):
 
 def _damaged(what: str, path, exc: Exception) -> PlacerError:
     """The error for a file that could not be read: the exception's type and first line."""
-    detail = str(exc).splitlines()[0] if str(exc) else "unreadable"
-    return PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: {detail})")
+    return PlacerError(f"{what} {path} is damaged or truncated ({type(exc).__name__}: {first_line(exc, 'unreadable')})")
 
 
 def _failing_member(path: str | os.PathLike) -> str | None:

@@ -64,6 +64,24 @@ def test_graphs_show__names_the_grouping_method_used_not_the_one_asked_for(capsy
     assert json.loads(capsys.readouterr().out)["grouping_method"] == "metis"
 
 
+def test_graphs_show__an_unknown_method_is_refused_before_the_graph_is_built(tmp_path, capsys, monkeypatch):
+    """The graph was built (minutes for a large one) and cached before the typo was named."""
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    assert main(["graphs", "show", "family:rnn:3", "--method", "bogus"]) == 2
+    assert "unknown grouping method 'bogus'" in _error_line(capsys)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_graphs_show__a_cache_it_cannot_write_is_a_note_and_the_graph_is_shown(tmp_path, capsys, monkeypatch):
+    """The built graph was thrown away, and the error named a path, not the cache."""
+    (tmp_path / "cache").write_text("a file where the cache folder goes")
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    assert main(["graphs", "show", "family:rnn:3", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["ops"] > 0
+    assert "placer: note: family:rnn:3 is not cached: cannot write the graph cache" in err
+
+
 def test_graphs_show__default_groups_keep_colocation_groups(graph_file, capsys):
     _, path = graph_file
     assert main(["graphs", "show", str(path), "--json"]) == 0

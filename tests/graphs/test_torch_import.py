@@ -469,6 +469,18 @@ def test_import_torch_spec__bad_function_result_or_model_is_rejected(tmp_path):
             import_torch_spec(f"{module}:{func}")
 
 
+def test_import_torch_spec__a_models_error_of_many_lines_is_quoted_by_its_first(tmp_path):
+    """The whole message was quoted: an error of two lines broke the command line's one-line rule."""
+    module = tmp_path / "loud_models.py"
+    module.write_text("import torch\n"
+                      "class Loud(torch.nn.Linear):\n"
+                      "    def forward(self, x):\n        raise ValueError('line one\\nline two')\n"
+                      "def loud():\n    return Loud(2, 2), (torch.zeros(3, 2),)\n")
+    with pytest.raises(PlacerError) as caught:
+        import_torch_spec(f"{module}:loud")
+    assert str(caught.value).endswith("ValueError: line one") and "\n" not in str(caught.value)
+
+
 def test_trace_training_step__same_model_same_graph():
     first, second = _mlp_graph(), _mlp_graph()
     assert first.content_hash == second.content_hash

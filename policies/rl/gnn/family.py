@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 from measurers.base import Measurer
 from policies.base import BudgetedMeasurer, CountingMeasurer, DecisionClock, early_stop
 from policies.problem import PlacementProblem
@@ -257,7 +257,7 @@ def _restored(out: Path, state: dict, trainer, budget: int, slots: list[Slot]) -
             slot.load_progress(slot_state)
     except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:  # a section of the wrong shape
         raise PlacerError(f"checkpoint {out}: its trainer state or resume state cannot be restored ({type(exc).__name__}: "
-                          f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+                          f"{first_line(exc)})") from None
     progress["budget"] = budget
     return progress
 
