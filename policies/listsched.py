@@ -25,8 +25,10 @@ from policies.spill import fit_in_memory
 def candidate_devices(problem: PlacementProblem, use: str) -> np.ndarray:
     """(N, D) bool: devices an op may be scheduled on. ``gpus``: the GPUs (Baechi places on GPUs only),
     plus the allowed devices of an op no GPU may run; ``all``: every allowed device; ``auto``: the GPUs
-    when the model's memory estimate fits in them, else every device (host memory takes the spill)."""
-    allowed = problem.op_allowed
+    when the model's memory estimate fits in them, else every device (host memory takes the spill). An op may
+    go where every op of its unit may (a GPU-capable op colocated with a CPU-only one is stranded too: given
+    the GPUs, HEFT crashed on it and m-ETF put the CPU-only op on a GPU)."""
+    allowed = problem.unit_allowed[problem.op_unit]  # (N, D)
     if use == "auto":
         use = "gpus" if gpus_hold_the_model(problem) else "all"
     if use == "all" or not problem.gpu_indices():

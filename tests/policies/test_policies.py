@@ -309,3 +309,28 @@ def test_annealing__warm_start_is_among_its_starts_and_bad_ones_are_refused():
     assert len(starts) == 1 and result.best.runtime_s <= starts[0]
     with pytest.raises(PlacerError, match="warm-start candidate 0"):
         place("annealing", problem, measurer, 12, 0, warm_start=[expert[:-1]])
+
+
+@pytest.mark.parametrize("cpu_last", [False, True])
+@pytest.mark.parametrize("name", ["heft", "m-etf", "m-sct", "m-topo"])
+def test_list_schedulers_keep_a_unit_of_a_gpu_capable_and_a_cpu_only_op_off_the_gpus(name, cpu_last):
+    """The GPUs an op was offered came from its own mask, not its unit's: HEFT crashed on op 1 (no device
+    for it), and with the CPU listed last m-ETF and m-SCT put op 2, which no GPU may run, on a GPU. TF's
+    importer colocates such ops (``colocate_with``) and marks an op with no GPU kernel CPU-only."""
+    from dataclasses import replace
+
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    cpu, gpu = kind_bit("cpu"), kind_bit("gpu")
+    graph = build_graph([(0, 1, 1000), (1, 3, 1000), (3, 2, 1000)], flops=[1e9, 1e9, 1e8, 1e9],
+                        param_bytes=[4000] * 4, colocation=[0, 1, 1, 2],
+                        allowed_mask=[cpu | gpu, cpu | gpu, cpu, cpu | gpu])  # ops 1 and 2: one unit
+    machine = load_machine("paper-2gpu")
+    if cpu_last:
+        machine = replace(machine, devices=(*machine.devices[1:], machine.devices[0]))
+    problem = make_problem(graph, machine)
+    result = place(name, problem, SimulatorMeasurer(graph, machine), 1, 0)
+    assert problem.op_allowed[np.arange(4), result.op_placement].all() and result.best.ok
+    assert result.op_placement[1] == result.op_placement[2]
