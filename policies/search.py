@@ -6,7 +6,7 @@
   mixed with a little uniform exploration), keeps the elite fraction (plus the best placement so far),
   and moves the distribution toward the elites' device frequencies.
 - ``annealing``: simulated annealing / Metropolis MCMC as in FlexFlow's search (Jia et al. 2019). A batch of
-  chains starts from the best single GPU; each step moves one random unit to another allowed device and
+  chains starts from the best of the best single GPU, m-TOPO's fill and any warm start; each step moves one random unit to another allowed device and
   accepts with probability min(1, exp(-(log c' - log c) / T)), T falling geometrically; at each quarter of
   the budget the chains restart from the best placement found.
 
@@ -183,6 +183,8 @@ class AnnealingPolicy:
 
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         counter, memo = _start(problem, measurer, budget, on_measurement, self.context)
+        if memo.done:  # stopped before its first batch (no time left): its starts are not measured either
+            return search_result(self.name, problem, counter, stop_reason=memo.stop_reason)
         rng = np.random.default_rng(seed)
         start, start_cost = self._start(problem, memo, budget, self.warm_start)
         chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 2)), axis=0)  # (C, U)
