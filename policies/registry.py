@@ -209,11 +209,12 @@ def _require_heuristic(spec: str) -> None:
                           f"(placer search --policy {spec}, or placer baselines)")
 
 
-def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0) -> PolicyResult:
+def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0, profile=None) -> PolicyResult:
     """A heuristic's placement of ``graph`` on ``machine`` (on colocation groups, as ``placer baselines``
     runs it), scored once by ``measurer``: what ``placer simulate --policy`` and ``placer measure --policy``
-    run. Searches and learned policies need a budget and are refused."""
+    run. ``profile``: the op times the heuristic plans with (``placer simulate --profile``; else the
+    machine's own, as the measurer's). Searches and learned policies need a budget and are refused."""
     from policies.problem import make_problem
 
     _require_heuristic(spec)
-    return place(spec, make_problem(graph, machine), measurer, 1, seed)
+    return place(spec, make_problem(graph, machine, profile=profile), measurer, 1, seed)

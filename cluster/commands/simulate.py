@@ -45,7 +45,7 @@ def _simulate(args) -> int:
         placement = load_placement(args.placement, graph, machine)
     else:
         measurer = SimulatorMeasurer(graph, machine, profile=profile, engine=args.engine)
-        placement = place_once(args.policy, graph, machine, measurer).op_placement
+        placement = place_once(args.policy, graph, machine, measurer, profile=profile).op_placement
     simulator = Simulator(graph, machine, profile=profile, engine=args.engine)
     if args.engine == "fast":
         from measurers.sim.fast import warm_up

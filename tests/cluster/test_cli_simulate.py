@@ -77,6 +77,18 @@ def test_simulate__profile_changes_the_step_time(tmp_path, capsys):
             in captured.err)
 
 
+def test_simulate__a_heuristic_plans_with_the_profile_it_is_scored_with(tmp_path, capsys):
+    """HEFT planned with the cost model's times (K80s fast) and was scored with --profile's (every op 0.5 s on
+    a K80): it kept its ops on the GPUs."""
+    graph = synthetic_graph(50, 0)
+    profile = tmp_path / "prof.json"
+    entries = [{"op": name, "device_model": "K80", "time_s": 0.5} for name in graph.op_names]
+    profile.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": entries}))
+    measured = simulate_json(capsys, "--graph", "synthetic:50", "--machine", "paper-2gpu", "--policy", "heft",
+                             "--profile", str(profile))
+    assert measured["runtime_s"] < 1  # the CPU's, not 0.5 s an op on the K80s
+
+
 @pytest.mark.parametrize("bad", ["length", "device", "machine", "graph"])
 def test_simulate__bad_input_exits_2_with_one_line_and_writes_no_trace(tmp_path, capsys, bad):
     placement = tmp_path / "p.json"
