@@ -230,6 +230,12 @@ class _Buffer:
         return pa.table([pa.array(col, type=f.type) for col, f in zip(columns, self.schema)], schema=self.schema)
 
 
+def _faster(runtime_s: float, placement, best: BestPlacement | None) -> bool:
+    """Faster than ``best`` (or no best yet); ties go to the smaller placement, so the best does not depend on
+    the order results arrived in."""
+    return best is None or (runtime_s, tuple(placement)) < (best.runtime_s, best.placement)
+
+
 class RunLogWriter:
     """Appends measurement rows and metrics to one run folder; flushes a file every ``flush_rows`` rows or
     ``flush_interval_s`` seconds, and on ``flush()`` / ``close()``. ``close(compact=True)`` (or leaving a
@@ -290,8 +296,8 @@ class RunLogWriter:
                      next_metric_seq=int(metrics["seq"].max()) + 1 if len(metrics) else 0, **options)
         writer._metrics_logged_up_to = int(metrics["iteration"].max()) if len(metrics) else -1
         writer._forbidden = removed_device_indices(manifest)
-        logged = writer._best_allowed_row() if len(rows) else None
-        if logged is not None and (best is None or (logged.runtime_s, logged.placement) < (best.runtime_s, best.placement)):
+        logged = writer._best_allowed_row(rows)
+        if logged is not None and _faster(logged.runtime_s, logged.placement, best):
             writer._best, writer._best_dirty = logged, True
         return writer
 
@@ -316,8 +322,7 @@ class RunLogWriter:
             result.actor_id, result.node_id, _seconds_to_us(result.submitted_at),
             _seconds_to_us(result.started_at), _seconds_to_us(result.finished_at), bool(result.cache_hit),
             m.error))
-        # ties go to the smaller placement, so the best does not depend on the order results arrived in
-        better = self._best is None or (m.runtime_s, tuple(placement)) < (self._best.runtime_s, self._best.placement)
+        better = _faster(m.runtime_s, placement, self._best)
         if m.status == "ok" and math.isfinite(m.runtime_s) and better and not self._forbidden.intersection(placement):
             self._best = BestPlacement(self.manifest.run_id, seq, float(m.runtime_s), tuple(placement),
                                        dt.datetime.now(dt.timezone.utc).isoformat(), logged.level)
@@ -364,8 +369,9 @@ class RunLogWriter:
         self._best_dirty = self._best is not None
         self.flush()
 
-    def _best_allowed_row(self) -> BestPlacement | None:
-        rows = rows_without_devices(read_run(self.folder), self._forbidden)
+    def _best_allowed_row(self, rows: pd.DataFrame | None = None) -> BestPlacement | None:
+        """The fastest ok row on no forbidden device, of ``rows`` (the log's, read here when not given)."""
+        rows = rows_without_devices(read_run(self.folder) if rows is None else rows, self._forbidden)
         ok = rows[(rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))]
         allowed = [(float(r.runtime_s), tuple(int(d) for d in r.placement), int(r.seq), r.placement_level)
                    for r in ok.itertuples()]

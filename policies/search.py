@@ -6,9 +6,9 @@
   mixed with a little uniform exploration), keeps the elite fraction (plus the best placement so far),
   and moves the distribution toward the elites' device frequencies.
 - ``annealing``: simulated annealing / Metropolis MCMC as in FlexFlow's search (Jia et al. 2019). A batch of
-  chains starts from the best of the best single GPU, m-TOPO's fill and any warm start; each step moves one random unit to another allowed device and
-  accepts with probability min(1, exp(-(log c' - log c) / T)), T falling geometrically; at each quarter of
-  the budget the chains restart from the best placement found.
+  chains starts from the best of the best single GPU, m-TOPO's fill and any warm start; each step moves one
+  random unit to another allowed device and accepts with probability min(1, exp(-(log c' - log c) / T)), T
+  falling geometrically; at each quarter of the budget the chains restart from the best placement found.
 
 All three measure whole batches through ``measurer.measure`` (so a pool can serve them in parallel), never
 spend more than ``budget`` measurements, take a seed, and call ``on_measurement(placement, measurement)``

@@ -27,7 +27,7 @@ from policies.base import BudgetedMeasurer, CountingMeasurer, DecisionClock, ear
 from policies.problem import PlacementProblem
 from policies.rl.gnn.checkpoint import read_checkpoint, read_resume_state, write_checkpoint, write_resume_state
 from policies.rl.gnn.config import GnnConfig
-from policies.rl.gnn.problems import Slot
+from policies.rl.gnn.problems import RESTORE_ERRORS, Slot
 from policies.rl.gnn.teacher import Teaching, teach
 from policies.rl.gnn.trainer import UpdateMetrics
 
@@ -255,7 +255,7 @@ def _restored(out: Path, state: dict, trainer, budget: int, slots: list[Slot]) -
                 raise ValueError(f"a problem of {slot_state['num_groups']} groups on {slot_state['num_devices']} "
                                  f"devices, not {slot.num_groups} on {slot.problem.num_devices}")
             slot.load_progress(slot_state)
-    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:  # a section of the wrong shape
+    except RESTORE_ERRORS as exc:  # a section of the wrong shape
         raise PlacerError(f"checkpoint {out}: its trainer state or resume state cannot be restored ({type(exc).__name__}: "
                           f"{first_line(exc)})") from None
     progress["budget"] = budget

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 from graphs.features import FEATURE_COLUMNS
 from policies.base import FAILED_COST_S, FAILURE_FACTOR, BudgetedMeasurer, RunContext
 from policies.problem import PlacementProblem
@@ -20,6 +20,9 @@ from policies.rl.gnn.inputs import GraphInputs, graph_inputs
 
 if TYPE_CHECKING:
     from policies.rl.warm_start import WarmStart
+
+RESTORE_ERRORS = (KeyError, TypeError, ValueError, RuntimeError, AttributeError)
+"""What restoring a saved state raises where a section is missing or misshapen (a damaged or foreign file)."""
 
 
 @dataclass
@@ -264,8 +267,9 @@ def resume_learner(context: RunContext, policy: str, trainer, slot: Slot, networ
     try:
         trainer.load_state(state["trainer"])
         slot.load_progress(state)
-    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError) as exc:  # a section missing or misshapen
-        raise PlacerError(f"{path}: its learner state cannot be restored ({type(exc).__name__}: {exc})") from None
+    except RESTORE_ERRORS as exc:
+        raise PlacerError(f"{path}: its learner state cannot be restored ({type(exc).__name__}: "
+                          f"{first_line(exc)})") from None
     return True
 
 

@@ -264,7 +264,8 @@ def test_visit_orders_visit_every_group_once(setup, order):
                                            ({"batch_size": 1}, "batch_size"), ({"hidden_size": 2}, "hidden_size"),
                                            ({"lr": 0.0}, "lr"), ({"failure_factor": 1.0}, "failure_factor"),
                                            ({"greedy_passes": 0}, "greedy_passes"), ({"grad_clip": 0.0}, "grad_clip"),
-                                           ({"grad_clip": -1.0}, "grad_clip"), ({"grad_clip": float("nan")}, "grad_clip"),
+                                           ({"grad_clip": -1.0}, "grad_clip"),
+                                           ({"grad_clip": float("nan")}, "grad_clip"),
                                            ({"imitation_steps": -5}, "imitation_steps"),
                                            ({"batch_size": 2.5}, "batch_size.*whole number"),
                                            ({"num_layers": 2.0}, "num_layers.*whole number")])
