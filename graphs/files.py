@@ -3,6 +3,7 @@ half of it, and the wording every loader shares for an input path that is not a 
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import os
@@ -62,6 +63,44 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
         remove_empty_folders(made)
         raise
     staging.rmdir()  # empty: its folder was renamed out
+
+
+class FolderLock:
+    """An exclusive advisory lock (``flock``) on ``folder/.lock``, held from ``acquire`` until ``release`` or
+    the process ends. The kernel drops it when its holder dies, SIGKILL included, so a killed run leaves no
+    stale lock behind. The file holds the holder's pid, for the error a second process gets."""
+
+    FILE = ".lock"
+
+    def __init__(self, fd: int):
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, folder: Path, what: str) -> "FolderLock":
+        """Lock ``folder`` (which must exist); PlacerError naming ``what`` and the holder if another process
+        (or another acquire in this one) holds it."""
+        from graphs.errors import PlacerError
+
+        path = Path(folder) / cls.FILE
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise PlacerError(f"{what} {folder} is in use by another process (pid {holder}): "
+                              f"wait for it to end, or stop it, and try again") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(fd)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor of the open file drops the flock
+            self._fd = None
 
 
 def remove_stale_staging(root: Path) -> list[Path]:

@@ -34,6 +34,7 @@ import shutil
 import signal
 import time
 import zipfile
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -56,8 +57,8 @@ from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
                             read_run, record_device_removal, record_proven_bound, record_resume,
                             rows_without_devices, write_text_atomic)
-from graphs.errors import PlacerError
-from graphs.files import atomic_folder, missing_folders, remove_empty_folders
+from graphs.errors import PlacerError, is_whole_number
+from graphs.files import FolderLock, atomic_folder, missing_folders, remove_empty_folders
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
 from policies.rl.config import CHECKPOINT_EVERY
@@ -163,13 +164,13 @@ def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop:
     the proven bound after Ray is shut down and the closing (where it is held, as Ctrl-C is) included."""
     from cluster import ray_setup
 
-    with ray_setup.sigterm_as_ctrl_c():
-        return _run_search(search, progress, should_stop, on_start, on_policy_start)
+    with ray_setup.sigterm_as_ctrl_c(), ExitStack() as held_to_the_end:
+        return _run_search(search, progress, should_stop, on_start, on_policy_start, held_to_the_end)
 
 
-def _run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
-                on_start: Callable[[Path], None] | None = None,
-                on_policy_start: Callable[[int], None] | None = None) -> SearchResult:
+def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Callable[[], bool] | None,
+                on_start: Callable[[Path], None] | None, on_policy_start: Callable[[int], None] | None,
+                held_to_the_end: ExitStack) -> SearchResult:
     """Run one search to the end (budget, time limit, ``should_stop`` or Ctrl-C) and return its result.
     ``search``: settings, checked here (a resumed run's taken from its manifest first), or a CheckedSearch,
     checked already. ``progress(measured, best_runtime_s, lower_bound_s)`` is called after every batch
@@ -178,7 +179,10 @@ def _run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop
     resumed learner's, else 0: what is measured in this session is ``measured`` less that);
     ``on_start(run_dir)`` once every check has passed and the run folder is open (bad input is raised before
     it). A new run that stops before its first measurement (no measurer actor started, any error, Ctrl-C)
-    removes its folder again: ``SearchInterrupted.run_dir`` is None then; a resumed run keeps its folder."""
+    removes its folder again: ``SearchInterrupted.run_dir`` is None then; a resumed run keeps its folder.
+    The run folder is locked from here until the caller closes ``held_to_the_end``: a second process resuming
+    it (the same ``--resume`` started twice, or while the run still goes) is refused before it changes
+    anything, instead of logging its rows into the same parts."""
     import ray
 
     from cluster import ray_setup
@@ -191,6 +195,8 @@ def _run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop
     if not isinstance(search, CheckedSearch):
         search = check_search_config(resume_config(search.resume, asdict(search)) if search.resume else search)
     config, warm_source = search.config, search.warm_source
+    if config.resume:  # refused before Ray starts or anything changes (_open_run locks a new run's folder)
+        held_to_the_end.callback(FolderLock.acquire(Path(config.resume), "run folder").release)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
     problem, computed = _problem(graph, machine, config)
     removals = check_removals(config, machine)
@@ -205,7 +211,7 @@ def _run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop
         ray_setup.init_ray(config.ray_address)  # likewise an unreachable cluster
         pool_config = pool_config_for(spec, config.workers)  # a real measurer with no node for its GPUs: refused
         out_made = [] if config.resume else missing_folders(Path(config.out))  # removed with a run discarded
-        writer, past = _open_run(config, spec, problem, bound if isinstance(bound, tuple) else None)
+        writer, past = _open_run(config, spec, problem, bound if isinstance(bound, tuple) else None, held_to_the_end)
     except BaseException:
         _stop_solving(bound)
         if owns_ray:
@@ -351,7 +357,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
 
 
 def _check_gnn_settings(config: SearchConfig) -> None:
-    """--init and --order belong to the graph-neural policies; their weights are read and checked here
+    """--init, --order and --passes belong to the graph-neural policies; their weights are read and checked here
     (a missing pre-trained checkpoint, a damaged file, the other policy's: one error naming the file)."""
     from policies.rl.gnn.config import GRAPH_NEURAL, KINDS, ORDERS
 
@@ -359,6 +365,10 @@ def _check_gnn_settings(config: SearchConfig) -> None:
         raise PlacerError(f"--init: only for --policy {' or '.join(GRAPH_NEURAL)}, not {config.policy!r}")
     if config.order is not None and config.policy != "placeto":
         raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {config.policy!r}")
+    if config.passes is not None and config.policy != "placeto":
+        raise PlacerError(f"--passes: only for --policy placeto (its zero-shot decode), not {config.policy!r}")
+    if config.passes is not None and not (is_whole_number(config.passes) and config.passes >= 1):
+        raise PlacerError(f"--passes must be a whole number of at least 1, got {config.passes!r}")
     if config.policy == "hsdag" and config.init not in (None, "pretrained", "scratch"):
         raise PlacerError(f"--init: hsdag starts from scratch or pretrained (the encoder of gdp's committed "
                           f"checkpoint), not {config.init!r}")
@@ -384,7 +394,8 @@ def _gnn_options(config: SearchConfig) -> dict:
         return {} if config.init is None else {"init": config.init}
     if config.policy not in KINDS:
         return {}
-    return {"init": config.init, **({} if config.order is None else {"order": config.order})}
+    return {"init": config.init, **({} if config.order is None else {"order": config.order}),
+            **({} if config.passes is None else {"greedy_passes": config.passes})}
 
 
 def _problem(graph, machine, config: SearchConfig):
@@ -430,10 +441,11 @@ def _split_groups(problem, config: SearchConfig) -> tuple:
     return split, placement
 
 
-def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str] | None):
-    """The run folder (new, or the one resumed); ``spec`` is the measurer's, whose timing the manifest records,
-    ``bound`` the proven bound (seconds, what it holds for) a new run's manifest records (None: not solved
-    yet, recorded when it is: ``_solved_bound``)."""
+def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str] | None, held: ExitStack):
+    """The run folder (new, or the one resumed, which ``_run_search`` locked); a new one is locked until
+    ``held`` closes. ``spec`` is the measurer's, whose timing the manifest records, ``bound`` the proven
+    bound (seconds, what it holds for) a new run's manifest records (None: not solved yet, recorded when it
+    is: ``_solved_bound``)."""
     from measurers.catalog import machine_to_json
     from policies.rl.env import reward_of  # -sqrt(runtime), failures at the default penalty
 
@@ -461,6 +473,7 @@ def _open_run(config: SearchConfig, spec, problem, bound: tuple[float, str] | No
         manifest = replace(manifest, proven_bound_s=float(bound[0]), proven_bound_holds_for=bound[1])
     with atomic_folder(Path(config.out), run_id) as staging:  # whole or none: without its grouping it cannot resume
         staged = RunLogWriter.create(staging, manifest)
+        held.callback(FolderLock.acquire(staged.folder, "run folder").release)  # the lock moves with the folder
         staged.write_groups(problem.op_unit, graph.op_names)
         np.savez(staged.folder / GROUPING_FILE, **problem.grouping.to_arrays())
         staged.close()

@@ -109,6 +109,29 @@ def test_search_cli__resume_on_a_changed_machine_is_refused_and_changes_nothing(
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
 
+def test_search_cli__a_run_another_process_holds_is_not_resumed_and_nothing_changes(tmp_path, capsys):
+    from cluster.cli import main
+    from graphs.files import FolderLock
+
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", "synthetic:300", "--policy", "reinforce", "--budget", "8", "--batch", "4",
+                 "--workers", "1", "--out", str(out), "--json"]) == 0
+    run_dir = Path(json.loads(capsys.readouterr().out)["run_dir"])
+    lock = FolderLock.acquire(run_dir, "run folder")  # as the run still going, or the same resume started twice
+    before = {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    try:
+        assert main(["search", "--resume", str(run_dir), "--budget", "16", "--json"]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.strip() == (f"placer: error: run folder {run_dir} is in use by another process "
+                                        f"(pid {os.getpid()}): wait for it to end, or stop it, and try again")
+        assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    finally:
+        lock.release()
+    assert main(["search", "--resume", str(run_dir), "--budget", "16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measurements"] == 16
+
+
 def test_search_cli__a_run_of_relative_graph_and_machine_files_resumes_from_another_folder(tmp_path, capsys,
                                                                                           monkeypatch):
     """The run kept the paths as typed: from another folder its resume read no file, and the same files'

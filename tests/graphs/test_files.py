@@ -1,5 +1,5 @@
-"""graphs/files.py: atomic_file's temporary files and atomic_folder's staging folders, and what a killed
-process leaves of them."""
+"""graphs/files.py: atomic_file's temporary files, atomic_folder's staging folders and FolderLock, and what a
+killed process leaves of them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from graphs.files import _host_tag, atomic_file, atomic_folder, remove_stale_staging
+from graphs.errors import PlacerError
+from graphs.files import FolderLock, _host_tag, atomic_file, atomic_folder, remove_stale_staging
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -36,6 +37,16 @@ with atomic_file(Path(sys.argv[1])) as tmp:
     tmp.write_text("half")
     print("writing", flush=True)
     time.sleep(600)
+"""
+
+# A process that locks a folder, says so, and waits to be killed.
+LOCKER = """
+import sys, time
+from pathlib import Path
+from graphs.files import FolderLock
+FolderLock.acquire(Path(sys.argv[1]), "run folder")
+print("writing", flush=True)
+time.sleep(600)
 """
 
 posix_only = pytest.mark.skipif(os.name != "posix" or not Path("/proc/self/stat").exists(),
@@ -164,3 +175,25 @@ def test_atomic_file__an_error_mid_write_keeps_the_old_file_and_no_temporary_one
             tmp.write_text("half")
             raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == [path] and path.read_text() == "old"
+
+
+@posix_only
+def test_folder_lock__a_second_holder_is_refused_naming_the_first_until_it_is_killed(tmp_path):
+    child = start_writer(tmp_path, "unused", LOCKER)
+    try:
+        with pytest.raises(PlacerError, match=rf"run folder {tmp_path} is in use by another process "
+                                              rf"\(pid {child.pid}\)"):
+            FolderLock.acquire(tmp_path, "run folder")
+    finally:
+        child.kill()  # SIGKILL: no finally runs, and the kernel drops its lock
+        child.wait()
+    FolderLock.acquire(tmp_path, "run folder").release()
+
+
+def test_folder_lock__released_it_can_be_taken_again_and_held_it_cannot(tmp_path):
+    first = FolderLock.acquire(tmp_path, "run folder")
+    with pytest.raises(PlacerError, match=f"pid {os.getpid()}"):
+        FolderLock.acquire(tmp_path, "run folder")  # another open file: refused in one process too
+    first.release()
+    first.release()  # twice is harmless
+    FolderLock.acquire(tmp_path, "run folder").release()
