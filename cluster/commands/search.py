@@ -77,6 +77,8 @@ def register(subparsers) -> None:
                         "scratch (the default) or pretrained (gdp's encoder)")
     p.add_argument("--order", help="placeto: the order it visits the groups in, topo, reverse-topo, bfs or random "
                                    "(default: the order its checkpoint was trained in; topo from scratch)")
+    p.add_argument("--passes", type=int, help="placeto: greedy passes over the groups in its zero-shot decode, each "
+                                              "from where the one before ended (default 2)")
     p.add_argument("--remove-device", action="append", dest="remove_devices", metavar="NAME@MEASUREMENTS",
                    help="device NAME leaves after that many of the policy's measurements (e.g. gpu:1@200), or "
                         "NAME@node-lost: when the measurer pool first loses a GPU node; the policy goes on, on the "

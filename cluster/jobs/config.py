@@ -88,6 +88,9 @@ class SearchConfig:
     hsdag: "scratch" (None means it too) or "pretrained" (gdp's encoder)."""
     order: str | None = None
     """placeto only: the order it visits the groups in (policies.rl.gnn.config.ORDERS; None: its default)."""
+    passes: int | None = None
+    """placeto only: the greedy passes over the groups of its zero-shot decode (GnnConfig.greedy_passes; None:
+    the search's default, PlacetoPolicy.search_defaults)."""
     remove_devices: tuple[str, ...] = ()
     """Devices that leave during the search, "NAME@MEASUREMENTS" or "NAME@node-lost" (cluster/jobs/removal.py):
     the policy goes on, on the devices left. Not with policies whose network has one output per device."""

@@ -444,13 +444,32 @@ def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path,
     (["--policy", "random", "--order", "bfs"], "--order: only for --policy placeto (it visits groups in order)"),
     (["--policy", "gdp", "--init", "scratch", "--order", "bfs"], "--order: only for --policy placeto"),
     (["--policy", "placeto", "--init", "scratch", "--order", "sideways"], "--order: unknown order 'sideways'"),
+    (["--policy", "gdp", "--passes", "2"], "--passes: only for --policy placeto (its zero-shot decode), not 'gdp'"),
+    (["--policy", "placeto", "--passes", "0"], "--passes must be a whole number of at least 1, got 0"),
 ])
-def test_search__init_and_order_belong_to_the_graph_neural_policies(tmp_path, capsys, flags, message):
+def test_search__init_order_and_passes_belong_to_the_graph_neural_policies(tmp_path, capsys, flags, message):
     from cluster.cli import main
 
     assert main(["search", *SEARCH, *flags, "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
     assert message in one_placer_error(capsys)
     assert not (tmp_path / "runs").exists()
+
+
+def test_search__passes_sets_placetos_zero_shot_decode_and_its_run_records_it(tmp_path, capsys):
+    """On synthetic:300 / paper-2gpu the committed placeto.pt's second greedy pass moves groups: one pass and
+    the default two give other zero shots."""
+    from cluster.cli import main
+
+    zero_shot = ["search", "--graph", "synthetic:300", "--machine", "paper-2gpu", "--policy", "placeto",
+                 "--budget", "1", "--workers", "1", "--bound-time-limit", "0", "--out", str(tmp_path), "--json"]
+    steps_s, passes = [], []
+    for flags in (["--passes", "1"], []):
+        assert main([*zero_shot, *flags]) == 0
+        result = json.loads(capsys.readouterr().out)
+        steps_s.append(result["policy_best_runtime_s"])
+        passes.append(json.loads((Path(result["run_dir"]) / "manifest.json").read_text())["config"]["passes"])
+    assert passes == [1, None]
+    assert steps_s[0] != steps_s[1]
 
 
 def test_search__a_missing_pretrained_checkpoint_says_to_pass_init_scratch(tmp_path, capsys, monkeypatch):
