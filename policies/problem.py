@@ -183,7 +183,7 @@ def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None
     """Build a problem: cost-model op times, lower bound, and the units to place
     (``max_groups``: the grouping engineer's groups; ``None``: the graph's colocation groups)."""
     from measurers.sim.costs import op_time_matrix
-    from measurers.sim.lower_bound import lower_bound_s
+    from measurers.sim.lower_bound import lower_bound_from_times
 
     if not isinstance(graph, OpGraph) or not isinstance(machine, Machine):
         raise PlacerError(f"make_problem needs an OpGraph and a Machine (graphs.registry.load_graph, "
@@ -200,4 +200,5 @@ def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None
         op_unit = np.asarray(grouping.op_group, dtype=np.int64)
     else:
         op_unit = graph.colocation_ids
-    return PlacementProblem(graph, machine, op_unit, op_time_s, float(lower_bound_s(graph, machine)), grouping)
+    bound_s = lower_bound_from_times(graph, op_time_s, machine.num_devices)  # with the profile's op times
+    return PlacementProblem(graph, machine, op_unit, op_time_s, bound_s, grouping)

@@ -335,3 +335,24 @@ def test_list_schedulers_keep_a_unit_of_a_gpu_capable_and_a_cpu_only_op_off_the_
     result = place(name, problem, SimulatorMeasurer(graph, machine), 1, 0)
     assert problem.op_allowed[np.arange(4), result.op_placement].all() and result.best.ok
     assert result.op_placement[1] == result.op_placement[2]
+
+
+def test_make_problem__the_lower_bound_is_that_of_the_profiles_op_times(graph, machine):
+    """With a profile that makes every op 100x faster, the problem's bound was the cost model's: above the
+    step the same profile simulates."""
+    from measurers.sim.costs import OpProfile, op_time_matrix
+    from measurers.sim.reference import Simulator
+    from policies.problem import make_problem
+
+    models = {device.model for device in machine.devices}
+    modeled_s = op_time_matrix(graph, machine)  # (N, D)
+    names = [name for name in graph.op_names for _ in models]
+    profile = OpProfile(np.array(names, dtype=object), np.array([*models] * graph.num_ops, dtype=object),
+                        np.full(len(names), float(np.min(modeled_s[np.isfinite(modeled_s)])) / 100),
+                        graph.content_hash)
+    problem = make_problem(graph, machine, profile=profile)
+    simulator = Simulator(graph, machine, profile=profile)
+    assert problem.lower_bound_s == simulator.lower_bound_s
+    assert problem.lower_bound_s < make_problem(graph, machine).lower_bound_s / 10
+    step_s = simulator.run(np.argmin(problem.op_time_s, axis=1)).runtime_s  # each op on its fastest device
+    assert problem.lower_bound_s <= step_s
