@@ -7,6 +7,8 @@ channels overlap. Units are in the names: bytes, seconds, FLOP/s, bytes per seco
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from typing import Sequence
 
@@ -37,8 +39,9 @@ class Device:
         if not self.memory_bytes < 2**63:  # the simulator and the bound hold capacities as int64
             raise PlacerError(f"device {self.name!r}: memory_bytes must be below 2**63 (int64), "
                               f"got {self.memory_bytes:.4g}")
-        if self.op_overhead_s < 0:
-            raise PlacerError(f"device {self.name!r}: op_overhead_s must not be negative")
+        if not 0 <= self.op_overhead_s < math.inf:  # NaN fails too (the simulator called it an overflow)
+            raise PlacerError(f"device {self.name!r}: op_overhead_s must be a finite number of seconds >= 0, "
+                              f"got {self.op_overhead_s}")
         for key in ("compute_efficiency", "memory_efficiency"):
             if not 0 < getattr(self, key) <= 1:
                 raise PlacerError(f"device {self.name!r}: {key} must lie in (0, 1]")
@@ -57,6 +60,8 @@ class Link:
     channel: str  # transfers on the same channel are served one at a time
 
     def __post_init__(self) -> None:
+        if not isinstance(self.channel, str):  # sorted with the others' names (link_table, the trace)
+            raise PlacerError(f"link {self.src}->{self.dst}: channel must be a string, got {self.channel!r}")
         if not self.bandwidth_Bps > 0 or not self.latency_s >= 0:  # NaN fails both (it made the simulator loop)
             raise PlacerError(f"link {self.src}->{self.dst}: bandwidth must be positive, latency not negative, "
                               f"got {self.bandwidth_Bps} B/s and {self.latency_s} s")

@@ -22,6 +22,7 @@ def chrome_trace(graph: OpGraph, machine: Machine, result: SimResult) -> dict:
     timeline = result.timeline
     if timeline is None:
         raise PlacerError("the result has no timeline: simulate with timeline=True")
+    _check_same_run(graph, machine, result)
     channels = sorted({link.channel for link in machine.links})
     events = [_name_row(d, f"{device.name} ({device.model})") for d, device in enumerate(machine.devices)]
     events += [_name_row(machine.num_devices + c, f"channel {name}") for c, name in enumerate(channels)]
@@ -40,6 +41,22 @@ def chrome_trace(graph: OpGraph, machine: Machine, result: SimResult) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"graph": graph.name, "machine": machine.name, "runtime_s": result.runtime_s,
                           "status": result.status}}
+
+
+def _check_same_run(graph: OpGraph, machine: Machine, result: SimResult) -> None:
+    """The result is of this graph on this machine: one of another was labelled with the wrong devices and
+    links, or failed on an index."""
+    timeline = result.timeline
+    sizes_match = (len(timeline.op_device) == graph.num_ops and len(result.busy_s) == machine.num_devices
+                   and len(result.link_bytes) == len(machine.links))
+    names = [device.name for device in machine.devices]
+    if not sizes_match or any((machine.links[k].src, machine.links[k].dst) != (names[src], names[dst])
+                              for k, src, dst in zip(timeline.transfer_link.tolist(), timeline.transfer_src.tolist(),
+                                                     timeline.transfer_dst.tolist())):
+        raise PlacerError(f"the result is not of graph {graph.name!r} on machine {machine.name!r}: it has "
+                          f"{len(timeline.op_device)} ops (the graph {graph.num_ops}), {len(result.busy_s)} "
+                          f"devices and {len(result.link_bytes)} links (the machine {machine.num_devices} and "
+                          f"{len(machine.links)}), or its transfers use other links")
 
 
 def write_trace(path: str | os.PathLike, graph: OpGraph, machine: Machine, result: SimResult) -> Path:

@@ -84,7 +84,7 @@ def test_user_machine_file__largest_int64_memory_is_accepted(tmp_path):
     (lambda d: d["links"][0].pop("channel"), r"links\[0\]: missing field 'channel'"),
     (lambda d: d.pop("links"), "missing field 'links'"),
     (lambda d: d["links"].pop(), "no link from 'gpu:1' to 'gpu:0'"),
-    (lambda d: d["devices"][2].update(op_overhead_s=-1.0), "op_overhead_s must not be negative"),
+    (lambda d: d["devices"][2].update(op_overhead_s=-1.0), "op_overhead_s must be a finite number of seconds >= 0, got -1.0"),
     (lambda d: d["devices"][2].update(speed=3), "unknown field 'speed'"),
     (lambda d: d["devices"][1].update(memory_bytes=2**63), r"memory_bytes must be below 2\*\*63"),  # int64 overflow
     (lambda d: d["devices"][1].update(memory_bytes=1e300), r"memory_bytes must be below 2\*\*63"),
@@ -126,3 +126,20 @@ def test_cli_machines__list_show_and_json(capsys):
     assert main(["machines", "show", "nope"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "unknown machine 'nope'" in captured.err
+
+
+@pytest.mark.parametrize("overhead_s", [float("nan"), float("inf"), -1e-9])
+def test_device__an_overhead_that_is_no_finite_time_is_refused(overhead_s):
+    """NaN passed (``nan < 0`` is False) and the simulator later called the step an overflow."""
+    from measurers.machine import Device
+
+    with pytest.raises(PlacerError, match="device 'gpu:0': op_overhead_s must be a finite number of seconds >= 0"):
+        Device("gpu:0", "gpu", "X", 1e12, 1e11, 10**9, overhead_s)
+
+
+def test_link__a_channel_that_is_no_string_is_refused():
+    """None passed, and sorting the channels with the others' names raised a TypeError."""
+    from measurers.machine import Link
+
+    with pytest.raises(PlacerError, match="link cpu:0->gpu:0: channel must be a string, got None"):
+        Link("cpu:0", "gpu:0", 1e9, 0.0, None)

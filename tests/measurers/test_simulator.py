@@ -473,3 +473,20 @@ def test_placement_file__a_synthetic_graph_named_without_its_seed_is_the_seed_0_
     path.write_text(json.dumps({"graph": "synthetic:30:1", "ops": ["gpu:0"] * 30}))
     with pytest.raises(PlacerError, match="written for graph 'synthetic:30:1', not 'synthetic:30:0'"):
         load_placement_file(path, graph, machine)
+
+
+def test_chrome_trace__a_result_of_another_graph_or_machine_is_refused():
+    """A paper-2gpu result traced with paper-4gpu was labelled with that machine's links; one of a larger
+    graph failed on an index."""
+    from graphs.synthetic import synthetic_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.reference import Simulator
+    from measurers.sim.trace import chrome_trace
+
+    graph, machine = synthetic_graph(50, seed=1), load_machine("paper-2gpu")
+    result = Simulator(graph, machine).run(np.arange(50) % 3, timeline=True)
+    assert len(chrome_trace(graph, machine, result)["traceEvents"]) > graph.num_ops
+    for other_graph, other_machine in ((graph, load_machine("paper-4gpu")), (synthetic_graph(7, seed=1), machine)):
+        with pytest.raises(PlacerError, match=f"the result is not of graph {other_graph.name!r} on machine "
+                                              f"{other_machine.name!r}"):
+            chrome_trace(other_graph, other_machine, result)
