@@ -18,6 +18,7 @@ whose placement does not use that device, as the run's own best placement does.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -217,11 +218,13 @@ LOGGED_BY = "_logged_by"  # column of the pooled rows: the run id that logged ea
 
 
 def comparable_key(manifest: RunManifest) -> tuple:
-    """What makes two runs' step times comparable: one graph, one machine, and one measurer with the same
-    noise, timed runs, warmup and estimator (a noisy search's single-gpu is no baseline of a noiseless run)."""
+    """What makes two runs' step times comparable: one graph, one machine (its whole description: an edited
+    copy of a catalog file keeps the name), and one measurer with the same noise, timed runs, warmup and
+    estimator (a noisy search's single-gpu is no baseline of a noiseless run)."""
     config = manifest.config
     noise_std = config.get("noise_std") or 0.0  # `placer baselines` has no --noise: 0
-    return (manifest.graph_hash, manifest.machine_name, str(config.get("measurer", "sim")),
+    machine = json.dumps(manifest.machine, sort_keys=True) if manifest.machine else manifest.machine_name
+    return (manifest.graph_hash, machine, str(config.get("measurer", "sim")),
             _hashable(noise_std), manifest.runs, manifest.warmup, manifest.estimator)
 
 

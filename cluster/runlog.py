@@ -56,11 +56,12 @@ import pyarrow.parquet as pq
 
 # the format and its readers, re-exported: callers import them from here
 from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIFEST_FILE, MEASUREMENT_SCHEMA,
-                                   MEASUREMENTS_DIR, METRIC_SCHEMA, METRICS_DIR, PLACEMENT_LEVELS, READ_ATTEMPTS,
-                                   READABLE_FORMAT_VERSIONS, RESULT_FILE, BestPlacement, RunManifest,
-                                   check_run_log, device_removals_done, op_placement_of, placement_level_by_length,
-                                   read_best, read_groups, read_manifest, read_metrics, read_result_json, read_run,
-                                   read_runs, read_table, removed_device_indices, rows_without_devices)
+                                   MEASUREMENTS_DIR, METRIC_SCHEMA, METRICS_DIR, PART_NAME, PLACEMENT_LEVELS,
+                                   READ_ATTEMPTS, READABLE_FORMAT_VERSIONS, RESULT_FILE, BestPlacement, RunManifest,
+                                   check_run_log, device_removals_done, op_placement_of, part_files,
+                                   placement_level_by_length, read_best, read_groups, read_manifest, read_metrics,
+                                   read_result_json, read_run, read_runs, read_table, removed_device_indices,
+                                   rows_without_devices)
 from graphs.errors import PlacerError
 from graphs.files import atomic_file
 from measurers.catalog import machine_to_json
@@ -73,7 +74,6 @@ if TYPE_CHECKING:
     from measurers.machine import Machine
 
 VERSIONED_PACKAGES = ("placer", "ray", "torch", "tensorflow", "numpy", "pyarrow")
-_PART_NAME = re.compile(r"part-(\d+)\.parquet")
 
 
 @dataclass(frozen=True, eq=False)
@@ -442,7 +442,7 @@ def _as_int16(placement: np.ndarray) -> list[int]:
 
 
 def _part_numbers(folder: Path) -> list[int]:
-    return [int(m.group(1)) for p in folder.glob("part-*") if (m := _PART_NAME.fullmatch(p.name))]
+    return [int(PART_NAME.fullmatch(path.name).group(1)) for path in part_files(folder)]
 
 
 def compact_run(folder: str | os.PathLike) -> None:

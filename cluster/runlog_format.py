@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Collection, Sequence
@@ -114,6 +115,11 @@ class RunManifest:
             for name in _MANIFEST_TEXT_OR_NULL:  # analyze prints them and opens the graph file
                 if data.get(name) is not None and not isinstance(data[name], str):
                     raise ValueError(f"{name} {data[name]!r} is not a string or null")
+            for name in ("runs", "warmup"):  # analyze keys runs by them (a list was a TypeError traceback)
+                if data.get(name) is not None and not (is_whole_number(data[name]) and data[name] >= 0):
+                    raise ValueError(f"{name} {data[name]!r} is not a whole number >= 0 or null")
+            if not isinstance(data.get("estimator", ESTIMATOR), str):
+                raise ValueError(f"estimator {data['estimator']!r} is not a string")
             data["graph_file"] = data.get("graph_file") or ""
             _check_removal_records(data["device_removals"])
             return RunManifest(**{k: v for k, v in data.items() if k in names})
@@ -174,7 +180,7 @@ def read_manifest(folder: str | os.PathLike) -> RunManifest:
     manifest = RunManifest.from_json(path.read_text(), str(path))
     if manifest.format_version not in READABLE_FORMAT_VERSIONS:
         readable = ", ".join(str(v) for v in READABLE_FORMAT_VERSIONS)
-        raise PlacerError(f"{folder}: run log format version {manifest.format_version}, this placer reads "
+        raise PlacerError(f"{folder}: run log format version {manifest.format_version!r}, this placer reads "
                           f"versions {readable}")
     return manifest
 
@@ -185,6 +191,16 @@ REQUIRED_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "policy", "placement", "runtime
                     (METRIC_SCHEMA, ("seq", "iteration", "name", "value")))
 
 
+PART_NAME = re.compile(r"part-(\d+)\.parquet")
+"""A log part's file name (``RunLogWriter.flush``, the compaction): only these are read, so another file in
+the folder (a plot written there) is no part of the log."""
+
+
+def part_files(folder: Path) -> list[Path]:
+    """The log parts in ``folder``, by name."""
+    return sorted(path for path in folder.glob("part-*.parquet") if PART_NAME.fullmatch(path.name))
+
+
 def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
     """Every row under ``folder`` once (the first of each seq: a compaction may have left a row in two
     files), ordered by seq. Other columns a file lacks (an older format) read as nulls."""
@@ -193,7 +209,10 @@ def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
     _check_parts(folder, schema)
     for attempt in range(READ_ATTEMPTS):
         try:
-            table = pds.dataset(folder, format="parquet", schema=schema).to_table()
+            parts = part_files(folder)
+            if not parts:
+                return schema.empty_table()
+            table = pds.dataset([str(part) for part in parts], format="parquet", schema=schema).to_table()
             break
         except FileNotFoundError:  # a compaction deleted a part after it was listed: list again
             if attempt == READ_ATTEMPTS - 1:
@@ -220,7 +239,7 @@ def check_run_log(folder: str | os.PathLike) -> None:
 
 def _check_parts(folder: Path, schema: pa.Schema) -> None:
     required = next((columns for known, columns in REQUIRED_COLUMNS if known.equals(schema)), ())
-    for part in sorted(folder.glob("*.parquet")):
+    for part in part_files(folder):
         try:
             part_schema = pq.read_schema(part)
         except FileNotFoundError:  # a live run's compaction removed it after the listing: its rows moved

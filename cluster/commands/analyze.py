@@ -32,6 +32,7 @@ def run(args) -> int:
     if args.plots:
         from cluster.plots import check_plot_paths, read_run_to_plot, write_run_plots
 
+        _check_plots_outside_runs(args.plots, summaries)
         to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
         check_plot_paths(to_plot, args.plots)
         plots = [write_run_plots(logged, args.plots, s.lower_bound_s) for logged, s in zip(to_plot, summaries)]
@@ -127,14 +128,38 @@ def _distinct_digits(values_s: list[float]) -> int:
     return 17
 
 
+def _check_plots_outside_runs(plots_dir: str, summaries) -> None:
+    """--plots may not be, or lie in, a run folder analyze reads: PNGs written into its measurements/
+    folder were read back as damaged log parts."""
+    from pathlib import Path
+
+    from graphs.errors import PlacerError
+
+    target = Path(plots_dir).expanduser().resolve()
+    for summary in summaries:
+        run_dir = Path(summary.run_dir).resolve()
+        if target == run_dir or run_dir in target.parents:
+            raise PlacerError(f"--plots {plots_dir} lies inside the run folder {summary.run_dir}, which analyze "
+                              f"only reads: write the plots elsewhere")
+
+
 def _distinct_names(runs: list) -> list:
-    """Copies of one run (the same run id in two folders) get ``-2``, ``-3``... so their plots do not
-    overwrite each other's."""
+    """Copies of one run (the same run id in two folders) get ``-2``, ``-3``... (a suffix no run read has:
+    make_run_id names a second run started in the same second ``-2`` too) so their plots do not overwrite
+    each other's."""
     from dataclasses import replace
 
-    seen: dict[str, int] = {}
+    taken = {run.run_id for run in runs}
+    seen: set[str] = set()
     named = []
     for run in runs:
-        seen[run.run_id] = seen.get(run.run_id, 0) + 1
-        named.append(run if seen[run.run_id] == 1 else replace(run, run_id=f"{run.run_id}-{seen[run.run_id]}"))
+        if run.run_id not in seen:
+            seen.add(run.run_id)
+            named.append(run)
+            continue
+        copy = 2
+        while f"{run.run_id}-{copy}" in taken:
+            copy += 1
+        taken.add(f"{run.run_id}-{copy}")
+        named.append(replace(run, run_id=f"{run.run_id}-{copy}"))
     return named

@@ -452,14 +452,23 @@ def _edit_manifest(run: Path, config: dict | None = None, **fields) -> None:
     (run / MANIFEST_FILE).write_text(json.dumps(manifest))
 
 
+FASTER_GPUS = {"peak_flops": 1.5e13}  # an edited copy of paper-2gpu that kept its name
+
+
 @pytest.mark.parametrize("config, fields", [({"noise_std": 0.5}, {}), ({"measurer": "torch"}, {}),
-                                             ({}, {"runs": 3}), ({}, {"warmup": 0}), ({}, {"estimator": "min"})])
+                                             ({}, {"runs": 3}), ({}, {"warmup": 0}), ({}, {"estimator": "min"}),
+                                             ({}, {"machine": FASTER_GPUS})])
 def test_summarize__a_sibling_measured_otherwise_lends_no_baseline(tmp_path, capsys, config, fields):
     """A reproduce annealing run (no baselines of its own) took the fastest baseline of every run of its graph
     and machine: a `search --noise 0.5` run named beside it lent its noisy single-gpu (1.582 instead of 1.470)."""
     run = write_run(tmp_path / "run", rows=[("annealing", 1.5, "ok", False)])
     alike = write_run(tmp_path / "alike", policy="reinforce", rows=[("expert", 2.0, "ok", False)])
     other = write_run(tmp_path / "other", policy="random", rows=[("single-gpu", 1.0, "ok", False)])
+    if "machine" in fields:  # the same name, other devices
+        machine = json.loads((other / MANIFEST_FILE).read_text())["machine"]
+        for device in machine["devices"][1:]:
+            device.update(fields["machine"])
+        fields = {"machine": machine}
     _edit_manifest(other, config, **fields)
     s = summarize([run, alike, other])[0]
     assert (s.best_baseline, s.best_baseline_s) == ("expert", 2.0) and s.best_baseline_run == alike.name
@@ -483,6 +492,9 @@ def test_summarize__a_run_whose_own_baselines_all_failed_takes_a_siblings(tmp_pa
     ({"resumes": "x"}, "resumes 'x' is not a list of objects"),
     ({"proven_bound_s": 0.5, "proven_bound_holds_for": ["a"]}, "proven_bound_holds_for ['a'] is not a string or null"),
     ({"graph_file": 5}, "graph_file 5 is not a string or null"),  # no lower bound recorded: the graph is looked for
+    ({"runs": [1]}, "runs [1] is not a whole number >= 0 or null"),  # these three: unhashable in comparable_key
+    ({"warmup": {"n": 1}}, "warmup {'n': 1} is not a whole number >= 0 or null"),
+    ({"estimator": ["median"]}, "estimator ['median'] is not a string"),
 ])
 @pytest.mark.parametrize("as_json", [False, True])
 def test_cli_analyze__a_manifest_with_a_damaged_record_or_name_is_one_error(tmp_path, capsys, fields, message,
@@ -520,3 +532,39 @@ def test_text_console__prints_brackets_as_they_are(capsys):
 
     text_console().print("lab[/gpu] lab[gpu] :100:")
     assert capsys.readouterr().out == "lab[/gpu] lab[gpu] :100:\n"
+
+
+@pytest.mark.parametrize("inside", [".", "measurements"])
+def test_cli_analyze__plots_inside_a_run_it_reads_are_refused_before_anything_is_written(tmp_path, capsys, inside):
+    """`--plots RUN/measurements` wrote PNGs there, and every later read of the run called its log damaged."""
+    run = write_run(tmp_path / "runs")
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    assert main(["analyze", str(run), "--plots", str(run / inside)]) == 2
+    assert "lies inside the run folder" in one_placer_error(capsys)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
+def test_read_run__a_file_that_is_no_log_part_is_not_read(tmp_path):
+    run = write_run(tmp_path)
+    rows = read_run(run)
+    (run / "measurements" / "notes.txt").write_text("not Parquet")
+    (run / "measurements" / "device_load.png").write_bytes(b"\x89PNG")
+    assert read_run(run).equals(rows)
+    (s,) = summarize([run])
+    assert s.measurements == 9
+
+
+def test_cli_analyze__a_copy_of_a_run_gets_plot_names_no_other_run_has(tmp_path, capsys):
+    """A second copy of run X was named X-2 for its plots, the name make_run_id gives a second run started in
+    the same second: with such a run read too, two runs wrote one set of files."""
+    import shutil
+
+    run = write_run(tmp_path / "a")
+    shutil.copytree(run, tmp_path / "b" / run.name)
+    second = write_run(tmp_path / "c", policy="annealing", rows=[("annealing", 1.2, "ok", False)])
+    second = second.rename(second.with_name(run.name + "-2"))
+    _edit_manifest(second, run_id=run.name + "-2")
+    assert main(["analyze", str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "c"), "--json",
+                 "--plots", str(tmp_path / "plots")]) == 0
+    curves = [entry["plots"]["learning_curve"] for entry in json.loads(capsys.readouterr().out)]
+    assert len(curves) == 3 and len(set(curves)) == 3
