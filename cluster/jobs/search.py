@@ -591,12 +591,24 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
                 continue
             placement, best = result.op_placement, result.best
         placements[name] = np.asarray(placement, dtype=np.int64)
+        if name == config.policy:  # the policy places it again: its measurement is this row, not a second one
+            _log_as_the_policys(past, name, placements[name], best)
         outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
         errors.append(best.error or "no detail" if best.status == "error" else "")
     if errors and all(errors):  # the measurer runs nothing (a step it cannot rebuild): the budget would go too
         raise PlacerError(f"every quick baseline failed to measure ({errors[0]}); nothing was searched, the "
                           f"measurements are in {writer.folder}")
     return outcomes, placements
+
+
+def _log_as_the_policys(past: PastRows, name: str, placement: np.ndarray, measurement: Measurement) -> None:
+    """The search's policy is the heuristic ``name`` it also scored as a baseline: when it places the same
+    placement in its first call, that is answered by the baseline's row, as a resumed run's replay is, and
+    not logged again (the log held the row twice, and `placer analyze` counted two of the policy's own
+    measurements where the search counted one)."""
+    key = np.ascontiguousarray(placement, dtype=np.int64).tobytes()
+    past.known[key] = measurement
+    past.logged[(name, 0, key)] += 1  # the policy's first call: iteration 0
 
 
 def _warm_start(source: WarmStartSource | None, file_placement, baselines: list[BaselineOutcome],

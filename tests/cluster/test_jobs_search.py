@@ -156,6 +156,23 @@ def test_search__the_time_limit_counts_from_the_sessions_start(local_ray, tmp_pa
     assert not (read_run(result.run_dir).policy == policy).any()
 
 
+def test_search__a_heuristic_policy_that_is_also_a_baseline_logs_its_placement_once(local_ray, tmp_path):
+    """`--policy m-etf` scored m-etf as a quick baseline, then placed it again: two rows under m-etf, and
+    `placer analyze` counted 2 of the policy's measurements where the search counted 1. A resume of the
+    stopped run logs nothing more."""
+    from cluster.runlog import RESULT_FILE
+
+    result = run_search(_config(tmp_path, policy="m-etf", budget=1))
+    assert "m-etf" in {b.policy for b in result.baselines} and result.measurements == 1
+    rows = read_run(result.run_dir)
+    assert len(rows[rows.policy == "m-etf"]) == 1
+    assert summarize([result.run_dir])[0].policy_measurements == 1
+    (result.run_dir / RESULT_FILE).unlink()  # as a run stopped before its end
+    resumed = run_search(_config(tmp_path, policy="m-etf", budget=1, resume=str(result.run_dir)))
+    assert resumed.policy_best_runtime_s == result.policy_best_runtime_s
+    assert read_run(result.run_dir).equals(rows)
+
+
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     starts = []  # what each session's policy starts from: the bar's rate is this session's, after it
     first = run_search(_config(tmp_path, budget=8), on_policy_start=starts.append)
