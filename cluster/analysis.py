@@ -35,7 +35,7 @@ from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, re
 from cluster.runlog_format import is_seconds, rows_avoiding
 from graphs.errors import PlacerError
 
-MAX_DEPTH = 3  # how deep below an experiment folder run folders are looked for
+MAX_DEPTH = 6  # how deep below a folder run folders are looked for (runs/reproduce/EXPERIMENT/CELL/RUN: 4)
 
 
 @dataclass(frozen=True)

@@ -176,6 +176,14 @@ def test_summarize__experiment_folder_one_row_per_run_and_sibling_baselines(tmp_
     assert summaries[("annealing", "paper-4gpu")].best_baseline == ""  # another machine: not a sibling
 
 
+def test_find_runs__finds_the_runs_of_reproduces_default_folder_from_the_folder_above(tmp_path):
+    """`placer reproduce` writes runs/reproduce/EXPERIMENT/CELL/RUN; `placer analyze runs` looked 3 folders
+    down and left them out without a word when runs of its own were found."""
+    deep = write_run(tmp_path / "runs" / "reproduce" / "mirhoseini2017" / "tiny6__paper-2gpu")
+    near = write_run(tmp_path / "runs", policy="reinforce", rows=[("reinforce", 1.8, "ok", False)])
+    assert sorted(find_runs([tmp_path / "runs"])) == sorted([deep, near])
+
+
 def test_summarize__a_run_is_compared_with_the_best_baseline_available_and_told_where_it_came_from(tmp_path, capsys):
     """A run whose own baseline ran ok was compared with it, also where another run read alike (another grouping,
     a `placer baselines --out` run in the same folder) had logged a faster one."""
