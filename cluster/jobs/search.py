@@ -115,7 +115,7 @@ class SearchResult:
     warm_start_runtime_s: float = math.nan  # its measured step time; nan: none ran ok (or no warm start)
     warm_start_on_groups_s: float = math.nan  # the start the learner imitated, as measured on its own groups
     # (a heuristic's placement collapsed onto the searched groups can run slower than the heuristic's own):
-    # the learner's best is never worse than this; nan when it did not warm-start in this session (a resume)
+    # the learner's best is never worse than this; a resumed run's from its checkpoint; nan: no warm start
     proven_bound_s: float = math.nan  # best proven bound for the searched groups (policies.exact.bound)
     proven_bound_holds_for: str = ""  # the placements it holds for ("every placement" for the closed form)
     solver: SolverFigures | None = None  # exact: the solver's own makespan, bound and status

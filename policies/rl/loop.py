@@ -78,6 +78,7 @@ class TrainResult:
     greedy_group_placement: np.ndarray  # (G,) int64: the trained policy's most likely placement
     stop_reason: str  # "budget" | "time_limit" | "should_stop" | "converged" (STALL_ITERATIONS)
     history: list[IterationMetrics] = field(default_factory=list)
+    warm_start_runtime_s: float = math.nan  # the warm start's step (a resumed run's from its checkpoint); nan: none
 
 
 OnBatch = Callable[[int, np.ndarray, np.ndarray, Sequence[Measurement], np.ndarray], None]
@@ -201,6 +202,7 @@ class _Trainer:
         self.memo: dict[bytes, Measurement] = {}  # group placement bytes -> its measurement, this session
         self.stalled = 0  # iterations in a row that sampled nothing new
         self.warm_started = False  # imitated a warm start (its config is RLConfig.for_warm_start)
+        self.warm_start_runtime_s = math.nan  # its step, kept in the checkpoint: a resumed run reports it too
         self._learner_s: list[float] = []
         self._measure_s: list[float] = []
 
@@ -274,6 +276,7 @@ class _Trainer:
     def start_from(self, warm) -> None:
         """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
         self.warm_started = True
+        self.warm_start_runtime_s = float(warm.runtime_s)
         if warm.runtime_s < self.best_runtime_s:
             self.best_runtime_s = float(warm.runtime_s)
             self.best_group_placement = np.asarray(warm.unit_placement, dtype=np.int64).copy()
@@ -394,7 +397,7 @@ class _Trainer:
             seconds_per_update=float(np.mean(self._learner_s)) if self._learner_s else 0.0,
             seconds_per_measure_call=float(np.mean(self._measure_s)) if self._measure_s else 0.0,
             greedy_group_placement=greedy,
-            stop_reason=stop_reason, history=self.history)
+            stop_reason=stop_reason, history=self.history, warm_start_runtime_s=self.warm_start_runtime_s)
 
     # ---- checkpoints ------------------------------------------------------------------------------
 
@@ -411,7 +414,7 @@ class _Trainer:
             "best_op_placement": _tensor_or_none(self.best_op_placement),
             "window": [(torch.from_numpy(r), torch.from_numpy(a)) for r, a in self.window],
             "imitation_steps": self.imitation_steps, "stalled": self.stalled, "warm_started": self.warm_started,
-            "memo": memo_state(self.memo, self.env.num_devices),
+            "warm_start_runtime_s": self.warm_start_runtime_s, "memo": memo_state(self.memo, self.env.num_devices),
         }
         save_state(state, path)
 
@@ -448,6 +451,7 @@ class _Trainer:
         self.imitation_steps = int(state.get("imitation_steps", 0))
         self.stalled = resumed_stall_count(state)
         self.warm_started = bool(state.get("warm_started", self.warm_started))  # older: as the caller says
+        self.warm_start_runtime_s = float(state.get("warm_start_runtime_s", math.nan))  # older: not kept
 
 
 def measure_unseen(memo: dict[bytes, Measurement], keys: Sequence[bytes],

@@ -173,6 +173,20 @@ def test_search__a_heuristic_policy_that_is_also_a_baseline_logs_its_placement_o
     assert read_run(result.run_dir).equals(rows)
 
 
+@pytest.mark.parametrize("policy", ["reinforce", "hierarchical"])
+def test_search__a_resumed_warm_started_learner_keeps_its_warm_starts_figure(local_ray, tmp_path, policy):
+    """The resumed session reported warm_start_on_groups_s as nan (null in result.json): the learner knew its
+    start only in the session that measured it."""
+    first = run_search(_config(tmp_path, policy=policy, budget=8, batch=4, warm_start="auto"))
+    assert math.isfinite(first.warm_start_on_groups_s)
+    resumed = run_search(_config(tmp_path, policy=policy, budget=12, batch=4, warm_start="auto",
+                                 resume=str(first.run_dir)))
+    assert resumed.measurements == 12
+    assert resumed.warm_start_on_groups_s == first.warm_start_on_groups_s
+    assert json.loads((first.run_dir / "result.json").read_text())["warm_start_on_groups_s"] == \
+        first.warm_start_on_groups_s
+
+
 def test_search__resume_continues_without_measuring_again(local_ray, tmp_path):
     starts = []  # what each session's policy starts from: the bar's rate is this session's, after it
     first = run_search(_config(tmp_path, budget=8), on_policy_start=starts.append)

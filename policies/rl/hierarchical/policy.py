@@ -13,7 +13,6 @@ overridden by ``place``'s seed argument.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import Sequence
@@ -54,7 +53,7 @@ class HierarchicalPolicy:
         checkpoint = ctx.checkpoint_dir
         with deterministic_torch():
             trainer = HierarchicalTrainer(problem, counter, capture, config)
-            notes, warm_runtime_s = "", math.nan
+            notes = ""
             if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file():
                 trainer.load(checkpoint / CHECKPOINT_FILE)
                 counter.budget = max(0, budget - trainer.measurements_used)
@@ -64,7 +63,6 @@ class HierarchicalPolicy:
                 warm = best_candidate(measured)
                 trainer.measurements_used = counter.used
                 if warm is not None:
-                    warm_runtime_s = warm.runtime_s
                     match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
                     if checkpoint is not None:  # a resume must not measure and imitate again
                         self._save(trainer)
@@ -89,7 +87,8 @@ class HierarchicalPolicy:
         per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else 0.0
         notes += (f"{trainer.iteration} iterations of {config.batch_size}, {trainer.num_groups} groups, "
                   f"{per_update:.3f} s learner time per iteration")
-        found = replace(search_result(self.name, problem, counter, notes), warm_start_runtime_s=warm_runtime_s)
+        found = replace(search_result(self.name, problem, counter, notes),
+                        warm_start_runtime_s=trainer.warm_start_runtime_s)  # a resumed run's from its checkpoint
         return with_run_best(found, problem, trainer.best_op_placement, trainer.best_runtime_s,
                              measurements=trainer.measurements_used, stop_reason=stop_reason,
                              seconds_per_update=per_update)

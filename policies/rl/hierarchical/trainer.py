@@ -64,6 +64,7 @@ class HierarchicalTrainer:
         self.iteration = 0
         self.measurements_used = 0
         self.warm_started = False
+        self.warm_start_runtime_s = math.nan  # its step, kept in the checkpoint: a resumed run reports it too
         self.best_runtime_s = math.inf
         self.best_op_placement: np.ndarray | None = None
         self.memo: dict[bytes, Measurement] = {}  # placement_key(op placement) -> its measurement, this run
@@ -155,7 +156,7 @@ class HierarchicalTrainer:
         self.module.set_atom_targets(assign[0], self.config.move_prob)
         self._fit_placer(inputs, decoded)
         self.learner.entropy_coeff = self.config.warm_entropy_coeff
-        self.warm_started = True
+        self.warm_started, self.warm_start_runtime_s = True, float(runtime_s)
         if runtime_s < self.best_runtime_s:
             self.best_runtime_s, self.best_op_placement = float(runtime_s), np.asarray(op_placement).copy()
         greedy = self.sample(1, greedy=True)[3][0]
@@ -193,7 +194,8 @@ class HierarchicalTrainer:
                  "measurements_used": self.measurements_used, "best_runtime_s": self.best_runtime_s,
                  "best_op_placement": (None if self.best_op_placement is None
                                        else torch.from_numpy(self.best_op_placement)),
-                 "warm_started": self.warm_started, "entropy_coeff": self.learner.entropy_coeff,
+                 "warm_started": self.warm_started, "warm_start_runtime_s": self.warm_start_runtime_s,
+                 "entropy_coeff": self.learner.entropy_coeff,
                  "stalled": self.stalled, "memo": memo_state(self.memo, self.problem.num_devices)}
         save_state(state, path)
 
@@ -214,6 +216,7 @@ class HierarchicalTrainer:
         best = state["best_op_placement"]
         self.best_op_placement = None if best is None else best.numpy().astype(np.int64)
         self.warm_started = bool(state["warm_started"])
+        self.warm_start_runtime_s = float(state.get("warm_start_runtime_s", math.nan))  # older: not kept
         self.learner.entropy_coeff = float(state["entropy_coeff"])
         self.stalled = resumed_stall_count(state)
         self.memo = memo_from_state(state.get("memo"))  # a checkpoint older than the memo: an empty one

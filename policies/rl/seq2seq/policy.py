@@ -66,10 +66,10 @@ class ReinforcePolicy:
                               known=[(c.unit_placement, c.measurement) for c in measured])
         notes = (f"{result.iterations} iterations of {config.batch_size}, "
                  f"{result.seconds_per_update:.3f} s learner time per iteration")
-        found = search_result(self.name, problem, counter, notes)
+        found = replace(search_result(self.name, problem, counter, notes),
+                        warm_start_runtime_s=result.warm_start_runtime_s)  # a resumed run's from its checkpoint
         if warm is not None:
-            found = replace(found, notes=f"{notes}; warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s",
-                            warm_start_runtime_s=warm.runtime_s)
+            found = replace(found, notes=f"{notes}; warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
         return with_run_best(found, problem, result.best_op_placement, result.best_runtime_s,
                              measurements=result.measurements_used, stop_reason=result.stop_reason,
                              seconds_per_update=result.seconds_per_update)
