@@ -6,9 +6,13 @@ checkpoint interval) each field says so; the measurements behind them are in BEN
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+import numbers
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, is_whole_number
+from policies.base import check_seed
 
 TRAINERS = ("reinforce", "ppo")
 DECODE_ORDERS = ("forward_position", "group")
@@ -23,12 +27,33 @@ DEFAULT_PENALTY_RUNTIME_S = 100.0  # the runtime an out-of-memory or failed plac
 
 def check_learner_sizes(batch_size: int, hidden_size: int, penalty_runtime_s: float) -> None:
     """The settings every learner's config shares (RLConfig, the hierarchical planner's), checked alike."""
-    if batch_size < 2:
-        raise PlacerError(f"batch_size must be at least 2, got {batch_size}")
-    if hidden_size < 2 or hidden_size % 2:
-        raise PlacerError(f"hidden_size must be an even number >= 2, got {hidden_size}")
-    if not penalty_runtime_s > 0:
-        raise PlacerError(f"penalty_runtime_s must be positive, got {penalty_runtime_s}")
+    if not (is_whole_number(batch_size) and batch_size >= 2):
+        raise PlacerError(f"batch_size must be a whole number >= 2, got {batch_size!r}")
+    if not (is_whole_number(hidden_size) and hidden_size >= 2 and hidden_size % 2 == 0):
+        raise PlacerError(f"hidden_size must be an even number >= 2, got {hidden_size!r}")
+    if not _is_real(penalty_runtime_s) or not 0 < penalty_runtime_s < math.inf:
+        raise PlacerError(f"penalty_runtime_s must be a finite number above 0, got {penalty_runtime_s!r}")
+
+
+def check_numbers(config, counts: Mapping[str, int], positive: tuple[str, ...] = (),
+                  non_negative: tuple[str, ...] = ()) -> None:
+    """``counts``: fields that are whole numbers of at least their value; ``positive`` / ``non_negative``:
+    finite numbers above / at least 0. A field typed ``X | None`` may be None. NaN, a fraction where a
+    count goes, or a negative learning rate ended in a traceback mid-run, or trained on garbage."""
+    optional = {field.name for field in fields(config) if "None" in str(field.type)}
+    for name, least in counts.items():
+        value = getattr(config, name)
+        if not (value is None and name in optional) and not (is_whole_number(value) and value >= least):
+            raise PlacerError(f"{name} must be a whole number >= {least}, got {value!r}")
+    for names, least, words in ((positive, math.nextafter(0.0, 1.0), "above 0"), (non_negative, 0.0, ">= 0")):
+        for name in names:
+            value = getattr(config, name)
+            if not (value is None and name in optional) and not (_is_real(value) and least <= value < math.inf):
+                raise PlacerError(f"{name} must be a finite number {words}, got {value!r}")
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass
@@ -124,6 +149,18 @@ class RLConfig:
         if self.trainer not in TRAINERS:
             raise PlacerError(f"unknown trainer {self.trainer!r} (known: {', '.join(TRAINERS)})")
         check_learner_sizes(self.batch_size, self.hidden_size, self.penalty_runtime_s)
+        check_numbers(self, counts={"lr_decay_every": 1, "ppo_epochs": 1, "ppo_minibatch_size": 1,
+                                    "checkpoint_every": 1, "ce_window": 1, "torch_threads": 1, "lr_decay_start": 0,
+                                    "noise_stop_iteration": 0, "warm_start_steps": 0, "ce_every": 0, "ce_steps": 0},
+                      positive=("lr", "grad_clip", "temperature", "tanh_constant", "imitation_lr", "ppo_clip"),
+                      non_negative=("entropy_coeff", "warm_entropy_coeff", "logit_noise_std", "vf_loss_coeff"))
+        check_seed(self.seed, "seed")
+        if not 0.0 < self.lr_decay <= 1.0:
+            raise PlacerError(f"lr_decay must lie in (0, 1], got {self.lr_decay}")
+        if not 0.0 <= self.baseline_decay < 1.0:
+            raise PlacerError(f"baseline_decay must lie in [0, 1), got {self.baseline_decay}")
+        if not 0.0 < self.imitation_target_prob <= 1.0:
+            raise PlacerError(f"imitation_target_prob must lie in (0, 1], got {self.imitation_target_prob}")
         if self.module not in MODULES:
             raise PlacerError(f"unknown module {self.module!r} (known: {', '.join(MODULES)})")
         if not 0.0 <= self.uniform_mix < 1.0:
@@ -132,8 +169,6 @@ class RLConfig:
             raise PlacerError(f"uniform_mix applies to the factorized module only, not {self.module!r}")
         if not 0.0 < self.elite_fraction <= 1.0:
             raise PlacerError(f"elite_fraction must lie in (0, 1], got {self.elite_fraction}")
-        if self.warm_start_steps < 0 or self.ce_every < 0 or self.ce_steps < 0 or self.ce_window < 1:
-            raise PlacerError("warm_start_steps, ce_every and ce_steps must not be negative, ce_window at least 1")
         if self.decode_order not in DECODE_ORDERS:
             raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: {', '.join(DECODE_ORDERS)})")
 

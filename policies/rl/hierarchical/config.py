@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from graphs.errors import PlacerError
 from graphs.grouping import METHODS
+from policies.base import check_seed
 from policies.rl.config import (BATCH_SIZE, CHECKPOINT_EVERY, DEFAULT_PENALTY_RUNTIME_S, HIDDEN_SIZE,
-                                check_learner_sizes)
+                                check_learner_sizes, check_numbers)
 
 NUM_GROUPS = 256  # the paper's grouper output size; fewer when the graph has fewer atoms
 SOFT_PRIORS = ("position", "uniform")  # priors that are logits, not a grouping to start on
@@ -71,25 +72,19 @@ class HierarchicalConfig:
     """Seeds the networks' initial weights and all sampling."""
 
     def __post_init__(self) -> None:
-        if int(self.num_groups) < 1:
-            raise PlacerError(f"num_groups must be at least 1, got {self.num_groups}")
         check_learner_sizes(self.batch_size, self.hidden_size, self.penalty_runtime_s)
+        check_numbers(self, counts={"num_groups": 1, "imitation_steps": 0, "checkpoint_every": 1, "torch_threads": 1},
+                      positive=("lr", "grad_clip", "temperature", "tanh_constant", "imitation_lr"),
+                      non_negative=("prior_width", "entropy_coeff", "warm_entropy_coeff"))
+        check_seed(self.seed, "seed")
         if self.prior not in PRIORS:
             raise PlacerError(f"unknown prior {self.prior!r} (known: {', '.join(PRIORS)})")
-        if self.prior_width < 0:
-            raise PlacerError(f"prior_width must not be negative, got {self.prior_width}")
-        if self.imitation_steps < 0:
-            raise PlacerError(f"imitation_steps must not be negative, got {self.imitation_steps}")
-        if self.entropy_coeff is not None and not self.entropy_coeff >= 0:
-            raise PlacerError(f"entropy_coeff must not be negative, got {self.entropy_coeff}")
         if not 0.0 < self.move_prob < 1.0:
             raise PlacerError(f"move_prob must lie in (0, 1), got {self.move_prob}")
         if not 0.0 < self.warm_placement_prob < 1.0:
             raise PlacerError(f"warm_placement_prob must lie in (0, 1), got {self.warm_placement_prob}")
         if self.decode_order not in ("group", "position"):
             raise PlacerError(f"unknown decode_order {self.decode_order!r} (known: group, position)")
-        if self.checkpoint_every < 1:
-            raise PlacerError(f"checkpoint_every must be at least 1, got {self.checkpoint_every}")
 
     @property
     def start_method(self) -> str | None:

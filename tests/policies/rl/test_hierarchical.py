@@ -9,6 +9,7 @@ os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 
 import dataclasses  # noqa: E402
 import math  # noqa: E402
+import re  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -231,10 +232,25 @@ def test_hierarchical__bad_options_are_refused():
         make_policy("hierarchical", batch_size=1)
     with pytest.raises(PlacerError, match=r"unknown prior 'layers' \(known: metis, .*position, uniform\)"):
         make_policy("hierarchical", prior="layers")
-    with pytest.raises(PlacerError, match="entropy_coeff must not be negative"):
+    with pytest.raises(PlacerError, match="entropy_coeff must be a finite number >= 0, got -0.1"):
         make_policy("hierarchical", entropy_coeff=-0.1)
     with pytest.raises(PlacerError, match="move_prob"):
         make_policy("hierarchical", move_prob=1.0)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"batch_size": 2.5}, "batch_size must be a whole number >= 2, got 2.5"),  # these three were TypeErrors
+    ({"imitation_steps": 2.5}, "imitation_steps must be a whole number >= 0, got 2.5"),
+    ({"prior": "position", "prior_width": float("nan")}, "prior_width must be a finite number >= 0, got nan"),
+    ({"num_groups": 2.5}, "num_groups must be a whole number >= 1, got 2.5"),  # was made 2 without a word
+    ({"lr": float("nan")}, "lr must be a finite number above 0, got nan"),  # these two were accepted
+    ({"temperature": 0}, "temperature must be a finite number above 0, got 0"),
+])
+def test_hierarchical__a_fraction_where_a_count_goes_or_a_nan_is_refused(options, message):
+    from policies.rl.hierarchical.config import HierarchicalConfig
+
+    with pytest.raises(PlacerError, match=re.escape(message)):
+        HierarchicalConfig(**options)
 
 
 class TimingOut(Counting):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 
@@ -171,6 +172,32 @@ def test_rl_config__rejects_bad_settings():
         RLConfig(trainer="dqn")
     with pytest.raises(PlacerError, match="batch_size"):
         RLConfig(batch_size=1)
+
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"checkpoint_every": 0}, "checkpoint_every must be a whole number >= 1, got 0"),  # a ZeroDivisionError
+    ({"lr": NAN}, "lr must be a finite number above 0, got nan"),  # NaN probabilities on the 2nd iteration
+    ({"temperature": NAN}, "temperature must be a finite number above 0, got nan"),
+    ({"ce_window": 2.5}, "ce_window must be a whole number >= 1, got 2.5"),  # a TypeError
+    ({"seed": 1.5}, "seed must be a whole number"),
+    ({"baseline_decay": 1.5}, "baseline_decay must lie in [0, 1), got 1.5"),  # a ValueError from RLlib's build
+    ({"entropy_coeff": NAN}, "entropy_coeff must be a finite number >= 0, got nan"),  # these: accepted, and a
+    ({"lr": -1e-3}, "lr must be a finite number above 0, got -0.001"),  # NaN loss or gradient ascent followed
+    ({"batch_size": 8.5}, "batch_size must be a whole number >= 2, got 8.5"),
+    ({"ppo_epochs": 0}, "ppo_epochs must be a whole number >= 1, got 0"),
+    ({"penalty_runtime_s": float("inf")}, "penalty_runtime_s must be a finite number above 0, got inf"),
+])
+def test_rl_config__a_nan_a_fraction_or_a_negative_rate_is_refused_before_training(options, message):
+    with pytest.raises(PlacerError, match=re.escape(message)):
+        RLConfig(**options)
+
+
+def test_rl_config__the_settings_that_may_be_none_may_be():
+    config = RLConfig(lr=None, warm_entropy_coeff=None, ppo_minibatch_size=None, torch_threads=None)
+    assert config.for_warm_start().entropy_coeff == config.entropy_coeff
 
 
 def test_reinforce_policy__places_a_real_problem_through_the_policy_protocol():
