@@ -61,6 +61,19 @@ class MeasurerActor:
     def info(self) -> ActorInfo:
         return self._info
 
+    def ready(self) -> ActorInfo:
+        """Build the measurer's step now (a real measurer's capture or trace, which its first measurement
+        made inside that placement's time limit: a build longer than the limit timed out every placement,
+        each on a fresh actor that began the build again), then say who this actor is. A step that fails to
+        build is left to the measurements, which report it as their status, as before."""
+        build = getattr(self._measurer, "check_ready", None)
+        if build is not None:
+            try:
+                build()
+            except Exception:  # noqa: BLE001  (each measurement meets it again and reports it)
+                pass
+        return self._info
+
     def measure(self, placements: Sequence[np.ndarray] | np.ndarray) -> ChunkOutcome:
         """``placements``: (B, N) array in any integer type (the pool narrows it for the trip), or a list."""
         started_at = time.time()

@@ -4,7 +4,10 @@ Placements go in with ``submit`` (or ``measure`` for a whole batch in order); re
 finish (``as_completed``, ``poll``, ``gather``). The driver keeps a queue and hands out chunks: cheap
 measurements travel many to a call, so Ray's ~1 ms per call is paid once per chunk. At most
 ``calls_per_actor`` calls wait on an actor; an actor runs them one at a time, in order, so the oldest
-unfinished call is the running one: its deadline and its crashes are counted against it.
+unfinished call is the running one: its deadline and its crashes are counted against it. An actor starts
+work once its measurer has built its step (a real measurer's capture or trace, never charged to a
+placement's deadline); the pool waits ``start_timeout_s`` for its actors, plus one placement's limit for
+a real measurer's.
 
 Faults, all handled in the driver:
 - an actor dies (its process crashed, it was killed, its node left): the running call's placements are
@@ -262,7 +265,8 @@ class MeasurerPool:
         self._slots: list[_Slot] = []
         self._next_node_check = time.monotonic() + self.config.node_check_interval_s
         self._add_slots()
-        self.wait_ready(start_timeout_s)
+        real = isinstance(measurer, MeasurerSpec) and measurer.kind != "sim"  # its actors build the step first
+        self.wait_ready(start_timeout_s + (self.timeout_s if real else 0.0))
 
     # ---- public API --------------------------------------------------------------------------------
 
@@ -459,7 +463,7 @@ class MeasurerPool:
     def _start(self, slot: _Slot) -> None:
         slot.handle = remote_actor_class().options(**self._actor_options(slot)).remote(self._factory_ref)
         slot.info = None
-        slot.ready_ref = slot.handle.info.remote()
+        slot.ready_ref = slot.handle.ready.remote()  # after its measurer has built its step
 
     def _kill(self, slot: _Slot) -> None:
         if slot.handle is not None:

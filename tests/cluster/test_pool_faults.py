@@ -42,6 +42,24 @@ class ScriptedMeasurer:
         return out
 
 
+class SlowBuildMeasurer(ScriptedMeasurer):
+    """A real measurer's shape: its step is built once (``check_ready``, else by the first measurement)."""
+
+    BUILD_S = 1.5
+
+    def __init__(self):
+        self.built = False
+
+    def check_ready(self):
+        time.sleep(self.BUILD_S)
+        self.built = True
+
+    def measure(self, placements):
+        if not self.built:
+            self.check_ready()
+        return super().measure(placements)
+
+
 def _sleepers(n: int, ms: int, start: int = 0) -> list[np.ndarray]:
     return [np.array([SLEEP, ms, start + i]) for i in range(n)]
 
@@ -102,6 +120,15 @@ def test_faults__hanging_measurement_times_out_and_pool_goes_on(cluster, run_log
     assert "killed" in results[6].measurement.error
     rows = read_run(run_log.folder)
     assert (rows["status"] == "timeout").sum() == 1 and len(rows) == 17
+
+
+def test_faults__a_step_that_builds_longer_than_a_placements_limit_is_built_before_the_first(cluster):
+    """The build happened in the first measurement, inside its limit: every placement timed out, each on a
+    fresh actor that began the build again."""
+    config = PoolConfig(num_cpu_actors=1, use_gpus=False, timeout_s=0.5, timeout_slack_s=0.5, chunk_size=1)
+    with MeasurerPool(SlowBuildMeasurer, config) as pool:
+        results = pool.measure_results(_sleepers(3, 10))
+    assert [r.status for r in results] == ["ok"] * 3 and len({r.actor_id for r in results}) == 1
 
 
 def test_faults__placement_that_kills_its_actor_becomes_crash_after_k_tries(cluster, run_log):
