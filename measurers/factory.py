@@ -19,7 +19,7 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.base import Measurer
 from measurers.machine import Machine
-from measurers.timing import REAL_TIMING, default_timing
+from measurers.timing import REAL_TIMING, check_noise_std, default_timing
 
 MEASURER_KINDS = ("sim", "torch", "tf", "openvino")
 
@@ -47,8 +47,7 @@ class MeasurerSpec:
             raise PlacerError(f"measurer runs must be at least 1, got {self.runs}")
         if self.warmup < 0:
             raise PlacerError(f"measurer warmup must not be negative, got {self.warmup}")
-        if self.noise_std < 0:
-            raise PlacerError(f"measurer noise_std must not be negative, got {self.noise_std}")
+        check_noise_std(self.noise_std, "measurer noise_std")
         if not self.timeout_s > 0:
             raise PlacerError(f"measurer timeout_s must be positive, got {self.timeout_s}")
 

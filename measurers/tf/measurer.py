@@ -124,7 +124,7 @@ class TFMeasurer:
                 timing = time_runs(run.step, self.settings, clock=self.clock)
             return timing.measurement(self.settings, zeros, began)
         except tf.errors.ResourceExhaustedError as exc:
-            return failed_measurement("oom", zeros, began, exc.message.splitlines()[0])
+            return failed_measurement("oom", zeros, began, (exc.message.splitlines() or ["ResourceExhaustedError"])[0])
         except Exception as exc:  # noqa: BLE001  any failure of the step is a status
             return failed_measurement("error", zeros, began, f"{type(exc).__name__}: {exc}")
 

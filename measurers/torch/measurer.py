@@ -113,6 +113,7 @@ class TorchMeasurer:
             return failed_measurement("error", (0,) * self.machine.num_devices, began, str(exc))
         replay = None
         try:
+            _ = self.torch_devices  # resolved first: else the first placement's peaks were never reset
             self._release()  # the previous placement's memory is not this one's
             self._reset_peaks()
             replay = self.replay_for(placement)

@@ -160,3 +160,15 @@ def test_measurer_contract__built_from_a_spec_keeps_order_statuses_and_repeats(k
         assert results[0].runtime_s == results[6].runtime_s and results[2].runtime_s == results[7].runtime_s
         assert results[0].samples_s == (results[0].runtime_s,) * RUNS  # noiseless: every sample the same
     assert measurer.measure([]) == []
+
+
+@pytest.mark.parametrize("noise_std", [float("nan"), 1e6, -0.1])
+def test_measurer_spec__a_noise_that_is_no_small_number_is_refused_where_it_is_made(noise_std):
+    """NaN passed (``nan < 0`` is False) and was refused only in each pool actor's constructor, as "no
+    measurer actor started"."""
+    from graphs.errors import PlacerError
+    from graphs.synthetic import synthetic_graph
+    from measurers.factory import MeasurerSpec
+
+    with pytest.raises(PlacerError, match="measurer noise_std must be a number from 0 to"):
+        MeasurerSpec("sim", synthetic_graph(50, 0), load_machine("paper-2gpu"), noise_std=noise_std)

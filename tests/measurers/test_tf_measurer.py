@@ -114,6 +114,16 @@ def test_tf_measurer__resource_exhausted_is_oom_and_next_placement_runs(graph, m
     assert second.status == "ok" and len(second.samples_s) == 2
 
 
+def test_tf_measurer__resource_exhausted_without_a_message_is_oom_too(graph, measurer, monkeypatch):
+    """Its first line was read from an empty message: an IndexError out of measure()."""
+    def exhausted(self, trace=False):
+        raise tf.errors.ResourceExhaustedError(None, None, "")
+
+    monkeypatch.setattr(PlacedSession, "step", exhausted)
+    (result,) = measurer.measure([group_placement(graph, 2)])
+    assert result.status == "oom" and result.error == "ResourceExhaustedError"
+
+
 def test_tf_measurer__bad_placement_rejected_before_anything_runs(graph):
     measurer = TFMeasurer(graph, three_cpus())
     short = measurer.measure([np.zeros(graph.num_ops - 1, dtype=np.int64)])[0]

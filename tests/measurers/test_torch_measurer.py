@@ -164,6 +164,36 @@ def test_torch_measurer__cuda_oom_is_a_status_and_the_next_placement_runs(rnnlm,
     assert second.status == "ok" and second.runtime_s > 0
 
 
+def test_torch_measurer__the_first_placement_resets_the_gpu_peaks_it_reads(rnnlm, machine, monkeypatch):
+    """A new measurer reset the peaks of no device (its devices were resolved only later, by the replay) and
+    read the process's old peak (7 GB here) as the first placement's. CUDA's calls are stubbed: no GPU."""
+    from measurers.torch import measurer as torch_measurer
+
+    peak = {"bytes": 7 * 10**9}  # left by earlier CUDA work in this process
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: peak.update(bytes=0))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: peak["bytes"])
+
+    class Replay:
+        def run(self):
+            peak["bytes"] = max(peak["bytes"], 10**6)  # this placement's own peak: 1 MB
+
+    class OnAGpu(TorchMeasurer):
+        def replay_for(self, placement):
+            _ = self.torch_devices  # as the real one does first (place_program)
+            return Replay()
+
+    def one_gpu(machine):
+        return [torch.device("cuda", 0)] * machine.num_devices
+
+    monkeypatch.setattr(torch_measurer.torch.cuda, "init", lambda: None, raising=False)
+    measurer = OnAGpu(rnnlm, machine, runs=1, warmup=0, torch_devices=one_gpu)
+    first, second = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)] * 2)
+    assert first.status == second.status == "ok"
+    assert max(first.peak_bytes) == max(second.peak_bytes) == 10**6
+
+
 def test_torch_measurer__other_failure_is_error_with_its_text(rnnlm, machine):
     measurer = TorchMeasurer(rnnlm, machine, runs=1, warmup=0, torch_devices=all_cpu)
     raising_once(measurer.program(), RuntimeError("kernel exploded"))
