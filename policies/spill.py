@@ -14,11 +14,12 @@ the most peak per byte of new cut traffic: the units are ranked by cut bytes add
 shortlists), and of the first shortlist holding moves that lower that device's peak, the move with the
 largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop). Failing that,
 the first move that leaves every peak as it was (a peak several units share drops only once several have
-moved); failing that too, a region moves (below). A move never raises the overflowing peak nor overflows its
-target (with ``shortlist=1`` it is not simulated: its estimate alone says it fits); a unit that moved is no
-single move's candidate again (nothing goes back and forth). A unit goes to the device it may run on where
-its estimate fits in the free memory (capacity minus simulated peak), the lowest ``preference`` first, then
-the one with the most free memory.
+moved); failing that too, a region moves (below); failing that, a single move of a unit whose estimate is
+0 (no parameters, no output: it may still hold a large copy it received from another device). A move never
+raises the overflowing peak nor overflows its target (with ``shortlist=1`` it is not simulated: its
+estimate alone says it fits); a unit that moved is no single move's candidate again (nothing goes back and
+forth). A unit goes to the device it may run on where its estimate fits in the free memory (capacity minus
+simulated peak), the lowest ``preference`` first, then the one with the most free memory.
 
 When no single move lowers the peak (or the moves are spent), a region moves: the simulator's peak is often
 made of many groups' live tensors, and one op-level group at a time frees nearly nothing there (its readers
@@ -153,6 +154,10 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
             regions += [] if best is None else [len(best[0])]
         elif best is not None:
             singles += 1
+        if best is None:  # last, the units of no estimate: one may hold a copy it received here
+            _, best = _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges,
+                                   peaks, here, shortlist, singles >= max_moves, zero_estimate=True)
+            singles += best is not None  # ``stop`` keeps why the others found none, if this finds none either
         if best is None:
             break
         picked, target, peaks = best
@@ -165,12 +170,13 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
 
 
 def _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges, peaks, here,
-                 shortlist, out_of_moves) -> tuple[str, tuple[np.ndarray, int, np.ndarray] | None]:
-    """The best one-unit move off ``here`` (module docstring): ("fits", ((1,) the unit, its target, the
-    simulated peaks after)), or (why there is none, None)."""
+                 shortlist, out_of_moves,
+                 zero_estimate: bool = False) -> tuple[str, tuple[np.ndarray, int, np.ndarray] | None]:
+    """The best one-unit move off ``here`` (module docstring) among ``_movable``'s units: ("fits", ((1,) the
+    unit, its target, the simulated peaks after)), or (why there is none, None)."""
     if out_of_moves:
         return "move limit", None
-    candidates, targets = _movable(problem, units, unit_bytes, preference, peaks, here)
+    candidates, targets = _movable(problem, units, unit_bytes, preference, peaks, here, zero_estimate)
     keep = ~moved[candidates]  # a unit moves once: no unit goes back and forth
     candidates, targets = candidates[keep], targets[keep]
     if not len(candidates):
@@ -245,13 +251,17 @@ def _holders_by_buffer(problem, simulator, placement, here) -> np.ndarray:
     return first_rank
 
 
-def _movable(problem, units, unit_bytes, preference, peaks, here) -> tuple[np.ndarray, np.ndarray]:
+def _movable(problem, units, unit_bytes, preference, peaks, here,
+             zero_estimate: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(K,) units on ``here`` that may go elsewhere, (K,) where each goes: the allowed device of the lowest
-    preference, then the most free memory, where its estimate fits (units of positive estimate only,
-    unless none has one)."""
+    preference, then the most free memory, where its estimate fits. Units of positive estimate only, unless
+    none has one; ``zero_estimate``: the others (none where every unit's estimate is 0: they came first)."""
     on_here = np.flatnonzero(units == here)
-    positive = on_here[unit_bytes[on_here] > 0]
-    on_here = positive if len(positive) else on_here
+    positive = unit_bytes[on_here] > 0
+    if zero_estimate:
+        on_here = on_here[~positive] if positive.any() else on_here[:0]
+    elif positive.any():
+        on_here = on_here[positive]
     free = problem.capacity_bytes() - peaks  # (D,)
     room = (free[None, :] >= unit_bytes[on_here, None]) & problem.unit_allowed[on_here] & np.isfinite(preference)
     room[:, here] = False

@@ -205,3 +205,17 @@ def test_spill__a_region_skips_a_return_to_a_placement_the_repair_has_been_at():
     assert result.fits, result.notes(problem)
     assert result.moves == (SpillMove(group_a, 1, 2), SpillMove(group_b, 2, 0)) and result.regions == (1,)
     assert result.op_placement.tolist() == [2, 0, 0, 2] and result.peak_bytes[2] == 5 * mb
+
+
+def test_spill__moves_a_unit_of_no_estimate_when_nothing_else_fits():
+    """op6 has no parameters and no output (estimate 0) but holds the 10 MB copy of op2's output it reads on
+    gpu:0. HEFT's memory model says its placement fits; the simulator overflows gpu:0, and the repair, which
+    never offered a unit of no estimate a move, stopped still out of memory."""
+    edges = [(0, 1, 1000), (0, 2, 100000), (0, 4, 300000), (0, 5, 300000), (1, 3, 400000), (1, 6, 1000),
+             (2, 3, 300000), (2, 6, 10000000), (3, 4, 4000), (4, 5, 100000)]
+    graph = build_graph(edges, 7, flops=[2.18e9, 4.97e9, 0.98e9, 5.13e9, 7.91e9, 9.99e9, 4.76e9],
+                        out_bytes=[300000, 400000, 10000000, 4000, 100000, 0, 0],
+                        param_bytes=[2000000, 20000000, 0, 0, 2000000, 10000000, 0], allowed_mask=[2] * 7)
+    machine = with_gpu_memory(load_machine("paper-2gpu"), 26878409)
+    result = place("heft", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 1, 0)
+    assert result.best.status == "ok" and "fits now" in result.notes
