@@ -17,9 +17,13 @@ from typing import Callable
 
 import numpy as np
 
+from graphs.errors import PlacerError
 from measurers.sim.links import LinkTable, link_table
 from policies.problem import PlacementProblem, unit_memory_bytes
 from policies.spill import fit_in_memory
+
+
+CANDIDATE_SETS = ("auto", "gpus", "all")  # candidate_devices' ``use``
 
 
 def candidate_devices(problem: PlacementProblem, use: str) -> np.ndarray:
@@ -28,6 +32,8 @@ def candidate_devices(problem: PlacementProblem, use: str) -> np.ndarray:
     when the model's memory estimate fits in them, else every device (host memory takes the spill). An op may
     go where every op of its unit may (a GPU-capable op colocated with a CPU-only one is stranded too: given
     the GPUs, HEFT crashed on it and m-ETF put the CPU-only op on a GPU)."""
+    if use not in CANDIDATE_SETS:  # a typo ran as "gpus"
+        raise PlacerError(f"unknown devices {use!r} (known: {', '.join(CANDIDATE_SETS)})")
     allowed = problem.unit_allowed[problem.op_unit]  # (N, D)
     if use == "auto":
         use = "gpus" if gpus_hold_the_model(problem) else "all"

@@ -110,6 +110,7 @@ class PlacementProblem:
         run elsewhere): what the whole step needs, for calibrating the heuristics' memory model."""
         from measurers.sim.reference import Simulator
 
+        _ = self.unit_allowed  # a unit that may run on no device: its own clear error, not the simulator's
         gpus = self.gpu_indices() or [0]
         placement = np.where(self.op_allowed[:, gpus[0]], gpus[0], np.argmax(self.op_allowed, axis=1))
         return int(Simulator(self.graph, self.machine).run(placement).peak_bytes[gpus[0]])

@@ -188,20 +188,24 @@ class AnnealingPolicy:
         rng = np.random.default_rng(seed)
         start, start_cost = self._start(problem, memo, budget, self.warm_start)
         chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 2)), axis=0)  # (C, U)
-        energy = np.log(np.full(len(chains), start_cost))  # (C,)
         movable = np.flatnonzero(problem.unit_allowed.sum(axis=1) >= 2)
         steps = max(1, (int(budget) - 1) // len(chains))
         step = 0
-        while not memo.done and len(movable):
-            temperature = self.start_temperature * (self.end_temperature / self.start_temperature) ** min(1.0, step / steps)
-            proposals = self._propose(problem, chains, movable, rng)
-            new_energy = np.log(memo.evaluate(proposals))
-            accept = rng.random(len(chains)) < np.exp(np.minimum(0.0, -(new_energy - energy) / temperature))
-            chains[accept], energy[accept] = proposals[accept], new_energy[accept]
-            step += 1
-            if step % max(1, steps // 4) == 0 and counter.best_placement is not None:
-                chains[:] = problem.collapse(counter.best_placement)
-                energy[:] = np.log(counter.best_cost_s)
+        # A step of 0 s (a graph of ops that take no time) has energy -inf, and a move between two such is
+        # nan, which no comparison accepts: that is right, and numpy need not warn of it on the user's terminal.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            energy = np.log(np.full(len(chains), start_cost))  # (C,)
+            while not memo.done and len(movable):
+                cooled = min(1.0, step / steps)
+                temperature = self.start_temperature * (self.end_temperature / self.start_temperature) ** cooled
+                proposals = self._propose(problem, chains, movable, rng)
+                new_energy = np.log(memo.evaluate(proposals))
+                accept = rng.random(len(chains)) < np.exp(np.minimum(0.0, -(new_energy - energy) / temperature))
+                chains[accept], energy[accept] = proposals[accept], new_energy[accept]
+                step += 1
+                if step % max(1, steps // 4) == 0 and counter.best_placement is not None:
+                    chains[:] = problem.collapse(counter.best_placement)
+                    energy[:] = np.log(counter.best_cost_s)
         # with no unit to move, the start is every placement there is: nothing new to find
         stop_reason = memo.stop_reason if len(movable) or counter.left <= 0 else "converged"
         return search_result(self.name, problem, counter, notes=f"{step} annealing steps", stop_reason=stop_reason)
@@ -216,7 +220,8 @@ class AnnealingPolicy:
         from policies.rl.warm_start import check_warm_start, distinct_unit_placements
 
         single = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
-        warm = distinct_unit_placements(problem, check_warm_start(problem, warm_start))[0] if warm_start else []
+        given = warm_start is not None and len(warm_start) > 0  # a (B, N) array as well as a list
+        warm = distinct_unit_placements(problem, check_warm_start(problem, warm_start))[0] if given else []
         starts = np.stack([single, m_topo_fill(problem).units, *warm])  # (S, U)
         starts = starts[: max(1, min(len(starts), int(budget)))]
         costs = np.asarray(memo.evaluate(starts))

@@ -85,7 +85,7 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     assert code == 0
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     rows = pd.read_parquet(folder / "measurements")
-    assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("random", 12)]
+    assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("random", 12), ("single-gpu", 1)]
     took = (rows["finished_at"] - rows["started_at"]).dt.total_seconds()  # they were all equal
     assert np.allclose(took, rows["measure_s"], atol=1e-3) and (rows["submitted_at"] == rows["started_at"]).all()
     assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
@@ -99,13 +99,13 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
 
 def _fail_after_two_policies(monkeypatch, error: BaseException) -> None:
     """policies.table.place runs each policy (its measurements reach the run log), then raises ``error`` after
-    the second; the fallback single-gpu placement (no ``on_measurement``) raises it too."""
+    the second; the table's own single-gpu placement, after them, raises it too."""
     import policies.table
 
     real_place, placed = policies.table.place, []
 
     def place(name, *args, **kwargs):
-        if len(args) < 5:  # the table's own single-gpu reference, after every policy ran
+        if len(placed) >= 2 and name == "single-gpu":  # the table's own single-gpu reference
             raise error
         result = real_place(name, *args, **kwargs)
         placed.append(name)
@@ -152,7 +152,8 @@ def test_baselines_out__an_interrupted_run_leaves_no_run_folder_and_the_next_one
     assert f"run log: {folder}" in capsys.readouterr().out
     assert {p.name for p in folder.iterdir()} >= {"manifest.json", "measurements", "baselines.json"}
     rows = pd.read_parquet(folder / "measurements")
-    assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("m-etf", 1), ("random", 6)]
+    assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("m-etf", 1), ("random", 6),
+                                                             ("single-gpu", 1)]  # the "x single GPU" column's
 
 
 # `placer baselines --out` in a child process that stops inside its second policy, run folder half-written.

@@ -356,3 +356,67 @@ def test_make_problem__the_lower_bound_is_that_of_the_profiles_op_times(graph, m
     assert problem.lower_bound_s < make_problem(graph, machine).lower_bound_s / 10
     step_s = simulator.run(np.argmin(problem.op_time_s, axis=1)).runtime_s  # each op on its fastest device
     assert problem.lower_bound_s <= step_s
+
+
+def test_baselines__the_single_gpu_step_measured_for_the_ratio_is_reported_as_the_others(machine):
+    """With single-gpu not among the policies, its measurement for the "x single GPU" column reached no
+    run log."""
+    from policies.table import run_baselines
+
+    graph = build_graph([(0, 1), (1, 2)])
+    measurer = SimMeasurer(graph, machine)
+    reported = []
+    table = run_baselines(problem_for(graph, machine), measurer, ["heft"], 1,
+                          on_measurement=lambda name, placement, m: reported.append(name))
+    assert sum(measurer.batches) == len(reported) == 2 and reported == ["heft", "single-gpu"]
+    assert np.isfinite(table.single_gpu_s)
+
+
+def test_annealing__takes_a_warm_start_given_as_one_array_of_rows():
+    from policies.problem import make_problem
+    from policies.registry import place
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph, machine = build_graph([(0, 1), (1, 2)]), load_machine("paper-2gpu")
+    rows = np.array([[1, 1, 1], [2, 2, 2]])  # (B, N): "the truth value of an array is ambiguous" before
+    result = place("annealing", make_problem(graph, machine, max_groups=3), SimulatorMeasurer(graph, machine), 8,
+                   0, warm_start=rows)
+    assert result.measurements <= 8 and result.best.ok
+
+
+def test_annealing__steps_of_no_time_warn_of_nothing():
+    """log(0 s) and -inf - -inf printed numpy's RuntimeWarnings on the terminal of `placer baselines`."""
+    import warnings
+
+    from policies.problem import make_problem
+    from policies.registry import place
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph, machine = build_graph([(0, 1)], 2, kinds=["aten.view"] * 2), load_machine("paper-2gpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = place("annealing", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 6, 0)
+    assert result.best.runtime_s == 0.0
+
+
+@pytest.mark.parametrize("name", ["m-etf", "m-sct"])
+def test_list_schedulers__an_unknown_device_set_is_refused(name, graph, machine):
+    from policies.baechi import METFPolicy, MSCTPolicy
+
+    policy = (METFPolicy if name == "m-etf" else MSCTPolicy)(devices="al")  # ran as "gpus" without a word
+    with pytest.raises(PlacerError, match="unknown devices 'al' \\(known: auto, gpus, all\\)"):
+        policy.place(problem_for(graph, machine), SimMeasurer(graph, machine), 1, 0)
+
+
+@pytest.mark.parametrize("name", ["m-topo", "m-etf", "m-sct", "heft"])
+def test_memory_heuristics__an_op_no_device_may_run_is_the_clear_error(name):
+    """m-topo's saved memory model simulated a placement of its own and reported the simulator's words
+    about it (an op on a device it may not run on)."""
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    graph = build_graph([(0, 1, 10**6), (1, 2, 10**6)], out_bytes=[10**6] * 3, allowed_mask=[1, 3, 3])  # CPU-only
+    machine = with_gpu_memory(load_machine("paper-2gpu").without_devices(["cpu:0"]), 10**6)
+    with pytest.raises(PlacerError, match="has no device on machine"):
+        place(name, make_problem(graph, machine), SimulatorMeasurer(graph, machine), 1, 0)
