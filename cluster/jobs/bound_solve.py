@@ -29,7 +29,7 @@ class BoundSolve:
         from policies.exact.relaxation import silence_highs_banner
 
         silence_highs_banner()  # here, not in the thread: silencing the banner takes fd 1 from the whole process
-        self._stop, self._key = threading.Event(), key
+        self._stop, self._done, self._key = threading.Event(), threading.Event(), key
         self._report = self._error = None
         self._thread = threading.Thread(target=self._solve, args=(problem, time_limit_s), daemon=True,
                                         name="placer-proven-bound")
@@ -42,11 +42,20 @@ class BoundSolve:
             self._report = proven_bound(problem, time_limit_s, stop=self._stop)
         except BaseException as exc:  # noqa: BLE001 - raised again in the thread that asks for the report
             self._error = exc
+        finally:
+            self._done.set()
+
+    def _wait(self) -> None:
+        """Until the solve has returned. Not ``Thread.join``: one that Ctrl-C interrupts marks the thread as
+        ended while HiGHS still solves (Python 3.11), so the next join returned at once, the process exited
+        under the running solver, and C++ aborted it (exit 134 after the JSON, once with heap corruption)."""
+        while not self._done.wait(0.2):
+            pass
 
     def report(self):
         """The BoundReport, once solved (a Ctrl-C while waiting stops the solve and is raised)."""
         try:
-            self._thread.join()
+            self._wait()
         except BaseException:
             self.stop()
             raise
@@ -57,13 +66,13 @@ class BoundSolve:
     @property
     def finished(self) -> bool:
         """Solved to its own end (its time limit or optimality): not running, not stopped early, no error."""
-        return not self._thread.is_alive() and not self._stop.is_set() and self._error is None
+        return self._done.is_set() and not self._stop.is_set() and self._error is None
 
     def stop(self) -> None:
         """End the solve at HiGHS's next interrupt check and wait for it; a stopped solve is not shared."""
         self._stop.set()
         try:
-            self._thread.join()
+            self._wait()
         finally:
             if _SOLVES.get(self._key) is self:
                 del _SOLVES[self._key]
