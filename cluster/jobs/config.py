@@ -128,16 +128,20 @@ def check_bound_time_limit(seconds: float, flag: str = "--bound-time-limit") -> 
         raise PlacerError(f"{flag} must be a finite number of seconds >= 0, got {seconds}")
 
 
+MAX_RUNS = 10_000  # timed or warm-up runs per placement: 10**11 allocated 745 GiB for the samples
+MAX_WORKERS = 256  # measurer actors without GPU nodes: each is a process (99,999 flooded Ray and hung)
+
+
 def check_measurer_settings(measurer: str, runs: int | None, warmup: int | None) -> None:
     """The measurer's name and timing counts, checked before any work (a bound, Ray) starts."""
     from measurers.factory import MEASURER_KINDS
 
     if measurer not in MEASURER_KINDS:
         raise PlacerError(f"--measurer: unknown measurer {measurer!r} (known: {', '.join(MEASURER_KINDS)})")
-    if runs is not None and runs < 1:
-        raise PlacerError(f"--runs must be at least 1, got {runs}")
-    if warmup is not None and warmup < 0:
-        raise PlacerError(f"--warmup must not be negative, got {warmup}")
+    if runs is not None and not 1 <= runs <= MAX_RUNS:
+        raise PlacerError(f"--runs must be from 1 to {MAX_RUNS:,}, got {runs}")
+    if warmup is not None and not 0 <= warmup <= MAX_RUNS:
+        raise PlacerError(f"--warmup must be from 0 to {MAX_RUNS:,}, got {warmup}")
 
 
 def check_unique(names: Sequence[str], flag: str) -> None:

@@ -42,7 +42,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cluster.jobs.bound_solve import BoundSolve, bound_solve
-from cluster.jobs.config import (CHECKPOINT_DIR, FILE_POLICY, GROUPING_FILE, SearchConfig,
+from cluster.jobs.config import (CHECKPOINT_DIR, FILE_POLICY, GROUPING_FILE, MAX_WORKERS, SearchConfig,
                                  check_bound_time_limit, check_counts, check_measurer_settings,
                                  check_policy_groups)
 from cluster.jobs.interrupts import interrupts_deferred
@@ -345,8 +345,8 @@ def _check_search_numbers(config: SearchConfig) -> None:
         raise PlacerError(f"--batch must be at least 2, got {config.batch}")
     if config.time_limit_s is not None and not 0 < config.time_limit_s < math.inf:
         raise PlacerError(f"--time-limit must be a positive, finite number of seconds, got {config.time_limit_s}")
-    if config.workers < 1:
-        raise PlacerError(f"--workers must be at least 1, got {config.workers}")
+    if not 1 <= config.workers <= MAX_WORKERS:
+        raise PlacerError(f"--workers must be from 1 to {MAX_WORKERS}, got {config.workers}")
     check_noise_std(config.noise_std, "--noise")
     check_seed(config.seed, "--seed")
     if isinstance(config.baselines, str):
@@ -596,9 +596,15 @@ def _score_baselines(problem, pool, config: SearchConfig, past: PastRows, writer
         outcomes.append(BaselineOutcome(name, best.runtime_s if best.ok else math.nan, best.status))
         errors.append(best.error or "no detail" if best.status == "error" else "")
     if errors and all(errors):  # the measurer runs nothing (a step it cannot rebuild): the budget would go too
-        raise PlacerError(f"every quick baseline failed to measure ({errors[0]}); nothing was searched, the "
-                          f"measurements are in {writer.folder}")
+        raise PlacerError(f"every quick baseline failed to measure ({_last_line(errors[0])}); nothing was "
+                          f"searched, the measurements are in {writer.folder}")
     return outcomes, placements
+
+
+def _last_line(error: str) -> str:
+    """An error's last line that says something: an actor's traceback ends in the exception and its words
+    (the whole of it made a one-line error twenty)."""
+    return next((line.strip() for line in reversed(error.splitlines()) if line.strip()), error)
 
 
 def _log_as_the_policys(past: PastRows, name: str, placement: np.ndarray, measurement: Measurement) -> None:

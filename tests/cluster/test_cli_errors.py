@@ -406,7 +406,8 @@ def test_search__a_real_measurer_that_measures_nothing_stops_after_the_quick_bas
                  "random", "--budget", "64", "--runs", "1", "--warmup", "0", "--out", str(out), "--json"]) == 2
     err = capsys.readouterr()
     assert err.out == "" and "every quick baseline failed to measure (" in err.err
-    assert "does not match graph" in err.err
+    (error,) = [line for line in err.err.splitlines() if line.startswith("placer: error:")]
+    assert "does not match graph" in error and "Traceback" not in err.err  # its last line, not the traceback
     from cluster.runlog import read_run
 
     (run_dir,) = list(out.iterdir())
@@ -464,3 +465,15 @@ def test_train__bad_network_settings_are_named_by_their_flags(tmp_path, capsys, 
     assert main(argv if "--policy" in flags else [*argv, "--policy", "gdp"]) == 2
     assert one_placer_error(capsys) == f"placer: error: {message}\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_search__a_baseline_error_that_is_a_traceback_is_named_by_its_last_line():
+    """`--runs 99999999999` failed every quick baseline with an actor's traceback, and the one-line error
+    quoted all twenty lines of it."""
+    from cluster.jobs.search import _last_line
+
+    traceback = ('Traceback (most recent call last):\n  File "measurer.py", line 65, in measure\n'
+                 '    samples = np.full(self.runs, x)\nnumpy.core._exceptions._ArrayMemoryError: Unable to allocate'
+                 ' 745. GiB\n\n')
+    assert _last_line(traceback) == "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 745. GiB"
+    assert _last_line("the real step does not match graph 'net'") == "the real step does not match graph 'net'"

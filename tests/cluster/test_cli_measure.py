@@ -54,8 +54,9 @@ def test_measure__graph_that_cannot_be_rebuilt_is_a_clean_error(capsys):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--runs", "0"], "--runs must be at least 1, got 0"),  # "measurer runs must ..."
-    (["--warmup", "-1"], "--warmup must not be negative, got -1"),
+    (["--runs", "0"], "--runs must be from 1 to 10,000, got 0"),  # "measurer runs must ..."
+    (["--warmup", "-1"], "--warmup must be from 0 to 10,000, got -1"),
+    (["--runs", "99999999999"], "--runs must be from 1 to 10,000, got 99999999999"),  # 745 GiB of samples
     (["--timeout", "0"], "--timeout must be a positive number of seconds, got 0.0"),  # "measurer timeout_s ..."
     (["--timeout", "nan"], "--timeout must be a positive number of seconds, got nan"),
     (["--seed", "-1"], "--seed must be a whole number in 0..4294967295, got -1"),  # "a seed must ..."
