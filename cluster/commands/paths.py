@@ -9,11 +9,25 @@ Used as argparse ``type=`` converters, so the message comes out as ``placer: err
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 from pathlib import Path
 
 
+def _os_errors_refused(check):
+    """``check`` with an OSError from the file system (a name longer than it allows, errno 36) as the
+    argument's error: pathlib's is_dir() and exists() raise it, and argparse let it out as a traceback."""
+    @functools.wraps(check)
+    def checked(text: str) -> str:
+        try:
+            return check(text)
+        except OSError as exc:
+            raise argparse.ArgumentTypeError(f"{text}: {exc.strerror or exc}") from None
+    return checked
+
+
+@_os_errors_refused
 def output_file(text: str) -> str:
     """A file the command will write (created, or replaced): not a folder, and under no file. A leading
     ``~`` is the user's home (a quoted one reaches a Ray job's command line unexpanded)."""
@@ -38,6 +52,7 @@ def graph_output_file(text: str) -> str:
     return text
 
 
+@_os_errors_refused
 def output_folder(text: str) -> str:
     """A folder the command will create or write into: not a file, and under no file; ``~`` expanded."""
     text = str(Path(text).expanduser())

@@ -62,6 +62,10 @@ def a_file(tmp_path):
     (lambda d, f: ["reproduce", "mirhoseini2017", "--quick", "--out", str(f)], lambda d, f: "argument --out: "),
     (lambda d, f: ["analyze", str(d), "--plots", str(f / "plots")], lambda d, f: "argument --plots: "),
     (lambda d, f: ["profile", *GRAPH, "--measurer", "torch", "-o", str(d)], lambda d, f: "argument -o/--output: "),
+    # a name longer than the file system allows: pathlib's OSError was a traceback
+    (lambda d, f: ["simulate", *GRAPH, "--policy", "single-gpu", "--trace", str(d / ("a" * 300 + ".json"))],
+     lambda d, f: "argument --trace: " + str(d / ("a" * 300 + ".json")) + ": File name too long"),
+    (lambda d, f: ["search", *GRAPH, "--out", str(d / ("a" * 300))], lambda d, f: "File name too long"),
 ])
 def test_output_paths__refused_when_parsed(tmp_path, a_file, capsys, argv_of, message_of):
     folder = tmp_path / "folder"
