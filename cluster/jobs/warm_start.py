@@ -105,6 +105,8 @@ def load_warm_start_placement(source: WarmStartSource | None, problem) -> np.nda
     unknown or disallowed device, split colocation group: PlacerError); None for heuristic sources."""
     from policies.rl.warm_start import check_warm_start
 
+    if source is not None and source.names:
+        _check_a_named_heuristic_places(source.names, problem.graph.name)
     if source is None or source.path is None:
         return None
     if source.path.is_dir():
@@ -113,6 +115,19 @@ def load_warm_start_placement(source: WarmStartSource | None, problem) -> np.nda
         placement = _read_npy(source.path)
     (checked,) = check_warm_start(problem, [placement])
     return checked
+
+
+def _check_a_named_heuristic_places(names: Sequence[str], graph_name: str) -> None:
+    """``--warm-start expert`` on a graph the expert has no rule for is refused, as ``--split-groups expert``
+    is: the search ran without a warm start, and its result said only "warm_start": "expert". (Every other
+    heuristic places any graph.)"""
+    from policies.expert import expert_rule_name
+
+    if set(names) == {"expert"}:
+        try:
+            expert_rule_name(graph_name)
+        except PlacerError as exc:
+            raise PlacerError(f"--warm-start expert: {exc}") from None
 
 
 def _read_npy(path: Path) -> np.ndarray:

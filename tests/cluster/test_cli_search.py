@@ -56,6 +56,8 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--policy", "exact", "--time-limit", "0"], "--time-limit must be a positive, finite number"),
     (["--time-limit", "inf"], "--time-limit must be a positive, finite number of seconds, got inf"),
     (["--policy", "annealing", "--batch", "4"], "--batch: only for a learned --policy"),  # it was recorded, unused
+    (["--policy", "reinforce", "--warm-start", "expert"],  # it ran without a warm start, and said only "expert"
+     "--warm-start expert: no expert rule for graph 'synthetic:300:0'"),
 ])
 def test_search_cli__bad_flags_are_one_error_before_anything_starts(tmp_path, capsys, flags, message):
     from cluster.cli import main

@@ -263,12 +263,18 @@ def test_search_cli__run_folder_warm_start_and_table(local_ray, tmp_path, capsys
     assert not (tmp_path / "none").exists()
 
 
-def test_search__named_heuristic_that_does_not_apply_leaves_the_learner_cold(local_ray, tmp_path, fake_learner):
-    """expert has no rule for a synthetic graph: skipped, as a baseline is; the learner gets no warm start."""
-    result = run_search(_config(tmp_path, warm_start="expert"))
-    assert fake_learner == [None]
-    assert result.warm_start == "expert" and math.isnan(result.warm_start_runtime_s)
-    assert result.to_json()["warm_start_runtime_s"] is None
+def test_search__a_named_heuristic_that_does_not_apply_is_refused_and_one_of_several_is_skipped(
+        local_ray, tmp_path, fake_learner):
+    """expert has no rule for a synthetic graph. Named alone, the search ran cold and said only "expert":
+    it is refused before the run starts, as --split-groups expert is. Named with another, it is skipped, as
+    a baseline is, and the other is the start."""
+    from graphs.errors import PlacerError
+
+    with pytest.raises(PlacerError, match="--warm-start expert: no expert rule for graph"):
+        run_search(_config(tmp_path, warm_start="expert"))
+    assert fake_learner == [] and not (tmp_path / "runs").exists()
+    result = run_search(_config(tmp_path, warm_start="expert,m-etf"))
+    assert result.warm_start == "m-etf" and math.isfinite(result.warm_start_runtime_s)
 
 
 def test_search__reinforce_starts_from_the_warm_start_and_never_ends_worse(local_ray, tmp_path):
