@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
-from cluster.jobs.config import SearchConfig
+from cluster.jobs.config import SearchConfig, check_unique
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
@@ -94,6 +94,7 @@ class Experiment:
         "GRAPH:MACHINE"), in the paper's order; no rows: every cell. A name that matches no cell is an error."""
         if not rows:
             return self
+        check_unique(list(rows), "--rows")  # as placer train's --graphs: one row named twice is a slip
         known = [f"{c.graph}:{c.machine}" for c in self.cells]
         unknown = [r for r in rows if not any(r in (c.graph, k) for c, k in zip(self.cells, known))]
         if unknown:

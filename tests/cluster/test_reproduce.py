@@ -293,6 +293,8 @@ def test_experiment_select__a_graph_on_every_machine_or_one_graph_machine_in_the
     assert chosen.methods == experiment.methods and chosen.name == experiment.name
     with pytest.raises(PlacerError, match=r"no row 'nmt-8', 'rnnlm:paper-8gpu' \(rows: rnnlm:paper-2gpu, "):
         experiment.select(["nmt-2", "nmt-8", "rnnlm:paper-8gpu"])
+    with pytest.raises(PlacerError, match="--rows: rnnlm given more than once"):  # echoed twice in the JSON
+        experiment.select(["rnnlm", "rnnlm"])
 
 
 def test_cli_reproduce__unknown_row_is_one_error_and_writes_nothing(tmp_path):
