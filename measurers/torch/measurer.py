@@ -51,6 +51,19 @@ def default_torch_devices(machine: Machine) -> list[torch.device]:
     return devices
 
 
+ALLOCATION_FAILURES = ("CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+"""What CUDA libraries say, in a plain RuntimeError, when the device's memory is exhausted outside PyTorch's
+allocator (cuBLAS or cuDNN making their workspaces, the CUDA runtime itself)."""
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """The step ran out of device memory: PyTorch's OutOfMemoryError, or a library's allocation failure
+    (reported as ``error`` before, as if the step had crashed, not as a placement that does not fit)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and any(words in str(exc) for words in ALLOCATION_FAILURES)
+
+
 class TorchMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs, warmup: int = REAL_TIMING.warmup,
                  timeout_s: float = REAL_TIMING.timeout_s, seed: int = 0, workload: TorchWorkload | None = None,
@@ -119,10 +132,11 @@ class TorchMeasurer:
             replay = self.replay_for(placement)
             timing = time_runs(replay.run, self.settings, sync=self.sync, clock=self.clock)
             return timing.measurement(self.settings, self._peaks(), began)
-        except torch.cuda.OutOfMemoryError as exc:
-            status, error = "oom", (str(exc).splitlines() or ["CUDA out of memory"])[0]
         except Exception as exc:  # noqa: BLE001  any failure of the user's step is a status
-            status, error = "error", f"{type(exc).__name__}: {exc}"
+            if _out_of_memory(exc):
+                status, error = "oom", (str(exc).splitlines() or ["CUDA out of memory"])[0]
+            else:
+                status, error = "error", f"{type(exc).__name__}: {exc}"
         # Outside the except block: the traceback (frames holding this placement's tensors) is gone now.
         replay = None  # noqa: F841
         peaks = self._peaks()

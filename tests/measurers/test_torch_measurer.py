@@ -194,6 +194,17 @@ def test_torch_measurer__the_first_placement_resets_the_gpu_peaks_it_reads(rnnlm
     assert max(first.peak_bytes) == max(second.peak_bytes) == 10**6
 
 
+@pytest.mark.parametrize("message", ["CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+                                     "CUDA error: out of memory"])
+def test_torch_measurer__a_librarys_allocation_failure_is_oom_too(rnnlm, machine, message):
+    """cuBLAS, cuDNN and the CUDA runtime say their memory ran out in a plain RuntimeError: it was an error."""
+    measurer = TorchMeasurer(rnnlm, machine, runs=1, warmup=0, torch_devices=all_cpu)
+    raising_once(measurer.program(), RuntimeError(message))
+    first, second = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)] * 2)
+    assert first.status == "oom" and first.error == message
+    assert second.status == "ok"
+
+
 def test_torch_measurer__other_failure_is_error_with_its_text(rnnlm, machine):
     measurer = TorchMeasurer(rnnlm, machine, runs=1, warmup=0, torch_devices=all_cpu)
     raising_once(measurer.program(), RuntimeError("kernel exploded"))
