@@ -30,15 +30,15 @@ def register(subparsers) -> None:
 
 def _profile(args) -> int:
     from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
-    from graphs.errors import PlacerError
+    from cluster.jobs.config import check_measurer_settings
+    from graphs.errors import PlacerError, first_line
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import save_profile
     from measurers.profiler import profile_graph
     from policies.base import check_seed
 
-    if args.runs < 1 or args.warmup < 0:
-        raise PlacerError("--runs must be at least 1 and --warmup not negative")
+    check_measurer_settings(args.measurer, args.runs, args.warmup)  # as placer measure's (10**11 runs: 745 GiB)
     check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback
     if args.machine_out and args.measurer != "torch":
         raise PlacerError(f"--machine-out times copies with PyTorch: it needs --measurer torch, not {args.measurer}")
@@ -49,7 +49,13 @@ def _profile(args) -> int:
         import_tensorflow_quietly()
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
-    profile = profile_graph(graph, machine, args.measurer, args.runs, args.warmup, args.seed)
+    try:
+        profile = profile_graph(graph, machine, args.measurer, args.runs, args.warmup, args.seed)
+    except PlacerError:
+        raise
+    except Exception as exc:  # the user's step failed (out of memory on a GPU, an op that raises): say which
+        raise PlacerError(f"the step of {graph.name} failed while it was profiled on {machine.name} "
+                          f"({type(exc).__name__}: {first_line(exc)}); no profile was written") from None
     save_profile(profile, args.output)
     models = sorted(set(profile.device_models.tolist()))
     print(f"profiled {len(profile.op_names)} (op, device model) times of {graph.name} on {', '.join(models)} "

@@ -166,6 +166,24 @@ def test_profile__a_seed_out_of_range_is_one_error_before_profiling(capsys, tmp_
     assert not out.exists()
 
 
+def test_profile__a_step_that_fails_is_one_error_and_writes_nothing(mlp_file, tmp_path, capsys, monkeypatch):
+    """A step that raised while profiled (out of memory on a GPU, say) was a traceback."""
+    import measurers.profiler
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered\nmore lines")
+
+    monkeypatch.setattr(measurers.profiler, "profile_graph", failing)
+    out = tmp_path / "p.json"
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "failed while it was profiled on local (RuntimeError: CUDA error: an " \
+        "illegal memory access was encountered); no profile was written" in err
+    assert not out.exists()
+    assert main(["profile", "--graph", str(mlp_file), "--measurer", "torch", "--runs", "20000", "-o", str(out)]) == 2
+    assert "--runs must be from 1 to 10,000, got 20000" in capsys.readouterr().err
+
+
 def test_profile__named_inside_a_machine_file_is_used_by_the_simulator(mlp_file, tmp_path, capsys):
     from measurers.catalog import machine_to_json
     from measurers.sim.costs import load_profile
