@@ -96,7 +96,7 @@ def family_names(count: int, start_seed: int = 0) -> list[str]:
         raise PlacerError(f"family_names needs whole numbers count >= 0 and start_seed >= 0, not {count!r} and "
                           f"{start_seed!r}")
     if count > MAX_FAMILY_GRAPHS:
-        raise PlacerError(f"family_names: {count} graphs is more than the {MAX_FAMILY_GRAPHS:,} a family holds")
+        raise PlacerError(f"{count} graphs is more than the {MAX_FAMILY_GRAPHS:,} a family holds")
     return [f"{PREFIX}{KINDS[i % len(KINDS)]}:{start_seed + i}" for i in range(count)]
 
 

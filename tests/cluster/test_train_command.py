@@ -130,7 +130,7 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     (["--policy", "placeto", "--order", "sideways"], "unknown --order 'sideways'"),
     (["--order", "bfs"], "--order: only for --policy placeto (it visits groups in order), not 'gdp'"),  # ignored
     (["--graphs", "families:0"], "--graphs families:0: no graph to train on"),  # drew the bar first
-    (["--graphs", "families:100000000"], "--graphs families:100000000: family_names: 100000000 graphs is more "
+    (["--graphs", "families:100000000"], "--graphs families:100000000: 100000000 graphs is more "
                                          "than the 10,000"),  # a list of 10^8 names: MemoryError
     (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
     (["--hidden", "7"], "gdp's --hidden must be a multiple of 4"),
