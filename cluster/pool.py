@@ -265,7 +265,7 @@ class MeasurerPool:
         self._slots: list[_Slot] = []
         self._next_node_check = time.monotonic() + self.config.node_check_interval_s
         self._add_slots()
-        real = isinstance(measurer, MeasurerSpec) and measurer.kind != "sim"  # its actors build the step first
+        real = isinstance(measurer, MeasurerSpec) and measurer.kind in REAL_MEASURERS  # actors build its step first
         self.wait_ready(start_timeout_s + (self.timeout_s if real else 0.0))
 
     # ---- public API --------------------------------------------------------------------------------

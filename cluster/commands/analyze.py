@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from cluster.commands.paths import output_folder
+from cluster.commands.paths import lies_in, output_folder
 from cluster.jsonout import emit_json
 
 
@@ -135,10 +135,8 @@ def _check_plots_outside_runs(plots_dir: str, summaries) -> None:
 
     from graphs.errors import PlacerError
 
-    target = Path(plots_dir).expanduser().resolve()
     for summary in summaries:
-        run_dir = Path(summary.run_dir).resolve()
-        if target == run_dir or run_dir in target.parents:
+        if lies_in(plots_dir, Path(summary.run_dir).resolve()):
             raise PlacerError(f"--plots {plots_dir} lies inside the run folder {summary.run_dir}, which analyze "
                               f"only reads: write the plots elsewhere")
 

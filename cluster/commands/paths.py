@@ -129,10 +129,16 @@ def _check_outputs_outside_runs_read(args: argparse.Namespace) -> None:
         if not isinstance(value, str):
             continue
         for folder, (read_as, given) in runs.items():
-            if folder in Path(value).expanduser().resolve().parents:
+            if lies_in(value, folder):
                 raise PlacerError(f"--{dest.replace('_', '-')} {value} lies inside the run folder of "
                                   f"--{read_as.replace('_', '-')} {given}, which this command only reads: write "
                                   "it elsewhere")
+
+
+def lies_in(path: str | Path, folder: Path) -> bool:
+    """Whether ``path`` (``~`` expanded) is ``folder`` or lies anywhere below it (``folder`` resolved)."""
+    resolved = Path(path).expanduser().resolve()
+    return resolved == folder or folder in resolved.parents
 
 
 def _run_folder_of(path: Path) -> Path | None:
