@@ -12,7 +12,9 @@ nodes that run are the nodes placed; function calls are inlined (the Session's o
 ``run_metadata`` returns TensorFlow's own record of where each node ran (step stats). An op that takes a
 variable's resource runs where that variable lives (TensorFlow's placer insists;
 ``TracedStep.effective_placement``). Timing, statuses and the timeout follow
-`measurers.timing`; ``ResourceExhaustedError`` is ``oom``.
+`measurers.timing`; ``ResourceExhaustedError`` is ``oom``. A GPU's ``peak_bytes`` is its allocator's peak
+over the placement's runs (TensorFlow's ``get_memory_info``: a Session in this process shares the eager
+context's allocator per GPU); a CPU's is 0, not measured, as in the torch measurer.
 """
 
 from __future__ import annotations
@@ -77,6 +79,35 @@ def check_tf_sees_gpus(machine_devices: list[str]) -> None:
         raise PlacerError(f"the devices need {wanted} GPUs but TensorFlow sees only {seen} in this process")
 
 
+def gpu_peak_bytes(tf_devices: list[str], memory=None) -> tuple[int, ...]:
+    """Each device's allocator peak since ``reset_gpu_peaks`` ("/device:GPU:k": bytes; CPUs: 0).
+    ``memory`` is ``tf.config.experimental`` (a stand-in in tests)."""
+    memory = memory or _tf_memory()
+    peaks = {name: int(memory.get_memory_info(_short(name))["peak"]) for name in set(tf_devices) if _is_gpu(name)}
+    return tuple(peaks.get(name, 0) for name in tf_devices)
+
+
+def reset_gpu_peaks(tf_devices: list[str], memory=None) -> None:
+    memory = memory or _tf_memory()
+    for name in sorted({name for name in tf_devices if _is_gpu(name)}):
+        memory.reset_memory_stats(_short(name))
+
+
+def _is_gpu(name: str) -> bool:
+    return name.startswith("/device:GPU:")
+
+
+def _short(name: str) -> str:
+    """"/device:GPU:1" -> "GPU:1", the form TensorFlow's memory functions document."""
+    return name.removeprefix("/device:")
+
+
+def _tf_memory():
+    import tensorflow as tf
+
+    return tf.config.experimental
+
+
 class TFMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs,
                  warmup: int = REAL_TIMING.warmup, timeout_s: float = REAL_TIMING.timeout_s,
@@ -121,12 +152,22 @@ class TFMeasurer:
             traced = self.traced()
             effective = traced.effective_placement(placement)
             with PlacedSession(traced, [self.devices[d] for d in effective.tolist()], self.devices) as run:
+                reset_gpu_peaks(self.devices)  # after the Session's start: its variables count, an older step's not
                 timing = time_runs(run.step, self.settings, clock=self.clock)
-            return timing.measurement(self.settings, zeros, began)
+                peaks = gpu_peak_bytes(self.devices)
+            return timing.measurement(self.settings, peaks, began)
         except tf.errors.ResourceExhaustedError as exc:
-            return failed_measurement("oom", zeros, began, (exc.message.splitlines() or ["ResourceExhaustedError"])[0])
+            return failed_measurement("oom", self._peaks_after_failure(), began,
+                                      (exc.message.splitlines() or ["ResourceExhaustedError"])[0])
         except Exception as exc:  # noqa: BLE001  any failure of the step is a status
-            return failed_measurement("error", zeros, began, f"{type(exc).__name__}: {exc}")
+            return failed_measurement("error", self._peaks_after_failure(), began, f"{type(exc).__name__}: {exc}")
+
+    def _peaks_after_failure(self) -> tuple[int, ...]:
+        """The peaks up to a failure (0 where TensorFlow cannot say, e.g. a GPU it never started)."""
+        try:
+            return gpu_peak_bytes(self.devices)
+        except Exception:  # noqa: BLE001  a failure's report must not fail
+            return (0,) * self.machine.num_devices
 
 
 class PlacedSession:

@@ -16,7 +16,9 @@ from graphs.errors import PlacerError  # noqa: E402
 from graphs.synthetic import synthetic_graph  # noqa: E402
 from graphs.tf.importer import import_keras_spec  # noqa: E402
 from measurers.machine import Device, Link, Machine  # noqa: E402
-from measurers.tf.measurer import PlacedSession, TFMeasurer, tf_device_names  # noqa: E402
+from measurers.tf import measurer as tf_measurer_module  # noqa: E402
+from measurers.tf.measurer import (PlacedSession, TFMeasurer, gpu_peak_bytes, reset_gpu_peaks,  # noqa: E402
+                                   tf_device_names)
 from measurers.tf.workload import tf_workload_from_graph  # noqa: E402
 
 SPEC = "tests/fixtures/tiny_models.py:tiny_keras_mlp"
@@ -122,6 +124,56 @@ def test_tf_measurer__resource_exhausted_without_a_message_is_oom_too(graph, mea
     monkeypatch.setattr(PlacedSession, "step", exhausted)
     (result,) = measurer.measure([group_placement(graph, 2)])
     assert result.status == "oom" and result.error == "ResourceExhaustedError"
+
+
+class FakeMemory:
+    """``tf.config.experimental``'s memory functions, for GPUs this machine does not have."""
+
+    def __init__(self, peaks: dict[str, int]):
+        self.peaks, self.resets = peaks, []
+
+    def get_memory_info(self, device: str) -> dict:
+        return {"current": 0, "peak": self.peaks[device]}
+
+    def reset_memory_stats(self, device: str) -> None:
+        self.resets.append(device)
+
+
+def test_gpu_peak_bytes__each_gpus_allocator_peak_by_its_short_name_and_zero_for_cpus():
+    memory = FakeMemory({"GPU:0": 5_000, "GPU:1": 7_000})
+    devices = ["/device:CPU:0", "/device:GPU:0", "/device:GPU:1", "/device:GPU:1"]
+    reset_gpu_peaks(devices, memory)
+    assert memory.resets == ["GPU:0", "GPU:1"]  # each GPU once, no CPU (TensorFlow tracks none there)
+    assert gpu_peak_bytes(devices, memory) == (0, 5_000, 7_000, 7_000)
+
+
+def test_tf_measurer__peaks_are_read_after_the_runs_reset_once_the_session_has_started(graph, monkeypatch):
+    """They were zeros: ``placer measure`` printed "peak 0.000 GB" for a GPU. No GPU here, so the memory
+    functions are stand-ins; the order of reset, runs and read is what is checked."""
+    events = []
+    real_step = PlacedSession.step
+
+    def step(self, trace=False):
+        events.append("step")
+        return real_step(self, trace)
+
+    monkeypatch.setattr(PlacedSession, "step", step)
+    monkeypatch.setattr(tf_measurer_module, "reset_gpu_peaks", lambda devices: events.append("reset"))
+    monkeypatch.setattr(tf_measurer_module, "gpu_peak_bytes", lambda devices: events.append("read") or (1, 2, 3))
+    measurer = TFMeasurer(graph, three_cpus(), runs=2, warmup=1)
+    (result,) = measurer.measure([group_placement(graph, 3)])
+    assert result.status == "ok" and result.peak_bytes == (1, 2, 3)
+    assert events == ["reset", "step", "step", "step", "read"]
+
+
+def test_tf_measurer__an_oom_reports_the_peaks_up_to_it(graph, measurer, monkeypatch):
+    def exhausted(self, trace=False):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+    monkeypatch.setattr(PlacedSession, "step", exhausted)
+    monkeypatch.setattr(tf_measurer_module, "gpu_peak_bytes", lambda devices: (0, 9, 0))
+    (result,) = measurer.measure([group_placement(graph, 2)])
+    assert result.status == "oom" and result.peak_bytes == (0, 9, 0)
 
 
 def test_tf_measurer__bad_placement_rejected_before_anything_runs(graph):
