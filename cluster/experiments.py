@@ -207,9 +207,11 @@ class RunEvent:
 
 
 def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Settings,
-                   on_event: Callable[[RunEvent], None] | None = None, ray_address: str | None = None) -> Path:
+                   on_event: Callable[[RunEvent], None] | None = None, ray_address: str | None = None,
+                   on_start: Callable[[], None] | None = None) -> Path:
     """Run (or continue) every search of the experiment's cells (all, or those ``Experiment.select`` kept);
-    returns the experiment folder."""
+    returns the experiment folder. ``on_start()`` is called once the checks that need Ray have passed,
+    before the first search (a banner printed sooner preceded a refused run's error line)."""
     from cluster import ray_setup
 
     folder = Path(out) / experiment.name
@@ -219,6 +221,8 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
     try:
         _check_measurer_nodes(experiment, settings)  # as a search does, but before any row's folder is written
         _check_or_write_settings(folder, experiment, settings)  # after Ray: a cluster not there writes nothing
+        if on_start is not None:
+            on_start()
         for cell in experiment.cells:
             for policy in experiment.searches:
                 index += 1

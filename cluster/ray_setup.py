@@ -8,6 +8,7 @@ opt out with ``RAY_AUTH_MODE=disabled``. The dashboard stays off locally (it cos
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -51,9 +52,11 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         if address:
             ray.init(address=address, namespace=namespace, log_to_driver=True)
         else:
-            # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names
+            # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
+            # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's one
+            # error line (a real measurer and no GPU node), and says nothing with the dashboard off.
             ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
-                     include_dashboard=False)
+                     include_dashboard=False, logging_level=logging.WARNING)
     except ConnectionError as exc:  # a port that answers (check_reachable) but a handshake that fails
         no_cluster = "could not find any running ray instance" in str(exc).lower()  # address "auto"
         hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN "

@@ -71,11 +71,15 @@ def run(args) -> int:
     if args.ray_address:
         from cluster.ray_setup import check_reachable
         check_reachable(args.ray_address)  # before the experiment folder is written
-    if settings.quick:
-        print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} groups "
-              f"— a smoke test, not the paper's budget", file=sys.stderr)
+
+    def banner() -> None:
+        if settings.quick:
+            print(f"QUICK run of {experiment.name}: {settings.budget} measurements per search, {settings.groups} "
+                  f"groups — a smoke test, not the paper's budget", file=sys.stderr)
+
     started = time.perf_counter()
-    folder = run_experiment(experiment, out, settings, on_event=_print_event, ray_address=args.ray_address)
+    folder = run_experiment(experiment, out, settings, on_event=_print_event, ray_address=args.ray_address,
+                            on_start=banner)
     elapsed_s = time.perf_counter() - started
     results = cell_results(experiment, folder)
     if args.json:
