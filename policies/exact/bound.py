@@ -85,7 +85,7 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
         if left_s > 0 and not (stop is not None and stop.is_set()):
             mip = solve_relaxation(problem, left_s, integer=True, threads=threads, stop=stop)
     stopped = stop is not None and stop.is_set()
-    exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads)
+    exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads, stop)
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
     candidates += [(r.bound_s * (1.0 - SOLVER_SLACK), f"placements of {grouping}") for r in (lp, mip)
@@ -99,12 +99,13 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
                        None if mip is None else mip.bound_s, SKIPPED if mip is None else mip.status,
                        0.0 if mip is None else mip.wall_s,
                        None if exact is None or not math.isfinite(exact.bound_s) else exact.bound_s,
-                       SKIPPED if exact is None else exact.status, 0.0 if exact is None else exact.wall_s,
+                       _exact_status(exact, stop), 0.0 if exact is None else exact.wall_s,
                        grouping, best_s, holds_for, float(time_limit_s), time.perf_counter() - began)
 
 
-def _exact_bound(problem: PlacementProblem, left_s: float, threads: int):
-    """CP-SAT's Solution on the free-order model when it is a relaxation of the simulator and time is left."""
+def _exact_bound(problem: PlacementProblem, left_s: float, threads: int, stop: threading.Event | None):
+    """CP-SAT's Solution on the free-order model when it is a relaxation of the simulator and time is left
+    (until ``stop`` is set: its bound by then)."""
     from policies.exact.policy import cpsat_is_exact
 
     if left_s <= 0 or not cpsat_is_exact(problem):
@@ -113,4 +114,13 @@ def _exact_bound(problem: PlacementProblem, left_s: float, threads: int):
     from policies.exact.quotient import quotient_graph
 
     model = ExactModel(quotient_graph(problem), problem.machine, problem.capacity_bytes(), dispatch=False)
-    return model.solve(left_s, num_workers=threads)
+    return model.solve(left_s, num_workers=threads, stop=stop)
+
+
+def _exact_status(exact, stop: threading.Event | None) -> str:
+    """CP-SAT's status; "stopped" where ``stop`` ended it short of optimal (as the relaxations say)."""
+    from policies.exact.relaxation import STOPPED
+
+    if exact is None:
+        return SKIPPED
+    return STOPPED if stop is not None and stop.is_set() and exact.status != "optimal" else exact.status

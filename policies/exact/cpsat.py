@@ -203,9 +203,10 @@ class ExactModel:
         self.model.add_bool_or([self.x[u][int(d)].negated() for u, d in enumerate(unit_placement)])
 
     def solve(self, time_limit_s: float, hints: np.ndarray | None = None, num_workers: int | None = None,
-              seed: int = 0, work_limit: float | None = None) -> Solution:
+              seed: int = 0, work_limit: float | None = None, stop: threading.Event | None = None) -> Solution:
         """Solve within ``time_limit_s`` (and ``work_limit``, CP-SAT's deterministic time, when given);
-        ``hints`` (U,) is a unit placement to start from (the whole schedule is hinted: policies/exact/hint.py)."""
+        ``hints`` (U,) is a unit placement to start from (the whole schedule is hinted: policies/exact/hint.py).
+        ``stop``: once set (by another thread), the search ends with what it has, as at the time limit."""
         self.model.clear_hints()
         if hints is not None:
             from policies.exact.hint import schedule_hint
@@ -221,7 +222,7 @@ class ExactModel:
         if self.quotient.num_pieces > LARGE_PIECES:  # probing alone took 16 s of presolve on rnnlm's 609 pieces
             solver.parameters.cp_model_probing_level = 0
         started = time.perf_counter()
-        with _stopped_by_ctrl_c(solver):
+        with _stopped_by_ctrl_c(solver), _stopped_by_event(solver, stop):
             code = solver.solve(self.model)
         wall_s = time.perf_counter() - started
         status = STATUS.get(code, "unknown")
@@ -232,6 +233,30 @@ class ExactModel:
                              dtype=np.int64)
         return Solution(placement, solver.objective_value * self.tick_s,
                         solver.best_objective_bound * self.tick_s, status, wall_s)
+
+
+@contextmanager
+def _stopped_by_event(solver: cp_model.CpSolver, stop: threading.Event | None):
+    """A thread that stops the search once ``stop`` is set. It asks again until the solve returns: a stop
+    asked before CP-SAT has started its search is lost."""
+    if stop is None:
+        yield
+        return
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if stop.wait(0.05) and not done.is_set():
+                solver.stop_search()
+                done.wait(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 @contextmanager

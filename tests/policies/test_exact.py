@@ -208,6 +208,49 @@ def test_exact__time_limit_is_respected_on_32_groups(rnnlm_problem):
     assert np.array_equal(problem.expand(result.group_placement), result.op_placement)
 
 
+def test_cpsat__a_stop_set_from_another_thread_ends_the_search_with_what_it_has(rnnlm_problem):
+    """`placer bound`'s CP-SAT part did not watch the stop event: a search stopped while its bound was solved
+    waited for CP-SAT's whole time limit. 32 groups are far from proven optimal in 60 s."""
+    import threading
+
+    from policies.exact.cpsat import ExactModel
+
+    problem = rnnlm_problem
+    model = ExactModel(quotient_graph(problem, "none"), problem.machine, problem.capacity_bytes())
+    stop = threading.Event()
+    timer = threading.Timer(2.0, stop.set)
+    timer.start()
+    started = time.perf_counter()
+    solution = model.solve(60.0, num_workers=1, stop=stop)
+    timer.join()
+    assert time.perf_counter() - started < 30  # not the 60 s limit
+    assert solution.status in ("feasible", "unknown")
+    assert solution.status == "unknown" or solution.bound_s <= solution.makespan_s  # what it has: still a bound
+    stopped_first = model.solve(60.0, num_workers=1, stop=stop)  # set before the search starts
+    assert stopped_first.wall_s < 30 and stopped_first.status != "optimal"
+
+
+def test_bound__the_exact_solvers_part_is_given_the_stop(monkeypatch):
+    import threading
+
+    from policies.exact import cpsat
+    from policies.exact.bound import proven_bound
+
+    graph, machine = random_dag(9, 0), own_channels_machine()
+    seen, real_solve = [], cpsat.ExactModel.solve
+
+    def solve(self, *args, **kwargs):
+        seen.append(kwargs.get("stop"))
+        kwargs["stop"].set()  # as if the search were stopped during this solve
+        return real_solve(self, *args, **kwargs)
+
+    monkeypatch.setattr(cpsat.ExactModel, "solve", solve)
+    stop = threading.Event()
+    report = proven_bound(make_problem(graph, machine), 20.0, stop=stop)
+    assert seen == [stop] and report.exact_status in ("stopped", "optimal")  # optimal: proven before it looked
+    assert report.exact_s is None or report.exact_s <= report.best_s
+
+
 def test_exact__no_solution_in_time_returns_the_warm_start_and_says_so(rnnlm_problem):
     problem = rnnlm_problem
     start = problem.expand(np.where(np.arange(problem.num_units) < 16, 1, 2))
