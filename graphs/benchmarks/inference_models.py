@@ -71,11 +71,15 @@ def build_bert_base_infer(batch_size: int = 1, seq_len: int = 128, hidden: int =
 
 
 def model_path(name: str, config: dict, suffix: str) -> Path:
-    """Where benchmark ``name`` at ``config`` keeps its model file (one file per configuration)."""
-    from graphs.registry import cache_dir
+    """Where benchmark ``name`` at ``config`` keeps its model file: one file per configuration and version of
+    the ``graphs`` package, as its cached graph is keyed. Without the version, a checkout with other model
+    code sharing the cache rewrote the file under the other's cached graph, which then named a model of
+    another structure."""
+    from graphs import registry
 
-    digest = hashlib.sha256(json.dumps([name, config], sort_keys=True).encode()).hexdigest()[:12]
-    return cache_dir() / "models" / f"{name}-{digest}{suffix}"
+    key = json.dumps([name, config, registry.graphs_source_digest()], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return registry.cache_dir() / "models" / f"{name}-{digest}{suffix}"
 
 
 def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:

@@ -55,6 +55,20 @@ def test_registry__inference_benchmarks_are_listed_at_batch_1():
     assert configs["bert-base-infer"]["seq_len"] == 128 and configs["bert-base-infer"]["layers"] == 12
 
 
+def test_model_path__keyed_by_the_graphs_code_as_the_cached_graph_is(monkeypatch, tmp_path):
+    """Two checkouts sharing the cache: one rewrote the model file that the other's cached graph names."""
+    from graphs import registry
+    from graphs.benchmarks.inference_models import model_path
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path))
+    config = dict(batch_size=1, image_size=224)
+    here = model_path("resnet-50-infer", config, ".xml")
+    assert here == model_path("resnet-50-infer", config, ".xml") and here.parent == tmp_path / "models"
+    assert here != model_path("resnet-50-infer", {**config, "image_size": 96}, ".xml")
+    monkeypatch.setattr(registry, "graphs_source_digest", lambda: "other-checkout")
+    assert model_path("resnet-50-infer", config, ".xml") != here
+
+
 def test_build_bert_base_infer__small_encoder_params_and_matmul_flops_exact():
     from graphs.benchmarks.inference_models import build_bert_base_infer
 
