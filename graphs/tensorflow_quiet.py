@@ -1,5 +1,6 @@
 """TensorFlow imported without its start-up lines, for the commands that load it (Keras import, the tf
-measurer and profiler)."""
+measurer and profiler) and for the tf measurer wherever it is built (a pool's actors forwarded the lines to
+the driver's stderr). Outside ``graphs.tf``, whose package import loads OR-Tools: every command imports this."""
 
 from __future__ import annotations
 

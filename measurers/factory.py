@@ -70,6 +70,9 @@ def build_measurer(spec: MeasurerSpec) -> Measurer:
 
         return OpenVinoMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,
                                 seed=spec.seed)
+    from graphs.tensorflow_quiet import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # in a pool's actor too: its start-up lines reached the driver's stderr
     from measurers.tf.measurer import TFMeasurer
 
     return TFMeasurer(spec.graph, machine, runs=spec.runs, warmup=spec.warmup, timeout_s=spec.timeout_s,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import graph_output_file
-from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
+from graphs.tensorflow_quiet import import_tensorflow_quietly
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 from graphs.opgraph import PHASE_CODE

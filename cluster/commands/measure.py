@@ -45,7 +45,7 @@ def _check_args(args) -> None:
 
 
 def _measure(args) -> int:
-    from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
+    from graphs.tensorflow_quiet import import_tensorflow_quietly
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, build_measurer

@@ -29,7 +29,7 @@ def register(subparsers) -> None:
 
 
 def _profile(args) -> int:
-    from cluster.commands.tensorflow_quiet import import_tensorflow_quietly
+    from graphs.tensorflow_quiet import import_tensorflow_quietly
     from cluster.jobs.config import check_measurer_settings
     from graphs.errors import PlacerError, first_line
     from graphs.registry import load_graph

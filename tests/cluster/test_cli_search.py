@@ -335,3 +335,29 @@ def test_progress_lines__every_interval_in_a_log_and_never_on_a_terminal(capsys)
         else:  # at the first tick and 30 s later
             assert [" ".join(line.split()) for line in printed.splitlines() if line] == ["search 1/64",
                                                                                          "search 3/64"], printed
+
+
+def test_search_cli__the_tf_measurers_actors_print_no_tensorflow_start_up_lines(tmp_path):
+    """`--measurer tf` through the pool: each actor's TensorFlow wrote its C++ start-up lines (oneDNN, "could
+    not find cuda drivers", CPU features) to stderr, which Ray forwarded to the user's terminal."""
+    from measurers.machine import Device, Link, Machine
+    from measurers.machine_json import save_machine
+
+    env = {k: v for k, v in _plain_shell_env(under_make=True).items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    graph, machine = tmp_path / "mlp.parquet", tmp_path / "two-cpus.json"
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "graphs", "import", "--keras",
+                           "tests/fixtures/tiny_models.py:tiny_keras_mlp", "-o", str(graph)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    devices = tuple(Device(f"cpu:{i}", "cpu", "test-cpu", 1e11, 1e10, 2**30, 1e-6) for i in range(2))
+    save_machine(Machine("two-cpus", devices, (Link("cpu:0", "cpu:1", 1e9, 1e-6, "a"),
+                                               Link("cpu:1", "cpu:0", 1e9, 1e-6, "b"))), machine)
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "search", "--graph", str(graph), "--machine",
+                           str(machine), "--measurer", "tf", "--policy", "random", "--budget", "4", "--workers", "1",
+                           "--runs", "1", "--warmup", "0", "--out", str(tmp_path / "runs"), "--json"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["measurements"] == 4
+    noise = [line for line in done.stderr.splitlines()
+             if any(n in line.lower() for n in ("onednn", "cuda drivers", "cpu_feature_guard", "absl", "cuinit"))]
+    assert noise == [], "\n".join(noise[:5])
