@@ -65,13 +65,22 @@ class Simulator:
     """A simulator bound to one (graph, machine, profile): set-up (costs, graph arrays) is done once."""
 
     def __init__(self, graph: OpGraph, machine: Machine, profile: OpProfile | str | None = None,
-                 engine: str = "fast"):
+                 engine: str = "fast", op_time_s: np.ndarray | None = None):
+        """``op_time_s`` (N, D): op times already made from the cost model or a profile (a placement
+        problem's), instead of ``profile``."""
         if engine not in ENGINES:
             raise PlacerError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
         if isinstance(profile, (str, os.PathLike)):
             profile = load_profile(profile)
         self.graph, self.machine, self.engine = graph, machine, engine
-        self.op_time_s = op_time_matrix(graph, machine, profile)  # (N, D) float64
+        if op_time_s is None:
+            self.op_time_s = op_time_matrix(graph, machine, profile)  # (N, D) float64
+        elif profile is not None or np.shape(op_time_s) != (graph.num_ops, machine.num_devices):
+            raise PlacerError(f"op_time_s must be a ({graph.num_ops}, {machine.num_devices}) array of op times "
+                              f"given instead of a profile, got shape {np.shape(op_time_s)}"
+                              + (" and a profile" if profile is not None else ""))
+        else:
+            self.op_time_s = np.asarray(op_time_s, dtype=np.float64)
         self.alloc_bytes = output_alloc_bytes(graph)  # (N,) int64
         _check_memory_totals(graph, self.alloc_bytes)
         self._fast = None

@@ -219,6 +219,23 @@ def test_profile__overrides_roofline_for_its_model_and_round_trips(tmp_path):
         assert result.runtime_s == 1.125
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_simulator__op_times_given_instead_of_a_profile_time_the_step(engine):
+    """A placement problem's op times (made from a profile) simulate as that profile does."""
+    from measurers.sim.reference import Simulator
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
+    machine = toy_machine(num_gpus=1)
+    profile = OpProfile(np.array(["b"], dtype=object), np.array(["toy"], dtype=object), np.array([0.125]))
+    times = op_time_matrix(graph, machine, profile)
+    given = Simulator(graph, machine, engine=engine, op_time_s=times).run(np.array([1, 1]))
+    assert given.runtime_s == Simulator(graph, machine, profile, engine=engine).run(np.array([1, 1])).runtime_s == 1.125
+    with pytest.raises(PlacerError, match=r"op_time_s must be a \(2, 2\) array .* got shape \(2, 3\)"):
+        Simulator(graph, machine, op_time_s=np.ones((2, 3)))
+    with pytest.raises(PlacerError, match="and a profile"):
+        Simulator(graph, machine, profile, op_time_s=times)
+
+
 def test_profile__bad_file_is_one_error(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": [{"op": "a"}]}))

@@ -19,7 +19,7 @@ from policies.listsched import (FifoQueue, Job, Reservations, SendAhead, Transfe
                                 replay_finish_s)
 from policies.problem import make_problem
 from policies.schedulers import list_schedule
-from conftest import build_graph
+from conftest import build_graph, with_gpu_memory
 
 SCHEDULERS = ("m-etf", "m-sct", "heft")
 BUS_BPS = 1e9  # every transfer of the bus machine: 0 latency, 1 GB/s, on one channel
@@ -340,6 +340,27 @@ def test_heft__a_schedule_that_put_units_over_capacity_loses_to_one_that_did_not
     assert np.array_equal(run.device_of, every_device.device_of)
     assert makespan_s == replayed_makespan_s(problem, every_device)
     assert run.notes.startswith("every-device schedule kept")
+
+
+def test_heft__a_schedule_the_estimate_overflowed_is_kept_where_its_repair_fits_and_runs_faster():
+    """GPUs at 40% of the step's one-GPU peak: the GPUs-only schedule puts 42 units over capacity by HEFT's
+    estimate, yet the memory repair fits it with a 1.5x faster step than every device's. "best" dropped it."""
+    graph = synthetic_graph(120, seed=0)
+    peak = make_problem(graph, load_machine("paper-2gpu")).single_device_peak_bytes
+    problem = make_problem(graph, with_gpu_memory(load_machine("paper-2gpu"), int(peak * 0.4)))
+    every_device, gpus_only = heft_run(problem, "auto", "all"), heft_run(problem, "auto", "gpus")
+    assert gpus_only.reservations.overflowed > 0 and every_device.reservations.overflowed == 0
+    simulator = Simulator(graph, problem.machine)
+    steps = [simulator.run(run.fitted()[0]) for run in (every_device, gpus_only)]
+    assert (steps[1].peak_bytes <= problem.capacity_bytes()).all() and steps[1].runtime_s < steps[0].runtime_s
+    run, _ = chosen_heft_run(problem)
+    assert np.array_equal(run.device_of, gpus_only.device_of)
+    assert run.notes.startswith("GPUs-only schedule kept") and "after the memory repair, simulated" in run.notes
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.registry import place
+
+    result = place("heft", problem, SimulatorMeasurer(graph, problem.machine), 1, 0)
+    assert result.best.ok and result.best.runtime_s == pytest.approx(steps[1].runtime_s)
 
 
 def test_heft__a_machine_without_a_cpu_schedules_once():
