@@ -111,9 +111,11 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
             table = run_table(problem, measurer, policies, config.budget, config.seed)
             raised = _raised_bound(proven, table, problem, config.measurer)
             return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound, raised)
+        from policies.rl.env import reward_of  # -sqrt(runtime), failures at the default penalty
+
         manifest = _baselines_manifest(config, graph, machine, policies, spec, problem, proven)
         with atomic_folder(Path(config.out), manifest.run_id) as staging:
-            log = RunLogWriter.create(staging, manifest)
+            log = RunLogWriter.create(staging, manifest, reward_fn=reward_of)  # a search's reward, as its log has
             finished = False
             try:
                 table = run_table(problem, measurer, policies, config.budget, config.seed,

@@ -86,6 +86,7 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     rows = pd.read_parquet(folder / "measurements")
     assert sorted(rows["policy"].value_counts().items()) == [("heft", 1), ("random", 12), ("single-gpu", 1)]
+    assert np.allclose(rows["reward"], -np.sqrt(rows["runtime_s"]))  # as a search's log (it was null)
     took = (rows["finished_at"] - rows["started_at"]).dt.total_seconds()  # they were all equal
     assert np.allclose(took, rows["measure_s"], atol=1e-3) and (rows["submitted_at"] == rows["started_at"]).all()
     assert json.loads((folder / "baselines.json").read_text())["results"] == payload["results"]
