@@ -258,8 +258,8 @@ class ExactPolicy:
                  f"{'dispatch rule' if dispatch else 'free order'}")
         bound_s = run.bound_s(dispatch)
         proof = ""
-        if counter.best_cost_s < bound_s - run.tolerance_s:
-            proof = f" ({BELOW_BOUND})"
+        if counter.best_cost_s < bound_s - run.tolerance_s:  # a relaxation only for single ops: blocks run whole
+            proof = f" ({BELOW_BOUND if quotient.single_op else BELOW_BLOCKS_BOUND})"
         elif quotient.single_op and bound_s >= counter.best_cost_s - run.tolerance_s:
             proof = " (proven best for the measurer)"
         elif run.converged:
@@ -285,6 +285,7 @@ def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, s
 
 
 BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
+BELOW_BLOCKS_BOUND = "measured below the model's bound, which holds for its groups run as whole blocks only"
 
 
 def _is_count(value) -> bool:
