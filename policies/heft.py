@@ -105,9 +105,7 @@ def _repaired_keys(problem: PlacementProblem, runs: list["HeftRun"]) -> list[tup
     """Per run: (its repaired placement still overflows, that placement's simulated step). The estimate
     alone cannot rank a schedule it overflowed: the repair may fit it with a few moves, or send much of it
     to the host."""
-    from measurers.sim.reference import Simulator
-
-    simulator = Simulator(problem.graph, problem.machine, op_time_s=problem.op_time_s)  # the times scheduled with
+    simulator = problem.simulator()  # the op times HEFT scheduled with
     keys = []
     for run in runs:
         result = simulator.run(run.fitted()[0])

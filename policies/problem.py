@@ -113,7 +113,14 @@ class PlacementProblem:
         _ = self.unit_allowed  # a unit that may run on no device: its own clear error, not the simulator's
         gpus = self.gpu_indices() or [0]
         placement = np.where(self.op_allowed[:, gpus[0]], gpus[0], np.argmax(self.op_allowed, axis=1))
-        return int(Simulator(self.graph, self.machine).run(placement).peak_bytes[gpus[0]])
+        return int(self.simulator().run(placement).peak_bytes[gpus[0]])
+
+    def simulator(self):
+        """The simulator with this problem's op times (a profile's, where the problem was made with one):
+        memory peaks depend on the order ops run in, so the heuristics' memory checks time ops as it does."""
+        from measurers.sim.reference import Simulator
+
+        return Simulator(self.graph, self.machine, op_time_s=self.op_time_s)
 
     def usable_bytes(self) -> np.ndarray:
         """(D,) int64: what the memory-constrained heuristics may fill (HEADROOM of the capacity)."""

@@ -133,9 +133,7 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
     ``preference`` (D,): lower first as a target, inf: never one; ``edges``: (from unit, to unit, bytes),
     both directions (default ``unit_edges``). With ``shortlist=1`` the estimate alone picks each move;
     ``max_regions``: region moves at most, once single moves stop (0: single moves only)."""
-    from measurers.sim.reference import Simulator
-
-    simulator = Simulator(problem.graph, problem.machine)
+    simulator = problem.simulator()  # the problem's op times: a profile's order of ops sets the peaks
     placement = np.array(op_placement, dtype=np.int64)
     units = problem.collapse(placement)
     capacity = problem.capacity_bytes()

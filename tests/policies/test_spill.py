@@ -219,3 +219,18 @@ def test_spill__moves_a_unit_of_no_estimate_when_nothing_else_fits():
     machine = with_gpu_memory(load_machine("paper-2gpu"), 26878409)
     result = place("heft", make_problem(graph, machine), SimulatorMeasurer(graph, machine), 1, 0)
     assert result.best.status == "ok" and "fits now" in result.notes
+
+
+def test_spill__peaks_are_the_problems_own_op_times_a_profiles():
+    """The memory repair simulated with the cost model's op times, not a profile's (``make_problem(profile=)``):
+    the order ops run in sets the peaks, so it checked peaks the measurer would not see."""
+    graph, machine = load_graph("rnnlm"), load_machine("paper-4gpu")
+    problem = make_problem(graph, machine, max_groups=32)
+    rng = np.random.default_rng(0)
+    profiled = dataclasses.replace(problem, op_time_s=problem.op_time_s * rng.uniform(0.2, 5.0, (graph.num_ops, 1)))
+    placement = profiled.expand(profiled.repair_allowed(rng.integers(0, machine.num_devices, problem.num_units)))
+    repair = spill(profiled, placement, np.zeros(problem.num_units, dtype=np.int64), np.zeros(machine.num_devices),
+                   max_moves=0, max_regions=0)
+    profile_peaks = Simulator(graph, machine, op_time_s=profiled.op_time_s).run(placement).peak_bytes
+    assert np.array_equal(repair.peak_bytes_before, profile_peaks)
+    assert not np.array_equal(profile_peaks, Simulator(graph, machine).run(placement).peak_bytes)  # they differ
