@@ -507,6 +507,10 @@ def _with_solver_bound(run_dir: Path, bound: tuple[float, str], solver: SolverFi
     return raised
 
 
+RAISE_REL = 1e-9  # an exact run's bound raises the run's only by more than this (relative): the same solve's
+# bound one ulp higher was a "raise" that set proven_bound_s apart from its own report's best_s
+
+
 def solver_raised_bound(bound: tuple[float, str], solver: SolverFigures | None, problem, measurer: str,
                         noise_std: float = 0.0) -> tuple[float, str]:
     """A proven bound (seconds, what it holds for) of ``problem``'s groups, raised to an exact run's own where
@@ -515,7 +519,7 @@ def solver_raised_bound(bound: tuple[float, str], solver: SolverFigures | None, 
     groups (the bound's), else its bound holds for other placements."""
     from policies.exact.bound import grouping_name
 
-    if solver is None or not solver.bound_every_placement or not solver.bound_s > bound[0] \
+    if solver is None or not solver.bound_every_placement or not solver.bound_s > bound[0] * (1 + RAISE_REL) \
             or not math.isfinite(solver.bound_s):
         return bound
     holds_for = holds_for_measured_steps(f"placements of {grouping_name(problem)}", measurer, noise_std)
@@ -742,9 +746,7 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
     def fits(placement) -> bool:
         return placement is not None and set(np.unique(placement).tolist()) <= kept
 
-    candidates = []
-    if fits(outcome.best_op_placement):
-        candidates.append((outcome.best_runtime_s, result.policy, outcome.best_op_placement))
+    candidates = []  # in the order logged, as in _result
     left_out = []
     for b in result.baselines:
         if math.isnan(b.runtime_s) or b.policy not in placements:
@@ -756,6 +758,8 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
     named = {b.policy for b in result.baselines}
     if warm is not None and warm.source not in named and math.isfinite(warm.runtime_s) and fits(warm.candidates[0]):
         candidates.append((warm.runtime_s, f"warm start ({warm.source})", warm.candidates[0]))
+    if fits(outcome.best_op_placement):
+        candidates.append((outcome.best_runtime_s, result.policy, outcome.best_op_placement))
     devices = [problem.machine.devices[i].name for i in outcome.final_devices]
     if not candidates:
         return replace(result, overall_best_runtime_s=math.inf, overall_best_source="none on the final devices",
@@ -793,11 +797,13 @@ class _BestTracker:
 
 def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
             warm: WarmStartChoice | None = None) -> SearchResult:
-    candidates = [(outcome.best_runtime_s, config.policy)]
-    candidates += [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
+    # In the order they were logged, so that a tie goes to the first row, as best_placement.json and
+    # `placer analyze` have it (by name, "annealing" took a tie from the expert row it had only re-measured).
+    candidates = [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
     if warm is not None and warm.source not in {b.policy for b in baselines} and math.isfinite(warm.runtime_s):
         candidates.append((warm.runtime_s, f"warm start ({warm.source})"))  # a file's, scored on its own
-    best_runtime_s, best_source = min(candidates)
+    candidates.append((outcome.best_runtime_s, config.policy))
+    best_runtime_s, best_source = min(candidates, key=lambda c: c[0])
     if not math.isfinite(best_runtime_s):
         best_source = "none ran ok"  # every candidate failed: no policy found it
     return SearchResult(run_dir, problem.graph.name, problem.machine.name, config.policy, best_runtime_s,

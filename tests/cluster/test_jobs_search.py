@@ -816,3 +816,31 @@ def test_search__a_bound_solve_that_fails_leaves_the_closed_form_and_the_search_
         assert result.proven_bound_holds_for.startswith("every placement (the closed form: the solve failed: HiGHS")
         assert read_manifest(result.run_dir).proven_bound_s == result.proven_bound_s
     assert calls == [2.75, 2.75]  # tried again, not the first failure repeated
+
+
+def test_search__a_tie_goes_to_the_first_row_logged_as_analyze_and_best_placement_have_it(local_ray, tmp_path):
+    """annealing, warm-started from the expert, re-measures the expert's placement first (a cache hit): a
+    tie. result.json named "annealing" (by name), analyze and best_placement.json the expert's row."""
+    result = run_search(_config(tmp_path, graph="rnnlm", policy="annealing", warm_start="expert", budget=4,
+                                groups=32, bound_time_limit_s=0, seed=0))
+    expert = next(b.runtime_s for b in result.baselines if b.policy == "expert")
+    assert result.overall_best_runtime_s == expert == result.policy_best_runtime_s  # the tie
+    assert result.overall_best_source == "expert" == summarize([result.run_dir])[0].overall_best_source
+
+
+def test_solver_raised_bound__only_a_real_raise_counts_not_the_same_solves_bound_one_ulp_higher():
+    """exact's run of the bound's own MIP ends one ulp above it: proven_bound_s moved off its report's best_s."""
+    from cluster.jobs.search import SolverFigures, solver_raised_bound
+    from policies.problem import make_problem
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+
+    problem = make_problem(load_graph("synthetic:60"), load_machine("paper-2gpu"), max_groups=8)
+    bound = (0.0035775512809844328, "placements of the 8 scope groups of synthetic:60")
+
+    def solver(bound_s: float) -> SolverFigures:
+        return SolverFigures(bound_s, bound_s, "optimal", "", bound_every_placement=True)
+
+    assert solver_raised_bound(bound, solver(math.nextafter(bound[0], 1.0)), problem, "sim") is bound
+    raised = solver_raised_bound(bound, solver(bound[0] * 1.01), problem, "sim")
+    assert raised[0] == bound[0] * 1.01 and raised[1] == "placements of the 8 metis groups of synthetic:60:0"
