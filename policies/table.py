@@ -75,9 +75,11 @@ def run_baselines(problem: PlacementProblem, measurer: Measurer, policies: Seque
         except PlacerError as exc:
             results.append((name, None, str(exc)))
     single = next((r for n, r, _ in results if n == "single-gpu" and r is not None), None)
-    if single is None and problem.gpu_indices():  # for the "x single GPU" column; logged as the others
+    if single is None and problem.gpu_indices():  # for the "x single GPU" column; logged and shown as the others
         single = place("single-gpu", problem, measurer, 1, seed,
                        None if on_measurement is None else _tagged(on_measurement, "single-gpu"))
+        if "single-gpu" not in policies:  # a row too: the run's log and its best hold it (analyze reads them)
+            results.append(("single-gpu", single, ""))
     single_s = single.best.runtime_s if single is not None and single.best.ok else math.nan
     rows = tuple(_row(name, result, error, problem.lower_bound_s, single_s) for name, result, error in results)
     return BaselineTable(problem.graph.name, problem.machine.name, problem.lower_bound_s, single_s, rows)

@@ -98,6 +98,21 @@ def test_baselines_out__writes_a_run_log_with_every_measurement(tmp_path, capsys
     assert summary.finished and summary.policy_best_runtime_s == min(r["runtime_s"] for r in payload["results"])
 
 
+def test_baselines_out__the_single_gpu_reference_is_a_row_as_it_is_in_the_log(tmp_path, capsys):
+    """Measured for the "x single GPU" column though --policies left it out: it was logged, and analyze took
+    it as the run's best while the table showed only the two rows asked for."""
+    code, payload, _ = run_json(capsys, "--policies", "cpu-only,round-robin", "--out", str(tmp_path))
+    assert code == 0
+    assert [r["policy"] for r in payload["results"]] == ["cpu-only", "round-robin", "single-gpu"]
+    assert payload["results"][2]["ratio_to_single_gpu"] == 1.0
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    from cluster.analysis import summarize
+
+    (summary,) = summarize([folder])
+    best = min(r["runtime_s"] for r in payload["results"] if r["status"] == "ok")
+    assert summary.policy_best_runtime_s == best and summary.measurements == 3
+
+
 def _fail_after_two_policies(monkeypatch, error: BaseException) -> None:
     """policies.table.place runs each policy (its measurements reach the run log), then raises ``error`` after
     the second; the table's own single-gpu placement, after them, raises it too."""
