@@ -1,7 +1,9 @@
 """Baechi's memory-constrained placers (Jeon et al., SoCC 2020): m-TOPO, m-ETF and m-SCT.
 
-- m-TOPO: walk the ops in topological order and fill one GPU after another, each up to an even share of
-  the model's memory (total / #GPUs + the largest unit), never above its capacity.
+- m-TOPO: walk the ops in topological order and fill one device after another (the GPUs; the host too
+  where the estimate does not fit them: ``m_topo_devices``), each up to an even share of the model's
+  memory (total / the devices filled + the largest unit), never above its usable memory (``usable_bytes``,
+  90% of its capacity).
 - m-ETF: earliest-task-first list scheduling. Repeatedly start the (ready op, device) pair that can start
   earliest, where a device is allowed only if the op's unit fits in its remaining memory. On one device the
   candidate is the op whose inputs arrive first (ties: topological position), the order in which the
@@ -152,8 +154,8 @@ class EtfScheduler:
     """Earliest-task-first list scheduling under memory limits; with ``favourite_child`` set, m-SCT.
 
     Exact ETF without scanning every ready op at every step: each device keeps its candidate ops in two
-    heaps, ``pending`` by data-arrival time and ``released`` (arrival <= the device's free time) by
-    priority. Device free times only grow, and arrival times nearly always do (channels only fill up: see
+    heaps, ``pending`` by data-arrival time and, with ``dispatch="priority"`` only, ``released`` (arrival <=
+    the device's free time) by priority; the default FIFO dispatch takes ``pending``'s top. Device free times only grow, and arrival times nearly always do (channels only fill up: see
     ``TransferBook``), so a heap entry's arrival is taken as a lower bound and refreshed when the entry comes
     to the top (``_arrival``). An arrival can drop, though: twice in all of m-ETF's schedule of inception-v3 on
     paper-2gpu (found by checking every refresh; the cause was not traced). At the top, such an entry is

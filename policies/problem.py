@@ -108,8 +108,6 @@ class PlacementProblem:
     def single_device_peak_bytes(self) -> int:
         """Peak memory the simulator's liveness model gives with every op on the first GPU (ops it may not
         run elsewhere): what the whole step needs, for calibrating the heuristics' memory model."""
-        from measurers.sim.reference import Simulator
-
         _ = self.unit_allowed  # a unit that may run on no device: its own clear error, not the simulator's
         gpus = self.gpu_indices() or [0]
         placement = np.where(self.op_allowed[:, gpus[0]], gpus[0], np.argmax(self.op_allowed, axis=1))

@@ -13,8 +13,8 @@ the most peak per byte of new cut traffic: the units are ranked by cut bytes add
 (the heuristics' per-unit bytes), simulated ``shortlist`` at a time in that order (at most ``TRIALS``
 shortlists), and of the first shortlist holding moves that lower that device's peak, the move with the
 largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop). Failing that,
-the first move that leaves every peak as it was (a peak several units share drops only once several have
-moved); failing that too, a region moves (below); failing that, a single move of a unit whose estimate is
+the first move that leaves the overflowing device's peak as it was and does not raise its target's (a peak
+several units share drops only once several have moved); failing that too, a region moves (below); failing that, a single move of a unit whose estimate is
 0 (no parameters, no output: it may still hold a large copy it received from another device). A move never
 raises the overflowing peak nor overflows its target (with ``shortlist=1`` it is not simulated: its
 estimate alone says it fits); a unit that moved is no single move's candidate again (nothing goes back and
@@ -283,8 +283,9 @@ def _best_move(problem, simulator, placement, candidates, targets, added, peaks,
 
     The candidates are simulated ``shortlist`` at a time, best estimate first, until a group of them holds
     a move that lowers ``here``'s peak and leaves its target fitting: of those, the largest drop per cut
-    byte added (moves adding none first, by the drop). Failing that, the first move that leaves every peak
-    as it was (a peak that several units share drops only when several have moved). With a shortlist of
+    byte added (moves adding none first, by the drop). Failing that, the first move that leaves ``here``'s
+    peak as it was and does not raise its target's (a peak that several units share drops only when several
+    have moved). With a shortlist of
     one, the first candidate, unsimulated beyond its move."""
     capacity = problem.capacity_bytes()
     still = None

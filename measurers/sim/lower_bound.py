@@ -4,8 +4,8 @@
 its fastest allowed device (``min`` over the op's row of ``op_time_matrix``) and communication is free.
 No placement can beat it: an op never runs faster than on its fastest device, a chain of dependent ops
 runs one after another, and D devices do at most D ops at a time. (The simulator's step time is never
-below it; the work term is summed in a different order than the simulator's clock, so comparisons allow a
-relative rounding slack of about 1e-12.)
+below it, with no slack: the work term is summed in another order than the simulator's clock, so it is
+lowered by a margin of the rounding that order can cost, ``_summing_margin``.)
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@
 
 ``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerance (1e-6
 relative, ``SOLVER_SLACK``): the MIP's optimum of one group came out a few ulps above the simulated step of
-that very placement. (The closed form is the lower bound every table prints, with its documented rounding
-slack of 1e-12; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it
+that very placement. (The closed form is the lower bound every table prints, already lowered by its summing
+margin; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it
 holds. ``time_limit_s`` is shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
 """
 
@@ -70,8 +70,9 @@ def grouping_name(problem: PlacementProblem) -> str:
 
 def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 1,
                  stop: threading.Event | None = None) -> BoundReport:
-    """The closed-form, LP and MIP bounds of the module docstring within ``time_limit_s`` seconds, or until
-    ``stop`` is set (by another thread: what was proven by then; statuses "stopped")."""
+    """The closed-form, LP, MIP and CP-SAT bounds of the module docstring within ``time_limit_s`` seconds, or
+    until ``stop`` is set (by another thread: what was proven by then; the solve it ended says "stopped",
+    those it kept from starting "skipped")."""
     from policies.exact.relaxation import SOLVER_SLACK, solve_relaxation
 
     if not isinstance(time_limit_s, numbers.Real) or not time_limit_s >= 0 or math.isinf(time_limit_s):

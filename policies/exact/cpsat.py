@@ -14,8 +14,8 @@ cuts a placement that fits; activations are not modelled: the measurer says "oom
 the makespan. Transfer sizes are per-pair optional intervals (not element constraints): one literal per
 source device, which keeps every interval's size a constant where the consumers' edges are alike.
 
-Times are integer ticks (``tick_s``, chosen from the instance so the horizon spans about 1e7 ticks, 1 us
-at most); durations are rounded down, so with single-op groups and ``dispatch=False`` every schedule the
+Times are integer ticks (``tick_s``, a power of ten chosen from the instance so the horizon spans 1e7 to
+1e8 ticks, fewer where the tick is capped at 1 us); durations are rounded down, so with single-op groups and ``dispatch=False`` every schedule the
 simulator can run is feasible in the model (a relaxation): the proven bound is a lower bound of the
 simulated step of every placement whose parameters fit. The free order can also find schedules the
 simulator's FIFO dispatch will not run, so the model's makespan of a placement can be below its simulated
@@ -53,7 +53,7 @@ class Solution:
     unit_placement: np.ndarray | None  # (U,) int64, None when the solver found none
     makespan_s: float  # the model's makespan of unit_placement (nan when none)
     bound_s: float  # the solver's proven lower bound on the model's makespan
-    status: str  # optimal | feasible | infeasible | unknown
+    status: str  # optimal | feasible | infeasible | invalid | unknown
     wall_s: float
 
 

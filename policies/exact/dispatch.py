@@ -5,7 +5,7 @@ position), each at max(its ready time, the end of the op before it): FIFO and no
 serve transfers the same way, by (request time = the producer's end, producer position, destination
 device). With these constraints a placement has exactly one schedule in the model, the simulator's (up
 to the rounding to ticks), so for single-op groups the model's makespan of a placement is its simulated
-step and the model's optimum is the simulator's. Pairwise order literals: O(U^2 D) for the devices and
+step and the model's optimum is the simulator's. Pairwise order literals: O(P^2 D) for P pieces on the devices and
 O(T^2 D^2) for T possible transfers, so this is for small instances (policies/exact/policy.py decides).
 """
 

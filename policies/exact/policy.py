@@ -5,10 +5,10 @@ The policy builds the model of the problem's groups (scheduled as pieces, or as 
 pieces would be many: policies/exact/quotient.py), solves it within ``time_limit_s`` (the whole schedule
 hinted from ``warm_start``'s first candidate, else from the best single GPU), and measures the placement
 with the measurer as every policy does. The model only approximates the measurer (pieces run as blocks,
-activations are not in its memory model), so while time and budget remain and the measurement is worse
-than the model said (or out of memory), it forbids that placement (a no-good cut) and solves again,
-keeping the best measured; it stops when a proven bound reaches the best measured step (with the dispatch
-rule the free-order model's, below), else at the budget or the time limit. On
+activations are not in its memory model), so while time and budget remain, the last solve was optimal
+and its bound is below the best measured step, it forbids the measured placement (a no-good cut) and
+solves again, keeping the best measured; it stops when a proven bound reaches the best measured step (with
+the dispatch rule the free-order model's, below), else at the budget or the time limit. On
 single-op groups, where the model is a relaxation of the simulator (or, with the dispatch rule, equal to
 it), this makes ``exact`` exact with respect to the simulator.
 
