@@ -205,7 +205,7 @@ def test_solve_relaxation__ctrl_c_stops_the_solve_and_is_raised():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
-def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_proved():
+def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_proved(monkeypatch):
     """`placer search` solves the bound in a thread while it measures (cluster/jobs/bound_solve.py) and stops
     it when the search is stopped. A MIP that would run to its 60 s limit ends at HiGHS's next interrupt
     check once the stop is set, "stopped", its dual bound still a bound; a stop set before the solve skips
@@ -214,12 +214,21 @@ def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_prove
 
     from graphs.synthetic import synthetic_graph
 
+    from policies.exact import relaxation
+
     problem = make_problem(synthetic_graph(300, 0), load_machine("paper-4gpu"), max_groups=64, grouping_method="metis")
     stop = threading.Event()
-    timer = threading.Timer(2.0, stop.set)  # after the LP (0.65 s with its build, longer on a busy machine)
-    timer.start()
+    timers, real_solve = [], relaxation.solve_relaxation
+
+    def solve(*args, integer=True, **kwargs):  # the stop comes 1 s into the MIP (a fixed time fell in a slow LP)
+        if integer and not stop.is_set():
+            timers.append(threading.Timer(1.0, stop.set))
+            timers[-1].start()
+        return real_solve(*args, integer=integer, **kwargs)
+
+    monkeypatch.setattr(relaxation, "solve_relaxation", solve)
     report = proven_bound(problem, 60.0, stop=stop)
-    timer.join()
+    timers[0].join()
     assert report.mip_status == "stopped" and report.lp_status == "optimal"
     assert report.mip_s is None or report.mip_s >= report.lp_s * (1 - REL)  # what it proved by then
     assert report.best_s >= report.closed_form_s
