@@ -88,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"placer: note: training on held-out benchmark {', '.join(held_out)}: the committed checkpoints "
               "never trained on it (the zero-shot figures hold it out)", file=sys.stderr)
     problems = _problems(graphs, args.machines, args)
+    if resumed is not None:  # before the progress bar: a graph or machine file edited since is refused
+        from policies.rl.gnn.family import check_same_problems, problem_digests
+
+        check_same_problems(args.out, resumed["progress"], [p.name for p in problems], problem_digests(problems))
     log = MetricsLog(metrics_path(args.out), updates_before)
     result, wall_s = _train(args, config, problems, log, resumed)
     session_updates = result.updates - updates_before
@@ -107,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
               "continue it" if summary["checkpoint"] else
               "placer: train interrupted while its teachers searched: nothing was written", file=sys.stderr)
         return 130
+    if result.stop_reason == "time_limit" and not summary["checkpoint"]:  # it said nothing and exited 0
+        print(f"placer: error: --time-limit {args.time_limit_s:g} s ended train while its teachers searched, "
+              f"before its first checkpoint: nothing was written ({result.measurements_used} measurements spent); "
+              "give it more time or a smaller --teacher-budget", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -299,13 +308,17 @@ class MetricsLog:
         if not table.schema.equals(_schema()):  # another Parquet file: its rows would be nulls in ours
             raise PlacerError(f"{path} is not a training metrics file (columns {', '.join(table.schema.names)}): "
                               "remove it to resume without the earlier rows")
-        self.rows = table.to_pylist()[:updates_before]
+        self.rows = [row for row in table.to_pylist() if row["iteration"] < updates_before]  # by update, not place
+        if len(self.rows) < updates_before:  # a run killed between its checkpoint and this file's rewrite
+            print(f"placer: note: {path} holds the rows of {len(self.rows)} of the checkpoint's {updates_before} "
+                  "updates (the run stopped between its checkpoint and this file): the others' rows are missing",
+                  file=sys.stderr)
 
     def append(self, metrics) -> None:
         from dataclasses import asdict
 
         self.rows.append(asdict(metrics))
-        if len(self.rows) % METRICS_EVERY == 0:
+        if (metrics.iteration + 1) % METRICS_EVERY == 0:  # as train_family saves its checkpoint: by updates
             self.flush()
 
     def flush(self) -> None:
@@ -352,8 +365,10 @@ class _Progress:
         self._updates += 1
         task = self._bar.tasks[0]
         rate = self._updates / task.elapsed if task.elapsed else 0.0
-        best = (f"{metrics.problem}: batch best {seconds_text(metrics.batch_best_runtime_s)} s"
-                if math.isfinite(metrics.batch_best_runtime_s) else f"{metrics.problem}: none ran ok")
+        from rich.markup import escape  # a graph file's path, or synthetic:100:3, is no markup
+
+        best = (f"{escape(metrics.problem)}: batch best {seconds_text(metrics.batch_best_runtime_s)} s"
+                if math.isfinite(metrics.batch_best_runtime_s) else f"{escape(metrics.problem)}: none ran ok")
         self._bar.update(self._task, completed=min(metrics.measurements_used, self.budget),
                          rate=f"{rate:.1f} updates/s", best=best)
         self._lines.tick()
@@ -365,6 +380,7 @@ class _Progress:
 def print_summary(summary: dict) -> None:
     from cluster.commands.console import text_console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=f"placer train: {summary['policy']}", show_header=False)
     table.add_column("")
@@ -380,5 +396,5 @@ def print_summary(summary: dict) -> None:
                          ("checkpoint", summary["checkpoint"] or "not written"),
                          ("resume file", summary["resume"] or "not written"),
                          ("metrics", summary["metrics"] or "not written")):
-        table.add_row(label, value)
+        table.add_row(label, Text(value))  # plain text: a path's brackets are no markup
     text_console().print(table)

@@ -638,3 +638,77 @@ def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(
     assert _train(out, "--resume", budget=96) == 2
     name = section if section == "progress" else f"trainer.{section}"
     assert f"checkpoint {out} lacks {name}, which training reads to continue" in one_placer_error(capsys)
+
+
+def test_train__a_time_limit_that_ends_the_teachers_writes_nothing_and_says_so_exit_1(tmp_path, capsys, monkeypatch):
+    """It exited 0 with nothing written and nothing said: a scheduled job reported success."""
+    import policies.rl.gnn.family as family
+
+    real_teach, clock = family.teach, [0.0]
+
+    def slow_teach(*args, **kwargs):
+        clock[0] += 1e6  # as if the teacher searched past the limit
+        return real_teach(*args, **kwargs)
+
+    monkeypatch.setattr(family, "teach", slow_teach)
+    real_early_stop = family.early_stop
+    monkeypatch.setattr(family, "early_stop", lambda started, limit, should_stop: real_early_stop(
+        started - clock[0], limit, should_stop))
+    out = tmp_path / "gdp.pt"
+    assert _train(out, "--teacher-budget", "8", "--time-limit", "60", "--json") == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("placer: error: --time-limit 60 s ended train while its teachers searched") == 1
+    assert json.loads(captured.out)["checkpoint"] is None and list(tmp_path.iterdir()) == []
+
+
+def test_train__resume_on_a_graph_file_whose_contents_changed_is_refused(tmp_path, capsys):
+    """Problems were named by path only: the old graph's measured placements were reused at their old costs."""
+    from cluster.cli import main
+
+    graph = tmp_path / "g.parquet"
+    assert main(["graphs", "export", "synthetic:60", "-o", str(graph)]) == 0
+    out = tmp_path / "gdp.pt"
+    train = ["train", "--policy", "gdp", "--graphs", str(graph), *SMALL, "-o", str(out)]
+    assert main([*train, "--budget", "24"]) == 0
+    assert main(["graphs", "export", "synthetic:60:7", "-o", str(graph)]) == 0  # the same file, other contents
+    capsys.readouterr()
+    before = out.read_bytes()
+    assert main([*train, "--budget", "48", "--resume"]) == 2
+    assert f"checkpoint {out} was trained on other contents of {graph}@paper-2gpu" in one_placer_error(capsys)
+    assert out.read_bytes() == before
+
+
+def test_train__resume_keeps_the_metrics_rows_of_the_checkpoints_updates_by_iteration(trained, tmp_path, capsys):
+    """A run killed between its checkpoint and the metrics file's rewrite: the rows were kept by position,
+    and nothing said that some were missing."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from cluster.commands.train import _schema
+
+    source, printed = trained
+    out, metrics = tmp_path / "gdp.pt", Path(str(tmp_path / "gdp.pt") + ".metrics.parquet")
+    shutil.copy(source, out)
+    rows = _metrics(source)
+    kept = rows[:1] + rows[2:]  # the row of update 1 lost, and one of an update past the checkpoint
+    kept.append({**rows[-1], "iteration": len(rows)})
+    pq.write_table(pa.Table.from_pylist(kept, schema=_schema()), metrics)
+    assert _train(out, "--resume", "--json", budget=96) == 0
+    captured = capsys.readouterr()
+    assert f"holds the rows of {len(rows) - 1} of the checkpoint's {len(rows)} updates" in captured.err
+    iterations = [r["iteration"] for r in _metrics(out)]
+    assert iterations == [0] + list(range(2, json.loads(captured.out)["updates"]))  # no duplicate, none after
+
+
+def test_train__names_with_brackets_are_shown_as_they_are(tmp_path, capsys, monkeypatch):
+    """A graph file under a folder `c[` raised rich's MarkupError: a traceback, exit 1."""
+    from cluster.cli import main
+
+    monkeypatch.setenv("COLUMNS", "300")
+    folder = tmp_path / "c["
+    folder.mkdir()
+    graph = folder / "i].parquet"  # ".../c[/i].parquet": a closing tag with nothing open
+    assert main(["graphs", "export", "synthetic:40", "-o", str(graph)]) == 0
+    out = tmp_path / "gdp.pt"
+    assert main(["train", "--policy", "gdp", "--graphs", str(graph), *SMALL, "--budget", "16", "-o", str(out)]) == 0
+    assert f"{graph}@paper-2gpu" in capsys.readouterr().out.replace("\n", "")

@@ -76,11 +76,14 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
                   config.failure_factor) for p in problems]
     with deterministic_torch():
         trainer = GnnTrainer(config)
+        digests = problem_digests(problems)
         progress = {"measurements_used": 0, "wall_s": 0.0, "updates": 0, "problems": names, "budget": budget,
-                    "config": {k: v for k, v in vars(config).items()}, "settings": dict(settings or {})}
+                    "config": {k: v for k, v in vars(config).items()}, "settings": dict(settings or {}),
+                    "problem_digests": digests}
         if resume:
             if resume_state is None:
                 resume_state = check_resume(out, config, names, dict(settings or {}), budget)
+            check_same_problems(out, resume_state["progress"], names, digests)
             progress = _restored(out, resume_state, trainer, budget, slots)
         before_s = float(progress["wall_s"])
 
@@ -103,6 +106,32 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         save()
     return FamilyResult(progress["updates"], progress["measurements_used"], float(progress["wall_s"]),
                         stop_reason, out)
+
+
+def problem_digests(problems: Sequence[TrainProblem]) -> list[str]:
+    """Per problem, a digest of its graph's content and its machine: a graph or machine file edited under
+    the same name is another problem."""
+    import hashlib
+    import json
+
+    from measurers.machine_json import machine_to_json
+
+    return [hashlib.sha256((p.problem.graph.content_hash + json.dumps(machine_to_json(p.problem.machine),
+                                                                      sort_keys=True)).encode()).hexdigest()[:16]
+            for p in problems]
+
+
+def check_same_problems(out: str | Path, stored: dict, names: list[str], digests: list[str]) -> None:
+    """A resumed run's problems are the checkpoint's, content and all (checkpoints written before 6 December
+    2026 keep no digests: names only). A changed one would be trained on with the old one's measured
+    placements and best, at their old costs."""
+    before = stored.get("problem_digests")
+    if before is None:
+        return
+    changed = [name for name, old, new in zip(names, before, digests) if old != new]
+    if changed:
+        raise PlacerError(f"checkpoint {out} was trained on other contents of {', '.join(changed)} (a graph or "
+                          "machine file changed since): resume with the files it was trained on, or train anew")
 
 
 def _round_robin(slots: list[Slot], names: list[str], trainer, progress: dict, budget: int, stop_now,
