@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
@@ -219,10 +220,10 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
     try:
         if live_scalars:
             capture.scalars = ScalarReads(capture.record_read)
-            with without_onednn(), _view_replay(), capture, capture.scalars:
+            with without_onednn(), _view_replay(), _OneHotAsTraced(), capture, capture.scalars:
                 loss = step_fn()
         else:
-            with without_onednn(), _view_replay(), capture:
+            with without_onednn(), _view_replay(), _OneHotAsTraced(), capture:
                 loss = step_fn()
         loss_slot = capture.slot_of.get(id(loss))
     finally:
@@ -238,6 +239,22 @@ def capture_step(step_fn: Callable[[], torch.Tensor], leaf_names: dict[int, str]
     _plan_frees(capture.steps, loss_slot)
     return Program(capture.steps, len(capture.group), capture.leaf_values, capture.leaf_ops, capture.group,
                    loss_slot, {name: capture.slot_of[id(p)] for name, p in params.items() if id(p) in capture.slot_of})
+
+
+class _OneHotAsTraced(TorchFunctionMode):
+    """``F.one_hot(x, n)`` as the importer's trace records it: ``arange(n)``, ``eq`` with ``x.unsqueeze(-1)``,
+    then to int64. On real CPU tensors PyTorch first checks the labels' range (``aminmax``, then ``.item()``)
+    and scatters into zeros, which the fake trace never does: the captured step did not match its graph and
+    every placement of a model with one_hot was refused. (Labels out of range are no longer an error here.)"""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.one_hot:
+            tensor, num_classes = args[0], (args[1] if len(args) > 1 else kwargs.get("num_classes", -1))
+            if num_classes >= 0:  # -1 (classes from the labels) is data-dependent: the importer refuses it
+                index = torch.arange(num_classes, dtype=tensor.dtype, device=tensor.device)
+                return torch.eq(tensor.unsqueeze(-1), index).to(torch.long)
+        return func(*args, **kwargs)
 
 
 def _view_replay():

@@ -474,3 +474,29 @@ def test_torch_measurer__placed_step_updates_parameters_and_buffers_as_one_devic
     assert set(state) == set(ref_state)
     for name, value in state.items():
         assert torch.allclose(value, ref_state[name], rtol=1e-5, atol=1e-6), name
+
+
+class OneHotTargets(nn.Module):
+    """Soft targets from F.one_hot of the labels: on real CPU tensors one_hot checks the labels' range first
+    (aminmax, .item()), which the importer's fake trace never runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x, labels):
+        targets = nn.functional.one_hot(labels, 5).float() * 0.9 + 0.02
+        return -(targets * self.fc(x).log_softmax(-1)).sum(-1).mean()
+
+
+def test_torch_measurer__a_model_with_one_hot_runs_placed_as_on_one_device(machine, one_torch_thread):
+    """Every placement was refused: "the step ran aten.aminmax" where the graph has aten.arange."""
+    workload = TorchWorkload(lambda: (OneHotTargets(), (torch.randn(4, 8), torch.tensor([0, 2, 1, 4]))),
+                             origin="one-hot")
+    built = workload.materialize(0)
+    graph = trace_training_step(built.model, built.inputs, name="one-hot")
+    ref_loss, ref_state = _state_after_one_step(workload.materialize(0))
+    loss, state, copies = _placed_state(graph, machine, workload, np.random.default_rng(0).integers(0, 3, graph.num_ops))
+    assert copies > 0 and loss == pytest.approx(ref_loss, rel=1e-5)
+    for name, value in state.items():
+        assert torch.allclose(value, ref_state[name], rtol=1e-5, atol=1e-6), name
