@@ -72,6 +72,26 @@ def test_trace_training_step__mlp_flops_by_hand():
     assert graph.total_flops == forward + backward
 
 
+@pytest.mark.parametrize("groups", [1, 4, 16])
+def test_trace_training_step__a_grouped_convolutions_backward_is_twice_its_forward(groups):
+    """torch's formula counted the weight gradient as if ungrouped: a depthwise convolution's backward came out
+    17x its forward (the Keras importer: 2x, an input and a weight gradient of the forward's FLOPs each)."""
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.grouped = nn.Conv2d(3, 16, 1), nn.Conv2d(16, 16, 3, padding=1, groups=groups)
+
+        def forward(self, x):
+            return self.grouped(self.first(x)).square().mean()
+
+    graph = trace_training_step(Net(), (torch.randn(2, 3, 8, 8),), name="grouped")
+    forward, backward = (graph.flops[_ops(graph, kind=kind)] for kind in ("aten.convolution",
+                                                                           "aten.convolution_backward"))
+    grouped_forward = 2 * 2 * 16 * (16 // groups) * 9 * 8 * 8
+    assert sorted(forward.tolist()) == sorted([2 * 2 * 16 * 3 * 8 * 8, grouped_forward])
+    assert sorted(backward.tolist()) == sorted([2 * 2 * 16 * 3 * 8 * 8, 2 * grouped_forward])  # x needs no grad
+
+
 def test_trace_training_step__mlp_edges_and_bytes_by_hand():
     graph = _mlp_graph()
     first, second = _ops(graph, kind="aten.addmm", phase="forward")
