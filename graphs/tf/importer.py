@@ -23,6 +23,7 @@ How ops, variables, phases and colocation are derived: see ``graphs.tf.assemble`
 from __future__ import annotations
 
 import math
+import re
 import zipfile
 from collections import defaultdict
 from contextlib import contextmanager
@@ -274,12 +275,23 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
 def _traced_keras_spec(spec: str, batch_size: int | None, name: str | None) -> OpGraph:
     model, inputs, targets, loss = keras_example(spec, batch_size)
     try:
-        return trace_keras_training_step(model, inputs, targets, loss=loss, name=name or model.name,
+        return trace_keras_training_step(model, inputs, targets, loss=loss, name=name or _graph_name(spec, model),
                                          batch_size=batch_size)
     except PlacerError:
         raise
     except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
         raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
+
+
+KERAS_DEFAULT_NAME = re.compile(r"(functional|sequential|model)(_\d+)?")  # what Keras names an unnamed model
+
+
+def _graph_name(spec: str, model) -> str:
+    """The model's name, unless Keras made it up ("functional", "sequential_2"): then the builder function's
+    name, as the torch importer names a graph (every functional model's run folders were "functional__...")."""
+    if KERAS_DEFAULT_NAME.fullmatch(model.name) and not spec.endswith(KERAS_FILE_SUFFIXES):
+        return spec.rpartition(":")[2]
+    return model.name
 
 
 def keras_example(spec: str, batch_size: int | None = None):

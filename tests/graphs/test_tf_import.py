@@ -1585,3 +1585,19 @@ def test_keras_step__a_loss_compiled_by_name_or_as_a_function_steps_as_fit_does(
     assert step_loss == pytest.approx(fit_loss, rel=1e-5)
     for got, want in zip(stepped.weights, fitted.weights):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_import_keras_spec__an_unnamed_model_takes_its_builder_functions_name(tmp_path):
+    """Keras names every unnamed functional model "functional": their run folders could not be told apart."""
+    module = tmp_path / "unnamed.py"
+    module.write_text(
+        "import keras\n"
+        "def two_layers():\n"
+        "    inputs = keras.Input((4,))\n"
+        "    model = keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Dense(3)(inputs)))\n"
+        "    model.compile(optimizer='sgd', loss='mse')\n"
+        "    return model\n")
+    from graphs.tf.importer import import_keras_spec
+
+    assert import_keras_spec(f"{module}:two_layers").name == "two_layers"
+    assert import_keras_spec(f"{module}:two_layers", name="given").name == "given"
