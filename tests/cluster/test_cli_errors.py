@@ -17,7 +17,7 @@ import pytest
 from cluster.cli import main
 from cluster.experiments import settings_for
 from graphs.registry import load_graph
-from conftest import one_placer_error, placer_stderr
+from conftest import one_placer_error
 
 GRAPH = ["--graph", "synthetic:60", "--machine", "paper-2gpu"]
 
