@@ -44,6 +44,8 @@ def run(args) -> int:
         raise PlacerError(f"--module-map {args.module_map} lies inside the run folder {args.run_dir}, which apply "
                           "never changes: write the map elsewhere")
     if args.module_map:
+        _check_spares_graphs(Path(args.module_map), run.manifest.graph_file)
+    if args.module_map:
         tied = summary.to_json()["tied"]
         write_text_atomic(Path(args.module_map), json.dumps({"graph": summary.graph, "graph_hash": summary.graph_hash,
                                                              "machine": summary.machine, "modules": summary.modules,
@@ -54,6 +56,23 @@ def run(args) -> int:
         return 0
     _print(run, summary, args.module_map)
     return 0
+
+
+def _check_spares_graphs(module_map, graph_file: str) -> None:
+    """The map may not overwrite the graph file the run read (found from its manifest, which --graph's own
+    check does not see) nor a cached graph: the next apply found the graph damaged."""
+    from pathlib import Path
+
+    from graphs.errors import PlacerError
+    from graphs.registry import cache_dir
+
+    target = module_map.resolve()
+    if graph_file and target == Path(graph_file).resolve():
+        raise PlacerError(f"--module-map {module_map} is the graph file the run read ({graph_file}): write the map "
+                          "elsewhere")
+    if cache_dir().resolve() in target.parents:
+        raise PlacerError(f"--module-map {module_map} lies in placer's cache ({cache_dir()}): write the map "
+                          "elsewhere")
 
 
 def _si(value: float, unit: str) -> str:

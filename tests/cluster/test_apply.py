@@ -14,6 +14,7 @@ from cluster.apply import apply_keras, apply_torch
 from cluster.cli import main
 from cluster.pool import PoolResult
 from cluster.runlog import LoggedPlacement, RunLogWriter, make_run_id, new_manifest
+from conftest import one_placer_error
 from fixtures.tiny_models import tiny_keras_classifier, tiny_torch_classifier
 from graphs.errors import PlacerError
 from graphs.io import save_graph
@@ -392,3 +393,20 @@ def test_placer_apply__a_graph_file_gone_is_named_where_the_run_read_it(tmp_path
     err = capsys.readouterr().err
     assert err.startswith("placer: error: cannot find graph 'clf.parquet'") and err.count("\n") == 1
     assert f"{tmp_path / 'clf.parquet'}, which the run read, is gone" in err
+
+
+def test_placer_apply__a_module_map_over_the_runs_graph_file_or_the_cache_is_refused(torch_run, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """The graph file found through the run's manifest was not protected as --graph is: the map replaced it,
+    and the next apply found the graph damaged."""
+    run_dir, graph = torch_run
+    graph_file = run_dir.parent / "classifier.parquet"
+    before = graph_file.read_bytes()
+    capsys.readouterr()
+    assert main(["apply", str(run_dir), "--module-map", str(graph_file)]) == 2
+    assert "is the graph file the run read" in one_placer_error(capsys)
+    assert graph_file.read_bytes() == before
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / "graphs" / "x.parquet"
+    assert main(["apply", str(run_dir), "--module-map", str(cached)]) == 2
+    assert "lies in placer's cache" in one_placer_error(capsys) and not cached.exists()
