@@ -69,6 +69,7 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     ``batch_size=0`` takes the leading dimension of the first input.
     """
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    _check_distinct_inputs(inputs)
     started = time.perf_counter()
     table = OpTable()
     recorder = OpRecorder(table)
@@ -202,6 +203,18 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
     for index, x in enumerate(inputs):
         if isinstance(x, torch.Tensor):
             recorder.register(x, table.add(f"input:{index}", "Input", "", "other", out_bytes=tensor_bytes(x)))
+
+
+def _check_distinct_inputs(inputs: tuple) -> None:
+    """One tensor given as two example inputs (an autoencoder's ``(x, x)``) is refused: the graph names a
+    tensor once, so one input had no readers, and a placed step fed the other's value to both."""
+    first: dict[int, int] = {}
+    for index, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor):
+            if id(x) in first:
+                raise PlacerError(f"example inputs {first[id(x)]} and {index} are the same tensor: pass a copy "
+                                  f"as one of them (e.g. (x, x.clone())), so that each input is fed on its own")
+            first[id(x)] = index
 
 
 def _owner_scope(param_name: str) -> str:

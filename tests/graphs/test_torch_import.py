@@ -746,3 +746,22 @@ def test_trace_training_step__growing_resize_allocates_its_new_storage_and_copie
     assert graph.bytes_accessed[grow] == 2 * 3 * 6 * 4  # reads and writes the old storage's bytes
     assert graph.flops[grow] == 0
     assert _in_edges(graph, _ops(graph, kind="aten.sum", phase="forward")[2]) == {grow: 4 * 6 * 4}
+
+
+def test_trace_training_step__one_tensor_given_as_two_inputs_is_refused():
+    """(x, x): the graph named the tensor once, input 0 had no readers, and a placed step fed input 1's value
+    to both, silently."""
+    class AutoEncoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encode, self.decode = nn.Linear(6, 2), nn.Linear(2, 6)
+
+        def forward(self, x, target):
+            return (self.decode(self.encode(x)) - target).square().mean()
+
+    x = torch.randn(4, 6)
+    with pytest.raises(PlacerError, match=r"example inputs 0 and 1 are the same tensor: pass a copy"):
+        trace_training_step(AutoEncoder(), (x, x))
+    graph = trace_training_step(AutoEncoder(), (x, x.clone()))
+    inputs = np.flatnonzero(graph.op_kinds == "Input")
+    assert len(inputs) == 2 and all(np.isin(inputs, graph.edge_src))  # each input is read
