@@ -67,7 +67,9 @@ def trace_user_step(build_fn: Callable[[], tuple], graph_name: str) -> UserTorch
     except Exception as error:  # the model's own forward/backward failed on the example inputs
         raise PlacerError(f"torch function {origin!r}: tracing the training step failed: "
                           f"{type(error).__name__}: {error}") from error
-    model.train()
+    # The model trains in the mode its function returned it in, as it was traced (a model returned in eval
+    # mode, BatchNorm's statistics frozen, was switched to train mode here: its step then differed from its
+    # graph, and every apply was refused).
     return UserTorchStep(graph, MaterializedStep(model, inputs, loss_fn, torch.optim.Adam), origin)
 
 

@@ -410,3 +410,39 @@ def test_placer_apply__a_module_map_over_the_runs_graph_file_or_the_cache_is_ref
     cached = tmp_path / "cache" / "graphs" / "x.parquet"
     assert main(["apply", str(run_dir), "--module-map", str(cached)]) == 2
     assert "lies in placer's cache" in one_placer_error(capsys) and not cached.exists()
+
+
+def frozen_statistics_classifier():
+    """A classifier returned in eval mode: fine-tuning with BatchNorm's running statistics frozen."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 3))
+    model.eval()
+    data = torch.randn(4, 8)
+    return model, (data,), lambda out: out.square().mean()
+
+
+def test_apply_torch__a_model_returned_in_eval_mode_trains_as_it_was_traced():
+    """apply switched it to train mode after the trace: its step then differed from its graph, and every
+    placement was refused ("the real step does not match graph")."""
+    model, (data,), loss_fn = frozen_statistics_classifier()
+    placement = np.random.default_rng(0).integers(0, 3, import_graph_of(frozen_statistics_classifier).num_ops)
+    step = apply_torch(placement, frozen_statistics_classifier, machine="paper-2gpu", torch_devices=all_cpu)
+    optimizer = torch.optim.Adam(model.parameters())
+    for _ in range(2):
+        optimizer.zero_grad()
+        loss = loss_fn(model(data))
+        loss.backward()
+        optimizer.step()
+        assert float(step(data)) == pytest.approx(float(loss), rel=1e-6)
+    assert step.copies > 0 and not model.training
+    eager = {**dict(model.named_parameters()), **dict(model.named_buffers())}  # the statistics stay as they were
+    for name, value in step.parameters().items():
+        assert torch.allclose(value.float(), eager[name].float(), rtol=1e-5, atol=1e-7), name
+
+
+def import_graph_of(build_fn):
+    from graphs.torch.importer import trace_training_step
+
+    model, inputs, loss_fn = build_fn()
+    return trace_training_step(model, inputs, loss_fn, name=build_fn.__name__)
