@@ -76,6 +76,13 @@ def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int |
     return UserKerasStep(graph, traced, model, origin)
 
 
+def _keras_paths(model) -> dict[int, str]:
+    """id(the TensorFlow variable behind it) -> Keras path, for the model's and its optimizer's variables."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = [*model.variables, *(getattr(optimizer, "variables", None) or [])]
+    return {id(getattr(v, "value", v)): getattr(v, "path", v.name) for v in variables}
+
+
 @dataclass
 class PlacedKerasStep:
     """The user's Keras step, placed. ``step(inputs, targets)`` trains once and returns the loss; without
@@ -92,9 +99,17 @@ class PlacedKerasStep:
         return float(np.sum(self.session.step()))
 
     def variables(self) -> dict[str, np.ndarray]:
-        """Current value of every variable the step uses (model weights, optimizer state), by name."""
+        """Current value of every variable the step uses (model weights, optimizer state), by its Keras path
+        ("head/kernel", "adam/head_kernel_momentum"); a path several variables share (layers named alike in
+        two nested models) is followed by the step's node that holds each: "dense/kernel (ktwo_1/b1_1/...)".
+        By name alone such variables kept one entry between them."""
+        paths = _keras_paths(self.user.model)
         values = self.session.read_variables()
-        return {self.user.traced.variables[node].name: value for node, value in values.items()}
+        names = {node: paths.get(id(self.user.traced.variables[node]), self.user.traced.variables[node].name)
+                 for node in values}
+        shared = {name for name in names.values() if list(names.values()).count(name) > 1}
+        return {(f"{names[node]} ({node})" if names[node] in shared else names[node]): value
+                for node, value in values.items()}
 
     def copy_to_model(self) -> None:
         """Write the session's variables back into the Keras model's (and its optimizer's) variables."""

@@ -446,3 +446,30 @@ def import_graph_of(build_fn):
 
     model, inputs, loss_fn = build_fn()
     return trace_training_step(model, inputs, loss_fn, name=build_fn.__name__)
+
+
+def two_alike_blocks():
+    """Two nested models, each with a layer named "dense": their variables share TensorFlow's and Keras's names."""
+    import keras
+
+    def block(name):
+        inputs = keras.Input((6,))
+        return keras.Model(inputs, keras.layers.Dense(6, activation="relu", name="dense")(inputs), name=name)
+
+    inputs = keras.Input((6,))
+    model = keras.Model(inputs, keras.layers.Dense(2, name="head")(block("b2")(block("b1")(inputs))), name="two")
+    model.compile(optimizer="adam", loss="mse")
+    rng = np.random.default_rng(0)
+    return model, rng.standard_normal((4, 6)).astype(np.float32), rng.standard_normal((4, 2)).astype(np.float32)
+
+
+def test_apply_keras__variables_of_layers_named_alike_are_each_listed():
+    """Keyed by name, b1's and b2's "dense/kernel:0" were one entry: 14 of the 20 variables came back."""
+    from graphs.tf.importer import import_keras_spec
+
+    graph = import_keras_spec(f"{__file__}:two_alike_blocks")
+    with apply_keras(np.zeros(graph.num_ops, dtype=np.int64), two_alike_blocks, machine="paper-2gpu",
+                     tf_devices=lambda machine: ["/cpu:0"] * machine.num_devices) as step:
+        values = step.variables()
+        assert len(values) == len(step.user.traced.variables) == 20
+        assert "head/kernel" in values and sum(name.startswith("dense/kernel (") for name in values) == 2
