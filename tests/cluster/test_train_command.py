@@ -196,7 +196,10 @@ def test_train__a_resume_with_a_teacher_the_run_did_not_have_is_refused(trained,
     monkeypatch.setattr(train_command, "_train", lambda *a, **k: pytest.fail("training started"))
     assert _train(out, "--resume", "--teacher-budget", "8", "--imitation-steps", "5", budget=96) == 2
     err = one_placer_error(capsys)
-    assert f"checkpoint {out} was trained with" in err and "'teacher_budget': 8" in err, err
+    assert f"checkpoint {out} was trained with --teacher-budget unset (not 8), --imitation-steps unset (not 5)" in err
+    assert _train(out, "--resume", "--seed", "4", budget=96) == 2  # the whole settings dicts were printed
+    assert f"checkpoint {out} was trained with --seed 0 (not 4): resume with the same settings" in \
+        one_placer_error(capsys)
 
 
 def test_train__writes_the_memo_beside_the_checkpoint_and_a_cut_short_one_is_refused_writing_nothing(

@@ -215,8 +215,8 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
         raise PlacerError(f"checkpoint {out} was trained on {progress.get('problems')}, not {names}: resume "
                           "with the same --graphs and --machines")
     if progress.get("settings", {}) != settings:
-        raise PlacerError(f"checkpoint {out} was trained with {progress.get('settings')}, not {settings}: resume "
-                          "with the same settings")
+        changed = _changed_settings(progress.get("settings", {}), settings)
+        raise PlacerError(f"checkpoint {out} was trained with {', '.join(changed)}: resume with the same settings")
     changed = _changed_training_settings(progress.get("config", {}), config)
     if changed:
         raise PlacerError(f"checkpoint {out} was trained with {', '.join(changed)}: resume with the same training "
@@ -256,6 +256,17 @@ def _check_resume_sections(out, state: dict) -> None:
 TRAIN_FLAGS = {"batch_size": "--batch", "lr": "--lr", "entropy_coeff": "--entropy", "order": "--order",
                "episode_steps": "--episode-steps", "discount": "--discount", "seed": "--seed"}
 """`placer train`'s flag of each GnnConfig field it sets (the network's own are checked as the architecture)."""
+
+
+def _changed_settings(stored: dict, given: dict) -> list[str]:
+    """Each setting (``placer train``'s flag of the same name) that differs, as "--flag STORED (not NEW)"; the
+    whole dicts were printed, and a changed --seed was hard to find in them."""
+    def shown(value) -> str:
+        return "unset" if value is None else " ".join(map(str, value)) if isinstance(value, list) else str(value)
+
+    keys = dict.fromkeys([*stored, *given])
+    return [f"--{key.replace('_', '-')} {shown(stored.get(key))} (not {shown(given.get(key))})" for key in keys
+            if stored.get(key) != given.get(key)]
 
 
 def _changed_training_settings(stored: dict, config: GnnConfig) -> list[str]:
