@@ -155,9 +155,10 @@ class EtfScheduler:
 
     Exact ETF without scanning every ready op at every step: each device keeps its candidate ops in two
     heaps, ``pending`` by data-arrival time and, with ``dispatch="priority"`` only, ``released`` (arrival <=
-    the device's free time) by priority; the default FIFO dispatch takes ``pending``'s top. Device free times only grow, and arrival times nearly always do (channels only fill up: see
-    ``TransferBook``), so a heap entry's arrival is taken as a lower bound and refreshed when the entry comes
-    to the top (``_arrival``). An arrival can drop, though: twice in all of m-ETF's schedule of inception-v3 on
+    the device's free time) by priority; the default FIFO dispatch takes ``pending``'s top. Device free times
+    only grow, and arrival times nearly always do (channels only fill up: see ``TransferBook``), so a heap
+    entry's arrival is taken as a lower bound and refreshed when the entry comes to the top (``_arrival``). An
+    arrival can drop, though: twice in all of m-ETF's schedule of inception-v3 on
     paper-2gpu (found by checking every refresh; the cause was not traced). At the top, such an entry is
     re-keyed down as one whose arrival grew is re-keyed up; below the top, a drop is seen only when the entry
     gets there. An op that stops fitting on a device (memory only fills up; a unit once placed stays) leaves

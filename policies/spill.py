@@ -14,9 +14,10 @@ the most peak per byte of new cut traffic: the units are ranked by cut bytes add
 shortlists), and of the first shortlist holding moves that lower that device's peak, the move with the
 largest simulated drop per cut byte added wins (moves adding no cut bytes first, by the drop). Failing that,
 the first move that leaves the overflowing device's peak as it was and does not raise its target's (a peak
-several units share drops only once several have moved); failing that too, a region moves (below); failing that, a single move of a unit whose estimate is
-0 (no parameters, no output: it may still hold a large copy it received from another device). A move never
-raises the overflowing peak nor overflows its target (with ``shortlist=1`` it is not simulated: its
+several units share drops only once several have moved); failing that too, a region moves (below);
+failing that, a single move of a unit whose estimate is 0 (no parameters, no output: it may still hold a
+large copy it received from another device). A move never raises the overflowing peak nor overflows its
+target (with ``shortlist=1`` it is not simulated: its
 estimate alone says it fits); a unit that moved is no single move's candidate again (nothing goes back and
 forth). A unit goes to the device it may run on where its estimate fits in the free memory (capacity minus
 simulated peak), the lowest ``preference`` first, then the one with the most free memory.

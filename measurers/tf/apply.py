@@ -19,6 +19,7 @@ in the session between calls, and ``copy_to_model()`` writes them back into the 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -107,7 +108,7 @@ class PlacedKerasStep:
         values = self.session.read_variables()
         names = {node: paths.get(id(self.user.traced.variables[node]), self.user.traced.variables[node].name)
                  for node in values}
-        shared = {name for name in names.values() if list(names.values()).count(name) > 1}
+        shared = {name for name, count in Counter(names.values()).items() if count > 1}
         return {(f"{names[node]} ({node})" if names[node] in shared else names[node]): value
                 for node, value in values.items()}
 

@@ -3,9 +3,9 @@
 CP-SAT given only the placement literals may search long for a first schedule on a model of hundreds of
 pieces. This builds one, as a simple list schedule: pieces in topological order, each at the earliest
 time its inputs are present and its device is free; each needed transfer, once its producer ends, at
-the earliest time its channel is free. It satisfies every constraint of the free-order model but the memory rows (the best
-single GPU may not hold every parameter: CP-SAT then repairs the hint) and the dispatch rule's, which
-CP-SAT repairs on the small instances that use it.
+the earliest time its channel is free. It satisfies every constraint of the free-order model but the
+memory rows (the best single GPU may not hold every parameter: CP-SAT then repairs the hint) and the
+dispatch rule's, which CP-SAT repairs on the small instances that use it.
 """
 
 from __future__ import annotations

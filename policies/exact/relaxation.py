@@ -445,8 +445,9 @@ def build_model(problem: PlacementProblem, integer: bool = True, placement_weigh
 
 def _placement_cost(problem, layout, links) -> np.ndarray:
     """(num_cols,) milliseconds: each unit's time on its device and each cut pair's least copy time of all
-    its edges (over every pair of distinct devices, allowed or not: a tie-break, not a bound). Many placements share the relaxation's optimum (it sees no queueing); among them this
-    prefers fast devices and few copies, which the simulator rewards."""
+    its edges (over every pair of distinct devices, allowed or not: a tie-break, not a bound). Many
+    placements share the relaxation's optimum (it sees no queueing); among them this prefers fast devices
+    and few copies, which the simulator rewards."""
     cost = np.zeros(layout.num_cols)
     allowed = layout.x_col >= 0
     cost[layout.x_col[allowed]] = problem.unit_time_s[allowed] * MS_PER_S

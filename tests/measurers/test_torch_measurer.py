@@ -496,7 +496,8 @@ def test_torch_measurer__a_model_with_one_hot_runs_placed_as_on_one_device(machi
     built = workload.materialize(0)
     graph = trace_training_step(built.model, built.inputs, name="one-hot")
     ref_loss, ref_state = _state_after_one_step(workload.materialize(0))
-    loss, state, copies = _placed_state(graph, machine, workload, np.random.default_rng(0).integers(0, 3, graph.num_ops))
+    placement = np.random.default_rng(0).integers(0, 3, graph.num_ops)
+    loss, state, copies = _placed_state(graph, machine, workload, placement)
     assert copies > 0 and loss == pytest.approx(ref_loss, rel=1e-5)
     for name, value in state.items():
         assert torch.allclose(value, ref_state[name], rtol=1e-5, atol=1e-6), name
