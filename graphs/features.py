@@ -18,7 +18,12 @@ OP_CLASSES = ("matmul", "conv", "elementwise", "reduction", "memory", "variable"
 
 # Exact op types (lower case, "aten." and the overload suffix removed) of both frameworks.
 _EXACT = {
-    "variable": "variable", "variablev2": "variable", "varhandleop": "variable", "readvariableop": "variable",
+    "variable": "variable", "variablev2": "variable", "varhandleop": "variable",
+    # TensorFlow reads and writes a resource variable with ops of their own, where a traced torch step uses the
+    # parameter directly and updates it in place (aten.add_, addcdiv_...): a read is classed as an identity,
+    # a write as the elementwise update it is, so a Keras step's histogram is a torch step's
+    "readvariableop": "memory", "assignvariableop": "elementwise", "assignaddvariableop": "elementwise",
+    "assignsubvariableop": "elementwise",
     "input": "input", "placeholder": "input", "iteratorgetnext": "input", "const": "input",
     "mm": "matmul", "addmm": "matmul", "bmm": "matmul", "baddbmm": "matmul", "matmul": "matmul",
     "linear": "matmul", "einsum": "matmul", "dot": "matmul", "mv": "matmul", "addmv": "matmul",
@@ -38,6 +43,9 @@ _CONTAINS = (
     ("variable", "variable"),
     ("conv", "conv"),
     ("matmul", "matmul"),
+    # fused kernels whose work is matrix products (graphs.op_classes calls them dense too): attention, RNN cells
+    ("attention", "matmul"), ("lstm", "matmul"), ("gru", "matmul"), ("cudnn_rnn", "matmul"), ("rnn_tanh", "matmul"),
+    ("rnn_relu", "matmul"),
     ("softmax", "reduction"), ("norm", "reduction"), ("nll_loss", "reduction"), ("crossentropy", "reduction"),
     ("reduce", "reduction"), ("l2loss", "reduction"), ("pool", "reduction"),
     ("view", "memory"), ("reshape", "memory"), ("permute", "memory"), ("transpose", "memory"),

@@ -161,6 +161,22 @@ def test_op_class__maps_torch_and_tensorflow_types():
     assert {kind: op_class(kind) for kind in expected} == expected
 
 
+def test_op_class__a_keras_step_classes_its_variable_reads_and_updates_as_a_torch_step_does():
+    # a traced torch step reads a parameter with no op and updates it in place; TensorFlow has ops for both,
+    # which the held-out Keras graphs (inception-v3, resnet-50) have by the hundred
+    assert op_class("ReadVariableOp") == op_class("aten.view.default") == "memory"
+    for update in ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"):
+        assert op_class(update) == op_class("aten.add_.Tensor") == op_class("aten.addcdiv_.default") == "elementwise"
+    assert op_class("VarHandleOp") == op_class("Variable") == "variable"
+
+
+def test_op_class__fused_attention_and_rnn_kernels_are_matrix_products_as_in_the_simulator():
+    fused = ["aten._scaled_dot_product_flash_attention.default",
+             "aten._scaled_dot_product_efficient_attention_backward.default", "ScaledDotProductAttention",
+             "Attention", "aten.lstm.input", "aten._cudnn_rnn.default", "LSTMSequence", "GRUSequence"]
+    assert {kind: op_class(kind) for kind in fused} == dict.fromkeys(fused, "matmul")
+
+
 def _hand_made(make_graph):
     # groups: {0: Input, Variable, mm}  {1: relu, sum};  edges 0->2, 1->2 (inside), 2->3 (1000 B), 3->4
     graph = make_graph(
