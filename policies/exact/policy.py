@@ -83,6 +83,8 @@ class ExactPolicy:
             return self._place_relaxed(problem, counter, clock.started + float(self.time_limit_s))
         quotient = self._quotient(problem)
         check_size(quotient)
+        warm = self._measured_warm_start(problem, counter)
+        warm_s = math.nan if warm is None else warm.runtime_s
         dispatch = self.dispatch == "on" or (self.dispatch == "auto" and quotient.single_op
                                              and quotient.num_groups <= DISPATCH_MAX_GROUPS)
         model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=dispatch)
@@ -95,10 +97,10 @@ class ExactPolicy:
             model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=False)
             run = self._solve_and_measure(problem, model, counter, deadline, seed)
         if run.chosen is None:
-            return self._fallback(problem, counter, run.first, quotient)
+            return replace(self._fallback(problem, counter, run.first, quotient), warm_start_runtime_s=warm_s)
         if dispatch and run.proof is None:  # a proof needs the free-order model: rounded ticks reorder near-ties
             run.proof = self._free_order_bound(problem, quotient, run, deadline, seed)
-        return self._result(problem, counter, run, quotient, dispatch)
+        return replace(self._result(problem, counter, run, quotient, dispatch), warm_start_runtime_s=warm_s)
 
     def _solve_and_measure(self, problem, model: ExactModel, counter: BudgetedMeasurer, deadline: float,
                            seed: int, proof_deadline: float | None = None) -> "SolveRun":
@@ -241,7 +243,8 @@ class ExactPolicy:
     def _fallback(self, problem, counter: BudgetedMeasurer, first: Solution | None,
                   quotient: QuotientGraph) -> PolicyResult:
         hint, hint_name = self._hint(problem)
-        counter.measure([problem.expand(hint)])
+        if counter.best_placement is None:  # a warm start that ran ok was measured already: it is the hint
+            counter.measure([problem.expand(hint)])
         status = first.status if first is not None else "unknown"
         bound_s = first.bound_s if first is not None and status != "unknown" else math.nan  # unknown: CP-SAT's is 0
         notes = (f"the solver found no placement of the {quotient.num_groups} groups within {self.time_limit_s:g} s "
@@ -264,11 +267,14 @@ class ExactPolicy:
             proof = " (proven best for the measurer)"
         elif run.converged:
             proof = " (model solved, bound reached)"
+        solver_best = np.array_equal(result.group_placement, run.chosen.unit_placement)
+        chosen = "" if solver_best else f" (the warm start's; the solver's placement measured {run.chosen_cost_s:.6g} s)"
         notes = (f"solver ({model}, {run.solves} solve(s)): makespan {run.chosen.makespan_s:.6g} s, bound "
                  f"{bound_s:.6g} s{' (free order)' if dispatch else ''}, {run.first.status}; "
-                 f"measured {measured}{proof}")
+                 f"measured {measured}{chosen}{proof}")
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
-                       solver_makespan_s=float(run.chosen.makespan_s), solver_bound_s=float(bound_s),
+                       solver_makespan_s=float(run.chosen.makespan_s) if solver_best else math.nan,
+                       solver_bound_s=float(bound_s),
                        solver_status=run.first.status, solver_bound_every_placement=quotient.single_op)
 
 
