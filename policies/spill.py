@@ -311,6 +311,20 @@ def _best_move(problem, simulator, placement, candidates, targets, added, peaks,
     return still
 
 
+def fit_units_in_memory(problem: PlacementProblem, units: np.ndarray) -> tuple[np.ndarray, str]:
+    """(U,) ``units`` as they are where the simulator's memory model says the step fits, else repaired as the
+    memory-constrained heuristics' placements are (``fit_in_memory``: units move whole, to the GPUs first,
+    by the heuristics' memory model ``unit_memory_bytes``); with notes ("" when it fitted already). For
+    placements from a model that sees parameters only or nothing of memory (the graph-neural placers' one
+    shots, ``exact``'s relaxation)."""
+    from policies.problem import unit_memory_bytes
+
+    targets = problem.gpu_indices() or list(range(problem.num_devices))
+    unit_bytes, _ = unit_memory_bytes(problem, "auto", targets)  # (U,)
+    placed, notes = fit_in_memory(problem, problem.expand(units), unit_bytes, targets)
+    return (units if not notes else problem.collapse(placed)), notes
+
+
 def fit_in_memory(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.ndarray,
                   preferred_devices: Sequence[int], max_moves: int = MAX_MOVES) -> tuple[np.ndarray, str]:
     """A heuristic's (N,) op placement made to fit the simulator's memory where moves can, and notes on it

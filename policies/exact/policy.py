@@ -174,12 +174,15 @@ class ExactPolicy:
         model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
-        chosen = (f"its solve's step of the chosen placement {model_s:.6g} s (communication weight "
-                  f"{run.weight(result.group_placement):g})" if math.isfinite(model_s) else
-                  "the chosen placement is the warm start")
+        weight = run.weight(result.group_placement)
+        chosen = (f"its solve's step of the chosen placement {model_s:.6g} s (communication weight {weight:g})"
+                  if math.isfinite(model_s) else
+                  f"the chosen placement is a solve's (communication weight {weight:g}), repaired to fit in memory"
+                  if math.isfinite(weight) else "the chosen placement is the warm start")
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
                  f"{bound} for every placement of these groups; {chosen}; measured {measured}"
-                 + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else ""))
+                 + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else "")
+                 + _overrun(time.perf_counter() - deadline))
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        warm_start_runtime_s=warm_s, solver_makespan_s=model_s, solver_bound_s=bound_s,
                        solver_status=run.bound_status, solver_bound_every_placement=True)
@@ -292,6 +295,17 @@ def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, s
 
 BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
 BELOW_BLOCKS_BOUND = "measured below the model's bound, which holds for its groups run as whole blocks only"
+
+
+OVERRUN_NOTE_S = 1.0  # a run this far past its time limit says why
+
+
+def _overrun(past_s: float) -> str:
+    """Words for a run that ended ``past_s`` seconds after its time limit ("" within OVERRUN_NOTE_S)."""
+    if past_s <= OVERRUN_NOTE_S:
+        return ""
+    return (f"; ran {past_s:.3g} s past the time limit: HiGHS cannot interrupt a MIP's set-up and presolve, "
+            f"which grow with the model (fewer groups keep to the limit)")
 
 
 def _is_count(value) -> bool:

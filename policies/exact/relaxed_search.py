@@ -140,12 +140,24 @@ def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: Rela
                  model_s: float, weight: float, measured: list[np.ndarray]) -> float:
     """Measure ``placement`` (U,) unless it was measured already (the warm start, which HiGHS reports among its
     points when started from it, or a point of this solve): its cost, else inf. Only a point measured here
-    gets a model step and weight: the notes then never credit a warm start to a solve."""
+    gets a model step and weight: the notes then never credit a warm start to a solve.
+
+    The relaxation's memory rows hold parameters only; a point whose step overflows the simulator's memory
+    model is repaired first, as the heuristics' placements are (``fit_units_in_memory``), and the repaired
+    placement is measured (with no model step: the solve's is another placement's). Both are cut."""
+    from policies.spill import fit_units_in_memory
+
     if any(np.array_equal(placement, seen) for seen in measured):
         return math.inf
     measured.append(placement)
-    run.model_s_of[placement.tobytes()], run.weight_of[placement.tobytes()] = model_s, weight
-    cost_s = counter.measure([problem.expand(placement)])[0]
+    fitted, _ = fit_units_in_memory(problem, placement)
+    if not np.array_equal(fitted, placement):
+        if any(np.array_equal(fitted, seen) for seen in measured):
+            return math.inf
+        measured.append(fitted)
+        model_s = math.nan
+    run.model_s_of[fitted.tobytes()], run.weight_of[fitted.tobytes()] = model_s, weight
+    cost_s = counter.measure([problem.expand(fitted)])[0]
     if cost_s < FAILED_COST_S:
         run.steps.append((placement, cost_s))
     return cost_s

@@ -188,13 +188,9 @@ class Slot:
         """(G,) ``units`` as they are where the simulator's memory model says its step fits, else repaired as
         the memory-constrained heuristics' placements are (``policies.spill.fit_in_memory``: groups move whole,
         to the GPUs first): a one-shot placement fails for memory only where that repair cannot fit it."""
-        from policies.problem import unit_memory_bytes
-        from policies.spill import fit_in_memory
+        from policies.spill import fit_units_in_memory
 
-        targets = self.problem.gpu_indices() or list(range(self.problem.num_devices))
-        group_bytes, _ = unit_memory_bytes(self.problem, "auto", targets)  # (G,)
-        placed, _ = fit_in_memory(self.problem, self.problem.expand(units), group_bytes, targets)
-        return self.problem.collapse(placed)
+        return fit_units_in_memory(self.problem, units)[0]
 
 
 def visit_order(slot: Slot, order: str, rng: np.random.Generator) -> np.ndarray:
