@@ -121,22 +121,23 @@ def _mirhoseini2017() -> Experiment:
                       "checked against the PDF)")
 
 
-def _paper_row(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s) -> PaperRow:
-    """A row whose gain is computed from its figures (best of single device, Scotch, MinCut, expert)."""
-    best = min(x for x in (cpu_s, gpu_s, scotch_s, mincut_s, expert_s) if x is not None and math.isfinite(x))
-    return PaperRow(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s, round(best / rl_s - 1, 3))
+def _paper_row(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s, reduction: float) -> PaperRow:
+    """A row whose gain (best baseline's step / the planner's, less 1) comes from the paper's reported runtime
+    ``reduction`` over the best baseline: its step times are rounded to two digits, and on Inception-V3
+    (0.15 / 0.13 s) that made +15.4% of a 16.3% reduction (+19.5%)."""
+    return PaperRow(cpu_s, gpu_s, scotch_s, mincut_s, expert_s, rl_s, round(1 / (1 - reduction) - 1, 3))
 
 
 def _hierarchical2018() -> Experiment:
     # (graph, GPUs): CPU only, GPU only, Scotch, MinCut, human expert, hierarchical planner (s per step).
-    # The paper reports runtime reduction over the best baseline: 16.3%, 0%, 0%, 60.6%, 53.7%, -4.9%.
+    # The last figure: the paper's runtime reduction over the best baseline.
     rows = {
-        ("inception-v3", 2): _paper_row(0.61, 0.15, 0.93, 0.82, 0.15, 0.13),
-        ("resnet-50", 2): _paper_row(math.nan, 1.18, 6.27, 2.92, 1.18, 1.18),
-        ("rnnlm", 2): _paper_row(6.89, 1.57, 5.62, 5.21, 1.57, 1.57),
-        ("nmt-2", 2): _paper_row(6.46, None, 3.21, 5.34, 2.13, 0.84),
-        ("nmt-4", 4): _paper_row(10.68, None, 11.18, 11.63, 3.64, 1.69),
-        ("nmt-8", 8): _paper_row(11.52, None, 17.85, 19.01, 3.88, 4.07),
+        ("inception-v3", 2): _paper_row(0.61, 0.15, 0.93, 0.82, 0.15, 0.13, 0.163),
+        ("resnet-50", 2): _paper_row(math.nan, 1.18, 6.27, 2.92, 1.18, 1.18, 0.0),
+        ("rnnlm", 2): _paper_row(6.89, 1.57, 5.62, 5.21, 1.57, 1.57, 0.0),
+        ("nmt-2", 2): _paper_row(6.46, None, 3.21, 5.34, 2.13, 0.84, 0.606),
+        ("nmt-4", 4): _paper_row(10.68, None, 11.18, 11.63, 3.64, 1.69, 0.537),
+        ("nmt-8", 8): _paper_row(11.52, None, 17.85, 19.01, 3.88, 4.07, -0.049),
     }
     cells = tuple(Cell(graph, f"paper-{gpus}gpu", gpus, paper) for (graph, gpus), paper in rows.items())
     return Experiment("hierarchical2018", "A Hierarchical Model for Device Placement (ICLR 2018), Table 1", cells,

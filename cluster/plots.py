@@ -226,8 +226,10 @@ def best_placement_caption(run: RunToPlot) -> str:
     in the run may have found rather than the run's policy (whose own best is the learning curve's)."""
     found_by = run.rows.loc[run.rows["seq"] == run.best.best.seq, "policy"]
     source = str(found_by.iloc[0]) if len(found_by) else "?"
+    from cluster.jobs.config import BASELINES_POLICY
+
     policy = run.best.manifest.policy
-    if source == policy or not policy:
+    if source == policy or not policy or policy == BASELINES_POLICY:  # a baselines run is all baselines
         return f"overall best placement, found by {source}"
     return f"overall best placement, found by {source}, not by {policy}"
 

@@ -100,6 +100,9 @@ def test_plot_run__the_timeline_says_whose_overall_best_it_shows(tmp_path):
     assert best_placement_caption(run) == "overall best placement, found by m-etf, not by annealing"
     own = read_run_to_plot(write_run(tmp_path / "own", rows=rows[:1], graph=graph, graph_file=graph_file))
     assert best_placement_caption(own) == "overall best placement, found by annealing"
+    baselines = read_run_to_plot(write_run(tmp_path / "baselines", rows=[("m-etf", 1.2, "ok", False)],
+                                           policy="baselines", graph=graph, graph_file=graph_file))
+    assert best_placement_caption(baselines) == "overall best placement, found by m-etf"  # not "not by baselines"
 
 
 def test_plot_run__no_ok_measurement_gives_the_curve_only(tmp_path):
