@@ -80,14 +80,11 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     config, graphs, resumed = check_train_args(args)
     updates_before = 0 if resumed is None else int(resumed["progress"].get("updates", 0))
-    from graphs.families import HELD_OUT
     from policies.rl.gnn.checkpoint import resume_path
 
-    held_out = [g for g in graphs if g in HELD_OUT]
-    if held_out:
-        print(f"placer: note: training on held-out benchmark {', '.join(held_out)}: the committed checkpoints "
-              "never trained on it (the zero-shot figures hold it out)", file=sys.stderr)
     problems = _problems(graphs, args.machines, args)
+    for note in held_out_notes(problems):
+        print(f"placer: note: {note}", file=sys.stderr)
     if resumed is not None:  # before the progress bar: a graph or machine file edited since is refused
         from policies.rl.gnn.family import check_same_problems, problem_digests
 
@@ -209,6 +206,33 @@ def expand_graphs(entries: list[str]) -> list[str]:
 
 
 # ---- training ---------------------------------------------------------------------------------------------
+
+
+def held_out_notes(problems: list) -> list[str]:
+    """What the training set holds that the committed checkpoints' figures hold out: the held-out benchmarks
+    (by the graph's own source, so a graph file exported from one counts too), imported graphs, and the
+    heterogeneous machines from ``HELD_OUT_SEED`` on. Notes, not refusals: training on them is allowed."""
+    from graphs.families import HELD_OUT
+    from measurers.machine_families import HELD_OUT_SEED, is_hetero_name, parse_hetero_name
+
+    graphs = {id(p.problem.graph): p.problem.graph for p in problems}.values()
+    benchmarks = sorted({g.source.split()[1] for g in graphs if g.source.startswith("benchmark ")
+                         and len(g.source.split()) > 1 and g.source.split()[1] in HELD_OUT})
+    imported = sorted({g.name for g in graphs if not g.source.startswith(("benchmark ", "family:", "graphs.synthetic"))
+                       and g.framework not in ("synthetic", "manual")})
+    machines = sorted({p.problem.machine.name for p in problems if is_hetero_name(p.problem.machine.name)
+                       and parse_hetero_name(p.problem.machine.name) >= HELD_OUT_SEED})
+    notes = []
+    if benchmarks:
+        notes.append(f"training on held-out benchmark {', '.join(benchmarks)}: the committed checkpoints never "
+                     "trained on it (the zero-shot figures hold it out)")
+    if imported:
+        notes.append(f"training on imported graph {', '.join(imported)}: the committed checkpoints never train on "
+                     "imported graphs (the figures on models from outside the project hold them out)")
+    if machines:
+        notes.append(f"training on held-out machine {', '.join(machines)}: seeds from {HELD_OUT_SEED} on are the "
+                     "heterogeneous machines a trained placer is tested on")
+    return notes
 
 
 def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) -> list:

@@ -11,6 +11,7 @@ import shutil
 import sys
 from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -299,11 +300,35 @@ def test_train__families_expand_and_held_out_benchmarks_are_noted(capsys, monkey
     def stop(*_args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train, "_problems", stop)  # after the checks and the note, before anything is built
+    held_out = _problem(SimpleNamespace(source="benchmark transformer {'layers': 6}", name="transformer",
+                                        framework="torch"))
+    monkeypatch.setattr(train, "_problems", lambda *_args: [held_out])  # the graphs as loaded
+    monkeypatch.setattr(train, "MetricsLog", stop)  # after the note, before anything is written
     assert main(["train", "--policy", "gdp", "--graphs", "transformer", GRAPH, "--machines", "paper-2gpu",
                  "--budget", "8", "-o", "/nonexistent-dir/c.pt"]) == 130
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("placer: note: training on held-out benchmark transformer: the committed")
+
+
+def _problem(graph, machine_name: str = "paper-2gpu"):
+    return SimpleNamespace(problem=SimpleNamespace(graph=graph, machine=SimpleNamespace(name=machine_name)))
+
+
+def test_held_out_notes__by_the_graphs_own_source_imported_graphs_and_held_out_machines():
+    """The held-out check read the --graphs names only: a file exported from nmt-8, an imported model and
+    hetero:1000 trained with no note."""
+    from cluster.commands.train import held_out_notes
+
+    exported = SimpleNamespace(source="benchmark nmt-8 {'layers': 8}", name="nmt-8", framework="torch")
+    imported = SimpleNamespace(source="keras mobilenetv2_1.00_224 + SGD", name="keras-mobilenetv2",
+                               framework="tensorflow")
+    family = SimpleNamespace(source="family:rnn:1: rnnlm {}", name="family:rnn:1", framework="torch")
+    trained_on = SimpleNamespace(source="benchmark nmt-2 {'layers': 2}", name="nmt-2", framework="torch")
+    assert held_out_notes([_problem(family), _problem(trained_on), _problem(trained_on, "hetero:999")]) == []
+    notes = held_out_notes([_problem(exported), _problem(imported), _problem(family, "hetero:1000")])
+    assert [note.split(":")[0] for note in notes] == ["training on held-out benchmark nmt-8",
+                                                      "training on imported graph keras-mobilenetv2",
+                                                      "training on held-out machine hetero"]
 
 
 def test_search__gdp_from_a_checkpoint_places_zero_shot_then_fine_tunes(trained, local_ray, tmp_path, capsys):

@@ -6,8 +6,9 @@ GDP's from-scratch policies spend most of their samples finding what a search fi
 (collapsed onto the groups) with the rest of its budget, and returns the best group placement found, relabeled to its canonical form under the
 machine's alike devices (``symmetry.canonical_placement``), so that every teacher uses device labels the
 same way (the first layers on the first GPU of a board, and so on). The relabeled placement is measured
-once more: alike devices run it alike up to the order in which the simulator breaks ties between events
-(a fraction of a percent); it is kept unless it measures more than ``RELABEL_TOLERANCE`` slower.
+once more: alike devices run it alike up to the order in which a channel serves copies requested at the
+same instant (by destination index: symmetry.py says how much that can move a step); it is kept unless it
+measures more than ``RELABEL_TOLERANCE`` slower.
 """
 
 from __future__ import annotations
