@@ -97,7 +97,7 @@ class RunSummary:
 @dataclass(frozen=True)
 class LearningCurve:
     seq: np.ndarray  # (M,) int64: log order
-    elapsed_s: np.ndarray  # (M,) float64: finished_at minus the run's start
+    elapsed_s: np.ndarray  # (M,) float64: finished_at minus the run's start (with a manifest: sessions only)
     runtime_s: np.ndarray  # (M,) float64: NaN where unknown
     ok: np.ndarray  # (M,) bool
     status: np.ndarray  # (M,) object
@@ -166,7 +166,10 @@ def policy_bests(rows: pd.DataFrame) -> dict[str, PolicyBest]:
 def learning_curve(rows: pd.DataFrame, started_at: pd.Timestamp | None = None,
                    policy: str | None = None, manifest: RunManifest | None = None) -> LearningCurve:
     """The curve of ``rows`` (one run, ordered by seq), optionally of one policy tag only. With the run's
-    ``manifest``, the best so far after a device left the run counts only placements without it."""
+    ``manifest``, the best so far after a device left the run counts only placements without it, and the
+    wall time counts the sessions' time only (``session_elapsed_s``: not the wait for a resume)."""
+    sessions = (pd.Series(session_elapsed_s(rows, manifest), index=rows.index)
+                if manifest is not None and len(rows) else None)  # of every row: a session ends at its last one
     if policy is not None:
         rows = rows[rows["policy"] == policy]
     rows = rows.sort_values("seq")
@@ -182,8 +185,11 @@ def learning_curve(rows: pd.DataFrame, started_at: pd.Timestamp | None = None,
     finished = rows["finished_at"]
     if started_at is None:
         started_at = finished.min() if len(rows) else None
-    elapsed = ((finished - started_at).dt.total_seconds().to_numpy(dtype=np.float64) if len(rows)
-               else np.zeros(0))
+    if sessions is not None:
+        elapsed = sessions.loc[rows.index].to_numpy(dtype=np.float64)  # (M,)
+    else:
+        elapsed = ((finished - started_at).dt.total_seconds().to_numpy(dtype=np.float64) if len(rows)
+                   else np.zeros(0))
     return LearningCurve(rows["seq"].to_numpy(dtype=np.int64), elapsed, runtime, ok,
                          rows["status"].to_numpy(dtype=object), best)
 
@@ -313,16 +319,26 @@ def wall_s_of(rows: pd.DataFrame, manifest: RunManifest) -> float:
     The time a stopped run waited for its resume is not counted (it made a resumed run look 4x slower)."""
     if not len(rows):
         return 0.0
+    return max(float(session_elapsed_s(rows, manifest).max()), 0.0)
+
+
+def session_elapsed_s(rows: pd.DataFrame, manifest: RunManifest) -> np.ndarray:
+    """(M,) seconds from the run's start to each row's finish, counting the sessions' time only (each from
+    its start, then each resume's, to its last measurement): the wait for a resume is left out, as in
+    ``wall_s_of``. A row finished before the first session started counts 0."""
     started = run_started_at(manifest)
     starts = sorted([started if started is not None else rows["submitted_at"].min(),
                      *(_timestamp(record.get("at")) for record in manifest.resumes)], key=lambda t: t.value)
     finished = rows["finished_at"]
-    total_s = 0.0
+    elapsed = np.zeros(len(rows), dtype=np.float64)  # (M,)
+    offset_s = 0.0  # the sessions before this one
     for start, end in zip(starts, [*starts[1:], None]):
-        session = finished[(finished >= start) & (finished < end)] if end is not None else finished[finished >= start]
-        if len(session):
-            total_s += float((session.max() - start).total_seconds())
-    return max(total_s, 0.0)
+        mine = ((finished >= start) & (finished < end) if end is not None else finished >= start).to_numpy()
+        if mine.any():
+            session_s = (finished[mine] - start).dt.total_seconds().to_numpy(dtype=np.float64)
+            elapsed[mine] = offset_s + session_s
+            offset_s += float(session_s.max())
+    return elapsed
 
 
 def _timestamp(text) -> pd.Timestamp:

@@ -98,6 +98,10 @@ def test_summarize__wall_time_leaves_out_the_wait_for_a_resume(tmp_path):
     (run / MANIFEST_FILE).write_text(json.dumps(manifest))
     (s,) = summarize([run])
     assert s.wall_s == pytest.approx(9.5) and s.measurements_per_s == pytest.approx(9 / 9.5)
+    # the learning curve's wall time too (the plot's axis ran to 10 s, or 46 s after a 30 s wait)
+    curve = learning_curve(read_run(run), manifest=runlog.read_manifest(run))
+    assert curve.elapsed_s.max() == pytest.approx(9.5)
+    assert curve.elapsed_s.tolist() == pytest.approx(sorted(curve.elapsed_s.tolist()))
 
 
 def test_summarize__lower_bound_from_result_json_else_from_the_graph_file(tmp_path):
