@@ -154,9 +154,11 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
         elif best is not None:
             singles += 1
         if best is None:  # last, the units of no estimate: one may hold a copy it received here
-            _, best = _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges,
-                                   peaks, here, shortlist, singles >= max_moves, zero_estimate=True)
-            singles += best is not None  # ``stop`` keeps why the others found none, if this finds none either
+            why, best = _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges,
+                                     peaks, here, shortlist, singles >= max_moves, zero_estimate=True)
+            singles += best is not None
+            if best is None and why not in (stop, "no unit fits elsewhere"):  # there were some: say why none moved
+                stop += f"; of the units of no estimate, {why}"
         if best is None:
             break
         picked, target, peaks = best

@@ -136,6 +136,12 @@ def test_spill__moves_a_region_when_no_single_group_move_lowers_the_peak():
     assert "1 region" in result.notes(problem) and "fits now" in result.notes(problem)
     single_only = spill(problem, placement, graph.out_bytes.astype(np.int64), preference, max_regions=0)
     assert not single_only.fits and single_only.stop == "no move lowers the peak"
+    # the one unit with an estimate fits nowhere; the others were tried too, and the notes say so (they said
+    # "no unit fits elsewhere" alone, as if nothing could move)
+    one_big = np.zeros(problem.num_units, dtype=np.int64)
+    one_big[problem.op_unit[0]] = 10**9
+    stuck = spill(problem, placement, one_big, preference, max_regions=0)
+    assert stuck.stop == "no unit fits elsewhere; of the units of no estimate, no move lowers the peak"
 
 
 def test_spill__a_region_leaves_behind_a_holder_that_may_run_nowhere_else():
