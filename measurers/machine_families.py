@@ -4,8 +4,11 @@ Each seed draws one box: a host CPU and two to four GPUs of one to three differe
 generations, as in GiPH's heterogeneous clusters), or, one time in four, a client machine: a desktop or
 laptop CPU with its integrated GPU (the structure-aware paper's setting), sometimes with one discrete GPU
 beside it. Links follow the GPU's PCIe generation; alike GPUs may share an NVLink bridge; every other GPU
-pair copies through host memory on one shared channel. Figures come from measurers/catalog/devices.json;
-the link figures are estimates of effective bandwidth, like the catalog machines'.
+pair copies through host memory on one shared channel. Figures come from measurers/catalog/devices.json
+(the P100, V100 and A100 entries are the SXM parts': the PCIe cards these links imply are 11-12% slower in
+compute (P100, V100) or 5% in memory bandwidth (A100); kept, since the committed giph checkpoint trained on
+these machines); the link figures are
+estimates of effective bandwidth, like the catalog machines'.
 
 Seeds below ``HELD_OUT_SEED`` are the training family; seeds from it on are machines a trained placer has
 never seen (with the catalog's heterogeneous machines: k80-v100, a100-h100, cpu-igpu, desktop-igpu).
