@@ -47,16 +47,21 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         check_reachable(address)
+    from cluster.jobs.interrupts import interrupts_deferred
+
     before_ray = signal.getsignal(signal.SIGTERM)  # ray.init sets its own handler
     try:
-        if address:
-            ray.init(address=address, namespace=namespace, log_to_driver=True)
-        else:
-            # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
-            # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's one
-            # error line (a real measurer and no GPU node), and says nothing with the dashboard off.
-            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
-                     include_dashboard=False, logging_level=logging.WARNING)
+        # Ctrl-C waits for ray.init: one inside it left its processes running (a raylet and a control store,
+        # started before Ray knew of them) and could end the process with a segfault at exit
+        with interrupts_deferred("stopping once Ray has started") as held:
+            if address:
+                ray.init(address=address, namespace=namespace, log_to_driver=True)
+            else:
+                # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
+                # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's
+                # one error line (a real measurer and no GPU node), and says nothing with the dashboard off.
+                ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
+                         include_dashboard=False, logging_level=logging.WARNING)
     except ConnectionError as exc:  # a port that answers (check_reachable) but a handshake that fails
         no_cluster = "could not find any running ray instance" in str(exc).lower()  # address "auto"
         hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN "
@@ -68,6 +73,9 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                               f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from exc
         raise
     _stop_on_sigterm(before_ray)
+    if held.pressed:
+        shutdown_ray()
+        raise KeyboardInterrupt
     return ray.get_runtime_context().gcs_address
 
 

@@ -69,3 +69,32 @@ def test_shutdown_ray__puts_back_the_sigterm_handler_from_before_ray_not_rays():
     finally:
         ray_setup.shutdown_ray()
         signal.signal(signal.SIGTERM, before)
+
+
+def test_init_ray__a_ctrl_c_while_ray_starts_waits_for_it_then_shuts_it_down(monkeypatch, capsys):
+    """A Ctrl-C inside ray.init left a raylet and a control store running (started before Ray knew of them)
+    and ended the process with a segfault at exit, 1 time in 6 (search --json: exit 139 after its document).
+    It is held until ray.init returns; then Ray is shut down and the interrupt goes on."""
+    import os
+
+    import ray
+
+    from cluster import ray_setup
+
+    if ray.is_initialized():
+        pytest.skip("another test's Ray is running")
+    calls = []
+
+    def init(**_kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while Ray starts
+        calls.append("init finished")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: calls[-1:] == ["init finished"])
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        ray_setup.init_ray(num_cpus=1)
+    assert calls == ["init finished", "shutdown"]
+    assert signal.getsignal(signal.SIGINT) is handler
+    assert "stopping once Ray has started" in capsys.readouterr().err
