@@ -30,11 +30,22 @@ def _os_errors_refused(check):
 @_os_errors_refused
 def output_file(text: str) -> str:
     """A file the command will write (created, or replaced): not a folder, and under no file. A leading
-    ``~`` is the user's home (a quoted one reaches a Ray job's command line unexpanded)."""
+    ``~`` is the user's home (a quoted one reaches a Ray job's command line unexpanded). A symbolic link is
+    written through: the file it names is replaced (the write is a rename, which replaced the link itself);
+    a path that names something other than a file (a pipe, a device: ``/dev/null`` as root was replaced by a
+    file) or ends in ``/`` is refused."""
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(f"{text} names a folder (it ends in /), not a file")
     text = str(Path(text).expanduser())
     path = Path(text)
+    if path.is_symlink():
+        text = os.path.realpath(text)
+        path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if path.exists() and not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file (a pipe, a device or a socket): the "
+                                         "command writes its result to a new file and would replace it")
     _check_parents(path)
     return text
 

@@ -287,6 +287,17 @@ def _write_result(run_dir: Path, result: SearchResult) -> None:
     write_text_atomic(run_dir / RESULT_FILE, json.dumps(result.to_json(), indent=2))
 
 
+def _check_groups_file(run_dir: Path, op_group: np.ndarray) -> None:
+    """A resumed run's groups.parquet (the group-to-op map ``apply`` and ``analyze`` read) agrees with the
+    grouping it searches: a damaged one resumed, finished, and left the run unreadable to them."""
+    from cluster.runlog_format import GROUPS_FILE, read_groups
+
+    logged = read_groups(run_dir)  # a PlacerError naming the file when damaged
+    if logged is not None and not np.array_equal(logged, op_group):
+        raise PlacerError(f"{run_dir / GROUPS_FILE} is damaged: it maps ops to groups otherwise than "
+                          f"{run_dir / GROUPING_FILE}")
+
+
 def check_search_config(config: SearchConfig) -> CheckedSearch:
     """Every setting of a search, checked before anything starts (no Ray, no graph built, nothing
     written): bad input is one PlacerError before ``placer search`` draws its progress bar. ``run_search``
@@ -415,11 +426,12 @@ def _problem(graph, machine, config: SearchConfig):
     try:
         with np.load(path, allow_pickle=False) as arrays:
             grouping = Grouping.from_arrays(dict(arrays))
-    except (ValueError, OSError, KeyError, zipfile.BadZipFile) as exc:
+    except (ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile) as exc:  # EOFError: an empty file
         raise PlacerError(f"{path} is damaged: {exc}") from None
     if len(grouping.op_group) != graph.num_ops:
         raise PlacerError(f"run folder {config.resume} grouped {len(grouping.op_group)} ops; "
                           f"graph {graph.name!r} has {graph.num_ops}")
+    _check_groups_file(Path(config.resume), grouping.op_group)
     problem = make_problem(graph, machine)  # colocation units, replaced by the run's own grouping
     return replace(problem, op_unit=grouping.op_group, grouping=grouping), {}
 

@@ -133,7 +133,7 @@ def _check_a_named_heuristic_places(names: Sequence[str], graph_name: str) -> No
 def _read_npy(path: Path) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError) as exc:  # EOFError: an empty file
         raise PlacerError(f"--warm-start {path}: cannot read it as a .npy array ({exc})") from None
 
 

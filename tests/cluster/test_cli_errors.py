@@ -324,6 +324,29 @@ def test_search_resume__a_baselines_run_is_no_search_run_whatever_the_flags(tmp_
                                            "run\n"
 
 
+def test_output_file__a_pipe_or_a_trailing_slash_is_refused_and_a_symlink_written_through(tmp_path, capsys):
+    """A fifo given as --trace became a plain file, /dev/null as root too, a symbolic link was replaced by a
+    file (its target left as it was), and train -o DIR/ wrote a file named DIR."""
+    import os
+
+    from cluster.commands.paths import output_file
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    sim = ["simulate", "--graph", "synthetic:20", "--machine", "paper-2gpu", "--policy", "single-gpu"]
+    assert _exit_status([*sim, "--trace", str(fifo), "--json"]) == 2
+    assert "is not a regular file" in one_placer_error(capsys) and fifo.is_fifo()
+    assert _exit_status(["graphs", "export", "synthetic:20", "-o", f"{tmp_path}/out/"]) == 2
+    assert "names a folder (it ends in /)" in one_placer_error(capsys) and not (tmp_path / "out").exists()
+    target, link = tmp_path / "trace.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    assert output_file(str(link)) == str(target)
+    assert _exit_status([*sim, "--trace", str(link)]) == 0
+    capsys.readouterr()
+    assert link.is_symlink() and json.loads(target.read_text())["traceEvents"]
+
+
 def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
     from cluster.commands.paths import output_file, output_folder
 

@@ -438,6 +438,16 @@ def test_search_cli__resume_keeps_the_runs_settings_unless_a_flag_is_given(local
         assert read_manifest(run_dir) == manifest and (run_dir / "result.json").is_file()
         best.write_text(kept)
         garbage.unlink(missing_ok=True)
+    # an empty grouping.npz was an EOFError traceback; a damaged groups.parquet resumed, and apply then failed
+    for name, junk in (("grouping.npz", b""), ("groups.parquet", b"oops")):
+        path = run_dir / name
+        whole = path.read_bytes()
+        path.write_bytes(junk)
+        assert main(["search", "--resume", str(run_dir), "--budget", "80"]) == 2
+        err = placer_stderr(capsys.readouterr().err)
+        assert err.startswith(f"placer: error: {path} is damaged") and err.count("\n") == 1, err
+        assert read_manifest(run_dir) == manifest and path.read_bytes() == junk
+        path.write_bytes(whole)
 
     learner = run_dir / CHECKPOINT_DIR / "learner.pt"
     learner.write_bytes(learner.read_bytes()[:500])  # a damaged learner checkpoint: refused before any change

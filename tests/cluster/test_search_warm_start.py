@@ -115,8 +115,10 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
     np.save(tmp_path / "floats.npy", np.zeros(300))
     (tmp_path / "placement.txt").write_text("0 1 2\n")
     np.save(tmp_path / "on-gpu.npy", np.ones(300, dtype=np.int64))
+    (tmp_path / "empty.npy").write_bytes(b"")
     restricted = _restricted_graph_file(tmp_path)
     return [
+        (["--warm-start", str(tmp_path / "empty.npy")], "cannot read it as a .npy array (No data left"),  # was EOFError
         (["--warm-start", "telepathy"], "--warm-start: unknown warm start 'telepathy': not a heuristic"),
         (["--warm-start", "m-etf,cem"], "--warm-start: unknown warm start 'cem'"),
         (["--warm-start", " "], "--warm-start: empty source"),
