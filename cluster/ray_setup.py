@@ -51,9 +51,11 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
 
     before_ray = signal.getsignal(signal.SIGTERM)  # ray.init sets its own handler
     try:
-        # Ctrl-C waits for ray.init: one inside it left its processes running (a raylet and a control store,
-        # started before Ray knew of them) and could end the process with a segfault at exit
-        with interrupts_deferred("stopping once Ray has started") as held:
+        # Ctrl-C and SIGTERM wait for ray.init: a Ctrl-C inside it left its processes running (a raylet and a
+        # control store, started before Ray knew of them) and could end the process with a segfault at exit;
+        # a SIGTERM met Ray's own handler and ended it at once, status 15, without the command's output
+        with interrupts_deferred("stopping once Ray has started", (signal.SIGINT, signal.SIGTERM)) as held, \
+                _no_ray_sigterm_handler():
             if address:
                 ray.init(address=address, namespace=namespace, log_to_driver=True)
             else:
@@ -77,6 +79,27 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         shutdown_ray()
         raise KeyboardInterrupt
     return ray.get_runtime_context().gcs_address
+
+
+@contextmanager
+def _no_ray_sigterm_handler() -> Iterator[None]:
+    """ray.init sets SIGTERM handlers of its own while it starts (exit at once); ``_stop_on_sigterm`` replaces
+    them once it has returned, so within this block they are not set at all (Ray's one helper for it,
+    ``ray._private.utils.set_sigterm_handler``, does nothing here; a Ray without it is left as it is)."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(ray_utils, "set_sigterm_handler", None)
+    if original is None:
+        yield
+        return
+    ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
 
 
 _SIGTERM_BEFORE: list = []  # the handler before ray.init, put back by shutdown_ray
