@@ -115,14 +115,29 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
     for dest in INPUT_FILE_ARGS:
         value = getattr(args, dest, None)
         if isinstance(value, str) and Path(value).expanduser().is_file():
-            inputs[Path(value).expanduser().resolve()] = dest
+            read_label = dest if dest in getattr(args, "positional_args", ()) else f"--{dest}"
+            inputs[Path(value).expanduser().resolve()] = f"{read_label.replace('_', '-')} file"
+            if dest == "machine" and (profile := _machine_profile(Path(value).expanduser())) is not None:
+                inputs[profile] = f"profile file of --machine {value}"
     for dest in OUTPUT_FILE_ARGS:
         value = getattr(args, dest, None)
         if isinstance(value, str) and (read_as := inputs.get(Path(value).expanduser().resolve())):
-            read_label = read_as if read_as in getattr(args, "positional_args", ()) else f"--{read_as}"
-            raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_label.replace('_', '-')} file this "
-                              "command reads: writing it would replace it")
+            raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_as} this command reads: writing it "
+                              "would replace it")
     _check_outputs_outside_runs_read(args)
+
+
+def _machine_profile(machine_file: Path) -> Path | None:
+    """The op-profile file a machine file names (``profile``, relative to the machine file's folder), resolved;
+    None without one or when the file is not readable JSON (loading it says why, later)."""
+    import json
+
+    try:
+        data = json.loads(machine_file.read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    profile = data.get("profile") if isinstance(data, dict) else None
+    return (machine_file.parent / profile).resolve() if isinstance(profile, str) and profile else None
 
 
 def _check_outputs_outside_runs_read(args: argparse.Namespace) -> None:

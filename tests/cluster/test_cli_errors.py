@@ -453,6 +453,17 @@ def test_cli__an_output_that_is_an_input_file_is_refused_before_any_work(tmp_pat
     assert main(["graphs", "export", str(graph), "-o", str(graph)]) == 2  # the graph is a positional argument there
     assert f"--output {graph} is the graph file this command reads" in capsys.readouterr().err
     assert graph.read_bytes() == before
+    # a machine file's profile is read too: a trace written over it left the machine file unusable
+    from measurers.catalog import load_machine
+    from measurers.machine_json import machine_to_json
+
+    (tmp_path / "p.json").write_text("{}")
+    machine = tmp_path / "m.json"
+    machine.write_text(json.dumps({**machine_to_json(load_machine("paper-2gpu")), "profile": "p.json"}))
+    assert main(["simulate", "--graph", str(graph), "--machine", str(machine), "--policy", "single-gpu", "--trace",
+                 str(tmp_path / "p.json")]) == 2
+    assert f"is the profile file of --machine {machine} this command reads" in capsys.readouterr().err
+    assert (tmp_path / "p.json").read_text() == "{}"
 
 
 @pytest.mark.parametrize("argv", [
