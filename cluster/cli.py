@@ -84,6 +84,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
         _stdout_to_devnull()
         return 141
+    except OSError as exc:  # a full or closed stdout (`> /dev/full`, `>&-`), or a full disk: was a traceback
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        _stdout_to_devnull()  # Python's flush of stdout at exit would fail again
+        where = f" {exc.filename}" if exc.filename else " the output"
+        print(f"placer: error: cannot write{where}: {exc.strerror}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # outside the command: while loading it, or at json_stdout's end
         return _interrupted(args if args is not None else _argv_as_parsed_so_far(argv))
 
@@ -185,6 +192,9 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return _interrupted(args)
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG)  # no room, or no stream
 
 
 def _stdout_to_devnull() -> None:

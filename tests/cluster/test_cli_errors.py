@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import shutil
 import socket
 import time
@@ -511,3 +512,20 @@ def test_search__a_baseline_error_that_is_a_traceback_is_named_by_its_last_line(
                  ' 745. GiB\n\n')
     assert _last_line(traceback) == "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 745. GiB"
     assert _last_line("the real step does not match graph 'net'") == "the real step does not match graph 'net'"
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("argv, stdout", [(["graphs", "list"], "full"), (["machines", "show", "paper-2gpu", "--json"],
+                                                                           "closed")])
+def test_cli__an_output_that_cannot_be_written_is_one_error_line(argv, stdout):
+    """`placer graphs list > /dev/full` and `... --json >&-` ended in tracebacks (errno 28, errno 9)."""
+    import subprocess
+
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "cluster.cli", *argv], env=env, capture_output=False,
+                              stdout=full if stdout == "full" else None, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=None if stdout == "full" else lambda: os.close(1), timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith("placer: error: cannot write the output: ") and done.stderr.count("\n") == 1, \
+        done.stderr
