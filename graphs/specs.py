@@ -76,6 +76,8 @@ def import_target(spec: str, target: str, what: str):
         if names_a_file(target):
             path = Path(target)
             module_spec = importlib.util.spec_from_file_location(f"placer_user_{path.stem}", path)
+            if module_spec is None:  # a file Python does not import (not .py): was "'NoneType' object has ..."
+                raise PlacerError(f"{what} spec {spec!r}: {target!r} is not a Python file (.py)")
             module = importlib.util.module_from_spec(module_spec)
             module_spec.loader.exec_module(module)
             return module

@@ -55,10 +55,10 @@ def check_warm_start(problem: PlacementProblem, placements: Sequence[np.ndarray]
             raise PlacerError(f"{where} has shape {array.shape}, expected ({graph.num_ops},): one device per op")
         if array.size and not np.issubdtype(array.dtype, np.integer):
             raise PlacerError(f"{where} must hold integer device indices, got {array.dtype}")
+        outside = (array < 0) | (array >= num_devices)  # before the cast: 2**64 - 1 in uint64 became -1
+        if outside.any():
+            raise PlacerError(f"{where} names device {int(array[outside][0])}, outside 0..{num_devices - 1}")
         array = array.astype(np.int64)
-        if array.size and (array.min() < 0 or array.max() >= num_devices):
-            raise PlacerError(f"{where} names device {int(array[(array < 0) | (array >= num_devices)][0])}, "
-                              f"outside 0..{num_devices - 1}")
         forbidden = ~problem.op_allowed[np.arange(len(array)), array]  # (N,)
         if forbidden.any():
             op = int(np.flatnonzero(forbidden)[0])

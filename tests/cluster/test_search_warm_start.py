@@ -116,6 +116,7 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
     (tmp_path / "placement.txt").write_text("0 1 2\n")
     np.save(tmp_path / "on-gpu.npy", np.ones(300, dtype=np.int64))
     (tmp_path / "empty.npy").write_bytes(b"")
+    np.save(tmp_path / "uint64.npy", np.full(300, 2**64 - 1, dtype=np.uint64))
     restricted = _restricted_graph_file(tmp_path)
     return [
         (["--warm-start", str(tmp_path / "empty.npy")], "cannot read it as a .npy array (No data left"),  # was EOFError
@@ -128,6 +129,7 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
         (["--policy", "m-etf", "--warm-start", "expert"], "'m-etf' is a heuristic policy"),
         (["--warm-start", str(tmp_path / "short.npy")], "warm-start candidate 0 for graph"),
         (["--warm-start", str(tmp_path / "device7.npy")], "names device 7, outside 0..2"),
+        (["--warm-start", str(tmp_path / "uint64.npy")], f"names device {2**64 - 1}, outside"),  # was "device -1"
         (["--warm-start", str(tmp_path / "floats.npy")], "must hold integer device indices"),
         (["--graph", str(restricted), "--warm-start", str(tmp_path / "on-gpu.npy")], "a device kind it may not use"),
         (["--warm-start", str(tmp_path)], "is not a run folder"),

@@ -765,3 +765,11 @@ def test_trace_training_step__one_tensor_given_as_two_inputs_is_refused():
     graph = trace_training_step(AutoEncoder(), (x, x.clone()))
     inputs = np.flatnonzero(graph.op_kinds == "Input")
     assert len(inputs) == 2 and all(np.isin(inputs, graph.edge_src))  # each input is read
+
+
+def test_import_torch_spec__a_file_that_is_not_python_is_named_so(tmp_path):
+    """A spec naming a .json file said "cannot import ...: AttributeError: 'NoneType' object has no attribute
+    'loader'"."""
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(PlacerError, match=r"x.json' is not a Python file \(.py\)"):
+        import_torch_spec(f"{tmp_path / 'x.json'}:f")
