@@ -88,11 +88,9 @@ def _no_ray_sigterm_handler() -> Iterator[None]:
     ``ray._private.utils.set_sigterm_handler``, does nothing here; a Ray without it is left as it is)."""
     try:
         import ray._private.utils as ray_utils
-    except ImportError:
-        yield
-        return
-    original = getattr(ray_utils, "set_sigterm_handler", None)
-    if original is None:
+
+        original = ray_utils.set_sigterm_handler
+    except (ImportError, AttributeError):
         yield
         return
     ray_utils.set_sigterm_handler = lambda handler: None
