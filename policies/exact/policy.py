@@ -48,6 +48,7 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
+from policies.spill import fit_units_in_memory
 from policies.exact.relaxation import SOLVER_SLACK
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
@@ -117,7 +118,8 @@ class ExactPolicy:
             if solution.unit_placement is None:
                 run.converged = solution.status == "infeasible" and run.chosen is not None  # all others cut
                 break
-            cost = counter.measure([problem.expand(solution.unit_placement)])[0]
+            fitted, _ = fit_units_in_memory(problem, solution.unit_placement)  # its memory rows: parameters
+            cost = counter.measure([problem.expand(fitted)])[0]
             if run.chosen is None or cost < run.chosen_cost_s:  # as the counter keeps its best: strictly better
                 run.chosen, run.chosen_cost_s = solution, cost
             if self._bound_reached(problem, model.quotient, run, solution, counter, proof_deadline, seed):
@@ -271,7 +273,10 @@ class ExactPolicy:
         elif run.converged:
             proof = " (model solved, bound reached)"
         solver_best = np.array_equal(result.group_placement, run.chosen.unit_placement)
-        chosen = "" if solver_best else f" (the warm start's; the solver's placement measured {run.chosen_cost_s:.6g} s)"
+        fitted = not solver_best and np.array_equal(result.group_placement,
+                                                    fit_units_in_memory(problem, run.chosen.unit_placement)[0])
+        chosen = ("" if solver_best else " (the solver's, repaired to fit in memory)" if fitted else
+                  f" (the warm start's; the solver's placement measured {run.chosen_cost_s:.6g} s)")
         notes = (f"solver ({model}, {run.solves} solve(s)): makespan {run.chosen.makespan_s:.6g} s, bound "
                  f"{bound_s:.6g} s{' (free order)' if dispatch else ''}, {run.first.status}; "
                  f"measured {measured}{chosen}{proof}")

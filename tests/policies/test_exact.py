@@ -297,6 +297,26 @@ def test_exact_cpsat__measures_the_warm_start_first_and_is_never_worse_than_it(m
     assert "the warm start's" in result.notes
 
 
+def test_exact_cpsat__a_placement_that_overflows_memory_is_repaired_before_it_is_measured(monkeypatch):
+    """CP-SAT's memory rows hold parameters only, as HiGHS's do: its placement is repaired as the heuristics'
+    are when the simulator's memory model says it overflows."""
+    from policies.exact import cpsat
+
+    base = make_problem(random_dag(9, 2), own_channels_machine())
+    cap = int(0.8 * base.single_device_peak_bytes)  # no device holds the whole step; two GPUs do
+    machine = dataclasses.replace(base.machine, devices=tuple(dataclasses.replace(d, memory_bytes=cap)
+                                                              for d in base.machine.devices))
+    problem = make_problem(base.graph, machine)
+    on_gpu = np.full(problem.num_units, problem.gpu_indices()[0], dtype=np.int64)
+    assert Simulator(problem.graph, machine).run(problem.expand(on_gpu)).status == "oom"
+    monkeypatch.setattr(cpsat.ExactModel, "solve", lambda *a, **k: cpsat.Solution(on_gpu, 1.0, 1e-9, "feasible", 0.1))
+    measured = []
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, machine), 1, 0, time_limit_s=5,
+                   solver="cpsat", on_measurement=lambda placement, m: measured.append(m.status))
+    assert measured == ["ok"] and result.best.ok and not np.array_equal(result.group_placement, on_gpu)
+    assert "repaired to fit in memory" in result.notes and math.isnan(result.solver_makespan_s)
+
+
 def test_exact__a_solve_that_ends_unknown_reports_no_bound_not_zero():
     """CP-SAT stopped with status unknown reports a bound of 0: the fallback said "bound 0 s"."""
     from policies.base import BudgetedMeasurer, DecisionClock
