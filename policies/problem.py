@@ -88,9 +88,19 @@ class PlacementProblem:
         return device_indices(unit_placement, self.num_units, self.num_devices, "unit placement")[..., self.op_unit]
 
     def collapse(self, op_placement: np.ndarray) -> np.ndarray:
-        """(N,) op placement -> (U,) unit placement: each unit's majority device (graphs.grouping)."""
+        """(N,) op placement -> (U,) unit placement: each unit's majority device (graphs.grouping) among the
+        devices the unit may use (a unit of three GPU ops and a CPU-only op went to the GPU, and its expansion
+        put the CPU-only op there); a unit with no op on one of those goes to its fastest allowed device."""
         op_placement = device_indices(op_placement, self.graph.num_ops, self.num_devices, "op placement")
-        return majority_device(self.op_unit, self.num_units, op_placement)
+        units = majority_device(self.op_unit, self.num_units, op_placement)  # (U,)
+        bad = np.flatnonzero(~self.unit_allowed[np.arange(self.num_units), units])
+        if len(bad):
+            counts = np.zeros((self.num_units, self.num_devices), dtype=np.int64)  # (U, D) ops per device
+            np.add.at(counts, (self.op_unit, op_placement), 1)
+            allowed_counts = np.where(self.unit_allowed[bad], counts[bad], -1)  # (B, D)
+            fastest = np.argmin(np.where(self.unit_allowed[bad], self.unit_time_s[bad], np.inf), axis=1)
+            units[bad] = np.where(allowed_counts.max(axis=1) > 0, allowed_counts.argmax(axis=1), fastest)
+        return units
 
     def repair_allowed(self, unit_placement: np.ndarray) -> np.ndarray:
         """Move every unit on a device it may not use to its fastest allowed device."""

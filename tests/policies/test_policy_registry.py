@@ -156,6 +156,22 @@ def test_problem__expand_and_collapse_check_what_they_are_given(small):
         problem.collapse(np.full(ops, 9))
 
 
+def test_problem__collapse_takes_the_majority_among_the_devices_a_unit_may_use():
+    """A unit of three ops on a GPU and one CPU-only op on the CPU collapsed to the GPU; its expansion put the
+    CPU-only op there, and a graph-neural teacher's warm start was refused for it (a review)."""
+    from policies.problem import make_problem
+
+    graph = build_graph([(0, 1, 100), (1, 2, 100), (2, 3, 100)], 4, kinds=["AddV2"] * 4, allowed_mask=[3, 3, 3, 1])
+    machine = load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=1)
+    cpu, gpu = machine.indices_of_kind("cpu")[0], machine.indices_of_kind("gpu")[0]
+    assert problem.num_units == 1 and problem.unit_allowed[0].tolist() == [True, False, False]
+    units = problem.collapse(np.array([gpu, gpu, gpu, cpu]))
+    assert units.tolist() == [cpu] and problem.op_allowed[np.arange(4), problem.expand(units)].all()
+    two = make_problem(graph, machine)  # colocation units: one op each, the collapse is the placement itself
+    assert two.collapse(np.array([gpu, gpu, gpu, cpu])).tolist() == [gpu, gpu, gpu, cpu]
+
+
 def test_make_problem__names_and_empty_graphs_are_refused():
     from policies.problem import make_problem
 
