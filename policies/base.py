@@ -93,12 +93,15 @@ class Policy(Protocol):
 
 
 def measurement_cost_s(measurement: Measurement, capacity_bytes: np.ndarray) -> float:
-    """What searches minimise: the runtime when ok; else FAILED_COST_S plus the memory overflow ratio, so
-    that among failed placements the one closest to fitting ranks first."""
+    """What searches minimise: the runtime when ok; out of memory, FAILED_COST_S plus the memory overflow
+    ratio, so that among those the one closest to fitting ranks first; any other failure (an error, a
+    timeout, a crash: nothing says how close it came) twice FAILED_COST_S, wherever it was reported (a
+    measurer's own error, with zero peaks, cost FAILED_COST_S and ranked ahead of every overflow, where the
+    pool's cost twice that)."""
     if measurement.ok:
         return float(measurement.runtime_s)
     peaks = np.asarray(measurement.peak_bytes, dtype=np.float64)
-    if len(peaks) != len(capacity_bytes):
+    if measurement.status != "oom" or len(peaks) != len(capacity_bytes):
         return FAILED_COST_S * 2
     overflow = np.maximum(peaks - capacity_bytes, 0.0).sum() / capacity_bytes.sum()
     return FAILED_COST_S * (1.0 + float(overflow))

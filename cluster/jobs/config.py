@@ -142,6 +142,9 @@ def check_measurer_settings(measurer: str, runs: int | None, warmup: int | None)
         raise PlacerError(f"--runs must be from 1 to {MAX_RUNS:,}, got {runs}")
     if warmup is not None and not 0 <= warmup <= MAX_RUNS:
         raise PlacerError(f"--warmup must be from 0 to {MAX_RUNS:,}, got {warmup}")
+    if measurer == "sim" and warmup:  # it was taken and recorded in the manifest, which then said what never ran
+        raise PlacerError(f"--warmup {warmup}: the simulator runs no warm-up (its steps need none); give --warmup "
+                          "with a real measurer (--measurer torch, tf or openvino)")
 
 
 def check_unique(names: Sequence[str], flag: str) -> None:

@@ -49,6 +49,7 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--workers", "99999"], "--workers must be from 1 to 256, got 99999"),  # flooded Ray with actors, hung
     (["--runs", "99999999999"], "--runs must be from 1 to 10,000"),  # a 20-line error, a run folder left
     (["--warmup", "10001"], "--warmup must be from 0 to 10,000"),
+    (["--warmup", "2"], "--warmup 2: the simulator runs no warm-up"),  # it was recorded in the manifest, unused
     (["--noise", "-0.1"], "--noise must be a number from 0 to 10"),
     (["--bound-time-limit", "-1"], "--bound-time-limit must be a finite number of seconds >= 0"),
     (["--resume", "no-such-run"], "no-such-run is not a run folder"),

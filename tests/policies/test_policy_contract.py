@@ -176,3 +176,22 @@ def test_policy_contract__same_seed_same_placement_in_processes_with_other_hash_
         outputs.append(done.stdout.splitlines())
     assert len(outputs[0]) == 1 + len(POLICIES)
     assert outputs[0] == outputs[1]
+
+
+def test_measurement_cost__a_failure_that_did_not_overflow_ranks_behind_every_overflow_wherever_reported():
+    """A measurer's own error (zero peaks) cost FAILED_COST_S and ranked ahead of every out-of-memory placement,
+    while the same failure from the pool (no peaks) cost twice that (a review)."""
+    import numpy as np
+
+    from measurers.base import Measurement
+    from policies.base import FAILED_COST_S, measurement_cost_s
+
+    capacity = np.array([100, 100], dtype=np.int64)
+
+    def failed(status, peaks):
+        return Measurement(float("nan"), (), status, tuple(peaks), 0.0)
+
+    just_over = measurement_cost_s(failed("oom", (101, 0)), capacity)
+    assert FAILED_COST_S < just_over < 2 * FAILED_COST_S
+    for status, peaks in (("error", (0, 0)), ("error", ()), ("timeout", ()), ("crash", ())):
+        assert measurement_cost_s(failed(status, peaks), capacity) == 2 * FAILED_COST_S > just_over
