@@ -53,6 +53,19 @@ def random_dag(num_ops: int, seed: int):
                        name=f"dag{num_ops}-{seed}")
 
 
+def tight_memory_problem():
+    """A 9-op DAG on 1 CPU + 2 GPUs with every device at 0.8 of the one-device peak (no device holds the
+    whole step; two GPUs do), and the (U,) placement of everything on the first GPU, which overflows."""
+    base = make_problem(random_dag(9, 2), own_channels_machine())
+    cap = int(0.8 * base.single_device_peak_bytes)
+    machine = dataclasses.replace(base.machine, devices=tuple(dataclasses.replace(d, memory_bytes=cap)
+                                                              for d in base.machine.devices))
+    problem = make_problem(base.graph, machine)
+    on_gpu = np.full(problem.num_units, problem.gpu_indices()[0], dtype=np.int64)
+    assert Simulator(problem.graph, machine).run(problem.expand(on_gpu)).status == "oom"
+    return problem, on_gpu
+
+
 def exhaustive_optimum_s(graph, machine) -> float:
     simulator = Simulator(graph, machine)
     steps = [simulator.run(np.array(p)) for p in itertools.product(range(machine.num_devices), repeat=graph.num_ops)]
@@ -302,13 +315,8 @@ def test_exact_cpsat__a_placement_that_overflows_memory_is_repaired_before_it_is
     are when the simulator's memory model says it overflows."""
     from policies.exact import cpsat
 
-    base = make_problem(random_dag(9, 2), own_channels_machine())
-    cap = int(0.8 * base.single_device_peak_bytes)  # no device holds the whole step; two GPUs do
-    machine = dataclasses.replace(base.machine, devices=tuple(dataclasses.replace(d, memory_bytes=cap)
-                                                              for d in base.machine.devices))
-    problem = make_problem(base.graph, machine)
-    on_gpu = np.full(problem.num_units, problem.gpu_indices()[0], dtype=np.int64)
-    assert Simulator(problem.graph, machine).run(problem.expand(on_gpu)).status == "oom"
+    problem, on_gpu = tight_memory_problem()
+    machine = problem.machine
     monkeypatch.setattr(cpsat.ExactModel, "solve", lambda *a, **k: cpsat.Solution(on_gpu, 1.0, 1e-9, "feasible", 0.1))
     measured = []
     result = place("exact", problem, SimulatorMeasurer(problem.graph, machine), 1, 0, time_limit_s=5,

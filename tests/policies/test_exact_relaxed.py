@@ -16,7 +16,7 @@ from measurers.sim.reference import Simulator
 from policies.exact.relaxation import solve_relaxation
 from policies.problem import make_problem
 from policies.registry import place
-from test_exact import exhaustive_optimum_s, own_channels_machine, random_dag
+from test_exact import exhaustive_optimum_s, own_channels_machine, random_dag, tight_memory_problem
 from test_relaxation_bound import random_training_graph, staging_machine, without_window_rows
 
 
@@ -493,13 +493,8 @@ def test_exact_highs__a_point_that_overflows_memory_is_repaired_before_it_is_mea
 
     import policies.exact.relaxed_search as relaxed_search
 
-    base = make_problem(random_dag(9, 2), own_channels_machine())
-    cap = int(0.8 * base.single_device_peak_bytes)  # no device holds the whole step; two GPUs do
-    machine = dataclasses.replace(base.machine, devices=tuple(dataclasses.replace(d, memory_bytes=cap)
-                                                              for d in base.machine.devices))
-    problem = make_problem(base.graph, machine)
-    on_gpu = np.full(problem.num_units, problem.gpu_indices()[0], dtype=np.int64)
-    assert Simulator(problem.graph, machine).run(problem.expand(on_gpu)).status == "oom"
+    problem, on_gpu = tight_memory_problem()
+    machine = problem.machine
 
     def first_point_on_one_gpu(problem, time_limit_s, **kwargs):
         found = solve_relaxation(problem, time_limit_s, **kwargs)
