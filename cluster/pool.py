@@ -16,6 +16,8 @@ Faults, all handled in the driver:
   the node is alive;
 - a call runs past its deadline (``timeout_s`` per placement): the actor is killed (Ray cannot stop a
   running call otherwise), a lone placement becomes ``timeout``, a chunk is split and retried one by one;
+  a placement of a chunk that came back in time but took longer than ``timeout_s`` itself (its
+  ``measure_s``) becomes ``timeout`` too (a chunk's deadline is ``timeout_s`` times its placements);
 - a node joins: every ``node_check_interval_s`` the pool adds actors on new GPU nodes;
 - a GPU node leaves for good: its place is retired, and the pool reports the node (``lost_nodes()``, and
   ``on_node_lost`` when given): a search can take that as devices leaving (``--remove-device NAME@node-lost``).
@@ -614,6 +616,10 @@ class MeasurerPool:
             else:
                 slot.calls.popleft()
                 for job, measurement in zip(call.jobs, outcome.measurements):
+                    if measurement.measure_s > self.timeout_s:  # inside its chunk's deadline, past its own
+                        measurement = error_measurement(
+                            f"ran {measurement.measure_s:.3g} s, past the {self.timeout_s:g} s limit for one "
+                            "placement", measurement.measure_s, status="timeout")
                     self._finish(job, measurement, slot.info.actor_id, slot.info.node_id,
                                  outcome.started_at, outcome.finished_at)
                 slot.start_failures = 0

@@ -170,3 +170,14 @@ def test_faults__node_that_leaves_does_not_stop_the_run(cluster, run_log):
     assert all(r.status == "ok" for r in results)
     assert [i.node_id for i in survivors] == [n for n in by_node if n != leaving.node_id]
     assert results[-1].node_id != leaving.node_id
+
+
+def test_faults__a_slow_placement_inside_a_chunk_is_a_timeout_too(cluster, run_log):
+    """A chunk's deadline is timeout_s times its placements: a placement taking 10x its limit among fast
+    ones came back ok (a review; the command line sends real measurers one placement per call)."""
+    placements = _sleepers(3, 10) + [np.array([SLEEP, 1000, 99])]
+    config = PoolConfig(timeout_s=0.5, timeout_slack_s=5.0, chunk_size=4, num_cpu_actors=1)
+    with MeasurerPool(ScriptedMeasurer, config, run_log=run_log) as pool:
+        results = pool.measure_results(placements)
+    assert [r.status for r in results] == ["ok"] * 3 + ["timeout"]
+    assert "past the 0.5 s limit for one placement" in results[3].measurement.error
