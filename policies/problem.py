@@ -97,10 +97,10 @@ class PlacementProblem:
         if len(bad):
             counts = np.zeros((self.num_units, self.num_devices), dtype=np.int64)  # (U, D) ops per device
             np.add.at(counts, (self.op_unit, op_placement), 1)
-            allowed_counts = np.where(self.unit_allowed[bad], counts[bad], -1)  # (B, D)
-            fastest = np.argmin(np.where(self.unit_allowed[bad], self.unit_time_s[bad], np.inf), axis=1)
-            units[bad] = np.where(allowed_counts.max(axis=1) > 0, allowed_counts.argmax(axis=1), fastest)
-        return units
+            allowed_counts = np.where(self.unit_allowed[bad], counts[bad], 0)  # (B, D)
+            some = allowed_counts.max(axis=1) > 0
+            units[bad[some]] = allowed_counts[some].argmax(axis=1)
+        return self.repair_allowed(units)  # the rest: the fastest allowed device
 
     def repair_allowed(self, unit_placement: np.ndarray) -> np.ndarray:
         """Move every unit on a device it may not use to its fastest allowed device."""

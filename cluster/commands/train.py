@@ -216,10 +216,12 @@ def held_out_notes(problems: list) -> list[str]:
     from measurers.machine_families import HELD_OUT_SEED, is_hetero_name, parse_hetero_name
 
     graphs = {id(p.problem.graph): p.problem.graph for p in problems}.values()
-    benchmarks = sorted({g.source.split()[1] for g in graphs if g.source.startswith("benchmark ")
-                         and len(g.source.split()) > 1 and g.source.split()[1] in HELD_OUT})
-    imported = sorted({g.name for g in graphs if not g.source.startswith(("benchmark ", "family:", "graphs.synthetic"))
-                       and g.framework not in ("synthetic", "manual")})
+    benchmark_of = {id(g): words[1] if len(words := g.source.split()) > 1 and words[0] == "benchmark" else None
+                    for g in graphs}  # "benchmark nmt-8 {...}": the benchmark it was built as
+    benchmarks = sorted({benchmark_of[id(g)] for g in graphs if benchmark_of[id(g)] in HELD_OUT})
+    imported = sorted({g.name for g in graphs if benchmark_of[id(g)] is None
+                       and g.framework not in ("synthetic", "manual")
+                       and not g.source.startswith(("family:", "graphs.synthetic"))})
     machines = sorted({p.problem.machine.name for p in problems if is_hetero_name(p.problem.machine.name)
                        and parse_hetero_name(p.problem.machine.name) >= HELD_OUT_SEED})
     notes = []

@@ -48,10 +48,10 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
-from policies.spill import fit_units_in_memory
 from policies.exact.relaxation import SOLVER_SLACK
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
+from policies.spill import fit_units_in_memory
 from policies.simple import best_single_device, single_device_units
 
 SOLVERS = ("auto", "cpsat", "highs")
@@ -121,7 +121,7 @@ class ExactPolicy:
             fitted, _ = fit_units_in_memory(problem, solution.unit_placement)  # its memory rows: parameters
             cost = counter.measure([problem.expand(fitted)])[0]
             if run.chosen is None or cost < run.chosen_cost_s:  # as the counter keeps its best: strictly better
-                run.chosen, run.chosen_cost_s = solution, cost
+                run.chosen, run.chosen_cost_s, run.chosen_measured = solution, cost, fitted
             if self._bound_reached(problem, model.quotient, run, solution, counter, proof_deadline, seed):
                 run.converged = solution.status == "optimal" or proof_deadline is not None
                 break
@@ -273,8 +273,7 @@ class ExactPolicy:
         elif run.converged:
             proof = " (model solved, bound reached)"
         solver_best = np.array_equal(result.group_placement, run.chosen.unit_placement)
-        fitted = not solver_best and np.array_equal(result.group_placement,
-                                                    fit_units_in_memory(problem, run.chosen.unit_placement)[0])
+        fitted = not solver_best and np.array_equal(result.group_placement, run.chosen_measured)
         chosen = ("" if solver_best else " (the solver's, repaired to fit in memory)" if fitted else
                   f" (the warm start's; the solver's placement measured {run.chosen_cost_s:.6g} s)")
         notes = (f"solver ({model}, {run.solves} solve(s)): makespan {run.chosen.makespan_s:.6g} s, bound "
@@ -331,6 +330,7 @@ class SolveRun:
     first: Solution | None = None  # the first solve: its bound holds for every placement
     chosen: Solution | None = None  # the solve whose placement measured best
     chosen_cost_s: float = math.inf
+    chosen_measured: np.ndarray | None = None  # (U,) what was measured of it: repaired where it overflowed
     solves: int = 0
     converged: bool = False  # the model's bound reached the best measured step
     tolerance_s: float = 0.0  # how far below the truth the model's rounded ticks can put its bound

@@ -49,6 +49,7 @@ import numpy as np
 from policies.base import FAILED_COST_S, BudgetedMeasurer
 from policies.exact.relaxation import solve_relaxation
 from policies.problem import PlacementProblem
+from policies.spill import fit_units_in_memory
 
 PLACEMENT_WEIGHT = 0.01  # tie-breaking cost per millisecond of unit time and copy time, against 1 per ms of w
 COMM_WEIGHTS = (10.0, 3.0, 1.0, 0.3, 0.1)  # step 2's weights, heaviest (fastest to solve) first
@@ -145,8 +146,6 @@ def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: Rela
     The relaxation's memory rows hold parameters only; a point whose step overflows the simulator's memory
     model is repaired first, as the heuristics' placements are (``fit_units_in_memory``), and the repaired
     placement is measured (with no model step: the solve's is another placement's). Both are cut."""
-    from policies.spill import fit_units_in_memory
-
     if any(np.array_equal(placement, seen) for seen in measured):
         return math.inf
     measured.append(placement)
