@@ -7,8 +7,7 @@ beside it. Links follow the GPU's PCIe generation; alike GPUs may share an NVLin
 pair copies through host memory on one shared channel. Figures come from measurers/catalog/devices.json
 (the P100, V100 and A100 entries are the SXM parts': the PCIe cards these links imply are 11-12% slower in
 compute (P100, V100) or 5% in memory bandwidth (A100); kept, since the committed giph checkpoint trained on
-these machines); the link figures are
-estimates of effective bandwidth, like the catalog machines'.
+these machines); the link figures are estimates of effective bandwidth, like the catalog machines'.
 
 Seeds below ``HELD_OUT_SEED`` are the training family; seeds from it on are machines a trained placer has
 never seen (with the catalog's heterogeneous machines: k80-v100, a100-h100, cpu-igpu, desktop-igpu).

@@ -17,9 +17,9 @@ source device, which keeps every interval's size a constant where the consumers'
 Times are integer ticks (``tick_s``, a power of ten chosen from the instance so the horizon spans 1e7 to
 1e8 ticks, fewer where the tick is capped at 1 us); durations are rounded down, so with single-op groups
 and ``dispatch=False`` every schedule the simulator can run is feasible in the model (a relaxation): the
-proven bound is a lower bound of the simulated step of every placement whose parameters fit. The free order can also find schedules the
-simulator's FIFO dispatch will not run, so the model's makespan of a placement can be below its simulated
-step. ``dispatch=True`` (policies/exact/dispatch.py) adds the simulator's dispatch rule, so that for
+proven bound is a lower bound of the simulated step of every placement whose parameters fit. The free
+order can also find schedules the simulator's FIFO dispatch will not run, so the model's makespan of a
+placement can be below its simulated step. ``dispatch=True`` (policies/exact/dispatch.py) adds the simulator's dispatch rule, so that for
 single-op groups the model's makespan of a placement is its simulated step.
 """
 

@@ -7,9 +7,9 @@ links share a channel, up to one thing: a channel serves copies requested at the
 their destination device's index, so a relabeling can reorder them. A review measured how much, swapping
 alike GPUs of random placements: up to 0.3% of the step on paper-4gpu (33 of 40 placements moved), up to
 19.5% on h200x8 (a synthetic graph), none on paper-2gpu; peaks move with the order. The teacher measures the
-relabeled placement again for that reason (teacher.py). A network that reads a device's ordinal among its kind can learn
-"early groups to the first GPU" only if the placements it imitates agree on such labels, so the teacher's
-placements are relabeled to their canonical form first: among the machine's automorphisms, the one that
+relabeled placement again for that reason (teacher.py). A network that reads a device's ordinal among its
+kind can learn "early groups to the first GPU" only if the placements it imitates agree on such labels, so
+the teacher's placements are relabeled to their canonical form first: among the machine's automorphisms, the one that
 best lines device indices up with the groups' topological positions (the largest work-weighted sum of
 position x device index; ties: the placement read in topological order that is lexicographically smallest).
 """
