@@ -175,7 +175,7 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     """The run's log, learning curve, best placement and graph; one PlacerError for a damaged file. A graph
     that cannot be found (its file moved) or no longer has the run's hash leaves the run without the plots
     of its best placement, and one note on stderr says so: the learning curve needs no graph."""
-    from cluster.analysis import learning_curve, run_started_at
+    from cluster.analysis import learning_curve
     from cluster.run_best import read_run_best, run_graph
     from cluster.runlog import read_best, read_manifest, read_run
 
@@ -185,7 +185,7 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     title = f"{manifest.graph_name} on {manifest.machine_name}, {manifest.policy or 'run'}"
     # the searched policy's own curve; the baselines scored in the same run are not its progress
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
-    curve = learning_curve(rows, run_started_at(manifest), policy=own, manifest=manifest)
+    curve = learning_curve(rows, policy=own, manifest=manifest)  # the manifest's sessions set its wall time
     best = read_run_best(run_dir) if read_best(run_dir) is not None else None
     graph = None
     if best is not None:
