@@ -64,6 +64,22 @@ def read_learner_state(path: str | os.PathLike) -> dict:
     return state
 
 
+def check_learner_config(path: str | os.PathLike, saved: dict, config, keys: tuple[str, ...],
+                         defaults: dict | None = None) -> None:
+    """Refuse a learner checkpoint whose ``saved`` config differs from this run's ``config`` on one of ``keys``:
+    settings that change what the network's weights mean (its shape, how its logits are scaled, the order it
+    decodes in). ``defaults``: the value of a key that checkpoints older than it do not hold; such a key
+    without a default is not checked."""
+    defaults = defaults or {}
+    for key in keys:
+        if key not in saved and key not in defaults:
+            continue
+        theirs = saved.get(key, defaults.get(key))
+        if theirs != getattr(config, key):
+            raise PlacerError(f"checkpoint {path} was trained with {key}={theirs!r}, this run has "
+                              f"{getattr(config, key)!r}")
+
+
 def checkpoint_progress(checkpoint_dir: str | os.PathLike) -> tuple[int, int]:
     """(iterations, measurements) a run resumed from ``checkpoint_dir`` starts at; (0, 0) without a
     checkpoint. The search job numbers a resumed run's log rows and its progress from it, and checks with

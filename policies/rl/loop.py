@@ -44,7 +44,7 @@ from policies.base import early_stop
 from policies.rl.assembly import build_learner, summarize_update
 from policies.rl.config import RLConfig
 from policies.rl.env import PlacementEnv, scored_runtime_s
-from policies.rl.learner_file import CHECKPOINT_FILE, read_learner_state
+from policies.rl.learner_file import CHECKPOINT_FILE, check_learner_config, read_learner_state
 
 STALL_ITERATIONS = 50  # iterations in a row that sample only placements measured before: the run has converged
 @dataclass
@@ -429,11 +429,9 @@ class _Trainer:
         if state.get("shape") != list(self.env.allowed.shape):
             raise PlacerError(f"checkpoint {path} is not for this run's {self.env.num_groups} groups on "
                               f"{self.env.num_devices} devices (its shape: {state.get('shape')})")
-        defaults = {"decode_order": "group", "module": "seq2seq"}  # of checkpoints older than these fields
-        for key in ("trainer", "hidden_size", "tanh_constant", "decode_order", "module"):
-            if state["config"].get(key, defaults.get(key)) != getattr(self.config, key):
-                raise PlacerError(f"checkpoint {path} was trained with {key}={state['config'].get(key, defaults.get(key))!r}, "
-                                  f"this run has {getattr(self.config, key)!r}")
+        check_learner_config(path, state["config"], self.config,
+                             ("trainer", "hidden_size", "temperature", "tanh_constant", "decode_order", "module"),
+                             defaults={"decode_order": "group", "module": "seq2seq"})  # older checkpoints'
         self.module.load_state_dict(state["module"])
         optimizers = dict(self._optimizers())
         for name, opt_state in state["optimizers"].items():

@@ -22,7 +22,7 @@ from policies.rl.hierarchical.features import GroupBuilder, atom_features
 from policies.rl.hierarchical.imitation import start_grouping, target_grouping
 from policies.rl.hierarchical.module import (ADVANTAGES, ASSIGN, DEVICES, GROUP_ALLOWED,
                                              GROUP_FEATURES)
-from policies.rl.learner_file import read_learner_state
+from policies.rl.learner_file import check_learner_config, read_learner_state
 from policies.rl.loop import memo_from_state, memo_state, measure_unseen, resumed_stall_count, save_state
 
 
@@ -144,8 +144,8 @@ class HierarchicalTrainer:
 
     def imitate(self, unit_placement: np.ndarray, runtime_s: float, op_placement: np.ndarray) -> float:
         """Start from the warm start: the grouper's per-atom logits set on the target grouping (see
-        ``HierarchicalModule.set_atom_targets``), supervised steps on grouper and placer towards the
-        target's devices, then local RL (no entropy push). Returns the share of ops the greedy grouping
+        ``HierarchicalModule.set_atom_targets``: set, not trained), supervised steps on the placer
+        towards the target's devices, then local RL (no entropy push). Returns the share of ops the greedy grouping
         + placement puts on the target's device."""
         target = np.asarray(unit_placement, dtype=np.int64)  # (A,)
         assign = torch.from_numpy(target_grouping(self.problem, self.atoms.position, target, self.num_groups))[None]
@@ -207,6 +207,8 @@ class HierarchicalTrainer:
         shape = [self.atoms.count, self.num_groups, self.problem.num_devices]
         if state.get("shape") != shape:
             raise PlacerError(f"checkpoint {path} is for (atoms, groups, devices) {state.get('shape')}, not {shape}")
+        check_learner_config(path, state["config"], self.config,
+                             ("hidden_size", "temperature", "tanh_constant", "decode_order", "prior"))
         self.module.load_state_dict(state["module"])
         for name, opt in self.learner.get_optimizers_for_module(DEFAULT_MODULE_ID):
             opt.load_state_dict(state["optimizers"][name])

@@ -165,6 +165,15 @@ def test_hierarchical__checkpoint_resume_continues_the_counts(problem, tmp_path)
     assert second.best.runtime_s <= first.best.runtime_s
 
 
+def test_hierarchical__resume_refuses_a_checkpoint_trained_with_other_network_settings(problem, tmp_path):
+    place("hierarchical", problem, Counting(problem), 4, 0, context=RunContext(checkpoint_dir=tmp_path),
+          checkpoint_every=1, **OPTIONS)
+    for setting, value in [("decode_order", "position"), ("temperature", 0.5), ("prior", "uniform")]:
+        with pytest.raises(PlacerError, match=f"was trained with {setting}="):
+            place("hierarchical", problem, Counting(problem), 8, 0, context=RunContext(checkpoint_dir=tmp_path),
+                  **{**OPTIONS, setting: value})
+
+
 def test_hierarchical__warm_start_best_never_worse_than_the_start(problem):
     expert = place("expert", problem, SimulatorMeasurer(problem.graph, problem.machine), 1, 0)
     measurer = Counting(problem)

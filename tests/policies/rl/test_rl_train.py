@@ -145,6 +145,8 @@ def test_train_placer__resume_rejects_a_checkpoint_of_another_model(tmp_path):
     _train(8, checkpoint_dir=tmp_path)
     with pytest.raises(PlacerError, match="hidden_size"):
         _train(16, config={"hidden_size": 16}, resume_from=tmp_path)
+    with pytest.raises(PlacerError, match=r"was trained with temperature=.*this run has 0\.5"):
+        _train(16, config={"temperature": 0.5}, resume_from=tmp_path)  # every logit would mean another thing
     with pytest.raises(PlacerError, match="no learner checkpoint"):
         _train(16, resume_from=tmp_path / "missing")
 
