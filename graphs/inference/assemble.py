@@ -47,7 +47,7 @@ class ImportedModel:
     edges: list[tuple[int, int, int]]  # (producer op, consumer op, bytes) per tensor; repeats are summed
     batch_size: int
     num_params: int
-    input_shapes: dict = field(default_factory=dict)  # the sizes the user gave (--input-shape), for measuring
+    input_shapes: dict = field(default_factory=dict)  # every input's sizes when the user gave some (--input-shape)
     unsized_by_op: dict = field(default_factory=dict)  # {op type: tensors it made that the importer could
     # not size} (a symbolic dim counts as 1, an unknown shape as 0 bytes); a graph input's as "graph input"
     body_ops_without_flops: dict = field(default_factory=dict)  # {op type: count} of the ops inside subgraph

@@ -1,12 +1,14 @@
-"""ONNX model file -> inference OpGraph: one op per ONNX node, tensors between nodes as edges.
+"""ONNX model file -> inference OpGraph: one op per ONNX node (Constants aside), tensors between nodes as edges.
 
-Graph inputs and initializers are not ops: an initializer's bytes are resident ``param_bytes`` of the first
-node that reads it (each initializer counted once), and every node that reads it pays its bytes in
-``bytes_accessed``. Tensor sizes come from ``onnx.shape_inference``, run after the inputs' sizes are fixed
-(graphs.inference.input_shapes: a leading dim without a size is the batch, 1; any other must be given),
-helped through the shape arithmetic of older exports it leaves unknown (graphs.inference.shape_folding); a
-shape the model declares gives way to what the inputs' sizes give (graphs.inference.declared_shapes: a
-batch-dynamic model declared at batch 1 is costed at the batch given).
+Graph inputs, initializers and default-domain Constant nodes are not ops: an initializer's (or a Constant's
+tensor's, graphs.inference.onnx_constants: OpenVINO reads both as its Constant) bytes are resident
+``param_bytes`` of the first node that reads it (each counted once), and every node that reads it pays its
+bytes in ``bytes_accessed``; the float ones count in ``num_params``. Tensor sizes come from
+``onnx.shape_inference``, run after the inputs' sizes are fixed (graphs.inference.input_shapes: a leading dim
+without a size is the batch, 1, unless sizes are given; a named dim takes the size given for its name; any
+other must be given), helped through the shape arithmetic of older exports it leaves unknown
+(graphs.inference.shape_folding); a shape the model declares gives way to what the inputs' sizes give
+(graphs.inference.declared_shapes: a batch-dynamic model declared at batch 1 is costed at the batch given).
 A dim inference still leaves symbolic inside the graph counts as 1, and the tensors that have one are
 counted in ``meta["tensors_without_size"]``; a node output of unknown shape (or rank) is 0 bytes, and counted
 there too (``meta["unsized_tensors_by_op"]``: the same count by the op type that makes them). A node that
@@ -55,6 +57,7 @@ from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCo
 from graphs.inference.declared_shapes import infer_preferring_inputs
 from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
+from graphs.inference.onnx_constants import DEFAULT_DOMAINS, constant_tensors, is_constant, op_nodes
 from graphs.inference.onnx_trips import (graph_attribute, loop_trips, scan_trips, sequence_lengths,
                                          sequence_map_trips, size_concat_from_sequences, size_loop_scan_outputs,
                                          size_loop_sequences)
@@ -71,16 +74,16 @@ def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | 
     model_file = _existing(path)
     model, given = _load_checked(model_file, input_shapes or {})
     graph = model.graph
-    if not graph.node:
-        raise PlacerError(f"ONNX model {model_file} has no nodes")
+    if not op_nodes(graph):
+        raise PlacerError(f"ONNX model {model_file} has no nodes" + (" but Constants" if graph.node else ""))
     scope = _Scope(graph, _default_opset(model))
-    names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)])
+    names = _op_names(graph)
     try:
         nodes, uncosted = _cost_nodes(scope, names)
     except TripCountOverflow as exc:
         raise PlacerError(f"ONNX model {model_file}: {exc}") from None
-    num_params = sum(math.prod(init.dims) for body in graphs_within(graph) for init in body.initializer
-                     if _type_name(init.data_type) in FLOAT_TYPES)
+    num_params = sum(math.prod(weight.dims) for body in graphs_within(graph) for weight in _weights(body).values()
+                     if _type_name(weight.data_type) in FLOAT_TYPES)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes,
                                     _edges(graph, scope.tensors), _batch_size(graph, scope.initializers),
                                     int(num_params), given, dict(_unsized_by_op(graph, scope.tensors)),
@@ -95,7 +98,7 @@ class _Scope:
 
     def __init__(self, graph, opset: int, outer: _Scope | None = None):
         self.graph, self.opset, self.outer = graph, opset, outer
-        self.own_initializers = {init.name: init for init in graph.initializer}
+        self.own_initializers = _weights(graph)
         self.tensors = ChainMap(_tensor_table(graph), *([outer.tensors] if outer else []))
         self.initializers = ChainMap(self.own_initializers, *([outer.initializers] if outer else []))
 
@@ -121,7 +124,7 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncost
     it; a body node reading an enclosing graph's weight reads it (``weight_bytes``) without owning it: the
     top-level subgraph op, whose implicit input it is, does."""
     costs, uncosted, owned = [], Uncosted(), set()
-    for node, name in zip(scope.graph.node, names):
+    for node, name in zip(op_nodes(scope.graph), names):
         in_bytes = weight_bytes = param_bytes = 0
         for tensor in _reads(node):
             size = _bytes(scope.tensors.get(tensor))
@@ -162,10 +165,12 @@ def _input_shapes(node, tensors) -> list[Shape]:
 
 
 def _edges(graph, tensors) -> list[tuple[int, int, int]]:
-    """(producer, consumer, bytes) per tensor a node reads from another node (explicitly or in a body)."""
-    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    """(producer, consumer, bytes) per tensor an op reads from another op (explicitly or in a body); a
+    Constant's tensor is a weight, no edge."""
+    ops = op_nodes(graph)
+    producer = {out: i for i, node in enumerate(ops) for out in node.output if out}
     return [(producer[tensor], i, _bytes(tensors.get(tensor)))
-            for i, node in enumerate(graph.node) for tensor in _reads(node) if tensor in producer]
+            for i, node in enumerate(ops) for tensor in _reads(node) if tensor in producer]
 
 
 def _reads(node) -> list[str]:
@@ -174,7 +179,6 @@ def _reads(node) -> list[str]:
 
 
 SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
-DEFAULT_DOMAINS = ("", "ai.onnx")
 DEFAULT_DOMAIN_ONLY = ("Attention",)  # op types whose formula is the default domain's alone
 
 
@@ -205,8 +209,20 @@ def _trips(node, scope: _Scope) -> tuple[int | None, str]:
 
 def _body_cost(body, scope: _Scope, path: str) -> BodyCost:
     """One run of a body graph: its nodes costed as the main graph's, summed."""
-    names = unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(body.node)])
-    return body_cost(*_cost_nodes(scope.body(body), [f"{path}/{name}" for name in names]))
+    return body_cost(*_cost_nodes(scope.body(body), [f"{path}/{name}" for name in _op_names(body)]))
+
+
+def _op_names(graph) -> list[str]:
+    """Each op's name, unique: its node's, else its type and its index among all the graph's nodes (so an
+    unnamed op keeps the name it had when Constants were ops)."""
+    return unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)
+                         if not is_constant(node)])
+
+
+def _weights(graph) -> dict:
+    """{tensor name: TensorProto or ConstantTensor} of ``graph``'s weights: its initializers and the tensors of
+    its Constant nodes (graphs.inference.onnx_constants), each with ``dims`` and ``data_type``."""
+    return {**constant_tensors(graph), **{init.name: init for init in graph.initializer}}
 
 
 def _default_opset(model) -> int:
@@ -221,7 +237,8 @@ def _existing(path: str) -> Path:
 
 
 def _load_checked(model_file: Path, given: InputShapes):
-    """The model with its inputs sized and its shapes inferred, and the sizes ``given`` (checked); any
+    """The model with its inputs sized and its shapes inferred, and every input's sizes when some are
+    ``given`` (checked; those carried by a dim name and the fixed ones too, what the measurer feeds), else {}; any
     failure of the onnx package (a foreign library whose parse and check errors have no common base)
     becomes one PlacerError naming the file."""
     import onnx
@@ -231,13 +248,14 @@ def _load_checked(model_file: Path, given: InputShapes):
         return onnx.load(str(model_file))
 
     model = _foreign(model_file, load)
-    sized = sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given)
+    sized = sized_inputs(f"ONNX model {model_file}", _input_dims(model.graph), given,
+                         _input_dim_names(model.graph))
     _size_inputs(model.graph, sized)
     inference = _foreign(model_file, lambda: infer_preferring_inputs(model, _inferred_with_loop_outputs))
     if inference.unsized_from_inputs:  # maybe sizes the model cannot take: which node says so
         _refuse_conflict(model_file, shape_conflict(model), sized, given)
     _refuse_conflict(model_file, reshape_conflict(graphs_within(inference.model.graph)), sized, given)
-    return inference.model, given
+    return inference.model, sized if given else {}
 
 
 def _inferred_with_loop_outputs(model):
@@ -293,6 +311,13 @@ def _input_dims(graph) -> dict:
             for value in _model_inputs(graph)}
 
 
+def _input_dim_names(graph) -> dict[str, tuple[str | None, ...]]:
+    """Each input axis's symbolic name (``dim_param``; None for a size or an unnamed dim): axes of one name
+    are one size, so a size given for one carries to the others (graphs.inference.input_shapes)."""
+    return {value.name: tuple(None if static_dim(d) else (d.dim_param or None)
+                              for d in value.type.tensor_type.shape.dim) for value in _model_inputs(graph)}
+
+
 def _size_inputs(graph, sized: InputShapes) -> None:
     for value in _model_inputs(graph):
         for dim, size in zip(value.type.tensor_type.shape.dim, sized[value.name]):
@@ -319,15 +344,16 @@ TensorInfo = tuple[Shape, int]  # (shape with unknown dims as 1, or None for unk
 
 
 def _tensor_table(graph) -> dict[str, TensorInfo]:
-    """Every tensor the graph declares: inputs, outputs, inferred value_info, then initializers."""
+    """Every tensor the graph declares: inputs, outputs, inferred value_info, then its weights (initializers
+    and Constants' tensors)."""
     table = {}
     for value in [*graph.input, *graph.output, *graph.value_info]:
         if value.type.HasField("tensor_type"):
             tensor_type = value.type.tensor_type
             shape = tuple(_dim(d) for d in tensor_type.shape.dim) if tensor_type.HasField("shape") else None
             table[value.name] = (shape, _itemsize(tensor_type.elem_type))
-    for init in graph.initializer:
-        table[init.name] = (tuple(init.dims), _itemsize(init.data_type))
+    for name, weight in _weights(graph).items():
+        table[name] = (tuple(weight.dims), _itemsize(weight.data_type))
     return table
 
 

@@ -50,10 +50,10 @@ F16 = ("f16", "bf16")  # the element types of compressed float weights (compress
 def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
     """The OpGraph of the OpenVINO IR at ``xml_path`` (framework "openvino", every op forward); ``input_shapes``
     sizes the inputs the IR leaves without sizes (``--input-shape``; graphs.inference.input_shapes)."""
-    xml_file = _checked_ir_files(xml_path)
-    model = _read_model(xml_file)
+    xml_file, ir_version = _checked_ir_files(xml_path)
+    model = _read_model(xml_file, ir_version)
     given = input_shapes or {}
-    size_inputs(model, f"OpenVINO IR {xml_file}", given)
+    sized = size_inputs(model, f"OpenVINO IR {xml_file}", given)
     ops = _ops_of(model)
     if not ops:
         raise PlacerError(f"OpenVINO IR {xml_file} has no ops: only Parameters, Constants and Results")
@@ -63,7 +63,8 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
     except TripCountOverflow as exc:
         raise PlacerError(f"OpenVINO IR {xml_file}: {exc}") from None
     return to_opgraph(ImportedModel(name or xml_file.stem, "openvino", str(xml_file), nodes, _edges(ops),
-                                    _batch_size(model), _num_params(model), given, dict(_outputs_without_size(ops)),
+                                    _batch_size(model), _num_params(model), sized if given else {},
+                                    dict(_outputs_without_size(ops)),
                                     dict(uncosted.without_flops), uncosted.not_costed))
 
 
@@ -142,10 +143,14 @@ def _is_weight(node) -> bool:
     return source.get_node().get_type_name() == "Constant" and source.get_element_type().get_type_name() in F16
 
 
-def size_inputs(model, where: str, given: InputShapes) -> None:
-    """Reshape ``model`` (an ``ov.Model``, in place) so every input has sizes: ``given`` applied, a leading
-    dim without a size 1, anything else refused (graphs.inference.input_shapes). A model whose inputs are
-    static and not given is left as it is. The OpenVINO measurer calls this with the graph's recorded sizes."""
+def size_inputs(model, where: str, given: InputShapes) -> InputShapes:
+    """Reshape ``model`` (an ``ov.Model``, in place) so every input has sizes, and return them (those of known
+    rank): ``given`` applied, a leading dim without a size 1 when nothing is given, anything else refused
+    (graphs.inference.input_shapes). An IR names no dims, so a size given for one input's leading dim is not
+    carried to another's: with sizes given, every input whose leading dim is dynamic must be given too (the
+    error names them), rather than left at 1 beside a batch of 8 or guessed to share it (a leading dim need
+    not be the batch). A model whose inputs are static and not given is left as it is. The OpenVINO measurer
+    calls this with the graph's recorded sizes (every input's, when any was given)."""
     ports = {_input_name(port): port for port in model.inputs}
     dims = {name: _dims(port.get_partial_shape(), len(given.get(name, ()))) for name, port in ports.items()}
     dims = {name: value for name, value in dims.items() if value is not None}  # unknown rank, not given
@@ -159,6 +164,7 @@ def size_inputs(model, where: str, given: InputShapes) -> None:
                                    for port_name in sized if ports[port_name] in changed)
             raise PlacerError(f"{where}: OpenVINO cannot size the model's inputs as {given_text}: "
                               f"{reshape_failure(exc)}") from None
+    return sized
 
 
 # OpenVINO's "While validating node 'opset1::Concat cat (...) -> (...)' with friendly_name 'cat':"
@@ -215,9 +221,10 @@ def _outputs_without_size(ops: list) -> Counter:
     return counts
 
 
-def _checked_ir_files(xml_path: str) -> Path:
-    """The resolved .xml path, after checking it is IR XML and that its .bin is there when it has weights
-    (so a damaged file is named plainly instead of by every OpenVINO frontend in turn)."""
+def _checked_ir_files(xml_path: str) -> tuple[Path, str]:
+    """The resolved .xml path and its IR version (``<net version=...>``), after checking it is IR XML with
+    layers and a version, and that its .bin is there when it has weights (so a damaged file is named plainly
+    instead of by every OpenVINO frontend in turn)."""
     xml_file = Path(xml_path).resolve()
     if problem := file_problem(xml_file):
         raise PlacerError(f"OpenVINO IR {xml_file} {problem}")
@@ -227,20 +234,32 @@ def _checked_ir_files(xml_path: str) -> Path:
         raise PlacerError(f"OpenVINO IR {xml_file} is not well-formed XML ({exc})") from None
     if root.tag != "net":
         raise PlacerError(f"{xml_file} is not an OpenVINO IR: its root element is <{root.tag}>, not <net>")
-    if root.find("layers/layer") is None:  # else OpenVINO tries its other readers, TensorFlow's logging lines
+    if root.find("layers/layer") is None:
         raise PlacerError(f"OpenVINO IR {xml_file} has no layers")
+    if not root.get("version"):  # the IR reader reads such a <net> as a model of nothing
+        raise PlacerError(f"OpenVINO IR {xml_file}: its <net> has no version attribute, which the IR reader needs")
     has_weights = any(layer.get("type") == "Const" for layer in root.iter("layer"))
     if has_weights and not xml_file.with_suffix(".bin").is_file():
         raise PlacerError(f"OpenVINO IR {xml_file}: its weights file {xml_file.with_suffix('.bin')} is missing")
-    return xml_file
+    return xml_file, root.get("version")
 
 
-def _read_model(xml_file: Path):
+def _read_model(xml_file: Path, ir_version: str):
+    """The ``ov.Model`` of the IR, read by OpenVINO's IR frontend alone (it takes the .bin beside the .xml):
+    ``Core.read_model`` hands a file its IR reader refuses to every other frontend in turn, and TensorFlow's
+    prints its parse errors (absl log lines) on stderr before the import's one error line."""
     import openvino as ov
 
-    bin_file = xml_file.with_suffix(".bin")
+    frontend = ov.frontend.FrontEndManager().load_by_framework("ir")
     try:
-        return ov.Core().read_model(str(xml_file), str(bin_file) if bin_file.is_file() else None)
+        supported = frontend.supported(str(xml_file))
+    except RuntimeError:  # a version that is no number: "stoll"
+        supported = False
+    if not supported:
+        raise PlacerError(f"OpenVINO cannot read IR {xml_file}: its IR reader does not take IR version "
+                          f"{ir_version!r}")
+    try:
+        return frontend.convert(frontend.load(str(xml_file)))
     except RuntimeError as exc:  # OpenVINO raises RuntimeError for every parse or validation failure
         lines = [line for line in str(exc).splitlines() if line.strip()]
         raise PlacerError(f"OpenVINO cannot read IR {xml_file}: {lines[-1] if lines else 'no detail'}") from None

@@ -16,8 +16,9 @@ What is comparable, and how closely:
   the export writes out what OpenVINO fuses (GELU: five ops, 1 FLOP an element each, against one Gelu;
   attention's scale on q and k against one per score) nor for recurrent ops (OpenVINO's bias is one vector);
 - parameters: the trainable weights of the torch and Keras steps, and with the float buffers the ONNX file's
-  initializers. OpenVINO's converter folds some weights (a batch norm into a scale and a shift) and adds
-  constants (zero initial states and biases, resize scales), so its count is not compared.
+  initializers, beside its Constant nodes (weights too: the scalars of a GELU, a resize's scales). OpenVINO's
+  converter folds some weights (a batch norm into a scale and a shift) and adds constants (zero initial
+  states and biases, resize scales), so its count is not compared.
 
 Weights are drawn at random, not left at their initial ones and zeros, which the exporters would merge or fold.
 """
@@ -289,16 +290,68 @@ def test_importers_agree__onnx_and_openvino_totals_where_they_spell_every_op_ali
     assert graphs["onnx"].total_flops == graphs["openvino"].total_flops
 
 
+def _constant_nodes(model_file: str) -> tuple[int, int]:
+    """(float scalars, bytes) of the tensors the ONNX file's Constant nodes hold (the exporter's: ``value``)."""
+    import onnx
+    from onnx import numpy_helper
+
+    arrays = [numpy_helper.to_array(node.attribute[0].t) for node in onnx.load(model_file).graph.node
+              if node.op_type == "Constant"]
+    return sum(a.size for a in arrays if a.dtype.kind == "f"), sum(a.nbytes for a in arrays)
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_importers_agree__parameters(imported, case):
     """The trainable weights in every training step; with the float buffers (batch norm's running
-    statistics), the ONNX initializers and their bytes."""
+    statistics), the ONNX initializers and their bytes, beside what its Constant nodes hold."""
     graphs, model = imported[case.name], case.model()
     weights = sum(p.numel() for p in model.parameters())
     float_buffers = sum(b.numel() for b in model.buffers() if b.is_floating_point())
+    constant_scalars, constant_bytes = _constant_nodes(graphs["onnx"].meta["model_file"])
     assert {name: graphs[name].num_params for name in graphs if name != "openvino"} == {
-        name: weights + (float_buffers if name == "onnx" else 0) for name in graphs if name != "openvino"}
-    assert graphs["onnx"].total_param_bytes == 4 * (weights + float_buffers)
+        name: weights + (float_buffers + constant_scalars if name == "onnx" else 0)
+        for name in graphs if name != "openvino"}
+    assert graphs["onnx"].total_param_bytes == 4 * (weights + float_buffers) + constant_bytes
     resident = graphs["torch"].out_bytes[graphs["torch"].op_kinds == "Variable"].sum()
     assert resident == 4 * (weights + float_buffers) + sum(b.numel() * b.element_size() for b in model.buffers()
                                                            if not b.is_floating_point())
+
+
+def _constant_weights_model(path) -> str:
+    """x [2, 16] -> MatMul w -> Add b -> Relu -> Reshape to shape, every weight a Constant node (as older
+    torch.onnx exports write them): w a ``value`` tensor, b ``value_floats``, shape ``value_ints``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(
+                 rng.uniform(0.5, 1.5, (16, 8)).astype(np.float32), "w_value"), name="w_const"),
+             helper.make_node("Constant", [], ["b"], value_floats=rng.uniform(0.5, 1.5, 8).tolist(), name="b_const"),
+             helper.make_node("Constant", [], ["shape"], value_ints=[2, 2, 4], name="shape_const"),
+             helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["a"], name="bias"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "shape"], ["y"], name="reshape")]
+    graph = helper.make_graph(nodes, "constants", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2, 4])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def test_importers_agree__an_onnx_constant_node_is_a_weight_as_the_irs_constant(tmp_path):
+    """OpenVINO reads a Constant node as its Constant, parameter bytes of its first reader; the ONNX importer
+    made it an op without parameters, so the two disagreed on one model (4 ops against 7, 0 parameters)."""
+    import openvino as ov
+
+    from graphs.inference.onnx_import import import_onnx
+    from graphs.inference.openvino_import import import_openvino_ir
+
+    onnx_path, xml_path = _constant_weights_model(tmp_path / "constants.onnx"), tmp_path / "constants.xml"
+    ov.save_model(ov.convert_model(onnx_path), str(xml_path), compress_to_fp16=False)
+    graphs = {"onnx": import_onnx(onnx_path), "openvino": import_openvino_ir(str(xml_path))}
+    columns = ("op_kinds", "flops", "bytes_accessed", "out_bytes", "param_bytes", "edge_src", "edge_dst", "edge_bytes")
+    for column in columns:
+        assert getattr(graphs["onnx"], column).tolist() == getattr(graphs["openvino"], column).tolist(), column
+    assert graphs["onnx"].op_kinds.tolist() == ["MatMul", "Add", "Relu", "Reshape"]
+    assert graphs["onnx"].param_bytes.tolist() == [16 * 8 * 4, 8 * 4, 0, 3 * 8]  # the shape's int64s too
+    assert graphs["onnx"].num_params == graphs["openvino"].num_params == 16 * 8 + 8  # float weights alone

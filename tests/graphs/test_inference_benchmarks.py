@@ -15,6 +15,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 BERT_BASE_PARAMS = 109_482_240  # embeddings 23,837,184 + 12 x 7,087,872 + pooler 590,592
 SMALL_BERT = dict(batch_size=1, seq_len=16, hidden=64, layers=2, heads=4, ffn=128, vocab=100, max_positions=32)
+SCALARS_PER_LAYER = 4  # float Constant nodes, weights as initializers are (graphs.inference.onnx_constants):
+# GELU's 1, sqrt(2) and 0.5, and the attention scores' divisor
 
 
 def _bert_params(hidden: int, layers: int, ffn: int, vocab: int, max_positions: int, **_) -> int:
@@ -74,7 +76,8 @@ def test_build_bert_base_infer__small_encoder_params_and_matmul_flops_exact():
 
     graph = build_bert_base_infer(**SMALL_BERT)
     assert (graph.name, graph.framework, graph.batch_size) == ("bert-base-infer", "onnx", 1)
-    assert graph.num_params == _bert_params(**SMALL_BERT)
+    assert graph.num_params == _bert_params(**SMALL_BERT) + SCALARS_PER_LAYER * SMALL_BERT["layers"]
+    assert "Constant" not in graph.op_kinds.tolist()  # its Constant nodes are weights, not ops
     dense = np.isin(graph.op_kinds, ["MatMul", "Gemm"])
     assert graph.flops[dense].sum() == _dense_flops(**SMALL_BERT)
     assert graph.meta["ops_without_flops"] == {} and set(graph.phases.tolist()) == {PHASE_CODE["forward"]}
@@ -148,8 +151,8 @@ def test_bert_base_infer__110m_params_and_dense_flops():
 
     graph = benchmark_graph("bert-base-infer")
     assert graph.num_params == pytest.approx(110e6, rel=0.05)
-    assert graph.num_params == BERT_BASE_PARAMS == _bert_params(hidden=768, layers=12, ffn=3072, vocab=30522,
-                                                                max_positions=512)
+    assert graph.num_params - SCALARS_PER_LAYER * 12 == BERT_BASE_PARAMS == _bert_params(
+        hidden=768, layers=12, ffn=3072, vocab=30522, max_positions=512)
     dense = np.isin(graph.op_kinds, ["MatMul", "Gemm"])
     assert graph.flops[dense].sum() == _dense_flops(seq_len=128, hidden=768, layers=12, heads=12, ffn=3072)
     assert _simulates(graph)

@@ -225,7 +225,8 @@ def test_sized_inputs__every_input_without_sizes_is_named_in_one_error():
     assert str(refused.value) == ("model m.onnx: input 'ids' has no size for axis 1 (shape [?, ?]); input 'img' has "
                                   "no size for axes 2, 3 (shape [?, 3, ?, ?]); give them with --input-shape ids=1,N "
                                   "--input-shape img=1,3,N,N")
-    with pytest.raises(PlacerError, match=r"input 'img' .* give it with --input-shape img=1,3,N,N$"):
+    with pytest.raises(PlacerError, match=r"input 'img' has no size for axes 0, 2, 3 .* give it with "
+                                          r"--input-shape img=N,3,N,N$"):  # ids' batch 2 is not img's 1
         sized_inputs("model m.onnx", inputs, {"ids": (2, 16)})
     assert sized_inputs("model m.onnx", inputs, {"ids": (2, 16), "img": (2, 3, 8, 8)}) == \
         {"ids": (2, 16), "img": (2, 3, 8, 8), "scale": (1,)}
@@ -278,3 +279,85 @@ def test_import_onnx__a_reshape_whose_target_is_computed_at_run_time_is_not_refu
     path = tmp_path / "computed.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     assert import_onnx(str(path), input_shapes={"x": (32, 4, 5)}).num_ops == 6
+
+
+def _onnx_two_branches(path, dims_a, dims_b) -> str:
+    """a, b (dims given) -> ma = a @ w, mb = b @ w (w 64x64) -> add: two inputs of one batch when the model
+    names their leading dims alike; y and yb out (an add alone would broadcast a b of batch 1)."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["ya"], name="ma"),
+             helper.make_node("MatMul", ["b", "w"], ["yb"], name="mb"),
+             helper.make_node("Add", ["ya", "yb"], ["y"], name="add")]
+    inputs = [value("a", TensorProto.FLOAT, dims_a), value("b", TensorProto.FLOAT, dims_b)]
+    outputs = [value("y", TensorProto.FLOAT, ["batch", 64]), value("yb", TensorProto.FLOAT, ["batch", 64])]
+    graph = helper.make_graph(nodes, "two", inputs, outputs,
+                              [numpy_helper.from_array(np.ones((64, 64), np.float32), "w")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return str(path)
+
+
+def _ir_two_branches(path) -> str:
+    """The IR twin of _onnx_two_branches: a, b [?, 64]; an IR names no dims."""
+    a, b = (ops.parameter(ov.PartialShape([-1, 64]), np.float32, name=name) for name in "ab")
+    weight = ops.constant(np.ones((64, 64), np.float32))
+    nodes = [ops.matmul(a, weight, False, False), ops.matmul(b, weight, False, False)]
+    for node, name in zip(nodes, ("ma", "mb")):
+        node.set_friendly_name(name)
+    total = ops.add(*nodes)
+    total.set_friendly_name("add")
+    ov.save_model(ov.Model([ops.result(total)], [a, b], "two"), str(path), compress_to_fp16=False)
+    return str(path)
+
+
+def _op_flops(graph, name: str) -> float:
+    return float(graph.flops[graph.op_names.tolist().index(name)])
+
+
+MATMUL_FLOPS_8 = 2 * 8 * 64 * 64  # a batch of 8 rows through the 64x64 weight
+
+
+def test_import_onnx__a_size_given_for_a_named_dim_sizes_every_input_that_names_it(tmp_path):
+    """a and b are both ["batch", 64]: a=8,64 sizes b at 8 too. b's branch was costed at batch 1 (1/8 of
+    its FLOPs), silently, and meta["input_shapes"] held a alone, so the measurer fed b at 1."""
+    path = _onnx_two_branches(tmp_path / "two.onnx", ["batch", 64], ["batch", 64])
+    graph = import_onnx(path, input_shapes={"a": (8, 64)})
+    assert (_op_flops(graph, "ma"), _op_flops(graph, "mb")) == (MATMUL_FLOPS_8, MATMUL_FLOPS_8)
+    assert graph.meta["input_shapes"] == {"a": [8, 64], "b": [8, 64]}
+    with pytest.raises(PlacerError, match=r"--input-shape gives dim 'batch' size 8 in 'a' and 4 in 'b', but the "
+                                          r"model names them one dim"):
+        import_onnx(path, input_shapes={"a": (8, 64), "b": (4, 64)})
+
+
+@pytest.mark.parametrize("importer", [import_onnx, import_openvino_ir])
+def test_import__with_sizes_given_a_leading_dim_no_name_ties_to_them_must_be_given_too(tmp_path, importer):
+    """An IR names no dims (nor does an ONNX input whose dim has no dim_param): a=8,64 left b [?, 64] at 1
+    beside it, silently. Now b is named in the error; given both, both are recorded."""
+    path = (_onnx_two_branches(tmp_path / "two.onnx", [None, 64], [None, 64]) if importer is import_onnx
+            else _ir_two_branches(tmp_path / "two.xml"))
+    with pytest.raises(PlacerError, match=r"input 'b' has no size for axis 0 \(shape \[\?, 64\]\) \(sizes are given "
+                                          r"for other inputs, and no dim name ties its leading dim to theirs\); give "
+                                          r"it with --input-shape b=N,64$"):
+        importer(path, input_shapes={"a": (8, 64)})
+    graph = importer(path, input_shapes={"a": (8, 64), "b": (8, 64)})
+    assert (_op_flops(graph, "ma"), _op_flops(graph, "mb")) == (MATMUL_FLOPS_8, MATMUL_FLOPS_8)
+    assert graph.meta["input_shapes"] == {"a": [8, 64], "b": [8, 64]}
+    assert "input_shapes" not in importer(path).meta  # nothing given: every batch 1, as before
+
+
+def test_sized_inputs__a_named_dim_carries_past_the_leading_axis_and_static_inputs_are_recorded():
+    """A BERT export's input_ids and attention_mask share ["batch", "seq"]: giving one sizes both."""
+    inputs = {"ids": (None, None), "mask": (None, None), "scale": (1,)}
+    names = {"ids": ("batch", "seq"), "mask": ("batch", "seq"), "scale": (None,)}
+    assert sized_inputs("model m.onnx", inputs, {"ids": (2, 16)}, names) == \
+        {"ids": (2, 16), "mask": (2, 16), "scale": (1,)}
+
+
+def test_openvino_measurer__feeds_every_input_at_the_sizes_carried_to_it(tmp_path):
+    from measurers.openvino.devices import openvino_machine
+    from measurers.openvino.measurer import OpenVinoMeasurer
+
+    graph = import_onnx(_onnx_two_branches(tmp_path / "two.onnx", ["batch", 64], ["batch", 64]),
+                        input_shapes={"a": (8, 64)})
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=1, warmup=0)
+    outputs = measurer.infer_once(np.zeros(graph.num_ops, dtype=np.int64))
+    assert [output.shape for output in outputs] == [(8, 64), (8, 64)]  # yb was (1, 64): b fed at batch 1

@@ -654,7 +654,8 @@ def test_import_onnx__loops_nest(tmp_path):
         [value("cond_next", TensorProto.BOOL, []), value("h_next", TensorProto.FLOAT, [2, 4])])
     graph = import_onnx(_loop_model(tmp_path, outer_body))
     assert graph.flops.tolist() == [5 * 3 * BODY_FLOPS]
-    assert graph.param_bytes.tolist() == [8 + 16 * F32 + 4 * F32]  # M, W, the inner body's b (once); N is an op's
+    # M, N (a Constant, a weight as an initializer: graphs.inference.onnx_constants), W, the inner body's b (once)
+    assert graph.param_bytes.tolist() == [8 + 8 + 16 * F32 + 4 * F32]
     assert graph.num_params == 16 + 4
 
 
@@ -993,3 +994,32 @@ def test_import_onnx__a_sequence_a_loop_appends_to_is_sized_by_its_trip_count_an
     assert written["at"] == 3 * 8 * F32
     assert _by_name(graph, graph.flops)["loop"] == 5 * 3 * 8  # five Relu of (3, 8)
     assert graph.meta["unsized_tensors_by_op"] == {"Loop": 1, "SequenceEmpty": 1, "SequenceInsert": 1}  # sequences
+
+
+def test_import_onnx__constant_nodes_of_every_attribute_are_weights_of_their_readers_not_ops(tmp_path):
+    """value_floats, value_float and value_ints Constants, as an initializer each: no op, its bytes read by each
+    reader and owned by the first, its floats in num_params; an unnamed op keeps its index among all nodes."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("Constant", [], ["bias"], value_floats=[1.0, 2.0, 3.0]),
+             helper.make_node("Constant", [], ["scale"], value_float=0.5),
+             helper.make_node("Constant", [], ["target"], value_ints=[3, 2]),
+             helper.make_node("Add", ["x", "bias"], ["a"], name="add"),
+             helper.make_node("Mul", ["a", "scale"], ["m"]),
+             helper.make_node("Add", ["m", "bias"], ["b"], name="again"),
+             helper.make_node("Reshape", ["b", "target"], ["y"], name="reshape")]
+    graph = import_onnx(_save(tmp_path, nodes, [value("x", TensorProto.FLOAT, [2, 3])],
+                              [value("y", TensorProto.FLOAT, [3, 2])]))
+    assert graph.op_names.tolist() == ["add", "Mul_4", "again", "reshape"]
+    assert graph.param_bytes.tolist() == [3 * F32, F32, 0, 2 * 8]  # bias owned by its first reader
+    assert graph.bytes_accessed.tolist() == [(6 + 3 + 6) * F32, (6 + 1 + 6) * F32, (6 + 3 + 6) * F32,
+                                             (6 + 6) * F32 + 2 * 8]
+    assert list(zip(graph.edge_src.tolist(), graph.edge_dst.tolist())) == [(0, 1), (1, 2), (2, 3)]
+    assert graph.num_params == 3 + 1
+
+
+def test_import_onnx__a_model_of_constants_alone_is_refused(tmp_path):
+    value = helper.make_tensor_value_info
+    path = _save(tmp_path, [helper.make_node("Constant", [], ["y"], value_float=1.0)], [],
+                 [value("y", TensorProto.FLOAT, [])])
+    with pytest.raises(PlacerError, match=r"small.onnx has no nodes but Constants$"):
+        import_onnx(path)

@@ -114,6 +114,31 @@ def test_import_openvino_ir__damaged_files_are_placer_errors_naming_the_file(tmp
         import_openvino_ir(str(tmp_path / "folder.xml"))
 
 
+@pytest.mark.parametrize("net, error", [
+    ("<net>", "OpenVINO IR {xml}: its <net> has no version attribute, which the IR reader needs"),
+    ('<net version="99">', "OpenVINO cannot read IR {xml}: its IR reader does not take IR version '99'"),
+])
+def test_cli_graphs_import_openvino__an_ir_its_reader_refuses_is_one_error_line_and_no_other_readers_logs(
+        tmp_path, hand_ir, net, error):
+    """An IR with layers whose <net> the IR reader refuses was handed to OpenVINO's other frontends in turn:
+    TensorFlow's printed absl "text_format.cc" lines on stderr before the error line."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    xml, out = tmp_path / "damaged.xml", tmp_path / "damaged.parquet"
+    xml.write_text(re.sub(r"<net [^>]*>", net, hand_ir.read_text(), count=1))
+    xml.with_suffix(".bin").write_bytes(hand_ir.with_suffix(".bin").read_bytes())
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "graphs", "import", "--openvino", str(xml), "-o",
+                           str(out)], cwd=Path(__file__).parents[2], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert (done.returncode, done.stderr) == (2, f"placer: error: {error.format(xml=xml)}\n")
+    assert not out.exists()
+
+
 def test_import_openvino_ir__short_weights_file_is_a_placer_error(tmp_path, hand_ir):
     xml = tmp_path / "short.xml"
     xml.write_bytes(hand_ir.read_bytes())

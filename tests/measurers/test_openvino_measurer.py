@@ -356,3 +356,32 @@ def test_onnx_identity_and_dropout__have_no_openvino_node_and_take_0_s_but_anoth
     not_elided = replace(graph, op_kinds=np.array(["MatMul", "Neg", "Dropout", "Relu"], object))
     with pytest.raises(PlacerError, match="1 ops are not nodes of the model, e.g. 'same'"):
         match_ops(measurer.model, not_elided, str(path), onnx_tensor_ops(graph, str(path)))
+
+
+def test_onnx_constant_nodes__are_no_ops_and_their_openvino_constants_follow_their_readers(tmp_path, two_core):
+    """Weights written as Constant nodes are weights of the ONNX graph, not ops (graphs.inference.onnx_constants):
+    the graph's op i is the file's non-Constant node i, and OpenVINO's Constant of each lives with its
+    reader."""
+    from onnx import helper, numpy_helper
+
+    from graphs.inference.onnx_import import import_onnx
+
+    rng = np.random.default_rng(0)
+    constants = {"W": rng.standard_normal((4, 6)).astype(np.float32),
+                 "M": rng.standard_normal((6, 3)).astype(np.float32)}
+    nodes = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(array, f"{name}_value"),
+                              name=f"{name}_const") for name, array in constants.items()]
+    nodes += [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm1"),
+              helper.make_node("Relu", ["a"], ["r"], name="relu"),
+              helper.make_node("MatMul", ["r", "M"], ["y"], name="mm2")]
+    graph = import_onnx(str(save_onnx(tmp_path / "constants.onnx", nodes, {}, [2, 4], [2, 3])))
+    assert graph.op_names.tolist() == ["mm1", "relu", "mm2"]
+    measurer = OpenVinoMeasurer(graph, machine_of(["cpu", "cpu"]), runs=1, warmup=0, core=two_core,
+                                ov_devices=["CPU", "CPUB"])
+    split = np.array([0, 0, 1])
+    devices = node_devices(measurer.model, measurer.matched, split, ["CPU", "CPUB"])
+    readers = {node.get_name(): [target.get_node().get_name() for target in node.output(0).get_target_inputs()]
+               for node in measurer.model.get_ordered_ops() if node.get_type_name() == "Constant"}
+    assert len(readers) == 2 and all(devices[name] == devices[reader[0]] for name, reader in readers.items())
+    np.testing.assert_allclose(measurer.infer_once(split)[0], measurer.infer_once(np.zeros(3, np.int64))[0],
+                               rtol=1e-5, atol=1e-5)
