@@ -59,12 +59,19 @@ class MTopoPolicy:
     def place(self, problem, measurer, budget, seed, on_measurement=None):
         check_budget(budget)
         clock = DecisionClock()
-        fill = m_topo_fill(problem, self.memory_model)
-        op_placement = problem.expand(fill.units)
-        placed, fit_note = fit_in_memory(problem, op_placement, fill.unit_bytes, fill.devices)
-        units = fill.units if placed is op_placement else problem.collapse(placed)  # moved to fit the memory
+        units, placed, notes = fitted_m_topo(problem, self.memory_model)
         return finish(self.name, problem, units, clock, measurer, on_measurement, op_placement=placed,
-                      notes=joined_notes(fill.note, fit_note))
+                      notes=notes)
+
+
+def fitted_m_topo(problem: PlacementProblem, memory_model: str = "auto") -> tuple[np.ndarray, np.ndarray, str]:
+    """m-TOPO's fill, repaired where the simulator's memory model says it overflows (its even shares come from
+    an estimate: ``fit_in_memory``): the (U,) unit placement, the (N,) op placement and the notes."""
+    fill = m_topo_fill(problem, memory_model)
+    op_placement = problem.expand(fill.units)
+    placed, fit_note = fit_in_memory(problem, op_placement, fill.unit_bytes, fill.devices)
+    units = fill.units if placed is op_placement else problem.collapse(placed)  # moved to fit the memory
+    return units, placed, joined_notes(fill.note, fit_note)
 
 
 def m_topo_devices(problem: PlacementProblem) -> list[int]:

@@ -8,13 +8,19 @@
 - ``annealing``: simulated annealing / Metropolis MCMC as in FlexFlow's search (Jia et al. 2019). A batch of
   chains starts from the best of the best single GPU, m-TOPO's fill and any warm start; each step moves one
   random unit to another allowed device and accepts with probability min(1, exp(-(log c' - log c) / T)), T
-  falling geometrically; at each quarter of the budget the chains restart from the best placement found.
+  falling geometrically over a schedule of budget / chains steps, at each quarter of which the chains restart
+  from the best placement found (a placement already measured costs nothing, so the schedule can end before
+  the budget does: T then stays at its end). Once ``STALL_ROUNDS`` steps in a row propose nothing new (every
+  move around the best was measured), the chains are kicked: each restarts ``KICK_MOVES`` random moves away
+  from the best (an iterated local search). It used to stop there and call that converged, with up to 39%
+  of the budget unspent (BENCHMARKS.md, "Annealing spends its whole budget").
 
 All three measure whole batches through ``measurer.measure`` (so a pool can serve them in parallel), never
 spend more than ``budget`` measurements, take a seed, and call ``on_measurement(placement, measurement)``
 for every measurement. Given a ``context`` (policies.base.RunContext), they stop between batches when its
 time limit passes or its ``should_stop`` says so, as the learners do. A placement already measured is not
-measured again (its cost is remembered), so a converged search may stop before the budget is spent. Failed
+measured again (its cost is remembered), so a converged search may stop before the budget is spent (random
+and cem after ``STALL_ROUNDS`` batches with nothing new; annealing only when a kick finds nothing new). Failed
 placements cost ``FAILED_COST_S`` plus their memory overflow, so the searches walk out of out-of-memory
 regions.
 """
@@ -32,7 +38,9 @@ from policies.base import BudgetedMeasurer, DecisionClock, RunContext, check_bud
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
-STALL_ROUNDS = 50  # rounds in a row that find no new placement before a search gives up early
+STALL_ROUNDS = 50  # rounds in a row that find no new placement before a search gives up early (annealing: kicks)
+KICK_MOVES = 4  # random moves of a kicked annealing chain away from the best placement
+KICK_ROUNDS = 10  # stalled steps before a kick (50, the stop of the other searches, measured worse: BENCHMARKS.md)
 
 
 class MemoMeasurer:
@@ -206,27 +214,39 @@ class AnnealingPolicy:
                 if step % max(1, steps // 4) == 0 and counter.best_placement is not None:
                     chains[:] = problem.collapse(counter.best_placement)
                     energy[:] = np.log(counter.best_cost_s)
+                if memo.stalled >= KICK_ROUNDS and counter.left > 0 and counter.best_placement is not None:
+                    chains[:] = self._kicked(problem, counter.best_placement, len(chains), movable, rng)
+                    energy[:] = np.log(memo.evaluate(chains))  # nothing new even here: the memo stops the search
         # with no unit to move, the start is every placement there is: nothing new to find
         stop_reason = memo.stop_reason if len(movable) or counter.left <= 0 else "converged"
         return search_result(self.name, problem, counter, notes=f"{step} annealing steps", stop_reason=stop_reason)
 
     @staticmethod
     def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float]:
-        """The best of the best single GPU, Baechi's m-TOPO fill (which fits in memory where the single
-        GPU does not: chains that start out of memory rarely find a fitting placement in time) and the
-        ``warm_start`` op placements collapsed onto the units, checked, repaired and deduplicated as the
-        learners' are (policies.rl.warm_start)."""
-        from policies.baechi import m_topo_fill
+        """The best of the ``warm_start`` op placements collapsed onto the units (checked, repaired and
+        deduplicated as the learners' are: policies.rl.warm_start), the best single GPU and Baechi's m-TOPO
+        fill repaired to fit as the m-topo policy's is (it fits in memory where the single GPU does not:
+        chains that start out of memory rarely find a fitting placement in time), measured in that order
+        while the budget lasts."""
+        from policies.baechi import fitted_m_topo
         from policies.rl.warm_start import check_warm_start, distinct_unit_placements
 
         single = single_device_units(problem, best_single_device(problem, "gpu" if problem.gpu_indices() else None))
         given = warm_start is not None and len(warm_start) > 0  # a (B, N) array as well as a list
         warm = distinct_unit_placements(problem, check_warm_start(problem, warm_start))[0] if given else []
-        starts = np.stack([single, m_topo_fill(problem).units, *warm])  # (S, U)
+        starts = np.stack([*warm, single, fitted_m_topo(problem)[0]])  # (S, U): the caller's first, as budgets cut
         starts = starts[: max(1, min(len(starts), int(budget)))]
         costs = np.asarray(memo.evaluate(starts))
         best = int(np.argmin(costs))
         return starts[best].copy(), float(costs[best])
+
+    @classmethod
+    def _kicked(cls, problem, best_placement, count: int, movable, rng) -> np.ndarray:
+        """(count, U) chains, each ``KICK_MOVES`` random moves away from the best (N,) op placement."""
+        chains = np.repeat(problem.collapse(best_placement)[None, :], count, axis=0)
+        for _ in range(KICK_MOVES):
+            chains = cls._propose(problem, chains, movable, rng)
+        return chains
 
     @staticmethod
     def _propose(problem, chains, movable, rng) -> np.ndarray:

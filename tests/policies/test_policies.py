@@ -420,3 +420,51 @@ def test_memory_heuristics__an_op_no_device_may_run_is_the_clear_error(name):
     machine = with_gpu_memory(load_machine("paper-2gpu").without_devices(["cpu:0"]), 10**6)
     with pytest.raises(PlacerError, match="has no device on machine"):
         place(name, make_problem(graph, machine), SimulatorMeasurer(graph, machine), 1, 0)
+
+
+def test_annealing__a_stalled_run_kicks_its_chains_and_spends_its_whole_budget():
+    """Annealing stopped after 50 steps that proposed nothing new and called it converged: here with 141 of
+    300 measurements spent, on the benchmark rows with up to 39% of 2,048 (BENCHMARKS.md, "Annealing spends
+    its whole budget"). Its chains now restart a few random moves away from the best instead."""
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    graph, machine = synthetic_graph(300, seed=1), load_machine("paper-2gpu")
+    result = place("annealing", make_problem(graph, machine, max_groups=10), SimulatorMeasurer(graph, machine),
+                   300, 0)
+    assert result.measurements == 300 and result.stop_reason == "budget"
+
+
+def test_annealing__starts_from_m_topo_repaired_to_fit_where_one_gpu_overflows():
+    """Its m-TOPO start skipped the memory repair the m-topo policy makes (m-TOPO's even shares come from an
+    estimate), so with GPUs of 0.4x the one-device peak both of its starts overflowed and the chains walked
+    among out-of-memory placements, where cem and random search found ones that fit."""
+    from graphs.registry import load_graph
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    graph = load_graph("rnnlm")
+    peak_bytes = make_problem(graph, load_machine("paper-4gpu")).single_device_peak_bytes
+    machine = with_gpu_memory(load_machine("paper-4gpu"), 0.4 * peak_bytes)
+    statuses = []
+    result = place("annealing", make_problem(graph, machine, max_groups=32), SimulatorMeasurer(graph, machine), 2,
+                   0, lambda _p, m: statuses.append(m.status))
+    assert statuses == ["oom", "ok"] and result.best.ok  # one GPU, then m-TOPO's fill repaired
+
+
+def test_annealing__measures_a_warm_start_first_so_a_budget_of_one_keeps_it():
+    """The caller's candidates came after annealing's own two starts and were cut off by a budget below 3, as
+    `--remove-device` can leave one: the search went on from one GPU instead of the best placement so far."""
+    from graphs.registry import load_graph
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.problem import make_problem
+    from policies.registry import place
+
+    graph, machine = load_graph("nmt-2"), load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=8)
+    measurer = SimulatorMeasurer(graph, machine)
+    expert = place("expert", problem, measurer, 1, 0).op_placement
+    result = place("annealing", problem, measurer, 1, 0, warm_start=[expert])
+    assert np.array_equal(result.op_placement, problem.expand(problem.collapse(expert)))
