@@ -6,7 +6,8 @@ and then ``runs`` times with each op timed on its own, and the median per op is 
 
 - torch: each replayed aten call bracketed by device synchronization (`PlacedReplay.run`), less the
   bracket's own time (``empty_bracket_s``);
-- tf: TensorFlow's own per-node times from the run metadata (step stats). TensorFlow inlines function calls
+- tf: TensorFlow's own per-node times from the run metadata (step stats; a GPU node's, its kernels' times:
+  ``run_node_times_s``). TensorFlow inlines function calls
   (their ops run under the importer's names) except those it must not (``_noinline``, ``jit_compile``): it
   names their ops in the stats only within the function (``Relu``), and an op is timed when that name fits
   no other op; the rest are left out and listed in the profile's ``untimed`` (`graph_def.attribute_runs`);
@@ -19,6 +20,7 @@ The result is an `OpProfile` (op name, device model, seconds) that the simulator
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -95,12 +97,12 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
             per_node: dict[str, list[float]] = {}
             missed: set[str] = set()
             for _ in range(runs):
-                stats = [node for dev in session.step(trace=True).step_stats.dev_stats for node in dev.node_stats]
-                nodes, not_told = traced.nodes_of_runs(node.node_name for node in stats)
+                times = run_node_times_s(session.step(trace=True).step_stats)
+                nodes, not_told = traced.nodes_of_runs(times)
                 missed |= not_told
-                for node in stats:
-                    if node.node_name in nodes:
-                        per_node.setdefault(nodes[node.node_name], []).append(_node_time_s(node))
+                for name, seconds in times.items():
+                    if name in nodes:
+                        per_node.setdefault(nodes[name], []).append(seconds)
         for op, node in enumerate(traced.node_of_op):
             if effective[op] != d or graph.op_kinds[op] in ("Variable", "Input"):
                 continue
@@ -109,6 +111,31 @@ def profile_tf(graph: OpGraph, machine: Machine, runs: int = 3, warmup: int = 1,
             elif node in missed:
                 untimed.add(op)
     return _op_profile(graph, machine, timed, untimed)
+
+
+KERNELS_OF_A_GPU = re.compile(r"/device:GPU:\d+/stream:all$")  # the GPU tracer's kernels, every stream
+EXECUTOR_DEVICE = re.compile(r"device:[A-Z_]+:\d+$")  # the executor's own record of a device's nodes
+
+
+def run_node_times_s(step_stats) -> dict[str, float]:
+    """Each node's seconds in one traced run, by its step-stats name. The executor's record of a GPU node
+    ends when its kernels are queued, not run: a GPU node's time is the sum of its kernels' in the tracer's
+    ``/device:GPU:k/stream:all`` record (named ``op_name:op_type``: TensorFlow's xplane_to_step_stats.cc),
+    the executor's only for a node that launched none. A node run more than once (a loop's body) sums."""
+    executor: dict[str, float] = {}
+    kernels: dict[str, float] = {}
+    for device in step_stats.dev_stats:
+        if KERNELS_OF_A_GPU.search(device.device):
+            _add_times(kernels, device.node_stats, lambda name: name.rsplit(":", 1)[0])
+        elif EXECUTOR_DEVICE.search(device.device):  # not a tracer's per-stream, memcpy or sync record
+            _add_times(executor, device.node_stats, lambda name: name)
+    return {**executor, **kernels}
+
+
+def _add_times(times: dict[str, float], node_stats, name_of) -> None:
+    for node in node_stats:
+        name = name_of(node.node_name)
+        times[name] = times.get(name, 0.0) + _node_time_s(node)
 
 
 def _node_time_s(node) -> float:

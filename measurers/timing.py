@@ -4,7 +4,9 @@
 timed sample bracketed by ``sync()`` (device synchronization, so queued GPU work is counted) and read from
 ``clock`` (a stub in tests). A measurement that has spent more than ``timeout_s`` in total stops after
 the run in progress and reports ``timeout`` (even when that was the last run) (a run cannot be interrupted from inside; the measurer pool
-kills an actor that hangs).
+kills an actor that hangs). "In total" counts from ``began`` (the ``clock`` reading when the measurement
+started), so its set-up (a Session built, leaves copied to their devices) counts as the pool counts it: the
+pool calls ``timeout`` any placement whose whole ``measure_s`` is past the limit.
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ class Timing:
 
 
 def time_runs(run_once: Callable[[], object], settings: TimingSettings, sync: Callable[[], None] = lambda: None,
-              clock: Callable[[], float] = time.perf_counter) -> Timing:
-    began = clock()
+              clock: Callable[[], float] = time.perf_counter, began: float | None = None) -> Timing:
+    """The runs of one measurement; ``began``: its start by ``clock`` (default: now, set-up not counted)."""
+    began = clock() if began is None else began
     samples: list[float] = []
     for index in range(settings.warmup + settings.runs):
         sync()

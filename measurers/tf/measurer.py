@@ -4,17 +4,19 @@ The step is re-traced (`measurers.tf.workload`) and checked op for op against th
 every index). Per placement, the GraphDef of the step is rewritten: every node gets its op's device (so
 loss and optimizer ops are placed too, which ``with tf.device`` scopes miss), the nodes inside its library
 functions as well (a ``cond``'s branches: a mixed-precision step's optimizer update; `measurers.tf.graph_def`
-names them as the importer does); nodes the graph does not
-name (constants, identities) follow their first input; each captured variable becomes a ``VarHandleOp`` on
-its Variable op's device, initialized from the eager value. Grappler and constant folding are off, so the
-nodes that run are the nodes placed; function calls are inlined (the Session's own inlining, as a
-``tf.function`` runs them; grappler's was off with it), so a call's ops run as the importer names them.
-``run_metadata`` returns TensorFlow's own record of where each node ran (step stats). An op that takes a
-variable's resource runs where that variable lives (TensorFlow's placer insists;
-``TracedStep.effective_placement``). Timing, statuses and the timeout follow
-`measurers.timing`; ``ResourceExhaustedError`` is ``oom``. A GPU's ``peak_bytes`` is its allocator's peak
-over the placement's runs (TensorFlow's ``get_memory_info``: a Session in this process shares the eager
-context's allocator per GPU); a CPU's is 0, not measured, as in the torch measurer.
+names them as the importer does); nodes the graph does not name (constants, identities) follow their first
+input, or, with no placed input, their first consumer; each captured variable becomes a ``VarHandleOp`` on
+its Variable op's device (an optimizer's slot, which has none: its parameter's), initialized from the eager
+value; colocation hints (``_class``) are dropped (TensorFlow ran a group that a placement parts on device
+0). Grappler and constant folding are off, so the nodes that run are the nodes placed; function calls are
+inlined (the Session's own inlining, as a ``tf.function`` runs them; grappler's was off with it), so a
+call's ops run as the importer names them. ``run_metadata`` returns TensorFlow's own record of where each
+node ran (step stats). An op that takes a variable's resource (a slot's too) runs where that variable lives
+(TensorFlow's placer insists; ``TracedStep.effective_placement``). Timing, statuses and the timeout follow
+`measurers.timing`; ``ResourceExhaustedError`` is ``oom``, and so are allocation failures of other types
+(``out_of_memory``). A GPU's ``peak_bytes`` is its allocator's peak over the placement's runs (TensorFlow's
+``get_memory_info``: a Session in this process shares the eager context's allocator per GPU); a CPU's is 0,
+not measured, as in the torch measurer.
 """
 
 from __future__ import annotations
@@ -142,7 +144,7 @@ class TFMeasurer:
     def _measure_one(self, placement) -> Measurement:
         import tensorflow as tf
 
-        began = time.perf_counter()
+        began, clock_began = time.perf_counter(), self.clock()  # set-up counts toward the timeout, as in the pool
         zeros = (0,) * self.machine.num_devices
         try:
             placement = check_placement(self.graph, self.machine, placement)
@@ -153,13 +155,12 @@ class TFMeasurer:
             effective = traced.effective_placement(placement)
             with PlacedSession(traced, [self.devices[d] for d in effective.tolist()], self.devices) as run:
                 reset_gpu_peaks(self.devices)  # after the Session's start: its variables count, an older step's not
-                timing = time_runs(run.step, self.settings, clock=self.clock)
+                timing = time_runs(run.step, self.settings, clock=self.clock, began=clock_began)
                 peaks = gpu_peak_bytes(self.devices)
             return timing.measurement(self.settings, peaks, began)
-        except tf.errors.ResourceExhaustedError as exc:
-            return failed_measurement("oom", self._peaks_after_failure(), began,
-                                      (exc.message.splitlines() or ["ResourceExhaustedError"])[0])
         except Exception as exc:  # noqa: BLE001  any failure of the step is a status
+            if out_of_memory(exc):
+                return failed_measurement("oom", self._peaks_after_failure(), began, _first_line(exc))
             return failed_measurement("error", self._peaks_after_failure(), began, f"{type(exc).__name__}: {exc}")
 
     def _peaks_after_failure(self) -> tuple[int, ...]:
@@ -168,6 +169,31 @@ class TFMeasurer:
             return gpu_peak_bytes(self.devices)
         except Exception:  # noqa: BLE001  a failure's report must not fail
             return (0,) * self.machine.num_devices
+
+
+OOM_MESSAGE = "OOM when allocating"  # TensorFlow's allocators' words, whatever error type carries them
+COPY_ALLOCATION_FAILURE = "Dst tensor is not initialized"  # an InternalError: a copy's GPU buffer not allocated
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """The step ran out of memory: a ResourceExhaustedError, or an allocation failure TensorFlow reports as
+    another type (a GPU copy's destination it could not allocate, an OOM inside a function's error), which
+    was ``error`` as if the step had crashed. cuDNN's "Failed to get convolution algorithm" stays ``error``:
+    it also means a broken cuDNN install, and TensorFlow's message does not say memory ran out."""
+    import tensorflow as tf
+
+    if isinstance(exc, tf.errors.ResourceExhaustedError):
+        return True
+    text = _message(exc)
+    return OOM_MESSAGE in text or (isinstance(exc, tf.errors.InternalError) and COPY_ALLOCATION_FAILURE in text)
+
+
+def _message(exc: BaseException) -> str:
+    return getattr(exc, "message", None) or str(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (_message(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class PlacedSession:
@@ -250,6 +276,7 @@ def placed_graph_def(traced: TracedStep, op_devices: list[str]):
 
     graph_def = traced.concrete.graph.as_graph_def()
     device_of = {node: op_devices[i] for i, node in enumerate(traced.node_of_op)}
+    device_of.update({node: op_devices[op] for node, op in traced.slot_owner.items()})  # beside its parameter
     captured_values = {internal.op.name: external for external, internal in traced.concrete.graph.captures}
     init = {}
     for node in graph_def.node:
@@ -266,7 +293,18 @@ def placed_graph_def(traced: TracedStep, op_devices: list[str]):
             node.attr["dtype"].type = dtype
             node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value.numpy()))
     _set_devices(graph_def, device_of)
+    _drop_colocation_hints(graph_def)
     return graph_def, init
+
+
+def _drop_colocation_hints(graph_def) -> None:
+    """Clear every node's ``_class`` (``loc:@other``: run beside ``other``, a gradient beside its forward op):
+    where a placement puts the two apart TensorFlow's placer ran both on device 0. A resource's readers and
+    writers stay with it without the hint (its placer's own rule; ``TracedStep.effective_placement``)."""
+    functions = graph_def.library.function
+    for node in [*graph_def.node, *(node for function in functions for node in function.node_def)]:
+        if "_class" in node.attr:
+            del node.attr["_class"]
 
 
 def _to_var_handle(node, variable) -> None:
@@ -280,9 +318,19 @@ def _to_var_handle(node, variable) -> None:
 
 
 def _set_devices(graph_def, device_of: dict) -> None:
-    """Named nodes get their op's device; the others their first placed input's, in dependency order. Nodes
+    """Named nodes get their op's device; the others their first placed input's, in dependency order, and a
+    node with none (a constant such as ``ones``, the gradient's seed, a folded ``Shape``) its first placed
+    consumer's: left empty, TensorFlow put it on device 0, where the placement may run nothing. Nodes
     inside library functions (control flow, calls) too, by the importer's flattened names."""
     nodes = {found.name: found for found in step_nodes(graph_def)}
+    resolved = _devices_from_inputs(nodes, device_of)
+    _devices_from_consumers(nodes, resolved)
+    for name, found in nodes.items():
+        found.node.device = resolved[name]
+
+
+def _devices_from_inputs(nodes: dict, device_of: dict) -> dict[str, str]:
+    """Each node's device: its op's, else its first input's that has one ("" where none has)."""
     resolved: dict[str, str] = {}
 
     def device(name: str, depth: int = 0) -> str:
@@ -300,8 +348,30 @@ def _set_devices(graph_def, device_of: dict) -> None:
                     break
         return resolved[name]
 
+    for name in nodes:
+        device(name)
+    return resolved
+
+
+def _devices_from_consumers(nodes: dict, resolved: dict[str, str]) -> None:
+    """A node still without a device takes its first consumer's (that consumer's own from its consumers, if
+    it has none either), so a constant runs beside what reads it."""
+    consumers: dict[str, list[str]] = {}
     for name, found in nodes.items():
-        found.node.device = device(name)
+        for source in dict.fromkeys(found.data_sources + found.control_sources):
+            consumers.setdefault(source, []).append(name)
+    visiting: set[str] = set()
+
+    def device(name: str, depth: int = 0) -> str:
+        if resolved.get(name) or name in visiting or depth >= 200:
+            return resolved.get(name, "")
+        visiting.add(name)
+        resolved[name] = next((found for found in (device(c, depth + 1) for c in consumers.get(name, ())) if found),
+                              "")
+        return resolved[name]
+
+    for name in nodes:
+        device(name)
 
 
 def _device_of(graph_def, name: str) -> str:

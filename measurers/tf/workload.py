@@ -36,6 +36,7 @@ class TracedStep:
     args: list  # numpy values of the step's arguments (inputs, targets), seeded
     variables: dict  # captured placeholder node name -> tf.Variable
     resource_of: dict  # graph op -> the Variable op whose resource it takes as an input
+    slot_owner: dict  # captured variable node with no graph op (an optimizer slot) -> its parameter's Variable op
     lowered: dict  # graph_def.lowered_names of the step: how TensorFlow names its control flow's functions
     calls: frozenset[str] = frozenset()  # graph_def.call_names of the step: its function calls' nodes
 
@@ -83,14 +84,21 @@ def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
 
 
 def trace_step(workload: TFWorkload, seed: int = 0) -> TracedStep:
-    """A fresh Keras session, the seed set, the workload built, its step traced (``trace_model_step``)."""
+    """A fresh Keras session, the seed set, the workload built, its step traced (``trace_model_step``), on
+    the CPU: the eager model and optimizer variables live as long as the measurer's traced step (they hold
+    its initial values), and with no device scope they sat on GPU:0 and counted in every placement's peak."""
     import keras
+    import tensorflow as tf
 
     keras.backend.clear_session()
     keras.utils.set_random_seed(seed)
-    result = workload.build()
-    model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
-    return trace_model_step(model, inputs, targets, loss, seed)
+    with tf.device(TRACE_DEVICE):
+        result = workload.build()
+        model, inputs, targets, loss = (*result, None) if len(result) == 3 else result
+        return trace_model_step(model, inputs, targets, loss, seed)
+
+
+TRACE_DEVICE = "/device:CPU:0"  # where trace_step's eager variables live (a placement sets every node's own)
 
 
 def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: list | None = None) -> TracedStep:
@@ -120,20 +128,43 @@ def trace_model_step(model, inputs, targets, loss=None, seed: int = 0, args: lis
                 if id(external) in handles}
     node_of_op = [renamed[name] for name in graph.op_names]
     nodes = step_nodes(concrete.graph.as_graph_def())
-    return TracedStep(concrete, graph, node_of_op, args, captured, _resource_consumers(nodes, node_of_op, captured),
-                      lowered_names(nodes), call_names(nodes))
+    slots = slot_owners(nodes, node_of_op, captured, graph)
+    return TracedStep(concrete, graph, node_of_op, args, captured,
+                      _resource_consumers(nodes, node_of_op, captured, slots), slots, lowered_names(nodes),
+                      call_names(nodes))
 
 
-def _resource_consumers(nodes: list, node_of_op: list[str], captured: dict) -> dict[int, int]:
-    """Graph op -> the Variable op whose resource is its first resource input (inside a function: the
-    argument the caller passes it), for the ops that take one; ``nodes``: the step's ``step_nodes``."""
+def slot_owners(nodes: list, node_of_op: list[str], captured: dict, graph: OpGraph) -> dict[str, int]:
+    """Captured variable node with no graph op -> the Variable op the importer merged it into. An optimizer's
+    slot (Adam's momentum, velocity) has no op of its own: the ops that take its resource are colocated with
+    its parameter's Variable op, the one Variable op of their colocation group. Left without a device, the
+    slot sat beside its first reader and TensorFlow ran its writers there, not where the placement said."""
     op_of_node = {node: i for i, node in enumerate(node_of_op)}
+    variables_of_group: dict[int, list[int]] = {}
+    for op in np.flatnonzero(graph.op_kinds == "Variable").tolist():
+        variables_of_group.setdefault(int(graph.colocation[op]), []).append(op)
+    candidates: dict[str, set[int]] = {}  # slot -> the Variable ops colocated with every op taking it
+    for found in nodes:
+        op = op_of_node.get(found.name)
+        group = set(variables_of_group.get(int(graph.colocation[op]), ())) if op is not None else set()
+        for source in found.data_sources:
+            if group and source in captured and source not in op_of_node:
+                candidates[source] = candidates.get(source, group) & group
+    return {slot: owners.pop() for slot, owners in candidates.items() if len(owners) == 1}
+
+
+def _resource_consumers(nodes: list, node_of_op: list[str], captured: dict, slots: dict[str, int]) -> dict[int, int]:
+    """Graph op -> the Variable op whose resource is its first resource input (inside a function: the
+    argument the caller passes it; a slot's: its parameter's, ``slot_owners``), for the ops that take one;
+    ``nodes``: the step's ``step_nodes``."""
+    op_of_node = {node: i for i, node in enumerate(node_of_op)}
+    variable_op = {**slots, **{node: op for node, op in op_of_node.items() if node in captured}}
     owners = {}
     for found in nodes:
         op = op_of_node.get(found.name)
-        sources = [s for s in found.data_sources if s in captured and s in op_of_node]
+        sources = [s for s in found.data_sources if s in variable_op]
         if op is not None and sources:
-            owners[op] = op_of_node[sources[0]]
+            owners[op] = variable_op[sources[0]]
     return owners
 
 

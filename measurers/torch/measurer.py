@@ -51,13 +51,15 @@ def default_torch_devices(machine: Machine) -> list[torch.device]:
     return devices
 
 
-ALLOCATION_FAILURES = ("CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
-"""What CUDA libraries say, in a plain RuntimeError, when the device's memory is exhausted outside PyTorch's
-allocator (cuBLAS or cuDNN making their workspaces, the CUDA runtime itself)."""
+ALLOCATION_FAILURES = ("CUDA error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                       "DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+"""What a plain RuntimeError says when memory is exhausted outside PyTorch's CUDA allocator (cuBLAS or cuDNN
+making their workspaces, the CUDA runtime itself), or in the CPU's allocator (a placement too big for host
+memory: TensorFlow's measurer reports the same as ``oom``)."""
 
 
 def _out_of_memory(exc: BaseException) -> bool:
-    """The step ran out of device memory: PyTorch's OutOfMemoryError, or a library's allocation failure
+    """The step ran out of memory: PyTorch's OutOfMemoryError, or an allocator's or library's failure
     (reported as ``error`` before, as if the step had crashed, not as a placement that does not fit)."""
     if isinstance(exc, torch.cuda.OutOfMemoryError):
         return True
@@ -119,7 +121,7 @@ class TorchMeasurer:
         return place_program(self.graph, self.program(), placement, self.torch_devices)
 
     def _measure_one(self, placement) -> Measurement:
-        began = time.perf_counter()
+        began, clock_began = time.perf_counter(), self.clock()  # set-up counts toward the timeout, as in the pool
         try:
             placement = check_placement(self.graph, self.machine, placement)
         except PlacerError as exc:
@@ -130,7 +132,7 @@ class TorchMeasurer:
             self._release()  # the previous placement's memory is not this one's
             self._reset_peaks()
             replay = self.replay_for(placement)
-            timing = time_runs(replay.run, self.settings, sync=self.sync, clock=self.clock)
+            timing = time_runs(replay.run, self.settings, sync=self.sync, clock=self.clock, began=clock_began)
             return timing.measurement(self.settings, self._peaks(), began)
         except Exception as exc:  # noqa: BLE001  any failure of the user's step is a status
             if _out_of_memory(exc):

@@ -183,6 +183,28 @@ def test_timeout__past_the_limit(model_file):
     assert m.status == "timeout" and "time limit" in m.error
 
 
+def test_timeout__compiling_counts_toward_the_limit(model_file):
+    """The limit counted the runs alone, where the pool calls timeout any placement whose whole measurement
+    (compiling the HETERO model included) is past it."""
+    graph = graph_of(model_file)
+    now = [0.0]
+
+    def clock():
+        now[0] += 0.01  # each run 0.01 s
+        return now[0]
+
+    measurer = OpenVinoMeasurer(graph, openvino_machine(), runs=2, warmup=1, timeout_s=5.0, clock=clock)
+    compile_request = measurer._request
+
+    def slow_compile(placement):
+        now[0] += 100.0
+        return compile_request(placement)
+
+    measurer._request = slow_compile
+    [m] = measurer.measure([np.zeros(graph.num_ops, np.int64)])
+    assert m.status == "timeout" and "time limit" in m.error
+
+
 def save_tiny_onnx(path):
     """Conv -> Relu -> Flatten -> MatMul; OpenVINO reads the last node under its output's name ``y``."""
     onnx = pytest.importorskip("onnx")

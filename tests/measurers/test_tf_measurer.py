@@ -17,8 +17,9 @@ from graphs.synthetic import synthetic_graph  # noqa: E402
 from graphs.tf.importer import import_keras_spec  # noqa: E402
 from measurers.machine import Device, Link, Machine  # noqa: E402
 from measurers.tf import measurer as tf_measurer_module  # noqa: E402
-from measurers.tf.measurer import (PlacedSession, TFMeasurer, gpu_peak_bytes, reset_gpu_peaks,  # noqa: E402
-                                   tf_device_names)
+from measurers.tf.measurer import (PlacedSession, TFMeasurer, gpu_peak_bytes, out_of_memory,  # noqa: E402
+                                   reset_gpu_peaks, tf_device_names)
+from measurers.profiler import run_node_times_s  # noqa: E402
 from measurers.tf.workload import tf_workload_from_graph  # noqa: E402
 
 SPEC = "tests/fixtures/tiny_models.py:tiny_keras_mlp"
@@ -81,6 +82,57 @@ def test_tf_measurer__every_op_runs_on_its_placed_device_per_run_metadata(graph,
     assert checked >= 0.9 * graph.num_ops
 
 
+def test_tf_measurer__an_op_level_placement_runs_every_op_where_its_effective_placement_says(graph, measurer):
+    """Adam's slots (momentum, velocity) have no graph op: they got no device, and the ops on them were not
+    moved with their parameter, so a placement that split a colocation group ran them where TensorFlow chose."""
+    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
+    asked = np.random.default_rng(1).integers(0, 3, graph.num_ops)
+    ids = graph.colocation_ids
+    assert any(len(set(asked[ids == group].tolist())) > 1 for group in np.unique(ids))  # groups split
+    assert ran_elsewhere(measurer, asked) == []
+
+
+def ran_elsewhere(measurer, asked) -> list[tuple[str, str]]:
+    """(node, device it ran on) for each op of ``asked``'s effective placement that ran on another device."""
+    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
+    placement = traced.effective_placement(asked)
+    with PlacedSession(traced, [devices[d] for d in placement], devices) as session:
+        ran = where_nodes_ran(session.step(trace=True))
+    node_of_run, _ = traced.nodes_of_runs(ran)
+    ran_by_node = {node: ran[name] for name, node in node_of_run.items()}
+    return [(node, ran_by_node[node]) for op, node in enumerate(traced.node_of_op)
+            if node in ran_by_node and not ran_by_node[node].endswith(devices[placement[op]].removeprefix("/"))]
+
+
+def test_tf_measurer__a_placement_that_parts_a_gradient_from_its_colocation_hint_runs_as_placed():
+    """A gradient inside a function call carries ``_class`` (run beside another gradient op); placed apart,
+    TensorFlow's placer ran both on CPU:0, where this placement puts nothing."""
+    graph = import_keras_spec("tests/fixtures/tiny_models.py:tiny_keras_calls")
+    measurer = TFMeasurer(graph, three_cpus())
+    assert ran_elsewhere(measurer, np.random.default_rng(0).integers(1, 3, graph.num_ops)) == []
+
+
+def test_trace_step__each_adam_slot_belongs_to_its_parameters_variable_op(graph, measurer):
+    traced = measurer.traced()
+    parameters = [op for op in range(graph.num_ops) if graph.op_kinds[op] == "Variable"]
+    owners = list(traced.slot_owner.values())
+    assert sorted(owners) == sorted(parameters * 2)  # momentum and velocity of each
+    assert all(slot in traced.variables and slot not in traced.node_of_op for slot in traced.slot_owner)
+
+
+def test_tf_measurer__a_placement_without_device_0_runs_nothing_there(graph, measurer):
+    """Nodes with no inputs (``ones``, the gradient's seed) were left without a device, and TensorFlow ran them
+    on CPU:0, where this placement puts no op."""
+    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
+    for seed in range(3):
+        placement = traced.effective_placement(np.random.default_rng(seed).integers(1, 3, graph.num_ops))
+        with PlacedSession(traced, [devices[d] for d in placement], devices) as session:
+            ran = where_nodes_ran(session.step(trace=True))
+        on_0 = [node for node, device in ran.items()
+                if device.endswith("CPU:0") and not node.startswith(("_SOURCE", "_arg", "_retval"))]
+        assert on_0 == [], seed
+
+
 def test_tf_measurer__placed_step_computes_the_same_losses_as_one_device(graph, measurer):
     devices = tf_device_names(measurer.machine)
     traced = measurer.traced()
@@ -124,6 +176,61 @@ def test_tf_measurer__resource_exhausted_without_a_message_is_oom_too(graph, mea
     monkeypatch.setattr(PlacedSession, "step", exhausted)
     (result,) = measurer.measure([group_placement(graph, 2)])
     assert result.status == "oom" and result.error == "ResourceExhaustedError"
+
+
+def test_tf_measurer__a_sessions_set_up_counts_toward_the_timeout(graph, monkeypatch):
+    """The clock started at the first run: a Session that took 10 s to build, then runs of 0.1 s, was ``ok``
+    under a 5 s limit, while the pool calls the same placement (its measure_s past the limit) a timeout."""
+    now = [0.0]
+    real_init, real_step = PlacedSession.__init__, PlacedSession.step
+
+    def slow_init(self, *args):
+        real_init(self, *args)
+        now[0] += 10.0
+
+    def quick_step(self, trace=False):
+        now[0] += 0.1
+        return real_step(self, trace)
+
+    monkeypatch.setattr(PlacedSession, "__init__", slow_init)
+    monkeypatch.setattr(PlacedSession, "step", quick_step)
+    measurer = TFMeasurer(graph, three_cpus(), runs=2, warmup=0, timeout_s=5.0, clock=lambda: now[0])
+    (result,) = measurer.measure([group_placement(graph, 1)])
+    assert result.status == "timeout" and "time limit" in result.error
+    assert result.samples_s == pytest.approx((0.1,))  # stopped after the first run past the limit
+
+
+@pytest.mark.parametrize("exc", [
+    tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,16]"),
+    tf.errors.InternalError(None, None, "Dst tensor is not initialized."),
+    tf.errors.InternalError(None, None, "Failed copying input tensor from CPU:0 to GPU:0 in order to run "
+                                        "_EagerConst: Dst tensor is not initialized."),
+    tf.errors.UnknownError(None, None, "OOM when allocating tensor with shape[1024,1024] on /GPU:0"),
+    RuntimeError("function failed: OOM when allocating tensor"),
+])
+def test_out_of_memory__gpu_allocation_failures_of_other_types_are_oom(exc):
+    """A GPU copy's destination that could not be allocated (InternalError), or TensorFlow's OOM words inside
+    another error, were ``error``: a placement that does not fit read as a crash."""
+    assert out_of_memory(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    tf.errors.InternalError(None, None, "Could not find registered platform"),
+    tf.errors.UnknownError(None, None, "Failed to get convolution algorithm. This is probably because cuDNN "
+                                       "failed to initialize"),
+    ValueError("Dst tensor is not initialized."),  # only TensorFlow's InternalError means the copy's allocation
+])
+def test_out_of_memory__other_failures_are_not(exc):
+    assert not out_of_memory(exc)
+
+
+def test_tf_measurer__a_copys_failed_allocation_is_oom_with_its_first_line(graph, measurer, monkeypatch):
+    def failed_copy(self, trace=False):
+        raise tf.errors.InternalError(None, None, "Dst tensor is not initialized.\n\t [[node x]]")
+
+    monkeypatch.setattr(PlacedSession, "step", failed_copy)
+    (result,) = measurer.measure([group_placement(graph, 2)])
+    assert result.status == "oom" and result.error == "Dst tensor is not initialized."
 
 
 class FakeMemory:
@@ -187,6 +294,32 @@ def test_tf_measurer__bad_placement_rejected_before_anything_runs(graph):
     assert measurer._traced is None  # nothing traced, nothing run
 
 
+TRACE_UNDER_ANOTHER_DEVICE = """
+import tensorflow as tf
+tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+                                           [tf.config.LogicalDeviceConfiguration()] * 2)
+from graphs.tf.importer import import_keras_spec
+from measurers.tf.workload import tf_workload_from_graph, trace_step
+graph = import_keras_spec("%s")
+with tf.device("/CPU:1"):  # the default device elsewhere: GPU:0 on a GPU host
+    traced = trace_step(tf_workload_from_graph(graph))
+print(sorted({variable.device for variable in traced.variables.values()}))
+""" % SPEC
+
+
+def test_trace_step__its_eager_variables_live_on_the_cpu_whatever_the_default_device():
+    """The traced step's eager model and optimizer variables (alive as long as the measurer) were made on the
+    default device: GPU:0 on a GPU host, counted in every placement's GPU:0 peak. Logical CPUs stand in for
+    GPUs here; a subprocess, as they must be set before TensorFlow starts."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TRACE_UNDER_ANOTHER_DEVICE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "['/job:localhost/replica:0/task:0/device:CPU:0']"
+
+
 def test_tf_workload_from_graph__needs_a_keras_spec():
     with pytest.raises(PlacerError, match="cannot be rebuilt"):
         tf_workload_from_graph(synthetic_graph(10, 0))
@@ -205,6 +338,45 @@ def test_profile_tf__times_from_run_metadata_for_the_ops_that_ran(graph, measure
     # times are not all whole microseconds
     once = profile_tf(graph, measurer.machine, runs=1, warmup=0, measurer=measurer).time_s * 1e6
     assert np.any(np.abs(once - np.round(once)) > 1e-3)
+
+
+def gpu_like_metadata(node: str, other: str):
+    """A RunMetadata as a GPU's trace has it: the executor's record of ``node`` (3 us, until its kernels were
+    queued) and ``other`` (2 us, no kernel), and ``node``'s two kernels (100 and 50 us) in the tracer's
+    ``stream:all`` record, again per stream, named ``op_name:op_type`` (TensorFlow's xplane_to_step_stats.cc)."""
+    metadata = tf.compat.v1.RunMetadata()
+
+    def device(name: str, nodes: list[tuple[str, int]]) -> None:
+        stats = metadata.step_stats.dev_stats.add(device=name)
+        for node_name, micros in nodes:
+            stats.node_stats.add(node_name=node_name, op_end_rel_micros=micros, all_end_rel_micros=micros)
+
+    device("/job:localhost/replica:0/task:0/device:GPU:0", [(node, 3), (other, 2)])
+    device("/device:GPU:0/stream:all", [(f"{node}:MatMul", 100), (f"{node}:MatMul", 50)])
+    device("/device:GPU:0/stream:7", [(f"{node}:MatMul", 100), (f"{node}:MatMul", 50)])
+    device("/device:GPU:0/memcpy", [("MemcpyHtoD", 9)])
+    return metadata
+
+
+def test_run_node_times_s__a_gpu_nodes_time_is_its_kernels_not_until_they_were_queued():
+    times = run_node_times_s(gpu_like_metadata("dense/MatMul", "dense/Shape").step_stats)
+    assert times == pytest.approx({"dense/MatMul": 150e-6, "dense/Shape": 2e-6})
+
+
+def test_profile_tf__times_a_gpu_op_by_its_kernels(graph, measurer, monkeypatch):
+    """profile_tf read a GPU node's executor record, which ends once its kernels are queued: 3 us here for
+    kernels that ran 150 us."""
+    from measurers.profiler import profile_tf
+
+    traced = measurer.traced()
+    matmul = next(op for op in range(graph.num_ops) if graph.op_kinds[op] == "MatMul")
+    other = next(op for op in range(graph.num_ops) if graph.op_kinds[op] not in ("MatMul", "Variable", "Input"))
+    metadata = gpu_like_metadata(traced.node_of_op[matmul], traced.node_of_op[other])
+    real_step = PlacedSession.step
+    monkeypatch.setattr(PlacedSession, "step", lambda self, trace=False: metadata if trace else real_step(self))
+    profile = profile_tf(graph, measurer.machine, runs=2, warmup=0, measurer=measurer)
+    times = dict(zip(profile.op_names.tolist(), profile.time_s.tolist()))
+    assert times == pytest.approx({graph.op_names[matmul]: 150e-6, graph.op_names[other]: 2e-6})
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from graphs.opgraph import PHASE_CODE, OpGraph
 from graphs.torch.importer import trace_training_step
 from measurers.catalog import load_machine
 from measurers.timing import TimingSettings, time_runs
-from measurers.torch.measurer import TorchMeasurer
+from measurers.torch.measurer import TorchMeasurer, _out_of_memory
 from measurers.torch.program import (_RELEASE_EVERY_BYTES, _RELEASE_EVERY_SLOTS, PlacedReplay, _Capture,
                                      capture_step)
 from measurers.torch.workload import TorchWorkload, workload_from_graph
@@ -143,6 +143,35 @@ def test_torch_measurer__timeout_status(rnnlm, machine):
     assert result.status == "timeout" and "time limit" in result.error and len(result.samples_s) < 5
 
 
+def test_timing__counts_from_when_the_measurement_began():
+    now = [10.0]
+
+    def run_once():
+        now[0] += 1.0
+
+    settings = TimingSettings(runs=3, warmup=0, timeout_s=5.0)
+    assert not time_runs(run_once, settings, clock=lambda: now[0]).timed_out  # 3 s of runs
+    timing = time_runs(run_once, settings, clock=lambda: now[0], began=now[0] - 4.5)  # after 4.5 s of set-up
+    assert timing.timed_out and timing.samples_s == (1.0,)
+
+
+def test_torch_measurer__copying_the_leaves_counts_toward_the_timeout(rnnlm, machine):
+    """The clock started at the first run: leaves that took 10 s to copy to their devices, then quick runs,
+    were ``ok`` under a 5 s limit, while the pool calls the placement (its measure_s past it) a timeout."""
+    now = [0.0]
+
+    class SlowSetUp(TorchMeasurer):
+        def replay_for(self, placement):
+            replay = super().replay_for(placement)
+            now[0] += 10.0
+            return replay
+
+    measurer = SlowSetUp(rnnlm, machine, runs=3, warmup=0, timeout_s=5.0, torch_devices=all_cpu,
+                         clock=lambda: now[0])
+    result = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)])[0]
+    assert result.status == "timeout" and len(result.samples_s) == 1
+
+
 def raising_once(program, exc):
     """Make the first matmul of the program raise ``exc`` once (a stubbed op)."""
     step = next(s for s in program.steps if s.counted and "mm" in str(s.func))
@@ -203,6 +232,26 @@ def test_torch_measurer__a_librarys_allocation_failure_is_oom_too(rnnlm, machine
     first, second = measurer.measure([np.zeros(rnnlm.num_ops, dtype=np.int64)] * 2)
     assert first.status == "oom" and first.error == message
     assert second.status == "ok"
+
+
+def cpu_allocation_failure() -> RuntimeError:
+    """The CPU allocator's own failure, from a real allocation past any address space."""
+    try:
+        torch.empty(2**60, dtype=torch.uint8)
+    except RuntimeError as exc:
+        return exc
+    pytest.skip("this machine allocated 2**60 bytes")
+
+
+def test_out_of_memory__the_cpu_allocators_failure_is_oom_as_in_the_tf_measurer():
+    """torch on the CPU said "DefaultCPUAllocator: can't allocate memory" and it was an ``error``; TensorFlow's
+    measurer reports its CPU allocator's failure as ``oom``."""
+    assert _out_of_memory(cpu_allocation_failure())
+    assert _out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough "
+                                       "memory: you tried to allocate 4000000000000 bytes."))
+    assert _out_of_memory(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"))
+    assert not _out_of_memory(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not _out_of_memory(ValueError("DefaultCPUAllocator: can't allocate memory"))  # not the allocator's type
 
 
 def test_torch_measurer__other_failure_is_error_with_its_text(rnnlm, machine):
@@ -274,6 +323,22 @@ def test_torch_measurer__real_example_inputs_are_the_builders_own(machine):
     measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
     result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
     assert result.status == "ok", result.error
+
+
+def eval_dropout_mlp():
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.ReLU(), nn.Linear(16, 2))
+    return model.eval(), (torch.randn(4, 8),)
+
+
+def test_torch_measurer__a_model_its_builder_returned_in_eval_mode_is_measured_in_eval_mode(machine):
+    """The importer traces the model in the mode its builder returned; the measurer switched it to train mode
+    (Dropout on), so the step ran ops the graph lacks and every measurement said it "does not match graph"."""
+    workload = TorchWorkload(eval_dropout_mlp, origin="eval dropout mlp")
+    graph = trace_training_step(*eval_dropout_mlp(), name="eval_dropout_mlp")
+    measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok", result.error
+    assert not workload.materialize(0).model.training
 
 
 def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, machine):
