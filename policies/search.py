@@ -40,7 +40,7 @@ from policies.simple import best_single_device, single_device_units
 
 STALL_ROUNDS = 50  # rounds in a row that find no new placement before a search gives up early (annealing: kicks)
 KICK_MOVES = 4  # random moves of a kicked annealing chain away from the best placement
-KICK_ROUNDS = 10  # stalled steps before a kick (50, the stop of the other searches, measured worse: BENCHMARKS.md)
+KICK_ROUNDS = 10  # stalled steps before a kick (at 50, where it used to stop: lower on fewer rows; BENCHMARKS.md)
 
 
 class MemoMeasurer:
