@@ -45,7 +45,7 @@ from graphs.errors import PlacerError
 from policies.base import DecisionClock, check_budget, finish, joined_notes
 from policies.problem import PlacementProblem, unit_memory_bytes
 from policies.listsched import (FreeSourceTracker, Reservations, TransferBook, bottom_level_s,
-                                SendAhead, candidate_devices, gpus_hold_the_model, mean_times,
+                                SendAhead, candidate_devices, gpus_hold_the_model, makespan_note, mean_times,
                                 replay_finish_s)
 from policies.simple import units_in_topological_order
 from policies.spill import fit_in_memory
@@ -132,7 +132,7 @@ class METFPolicy:
         schedule = EtfScheduler(problem, self.memory_model, self.devices).run()
         placed, fit_note = schedule.reservations.fit_in_memory(schedule.device_of)
         return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
-                      notes=joined_notes(schedule.notes(), fit_note))
+                      notes=joined_notes(schedule.notes(placed), fit_note))
 
 
 @dataclass
@@ -148,8 +148,8 @@ class MSCTPolicy:
         favourite = favourite_children(problem, scheduler.cand)
         scheduler.favourite_child = favourite
         schedule = scheduler.run()
-        note = f"{int((favourite >= 0).sum())} favourite children; " + schedule.notes()
         placed, fit_note = schedule.reservations.fit_in_memory(schedule.device_of)
+        note = f"{int((favourite >= 0).sum())} favourite children; " + schedule.notes(placed)
         return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
                       notes=joined_notes(note, fit_note))
 
@@ -165,8 +165,9 @@ class EtfScheduler:
     the device's free time) by priority; the default FIFO dispatch takes ``pending``'s top. Device free times
     only grow, and arrival times nearly always do (channels only fill up: see ``TransferBook``), so a heap
     entry's arrival is taken as a lower bound and refreshed when the entry comes to the top (``_arrival``). An
-    arrival can drop, though: twice in all of m-ETF's schedule of inception-v3 on
-    paper-2gpu (found by checking every refresh; the cause was not traced). At the top, such an entry is
+    arrival can drop, though: three times in all of m-ETF's schedule of inception-v3 on paper-2gpu (found by
+    checking every refresh), each when a producer's transfer booked to a device shrank (``transfer_bytes``:
+    its larger reader was placed elsewhere, so the copy carries only this op's edge). At the top, such an entry is
     re-keyed down as one whose arrival grew is re-keyed up; below the top, a drop is seen only when the entry
     gets there. An op that stops fitting on a device (memory only fills up; a unit once placed stays) leaves
     that device's heaps.
@@ -364,8 +365,9 @@ class EtfScheduler:
             res.place(int(op), int(device))
             self.device_of[op] = device
 
-    def notes(self) -> str:
-        return f"scheduled makespan {self.makespan_s:.4g} s; " + self.reservations.notes()
+    def notes(self, placed: np.ndarray) -> str:
+        """The makespan and the reservations' notes; ``placed``: the (N,) placement returned."""
+        return makespan_note(self.makespan_s, self.device_of, placed) + "; " + self.reservations.notes()
 
 
 def favourite_children(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:

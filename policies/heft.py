@@ -22,7 +22,9 @@ Which devices: ``devices="all"`` lets every allowed device take ops; ``"gpus"`` 
 only for ops no GPU runs). Neither wins everywhere: the host's memory lets "all" pick a cautious memory model
 whose GPU share fills early and sends much of an RNN to the slow CPU (nmt-4 at 3.4-3.6x the expert's step), while
 "gpus" spreads a small model over every GPU where one or two would do. Both schedules agree with the
-simulator, so by default (``"best"``) HEFT makes both and keeps the one with the lower makespan of its own.
+simulator within 10% on the benchmark graphs on paper-2gpu and paper-4gpu (not everywhere: the pinned ops
+above keep an order the simulator does not follow; BENCHMARKS.md, issue 16, "Other machines"), so by
+default (``"best"``) HEFT makes both and keeps the one with the lower makespan of its own.
 Where its memory estimate placed units over capacity in either, the memory repair runs on both (the
 simulator's liveness model, ``policies.spill``) and the one whose repaired placement fits and simulates
 faster is kept: dropping every schedule the estimate overflowed kept a step 3-4x slower than the repaired
@@ -39,7 +41,7 @@ from graphs.errors import PlacerError
 from policies.base import DecisionClock, check_budget, finish, joined_notes
 from policies.problem import PlacementProblem
 from policies.listsched import (FifoQueue, FreeSourceTracker, Job, Reservations, SendAhead, TransferBook,
-                                bottom_level_s, candidate_devices, mean_times, replay_finish_s)
+                                bottom_level_s, candidate_devices, makespan_note, mean_times, replay_finish_s)
 
 
 @dataclass
@@ -53,7 +55,7 @@ class HeftPolicy:
         clock = DecisionClock()
         run, makespan_s = chosen_heft_run(problem, self.memory_model, self.devices)
         placed, fit_note = run.fitted()
-        notes = f"scheduled makespan {makespan_s:.4g} s; {run.notes}"
+        notes = f"{makespan_note(makespan_s, run.device_of, placed)}; {run.notes}"
         return finish(self.name, problem, None, clock, measurer, on_measurement, op_placement=placed,
                       notes=joined_notes(notes, fit_note))
 

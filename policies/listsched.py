@@ -582,3 +582,10 @@ def _outputs_by_size(problem: PlacementProblem) -> list[list[tuple[int, int]]]:
                                 graph.edge_bytes[order].tolist()):
         outputs[src].append((nbytes, dst))
     return outputs
+
+
+def makespan_note(makespan_s: float, scheduled: np.ndarray, placed: np.ndarray) -> str:
+    """"scheduled makespan ..." of a list schedule whose (N,) devices ``scheduled`` became ``placed`` (N,): where
+    the memory repair moved ops, the makespan is the schedule's before it, not the returned placement's."""
+    repaired = "" if np.array_equal(scheduled, placed) else " (the schedule's, before the memory repair moved ops)"
+    return f"scheduled makespan {makespan_s:.4g} s{repaired}"

@@ -39,6 +39,17 @@ def test_heuristic__on_300_mb_gpus_comes_back_fitting_and_says_what_it_moved(nam
     assert "moved" in result.notes
 
 
+@pytest.mark.parametrize("name", ("m-etf", "m-sct", "heft"))
+def test_list_scheduler__a_repaired_placements_notes_say_the_makespan_is_the_schedules_before_it(name):
+    """HEFT wrote "scheduled makespan 9.522 s" on transformer / cpu-igpu, its out-of-memory schedule's, beside
+    the repaired placement it returned (9.646 s simulated); where nothing moved the note says nothing more."""
+    machine = with_gpu_memory(load_machine("paper-2gpu"), 300 * 10**6)
+    repaired = placed(name, "synthetic:300", machine)
+    assert "fits now" in repaired.notes and "(the schedule's, before the memory repair moved ops)" in repaired.notes
+    untouched = placed(name, "synthetic:300", load_machine("paper-2gpu"))
+    assert "scheduled makespan" in untouched.notes and "before the memory repair" not in untouched.notes
+
+
 @pytest.mark.parametrize("name", ("m-etf", "heft"))
 def test_heuristic__transformer_on_cpu_igpu_comes_back_fitting(name):
     """Both overflowed the iGPU's 8 GiB (9.39 / 9.11 GB) before the repair."""
