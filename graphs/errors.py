@@ -2,6 +2,7 @@
 of a count most bad-input messages need."""
 
 import numbers
+import re
 
 
 class PlacerError(Exception):
@@ -13,6 +14,19 @@ def first_line(error: BaseException | str, empty: str = "no detail") -> str:
     error of one line quotes."""
     text = str(error).strip()
     return text.splitlines()[0] if text else empty
+
+
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # Keras colours and bolds its messages on a terminal
+
+
+def one_line(error: BaseException | str, max_chars: int = 400, empty: str = "no detail") -> str:
+    """An exception's whole message on one line (terminal escapes dropped, lines and spaces joined), cut at
+    ``max_chars``: where the first line says nothing ("Exception encountered when calling Sequential.call()."),
+    what follows it is the point, and the error stays one line."""
+    text = " ".join(ANSI_ESCAPE.sub("", str(error)).split())
+    if not text:
+        return empty
+    return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
 
 
 def is_whole_number(value) -> bool:

@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, ContextManager
 
-from graphs.errors import PlacerError, first_line
+from graphs.errors import PlacerError, first_line, one_line
 
 
 def spec_function(spec: str, what: str) -> tuple[Callable, str]:
@@ -66,7 +66,8 @@ def call_spec(spec: str, what: str, around_call: Callable[[Callable], ContextMan
         with around_call(func) if around_call else nullcontext():
             return func()
     except (Exception, SystemExit) as error:  # the user's code (sys.exit() in it too)
-        raise PlacerError(f"{what} spec {spec!r}: {func_name}() raised {type(error).__name__}: {error}") from error
+        raise PlacerError(f"{what} spec {spec!r}: {func_name}() raised {type(error).__name__}: "
+                          f"{one_line(error, empty='')}") from error
 
 
 def import_target(spec: str, target: str, what: str):

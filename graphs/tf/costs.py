@@ -50,6 +50,7 @@ PER_INPUT_ELEMENT_FLOPS = {
     "Sum": 1, "Mean": 1, "Max": 1, "Min": 1, "Prod": 1, "All": 0, "Any": 0, "ArgMax": 1, "ArgMin": 1,
     "BiasAddGrad": 1, "L2Loss": 2, "EuclideanNorm": 2,
     "ResizeNearestNeighborGrad": 1,  # adds each incoming gradient element (input 0) into the one input it copied
+    "UnsortedSegmentSum": 1,  # an embedding's sparse gradient: adds each row of its data (input 0) into the table
 }
 
 OpShapes = list[list[int]]  # one list of dims per tensor
@@ -131,9 +132,10 @@ FORMULAS: dict[str, Callable[[OpShapes, OpShapes, dict], float]] = {
     "DepthwiseConv2dNative": _depthwise_forward,
     "DepthwiseConv2dNativeBackpropInput": _depthwise_backprop_input,
     "DepthwiseConv2dNativeBackpropFilter": _depthwise_backprop_filter,
-    "MaxPool": _pool, "MaxPoolV2": _pool, "AvgPool": _pool,
+    "MaxPool": _pool, "MaxPoolV2": _pool, "AvgPool": _pool, "MaxPool3D": _pool, "AvgPool3D": _pool,
     "MaxPoolGrad": _pool_grad_from_output_grad, "MaxPoolGradV2": _pool_grad_from_output_grad,
-    "AvgPoolGrad": _pool_grad_from_output_grad,
+    "AvgPoolGrad": _pool_grad_from_output_grad, "MaxPool3DGrad": _pool_grad_from_output_grad,
+    "AvgPool3DGrad": _pool_grad_from_output_grad,
     "ResizeBilinear": partial(_resize, 2), "ResizeBicubic": partial(_resize, 4),
     "ResizeBilinearGrad": partial(_resize_grad, 2), "ResizeBicubicGrad": partial(_resize_grad, 4),
 }

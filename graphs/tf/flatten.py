@@ -166,7 +166,11 @@ class _Flattener:
         done: dict[str, list[int]] = {}  # op name -> ids whose completion the op's completion implies
         values: dict[str, int | bool] = {}  # tensor name -> static value, for loop trip counts (graphs.tf.loops)
         lists: dict = {}  # tensor name -> ListFacts of a TensorList (graphs.tf.lists)
-        args = {t.name: i for i, t in enumerate(graph.inputs)} if bound is not None else {}
+        # A function body's argument positions by tensor name, the replaced placeholders' names included: an
+        # output passing its argument through (a tape's forward function hands its inputs to the backward) names
+        # the placeholder the import replaced, and lost the edge from the argument's producer.
+        args = (getattr(graph, "arg_index", None) or {t.name: i for i, t in enumerate(graph.inputs)}
+                if bound is not None else {})
         for op in _topological_ops(graph):
             ins = [src.get(t.name, []) for t in op.inputs]
             ctrl = _union(done.get(c.name, []) for c in op.control_inputs)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, one_line
 from graphs.files import file_problem
 from graphs.opgraph import LAYER_SCOPES, OpGraph
 from graphs.specs import absolute_spec
@@ -280,7 +280,8 @@ def _traced_keras_spec(spec: str, batch_size: int | None, name: str | None) -> O
     except PlacerError:
         raise
     except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
-        raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: {err}") from None
+        raise PlacerError(f"tracing the training step of {spec!r} failed: {type(err).__name__}: "
+                          f"{one_line(err, empty='')}") from None
 
 
 KERAS_DEFAULT_NAME = re.compile(r"(functional|sequential|model)(_\d+)?")  # what Keras names an unnamed model

@@ -195,6 +195,8 @@ def test_graphs_import__torch_model_end_to_end(tmp_path, capsys, monkeypatch):
     (f"{FIXTURES / 'tiny_models.py'}:missing_function", "missing_function"),
     (f"{FIXTURES / 'tiny_models.py'}:not_a_model", "must return"),
     (f"{FIXTURES / 'tiny_models.py'}:exits_when_called", "exits_when_called() raised SystemExit: 3"),
+    (f"{FIXTURES / 'tiny_models.py'}:raises_a_message_of_three_lines",  # one line still, without the bolding
+     "raises_a_message_of_three_lines() raised ValueError: first line second line third"),
 ])
 def test_graphs_import__bad_torch_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys, spec, problem):
     out = tmp_path / "never.parquet"

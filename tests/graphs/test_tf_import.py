@@ -406,6 +406,19 @@ def test_tf_costs__a_nearest_resize_gradient_adds_each_incoming_gradient_element
     assert op_flops("ResizeNearestNeighborGrad", [[2, 8, 12, 3], [2]], [[2, 4, 6, 3]], {}, True) == 2 * 8 * 12 * 3
 
 
+def test_tf_costs__an_embeddings_sparse_gradient_and_3d_pools_count_their_work():
+    """UnsortedSegmentSum (12 looked-up rows of 8 into a 20 x 8 table) was 1 FLOP per table element, 160, where it
+    adds 96; 3-D pools had no formula, 1 FLOP per output element whatever their window."""
+    from graphs.tf.costs import op_flops
+
+    assert op_flops("UnsortedSegmentSum", [[12, 8], [12], []], [[20, 8]], {}, True) == 12 * 8
+    window = {"ksize": [1, 2, 2, 2, 1]}
+    assert op_flops("MaxPool3D", [[1, 4, 4, 4, 3]], [[1, 2, 2, 2, 3]], window, True) == 24 * 8
+    assert op_flops("AvgPool3D", [[1, 4, 4, 4, 3]], [[1, 2, 2, 2, 3]], window, True) == 24 * 8
+    assert op_flops("MaxPool3DGrad", [[1, 4, 4, 4, 3], [1, 2, 2, 2, 3], [1, 2, 2, 2, 3]], [[1, 4, 4, 4, 3]],
+                    window, True) == 24 * 8
+
+
 @pytest.mark.parametrize("kind, num_outputs, missed", [
     ("ResourceScatterAdd", 0, True),  # changes a variable the cost model cannot see
     ("ResourceApplyPowerSign", 0, True),  # an optimizer kernel the apply table lacks
@@ -1601,3 +1614,31 @@ def test_import_keras_spec__an_unnamed_model_takes_its_builder_functions_name(tm
 
     assert import_keras_spec(f"{module}:two_layers").name == "two_layers"
     assert import_keras_spec(f"{module}:two_layers", name="given").name == "given"
+
+
+def test_import_tf_function__a_tapes_backward_reads_the_forward_functions_input_through_an_edge():
+    """A nested tf.function under a GradientTape runs as a forward function that hands its input straight
+    back for the backward (as Keras's grouped Conv2D does): that output named the placeholder the import
+    replaced, so the weight gradient read x with no edge from x (no transfer, x freed after the forward)."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import import_tf_function
+
+    weight = tf.Variable(tf.ones((3, 3)))
+
+    @tf.function
+    def inner(x):
+        return tf.matmul(x, weight)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(inner(x))
+        weight.assign_sub(0.1 * tape.gradient(loss, weight))
+
+    graph = import_tf_function(step.get_concrete_function(tf.TensorSpec((4, 3))), name="pass-through",
+                               batch_size=4, drop_dead_ops=True)
+    names = list(graph.op_names)
+    x, gradient = names.index("x"), names.index("PartitionedCall/gradients/MatMul_grad/MatMul_1")
+    edges = {(int(s), int(d)): int(b) for s, d, b in zip(graph.edge_src, graph.edge_dst, graph.edge_bytes)}
+    assert edges.get((x, gradient)) == 4 * 3 * 4
