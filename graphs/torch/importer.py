@@ -244,6 +244,11 @@ def _scope_hooks(model: nn.Module, recorder: OpRecorder) -> list:
 
         def pop(_module, _args, _output):
             recorder.scope_stack.pop()
+            if recorder.phase == "backward" and recorder._pending:
+                # A reentrant checkpoint's recomputed forward runs where GradFnStamper sees no torch-level
+                # call: stamp its nodes here, outside dispatch, or their backward ops took whatever scope
+                # the incoming gradient's producer had (the next module's) and no colocation.
+                recorder.stamp_pending()
 
         handles.append(module.register_forward_pre_hook(push))
         handles.append(module.register_forward_hook(pop, always_call=True))

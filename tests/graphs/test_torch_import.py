@@ -372,6 +372,19 @@ def test_trace_training_step__recomputed_ops_are_in_their_modules_scope(reentran
     assert sorted(graph.scopes[tanhs].tolist()) == ["blocks.0.1", "blocks.1.1"]
 
 
+@pytest.mark.parametrize("reentrant", [True, False], ids=["reentrant", "non-reentrant"])
+def test_trace_training_step__a_checkpointed_blocks_backward_is_in_its_modules_scope_and_colocated(reentrant):
+    """Under a reentrant checkpoint the recomputed nodes were never stamped with their ops, so the backward
+    through them took the scope of whatever produced the incoming gradient (the next block's, the loss's)
+    and no colocation with the forward op it differentiates."""
+    graph = trace_training_step(_CheckpointedBlocks(8, 2, reentrant), torch.randn(4, 8))
+    tanh_grads = _ops(graph, kind="aten.tanh_backward")
+    assert sorted(graph.scopes[tanh_grads].tolist()) == ["blocks.0.1", "blocks.1.1"]
+    tanhs = _ops(graph, kind="aten.tanh")  # the forward's and the recomputation's: the gradient is with one
+    for grad in tanh_grads:
+        assert graph.colocation[grad] in {graph.colocation[t] for t in tanhs if graph.scopes[t] == graph.scopes[grad]}
+
+
 class _Cube(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
