@@ -103,7 +103,7 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         raise PlacerError(f"checkpoint {path} is a {state.get('policy')} checkpoint, not {policy}")
     if state.get("feature_layout") != layout_lists():
         raise PlacerError(f"checkpoint {path} was trained on another feature layout than this version's "
-                          f"({_layout_difference(state.get('feature_layout'))}): retrain it with placer train")
+                          f"({layout_difference(state.get('feature_layout'))}): retrain it with placer train")
     try:
         state["trainer"]["net"], state["architecture"]["hidden_size"]
     except (KeyError, TypeError):
@@ -169,7 +169,7 @@ def _mismatch(expected: dict, weights) -> str:
     return ""
 
 
-def _layout_difference(stored) -> str:
+def layout_difference(stored) -> str:
     if not isinstance(stored, dict):
         return "no layout stored"
     for key, columns in layout_lists().items():

@@ -238,8 +238,11 @@ def save_learner(context: RunContext, policy: str, trainer, slot: Slot) -> None:
         return
     if context.before_checkpoint is not None:
         context.before_checkpoint()
+    from policies.rl.gnn.checkpoint import layout_lists
+
     save_state({"policy": policy, "trainer": trainer.state(), "iteration": trainer.iteration,
-                **slot.progress_state()}, Path(context.checkpoint_dir) / CHECKPOINT_FILE)
+                "feature_layout": layout_lists(), **slot.progress_state()},
+               Path(context.checkpoint_dir) / CHECKPOINT_FILE)
 
 
 def resume_learner(context: RunContext, policy: str, trainer, slot: Slot, network: str | None = None) -> bool:
@@ -282,7 +285,19 @@ def resumed_trainer(policy: str, checkpoint_dir) -> tuple[Path, dict] | None:
     trainer = state.get("trainer")
     if state.get("policy") != policy or not isinstance(trainer, dict) or "net" not in trainer:
         raise PlacerError(f"{path} is not a {policy} learner's checkpoint (no network of {policy})")
+    _check_layout(path, state)
     return path, trainer
+
+
+def _check_layout(path: Path, state: dict) -> None:
+    """A resumed learner's network reads the features it was trained on, as an ``--init`` checkpoint's must
+    (``checkpoint.read_checkpoint``); a file written before the layout was recorded in it is taken as this
+    version's."""
+    from policies.rl.gnn.checkpoint import layout_difference, layout_lists
+
+    if "feature_layout" in state and state["feature_layout"] != layout_lists():
+        raise PlacerError(f"{path} was trained on another feature layout than this version's "
+                          f"({layout_difference(state['feature_layout'])}): start a new run")
 
 
 def _learner_path(checkpoint_dir) -> Path | None:

@@ -224,6 +224,21 @@ def test_the_learner_state_keeps_the_stall_count_and_one_written_before_it_loads
     check_stall_count_in_learner_state(GnnTrainer(config), GnnTrainer(config))
 
 
+def test_a_learner_trained_on_another_feature_layout_is_not_resumed(setup, tmp_path):
+    """An --init checkpoint of another layout was refused, a resumed run's own learner.pt was not: its weights
+    loaded whatever the features now mean, as long as the column count was the same."""
+    problem, measurer = setup
+    context = RunContext(checkpoint_dir=tmp_path)
+    make_policy("placeto", context=context, **SMALL).place(problem, measurer, 8, 0)
+    path = tmp_path / "learner.pt"
+    state = torch.load(path, weights_only=True)
+    state["feature_layout"]["pair"] = [f"renamed_{column}" for column in state["feature_layout"]["pair"]]
+    torch.save(state, path)
+    with pytest.raises(PlacerError, match="another feature layout") as error:
+        make_policy("placeto", context=context, **SMALL).place(problem, measurer, 16, 0)
+    assert str(path) in str(error.value)
+
+
 def test_another_policys_learner_is_refused(setup, tmp_path):
     problem, measurer = setup
     make_policy("gdp", context=RunContext(checkpoint_dir=tmp_path), **SMALL).place(problem, measurer, 4, 0)
