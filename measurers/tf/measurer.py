@@ -142,8 +142,6 @@ class TFMeasurer:
         return [self._measure_one(p) for p in placements]
 
     def _measure_one(self, placement) -> Measurement:
-        import tensorflow as tf
-
         began, clock_began = time.perf_counter(), self.clock()  # set-up counts toward the timeout, as in the pool
         zeros = (0,) * self.machine.num_devices
         try:

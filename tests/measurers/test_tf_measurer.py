@@ -85,7 +85,6 @@ def test_tf_measurer__every_op_runs_on_its_placed_device_per_run_metadata(graph,
 def test_tf_measurer__an_op_level_placement_runs_every_op_where_its_effective_placement_says(graph, measurer):
     """Adam's slots (momentum, velocity) have no graph op: they got no device, and the ops on them were not
     moved with their parameter, so a placement that split a colocation group ran them where TensorFlow chose."""
-    traced, devices = measurer.traced(), tf_device_names(measurer.machine)
     asked = np.random.default_rng(1).integers(0, 3, graph.num_ops)
     ids = graph.colocation_ids
     assert any(len(set(asked[ids == group].tolist())) > 1 for group in np.unique(ids))  # groups split
@@ -168,14 +167,20 @@ def test_tf_measurer__resource_exhausted_is_oom_and_next_placement_runs(graph, m
     assert second.status == "ok" and len(second.samples_s) == 2
 
 
-def test_tf_measurer__resource_exhausted_without_a_message_is_oom_too(graph, measurer, monkeypatch):
-    """Its first line was read from an empty message: an IndexError out of measure()."""
-    def exhausted(self, trace=False):
-        raise tf.errors.ResourceExhaustedError(None, None, "")
+@pytest.mark.parametrize("failure, error", [
+    # its first line was read from an empty message: an IndexError out of measure()
+    (lambda: tf.errors.ResourceExhaustedError(None, None, ""), "ResourceExhaustedError"),
+    # a GPU copy's buffer not allocated: an InternalError, and an ``error`` before
+    (lambda: tf.errors.InternalError(None, None, "Dst tensor is not initialized.\n\t [[node x]]"),
+     "Dst tensor is not initialized."),
+], ids=["empty message", "failed copy"])
+def test_tf_measurer__an_allocation_failure_is_oom_with_its_first_line(graph, measurer, monkeypatch, failure, error):
+    def fails(self, trace=False):
+        raise failure()
 
-    monkeypatch.setattr(PlacedSession, "step", exhausted)
+    monkeypatch.setattr(PlacedSession, "step", fails)
     (result,) = measurer.measure([group_placement(graph, 2)])
-    assert result.status == "oom" and result.error == "ResourceExhaustedError"
+    assert result.status == "oom" and result.error == error
 
 
 def test_tf_measurer__a_sessions_set_up_counts_toward_the_timeout(graph, monkeypatch):
@@ -222,15 +227,6 @@ def test_out_of_memory__gpu_allocation_failures_of_other_types_are_oom(exc):
 ])
 def test_out_of_memory__other_failures_are_not(exc):
     assert not out_of_memory(exc)
-
-
-def test_tf_measurer__a_copys_failed_allocation_is_oom_with_its_first_line(graph, measurer, monkeypatch):
-    def failed_copy(self, trace=False):
-        raise tf.errors.InternalError(None, None, "Dst tensor is not initialized.\n\t [[node x]]")
-
-    monkeypatch.setattr(PlacedSession, "step", failed_copy)
-    (result,) = measurer.measure([group_placement(graph, 2)])
-    assert result.status == "oom" and result.error == "Dst tensor is not initialized."
 
 
 class FakeMemory:
