@@ -10,17 +10,19 @@
   random unit to another allowed device and accepts with probability min(1, exp(-(log c' - log c) / T)), T
   falling geometrically over a schedule of budget / chains steps, at each quarter of which the chains restart
   from the best placement found (a placement already measured costs nothing, so the schedule can end before
-  the budget does: T then stays at its end). Once ``STALL_ROUNDS`` steps in a row propose nothing new (every
+  the budget does: T then stays at its end). Once ``KICK_ROUNDS`` steps in a row propose nothing new (every
   move around the best was measured), the chains are kicked: each restarts ``KICK_MOVES`` random moves away
-  from the best (an iterated local search). It used to stop there and call that converged, with up to 39%
-  of the budget unspent (BENCHMARKS.md, "Annealing spends its whole budget").
+  from the best (an iterated local search), again after every further step while nothing new turns up. It
+  used to stop after ``STALL_ROUNDS`` such steps and call that converged, with up to 39% of the budget
+  unspent (BENCHMARKS.md, "Annealing spends its whole budget"); now it stops only when ``STALL_ROUNDS``
+  steps and kicks in a row have found nothing new (a space it has measured whole).
 
 All three measure whole batches through ``measurer.measure`` (so a pool can serve them in parallel), never
 spend more than ``budget`` measurements, take a seed, and call ``on_measurement(placement, measurement)``
 for every measurement. Given a ``context`` (policies.base.RunContext), they stop between batches when its
 time limit passes or its ``should_stop`` says so, as the learners do. A placement already measured is not
 measured again (its cost is remembered), so a converged search may stop before the budget is spent (random
-and cem after ``STALL_ROUNDS`` batches with nothing new; annealing only when a kick finds nothing new). Failed
+and cem after ``STALL_ROUNDS`` batches with nothing new; annealing only when its kicks find nothing new either). Failed
 placements cost ``FAILED_COST_S`` plus their memory overflow, so the searches walk out of out-of-memory
 regions.
 """

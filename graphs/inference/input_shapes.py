@@ -62,6 +62,9 @@ def sized_inputs(where: str, inputs: dict[str, Dims], given: InputShapes,
     names = dim_names or {}
     checked = {name: _given(where, name, inputs[name], sizes) for name, sizes in given.items()}
     named_sizes = _named_sizes(where, inputs, checked, names)
+    # a size given for an input whose own leading dim is open: the others' open leading dims must be given too
+    # (restating a fixed input's shape leaves them at 1, as no sizes at all do)
+    batch_given = any(inputs[name] and inputs[name][0] is None for name in checked)
     sized: InputShapes = {}
     unsized = []  # (name, dims, missing axes) of every input with a dim left without a size
     for name, dims in inputs.items():
@@ -70,7 +73,7 @@ def sized_inputs(where: str, inputs: dict[str, Dims], given: InputShapes,
             continue
         carried = tuple(named_sizes.get(dim_name, size) if size is None else size
                         for size, dim_name in zip(dims, names.get(name) or (None,) * len(dims)))
-        missing = [axis for axis, size in enumerate(carried) if size is None and (axis > 0 or checked)]
+        missing = [axis for axis, size in enumerate(carried) if size is None and (axis > 0 or batch_given)]
         if missing:
             unsized.append((name, dims, carried, missing))
         sized[name] = tuple(1 if size is None else size for size in carried)

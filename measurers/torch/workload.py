@@ -131,10 +131,10 @@ def _call_spec(spec: str) -> tuple:
 
 def _materialize_model(model: nn.Module, seed: int) -> nn.Module:
     """Real CPU parameters. A model built on the meta device gets storage, then every module re-initializes
-    under ``seed`` (``reset_parameters``; parameters of modules without one: normal(0, 0.02)) and trains.
-    A model with real tensors keeps the mode its builder returned it in: the importer traced it in that mode
-    (one returned in eval mode, Dropout off, was switched to train mode here, and every measurement failed
-    with "the real step does not match graph")."""
+    under ``seed`` (``reset_parameters``; parameters of modules without one: normal(0, 0.02)). Either keeps
+    the mode its builder returned it in: the importer traced it in that mode (one returned in eval mode,
+    Dropout off, was switched to train mode here, and every measurement failed with "the real step does not
+    match graph")."""
     tensors = [*model.parameters(), *model.buffers()]
     if not any(t.is_meta for t in tensors):
         return model.to("cpu")
@@ -150,7 +150,7 @@ def _materialize_model(model: nn.Module, seed: int) -> nn.Module:
                     p.normal_(0.0, 0.02)
                 for b in module.buffers(recurse=False):
                     b.zero_()
-    return model.train()
+    return model
 
 
 def _token_bound(model: nn.Module) -> int:

@@ -230,6 +230,9 @@ def test_sized_inputs__every_input_without_sizes_is_named_in_one_error():
         sized_inputs("model m.onnx", inputs, {"ids": (2, 16)})
     assert sized_inputs("model m.onnx", inputs, {"ids": (2, 16), "img": (2, 3, 8, 8)}) == \
         {"ids": (2, 16), "img": (2, 3, 8, 8), "scale": (1,)}
+    # restating a fixed input's own shape gives no batch: the open leading dims stay 1, as with no sizes at all
+    fixed = {"ids": (None, 16), "scale": (1,)}
+    assert sized_inputs("model m.onnx", fixed, {"scale": (1,)}) == {"ids": (1, 16), "scale": (1,)}
 
 
 def _onnx_fixed_reshape(path) -> str:

@@ -330,11 +330,18 @@ def eval_dropout_mlp():
     return model.eval(), (torch.randn(4, 8),)
 
 
-def test_torch_measurer__a_model_its_builder_returned_in_eval_mode_is_measured_in_eval_mode(machine):
+def meta_eval_dropout_mlp():
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.ReLU(), nn.Linear(16, 2))
+    return model.eval(), (torch.randn(4, 8),)
+
+
+@pytest.mark.parametrize("build", [eval_dropout_mlp, meta_eval_dropout_mlp], ids=["real", "meta"])
+def test_torch_measurer__a_model_its_builder_returned_in_eval_mode_is_measured_in_eval_mode(machine, build):
     """The importer traces the model in the mode its builder returned; the measurer switched it to train mode
     (Dropout on), so the step ran ops the graph lacks and every measurement said it "does not match graph"."""
-    workload = TorchWorkload(eval_dropout_mlp, origin="eval dropout mlp")
-    graph = trace_training_step(*eval_dropout_mlp(), name="eval_dropout_mlp")
+    workload = TorchWorkload(build, origin="eval dropout mlp")
+    graph = trace_training_step(*build(), name="eval_dropout_mlp")
     measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
     result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
     assert result.status == "ok", result.error
