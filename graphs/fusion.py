@@ -20,8 +20,9 @@ classes of ``graphs.op_classes`` (plus normalization, told apart from the other 
 of one. Constants are inputs of a kernel, never fused into it: a weight read by the matmul of every time
 step would otherwise pull all of them (and, through colocation, their gradients) into one unit. An edge
 fuses only between ops of the same phase: a forward op never joins a backward op through these rules
-(colocation may still put them together). A fused unit holds at most one dense op, its anchor (TVM's
-rule; ``fusion_anchors``, applied where graphs.grouping contracts the edges).
+(colocation may still put them together). The fusion rules never join two units that each hold a dense op
+(TVM's rule; ``fusion_anchors``, applied where graphs.grouping contracts the edges), so a unit holds one
+forward dense op; colocation adds its backward kernels (a matmul's two gradient matmuls: up to 3 dense ops).
 """
 
 from __future__ import annotations

@@ -19,10 +19,10 @@ allowed device kinds are disjoint, and then coarsens to at most ``max_groups``:
   more top-level scopes than G (ResNet-50's Keras layer names), is grouped as ``"metis"``.
 - ``"fusion"``: Moirai's fusion-aware coarsening: first contract the atoms along the edges a runtime would
   fuse (``graphs.fusion``: element-wise chains into their producer, views, bias/activation/normalization
-  after a matmul or conv, element-wise prologues of reductions; never across phases, at most one
-  matmul/conv per unit), so no group boundary cuts a fused kernel; then group those fused units as
-  ``"scope"`` groups atoms (``"metis"`` without scopes). With room for every atom alone (as for every
-  method), nothing is fused.
+  after a matmul or conv, element-wise prologues of reductions; never across phases, one forward
+  matmul/conv per unit, with the backward kernels colocated with it), so no group boundary cuts a fused
+  kernel; then group those fused units as ``"scope"`` groups atoms (``"metis"`` without scopes). With room
+  for every atom alone (as for every method), nothing is fused.
 
 Every command groups with "scope" into at most 32 groups unless a flag says otherwise (``DEFAULT_METHOD``,
 ``DEFAULT_MAX_GROUPS``); BENCHMARKS.md ("Grouping", "Learner") has the measurements behind both choices and
