@@ -14,6 +14,8 @@ GRAPH_NEURAL = (*KINDS, "hsdag")
 """Every graph-neural placer: they keep their own network sizes and batch in a search."""
 ORDERS = ("topo", "reverse-topo", "bfs", "random")
 GDP_ATTENTION_HEADS = 4  # GDP's attention across groups splits hidden_size among this many heads
+# Changing it needs checkpoint.CHECKPOINT_VERSION raised: no weight's shape shows the head count, so a
+# checkpoint trained with another would load and compute something else.
 MAX_HIDDEN, MAX_LAYERS = 4096, 64  # far above what trains here; a checkpoint claiming more is damaged
 MAX_LR = 1.0  # Adam's step size: beyond it the weights become NaN within an update
 COUNTS = ("hidden_size", "num_layers", "batch_size", "episode_steps", "imitation_steps", "greedy_passes")
