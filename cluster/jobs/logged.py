@@ -31,6 +31,12 @@ class PastRows:
         but a log written before 3 December counted the baselines' batches together (m-etf at 1)."""
         return min((iteration for name, iteration, _ in self.logged if name == policy), default=0)
 
+    def rows_to_replay(self, policy: str, from_iteration: int = 0) -> int:
+        """Rows ``policy`` logged from iteration ``from_iteration`` on: what its resumed run replays from the
+        log before it measures anything new (a learner replays only the iterations after its checkpoint)."""
+        return sum(count for (name, iteration, _), count in self.logged.items()
+                   if name == policy and iteration >= from_iteration)
+
 
 
 class LoggedPoolMeasurer:
@@ -57,6 +63,8 @@ class LoggedPoolMeasurer:
         self.log = log
         self.iteration = first_iteration
         self.count_calls = count_calls
+        self.replayed = 0  # rows of the log this session answered under their own iteration
+        self.sent = 0  # placements sent to the pool: new ones, past what the log holds
 
     def start_iteration(self, iteration: int) -> None:
         """Tag what is measured from now on with ``iteration`` (a learner's, when its previous one ended)."""
@@ -67,6 +75,7 @@ class LoggedPoolMeasurer:
         out: list[Measurement | None] = [self._from_log(p) for p in batch]
         todo = [i for i, m in enumerate(out) if m is None]
         if todo:
+            self.sent += len(todo)
             results = self.pool.measure_results(
                 [batch[i] for i in todo], policy=self.policy, iteration=self.iteration,
                 log_placements=[log_placement(self.problem, batch[i]) for i in todo])
@@ -87,6 +96,7 @@ class LoggedPoolMeasurer:
         slot = (self.policy, self.iteration, placement.tobytes())
         if self.past.logged[slot] > 0:
             self.past.logged[slot] -= 1
+            self.replayed += 1
         elif self.log is not None:
             self._log_cache_hit(placement, measurement)
         return measurement

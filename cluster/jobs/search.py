@@ -683,6 +683,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         on_policy_start(measured)
     measurer = LoggedPoolMeasurer(pool, problem, config.policy, past, on_batch=tracker.update, log=writer,
                                   first_iteration=first_iteration, count_calls=not learned or bool(removals))
+    time_left_s, should_stop, timed_out = _after_the_replay(config, past, measurer, first_iteration, time_left_s,
+                                                            should_stop)
     options = {}
     if learned:
         checkpoint_dir = None if removals else run_dir / CHECKPOINT_DIR  # a run with removals is not resumed
@@ -715,9 +717,31 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         return _run_with_removals(problem, pool, config, writer, measurer, options, removals, tracker)
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
-    return _PolicyOutcome(runtime, result.group_placement, result.measurements, result.stop_reason,
+    stop_reason = "time_limit" if timed_out and result.stop_reason == "should_stop" else result.stop_reason
+    return _PolicyOutcome(runtime, result.group_placement, result.measurements, stop_reason,
                           result.seconds_per_update, result.warm_start_runtime_s,
                           SolverFigures.of(result))
+
+
+def _after_the_replay(config, past, measurer, first_iteration: int, time_left_s: float | None, should_stop):
+    """(time limit, stop flag, a list that is non-empty once the limit stopped it) for the policy's context.
+    A resumed run's policy first replays what its log holds, answered from the log; a limit that ran out
+    inside the replay ended the session with the replayed part alone as its result (result.json's best and
+    count short of the log's, the run marked finished). On a resume the limit stops the policy only once the
+    replay is over, or once it has measured something new."""
+    to_replay = past.rows_to_replay(config.policy, first_iteration) if config.resume else 0
+    if time_left_s is None or to_replay == 0:
+        return time_left_s, should_stop, []
+    deadline_s, timed_out = _clock() + time_left_s, []
+
+    def stop() -> bool:
+        if should_stop is not None and should_stop():
+            return True
+        if (measurer.replayed >= to_replay or measurer.sent > 0) and _clock() >= deadline_s:
+            timed_out.append(True)
+        return bool(timed_out)
+
+    return None, stop, timed_out
 
 
 def _run_with_removals(problem, pool, config, writer, measurer, options: dict,

@@ -40,10 +40,11 @@ class BoundReport:
     graph: str
     machine: str
     closed_form_s: float  # holds for every placement
-    lp_s: float | None  # None: not solved (skipped, or cut short: an unfinished LP proves nothing)
+    lp_s: float | None  # HiGHS's value as solved (best_s takes it less SOLVER_SLACK); None: not solved
+    # (skipped, or cut short: an unfinished LP proves nothing)
     lp_status: str
     lp_wall_s: float
-    mip_s: float | None  # HiGHS's dual bound; None: none proven
+    mip_s: float | None  # HiGHS's dual bound as solved, a few ulps high at worst (best_s is lowered); None: none
     mip_status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), "skipped",
     # relaxation.NOT_SOLVED (building the model took the time left)
     mip_wall_s: float

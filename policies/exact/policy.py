@@ -60,6 +60,7 @@ MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what 
 MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
 DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
 MAX_PIECES_PER_GROUP = 2.0  # split "auto": rounds while they give at most this many pieces per group, else blocks
+MIN_SOLVE_S = 1e-3  # the least time limit a CP-SAT solve is given (the loop checked the deadline just before)
 
 
 @dataclass
@@ -112,7 +113,8 @@ class ExactPolicy:
         q = model.quotient
         run.tolerance_s = (q.num_pieces + 2 * q.num_edges + 1) * model.tick_s  # ticks rounded down
         while counter.left > 0 and time.perf_counter() < deadline:
-            solution = model.solve(deadline - time.perf_counter(), hint, self.num_workers, seed, self.work_limit)
+            solution = model.solve(max(deadline - time.perf_counter(), MIN_SOLVE_S), hint, self.num_workers, seed,
+                                   self.work_limit)  # never a negative limit: CP-SAT calls that MODEL_INVALID
             run.solves += 1
             run.first = solution if run.first is None else run.first
             if solution.unit_placement is None:
@@ -252,10 +254,16 @@ class ExactPolicy:
             counter.measure([problem.expand(hint)])
         status = first.status if first is not None else "unknown"
         bound_s = first.bound_s if first is not None and status != "unknown" else math.nan  # unknown: CP-SAT's is 0
-        notes = (f"the solver found no placement of the {quotient.num_groups} groups within {self.time_limit_s:g} s "
-                 f"({status}): returning {hint_name}")
+        if status == "infeasible":  # proved at once, not cut short: no placement's parameters fit
+            notes = (f"no placement of the {quotient.num_groups} groups fits in device memory (CP-SAT proved its "
+                     f"model infeasible): returning {hint_name}")
+            stop_reason = "converged"
+        else:
+            notes = (f"the solver found no placement of the {quotient.num_groups} groups within "
+                     f"{self.time_limit_s:g} s ({status}): returning {hint_name}")
+            stop_reason = "time_limit"
         result = search_result(self.name, problem, counter, notes=notes)
-        return replace(result, stop_reason="time_limit", solver_status=f"{status}, no solution",
+        return replace(result, stop_reason=stop_reason, solver_status=f"{status}, no solution",
                        solver_bound_s=bound_s)
 
     def _result(self, problem, counter: BudgetedMeasurer, run: "SolveRun", quotient: QuotientGraph,

@@ -158,5 +158,5 @@ def _measure_new(problem: PlacementProblem, counter: BudgetedMeasurer, run: Rela
     run.model_s_of[fitted.tobytes()], run.weight_of[fitted.tobytes()] = model_s, weight
     cost_s = counter.measure([problem.expand(fitted)])[0]
     if cost_s < FAILED_COST_S:
-        run.steps.append((placement, cost_s))
+        run.steps.append((fitted, cost_s))  # the placement measured (a cut says "P measured at T")
     return cost_s

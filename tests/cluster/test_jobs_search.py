@@ -156,6 +156,46 @@ def test_search__the_time_limit_counts_from_the_sessions_start(local_ray, tmp_pa
     assert not (read_run(result.run_dir).policy == policy).any()
 
 
+def test_search__a_resume_whose_time_limit_ends_inside_the_replay_still_reports_the_whole_log(local_ray, tmp_path,
+                                                                                             monkeypatch):
+    """A killed annealing run resumed with a limit that the start-up had spent: annealing stopped inside the
+    replay of its own log, and result.json (the run marked finished) gave 0 measurements and the expert as
+    the best, where the log, best_placement.json and `placer analyze` had annealing's 1,500. The limit now
+    stops a resumed policy only once its replay is over."""
+    import cluster.jobs.search as search_job
+    from cluster.runlog import RESULT_FILE
+
+    first = run_search(_config(tmp_path, policy="annealing", budget=40, bound_time_limit_s=0))
+    (first.run_dir / RESULT_FILE).unlink()  # as a run killed after its last row, before its result
+    rows = read_run(first.run_dir)
+    offset_s = [0.0]
+    real_clock, real_baselines = search_job._clock, search_job._score_baselines
+    monkeypatch.setattr(search_job, "_clock", lambda: real_clock() + offset_s[0])
+
+    def slow_baselines(*args, **kwargs):
+        outcome = real_baselines(*args, **kwargs)
+        offset_s[0] += 100.0  # the limit is spent before the policy starts
+        return outcome
+
+    monkeypatch.setattr(search_job, "_score_baselines", slow_baselines)
+    resumed = run_search(_config(tmp_path, policy="annealing", budget=40, bound_time_limit_s=0, time_limit_s=50.0,
+                                 resume=str(first.run_dir)))
+    assert resumed.stop_reason == "budget"  # as the run never stopped ended: its log held the whole budget
+    assert resumed.measurements == first.measurements == 40
+    assert resumed.policy_best_runtime_s == first.policy_best_runtime_s
+    assert resumed.overall_best_source == first.overall_best_source
+    assert read_run(first.run_dir).equals(rows)  # nothing measured or logged again
+
+    with pytest.raises(KeyboardInterrupt):  # stopped half way: the resume's limit ends it past its replay
+        run_search(_config(tmp_path / "half", policy="annealing", budget=40, bound_time_limit_s=0),
+                   progress=_interrupt_at(20))
+    (run_dir,) = list((tmp_path / "half" / "runs").iterdir())
+    logged = int((read_run(run_dir).policy == "annealing").sum())
+    half = run_search(_config(tmp_path / "half", policy="annealing", budget=40, bound_time_limit_s=0,
+                              time_limit_s=50.0, resume=str(run_dir)))
+    assert half.stop_reason == "time_limit" and logged <= half.measurements < 40
+
+
 def test_search__a_heuristic_policy_that_is_also_a_baseline_logs_its_placement_once(local_ray, tmp_path):
     """`--policy m-etf` scored m-etf as a quick baseline, then placed it again: two rows under m-etf, and
     `placer analyze` counted 2 of the policy's measurements where the search counted 1. A resume of the

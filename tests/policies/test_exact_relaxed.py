@@ -217,7 +217,9 @@ def test_relaxation_bound__below_every_placement_of_multi_op_units(seed):
     assert bound.status == "optimal" and problem.lower_bound_s * (1 - 1e-9) <= bound.bound_s <= best_s * (1 + 1e-6)
 
 
-def test_exact_highs__no_placement_that_fits_in_memory_is_said_so_not_a_time_out():
+@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+def test_exact__no_placement_that_fits_in_memory_is_said_so_not_a_time_out(solver):
+    """CP-SAT proved its model infeasible at once and the run said it had found nothing within its limit."""
     import dataclasses
 
     from graphs.registry import load_graph
@@ -227,7 +229,7 @@ def test_exact_highs__no_placement_that_fits_in_memory_is_said_so_not_a_time_out
     machine = dataclasses.replace(base, devices=tuple(dataclasses.replace(d, memory_bytes=10**6)
                                                       for d in base.devices))  # below the graph's parameters
     problem = make_problem(graph, machine, max_groups=8)
-    result = place("exact", problem, SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=10, solver="highs")
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 5, 0, time_limit_s=10, solver=solver)
     assert f"no placement of the {problem.num_units} groups fits in device memory" in result.notes
     assert result.stop_reason == "converged" and result.solver_status == "infeasible, no solution"
 
@@ -529,3 +531,27 @@ def test_exact_highs__a_run_past_its_time_limit_says_why(monkeypatch):
     monkeypatch.undo()
     on_time = place("exact", problem, SimulatorMeasurer(graph, machine), 1, 0, time_limit_s=2, solver="highs")
     assert "past the time limit" not in on_time.notes
+
+
+def test_exact_highs__a_repaired_candidate_is_recorded_as_the_placement_measured():
+    """A candidate over memory is repaired and the repair measured, but run.steps paired the candidate with
+    the repair's step, and the next solves' cuts ("P measured at T") said so of a placement never measured."""
+    import dataclasses
+
+    from graphs.synthetic import synthetic_graph
+    from measurers.catalog import load_machine
+    from policies.base import BudgetedMeasurer, DecisionClock
+    from policies.exact.relaxed_search import RelaxedRun, _measure_new
+
+    graph, base = synthetic_graph(60, 0), load_machine("paper-2gpu")
+    peak_bytes = make_problem(graph, base, max_groups=6).single_device_peak_bytes
+    machine = dataclasses.replace(base, devices=tuple(dataclasses.replace(d, memory_bytes=int(0.7 * peak_bytes))
+                                                      for d in base.devices))
+    problem = make_problem(graph, machine, max_groups=6)
+    counter = BudgetedMeasurer(SimulatorMeasurer(graph, machine), 10, problem.capacity_bytes(), DecisionClock())
+    run, measured = RelaxedRun(), []
+    over = np.full(problem.num_units, problem.gpu_indices()[0], dtype=np.int64)  # everything on one GPU
+    cost_s = _measure_new(problem, counter, run, over, 0.001, 0.0, measured)
+    repaired = measured[-1]
+    assert not np.array_equal(repaired, over) and np.isfinite(cost_s)
+    assert [(placement.tolist(), step_s) for placement, step_s in run.steps] == [(repaired.tolist(), cost_s)]
