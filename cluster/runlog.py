@@ -230,10 +230,11 @@ class _Buffer:
         return pa.table([pa.array(col, type=f.type) for col, f in zip(columns, self.schema)], schema=self.schema)
 
 
-def _faster(runtime_s: float, placement, best: BestPlacement | None) -> bool:
-    """Faster than ``best`` (or no best yet); ties go to the smaller placement, so the best does not depend on
-    the order results arrived in."""
-    return best is None or (runtime_s, tuple(placement)) < (best.runtime_s, best.placement)
+def _faster(runtime_s: float, best: BestPlacement | None) -> bool:
+    """Faster than ``best`` (or no best yet); a tie keeps the row logged first, as ``placer analyze`` and
+    result.json name the best's source (a tie went to the smaller placement: ``apply`` and the timeline plot
+    showed one policy's placement under another's name)."""
+    return best is None or runtime_s < best.runtime_s
 
 
 class RunLogWriter:
@@ -297,7 +298,7 @@ class RunLogWriter:
         writer._metrics_logged_up_to = int(metrics["iteration"].max()) if len(metrics) else -1
         writer._forbidden = removed_device_indices(manifest)
         logged = writer._best_allowed_row(rows)
-        if logged is not None and _faster(logged.runtime_s, logged.placement, best):
+        if logged is not None and _faster(logged.runtime_s, best):
             writer._best, writer._best_dirty = logged, True
         return writer
 
@@ -322,7 +323,7 @@ class RunLogWriter:
             result.actor_id, result.node_id, _seconds_to_us(result.submitted_at),
             _seconds_to_us(result.started_at), _seconds_to_us(result.finished_at), bool(result.cache_hit),
             m.error))
-        better = _faster(m.runtime_s, placement, self._best)
+        better = _faster(m.runtime_s, self._best)
         if m.status == "ok" and math.isfinite(m.runtime_s) and better and not self._forbidden.intersection(placement):
             self._best = BestPlacement(self.manifest.run_id, seq, float(m.runtime_s), tuple(placement),
                                        dt.datetime.now(dt.timezone.utc).isoformat(), logged.level)
@@ -373,11 +374,11 @@ class RunLogWriter:
         """The fastest ok row on no forbidden device, of ``rows`` (the log's, read here when not given)."""
         rows = rows_without_devices(read_run(self.folder) if rows is None else rows, self._forbidden)
         ok = rows[(rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))]
-        allowed = [(float(r.runtime_s), tuple(int(d) for d in r.placement), int(r.seq), r.placement_level)
+        allowed = [(float(r.runtime_s), int(r.seq), tuple(int(d) for d in r.placement), r.placement_level)
                    for r in ok.itertuples()]
         if not allowed:
             return None
-        runtime_s, placement, seq, level = min(allowed)  # ties: the smaller placement, as ``append`` does
+        runtime_s, seq, placement, level = min(allowed)  # ties: the row logged first, as ``append`` keeps it
         return BestPlacement(self.manifest.run_id, seq, runtime_s, placement,
                              dt.datetime.now(dt.timezone.utc).isoformat(), level)
 

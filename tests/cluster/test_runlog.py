@@ -301,11 +301,22 @@ def test_runlog__best_placement_is_fastest_ok(tmp_path, manifest):
 
 
 @pytest.mark.parametrize("order", [(3, 1), (1, 3)])
-def test_runlog__best_placement_tie_goes_to_the_smaller_placement_in_any_arrival_order(tmp_path, manifest, order):
+def test_runlog__best_placement_tie_goes_to_the_row_logged_first_as_analyze_names_it(tmp_path, manifest, order):
+    """It went to the smaller placement, while `placer analyze` and result.json named the first row's policy
+    as the best's source: `apply` and the timeline plot showed one placement under another's name."""
+    from cluster.analysis import summarize
+
     with RunLogWriter.create(tmp_path, manifest) as log:
         for i in order:
             log.append(_result(i, runtime_s=2.0))
-    assert read_best(tmp_path / manifest.run_id).placement == (1, 1, 2)
+    run = tmp_path / manifest.run_id
+    first = read_run(run).sort_values("seq").iloc[0]
+    assert read_best(run).placement == tuple(int(d) for d in first.placement) and read_best(run).seq == first.seq
+    writer = RunLogWriter.resume(run)  # read back from the log: the same rule
+    assert writer.best.seq == first.seq
+    writer.close()
+    summary = summarize([run])[0]
+    assert (summary.overall_best_runtime_s, summary.overall_best_source) == (2.0, first.policy)
 
 
 @pytest.mark.parametrize("edit, message", [
