@@ -95,11 +95,16 @@ def _check_budget(run_dir, saved: SearchConfig, changes: dict) -> None:
 
 
 def _same(name: str, value, saved: SearchConfig) -> bool:
-    """A given value that changes nothing: the saved one, or ``--init pretrained`` where a gdp, placeto or
-    giph run took the default, which is the committed checkpoint (hsdag's default is scratch)."""
+    """A given value that changes nothing: the saved one, the measurer's default ``--runs`` / ``--warmup``
+    where the run recorded none (it used them), or ``--init pretrained`` where a gdp, placeto or giph run took
+    the default, which is the committed checkpoint (hsdag's default is scratch)."""
     from policies.rl.gnn.config import KINDS
 
     was = getattr(saved, name)
+    if was is None and name in ("runs", "warmup"):  # the measurer's default timing, which the run used
+        from measurers.timing import default_timing
+
+        was = getattr(default_timing(saved.measurer), name)
     return value == was or (name == "init" and saved.policy in KINDS and {value, was} <= {None, "pretrained"})
 
 

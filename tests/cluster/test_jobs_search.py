@@ -119,6 +119,10 @@ def test_search__a_search_resumed_with_a_larger_budget_is_refused(local_ray, tmp
         resume_config(first.run_dir, {"budget": 32})
     with pytest.raises(PlacerError, match="finished \\(stopped by budget at --budget 16\\): start a new run"):
         resume_config(first.run_dir, {})  # not "pass a larger --budget"
+    with pytest.raises(PlacerError, match="finished"):  # not "--runs 1: run ... searches without --runs"
+        resume_config(first.run_dir, {"runs": 1, "warmup": 0})  # the simulator's defaults, which the run used
+    with pytest.raises(PlacerError, match="--runs 2: run .* searches without --runs"):
+        resume_config(first.run_dir, {"runs": 2})
     manifest = json.loads((first.run_dir / "manifest.json").read_text())
     manifest["config"]["batch"] = 4  # as an older placer recorded it for annealing, unused (--batch is refused now)
     (first.run_dir / "manifest.json").write_text(json.dumps(manifest))
