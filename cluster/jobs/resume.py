@@ -101,7 +101,7 @@ def _same(name: str, value, saved: SearchConfig) -> bool:
     from policies.rl.gnn.config import KINDS
 
     was = getattr(saved, name)
-    if was is None and name in ("runs", "warmup"):  # the measurer's default timing, which the run used
+    if value is not None and was is None and name in ("runs", "warmup"):  # the measurer's default, which it used
         from measurers.timing import default_timing
 
         was = getattr(default_timing(saved.measurer), name)
