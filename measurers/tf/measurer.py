@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement, failed_measurement, rebuild_step_now
 from measurers.machine import Machine
@@ -158,7 +158,8 @@ class TFMeasurer:
             return timing.measurement(self.settings, peaks, began)
         except Exception as exc:  # noqa: BLE001  any failure of the step is a status
             if out_of_memory(exc):
-                return failed_measurement("oom", self._peaks_after_failure(), began, _first_line(exc))
+                return failed_measurement("oom", self._peaks_after_failure(), began,
+                                          first_line(_message(exc), type(exc).__name__))
             return failed_measurement("error", self._peaks_after_failure(), began, f"{type(exc).__name__}: {exc}")
 
     def _peaks_after_failure(self) -> tuple[int, ...]:
@@ -188,10 +189,6 @@ def out_of_memory(exc: BaseException) -> bool:
 
 def _message(exc: BaseException) -> str:
     return getattr(exc, "message", None) or str(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (_message(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class PlacedSession:

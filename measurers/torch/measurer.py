@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement, failed_measurement, rebuild_step_now
 from measurers.machine import Machine
@@ -136,7 +136,7 @@ class TorchMeasurer:
             return timing.measurement(self.settings, self._peaks(), began)
         except Exception as exc:  # noqa: BLE001  any failure of the user's step is a status
             if _out_of_memory(exc):
-                status, error = "oom", (str(exc).splitlines() or ["CUDA out of memory"])[0]
+                status, error = "oom", first_line(exc, "CUDA out of memory")
             else:
                 status, error = "error", f"{type(exc).__name__}: {exc}"
         # Outside the except block: the traceback (frames holding this placement's tensors) is gone now.
