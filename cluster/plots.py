@@ -169,6 +169,7 @@ class RunToPlot:
     curve: object  # cluster.analysis.learning_curve of the searched policy
     best: object | None  # cluster.run_best.RunBest; None when the run has no ok placement, or no graph
     graph: object | None  # the graph the run placed (hash-checked); None when ``best`` is None
+    op_placement: np.ndarray | None = None  # [num_ops] device of each op of ``best``, checked against ``graph``
 
 
 def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
@@ -194,7 +195,9 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
         except PlacerError as exc:
             print(f"placer: note: no timeline of run {manifest.run_id}'s best placement: {exc}", file=sys.stderr)
             best = None
-    return RunToPlot(manifest.run_id, title, rows, curve, best, graph)
+    # a best placement that does not fit its graph is a damaged run: refused here, before any plot is written
+    op_placement = best.op_placement(graph) if best is not None else None
+    return RunToPlot(manifest.run_id, title, rows, curve, best, graph, op_placement)
 
 
 def plot_run(run_dir: str | Path, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
@@ -244,7 +247,7 @@ def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = 
     if run.best is None:
         return RunPlots(curve_png, None, None, None)
     graph, machine, best, rows = run.graph, run.best.machine, run.best.best, run.rows
-    result = Simulator(graph, machine).run(run.best.op_placement(graph), timeline=True)
+    result = Simulator(graph, machine).run(run.op_placement, timeline=True)
     title = f"{run.title}: {best_placement_caption(run)}"
     timeline_png = plot_timeline(graph, machine, result.timeline, paths.timeline,
                                  f"{title}, {result.runtime_s:.4g} s simulated")

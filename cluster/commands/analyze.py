@@ -75,7 +75,9 @@ def print_summaries(summaries) -> None:
                       measurements_cell(s), failures,
                       _num(s.wall_s, ".1f"), _num(s.measurements_per_s, ".2f"),
                       "finished" if s.finished else "running or stopped", s.run_id)
-    console = text_console(width=240)
+    # wide enough for every cell whole: cut to 240 columns, two run ids of one graph and policy started the
+    # same hour printed alike, and the lines below the table name runs by the whole id
+    console = text_console(width=max(240, text_console(width=10_000).measure(table).maximum))
     console.print(table)
     _print_proven_bounds(console, summaries)
     for s in summaries:

@@ -107,10 +107,15 @@ def _print(run, summary, module_map: str | None) -> None:
     console.print(f"transfers per step: {t.count} ({_si(t.total_bytes, 'B')}), one per (producer, "
                   "destination device)")
     if summary.split_modules:
-        console.print(f"modules split across devices: {', '.join(summary.split_modules)}")
+        console.print(f"modules split across devices: {_module_list(summary.split_modules)}")
     for t in summary.tied:
-        holders = ", ".join(module or "the model itself ('')" for module in t.modules)
+        holders = _module_list(t.modules)
         console.print(f"tied weights: {holders} share {', '.join(t.parameters)}, so the module map puts "
                       f"each on {t.device}, where the shared parameter is placed")
     if module_map:
         console.print(f"module -> device map: {module_map}")
+
+
+def _module_list(modules) -> str:
+    """Module paths for a line of text; the model's own (ROOT_MODULE, '') would print as nothing."""
+    return ", ".join(module or "the model itself ('')" for module in modules)

@@ -376,6 +376,15 @@ def test_cli_analyze__table_names_every_run(tmp_path, capsys):
     assert "x proven bound" in out.replace("\n", " ")  # the column, "-" without a bound
 
 
+def test_cli_analyze__table_prints_each_run_id_whole(tmp_path, capsys):
+    """The run column was cut to fit 240 columns (``...__random__0__20261206T1…``), so two runs of one graph
+    and policy started the same hour printed alike, and the lines below the table name runs by the whole id."""
+    graph = dataclasses.replace(_graph(), name="keras_efficientnet_b0_from_an_outside_model_at_batch_32")
+    run = write_run(tmp_path, graph=graph)
+    assert main(["analyze", str(tmp_path)]) == 0
+    assert any(run.name in line for line in capsys.readouterr().out.splitlines())
+
+
 def test_cli_analyze__counts_the_policys_measurements_as_search_does_apart_from_its_baselines(tmp_path, capsys):
     """A `placer search --budget 64` run showed 64 measurements in search's summary and 66 here: its 3
     baselines were counted in, its one cache hit left out. The policy's rows (cache hit included) are what

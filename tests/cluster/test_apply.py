@@ -344,8 +344,10 @@ def test_placer_apply__a_parameter_the_model_itself_shares_puts_the_model_in_the
     module_map = tmp_path / "modules.json"
     capsys.readouterr()
     assert main(["apply", str(run_dir), "--module-map", str(module_map)]) == 0
+    out = capsys.readouterr().out
     assert ("tied weights: the model itself (''), out share table, so the module map puts each on gpu:1"
-            in capsys.readouterr().out)
+            in out)
+    assert "modules split across devices: the model itself ('')" in out  # it printed an empty name
     written = json.loads(module_map.read_text())
     assert list(written["modules"].items()) == [("", "gpu:1"), ("mid", "gpu:0"), ("out", "gpu:1")]
     assert written["tied"] == [{"modules": ["", "out"], "parameters": ["table"], "device": "gpu:1"}]

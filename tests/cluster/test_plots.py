@@ -150,6 +150,25 @@ def test_cli_analyze__plots_of_no_run_are_written_when_one_run_is_damaged(tmp_pa
     assert not (tmp_path / "plots").exists()
 
 
+@pytest.mark.parametrize("damage", ["unknown device", "cut short"])
+def test_cli_analyze__a_best_placement_that_does_not_fit_its_graph_leaves_no_plot(tmp_path, capsys, damage):
+    """The placement was expanded to ops only after the learning curve was saved: a run whose best placement
+    names a device the machine lacks, or has too few entries, left plots behind with its exit 2."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    damaged = write_run(tmp_path / "runs" / "b", graph_file=graph_file)
+    best = json.loads((damaged / "best_placement.json").read_text())
+    best["placement"] = [7] + best["placement"][1:] if damage == "unknown device" else best["placement"][:1]
+    (damaged / "best_placement.json").write_text(json.dumps(best))
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placer: error:") and err.count("\n") == 1
+    assert not (tmp_path / "plots").exists()
+    assert main(["analyze", str(damaged), "--plots", str(tmp_path / "plots")]) == 2
+    assert not (tmp_path / "plots").exists()
+
+
 def test_cli_analyze__a_run_of_a_relative_graph_file_is_plotted_from_another_folder(tmp_path, monkeypatch):
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
