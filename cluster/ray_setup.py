@@ -56,8 +56,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         # a SIGTERM met Ray's own handler and ended it at once, status 15, without the command's output
         with interrupts_deferred("stopping once Ray has started", (signal.SIGINT, signal.SIGTERM)) as held, \
                 _no_ray_sigterm_handler():
-            if address:
-                ray.init(address=address, namespace=namespace, log_to_driver=True)
+            if address:  # warnings only, as below: Ray's "Connected to Ray cluster." came before a refusal
+                ray.init(address=address, namespace=namespace, log_to_driver=True, logging_level=logging.WARNING)
             else:
                 # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
                 # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's
@@ -162,7 +162,9 @@ def check_token_accepted(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> 
     """One call to the control store at ``address``, sent as ray.init would send it (the token only with
     RAY_AUTH_MODE=token): a cluster that refuses it is one PlacerError saying why, within a second. ray.init
     retried the refused handshake for 20 s, printing a warning a second, then said the cluster was
-    unreachable. Any other answer (or a Ray without these internals) is left to ray.init."""
+    unreachable. A port that takes the connection and then answers no such call (silence, another gRPC
+    service such as a raylet's) is refused too: ray.init waited on it for minutes, deaf to Ctrl-C and SIGTERM
+    inside Ray's C++ client. Any other answer (or a Ray without these internals) is left to ray.init."""
     try:
         import grpc
         from ray._private.authentication.authentication_utils import is_token_auth_enabled
@@ -182,6 +184,10 @@ def check_token_accepted(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> 
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
             raise PlacerError(_refusal(address, sends_token)) from None
+        if exc.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED):
+            raise PlacerError(f"{address!r} accepts connections but does not answer as a Ray control store "
+                              f"(gRPC {exc.code().name} within {timeout_s:g} s): give the head node's GCS port, "
+                              "6379 by default") from None
     finally:
         channel.close()
 

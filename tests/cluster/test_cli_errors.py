@@ -219,6 +219,40 @@ def test_cluster_address_of_a_web_server__one_error_not_minutes_of_retries(tmp_p
         server.server_close()
 
 
+@pytest.mark.parametrize("server", ["silent", "another gRPC service"])
+def test_cluster_address_that_is_no_control_store__one_error_not_a_hang(server):
+    """A port that takes the connection and never answers (or a raylet's port: gRPC, no control store) passed
+    the checks, and ray.init then waited for minutes, deaf to Ctrl-C and SIGTERM."""
+    import threading
+    from concurrent import futures
+
+    import grpc
+
+    from cluster.ray_setup import check_reachable
+    from graphs.errors import PlacerError
+
+    if server == "silent":
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        accepted = []
+        threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+        port, stop = listener.getsockname()[1], listener.close
+    else:
+        rpc = grpc.server(futures.ThreadPoolExecutor(max_workers=1))  # no service: every call UNIMPLEMENTED
+        port = rpc.add_insecure_port("127.0.0.1:0")
+        rpc.start()
+        stop = lambda: rpc.stop(None)  # noqa: E731
+    started = time.perf_counter()
+    try:
+        with pytest.raises(PlacerError, match=f"^'127.0.0.1:{port}' accepts connections but does not answer as a "
+                                              "Ray control store"):
+            check_reachable(f"127.0.0.1:{port}", timeout_s=2.0)
+    finally:
+        stop()
+    assert time.perf_counter() - started < 8.0  # the TCP check, the HTTP probe and the call: 2 s each at most
+
+
 def test_baselines__a_negative_seed_is_refused_before_the_run_folder(tmp_path, capsys):
     assert main(["baselines", *GRAPH, "--seed", "-1", "--policies", "single-gpu", "--bound-time-limit", "0",
                  "--out", str(tmp_path / "runs")]) == 2
