@@ -457,7 +457,11 @@ def compact_run(folder: str | os.PathLike) -> None:
 
 def _compact_parts(folder: Path, schema: pa.Schema) -> None:
     numbers = sorted(_part_numbers(folder))
-    if len(numbers) <= 1:
+    if not numbers:  # a search's metrics/: one empty file, so that DuckDB's 'metrics/*.parquet' finds the table
+        folder.mkdir(exist_ok=True)
+        write_parquet_atomic(folder / "part-000000.parquet", schema.empty_table())
+        return
+    if len(numbers) == 1:
         return
     table = read_table(folder, schema)  # every row once, in seq order
     target = folder / f"part-{numbers[-1] + 1:06d}.parquet"  # a new name: no visible file is rewritten

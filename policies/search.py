@@ -30,13 +30,14 @@ regions.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
 from graphs.errors import PlacerError, is_whole_number
-from policies.base import BudgetedMeasurer, DecisionClock, RunContext, check_budget, early_stop, search_result
+from policies.base import (FAILED_COST_S, BudgetedMeasurer, DecisionClock, RunContext, check_budget, early_stop,
+                           search_result)
 from policies.problem import PlacementProblem
 from policies.simple import best_single_device, single_device_units
 
@@ -196,7 +197,7 @@ class AnnealingPolicy:
         if memo.done:  # stopped before its first batch (no time left): its starts are not measured either
             return search_result(self.name, problem, counter, stop_reason=memo.stop_reason)
         rng = np.random.default_rng(seed)
-        start, start_cost = self._start(problem, memo, budget, self.warm_start)
+        start, start_cost, warm_start_s = self._start(problem, memo, budget, self.warm_start)
         chains = np.repeat(start[None, :], min(self.chains, max(1, int(budget) - 2)), axis=0)  # (C, U)
         movable = np.flatnonzero(problem.unit_allowed.sum(axis=1) >= 2)
         steps = max(1, (int(budget) - 1) // len(chains))
@@ -221,15 +222,17 @@ class AnnealingPolicy:
                     energy[:] = np.log(memo.evaluate(chains))  # nothing new even here: the memo stops the search
         # with no unit to move, the start is every placement there is: nothing new to find
         stop_reason = memo.stop_reason if len(movable) or counter.left <= 0 else "converged"
-        return search_result(self.name, problem, counter, notes=f"{step} annealing steps", stop_reason=stop_reason)
+        return replace(search_result(self.name, problem, counter, notes=f"{step} annealing steps",
+                                     stop_reason=stop_reason), warm_start_runtime_s=warm_start_s)
 
     @staticmethod
-    def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float]:
+    def _start(problem, memo, budget, warm_start=None) -> tuple[np.ndarray, float, float]:
         """The best of the ``warm_start`` op placements collapsed onto the units (checked, repaired and
         deduplicated as the learners' are: policies.rl.warm_start), the best single GPU and Baechi's m-TOPO
         fill repaired to fit as the m-topo policy's is (it fits in memory where the single GPU does not:
         chains that start out of memory rarely find a fitting placement in time), measured in that order
-        while the budget lasts."""
+        while the budget lasts: (its units (U,), its cost, the best warm start's step on the units, nan where
+        none was given or ran ok: the search job's "warm start on the searched groups")."""
         from policies.baechi import fitted_m_topo
         from policies.rl.warm_start import check_warm_start, distinct_unit_placements
 
@@ -240,7 +243,8 @@ class AnnealingPolicy:
         starts = starts[: max(1, min(len(starts), int(budget)))]
         costs = np.asarray(memo.evaluate(starts))
         best = int(np.argmin(costs))
-        return starts[best].copy(), float(costs[best])
+        warm_cost_s = float(costs[: len(warm)].min()) if len(warm) else math.inf
+        return starts[best].copy(), float(costs[best]), warm_cost_s if warm_cost_s < FAILED_COST_S else math.nan
 
     @classmethod
     def _kicked(cls, problem, best_placement, count: int, movable, rng) -> np.ndarray:

@@ -450,7 +450,10 @@ def test_runlog__compaction__thousand_rows_in_a_hundred_parts_become_one_file(tm
     assert len(_part_files(run)) == 100
     before = read_run(run)
     compact_run(run)
-    assert len(_part_files(run)) == 1 and _part_files(run, "metrics") == []
+    assert len(_part_files(run)) == 1 and len(_part_files(run, "metrics")) == 1
+    metrics = run / "metrics"  # a search's: no metric, and still a table DuckDB and pandas read (it was no file)
+    assert duckdb.sql(f"select count(*) from '{metrics}/*.parquet'").fetchall() == [(0,)]
+    assert list(pd.read_parquet(metrics).columns) == list(read_metrics(run).columns)
     after = read_run(run)
     pd.testing.assert_frame_equal(after, before)
     assert after["seq"].tolist() == list(range(1000))
