@@ -140,8 +140,10 @@ def check_train_args(args: argparse.Namespace):
                        seed=args.seed, **giph, names=CONFIG_FLAGS)
     for groups in args.groups:
         check_counts(args.budget, groups, args.grouping)
-    if args.budget < 2:
-        raise PlacerError(f"--budget must be at least 2 measurements (an update measures two placements or more), "
+    least = 2 if config.kind == "gdp" else 3  # placeto and giph measure their start first, then a batch of 2
+    if args.budget < least:
+        raise PlacerError(f"--budget must be at least {least} measurements for {config.kind} (an update measures two "
+                          f"placements or more{'' if least == 2 else ', after the start it moves from'}), "
                           f"got {args.budget}")
     for flag, value in (("--teacher-budget", args.teacher_budget), ("--imitation-steps", args.imitation_steps)):
         if value < 0:

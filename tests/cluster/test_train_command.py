@@ -114,13 +114,24 @@ def test_train__placeto_trains_and_prints_a_table(tmp_path, capsys, monkeypatch)
     assert len(_metrics(out)) >= 1
 
 
+@pytest.mark.parametrize("policy, least", [("gdp", 2), ("placeto", 3), ("giph", 3)])
+def test_train__the_least_budget_accepted_makes_an_update(tmp_path, capsys, policy, least):
+    """placeto and giph measure their start before their first batch: at 2 both were accepted and trained
+    nothing (0 updates, exit 0), and giph's first batch also came up short at 3."""
+    out = tmp_path / f"{policy}.pt"
+    assert _train(out, "--json", policy=policy, budget=least) == 0
+    assert json.loads(capsys.readouterr().out)["updates"] == 1 and len(_metrics(out)) == 1
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--policy", "reinforce"], "unknown graph-neural policy 'reinforce'"),
     (["--graphs", "nmt-3"], "unknown graph 'nmt-3'"),
     (["--graphs", "families:x"], "bad --graphs entry 'families:x'"),
     (["--machines", "paper-3gpu"], "unknown machine 'paper-3gpu'"),
     (["--budget", "0"], "--budget must be a whole number of at least 1"),
-    (["--budget", "1"], "--budget must be at least 2 measurements"),
+    (["--budget", "1"], "--budget must be at least 2 measurements for gdp"),
+    (["--policy", "placeto", "--budget", "2"], "--budget must be at least 3 measurements for placeto"),  # 0 updates
+    (["--policy", "giph", "--budget", "2"], "--budget must be at least 3 measurements for giph"),
     (["--entropy", "nan"], "--entropy must be a finite number >= 0, got nan"),
     (["--entropy", "inf"], "--entropy must be a finite number >= 0, got inf"),  # trained nothing, exit 0
     (["--lr", "inf"], "--lr must be in (0, 1]"),  # NaN weights: a traceback from the sampler
@@ -451,6 +462,13 @@ def _edited_networks(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
         (edited("huge", lambda s: s["architecture"].update(num_layers=10**12)), "gdp",  # built: 23 GB and on
          "num_layers must be in 1..64"),
         (edited("no-config", lambda s: s["trainer"].pop("config")), "gdp", "lacks its trainer settings"),
+        # a resumed training run went on from these: `train --resume` ended in a traceback
+        (edited("text-count", lambda s: s["progress"].update(measurements_used="abc")), "gdp",
+         "progress.measurements_used is 'abc', not a whole number"),
+        (edited("negative-updates", lambda s: s["progress"].update(updates=-3)), "gdp",
+         "progress.updates is -3, not a whole number"),
+        (edited("nan-wall", lambda s: s["progress"].update(wall_s=float("nan"))), "gdp",
+         "progress.wall_s is nan, not a time"),
     ]
 
 
@@ -666,6 +684,18 @@ def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(
     assert _train(out, "--resume", budget=96) == 2
     name = section if section == "progress" else f"trainer.{section}"
     assert f"checkpoint {out} lacks {name}, which training reads to continue" in one_placer_error(capsys)
+
+
+def test_train__resume_of_a_checkpoint_whose_progress_is_not_numbers_is_one_error(trained, tmp_path, capsys):
+    """A text count passed the checks and ended `train --resume` in a traceback (int('abc'))."""
+    import torch
+
+    state = torch.load(trained[0], weights_only=True)
+    state["progress"]["measurements_used"] = "abc"
+    out = tmp_path / "gdp.pt"
+    torch.save(state, out)
+    assert _train(out, "--resume", budget=96) == 2
+    assert f"checkpoint {out}: progress.measurements_used is 'abc', not a whole number" in one_placer_error(capsys)
 
 
 def test_train__a_time_limit_that_ends_the_teachers_writes_nothing_and_says_so_exit_1(tmp_path, capsys, monkeypatch):

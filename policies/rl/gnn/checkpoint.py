@@ -23,6 +23,8 @@ Written to a temporary file and renamed, so an interrupted save never leaves hal
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from pathlib import Path
 
@@ -110,8 +112,23 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
         raise PlacerError(f"checkpoint {path} lacks its network weights or architecture") from None
     if not isinstance(state["trainer"].get("config"), dict):  # the search reads its trained --order from it
         raise PlacerError(f"checkpoint {path} lacks its trainer settings (trainer.config)")
+    _check_progress(path, state.get("progress"))
     check_network(path, policy, state)
     return state
+
+
+def _check_progress(path: Path, progress) -> None:
+    """The counters a resumed training run goes on from are numbers (a text one ended `train --resume` in a
+    traceback): measurements and updates whole and not negative, the wall time finite."""
+    if not isinstance(progress, dict):  # a search starts from the weights alone; `train --resume` says it lacks it
+        return
+    for key in ("measurements_used", "updates"):
+        value = progress.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            raise PlacerError(f"checkpoint {path}: progress.{key} is {value!r}, not a whole number of 0 or more")
+    wall_s = progress.get("wall_s", 0.0)
+    if isinstance(wall_s, bool) or not isinstance(wall_s, numbers.Real) or not math.isfinite(wall_s) or wall_s < 0:
+        raise PlacerError(f"checkpoint {path}: progress.wall_s is {wall_s!r}, not a time in seconds")
 
 
 def check_network(path: Path, policy: str, state: dict) -> None:

@@ -127,6 +127,9 @@ def giph_batch(net, slot: Slot, start: np.ndarray, size: int, steps: int, discou
     t = time.perf_counter()
     start_runtime = slot.measure(np.asarray(start, dtype=np.int64)[None])  # (1,) free once in the memo
     start_measure_s = time.perf_counter() - t
+    size = min(size, max(slot.counter.left, 0))  # the start, if new, took one: B episodes' first steps need B
+    if size < 2:
+        return None, None, 0.0
     episodes = run_episodes(net, slot, start, size, steps, generator)
     if episodes.steps == 0:
         return None, None, 0.0
