@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, ContextManager
@@ -80,7 +81,12 @@ def import_target(spec: str, target: str, what: str):
             if module_spec is None:  # a file Python does not import (not .py): was "'NoneType' object has ..."
                 raise PlacerError(f"{what} spec {spec!r}: {target!r} is not a Python file (.py)")
             module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
+            _importable_as_a_script(path, module)
+            try:
+                module_spec.loader.exec_module(module)
+            except BaseException:
+                sys.modules.pop(module.__name__, None)  # as Python's import drops a module that failed
+                raise
             return module
         return importlib.import_module(target)
     except PlacerError:
@@ -88,3 +94,14 @@ def import_target(spec: str, target: str, what: str):
     except (Exception, SystemExit) as error:  # ImportError, SyntaxError, anything the module raises on import
         raise PlacerError(f"{what} spec {spec!r}: cannot import {target!r}: {type(error).__name__}: "
                           f"{first_line(error)}") from error
+
+
+def _importable_as_a_script(path: Path, module) -> None:
+    """What ``python FILE`` gives the file: its module in ``sys.modules`` (a ``@dataclass`` under ``from
+    __future__ import annotations`` looks its module up there: "'NoneType' object has no attribute
+    '__dict__'") and its folder on the import path (a model split over files imports its neighbours; at the
+    end of the path, so that a user's folder named ``graphs`` cannot shadow placer's own packages)."""
+    sys.modules[module.__name__] = module
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.append(folder)

@@ -17,7 +17,8 @@ aten call into one op:
   fake tensors hold no data);
 - one ``Variable`` op per parameter (scope = owning module, ``param_bytes`` = weight + gradient +
   optimizer moments: 4 x the weight bytes for fp32 Adam, i.e. weight, grad, exp_avg and exp_avg_sq; Adam's
-  scalar step counter is not counted) and per buffer (``param_bytes`` = its bytes); one ``Input`` op per
+  scalar step counter is not counted; a parameter the loss never reaches gets no gradient and no optimizer
+  state in a real step: its weight alone) and per buffer (``param_bytes`` = its bytes); one ``Input`` op per
   example input, target, and constant tensor the model reads. A tensor several modules hold (tied weights:
   ``out.weight = emb.weight``) is one Variable op, in its first holder's scope; ``meta[TIED_PARAMETERS]``
   lists all its names (``[["emb.weight", "out.weight"]]``, not part of the content hash);
@@ -99,6 +100,8 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
             for index, p in enumerate(trainable.values()):
                 if p.grad is not None:
                     recorder.set_owner(p.grad, index)
+                else:  # the loss never reaches it: no gradient, and Adam makes no state for it in a real run
+                    table.param_bytes[recorder.param_ops[index]] = tensor_bytes(p)
             recorder.phase = "update"
             optimizer.step()
     finally:

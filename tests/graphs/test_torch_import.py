@@ -514,6 +514,50 @@ def test_import_torch_spec__a_models_error_of_many_lines_is_quoted_by_its_first(
     assert str(caught.value).endswith("ValueError: line one") and "\n" not in str(caught.value)
 
 
+def test_import_torch_spec__a_file_imports_as_python_runs_it(tmp_path):
+    """A ``@dataclass`` config under ``from __future__ import annotations`` ("'NoneType' object has no attribute
+    '__dict__'": the file's module was in no ``sys.modules``) and a model split over two files in one folder
+    ("No module named 'helper_layers'") import as ``python FILE`` runs them."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "helper_layers_s62.py").write_text(
+        "import torch\n"
+        "class MLP(torch.nn.Sequential):\n"
+        "    def __init__(self, width):\n"
+        "        super().__init__(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 2))\n")
+    (folder / "main_model.py").write_text(
+        "from __future__ import annotations\n"
+        "from dataclasses import dataclass\n"
+        "import torch\n"
+        "from helper_layers_s62 import MLP\n"
+        "@dataclass\n"
+        "class Config:\n"
+        "    width: int = 8\n"
+        "    batch: int = 4\n"
+        "def build():\n"
+        "    config = Config()\n"
+        "    return MLP(config.width), (torch.zeros(config.batch, config.width),)\n")
+    graph = import_torch_spec(f"{folder / 'main_model.py'}:build")
+    assert graph.num_params == 8 * 8 + 8 + 8 * 2 + 2
+
+
+def test_trace_training_step__a_parameter_the_loss_never_reaches_keeps_its_weight_alone():
+    """A real step gives it no gradient and Adam makes no state for it: 4x its bytes overstated memory."""
+    class WithUnusedHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 4)
+            self.unused_head = nn.Linear(8, 1000)
+
+        def forward(self, x):
+            return self.body(x)
+
+    graph = trace_training_step(WithUnusedHead(), torch.zeros(2, 8))
+    resident = dict(zip(graph.op_names, graph.param_bytes.tolist()))
+    assert resident["param:unused_head.weight"] == 8 * 1000 * 4 and resident["param:unused_head.bias"] == 1000 * 4
+    assert resident["param:body.weight"] == 4 * 8 * 4 * 4  # weight, gradient and Adam's two moments
+
+
 def test_trace_training_step__same_model_same_graph():
     first, second = _mlp_graph(), _mlp_graph()
     assert first.content_hash == second.content_hash
