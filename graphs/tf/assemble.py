@@ -18,10 +18,16 @@ and every remaining op becomes an OpGraph op:
 - Colocation: a variable with every op that reads or writes it, the update arithmetic that feeds only its
   update, and the graph's own ``_class = loc:@...`` constraints.
 - Phases: backward = ops under a ``gradient_tape/`` or ``gradients/`` name scope (where TensorFlow puts
-  every op a tape or ``tf.gradients`` adds); update = ops that write a trainable variable or its slots,
+  every op a tape or ``tf.gradients`` adds), ops that wait for a gradient through a data or a control edge and
+  feed such an op (a custom gradient's body, ``tf.nn.silu``'s, which TensorFlow names at the graph's root),
+  and what feeds only that work; update = ops that write a trainable variable or its slots,
   non-backward ops downstream of a gradient, control-flow joins whose branches end in updates (a
   LossScaleOptimizer's conds), and ops that only feed updates; Variables, state and inputs are "other"; the
   rest is forward.
+- Scopes: an op's Keras layer (the layer whose call opened the name scope it is in, ``_layer_scope``), else its
+  TF name scope. A gradient op outside the tape's scope (a custom gradient's body at the root; the gradient of a
+  function TensorFlow calls, "PartitionedCall/gradients/convolution_grad", as Keras's grouped Conv2D under
+  jit_compile is) takes the layer of the forward op it differentiates (``_scope_loose_gradients``).
 - allowed_mask: CPU only for op types with no registered GPU kernel.
 - meta["ops_without_flops"]: {op type: count} of the ops whose 0 FLOPs is a type ``graphs.tf.costs`` does
   not know (``without_flops``), as the ONNX and OpenVINO importers record theirs.
@@ -63,7 +69,7 @@ def build_opgraph(flat: list[FlatOp], concrete_function, *, name: str, batch_siz
     """The OpGraph of ``flat`` (the flattened graph of ``concrete_function``). Writes to
     ``optimizer_variables`` (e.g. a Keras optimizer's step counter) count as updates. ``variable_labels``
     ({id of a tf.Variable's handle: VariableLabel}) names and scopes those variables' ops; any other
-    variable is named by TensorFlow and scoped by its name (``_scope``)."""
+    variable is named by TensorFlow and scoped by its name (``_layer_scope``)."""
     optimizer_handles = {id(v.handle) for v in _tf_variables(optimizer_variables)}
     optimizer_states = {i for i, h in _captured_handles(flat, concrete_function) if h in optimizer_handles}
     roles, value_bytes, numels, labeled = _classify_resources(flat, concrete_function, variable_labels or {})
@@ -189,11 +195,14 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
     accessed = [0 if roles[i] in (PARAM, STATE) else flat[i].runs * (flat[i].data_bytes()
                 + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE)) for i in keep]
     data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
-    phases, gradient_sums = _phases(flat, keep, roles, owner, index, data_edges, optimizer_states)
+    control_edges = [(s, d) for s, d, _, is_data in edges if not is_data]
+    phases, gradient_sums = _phases(flat, keep, roles, owner, index, data_edges, control_edges, optimizer_states)
     updates = _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges)
-    scopes = [variable_scopes[i] if i in variable_scopes else
-              _scope(flat[i], scope_map, roles[i] in (PARAM, STATE)) for i in keep]
+    layers = [variable_scopes[i] if i in variable_scopes else
+              _layer_scope(flat[i], scope_map, roles[i] in (PARAM, STATE)) for i in keep]
+    scopes = [layer if layer is not None else _name_scope(flat[i]) for i, layer in zip(keep, layers)]
     _scope_gradient_sums(scopes, gradient_sums, updates, data_edges)
+    _scope_loose_gradients(flat, keep, scopes, [layer is not None for layer in layers], phases, data_edges)
     return OpGraph(
         name=name, framework="tensorflow",
         op_names=np.array([flat[i].name for i in keep], dtype=object),
@@ -248,7 +257,8 @@ def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, b
     return edges
 
 
-def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> tuple[np.ndarray, list[int]]:
+def _phases(flat, keep, roles, owner, index, data_edges, control_edges,
+            optimizer_states) -> tuple[np.ndarray, list[int]]:
     """Each op's phase (see the module's docstring), and the ops that sum a weight's gradients (``_sums_gradients``)."""
     n = len(keep)
     phase = np.full(n, PHASE_CODE["forward"], dtype=np.int8)  # (N,)
@@ -257,6 +267,11 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> tu
     for s, d in data_edges:
         succ[s].append(d)
         pred[d].append(s)
+    after: list[list[int]] = [list(p) for p in pred]  # data and control predecessors: what an op waits for
+    later: list[list[int]] = [list(c) for c in succ]
+    for s, d in control_edges:
+        after[d].append(s)
+        later[s].append(d)
     fixed = np.zeros(n, dtype=bool)  # (N,) phase decided by a rule that later rules must not override
     for new, old in enumerate(keep):
         if roles[old] != OP:
@@ -266,7 +281,7 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> tu
         elif any(s == RESOURCE_EDGE and roles[owner[p]] == PARAM for p, s in flat[old].inputs) \
                 and flat[old].kind != "ReadVariableOp":
             phase[new], fixed[new] = PHASE_CODE["update"], True
-    order = _topo(n, succ, pred)
+    order = _topo(n, later, after)  # a control predecessor comes first too
     update, backward = PHASE_CODE["update"], PHASE_CODE["backward"]
     feeds_backward = np.zeros(n, dtype=bool)  # (N,) some data-descendant is a gradient-scoped op
     feeds_write = np.zeros(n, dtype=bool)  # (N,) some data-descendant writes a parameter
@@ -274,10 +289,12 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> tu
         feeds_backward[j] = any(phase[c] == backward and fixed[c] or feeds_backward[c] for c in succ[j])
         feeds_write[j] = any(phase[c] == update and fixed[c] or feeds_write[c] for c in succ[j])
     # Downstream of a gradient: more gradient work (e.g. the tape's AddN) or the optimizer. A gradient op made of
-    # constants alone is no gradient: the TensorList a forward while loop fills for its gradient loop to pop.
+    # constants alone is no gradient: the TensorList a forward while loop fills for its gradient loop to pop. An op
+    # that waits for a gradient through a control edge runs after it too: a custom gradient's body waits for the
+    # incoming gradient so ("mul" under ``tf.nn.silu``'s, at the graph's root like all its ops).
     gradient_sums = []
     for j in order:
-        if not fixed[j] and any(phase[p] == update or phase[p] == backward and pred[p] for p in pred[j]):
+        if not fixed[j] and any(phase[p] == update or phase[p] == backward and pred[p] for p in after[j]):
             if feeds_backward[j]:
                 phase[j] = backward
             elif _sums_gradients(flat[keep[j]], pred[j], phase):
@@ -285,6 +302,13 @@ def _phases(flat, keep, roles, owner, index, data_edges, optimizer_states) -> tu
                 gradient_sums.append(j)
             elif feeds_write[j]:
                 phase[j] = update
+    # What feeds only that gradient work is part of it: the rest of a custom gradient's body, which reads the
+    # forward values alone ("mul_1", silu's x times beta). A forward value the tape's gradient ops read (what a
+    # forward loop pushes for its gradient loop to pop) stays forward: gradient-scoped readers are fixed.
+    for j in reversed(order):
+        if not fixed[j] and phase[j] == PHASE_CODE["forward"] and succ[j] \
+                and all(phase[c] == backward and not fixed[c] for c in succ[j]):
+            phase[j] = backward
     for _ in range(2):  # ops that only feed updates (learning-rate schedules, step counter reads)
         _mark_update_joins(flat, keep, owner, index, phase, fixed)
         for j in reversed(order):
@@ -390,8 +414,13 @@ def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges
     return [(j, target[j]) for j in range(n) if target[j] >= 0]
 
 
-def _scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str:
-    """Dotted scope of an op: its mapped Keras layer path if known, else its TF name scope. An op inside control
+def _name_scope(op: FlatOp) -> str:
+    """The dotted TF name scope of an op that maps to no Keras layer (less the gradient scopes in front)."""
+    return ".".join(_scope_parts(op.name))
+
+
+def _layer_scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str | None:
+    """Dotted path of the op's mapped Keras layer ("" the model's own), or None if it maps to none. An op inside control
     flow is looked up by its own name too: a cond's branch opens its scopes under the cond's ("cond/adam", the
     optimizer a LossScaleOptimizer applies in its cond; "net_1/cond/d1_1", a layer a model calls in a branch), not
     under the flattened "cond/then/" it is named by, so the flattened name finds at most the scope around the cond
@@ -403,7 +432,52 @@ def _scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) -> str
         own = _mapped_prefix(_forward_parts(op.own_name), scope_map, variable)
         if own is not None and (mapped is None or own.depth > mapped.depth):
             mapped = own
-    return mapped.scope if mapped is not None else ".".join(_scope_parts(op.name))
+    return mapped.scope if mapped is not None else None
+
+
+def _scope_loose_gradients(flat, keep, scopes: list[str], layered: list[bool], phases: np.ndarray,
+                           data_edges: list[tuple[int, int]]) -> None:
+    """A loose gradient op (backward, in no layer's scope: not ``layered``) takes the layer of the forward op it
+    differentiates. TensorFlow names such ops outside the tape's scope: a custom gradient's body at the graph's root
+    (``tf.nn.silu``'s "mul", "Sigmoid", ...), the gradient of a function it calls in a function of its own
+    ("PartitionedCall/gradients/convolution_grad/Conv2DBackpropFilter": Keras's grouped Conv2D under jit_compile).
+    The ops of one such gradient are those joined by data edges within one name scope; they read the values the
+    forward op read (its inputs: silu's x; the convolution's input and filter). The forward op is the one that reads
+    them all, and its layer (``layered``) is theirs when all such readers are in one: silu's mul and Sigmoid in the
+    Dense layer that applies it, the convolution in its Conv2D. Otherwise the ops keep their name scope. The tape's
+    sums of gradients (``_sums_gradients``: a weight's, or those of a value several ops read) are no such op."""
+    n, forward = len(scopes), PHASE_CODE["forward"]
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for s, d in data_edges:
+        succ[s].append(d)
+        pred[d].append(s)
+    loose = [not layered[j] and phases[j] == PHASE_CODE["backward"] and not _sums_gradients(flat[i], pred[j], phases)
+             for j, i in enumerate(keep)]
+    part = list(range(n))  # union-find over the loose ops: one gradient's ops
+
+    def find(j: int) -> int:
+        while part[j] != j:
+            part[j] = part[part[j]]
+            j = part[j]
+        return j
+
+    for s, d in data_edges:
+        if loose[s] and loose[d] and scopes[s] == scopes[d]:
+            part[find(s)] = find(d)
+    reads: dict[int, set[int]] = {}  # {a gradient's representative op: the forward ops it reads}
+    for s, d in data_edges:
+        if loose[d] and phases[s] == forward:
+            reads.setdefault(find(d), set()).add(s)
+    layer_of: dict[int, str] = {}
+    for root, values in reads.items():
+        readers = set.intersection(*({c for c in succ[v] if phases[c] == forward and layered[c]} for v in values))
+        found = {scopes[c] for c in readers}
+        if len(found) == 1:
+            layer_of[root] = found.pop()
+    for j in range(n):
+        if loose[j] and find(j) in layer_of:
+            scopes[j] = layer_of[find(j)]
 
 
 @dataclass(frozen=True)

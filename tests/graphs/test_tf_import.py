@@ -215,6 +215,57 @@ def test_keras_step__a_shared_layers_summed_weight_gradients_are_its_backward_wo
     assert _ops(graph, "AddN", scope="shared", phase="backward") == sums
 
 
+def _dense_step(activation: str):
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    with fresh_keras_names():
+        inputs = keras.Input((8,), name="x")
+        hidden = keras.layers.Dense(16, activation=activation, name="fc1")(inputs)
+        model = keras.Model(inputs, keras.layers.Dense(1, name="out")(hidden), name="act")
+        return trace_keras_training_step(model, np.zeros((BATCH, 8), "float32"), np.zeros((BATCH, 1), "float32"),
+                                         loss="mse", optimizer="adam", name="act")
+
+
+def test_keras_step__a_custom_gradients_body_is_backward_work_of_its_layer():
+    """``tf.nn.silu`` (Keras's swish) has a custom gradient, whose body TensorFlow names at the graph's root ("mul",
+    "Sigmoid", ...), outside the tape's scope; its first op waits for the incoming gradient through a control edge
+    only. Those ops were forward ops of scope "": the step's forward FLOPs counted the gradient's, in no layer."""
+    swish, relu = _dense_step("swish"), _dense_step("relu")
+    forward, backward = PHASE_CODE["forward"], PHASE_CODE["backward"]
+    assert len(_ops(swish, "Sigmoid", scope="fc1", phase="forward")) == 1  # x * sigmoid(x)
+    assert len(_ops(swish, "Sigmoid", scope="fc1", phase="backward")) == 1  # the gradient's sigmoid(x)
+    body = [i for i, name in enumerate(swish.op_names) if "/" not in name and swish.op_kinds[i] in ("Mul", "Sigmoid")]
+    assert len(body) >= 5 and all(swish.phases[i] == backward and swish.scopes[i] == "fc1" for i in body)
+    for graph in (swish, relu):
+        assert {graph.scopes[i] for i in range(graph.num_ops) if graph.phases[i] == backward} == {"fc1", "out", "mse"}
+    relu_forward = relu.flops[relu.phases == forward].sum() - BATCH * 16  # less the Relu
+    assert swish.flops[swish.phases == forward].sum() == relu_forward + 3 * BATCH * 16  # x * sigmoid(1 * x)
+
+
+def test_keras_step__a_grouped_convolutions_gradient_is_its_layers_backward_work():
+    """Keras's grouped Conv2D convolves in a jit_compile function; TensorFlow differentiates it in a function call
+    of its own, whose ops it names "PartitionedCall/gradients/convolution_grad/...", "PartitionedCall_1/...": they
+    had those numbered scopes, in no layer, so scope grouping put the convolutions' gradients in none."""
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    with fresh_keras_names():
+        inputs = keras.Input((8, 8, 4), name="img")
+        hidden = keras.layers.Conv2D(8, 3, padding="same", groups=2, activation="relu", name="g1")(inputs)
+        hidden = keras.layers.Conv2D(8, 3, padding="same", groups=4, name="g2")(hidden)
+        outputs = keras.layers.Dense(3, name="out")(keras.layers.GlobalAveragePooling2D(name="gap")(hidden))
+        graph = trace_keras_training_step(keras.Model(inputs, outputs, name="gconv"), np.zeros((4, 8, 8, 4), "float32"),
+                                          np.zeros((4, 3), "float32"), loss="mse", optimizer="adam", name="gconv")
+    assert sorted(graph.scopes[_ops(graph, "Conv2DBackpropFilter", phase="backward")]) == ["g1", "g2"]
+    assert list(graph.scopes[_ops(graph, "Conv2DBackpropInput", phase="backward")]) == ["g2"]  # g1's is dead
+    backward = [i for i in range(graph.num_ops) if graph.phases[i] == PHASE_CODE["backward"]]
+    assert {graph.scopes[i] for i in backward} == {"g1", "g2", "gap", "out", "mse"}
+    assert any("PartitionedCall" in graph.op_names[i] for i in backward)  # the ops TensorFlow names so are there
+
+
 def test_keras_step__layers_a_model_calls_in_a_conds_branches_are_scoped_by_those_layers():
     """A cond's branch names its ops "net_1/cond/then/net_1/cond/d1_1/MatMul": the flattened name finds the root
     model's scope ("net_1", mapped to ""), so the layers' forward and gradient ops had scope "", no layer, though
