@@ -110,6 +110,19 @@ def _tf_memory():
     return tf.config.experimental
 
 
+def _check_sizes(graph: OpGraph, step: OpGraph) -> None:
+    """The rebuilt step's ops hold and make the bytes the graph's do: a model file edited since the import to
+    other widths or another batch (the same ops, kind for kind) was timed and reported as the graph's."""
+    for what, mine, theirs in (("parameter bytes", step.param_bytes, graph.param_bytes),
+                               ("output bytes", step.out_bytes, graph.out_bytes)):
+        differ = np.flatnonzero(np.asarray(mine) != np.asarray(theirs))
+        if len(differ):
+            i = int(differ[0])
+            raise PlacerError(f"the real step does not match graph {graph.name!r}: op {graph.op_names[i]!r} has "
+                              f"{int(theirs[i]):,} {what} in the graph, {int(mine[i]):,} in the step (the model "
+                              "changed since the import?)")
+
+
 class TFMeasurer:
     def __init__(self, graph: OpGraph, machine: Machine, *, runs: int = REAL_TIMING.runs,
                  warmup: int = REAL_TIMING.warmup, timeout_s: float = REAL_TIMING.timeout_s,
@@ -135,6 +148,7 @@ class TFMeasurer:
                 index = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
                 raise PlacerError(f"the real step does not match graph {self.graph.name!r}: {len(theirs)} ops in the "
                                   f"graph, {len(mine)} in the step, first difference at op {index}")
+            _check_sizes(self.graph, traced.graph)
             self._traced = traced
         return self._traced
 

@@ -202,6 +202,24 @@ def check_program_matches(graph: OpGraph, program: Program) -> None:
     if len(expected) != len(ran):
         raise PlacerError(f"the real step does not match graph {graph.name!r}: the graph has "
                           f"{len(expected)} ops besides variables and inputs, the step ran {len(ran)}")
+    _check_leaf_sizes(graph, program)
+
+
+def _check_leaf_sizes(graph: OpGraph, program: Program) -> None:
+    """Each parameter, buffer and input the step reads has the bytes of its Variable / Input op: a model file
+    edited since the import to other widths or another batch (the same ops, kind for kind) was timed and
+    reported as the graph's."""
+    op_index = {name: i for i, name in enumerate(graph.op_names)}
+    leaves = {**{slot: name for slot, name in program.leaf_ops.items() if name.startswith("input:")},
+              **{slot: f"param:{name}" for name, slot in program.param_slots.items()}}  # not optimizer state
+    for slot, name in sorted(leaves.items()):
+        value, i = program.leaf_values.get(slot), op_index.get(name)
+        if i is None or not isinstance(value, torch.Tensor):
+            continue
+        size = value.numel() * value.element_size()
+        if size != int(graph.out_bytes[i]):
+            raise PlacerError(f"the real step does not match graph {graph.name!r}: its {name} holds {size:,} bytes, "
+                              f"{int(graph.out_bytes[i]):,} in the graph (the model changed since the import?)")
 
 
 def place_program(graph: OpGraph, program: Program, placement: np.ndarray,

@@ -290,6 +290,23 @@ def test_tf_measurer__bad_placement_rejected_before_anything_runs(graph):
     assert measurer._traced is None  # nothing traced, nothing run
 
 
+def test_tf_measurer__a_model_file_edited_to_other_widths_is_refused_not_timed(tmp_path):
+    """The rebuilt step ran the same ops, kind for kind, at the edited widths: timed, status ok, under the
+    imported graph's name and hash."""
+    model_file = tmp_path / "edited_mlp.py"
+    source = ("import keras\nimport numpy as np\nWIDTH = {}\n"
+              "def build():\n"
+              "    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(WIDTH), keras.layers.Dense(2)])\n"
+              "    model.compile(optimizer='adam', loss='mse')\n"
+              "    return model, np.zeros((4, 8), np.float32), np.zeros((4, 2), np.float32)\n")
+    model_file.write_text(source.format(16))
+    graph = import_keras_spec(f"{model_file}:build")
+    model_file.write_text(source.format(64))
+    with pytest.raises(PlacerError, match="the real step does not match graph .*: op .* has 2,048 parameter bytes "
+                                          "in the graph, 8,192 in the step"):
+        TFMeasurer(graph, three_cpus(), runs=1, warmup=0).traced()
+
+
 TRACE_UNDER_ANOTHER_DEVICE = """
 import tensorflow as tf
 tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],

@@ -286,6 +286,32 @@ def test_torch_measurer__step_that_differs_from_the_graph_is_an_error(machine):
     assert result.status == "error" and "does not match graph" in result.error
 
 
+class Scaled(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(width))
+
+    def forward(self, x):
+        return (self.w * x).sin().sum()
+
+
+@pytest.mark.parametrize("change", ["width", "batch"])
+def test_torch_measurer__a_step_of_the_same_ops_at_other_sizes_is_an_error(machine, change):
+    """A model file edited since the import to other widths or another batch runs the same ops, kind for kind:
+    it was timed, status ok, and reported as the graph's."""
+    graph = trace_training_step(Scaled(4), (torch.randn(3, 4),), name="scaled")
+    width, batch = (64, 3) if change == "width" else (4, 30)
+    workload = TorchWorkload(lambda: (Scaled(width), (torch.randn(batch, width),)), origin="edited")
+    measurer = TorchMeasurer(graph, machine, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "error" and "does not match graph 'scaled'" in result.error
+    assert ("param:w holds 256 bytes, 16 in the graph" if change == "width" else
+            "input:0 holds 480 bytes, 48 in the graph") in result.error
+    same = TorchWorkload(lambda: (Scaled(4), (torch.randn(3, 4),)), origin="as imported")
+    assert TorchMeasurer(graph, machine, workload=same, torch_devices=all_cpu).measure(
+        [np.zeros(graph.num_ops, dtype=np.int64)])[0].status == "ok"
+
+
 def test_workload_from_graph__benchmark_spec_and_unknown_origin(rnnlm):
     step = workload_from_graph(rnnlm).materialize(1)
     assert step.inputs[0].shape == (2, 3) and int(step.inputs[0].max()) < 20
