@@ -76,8 +76,9 @@ class ShapeConflict:
     reason: str
 
 
-# one error of onnx's strict inference: "(op_type:Concat, node name: cat): [ShapeInferenceError] Can't merge ..."
-_INFERENCE_ERROR = re.compile(r"\(op_type:([^,]*), node name: ([^)]*)\): \[(\w+)\] ([^\n]*)")
+# one error of onnx's strict inference: "(op_type:Concat, node name: cat): [ShapeInferenceError] Can't merge ...",
+# "(op_type:Add): [ShapeInferenceError] ..." for a node without a name
+_INFERENCE_ERROR = re.compile(r"\(op_type:([^,)]*)(?:, node name: ([^)]*))?\): \[(\w+)\] ([^\n]*)")
 
 
 def shape_conflict(model) -> ShapeConflict | None:

@@ -29,11 +29,14 @@ from graphs.opgraph import OpGraph
 from measurers.openvino.onnx_ops import ELIDED_ONNX_OPS
 
 
-def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int] | None = None) -> dict[str, int]:
+def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int] | None = None,
+              every_op: bool = True) -> dict[str, int]:
     """Unique node name (``node.get_name()``) -> graph op index, for the nodes that are ops; PlacerError
     unless every graph op has a node, ops of ELIDED_ONNX_OPS types of an ONNX graph aside. ``tensor_ops``:
     tensor name -> op index (an ONNX graph, onnx_ops), checked before names; a node whose outputs carry the
-    tensors of several ops is the first op's."""
+    tensors of several ops is the first op's. ``every_op=False``: no op needs a node (a model resized to the
+    graph's input sizes, checked with every op as read: its reshape folds the shape arithmetic over a dynamic
+    axis, Shape, Gather, Concat, into constants, which run no kernel)."""
     tensor_ops = tensor_ops or {}
     op_index = {name: i for i, name in enumerate(graph.op_names.tolist())}
     matched = {}
@@ -45,7 +48,7 @@ def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int]
     missing = sorted(set(range(graph.num_ops)) - set(matched.values()))
     if tensor_ops:  # an ONNX graph: its ops that compute nothing follow their producers
         missing = [op for op in missing if graph.op_kinds[op] not in ELIDED_ONNX_OPS]
-    if missing:
+    if missing and every_op:
         raise PlacerError(f"graph {graph.name!r} does not match model file {model_file!r}: {len(missing)} ops "
                           f"are not nodes of the model, e.g. {graph.op_names[missing[0]]!r}")
     return matched

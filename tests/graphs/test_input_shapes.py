@@ -152,6 +152,23 @@ def test_cli_graphs_import_onnx__sizes_the_model_cannot_take_are_one_error_namin
     assert "placer: warning" not in capsys.readouterr().err and out.exists()
 
 
+def test_import_onnx__sizes_an_unnamed_node_cannot_take_are_one_error_too(tmp_path):
+    """onnx names an unnamed node's conflict "(op_type:Add): ...", without ", node name: ": the import went on
+    with the Add unsized (costed as 8 FLOPs) where a named one was refused."""
+    value = helper.make_tensor_value_info
+    nodes = [helper.make_node("MatMul", ["a", "w"], ["p"]), helper.make_node("MatMul", ["b", "w"], ["q"]),
+             helper.make_node("Add", ["p", "q"], ["y"])]
+    graph = helper.make_graph(nodes, "two", [value("a", TensorProto.FLOAT, ["batch", "seq", 8]),
+                                             value("b", TensorProto.FLOAT, ["n", "seq", 8])],
+                              [value("y", TensorProto.FLOAT, ["batch", "seq", 8])],
+                              [numpy_helper.from_array(np.eye(8, dtype=np.float32), "w")])
+    path = tmp_path / "two.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    with pytest.raises(PlacerError, match=r"an unnamed Add fails shape inference"):
+        import_onnx(str(path), input_shapes={"a": (3, 5, 8), "b": (2, 5, 8)})
+    assert import_onnx(str(path), input_shapes={"a": (3, 5, 8), "b": (3, 5, 8)}).num_ops == 3
+
+
 def test_import_onnx__shapes_the_model_declares_at_other_sizes_do_not_refuse_it(tmp_path):
     """A model made batch-dynamic whose value_info and outputs still say batch 1 runs at batch 4 (OpenVINO and
     onnxruntime read no declared intermediate shape); a NonZero output, unsized by nature, sent the import to

@@ -380,6 +380,60 @@ def test_onnx_identity_and_dropout__have_no_openvino_node_and_take_0_s_but_anoth
         match_ops(measurer.model, not_elided, str(path), onnx_tensor_ops(graph, str(path)))
 
 
+def test_onnx_shape_arithmetic_over_a_dynamic_axis__folded_at_the_imported_sizes_and_measured(tmp_path):
+    """torch exports a batch-dynamic attention's reshapes with their targets computed from a tensor's shape (Shape,
+    Gather, Unsqueeze, Concat); resized to the imported batch, OpenVINO folds those ops into constants, and
+    every measurement was refused: "graph ... does not match model file ...: 46 ops are not nodes"."""
+    import torch
+
+    from graphs.inference.onnx_import import import_onnx
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            y = self.proj(x)
+            heads = y.view(y.shape[0], 5, 2, 8).transpose(1, 2)  # (B, 2, 5, 8): the batch read from y's shape
+            return (heads @ heads.transpose(2, 3)).softmax(-1).reshape(y.shape[0], -1)
+
+    torch.manual_seed(0)
+    path = tmp_path / "attention.onnx"
+    torch.onnx.export(Heads().eval(), (torch.randn(1, 5, 16),), str(path), dynamo=False, opset_version=17,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch"}})
+    imported = import_onnx(str(path), input_shapes={"x": (2, 5, 16)})
+    measurer = OpenVinoMeasurer(imported, openvino_machine(), runs=2, warmup=1)
+    [m] = measurer.measure([np.zeros(imported.num_ops, np.int64)])
+    assert m.ok, m.error
+    folded = set(range(imported.num_ops)) - set(measurer.matched.values())
+    assert folded and {imported.op_kinds[i] for i in folded} <= {"Shape", "Gather", "Unsqueeze", "Concat", "Slice",
+                                                                "Reshape", "Mul", "Div", "Cast", "Sqrt"}
+    assert sum(measurer.op_times_s(np.zeros(imported.num_ops, np.int64)).values()) > 0
+
+
+def test_onnx_rank_0_input__measured_at_its_shape(tmp_path):
+    """An If's condition, a rank-0 input, was handed to OpenVINO as shape (1,), which it refused: status error."""
+    from onnx import TensorProto, helper
+
+    from graphs.inference.onnx_import import import_onnx
+
+    onnx = pytest.importorskip("onnx")
+    value = helper.make_tensor_value_info
+    branch = {name: helper.make_graph([helper.make_node(kind, ["x"], [name])], name, [],
+                                      [value(name, TensorProto.FLOAT, [2, 6])])
+              for name, kind in (("then", "Relu"), ("else", "Neg"))}
+    nodes = [helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch["then"], else_branch=branch["else"])]
+    graph = helper.make_graph(nodes, "cond", [value("x", TensorProto.FLOAT, [2, 6]), value("c", TensorProto.BOOL, [])],
+                              [value("y", TensorProto.FLOAT, [2, 6])])
+    path = tmp_path / "cond.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    imported = import_onnx(str(path))
+    [m] = OpenVinoMeasurer(imported, openvino_machine(), runs=2, warmup=1).measure([np.zeros(imported.num_ops,
+                                                                                             np.int64)])
+    assert m.ok, m.error
+
+
 def test_onnx_constant_nodes__are_no_ops_and_their_openvino_constants_follow_their_readers(tmp_path, two_core):
     """Weights written as Constant nodes are weights of the ONNX graph, not ops (graphs.inference.onnx_constants):
     the graph's op i is the file's non-Constant node i, and OpenVINO's Constant of each lives with its
