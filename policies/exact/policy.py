@@ -48,7 +48,7 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
-from policies.exact.relaxation import SOLVER_SLACK
+from policies.exact.relaxation import SOLVER_SLACK, relaxed_step_s
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
 from policies.spill import fit_units_in_memory
@@ -57,6 +57,7 @@ from policies.simple import best_single_device, single_device_units
 SOLVERS = ("auto", "cpsat", "highs")
 FREE_ORDER_RESERVE = 0.25  # of the time limit, for the free-order model when the dispatch rule's finds nothing
 MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what a workstation holds
+RELAXED_STEP_LIMIT_S = 10.0  # the chosen placement's relaxed step: an LP in effect (x fixed), ms at 32 groups
 MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
 DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
 MAX_PIECES_PER_GROUP = 2.0  # split "auto": rounds while they give at most this many pieces per group, else blocks
@@ -175,14 +176,9 @@ class ExactPolicy:
                            solver_status=f"{run.bound_status}, no solution", solver_bound_s=bound_s,
                            solver_bound_every_placement=True)
         result = search_result(self.name, problem, counter)
-        model_s = run.model_s(result.group_placement)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
-        weight = run.weight(result.group_placement)
-        chosen = (f"its solve's step of the chosen placement {model_s:.6g} s (communication weight {weight:g})"
-                  if math.isfinite(model_s) else
-                  f"the chosen placement is a solve's (communication weight {weight:g}), repaired to fit in memory"
-                  if math.isfinite(weight) else "the chosen placement is the warm start")
+        model_s, chosen = self._chosen(problem, run, result.group_placement)
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
                  f"{bound} for every placement of these groups; {chosen}; measured {measured}"
                  + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else "")
@@ -190,6 +186,22 @@ class ExactPolicy:
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        warm_start_runtime_s=warm_s, solver_makespan_s=model_s, solver_bound_s=bound_s,
                        solver_status=run.bound_status, solver_bound_every_placement=True)
+
+    @staticmethod
+    def _chosen(problem: PlacementProblem, run: RelaxedRun, group_placement) -> tuple[float, str]:
+        """(the solver's makespan of the chosen placement, what the notes say of it). A solve's point measured
+        as it was gets the relaxation's least step for it (``relaxed_step_s``): the w HiGHS held there was no
+        step of that placement (nothing minimised it; it could exceed the measured step)."""
+        weight = run.weight(group_placement)
+        if math.isfinite(run.model_s(group_placement)):
+            model_s = relaxed_step_s(problem, group_placement, RELAXED_STEP_LIMIT_S)
+            step = (f"takes at least {model_s:.6g} s in the relaxation" if math.isfinite(model_s) else
+                    f"has no relaxed step proven in {RELAXED_STEP_LIMIT_S:g} s")
+            return model_s, f"the chosen placement, a solve's (communication weight {weight:g}), {step}"
+        if math.isfinite(weight):
+            return math.nan, (f"the chosen placement is a solve's (communication weight {weight:g}), repaired to "
+                              "fit in memory")
+        return math.nan, "the chosen placement is the warm start"
 
     def _measured_warm_start(self, problem: PlacementProblem, counter: BudgetedMeasurer):
         """The first warm-start candidate collapsed onto the groups, measured inside the budget (so the best is

@@ -600,6 +600,27 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
                             earlier)
 
 
+def relaxed_step_s(problem: PlacementProblem, unit_placement: np.ndarray, time_limit_s: float) -> float:
+    """The relaxation's least step for one (U,) placement of the units: its x fixed, the rest solved (an LP in
+    effect); nan unless HiGHS proves it within ``time_limit_s``. What a MIP's integer point carries is its w
+    there, which nothing minimised for that placement (an earlier point's, or one the time limit cut short):
+    a "solver's makespan" above the placement's measured step, where the relaxation's is never above it."""
+    lp, layout = _build(problem, True, 0.0, ())
+    highs = quiet_highs()
+    highs.setOptionValue("time_limit", float(time_limit_s))
+    highs.passModel(lp)
+    for unit, device in enumerate(np.asarray(unit_placement, dtype=np.int64).tolist()):
+        for d, col in enumerate(layout.x_col[unit].tolist()):
+            if col >= 0:
+                value = 1.0 if d == device else 0.0
+                highs.changeColBounds(int(col), value, value)
+    with _interruptible(highs):
+        highs.run()
+    if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return math.nan
+    return float(highs.getInfo().objective_function_value) / MS_PER_S
+
+
 def _distinct(points: list, best: np.ndarray | None) -> list[tuple[np.ndarray, float]]:
     """``points`` ((U,) placement, w) without repeats (the first kept) and without ``best``."""
     kept, seen = [], set() if best is None else {best.tobytes()}

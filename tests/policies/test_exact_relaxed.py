@@ -281,8 +281,9 @@ def test_exact_highs__window_rows_always_in_the_bound_solve_in_the_candidates_as
                         build(*args, **kwargs))
     result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 12, 0, time_limit_s=30,
                    solver="highs")
-    assert result.measurements == 12 and len(with_rows) > 2
-    assert with_rows == [True] + [in_candidates] * (len(with_rows) - 1)
+    assert result.measurements == 12 and len(with_rows) > 3
+    # the last model built: the chosen placement's relaxed step (relaxed_step_s), with every valid row
+    assert with_rows == [True] + [in_candidates] * (len(with_rows) - 2) + [True]
     monkeypatch.undo()
     assert relaxed_search.CANDIDATE_WINDOW_ROWS  # today's setting
     assert result.solver_bound_s <= solve_relaxation(problem, 30.0).bound_s * (1 + 1e-6)  # HiGHS's MIP gap
@@ -509,6 +510,30 @@ def test_exact_highs__a_point_that_overflows_memory_is_repaired_before_it_is_mea
     assert len(measured) == 1 and measured[0][1] == "ok"
     assert not np.array_equal(measured[0][0], problem.expand(on_gpu))
     assert result.best.ok and "repaired to fit in memory" in result.notes and math.isnan(result.solver_makespan_s)
+
+
+def test_exact_highs__the_solvers_makespan_is_the_relaxations_step_of_the_chosen_placement(monkeypatch):
+    """An integer point's w is what HiGHS held there, which nothing minimised for that placement (an earlier
+    point's, or one cut short): reported as the solver's makespan, it stood above the measured step, where the
+    relaxation's step of any placement is at most its simulated step."""
+    import dataclasses
+
+    from policies.exact import relaxed_search
+    from policies.exact.relaxation import relaxed_step_s
+
+    problem = make_problem(random_training_graph(3), staging_machine(num_gpus=2))
+
+    def inflated(problem, time_limit_s, **kwargs):
+        found = solve_relaxation(problem, time_limit_s, **kwargs)
+        return dataclasses.replace(found, makespan_s=found.makespan_s + 1.0,
+                                   earlier=[(p, w + 1.0) for p, w in found.earlier])
+
+    monkeypatch.setattr(relaxed_search, "solve_relaxation", inflated)
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 4, 0, time_limit_s=10,
+                   solver="highs")
+    assert result.best.ok and "takes at least" in result.notes
+    assert result.solver_makespan_s == relaxed_step_s(problem, result.group_placement, 10.0)
+    assert result.solver_makespan_s <= result.best.runtime_s * (1 + 1e-6)
 
 
 def test_exact_highs__a_run_past_its_time_limit_says_why(monkeypatch):
