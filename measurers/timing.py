@@ -76,11 +76,13 @@ class Timing:
         return statistics.median(self.samples_s) if self.samples_s else math.inf
 
     def measurement(self, settings: TimingSettings, peak_bytes, began_s: float) -> Measurement:
-        """What a real measurer reports for these runs: the median, ``ok``, or ``timeout`` past the limit;
+        """What a real measurer reports for these runs: the median, ``ok``, or ``timeout`` past the limit (no
+        step time, as a pool's timeout that ends the actor has none: the runs that finished stay in its samples);
         ``began_s`` is when the measurement started (``time.perf_counter()``)."""
-        error = f"past the time limit of {settings.timeout_s} s" if self.timed_out else ""
-        return Measurement(self.median_s, self.samples_s, "timeout" if self.timed_out else "ok", tuple(peak_bytes),
-                           time.perf_counter() - began_s, error)
+        if self.timed_out:
+            return Measurement(math.inf, self.samples_s, "timeout", tuple(peak_bytes), time.perf_counter() - began_s,
+                               f"past the time limit of {settings.timeout_s} s")
+        return Measurement(self.median_s, self.samples_s, "ok", tuple(peak_bytes), time.perf_counter() - began_s)
 
 
 def time_runs(run_once: Callable[[], object], settings: TimingSettings, sync: Callable[[], None] = lambda: None,

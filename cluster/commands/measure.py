@@ -78,8 +78,8 @@ def _measure(args) -> int:
         "graph": graph.name, "machine": machine.name, "measurer": args.measurer, "runs": args.runs,
         "warmup": args.warmup, "runtime_s": measurement.runtime_s, "samples_s": list(measurement.samples_s),
         "status": measurement.status, "error": measurement.error, "measure_s": measurement.measure_s,
-        "devices": [{"name": d.name, "model": d.model, "peak_bytes": int(b)}
-                    for d, b in zip(machine.devices, measurement.peak_bytes)],
+        "devices": [{"name": d.name, "model": d.model, "peak_bytes": int(b) if d.kind == "gpu" else None}
+                    for d, b in zip(machine.devices, measurement.peak_bytes)],  # only GPU memory is measured
     }
     if args.json:
         emit_json(report)

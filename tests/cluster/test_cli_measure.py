@@ -27,6 +27,7 @@ def test_measure__torch_json_report(mlp_file, capsys):
     assert code == 0 and report["status"] == "ok"
     assert len(report["samples_s"]) == 3 and report["runtime_s"] == sorted(report["samples_s"])[1]
     assert report["runs"] == 3 and report["warmup"] == 1 and report["devices"][0]["name"] == "cpu:0"
+    assert report["devices"][0]["peak_bytes"] is None  # a CPU's peak is not measured: it was a measured 0
 
 
 def test_measure__text_report_of_a_timeout_and_of_cpus_memory(mlp_file, capsys):
