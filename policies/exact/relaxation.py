@@ -98,12 +98,14 @@ WINDOW_OPS = 48  # ops of the longest path with window rows (constraint 7)
 SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
 NOT_SOLVED = "not solved (time limit)"  # building the model took the whole time limit: HiGHS never ran
 STOPPED = "stopped"  # solve_relaxation's ``stop`` was set before the solve ended
+NUMERICAL_INFEASIBLE = "not proven (HiGHS found no point, yet a placement fits: numerical trouble)"
 
 
 @dataclass(frozen=True)
 class RelaxationResult:
     bound_s: float | None  # proven lower bound (None: the solver proved none, e.g. an LP cut short)
-    status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), NOT_SOLVED, ...
+    status: str  # "optimal", "time limit", "infeasible" (no placement fits in memory), NUMERICAL_INFEASIBLE,
+    # NOT_SOLVED, ...
     wall_s: float  # building and solving
     num_rows: int
     num_cols: int
@@ -222,7 +224,17 @@ def _cross_edges(problem, layout, links) -> tuple[np.ndarray, np.ndarray, np.nda
     src, dst = graph.edge_src, graph.edge_dst
     cross = np.flatnonzero(problem.op_unit[src] != problem.op_unit[dst])
     pair = _pair_index(layout, problem.num_units, problem.op_unit[src[cross]], problem.op_unit[dst[cross]])
-    return cross, pair, links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S
+    return cross, pair, np.minimum(links.transfer_matrix_s(graph.edge_bytes[cross]) * MS_PER_S, _cap_ms(problem))
+
+
+def _cap_ms(problem: PlacementProblem) -> float:
+    """Where a copy's or a channel's time is clipped, in milliseconds: every op run in turn on the slowest device
+    it may use. A smaller coefficient only loosens a row, so the bound stays valid; a link a user slows to all
+    but nothing (1 kB/s, to keep two devices apart) made coefficients 12 orders of magnitude above an op's time,
+    and HiGHS's tolerances then proved a bound 7% above a measured step, or "infeasible" where placements fit."""
+    allowed = problem.unit_allowed[problem.op_unit]  # (N, D)
+    slowest_s = np.where(allowed, problem.op_time_s, 0.0).max(axis=1) if problem.graph.num_ops else np.zeros(0)
+    return max(float(slowest_s.sum()) * MS_PER_S, 1e-3)
 
 
 def _add_precedence_rows(rows: _Rows, problem, layout, links) -> None:
@@ -419,12 +431,32 @@ def _add_channel_rows(rows: _Rows, problem, layout, links) -> None:
     count, size = _pair_traffic(problem, layout)
     pi, p, q = np.nonzero(layout.y_col >= 0)
     link = links.link_of[p, q]
-    busy_ms = (count[pi] * links.latency_s[link] + size[pi] / links.bandwidth_Bps[link]) * MS_PER_S
+    busy_ms = np.minimum((count[pi] * links.latency_s[link] + size[pi] / links.bandwidth_Bps[link]) * MS_PER_S,
+                         _cap_ms(problem))  # (P',) clipped as a copy's time is (_cap_ms)
     channel = links.link_channel[link]
     c = links.num_channels
     rows.add(np.concatenate([np.arange(c), channel]),
              np.concatenate([np.full(c, layout.w_col), layout.y_col[pi, p, q]]),
              np.concatenate([np.ones(c), -busy_ms]), np.zeros(c), np.inf)
+
+
+def _parameters_fit(problem: PlacementProblem) -> bool:
+    """Whether the memory rows (each unit's parameters on its device, within the device's capacity) leave a
+    placement, found greedily: heaviest unit first, onto the allowed device with the most room left. The other
+    rows always hold with a long enough step, so a relaxation HiGHS calls infeasible while this finds one is
+    HiGHS's numerics (a machine whose figures span a dozen orders of magnitude), not a proof."""
+    param_bytes = np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
+                              minlength=problem.num_units)  # (U,)
+    room = problem.capacity_bytes().astype(np.float64)  # (D,)
+    for unit in np.argsort(-param_bytes, kind="stable").tolist():
+        options = np.flatnonzero(problem.unit_allowed[unit])
+        if not len(options):
+            return False
+        device = options[np.argmax(room[options])]
+        if room[device] < param_bytes[unit]:
+            return False
+        room[device] -= param_bytes[unit]
+    return True
 
 
 def _add_memory_rows(rows: _Rows, problem, layout) -> None:
@@ -585,6 +617,8 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     name = "time limit" if interrupted and status == highspy.HighsModelStatus.kInterrupt else _status_name(status)
     if stop is not None and stop.is_set() and status == highspy.HighsModelStatus.kInterrupt:
         name = STOPPED
+    if name == "infeasible" and not len(forbidden) and not len(measured) and _parameters_fit(problem):
+        name = NUMERICAL_INFEASIBLE  # only memory can leave the relaxation without a point, and a placement fits
     info = highs.getInfo()
     bound_ms = None
     if integer and np.isfinite(info.mip_dual_bound):

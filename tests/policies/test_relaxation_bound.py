@@ -67,6 +67,43 @@ def test_relaxation__between_closed_form_and_every_simulated_placement(seed):
     assert lp.bound_s >= problem.lower_bound_s * (1 - REL)
 
 
+def test_relaxation__a_link_slowed_to_all_but_nothing_leaves_the_bound_valid():
+    """A user keeps two devices apart with a 1 kB/s link: a 1 GB copy over it was a coefficient of 1e9 ms beside
+    op times of a few ms, and HiGHS proved a bound 7% above the best placement's simulated step (one that never
+    uses the link), and on a graph of two ops "infeasible" where every placement fits."""
+    import dataclasses
+
+    base = load_machine("paper-2gpu")
+    links = tuple(dataclasses.replace(link, bandwidth_Bps=1e3) if (link.src, link.dst) == ("gpu:0", "cpu:0") else
+                  link for link in base.links)
+    machine = dataclasses.replace(base, name="slow", links=links)
+    graph = build_graph([(0, 1, 10**8), (0, 2, 0), (0, 3, 10**6), (1, 3, 0), (2, 3, 10**8)],
+                        flops=[5e11, 1e11, 1e11, 1e10], out_bytes=[1000, 10**9, 1000, 1000],
+                        bytes_accessed=[0, 0, 1e8, 0], name="r70")
+    problem = make_problem(graph, machine)
+    mip = solve_relaxation(problem, 30.0, integer=True)
+    assert mip.status == "optimal" and mip.bound_s <= best_simulated_s(problem) * (1 + REL)
+    two = make_problem(build_graph([(0, 1, 10**9)], flops=[0, 0], out_bytes=[10**9, 0], name="g2"), machine)
+    assert solve_relaxation(two, 30.0, integer=True).status == "optimal"
+
+
+def test_relaxation__infeasible_is_said_only_where_no_placement_fits(monkeypatch):
+    """HiGHS can call a relaxation infeasible on a machine whose figures span a dozen orders of magnitude; only
+    memory can leave it without a point, so where a placement's parameters fit that is numerics, not a proof
+    (the bound said "infeasible", and exact "no placement fits in device memory")."""
+    import highspy
+
+    import policies.exact.relaxation as relaxation
+
+    problem = make_problem(random_graph(0), staging_machine(num_gpus=2))
+    real_status = relaxation._status_name
+    monkeypatch.setattr(relaxation, "_status_name", lambda status: "infeasible" if
+                        status == highspy.HighsModelStatus.kOptimal else real_status(status))
+    assert solve_relaxation(problem, 30.0).status == relaxation.NUMERICAL_INFEASIBLE
+    tight = make_problem(random_graph(0, param_bytes=[4 * 10**9] * 7), staging_machine(num_gpus=2))
+    assert solve_relaxation(tight, 30.0).status == "infeasible"
+
+
 def test_relaxation__copies_lift_the_mip_bound_above_the_closed_form():
     """A fork of four heavy branches joined again, on two GPUs: the closed form (work / 2) lets the
     branches share the GPUs with free copies; any placement that uses both GPUs pays for copies on the one
