@@ -59,8 +59,8 @@ from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops
 from graphs.inference.input_shapes import InputShapes, sized_inputs
 from graphs.inference.onnx_constants import DEFAULT_DOMAINS, constant_tensors, is_constant, op_nodes
 from graphs.inference.onnx_trips import (graph_attribute, loop_trips, scan_trips, sequence_lengths,
-                                         sequence_map_trips, size_concat_from_sequences, size_loop_scan_outputs,
-                                         size_loop_sequences)
+                                         sequence_map_trips, size_concat_from_sequences, size_loop_carried_outputs,
+                                         size_loop_scan_outputs, size_loop_sequences)
 from graphs.inference.shape_folding import (ShapeConflict, bodies, graphs_within, infer_with_folded_shapes,
                                             known_values, reshape_conflict, shape_conflict, static_dim, tensor_dims)
 from graphs.opgraph import OpGraph
@@ -260,15 +260,16 @@ def _load_checked(model_file: Path, given: InputShapes):
 
 def _inferred_with_loop_outputs(model):
     """``model`` with its shapes inferred (graphs.inference.shape_folding), the scan outputs of its Loops of a
-    static trip count led by that count, the tensors of the sequences they carry and the concatenations of
-    sequences sized (graphs.inference.onnx_trips), and what reads them inferred again: a Loop whose trip count
-    reads another's scan output takes one more round."""
+    static trip count led by that count, their carried outputs of one static shape before and after a run, the
+    tensors of the sequences they carry and the concatenations of sequences sized (graphs.inference.onnx_trips),
+    and what reads them inferred again: a Loop whose trip count reads another's scan output takes one more
+    round."""
     inferred = infer_with_folded_shapes(model)
     rounds = sum(node.op_type in ("Loop", "ConcatFromSequence") for graph in graphs_within(model.graph)
                  for node in graph.node)
     for _ in range(rounds):  # each round sizes some Loop's outputs or concatenations, which stay sized
-        sized = [size(inferred.graph) for size in (size_loop_scan_outputs, size_loop_sequences,
-                                                   size_concat_from_sequences)]
+        sized = [size(inferred.graph) for size in (size_loop_scan_outputs, size_loop_carried_outputs,
+                                                   size_loop_sequences, size_concat_from_sequences)]
         if not any(sized):
             break
         inferred = infer_with_folded_shapes(inferred)

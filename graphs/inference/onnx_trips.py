@@ -12,8 +12,10 @@ leading dim that count gives a Loop's scan outputs.
 
 onnx's shape inference gives a Loop's scan outputs (the body's outputs after its carried values, stacked over
 the iterations) a symbolic leading dim even when the trip count is static; ``size_loop_scan_outputs`` gives
-them the trip count, and inferring again sizes what reads them. ``size_concat_from_sequences`` does the same
-for a ConcatFromSequence's concatenated dim, from its sequence's length and its tensors' dims; and
+them the trip count, and inferring again sizes what reads them. It leaves a Loop's carried outputs without a
+shape; ``size_loop_carried_outputs`` gives them the one their value has before the loop and after each run,
+where the two are the same static shape. ``size_concat_from_sequences`` does the same for a
+ConcatFromSequence's concatenated dim, from its sequence's length and its tensors' dims; and
 ``size_loop_sequences`` for the tensors of a sequence a Loop carries, which onnx leaves without a shape (the
 tensors the body inserts have theirs).
 """
@@ -183,6 +185,52 @@ def size_loop_scan_outputs(graph, outer: Mapping[str, np.ndarray] | None = None)
         for tensor in node.output[carried:] if trips is not None else []:
             for entry in entries.get(tensor, []):
                 changed |= _lead_with(entry, trips)
+    return changed
+
+
+def size_loop_carried_outputs(graph, outer: Mapping[str, Dims] | None = None) -> bool:
+    """Give the carried outputs of ``graph``'s Loops (those of the Loops inside its subgraph bodies too) the
+    shape their value has before the loop and after each run of its body, where those are the same full static
+    shape (onnx's inference leaves a Loop's carried outputs without a shape): the value after any number of
+    runs, none included, has it, whether the trip count is static or not. In their value_info or graph output
+    entries, in place, where they have no full shape; whether it gave any. ``outer``: the dims of the tensors
+    of the graphs around ``graph`` (a body reads them by name)."""
+    dims = {**(outer or {}), **tensor_dims(graph)}
+    entries = _entries_by_name(graph)
+    changed = False
+    for node in graph.node:
+        for body in bodies(node):
+            changed |= size_loop_carried_outputs(body, dims)
+        if node.op_type != "Loop" or node.domain not in DEFAULT_DOMAINS:
+            continue
+        body = graph_attribute(node, "body")
+        body_dims = tensor_dims(body)
+        for initial, after, output in zip(node.input[2:], body.output[1:], node.output):
+            shape = dims.get(initial) if initial else None
+            if not output or shape is None or None in shape or body_dims.get(after.name) != shape:
+                continue
+            for entry in entries.get(output, []):
+                changed |= _size_all(entry, shape)
+    return changed
+
+
+def _size_all(value, dims: tuple[int, ...]) -> bool:
+    """Give ``value`` (a ValueInfoProto of a tensor) the shape ``dims`` where it has no shape or one of that rank
+    with dims not sized (those it sizes; a sized one that differs is left as it is); whether it sized any."""
+    tensor_type = value.type.tensor_type if value.type.HasField("tensor_type") else None
+    if tensor_type is None:
+        return False
+    if not tensor_type.HasField("shape"):
+        for size in dims:
+            tensor_type.shape.dim.add().dim_value = size
+        return True
+    if len(tensor_type.shape.dim) != len(dims):
+        return False
+    changed = False
+    for dim, size in zip(tensor_type.shape.dim, dims):
+        if not static_dim(dim):
+            dim.dim_value = size  # replaces its dim_param (one of the two)
+            changed = True
     return changed
 
 

@@ -5,11 +5,13 @@ import fails), Parameter, Result and Constant nodes are not ops, nor is a Conver
 decompression of float16-compressed weights, ``ov.save_model``'s and ``ovc``'s default, which OpenVINO folds
 when it compiles: its output is the weight), ``meta["model_file"]`` is the .xml path.
 A Constant's bytes (a decompressed one's as its Convert gives them) are resident ``param_bytes`` of its first
-consumer (counted once) and read bytes (``bytes_accessed``) of every consumer; a tensor from a Parameter is
-read bytes, not an edge.
+consumer (counted once: Constants that share one stored weight's data, as the converter makes of a weight two
+layers or a Loop's body and the model read, are one weight; a ShapeOf, which reads only its shape, owns it
+only when nothing else reads it) and read bytes (``bytes_accessed``) of every consumer; a tensor from a
+Parameter is read bytes, not an edge.
 A node that reads one tensor twice reads it once; an output nothing reads (MaxPool's indices) adds no
-output bytes. ``num_params`` counts the scalars of floating-point Constants as the IR stores them (after the
-converter's folding, e.g. batch norms folded into one scale and shift).
+output bytes. ``num_params`` counts the scalars of floating-point weights as the IR stores them, each once (after
+the converter's folding, e.g. batch norms folded into one scale and shift).
 
 Subgraph ops (If, Loop, TensorIterator: what ``openvino.convert_model`` makes of ONNX's If, Loop and Scan) are
 one op each and cost their bodies, which the OpenVINO API hands over (``get_function``, ``get_then_body``,
@@ -20,7 +22,8 @@ condition constant true; a TensorIterator's sliced inputs' length); when it does
 FLOPs (listed in ``ops_without_flops``), its own inputs and outputs its bytes accessed, and why is in
 ``meta["bodies_not_costed"]``. An If takes the larger of its branches' FLOPs and of their bytes (an upper
 bound of the one that runs). The Constants inside bodies (the converter moves the weights a body reads
-into it) are resident ``param_bytes`` of the subgraph op, once, and count in ``num_params``; outputs of
+into it) are resident ``param_bytes`` of the subgraph op, once, unless an op before it owns them (a weight
+read before the loop too), and count in ``num_params``; outputs of
 dynamic shape are counted by op type in ``meta["unsized_tensors_by_op"]``, those inside bodies included.
 """
 
@@ -42,6 +45,7 @@ from graphs.opgraph import OpGraph
 
 NOT_OPS = ("Parameter", "Result", "Constant")
 SUBGRAPH_OPS = ("If", "Loop", "TensorIterator")
+SHAPE_READERS = ("ShapeOf",)  # ops that read only their input's shape, not its data
 NO_ITERATIONS = {"Loop": "a trip count or a condition computed at run time",  # why get_num_iterations() is -1
                  "TensorIterator": "its sliced inputs' length is not static"}
 F16 = ("f16", "bf16")  # the element types of compressed float weights (compress_to_fp16)
@@ -68,23 +72,32 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
                                     dict(uncosted.without_flops), uncosted.not_costed))
 
 
-def _cost_ops(ops: list, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
-    """One NodeCost per op, the model's or (recursively) a subgraph body's: a Constant is owned (``param_bytes``)
-    by its first consumer among ``ops``, read by each."""
-    costs, uncosted, owned = [], Uncosted(), set()
+def _cost_ops(ops: list, names: list[str], owned: set | None = None,
+              data_read: set | None = None) -> tuple[list[NodeCost], Uncosted]:
+    """One NodeCost per op, the model's or (recursively) a subgraph body's: a stored weight (``_stored``: the
+    Constants that share its data are one) is owned (``param_bytes``) by its first consumer, read by each.
+    ``owned``: the weights owned already, by the ops before these (the model's ops and the bodies' share one
+    set); ``data_read``: the weights some op other than a ShapeOf reads, in the model or a body (a ShapeOf reads
+    only a weight's shape, and owns one only when nothing else reads it)."""
+    owned = set() if owned is None else owned
+    data_read = _data_read(ops) if data_read is None else data_read
+    costs, uncosted = [], Uncosted()
     for node, name in zip(ops, names):
         in_bytes = weight_bytes = param_bytes = 0
+        reads_data = node.get_type_name() not in SHAPE_READERS
         for source in _distinct_sources(node):
             producer, size = source.get_node(), _bytes(source)
             if producer.get_type_name() != "Constant" and not _is_weight(producer):
                 in_bytes += size
                 continue
             weight_bytes += size
-            param_bytes += 0 if producer.get_instance_id() in owned else size
-            owned.add(producer.get_instance_id())
+            stored = _stored(producer)
+            if stored not in owned and (reads_data or stored not in data_read):
+                param_bytes += size
+                owned.add(stored)
         flops, body_bytes = None, None
         if node.get_type_name() in SUBGRAPH_OPS:
-            body = _subgraph_cost(node, name)
+            body = _subgraph_cost(node, name, owned, data_read)
             flops, body_bytes, param_bytes = body.flops, body.bytes_accessed, param_bytes + body.param_bytes
             uncosted.add(body.uncosted)
         else:
@@ -95,6 +108,32 @@ def _cost_ops(ops: list, names: list[str]) -> tuple[list[NodeCost], Uncosted]:
     return costs, uncosted
 
 
+def _stored(weight) -> tuple:
+    """What identifies the bytes a Constant (or a decompressing Convert's Constant) holds: the address and size
+    of its data. The IR reader gives every Constant of one stored weight (a weight shared by two layers, or read
+    before, inside and after a Loop's body, which the converter gives a Constant each) the same data, in the
+    .bin; ``ov.save_model`` stores equal weights once, so they are one too. A Constant whose data cannot be
+    had is itself."""
+    constant = weight.input_value(0).get_node() if weight.get_type_name() == "Convert" else weight
+    try:
+        return "data", constant.data.ctypes.data, constant.get_byte_size()
+    except (RuntimeError, TypeError, ValueError, AttributeError):  # an element type numpy has no view of
+        return "node", constant.get_instance_id()
+
+
+def _data_read(ops: list) -> set:
+    """The stored weights (``_stored``) that some op other than a ShapeOf reads among ``ops`` or (recursively)
+    in their subgraph bodies."""
+    found = set()
+    for node in ops:
+        if node.get_type_name() not in SHAPE_READERS:
+            found.update(_stored(source.get_node()) for source in _distinct_sources(node)
+                         if source.get_node().get_type_name() == "Constant" or _is_weight(source.get_node()))
+        for body in _bodies(node):
+            found |= _data_read(_ops_of(body))
+    return found
+
+
 def _edges(ops: list) -> list[tuple[int, int, int]]:
     """(producer, consumer, bytes) per tensor an op reads from another op (not a Parameter or a Constant)."""
     index = {node.get_instance_id(): i for i, node in enumerate(ops)}
@@ -103,11 +142,11 @@ def _edges(ops: list) -> list[tuple[int, int, int]]:
             if source.get_node().get_type_name() not in NOT_OPS and not _is_weight(source.get_node())]
 
 
-def _subgraph_cost(node, path: str) -> BodyCost:
+def _subgraph_cost(node, path: str, owned: set, data_read: set) -> BodyCost:
     """An If costs its costlier branch (graphs.inference.assemble.costlier: an upper bound); a Loop or a
     TensorIterator its body times its iterations, when OpenVINO knows them statically (``get_num_iterations``:
     a Loop's trip count a Constant and its condition constant true; a TensorIterator's sliced inputs' length)."""
-    bodies = [_body_cost(body, path) for body in _bodies(node)]
+    bodies = [_body_cost(body, path, owned, data_read) for body in _bodies(node)]
     if node.get_type_name() == "If":
         return costlier(bodies)
     iterations = node.get_num_iterations()
@@ -115,10 +154,11 @@ def _subgraph_cost(node, path: str) -> BodyCost:
     return repeated(bodies[0], iterations if iterations >= 0 else None, path, why, node.get_type_name())
 
 
-def _body_cost(body, path: str) -> BodyCost:
-    """One run of a body (an ``ov.Model``): its ops costed as the model's, summed."""
+def _body_cost(body, path: str, owned: set, data_read: set) -> BodyCost:
+    """One run of a body (an ``ov.Model``): its ops costed as the model's, summed (its weights owned unless an
+    op before it, in the model or another body, owns them)."""
     ops = _ops_of(body)
-    return body_cost(*_cost_ops(ops, [f"{path}/{node.get_friendly_name()}" for node in ops]))
+    return body_cost(*_cost_ops(ops, [f"{path}/{node.get_friendly_name()}" for node in ops], owned, data_read))
 
 
 def _ops_of(model) -> list:
@@ -297,8 +337,17 @@ def _batch_size(model) -> int:
 
 
 def _num_params(model) -> int:
-    """Scalars of the floating-point Constants, those inside subgraph bodies included."""
-    nodes = model.get_ordered_ops()
-    return sum(math.prod(_shape(node.output(0)) or ()) for node in nodes
-               if node.get_type_name() == "Constant" and node.get_output_element_type(0).is_real()) + sum(
-        _num_params(body) for node in nodes for body in _bodies(node))
+    """Scalars of the floating-point stored weights (``_stored``: the Constants sharing one weight's data count
+    it once), those inside subgraph bodies included."""
+    return sum(math.prod(_shape(node.output(0)) or ()) for node in _real_constants(model, {}).values())
+
+
+def _real_constants(model, found: dict) -> dict:
+    """{stored weight: its first Constant} of the floating-point Constants of ``model`` and its bodies, added to
+    ``found``."""
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "Constant" and node.get_output_element_type(0).is_real():
+            found.setdefault(_stored(node), node)
+        for body in _bodies(node):
+            _real_constants(body, found)
+    return found

@@ -806,6 +806,26 @@ def test_import_onnx__an_inner_loops_scan_outputs_are_its_trip_count_long_too(tm
     assert "tensors_without_size" not in graph.meta
 
 
+def test_import_onnx__a_loops_carried_output_has_the_shape_it_has_before_and_after_each_run(tmp_path):
+    """loop (M = 5, or a trip count computed at run time) carries x (2,4) into h; post = h @ W. onnx's inference
+    leaves h without a shape: post had no FLOPs and h no bytes, where the IR import sizes them."""
+    value = helper.make_tensor_value_info
+    for trips, extra_inputs in (("M", []), ("steps", [value("steps", TensorProto.INT64, [])])):
+        folder = tmp_path / trips
+        folder.mkdir()
+        nodes = [helper.make_node("Loop", [trips, "", "x"], ["h"], name="loop", body=_loop_body()),
+                 helper.make_node("MatMul", ["h", "W"], ["y"], name="post")]
+        path = _save(folder, nodes, [value("x", TensorProto.FLOAT, [2, 4]), *extra_inputs],
+                     [value("y", TensorProto.FLOAT, [2, 4])],
+                     [numpy_helper.from_array(np.ones((4, 4), np.float32), "W"),
+                      numpy_helper.from_array(np.array(5, np.int64), "M")])
+        graph = import_onnx(path)
+        assert _by_name(graph, graph.flops)["post"] == 2 * 2 * 4 * 4, trips
+        assert _by_name(graph, graph.out_bytes)["loop"] == 8 * F32, trips
+        assert graph.edge_bytes.tolist() == [8 * F32], trips
+        assert "unsized_tensors_by_op" not in graph.meta, trips
+
+
 def test_import_onnx__the_scan_outputs_of_a_loop_without_a_static_trip_count_stay_unsized(tmp_path):
     value = helper.make_tensor_value_info
     loop = helper.make_node("Loop", ["steps", "", "x"], ["y", "ys"], name="loop", body=_stacking_loop_body())

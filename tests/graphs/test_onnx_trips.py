@@ -85,3 +85,33 @@ def test_sequence_lengths__of_a_loop_unknown_for_a_trip_count_at_run_time_or_a_s
                                     _appending_loop(insert, initial="u_rows")], five)
     anew = [node("SequenceConstruct", ["a"], ["s_out"])]  # the same length each run, but not the initial one's
     assert "after" not in _lengths([pair, _appending_loop(anew)], five)
+
+
+def test_size_loop_carried_outputs__only_where_the_value_keeps_one_static_shape():
+    """A Loop carrying "kept" (2,4 before and after a run), "grown" ((2,4) before, (4,4) after: Concat of it with
+    itself) and "unknown" (its initial value's first dim not sized): only "kept" takes the shape."""
+    from onnx import shape_inference
+
+    from graphs.inference.onnx_trips import size_loop_carried_outputs
+
+    value = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Neg", ["k_in"], ["k_out"]),
+         helper.make_node("Concat", ["g_in", "g_in"], ["g_out"], axis=0), helper.make_node("Neg", ["u_in"], ["u_out"])],
+        "run", [value("i", TensorProto.INT64, []), value("c_in", TensorProto.BOOL, []),
+                value("k_in", TensorProto.FLOAT, [2, 4]), value("g_in", TensorProto.FLOAT, [2, 4]),
+                value("u_in", TensorProto.FLOAT, [2, 4])],
+        [value("c_out", TensorProto.BOOL, []), value("k_out", TensorProto.FLOAT, [2, 4]),
+         value("g_out", TensorProto.FLOAT, [4, 4]), value("u_out", TensorProto.FLOAT, [2, 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["steps", "", "a", "a", "u"], ["kept", "grown", "unknown"], body=body),
+         helper.make_node("Identity", ["kept"], ["k"]), helper.make_node("Identity", ["grown"], ["g"]),
+         helper.make_node("Identity", ["unknown"], ["z"])], "loop",
+        [value("steps", TensorProto.INT64, []), value("a", TensorProto.FLOAT, [2, 4]),
+         value("u", TensorProto.FLOAT, ["n", 4])],
+        [value("k", TensorProto.FLOAT, None), value("g", TensorProto.FLOAT, None), value("z", TensorProto.FLOAT, None)])
+    model = shape_inference.infer_shapes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert size_loop_carried_outputs(model.graph)
+    assert tensor_dims(model.graph)["kept"] == (2, 4)
+    assert tensor_dims(model.graph).get("grown") in (None, ())
+    assert tensor_dims(model.graph).get("unknown") in (None, ())

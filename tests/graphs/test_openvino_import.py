@@ -313,3 +313,86 @@ def test_import_openvino_ir__integer_weights_decompressed_by_ops_keep_those_ops(
     graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(fc)], [x])))
     assert sorted(graph.op_names.tolist()) == ["dequantize", "fc", "scale"]
     assert _by_name(graph, graph.param_bytes)["dequantize"] == 4 * 3  # one byte a weight
+
+
+def _ir_of_onnx(tmp_path, nodes, inputs, outputs, initializers) -> tuple:
+    """The opset-17 ONNX model of ``nodes`` and the IR ``openvino.convert_model`` makes of it (float32 weights):
+    their paths."""
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, "small", inputs, outputs, list(initializers))
+    onnx_path, xml_path = tmp_path / "small.onnx", tmp_path / "small.xml"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(onnx_path))
+    ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
+    return onnx_path, xml_path
+
+
+def test_import_openvino_ir__a_weight_two_layers_share_is_resident_once_as_the_onnx_imports(tmp_path):
+    """W (8,8) and B (8) feed two MatMul + Add pairs. The converter gives each reader a Constant of its own, both
+    of the one stored weight (one data in the .bin): it was counted once per Constant, twice the .bin."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from graphs.inference.onnx_import import import_onnx
+
+    node = helper.make_node
+    onnx_path, xml_path = _ir_of_onnx(
+        tmp_path, [node("MatMul", ["x", "W"], ["a"], name="mm1"), node("Add", ["a", "B"], ["a2"], name="add1"),
+                   node("Relu", ["a2"], ["r"], name="relu"), node("MatMul", ["r", "W"], ["c"], name="mm2"),
+                   node("Add", ["c", "B"], ["y"], name="add2")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(np.arange(64, dtype=np.float32).reshape(8, 8), "W"),
+         numpy_helper.from_array(np.arange(8, dtype=np.float32) + 100, "B")])
+    graph, onnx_graph = import_openvino_ir(str(xml_path)), import_onnx(str(onnx_path))
+    owners = {name: size for name, size in _by_name(graph, graph.param_bytes).items() if size}
+    assert owners == {"mm1": 64 * F32, "add1": 8 * F32}  # the first readers; mm2 and the last Add read them
+    assert graph.param_bytes.sum() == onnx_graph.param_bytes.sum() == xml_path.with_suffix(".bin").stat().st_size
+    assert graph.num_params == onnx_graph.num_params == 64 + 8
+
+
+def test_import_openvino_ir__a_weight_read_before_inside_and_after_a_loop_is_resident_once(tmp_path):
+    """pre = x @ W; a Loop (M = 5) of h @ W, Tanh; post = its result @ W. The converter moves W into the body, a
+    third Constant of the one stored weight: it was counted three times, once by pre, the Loop and post each."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    value, node = helper.make_tensor_value_info, helper.make_node
+    body = helper.make_graph([node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+                              node("MatMul", ["h_in", "W"], ["m"], name="body_matmul"),
+                              node("Tanh", ["m"], ["h_out"], name="body_tanh")], "body",
+                             [value("i", TensorProto.INT64, []), value("cond_in", TensorProto.BOOL, []),
+                              value("h_in", TensorProto.FLOAT, [2, 4])],
+                             [value("cond_out", TensorProto.BOOL, []), value("h_out", TensorProto.FLOAT, [2, 4])])
+    _, xml_path = _ir_of_onnx(
+        tmp_path, [node("MatMul", ["x", "W"], ["x1"], name="pre"),
+                   node("Loop", ["M", "C", "x1"], ["h_last"], body=body, name="loop"),
+                   node("MatMul", ["h_last", "W"], ["y"], name="post")],
+        [value("x", TensorProto.FLOAT, [2, 4])], [value("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "W"),
+         numpy_helper.from_array(np.array(5, np.int64), "M"), numpy_helper.from_array(np.array(True), "C")])
+    graph = import_openvino_ir(str(xml_path))
+    assert graph.op_kinds.tolist() == ["MatMul", "Loop", "MatMul"]
+    pre, loop, post = graph.param_bytes.tolist()
+    assert pre == 16 * F32 and post == 0  # W: pre's, the first reader; the Loop owns only its own scalars
+    assert pre + loop == xml_path.with_suffix(".bin").stat().st_size
+    assert graph.num_params == 16
+
+
+def test_import_openvino_ir__a_shape_of_reading_a_weight_does_not_own_it(tmp_path):
+    """x (4,4,5) reshaped to (-1, rows of W) by the shape ShapeOf(W) reads, as OpenVINO's reshape writes a
+    Reshape before a MatMul; fc = MatMul(that, W (20,5)). The ShapeOf, first to read W, owned it and fc had
+    none. A weight only a ShapeOf reads (V) is still resident once: the ShapeOf's."""
+    x = ops.parameter([4, 4, 5], np.float32, name="x")
+    w = ops.constant(np.arange(100, dtype=np.float32).reshape(20, 5))
+    v = ops.constant(np.arange(6, dtype=np.float32).reshape(2, 3))
+    rows = ops.gather(ops.shape_of(w, name="w_shape"), ops.constant(np.array([0], np.int64)),
+                      ops.constant(np.array(0, np.int64)), name="w_rows")
+    target = ops.concat([ops.constant(np.array([-1], np.int64)), rows], 0, name="target")
+    flat = ops.reshape(x, target, special_zero=False, name="flat")
+    fc = ops.matmul(flat, w, False, False, name="fc")
+    v_shape = ops.shape_of(v, name="v_shape")
+    graph = import_openvino_ir(str(_saved(tmp_path, [ops.result(fc), ops.result(v_shape)], [x])))
+    assert _by_name(graph, graph.param_bytes)["w_shape"] == 0
+    assert _by_name(graph, graph.param_bytes)["fc"] == 100 * F32
+    assert _by_name(graph, graph.param_bytes)["v_shape"] == 6 * F32
+    assert _by_name(graph, graph.flops)["fc"] == 2 * 4 * 20 * 5
