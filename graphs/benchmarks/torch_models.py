@@ -170,7 +170,9 @@ class Decoder(nn.Module):
             ctx = attention(states[0][0], memory, keys)
             for i in range(1, self.layers):
                 states[i] = getattr(self, f"layer{i}")(states[i - 1][0], states[i], ctx)
-            tops.append(states[-1][0])
+            # one layer: no upper layer reads the context, which then joins the output (else the attention
+            # would be dead weight, trained by nothing: family graphs draw one-layer NMTs)
+            tops.append(states[-1][0] if self.layers > 1 else states[0][0] + ctx)
         return tops
 
 

@@ -32,6 +32,18 @@ def test_each_kind_builds_a_valid_graph_in_the_size_range(name, model):
     assert load_graph(name).content_hash == graph.content_hash
 
 
+@pytest.mark.parametrize("layers", [1, 2])
+def test_nmt__every_parameter_is_trained_also_with_one_layer(layers):
+    """A one-layer NMT's attention context fed no upper layer: the loss never reached the attention's weights
+    (no gradient, no optimizer state; family graphs draw such NMTs). Now it joins the layer's output."""
+    from graphs.benchmarks.torch_models import build_nmt
+
+    graph = build_nmt(layers=layers, batch_size=2, src_len=3, tgt_len=3, hidden=8, src_vocab=11, tgt_vocab=13)
+    params = [i for i, name in enumerate(graph.op_names) if name.startswith("param:")]
+    untrained = [graph.op_names[i] for i in params if graph.param_bytes[i] == graph.out_bytes[i]]
+    assert untrained == [] and any("attention" in graph.op_names[i] for i in params)
+
+
 def test_same_name_twice_traces_the_same_graph():
     first = benchmark_graph("family:cnn:4", use_cache=False)
     second = benchmark_graph("family:cnn:4", use_cache=False)
