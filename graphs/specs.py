@@ -6,6 +6,7 @@ the same way; every failure is one PlacerError that names the spec.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -77,7 +78,7 @@ def import_target(spec: str, target: str, what: str):
     try:
         if names_a_file(target):
             path = Path(target)
-            module_spec = importlib.util.spec_from_file_location(f"placer_user_{path.stem}", path)
+            module_spec = importlib.util.spec_from_file_location(_module_name(path), path)
             if module_spec is None:  # a file Python does not import (not .py): was "'NoneType' object has ..."
                 raise PlacerError(f"{what} spec {spec!r}: {target!r} is not a Python file (.py)")
             module = importlib.util.module_from_spec(module_spec)
@@ -105,3 +106,10 @@ def _importable_as_a_script(path: Path, module) -> None:
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.append(folder)
+
+
+def _module_name(path: Path) -> str:
+    """The name a user's file is imported under: its stem and its resolved path's digest, so that two files
+    of one name in two folders (a/model.py, b/model.py) are two modules in ``sys.modules``."""
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"placer_user_{path.stem}_{digest}"

@@ -57,7 +57,8 @@ from policies.simple import best_single_device, single_device_units
 SOLVERS = ("auto", "cpsat", "highs")
 FREE_ORDER_RESERVE = 0.25  # of the time limit, for the free-order model when the dispatch rule's finds nothing
 MAX_GROUPS = 1000  # above this the model (and CP-SAT's memory) grows past what a workstation holds
-RELAXED_STEP_LIMIT_S = 10.0  # the chosen placement's relaxed step: an LP in effect (x fixed), ms at 32 groups
+RELAXED_STEP_LIMIT_S = 10.0  # the chosen placement's relaxed step: an LP in effect (x fixed), ms at 32 groups,
+MIN_RELAXED_STEP_S = 1.0  # under a second at 990 (a reviewer's runs): the time left, within these
 MAX_MODEL_SIZE = 2_000_000  # cpsat.model_size: variables and intervals, a few hundred bytes each in CP-SAT
 DISPATCH_MAX_GROUPS = 16  # "auto": the simulator's dispatch rule for single-op groups up to this many
 MAX_PIECES_PER_GROUP = 2.0  # split "auto": rounds while they give at most this many pieces per group, else blocks
@@ -178,7 +179,7 @@ class ExactPolicy:
         result = search_result(self.name, problem, counter)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
         below = counter.best_cost_s < bound_s
-        model_s, chosen = self._chosen(problem, run, result.group_placement)
+        model_s, chosen = self._chosen(problem, run, result.group_placement, deadline)
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
                  f"{bound} for every placement of these groups; {chosen}; measured {measured}"
                  + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else "")
@@ -188,15 +189,16 @@ class ExactPolicy:
                        solver_status=run.bound_status, solver_bound_every_placement=True)
 
     @staticmethod
-    def _chosen(problem: PlacementProblem, run: RelaxedRun, group_placement) -> tuple[float, str]:
+    def _chosen(problem: PlacementProblem, run: RelaxedRun, group_placement, deadline: float) -> tuple[float, str]:
         """(the solver's makespan of the chosen placement, what the notes say of it). A solve's point measured
         as it was gets the relaxation's least step for it (``relaxed_step_s``): the w HiGHS held there was no
         step of that placement (nothing minimised it; it could exceed the measured step)."""
         weight = run.weight(group_placement)
         if math.isfinite(run.model_s(group_placement)):
-            model_s = relaxed_step_s(problem, group_placement, RELAXED_STEP_LIMIT_S)
+            limit_s = min(RELAXED_STEP_LIMIT_S, max(MIN_RELAXED_STEP_S, deadline - time.perf_counter()))
+            model_s = relaxed_step_s(problem, group_placement, limit_s)
             step = (f"takes at least {model_s:.6g} s in the relaxation" if math.isfinite(model_s) else
-                    f"has no relaxed step proven in {RELAXED_STEP_LIMIT_S:g} s")
+                    f"has no relaxed step proven in {limit_s:.3g} s")
             return model_s, f"the chosen placement, a solve's (communication weight {weight:g}), {step}"
         if math.isfinite(weight):
             return math.nan, (f"the chosen placement is a solve's (communication weight {weight:g}), repaired to "

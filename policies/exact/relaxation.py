@@ -641,6 +641,7 @@ def relaxed_step_s(problem: PlacementProblem, unit_placement: np.ndarray, time_l
     a "solver's makespan" above the placement's measured step, where the relaxation's is never above it."""
     lp, layout = _build(problem, True, 0.0, ())
     highs = quiet_highs()
+    highs.setOptionValue("threads", 1)  # as every solve here: HiGHS keeps one thread count per process
     highs.setOptionValue("time_limit", float(time_limit_s))
     highs.passModel(lp)
     for unit, device in enumerate(np.asarray(unit_placement, dtype=np.int64).tolist()):

@@ -691,11 +691,15 @@ def test_train__resume_of_a_checkpoint_whose_progress_is_not_numbers_is_one_erro
     import torch
 
     state = torch.load(trained[0], weights_only=True)
-    state["progress"]["measurements_used"] = "abc"
-    out = tmp_path / "gdp.pt"
-    torch.save(state, out)
-    assert _train(out, "--resume", budget=96) == 2
-    assert f"checkpoint {out}: progress.measurements_used is 'abc', not a whole number" in one_placer_error(capsys)
+    for key, value, message in (("measurements_used", "abc", "progress.measurements_used is 'abc', not a whole"),
+                                ("idle", 1.5, "progress.idle is 1.5, not a whole number"),
+                                ("round", ["x"], "progress.round is ['x'], not a list of problem indices"),
+                                ("round", [7], "progress.round names a problem past its 1")):
+        edited = {**state, "progress": {**state["progress"], key: value}}
+        out = tmp_path / f"{key}.pt"
+        torch.save(edited, out)
+        assert _train(out, "--resume", budget=96) == 2
+        assert f"checkpoint {out}: {message}" in one_placer_error(capsys)
 
 
 def test_train__a_time_limit_that_ends_the_teachers_writes_nothing_and_says_so_exit_1(tmp_path, capsys, monkeypatch):

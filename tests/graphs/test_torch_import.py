@@ -514,7 +514,7 @@ def test_import_torch_spec__a_models_error_of_many_lines_is_quoted_by_its_first(
     assert str(caught.value).endswith("ValueError: line one") and "\n" not in str(caught.value)
 
 
-def test_import_torch_spec__a_file_imports_as_python_runs_it(tmp_path):
+def test_import_torch_spec__a_file_imports_as_python_runs_it(tmp_path, monkeypatch):
     """A ``@dataclass`` config under ``from __future__ import annotations`` ("'NoneType' object has no attribute
     '__dict__'": the file's module was in no ``sys.modules``) and a model split over two files in one folder
     ("No module named 'helper_layers'") import as ``python FILE`` runs them."""
@@ -537,8 +537,34 @@ def test_import_torch_spec__a_file_imports_as_python_runs_it(tmp_path):
         "def build():\n"
         "    config = Config()\n"
         "    return MLP(config.width), (torch.zeros(config.batch, config.width),)\n")
-    graph = import_torch_spec(f"{folder / 'main_model.py'}:build")
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the folder it appends goes with the test
+    before = set(sys.modules)
+    try:
+        graph = import_torch_spec(f"{folder / 'main_model.py'}:build")
+    finally:
+        for name in set(sys.modules) - before:
+            del sys.modules[name]
     assert graph.num_params == 8 * 8 + 8 + 8 * 2 + 2
+
+
+def test_import_target__two_files_of_one_name_are_two_modules(tmp_path):
+    """The module was named by the file's stem alone: a/model.py and b/model.py replaced each other in
+    ``sys.modules``, where a ``@dataclass`` or a pickle looks a class's module up."""
+    from graphs.specs import import_target
+
+    modules = []
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "model.py").write_text(f"WHERE = {folder!r}\n")
+        path = str(tmp_path / folder / "model.py")
+        modules.append(import_target(f"{path}:build", path, "torch"))
+    import sys
+
+    assert [sys.modules[m.__name__].WHERE for m in modules] == ["a", "b"]
+    for m in modules:
+        del sys.modules[m.__name__]
 
 
 def test_trace_training_step__a_parameter_the_loss_never_reaches_keeps_its_weight_alone():

@@ -79,7 +79,7 @@ def test_relaxation__a_link_slowed_to_all_but_nothing_leaves_the_bound_valid():
     machine = dataclasses.replace(base, name="slow", links=links)
     graph = build_graph([(0, 1, 10**8), (0, 2, 0), (0, 3, 10**6), (1, 3, 0), (2, 3, 10**8)],
                         flops=[5e11, 1e11, 1e11, 1e10], out_bytes=[1000, 10**9, 1000, 1000],
-                        bytes_accessed=[0, 0, 1e8, 0], name="r70")
+                        bytes_accessed=[0, 0, 1e8, 0], kinds=["MatMul"] * 4, name="r70")
     problem = make_problem(graph, machine)
     mip = solve_relaxation(problem, 30.0, integer=True)
     assert mip.status == "optimal" and mip.bound_s <= best_simulated_s(problem) * (1 + REL)

@@ -119,16 +119,24 @@ def read_checkpoint(path: str | os.PathLike, policy: str) -> dict:
 
 def _check_progress(path: Path, progress) -> None:
     """The counters a resumed training run goes on from are numbers (a text one ended `train --resume` in a
-    traceback): measurements and updates whole and not negative, the wall time finite."""
+    traceback): measurements, updates, idle visits and the round's problem indices whole and not negative,
+    the wall time finite. (An index past the problems is refused by the resume, which knows them.)"""
     if not isinstance(progress, dict):  # a search starts from the weights alone; `train --resume` says it lacks it
         return
-    for key in ("measurements_used", "updates"):
+    for key in ("measurements_used", "updates", "idle"):
         value = progress.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        if not _whole(value):
             raise PlacerError(f"checkpoint {path}: progress.{key} is {value!r}, not a whole number of 0 or more")
+    visits = progress.get("round", [])  # the problems left to visit in the round under way, by index
+    if not isinstance(visits, list) or not all(_whole(k) for k in visits):
+        raise PlacerError(f"checkpoint {path}: progress.round is {visits!r}, not a list of problem indices")
     wall_s = progress.get("wall_s", 0.0)
     if isinstance(wall_s, bool) or not isinstance(wall_s, numbers.Real) or not math.isfinite(wall_s) or wall_s < 0:
         raise PlacerError(f"checkpoint {path}: progress.wall_s is {wall_s!r}, not a time in seconds")
+
+
+def _whole(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and value >= 0
 
 
 def check_network(path: Path, policy: str, state: dict) -> None:

@@ -214,6 +214,8 @@ def check_resume(out: str | Path, config: GnnConfig, names: list[str], settings:
     if progress.get("problems") != names:
         raise PlacerError(f"checkpoint {out} was trained on {progress.get('problems')}, not {names}: resume "
                           "with the same --graphs and --machines")
+    if any(k >= len(names) for k in progress.get("round", [])):  # whole numbers: read_checkpoint checked them
+        raise PlacerError(f"checkpoint {out}: progress.round names a problem past its {len(names)}")
     if progress.get("settings", {}) != settings:
         changed = _changed_settings(progress.get("settings", {}), settings)
         raise PlacerError(f"checkpoint {out} was trained with {', '.join(changed)}: resume with the same settings")
