@@ -9,7 +9,7 @@ With no arguments (`make bench`): the nine graphs and nine catalog machines of B
 section, the four heuristics, appended to runs/bench_memory_repair.jsonl. ``--gpu-memory F``: every GPU of
 the machine holds F times the step's one-GPU peak (the simulator's), to see the heuristics under tight memory.
 """
-import argparse, dataclasses, hashlib, json, time
+import argparse, dataclasses, hashlib, json, os, time
 import numpy as np
 from graphs.registry import load_graph
 from measurers.catalog import load_machine
@@ -28,6 +28,7 @@ parser.add_argument("--gpu-memory", type=float, default=None, metavar="F",
                     help="each GPU's memory: F times the step's one-GPU peak (default: the catalog's)")
 args = parser.parse_args()
 graphs, machines, policies = args.graphs.split(","), args.machines.split(","), args.policies.split(",")
+os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)  # runs/ is not in a fresh checkout
 out = open(args.out, "a")
 for gname in graphs:
     g = load_graph(gname)
