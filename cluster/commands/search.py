@@ -236,9 +236,12 @@ def print_result(result) -> None:
         row(f"{result.policy}: the solver's makespan", result.solver.makespan_s, result.solver.status)
         row(f"{result.policy}: the solver's bound (of its model)", result.solver.bound_s, result.solver.status)
     if result.warm_start is not None:
-        row(f"warm start ({result.warm_start})", result.warm_start_runtime_s, "ok" if warm_started else "none ran ok")
-        if math.isfinite(result.warm_start_on_groups_s):  # what the learner imitated and never ends worse than
-            row("warm start on the searched groups", result.warm_start_on_groups_s, "ok")
+        gone = " (uses a device that left)" if result.warm_start_on_removed_devices else ""
+        row(f"warm start ({result.warm_start}){gone}", result.warm_start_runtime_s,
+            "ok" if warm_started else "none ran ok")
+        if math.isfinite(result.warm_start_on_groups_s):  # what the learner imitated and (on the devices it
+            # had then) never ends worse than
+            row(f"warm start on the searched groups{gone}", result.warm_start_on_groups_s, "ok")
     row(f"overall best ({result.overall_best_source})", result.overall_best_runtime_s,
         "ok" if math.isfinite(result.overall_best_runtime_s) else "none ok")
     for b in result.baselines:

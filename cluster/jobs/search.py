@@ -129,6 +129,8 @@ class SearchResult:
     # device indices, per group or per op as best_placement_level says), using only final_devices
     best_placement_level: str | None = None
     baselines_on_removed_devices: list[str] = field(default_factory=list)  # baselines left out of the best
+    warm_start_on_removed_devices: bool = False  # its best candidate uses a device that left: its figures are not
+    # a step the final devices can run, nor what the policy's best (on them) is never worse than
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -797,15 +799,18 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
     if fits(outcome.best_op_placement):
         candidates.append((outcome.best_runtime_s, result.policy, outcome.best_op_placement))
     devices = [problem.machine.devices[i].name for i in outcome.final_devices]
+    warm_gone = warm is not None and warm.usable and not fits(warm.candidates[0])
     if not candidates:
         return replace(result, overall_best_runtime_s=math.inf, overall_best_source="none on the final devices",
-                       device_removals=outcome.removals, final_devices=devices, baselines_on_removed_devices=left_out)
+                       device_removals=outcome.removals, final_devices=devices, baselines_on_removed_devices=left_out,
+                       warm_start_on_removed_devices=warm_gone)
     runtime_s, source, placement = min(candidates, key=lambda c: c[0])
     logged = log_placement(problem, placement)
     return replace(result, overall_best_runtime_s=runtime_s, overall_best_source=source,
                    device_removals=outcome.removals,
                    final_devices=devices, best_placement=[int(d) for d in logged.devices],
-                   best_placement_level=logged.level, baselines_on_removed_devices=left_out)
+                   best_placement_level=logged.level, baselines_on_removed_devices=left_out,
+                   warm_start_on_removed_devices=warm_gone)
 
 
 def _checkpoint_progress(run_dir: Path) -> tuple[int, int]:

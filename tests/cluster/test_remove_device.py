@@ -93,6 +93,45 @@ def test_moved_placement__units_on_a_removed_device_move_together_to_the_device_
     assert targets.pop() == min(together_s, key=together_s.get)  # the device that runs them all fastest
 
 
+def test_place_with_removals__exacts_own_solver_limit_is_a_phase_ending_not_the_search(monkeypatch):
+    """exact stops with "time_limit" when its solver's limit runs out: that ended the whole search, so the
+    device never left ("its trigger did not come") and the budget went unspent. The session's own time limit
+    still ends it."""
+    import time
+
+    import policies.registry as registry
+    from cluster.jobs.removal import DeviceRemoval, place_with_removals
+    from graphs.registry import load_graph
+    from measurers.catalog import load_machine
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.base import BudgetedMeasurer, DecisionClock, RunContext, search_result
+    from policies.problem import make_problem
+
+    class SolverOutOfTime:  # measures two placements of its groups, then its solver's limit runs out
+        def place(self, problem, measurer, budget, seed, on_measurement=None):
+            counter = BudgetedMeasurer(measurer, budget, problem.capacity_bytes(), DecisionClock())
+            counter.measure([problem.expand(np.full(problem.num_units, d)) for d in (0, 1)])
+            time.sleep(0.2)
+            return search_result("exact", problem, counter, stop_reason="time_limit")
+
+    monkeypatch.setattr(registry, "make_policy", lambda name, **options: SolverOutOfTime())
+    problem = make_problem(load_graph(GRAPH), load_machine(MACHINE), max_groups=8)
+    seen = []
+
+    def run(context=None):
+        options = {"time_limit_s": 10.0, **({"context": context} if context else {})}
+        return place_with_removals("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 60, 0,
+                                   options, [DeviceRemoval("gpu:1", 20, "gpu:1@20")], lambda: False,
+                                   lambda records, devices: seen.append(devices))
+
+    phased = run()
+    assert seen == [[GPU1]] and phased.removals[0]["removed"] and phased.measurements == 4
+    assert GPU1 not in phased.kept.tolist()
+    seen.clear()
+    over = run(RunContext(time_limit_s=0.1))  # the session's limit: over by the first phase's end
+    assert seen == [] and over.stop_reason == "time_limit" and over.measurements == 2
+
+
 # -- a search that loses a device ---------------------------------------------------------------------------
 
 
@@ -155,6 +194,27 @@ def test_remove_device__annealing_warm_starts_from_the_best_moved_off_the_device
     (start_s,) = SimulatorMeasurer(problem.graph, problem.machine).measure([start])
     assert own[own["seq"] >= removal["at_seq"]]["runtime_s"].min() <= start_s.runtime_s + 1e-12
     assert result["policy_best_runtime_s"] <= start_s.runtime_s + 1e-12
+
+
+@pytest.mark.slow
+def test_remove_device__a_warm_start_on_the_device_that_left_is_said_so(local_ray, tmp_path_factory, capsys):
+    """HEFT's placement uses gpu:1; once gpu:1 leaves, the table's warm-start rows showed steps the final devices
+    cannot run, above the policy's own best "never worse than" them, without a word."""
+    from cluster.cli import main
+
+    out = tmp_path_factory.mktemp("runs")
+    args = _search(out, "--policy", "annealing", "--remove-device", "gpu:1@20", "--warm-start", "heft")
+    assert main(args + ["--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    (run_dir,) = out.iterdir()
+    heft = read_run(run_dir).query("policy == 'heft'")["placement"].iloc[0]
+    assert _uses(heft, GPU1) and result["warm_start_on_removed_devices"] is True
+    assert main(_search(tmp_path_factory.mktemp("runs"), "--policy", "annealing", "--remove-device", "gpu:1@20",
+                        "--warm-start", "heft")) == 0
+    cells = [line.split("│")[1].strip() for line in capsys.readouterr().out.splitlines() if line.count("│") > 2]
+    names = " ".join(cells)  # the first column's lines, wrapped at the console's width
+    assert "warm start (heft) (uses a device that left)" in names
+    assert "warm start on the searched groups (uses a device that left)" in names
 
 
 # -- bad input: one error, exit status 2, no run folder -----------------------------------------------------
