@@ -220,18 +220,22 @@ def print_result(result) -> None:
     def ratio(runtime_s, bound_s):
         return f"{runtime_s / bound_s:.2f}" if math.isfinite(runtime_s) and bound_s and math.isfinite(bound_s) else "-"
 
-    def row(name, runtime_s, status):
+    def row(name, runtime_s, status, bounded: bool = True):
+        """``bounded``: a placement of the groups the proven bound holds for (a planner's own groups are not)."""
         ok = math.isfinite(runtime_s)
         table.add_row(name, seconds_text(runtime_s) if ok else "-", status, ratio(runtime_s, lb),
-                      ratio(runtime_s, proven))
+                      ratio(runtime_s, proven) if bounded else "-")
 
     from policies.registry import policy_entry
 
+    entry = policy_entry(result.policy)
     warm_started = result.warm_start is not None and math.isfinite(result.warm_start_runtime_s)
     own = result.policy
-    if policy_entry(result.policy).learned:
+    if entry.learned:
         own += " (learner's own best, warm-started)" if warm_started else " (learner's own best)"
-    row(own, result.policy_best_runtime_s, "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok")
+    status = "ok" if math.isfinite(result.policy_best_runtime_s) else "none ok" if result.measurements else \
+        "none measured"
+    row(own, result.policy_best_runtime_s, status, bounded=not entry.groups_itself)
     if result.solver is not None:  # exact: the solver's own figures next to the measured step
         row(f"{result.policy}: the solver's makespan", result.solver.makespan_s, result.solver.status)
         row(f"{result.policy}: the solver's bound (of its model)", result.solver.bound_s, result.solver.status)
@@ -241,9 +245,11 @@ def print_result(result) -> None:
             "ok" if warm_started else "none ran ok")
         if math.isfinite(result.warm_start_on_groups_s):  # what the learner imitated and (on the devices it
             # had then) never ends worse than
-            row(f"warm start on the searched groups{gone}", result.warm_start_on_groups_s, "ok")
+            groups = "its own groups" if entry.groups_itself else "the searched groups"
+            row(f"warm start on {groups}{gone}", result.warm_start_on_groups_s, "ok", bounded=not entry.groups_itself)
     row(f"overall best ({result.overall_best_source})", result.overall_best_runtime_s,
-        "ok" if math.isfinite(result.overall_best_runtime_s) else "none ok")
+        "ok" if math.isfinite(result.overall_best_runtime_s) else "none ok",
+        bounded=not (entry.groups_itself and result.overall_best_source == result.policy))
     for b in result.baselines:
         row(b.policy, b.runtime_s, b.status)
     row("lower bound", lb, "-")
@@ -254,7 +260,8 @@ def print_result(result) -> None:
     if math.isfinite(proven):
         from policies.exact.bound import EVERY_PLACEMENT
 
-        finer = ("; placements of finer groups (the heuristics') may go below it"
+        others = f"the heuristics', and {result.policy}'s own groups" if entry.groups_itself else "the heuristics'"
+        finer = (f"; placements of other groups ({others}) may go below it"
                  if not result.proven_bound_holds_for.startswith(EVERY_PLACEMENT) else "")
         console.print(f"proven bound (placer bound) {seconds_text(proven)} s holds for "
                       f"{result.proven_bound_holds_for}{finer}")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -379,8 +380,10 @@ class _Trainer:
             kwargs = {"num_epochs": self.config.ppo_epochs, "minibatch_size": self.config.ppo_minibatch_size,
                       "shuffle_batch_per_epoch": self.config.ppo_minibatch_size is not None}
         lr = float(self._optimizers()[0][1].param_groups[0]["lr"])  # the lr this update uses
-        results = self.learner.update(batch=train_batch, timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1},
-                                      **kwargs)
+        with warnings.catch_warnings():  # a batch of one (a budget's last placement): RLlib's explained variance
+            warnings.filterwarnings("ignore", message=r"var\(\): degrees of freedom is <= 0")  # takes var() of it
+            results = self.learner.update(batch=train_batch,
+                                          timesteps={NUM_ENV_STEPS_SAMPLED_LIFETIME: self.iteration + 1}, **kwargs)
         summary = summarize_update(results, DEFAULT_MODULE_ID, self.config.trainer, batch)
         summary["lr"] = lr
         return summary

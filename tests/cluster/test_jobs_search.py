@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -767,6 +768,33 @@ def test_search__a_run_where_nothing_ran_ok_says_so(local_ray, tmp_path, capsys)
     print_result(result)
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
     assert rows and all("│ ok " not in line for line in rows)  # the overall best's row said ok
+
+
+def test_print_result__a_planner_of_its_own_groups_is_not_held_to_the_searched_groups_bound(capsys):
+    """hierarchical places groups of its own: its row read 0.66x a proven bound of the 2 searched groups, and the
+    footer said only the heuristics' placements may go below it; a run that measured nothing said "none ok"."""
+    from cluster.commands.search import print_result
+    from cluster.jobs.search import SearchResult
+
+    def table_rows(result) -> dict[str, list[str]]:
+        print_result(result)
+        out = capsys.readouterr().out
+        rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines() if line.count("│") > 2]
+        return {cells[0]: cells for cells in rows if cells[0]}, " ".join(out.split())
+
+    result = SearchResult(Path("run"), "rnnlm", "paper-2gpu", "hierarchical", 0.5320, "hierarchical", 0.5320, 16,
+                          0.3, [], "budget", 1.0, groups=2, warm_start="expert", warm_start_runtime_s=0.5335,
+                          warm_start_on_groups_s=0.5335, proven_bound_s=0.8011,
+                          proven_bound_holds_for="placements of the 2 metis groups of rnnlm")
+    rows, text = table_rows(result)
+    own = next(cells for name, cells in rows.items() if name.startswith("hierarchical"))
+    assert own[4] == "-" and rows["warm start on its"][4] == "-"  # names wrap in the 80-column table
+    assert rows["overall best"][4] == "-" and rows["warm start"][4] == "0.67"  # expert's: colocation groups
+    assert "(the heuristics', and hierarchical's own groups) may go below it" in text
+    nothing = dataclasses.replace(result, policy="reinforce", policy_best_runtime_s=math.inf, measurements=0,
+                                  warm_start=None)
+    rows, _ = table_rows(nothing)
+    assert next(cells for name, cells in rows.items() if name.startswith("reinforce"))[2] == "none measured"
 
 
 def test_search__an_exact_runs_own_bound_for_every_placement_of_its_groups_raises_the_proven_bound(local_ray,

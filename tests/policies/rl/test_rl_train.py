@@ -101,6 +101,18 @@ def test_train_placer__ppo_trains_and_cuts_the_last_batch_to_the_budget():
     assert result.seconds_per_update > 0
 
 
+def test_train_placer__a_ppo_batch_of_one_warns_of_nothing():
+    """A budget's last batch of one placement: RLlib took the variance of one value and torch printed two
+    UserWarnings ("degrees of freedom is <= 0") on the user's terminal."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result, _ = _train(10, config={"trainer": "ppo", "ppo_epochs": 1})
+    assert result.history[-1].batch_size == 1  # 8, 3 (some measured before), then 1
+    assert not [w for w in caught if "degrees of freedom" in str(w.message)]
+
+
 def test_train_placer__same_seed_and_measurer_give_the_same_run():
     a, _ = _train(24)
     b, _ = _train(24)
