@@ -258,10 +258,10 @@ def place_with_removals(name: str, problem, measurer, budget: int, seed: int, op
         except NodeLeft:
             stop = NODE_LOST
         state.used += wrapper.measured
-        # the session's limit ends the search; exact's own solver limit (no session limit, or time left) is a
-        # policy stopping on its own: the device leaves at that count and the next phase solves again
+        # a time limit ends the search, but exact's own solver limit with session time left is a policy stopping
+        # on its own: the device leaves at that count and the next phase solves again
         session_over = time_limit_s is not None and time.perf_counter() - started >= time_limit_s
-        if stop == "time_limit" and (session_over or time_limit_s is None and not entry.takes_time_limit) \
+        if stop == "time_limit" and (session_over or not entry.takes_time_limit) \
                 or (stop == "should_stop" and user_stop is not None and user_stop()):
             break
         due = state.due(limit, node_lost_seen=lost())

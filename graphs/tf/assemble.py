@@ -196,13 +196,15 @@ def _assemble(flat, roles, owner, value_bytes, *, name, batch_size, num_params, 
                 + sum(value_bytes[p] for p, s in flat[i].inputs if s == RESOURCE_EDGE)) for i in keep]
     data_edges = [(s, d) for s, d, _, is_data in edges if is_data]
     control_edges = [(s, d) for s, d, _, is_data in edges if not is_data]
-    phases, gradient_sums = _phases(flat, keep, roles, owner, index, data_edges, control_edges, optimizer_states)
-    updates = _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges)
+    succ, pred = _adjacency(len(keep), data_edges)  # data edges only: what an op reads, and who reads it
+    phases, gradient_sums = _phases(flat, keep, roles, owner, index, succ, pred, control_edges, optimizer_states)
+    updates = _single_variable_updates(flat, keep, roles, owner, index, phases, succ, pred)
     layers = [variable_scopes[i] if i in variable_scopes else
               _layer_scope(flat[i], scope_map, roles[i] in (PARAM, STATE)) for i in keep]
     scopes = [layer if layer is not None else _name_scope(flat[i]) for i, layer in zip(keep, layers)]
     _scope_gradient_sums(scopes, gradient_sums, updates, data_edges)
-    _scope_loose_gradients(flat, keep, scopes, [layer is not None for layer in layers], phases, data_edges)
+    _scope_loose_gradients(flat, keep, scopes, [layer is not None for layer in layers], phases, data_edges, succ,
+                           pred)
     return OpGraph(
         name=name, framework="tensorflow",
         op_names=np.array([flat[i].name for i in keep], dtype=object),
@@ -257,16 +259,22 @@ def _edges(flat, keep, owner, index, value_bytes) -> list[tuple[int, int, int, b
     return edges
 
 
-def _phases(flat, keep, roles, owner, index, data_edges, control_edges,
-            optimizer_states) -> tuple[np.ndarray, list[int]]:
-    """Each op's phase (see the module's docstring), and the ops that sum a weight's gradients (``_sums_gradients``)."""
-    n = len(keep)
-    phase = np.full(n, PHASE_CODE["forward"], dtype=np.int8)  # (N,)
+def _adjacency(n: int, edges) -> tuple[list[list[int]], list[list[int]]]:
+    """(successors, predecessors) of each of ``n`` ops along ``edges`` ((src, dst) pairs, in their order)."""
     succ: list[list[int]] = [[] for _ in range(n)]
     pred: list[list[int]] = [[] for _ in range(n)]
-    for s, d in data_edges:
+    for s, d in edges:
         succ[s].append(d)
         pred[d].append(s)
+    return succ, pred
+
+
+def _phases(flat, keep, roles, owner, index, succ, pred, control_edges,
+            optimizer_states) -> tuple[np.ndarray, list[int]]:
+    """Each op's phase (see the module's docstring), and the ops that sum a weight's gradients (``_sums_gradients``).
+    ``succ``/``pred``: the data edges' adjacency (``_adjacency``)."""
+    n = len(keep)
+    phase = np.full(n, PHASE_CODE["forward"], dtype=np.int8)  # (N,)
     after: list[list[int]] = [list(p) for p in pred]  # data and control predecessors: what an op waits for
     later: list[list[int]] = [list(c) for c in succ]
     for s, d in control_edges:
@@ -394,14 +402,9 @@ def _colocation(flat, keep, roles, owner, index, single_variable_updates) -> np.
     return colocation_groups(len(keep), pairs)  # (N,)
 
 
-def _single_variable_updates(flat, keep, roles, owner, index, phases, data_edges):
+def _single_variable_updates(flat, keep, roles, owner, index, phases, succ, pred):
     """(op, variable) for update ops whose outputs flow only into the update of one trainable variable."""
     n, update = len(keep), PHASE_CODE["update"]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    for s, d in data_edges:
-        succ[s].append(d)
-        pred[d].append(s)
     none, many = -1, -2
     target = [none] * n
     for j in reversed(_topo(n, succ, pred)):
@@ -436,7 +439,7 @@ def _layer_scope(op: FlatOp, scope_map: dict[str, str], variable: bool = False) 
 
 
 def _scope_loose_gradients(flat, keep, scopes: list[str], layered: list[bool], phases: np.ndarray,
-                           data_edges: list[tuple[int, int]]) -> None:
+                           data_edges: list[tuple[int, int]], succ, pred) -> None:
     """A loose gradient op (backward, in no layer's scope: not ``layered``) takes the layer of the forward op it
     differentiates. TensorFlow names such ops outside the tape's scope: a custom gradient's body at the graph's root
     (``tf.nn.silu``'s "mul", "Sigmoid", ...), the gradient of a function it calls in a function of its own
@@ -445,13 +448,9 @@ def _scope_loose_gradients(flat, keep, scopes: list[str], layered: list[bool], p
     forward op read (its inputs: silu's x; the convolution's input and filter). The forward op is the one that reads
     them all, and its layer (``layered``) is theirs when all such readers are in one: silu's mul and Sigmoid in the
     Dense layer that applies it, the convolution in its Conv2D. Otherwise the ops keep their name scope. The tape's
-    sums of gradients (``_sums_gradients``: a weight's, or those of a value several ops read) are no such op."""
+    sums of gradients (``_sums_gradients``: a weight's, or those of a value several ops read) are no such op.
+    ``succ``/``pred``: the data edges' adjacency (``_adjacency``)."""
     n, forward = len(scopes), PHASE_CODE["forward"]
-    succ: list[list[int]] = [[] for _ in range(n)]
-    pred: list[list[int]] = [[] for _ in range(n)]
-    for s, d in data_edges:
-        succ[s].append(d)
-        pred[d].append(s)
     loose = [not layered[j] and phases[j] == PHASE_CODE["backward"] and not _sums_gradients(flat[i], pred[j], phases)
              for j, i in enumerate(keep)]
     part = list(range(n))  # union-find over the loose ops: one gradient's ops

@@ -26,6 +26,7 @@ import torch
 
 from graphs.errors import PlacerError, first_line
 from graphs.opgraph import OpGraph
+from graphs.torch.recorder import tensor_bytes
 from measurers.base import Measurement, failed_measurement, rebuild_step_now
 from measurers.machine import Machine
 from measurers.placement import check_placement
@@ -216,7 +217,7 @@ def _check_leaf_sizes(graph: OpGraph, program: Program) -> None:
         value, i = program.leaf_values.get(slot), op_index.get(name)
         if i is None or not isinstance(value, torch.Tensor):
             continue
-        size = value.numel() * value.element_size()
+        size = tensor_bytes(value)
         if size != int(graph.out_bytes[i]):
             raise PlacerError(f"the real step does not match graph {graph.name!r}: its {name} holds {size:,} bytes, "
                               f"{int(graph.out_bytes[i]):,} in the graph (the model changed since the import?)")
