@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -117,12 +118,21 @@ def cpu_model() -> str:
     return platform.processor()
 
 
+RUN_ID_GRAPH_CHARS = 96  # the graph name's share of a run id (make_run_id)
+
+
 def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = None,
                 root: str | os.PathLike | None = None) -> str:
     """``<graph>__<policy>__<seed>__<UTC time>``, safe as a folder name; with ``root``, ``-2``, ``-3``, ...
-    appended while ``root`` already holds a run of that name (two runs started within one second)."""
+    appended while ``root`` already holds a run of that name (two runs started within one second). A graph
+    name longer than ``RUN_ID_GRAPH_CHARS`` is cut there and ends in a hash of the whole name: a file system
+    takes 255 bytes a name, less the staging folder's suffix (graphs/files.py ``_temp_name``)."""
     stamp = dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc)
-    text = re.sub(r"[^A-Za-z0-9_.=-]", "-", f"{graph_name}__{policy}__{seed}__{stamp:%Y%m%dT%H%M%S}")
+    graph_part = re.sub(r"[^A-Za-z0-9_.=-]", "-", graph_name)
+    if len(graph_part) > RUN_ID_GRAPH_CHARS:
+        digest = hashlib.sha1(graph_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        graph_part = f"{graph_part[:RUN_ID_GRAPH_CHARS - 9]}-{digest}"
+    text = re.sub(r"[^A-Za-z0-9_.=-]", "-", f"{graph_part}__{policy}__{seed}__{stamp:%Y%m%dT%H%M%S}")
     if root is None:
         return text
     run_id, k = text, 1

@@ -51,8 +51,8 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     root.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(root)
     staging = root / _temp_name(name)
-    staging.mkdir(mode=0o700)
     try:
+        staging.mkdir(mode=0o700)  # inside the try: a name the file system refuses leaves no folder made here
         yield staging
         final = root / name
         if final.exists():  # another writer of the same name finished first

@@ -265,8 +265,8 @@ def print_result(result) -> None:
                  if not result.proven_bound_holds_for.startswith(EVERY_PLACEMENT) else "")
         console.print(f"proven bound (placer bound) {seconds_text(proven)} s holds for "
                       f"{result.proven_bound_holds_for}{finer}")
-    if result.solver is not None:
-        console.print(f"{result.policy}: {result.solver.notes}")
+    if result.policy_notes:
+        console.print(f"{result.policy}: {result.policy_notes}")
     for removal in result.device_removals:
         when = (f"left after measurement {removal['at_measurement']}" if removal["removed"]
                 else "never left (its trigger did not come)")

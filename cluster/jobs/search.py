@@ -119,6 +119,8 @@ class SearchResult:
     proven_bound_s: float = math.nan  # best proven bound for the searched groups (policies.exact.bound)
     proven_bound_holds_for: str = ""  # the placements it holds for ("every placement" for the closed form)
     solver: SolverFigures | None = None  # exact: the solver's own makespan, bound and status
+    policy_notes: str = ""  # what the policy says of its run: the weights a graph-neural placer started from,
+    # its updates, exact's solves (with --remove-device, its last phase's)
     # --remove-device: overall_best_runtime_s, overall_best_source and policy_best_runtime_s are then over
     # placements that use only final_devices (a baseline or an earlier best on a removed device does not count;
     # it stays listed)
@@ -657,6 +659,7 @@ class _PolicyOutcome:
     seconds_per_update: float = math.nan
     warm_start_on_groups_s: float = math.nan
     solver: SolverFigures | None = None
+    notes: str = ""  # PolicyResult.notes
     best_op_placement: np.ndarray | None = None  # (N,) with --remove-device: the policy's best on the final devices
     removals: list[dict] | None = None  # with --remove-device: PhasedOutcome.removals
     final_devices: np.ndarray | None = None  # (D',) indices of the devices left
@@ -722,7 +725,7 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     stop_reason = "time_limit" if timed_out and result.stop_reason == "should_stop" else result.stop_reason
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, stop_reason,
                           result.seconds_per_update, result.warm_start_runtime_s,
-                          SolverFigures.of(result))
+                          SolverFigures.of(result), result.notes)
 
 
 def _after_the_replay(config, past, measurer, first_iteration: int, time_left_s: float | None, should_stop):
@@ -772,7 +775,7 @@ def _run_with_removals(problem, pool, config, writer, measurer, options: dict,
                           last.seconds_per_update if last is not None else math.nan,
                           first.warm_start_runtime_s if first is not None else math.nan,
                           SolverFigures.of(last) if last is not None else None,
-                          phased.best_op_placement, phased.removals, phased.kept)
+                          last.notes if last is not None else "", phased.best_op_placement, phased.removals, phased.kept)
 
 
 def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, placements: dict[str, np.ndarray],
@@ -853,4 +856,4 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
                         problem.graph.num_colocation_groups, config.measurer,
                         warm.source if warm is not None else None,
                         warm.runtime_s if warm is not None else math.nan, outcome.warm_start_on_groups_s,
-                        solver=outcome.solver)
+                        solver=outcome.solver, policy_notes=outcome.notes)

@@ -628,6 +628,18 @@ def test_run_ids_started_within_one_second_do_not_collide(tmp_path):
     assert make_run_id("nmt-2", "reinforce", 0, when=0.0) == first  # without a root: the plain name
 
 
+def test_run_id__an_overlong_graph_name_is_cut_and_hashed_so_the_folder_can_be_made(tmp_path):
+    """A graph file may name a graph with hundreds of characters; its run folder (and the staging folder
+    with its suffix) must still fit a file system's 255-byte names, and two such names must not collide."""
+    from cluster.runlog import make_run_id
+
+    first = make_run_id("L" * 300, "annealing", 0, when=0.0, root=tmp_path)
+    other = make_run_id("L" * 299 + "M", "annealing", 0, when=0.0, root=tmp_path)
+    assert first != other and first.startswith("L" * 80) and len(first) < 160
+    (tmp_path / first).mkdir()  # the name the search makes
+    assert make_run_id("nmt-2", "cem", 0, when=0.0).startswith("nmt-2__cem__0__")  # short names unchanged
+
+
 def test_runlog__a_resumed_learner_replaying_logged_iterations_does_not_log_their_metrics_twice(tmp_path, manifest):
     with RunLogWriter.create(tmp_path, manifest) as log:
         for iteration in range(4):

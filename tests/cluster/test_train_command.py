@@ -354,6 +354,9 @@ def test_search__gdp_from_a_checkpoint_places_zero_shot_then_fine_tunes(trained,
     assert zero_shot["policy"] == "gdp" and zero_shot["measurements"] == 1
     assert zero_shot["policy_best_runtime_s"] > 0
     assert read_manifest(zero_shot["run_dir"]).config["init"] == str(checkpoint)
+    assert zero_shot["policy_notes"].startswith(f"weights: {checkpoint}")  # which weights it placed with
+    assert main(["search", *SEARCH, "--policy", "gdp", "--init", str(checkpoint), "--budget", "1", "--out", str(out)]) == 0
+    assert f"gdp: weights: {checkpoint}" in capsys.readouterr().out.replace("\n", "")  # the table says so too
     assert main(["search", *SEARCH, "--policy", "gdp", "--init", str(checkpoint), "--budget", "32", "--out", str(out),
                  "--json"]) == 0
     tuned = json.loads(capsys.readouterr().out)

@@ -118,6 +118,14 @@ def dead_pid() -> int:
 
 
 @posix_only
+def test_atomic_folder__a_name_the_file_system_refuses_leaves_no_folder_it_made(tmp_path):
+    root = tmp_path / "runs" / "new"
+    with pytest.raises(OSError, match="too long"):
+        with atomic_folder(root, "x" * 300):
+            pass
+    assert not (tmp_path / "runs").exists()
+
+
 def test_remove_stale_staging__keeps_folders_it_cannot_prove_are_a_dead_writers(tmp_path):
     pid, tag = dead_pid(), _host_tag()
     kept = {
