@@ -120,8 +120,43 @@ def _check_header(meta: dict) -> None:
             raise PlacerError(f"its metadata's {key!r} is {json.dumps(meta.get(key))}, not a whole number >= 0")
 
 
+_TEXT_COLUMNS = ("name", "kind", "scope")
+_NUMBER_COLUMNS = ("phase", "flops", "bytes_accessed", "out_bytes", "param_bytes", "colocation", "allowed_mask")
+_LIST_COLUMNS = ("in_src", "in_bytes")
+
+
+def _check_columns(table: pa.Table) -> None:
+    """Every column save_graph writes is there, of its kind (text, numbers, lists of numbers) and without
+    nulls: a hand-made file's problem named, not pyarrow's conversion error."""
+    missing = [name for name in (*_TEXT_COLUMNS, *_NUMBER_COLUMNS, *_LIST_COLUMNS) if name not in table.column_names]
+    if missing:
+        raise PlacerError(f"it has no column {', '.join(map(repr, missing))}")
+    is_number = lambda kind: pa.types.is_integer(kind) or pa.types.is_floating(kind)  # noqa: E731
+    for name in (*_TEXT_COLUMNS, *_NUMBER_COLUMNS, *_LIST_COLUMNS):
+        column = table.column(name)
+        kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type  # pandas' categories
+        if name in _TEXT_COLUMNS:
+            ok, noun = pa.types.is_string(kind) or pa.types.is_large_string(kind), "text"
+        elif name in _NUMBER_COLUMNS:
+            ok, noun = is_number(kind), "numbers"
+        else:
+            ok = (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and is_number(kind.value_type)
+            noun = "lists of numbers"
+        if not ok:
+            raise PlacerError(f"its column {name!r} holds {kind}, not {noun}")
+        nulls = column.null_count + (column.combine_chunks().flatten().null_count if name in _LIST_COLUMNS else 0)
+        if nulls:
+            raise PlacerError(f"its column {name!r} has {nulls} null value(s)")
+
+
+def _plain(array: pa.Array) -> pa.Array:
+    """A dictionary-encoded column (pandas' categories) as its values."""
+    return array.dictionary_decode() if pa.types.is_dictionary(array.type) else array
+
+
 def _graph_from_table(table: pa.Table, meta: dict, path: Path) -> OpGraph:
-    columns = {name: table.column(name).combine_chunks() for name in table.column_names}
+    _check_columns(table)
+    columns = {name: _plain(table.column(name).combine_chunks()) for name in table.column_names}
     in_src, in_bytes = columns["in_src"], columns["in_bytes"]
     lengths = in_src.value_lengths().fill_null(0).to_numpy()
     byte_lengths = in_bytes.value_lengths().fill_null(0).to_numpy()

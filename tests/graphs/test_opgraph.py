@@ -6,6 +6,7 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -90,8 +91,6 @@ def test_opgraph__edge_arrays_of_different_lengths_are_one_clear_error(short_key
 
 def test_io__in_bytes_lists_shorter_or_longer_than_in_src_are_one_clear_error(tmp_path):
     """A file whose in_bytes list for an op is one short raised an IndexError traceback."""
-    import pyarrow as pa
-
     path = save_graph(_diamond(), tmp_path / "g.parquet")
     table = pq.read_table(path)
     index = table.schema.get_field_index("in_bytes")
@@ -249,6 +248,37 @@ def test_io__a_metadata_field_of_the_wrong_type_is_one_error(tmp_path, key, valu
         load_graph_file(path)
 
 
+@pytest.mark.parametrize("column, make, expected", [
+    ("flops", None, "it has no column 'flops'"),
+    ("flops", lambda t: pa.array([str(v) for v in t.to_pylist()]), "its column 'flops' holds string, not numbers"),
+    ("flops", lambda t: pa.array([None, *t.to_pylist()[1:]], pa.float64()), "its column 'flops' has 1 null value"),
+    ("param_bytes", lambda t: pa.array([v > 0 for v in t.to_pylist()]), "its column 'param_bytes' holds bool, not numbers"),
+    ("in_src", lambda t: pa.array([(v or [0])[0] for v in t.to_pylist()]), "its column 'in_src' holds int64, not lists of numbers"),
+    ("in_src", lambda t: pa.array([[None] * len(v) for v in t.to_pylist()], pa.list_(pa.int64())),
+     "its column 'in_src' has 4 null value"),
+    ("name", lambda t: pa.array([v.encode() for v in t.to_pylist()], pa.binary()), "its column 'name' holds binary, not text")])
+def test_io__a_hand_made_column_missing_or_of_another_kind_is_named(tmp_path, column, make, expected):
+    """Such files were refused with pyarrow's own words ("zero_copy_only was True", "'flops'")."""
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    index = table.schema.get_field_index(column)
+    edited = table.remove_column(index) if make is None else table.set_column(index, column, make(table.column(column)))
+    pq.write_table(edited, path)
+    with pytest.raises(PlacerError, match=f"g.parquet': {expected}"):
+        load_graph_file(path)
+
+
+def test_io__a_dictionary_encoded_text_column_loads_as_its_values(tmp_path):
+    """pandas writes a categorical column dictionary-encoded; the graph is the same."""
+    graph = _diamond()
+    path = save_graph(graph, tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    index = table.schema.get_field_index("kind")
+    pq.write_table(table.set_column(index, "kind", table.column("kind").dictionary_encode()), path)
+    assert pa.types.is_dictionary(pq.read_table(path).schema.field("kind").type)
+    assert load_graph_file(path).content_hash == graph.content_hash
+
+
 def test_validate__byte_totals_past_a_64_bit_count_are_refused():
     """Each op's 2**62 parameter bytes are valid alone; their total wrapped to a negative count and a placement
     that cannot fit simulated as ok."""
@@ -267,8 +297,6 @@ def test_io__edited_content_fails_the_hash_and_a_cycle_is_named(tmp_path):
         load_graph_file(path)
     in_src = table.column("in_src").to_pylist()
     in_src[0] = [3]  # a <- d closes a cycle
-    import pyarrow as pa
-
     in_bytes = table.column("in_bytes").to_pylist()
     in_bytes[0] = [4000]
     cyclic = table.set_column(table.schema.get_field_index("in_src"), "in_src", pa.array(in_src))
