@@ -108,7 +108,8 @@ def console_main() -> None:
         pass
     finally:
         late.install()
-    sys.exit(130 if late.pressed else status)
+    late.status = 130 if late.pressed else int(status or 0)
+    sys.exit(late.status)
 
 
 class _InterruptAfterMain:
@@ -117,30 +118,41 @@ class _InterruptAfterMain:
 
     def __init__(self):
         self.pressed = False
+        self.status: int | None = None  # main's exit status once it returned; None: it raised
 
     def install(self) -> None:
-        signal.signal(signal.SIGINT, self._press)
+        if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored by the parent (`cmd &`): it stays so
+            signal.signal(signal.SIGINT, self._press)
 
     def _press(self, signum, frame) -> None:
         if self.pressed:
-            self._exit_130()
+            self._exit(130)
         self.pressed = True
 
     def exit_if_pressed(self) -> None:
-        """atexit: Python's exit status is fixed before its exit handlers run; a Ctrl-C during them still counts."""
+        """atexit, after every handler a command registered (Ray's): Python's exit status is fixed before its exit
+        handlers run, and a Ctrl-C during them still counts. The process ends here, with main's status: in
+        Python's finalization that follows (50-400 ms with torch and Ray loaded) SIGINT gets its default action
+        back, and a Ctrl-C then killed the process (status -2, not 130)."""
         if self.pressed:
-            self._exit_130()
+            self._exit(130)
+        if self.status is not None:
+            self._exit(self.status)
 
     @staticmethod
-    def _exit_130() -> None:
+    def _exit(status: int) -> None:
         """Exit at once: the exit handlers registered before console_main's (logging's) are skipped, so do
-        what they would that matters here: flush log handlers and the standard streams."""
+        what they would that matters here: flush log handlers and the standard streams (a stdout that cannot
+        take its last bytes: status 120, as Python's own exit gives)."""
         with contextlib.suppress(Exception):
             logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(130)
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+        except Exception:
+            status = status or 120
+        os._exit(status)
 
 
 def _interrupted(args: argparse.Namespace) -> int:

@@ -27,12 +27,14 @@ def interrupts_deferred(what: str | None = None,
     """Run the block with ``signals`` held back: the first one during it sets the yielded ``pressed``, for the
     caller to stop once it can, prints one line naming ``what`` (if given), and puts that signal's handler back,
     so a second one acts as it would have outside the block (Ctrl-C: KeyboardInterrupt at once, a way out of a
-    closing that hangs). Off the main thread, where Python delivers no signal, the block runs as it is."""
+    closing that hangs). A signal the process ignores (a parent's SIG_IGN) stays ignored. Off the main thread,
+    where Python delivers no signal, the block runs as it is."""
     held = HeldInterrupt()
     if threading.current_thread() is not threading.main_thread():
         yield held
         return
     before = {signum: signal.getsignal(signum) for signum in signals}
+    signals = tuple(s for s in signals if before[s] is not signal.SIG_IGN)  # ignored by the parent (`cmd &`): stays so
 
     def restore(signum: int) -> None:
         previous = before[signum]

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,45 @@ def test_cli__a_second_ctrl_c_after_main_returned_ends_the_process_at_once():
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 130 and "not reached" not in done.stdout
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.02, 0.05])
+def test_cli__ctrl_c_while_python_exits_after_the_document_is_never_a_death_by_sigint(delay_s):
+    """Once its exit handlers had run, Python's finalization (tens to hundreds of ms with pyarrow, torch or Ray
+    loaded) gave SIGINT its default action back: a Ctrl-C then killed the process (status -2). The process now
+    ends after its exit handlers, so a Ctrl-C is either counted (130) or comes after it ended (its status, 0)."""
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "graphs", "list", "--json"], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    decoder, text = json.JSONDecoder(), b""
+    while True:
+        chunk = os.read(proc.stdout.fileno(), 65536)
+        assert chunk, proc.stderr.read().decode()[-2000:]
+        text += chunk
+        try:
+            decoder.decode(text.decode())
+            break
+        except ValueError:
+            continue
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode in (0, 130), (proc.returncode, err.decode()[-2000:])
+
+
+def test_cli__a_ctrl_c_the_parent_ignores_stays_ignored_while_ray_starts_and_after_main():
+    """A script's `placer ... &` starts with SIGINT ignored; interrupts_deferred (Ray's start, train) and the
+    handler console_main installs after main put a handler in its place, and a SIGINT then stopped the command."""
+    from cluster.cli import _InterruptAfterMain
+    from cluster.jobs.interrupts import interrupts_deferred
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interrupts_deferred("starting", (signal.SIGINT, signal.SIGTERM)) as held:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+        assert not held.pressed and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        _InterruptAfterMain().install()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
