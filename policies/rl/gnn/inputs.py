@@ -85,7 +85,8 @@ def graph_inputs(problem: PlacementProblem) -> GraphInputs:
     slowdown = np.where(allowed, (work_s + 1e-9) / (best_s[:, None] + 1e-9), 1e3)  # >= 1
     memory = np.array([d.memory_bytes for d in problem.machine.devices], dtype=np.float64)  # (D,)
     param_share = summary.param_bytes.astype(np.float64)[:, None] / memory[None, :]
-    whole_share = np.clip(np.log2(problem.single_device_peak_bytes / memory), -4.0, 4.0) / 4.0  # (D,)
+    peak_bytes = max(problem.single_device_peak_bytes, 1)  # a graph of no memory: clipped at -4 alike, no warning
+    whole_share = np.clip(np.log2(peak_bytes / memory), -4.0, 4.0) / 4.0  # (D,)
     pair = np.stack([np.log10(np.minimum(slowdown, 1e3)) / 3.0, np.minimum(param_share, 2.0),
                      np.broadcast_to(whole_share, slowdown.shape), allowed.astype(np.float64)], axis=2)
     for name, array in (("group", node), ("edge", edge), ("pair", pair)):

@@ -263,3 +263,14 @@ def test_building_a_network_leaves_no_generated_code_in_the_temporary_folder(tmp
                           cwd=Path(__file__).resolve().parents[3])
     assert done.returncode == 0, done.stderr[-2000:]
     assert not [p.name for p in tmp_path.iterdir() if "GATv2Conv" in p.name]
+
+
+def test_a_graph_that_needs_no_memory_gets_the_lowest_whole_share_without_a_warning(make_graph):
+    """All-zero costs (a hand-made graph file): log2(0 / memory) printed numpy's divide-by-zero warning on
+    stderr for every placement; the share is clipped at its floor either way."""
+    graph = make_graph([(0, 1, 0), (1, 2, 0)], flops=[0.0] * 3, out_bytes=[0] * 3, name="no-memory")
+    problem = make_problem(graph, load_machine("paper-2gpu"))
+    assert problem.single_device_peak_bytes == 0
+    with np.errstate(all="raise"):
+        x = graph_inputs(problem)
+    assert (x.pair[..., PAIR_COLUMNS.index("log2_graph_memory_share")] == -1.0).all()
