@@ -90,3 +90,22 @@ def test_faster_device__never_slower_for_single_device_placements(seed):
         assert fast <= slow * (1 + SLACK)
         if factor > 1:
             assert fast < slow
+
+
+@pytest.mark.parametrize("long_branch", [1, 2])
+def test_lower_bound__critical_path_takes_the_latest_predecessor_not_the_last_listed(long_branch):
+    """Diamond a(1 s) -> {b, c} -> d(1 s), one branch 5 s and the other 1 s, on four GPUs (work 8 s / 4 = 2 s
+    does not bind): the bound is the path a, long branch, d = 7 s whichever of d's predecessors is listed last.
+    6 s would mean d started when its last-listed predecessor finished, not the latest one."""
+    seconds = [1.0, 1.0, 1.0, 1.0]
+    seconds[long_branch] = 5.0
+    graph = OpGraph(name="diamond", framework="manual", op_names=np.array(list("abcd"), dtype=object),
+                    op_kinds=np.array(["MatMul"] * 4, dtype=object), flops=np.array(seconds) * 1e9,
+                    bytes_accessed=np.zeros(4), out_bytes=np.zeros(4, dtype=np.int64),
+                    param_bytes=np.zeros(4, dtype=np.int64), edge_src=np.array([0, 0, 1, 2]),
+                    edge_dst=np.array([1, 2, 3, 3]), edge_bytes=np.array([8, 8, 8, 8]))
+    devices = tuple(Device(f"gpu:{i}", "gpu", "g", 1e9, 1e12, 10**9, 0.0) for i in range(4))
+    machine = Machine("m", devices, tuple(Link(a.name, b.name, 1e9, 0.0, "x") for a in devices for b in devices
+                                          if a is not b))
+    assert lower_bound_s(graph, machine) == 7.0
+    assert Simulator(graph, machine).lower_bound_s == 7.0

@@ -507,3 +507,40 @@ def test_chrome_trace__a_result_of_another_graph_or_machine_is_refused():
         with pytest.raises(PlacerError, match=f"the result is not of graph {other_graph.name!r} on machine "
                                               f"{other_machine.name!r}"):
             chrome_trace(other_graph, other_machine, result)
+
+
+def test_op_time_matrix__memory_bound_op_uses_the_devices_memory_efficiency():
+    """Zero-flop ops of 3e12 bytes on a GPU of 1e12 B/s at memory_efficiency 0.5 (overhead 1e-6 s): an
+    elementwise op takes 3e12 / (1e12 * 0.5) + 1e-6 s, an "other" one (bandwidth factor 0.7) 3e12 /
+    (1e12 * 0.5 * 0.7) + 1e-6 s. 3 s or 4.29 s would mean the device's memory efficiency was left out."""
+    graph = toy_graph([("add", 0.0, 0), ("mean", 0.0, 0)], [], kinds=["AddV2", "Mean"],
+                      bytes_accessed=np.array([3e12, 3e12]))
+    device = Device("gpu:0", "gpu", "toy", peak_flops=1e9, mem_bandwidth_Bps=1e12, memory_bytes=GB,
+                    op_overhead_s=1e-6, compute_efficiency=0.25, memory_efficiency=0.5)
+    times = op_time_matrix(graph, Machine("half-bandwidth", (device,), ()))
+    assert times[0, 0] == pytest.approx(3e12 / (1e12 * 0.5) + 1e-6, rel=1e-12)
+    assert times[1, 0] == pytest.approx(3e12 / (1e12 * 0.5 * 0.7) + 1e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_oom__a_peak_equal_to_the_capacity_fits_and_one_byte_less_does_not(engine):
+    """The graph of test_memory_peak (peak 1300 bytes on gpu:0): with exactly 1300 bytes per device the step
+    is "ok"; with 1299 it is "oom". "oom" at 1300 would mean memory that fills a device exactly was refused."""
+    graph = toy_graph([("a", 1.0, 100), ("v", 0.0, 400), ("b", 2.0, 200), ("c", 3.0, 50)],
+                      [("a", "b", 100), ("v", "b", 400), ("b", "c", 200)],
+                      kinds=["MatMul", "Variable", "MatMul", "MatMul"], param_bytes=np.array([0, 1000, 0, 0]))
+    exact = run(graph, toy_machine(memory_bytes=1300), ["gpu:0"] * 4, engine)
+    assert exact.status == "ok" and exact.peak_bytes[1] == exact.capacity_bytes[1] == 1300
+    short = run(graph, toy_machine(memory_bytes=1299), ["gpu:0"] * 4, engine)
+    assert short.status == "oom" and short.peak_bytes[1] == 1300 and short.capacity_bytes[1] == 1299
+
+
+def test_check_placement__device_index_equal_to_the_number_of_devices_is_refused():
+    """Devices are 0..D-1: index D (here 2, one past gpu:0) is a PlacerError naming the op and the device,
+    not an IndexError from the kind lookup nor a placement let through."""
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [])
+    machine = toy_machine(num_gpus=1)
+    with pytest.raises(PlacerError, match=r"placement puts op 'b' on device 2, but machine 'toy' has devices 0\.\.1"):
+        check_placement(graph, machine, [1, 2])
+    with pytest.raises(PlacerError, match=r"op 'a' on device 2,"):
+        check_placement(graph, machine, np.array([2, 0], dtype=np.uint64))

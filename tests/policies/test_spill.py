@@ -251,3 +251,30 @@ def test_spill__peaks_are_the_problems_own_op_times_a_profiles():
     profile_peaks = Simulator(graph, machine, op_time_s=profiled.op_time_s).run(placement).peak_bytes
     assert np.array_equal(repair.peak_bytes_before, profile_peaks)
     assert not np.array_equal(profile_peaks, Simulator(graph, machine).run(placement).peak_bytes)  # they differ
+
+
+def test_spill__the_move_freeing_the_most_peak_per_cut_byte_wins():
+    """op0 (no parameters, estimate 0) feeds op1 (2 MB of parameters) 1 MB and op2 (3 MB) 3 MB, all on gpu:0
+    (4 MB: a 5 MB peak); gpu:1 has 100 MB. Either move fits: op1 frees 2 MB for 1 MB of new cut traffic
+    (2 bytes per byte), op2 3 MB for 3 MB (1 per byte). op1 moves and nothing else. op2 moving would mean the
+    drop was weighed by the bytes added, not per byte added (the larger cut preferred)."""
+    mb = 10**6
+    graph = build_graph([(0, 1, mb), (0, 2, 3 * mb)], 3, param_bytes=[0, 2 * mb, 3 * mb], out_bytes=[4, 4, 4])
+    base = load_machine("paper-2gpu")
+    memory_bytes = {"gpu:0": 4 * mb, "gpu:1": 100 * mb}
+    machine = dataclasses.replace(base, devices=tuple(
+        dataclasses.replace(d, memory_bytes=memory_bytes.get(d.name, d.memory_bytes)) for d in base.devices))
+    problem = make_problem(graph, machine)
+    assert problem.op_unit.tolist() == [0, 1, 2]
+    start = np.ones(3, dtype=np.int64)
+    simulator = Simulator(graph, machine)
+    # the premise: 5 MB on gpu:0; moving op1 leaves 3 MB there, moving op2 2 MB, both fitting on gpu:1
+    assert simulator.run(start).peak_bytes.tolist() == [0, 5 * mb + 8, 0]
+    assert simulator.run(np.array([1, 2, 1])).peak_bytes.tolist() == [0, 3 * mb + 8, 3 * mb + 4]
+    assert simulator.run(np.array([1, 1, 2])).peak_bytes.tolist() == [0, 2 * mb + 8, 6 * mb + 4]
+    unit_bytes = np.array([0, 2 * mb, 3 * mb], dtype=np.int64)
+    result = spill(problem, start, unit_bytes, np.array([np.inf, 0.0, 0.0]))
+    assert result.fits and result.stop == "fits"
+    assert result.moves == (SpillMove(1, 1, 2),)
+    assert result.op_placement.tolist() == [1, 2, 1]
+    assert result.peak_bytes.tolist() == [0, 3 * mb + 8, 3 * mb + 4]

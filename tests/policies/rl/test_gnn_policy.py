@@ -402,3 +402,87 @@ def test_placeto_zero_shot_passes_chain_from_where_the_last_pass_ended(setup):
     for count in (2, 3):
         trainer.config = replace(config, greedy_passes=count)
         np.testing.assert_array_equal(trainer.greedy(slot), passes[count])
+
+
+def _captured_batches(monkeypatch) -> list[dict]:
+    """The batches ``GnnTrainer`` hands its learner from now on (each update still made)."""
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    batches, update = [], GnnTrainer._update
+    monkeypatch.setattr(GnnTrainer, "_update",
+                        lambda self, slot, batch: batches.append(batch) or update(self, slot, batch))
+    return batches
+
+
+def test_gdp_batch__the_faster_a_sample_the_larger_its_advantage(setup, monkeypatch):
+    """GDP's advantage of a sampled placement is its rank among the batch's runtimes, fastest +0.5, slowest
+    -0.5 (ties share their mean rank). Reversed (the slowest +0.5), every update would learn towards slower
+    placements."""
+    from policies.base import FAILED_COST_S
+    from policies.rl.gnn.module import ACTIONS, ADVANTAGES
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    problem, measurer = setup
+    batches = _captured_batches(monkeypatch)
+    trainer = GnnTrainer(GnnConfig(kind="gdp", hidden_size=8, num_layers=1, batch_size=8, seed=0))
+    slot = Slot(problem, BudgetedMeasurer(measurer, 1000, problem.capacity_bytes(), DecisionClock()))
+    trainer.iterate(slot)
+    [batch] = batches
+    runtimes = slot.measure(batch[ACTIONS])  # each measured in the update already: from the memo
+    assert (runtimes < FAILED_COST_S).all() and len(np.unique(runtimes)) > 2  # the premise: runs that differ
+    slower = (runtimes[None, :] > runtimes[:, None]).sum(axis=1)
+    ties = (runtimes[None, :] == runtimes[:, None]).sum(axis=1) - 1
+    expected = (slower + ties / 2) / (len(runtimes) - 1) - 0.5
+    np.testing.assert_allclose(batch[ADVANTAGES], expected, atol=1e-6)
+    assert batch[ADVANTAGES][np.argmin(runtimes)] > 0 > batch[ADVANTAGES][np.argmax(runtimes)]
+
+
+def test_placeto_batch__an_episode_that_ends_faster_gets_the_larger_first_step_advantage(setup, monkeypatch):
+    """Placeto's return from an episode's first step is the whole episode's gain, (start - final step time) /
+    start; its advantage is that less the batch's mean: -(final - mean final) / start. A reversed sign would
+    favour the episodes that ended slower."""
+    from policies.base import FAILED_COST_S
+    from policies.rl.gnn.module import ACTIONS, ADVANTAGES, TARGETS
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    problem, measurer = setup
+    batches = _captured_batches(monkeypatch)
+    trainer = GnnTrainer(GnnConfig(kind="placeto", hidden_size=8, num_layers=1, batch_size=4, seed=0))
+    slot = Slot(problem, BudgetedMeasurer(measurer, 1000, problem.capacity_bytes(), DecisionClock()))
+    start = slot.fastest_device_start()
+    trainer.iterate(slot, start)
+    [batch] = batches
+    final = np.repeat(start[None], len(batch[ACTIONS]), axis=0)
+    rows = np.arange(len(final))
+    for step in range(batch[TARGETS].shape[1]):
+        final[rows, batch[TARGETS][:, step]] = batch[ACTIONS][:, step]
+    final_s, start_s = slot.measure(final), slot.measure(start[None])[0]  # from the memo
+    assert (final_s < FAILED_COST_S).all() and start_s < FAILED_COST_S and final_s.max() > final_s.min()
+    np.testing.assert_allclose(batch[ADVANTAGES][:, 0], -(final_s - final_s.mean()) / start_s, rtol=1e-4, atol=1e-7)
+    assert np.argmax(batch[ADVANTAGES][:, 0]) == np.argmin(final_s)
+
+
+def test_gdp_training__moves_probability_off_the_slow_cpu(setup):
+    """On paper-2gpu the CPU runs a group several times slower than a GPU: 25 GDP updates (seeded) take the
+    network's mean probability of the CPU from a third to under 0.2 (0.07 here). A rising share (0.99 with
+    the reward's sign reversed) would mean training learns towards slower placements."""
+    from policies.rl.gnn.trainer import GnnTrainer
+    from policies.rl.loop import deterministic_torch
+
+    problem, measurer = setup
+    assert [d.name for d in problem.machine.devices] == ["cpu:0", "gpu:0", "gpu:1"]
+    config = GnnConfig(kind="gdp", hidden_size=8, num_layers=1, batch_size=8, lr=1e-2, entropy_coeff=0.0, seed=0)
+    with deterministic_torch():
+        trainer = GnnTrainer(config)
+        slot = Slot(problem, BudgetedMeasurer(measurer, 100_000, problem.capacity_bytes(), DecisionClock()))
+
+        def cpu_share() -> float:
+            with torch.no_grad():
+                return float(torch.softmax(trainer.net(slot.tensors), dim=-1)[:, 0].mean())
+
+        before = cpu_share()
+        for _ in range(25):
+            trainer.iterate(slot)
+        after = cpu_share()
+    assert before == pytest.approx(1 / 3, abs=0.02)
+    assert after < 0.2

@@ -219,6 +219,26 @@ def test_wrong_policy_is_refused(imitated, tmp_path):
     assert str(path) in str(error.value)
 
 
+def test_checkpoint_filed_under_another_policy__is_refused_by_its_policy_field(tmp_path):
+    """The file's own policy field is checked, with its message, before anything else about the network: a
+    gdp network written as a placeto checkpoint is refused as gdp's (its architecture alone, a gdp one, would
+    let it through), and a gdp checkpoint read as placeto is named a gdp checkpoint, not only "a 'gdp'
+    network"."""
+    from policies.rl.gnn.trainer import GnnTrainer
+
+    trainer = GnnTrainer(SMALL)
+    mislabelled = tmp_path / "placeto" / "ckpt.pt"
+    write_checkpoint(mislabelled, "placeto", trainer.state(), {"measurements_used": 0})
+    assert torch.load(mislabelled, weights_only=True)["architecture"]["kind"] == "gdp"  # the premise
+    with pytest.raises(PlacerError, match="is a placeto checkpoint, not gdp") as error:
+        read_checkpoint(mislabelled, "gdp")
+    assert str(mislabelled) in str(error.value)
+    path = _written(trainer, tmp_path)
+    with pytest.raises(PlacerError, match="is a gdp checkpoint, not placeto"):
+        read_checkpoint(path, "placeto")
+    assert read_checkpoint(path, "gdp")["policy"] == "gdp"
+
+
 def test_edited_feature_layout_is_refused(imitated, tmp_path):
     path = _written(imitated[0], tmp_path)
     state = torch.load(path, weights_only=True)
