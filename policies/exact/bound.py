@@ -112,10 +112,13 @@ def _exact_bound(problem: PlacementProblem, left_s: float, threads: int, stop: t
 
     if left_s <= 0 or not cpsat_is_exact(problem):
         return None
-    from policies.exact.cpsat import ExactModel
+    from policies.exact.cpsat import ExactModel, ticks_fit
     from policies.exact.quotient import quotient_graph
 
-    model = ExactModel(quotient_graph(problem), problem.machine, problem.capacity_bytes(), dispatch=False)
+    quotient = quotient_graph(problem)
+    if not ticks_fit(quotient, problem.machine):
+        return None
+    model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=False)
     return model.solve(left_s, num_workers=threads, stop=stop)
 
 

@@ -38,11 +38,13 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
+from graphs.errors import PlacerError
 from measurers.sim.links import LinkTable, link_table
 from policies.exact.quotient import QuotientGraph
 
 TICKS_PER_HORIZON = 1e7
 MAX_TICK_S = 1e-6
+MAX_HORIZON_TICKS = 2.0**53  # ticks a float holds exactly; int64 and CP-SAT's domains hold more (ticks_fit)
 LARGE_PIECES = 200  # above this many pieces the presolve does no probing (too slow for what it gains)
 STATUS = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible",
           cp_model.MODEL_INVALID: "invalid", cp_model.UNKNOWN: "unknown"}
@@ -70,11 +72,23 @@ class Transfer:
     by_source: dict[int, tuple] = field(default_factory=dict)  # p -> (present literal, size, per-consumer ticks)
 
 
+def serial_horizon_s(quotient: QuotientGraph, transfer_s: np.ndarray) -> float:
+    """Every piece on its slowest device, one after another, and the slowest transfer for every edge."""
+    compute_s = np.where(np.isfinite(quotient.time_s), quotient.time_s, 0.0).max(axis=1).sum()
+    return max(float(compute_s + transfer_s.max(initial=0.0) * max(1, quotient.num_edges)), 1e-9)
+
+
 def choose_tick_s(quotient: QuotientGraph, transfer_s: np.ndarray) -> float:
     """A power of ten, at most MAX_TICK_S, with the serial horizon about TICKS_PER_HORIZON ticks."""
-    compute_s = np.where(np.isfinite(quotient.time_s), quotient.time_s, 0.0).max(axis=1).sum()
-    horizon_s = max(float(compute_s + transfer_s.max(initial=0.0) * max(1, quotient.num_edges)), 1e-9)
+    horizon_s = serial_horizon_s(quotient, transfer_s)
     return min(MAX_TICK_S, 10.0 ** math.floor(math.log10(horizon_s / TICKS_PER_HORIZON)))
+
+
+def ticks_fit(quotient: QuotientGraph, machine) -> bool:
+    """Whether the serial horizon, in ticks of at most MAX_TICK_S, stays within MAX_HORIZON_TICKS: a step of
+    years (a hand-made graph's 1e26 FLOPs) overflowed int64 ticks, and CP-SAT called the model invalid."""
+    transfer_s = edge_transfer_s(quotient, link_table(machine))
+    return serial_horizon_s(quotient, transfer_s) / choose_tick_s(quotient, transfer_s) <= MAX_HORIZON_TICKS
 
 
 def edge_transfer_s(quotient: QuotientGraph, links: LinkTable) -> np.ndarray:
@@ -100,6 +114,9 @@ class ExactModel:
         self.quotient, self.links = quotient, link_table(machine)
         self.edge_s = edge_transfer_s(quotient, self.links)  # (E, D, D)
         self.tick_s = choose_tick_s(quotient, self.edge_s)
+        if serial_horizon_s(quotient, self.edge_s) / self.tick_s > MAX_HORIZON_TICKS:
+            raise PlacerError(f"exact: the groups' serial step, {serial_horizon_s(quotient, self.edge_s):.3g} s, is "
+                              f"more ticks of {self.tick_s:g} s than CP-SAT's model holds (2**53)")
         self.model = cp_model.CpModel()
         self._build(np.asarray(capacity_bytes, dtype=np.int64))
         if dispatch:

@@ -46,7 +46,7 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
-from policies.exact.cpsat import ExactModel, Solution, model_size
+from policies.exact.cpsat import ExactModel, Solution, model_size, ticks_fit
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
 from policies.exact.relaxation import SOLVER_SLACK, relaxed_step_s
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
@@ -83,9 +83,10 @@ class ExactPolicy:
         self._check_options()
         clock = DecisionClock()
         counter = BudgetedMeasurer(measurer, int(budget), problem.capacity_bytes(), clock, on_measurement)
-        if self.solver == "highs" or (self.solver == "auto" and not cpsat_is_exact(problem)):
+        use_cpsat = self.solver == "cpsat" or (self.solver == "auto" and cpsat_is_exact(problem))
+        quotient = self._quotient(problem) if use_cpsat else None
+        if not use_cpsat or (self.solver == "auto" and not ticks_fit(quotient, problem.machine)):
             return self._place_relaxed(problem, counter, clock.started + float(self.time_limit_s))
-        quotient = self._quotient(problem)
         check_size(quotient)
         warm = self._measured_warm_start(problem, counter)
         warm_s = math.nan if warm is None else warm.runtime_s

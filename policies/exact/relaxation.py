@@ -98,6 +98,7 @@ WINDOW_OPS = 48  # ops of the longest path with window rows (constraint 7)
 SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
 NOT_SOLVED = "not solved (time limit)"  # building the model took the whole time limit: HiGHS never ran
 STOPPED = "stopped"  # solve_relaxation's ``stop`` was set before the solve ended
+REFUSED = "not solved (HiGHS refused the model: a coefficient past its limit, 1e15 ms)"
 NUMERICAL_INFEASIBLE = "not proven (HiGHS found no point, yet a placement fits: numerical trouble)"
 
 
@@ -597,7 +598,8 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     if not remaining_s > 0:
         return RelaxationResult(None, NOT_SOLVED, time.perf_counter() - began, lp.num_row_, lp.num_col_)
     highs.setOptionValue("time_limit", float(remaining_s))
-    highs.passModel(lp)
+    if highs.passModel(lp) == highspy.HighsStatus.kError:  # a coefficient past HiGHS's 1e15: it ran an empty model
+        return RelaxationResult(None, REFUSED, time.perf_counter() - began, lp.num_row_, lp.num_col_)
     if integer and start is not None:
         _set_start(highs, layout, start)
     interrupted, improving = [], []

@@ -116,6 +116,29 @@ def test_relaxation__copies_lift_the_mip_bound_above_the_closed_form():
     assert mip.bound_s <= best_simulated_s(problem) * (1 + REL)
 
 
+def test_relaxation__one_output_sent_to_several_units_of_one_device_counts_one_copy():
+    """op0 (9.6 GB of parameters) fans out 1 GB to each of four units (0.5 GB of parameters each) on two 10 GB
+    GPUs: memory forces op0 apart from all four, and the simulator sends its output over the one channel once
+    (1 s; both placements that fit run 3.01 s). The channel row weighs each (op, consumer unit) pair 1/4, so the
+    MIP bound is 2.01 s; counting each pair as a whole copy charged four copies and "proved" 4 s, above a step
+    the simulator runs."""
+    gb = 10**9
+    graph = build_graph([(0, i, gb) for i in range(1, 5)], 5, param_bytes=[int(9.6 * gb)] + [gb // 2] * 4,
+                        flops=[3e9] + [1.5e11] * 4, name="fan")
+    devices = tuple(Device(f"gpu:{i}", "gpu", "r", 1e12, 1e12, 10 * gb, 0.0) for i in range(2))
+    machine = Machine("m2", devices, tuple(Link(a.name, b.name, 1e9, 0.0, "bus") for a, b in
+                                           itertools.permutations(devices, 2)))
+    problem = make_problem(graph, machine)
+    assert problem.num_units == 5
+    best_s = best_simulated_s(problem)
+    assert best_s == pytest.approx(3.01, rel=1e-12)
+    mip = solve_relaxation(problem, 30.0, integer=True)
+    lp = solve_relaxation(problem, 30.0, integer=False)
+    assert mip.status == "optimal" and lp.status == "optimal"
+    assert mip.bound_s <= best_s * (1 + REL)
+    assert mip.bound_s == pytest.approx(2.01, rel=REL)
+    assert problem.lower_bound_s * (1 - REL) <= lp.bound_s <= mip.bound_s * (1 + REL)
+
 def test_relaxation__memory_rules_out_placements_that_do_not_fit():
     """Each GPU holds the parameters of two ops only: the bound is below the best placement that fits,
     and above the best unconstrained one (which puts everything on one GPU)."""
@@ -367,3 +390,30 @@ def test_longest_path_ops__one_chain_even_where_paths_tie():
     assert all(ancestors[chosen[m], m + 1] for m in range(len(chosen) - 1))
     assert longest_path_ops(problem, 3).tolist() == [0, 2, 6]  # positions 0, 2 and 4 of 0 1 2 3 6
     assert len(longest_path_ops(problem, 0)) == 0
+
+
+def test_bound_and_exact__a_step_of_ages_is_refused_by_the_solvers_by_name_not_reported_as_a_zero_bound():
+    """A hand-made graph of 1e25 FLOPs an op (a step of ~1e13 s, which the simulator still takes) overflowed
+    CP-SAT's int64 ticks (a RuntimeWarning, status "invalid", bound 0.0) and HiGHS's coefficient limit (it
+    solved an empty model: "modelempty", MIP bound 0.0). Both now say they did not solve; the closed form
+    stands; exact returns its fallback and says why."""
+    import warnings
+
+    from policies.exact.cpsat import ExactModel
+    from policies.exact.policy import ExactPolicy
+    from policies.exact.quotient import quotient_graph
+    from policies.exact.relaxation import REFUSED
+    from measurers.sim.measurer import SimulatorMeasurer
+
+    graph = build_graph([(0, 1, 4000), (1, 2, 4000)], flops=[1e25, 1e25, 1e6], name="ages")
+    problem = make_problem(graph, load_machine("paper-2gpu"))
+    assert problem.lower_bound_s > 1e12
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = proven_bound(problem, 10.0)
+        result = ExactPolicy(time_limit_s=5.0).place(problem, SimulatorMeasurer(graph, problem.machine), 4, 0)
+    assert report.lp_status == report.mip_status == REFUSED and report.lp_s is None and report.mip_s is None
+    assert report.exact_s is None and report.best_s == report.closed_form_s and report.holds_for == EVERY_PLACEMENT
+    assert REFUSED in result.notes and result.best.ok
+    with pytest.raises(PlacerError, match=r"more ticks of 1e-06 s than CP-SAT's model holds \(2\*\*53\)"):
+        ExactModel(quotient_graph(problem), problem.machine, problem.capacity_bytes())
