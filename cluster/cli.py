@@ -13,6 +13,7 @@ import re
 import signal
 import sys
 
+from cluster import ray_setup
 from cluster.commands import COMMAND_MODULES
 from cluster.commands.paths import check_outputs_spare_inputs
 from cluster.jsonout import emit_json, json_emitted, json_stdout, writes_to_fd1
@@ -179,7 +180,8 @@ def _argv_as_parsed_so_far(argv: list[str] | None) -> argparse.Namespace:
 def _run(args: argparse.Namespace) -> int:
     try:
         check_outputs_spare_inputs(args)
-        status = int(args.func(args) or 0)
+        with ray_setup.sigterm_as_ctrl_c():  # `kill`, `ray job stop`: stopped as Ctrl-C stops it (exit 130)
+            status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a reader that left is caught, not at the interpreter's exit
         return status
     except PlacerError as exc:

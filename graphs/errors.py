@@ -32,3 +32,16 @@ def one_line(error: BaseException | str, max_chars: int = 400, empty: str = "no 
 def is_whole_number(value) -> bool:
     """An int (Python's or numpy's), not a bool and not a float, even an integral one: a count or a seed."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def raise_interrupt_within(error: SystemError) -> None:
+    """Raise the KeyboardInterrupt chained inside ``error``, if any. A Ctrl-C (or a SIGTERM taken as one) that
+    lands while numba-compiled code calls back into Python (``_numba_unpickle``) comes out of the compiled
+    call as SystemError("... returned a result with an exception set"), the KeyboardInterrupt a few causes
+    down: a command then crashed with a traceback instead of stopping as on any Ctrl-C."""
+    cause, seen = error, set()
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt(*cause.args) from None
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__

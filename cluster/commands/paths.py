@@ -119,12 +119,40 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
             inputs[Path(value).expanduser().resolve()] = f"{read_label.replace('_', '-')} file"
             if dest == "machine" and (profile := _machine_profile(Path(value).expanduser())) is not None:
                 inputs[profile] = f"profile file of --machine {value}"
+            if dest == "graph":
+                for model_file in _graph_model_files(Path(value).expanduser()):
+                    inputs[model_file] = f"model file of --graph {value}"  # a real measurer rebuilds from it
     for dest in OUTPUT_FILE_ARGS:
         value = getattr(args, dest, None)
         if isinstance(value, str) and (read_as := inputs.get(Path(value).expanduser().resolve())):
             raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_as} this command reads: writing it "
                               "would replace it")
     _check_outputs_outside_runs_read(args)
+
+
+def _graph_model_files(graph_file: Path) -> list[Path]:
+    """The files a real measurer reads to rebuild a graph file's step: a torch import's ``path.py`` (its
+    source ``torch:path.py:FUNCTION``), an ONNX or OpenVINO import's model file (and an IR's ``.bin``),
+    resolved; none for other graphs, or when the file is no readable graph file (loading it says why)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from graphs.io import _META_KEY
+    from graphs.specs import names_a_file
+
+    try:
+        meta = json.loads(pq.read_schema(graph_file).metadata[_META_KEY])
+        source, model_file = str(meta.get("source", "")), (meta.get("meta") or {}).get("model_file")
+    except Exception:  # not a graph file: not this check's to say
+        return []
+    files = []
+    target = source.removeprefix("torch:").rpartition(":")[0] if source.startswith("torch:") else ""
+    if target and names_a_file(target):
+        files.append(Path(target))
+    if isinstance(model_file, str) and model_file:
+        files += [Path(model_file)] + ([Path(model_file).with_suffix(".bin")] if model_file.endswith(".xml") else [])
+    return [f.resolve() for f in files if f.is_file()]
 
 
 def _machine_profile(machine_file: Path) -> Path | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from graphs.errors import raise_interrupt_within
 from graphs.opgraph import OpGraph
 from measurers.machine import Machine
 from measurers.sim.links import link_table
@@ -60,11 +61,16 @@ class FastSimulator:
 
     def run(self, placement: np.ndarray, want_timeline: bool = False):
         p = placement[self.order].astype(np.int32)  # (N,) relabelled
-        plan = _plan_transfers(p, self.succ_off, self.succ_dst, self.succ_bytes, self.succ_pred, self.alloc_bytes,
-                               self.machine.num_devices)
+        try:
+            plan = _plan_transfers(p, self.succ_off, self.succ_dst, self.succ_bytes, self.succ_pred,
+                                   self.alloc_bytes, self.machine.num_devices)
+            out = _simulate(p, self.op_time_s, self.param_bytes, self.pred_off, *plan, self.link_of,
+                            self.link_channel, self.link_latency_s, self.link_bandwidth_Bps, self.num_channels,
+                            self.order, want_timeline)
+        except SystemError as exc:
+            raise_interrupt_within(exc)
+            raise
         x_off, x_dst, x_bytes = plan[:3]
-        out = _simulate(p, self.op_time_s, self.param_bytes, self.pred_off, *plan, self.link_of, self.link_channel,
-                        self.link_latency_s, self.link_bandwidth_Bps, self.num_channels, self.order, want_timeline)
         runtime_s, busy_s, peak_bytes, link_bytes, start_s, end_s, x_start_s, x_end_s = out[:8]
         timeline = None
         if want_timeline:

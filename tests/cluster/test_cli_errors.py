@@ -501,6 +501,21 @@ def test_cli__an_output_that_is_an_input_file_is_refused_before_any_work(tmp_pat
     assert (tmp_path / "p.json").read_text() == "{}"
 
 
+def test_cli__an_output_over_the_model_file_a_graph_is_rebuilt_from_is_refused(tmp_path, capsys):
+    """`placer profile -o model.py` (or --machine-out model.py) replaced the module the torch measurer
+    rebuilds the step from: the graph could no longer be profiled or measured."""
+    model = tmp_path / "models.py"
+    shutil.copy(Path(__file__).parents[1] / "fixtures" / "tiny_models.py", model)
+    graph = tmp_path / "clf.parquet"
+    assert main(["graphs", "import", "--torch", f"{model}:tiny_torch_classifier", "-o", str(graph)]) == 0
+    before = model.read_bytes()
+    capsys.readouterr()
+    for flags in (["-o", str(model)], ["-o", str(tmp_path / "p.json"), "--machine-out", str(tmp_path / "." / model.name)]):
+        assert main(["profile", "--graph", str(graph), "--measurer", "torch", "--runs", "1", *flags]) == 2
+        assert f"is the model file of --graph {graph} this command reads" in one_placer_error(capsys)
+    assert model.read_bytes() == before and not (tmp_path / "p.json").exists()
+
+
 @pytest.mark.parametrize("argv", [
     ["simulate", "--graph", "models", "--machine", "paper-2gpu", "--policy", "single-gpu"],
     ["train", "--policy", "gdp", "--graphs", "models", "--machines", "paper-2gpu", "--budget", "8", "-o", "c.pt"],

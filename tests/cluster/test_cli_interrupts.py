@@ -147,3 +147,21 @@ def test_cli__a_ctrl_c_the_parent_ignores_stays_ignored_while_ray_starts_and_aft
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_cli__sigterm_stops_a_command_without_ray_as_ctrl_c_does(tmp_path):
+    """Only search turned SIGTERM into Ctrl-C: `kill` ended a simulator `placer baselines` at once (status 143),
+    with no --json document and its staging folder left behind."""
+    out = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, "-m", "cluster.cli", "baselines", "--graph", "synthetic:300", "--machine", "paper-2gpu",
+                             "--policies", "annealing", "--budget", "10000000", "--out", str(out), "--json"],
+                            cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and not (out.is_dir() and any(out.iterdir())):
+        time.sleep(0.05)
+    time.sleep(0.5)  # into the searches
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, stderr.decode()[-2000:])
+    assert _json_documents(stdout.decode()) == [{"stop_reason": "interrupted", "command": "baselines"}]
+    assert not out.exists() or not any(out.iterdir())

@@ -99,3 +99,43 @@ def test_run_batch__a_batch_of_the_wrong_shape_is_one_error(batch, message):
     with pytest.raises(PlacerError, match=message):
         simulator.run_batch(batch)
     assert simulator.run_batch([]) == [] and len(simulator.run_batch([[0, 1, 0]])) == 1
+
+
+CTRL_C_IN_A_SIMULATION_LOOP = """
+import os, signal, threading
+import numpy as np
+from graphs.synthetic import synthetic_graph
+from measurers.catalog import load_machine
+from measurers.sim.reference import Simulator
+
+graph = synthetic_graph(300, seed=0)
+sim = Simulator(graph, load_machine("paper-2gpu"), engine="fast")
+placements = np.random.default_rng(0).integers(0, 3, size=(16, graph.num_ops))
+sim.run(placements[0])  # compiled (or loaded from numba's cache) before the clock starts
+for delay_s in (0.05, 0.11, 0.17, 0.23, 0.29, 0.31, 0.37, 0.43):
+    threading.Timer(delay_s, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        k = 0
+        while True:
+            sim.run(placements[k % 16])
+            k += 1
+    except BaseException as exc:
+        print(type(exc).__name__)
+"""
+
+
+def test_fast_engine__ctrl_c_mid_simulation_is_a_keyboard_interrupt_not_a_system_error(tmp_path):
+    """A Ctrl-C that landed while the compiled engine called back into Python (numba's ``_numba_unpickle``)
+    came out as SystemError("... returned a result with an exception set"): 6 of 8 Ctrl-Cs in such a loop, and
+    `placer baselines` then crashed with a traceback instead of stopping as Ctrl-C stops it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_A_SIMULATION_LOOP], cwd=repo, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["KeyboardInterrupt"] * 8
