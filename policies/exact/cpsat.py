@@ -114,8 +114,8 @@ class ExactModel:
         self.quotient, self.links = quotient, link_table(machine)
         self.edge_s = edge_transfer_s(quotient, self.links)  # (E, D, D)
         self.tick_s = choose_tick_s(quotient, self.edge_s)
-        if serial_horizon_s(quotient, self.edge_s) / self.tick_s > MAX_HORIZON_TICKS:
-            raise PlacerError(f"exact: the groups' serial step, {serial_horizon_s(quotient, self.edge_s):.3g} s, is "
+        if (horizon_s := serial_horizon_s(quotient, self.edge_s)) / self.tick_s > MAX_HORIZON_TICKS:
+            raise PlacerError(f"exact: the groups' serial step, {horizon_s:.3g} s, is "
                               f"more ticks of {self.tick_s:g} s than CP-SAT's model holds (2**53)")
         self.model = cp_model.CpModel()
         self._build(np.asarray(capacity_bytes, dtype=np.int64))
