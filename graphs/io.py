@@ -63,6 +63,16 @@ def save_graph(graph: OpGraph, path: str | os.PathLike) -> Path:
     return path
 
 
+def graph_file_header(path: str | os.PathLike) -> dict | None:
+    """A graph file's metadata (name, source, meta, ...) from its Parquet footer alone, without loading or
+    checking the graph; None where it is no readable graph file (load_graph_file says why)."""
+    try:
+        header = json.loads(pq.read_schema(path).metadata[_META_KEY])
+    except Exception:  # pyarrow raises several types for a missing, damaged or foreign file
+        return None
+    return header if isinstance(header, dict) else None
+
+
 MODEL_SUFFIXES = {".onnx": "--onnx", ".xml": "--openvino", ".keras": "--keras", ".h5": "--keras",
                   ".pt": "--torch", ".py": "--torch"}  # model files a user may pass where a graph file goes
 

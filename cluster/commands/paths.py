@@ -134,18 +134,14 @@ def _graph_model_files(graph_file: Path) -> list[Path]:
     """The files a real measurer reads to rebuild a graph file's step: a torch import's ``path.py`` (its
     source ``torch:path.py:FUNCTION``), an ONNX or OpenVINO import's model file (and an IR's ``.bin``),
     resolved; none for other graphs, or when the file is no readable graph file (loading it says why)."""
-    import json
-
-    import pyarrow.parquet as pq
-
-    from graphs.io import _META_KEY
+    from graphs.io import graph_file_header
     from graphs.specs import names_a_file
 
-    try:
-        meta = json.loads(pq.read_schema(graph_file).metadata[_META_KEY])
-        source, model_file = str(meta.get("source", "")), (meta.get("meta") or {}).get("model_file")
-    except Exception:  # not a graph file: not this check's to say
+    header = graph_file_header(graph_file)
+    if header is None:  # not a graph file: not this check's to say
         return []
+    source, inner = str(header.get("source", "")), header.get("meta")
+    model_file = inner.get("model_file") if isinstance(inner, dict) else None
     files = []
     target = source.removeprefix("torch:").rpartition(":")[0] if source.startswith("torch:") else ""
     if target and names_a_file(target):
