@@ -598,7 +598,7 @@ def _ctrl_c_at_first_measurement(monkeypatch):
 
 
 @pytest.mark.parametrize("fail, raised, match", [(_no_actor_starts, PlacerError, "no measurer actor started"),
-                                                 (_ctrl_c_at_first_measurement, KeyboardInterrupt, "")])
+                                                 (_ctrl_c_at_first_measurement, KeyboardInterrupt, None)])
 def test_search__a_new_run_stopped_before_its_first_measurement_leaves_no_folder(local_ray, tmp_path, monkeypatch,
                                                                                  fail, raised, match):
     """A search whose pool never started an actor left a run folder with a manifest and nothing measured,
