@@ -292,7 +292,8 @@ class ExactPolicy:
         if counter.best_cost_s < bound_s - run.tolerance_s:  # a relaxation only for single ops: blocks run whole
             proof = f" ({BELOW_BOUND if quotient.single_op else BELOW_BLOCKS_BOUND})"
         elif quotient.single_op and bound_s >= counter.best_cost_s - run.tolerance_s:
-            proof = " (proven best for the measurer)"
+            # within the ticks' rounding: a slow link's worst case makes the horizon, and so the tick, long
+            proof = f" (proven best for the measurer to within {run.tolerance_s:.2g} s, the model's rounding to ticks)"
         elif run.converged:
             proof = " (model solved, bound reached)"
         solver_best = np.array_equal(result.group_placement, run.chosen.unit_placement)
