@@ -142,9 +142,10 @@ class _InterruptAfterMain:
 
     @staticmethod
     def _exit(status: int) -> None:
-        """Exit at once: the exit handlers registered before console_main's (logging's) are skipped, so do
-        what they would that matters here: flush log handlers and the standard streams (a stdout that cannot
-        take its last bytes: status 120, as Python's own exit gives)."""
+        """Exit at once: the exit handlers registered before console_main's are skipped (logging's, and any a
+        site-wide startup file registered, e.g. coverage's), so do what logging's would: flush log handlers and
+        the standard streams (a stdout that cannot take its last bytes turns a status of 0 into 120, Python's
+        own status for that)."""
         with contextlib.suppress(Exception):
             logging.shutdown()
         with contextlib.suppress(Exception):

@@ -115,6 +115,13 @@ def _stop_on_sigterm(before_ray) -> None:
 
 
 def _raise_interrupt(signum, frame) -> None:
+    """SIGTERM as Ctrl-C: where a block holds Ctrl-C with a handler of its own (a HiGHS solve stopping at its
+    next check, a closing that must finish), SIGTERM is held the same way; a KeyboardInterrupt raised inside
+    HiGHS's callback was its "solve error", and the command went on to finish with status 0."""
+    ctrl_c = signal.getsignal(signal.SIGINT)
+    if callable(ctrl_c) and ctrl_c is not signal.default_int_handler:
+        ctrl_c(signal.SIGINT, frame)
+        return
     raise KeyboardInterrupt("stopped by SIGTERM")
 
 
@@ -126,6 +133,9 @@ def sigterm_as_ctrl_c() -> Iterator[None]:
         yield
         return
     before = signal.getsignal(signal.SIGTERM)
+    if before is signal.SIG_IGN:  # ignored by the parent: it stays so, as a SIGINT does
+        yield
+        return
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         yield

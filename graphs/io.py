@@ -146,7 +146,8 @@ def _check_columns(table: pa.Table) -> None:
         column = table.column(name)
         kind = column.type.value_type if pa.types.is_dictionary(column.type) else column.type  # pandas' categories
         if name in _TEXT_COLUMNS:
-            ok, noun = pa.types.is_string(kind) or pa.types.is_large_string(kind), "text"
+            ok = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+            noun = "text"
         elif name in _NUMBER_COLUMNS:
             ok, noun = is_number(kind), "numbers"
         else:
@@ -154,7 +155,8 @@ def _check_columns(table: pa.Table) -> None:
             noun = "lists of numbers"
         if not ok:
             raise PlacerError(f"its column {name!r} holds {kind}, not {noun}")
-        nulls = column.null_count + (column.combine_chunks().flatten().null_count if name in _LIST_COLUMNS else 0)
+        # a null list is an op without inputs (pandas writes None for []); a null inside one is no input
+        nulls = column.combine_chunks().flatten().null_count if name in _LIST_COLUMNS else column.null_count
         if nulls:
             raise PlacerError(f"its column {name!r} has {nulls} null value(s)")
 

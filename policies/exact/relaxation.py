@@ -98,7 +98,7 @@ WINDOW_OPS = 48  # ops of the longest path with window rows (constraint 7)
 SOLVER_SLACK = 1e-6  # relative: HiGHS's tolerances, how far its bound can sit above the true optimum
 NOT_SOLVED = "not solved (time limit)"  # building the model took the whole time limit: HiGHS never ran
 STOPPED = "stopped"  # solve_relaxation's ``stop`` was set before the solve ended
-REFUSED = "not solved (HiGHS refused the model: a coefficient past its limit, 1e15 ms)"
+REFUSED = "not solved (HiGHS refused the model: a value past its limits, e.g. a coefficient over 1e15 ms)"
 NUMERICAL_INFEASIBLE = "not proven (HiGHS found no point, yet a placement fits: numerical trouble)"
 
 

@@ -136,8 +136,13 @@ def test_cli__a_ctrl_c_the_parent_ignores_stays_ignored_while_ray_starts_and_aft
     from cluster.cli import _InterruptAfterMain
     from cluster.jobs.interrupts import interrupts_deferred
 
+    from cluster.ray_setup import sigterm_as_ctrl_c
+
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    term_before = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
+        with sigterm_as_ctrl_c():  # SIGTERM alike
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
         with interrupts_deferred("starting", (signal.SIGINT, signal.SIGTERM)) as held:
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             os.kill(os.getpid(), signal.SIGINT)
@@ -147,6 +152,7 @@ def test_cli__a_ctrl_c_the_parent_ignores_stays_ignored_while_ray_starts_and_aft
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+        signal.signal(signal.SIGTERM, term_before)
 
 
 def test_cli__sigterm_stops_a_command_without_ray_as_ctrl_c_does(tmp_path):

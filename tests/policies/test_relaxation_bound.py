@@ -265,6 +265,36 @@ def test_solve_relaxation__ctrl_c_stops_the_solve_and_is_raised():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_solve_relaxation__sigterm_as_ctrl_c_stops_the_solve_and_is_raised():
+    """Every command takes SIGTERM as Ctrl-C (cluster/ray_setup.sigterm_as_ctrl_c). Raised inside HiGHS's
+    interrupt callback, its KeyboardInterrupt became HiGHS's "solve error": the solve went on, then the rest of
+    the command, which ended with status 0. SIGTERM now goes the way a Ctrl-C held by the solve goes."""
+    import os
+    import signal
+    import threading
+
+    import highspy
+
+    from cluster.ray_setup import sigterm_as_ctrl_c
+    from graphs.synthetic import synthetic_graph
+    from policies.exact.relaxation import _build, _interruptible, quiet_highs
+
+    problem = make_problem(synthetic_graph(300, 0), load_machine("paper-4gpu"), max_groups=64, grouping_method="metis")
+    lp, _ = _build(problem, True, 0.0, ())
+    highs = quiet_highs()
+    highs.setOptionValue("time_limit", 60.0)
+    highs.passModel(lp)
+    before = signal.getsignal(signal.SIGTERM)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt), sigterm_as_ctrl_c():
+        with _interruptible(highs):
+            highs.run()
+    timer.join()
+    assert highs.getModelStatus() == highspy.HighsModelStatus.kInterrupt
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_bound__a_stop_set_from_another_thread_ends_the_solve_with_what_it_proved(monkeypatch):
     """`placer search` solves the bound in a thread while it measures (cluster/jobs/bound_solve.py) and stops
     it when the search is stopped. A MIP that would run to its 60 s limit ends at HiGHS's next interrupt
