@@ -166,7 +166,7 @@ class ExactPolicy:
         warm_s = math.nan if warm is None else warm.runtime_s
         bound_s, bound = _relaxed_bound(problem, run)
         if counter.best_placement is None:
-            hint, hint_name = self._hint(problem)
+            hint, hint_name = self._fitted_hint(problem)
             counter.measure([problem.expand(hint)])
             infeasible = run.bound_status == "infeasible"  # proven: no point searching longer
             notes = (f"no placement of the {problem.num_units} groups fits in device memory (HiGHS proved the "
@@ -262,9 +262,16 @@ class ExactPolicy:
         kind = "gpu" if problem.gpu_indices() else None
         return single_device_units(problem, best_single_device(problem, kind)), "the best single GPU"
 
+    def _fitted_hint(self, problem: PlacementProblem) -> tuple[np.ndarray, str]:
+        """The hint as a solver that found nothing returns it: repaired to fit in memory where it overflows (the
+        best single GPU of a graph larger than one GPU ran out of memory, and the run had no result of its own)."""
+        hint, hint_name = self._hint(problem)
+        fitted, notes = fit_units_in_memory(problem, hint)
+        return fitted, (f"{hint_name}, repaired to fit in memory" if notes else hint_name)
+
     def _fallback(self, problem, counter: BudgetedMeasurer, first: Solution | None,
                   quotient: QuotientGraph) -> PolicyResult:
-        hint, hint_name = self._hint(problem)
+        hint, hint_name = self._fitted_hint(problem)
         if counter.best_placement is None:  # a warm start that ran ok was measured already: it is the hint
             counter.measure([problem.expand(hint)])
         status = first.status if first is not None else "unknown"

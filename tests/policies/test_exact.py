@@ -292,6 +292,23 @@ def test_exact__no_solution_in_time_returns_the_warm_start_and_says_so(rnnlm_pro
     assert math.isnan(result.solver_makespan_s)
 
 
+@pytest.mark.parametrize("solver", ["cpsat", "highs"])
+def test_exact__no_solution_in_time_returns_the_single_gpu_repaired_to_fit(rnnlm_problem, solver):
+    """With no solution in time and no warm start, exact returned the best single GPU as it was: on a graph
+    whose one-GPU step overflows (a reviewer's synthetic:20000 on paper-4gpu) its result was "oom"."""
+    from conftest import with_gpu_memory
+    from measurers.sim.reference import Simulator
+
+    graph = rnnlm_problem.graph
+    machine = with_gpu_memory(load_machine("paper-2gpu"), 0.6 * graph.param_bytes.sum())
+    problem = make_problem(graph, machine, max_groups=32)
+    single = np.full(graph.num_ops, problem.gpu_indices()[0])
+    assert Simulator(graph, machine).run(single).status == "oom"  # the premise
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 10, 0, time_limit_s=1e-4, solver=solver)
+    assert "no solution" in result.solver_status and result.measurements == 1
+    assert result.best.ok and "the best single GPU, repaired to fit in memory" in result.notes, result.notes
+
+
 def test_exact_cpsat__measures_the_warm_start_first_and_is_never_worse_than_it(monkeypatch):
     """CP-SAT's path used the warm start as a hint only: its one solve's placement, measured slower than the
     warm start (synthetic:10:5 on paper-8gpu: 0.000842 s against m-ETF's 0.000655 s), was the result."""
