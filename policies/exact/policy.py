@@ -31,8 +31,8 @@ so the dispatch rule's model gets three quarters of the limit and, when it finds
 model (solved in under a second there) the rest.
 
 A solver that stops at its limit without a solution is no error: the policy returns the warm start (or
-the best single GPU), measured, and says so in ``notes`` and ``solver_status`` ("no solution"), so a
-search that runs several policies goes on with the others.
+the best single GPU), repaired to fit in memory where it overflows, measured, and says so in ``notes`` and
+``solver_status`` ("no solution"), so a search that runs several policies goes on with the others.
 """
 
 from __future__ import annotations
