@@ -453,30 +453,21 @@ def _scope_loose_gradients(flat, keep, scopes: list[str], layered: list[bool], p
     n, forward = len(scopes), PHASE_CODE["forward"]
     loose = [not layered[j] and phases[j] == PHASE_CODE["backward"] and not _sums_gradients(flat[i], pred[j], phases)
              for j, i in enumerate(keep)]
-    part = list(range(n))  # union-find over the loose ops: one gradient's ops
-
-    def find(j: int) -> int:
-        while part[j] != j:
-            part[j] = part[part[j]]
-            j = part[j]
-        return j
-
-    for s, d in data_edges:
-        if loose[s] and loose[d] and scopes[s] == scopes[d]:
-            part[find(s)] = find(d)
-    reads: dict[int, set[int]] = {}  # {a gradient's representative op: the forward ops it reads}
+    gradient = colocation_groups(n, [(s, d) for s, d in data_edges  # (N,) one gradient's ops: one id
+                                     if loose[s] and loose[d] and scopes[s] == scopes[d]])
+    reads: dict[int, set[int]] = {}  # {a gradient's id: the forward ops it reads}
     for s, d in data_edges:
         if loose[d] and phases[s] == forward:
-            reads.setdefault(find(d), set()).add(s)
+            reads.setdefault(int(gradient[d]), set()).add(s)
     layer_of: dict[int, str] = {}
-    for root, values in reads.items():
+    for gradient_id, values in reads.items():
         readers = set.intersection(*({c for c in succ[v] if phases[c] == forward and layered[c]} for v in values))
         found = {scopes[c] for c in readers}
         if len(found) == 1:
-            layer_of[root] = found.pop()
+            layer_of[gradient_id] = found.pop()
     for j in range(n):
-        if loose[j] and find(j) in layer_of:
-            scopes[j] = layer_of[find(j)]
+        if loose[j] and int(gradient[j]) in layer_of:
+            scopes[j] = layer_of[int(gradient[j])]
 
 
 @dataclass(frozen=True)
