@@ -88,7 +88,11 @@ def ticks_fit(quotient: QuotientGraph, machine) -> bool:
     """Whether the serial horizon, in ticks of at most MAX_TICK_S, stays within MAX_HORIZON_TICKS: a step of
     years (a hand-made graph's 1e26 FLOPs) overflowed int64 ticks, and CP-SAT called the model invalid."""
     transfer_s = edge_transfer_s(quotient, link_table(machine))
-    return serial_horizon_s(quotient, transfer_s) / choose_tick_s(quotient, transfer_s) <= MAX_HORIZON_TICKS
+    return _horizon_fits(quotient, transfer_s, choose_tick_s(quotient, transfer_s))
+
+
+def _horizon_fits(quotient: QuotientGraph, transfer_s: np.ndarray, tick_s: float) -> bool:
+    return serial_horizon_s(quotient, transfer_s) / tick_s <= MAX_HORIZON_TICKS
 
 
 def edge_transfer_s(quotient: QuotientGraph, links: LinkTable) -> np.ndarray:
@@ -114,8 +118,8 @@ class ExactModel:
         self.quotient, self.links = quotient, link_table(machine)
         self.edge_s = edge_transfer_s(quotient, self.links)  # (E, D, D)
         self.tick_s = choose_tick_s(quotient, self.edge_s)
-        if (horizon_s := serial_horizon_s(quotient, self.edge_s)) / self.tick_s > MAX_HORIZON_TICKS:
-            raise PlacerError(f"exact: the groups' serial step, {horizon_s:.3g} s, is "
+        if not _horizon_fits(quotient, self.edge_s, self.tick_s):
+            raise PlacerError(f"exact: the groups' serial step, {serial_horizon_s(quotient, self.edge_s):.3g} s, is "
                               f"more ticks of {self.tick_s:g} s than CP-SAT's model holds (2**53)")
         self.model = cp_model.CpModel()
         self._build(np.asarray(capacity_bytes, dtype=np.int64))
