@@ -111,6 +111,9 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
     replaced the graph with the profile. One PlacerError naming both arguments, before any work."""
     from graphs.errors import PlacerError
 
+    outputs = [(dest, value) for dest in OUTPUT_FILE_ARGS if isinstance(value := getattr(args, dest, None), str)]
+    if not outputs:  # nothing written: no input file (or a graph file's footer) to read for this
+        return
     inputs = {}
     for dest in INPUT_FILE_ARGS:
         value = getattr(args, dest, None)
@@ -122,9 +125,8 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
             if dest == "graph":
                 for model_file in _graph_model_files(Path(value).expanduser()):
                     inputs[model_file] = f"model file of --graph {value}"  # a real measurer rebuilds from it
-    for dest in OUTPUT_FILE_ARGS:
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and (read_as := inputs.get(Path(value).expanduser().resolve())):
+    for dest, value in outputs:
+        if read_as := inputs.get(Path(value).expanduser().resolve()):
             raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_as} this command reads: writing it "
                               "would replace it")
     _check_outputs_outside_runs_read(args)
