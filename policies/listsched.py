@@ -12,7 +12,6 @@ This is how Baechi treats TensorFlow colocation groups.
 from __future__ import annotations
 
 import bisect
-import itertools
 from typing import Callable
 
 import numpy as np
@@ -295,7 +294,8 @@ class FifoQueue:
             free = job.end_s = job.start_s + job.duration_s
         if moved is None:
             return
-        for queued in itertools.islice(jobs, i, None):  # the queued ones after them, until one keeps its time
+        for k in range(i, num_jobs):  # the queued ones after them, until one keeps its time (indexing, not
+            queued = jobs[k]  # islice: that would step over the first i jobs on every call)
             request_s = queued.key[0]
             start_s = request_s if request_s > free else free
             if start_s == queued.start_s:
