@@ -13,7 +13,7 @@ import re
 import signal
 import sys
 
-from cluster import ray_setup
+from cluster import ray_setup, raylet_watch
 from cluster.commands import COMMAND_MODULES
 from cluster.commands.paths import check_outputs_spare_inputs
 from cluster.jsonout import emit_json, json_emitted, json_stdout, writes_to_fd1
@@ -160,13 +160,15 @@ class _InterruptAfterMain:
 def _interrupted(args: argparse.Namespace) -> int:
     """Ctrl-C: one line on stderr and exit status 130; with --json still one document for a pipe's reader,
     unless the command printed its own before the Ctrl-C came."""
-    print("placer: interrupted", file=sys.stderr)
+    lost = raylet_watch.lost_message()  # not Ctrl-C: the raylet died under the command
+    print(f"placer: error: {lost}" if lost else "placer: interrupted", file=sys.stderr)
+    stop = {"stop_reason": "ray_lost", "error": lost} if lost else {"stop_reason": "interrupted"}
     if getattr(args, "json", False) and not json_emitted():
         if getattr(args, "command", None) == "search":  # its own document (README), before any run folder
-            emit_json({"stop_reason": "interrupted", "run_dir": None, "resume": None})
+            emit_json(stop | {"run_dir": None, "resume": None})
         else:
-            emit_json({"stop_reason": "interrupted", "command": args.command})
-    return 130
+            emit_json(stop | {"command": args.command})
+    return 1 if lost else 130
 
 
 COMMAND_NAMES = frozenset(module.rpartition(".")[2] for module in COMMAND_MODULES)  # search, analyze...

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from cluster import raylet_watch
 from graphs.errors import PlacerError
 
 CONNECT_TIMEOUT_S = 10.0  # to open a TCP connection to a cluster's address before Ray tries (for minutes)
@@ -75,6 +76,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                               f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token") from exc
         raise
     _stop_on_sigterm(before_ray)
+    raylet_watch.start()
     if held.pressed:
         shutdown_ray()
         raise KeyboardInterrupt
@@ -232,6 +234,7 @@ def _answers_http(connection: socket.socket, timeout_s: float = 2.0) -> bool:
 def shutdown_ray() -> None:
     import ray
 
+    raylet_watch.stop()
     if ray.is_initialized():
         ray.shutdown()
     if _SIGTERM_BEFORE and threading.current_thread() is threading.main_thread():

@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+from cluster import raylet_watch
 from cluster.commands.console import PROGRESS_LINE_EVERY_S, seconds_text
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import output_folder
@@ -107,13 +108,15 @@ def run(args) -> int:
                                 on_policy_start=progress.measured_before)  # the way: no bar before it
         except KeyboardInterrupt as exc:
             run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else _left_run_dir(progress.run_dir)
-            print(f"placer: {_interrupted_text(exc, progress.run_dir, run_dir)}", file=sys.stderr)
+            text, lost = _interrupted_text(exc, progress.run_dir, run_dir), raylet_watch.lost_message()
+            print(f"placer: error: {lost}; {text}" if lost else f"placer: {text}", file=sys.stderr)
             if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
                 resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
                                                                                  str(run_dir)]
-                emit_json({"stop_reason": "interrupted", "run_dir": None if run_dir is None else str(run_dir),
-                           "resume": resume})
-            return 130
+                emit_json({"stop_reason": "ray_lost" if lost else "interrupted",
+                           "run_dir": None if run_dir is None else str(run_dir), "resume": resume}
+                          | ({"error": lost} if lost else {}))
+            return 1 if lost else 130
         progress.finish(result.measurements, result.stop_reason)
     if not config.resume:  # a resumed run keeps its own grouping
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph, given="groups" in given)
