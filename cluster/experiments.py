@@ -30,7 +30,7 @@ from cluster.jobs.config import SearchConfig, check_unique
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
-from policies.base import check_seed
+from graphs.errors import check_seed
 from policies.registry import policy_entry
 from policies.rl.config import BATCH_SIZE
 

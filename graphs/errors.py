@@ -34,6 +34,15 @@ def is_whole_number(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+MAX_SEED = 2**32 - 1  # what every seeded library here takes (METIS options, numpy's legacy seeding)
+
+
+def check_seed(seed: int, what: str = "a seed") -> None:
+    """``what`` names it in the message (the command line's flag: ``--seed``)."""
+    if not is_whole_number(seed) or not 0 <= seed <= MAX_SEED:
+        raise PlacerError(f"{what} must be a whole number in 0..{MAX_SEED}, got {seed!r}")
+
+
 def raise_interrupt_within(error: SystemError) -> None:
     """Raise the KeyboardInterrupt chained inside ``error``, if any. A Ctrl-C (or a SIGTERM taken as one) that
     lands while numba-compiled code calls back into Python (``_numba_unpickle``) comes out of the compiled

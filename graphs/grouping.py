@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from graphs.errors import PlacerError, is_whole_number
+from graphs.errors import PlacerError, check_seed, is_whole_number
 from graphs.fusion import fusible_edges, fusion_anchors
 from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
 
@@ -207,6 +207,7 @@ def group_ops(graph: OpGraph, max_groups: int = DEFAULT_MAX_GROUPS, method: str 
         raise PlacerError(f"unknown grouping method {method!r} (known: {', '.join(METHODS)})")
     if not is_whole_number(max_groups) or max_groups < 1:
         raise PlacerError(f"max_groups must be a whole number of at least 1, got {max_groups!r}")
+    check_seed(seed, "the grouping seed")  # METIS would take 2**32 + 1 as 1
     atoms = _Atoms.of(graph)
     if atoms.count <= max_groups:  # every method: room for each atom alone
         return _finish(graph, atoms, np.arange(atoms.count, dtype=np.int64), method)

@@ -209,15 +209,6 @@ def check_option_names(policy: str, options, config_class) -> None:
                           f"{config_class.__name__}'s fields)")
 
 
-MAX_SEED = 2**32 - 1  # what every seeded library here takes (METIS options, numpy's legacy seeding)
-
-
-def check_seed(seed: int, what: str = "a seed") -> None:
-    """``what`` names it in the message (the command line's flag: ``--seed``)."""
-    if not is_whole_number(seed) or not 0 <= seed <= MAX_SEED:
-        raise PlacerError(f"{what} must be a whole number in 0..{MAX_SEED}, got {seed!r}")
-
-
 def joined_notes(*parts: str) -> str:
     """Notes of several steps in one line, the empty ones left out: ``joined_notes("a", "", "b") == "a; b"``."""
     return "; ".join(part for part in parts if part)

@@ -19,7 +19,8 @@ import numpy as np
 from graphs.errors import PlacerError
 from measurers.base import Measurer
 from measurers.machine import Machine
-from policies.base import OnMeasurement, Policy, PolicyResult, check_seed
+from policies.base import OnMeasurement, Policy, PolicyResult
+from graphs.errors import check_seed
 from policies.problem import PlacementProblem
 
 KINDS = ("heuristic", "search", "learned")

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from cluster.jsonout import json_safe
     from graphs.registry import check_graph_name, load_graph
     from measurers.catalog import load_machine
-    from policies.base import check_seed
+    from graphs.errors import check_seed
     from policies.exact.bound import proven_bound
     from policies.problem import make_problem
 

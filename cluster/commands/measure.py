@@ -36,7 +36,7 @@ def _check_args(args) -> None:
     """The numbers, named by their flags, before anything is loaded (MeasurerSpec named its fields)."""
     from cluster.jobs.config import check_measurer_settings
     from graphs.errors import PlacerError
-    from policies.base import check_seed
+    from graphs.errors import check_seed
 
     check_measurer_settings(args.measurer, args.runs, args.warmup)
     if not args.timeout > 0:  # NaN too

@@ -36,7 +36,7 @@ def _profile(args) -> int:
     from measurers.catalog import load_machine
     from measurers.sim.costs import save_profile
     from measurers.profiler import profile_graph
-    from policies.base import check_seed
+    from graphs.errors import check_seed
 
     check_measurer_settings(args.measurer, args.runs, args.warmup)  # as placer measure's (10**11 runs: 745 GiB)
     check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback

@@ -75,7 +75,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
-    from policies.base import check_seed
+    from graphs.errors import check_seed
     from policies.problem import make_problem
     from policies.registry import baseline_names, check_device_policies, policy_entry
     from policies.table import run_baselines as run_table

@@ -352,7 +352,7 @@ def _check_split_groups(heuristic: str, entry) -> None:
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
-    from policies.base import check_seed
+    from graphs.errors import check_seed
     from policies.registry import heuristic_choices, is_heuristic
 
     check_measurer_settings(config.measurer, config.runs, config.warmup)

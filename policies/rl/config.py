@@ -12,7 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
 from graphs.errors import PlacerError, is_whole_number
-from policies.base import check_seed
+from graphs.errors import check_seed
 
 TRAINERS = ("reinforce", "ppo")
 DECODE_ORDERS = ("forward_position", "group")

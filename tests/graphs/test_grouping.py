@@ -112,6 +112,15 @@ def test_group_ops__unknown_method_is_a_clear_error(make_graph):
         group_ops(make_graph([(0, 1)]), method="magic")
 
 
+@pytest.mark.parametrize("seed", [2**32 + 1, -1, 1.0])
+def test_group_ops__a_seed_metis_cannot_take_is_a_clear_error(make_graph, seed):
+    """METIS took 2**32 + 1 as seed 1: make_problem's callers (not the command line, which checks --seed) got
+    another seed's groups without a word (a review)."""
+    graph = _random_dag(make_graph, 40, seed=1)
+    with pytest.raises(PlacerError, match=r"the grouping seed must be a whole number in 0\.\.4294967295"):
+        group_ops(graph, max_groups=4, method="metis", seed=seed)
+
+
 def test_grouping__expand_collapse_round_trip(make_graph):
     graph = _random_dag(make_graph, 200, seed=3)
     grouping = group_ops(graph, max_groups=12)

@@ -7,7 +7,8 @@ from dataclasses import InitVar, dataclass
 from typing import Mapping
 
 from graphs.errors import PlacerError, is_whole_number
-from policies.base import FAILURE_FACTOR, check_seed
+from policies.base import FAILURE_FACTOR
+from graphs.errors import check_seed
 
 KINDS = ("gdp", "placeto", "giph")
 GRAPH_NEURAL = (*KINDS, "hsdag")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from graphs.errors import PlacerError
 from graphs.grouping import METHODS
-from policies.base import check_seed
+from graphs.errors import check_seed
 from policies.rl.config import (BATCH_SIZE, CHECKPOINT_EVERY, DEFAULT_PENALTY_RUNTIME_S, HIDDEN_SIZE,
                                 check_learner_sizes, check_numbers)
 
