@@ -1,15 +1,16 @@
-"""Notice when the Ray raylet on this machine dies under a running command, and stop the command as Ctrl-C does.
+"""Notice when Ray's raylet on this machine (or the control store of a Ray started here) dies under a running
+command, and stop the command as Ctrl-C does.
 
 Ray's C++ core worker ends its driver with ``_exit(1)`` some seconds after the local raylet is gone (``kill
--9``, the OOM killer), once the control store has marked the node dead: no Python exception, no error line, and
-under ``--json`` no document (calls to actors already running go on until then). The watch polls
-the raylet's process; once it is gone it records what happened and interrupts the main thread, so the
-command closes its run log as after Ctrl-C and reports one error with exit status 1 (cluster/cli.py,
-cluster/commands/search.py). Should the process not end by itself within ``BACKSTOP_S`` (Ray's clean-up
-waiting on the dead raylet), the watch writes the error line and ends it with status 1.
+-9``, the OOM killer), once the control store has marked the node dead, and 60 s after the control store is
+gone: no Python exception, no error line, and under ``--json`` no document (calls to actors already running go
+on until then). The watch polls those processes; once one is gone it records what happened and interrupts the
+main thread, so the command closes its run log as after Ctrl-C and reports one error with exit status 1
+(cluster/cli.py, cluster/commands/search.py). Should the process not end by itself within ``BACKSTOP_S`` (Ray's
+clean-up waiting on the dead process), the watch writes the error line and ends it with status 1.
 
 Linux only (it reads ``/proc``); elsewhere, or where no raylet runs on this machine (Ray Client), it does not
-start.
+start. A joined cluster's control store runs elsewhere and is not watched.
 """
 
 from __future__ import annotations
@@ -32,11 +33,11 @@ def start() -> None:
     global _watch, _lost
     if (_watch is not None and _watch.is_alive()) or threading.current_thread() is not threading.main_thread():
         return
-    pid = _raylet_pid()
-    if pid is None:
+    processes = _ray_processes()
+    if not processes:
         return
     _lost = None
-    _watch = _Watch(pid)
+    _watch = _Watch(processes)
     _watch.start()
 
 
@@ -54,9 +55,9 @@ def lost_message() -> str | None:
 
 
 class _Watch(threading.Thread):
-    def __init__(self, pid: int) -> None:
+    def __init__(self, processes: dict[str, int]) -> None:
         super().__init__(name="placer-raylet-watch", daemon=True)
-        self.pid = pid
+        self.processes = processes  # what the process is ("raylet") -> pid
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -64,9 +65,11 @@ class _Watch(threading.Thread):
         while not self.stopped.wait(POLL_S):
             if not _ray_connected():  # shut down without stop() (``ray.shutdown`` disconnects, then stops it)
                 return
-            if _process_alive(self.pid) or self.stopped.is_set() or not _ray_connected():
+            gone = [(what, pid) for what, pid in self.processes.items() if not _process_alive(pid)]
+            if not gone or self.stopped.is_set() or not _ray_connected():
                 continue
-            _lost = (f"Ray's raylet on this machine (pid {self.pid}) stopped while the command ran (killed, or out "
+            what, pid = gone[0]
+            _lost = (f"Ray's {what} on this machine (pid {pid}) stopped while the command ran (killed, or out "
                      f"of memory: its log is in Ray's session folder); Ray cannot go on without it")
             _thread.interrupt_main()
             if not self.stopped.wait(BACKSTOP_S):
@@ -82,23 +85,30 @@ def _ray_connected() -> bool:
     return ray.is_initialized()
 
 
-def _raylet_pid() -> int | None:
-    """The pid of the raylet this process's Ray worker talks to: the one it started, else the process on this
-    machine listening on the worker's raylet socket (a joined cluster)."""
+def _ray_processes() -> dict[str, int]:
+    """{what: pid} of the Ray processes this command cannot go on without: the raylet its Ray worker talks to
+    (the one it started, else the process on this machine listening on the worker's raylet socket: a joined
+    cluster), and the control store if it started one."""
     if not Path("/proc/self").is_dir():
-        return None
+        return {}
     try:
         import ray._private.ray_constants as ray_constants
         from ray._private.worker import global_worker
 
         node = global_worker.node
-        started = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) if node is not None else None
-        if started:
-            return started[0].process.pid
-        socket_name = node.raylet_socket_name if node is not None else None
+        if node is None:
+            return {}
+        started = {what: node.all_processes.get(kind) for what, kind in (
+            ("raylet", ray_constants.PROCESS_TYPE_RAYLET), ("control store", ray_constants.PROCESS_TYPE_GCS_SERVER))}
+        socket_name = node.raylet_socket_name
     except (ImportError, AttributeError):
-        return None
-    return _pid_with_argument(f"--raylet_socket_name={socket_name}") if socket_name else None
+        return {}
+    processes = {what: infos[0].process.pid for what, infos in started.items() if infos}
+    if "raylet" not in processes and socket_name:
+        pid = _pid_with_argument(f"--raylet_socket_name={socket_name}")
+        if pid is not None:
+            processes["raylet"] = pid
+    return processes
 
 
 def _pid_with_argument(argument: str) -> int | None:

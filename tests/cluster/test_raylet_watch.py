@@ -40,7 +40,10 @@ def _children_running(parent: int, program: str) -> list[int]:
     return found
 
 
-def test_search_cli__a_raylet_killed_mid_run_is_one_error_exit_1_and_the_run_folder_to_resume(tmp_path):
+@pytest.mark.parametrize("program, what", [("raylet/raylet", "raylet"), ("gcs/gcs_server", "control store")])
+def test_search_cli__a_ray_process_killed_mid_run_is_one_error_exit_1_and_the_run_folder_to_resume(tmp_path, program,
+                                                                                                   what):
+    """The control store killed: the search went on for 60 s, then Ray ended it the same silent way."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     search = [sys.executable, "-m", "cluster.cli", "search", "--graph", "synthetic:1000:1", "--budget", "640",
               "--batch", "16", "--workers", "1", "--out", str(tmp_path), "--json"]
@@ -48,24 +51,25 @@ def test_search_cli__a_raylet_killed_mid_run_is_one_error_exit_1_and_the_run_fol
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("*/checkpoint/learner.pt")) and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    (raylet,) = _children_running(driver.pid, "raylet/raylet")
-    os.kill(raylet, signal.SIGKILL)
+    (killed,) = _children_running(driver.pid, program)
+    os.kill(killed, signal.SIGKILL)
     out, err = driver.communicate(timeout=120)
 
     (run_dir,) = list(tmp_path.iterdir())
     errors = [line for line in placer_stderr(err).splitlines() if line.startswith("placer: ")]
     assert driver.returncode == 1, err[-3000:]
-    assert len(errors) == 1 and errors[0].startswith(f"placer: error: Ray's raylet on this machine (pid {raylet}) "
+    assert len(errors) == 1 and errors[0].startswith(f"placer: error: Ray's {what} on this machine (pid {killed}) "
                                                      "stopped while the command ran"), errors
     assert f"the run log is complete up to now in {run_dir}" in errors[0]
     document = json.loads(out)  # exactly one document
-    assert document["stop_reason"] == "ray_lost" and f"pid {raylet}" in document["error"]
+    assert document["stop_reason"] == "ray_lost" and f"pid {killed}" in document["error"]
     assert document["run_dir"] == str(run_dir) and document["resume"] == ["placer", "search", "--resume", str(run_dir)]
     assert not (run_dir / "result.json").exists()
 
 
 def test_watch__finds_a_joined_clusters_raylet_and_ends_quietly_with_ray():
-    """Joined (not started here): the raylet is found by its socket among this machine's processes. A plain
+    """Joined (not started here): the raylet is found by its socket among this machine's processes (the control
+    store, elsewhere in general, is not watched). A plain
     ``ray.shutdown()`` (not shutdown_ray) ends the watch, so the raylet stopping after it is no alarm."""
     import ray
     from ray.cluster_utils import Cluster
@@ -76,7 +80,7 @@ def test_watch__finds_a_joined_clusters_raylet_and_ends_quietly_with_ray():
     try:
         ray_setup.init_ray(cluster.address)
         head_raylet = cluster.head_node.all_processes["raylet"][0].process.pid
-        assert raylet_watch._watch is not None and raylet_watch._watch.pid == head_raylet
+        assert raylet_watch._watch is not None and raylet_watch._watch.processes == {"raylet": head_raylet}
         watch = raylet_watch._watch
         ray.shutdown()
         watch.join(timeout=5 * raylet_watch.POLL_S)
