@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -71,10 +72,19 @@ class _Watch(threading.Thread):
             what, pid = gone[0]
             _lost = (f"Ray's {what} on this machine (pid {pid}) stopped while the command ran (killed, or out "
                      f"of memory: its log is in Ray's session folder); Ray cannot go on without it")
-            _thread.interrupt_main()
+            _interrupt_main()
             if not self.stopped.wait(BACKSTOP_S):
                 print(f"placer: error: {_lost}", file=sys.stderr, flush=True)
                 os._exit(1)
+            return
+
+
+def _interrupt_main() -> None:
+    """As a SIGTERM, which a command stops on as on Ctrl-C (cluster/ray_setup.py) and takes also when started in
+    the background (`placer ... &` in a script: SIGINT ignored); as a SIGINT where only that one is Python's."""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        if callable(signal.getsignal(signum)):
+            _thread.interrupt_main(signum)
             return
 
 

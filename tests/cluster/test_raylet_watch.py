@@ -40,14 +40,18 @@ def _children_running(parent: int, program: str) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("program, what", [("raylet/raylet", "raylet"), ("gcs/gcs_server", "control store")])
+@pytest.mark.parametrize("program, what, sigint", [("raylet/raylet", "raylet", signal.SIG_IGN),
+                                                   ("gcs/gcs_server", "control store", signal.SIG_DFL)])
 def test_search_cli__a_ray_process_killed_mid_run_is_one_error_exit_1_and_the_run_folder_to_resume(tmp_path, program,
-                                                                                                   what):
-    """The control store killed: the search went on for 60 s, then Ray ended it the same silent way."""
+                                                                                                   what, sigint):
+    """The control store killed: the search went on for 60 s, then Ray ended it the same silent way. The raylet
+    killed under a search started with SIGINT ignored (`placer search ... &` in a script), where an interrupt
+    sent as SIGINT would do nothing."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     search = [sys.executable, "-m", "cluster.cli", "search", "--graph", "synthetic:1000:1", "--budget", "640",
               "--batch", "16", "--workers", "1", "--out", str(tmp_path), "--json"]
-    driver = subprocess.Popen(search, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(search, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     deadline = time.monotonic() + 300
     while not list(tmp_path.glob("*/checkpoint/learner.pt")) and driver.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
