@@ -159,10 +159,11 @@ class _InterruptAfterMain:
 
 def _interrupted(args: argparse.Namespace) -> int:
     """Ctrl-C: one line on stderr and exit status 130; with --json still one document for a pipe's reader,
-    unless the command printed its own before the Ctrl-C came."""
-    lost = raylet_watch.lost_message()  # not Ctrl-C: the raylet died under the command
+    unless the command printed its own before the Ctrl-C came. A Ray process that died under the command
+    (cluster/raylet_watch.py) stops it the same way, reported as an error with exit status 1."""
+    lost = raylet_watch.lost_message()
     print(f"placer: error: {lost}" if lost else "placer: interrupted", file=sys.stderr)
-    stop = {"stop_reason": "ray_lost", "error": lost} if lost else {"stop_reason": "interrupted"}
+    stop = raylet_watch.stop_fields()
     if getattr(args, "json", False) and not json_emitted():
         if getattr(args, "command", None) == "search":  # its own document (README), before any run folder
             emit_json(stop | {"run_dir": None, "resume": None})

@@ -7,7 +7,8 @@ gone: no Python exception, no error line, and under ``--json`` no document (call
 on until then). The watch polls those processes; once one is gone it records what happened and interrupts the
 main thread, so the command closes its run log as after Ctrl-C and reports one error with exit status 1
 (cluster/cli.py, cluster/commands/search.py). Should the process not end by itself within ``BACKSTOP_S`` (Ray's
-clean-up waiting on the dead process), the watch writes the error line and ends it with status 1.
+clean-up waiting on the dead process), the watch writes the error line and ends it with status 1 (under
+``--json`` without a document then).
 
 Linux only (it reads ``/proc``); elsewhere, or where no raylet runs on this machine (Ray Client), it does not
 start. A joined cluster's control store runs elsewhere and is not watched.
@@ -26,11 +27,11 @@ POLL_S = 0.5
 BACKSTOP_S = 30.0
 
 _watch: "_Watch | None" = None
-_lost: str | None = None  # what happened, once the raylet was found gone
+_lost: str | None = None  # what happened, once a watched process was found gone
 
 
 def start() -> None:
-    """Watch the raylet of the Ray this process is connected to (once; ``stop`` ends it)."""
+    """Watch the Ray processes this process cannot go on without (once; ``stop`` ends it)."""
     global _watch, _lost
     if (_watch is not None and _watch.is_alive()) or threading.current_thread() is not threading.main_thread():
         return
@@ -43,7 +44,7 @@ def start() -> None:
 
 
 def stop() -> None:
-    """Stop watching: before this process shuts Ray down (which stops the raylet it started)."""
+    """Stop watching: before this process shuts Ray down (which stops the processes it started)."""
     global _watch
     if _watch is not None:
         _watch.stopped.set()
@@ -51,8 +52,13 @@ def stop() -> None:
 
 
 def lost_message() -> str | None:
-    """Why the command was stopped, if the raylet died under it; None otherwise."""
+    """Why the command was stopped, if a watched process died under it; None otherwise."""
     return _lost
+
+
+def stop_fields() -> dict:
+    """The stop reason of an interrupted command's JSON document: ``ray_lost`` and the error, or ``interrupted``."""
+    return {"stop_reason": "ray_lost", "error": _lost} if _lost else {"stop_reason": "interrupted"}
 
 
 class _Watch(threading.Thread):

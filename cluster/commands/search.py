@@ -113,9 +113,8 @@ def run(args) -> int:
             if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
                 resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
                                                                                  str(run_dir)]
-                emit_json({"stop_reason": "ray_lost" if lost else "interrupted",
-                           "run_dir": None if run_dir is None else str(run_dir), "resume": resume}
-                          | ({"error": lost} if lost else {}))
+                emit_json(raylet_watch.stop_fields() | {"run_dir": None if run_dir is None else str(run_dir),
+                                                         "resume": resume})
             return 1 if lost else 130
         progress.finish(result.measurements, result.stop_reason)
     if not config.resume:  # a resumed run keeps its own grouping

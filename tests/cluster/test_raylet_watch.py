@@ -41,7 +41,8 @@ def _children_running(parent: int, program: str) -> list[int]:
 
 
 @pytest.mark.parametrize("program, what, sigint", [("raylet/raylet", "raylet", signal.SIG_IGN),
-                                                   ("gcs/gcs_server", "control store", signal.SIG_DFL)])
+                                                   ("gcs/gcs_server", "control store", signal.SIG_DFL)],
+                         ids=["raylet-sigint-ignored", "control-store"])
 def test_search_cli__a_ray_process_killed_mid_run_is_one_error_exit_1_and_the_run_folder_to_resume(tmp_path, program,
                                                                                                    what, sigint):
     """The control store killed: the search went on for 60 s, then Ray ended it the same silent way. The raylet
