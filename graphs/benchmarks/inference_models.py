@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -87,7 +86,7 @@ def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:
     import keras
     import openvino as ov
 
-    from graphs.inference.openvino_import import import_openvino_ir
+    from graphs.inference.openvino_import import import_openvino_ir, number_counter_named_nodes
 
     keras.utils.set_random_seed(0)  # the same weights every build
     model = make_model()
@@ -95,39 +94,10 @@ def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:
     with warnings.catch_warnings():  # Keras notes the converter's tuple of inputs; the model has one input
         warnings.filterwarnings("ignore", message="The structure of `inputs` doesn't match")
         ov_model = ov.convert_model(model, input=[config["batch_size"], size, size, 3])
-    _name_unnamed_nodes(ov_model)
+    number_counter_named_nodes(ov_model)
     xml_path = model_path(name, config, ".xml")
     _save_ir(ov_model, xml_path)
     return import_openvino_ir(str(xml_path), name=name)
-
-
-OPENVINO_COUNTER_NAME = re.compile(r"([A-Z][A-Za-z0-9]*)_\d+")  # Transpose_241: OpenVINO's own name for a node
-MODEL_NAMED = ("Parameter", "Result")  # the model's inputs and outputs: named by the model, whatever the form
-
-
-def _name_unnamed_nodes(ov_model) -> None:
-    """Number the nodes named after OpenVINO's counter (``<Type>_<n>``) by their prefix's order in the model.
-    OpenVINO names a node nothing named after a counter of every node the process has made (``Transpose_241``
-    in one process, ``Transpose_11637`` after another model was converted; a node a transformation made keeps
-    the name of the one it replaced, a Convolution ``Transpose_3555``), and the importer takes those names as
-    op names: the same benchmark hashed differently with what the process had converted before. The model's
-    inputs and outputs keep the names it gave them (a Keras input ``Image_1`` is not OpenVINO's counter)."""
-    nodes = ov_model.get_ordered_ops()
-    counted = [None if node.get_type_name() in MODEL_NAMED else
-               OPENVINO_COUNTER_NAME.fullmatch(node.get_friendly_name()) for node in nodes]
-    taken = {node.get_friendly_name() for node, match in zip(nodes, counted) if match is None}
-    counts: dict[str, int] = {}
-    for node, match in zip(nodes, counted):
-        if match is None:
-            continue
-        prefix = match.group(1)
-        while True:
-            counts[prefix] = counts.get(prefix, 0) + 1
-            name = f"{prefix}_{counts[prefix]}"
-            if name not in taken:
-                break
-        node.set_friendly_name(name)
-        taken.add(name)
 
 
 def _save_ir(ov_model, xml_path: Path) -> None:

@@ -57,7 +57,7 @@ def import_openvino_ir(xml_path: str, name: str | None = None, input_shapes: Inp
     xml_file, ir_version = _checked_ir_files(xml_path)
     model = _read_model(xml_file, ir_version)
     given = input_shapes or {}
-    sized = size_inputs(model, f"OpenVINO IR {xml_file}", given)
+    sized = size_ir_inputs(model, f"OpenVINO IR {xml_file}", given)
     ops = _ops_of(model)
     if not ops:
         raise PlacerError(f"OpenVINO IR {xml_file} has no ops: only Parameters, Constants and Results")
@@ -205,6 +205,48 @@ def size_inputs(model, where: str, given: InputShapes) -> InputShapes:
             raise PlacerError(f"{where}: OpenVINO cannot size the model's inputs as {given_text}: "
                               f"{reshape_failure(exc)}") from None
     return sized
+
+
+def size_ir_inputs(model, where: str, given: InputShapes) -> InputShapes:
+    """``size_inputs``, then the nodes the reshape made numbered as ``number_counter_named_nodes`` numbers them.
+    Sizing a dynamic input rebuilds shape arithmetic over it (a Gather of a ShapeOf becomes a Gather of a
+    Constant) under OpenVINO's counter names, which differ between processes (``Gather_108`` at import,
+    another number in the measurer's process): the import and the OpenVINO measurer both size an IR this way,
+    so its graph's op names are the measurer's node names."""
+    before = {node.get_friendly_name() for node in model.get_ordered_ops()}
+    sized = size_inputs(model, where, given)
+    number_counter_named_nodes(model, keep=before)
+    return sized
+
+
+OPENVINO_COUNTER_NAME = re.compile(r"([A-Z][A-Za-z0-9]*)_\d+")  # Transpose_241: OpenVINO's own name for a node
+MODEL_NAMED = ("Parameter", "Result")  # the model's inputs and outputs: named by the model, whatever the form
+
+
+def number_counter_named_nodes(model, keep: frozenset | set = frozenset()) -> None:
+    """Number the nodes named after OpenVINO's counter (``<Type>_<n>``) by their prefix's order in the model,
+    but those named in ``keep``. OpenVINO names a node nothing named after a counter of every node the process
+    has made (``Transpose_241`` in one process, ``Transpose_11637`` after another model was converted; a node a
+    transformation made keeps the name of the one it replaced, a Convolution ``Transpose_3555``), and the
+    importer takes those names as op names: the same benchmark hashed differently with what the process had
+    converted before. The model's inputs and outputs keep the names it gave them (a Keras input ``Image_1`` is
+    not OpenVINO's counter)."""
+    nodes = model.get_ordered_ops()
+    counted = [None if node.get_type_name() in MODEL_NAMED or node.get_friendly_name() in keep else
+               OPENVINO_COUNTER_NAME.fullmatch(node.get_friendly_name()) for node in nodes]
+    taken = {node.get_friendly_name() for node, match in zip(nodes, counted) if match is None}
+    counts: dict[str, int] = {}
+    for node, match in zip(nodes, counted):
+        if match is None:
+            continue
+        prefix = match.group(1)
+        while True:
+            counts[prefix] = counts.get(prefix, 0) + 1
+            name = f"{prefix}_{counts[prefix]}"
+            if name not in taken:
+                break
+        node.set_friendly_name(name)
+        taken.add(name)
 
 
 # OpenVINO's "While validating node 'opset1::Concat cat (...) -> (...)' with friendly_name 'cat':"

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from graphs.errors import PlacerError
-from graphs.inference.openvino_import import size_inputs
+from graphs.inference.openvino_import import size_inputs, size_ir_inputs
 from graphs.opgraph import OpGraph
 from measurers.base import Measurement, failed_measurement
 from measurers.machine import Machine
@@ -63,11 +63,16 @@ class OpenVinoMeasurer:
         self.model_file = model_file_of(graph)
         self.model = read_model(self.core, self.model_file)
         tensor_ops = onnx_tensor_ops(graph, self.model_file)
-        match_ops(self.model, graph, self.model_file, tensor_ops)  # the file is the graph's: every op a node
-        size_inputs(self.model, f"model file {self.model_file}", {  # the sizes the graph was imported at
-            name: tuple(sizes) for name, sizes in graph.meta.get("input_shapes", {}).items()})
-        # at those sizes OpenVINO folds shape arithmetic over a dynamic axis into constants: those ops have no node
-        self.matched = match_ops(self.model, graph, self.model_file, tensor_ops, every_op=False)
+        where, imported_sizes = f"model file {self.model_file}", {  # the sizes the graph was imported at
+            name: tuple(sizes) for name, sizes in graph.meta.get("input_shapes", {}).items()}
+        if tensor_ops:  # ONNX, imported from the file as it is: every op a node before the resize
+            match_ops(self.model, graph, self.model_file, tensor_ops)
+            size_inputs(self.model, where, imported_sizes)
+            # at those sizes OpenVINO folds shape arithmetic over a dynamic axis into constants: those ops have no node
+            self.matched = match_ops(self.model, graph, self.model_file, tensor_ops, every_op=False)
+        else:  # an IR's graph is the model resized as the import resized it (its new nodes named alike)
+            size_ir_inputs(self.model, where, imported_sizes)
+            self.matched = match_ops(self.model, graph, self.model_file)
         self.inputs = random_inputs(self.model, seed, graph.batch_size)  # one array per model input
 
     # -- one placement, compiled and run --------------------------------------------------------------

@@ -111,16 +111,16 @@ def test_build_resnet50_infer__the_same_graph_whatever_the_process_converted_bef
     assert "Transpose_1" in first.op_names.tolist()  # what the converter left unnamed, numbered in the model
 
 
-def test_name_unnamed_nodes__numbers_openvino_counter_names_and_keeps_the_model_input_names():
+def test_number_counter_named_nodes__numbers_openvino_counter_names_and_keeps_the_model_input_names():
     """An input the model named ``Image_7`` has the form of OpenVINO's counter names but is the model's own."""
     import openvino as ov
     import openvino.opset13 as ops
 
-    from graphs.benchmarks.inference_models import _name_unnamed_nodes
+    from graphs.inference.openvino_import import number_counter_named_nodes
 
     image = ops.parameter([1, 4], name="Image_7")
     model = ov.Model([ops.relu(ops.relu(image))], [image])
-    _name_unnamed_nodes(model)
+    number_counter_named_nodes(model)
     names = [(node.get_type_name(), node.get_friendly_name()) for node in model.get_ordered_ops()]
     assert names[:3] == [("Parameter", "Image_7"), ("Relu", "Relu_1"), ("Relu", "Relu_2")]
 
