@@ -28,9 +28,8 @@ from typing import Callable, Sequence
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig, check_unique
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
-from graphs.errors import PlacerError, is_whole_number
+from graphs.errors import PlacerError, check_seed, is_whole_number
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
-from graphs.errors import check_seed
 from policies.registry import policy_entry
 from policies.rl.config import BATCH_SIZE
 

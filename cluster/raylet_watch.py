@@ -70,10 +70,12 @@ class _Watch(threading.Thread):
     def run(self) -> None:
         global _lost
         while not self.stopped.wait(POLL_S):
-            if not _ray_connected():  # shut down without stop() (``ray.shutdown`` disconnects, then stops it)
-                return
             gone = [(what, pid) for what, pid in self.processes.items() if not _process_alive(pid)]
-            if not gone or self.stopped.is_set() or not _ray_connected():
+            # checked after looking: ``ray.shutdown`` (with or without stop()) disconnects before it stops the
+            # processes, so one its shutdown stopped is never taken for a death
+            if not _ray_connected():
+                return
+            if not gone:
                 continue
             what, pid = gone[0]
             _lost = (f"Ray's {what} on this machine (pid {pid}) stopped while the command ran (killed, or out "

@@ -16,11 +16,10 @@ from typing import Sequence
 
 import numpy as np
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, check_seed
 from measurers.base import Measurer
 from measurers.machine import Machine
 from policies.base import OnMeasurement, Policy, PolicyResult
-from graphs.errors import check_seed
 from policies.problem import PlacementProblem
 
 KINDS = ("heuristic", "search", "learned")

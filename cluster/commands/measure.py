@@ -35,8 +35,7 @@ def register(subparsers) -> None:
 def _check_args(args) -> None:
     """The numbers, named by their flags, before anything is loaded (MeasurerSpec named its fields)."""
     from cluster.jobs.config import check_measurer_settings
-    from graphs.errors import PlacerError
-    from graphs.errors import check_seed
+    from graphs.errors import PlacerError, check_seed
 
     check_measurer_settings(args.measurer, args.runs, args.warmup)
     if not args.timeout > 0:  # NaN too

@@ -31,12 +31,11 @@ def register(subparsers) -> None:
 def _profile(args) -> int:
     from graphs.tensorflow_quiet import import_tensorflow_quietly
     from cluster.jobs.config import check_measurer_settings
-    from graphs.errors import PlacerError, first_line
+    from graphs.errors import PlacerError, check_seed, first_line
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import save_profile
     from measurers.profiler import profile_graph
-    from graphs.errors import check_seed
 
     check_measurer_settings(args.measurer, args.runs, args.warmup)  # as placer measure's (10**11 runs: 745 GiB)
     check_seed(args.seed, "--seed")  # torch took a negative one; one past 2**63 was a traceback

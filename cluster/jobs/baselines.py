@@ -18,7 +18,7 @@ from cluster.jobs.config import (BASELINES_FILE, BASELINES_POLICY, BaselinesConf
                                  check_counts, check_measurer_settings, check_policy_groups, check_unique)
 from cluster.runlog import (RunLogWriter, RunManifest, make_run_id, new_manifest, record_proven_bound,
                            write_text_atomic)
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, check_seed
 from graphs.files import atomic_folder
 from measurers.base import Measurement
 
@@ -75,7 +75,6 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
-    from graphs.errors import check_seed
     from policies.problem import make_problem
     from policies.registry import baseline_names, check_device_policies, policy_entry
     from policies.table import run_baselines as run_table

@@ -57,7 +57,7 @@ from cluster.jsonout import json_safe
 from cluster.runlog import (RESULT_FILE, RunLogWriter, check_run_log, make_run_id, new_manifest, read_manifest,
                             read_run, record_device_removal, record_proven_bound, record_resume,
                             rows_without_devices, write_text_atomic)
-from graphs.errors import PlacerError, is_whole_number
+from graphs.errors import PlacerError, check_seed, is_whole_number
 from graphs.files import FolderLock, atomic_folder, missing_folders, remove_empty_folders
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
@@ -352,7 +352,6 @@ def _check_split_groups(heuristic: str, entry) -> None:
 
 
 def _check_search_numbers(config: SearchConfig) -> None:
-    from graphs.errors import check_seed
     from policies.registry import heuristic_choices, is_heuristic
 
     check_measurer_settings(config.measurer, config.runs, config.warmup)

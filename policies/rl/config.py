@@ -11,8 +11,7 @@ import numbers
 from dataclasses import dataclass, fields, replace
 from typing import Mapping
 
-from graphs.errors import PlacerError, is_whole_number
-from graphs.errors import check_seed
+from graphs.errors import PlacerError, check_seed, is_whole_number
 
 TRAINERS = ("reinforce", "ppo")
 DECODE_ORDERS = ("forward_position", "group")

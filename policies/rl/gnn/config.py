@@ -6,9 +6,8 @@ import math
 from dataclasses import InitVar, dataclass
 from typing import Mapping
 
-from graphs.errors import PlacerError, is_whole_number
+from graphs.errors import PlacerError, check_seed, is_whole_number
 from policies.base import FAILURE_FACTOR
-from graphs.errors import check_seed
 
 KINDS = ("gdp", "placeto", "giph")
 GRAPH_NEURAL = (*KINDS, "hsdag")

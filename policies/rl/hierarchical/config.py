@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, check_seed
 from graphs.grouping import METHODS
-from graphs.errors import check_seed
 from policies.rl.config import (BATCH_SIZE, CHECKPOINT_EVERY, DEFAULT_PENALTY_RUNTIME_S, HIDDEN_SIZE,
                                 check_learner_sizes, check_numbers)
 
