@@ -28,6 +28,7 @@ from torch import nn
 
 from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
+from graphs.tensorflow_quiet import import_tensorflow_quietly
 
 ONNX_OPSET = 17  # the first opset with LayerNormalization
 
@@ -82,7 +83,7 @@ def model_path(name: str, config: dict, suffix: str) -> Path:
 
 
 def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:
-    import graphs.native_order  # noqa: F401  (OR-Tools before TensorFlow)
+    import_tensorflow_quietly()  # OR-Tools first, and no start-up lines on a first build (keras_models)
     import keras
     import openvino as ov
 

@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from graphs.opgraph import LAYER_SCOPES, OpGraph
+from graphs.tensorflow_quiet import import_tensorflow_quietly
 
 AUX_LOSS_WEIGHT = 0.4  # Szegedy et al. 2016 weight of the auxiliary classifier's loss
 MIXED_BLOCK = re.compile(r"mixed\d+")
@@ -49,7 +50,9 @@ def build_resnet50(batch_size: int = 64, image_size: int = 224, num_classes: int
 def inception_v3_step(batch_size: int = 32, image_size: int = 299, num_classes: int = 1000, aux_head: bool = True,
                       optimizer: str = "sgd") -> tuple:
     """``(model compiled with its optimizer, input spec, target spec, loss)``: what the importer traces and
-    the TensorFlow measurer rebuilds (``graph.meta["keras_step"]``)."""
+    the TensorFlow measurer rebuilds (``graph.meta["keras_step"]``). TensorFlow is loaded without its
+    start-up lines: a benchmark's first build (a cache miss) printed them under whatever command asked."""
+    import_tensorflow_quietly()
     import keras
 
     model = inception_v3_model(image_size, num_classes, aux_head)
@@ -61,6 +64,7 @@ def inception_v3_step(batch_size: int = 32, image_size: int = 299, num_classes: 
 def resnet50_step(batch_size: int = 64, image_size: int = 224, num_classes: int = 1000,
                   optimizer: str = "sgd") -> tuple:
     """As ``inception_v3_step``, for ResNet-50 with sparse cross-entropy."""
+    import_tensorflow_quietly()
     import keras
 
     model = resnet50_model(image_size, num_classes)

@@ -85,3 +85,20 @@ def test_resnet50__paper_scale_forward_is_about_4_gmac_per_image():
     assert _forward_macs_per_image(graph) == pytest.approx(4.1e9, rel=0.08)  # 3.86 GMAC conv+fc here
     forward = graph.flops[graph.phases == PHASE_CODE["forward"]].sum()
     assert graph.total_flops == pytest.approx(3 * forward, rel=0.05)
+
+
+@pytest.mark.parametrize("build", ["graphs.benchmarks.keras_models:resnet50_step",
+                                   "graphs.benchmarks.inference_models:build_resnet50_infer"])
+def test_a_keras_benchmarks_first_build_prints_nothing_of_tensorflows_startup(tmp_path, build):
+    """A builtin Keras graph is built on a cache miss under any command (search, graphs show, reproduce): the
+    process loading TensorFlow there printed its 7 start-up lines (no CUDA driver, CPU features, cuInit)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    module, function = build.split(":")
+    code = f"import {module} as m; m.{function}(image_size=32)"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"} | {"PLACER_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-3000:]
