@@ -12,7 +12,8 @@ Not, And and Where), a ``repeat_interleave`` by a size (a OneHot as Tile's repea
 or an ``F.pad`` by a computed amount (``(4 - n % 4) % 4``: Mod, then the pads transposed into ONNX's order).
 
 ``infer_with_folded_shapes`` infers as the importer always did; then, while a shape-taking input
-(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, Pad's pads, ...) of a node
+(``TARGET_INPUTS``: Reshape's target, Expand's and Tile's, Slice's starts and axes, Pad's pads, TopK's K,
+which torch.onnx reads from the shape for a ``torch.sort`` even at fixed sizes, ...) of a node
 whose output is still not fully sized has a value numpy can compute from what is known (static shapes, small
 initializers, Constants) through the ops of ``FOLDERS``, it gives that input its value as an initializer on a
 slimmed copy of the model (of the node's own graph, a subgraph body's too: onnx's inference of a body sees the outer
@@ -39,7 +40,7 @@ import numpy as np
 from graphs.opgraph import unique_name
 
 TARGET_INPUTS = {"Reshape": (1,), "Expand": (1,), "Tile": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
-                 "Slice": (1, 2, 3, 4), "Pad": (1, 3)}
+                 "Slice": (1, 2, 3, 4), "Pad": (1, 3), "TopK": (1,)}
 MAX_ROUNDS = 64  # one round a layer whose chain starts from the previous layer's output
 MAX_ELEMENTS = 1024  # a value (or initializer) larger than this is no shape: neither read nor computed
 DEFAULT_DOMAINS = ("", "ai.onnx")

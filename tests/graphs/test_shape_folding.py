@@ -318,3 +318,26 @@ def test_import_onnx__a_pad_to_a_multiple_of_the_window_is_sized_as_the_static_e
     assert _costs(folded, kinds) == _costs(static, kinds)
     assert _costs(folded, ("Pad",))["Pad"] == [(0.0, 2 * 12 * 8 * F32)]
     assert _costs(folded, ("MatMul",))["MatMul"] == [(2 * 24 * 8 * 16, 24 * 16 * F32)]
+
+
+class SortThenLinear(nn.Module):
+    """``torch.sort`` along the tokens, then a Linear: torch.onnx writes a TopK whose K is the length read from
+    the input's shape (``Shape -> Gather``), even in an export at fixed sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(16, 32)
+
+    def forward(self, x):
+        return self.linear(torch.sort(x, dim=1).values)
+
+
+def test_import_onnx__a_sort_is_sized_and_so_is_the_linear_after_it(tmp_path):
+    """At x (4, 8, 16): TopK writes (4, 8, 16) values and indices, the Linear a (32, 16) @ (16, 32) MatMul. With
+    TopK's K not folded, both TopK outputs and the MatMul were unsized, the MatMul at 64 FLOPs (OpenVINO, on the
+    same model converted, counted 32,768); imported at another length, the dynamic export is sized alike."""
+    static, folded = _static_and_folded(tmp_path, SortThenLinear(), (4, 6, 16), (4, 8, 16), {1: "seq"})
+    for graph in (static, folded):
+        assert "unsized_tensors_by_op" not in graph.meta and "tensors_without_size" not in graph.meta
+        assert _costs(graph, ("MatMul",))["MatMul"] == [(2 * 4 * 8 * 16 * 32, 4 * 8 * 32 * F32)]
+        assert graph.out_bytes[graph.op_kinds == "TopK"].tolist() == [4 * 8 * 16 * (F32 + 8)]  # values, int64 indices
