@@ -534,9 +534,22 @@ def _loss_callable(loss, model):
     if isinstance(loss, (dict, list, tuple)) or _weighs_any(weights):
         return _summed_output_losses(loss, model, weights)
     function = _one_loss_callable(loss)
-    if (compiled or isinstance(loss, str)) and not isinstance(function, keras.losses.Loss):
-        return _batch_mean(function, loss if isinstance(loss, str) else getattr(function, "__name__", "loss"))
-    return function
+    if not (compiled or isinstance(loss, str)):
+        return function  # the caller's own callable takes the outputs' structure as it is (inception-v3's aux loss)
+    if not isinstance(function, keras.losses.Loss):
+        function = _batch_mean(function, loss if isinstance(loss, str) else getattr(function, "__name__", "loss"))
+    return _each_output_when_several(function, _summed_output_losses(loss, model))
+
+
+def _each_output_when_several(single, per_output):
+    """One loss (compiled, or by name) as ``compile`` applies it: to each output of a model with several, summed
+    (a model of dict outputs compiled with "mse" failed to import: the loss got the whole dict)."""
+    import tensorflow as tf
+
+    def loss(targets, predictions):
+        return (per_output if len(tf.nest.flatten(predictions)) > 1 else single)(targets, predictions)
+
+    return loss
 
 
 def _batch_mean(function, name: str):
@@ -574,11 +587,11 @@ def _summed_output_losses(losses, model, weights=None):
     import keras
     import tensorflow as tf
 
-    outputs = _symbolic_tensors(model, "output", model.name)
-    functions = [None if one is None else _scoped_loss(one) for one in _output_losses(losses, model, outputs)]
-    scales = [1.0 if w is None else float(w) for w in _output_losses(weights, model, outputs, "loss weights")]
-
-    def summed(targets, predictions):
+    def summed(targets, predictions):  # the outputs read from the predictions: a subclassed model has no others
+        functions = [None if one is None else _scoped_loss(one)
+                     for one in _output_losses(losses, model, predictions)]
+        scales = [1.0 if w is None else float(w)
+                  for w in _output_losses(weights, model, predictions, "loss weights")]
         values = [(_mean(function(target, prediction)), scale) for function, scale, target, prediction
                   in zip(functions, scales, tf.nest.flatten(targets), tf.nest.flatten(predictions))
                   if function is not None]

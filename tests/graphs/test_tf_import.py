@@ -1558,6 +1558,55 @@ def test_keras_step__compiled_loss_weights_weigh_the_step_as_fit_does(loss, loss
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
+def _two_output_model(kind: str, loss):
+    """Outputs "a" (3 wide) and "b" (2 wide) of one hidden layer: a functional model returning a dict, or a
+    subclassed one (no symbolic outputs) returning a tuple or a dict, compiled with ``loss``."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    if kind == "functional dict":
+        inputs = keras.Input((6,))
+        hidden = keras.layers.Dense(4, name="fc")(inputs)
+        model = keras.Model(inputs, {"a": keras.layers.Dense(3, name="a")(hidden),
+                                     "b": keras.layers.Dense(2, name="b")(hidden)})
+    else:
+        class TwoHeads(keras.Model):
+            def __init__(self):
+                super().__init__()
+                self.fc, self.a, self.b = (keras.layers.Dense(4), keras.layers.Dense(3), keras.layers.Dense(2))
+
+            def call(self, x):
+                hidden = self.fc(x)
+                return {"a": self.a(hidden), "b": self.b(hidden)} if kind == "subclassed dict" else \
+                    (self.a(hidden), self.b(hidden))
+
+        model = TwoHeads()
+        model(np.zeros((1, 6), "float32"))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    return model
+
+
+@pytest.mark.parametrize("kind, loss", [("functional dict", "mse"), ("subclassed tuple", ["mse", "mae"]),
+                                        ("subclassed tuple", "mae"), ("subclassed dict", {"a": "mse", "b": "mae"})])
+def test_keras_step__several_outputs_of_any_model_compiled_with_one_loss_or_a_loss_each_step_as_fit_does(kind, loss):
+    """One loss compiled for several outputs is each output's, as fit applies it (a dict of outputs compiled
+    with "mse" failed to import: the loss got the whole dict); a subclassed model, which has no symbolic
+    outputs, compiled with a loss per output was refused as having "no known output shape"."""
+    import tensorflow as tf
+
+    from graphs.tf.importer import keras_train_step
+
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype("float32")
+    a, b = np.ones((8, 3), "float32"), np.full((8, 2), -1.0, "float32")
+    y = (a, b) if kind == "subclassed tuple" else {"a": a, "b": b}
+    stepped, fitted = _two_output_model(kind, loss), _two_output_model(kind, loss)
+    step_loss = float(tf.function(keras_train_step(stepped)[0], autograph=False)(x, y))
+    fit_loss = float(np.ravel(fitted.train_on_batch(x, y))[0])
+    assert step_loss == pytest.approx(fit_loss, rel=1e-5)
+    for got, want in zip(stepped.weights, fitted.weights):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_keras_step__a_masked_two_output_models_loss_is_fits():
     """Several outputs' losses were each a plain function's mean: an Embedding's mask (``mask_zero``) was
     ignored, so the step's loss was not fit's (1.411 against 1.436 here). Each is now a Keras Loss, masked."""
