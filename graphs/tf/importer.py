@@ -518,7 +518,25 @@ def _load_saved_model(path: str):
     try:
         return keras.models.load_model(path, compile=True)
     except Exception as err:  # noqa: BLE001
-        raise PlacerError(f"cannot load Keras model {path!r}: {type(err).__name__}: {err}") from None
+        raise PlacerError(f"cannot load Keras model {path!r}: {_load_problem(err)}") from None
+
+
+_UNKNOWN_OBJECT = re.compile(r"Could not locate (class|function) '([^']+)'")
+_OBJECT_MODULE = re.compile(r"Full object config: \{'module': '([^']+)'")
+
+
+def _load_problem(err: Exception) -> str:
+    """Why Keras could not load a saved model, in one line: a class or function it could not find is named
+    (Keras's message held the whole model's config, thousands of characters, around it)."""
+    unknown = _UNKNOWN_OBJECT.search(str(err))
+    if unknown is None:
+        return one_line(f"{type(err).__name__}: {err}")
+    kind, name = unknown.groups()
+    module = _OBJECT_MODULE.search(str(err), unknown.end())
+    where = f" of module {module.group(1)!r}" if module else ""
+    return (f"its {kind} {name!r}{where} is not registered with Keras: decorate it with "
+            "@keras.saving.register_keras_serializable(), or import with --keras FILE.py:FUNCTION, a function "
+            f"that returns keras.models.load_model(PATH, custom_objects={{{name!r}: {name}}})")
 
 
 def _loss_callable(loss, model):

@@ -361,6 +361,26 @@ def test_graphs_import__a_missing_keras_file_is_named_before_tensorflow_loads(tm
     assert message in _error_line(capsys)
 
 
+def test_graphs_import__a_keras_file_of_an_unregistered_custom_layer_names_it_in_one_short_line(tmp_path, capsys):
+    """Keras's error held the whole model's config (about 2,000 characters, five lines) around the point."""
+    keras = pytest.importorskip("keras")
+
+    class Doubled(keras.layers.Layer):
+        def call(self, x):
+            return 2.0 * x
+
+    inputs = keras.Input((4,))
+    model = keras.Model(inputs, keras.layers.Dense(2)(Doubled(name="doubled")(inputs)))
+    model.compile(optimizer="sgd", loss="mse")
+    model.save(saved := tmp_path / "custom.keras")
+    out = tmp_path / "never.parquet"
+    assert main(["graphs", "import", "--keras", str(saved), "-o", str(out)]) == 2
+    error = _error_line(capsys)
+    assert f"cannot load Keras model '{saved}': its class 'Doubled' of module '{__name__}' is not registered" in error
+    assert "custom_objects={'Doubled': Doubled}" in error and "config" not in error and len(error) < 400
+    assert not out.exists()
+
+
 def test_graphs_import__bad_keras_spec_is_one_error_line_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "never.parquet"
     assert main(["graphs", "import", "--keras", f"{FIXTURES / 'broken_model.py'}:build", "-o", str(out)]) == 2
