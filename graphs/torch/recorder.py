@@ -45,6 +45,7 @@ NODE_KEY = "placer_op"  # key in an autograd node's metadata: the forward op it 
 ALIAS_OPS = {torch.ops.aten.detach.default, torch.ops.aten.alias.default, torch.ops.aten.lift_fresh.default}
 SKIPPED_NAMESPACES = {"prim", "profiler"}
 SCALAR_OP = torch.ops.aten._local_scalar_dense.default
+MAX_SCALAR_READS = 10_000  # a loop until a value changes reads 1 for ever: the import hung, its memory growing
 # In-place views (schema tag ``inplace_view``: squeeze_, unsqueeze_, t_, transpose_, as_strided_, detach_...)
 # change only the tensor's shape and strides, as a view does. ``resize_`` / ``resize_as_`` also do unless they
 # grow the storage: then they allocate the new storage and copy the old one's bytes into it. ``set_`` points
@@ -210,6 +211,7 @@ class OpRecorder(TorchDispatchMode):
         self._pending: list[tuple[int, list]] = []  # forward ops whose outputs' grad_fn is not stamped
         self._schemas: dict = {}
         self._num_consts = 0
+        self._scalar_reads = 0  # .item() and bool() of a tensor: each answers 1 (``_one_like``)
 
     # -- registration -----------------------------------------------------------------------------------
     def register(self, t: torch.Tensor, op: int, storage: bool = True) -> None:
@@ -253,6 +255,7 @@ class OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is SCALAR_OP:
+            self._count_scalar_read()
             return _one_like(args[0])
         if self.muted or func.namespace in SKIPPED_NAMESPACES:
             return func(*args, **kwargs)
@@ -287,6 +290,14 @@ class OpRecorder(TorchDispatchMode):
         problem = dtype_problem(func, args, kwargs)
         if problem is not None:
             raise PlacerError(f"aten.{func._overloadpacket.__name__} {self._where()} cannot run: {problem}")
+
+    def _count_scalar_read(self) -> None:
+        self._scalar_reads += 1
+        if self._scalar_reads > MAX_SCALAR_READS:
+            raise PlacerError(f"the step read a tensor's value more than {MAX_SCALAR_READS:,} times (.item(), or a "
+                              f"tensor in an if or while), the last {self._where()}: traced without data, every "
+                              "read answers 1 (True), so a loop until a value changes never ends; give such a "
+                              "loop a fixed number of steps")
 
     def _where(self) -> str:
         scope = self.current_scope()

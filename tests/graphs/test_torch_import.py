@@ -604,6 +604,33 @@ def test_trace_training_step__lstm_matmuls_counted_step_by_step():
     assert torch.backends.mkldnn.enabled  # the trace leaves the setting as it found it
 
 
+class HalvesWhileLarge(nn.Module):
+    """Halves its output while its largest value is above 1: ``rounds`` rounds at most, or no bound (None)."""
+
+    def __init__(self, rounds: int | None):
+        super().__init__()
+        self.linear, self.rounds = nn.Linear(4, 4), rounds
+
+    def forward(self, x):
+        h, done = self.linear(x), 0
+        while (self.rounds is None or done < self.rounds) and h.abs().max() > 1.0:
+            h, done = h / 2, done + 1
+        return h
+
+
+def test_trace_training_step__a_loop_until_a_tensors_value_changes_is_one_error_not_a_hang(monkeypatch):
+    """Traced without data every read of a value answers 1 (True): the loop never ended, the import's memory
+    growing (a review). A bounded loop reading values as often still imports."""
+    import graphs.torch.recorder as recorder
+
+    monkeypatch.setattr(recorder, "MAX_SCALAR_READS", 50)
+    graph = trace_training_step(HalvesWhileLarge(rounds=40), torch.randn(3, 4))
+    assert ((graph.op_kinds == "aten.gt") & (graph.phases == PHASE_CODE["forward"])).sum() == 40
+    with pytest.raises(PlacerError, match=r"the step read a tensor's value more than 50 times \(.item\(\), or a "
+                                          r"tensor in an if or while\), the last in the forward pass: .* never ends"):
+        trace_training_step(HalvesWhileLarge(rounds=None), torch.randn(3, 4))
+
+
 def test_trace_training_step__a_loss_without_gradient_is_refused_saying_why():
     """An integer output (argmax) has no gradient: the error says so, not autograd's 'element 0 of tensors
     does not require grad and does not have a grad_fn'."""
