@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns its exit status (130 after Ctrl-C). ``console_main`` is the program."""
     args = None
+    if problem := _command_line_problem(sys.argv[1:] if argv is None else argv):
+        print(f"placer: error: {problem}", file=sys.stderr)
+        return 1 if sys.stdout is None else 2
     try:
         args = build_parser().parse_args(argv)  # imports every command's module: Ctrl-C may come here too
         if getattr(args, "json", False):
@@ -94,6 +97,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:  # outside the command: while loading it, or at json_stdout's end
         return _interrupted(args if args is not None else _argv_as_parsed_so_far(argv))
+
+
+def _command_line_problem(words: list[str]) -> str:
+    """What keeps any command from running, said before one starts: a closed stdout (`>&-`: Python then has
+    no sys.stdout, and a command printed nothing, then failed with a traceback), or an argument that is not
+    UTF-8 (a path of other bytes: pyarrow, Ray's workers and the run log's JSON encode every path as UTF-8,
+    and failed with tracebacks and half-written files)."""
+    if sys.stdout is None:
+        return f"cannot write the output: {os.strerror(errno.EBADF)}"
+    for word in words:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"argument {os.fsencode(word)!r} is not UTF-8: give paths and names in UTF-8"
+    return ""
 
 
 def console_main() -> None:

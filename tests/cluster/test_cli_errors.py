@@ -578,3 +578,28 @@ def test_cli__an_output_that_cannot_be_written_is_one_error_line(argv, stdout):
     assert done.returncode == 1
     assert done.stderr.startswith("placer: error: cannot write the output: ") and done.stderr.count("\n") == 1, \
         done.stderr
+
+
+def test_cli__an_argument_that_is_not_utf8_is_one_error_before_anything_runs(tmp_path, capsys):
+    """A path of other bytes: pyarrow and Ray's workers encode paths as UTF-8; `graphs export` and `search`
+    ended in tracebacks, `train` left a checkpoint behind, `graphs show` called a good file damaged."""
+    out = os.fsdecode(bytes(tmp_path) + b"/graph\xff.parquet")
+    assert main(["graphs", "export", "synthetic:5", "-o", out]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == (
+        f"placer: error: argument {os.fsencode(out)!r} is not UTF-8: give paths and names in UTF-8\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["graphs", "list"], ["graphs", "export", "synthetic:5", "-o", "never.parquet"]])
+def test_cli__a_closed_stdout_is_one_error_line_before_the_command_runs(tmp_path, argv):
+    """`placer graphs list >&-`: Python starts without a sys.stdout, the command printed nothing, then failed
+    with an AttributeError; `graphs export` wrote its file first."""
+    import subprocess
+
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", *argv], cwd=tmp_path, env=env,
+                          stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), timeout=120)
+    assert done.returncode == 1
+    assert done.stderr == "placer: error: cannot write the output: Bad file descriptor\n"
+    assert list(tmp_path.iterdir()) == []
