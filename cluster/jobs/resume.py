@@ -48,14 +48,15 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         if name == "resume":
             continue
         value = tuple(value) if name == "baselines" else value
-        if _same(name, value, saved) or name in SESSION_SETTINGS:
+        if _same(name, value, saved, run_dir) or name in SESSION_SETTINGS:
             changes[name] = value
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
         else:
-            was = getattr(saved, name)
+            was, used = getattr(saved, name), _default_used(name, saved, run_dir)
             raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches "
                               + (f"with {was!r}" if was is not None else f"without {_flag(name)}")
+                              + (f" (so with {used!r})" if was is None and used is not None else "")
                               + ", and a resumed run keeps it (start a new run to change it)")
     _check_budget(run_dir, saved, changes)
     return replace(saved, resume=str(run_dir), **changes)
@@ -94,18 +95,40 @@ def _check_budget(run_dir, saved: SearchConfig, changes: dict) -> None:
 
 
 
-def _same(name: str, value, saved: SearchConfig) -> bool:
-    """A given value that changes nothing: the saved one, the measurer's default ``--runs`` / ``--warmup``
-    where the run recorded none (it used them), or ``--init pretrained`` where a gdp, placeto or giph run took
-    the default, which is the committed checkpoint (hsdag's default is scratch)."""
+def _same(name: str, value, saved: SearchConfig, run_dir) -> bool:
+    """A given value that changes nothing: the saved one, what the run used where it recorded none
+    (``_default_used``), or ``--init pretrained`` where a gdp, placeto or giph run took the default, which is
+    the committed checkpoint."""
     from policies.rl.gnn.config import KINDS
 
     was = getattr(saved, name)
-    if value is not None and was is None and name in ("runs", "warmup"):  # the measurer's default, which it used
+    if value is not None and was is None:
+        was = _default_used(name, saved, run_dir)
+    return value == was or (name == "init" and saved.policy in KINDS and {value, was} <= {None, "pretrained"})
+
+
+def _default_used(name: str, saved: SearchConfig, run_dir):
+    """What a run that recorded no ``name`` used: the measurer's ``--runs`` / ``--warmup``, hsdag's ``--init``
+    (scratch), and a placeto run's ``--order`` and ``--passes``: those of its network, built as the resume
+    builds it (from the run's own checkpoint once it has one; the order is the one its checkpoint was trained
+    in). None for any other setting."""
+    if name in ("runs", "warmup"):
         from measurers.timing import default_timing
 
-        was = getattr(default_timing(saved.measurer), name)
-    return value == was or (name == "init" and saved.policy in KINDS and {value, was} <= {None, "pretrained"})
+        return getattr(default_timing(saved.measurer), name)
+    if name == "init" and saved.policy == "hsdag":
+        from policies.rl.gnn.hsdag.config import HsdagConfig
+
+        return HsdagConfig.init
+    if name in ("order", "passes") and saved.policy == "placeto":
+        from cluster.jobs.config import CHECKPOINT_DIR
+        from policies.base import RunContext
+        from policies.registry import make_policy
+
+        policy = make_policy(saved.policy, init=saved.init, context=RunContext(Path(run_dir) / CHECKPOINT_DIR))
+        config = policy.config(saved.seed)
+        return config.order if name == "order" else config.greedy_passes
+    return None
 
 
 def _saved_config(manifest) -> SearchConfig:

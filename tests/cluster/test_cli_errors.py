@@ -294,23 +294,37 @@ def test_unwritable_path__a_rename_names_its_target_not_the_temp_file(tmp_path, 
     assert err.startswith(f"placer: error: {target}: ") and ".tmp" not in err, err
 
 
-def test_resume__init_pretrained_is_the_default_it_ran_with_and_another_init_is_refused(tmp_path):
+def test_resume__a_flag_given_with_the_default_the_run_used_is_no_change_and_another_is_refused(tmp_path):
+    """No --init, --order or --passes in the manifest: gdp took the committed checkpoint, hsdag scratch, placeto
+    2 passes and the order its committed checkpoint was trained in. ``--init scratch`` on the hsdag run and
+    ``--passes 2`` / ``--order`` of the checkpoint on the placeto run were refused as changes (a review)."""
     from test_analysis import write_run
 
     from cluster.jobs.resume import resume_config
     from graphs.errors import PlacerError
+    from policies.registry import make_policy
 
     runs = {}
-    for policy in ("gdp", "hsdag"):  # no init in the manifest: gdp took the committed checkpoint, hsdag scratch
+    for policy in ("gdp", "hsdag", "placeto"):
         runs[policy] = write_run(tmp_path / policy, policy=policy, graph=load_graph("synthetic:60"))
         manifest = json.loads((runs[policy] / "manifest.json").read_text())
         manifest["config"]["policy"] = policy
         (runs[policy] / "manifest.json").write_text(json.dumps(manifest))
         (runs[policy] / "grouping.npz").write_bytes(b"")  # a search run's (resume_config refuses others)
+    trained_order = make_policy("placeto").config(0).order
+    other_order = next(order for order in ("topo", "bfs") if order != trained_order)
     assert resume_config(runs["gdp"], {"init": "pretrained"}).init == "pretrained"
-    for policy, init in (("gdp", "scratch"), ("hsdag", "pretrained")):
-        with pytest.raises(PlacerError, match=f"--init '{init}': run .* searches without --init"):
-            resume_config(runs[policy], {"init": init})
+    assert resume_config(runs["hsdag"], {"init": "scratch"}).init == "scratch"
+    assert resume_config(runs["placeto"], {"passes": 2, "order": trained_order}).passes == 2
+    for policy, flags, message in (
+            ("gdp", {"init": "scratch"}, "--init 'scratch': run .* searches without --init, and"),
+            ("hsdag", {"init": "pretrained"}, r"--init 'pretrained': run .* searches without --init \(so with "
+                                              r"'scratch'\), and"),
+            ("placeto", {"passes": 3}, r"--passes 3: run .* searches without --passes \(so with 2\), and"),
+            ("placeto", {"order": other_order}, rf"--order '{other_order}': run .* searches without --order "
+                                                rf"\(so with '{trained_order}'\), and")):
+        with pytest.raises(PlacerError, match=message):
+            resume_config(runs[policy], flags)
 
 
 @pytest.mark.parametrize("command", ["search", "baselines"])
