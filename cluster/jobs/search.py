@@ -362,6 +362,8 @@ def _check_search_numbers(config: SearchConfig) -> None:
     if not 1 <= config.workers <= MAX_WORKERS:
         raise PlacerError(f"--workers must be from 1 to {MAX_WORKERS}, got {config.workers}")
     check_noise_std(config.noise_std, "--noise")
+    if config.noise_std and config.measurer != "sim":  # ignored, yet recorded in the manifest as the run's
+        raise PlacerError(f"--noise applies to the simulator only, not to the {config.measurer} measurer's real steps")
     check_seed(config.seed, "--seed")
     if isinstance(config.baselines, str):
         raise PlacerError(f"baselines must be a sequence of heuristic names, not the string {config.baselines!r}")

@@ -6,7 +6,8 @@ import re
 
 import numpy as np
 
-CHECK_PREFIX = re.compile(r"^Check '.*' failed at \S+:\d+:\s*")  # a failed C++ check's condition and source line
+# a failed C++ check's condition and source line, wherever it stands ("[CPU] Reshape node with name 'y' Check ...")
+CHECK_PREFIX = re.compile(r"Check '.*' failed at \S+:\d+:\s*")
 
 
 def random_inputs(model, seed: int, batch_size: int = 0) -> list[np.ndarray]:
@@ -35,6 +36,6 @@ def _dim(dimension, axis: int, batch_size: int) -> int:
 def ov_message(exc: BaseException) -> str:
     """OpenVINO's exception text without its C++ source locations ("Exception from src/...:" lines, the
     "Check '...' failed at src/...:" prefix)."""
-    lines = [CHECK_PREFIX.sub("", line.strip()) for line in str(exc).splitlines()]
+    lines = [CHECK_PREFIX.sub("", line).strip() for line in str(exc).splitlines()]
     kept = [line for line in lines if line and not line.startswith("Exception from ")]
     return " ".join(kept) or type(exc).__name__

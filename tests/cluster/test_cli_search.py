@@ -51,6 +51,8 @@ def test_search_cli__bad_graph_is_refused_before_the_progress_bar(tmp_path):
     (["--warmup", "10001"], "--warmup must be from 0 to 10,000"),
     (["--warmup", "2"], "--warmup 2: the simulator runs no warm-up"),  # it was recorded in the manifest, unused
     (["--noise", "-0.1"], "--noise must be a number from 0 to 10"),
+    (["--measurer", "openvino", "--noise", "0.1"],  # ignored by a real measurer, and recorded as the run's
+     "--noise applies to the simulator only, not to the openvino measurer's real steps"),
     (["--bound-time-limit", "-1"], "--bound-time-limit must be a finite number of seconds >= 0"),
     (["--resume", "no-such-run"], "no-such-run is not a run folder"),
     (["--policy", "exact", "--groups", "1500"], "--groups 1500: policy 'exact' places at most 1000 groups"),

@@ -489,3 +489,16 @@ def test_onnx_constant_nodes__are_no_ops_and_their_openvino_constants_follow_the
     assert len(readers) == 2 and all(devices[name] == devices[reader[0]] for name, reader in readers.items())
     np.testing.assert_allclose(measurer.infer_once(split)[0], measurer.infer_once(np.zeros(3, np.int64))[0],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_ov_message__drops_a_failed_checks_source_line_inside_a_line_too():
+    """A reshape the CPU plugin refuses puts the check after the node's name, mid-line: its condition and
+    source line stayed in the error (a review)."""
+    from measurers.openvino.inputs import ov_message
+
+    error = RuntimeError("Exception from src/inference/src/cpp/infer_request.cpp:223:\n[CPU] Reshape node with name "
+                         "'y' Check 'minusOneCount <= 1 && inputProduct == outputProduct' failed at "
+                         "src/plugins/intel_cpu/src/shape_inference/custom/reshape.cpp:77:\n[cpu]reshape: the shape "
+                         "of input data (1.4) conflicts with the reshape pattern (0.1)\n")
+    assert ov_message(error) == ("[CPU] Reshape node with name 'y' [cpu]reshape: the shape of input data (1.4) "
+                                 "conflicts with the reshape pattern (0.1)")
