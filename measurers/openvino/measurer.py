@@ -111,9 +111,12 @@ class OpenVinoMeasurer:
 
     def op_times_s(self, placement: np.ndarray) -> dict[int, float]:
         """Each op's own time under ``placement`` (every op of the graph, (N,) keys) from OpenVINO's
-        performance counters: ``warmup`` untimed inferences, then the median over ``runs`` of each node's
-        ``real_time`` summed per op. A node's time is the op's it belongs to (affinity.node_ops, the rule that
-        gives it a device): OpenVINO reads an ONNX ``Conv`` with a bias as ``c/WithoutBiases`` (the
+        performance counters: ``warmup`` untimed inferences, then the mean over ``runs`` of each node's
+        ``real_time`` summed per op. The CPU plugin's counters are running means since the model compiled
+        (whole microseconds), so they are read twice, after the warm-up and after the timed runs, and the
+        timed runs' mean is what the two readings give (``_timed_mean``): the median of the running means
+        kept the cold first inferences (a small model's op times summed to up to 20x its step). A node's
+        time is the op's it belongs to (affinity.node_ops, the rule that gives it a device): OpenVINO reads an ONNX ``Conv`` with a bias as ``c/WithoutBiases`` (the
         convolution) and ``c`` (the Add), and the convolution's time is the Conv's. The plugin rewrites the
         model before it runs it: an op it fused into another (relu into its convolution; bert's MatMul into a
         FullyConnected node named after the Add that follows), folded or optimized out runs no kernel of its
@@ -124,14 +127,15 @@ class OpenVinoMeasurer:
         owner = node_ops(self.model, self.matched)
         op_of_name = {node.get_friendly_name(): owner[node.get_name()]
                       for node in self.model.get_ops() if node.get_name() in owner}
-        for _ in range(self.settings.warmup):
+        warmup, runs = self.settings.warmup, self.settings.runs
+        for _ in range(warmup):
             request.infer()
-        samples: dict[int, list[float]] = {}
-        for _ in range(self.settings.runs):
+        warm = _times_by_op(request.get_profiling_info(), op_of_name) if warmup else {}
+        for _ in range(runs):
             request.infer()
-            for op, run_s in _times_by_op(request.get_profiling_info(), op_of_name).items():
-                samples.setdefault(op, []).append(run_s)
-        return {op: float(np.median(samples[op])) if op in samples else 0.0 for op in range(self.graph.num_ops)}
+        timed = _times_by_op(request.get_profiling_info(), op_of_name)
+        return {op: _timed_mean(timed.get(op, 0.0), warm.get(op, 0.0), warmup, runs)
+                for op in range(self.graph.num_ops)}
 
     def _request(self, placement: np.ndarray, config: dict | None = None):
         """An infer request of the placed model with the random inputs already set (host tensors)."""
@@ -147,6 +151,13 @@ class OpenVinoMeasurer:
         used = set(placement.tolist())
         return tuple(gpu_bytes(self.core, name) if i in used and device.kind == "gpu" else 0
                      for i, (device, name) in enumerate(zip(self.machine.devices, self.device_names)))
+
+
+def _timed_mean(mean_s: float, warm_mean_s: float, warmup: int, runs: int) -> float:
+    """The mean of the ``runs`` timed inferences from running means since the model compiled: ``mean_s`` over
+    all ``warmup + runs``, ``warm_mean_s`` over the warm-up (at least 0 s: the means are rounded). A plugin
+    whose counters hold the last inference's time gives about that time here once the warm-up settled it."""
+    return max(0.0, ((warmup + runs) * mean_s - warmup * warm_mean_s) / runs)
 
 
 def _times_by_op(infos, op_of_name: dict[str, int]) -> dict[int, float]:
