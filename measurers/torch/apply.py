@@ -102,12 +102,25 @@ class PlacedStep:
                 if slot in self.replay.leaves}
 
     def copy_to(self, model: torch.nn.Module) -> None:
-        """Write the current parameters and buffers into ``model`` (any module with the same names)."""
-        state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+        """Write the current parameters and buffers into ``model`` (any module with the same names and shapes).
+        Every one is checked to be there before any is written: a wrapped (``nn.Sequential(model)``) or renamed
+        model got none, silently, and one of other shapes was left half-written by torch's error."""
+        state = {**dict(model.named_parameters(remove_duplicate=False)),
+                 **dict(model.named_buffers(remove_duplicate=False))}
+        values = self.parameters()
+        missing = [name for name in values if name not in state]
+        if missing:
+            listed = _listed([repr(name) for name in missing])
+            raise PlacerError(f"copy_to: the model has no {listed} ({len(missing)} of the step's {len(values)} "
+                              "parameters and buffers); it takes a model whose modules are named as the traced one's")
+        other = [f"{name!r} {tuple(state[name].shape)}, not {tuple(value.shape)}" for name, value in values.items()
+                 if state[name].shape != value.shape]
+        if other:
+            raise PlacerError(f"copy_to: the model's shapes differ from the step's: {_listed(other)}; nothing "
+                              "was written")
         with torch.no_grad():
-            for name, value in self.parameters().items():
-                if name in state:
-                    state[name].copy_(value)
+            for name, value in values.items():
+                state[name].copy_(value)
 
     def _feed(self, inputs: tuple) -> None:
         if len(inputs) != len(self.example_inputs):
@@ -173,3 +186,8 @@ def _fresh_optimizer(step: MaterializedStep, options: dict) -> torch.optim.Optim
             if isinstance(state.get("step"), torch.Tensor):
                 state["step"].zero_()
     return optimizer
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    """The first ``shown`` of ``items``, and how many more."""
+    return ", ".join(items[:shown]) + (f" and {len(items) - shown} more" if len(items) > shown else "")

@@ -115,6 +115,23 @@ def test_apply_torch__placed_training_matches_unplaced_training(torch_run):
     assert all(torch.equal(p, params[name]) for name, p in model.named_parameters())
 
 
+def test_apply_torch__copy_to_a_model_named_or_shaped_otherwise_is_refused_and_writes_nothing(torch_run):
+    """A wrapped model (``nn.Sequential(model)``: names ``0.fc1.weight``...) got none of the trained weights and
+    no word of it; one of another width was left half-written by torch's error (a review)."""
+    run_dir, _ = torch_run
+    step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+    wrapped = torch.nn.Sequential(tiny_torch_classifier()[0])
+    wider = tiny_torch_classifier(hidden=32)[0]
+    for model, message in ((wrapped, r"copy_to: the model has no 'fc1.weight', 'fc1.bias', 'fc2.weight' and \d+ "
+                                     r"more \(\d+ of the step's \d+ parameters and buffers\)"),
+                           (wider, r"copy_to: the model's shapes differ from the step's: 'fc1.weight' \(32, \d+\), "
+                                   r"not \(\d+, \d+\), .*; nothing was written")):
+        before = {name: value.clone() for name, value in model.state_dict().items()}
+        with pytest.raises(PlacerError, match=message):
+            step.copy_to(model)
+        assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
+
+
 def test_apply_torch__a_model_of_another_width_is_refused_naming_the_hash(torch_run):
     run_dir, graph = torch_run
     wider = functools.partial(tiny_torch_classifier, hidden=32)
