@@ -48,12 +48,13 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         if name == "resume":
             continue
         value = tuple(value) if name == "baselines" else value
-        if _same(name, value, saved, run_dir) or name in SESSION_SETTINGS:
+        was = getattr(saved, name)
+        used = _default_used(name, saved, run_dir) if value is not None and was is None else was
+        if _same(name, value, used, saved) or name in SESSION_SETTINGS:
             changes[name] = value
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
         else:
-            was, used = getattr(saved, name), _default_used(name, saved, run_dir)
             raise PlacerError(f"{_flag(name)} {value!r}: run {run_dir} searches "
                               + (f"with {was!r}" if was is not None else f"without {_flag(name)}")
                               + (f" (so with {used!r})" if was is None and used is not None else "")
@@ -95,16 +96,13 @@ def _check_budget(run_dir, saved: SearchConfig, changes: dict) -> None:
 
 
 
-def _same(name: str, value, saved: SearchConfig, run_dir) -> bool:
-    """A given value that changes nothing: the saved one, what the run used where it recorded none
-    (``_default_used``), or ``--init pretrained`` where a gdp, placeto or giph run took the default, which is
+def _same(name: str, value, used, saved: SearchConfig) -> bool:
+    """A given value that changes nothing: what the run used (its saved value, or where it recorded none,
+    ``_default_used``), or ``--init pretrained`` where a gdp, placeto or giph run took the default, which is
     the committed checkpoint."""
     from policies.rl.gnn.config import KINDS
 
-    was = getattr(saved, name)
-    if value is not None and was is None:
-        was = _default_used(name, saved, run_dir)
-    return value == was or (name == "init" and saved.policy in KINDS and {value, was} <= {None, "pretrained"})
+    return value == used or (name == "init" and saved.policy in KINDS and {value, used} <= {None, "pretrained"})
 
 
 def _default_used(name: str, saved: SearchConfig, run_dir):

@@ -116,11 +116,12 @@ class OpenVinoMeasurer:
         (whole microseconds), so they are read twice, after the warm-up and after the timed runs, and the
         timed runs' mean is what the two readings give (``_timed_mean``): the median of the running means
         kept the cold first inferences (a small model's op times summed to up to 20x its step). A node's
-        time is the op's it belongs to (affinity.node_ops, the rule that gives it a device): OpenVINO reads an ONNX ``Conv`` with a bias as ``c/WithoutBiases`` (the
-        convolution) and ``c`` (the Add), and the convolution's time is the Conv's. The plugin rewrites the
-        model before it runs it: an op it fused into another (relu into its convolution; bert's MatMul into a
-        FullyConnected node named after the Add that follows), folded or optimized out runs no kernel of its
-        own and gets 0 s, its time being in the node that ran. Nodes the plugin added (layout reorders) are
+        time is the op's it belongs to (affinity.node_ops, the rule that gives it a device): OpenVINO reads
+        an ONNX ``Conv`` with a bias as ``c/WithoutBiases`` (the convolution) and ``c`` (the Add), and the
+        convolution's time is the Conv's. The plugin rewrites the model before it runs it: an op it fused
+        into another (relu into its convolution; bert's MatMul into a FullyConnected node named after the Add
+        that follows), folded or optimized out runs no kernel of its own and gets 0 s, its time being in the
+        node that ran. Nodes the plugin added (layout reorders) are
         no op's and are left out. So on one device the times add up to the step; split, an op fused across
         the cut is timed as it ran fused."""
         request = self._request(check_placement(self.graph, self.machine, placement), {"PERF_COUNT": True})
