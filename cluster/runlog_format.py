@@ -19,6 +19,7 @@ from typing import Collection, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as pds
 import pyarrow.parquet as pq
 
@@ -219,11 +220,34 @@ def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
                 raise
         except pa.ArrowException as exc:  # a part that is not Parquet, or cut short
             raise PlacerError(f"{folder}: a run log file is damaged ({exc})") from None
+    _check_rows(table, folder, schema)
     table = table.sort_by("seq")
     seq = table.column("seq").to_numpy()  # (R,) sorted
     first = np.ones(len(seq), dtype=bool)
     first[1:] = seq[1:] != seq[:-1]
     return table if first.all() else table.filter(pa.array(first))
+
+
+NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status")), (METRIC_SCHEMA, ("seq", "iteration", "name")))
+"""Columns no row of a log leaves empty: rows are ordered and told apart by seq, counted by status."""
+
+
+def _check_rows(table: pa.Table, folder: Path, schema: pa.Schema) -> None:
+    """Rows a writer never logs (an empty seq or status; an ok row whose step time is negative, NaN or
+    infinite) are a PlacerError naming the folder: read on, they were a traceback or a best of -1 s."""
+    required = next((columns for known, columns in NON_NULL_COLUMNS if known.equals(schema)), ())
+    for name in required:
+        if table.column(name).null_count:
+            raise PlacerError(f"{folder}: a run log file is damaged: {table.column(name).null_count} rows have "
+                              f"no {name}")
+    if "status" not in required:
+        return
+    ok = pc.equal(table.column("status"), "ok")
+    runtime_s = table.column("runtime_s").filter(ok).to_numpy(zero_copy_only=False)  # (ok rows,)
+    bad = ~(np.isfinite(runtime_s) & (runtime_s >= 0))
+    if bad.any():
+        raise PlacerError(f"{folder}: a run log file is damaged: {int(bad.sum())} rows of status ok have a "
+                          f"runtime_s that is not a duration (first: {float(runtime_s[bad][0])})")
 
 
 def check_run_log(folder: str | os.PathLike) -> None:
@@ -234,7 +258,18 @@ def check_run_log(folder: str | os.PathLike) -> None:
     for sub, schema in ((MEASUREMENTS_DIR, MEASUREMENT_SCHEMA), (METRICS_DIR, METRIC_SCHEMA)):
         if (Path(folder) / sub).is_dir():
             _check_parts(Path(folder) / sub, schema)
+            _check_rows(_checked_columns(Path(folder) / sub, schema), Path(folder) / sub, schema)
     read_best(folder)
+
+
+def _checked_columns(folder: Path, schema: pa.Schema) -> pa.Table:
+    """The columns _check_rows reads, of every part (not the placements: a long run's are large)."""
+    names = [name for name in ("seq", "iteration", "name", "status", "runtime_s") if name in schema.names]
+    parts = [str(part) for part in part_files(folder)]
+    try:
+        return pds.dataset(parts, format="parquet", schema=schema).to_table(columns=names)
+    except pa.ArrowException as exc:
+        raise PlacerError(f"{folder}: a run log file is damaged ({exc})") from None
 
 
 def _check_parts(folder: Path, schema: pa.Schema) -> None:

@@ -12,7 +12,7 @@ import argparse
 import math
 
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
-from cluster.commands.paths import output_folder
+from cluster.commands.paths import runs_folder
 from cluster.jsonout import emit_json
 
 
@@ -44,7 +44,7 @@ def register(subparsers) -> None:
                         metavar="S", help=f"seconds for the proven bound on the searches' groups (placer bound; "
                                           f"default {d.bound_time_limit_s:g}, 0: the closed form only)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--out", default=None, metavar="DIR", type=output_folder, help="write a run log under DIR")
+    parser.add_argument("--out", default=None, metavar="DIR", type=runs_folder, help="write a run log under DIR")
     parser.set_defaults(func=_run)
 
 

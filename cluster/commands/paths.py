@@ -76,6 +76,21 @@ def output_folder(text: str) -> str:
     return text
 
 
+RUN_MANIFEST = "manifest.json"  # cluster.runlog_format.MANIFEST_FILE, not imported here (pyarrow, pandas)
+
+
+def runs_folder(text: str) -> str:
+    """``output_folder`` for a folder run folders are made in: not a run folder nor inside one. A run made
+    in another's folder was never found: analyze reads a run folder's own log and looks no deeper."""
+    text = output_folder(text)
+    for folder in (Path(text).absolute(), *Path(text).absolute().parents):
+        if (folder / RUN_MANIFEST).is_file():
+            where = "is" if folder == Path(text).absolute() else f"lies inside {folder},"
+            raise argparse.ArgumentTypeError(f"{text} {where} a run folder: run folders are made beside each "
+                                             "other, not in one another; choose another folder")
+    return text
+
+
 def _check_parents(path: Path) -> None:
     """The nearest existing ancestor of ``path`` must be a folder this process may write into (missing
     ones are made when written; the result is written there under a temporary name, then renamed)."""

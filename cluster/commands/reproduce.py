@@ -10,7 +10,7 @@ import math
 import sys
 import time
 
-from cluster.commands.paths import output_folder
+from cluster.commands.paths import runs_folder
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 
@@ -26,7 +26,7 @@ def default_out(quick: bool) -> str:
 
     text = DEFAULT_OUT + ("-quick" if quick else "")
     try:
-        return output_folder(text)
+        return runs_folder(text)
     except ArgumentTypeError as exc:
         raise PlacerError(f"--out (default {text}): {exc}") from None
 
@@ -52,7 +52,7 @@ def register(subparsers) -> None:
     p.add_argument("--rows", nargs="+", default=(), metavar="ROW",
                    help="run and show only these rows: GRAPH (on every machine) or GRAPH:MACHINE")
     p.add_argument("--quick", action="store_true", help="small budgets: the whole table in a few minutes")
-    p.add_argument("--out", default=None, metavar="DIR", type=output_folder,
+    p.add_argument("--out", default=None, metavar="DIR", type=runs_folder,
                    help=f"folder the experiment folder is made in (default {DEFAULT_OUT}; with --quick "
                         f"{DEFAULT_OUT}-quick)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one (or RAY_ADDRESS)")

@@ -9,7 +9,7 @@ from pathlib import Path
 from cluster import raylet_watch
 from cluster.commands.console import PROGRESS_LINE_EVERY_S, seconds_text
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
-from cluster.commands.paths import output_folder
+from cluster.commands.paths import runs_folder
 from cluster.jsonout import emit_json
 
 _TIMED_BY = {"sim": "simulated", "torch": "measured PyTorch", "tf": "measured TensorFlow",
@@ -59,7 +59,7 @@ def register(subparsers) -> None:
                    help=f"seconds for the proven bound on the searched groups, solved while the search runs "
                         f"(placer bound; default {d.bound_time_limit_s:g}, 0: the closed form only)")
     p.add_argument("--ray-address", help="join this Ray cluster instead of starting a local one")
-    p.add_argument("--out", type=output_folder, help=f"folder for run folders (default {d.out})")
+    p.add_argument("--out", type=runs_folder, help=f"folder for run folders (default {d.out})")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a stopped run with its own settings")
     p.add_argument("--warm-start", nargs="?", const="auto", metavar="SOURCE",
                    help="learned policies, exact and annealing: start from these placements (learners imitate "

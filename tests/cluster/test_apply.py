@@ -3,6 +3,7 @@ another model is refused by its graph hash, and `placer apply` summarizes the pl
 
 import functools
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -176,6 +177,17 @@ def test_apply__a_run_without_a_best_placement_is_refused(tmp_path):
         apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
     (run_dir / "best_placement.json").write_text("[0, 1")
     with pytest.raises(PlacerError, match=r"best_placement\.json is damaged"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+
+
+def test_apply__a_best_placement_file_removed_from_a_run_whose_log_has_one_says_so(torch_run, tmp_path):
+    """It said the run "finished without one: no placement it measured ran", which its log contradicted."""
+    run_dir = tmp_path / torch_run[0].name
+    shutil.copytree(torch_run[0], run_dir)
+    (run_dir / "best_placement.json").unlink()
+    (run_dir / "result.json").write_text("{}")
+    with pytest.raises(PlacerError, match="no best placement .*its log holds 1 placement measured ok, so the file "
+                                          "was removed or lost"):
         apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
 
 

@@ -76,6 +76,29 @@ def test_output_paths__refused_when_parsed(tmp_path, a_file, capsys, argv_of, me
     assert sorted(p.name for p in tmp_path.iterdir()) == ["F", "folder"] and list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize("command", [["search", *GRAPH], ["baselines", *GRAPH], ["reproduce", "mirhoseini2017",
+                                                                                   "--quick"]])
+@pytest.mark.parametrize("inside", ["", "sub"])
+def test_output_paths__a_run_folder_or_one_inside_it_is_refused_as_out(tmp_path, capsys, command, inside):
+    """A search made its run inside another run's folder, where analyze (which reads a run folder's own log
+    and looks no deeper) never found it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text("{}")
+    out = run / inside if inside else run
+    assert _exit_status([*command, "--out", str(out)]) == 2
+    assert f"lies inside {run}, a run folder" in one_placer_error(capsys) if inside else \
+        f"{run} is a run folder: run folders are made beside each other" in one_placer_error(capsys)
+    assert sorted(p.name for p in run.iterdir()) == ["manifest.json"]
+
+
+def test_output_paths__the_run_manifest_name_is_the_run_logs():
+    from cluster.commands.paths import RUN_MANIFEST
+    from cluster.runlog import MANIFEST_FILE
+
+    assert RUN_MANIFEST == MANIFEST_FILE
+
+
 @pytest.mark.parametrize("argv_of", [
     lambda d: ["graphs", "export", "synthetic:60", "-o", str(d / "g.parquet")],
     lambda d: ["simulate", *GRAPH, "--policy", "single-gpu", "--trace", str(d / "sub" / "t.json")],

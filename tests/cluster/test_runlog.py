@@ -339,6 +339,30 @@ def test_runlog__a_part_without_a_column_every_version_writes_is_damaged(tmp_pat
             read(run)
 
 
+@pytest.mark.parametrize("column, value, message", [
+    ("seq", None, "1 rows have no seq"),
+    ("status", None, "1 rows have no status"),
+    ("runtime_s", -1.0, r"1 rows of status ok have a runtime_s that is not a duration \(first: -1.0\)"),
+    ("runtime_s", float("nan"), "1 rows of status ok have a runtime_s that is not a duration"),
+])
+def test_runlog__a_row_no_writer_logs_is_damaged(tmp_path, manifest, column, value, message):
+    """A null seq was a traceback on --resume (NaN to int); a null status a row counted nowhere; an ok row of
+    -1 s analysed as a best of -1 s, and a resume copied it into a best placement file every reader refused."""
+    with RunLogWriter.create(tmp_path, manifest) as log:
+        for i in range(3):
+            log.append(_result(i))
+    run = tmp_path / manifest.run_id
+    part = next((run / "measurements").glob("*.parquet"))
+    table = pq.read_table(part)
+    values = table.column(column).to_pylist()
+    values[1] = value
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column,
+                                    pa.array(values, table.schema.field(column).type)), part)
+    for read in (read_run, check_run_log):
+        with pytest.raises(PlacerError, match=f"measurements: a run log file is damaged: {message}"):
+            read(run)
+
+
 _BEST = {"run_id": "r", "seq": 0, "runtime_s": 1.0, "placement": [1, 0], "updated_at": "t", "placement_level": "op"}
 
 
