@@ -80,11 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"placer: error: {problem}", file=sys.stderr)
         return 1 if sys.stdout is None else 2
     try:
-        args = build_parser().parse_args(argv)  # imports every command's module: Ctrl-C may come here too
-        if getattr(args, "json", False):
-            with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
-                return _run(args)
-        return _run(args)
+        # `kill`, `ray job stop`: stopped as Ctrl-C stops it (exit 130), also while the commands load
+        with ray_setup.sigterm_as_ctrl_c():
+            args = build_parser().parse_args(argv)  # imports every command's module: Ctrl-C may come here too
+            if getattr(args, "json", False):
+                with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
+                    return _run(args)
+            return _run(args)
     except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
         _stdout_to_devnull()
         return 141
@@ -202,8 +204,7 @@ def _argv_as_parsed_so_far(argv: list[str] | None) -> argparse.Namespace:
 def _run(args: argparse.Namespace) -> int:
     try:
         check_outputs_spare_inputs(args)
-        with ray_setup.sigterm_as_ctrl_c():  # `kill`, `ray job stop`: stopped as Ctrl-C stops it (exit 130)
-            status = int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a reader that left is caught, not at the interpreter's exit
         return status
     except PlacerError as exc:

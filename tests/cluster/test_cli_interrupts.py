@@ -50,6 +50,15 @@ CTRL_C_AT = {
             register(subparsers)
         machines.register = register_with_ctrl_c
         """,
+    # `kill` while main loads the commands: SIGTERM killed the process there (status 143, no --json document)
+    "loading_sigterm": """
+        import cluster.commands.machines as machines
+        register = machines.register
+        def register_with_sigterm(subparsers):
+            os.kill(os.getpid(), signal.SIGTERM)
+            register(subparsers)
+        machines.register = register_with_sigterm
+        """,
 }
 
 
@@ -68,7 +77,7 @@ def test_cli__ctrl_c_outside_the_command_exits_130_with_no_traceback(at):
     assert done.returncode == 130, (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
     (document,) = _json_documents(done.stdout)  # --json: still exactly one document
-    if at == "loading":
+    if at.startswith("loading"):
         assert done.stderr.endswith("placer: interrupted\n")
         assert document == {"stop_reason": "interrupted", "command": "machines"}
     else:
