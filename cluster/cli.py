@@ -15,7 +15,7 @@ import sys
 
 from cluster import ray_setup, raylet_watch
 from cluster.commands import COMMAND_MODULES
-from cluster.commands.paths import check_outputs_spare_inputs
+from cluster.commands.paths import check_outputs_spare_inputs, standard_output_file
 from cluster.jsonout import emit_json, json_emitted, json_stdout, writes_to_fd1
 from graphs.errors import PlacerError
 
@@ -83,10 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         # `kill`, `ray job stop`: stopped as Ctrl-C stops it (exit 130), also while the commands load
         with ray_setup.sigterm_as_ctrl_c():
             args = build_parser().parse_args(argv)  # imports every command's module: Ctrl-C may come here too
+            stdout_file = standard_output_file()
             if getattr(args, "json", False):
                 with json_stdout():  # stdout: the one JSON document; everything else (Ray, C libraries): stderr
-                    return _run(args)
-            return _run(args)
+                    return _run(args, stdout_file)
+            return _run(args, stdout_file)
     except BrokenPipeError:  # the reader of stdout left (`placer ... | head`): stop quietly, as shell tools do
         _stdout_to_devnull()
         return 141
@@ -201,9 +202,9 @@ def _argv_as_parsed_so_far(argv: list[str] | None) -> argparse.Namespace:
     return argparse.Namespace(command=next((w for w in words if w in COMMAND_NAMES), None), json="--json" in words)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, stdout_file: tuple[int, int] | None = None) -> int:
     try:
-        check_outputs_spare_inputs(args)
+        check_outputs_spare_inputs(args, stdout_file)
         status = int(args.func(args) or 0)
         sys.stdout.flush()  # here, where a reader that left is caught, not at the interpreter's exit
         return status

@@ -121,14 +121,16 @@ OUTPUT_FILE_ARGS = ("output", "machine_out", "trace", "out", "module_map")  # ..
 RUN_FOLDER_ARGS = ("placement",)  # ... and run folders read (a run folder or its best placement file)
 
 
-def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
-    """No file the command writes may be a file it reads: `placer profile --graph g.parquet -o g.parquet`
-    replaced the graph with the profile. One PlacerError naming both arguments, before any work."""
+def check_outputs_spare_inputs(args: argparse.Namespace, stdout_file: tuple[int, int] | None = None) -> None:
+    """No file the command writes may be a file it reads (`placer profile --graph g.parquet -o g.parquet`
+    replaced the graph with the profile), nor ``stdout_file`` (standard_output_file()). One PlacerError
+    naming the arguments, before any work."""
     from graphs.errors import PlacerError
 
     outputs = [(dest, value) for dest in OUTPUT_FILE_ARGS if isinstance(value := getattr(args, dest, None), str)]
     if not outputs:  # nothing written: no input file (or a graph file's footer) to read for this
         return
+    _check_outputs_spare_stdout(outputs, stdout_file)
     inputs = {}
     for dest in INPUT_FILE_ARGS:
         value = getattr(args, dest, None)
@@ -145,6 +147,34 @@ def check_outputs_spare_inputs(args: argparse.Namespace) -> None:
             raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_as} this command reads: writing it "
                               "would replace it")
     _check_outputs_outside_runs_read(args)
+
+
+def standard_output_file() -> tuple[int, int] | None:
+    """(device, inode) of the regular file standard output goes to, or None (a pipe, a terminal, none): read
+    before --json points file descriptor 1 at stderr."""
+    import stat
+
+    try:
+        stdout = os.fstat(1)
+    except OSError:
+        return None
+    return (stdout.st_dev, stdout.st_ino) if stat.S_ISREG(stdout.st_mode) else None
+
+
+def _check_outputs_spare_stdout(outputs: list[tuple[str, str]], stdout_file: tuple[int, int] | None) -> None:
+    """No file the command writes may be the file its standard output goes to: `placer simulate --json --trace
+    /dev/stdout > out.json` renamed the trace over out.json, the report went to the replaced file, exit 0.
+    (A pipe or a terminal is no regular file: output_file refuses those when parsed.)"""
+    from graphs.errors import PlacerError
+
+    for dest, value in outputs if stdout_file is not None else ():
+        try:
+            written = os.stat(Path(value).expanduser())
+        except OSError:  # not there yet (or unreadable: writing it says why)
+            continue
+        if (written.st_dev, written.st_ino) == stdout_file:
+            raise PlacerError(f"--{dest.replace('_', '-')} {value} is the file this command's standard output goes "
+                              "to: writing it would replace the command's own report")
 
 
 def _graph_model_files(graph_file: Path) -> list[Path]:

@@ -617,6 +617,23 @@ def test_cli__an_output_that_cannot_be_written_is_one_error_line(argv, stdout):
         done.stderr
 
 
+@pytest.mark.parametrize("name", ["/dev/stdout", "out.json"])
+def test_cli__an_output_file_that_is_where_stdout_goes_is_refused(tmp_path, name):
+    """`placer simulate --json --trace /dev/stdout > out.json` renamed the trace over out.json and printed the
+    report into the replaced file: out.json held the trace alone, exit 0."""
+    import subprocess
+
+    out = tmp_path / "out.json"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    with open(out, "w") as stdout:
+        done = subprocess.run([sys.executable, "-m", "cluster.cli", "simulate", *GRAPH, "--policy", "single-gpu",
+                               "--json", "--trace", name], cwd=tmp_path, env=env, stdout=stdout,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "is the file this command's standard output goes to" in done.stderr and done.stderr.count("\n") == 1
+    assert out.read_text() == "" and sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
 def test_cli__an_argument_that_is_not_utf8_is_one_error_before_anything_runs(tmp_path, capsys):
     """A path of other bytes: pyarrow and Ray's workers encode paths as UTF-8; `graphs export` and `search`
     ended in tracebacks, `train` left a checkpoint behind, `graphs show` called a good file damaged."""
