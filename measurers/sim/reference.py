@@ -27,9 +27,9 @@ Op times come from ``measurers.sim.costs.op_time_matrix`` (roofline, or a measur
   for the next free slot, whatever its position. The step time (``runtime_s``) is the time of the last
   event.
 - Memory, per device. Parameters (``param_bytes``) are resident for the whole step on their op's device.
-  An op's output (``out_bytes``; zero for Variable-like ops, whose output *is* the resident parameter) is
-  allocated when the op starts and freed when the last of its uses ends; its uses are its consumers on the
-  same device and its outgoing transfers (the send reads it). Output nobody uses is freed when the op ends.
+  An op's output (``out_bytes``; zero for Variable-like ops and variable reads, whose output *is* the
+  resident parameter) is allocated when the op starts and freed when the last of its uses ends; its uses are
+  its consumers on the same device and its outgoing transfers (the send reads it). Output nobody uses is freed when the op ends.
   A received copy is allocated on the receiver when its transfer starts and freed when its last consumer
   there ends. ``peak_bytes`` is the largest total after any allocation. A peak above the device's
   ``memory_bytes`` gives status ``"oom"`` (``runtime_s`` still computed); it is never an exception. A
@@ -52,7 +52,10 @@ from measurers.sim.links import link_table
 from measurers.sim.result import SimResult, Timeline
 
 ENGINES = ("reference", "fast")
-VARIABLE_KINDS = frozenset({"Variable", "VariableV2", "VarHandleOp"})  # output aliases the resident parameter
+# Ops whose output aliases the resident parameter: TensorFlow's reads of a resource variable (colocated with it
+# at import) hand out its buffer, not a copy; counted as an allocation, a Keras MLP's simulated peak was 1.75x
+# that of the same model imported from PyTorch (every kernel and Adam slot once more).
+VARIABLE_KINDS = frozenset({"Variable", "VariableV2", "VarHandleOp", "ReadVariableOp"})
 
 
 def simulate(graph: OpGraph, machine: Machine, placement, *, engine: str = "fast", timeline: bool = False,
