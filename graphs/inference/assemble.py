@@ -2,7 +2,7 @@
 
 An importer walks its model in topological order and hands over one ``NodeCost`` per op and the tensors
 between ops; this module sums tensors between the same two ops into one edge, derives scopes from the
-names, marks every op forward and records what has no FLOP formula.
+names (or takes those the model file records), marks every op forward and records what has no FLOP formula.
 
 A subgraph op (ONNX If / Loop / Scan / SequenceMap, OpenVINO If / Loop / TensorIterator) is one op whose
 ``body_bytes`` are what its bodies' ops read and write over all its runs; where they are known, they are its
@@ -36,6 +36,8 @@ class NodeCost:
     # the weights inside its bodies, once)
     body_bytes: int | None = None  # a subgraph op whose bodies are costed: what their ops access (read and
     # write) over all its runs, its bytes accessed (``accessed_bytes``); None: any other op
+    scope: str | None = None  # the module path the model file records for the op (torch's current ONNX exporter's
+    # metadata: graphs.inference.onnx_scopes); None: its name's (``scope_of``)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class ImportedModel:
     # bodies without a FLOP formula (their subgraph op's FLOPs lack theirs)
     bodies_not_costed: dict = field(default_factory=dict)  # {subgraph op's name (a nested one's path, outer/inner):
     # why its bodies' cost is unknown (its trip count)}: imported with bytes only, as an op without a formula
+    unused_by_op: dict = field(default_factory=dict)  # {op type: count} of the nodes no graph output depends on,
+    # left out (graphs.inference.onnx_live)
 
 
 @dataclass
@@ -146,8 +150,9 @@ def unique_names(names: list[str]) -> list[str]:
 def to_opgraph(model: ImportedModel) -> OpGraph:
     """The OpGraph of an imported inference model; meta carries the model file and the op types without
     a FLOP formula, inside subgraph bodies too (``{}`` when every op had one), and where there are any, the
-    input sizes the user gave, the count of tensors without a size and the subgraph ops whose bodies could
-    not be costed (``bodies_not_costed``)."""
+    input sizes the user gave, the count of tensors without a size, the subgraph ops whose bodies could
+    not be costed (``bodies_not_costed``) and the nodes left out as no output depends on them
+    (``unused_nodes``, ``unused_nodes_by_op``)."""
     nodes = model.nodes
     pair_bytes: dict[tuple[int, int], int] = defaultdict(int)
     for src, dst, size in model.edges:
@@ -169,7 +174,7 @@ def to_opgraph(model: ImportedModel) -> OpGraph:
         edge_src=np.array([p[0] for p in pairs], dtype=np.int64),
         edge_dst=np.array([p[1] for p in pairs], dtype=np.int64),
         edge_bytes=np.array([pair_bytes[p] for p in pairs], dtype=np.int64),
-        scopes=np.array([scope_of(node.name) for node in nodes], dtype=object),
+        scopes=np.array([scope_of(node.name) if node.scope is None else node.scope for node in nodes], dtype=object),
         phases=np.full(len(nodes), PHASE_CODE["forward"], dtype=np.int8),
         batch_size=model.batch_size,
         num_params=model.num_params,
@@ -204,4 +209,7 @@ def _meta(model_file: str, ops_without_flops: dict, model: ImportedModel) -> dic
         meta["unsized_tensors_by_op"] = dict(sorted(model.unsized_by_op.items()))
     if model.bodies_not_costed:
         meta["bodies_not_costed"] = dict(model.bodies_not_costed)
+    if model.unused_by_op:
+        meta["unused_nodes"] = sum(model.unused_by_op.values())
+        meta["unused_nodes_by_op"] = dict(sorted(model.unused_by_op.items()))
     return meta

@@ -7,12 +7,15 @@ op of no parameters made the two importers disagree on one model and gave the pl
 So a default-domain Constant is read as an initializer: its tensor (``value``, or the tensor ``value_float``,
 ``value_ints``, ... stand for) is weight bytes of each node that reads it and ``param_bytes`` of the first,
 and not an op. The OpenVINO measurer's matching of ONNX nodes to ops (measurers.openvino.onnx_ops) leaves
-them out by the same test.
+them out by the same test. So are the nodes no graph output depends on (graphs.inference.onnx_live), which
+OpenVINO's reader leaves out: ``op_nodes`` is what both the importer and the measurer count as the ops.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from graphs.inference.onnx_live import live_indices
 
 DEFAULT_DOMAINS = ("", "ai.onnx")
 
@@ -29,9 +32,15 @@ def is_constant(node) -> bool:
     return node.op_type == "Constant" and node.domain in DEFAULT_DOMAINS
 
 
+def op_indices(graph) -> list[int]:
+    """The indices in ``graph.node`` of the nodes that are ops, in order: those a graph output depends on
+    (graphs.inference.onnx_live), Constants aside."""
+    return [i for i in live_indices(graph) if not is_constant(graph.node[i])]
+
+
 def op_nodes(graph) -> list:
-    """The nodes of ``graph`` that are ops, in order: every node but its Constants."""
-    return [node for node in graph.node if not is_constant(node)]
+    """The nodes of ``graph`` that are ops, in order: every node a graph output depends on but its Constants."""
+    return [graph.node[i] for i in op_indices(graph)]
 
 
 def constant_tensors(graph) -> dict[str, ConstantTensor]:

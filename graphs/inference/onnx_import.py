@@ -3,7 +3,11 @@
 Graph inputs, initializers and default-domain Constant nodes are not ops: an initializer's (or a Constant's
 tensor's, graphs.inference.onnx_constants: OpenVINO reads both as its Constant) bytes are resident
 ``param_bytes`` of the first node that reads it (each counted once), and every node that reads it pays its
-bytes in ``bytes_accessed``; the float ones count in ``num_params``. Tensor sizes come from
+bytes in ``bytes_accessed``; the float ones count in ``num_params``. Nor are the nodes no graph output depends
+on (graphs.inference.onnx_live: OpenVINO's reader leaves them out, no runtime runs them), inside bodies too;
+a weight only they read, or none, is no parameter. An op's scope is the module path torch's current exporter
+records in its node's metadata (graphs.inference.onnx_scopes), else the one its name gives (the legacy
+exporter's ``/module/Op``: graphs.inference.assemble.scope_of). Tensor sizes come from
 ``onnx.shape_inference``, run after the inputs' sizes are fixed (graphs.inference.input_shapes: a leading dim
 without a size is the batch, 1, unless sizes are given; a named dim takes the size given for its name; any
 other must be given), helped through the shape arithmetic of older exports it leaves unknown
@@ -45,6 +49,7 @@ subgraph op's FLOPs lacking it.
 from __future__ import annotations
 
 import math
+import sys
 from collections import ChainMap, Counter
 from functools import cached_property
 from pathlib import Path
@@ -55,9 +60,11 @@ from graphs.files import file_problem
 from graphs.inference.assemble import (BodyCost, ImportedModel, NodeCost, TripCountOverflow, Uncosted, body_cost,
                                        costlier, repeated, to_opgraph, unique_names)
 from graphs.inference.declared_shapes import infer_preferring_inputs
-from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops
+from graphs.inference.flops import SEQUENCE_COPIES, Shape, op_flops, sorted_counts
 from graphs.inference.input_shapes import InputShapes, sized_inputs
-from graphs.inference.onnx_constants import DEFAULT_DOMAINS, constant_tensors, is_constant, op_nodes
+from graphs.inference.onnx_constants import DEFAULT_DOMAINS, constant_tensors, is_constant, op_indices, op_nodes
+from graphs.inference.onnx_live import live_nodes, reads
+from graphs.inference.onnx_scopes import recorded_scope
 from graphs.inference.onnx_trips import (graph_attribute, loop_trips, scan_trips, sequence_lengths,
                                          sequence_map_trips, size_concat_from_sequences, size_loop_carried_outputs,
                                          size_loop_scan_outputs, size_loop_sequences)
@@ -70,24 +77,60 @@ FLOAT_TYPES = ("FLOAT", "FLOAT16", "DOUBLE", "BFLOAT16")
 
 def import_onnx(path: str, name: str | None = None, input_shapes: InputShapes | None = None) -> OpGraph:
     """The OpGraph of the ONNX model at ``path`` (framework "onnx", every op forward); ``input_shapes``
-    sizes the inputs the model leaves without sizes (``--input-shape``)."""
+    sizes the inputs the model leaves without sizes (``--input-shape``). The nodes no graph output depends on
+    are left out (graphs.inference.onnx_live), said on stderr and counted in ``meta["unused_nodes"]``."""
     model_file = _existing(path)
     model, given = _load_checked(model_file, input_shapes or {})
     graph = model.graph
-    if not op_nodes(graph):
-        raise PlacerError(f"ONNX model {model_file} has no nodes" + (" but Constants" if graph.node else ""))
+    _refuse_without_ops(graph, model_file)
     scope = _Scope(graph, _default_opset(model))
-    names = _op_names(graph)
     try:
-        nodes, uncosted = _cost_nodes(scope, names)
+        nodes, uncosted = _cost_nodes(scope, _op_names(graph))
     except TripCountOverflow as exc:
         raise PlacerError(f"ONNX model {model_file}: {exc}") from None
-    num_params = sum(math.prod(weight.dims) for body in graphs_within(graph) for weight in _weights(body).values()
-                     if _type_name(weight.data_type) in FLOAT_TYPES)
+    unused = _unused_by_op(graph)
+    _note_unused(model_file, unused)
     return to_opgraph(ImportedModel(name or model_file.stem, "onnx", str(model_file), nodes,
                                     _edges(graph, scope.tensors), _batch_size(graph, scope.initializers),
-                                    int(num_params), given, dict(_unsized_by_op(graph, scope.tensors)),
-                                    dict(uncosted.without_flops), uncosted.not_costed))
+                                    _num_params(graph), given, dict(_unsized_by_op(graph, scope.tensors)),
+                                    dict(uncosted.without_flops), uncosted.not_costed, sorted_counts(unused)))
+
+
+def _refuse_without_ops(graph, model_file: Path) -> None:
+    """A model with no op to place: no nodes, Constants alone, or nodes no graph output depends on alone
+    (its outputs are its inputs or weights), which OpenVINO would not run either."""
+    if op_nodes(graph):
+        return
+    if any(not is_constant(node) for node in graph.node):
+        raise PlacerError(f"ONNX model {model_file}: no graph output depends on any of its nodes (Constants "
+                          "aside), so none would run")
+    raise PlacerError(f"ONNX model {model_file} has no nodes" + (" but Constants" if graph.node else ""))
+
+
+def _unused_by_op(graph) -> Counter:
+    """{op type: count} of the nodes (Constants aside) no output of their graph depends on, in the main graph
+    and in the bodies of the subgraph ops kept: what the import leaves out."""
+    kept = set(op_indices(graph))
+    counts = Counter(node.op_type for i, node in enumerate(graph.node) if i not in kept and not is_constant(node))
+    for body in [body for node in op_nodes(graph) for body in bodies(node)]:
+        counts.update(_unused_by_op(body))
+    return counts
+
+
+def _note_unused(model_file: Path, unused: Counter) -> None:
+    if unused:
+        listed = ", ".join(f"{kind} ({count})" for kind, count in sorted_counts(unused).items())
+        print(f"placer: note: ONNX model {model_file}: {sum(unused.values())} node(s) no graph output depends on "
+              f"left out, as OpenVINO's reader leaves them out: {listed}", file=sys.stderr)
+
+
+def _num_params(graph) -> int:
+    """Elements of the float weights the ops read, in the main graph and (recursively) in the bodies of its
+    subgraph ops: a weight nothing kept reads is no parameter, as it is no op's ``param_bytes``."""
+    weights, ops = _weights(graph), op_nodes(graph)
+    read = {tensor for node in ops for tensor in reads(node) if tensor in weights}
+    own = sum(math.prod(weights[t].dims) for t in read if _type_name(weights[t].data_type) in FLOAT_TYPES)
+    return int(own) + sum(_num_params(body) for node in ops for body in bodies(node))
 
 
 class _Scope:
@@ -126,7 +169,7 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncost
     costs, uncosted, owned = [], Uncosted(), set()
     for node, name in zip(op_nodes(scope.graph), names):
         in_bytes = weight_bytes = param_bytes = 0
-        for tensor in _reads(node):
+        for tensor in reads(node):
             size = _bytes(scope.tensors.get(tensor))
             if tensor not in scope.initializers:
                 in_bytes += size  # another node's output, or an input of the graph
@@ -150,7 +193,8 @@ def _cost_nodes(scope: _Scope, names: list[str]) -> tuple[list[NodeCost], Uncost
         if node.op_type in SEQUENCE_COPIES and node.domain in DEFAULT_DOMAINS:
             out_bytes = max(in_bytes + weight_bytes, out_bytes)  # a copy: the sequence side (0 bytes) as the other
             in_bytes = out_bytes - weight_bytes
-        costs.append(NodeCost(name, node.op_type, flops, in_bytes, out_bytes, weight_bytes, param_bytes, body_bytes))
+        costs.append(NodeCost(name, node.op_type, flops, in_bytes, out_bytes, weight_bytes, param_bytes, body_bytes,
+                              recorded_scope(node)))
     return costs, uncosted
 
 
@@ -170,12 +214,7 @@ def _edges(graph, tensors) -> list[tuple[int, int, int]]:
     ops = op_nodes(graph)
     producer = {out: i for i, node in enumerate(ops) for out in node.output if out}
     return [(producer[tensor], i, _bytes(tensors.get(tensor)))
-            for i, node in enumerate(ops) for tensor in _reads(node) if tensor in producer]
-
-
-def _reads(node) -> list[str]:
-    """The tensors a node reads, each once: its inputs, then what its bodies read from the graph around it."""
-    return list(dict.fromkeys([t for t in node.input if t] + _outer_reads(node, set(node.input))))
+            for i, node in enumerate(ops) for tensor in reads(node) if tensor in producer]
 
 
 SUBGRAPH_OPS = ("If", "Loop", "Scan", "SequenceMap")
@@ -214,9 +253,9 @@ def _body_cost(body, scope: _Scope, path: str) -> BodyCost:
 
 def _op_names(graph) -> list[str]:
     """Each op's name, unique: its node's, else its type and its index among all the graph's nodes (so an
-    unnamed op keeps the name it had when Constants were ops)."""
-    return unique_names([node.name or f"{node.op_type}_{i}" for i, node in enumerate(graph.node)
-                         if not is_constant(node)])
+    unnamed op keeps the name it had when Constants, and the nodes no output depends on, were ops)."""
+    indices = op_indices(graph)
+    return unique_names([graph.node[i].name or f"{graph.node[i].op_type}_{i}" for i in indices])
 
 
 def _weights(graph) -> dict:
@@ -329,14 +368,17 @@ def _unsized_by_op(graph, tensors: Mapping[str, TensorInfo]) -> Counter:
     """{op type: count} of the tensors whose shape inference left a dim symbolic (each counted as 1), and of
     the node outputs it gave no shape at all (an op of a domain it does not know, e.g. com.microsoft's Gelu:
     0 bytes, said, not silent), by the op type that makes them: a user sees which ops to look at (a Reshape
-    whose target shape is computed at run time through an op graphs.inference.shape_folding does not fold)."""
-    producer = {tensor: node.op_type for node in graph.node for tensor in node.output if tensor}
+    whose target shape is computed at run time through an op graphs.inference.shape_folding does not fold).
+    The tensors of the nodes no output depends on are not counted: the import leaves those nodes out."""
+    nodes = live_nodes(graph)
+    producer = {tensor: node.op_type for node in nodes for tensor in node.output if tensor}
+    unused = {tensor for node in graph.node for tensor in node.output} - producer.keys()
     counts = Counter(producer.get(value.name, "graph input") for value in [*graph.output, *graph.value_info]
-                     if value.type.HasField("tensor_type")
+                     if value.name not in unused and value.type.HasField("tensor_type")
                      and any(not static_dim(d) for d in value.type.tensor_type.shape.dim))
-    counts.update(node.op_type for node in graph.node for tensor in node.output
+    counts.update(node.op_type for node in nodes for tensor in node.output
                   if tensor and _shape(tensors.get(tensor)) is None)
-    for body in [body for node in graph.node for body in bodies(node)]:  # a body's tensors, seen as its nodes do
+    for body in [body for node in nodes for body in bodies(node)]:  # a body's tensors, seen as its nodes do
         counts.update(_unsized_by_op(body, ChainMap(_tensor_table(body), tensors)))
     return counts
 
@@ -395,26 +437,6 @@ def _attributes(node) -> dict:
     kinds = {onnx.AttributeProto.INT, onnx.AttributeProto.INTS, onnx.AttributeProto.FLOAT,
              onnx.AttributeProto.FLOATS, onnx.AttributeProto.STRING}
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.type in kinds}
-
-
-def _outer_reads(node, listed: set[str]) -> list[str]:
-    """Tensors a subgraph op's bodies read from the enclosing graph (implicit inputs), in first-read order."""
-    reads: list[str] = []
-    for body in bodies(node):
-        reads += [t for t in _free_names(body) if t not in listed and t not in reads]
-    return reads
-
-
-def _free_names(body) -> list[str]:
-    """Names a (nested) graph reads but neither defines nor receives as inputs."""
-    defined = {v.name for v in body.input} | {init.name for init in body.initializer}
-    free: list[str] = []
-    for node in body.node:
-        for tensor in [t for t in node.input if t] + _outer_reads(node, set(node.input)):
-            if tensor not in defined and tensor not in free:
-                free.append(tensor)
-        defined.update(node.output)
-    return free
 
 
 def _batch_size(graph, initializers: dict) -> int:
