@@ -14,8 +14,9 @@ resnet-50-infer on the development machine: BENCHMARKS.md, issue 15) and f16 on 
 
 Statuses: a bad placement (length, device index, allowed kind) is ``error`` before anything compiles; an
 OpenVINO failure whose text says memory ran out is ``oom``, any other ``error`` with its text; past
-``timeout_s`` ``timeout``. A machine device the runtime lacks, a missing or unreadable model file, or a graph
-whose ops are not the model's nodes is a PlacerError at construction. Peak bytes: for a GPU the plugin's
+``timeout_s`` ``timeout``. A machine device the runtime lacks, a missing or unreadable model file, a graph
+whose ops are not the model's nodes, or one whose ops' recorded bytes are not the model's (a file rewritten
+since the import: measurers.openvino.sizes) is a PlacerError at construction. Peak bytes: for a GPU the plugin's
 ``GPU_MEMORY_STATISTICS`` (bytes it holds while the placement is loaded, after the timed runs); 0 for CPUs,
 which OpenVINO does not account per model. Example::
 
@@ -41,7 +42,8 @@ from measurers.openvino.affinity import apply_affinity, match_ops, node_devices,
 from measurers.openvino.core import openvino_core
 from measurers.openvino.devices import openvino_device_names
 from measurers.openvino.inputs import ov_message, random_inputs
-from measurers.openvino.onnx_ops import onnx_tensor_ops
+from measurers.openvino.onnx_ops import onnx_ops
+from measurers.openvino.sizes import check_sizes
 from measurers.placement import check_placement
 from measurers.timing import INFERENCE_TIMING, TimingSettings, time_runs
 
@@ -62,17 +64,19 @@ class OpenVinoMeasurer:
             self.core.set_property(name, {"INFERENCE_PRECISION_HINT": INFERENCE_PRECISION})
         self.model_file = model_file_of(graph)
         self.model = read_model(self.core, self.model_file)
-        tensor_ops = onnx_tensor_ops(graph, self.model_file)
+        onnx = onnx_ops(graph, self.model_file)
         where, imported_sizes = f"model file {self.model_file}", {  # the sizes the graph was imported at
             name: tuple(sizes) for name, sizes in graph.meta.get("input_shapes", {}).items()}
-        if tensor_ops:  # ONNX, imported from the file as it is: every op a node before the resize
-            match_ops(self.model, graph, self.model_file, tensor_ops)
+        if onnx is not None:  # ONNX, imported from the file as it is: every op a node before the resize
+            match_ops(self.model, graph, self.model_file, onnx.tensor_ops)
             size_inputs(self.model, where, imported_sizes)
             # at those sizes OpenVINO folds shape arithmetic over a dynamic axis into constants: those ops have no node
-            self.matched = match_ops(self.model, graph, self.model_file, tensor_ops, every_op=False)
+            self.matched = match_ops(self.model, graph, self.model_file, onnx.tensor_ops, every_op=False)
         else:  # an IR's graph is the model resized as the import resized it (its new nodes named alike)
             size_ir_inputs(self.model, where, imported_sizes)
             self.matched = match_ops(self.model, graph, self.model_file)
+        # names and types alone let a wider model, re-exported to the same path, pass as the graph: sizes too
+        check_sizes(self.model, graph, self.model_file, self.matched, onnx)
         self.inputs = random_inputs(self.model, seed, graph.batch_size)  # one array per model input
 
     # -- one placement, compiled and run --------------------------------------------------------------

@@ -23,12 +23,18 @@ from measurers.timing import INFERENCE_TIMING, default_timing  # noqa: E402
 OPS = ["conv", "relu", "flat", "logits"]  # the sample model's ops, in order; a chain
 
 
+OUT_BYTES = [1024, 1024, 1024, 20]  # the sample model's: (1, 4, 8, 8), (1, 4, 8, 8), (1, 256), (1, 5) in fp32
+READ_BYTES = [768 + 432, 1024, 1024 + 16, 1024 + 5120]  # inputs and weights (the input x (1, 3, 8, 8), kernel, ...)
+
+
 def graph_of(model_file, ops=OPS) -> OpGraph:
-    """The sample model's op graph written out by hand: op names are the model's friendly names."""
+    """The sample model's op graph written out by hand: op names are the model's friendly names, and its sizes
+    the model's (the measurer compares them)."""
     n = len(ops)
+    out_bytes = np.array(OUT_BYTES[:n])
     return OpGraph(name="ov-sample", framework="openvino", op_names=np.array(ops, object),
                    op_kinds=np.array(["Convolution", "Relu", "Reshape", "MatMul"][:n], object),
-                   flops=np.zeros(n), bytes_accessed=np.zeros(n), out_bytes=np.full(n, 1024),
+                   flops=np.zeros(n), bytes_accessed=out_bytes + READ_BYTES[:n], out_bytes=out_bytes,
                    param_bytes=np.zeros(n, np.int64), edge_src=np.arange(n - 1), edge_dst=np.arange(1, n),
                    edge_bytes=np.full(n - 1, 1024), batch_size=1, meta={"model_file": str(model_file)})
 
@@ -542,3 +548,100 @@ def test_ov_message__drops_a_failed_checks_source_line_inside_a_line_too():
                          "of input data (1.4) conflicts with the reshape pattern (0.1)\n")
     assert ov_message(error) == ("[CPU] Reshape node with name 'y' [cpu]reshape: the shape of input data (1.4) "
                                  "conflicts with the reshape pattern (0.1)")
+
+
+def export_cnn(path, width: int):
+    """The reviewer's CNN: Conv(3->16), Conv(16->``width``), Linear, exported with the TorchScript exporter (the
+    node and tensor names do not depend on ``width``)."""
+    import torch
+
+    class Cnn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Conv2d(16, width, 3, padding=1)
+            self.fc3 = torch.nn.Linear(width * 8 * 8, 10)
+
+        def forward(self, x):
+            return self.fc3(torch.relu(self.conv2(torch.relu(self.conv1(x)))).flatten(1))
+
+    torch.manual_seed(0)
+    torch.onnx.export(Cnn().eval(), (torch.randn(1, 3, 8, 8),), str(path), dynamo=False, input_names=["x"],
+                      output_names=["y"])
+    return path
+
+
+def test_onnx_model_rewritten_wider_since_the_import__refused_before_anything_is_timed(tmp_path, capsys):
+    """A review: the CNN re-exported to the same path with Conv(16->256) and a wider Linear (same node and tensor
+    names) matched by name and type, and ``measure`` gave status ok at 5x the step, ``profile`` wrote a profile
+    under the imported graph's hash."""
+    from cluster.cli import main
+    from graphs.inference.onnx_import import import_onnx
+    from graphs.io import load_graph_file, save_graph
+
+    path = export_cnn(tmp_path / "cnnB.onnx", 32)
+    graph_file = tmp_path / "cnnB.parquet"
+    save_graph(import_onnx(str(path)), graph_file)
+    OpenVinoMeasurer(import_onnx(str(path)), openvino_machine(), runs=1, warmup=0)  # as imported: measured
+    export_cnn(path, 256)
+    expected = (f"graph 'cnnB' does not match model file '{load_graph_file(graph_file).meta['model_file']}': its op "
+                "'/conv2/Conv' outputs 65,536 bytes, 8,192 in the graph (the model changed since the import?)")
+    with pytest.raises(PlacerError) as caught:  # at construction: nothing compiled or timed
+        OpenVinoMeasurer(load_graph_file(graph_file), openvino_machine())
+    assert str(caught.value) == expected
+    common = ["--graph", str(graph_file), "--machine", "openvino", "--measurer", "openvino"]
+    capsys.readouterr()
+    assert main(["measure", *common, "--policy", "cpu-only", "--json"]) == 2
+    assert capsys.readouterr().err.strip() == f"placer: error: {expected}"
+    out = tmp_path / "p.json"
+    assert main(["profile", *common, "-o", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"placer: error: {expected}" and not out.exists()
+
+
+def test_onnx_weights_rewritten_at_the_same_output_sizes__refused_naming_the_op_and_both_sizes(tmp_path):
+    """A 3x3 kernel rewritten as 5x5 (padding 2): every output keeps its size, the Conv's weights do not."""
+    from onnx import helper
+
+    from graphs.inference.onnx_import import import_onnx
+
+    def save(kernel: int):
+        weights = {"W": np.ones((4, 3, kernel, kernel), np.float32), "M": np.ones((256, 5), np.float32)}
+        nodes = [helper.make_node("Conv", ["x", "W"], ["c"], name="conv", pads=[kernel // 2] * 4),
+                 helper.make_node("Flatten", ["c"], ["f"], name="flat"),
+                 helper.make_node("MatMul", ["f", "M"], ["y"], name="logits")]
+        return save_onnx(tmp_path / "conv.onnx", nodes, weights, [1, 3, 8, 8], [1, 5])
+
+    graph = import_onnx(str(save(3)))
+    assert graph.param_bytes.tolist() == [432, 0, 5120]
+    save(5)
+    with pytest.raises(PlacerError, match=r"^graph 'conv' does not match model file '.*conv.onnx': its op 'conv' holds "
+                                          r"1,200 bytes of weights, 432 in the graph \(the model changed since the "
+                                          r"import\?\)$"):
+        OpenVinoMeasurer(graph, openvino_machine())
+
+
+def save_conv_ir(path, kernel: int = 3, channels: int = 4):
+    """An IR x (1, 3, 8, 8) -> Convolution ``conv`` (``kernel`` wide, the padding that keeps 8x8) -> Relu."""
+    import openvino.opset13 as ops
+
+    x = ops.parameter([1, 3, 8, 8], np.float32, name="x")
+    weights = ops.constant(np.ones((channels, 3, kernel, kernel), np.float32), name="w")
+    pad = [kernel // 2] * 2
+    relu = ops.relu(ops.convolution(x, weights, [1, 1], pad, pad, [1, 1], name="conv"), name="relu")
+    ov.save_model(ov.Model([ops.result(relu, name="y")], [x], "conv"), str(path), compress_to_fp16=False)
+    return path
+
+
+@pytest.mark.parametrize("kernel, channels, problem", [
+    (5, 4, "its op 'conv' reads 1,968 bytes (inputs and weights), 1,200 in the graph"),  # 768 input + 1,200 weights
+    (3, 8, "its op 'conv' outputs 2,048 bytes, 1,024 in the graph")])
+def test_ir_rewritten_since_the_import__refused_naming_the_first_op_that_differs(tmp_path, kernel, channels, problem):
+    from graphs.inference.openvino_import import import_openvino_ir
+
+    path = save_conv_ir(tmp_path / "conv.xml")
+    graph = import_openvino_ir(str(path))
+    save_conv_ir(path, kernel, channels)
+    with pytest.raises(PlacerError) as caught:
+        OpenVinoMeasurer(graph, openvino_machine())
+    assert str(caught.value) == (f"graph 'conv' does not match model file '{graph.meta['model_file']}': {problem} "
+                                 "(the model changed since the import?)")
+    assert OpenVinoMeasurer(import_openvino_ir(str(path)), openvino_machine()).matched  # imported again: measured
