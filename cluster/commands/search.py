@@ -11,6 +11,7 @@ from cluster.commands.console import PROGRESS_LINE_EVERY_S, seconds_text
 from cluster.commands.notes import note_fewer_groups_than_asked, note_groups_above_colocation
 from cluster.commands.paths import runs_folder
 from cluster.jsonout import emit_json
+from graphs.errors import PlacerError
 
 _TIMED_BY = {"sim": "simulated", "torch": "measured PyTorch", "tf": "measured TensorFlow",
              "openvino": "measured OpenVINO inference"}
@@ -88,6 +89,15 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _check_hsdag_groups(given: dict) -> None:
+    """hsdag groups the colocation groups itself: --groups and --grouping would set only the proven bound's
+    groups (which do not bound its placements), and two runs of other counts measured the same placements."""
+    flags = [f"--{name}" for name in ("groups", "grouping") if name in given]
+    if given.get("policy") == "hsdag" and flags:
+        raise PlacerError(f"{' and '.join(flags)}: hsdag groups the graph's colocation groups itself (how many is an "
+                          "outcome of each sample, not a setting); leave the flag out")
+
+
 def run(args) -> int:
     from cluster.jobs import SearchConfig, SearchInterrupted, check_search_config, run_search, search_config
 
@@ -100,6 +110,7 @@ def run(args) -> int:
             given[name] = str(Path(given[name]).resolve())
     if given.get("policy") == "hierarchical" and "groups" in given:  # its grouper's G (else the paper's 256)
         given["planner_groups"] = given["groups"]
+    _check_hsdag_groups(given)
     checked = check_search_config(search_config(given))  # bad input: one error, before the progress bar
     config = checked.config
     with _Progress(config.budget, enabled=True) as progress:

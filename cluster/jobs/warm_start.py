@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from cluster.jobs.config import WARM_START_AUTO, WARM_START_BASELINES, WARM_START_FILE, SearchConfig
+from cluster.jobs.config import WARM_START_AUTO, WARM_START_BASELINES, WARM_START_FILE, SearchConfig, check_unique
 from graphs.errors import PlacerError
 from graphs.files import atomic_file
 from measurers.base import Measurer
@@ -80,6 +80,7 @@ def parse_warm_start(text: str, resume: str | None = None) -> WarmStartSource:
     names = tuple(name.strip() for name in text.split(","))
     unknown = [name for name in names if not is_heuristic(name)]
     if not unknown:
+        check_unique(names, "--warm-start")  # as every other list flag: was dropped, yet recorded twice
         return WarmStartSource(text, names=names)
     path = Path(text)
     if path.is_dir() or (path.is_file() and path.suffix == ".npy"):

@@ -342,8 +342,8 @@ def test_search_cli__checks_the_settings_once_per_search_new_or_resumed(local_ra
     from cluster.cli import main
 
     checks = _count_checks(monkeypatch)
-    assert main(["search", "--graph", GRAPH, "--policy", "hsdag", "--budget", "4", "--groups", "8", "--workers",
-                 "1", "--bound-time-limit", "0", "--out", str(tmp_path / "runs"), "--json"]) == 0
+    assert main(["search", "--graph", GRAPH, "--policy", "hsdag", "--budget", "4", "--workers", "1",
+                 "--bound-time-limit", "0", "--out", str(tmp_path / "runs"), "--json"]) == 0
     first = json.loads(capsys.readouterr().out)
     assert checks == ["hsdag"] and first["measurements"] == 4
     assert main(["search", "--resume", first["run_dir"], "--budget", "8", "--json"]) == 0

@@ -122,6 +122,9 @@ def _bad_input_cases(tmp_path) -> list[tuple[list[str], str]]:
         (["--warm-start", str(tmp_path / "empty.npy")], "cannot read it as a .npy array (No data left"),  # was EOFError
         (["--warm-start", "telepathy"], "--warm-start: unknown warm start 'telepathy': not a heuristic"),
         (["--warm-start", "m-etf,cem"], "--warm-start: unknown warm start 'cem'"),
+        (["--warm-start", "m-etf,heft,m-etf"], "--warm-start: m-etf given more than once"),  # was dropped, exit 0
+        (["--policy", "hsdag", "--groups", "8"], "--groups: hsdag groups the graph's colocation groups itself"),
+        (["--policy", "hsdag", "--grouping", "metis"], "--grouping: hsdag groups the graph's colocation groups"),
         (["--warm-start", " "], "--warm-start: empty source"),
         (["--warm-start", str(tmp_path / "missing.npy")], "--warm-start: unknown warm start"),
         (["--warm-start", str(tmp_path / "placement.txt")], "a file must be a .npy file"),
