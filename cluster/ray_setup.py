@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -176,7 +177,8 @@ def check_token_accepted(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> 
     retried the refused handshake for 20 s, printing a warning a second, then said the cluster was
     unreachable. A port that takes the connection and then answers no such call (silence, another gRPC
     service such as a raylet's) is refused too: ray.init waited on it for minutes, deaf to Ctrl-C and SIGTERM
-    inside Ray's C++ client. Any other answer (or a Ray without these internals) is left to ray.init."""
+    inside Ray's C++ client; so is one that speaks no gRPC at all (an SSH port: UNAVAILABLE, asked
+    UNAVAILABLE_TRIES times). Any other answer (or a Ray without these internals) is left to ray.init."""
     try:
         import grpc
         from ray._private.authentication.authentication_utils import is_token_auth_enabled
@@ -189,19 +191,32 @@ def check_token_accepted(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> 
     if sends_token and not _has_token(AuthenticationTokenLoader.instance()):
         raise PlacerError(f"RAY_AUTH_MODE=token, but no Ray token was found to join {address!r}: put the cluster's "
                           f"token in RAY_AUTH_TOKEN or ~/.ray/auth_token (or its file's path in RAY_AUTH_TOKEN_PATH)")
-    channel = init_grpc_channel(address)
-    try:
-        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-        stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
-    except grpc.RpcError as exc:
-        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
-            raise PlacerError(_refusal(address, sends_token)) from None
-        if exc.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED):
-            raise PlacerError(f"{address!r} accepts connections but does not answer as a Ray control store "
-                              f"(gRPC {exc.code().name} within {timeout_s:g} s): give the head node's GCS port, "
-                              "6379 by default") from None
-    finally:
-        channel.close()
+    for attempt in range(UNAVAILABLE_TRIES):
+        channel = init_grpc_channel(address)
+        try:
+            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
+            return
+        except grpc.RpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                raise PlacerError(_refusal(address, sends_token)) from None
+            refused = (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNIMPLEMENTED)
+            if code in refused or (code == grpc.StatusCode.UNAVAILABLE and attempt == UNAVAILABLE_TRIES - 1):
+                raise PlacerError(f"{address!r} accepts connections but does not answer as a Ray control store "
+                                  f"(gRPC {code.name} within {timeout_s:g} s): give the head node's GCS port, "
+                                  "6379 by default") from None
+            if code != grpc.StatusCode.UNAVAILABLE:
+                return
+        finally:
+            channel.close()
+        time.sleep(UNAVAILABLE_PAUSE_S)
+
+
+UNAVAILABLE_TRIES, UNAVAILABLE_PAUSE_S = 3, 0.5
+"""gRPC UNAVAILABLE from a port that took the TCP connection: a service that speaks no HTTP/2 (an SSH server's
+banner) or closes at once. ray.init retried such a port for about 12 minutes, deaf to SIGTERM; asked again a
+few times (a control store that dropped one connection answers the next), it is refused."""
 
 
 def _has_token(loader) -> bool:

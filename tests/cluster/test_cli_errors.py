@@ -242,10 +242,11 @@ def test_cluster_address_of_a_web_server__one_error_not_minutes_of_retries(tmp_p
         server.server_close()
 
 
-@pytest.mark.parametrize("server", ["silent", "another gRPC service"])
+@pytest.mark.parametrize("server", ["silent", "another gRPC service", "a banner", "closes at once"])
 def test_cluster_address_that_is_no_control_store__one_error_not_a_hang(server):
     """A port that takes the connection and never answers (or a raylet's port: gRPC, no control store) passed
-    the checks, and ray.init then waited for minutes, deaf to Ctrl-C and SIGTERM."""
+    the checks, and ray.init then waited for minutes, deaf to Ctrl-C and SIGTERM; one that speaks no gRPC (an
+    SSH server's banner, a close at once: UNAVAILABLE) for about 12 minutes."""
     import threading
     from concurrent import futures
 
@@ -254,12 +255,25 @@ def test_cluster_address_that_is_no_control_store__one_error_not_a_hang(server):
     from cluster.ray_setup import check_reachable
     from graphs.errors import PlacerError
 
-    if server == "silent":
+    if server in ("silent", "a banner", "closes at once"):
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))
         listener.listen()
         accepted = []
-        threading.Thread(target=lambda: accepted.append(listener.accept()), daemon=True).start()
+
+        def serve():
+            while True:
+                try:
+                    connection, _ = listener.accept()
+                except OSError:  # closed: the test is over
+                    return
+                accepted.append(connection)
+                if server == "a banner":
+                    connection.sendall(b"SSH-2.0-OpenSSH_8.9\r\n")
+                elif server == "closes at once":
+                    connection.close()
+
+        threading.Thread(target=serve, daemon=True).start()
         port, stop = listener.getsockname()[1], listener.close
     else:
         rpc = grpc.server(futures.ThreadPoolExecutor(max_workers=1))  # no service: every call UNIMPLEMENTED
