@@ -25,6 +25,8 @@ GRAPH = "synthetic:300"
 SMALL = ["--machines", "paper-2gpu", "--groups", "8", "--batch", "4", "--hidden", "8", "--layers", "1"]
 SEARCH = ["--graph", GRAPH, "--machine", "paper-2gpu", "--groups", "8", "--batch", "4", "--workers", "1",
           "--bound-time-limit", "0"]
+SEARCH_HSDAG = ["--graph", GRAPH, "--machine", "paper-2gpu", "--batch", "4", "--workers", "1", "--bound-time-limit", "0"]
+"""SEARCH for hsdag, which groups the colocation groups itself: --groups is refused with it."""
 
 
 def _train(out: Path, *flags: str, policy: str = "gdp", budget: int = 48) -> int:
@@ -499,7 +501,8 @@ def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path,
 def test_search__init_order_and_passes_belong_to_the_graph_neural_policies(tmp_path, capsys, flags, message):
     from cluster.cli import main
 
-    assert main(["search", *SEARCH, *flags, "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
+    search = SEARCH_HSDAG if "hsdag" in flags else SEARCH
+    assert main(["search", *search, *flags, "--budget", "8", "--out", str(tmp_path / "runs")]) == 2
     assert message in one_placer_error(capsys)
     assert not (tmp_path / "runs").exists()
 
@@ -546,7 +549,7 @@ def test_search__hsdag_pretrained_with_a_damaged_gdp_checkpoint_is_refused_befor
     monkeypatch.setattr(checkpoint, "PRETRAINED_DIR", damaged.parent)
     _pretrained_state.cache_clear()  # an earlier test may have read the committed one
     try:
-        assert main(["search", *SEARCH, "--policy", "hsdag", "--init", "pretrained", "--budget", "8",
+        assert main(["search", *SEARCH_HSDAG, "--policy", "hsdag", "--init", "pretrained", "--budget", "8",
                      "--out", str(tmp_path / "runs")]) == 2
     finally:
         _pretrained_state.cache_clear()
