@@ -17,6 +17,15 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
 
+LOADING = """
+    import cluster.commands.machines as machines
+    register = machines.register
+    def register_with_signal(subparsers):
+        os.kill(os.getpid(), signal.{signal})
+        register(subparsers)
+    machines.register = register_with_signal
+    """
+
 CTRL_C_AT = {
     # after the command printed its --json document, as json_stdout puts stdout back
     "json_stdout_end": """
@@ -42,23 +51,9 @@ CTRL_C_AT = {
         machines._show = show_then_ctrl_c_at_exit
         """,
     # while main loads the commands, before any command runs
-    "loading": """
-        import cluster.commands.machines as machines
-        register = machines.register
-        def register_with_ctrl_c(subparsers):
-            os.kill(os.getpid(), signal.SIGINT)
-            register(subparsers)
-        machines.register = register_with_ctrl_c
-        """,
+    "loading": LOADING.format(signal="SIGINT"),
     # `kill` while main loads the commands: SIGTERM killed the process there (status 143, no --json document)
-    "loading_sigterm": """
-        import cluster.commands.machines as machines
-        register = machines.register
-        def register_with_sigterm(subparsers):
-            os.kill(os.getpid(), signal.SIGTERM)
-            register(subparsers)
-        machines.register = register_with_sigterm
-        """,
+    "loading_sigterm": LOADING.format(signal="SIGTERM"),
 }
 
 
