@@ -97,9 +97,11 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
     if use_cache:
         try:
             save_graph(graph, path)
-        except OSError as exc:  # the graph is built: use it, and say why the next command builds it again
-            print(f"placer: note: {name} is not cached: cannot write the graph cache {path.parent} "
-                  f"({exc.strerror or exc}); set PLACER_CACHE to a folder this user can write", file=sys.stderr)
+        except (OSError, PlacerError) as exc:  # the graph is built: use it, and say why the next command builds it
+            # again (a PlacerError: something not a file where the entry goes, a folder made by hand)
+            why = getattr(exc, "strerror", None) or exc
+            print(f"placer: note: {name} is not cached: cannot write the graph cache {path.parent} ({why}); set "
+                  "PLACER_CACHE to a folder this user can write", file=sys.stderr)
     return graph
 
 

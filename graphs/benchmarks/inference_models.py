@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from graphs.errors import PlacerError
 from graphs.files import atomic_file
 from graphs.opgraph import OpGraph
 from graphs.tensorflow_quiet import import_tensorflow_quietly
@@ -79,7 +80,22 @@ def model_path(name: str, config: dict, suffix: str) -> Path:
 
     key = json.dumps([name, config, registry.graphs_source_digest()], sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return registry.cache_dir() / "models" / f"{name}-{digest}{suffix}"
+    return _models_folder(name, registry.cache_dir() / "models") / f"{name}-{digest}{suffix}"
+
+
+def _models_folder(name: str, folder: Path) -> Path:
+    """``folder``, made if missing; one PlacerError saying what to do when it cannot be made or written: the
+    model file must be on disk (the OpenVINO measurer runs it), unlike the graph, which is used uncached. A
+    PLACER_CACHE that names a file was a bare "models: Not a directory"."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(folder, os.W_OK | os.X_OK) else "not writable"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if problem is not None:
+        raise PlacerError(f"{name} keeps its model file in the graph cache, and {folder} cannot be written "
+                          f"({problem}): set PLACER_CACHE to a folder this user can write")
+    return folder
 
 
 def _keras_via_openvino(name: str, config: dict, make_model) -> OpGraph:

@@ -82,6 +82,19 @@ def test_graphs_show__a_cache_it_cannot_write_is_a_note_and_the_graph_is_shown(t
     assert "placer: note: family:rnn:3 is not cached: cannot write the graph cache" in err
 
 
+def test_graphs_show__a_folder_where_the_cache_entry_goes_is_a_note_and_the_graph_is_shown(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """Every use of the benchmark failed, "graph file ... is a folder", a file the user never named."""
+    from graphs import registry
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    registry._cache_path(registry._find_benchmark("family:rnn:3")).mkdir(parents=True)
+    assert main(["graphs", "show", "family:rnn:3", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["ops"] > 0
+    assert "placer: note: family:rnn:3 is not cached: cannot write the graph cache" in err and "is a folder" in err
+
+
 def test_graphs_show__default_groups_keep_colocation_groups(graph_file, capsys):
     _, path = graph_file
     assert main(["graphs", "show", str(path), "--json"]) == 0

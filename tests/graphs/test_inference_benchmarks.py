@@ -71,6 +71,18 @@ def test_model_path__keyed_by_the_graphs_code_as_the_cached_graph_is(monkeypatch
     assert model_path("resnet-50-infer", config, ".xml") != here
 
 
+def test_model_path__a_cache_that_cannot_hold_the_model_file_is_one_error_saying_what_to_do(monkeypatch, tmp_path):
+    """PLACER_CACHE naming a file was a bare "models: Not a directory": the model file must be on disk."""
+    from graphs.benchmarks.inference_models import model_path
+    from graphs.errors import PlacerError
+
+    (tmp_path / "afile").write_text("not a folder")
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "afile"))
+    with pytest.raises(PlacerError, match=r"^bert-base-infer keeps its model file in the graph cache, and .*afile/models "
+                                          r"cannot be written \(Not a directory\): set PLACER_CACHE to a folder"):
+        model_path("bert-base-infer", {}, ".onnx")
+
+
 def test_build_bert_base_infer__small_encoder_params_and_matmul_flops_exact():
     from graphs.benchmarks.inference_models import build_bert_base_infer
 
