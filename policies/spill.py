@@ -107,8 +107,11 @@ class Spill:
         if self.fits:
             return text + "; fits now"
         still = np.flatnonzero(self.peak_bytes > self.capacity_bytes)
-        return text + "; STILL OUT OF MEMORY (" + self.stop + "): " + ", ".join(
+        return text + f"; {STILL_OUT_OF_MEMORY} (" + self.stop + "): " + ", ".join(
             f"{names[d]} peaks at {_mb(self.peak_bytes[d])} of {_mb(self.capacity_bytes[d])}" for d in still)
+
+
+STILL_OUT_OF_MEMORY = "STILL OUT OF MEMORY"  # in a repair's notes when its moves could not make the step fit
 
 
 def _mb(nbytes) -> str:

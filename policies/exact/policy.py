@@ -51,7 +51,7 @@ from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
 from policies.exact.relaxation import SOLVER_SLACK, relaxed_step_s
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
-from policies.spill import fit_units_in_memory
+from policies.spill import STILL_OUT_OF_MEMORY, fit_units_in_memory
 from policies.simple import best_single_device, single_device_units
 
 SOLVERS = ("auto", "cpsat", "highs")
@@ -267,6 +267,8 @@ class ExactPolicy:
         best single GPU of a graph larger than one GPU ran out of memory, and the run had no result of its own)."""
         hint, hint_name = self._hint(problem)
         fitted, notes = fit_units_in_memory(problem, hint)
+        if STILL_OUT_OF_MEMORY in notes:
+            return fitted, f"{hint_name}, which the memory repair could not make fit"
         return fitted, (f"{hint_name}, repaired to fit in memory" if notes else hint_name)
 
     def _fallback(self, problem, counter: BudgetedMeasurer, first: Solution | None,
@@ -305,7 +307,8 @@ class ExactPolicy:
             proof = " (model solved, bound reached)"
         solver_best = np.array_equal(result.group_placement, run.chosen.unit_placement)
         fitted = not solver_best and np.array_equal(result.group_placement, run.chosen_measured)
-        chosen = ("" if solver_best else " (the solver's, repaired to fit in memory)" if fitted else
+        repaired = "repaired to fit in memory" if result.best.ok else "moved by the memory repair, still over memory"
+        chosen = ("" if solver_best else f" (the solver's, {repaired})" if fitted else
                   f" (the warm start's; the solver's placement measured {run.chosen_cost_s:.6g} s)")
         notes = (f"solver ({model}, {run.solves} solve(s)): makespan {run.chosen.makespan_s:.6g} s, bound "
                  f"{bound_s:.6g} s{' (free order)' if dispatch else ''}, {run.first.status}; "

@@ -54,11 +54,11 @@ def random_dag(num_ops: int, seed: int):
                        name=f"dag{num_ops}-{seed}")
 
 
-def tight_memory_problem():
-    """A 9-op DAG on 1 CPU + 2 GPUs with every device at 0.8 of the one-device peak (no device holds the
-    whole step; two GPUs do), and the (U,) placement of everything on the first GPU, which overflows."""
+def tight_memory_problem(share: float = 0.8):
+    """A 9-op DAG on 1 CPU + 2 GPUs with every device at ``share`` of the one-device peak (at 0.8 no device
+    holds the whole step; two GPUs do), and the (U,) placement of everything on the first GPU, which overflows."""
     base = make_problem(random_dag(9, 2), own_channels_machine())
-    cap = int(0.8 * base.single_device_peak_bytes)
+    cap = int(share * base.single_device_peak_bytes)
     machine = dataclasses.replace(base.machine, devices=tuple(dataclasses.replace(d, memory_bytes=cap)
                                                               for d in base.machine.devices))
     problem = make_problem(base.graph, machine)
@@ -344,6 +344,20 @@ def test_exact_cpsat__a_placement_that_overflows_memory_is_repaired_before_it_is
                    solver="cpsat", on_measurement=lambda placement, m: measured.append(m.status))
     assert measured == ["ok"] and result.best.ok and not np.array_equal(result.group_placement, on_gpu)
     assert "repaired to fit in memory" in result.notes and math.isnan(result.solver_makespan_s)
+
+
+def test_exact_cpsat__a_repair_that_cannot_make_it_fit_says_so(monkeypatch):
+    """At 0.3 of the one-device peak the repair moves groups and the step still overflows: the notes said
+    "measured oom (the solver's, repaired to fit in memory)"."""
+    from policies.exact import cpsat
+
+    problem, on_gpu = tight_memory_problem(share=0.3)
+    monkeypatch.setattr(cpsat.ExactModel, "solve", lambda *a, **k: cpsat.Solution(on_gpu, 1.0, 1e-9, "feasible", 0.1))
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 1, 0, time_limit_s=5,
+                   solver="cpsat")
+    assert result.best.status == "oom" and not np.array_equal(result.group_placement, on_gpu)
+    assert "measured oom (the solver's, moved by the memory repair, still over memory)" in result.notes
+    assert "repaired to fit" not in result.notes
 
 
 def test_exact__a_solve_that_ends_unknown_reports_no_bound_not_zero():
