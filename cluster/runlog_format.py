@@ -350,7 +350,11 @@ def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where,
 
 
 def read_runs(folders: Sequence[str | os.PathLike]) -> pd.DataFrame:
-    """The rows of several runs in one frame (told apart by run_id)."""
+    """The rows of several runs in one frame (told apart by run_id). One path is refused: a string is a
+    sequence too, and each of its letters was read as a run folder ("r is not a run folder")."""
+    if isinstance(folders, (str, os.PathLike)):
+        raise PlacerError(f"read_runs takes a list of run folders, not one path ({str(folders)!r}): "
+                          "read_run reads one run, read_runs(glob.glob('runs/*')) every run in a folder")
     frames = [read_run(f) for f in folders]
     if not frames:
         return MEASUREMENT_SCHEMA.empty_table().to_pandas()

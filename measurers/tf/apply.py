@@ -40,6 +40,7 @@ class UserKerasStep:
     traced: TracedStep  # the same step as the measurer runs it, fed the user's data
     model: object  # the user's keras.Model
     origin: str  # the function, for messages: "module:function"
+    structure: object = None  # (inputs, targets) as build_fn gave them, each array None: a dict's keys, an order
 
 
 def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int | None = None,
@@ -74,7 +75,7 @@ def trace_user_keras_step(build_fn: Callable, graph_name: str, batch_size: int |
     if traced.graph.op_kinds.tolist() != graph.op_kinds.tolist():
         raise PlacerError(f"keras function {origin!r}: the step traced for running differs from the imported "
                           f"one ({traced.graph.num_ops} and {graph.num_ops} ops)")
-    return UserKerasStep(graph, traced, model, origin)
+    return UserKerasStep(graph, traced, model, origin, tf.nest.map_structure(lambda _: None, (inputs, targets)))
 
 
 def _keras_paths(model) -> dict[int, str]:
@@ -122,6 +123,7 @@ class PlacedKerasStep:
 
         if inputs is None or targets is None:
             raise PlacerError("pass both inputs and targets (or neither, to reuse the last ones)")
+        self._check_structure(inputs, targets)
         values = [np.asarray(x) for x in tf.nest.flatten((inputs, targets))]
         examples = self.user.traced.args
         if len(values) != len(examples):
@@ -130,7 +132,23 @@ class PlacedKerasStep:
             if value.shape != example.shape:
                 raise PlacerError(f"array {index} of the step must have shape {example.shape} (the traced "
                                   f"step's), got {value.shape}")
+            if not np.can_cast(value.dtype, example.dtype, casting="same_kind"):  # 0.7 was truncated to an int
+                raise PlacerError(f"array {index} of the step holds {value.dtype}, which {example.dtype} (the "
+                                  f"traced step's) cannot hold without changing its values")
         self.session.feed([v.astype(e.dtype, copy=False) for v, e in zip(values, examples)])
+
+    def _check_structure(self, inputs, targets) -> None:
+        """(inputs, targets) nested as build_fn's were: a dict of targets with a misspelt key trained on, and
+        a list in the model's output order was fed in the sorted order of the dict's keys."""
+        import tensorflow as tf
+
+        if self.user.structure is None:
+            return
+        try:
+            tf.nest.assert_same_structure(self.user.structure, (inputs, targets), check_types=False)
+        except (ValueError, TypeError) as error:
+            raise PlacerError(f"inputs and targets must be nested as {self.user.origin!r} returned them "
+                              f"({_shape_of(self.user.structure)}): {error}") from None
 
     def close(self) -> None:
         self.session.__exit__(None, None, None)
@@ -140,6 +158,11 @@ class PlacedKerasStep:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _shape_of(structure) -> str:
+    """``(None, {'flag': None, 'kind': None})`` as ``(array, {'flag': array, 'kind': array})``."""
+    return repr(structure).replace("None", "array")
 
 
 def place_user_keras_step(user: UserKerasStep, placement, machine: Machine,

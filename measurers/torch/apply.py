@@ -162,11 +162,17 @@ def place_user_step(user: UserTorchStep, placement, machine: Machine,
 
 
 def _torch_device(device) -> torch.device:
-    """``device`` as a torch device; one that torch cannot parse is a PlacerError naming it."""
+    """``device`` as a torch device; one that torch cannot parse, or a CUDA device this process lacks (an
+    AssertionError from deep inside torch when the step was built), is a PlacerError naming it."""
     try:
-        return torch.device(device)
+        parsed = torch.device(device)
     except (RuntimeError, TypeError) as error:
         raise PlacerError(f"torch_devices gave {device!r}, not a torch device: {error}") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (parsed.index or 0) >= count:
+            raise PlacerError(f"torch_devices gave {device!r}, but torch sees only {count} CUDA devices")
+    return parsed
 
 
 def _fresh_optimizer(step: MaterializedStep, options: dict) -> torch.optim.Optimizer:

@@ -160,6 +160,14 @@ def test_apply_torch__a_device_torch_cannot_parse_and_a_negative_learning_rate_a
         apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu, optimizer_options={"lr": -1.0})
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without CUDA")
+def test_apply_torch__a_cuda_device_torch_lacks_is_refused_naming_it(torch_run):
+    """An AssertionError from deep inside torch ("Torch not compiled with CUDA enabled") when the step was built."""
+    run_dir, _ = torch_run
+    with pytest.raises(PlacerError, match="torch_devices gave 'cuda:0', but torch sees only 0 CUDA devices"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=lambda machine: ["cpu", "cuda:0", "cuda:1"])
+
+
 def test_apply_torch__inputs_of_another_shape_are_refused(torch_run):
     run_dir, _ = torch_run
     step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
@@ -292,6 +300,19 @@ def test_apply_keras__a_device_mapping_tensorflow_cannot_use_is_refused_naming_i
                                                                                    message):
     with pytest.raises(PlacerError, match=message):
         apply_keras(keras_2gpu_run, tiny_keras_classifier, batch_size=8, tf_devices=tf_devices)
+
+
+def test_apply_keras__inputs_nested_otherwise_or_of_a_dtype_that_would_change_are_refused(keras_run):
+    """A dict of targets with a misspelt key trained on (a list was fed in the dict's sorted key order), and
+    float targets for int classes were truncated: 0.7 more on every label gave the loss of the labels."""
+    run_dir, _ = keras_run
+    x, y = keras_batches(1)[0]
+    with apply_keras(run_dir, tiny_keras_classifier, batch_size=8, seed=0) as step:
+        with pytest.raises(PlacerError, match=r"inputs and targets must be nested as .* \(\(array, array\)\)"):
+            step(x, [y])
+        with pytest.raises(PlacerError, match="array 1 of the step holds float64, which int32 .* cannot hold"):
+            step(x, y + 0.7)
+        assert np.isfinite(step(x.astype(np.float64), y.astype(np.int64)))  # same kind: cast as before
 
 
 def test_apply_keras__a_model_of_another_width_is_refused_naming_the_hash(keras_run):

@@ -363,6 +363,14 @@ def test_runlog__a_row_no_writer_logs_is_damaged(tmp_path, manifest, column, val
             read(run)
 
 
+def test_read_runs__one_path_is_refused_not_read_letter_by_letter(tmp_path):
+    """A string is a sequence: read_runs("runs") said "r is not a run folder"."""
+    with pytest.raises(PlacerError, match=r"read_runs takes a list of run folders, not one path \('runs'\)"):
+        read_runs("runs")
+    with pytest.raises(PlacerError, match="not one path"):
+        read_runs(tmp_path)
+
+
 _BEST = {"run_id": "r", "seq": 0, "runtime_s": 1.0, "placement": [1, 0], "updated_at": "t", "placement_level": "op"}
 
 
