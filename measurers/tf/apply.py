@@ -113,6 +113,11 @@ class PlacedKerasStep:
         return {(f"{names[node]} ({node})" if names[node] in shared else names[node]): value
                 for node, value in values.items()}
 
+    @property
+    def model(self):
+        """The keras.Model build_fn made (``copy_to_model`` writes the trained weights into it)."""
+        return self.user.model
+
     def copy_to_model(self) -> None:
         """Write the session's variables back into the Keras model's (and its optimizer's) variables."""
         for node, value in self.session.read_variables().items():

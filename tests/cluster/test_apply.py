@@ -244,7 +244,7 @@ def test_apply_keras__placed_training_matches_unplaced_training(keras_run):
         losses = [step(x, y) for x, y in data]
         assert len(set(step.placement.tolist())) == 3
         step.copy_to_model()
-        weights = [w.numpy() for w in step.user.model.weights]
+        weights = [w.numpy() for w in step.model.weights]
     assert losses == pytest.approx(ref_losses, rel=1e-5)
     assert losses[-1] != losses[0]
     for got, want in zip(weights, ref_weights):
