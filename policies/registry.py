@@ -205,8 +205,8 @@ def heuristic_op_placement(spec: str, problem: PlacementProblem, seed: int = 0) 
 def _require_heuristic(spec: str) -> None:
     entry = policy_entry(spec)
     if entry.kind != "heuristic":
-        raise PlacerError(f"{spec!r} is a {entry.kind} policy: it needs a budget "
-                          f"(placer search --policy {spec}, or placer baselines)")
+        where = f"placer search --policy {spec}" + ("" if entry.learned else f", or placer baselines --policies {spec}")
+        raise PlacerError(f"{spec!r} is a {entry.kind} policy: it needs a budget ({where})")
 
 
 def place_once(spec: str, graph, machine, measurer: Measurer, seed: int = 0, profile=None) -> PolicyResult:

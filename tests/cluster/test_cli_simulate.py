@@ -220,3 +220,13 @@ def test_cli__a_command_that_needs_a_missing_package_names_it_in_one_line(tmp_pa
     assert done.stderr == ("placer: error: search needs the Python package ray, which this Python lacks "
                            "(pip install 'ray[rllib]==2.60.0')\n")
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("policy, where", [
+    ("reinforce", "it needs a budget (placer search --policy reinforce)"),
+    ("annealing", "it needs a budget (placer search --policy annealing, or placer baselines --policies annealing)"),
+])
+def test_simulate__a_policy_that_needs_a_budget_names_the_command_that_runs_it(capsys, policy, where):
+    """A learner was sent to `placer baselines` too, which refuses learners."""
+    assert main(["simulate", "--graph", "synthetic:40", "--machine", "paper-2gpu", "--policy", policy]) == 2
+    assert one_placer_error(capsys).endswith(where + "\n")
