@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cluster.runlog_format import (BEST_FILE, RESULT_FILE, BestPlacement, RunManifest, op_placement_of, read_best,
-                                   read_groups, read_manifest, read_run, removed_device_indices,
+                                   ran_ok, read_groups, read_manifest, read_run, removed_device_indices,
                                    rows_without_devices)
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
@@ -47,16 +47,15 @@ def read_run_best(run_dir: str | os.PathLike) -> RunBest:
     manifest = read_manifest(run_dir)
     best = read_best(run_dir)
     if best is None:
-        raise PlacerError(f"run {run_dir} has no best placement (no {BEST_FILE}): {_why_no_best(run_dir)}")
+        raise PlacerError(f"run {run_dir} has no best placement (no {BEST_FILE}): {_why_no_best(run_dir, manifest)}")
     machine = machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
     return RunBest(run_dir, manifest, machine, best, read_groups(run_dir))
 
 
-def _why_no_best(run_dir: Path) -> str:
+def _why_no_best(run_dir: Path, manifest: RunManifest) -> str:
     """Why a run has no best placement file: none of its placements ran yet or at all, or, where its log has
     placements that ran, the file was removed."""
-    rows = rows_without_devices(read_run(run_dir), removed_device_indices(read_manifest(run_dir)))
-    ran = int(((rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))).sum())
+    ran = int(ran_ok(rows_without_devices(read_run(run_dir), removed_device_indices(manifest))).sum())
     if ran:
         return (f"its log holds {ran} placement{'s' * (ran != 1)} measured ok, so the file was removed or lost "
                 "after it was written")

@@ -61,7 +61,7 @@ from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIF
                                    READ_ATTEMPTS, READABLE_FORMAT_VERSIONS, RESULT_FILE, BestPlacement, RunManifest,
                                    check_run_log, device_removals_done, op_placement_of, part_files,
                                    placement_level_by_length, read_best, read_groups, read_manifest, read_metrics,
-                                   read_result_json, read_run, read_runs, read_table, removed_device_indices,
+                                   ran_ok, read_result_json, read_run, read_runs, read_table, removed_device_indices,
                                    rows_without_devices)
 from graphs.errors import PlacerError
 from graphs.files import atomic_file
@@ -383,7 +383,7 @@ class RunLogWriter:
     def _best_allowed_row(self, rows: pd.DataFrame | None = None) -> BestPlacement | None:
         """The fastest ok row on no forbidden device, of ``rows`` (the log's, read here when not given)."""
         rows = rows_without_devices(read_run(self.folder) if rows is None else rows, self._forbidden)
-        ok = rows[(rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))]
+        ok = rows[ran_ok(rows)]
         allowed = [(float(r.runtime_s), int(r.seq), tuple(int(d) for d in r.placement), r.placement_level)
                    for r in ok.itertuples()]
         if not allowed:

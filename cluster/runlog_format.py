@@ -202,18 +202,19 @@ def part_files(folder: Path) -> list[Path]:
     return sorted(path for path in folder.glob("part-*.parquet") if PART_NAME.fullmatch(path.name))
 
 
-def read_table(folder: Path, schema: pa.Schema) -> pa.Table:
+def read_table(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = None) -> pa.Table:
     """Every row under ``folder`` once (the first of each seq: a compaction may have left a row in two
-    files), ordered by seq. Other columns a file lacks (an older format) read as nulls."""
+    files), ordered by seq; ``columns`` only, where given (``seq`` among them). Other columns a file lacks (an
+    older format) read as nulls."""
     if not folder.is_dir():
-        return schema.empty_table()
+        return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
     _check_parts(folder, schema)
     for attempt in range(READ_ATTEMPTS):
         try:
             parts = part_files(folder)
             if not parts:
                 return schema.empty_table()
-            table = pds.dataset([str(part) for part in parts], format="parquet", schema=schema).to_table()
+            table = pds.dataset([str(part) for part in parts], format="parquet", schema=schema).to_table(columns)
             break
         except FileNotFoundError:  # a compaction deleted a part after it was listed: list again
             if attempt == READ_ATTEMPTS - 1:
@@ -256,20 +257,12 @@ def check_run_log(folder: str | os.PathLike) -> None:
     folder at all, is one PlacerError naming it, before a resumed run starts or changes anything."""
     _check_log_folder(folder)
     for sub, schema in ((MEASUREMENTS_DIR, MEASUREMENT_SCHEMA), (METRICS_DIR, METRIC_SCHEMA)):
-        if (Path(folder) / sub).is_dir():
-            _check_parts(Path(folder) / sub, schema)
-            _check_rows(_checked_columns(Path(folder) / sub, schema), Path(folder) / sub, schema)
+        checked = [name for name in CHECKED_COLUMNS if name in schema.names]  # not a long run's placements
+        read_table(Path(folder) / sub, schema, checked)  # its parts' columns, then the rows _check_rows reads
     read_best(folder)
 
 
-def _checked_columns(folder: Path, schema: pa.Schema) -> pa.Table:
-    """The columns _check_rows reads, of every part (not the placements: a long run's are large)."""
-    names = [name for name in ("seq", "iteration", "name", "status", "runtime_s") if name in schema.names]
-    parts = [str(part) for part in part_files(folder)]
-    try:
-        return pds.dataset(parts, format="parquet", schema=schema).to_table(columns=names)
-    except pa.ArrowException as exc:
-        raise PlacerError(f"{folder}: a run log file is damaged ({exc})") from None
+CHECKED_COLUMNS = ("seq", "iteration", "name", "status", "runtime_s")  # what _check_rows reads of a log
 
 
 def _check_parts(folder: Path, schema: pa.Schema) -> None:
@@ -347,6 +340,11 @@ def op_placement_of(logged, group_of_op: np.ndarray | None, num_ops: int, where,
         raise PlacerError(f"{where}: the best placement has {len(logged)} entries, neither the graph's {num_ops} "
                           f"ops nor a group placement matching {GROUPS_FILE}")
     return logged[group_of_op]
+
+
+def ran_ok(rows: pd.DataFrame) -> pd.Series:
+    """(R,) bool: the rows whose placement ran, with a step time."""
+    return (rows["status"] == "ok") & np.isfinite(rows["runtime_s"].to_numpy(dtype=np.float64))
 
 
 def read_runs(folders: Sequence[str | os.PathLike]) -> pd.DataFrame:

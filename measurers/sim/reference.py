@@ -29,8 +29,8 @@ Op times come from ``measurers.sim.costs.op_time_matrix`` (roofline, or a measur
 - Memory, per device. Parameters (``param_bytes``) are resident for the whole step on their op's device.
   An op's output (``out_bytes``; zero for Variable-like ops and variable reads, whose output *is* the
   resident parameter) is allocated when the op starts and freed when the last of its uses ends; its uses are
-  its consumers on the same device and its outgoing transfers (the send reads it). Output nobody uses is freed when the op ends.
-  A received copy is allocated on the receiver when its transfer starts and freed when its last consumer
+  its consumers on the same device and its outgoing transfers (the send reads it). Output nobody uses is
+  freed when the op ends. A received copy is allocated on the receiver when its transfer starts and freed when its last consumer
   there ends. ``peak_bytes`` is the largest total after any allocation. A peak above the device's
   ``memory_bytes`` gives status ``"oom"`` (``runtime_s`` still computed); it is never an exception. A
   timeline records every buffer and the rounds (batches of one instant's events, then the work they start)

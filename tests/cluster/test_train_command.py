@@ -25,7 +25,8 @@ GRAPH = "synthetic:300"
 SMALL = ["--machines", "paper-2gpu", "--groups", "8", "--batch", "4", "--hidden", "8", "--layers", "1"]
 SEARCH = ["--graph", GRAPH, "--machine", "paper-2gpu", "--groups", "8", "--batch", "4", "--workers", "1",
           "--bound-time-limit", "0"]
-SEARCH_HSDAG = ["--graph", GRAPH, "--machine", "paper-2gpu", "--batch", "4", "--workers", "1", "--bound-time-limit", "0"]
+SEARCH_HSDAG = ["--graph", GRAPH, "--machine", "paper-2gpu", "--batch", "4", "--workers", "1",
+                "--bound-time-limit", "0"]
 """SEARCH for hsdag, which groups the colocation groups itself: --groups is refused with it."""
 
 

@@ -78,8 +78,9 @@ def test_model_path__a_cache_that_cannot_hold_the_model_file_is_one_error_saying
 
     (tmp_path / "afile").write_text("not a folder")
     monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "afile"))
-    with pytest.raises(PlacerError, match=r"^bert-base-infer keeps its model file in the graph cache, and .*afile/models "
-                                          r"cannot be written \(Not a directory\): set PLACER_CACHE to a folder"):
+    with pytest.raises(PlacerError, match=r"^bert-base-infer keeps its model file in the graph cache, and "
+                                          r".*afile/models cannot be written \(Not a directory\): set PLACER_CACHE "
+                                          r"to a folder"):
         model_path("bert-base-infer", {}, ".onnx")
 
 
