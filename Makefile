@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 export RAY_AUTH_MODE ?= disabled
 export RLLIB_TEST_NO_TF_IMPORT ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
+# Ray's 30 s wait for a starting control store's port file ran out on a fresh clone's first Ray start (2 cores,
+# both test workers starting at once); the tests' own clusters (ray.cluster_utils) get the same wait as placer's
+# local start (cluster/ray_setup.py).
+export RAY_gcs_server_port_wait_time_s ?= 120
 
 .PHONY: demo test bench venv clean
 

@@ -22,6 +22,10 @@ from cluster import raylet_watch
 from graphs.errors import PlacerError
 
 CONNECT_TIMEOUT_S = 10.0  # to open a TCP connection to a cluster's address before Ray tries (for minutes)
+# How long a local Ray's start waits for its control store to write its port file (Ray's default: 30 s). The first
+# start in a fresh environment on a loaded 2-core machine took longer ("Timed out waiting for file
+# .../gcs_server_port_..."), and the command failed with a traceback; a user's own setting is kept.
+GCS_PORT_WAIT_S = "120"
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                 ray.init(address=address, namespace=namespace, log_to_driver=True, logging_level=logging.WARNING)
             else:
                 # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
+                os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
                 # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's
                 # one error line (a real measurer and no GPU node), and says nothing with the dashboard off.
                 ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,

@@ -131,3 +131,33 @@ def test_init_ray__a_sigterm_while_ray_starts_is_held_too_not_met_by_rays_own_ha
         signal.signal(signal.SIGTERM, before)
     assert calls == ["init finished", "shutdown"]
     assert ray_utils.set_sigterm_handler.__name__ == "set_sigterm_handler"  # Ray's helper is back
+
+
+@pytest.mark.parametrize("users_wait_s, expected_wait_s", [(None, "120"), ("45", "45")])
+def test_init_ray__a_local_start_waits_120_s_for_the_control_stores_port_unless_the_user_says(
+        monkeypatch, users_wait_s, expected_wait_s):
+    """Ray waits 30 s for its control store's port file; the first start in a fresh environment on a loaded
+    2-core machine took longer ("Timed out waiting for file .../gcs_server_port_..."), 2 fresh-clone CI runs
+    in 3, and the command failed with a traceback."""
+    import os
+
+    import ray
+
+    from cluster import ray_setup
+
+    if ray.is_initialized():
+        pytest.skip("another test's Ray is running")
+    if users_wait_s is None:
+        monkeypatch.delenv("RAY_gcs_server_port_wait_time_s", raising=False)
+    else:
+        monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", users_wait_s)
+    seen = []
+
+    def init(**_kwargs):
+        seen.append(os.environ.get("RAY_gcs_server_port_wait_time_s"))
+        raise RuntimeError("not started in this test")
+
+    monkeypatch.setattr(ray, "init", init)
+    with pytest.raises(RuntimeError, match="not started in this test"):
+        ray_setup.init_ray(num_cpus=1)
+    assert seen == [expected_wait_s]
