@@ -58,6 +58,19 @@ def check_placement(graph: OpGraph, machine: Machine, placement) -> np.ndarray:
     return array
 
 
+def framework_devices(mapping, machine: Machine, what: str) -> list:
+    """What a user's ``torch_devices(machine)`` / ``tf_devices(machine)`` returned, checked to be one device per
+    machine device (``what`` names the function): None or a single value was a TypeError from deep inside."""
+    devices = mapping(machine)
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, (list, tuple)):
+        raise PlacerError(f"{what} must return a list of devices, one per device of machine {machine.name!r}; "
+                          f"it returned {type(devices).__name__}")
+    if len(devices) != machine.num_devices:
+        raise PlacerError(f"{what} gave {len(devices)} devices for the {machine.num_devices} of machine "
+                          f"{machine.name!r}")
+    return list(devices)
+
+
 def load_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machine, grouping=None) -> np.ndarray:
     """Read a placement file (see the module docstring) and return the checked (N,) op placement."""
     path = Path(path)

@@ -20,7 +20,7 @@ in the session between calls, and ``copy_to_model()`` writes them back into the 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -29,7 +29,7 @@ from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from graphs.specs import function_label
 from measurers.machine import Machine
-from measurers.placement import check_placement
+from measurers.placement import check_placement, framework_devices
 from measurers.tf.measurer import PlacedSession, local_tf_device, tf_device_names
 from measurers.tf.workload import TracedStep, trace_model_step
 
@@ -94,8 +94,10 @@ class PlacedKerasStep:
     user: UserKerasStep
     machine: Machine
     placement: np.ndarray  # (N,) int64: where each op runs (resource readers moved to their variable)
+    _closed: bool = field(default=False, init=False)
 
     def __call__(self, inputs=None, targets=None) -> float:
+        self._check_open()
         if inputs is not None or targets is not None:
             self._feed(inputs, targets)
         return float(np.sum(self.session.step()))
@@ -105,6 +107,7 @@ class PlacedKerasStep:
         ("head/kernel", "adam/head_kernel_momentum"); a path several variables share (layers named alike in
         two nested models) is followed by the step's node that holds each: "dense/kernel (ktwo_1/b1_1/...)".
         By name alone such variables kept one entry between them."""
+        self._check_open()
         paths = _keras_paths(self.user.model)
         values = self.session.read_variables()
         names = {node: paths.get(id(self.user.traced.variables[node]), self.user.traced.variables[node].name)
@@ -120,6 +123,7 @@ class PlacedKerasStep:
 
     def copy_to_model(self) -> None:
         """Write the session's variables back into the Keras model's (and its optimizer's) variables."""
+        self._check_open()
         for node, value in self.session.read_variables().items():
             self.user.traced.variables[node].assign(value)
 
@@ -157,6 +161,14 @@ class PlacedKerasStep:
 
     def close(self) -> None:
         self.session.__exit__(None, None, None)
+        self._closed = True
+
+    def _check_open(self) -> None:
+        """A closed step's Session is gone with its variables: TensorFlow's RuntimeError said only "Attempted
+        to use a closed Session"."""
+        if self._closed:
+            raise PlacerError("the placed Keras step was closed (its session and the trained variables with it): "
+                              "call copy_to_model() before close(), or place the step again")
 
     def __enter__(self) -> PlacedKerasStep:
         return self
@@ -177,10 +189,7 @@ def place_user_keras_step(user: UserKerasStep, placement, machine: Machine,
     k-th CPU to /device:CPU:k, the k-th GPU to /device:GPU:k); CPU indices past 0 are logical CPUs of the
     step's Session, so every device may map to a CPU on a machine without GPUs."""
     placement = check_placement(user.graph, machine, placement)
-    devices = [local_tf_device(name) for name in tf_devices(machine)]
-    if len(devices) != machine.num_devices:
-        raise PlacerError(f"tf_devices gave {len(devices)} devices for the {machine.num_devices} of "
-                          f"machine {machine.name!r}")
+    devices = [local_tf_device(name) for name in framework_devices(tf_devices, machine, "tf_devices")]
     effective = user.traced.effective_placement(placement)
     session = PlacedSession(user.traced, [devices[d] for d in effective.tolist()], devices)
     return PlacedKerasStep(session, user, machine, effective)

@@ -32,7 +32,7 @@ from graphs.opgraph import OpGraph
 from graphs.specs import function_label
 from graphs.torch.importer import check_spec_result, trace_training_step
 from measurers.machine import Machine
-from measurers.placement import check_placement
+from measurers.placement import check_placement, framework_devices
 from measurers.torch.measurer import (capture_training_step, check_program_matches, default_torch_devices,
                                       place_program)
 from measurers.torch.program import PlacedReplay
@@ -60,6 +60,9 @@ def trace_user_step(build_fn: Callable[[], tuple], graph_name: str) -> UserTorch
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         raise PlacerError(f"torch function {origin!r}: the model has tensors on the meta device; applying a "
                           "placement trains real weights, so build the model with them")
+    if any(isinstance(t, torch.Tensor) and t.is_meta for t in inputs):
+        raise PlacerError(f"torch function {origin!r}: an example input is on the meta device; applying a "
+                          "placement runs the step, so give inputs with values")
     try:
         graph = trace_training_step(model, inputs, loss_fn, name=graph_name, source=f"torch:{origin}")
     except PlacerError as error:
@@ -105,6 +108,8 @@ class PlacedStep:
         """Write the current parameters and buffers into ``model`` (any module with the same names and shapes).
         Every one is checked to be there before any is written: a wrapped (``nn.Sequential(model)``) or renamed
         model got none, silently, and one of other shapes was left half-written by torch's error."""
+        if not isinstance(model, torch.nn.Module):
+            raise PlacerError(f"copy_to takes a torch.nn.Module, got {type(model).__name__}")
         state = {**dict(model.named_parameters(remove_duplicate=False)),
                  **dict(model.named_buffers(remove_duplicate=False))}
         values = self.parameters()
@@ -127,6 +132,8 @@ class PlacedStep:
             raise PlacerError(f"the step takes {len(self.example_inputs)} inputs (as the example inputs), "
                               f"got {len(inputs)}")
         for index, (value, example) in enumerate(zip(inputs, self.example_inputs)):
+            if isinstance(value, torch.Tensor) and value.is_meta:
+                raise PlacerError(f"input {index} is on the meta device: it has no values to train on")
             if not isinstance(value, torch.Tensor) or value.shape != example.shape or value.dtype != example.dtype:
                 got = f"{tuple(value.shape)} {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
                 raise PlacerError(f"input {index} must be a tensor of shape {tuple(example.shape)} and "
@@ -144,10 +151,7 @@ def place_user_step(user: UserTorchStep, placement, machine: Machine,
     ``optimizer_options``: Adam's own (``lr``); options that add ops (``weight_decay``) make the step
     differ from the graph and are refused."""
     placement = check_placement(user.graph, machine, placement)
-    devices = [_torch_device(d) for d in torch_devices(machine)]
-    if len(devices) != machine.num_devices:
-        raise PlacerError(f"torch_devices gave {len(devices)} devices for the {machine.num_devices} of "
-                          f"machine {machine.name!r}")
+    devices = [_torch_device(d) for d in framework_devices(torch_devices, machine, "torch_devices")]
     model = user.step.model
     initial = {name: t.detach().clone() for name, t in model.state_dict().items()}
     optimizer = _fresh_optimizer(user.step, optimizer_options or {})

@@ -175,6 +175,29 @@ def test_apply_torch__inputs_of_another_shape_are_refused(torch_run):
         step(torch.randn(5, 8), torch.zeros(5, dtype=torch.int64))
 
 
+def test_apply_torch__misuse_of_the_step_or_its_device_mapping_is_one_placer_error(torch_run):
+    """copy_to(None), a torch_devices that returns None, an input on the meta device: an AttributeError, a
+    TypeError and torch's NotImplementedError ("Cannot copy out of meta tensor") from deep inside."""
+    run_dir, _ = torch_run
+    for mapping in (lambda machine: None, lambda machine: "cpu"):
+        with pytest.raises(PlacerError, match="torch_devices must return a list of devices, one per device of "
+                                              "machine 'paper-2gpu'"):
+            apply_torch(run_dir, tiny_torch_classifier, torch_devices=mapping)
+    step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
+    with pytest.raises(PlacerError, match="copy_to takes a torch.nn.Module, got NoneType"):
+        step.copy_to(None)
+    x, y = batches(1)[0]
+    with pytest.raises(PlacerError, match="input 0 is on the meta device"):
+        step(x.to("meta"), y)
+
+    def meta_example():
+        model, (x, y) = tiny_torch_classifier()
+        return model, (x.to("meta"), y)
+
+    with pytest.raises(PlacerError, match="an example input is on the meta device"):
+        apply_torch(run_dir, meta_example, torch_devices=all_cpu)
+
+
 def test_apply__a_run_without_a_best_placement_is_refused(tmp_path):
     graph = import_torch_spec(TORCH_SPEC)
     run_dir = write_run(tmp_path, graph, tmp_path / "missing.parquet", load_machine("paper-2gpu"))
@@ -300,6 +323,20 @@ def test_apply_keras__a_device_mapping_tensorflow_cannot_use_is_refused_naming_i
                                                                                    message):
     with pytest.raises(PlacerError, match=message):
         apply_keras(keras_2gpu_run, tiny_keras_classifier, batch_size=8, tf_devices=tf_devices)
+
+
+def test_apply_keras__a_closed_step_and_a_mapping_that_returns_none_are_refused(keras_run):
+    """A closed step's call, variables() and copy_to_model() were TensorFlow's RuntimeError "Attempted to use a
+    closed Session"; tf_devices returning None a TypeError."""
+    run_dir, _ = keras_run
+    with pytest.raises(PlacerError, match="tf_devices must return a list of devices"):
+        apply_keras(run_dir, tiny_keras_classifier, batch_size=8, tf_devices=lambda machine: None)
+    with apply_keras(run_dir, tiny_keras_classifier, batch_size=8, seed=0) as step:
+        assert np.isfinite(step())
+    for use in (step, step.variables, step.copy_to_model):
+        with pytest.raises(PlacerError, match=r"the placed Keras step was closed .* call copy_to_model\(\) before"):
+            use()
+    step.close()  # a second close is harmless
 
 
 def test_apply_keras__inputs_nested_otherwise_or_of_a_dtype_that_would_change_are_refused(keras_run):
