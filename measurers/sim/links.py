@@ -55,12 +55,15 @@ class LinkTable:
 def link_table(machine: Machine) -> LinkTable:
     num_devices = machine.num_devices
     link_of = np.full((num_devices, num_devices), -1, dtype=np.int64)
+    # Names to indices by dict: a search of the tuples per link made a 200-GPU machine (39,800 links) take 17 s.
+    device_of = {device.name: i for i, device in enumerate(machine.devices)}
     for k, link in enumerate(machine.links):
-        link_of[machine.device_index(link.src), machine.device_index(link.dst)] = k
+        link_of[device_of[link.src], device_of[link.dst]] = k
     channels = tuple(sorted({link.channel for link in machine.links}))
+    channel_of = {name: c for c, name in enumerate(channels)}
     return LinkTable(
         link_of=link_of,
-        link_channel=np.array([channels.index(l.channel) for l in machine.links], dtype=np.int64),
+        link_channel=np.array([channel_of[l.channel] for l in machine.links], dtype=np.int64),
         latency_s=np.array([l.latency_s for l in machine.links], dtype=np.float64),
         bandwidth_Bps=np.array([l.bandwidth_Bps for l in machine.links], dtype=np.float64),
         channel_names=channels)
