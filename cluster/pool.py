@@ -47,6 +47,11 @@ from measurers.factory import MeasurerFactory, MeasurerSpec, as_factory
 from measurers.timing import REAL_TIMING
 
 
+class MeasurersLost(PlacerError):
+    """Every measurer actor is gone (their nodes left the cluster, none to start again) with placements still
+    unmeasured: a failure at run time, not bad input, so a search stops and keeps its run folder to resume."""
+
+
 @dataclass(frozen=True)
 class PoolResult:
     ticket: int  # what submit() returned for this placement
@@ -363,8 +368,9 @@ class MeasurerPool:
         while any(s.ready_ref is not None for s in self._slots) and time.monotonic() < deadline:
             self._pump(min(self.config.poll_interval_s, max(0.0, deadline - time.monotonic())))
         if not self.actors:
+            timed_out = time.monotonic() >= deadline  # else every start was given up (its node left) before it
             self.close()
-            raise PlacerError(f"no measurer actor started within {timeout_s:g} s"
+            raise PlacerError("no measurer actor started" + (f" within {timeout_s:g} s" if timed_out else "")
                               + (f": {self._last_error}" if self._last_error else self._no_start_hint()))
         return self.actors
 
@@ -546,7 +552,7 @@ class MeasurerPool:
         if self._gpu_mode:
             self._add_slots()
         if not any(s.handle is not None for s in self._slots):
-            raise PlacerError(f"no measurer actors left with {len(self._open)} placements unmeasured"
+            raise MeasurersLost(f"no measurer actors left with {len(self._open)} placements unmeasured"
                               + (f" ({self._last_error})" if self._last_error else ""))
 
     def _dispatch(self) -> None:

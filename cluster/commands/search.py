@@ -119,13 +119,16 @@ def run(args) -> int:
                                 on_policy_start=progress.measured_before)  # the way: no bar before it
         except KeyboardInterrupt as exc:
             run_dir = exc.run_dir if isinstance(exc, SearchInterrupted) else _left_run_dir(progress.run_dir)
+            measurers_lost = getattr(exc, "error", None)  # every measurer node gone: stopped, as a lost Ray
             text, lost = _interrupted_text(exc, progress.run_dir, run_dir), raylet_watch.lost_message()
+            lost = lost or measurers_lost
             print(f"placer: error: {lost}; {text}" if lost else f"placer: {text}", file=sys.stderr)
             if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
                 resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
                                                                                  str(run_dir)]
-                emit_json(raylet_watch.stop_fields() | {"run_dir": None if run_dir is None else str(run_dir),
-                                                         "resume": resume})
+                stop = ({"stop_reason": "measurers_lost", "error": measurers_lost} if measurers_lost else
+                        raylet_watch.stop_fields())
+                emit_json(stop | {"run_dir": None if run_dir is None else str(run_dir), "resume": resume})
             return 1 if lost else 130
         progress.finish(result.measurements, result.stop_reason)
     if not config.resume:  # a resumed run keeps its own grouping

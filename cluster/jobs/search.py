@@ -153,12 +153,14 @@ class CheckedSearch:
 
 class SearchInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM after the run folder was opened: its log is complete up to then, for --resume.
-    ``run_dir`` None: a new run stopped before its first measurement, whose folder was removed."""
+    ``run_dir`` None: a new run stopped before its first measurement, whose folder was removed. ``error``: why
+    the search stopped when no one pressed Ctrl-C (every measurer node left the cluster)."""
 
-    def __init__(self, run_dir: Path | None):
-        super().__init__(f"search interrupted; the run log is complete up to now in {run_dir}" if run_dir else
-                         "search interrupted before its first measurement; no run folder was kept")
-        self.run_dir = run_dir
+    def __init__(self, run_dir: Path | None, error: str | None = None):
+        how = "stopped" if error else "interrupted"
+        super().__init__(f"search {how}; the run log is complete up to now in {run_dir}" if run_dir else
+                         f"search {how} before its first measurement; no run folder was kept")
+        self.run_dir, self.error = run_dir, error
 
 
 def run_search(search: SearchConfig | CheckedSearch, progress=None, should_stop: Callable[[], bool] | None = None,
@@ -190,7 +192,7 @@ def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Cal
     import ray
 
     from cluster import ray_setup
-    from cluster.pool import MeasurerPool, pool_config_for
+    from cluster.pool import MeasurerPool, MeasurersLost, pool_config_for
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
@@ -222,7 +224,7 @@ def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Cal
             ray_setup.shutdown_ray()
         raise
     run_dir = writer.folder
-    pool = outcome = None
+    pool = outcome = lost = None
     stop_reason, kept = "interrupted", True
     try:
         save_warm_start_placement(run_dir, warm_file)
@@ -234,8 +236,9 @@ def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Cal
         outcome = _run_policy(problem, pool, config, past, run_dir, writer, progress, should_stop, warm, removals,
                               on_policy_start, _time_left_s(config.time_limit_s, started))
         stop_reason = outcome.stop_reason
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, MeasurersLost) as exc:  # stopped: the log kept for --resume
         outcome, baselines, placements = None, [], {}
+        lost = str(exc) if isinstance(exc, MeasurersLost) else None
     finally:
         with interrupts_deferred("closing the run log", signals=(signal.SIGINT, signal.SIGTERM)) as held:
             if pool is not None:
@@ -252,7 +255,7 @@ def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Cal
             if not kept:
                 _discard_unmeasured_run(run_dir, out_made)
     if outcome is None or held.pressed:
-        raise SearchInterrupted(run_dir if kept else None)
+        raise SearchInterrupted(run_dir if kept else None, lost)
     try:
         bound_s, bound_holds_for = _solved_bound(run_dir, bound, config, problem)
     except KeyboardInterrupt:

@@ -611,6 +611,7 @@ def test_search__a_new_run_stopped_before_its_first_measurement_leaves_no_folder
     started = []
     with pytest.raises(raised, match=match) as caught:
         run_search(_config(tmp_path, **settings, seed=4), on_start=started.append)
+    assert "within" not in str(caught.value)  # no slot to wait for: said at once, not as 120 s run out
     assert len(started) == 1 and not started[0].exists()  # it was opened, then removed
     assert list((tmp_path / "runs").iterdir()) == [stopped]
     if raised is KeyboardInterrupt:  # nothing to resume: the CLI prints no --resume command
@@ -621,6 +622,41 @@ def test_search__a_new_run_stopped_before_its_first_measurement_leaves_no_folder
     with pytest.raises(raised, match=match):
         run_search(_config(tmp_path, **settings, resume=str(stopped)))
     assert list((tmp_path / "runs").iterdir()) == [stopped] and len(read_run(stopped)) > 0
+
+
+def test_search_cli__every_measurer_node_lost_mid_search_stops_it_resumable_with_exit_1(local_ray, tmp_path,
+                                                                                         monkeypatch, capsys):
+    """The pool's "no measurer actors left" (every measurer node gone from the cluster) was bad input's exit 2,
+    nothing on stdout under --json, and no word of the run folder it kept; a failure at run time stops the
+    search as a lost Ray does: exit 1, one document naming the folder and the command that resumes it."""
+    from cluster.cli import main
+    from cluster.pool import MeasurerPool, MeasurersLost
+
+    submit, submitted = MeasurerPool.submit, []
+
+    def lost_after_three(self, *args, **kwargs):
+        submitted.append(1)
+        if len(submitted) > 3:
+            raise MeasurersLost("no measurer actors left with 3 placements unmeasured (node 89b3 left the cluster)")
+        return submit(self, *args, **kwargs)
+
+    monkeypatch.setattr(MeasurerPool, "submit", lost_after_three)
+    flags = ["search", "--graph", GRAPH, "--policy", "random", "--budget", "40", "--groups", "8", "--workers", "1",
+             "--bound-time-limit", "0", "--out", str(tmp_path / "runs"), "--json"]
+    assert main(flags) == 1
+    out = capsys.readouterr()
+    document = json.loads(out.out)
+    run_dir = document["run_dir"]
+    assert document["stop_reason"] == "measurers_lost" and "node 89b3 left the cluster" in document["error"]
+    assert document["resume"] == ["placer", "search", "--resume", run_dir]
+    assert ("placer: error: no measurer actors left with 3 placements unmeasured (node "
+                                        f"89b3 left the cluster); search stopped; the run log is complete up to now "
+                                        f"in {run_dir}") in out.err.splitlines()
+    measured = len(read_run(run_dir))
+    assert measured > 0
+    monkeypatch.setattr(MeasurerPool, "submit", submit)
+    assert main(document["resume"][1:] + ["--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["measurements"] == 40 and len(read_run(run_dir)) > measured
 
 
 def test_search_cli__bad_input_exits_non_zero_and_writes_nothing(tmp_path, capsys):
