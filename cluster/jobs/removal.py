@@ -112,11 +112,14 @@ def check_removals(config: SearchConfig, machine) -> tuple[DeviceRemoval, ...]:
 
 
 def check_removals_for_problem(problem, removals: Sequence[DeviceRemoval]) -> None:
-    """Every unit keeps an allowed device once all ``removals`` have left (the graph's ops need their kinds)."""
+    """Every unit has an allowed device on the machine (the graph's ops need their kinds; checked here with none
+    removed too, before the progress bar: it was first found inside the policy) and keeps one once all
+    ``removals`` have left."""
+    allowed = problem.unit_allowed  # (U, D) bool: a unit with no allowed device at all raises here
     if not removals:
         return
     kept = problem.machine.kept_device_indices([r.device for r in removals])
-    stranded = np.flatnonzero(~problem.unit_allowed[:, kept].any(axis=1))
+    stranded = np.flatnonzero(~allowed[:, kept].any(axis=1))
     if len(stranded):
         names = ", ".join(r.device for r in removals)
         left = ", ".join(problem.machine.devices[i].name for i in kept)

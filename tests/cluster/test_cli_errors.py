@@ -384,6 +384,28 @@ def test_search__a_real_measurer_with_no_node_for_the_machines_gpus_is_refused_b
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["search", "baselines"])
+def test_search__a_graph_op_no_device_of_the_machine_may_run_is_refused_before_the_progress_bar(tmp_path, capsys,
+                                                                                               command):
+    """An op allowed only on the CPU and a machine of GPUs: search found it inside the policy, after Ray
+    had started and the progress bar was drawn, its run folder made and removed again."""
+    from conftest import build_graph
+    from graphs.io import save_graph
+    from measurers.catalog import load_machine
+    from measurers.machine_json import save_machine
+
+    graph = build_graph([(0, 1, 10**6), (1, 2, 10**6)], out_bytes=[10**6] * 3, allowed_mask=[1, 3, 3])
+    save_graph(graph, tmp_path / "cpu_only.parquet")
+    save_machine(load_machine("paper-2gpu").without_devices(["cpu:0"]), tmp_path / "gpus.json")
+    out = tmp_path / "runs"
+    assert main([command, "--graph", str(tmp_path / "cpu_only.parquet"), "--machine", str(tmp_path / "gpus.json"),
+                 "--budget", "4", "--out", str(out), "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    assert captured.err == (f"placer: error: group 0 of graph {graph.name!r} has no device on machine "
+                            "'paper-2gpu-without-cpu:0' that all its ops may run on\n")
+
+
 def test_reproduce__a_real_measurer_with_no_node_for_the_machines_gpus_writes_no_experiment_folder(tmp_path, capsys,
                                                                                                      monkeypatch):
     """reproduce --measurer torch and a Ray with no GPU node (this one): the first row's search refused it
