@@ -26,6 +26,7 @@ policies/rl/assembly.py.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import time
@@ -162,9 +163,16 @@ def _save(trainer: "_Trainer", checkpoint_dir, before_checkpoint: Callable[[], N
 
 def save_state(state: dict, path: str | os.PathLike) -> None:
     """``torch.save`` of a learner's state to ``path``, through a temporary file renamed over it: an
-    interrupted save never leaves half a checkpoint (its folder is made if missing)."""
+    interrupted save never leaves half a checkpoint (its folder is made if missing). Serialized in memory
+    first and written by Python: torch's own writer turned a full disk into a RuntimeError ("unexpected pos
+    293760 vs 293648"), a traceback; now it is the OSError naming ``path`` that every writer gives."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     with atomic_file(Path(path)) as tmp:
-        torch.save(state, tmp)
+        try:
+            tmp.write_bytes(buffer.getbuffer())
+        except OSError as error:
+            raise OSError(error.errno, error.strerror, str(path)) from error
 
 
 @contextmanager

@@ -677,6 +677,46 @@ def test_train__a_folder_where_the_metrics_or_the_resume_state_go_is_refused_bef
     assert not out.exists()
 
 
+@pytest.mark.parametrize("suffix, what", [(".metrics.parquet", "the metrics"), (".resume", "the resume state")])
+def test_train__a_graph_file_read_where_the_metrics_or_the_resume_state_go_is_refused(tmp_path, capsys, suffix,
+                                                                                     what):
+    """`--graphs c.pt.metrics.parquet -o c.pt` trained, then wrote the metrics over the graph it read: exit 0,
+    and the graph file was gone."""
+    from cluster.cli import main
+    from graphs.io import save_graph
+    from graphs.registry import load_graph
+
+    out = tmp_path / "c.pt"
+    graph_file = Path(str(out) + suffix)
+    save_graph(load_graph("synthetic:40"), graph_file)
+    before = graph_file.read_bytes()
+    assert main(["train", "--policy", "gdp", "--graphs", str(graph_file), *SMALL, "--budget", "8",
+                 "-o", str(out)]) == 2
+    assert one_placer_error(capsys) == (f"placer: error: {graph_file}, where {what} of -o {out} go, is a --graphs "
+                                        "file this command reads: writing it would replace it; choose another -o\n")
+    assert graph_file.read_bytes() == before and not out.exists()
+
+
+def test_train__a_full_disk_at_the_first_checkpoint_is_one_error_naming_it_and_leaves_nothing(tmp_path, capsys,
+                                                                                             monkeypatch):
+    """torch's own writer turned a full disk into a RuntimeError ("unexpected pos 293760 vs 293648"): a
+    traceback, and the resume state written before the checkpoint was left alone beside no checkpoint."""
+    import errno
+
+    real_write_bytes = Path.write_bytes
+
+    def full_at_the_checkpoint(path, data):  # the checkpoint's temporary file: .c.pt.<pid>...tmp
+        if path.name.startswith(".c.pt.") and not path.name.startswith(".c.pt.resume."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write_bytes(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", full_at_the_checkpoint)
+    out = tmp_path / "c.pt"
+    assert _train(out, budget=8) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"placer: error: {out}: No space left on device"
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
 @pytest.mark.parametrize("section", ["optimizers", "rng", "progress"])
 def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(trained, tmp_path, capsys, section):
     import torch

@@ -25,7 +25,8 @@ from graphs.errors import PlacerError, first_line
 from measurers.base import Measurer
 from policies.base import BudgetedMeasurer, CountingMeasurer, DecisionClock, early_stop
 from policies.problem import PlacementProblem
-from policies.rl.gnn.checkpoint import read_checkpoint, read_resume_state, write_checkpoint, write_resume_state
+from policies.rl.gnn.checkpoint import (read_checkpoint, read_resume_state, resume_path, write_checkpoint,
+                                       write_resume_state)
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.problems import RESTORE_ERRORS, Slot
 from policies.rl.gnn.teacher import Teaching, teach
@@ -93,7 +94,12 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
         def save() -> None:
             progress["wall_s"] = before_s + time.perf_counter() - started
             write_resume_state(out, progress["updates"], [_compact(slot.progress_state()) for slot in slots])
-            write_checkpoint(out, config.kind, trainer.state(), progress)
+            try:
+                write_checkpoint(out, config.kind, trainer.state(), progress)
+            except BaseException:  # a first save cut short (a full disk): no resume state without a checkpoint
+                if not Path(out).exists():
+                    resume_path(out).unlink(missing_ok=True)
+                raise
 
         if teacher_budget > 0 and "teachers" not in progress:
             stopped = _teach_and_imitate(problems, slots, trainer, progress, budget, teacher_budget,
