@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import shutil
 import sys
@@ -715,6 +716,20 @@ def test_train__a_full_disk_at_the_first_checkpoint_is_one_error_naming_it_and_l
     assert _train(out, budget=8) == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"placer: error: {out}: No space left on device"
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.parametrize("policy", ["giph", "placeto"])
+def test_train__a_graph_whose_step_costs_nothing_learns_with_finite_losses(tmp_path, capsys, policy):
+    """synthetic:1 (one op of 0 FLOPs: a 0 s step from every placement): the moves' rewards were divided by the
+    start's 0 s, every loss in the metrics was NaN and RLlib warned of NaN gradients, twice per parameter."""
+    from cluster.cli import main
+
+    out = tmp_path / "c.pt"
+    assert main(["train", "--policy", policy, "--graphs", "synthetic:1", "--machines", "paper-2gpu", "--batch", "4",
+                 "--hidden", "8", "--layers", "1", "--budget", "20", "-o", str(out), "--json"]) == 0
+    losses = [row["loss"] for row in _metrics(out)]
+    assert losses and all(math.isfinite(loss) for loss in losses)
+    assert "nan/inf" not in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("section", ["optimizers", "rng", "progress"])

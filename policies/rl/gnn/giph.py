@@ -25,7 +25,7 @@ from torch import Tensor
 
 from policies.rl.gnn.module import ACTIONS, ADVANTAGES, STATE, TARGETS
 from policies.rl.gnn.network import MASKED_LOGIT, full_placement_state
-from policies.rl.gnn.problems import Slot
+from policies.rl.gnn.problems import Slot, step_improvements
 
 
 @dataclass
@@ -135,8 +135,7 @@ def giph_batch(net, slot: Slot, start: np.ndarray, size: int, steps: int, discou
         return None, None, 0.0
     start_s = slot.scored(start_runtime)[0]  # scored after the episodes: the failure score may have grown
     scored = slot.scored(episodes.runtimes)  # (B, S)
-    before = np.concatenate([np.full((size, 1), start_s), scored[:, :-1]], axis=1)
-    returns = discounted_returns((before - scored) / start_s, discount)  # (B, S)
+    returns = discounted_returns(step_improvements(start_s, scored), discount)  # (B, S)
     advantages = returns - returns.mean(axis=0, keepdims=True)
     batch = {TARGETS: episodes.targets, ACTIONS: episodes.actions, STATE: episodes.states,
              ADVANTAGES: advantages.astype(np.float32)}

@@ -306,3 +306,14 @@ def _learner_path(checkpoint_dir) -> Path | None:
 
     path = None if checkpoint_dir is None else Path(checkpoint_dir) / CHECKPOINT_FILE
     return path if path is not None and path.is_file() else None
+
+
+def step_improvements(start_s: float, scored: np.ndarray) -> np.ndarray:
+    """(B, S) how much each of an episode's moves cut the scored step time (``scored``, (B, S), after each move)
+    below the one before (the first: below the start's ``start_s``), relative to the start. A start of 0 s (a
+    graph whose step costs nothing) is scaled by the largest time seen instead, or 1: dividing by it made every
+    reward NaN, the loss NaN in the metrics, and RLlib zero the gradients."""
+    before = np.concatenate([np.full((scored.shape[0], 1), start_s), scored[:, :-1]], axis=1)
+    scale = start_s if start_s > 0 else max(float(scored.max(initial=0.0)), 1.0)
+    return (before - scored) / scale
+

@@ -35,7 +35,7 @@ from policies.base import FAILED_COST_S
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.module import ACTIONS, ADVANTAGES, GRAPH_KEYS, STATE, TARGETS
 from policies.rl.gnn.network import placement_state
-from policies.rl.gnn.problems import Slot, visit_order
+from policies.rl.gnn.problems import Slot, step_improvements, visit_order
 
 
 @dataclass
@@ -155,8 +155,7 @@ class GnnTrainer:
             return None, None, 0.0
         start_s = slot.scored(start_runtime)[0]  # scored after the episode: the failure score may have grown
         scored = slot.scored(runtimes)  # (B, S)
-        before = np.concatenate([np.full((size, 1), start_s), scored[:, :-1]], axis=1)
-        rewards = (before - scored) / start_s  # (B, S)
+        rewards = step_improvements(start_s, scored)  # (B, S)
         returns = np.cumsum(rewards[:, ::-1], axis=1)[:, ::-1]
         advantages = returns - returns.mean(axis=0, keepdims=True)
         batch = {TARGETS: targets, ACTIONS: actions, STATE: states, ADVANTAGES: advantages.astype(np.float32)}
