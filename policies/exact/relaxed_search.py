@@ -66,7 +66,7 @@ class RelaxedRun:
     weight_of: dict[bytes, float] = field(default_factory=dict)  # unit placement bytes -> its solve's weight
     solves: int = 0
     solve_s: float = 0.0  # wall time of the solves, building the models included
-    converged: bool = False  # the best measured step reached the proven bound
+    converged: bool = False  # the best measured step reached the proven bound, or every placement was measured
     steps: list[tuple[np.ndarray, float]] = field(default_factory=list)  # ((U,) placement, measured s), ok ones
 
     def model_s(self, unit_placement: np.ndarray | None) -> float:
@@ -119,6 +119,11 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
                                  measured=run.steps)
         run.solves += 1
         run.solve_s += found.wall_s
+        if found.status == "infeasible" and counter.best_measurement is not None and counter.best_measurement.ok:
+            # every placement that fits is measured (cut by its no-good row; the cuts from the measurements only
+            # lift w): the best measured is the best there is, however far above the bound (it said "time_limit")
+            run.converged = True
+            return run
     run.converged = run.reached(counter)
     return run
 

@@ -16,6 +16,7 @@ from measurers.sim.reference import Simulator
 from policies.exact.relaxation import solve_relaxation
 from policies.problem import make_problem
 from policies.registry import place
+from conftest import build_graph
 from test_exact import exhaustive_optimum_s, own_channels_machine, random_dag, tight_memory_problem
 from test_relaxation_bound import random_training_graph, staging_machine, without_window_rows
 
@@ -43,6 +44,27 @@ def test_exact_highs__measures_distinct_placements_never_below_its_bound():
     assert result.solver_bound_s <= optimum_s <= result.best.runtime_s * (1 + 1e-6)  # HiGHS's slack taken off
     assert (result.measurements, result.stop_reason) == (6, "budget") or result.stop_reason == "converged"
     assert "relaxation (HiGHS" in result.notes
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_exact_highs__every_placement_measured_is_converged_and_proven_best(seed):
+    """Two groups of three ops on three devices: 9 placements, every one measured in well under the limit, the
+    best above the relaxation's bound (it sees a group's ops as one block). The run said "time_limit" and
+    claimed nothing, as if more time could help."""
+    dag = random_dag(6, seed)
+    graph = build_graph(list(zip(dag.edge_src, dag.edge_dst, dag.edge_bytes)), 6, flops=dag.flops,
+                        out_bytes=dag.out_bytes, bytes_accessed=dag.bytes_accessed, colocation=[0, 0, 0, 1, 1, 1],
+                        name=f"two-groups-{seed}")
+    machine = own_channels_machine()
+    problem = make_problem(graph, machine)
+    started = time.perf_counter()
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 100, 0, time_limit_s=60, solver="highs")
+    assert time.perf_counter() - started < 30 and result.measurements == 9
+    assert result.best.runtime_s > result.solver_bound_s * 1.001  # not converged by reaching the bound
+    assert result.stop_reason == "converged" and result.notes.endswith("(proven best for the measurer)")
+    simulator = Simulator(graph, machine)
+    every_s = [simulator.run(problem.expand(np.array(p))).runtime_s for p in itertools.product(range(3), repeat=2)]
+    assert result.best.runtime_s == pytest.approx(min(every_s), rel=1e-9)
 
 
 def test_exact_highs__time_limit_and_bound_on_32_groups():
