@@ -8,7 +8,7 @@ whose affinity names a device makes HETERO load that device's plugin even when t
 A node is an op's when its friendly name is the op's name, or (ONNX) one of its output tensors is the op's
 (measurers.openvino.onnx_ops). Every other node (Parameter, Constant, Result, a weight decompression Convert,
 a piece of an ONNX node OpenVINO split in several) takes a neighbour's device: that of its first consumer
-that has one (a Constant lives where it is read), else of its first producer (a Result stays where its value
+that has one, a ShapeOf last (a Constant lives where its data is read), else of its first producer (a Result stays where its value
 was made), else the first device of the placement. The same rule (``node_ops``) says which op a node's
 time in OpenVINO's performance counters belongs to.
 
@@ -25,6 +25,7 @@ from typing import Sequence
 import numpy as np
 
 from graphs.errors import PlacerError
+from graphs.inference.openvino_import import SHAPE_READERS
 from graphs.opgraph import OpGraph
 from measurers.openvino.onnx_ops import ELIDED_ONNX_OPS
 
@@ -71,7 +72,7 @@ def node_ops(model, matched: dict[str, int]) -> dict[str, int]:
     owner = dict(matched)
     for node in reversed(nodes):  # consumers first: a chain Constant -> Convert -> op resolves in one pass
         if node.get_name() not in owner:
-            found = [owner[c] for c in _consumers(node) if c in owner]
+            found = [owner[c] for c in _data_consumers(node) if c in owner]
             if found:
                 owner[node.get_name()] = found[0]
     for node in nodes:  # what feeds no op (a Result) stays with its producer
@@ -94,8 +95,12 @@ def apply_affinity(model, devices: dict[str, str]) -> str:
     return "HETERO:" + ",".join(used)
 
 
-def _consumers(node) -> list[str]:
-    return [target.get_node().get_name() for output in node.outputs() for target in output.get_target_inputs()]
+def _data_consumers(node) -> list[str]:
+    """The nodes that read ``node``'s outputs, those that read their data before a ShapeOf (which reads only a
+    shape): a weight a ShapeOf read first (an IR resized to the graph's input sizes) stayed on the ShapeOf's
+    device, while the importer gives its bytes to the op that computes with it (SHAPE_READERS)."""
+    targets = [target.get_node() for output in node.outputs() for target in output.get_target_inputs()]
+    return [t.get_name() for t in sorted(targets, key=lambda t: t.get_type_name() in SHAPE_READERS)]
 
 
 def _producers(node) -> list[str]:

@@ -122,6 +122,23 @@ def test_node_devices__non_ops_take_a_neighbour_ops_device(model_file):
     assert by_name["out"] == "CPUB"  # the result with its producer
 
 
+def test_node_ops__a_weight_a_shapeof_reads_first_is_the_op_that_computes_with_its(tmp_path):
+    """An IR resized to the graph's input sizes gets a ShapeOf that reads a weight before its MatMul does: the
+    weight (and its Constant) took the ShapeOf's device, while the importer gives its bytes to the MatMul."""
+    from openvino import opset13 as ops
+
+    from measurers.openvino.affinity import node_ops
+
+    x = ops.parameter([4, 8], np.float32, name="x")
+    weight = ops.constant(np.ones((8, 3), np.float32), name="fc.weight")
+    # OpenVINO lists a value's readers in no fixed order: with twelve ShapeOfs, one came first almost always
+    shapes = [ops.shape_of(weight, name=f"ShapeOf_{k}") for k in range(12)]
+    matmul = ops.matmul(x, weight, False, False, name="fc")
+    model = ov.Model([matmul, *shapes], [x], "shape-first")
+    owner = node_ops(model, {**{shape.get_name(): 0 for shape in shapes}, matmul.get_name(): 1})
+    assert owner[weight.get_name()] == 1
+
+
 def test_device_the_runtime_lacks__placer_error_naming_it(model_file):
     graph = graph_of(model_file)
     with pytest.raises(PlacerError, match=r"device 'gpu:1' needs OpenVINO device 'GPU.0', which this runtime lacks"):
