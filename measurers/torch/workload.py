@@ -138,7 +138,13 @@ def _materialize_model(model: nn.Module, seed: int) -> nn.Module:
     tensors = [*model.parameters(), *model.buffers()]
     if not any(t.is_meta for t in tensors):
         return model.to("cpu")
+    shared = _shared_tensors(model)
     model = model.to_empty(device="cpu")
+    for places in shared:  # to_empty gave each module its own copy of a tied weight: tied again
+        first_module, first_name, kind = places[0]
+        tensor = getattr(first_module, kind)[first_name]
+        for module, name, _ in places[1:]:
+            getattr(module, kind)[name] = tensor
     torch.manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
@@ -151,6 +157,19 @@ def _materialize_model(model: nn.Module, seed: int) -> nn.Module:
                 for b in module.buffers(recurse=False):
                     b.zero_()
     return model
+
+
+def _shared_tensors(model: nn.Module) -> list[list[tuple[nn.Module, str, str]]]:
+    """Each parameter or buffer that several modules hold (a tied embedding and output layer), as the
+    (module, name, "_parameters" or "_buffers") places that hold it: ``to_empty`` unties them (the step then
+    had two weights and two Adam updates where the graph has one, and never matched it)."""
+    places: dict[int, list] = {}
+    for module in model.modules():
+        for kind in ("_parameters", "_buffers"):
+            for name, tensor in getattr(module, kind).items():
+                if tensor is not None:
+                    places.setdefault(id(tensor), []).append((module, name, kind))
+    return [held for held in places.values() if len(held) > 1]
 
 
 def _token_bound(model: nn.Module) -> int:

@@ -376,6 +376,26 @@ def test_torch_measurer__a_model_its_builder_returned_in_eval_mode_is_measured_i
     assert not workload.materialize(0).model.training
 
 
+def meta_tied_lm():
+    from fixtures.tiny_models import tiny_torch_tied_lm
+
+    with torch.device("meta"):
+        model, _ = tiny_torch_tied_lm()
+    return model, (torch.randint(0, 32, (4, 5)), torch.randint(0, 32, (4, 5)))
+
+
+def test_torch_measurer__a_tied_model_built_on_the_meta_device_stays_tied_and_is_measured(machine):
+    """to_empty gave the embedding and the output layer a weight each: the step had two weights and two Adam
+    updates where the graph has one, and every measurement was "does not match graph"."""
+    workload = TorchWorkload(meta_tied_lm, origin="meta tied lm")
+    built = workload.materialize(0)
+    assert built.model.emb.weight is built.model.out.weight and not built.model.emb.weight.is_meta
+    graph = trace_training_step(*meta_tied_lm(), name="meta_tied_lm")
+    measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok", result.error
+
+
 def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, machine):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
