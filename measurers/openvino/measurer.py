@@ -125,13 +125,17 @@ class OpenVinoMeasurer:
         convolution's time is the Conv's. The plugin rewrites the model before it runs it: an op it fused
         into another (relu into its convolution; bert's MatMul into a FullyConnected node named after the Add
         that follows), folded or optimized out runs no kernel of its own and gets 0 s, its time being in the
-        node that ran. Nodes the plugin added (layout reorders) are
+        node that ran. A node the plugin made of several (an ONNX convolution with the BatchNormalization and
+        ReLU after it, run as one node named after none of the graph's ops) is the first of its original nodes
+        (the runtime model's ``originalLayersNames``) that belongs to an op: its time went to no op, and the
+        profile gave the step's largest kernel 0 s. Nodes the plugin added (layout reorders) are
         no op's and are left out. So on one device the times add up to the step; split, an op fused across
         the cut is timed as it ran fused."""
         request = self._request(check_placement(self.graph, self.machine, placement), {"PERF_COUNT": True})
         owner = node_ops(self.model, self.matched)
         op_of_name = {node.get_friendly_name(): owner[node.get_name()]
                       for node in self.model.get_ops() if node.get_name() in owner}
+        op_of_name.update(_merged_node_ops(request.get_compiled_model(), op_of_name))
         warmup, runs = self.settings.warmup, self.settings.runs
         for _ in range(warmup):
             request.infer()
@@ -163,6 +167,26 @@ def _timed_mean(mean_s: float, warm_mean_s: float, warmup: int, runs: int) -> fl
     all ``warmup + runs``, ``warm_mean_s`` over the warm-up (at least 0 s: the means are rounded). A plugin
     whose counters hold the last inference's time gives about that time here once the warm-up settled it."""
     return max(0.0, ((warmup + runs) * mean_s - warmup * warm_mean_s) / runs)
+
+
+def _merged_node_ops(compiled, op_of_name: dict[str, int]) -> dict[str, int]:
+    """Node name -> op, for the nodes of the compiled model's runtime graph that are none of ``op_of_name``'s
+    but were made of nodes that are (``originalLayersNames``: the node's own name, then what was merged in);
+    a runtime graph OpenVINO cannot give adds none."""
+    try:
+        runtime = compiled.get_runtime_model()
+    except RuntimeError:
+        return {}
+    found = {}
+    for node in runtime.get_ordered_ops():
+        info = node.get_rt_info()
+        if node.get_friendly_name() in op_of_name or "originalLayersNames" not in info:
+            continue
+        origins = str(info["originalLayersNames"].astype(str)).split(",")
+        op = next((op_of_name[name] for name in origins if name in op_of_name), None)
+        if op is not None:
+            found[node.get_friendly_name()] = op
+    return found
 
 
 def _times_by_op(infos, op_of_name: dict[str, int]) -> dict[int, float]:
