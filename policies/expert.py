@@ -60,6 +60,15 @@ def expert_rule_name(graph_name: str) -> str:
                       f"for rnnlm, nmt-* and inception-v3")
 
 
+def check_expert_rule(graph_name: str, flag: str) -> None:
+    """``flag`` (``--policy expert``, ``--warm-start expert``) refused, one error before anything starts, where
+    the expert has no rule for the graph: found inside the run, it left a run folder no resume could finish."""
+    try:
+        expert_rule_name(graph_name)
+    except PlacerError as exc:
+        raise PlacerError(f"{flag}: {exc}") from None
+
+
 def expert_units(problem: PlacementProblem) -> tuple[np.ndarray, str]:
     """(U,) device per unit, and the rule applied."""
     rule = expert_rule_name(problem.graph.name)

@@ -131,7 +131,7 @@ def run(args) -> int:
                 emit_json(stop | {"run_dir": None if run_dir is None else str(run_dir), "resume": resume})
             return 1 if lost else 130
         progress.finish(result.measurements, result.stop_reason)
-    if not config.resume:  # a resumed run keeps its own grouping
+    if not config.resume and config.policy != "hsdag":  # a resumed run keeps its own grouping; hsdag makes its own
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph, given="groups" in given)
         if not config.split_groups:  # split groups can outnumber --groups
             note_fewer_groups_than_asked(config.groups, result.groups, result.colocation_groups, result.graph,

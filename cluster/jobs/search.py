@@ -196,6 +196,7 @@ def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Cal
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.factory import MeasurerSpec, as_factory
+    from policies.expert import check_expert_rule
 
     started = _clock()
     if not isinstance(search, CheckedSearch):
@@ -204,6 +205,8 @@ def _run_search(search: SearchConfig | CheckedSearch, progress, should_stop: Cal
     if config.resume:  # refused before Ray starts or anything changes (_open_run locks a new run's folder)
         held_to_the_end.callback(FolderLock.acquire(Path(config.resume), "run folder").release)
     graph, machine = load_graph(config.graph), load_machine(config.machine)
+    if config.policy == "expert":
+        check_expert_rule(graph.name, "--policy expert")
     problem, computed = _problem(graph, machine, config)
     removals = check_removals(config, machine)
     check_removals_for_problem(problem, removals)  # the graph's ops keep a device of their kinds

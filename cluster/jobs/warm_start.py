@@ -122,13 +122,10 @@ def _check_a_named_heuristic_places(names: Sequence[str], graph_name: str) -> No
     """``--warm-start expert`` on a graph the expert has no rule for is refused, as ``--split-groups expert``
     is: the search ran without a warm start, and its result said only "warm_start": "expert". (Every other
     heuristic places any graph.)"""
-    from policies.expert import expert_rule_name
+    from policies.expert import check_expert_rule
 
     if set(names) == {"expert"}:
-        try:
-            expert_rule_name(graph_name)
-        except PlacerError as exc:
-            raise PlacerError(f"--warm-start expert: {exc}") from None
+        check_expert_rule(graph_name, "--warm-start expert")
 
 
 def _read_npy(path: Path) -> np.ndarray:

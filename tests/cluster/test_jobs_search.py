@@ -699,6 +699,25 @@ def test_search_cli__the_default_groups_are_named_as_the_default_in_the_note(loc
             f"groups of graph 'synthetic:20:1'") in out.err and "--groups 32" not in out.err
     assert main([*flags, "--groups", "40", "--out", str(tmp_path / "b")]) == 0
     assert "placer: note: --groups 40 is more than" in capsys.readouterr().err
+    # hsdag refuses --groups (it groups the colocation groups itself): no note of a grouping it does not use
+    hsdag = ["search", "--graph", "synthetic:20:1", "--policy", "hsdag", "--budget", "2", "--workers", "1", "--json"]
+    assert main([*hsdag, "--out", str(tmp_path / "c")]) == 0
+    assert "groups" not in capsys.readouterr().err
+
+
+def test_search_cli__policy_expert_on_a_graph_it_has_no_rule_for_is_refused_before_anything_starts(tmp_path,
+                                                                                               capsys):
+    """It was found inside the run, after Ray and the baselines: a run folder of baseline rows, no result, that
+    every --resume failed on again. (--warm-start expert was refused up front already.)"""
+    from cluster.cli import main
+
+    out = tmp_path / "runs"
+    assert main(["search", "--graph", "synthetic:40", "--policy", "expert", "--budget", "8", "--out", str(out),
+                 "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not out.exists()
+    assert captured.err == ("placer: error: --policy expert: no expert rule for graph 'synthetic:40:0': the papers "
+                            "describe human placements only for rnnlm, nmt-* and inception-v3\n")
 
 
 @pytest.mark.parametrize("policy, batch, given", [("giph", None, {}), ("hsdag", None, {}),
