@@ -204,6 +204,22 @@ def check_program_matches(graph: OpGraph, program: Program) -> None:
         raise PlacerError(f"the real step does not match graph {graph.name!r}: the graph has "
                           f"{len(expected)} ops besides variables and inputs, the step ran {len(ran)}")
     _check_leaf_sizes(graph, program)
+    _check_output_sizes(graph, program, counted_ops)
+
+
+def _check_output_sizes(graph: OpGraph, program: Program, counted_ops: np.ndarray) -> None:
+    """Each counted call that neither views nor writes a tensor made the bytes its graph op records: a model
+    edited since the import in what its parameters and inputs do not show (a convolution's stride), or a
+    step whose sizes follow a value it reads (``x[:int(n.item())]``, which the import answers with 1), ran
+    other work than the graph's and was timed and reported as the graph's."""
+    counted = [step for step in program.steps if step.counted]
+    for index, step in enumerate(counted):
+        op = counted_ops[index]
+        if step.out_bytes >= 0 and step.out_bytes != int(graph.out_bytes[op]):
+            raise PlacerError(f"the real step does not match graph {graph.name!r}: its op {index} (graph op "
+                              f"{graph.op_names[op]!r}, {graph.op_kinds[op]}) made {step.out_bytes:,} bytes, "
+                              f"{int(graph.out_bytes[op]):,} in the graph (the model changed since the import, or "
+                              "its sizes follow a value it reads, which the import answers with 1)")
 
 
 def _check_leaf_sizes(graph: OpGraph, program: Program) -> None:

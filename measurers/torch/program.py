@@ -34,7 +34,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from graphs.torch.recorder import ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES, undeclared_writes, without_onednn
+from graphs.torch.recorder import (ALIAS_OPS, SCALAR_OP, SKIPPED_NAMESPACES, tensor_bytes, undeclared_writes,
+                                   without_onednn)
 from measurers.torch.live_scalars import LiveArg, LiveFloat, ScalarReads
 
 
@@ -61,6 +62,7 @@ class Step:
     out_refs: tuple = ()  # (index among the output's leaves, slot) of outputs that are new slots
     call: object = None  # the C++ op behind ``func`` (skips OpOverload's Python wrapper)
     frees: tuple = ()  # slots read for the last time here (or never read): dropped after the step
+    out_bytes: int = -1  # its outputs' bytes as captured, for a counted call that neither views nor writes
 
 
 @dataclass
@@ -205,8 +207,10 @@ class _Capture(TorchDispatchMode):
 
         t_out = tree_map(out_ref, out)
         in_slots = tuple(x.slot for x in tree_flatten((t_args, t_kwargs))[0] if isinstance(x, SlotRef))
+        plain = func not in ALIAS_OPS and not is_view and not mutated  # the importer's out bytes: all its outputs
+        out_bytes = sum(tensor_bytes(x) for x in tree_flatten(out)[0] if isinstance(x, torch.Tensor)) if plain else -1
         self.steps.append(Step(func, t_args, t_kwargs, t_out, func not in ALIAS_OPS,
-                               is_view or func in ALIAS_OPS, tuple(mutated), inputs=in_slots))
+                               is_view or func in ALIAS_OPS, tuple(mutated), inputs=in_slots, out_bytes=out_bytes))
         if any(new >= limit for new, limit in zip(self._new_since_release, self._release_after)):
             self._release_unreachable()
         return out

@@ -314,6 +314,41 @@ def test_torch_measurer__a_step_of_the_same_ops_at_other_sizes_is_an_error(machi
         [np.zeros(graph.num_ops, dtype=np.int64)])[0].status == "ok"
 
 
+class Strided(nn.Module):
+    def __init__(self, stride: int):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, stride=stride, padding=1)
+
+    def forward(self, x):
+        return self.conv(x).mean()
+
+
+class ReadsItsRows(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x, rows):
+        return self.fc(x[:int(rows.item())]).sum()  # the import answers .item() with 1
+
+
+@pytest.mark.parametrize("case", ["stride", "item"])
+def test_torch_measurer__a_step_whose_ops_make_other_bytes_than_the_graph_is_an_error(machine, case):
+    """Same op kinds, same parameter and input sizes, other work: a convolution's stride edited since the import
+    (1 to 4: 16x fewer output bytes), or rows read with .item() (32 real, 1 traced). Timed, status ok, and
+    reported as the graph's step. (The measurement's error keeps the message's start and end: the op named.)"""
+    if case == "stride":
+        graph = trace_training_step(Strided(1), (torch.randn(2, 3, 16, 16),), name="strided")
+        build, expected = (lambda: (Strided(4), (torch.randn(2, 3, 16, 16),))), "aten.convolution"
+    else:
+        build = lambda: (ReadsItsRows(), (torch.randn(32, 8), torch.tensor(32)))  # noqa: E731
+        graph = trace_training_step(*build(), name="rows")
+        expected = "aten.addmm"
+    measurer = TorchMeasurer(graph, machine, workload=TorchWorkload(build, origin=case), torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "error" and "does not match graph" in result.error and expected in result.error
+
+
 def test_workload_from_graph__benchmark_spec_and_unknown_origin(rnnlm):
     step = workload_from_graph(rnnlm).materialize(1)
     assert step.inputs[0].shape == (2, 3) and int(step.inputs[0].max()) < 20
