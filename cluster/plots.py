@@ -125,8 +125,10 @@ def _first_device_with(timeline, phases: np.ndarray, phase: int) -> int:
     return int(devices.min()) if len(devices) else -1
 
 
-def plot_device_load(device_names, busy_s, peak_bytes, capacity_bytes, path: str | Path, title: str = "") -> Path:
-    """Two bar charts: compute busy time per device, and peak memory beside each device's capacity."""
+def plot_device_load(device_names, busy_s, peak_bytes, capacity_bytes, path: str | Path, title: str = "",
+                     peak_source: str = "") -> Path:
+    """Two bar charts: compute busy time per device (the simulator's), and peak memory beside each device's
+    capacity; ``peak_source`` says where the peaks come from when not all from one place."""
     plt = _pyplot()
     busy_s = np.asarray(busy_s, dtype=np.float64)  # (D,)
     peak_gb = np.asarray(peak_bytes, dtype=np.float64) / 1e9  # (D,)
@@ -135,14 +137,14 @@ def plot_device_load(device_names, busy_s, peak_bytes, capacity_bytes, path: str
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     left.bar(x, busy_s, color=PHASE_COLOURS["forward"])
     left.set_ylabel("compute busy time (s)")
-    left.set_title("compute per device")
+    left.set_title("compute per device (simulated)")
     share = np.divide(peak_gb, capacity_gb, out=np.zeros_like(peak_gb), where=capacity_gb > 0) * 100  # (D,)
     right.bar(x, share, color=np.where(share > 100, FAILURE_COLOUR, PHASE_COLOURS["update"]))
     right.axhline(100, color="black", lw=1, ls="--", label="capacity")
     for i, (peak, cap) in enumerate(zip(peak_gb, capacity_gb)):
         right.annotate(f"{peak:.3g}/{cap:.3g} GB", (i, share[i]), ha="center", va="bottom", fontsize=7)
     right.set_ylabel("peak memory (% of capacity)")
-    right.set_title("peak memory against capacity (red: over)")
+    right.set_title("peak memory against capacity (red: over)" + (f"\n{peak_source}" if peak_source else ""))
     right.legend(fontsize=8)
     for ax in (left, right):
         ax.set_xticks(x, list(device_names), rotation=30)
@@ -174,11 +176,13 @@ class RunToPlot:
 
 def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     """The run's log, learning curve, best placement and graph; one PlacerError for a damaged file. A graph
-    that cannot be found (its file moved) or no longer has the run's hash leaves the run without the plots
-    of its best placement, and one note on stderr says so: the learning curve needs no graph."""
+    that cannot be found (its file moved) or no longer has the run's hash, or a machine whose profile file has
+    moved, leaves the run without the plots of its best placement, and one note on stderr says so: the
+    learning curve needs neither (a moved profile failed every run's plots)."""
     from cluster.analysis import learning_curve
     from cluster.run_best import read_run_best, run_graph
     from cluster.runlog import read_best, read_manifest, read_run
+    from measurers.catalog import machine_from_json
 
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
@@ -187,10 +191,11 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     # the searched policy's own curve; the baselines scored in the same run are not its progress
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
     curve = learning_curve(rows, policy=own, manifest=manifest)  # the manifest's sessions set its wall time
-    best = read_run_best(run_dir) if read_best(run_dir) is not None else None
-    graph = None
-    if best is not None:
-        try:
+    best = graph = None
+    if read_best(run_dir) is not None:
+        try:  # the machine first: a profile its file names that has moved since is a note too, as a graph is
+            machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
+            best = read_run_best(run_dir)
             graph = run_graph(best)
         except PlacerError as exc:
             print(f"placer: note: no timeline of run {manifest.run_id}'s best placement: {exc}", file=sys.stderr)
@@ -255,7 +260,11 @@ def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = 
     peak = np.asarray(measured.iloc[0], dtype=np.int64) if len(measured) else result.peak_bytes
     if len(peak) != machine.num_devices:
         peak = result.peak_bytes
+    source = ""
+    if run.best.manifest.config.get("measurer", "sim") != "sim":  # a real one measures GPU memory alone (0 logged
+        gpus = np.array([d.kind == "gpu" for d in machine.devices])  # elsewhere, drawn as a measured 0 B)
+        peak, source = np.where(gpus, peak, result.peak_bytes), "GPUs measured, other devices simulated"
     load_png = plot_device_load([d.name for d in machine.devices], result.busy_s, peak, result.capacity_bytes,
-                                paths.device_load, title)
+                                paths.device_load, title, source)
     trace = write_trace(paths.trace, graph, machine, result)
     return RunPlots(curve_png, timeline_png, load_png, trace)

@@ -139,6 +139,49 @@ def test_plot_run__a_graph_changed_or_moved_leaves_the_curve_and_a_note(tmp_path
     assert (f"content hash {changed.content_hash}" if change == "replaced" else "cannot find graph") in err
 
 
+def test_plot_run__a_machine_profile_moved_since_leaves_the_curve_and_a_note(tmp_path, capsys):
+    """A run on a machine file that names a profile (`placer profile --machine-out`) whose profile was moved
+    since: `analyze --plots` failed whole, exit 2, no plot of any run (analyze without --plots read it)."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs", graph_file=graph_file)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["machine"]["profile"] = str(tmp_path / "moved" / "profile.json")
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    made = plot_run(run, tmp_path / "plots")
+    _not_blank(made.learning_curve)
+    assert (made.timeline, made.device_load, made.trace) == (None, None, None)
+    err = capsys.readouterr().err
+    assert err.startswith("placer: note: no timeline of run ") and "profile.json" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("measurer", ["sim", "torch"])
+def test_plot_run__a_real_measurers_unmeasured_peaks_are_the_simulators_and_said_so(tmp_path, monkeypatch,
+                                                                                     measurer):
+    """The torch and OpenVINO measurers measure GPU memory only and log 0 for the CPU: the load plot drew
+    "0/25.3 GB" as if measured, beside busy times the simulator gives."""
+    import cluster.plots
+
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs", rows=[("annealing", 1.5, "ok", False)], graph_file=graph_file)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["measurer"] = measurer
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    drawn = {}
+    monkeypatch.setattr(cluster.plots, "plot_device_load",
+                        lambda names, busy_s, peak, capacity, path, title, source: drawn.update(peak=peak, source=source))
+    to_plot = read_run_to_plot(run)
+    simulated = Simulator(to_plot.graph, to_plot.best.machine).run(to_plot.op_placement).peak_bytes
+    plot_run(run, tmp_path / "plots")
+    logged = [1000, 0, 0]  # write_run's row: 1000 bytes on the CPU, 0 on the GPUs
+    if measurer == "sim":
+        assert list(drawn["peak"]) == logged and drawn["source"] == ""
+    else:
+        assert list(drawn["peak"]) == [simulated[0], 0, 0] and simulated[0] > 0
+        assert drawn["source"] == "GPUs measured, other devices simulated"
+
+
 def test_cli_analyze__plots_of_no_run_are_written_when_one_run_is_damaged(tmp_path, capsys):
     graph_file = tmp_path / "tiny6.parquet"
     save_graph(_graph(), graph_file)
