@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -12,9 +13,22 @@ def text_console(**options):
     """A rich Console that prints names as they are, in its tables and lines alike: rich's emoji codes turned
     ``synthetic:100:0`` into ``synthetic💯0``, and its markup printed a machine named ``lab[gpu]`` as ``lab``
     (``lab[/gpu]`` was a MarkupError). Style a cell with ``rich.text.Text(..., style=...)``."""
+    return _pipe_console_class()(emoji=False, markup=False, **options)
+
+
+@functools.cache
+def _pipe_console_class():
+    """rich's Console (imported when first needed) whose broken pipe is Python's: a reader that left (`placer
+    graphs list | head`) ends the command quietly with status 141 (cli.main), as plain and --json output do;
+    rich's own handler exited 1."""
     from rich.console import Console
 
-    return Console(emoji=False, markup=False, **options)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return PipeConsole
 
 
 def seconds_text(seconds: float) -> str:
