@@ -19,7 +19,6 @@ import hashlib
 import json
 import math
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from graphs.errors import PlacerError
-from graphs.files import atomic_file
+from graphs.files import atomic_file, temp_folder
 from graphs.opgraph import OpGraph
 from graphs.tensorflow_quiet import import_tensorflow_quietly
 
@@ -122,8 +121,8 @@ def _save_ir(ov_model, xml_path: Path) -> None:
     import openvino as ov
 
     xml_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=xml_path.parent, prefix=".ir-") as tmp:
-        tmp_xml = Path(tmp) / "model.xml"
+    with temp_folder(xml_path.parent, "ir") as tmp:  # a killed build's is removed by the next
+        tmp_xml = tmp / "model.xml"
         ov.save_model(ov_model, str(tmp_xml), compress_to_fp16=False)  # fp32 weights: a Convert-free graph
         os.replace(tmp_xml.with_suffix(".bin"), xml_path.with_suffix(".bin"))
         os.replace(tmp_xml, xml_path)

@@ -151,6 +151,23 @@ def test_remove_stale_staging__keeps_folders_it_cannot_prove_are_a_dead_writers(
 
 
 @posix_only
+def test_temp_folder__removed_after_and_a_killed_writers_removed_by_the_next_call(tmp_path):
+    """An OpenVINO IR build killed mid-write left its tempfile folder (.ir-XXXX, 73 MB) in the graph cache for
+    good; a folder of this name and a dead writer's pid is removed, a live writer's and another name's kept."""
+    from graphs.files import temp_folder
+
+    stale = tmp_path / f".ir.{_host_tag()}.{dead_pid()}.0123abcd.tmp"
+    live = tmp_path / f".ir.{_host_tag()}.{os.getpid()}.0123abcd.tmp"
+    other = tmp_path / f".xml.{_host_tag()}.{dead_pid()}.0123abcd.tmp"
+    for folder in (stale, live, other):
+        folder.mkdir()
+        (folder / "model.bin").write_bytes(b"weights")
+    with temp_folder(tmp_path, "ir") as scratch:
+        assert scratch.is_dir() and scratch.name.startswith(".ir.")
+        (scratch / "model.xml").write_text("<net/>")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
 def test_atomic_file__the_next_write_removes_the_temporary_file_of_a_sigkilled_writer(tmp_path):
     path = tmp_path / "model.ckpt"
     path.write_text("old")
