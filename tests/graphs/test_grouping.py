@@ -417,3 +417,21 @@ def test_group_ops__colocation_spreads_the_connected_ops_despite_many_small_comp
     cost = np.bincount(grouping.op_group, weights=op_cost_s(graph), minlength=grouping.num_groups)
     assert grouping.num_groups == max_groups
     assert cost.max() <= 2.5 * cost.sum() / max_groups
+
+
+@pytest.mark.parametrize("heavy_ops", [1, 2])
+def test_metis__ops_holding_nearly_all_the_cost_still_get_the_groups_asked_for(heavy_ops):
+    """A 50-op chain where one op (or two) holds 99.99% of the cost: one clamp left it most of what METIS saw,
+    its bisections failed and 1 group came back of 4, 8 or 32 (the default grouping too, with no scopes)."""
+    from conftest import build_graph
+
+    flops = np.full(50, 1e8)
+    other_s = op_cost_s(build_graph([(i, i + 1) for i in range(49)], 50, flops=flops.copy())).sum()
+    for op in np.linspace(0, 49, heavy_ops + 2)[1:-1].astype(int):
+        flops[op] = 1e13 * other_s * 9999 / heavy_ops
+    graph = build_graph([(i, i + 1) for i in range(49)], 50, flops=flops)
+    cost = op_cost_s(graph)
+    assert np.sort(cost)[-heavy_ops:].sum() / cost.sum() > 0.9998
+    assert [group_ops(graph, groups, "metis", 0).num_groups for groups in (4, 8)] == [4, 8]
+    assert group_ops(graph, 32, "metis", 0).num_groups >= 24
+
