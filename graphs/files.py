@@ -65,6 +65,40 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     staging.rmdir()  # empty: its folder was renamed out
 
 
+def _locked(path: Path, named: str) -> int:
+    """A descriptor of ``path`` (made if missing) holding its exclusive flock, the holder's pid written in it;
+    PlacerError naming ``named`` and the holder if another process holds it."""
+    from graphs.errors import PlacerError
+
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise PlacerError(f"{named} is in use by another process (pid {holder}): "
+                          f"wait for it to end, or stop it, and try again") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+@contextmanager
+def file_lock(path: Path, named: str) -> Iterator[None]:
+    """``path`` (``CHECKPOINT.lock``) locked as ``FolderLock`` locks a folder while the block runs, then removed:
+    a second process refused at once, naming the first; nothing left behind once the holder ends. (A process
+    that opened the file before its removal fails to lock it and is refused all the same.)"""
+    fd = _locked(Path(path), named)
+    try:
+        yield
+    finally:
+        Path(path).unlink(missing_ok=True)
+        os.close(fd)
+
+
 @contextmanager
 def temp_folder(root: Path, name: str) -> Iterator[Path]:
     """``with temp_folder(root, name) as scratch:`` a hidden folder ``root/.<name>.<host>.<pid>.<random>.tmp``
@@ -98,23 +132,7 @@ class FolderLock:
     def acquire(cls, folder: Path, what: str) -> "FolderLock":
         """Lock ``folder`` (which must exist); PlacerError naming ``what`` and the holder if another process
         (or another acquire in this one) holds it."""
-        from graphs.errors import PlacerError
-
-        path = Path(folder) / cls.FILE
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise PlacerError(f"{what} {folder} is in use by another process (pid {holder}): "
-                              f"wait for it to end, or stop it, and try again") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        return cls(fd)
+        return cls(_locked(Path(folder) / cls.FILE, f"{what} {folder}"))
 
     def release(self) -> None:
         if self._fd is not None:

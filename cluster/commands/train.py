@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -78,6 +79,26 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with _checkpoint_lock(args.out):
+        return _run(args)
+
+
+def _checkpoint_lock(out: str):
+    """``-o PATH.lock`` held while this process trains (removed after): two trains (or two --resume) on one -o
+    both ran, one result overwriting the other, and a resume reading while the other saved was refused as "a
+    save was cut short". Taken before any check reads the checkpoint. A -o in a folder not made yet (train makes
+    it at its first save) or one that cannot take the file is left to those checks."""
+    from contextlib import nullcontext
+
+    from graphs.files import file_lock
+
+    lock = Path(out + ".lock")
+    if not lock.parent.is_dir() or not os.access(lock.parent, os.W_OK):
+        return nullcontext()
+    return file_lock(lock, f"checkpoint {out}")
+
+
+def _run(args: argparse.Namespace) -> int:
     config, graphs, resumed = check_train_args(args)
     updates_before = 0 if resumed is None else int(resumed["progress"].get("updates", 0))
     from policies.rl.gnn.checkpoint import resume_path

@@ -732,6 +732,21 @@ def test_train__a_graph_whose_step_costs_nothing_learns_with_finite_losses(tmp_p
     assert "nan/inf" not in capsys.readouterr().err
 
 
+def test_train__a_second_process_on_the_same_checkpoint_is_refused_and_no_lock_file_stays(tmp_path, capsys):
+    """Two trains (or two --resume) on one -o both ran and one overwrote the other's checkpoint; a resume
+    reading while the other saved was refused as "a save was cut short", whose advice deletes the memo."""
+    from graphs.files import file_lock
+
+    out = tmp_path / "c.pt"
+    with file_lock(Path(f"{out}.lock"), "another train"):  # as another process holding it
+        assert _train(out, budget=8) == 2
+        assert one_placer_error(capsys) == (f"placer: error: checkpoint {out} is in use by another process (pid "
+                                            f"{os.getpid()}): wait for it to end, or stop it, and try again\n")
+    assert not out.exists()
+    assert _train(out, budget=8) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "c.pt.metrics.parquet", "c.pt.resume"]
+
+
 @pytest.mark.parametrize("section", ["optimizers", "rng", "progress"])
 def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(trained, tmp_path, capsys, section):
     import torch
