@@ -29,6 +29,7 @@ from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig, check_unique
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError, check_seed, is_whole_number
+from graphs.files import FolderLock
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.registry import policy_entry
 from policies.rl.config import BATCH_SIZE
@@ -216,11 +217,14 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
 
     folder = Path(out) / experiment.name
     total = len(experiment.cells) * len(experiment.searches)
-    index = 0
+    index, held = 0, None
     ray_setup.init_ray(ray_address)  # one Ray for all runs (ray_address, else RAY_ADDRESS, joins a cluster)
     try:
         _check_measurer_nodes(experiment, settings)  # as a search does, but before any row's folder is written
         _check_or_write_settings(folder, experiment, settings)  # after Ray: a cluster not there writes nothing
+        # one process at a time: two on one folder each ran a row's search, and the second failed on the first's
+        # live annealing run, its JSON document never printed
+        held = FolderLock.acquire(folder, "experiment folder")
         if on_start is not None:
             on_start()
         for cell in experiment.cells:
@@ -230,6 +234,8 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
                 _run_cell_search(folder / cell.folder_name, cell, policy, baselines, settings, index, total,
                                  on_event)
     finally:
+        if held is not None:
+            held.release()
         ray_setup.shutdown_ray()
     return folder
 

@@ -84,6 +84,24 @@ class _FakeResult:
         return {"lower_bound_s": 0.25}
 
 
+def test_run_experiment__a_second_process_on_the_same_folder_is_refused_before_any_search(tmp_path, monkeypatch):
+    """Two `placer reproduce` on one --out each started the same row's search, and the second failed on the
+    first's live run ("in use"), exit 2 with no document."""
+    from graphs.files import FolderLock
+
+    folder = tmp_path / "out" / "mirhoseini2017"
+    folder.mkdir(parents=True)
+    settings = settings_for(quick=True)
+    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**settings.__dict__}}))
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("a search started"))
+    held = FolderLock.acquire(folder, "experiment folder")  # as another process holding it
+    try:
+        with pytest.raises(PlacerError, match=f"experiment folder {folder} is in use by another process"):
+            run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings)
+    finally:
+        held.release()
+
+
 def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_path, monkeypatch):
     """The search itself is a stand-in here: what matters is which runs are started, resumed or skipped."""
     folder = tmp_path / "out" / "mirhoseini2017"
