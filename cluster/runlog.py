@@ -64,7 +64,7 @@ from cluster.runlog_format import (BEST_FILE, FORMAT_VERSION, GROUPS_FILE, MANIF
                                    ran_ok, read_result_json, read_run, read_runs, read_table, removed_device_indices,
                                    rows_without_devices)
 from graphs.errors import PlacerError
-from graphs.files import atomic_file
+from graphs.files import atomic_file, being_written
 from measurers.catalog import machine_to_json
 from measurers.timing import ESTIMATOR, REAL_TIMING, TimingSettings
 
@@ -124,7 +124,9 @@ RUN_ID_GRAPH_CHARS = 96  # the graph name's share of a run id (make_run_id)
 def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = None,
                 root: str | os.PathLike | None = None) -> str:
     """``<graph>__<policy>__<seed>__<UTC time>``, safe as a folder name; with ``root``, ``-2``, ``-3``, ...
-    appended while ``root`` already holds a run of that name (two runs started within one second). A graph
+    appended while ``root`` already holds a run of that name, or a run of that name is being written there
+    (two runs started within one second: the second chose the first's name while its folder was staged, and
+    failed when both were done, its whole run discarded; two started at the same instant still can). A graph
     name longer than ``RUN_ID_GRAPH_CHARS`` is cut there and ends in a hash of the whole name: a file system
     takes 255 bytes a name, less the staging folder's suffix (graphs/files.py ``_temp_name``)."""
     stamp = dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc)
@@ -136,7 +138,7 @@ def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = No
     if root is None:
         return text
     run_id, k = text, 1
-    while (Path(root) / run_id).exists():
+    while (Path(root) / run_id).exists() or being_written(Path(root), run_id):
         k += 1
         run_id = f"{text}-{k}"
     return run_id

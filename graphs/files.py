@@ -65,6 +65,13 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
     staging.rmdir()  # empty: its folder was renamed out
 
 
+def being_written(root: Path, name: str) -> bool:
+    """Whether ``root`` holds a staging folder of ``name`` (``atomic_folder``'s, of a writer alive or not yet
+    cleaned up): a name that will exist once that writer finishes."""
+    return any(match is not None and match["name"] == name
+               for match in (_TEMP.fullmatch(p.name) for p in Path(root).glob(f".{glob.escape(name)}.*.tmp")))
+
+
 def _locked(path: Path, named: str) -> int:
     """A descriptor of ``path`` (made if missing) holding its exclusive flock, the holder's pid written in it;
     PlacerError naming ``named`` and the holder if another process holds it."""

@@ -708,3 +708,19 @@ def test_read_manifest__a_field_of_the_wrong_type_is_one_error(tmp_path, manifes
     path.write_text(json.dumps({**json.loads(path.read_text()), name: value}))
     with pytest.raises(PlacerError, match=f"manifest.json: not a valid run manifest \\({name} .* is not a"):
         read_manifest(tmp_path / manifest.run_id)
+
+
+def test_make_run_id__a_name_another_writer_is_staging_is_taken(tmp_path):
+    """Two `placer baselines --out DIR` started within one second: the second chose the first's run id while the
+    first's folder was still staged (a baselines run stages it for its whole run), and when both had finished
+    the second failed, "folder ... already exists", its whole run discarded."""
+    from graphs.files import atomic_folder
+
+    when = 1.7e9
+    first = make_run_id("g", "baselines", 0, when=when, root=tmp_path)
+    with atomic_folder(tmp_path, first) as staging:
+        (staging / first).mkdir()
+        second = make_run_id("g", "baselines", 0, when=when, root=tmp_path)
+        assert second == f"{first}-2"
+    assert make_run_id("g", "baselines", 0, when=when, root=tmp_path) == f"{first}-2"  # the first's folder: taken
+
