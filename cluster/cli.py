@@ -178,13 +178,15 @@ class _InterruptAfterMain:
         os._exit(status)
 
 
-def _interrupted(args: argparse.Namespace) -> int:
+def _interrupted(args: argparse.Namespace, measurers_lost: str | None = None) -> int:
     """Ctrl-C: one line on stderr and exit status 130; with --json still one document for a pipe's reader,
     unless the command printed its own before the Ctrl-C came. A Ray process that died under the command
-    (cluster/raylet_watch.py) stops it the same way, reported as an error with exit status 1."""
-    lost = raylet_watch.lost_message()
+    (cluster/raylet_watch.py), or a search inside it whose measurer nodes all left (``measurers_lost``: a
+    ``SearchInterrupted``'s error, in `placer reproduce`), stops it the same way, reported as an error with
+    exit status 1."""
+    lost = raylet_watch.lost_message() or measurers_lost
     print(f"placer: error: {lost}" if lost else "placer: interrupted", file=sys.stderr)
-    stop = raylet_watch.stop_fields()
+    stop = raylet_watch.stop_fields(measurers_lost)
     if getattr(args, "json", False) and not json_emitted():
         if getattr(args, "command", None) == "search":  # its own document (README), before any run folder
             emit_json(stop | {"run_dir": None, "resume": None})
@@ -228,8 +230,8 @@ def _run(args: argparse.Namespace, stdout_file: tuple[int, int] | None = None) -
         print(f"placer: error: {args.command} needs the Python package {package}, which this Python lacks "
               f"(pip install '{install_hint(OPTIONAL_IMPORTS[package])}')", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return _interrupted(args)
+    except KeyboardInterrupt as exc:
+        return _interrupted(args, getattr(exc, "error", None))
 
 
 WRITE_ERRNOS = (errno.ENOSPC, errno.EBADF, errno.EIO, errno.EDQUOT, errno.EFBIG)  # no room, or no stream

@@ -29,7 +29,7 @@ from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig, check_unique
 from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
 from graphs.errors import PlacerError, check_seed, is_whole_number
-from graphs.files import FolderLock
+from graphs.files import FolderLock, missing_folders, remove_empty_folders
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
 from policies.registry import policy_entry
 from policies.rl.config import BATCH_SIZE
@@ -221,10 +221,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
     ray_setup.init_ray(ray_address)  # one Ray for all runs (ray_address, else RAY_ADDRESS, joins a cluster)
     try:
         _check_measurer_nodes(experiment, settings)  # as a search does, but before any row's folder is written
-        _check_or_write_settings(folder, experiment, settings)  # after Ray: a cluster not there writes nothing
-        # one process at a time: two on one folder each ran a row's search, and the second failed on the first's
-        # live annealing run, its JSON document never printed
-        held = FolderLock.acquire(folder, "experiment folder")
+        held = _locked_experiment_folder(folder, experiment, settings)  # after Ray: no cluster, nothing written
         if on_start is not None:
             on_start()
         for cell in experiment.cells:
@@ -238,6 +235,25 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, settings: Set
             held.release()
         ray_setup.shutdown_ray()
     return folder
+
+
+def _locked_experiment_folder(folder: Path, experiment: Experiment, settings: Settings) -> FolderLock:
+    """The experiment folder locked for this process, then its settings checked and written: two processes
+    on one folder each ran a row's search, and the second failed on the first's live run, its JSON document
+    never printed; locked after the settings, a refused second process had written its budget over the
+    first's. A folder this call made is removed again when the settings are refused."""
+    made = missing_folders(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    held = FolderLock.acquire(folder, "experiment folder")
+    try:
+        _check_or_write_settings(folder, experiment, settings)
+    except BaseException:
+        held.release()
+        if made:
+            (folder / FolderLock.FILE).unlink(missing_ok=True)
+            remove_empty_folders(made)
+        raise
+    return held
 
 
 def _check_measurer_nodes(experiment: Experiment, settings: Settings) -> None:

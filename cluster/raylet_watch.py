@@ -56,9 +56,15 @@ def lost_message() -> str | None:
     return _lost
 
 
-def stop_fields() -> dict:
-    """The stop reason of an interrupted command's JSON document: ``ray_lost`` and the error, or ``interrupted``."""
-    return {"stop_reason": "ray_lost", "error": _lost} if _lost else {"stop_reason": "interrupted"}
+def stop_fields(measurers_lost: str | None = None) -> dict:
+    """The stop reason of an interrupted command's JSON document: ``ray_lost`` and the error, ``measurers_lost``
+    and ``measurers_lost`` (a search's ``SearchInterrupted.error``: every measurer node left), or
+    ``interrupted``."""
+    if _lost:
+        return {"stop_reason": "ray_lost", "error": _lost}
+    if measurers_lost:
+        return {"stop_reason": "measurers_lost", "error": measurers_lost}
+    return {"stop_reason": "interrupted"}
 
 
 class _Watch(threading.Thread):

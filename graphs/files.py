@@ -77,27 +77,41 @@ def _locked(path: Path, named: str) -> int:
     PlacerError naming ``named`` and the holder if another process holds it."""
     from graphs.errors import PlacerError
 
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+    for _ in range(100):
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise PlacerError(f"{named} is in use by another process (pid {holder}): "
+                              f"wait for it to end, or stop it, and try again") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):  # not a file_lock's its holder removed after this one opened it: another
+            os.ftruncate(fd, 0)  # process would make and lock a new one at the path
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            return fd
+        os.close(fd)
+    raise PlacerError(f"{named}: its lock file {path} kept being replaced; try again")
+
+
+def _same_file(fd: int, path: Path) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-        os.close(fd)
-        raise PlacerError(f"{named} is in use by another process (pid {holder}): "
-                          f"wait for it to end, or stop it, and try again") from None
-    except BaseException:
-        os.close(fd)
-        raise
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
+        now = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino)
 
 
 @contextmanager
 def file_lock(path: Path, named: str) -> Iterator[None]:
     """``path`` (``CHECKPOINT.lock``) locked as ``FolderLock`` locks a folder while the block runs, then removed:
     a second process refused at once, naming the first; nothing left behind once the holder ends. (A process
-    that opened the file before its removal fails to lock it and is refused all the same.)"""
+    that opened the file before its removal and locks it after finds the path gone or another file, and
+    opens the path again: ``_locked``.)"""
     fd = _locked(Path(path), named)
     try:
         yield

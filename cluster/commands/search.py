@@ -126,9 +126,8 @@ def run(args) -> int:
             if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
                 resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
                                                                                  str(run_dir)]
-                stop = ({"stop_reason": "measurers_lost", "error": measurers_lost} if measurers_lost else
-                        raylet_watch.stop_fields())
-                emit_json(stop | {"run_dir": None if run_dir is None else str(run_dir), "resume": resume})
+                emit_json(raylet_watch.stop_fields(measurers_lost)
+                          | {"run_dir": None if run_dir is None else str(run_dir), "resume": resume})
             return 1 if lost else 130
         progress.finish(result.measurements, result.stop_reason)
     if not config.resume and config.policy != "hsdag":  # a resumed run keeps its own grouping; hsdag makes its own

@@ -16,8 +16,8 @@ from test_analysis import write_run
 import cluster.jobs
 from cluster.runlog import RESULT_FILE
 from cluster.commands.reproduce import columns, print_table, result_json
-from cluster.experiments import (EXPERIMENT_FILE, PAPER_BASELINES, cell_results, get_experiment, run_experiment,
-                                 settings_for)
+from cluster.experiments import (EXPERIMENT_FILE, PAPER_BASELINES, cell_results, get_experiment, read_settings,
+                                 run_experiment, settings_for)
 from graphs.errors import PlacerError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,9 +97,31 @@ def test_run_experiment__a_second_process_on_the_same_folder_is_refused_before_a
     held = FolderLock.acquire(folder, "experiment folder")  # as another process holding it
     try:
         with pytest.raises(PlacerError, match=f"experiment folder {folder} is in use by another process"):
-            run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings)
+            run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", replace(settings, budget=80))
     finally:
         held.release()
+    assert read_settings(folder).budget == settings.budget  # the refused one's budget not written over
+
+
+def test_reproduce__every_measurer_node_lost_in_a_row_is_an_error_not_a_ctrl_c(tmp_path, monkeypatch, capsys):
+    """A row's search whose measurer nodes all left stops as a lost Ray (SearchInterrupted with its error):
+    reproduce printed "placer: interrupted", exit 130, stop_reason "interrupted", the cause lost."""
+    from cluster import ray_setup
+    from cluster.cli import main
+    from cluster.jobs.search import SearchInterrupted
+
+    def lost(config, *args, **kwargs):
+        raise SearchInterrupted(tmp_path / "run", "no measurer actors left with 3 placements unmeasured")
+
+    monkeypatch.setattr(ray_setup, "init_ray", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ray_setup, "shutdown_ray", lambda *args, **kwargs: None)
+    monkeypatch.setattr(cluster.jobs, "run_search", lost)
+    assert main(["reproduce", "mirhoseini2017", "--quick", "--rows", "rnnlm:paper-2gpu", "--out", str(tmp_path),
+                 "--json"]) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out) == {"stop_reason": "measurers_lost", "command": "reproduce",
+                                   "error": "no measurer actors left with 3 placements unmeasured"}
+    assert out.err.splitlines()[-1] == "placer: error: no measurer actors left with 3 placements unmeasured"
 
 
 def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_path, monkeypatch):

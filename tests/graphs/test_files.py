@@ -203,6 +203,34 @@ def test_atomic_file__an_error_mid_write_keeps_the_old_file_and_no_temporary_one
 
 
 @posix_only
+def test_file_lock__a_lock_file_removed_after_it_was_opened_is_not_taken(tmp_path, monkeypatch):
+    """A process that opened CHECKPOINT.lock just before its holder removed it, and locked it just after, held a
+    lock on a file no longer at the path, while a third process made and locked a new one: two trains on one
+    -o. The lock is taken again on the file at the path."""
+    import graphs.files
+    from graphs.errors import PlacerError
+    from graphs.files import file_lock
+
+    path = tmp_path / "c.pt.lock"
+    path.write_text("")
+    removed = os.open(path, os.O_RDWR)  # opened, then its holder removed it
+    path.unlink()
+    real_open, calls = os.open, []
+
+    def open_the_removed_file_first(*args, **kwargs):
+        calls.append(args[0])
+        return removed if len(calls) == 1 else real_open(*args, **kwargs)
+
+    monkeypatch.setattr(graphs.files.os, "open", open_the_removed_file_first)
+    with file_lock(path, "checkpoint c.pt"):
+        assert len(calls) == 2 and path.is_file()
+        monkeypatch.setattr(graphs.files.os, "open", real_open)
+        with pytest.raises(PlacerError, match="checkpoint c.pt is in use by another process"):
+            with file_lock(path, "checkpoint c.pt"):
+                pass
+    assert not path.exists()
+
+
 def test_folder_lock__a_second_holder_is_refused_naming_the_first_until_it_is_killed(tmp_path):
     child = start_writer(tmp_path, "unused", LOCKER)
     try:

@@ -314,6 +314,7 @@ def step_improvements(start_s: float, scored: np.ndarray) -> np.ndarray:
     graph whose step costs nothing) is scaled by the largest time seen instead, or 1: dividing by it made every
     reward NaN, the loss NaN in the metrics, and RLlib zero the gradients."""
     before = np.concatenate([np.full((scored.shape[0], 1), start_s), scored[:, :-1]], axis=1)
-    scale = start_s if start_s > 0 else max(float(scored.max(initial=0.0)), 1.0)
+    largest_s = float(scored.max(initial=0.0))
+    scale = start_s if start_s > 0 else largest_s if largest_s > 0 else 1.0
     return (before - scored) / scale
 
