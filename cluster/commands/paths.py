@@ -65,7 +65,10 @@ def graph_output_file(text: str) -> str:
 
 @_os_errors_refused
 def output_folder(text: str) -> str:
-    """A folder the command will create or write into: not a file, and under no file; ``~`` expanded."""
+    """A folder the command will create or write into: not a file, and under no file; ``~`` expanded. An empty
+    path (an unset shell variable, `--out "$DIR"`) is refused: Path("") is ".", and the run went there."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a folder (`.` for this one)")
     text = str(Path(text).expanduser())
     path = Path(text)
     if path.exists() and not path.is_dir():

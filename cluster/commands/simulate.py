@@ -17,6 +17,8 @@ def register(subparsers) -> None:
                      "or a run folder (its best placement)")
     how.add_argument("--policy", metavar="NAME", help="any heuristic of `placer baselines` "
                      "(single-gpu, cpu-only, round-robin, expert, m-etf, ..., device:K)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="the seed a --policy places with (as `placer baselines --seed`; metis, random...)")
     parser.add_argument("--engine", choices=("reference", "fast"), default="fast")
     parser.add_argument("--profile", metavar="FILE", help="measured per-op times (JSON or Parquet)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -35,6 +37,11 @@ def _simulate(args) -> int:
     from measurers.sim.reference import Simulator
     from policies.registry import place_once
 
+    from graphs.errors import PlacerError, check_seed
+
+    check_seed(args.seed, "--seed")
+    if args.placement and args.seed:
+        raise PlacerError("--seed: only with --policy (a placement file is placed already)")
     graph = load_graph(args.graph)
     machine = load_machine(args.machine)
     profile = load_profile(args.profile) if args.profile else None
@@ -45,7 +52,7 @@ def _simulate(args) -> int:
         placement = load_placement(args.placement, graph, machine)
     else:
         measurer = SimulatorMeasurer(graph, machine, profile=profile, engine=args.engine)
-        placement = place_once(args.policy, graph, machine, measurer, profile=profile).op_placement
+        placement = place_once(args.policy, graph, machine, measurer, args.seed, profile=profile).op_placement
     simulator = Simulator(graph, machine, profile=profile, engine=args.engine)
     if args.engine == "fast":
         from measurers.sim.fast import warm_up

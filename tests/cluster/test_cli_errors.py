@@ -695,3 +695,14 @@ def test_cli__a_closed_stdout_is_one_error_line_before_the_command_runs(tmp_path
     assert done.returncode == 1
     assert done.stderr == "placer: error: cannot write the output: Bad file descriptor\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("words", [["search", "--policy", "random", "--out"], ["baselines", "--out"],
+                                   ["reproduce", "mirhoseini2017", "--quick", "--out"], ["analyze", "runs", "--plots"]])
+def test_an_empty_folder_path_is_refused_not_taken_as_this_folder(tmp_path, monkeypatch, capsys, words):
+    """`--out "$DIR"` with DIR unset: Path("") is ".", and the run folder went into the working directory."""
+    monkeypatch.chdir(tmp_path)
+    assert _exit_status([*words, ""]) == 2
+    assert one_placer_error(capsys).endswith(": an empty path: name a folder (`.` for this one)\n")
+    assert list(tmp_path.iterdir()) == []
+

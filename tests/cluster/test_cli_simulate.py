@@ -230,3 +230,19 @@ def test_simulate__a_policy_that_needs_a_budget_names_the_command_that_runs_it(c
     """A learner was sent to `placer baselines` too, which refuses learners."""
     assert main(["simulate", "--graph", "synthetic:40", "--machine", "paper-2gpu", "--policy", policy]) == 2
     assert one_placer_error(capsys).endswith(where + "\n")
+
+
+def test_simulate__a_policy_places_with_the_seed_baselines_was_given(capsys):
+    """`baselines --seed 3` placed metis with seed 3; `simulate --policy metis` always with 0 and refused --seed,
+    so the README's "as `placer baselines` makes it" held for the default seed alone."""
+    flags = ["--graph", "synthetic:300", "--machine", "h200x8"]
+    assert main(["baselines", *flags, "--policies", "metis", "--seed", "3", "--bound-time-limit", "0", "--json"]) == 0
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["results"] if r["policy"] == "metis"]
+    runtimes = {}
+    for seed in ("0", "3"):
+        assert main(["simulate", *flags, "--policy", "metis", "--seed", seed, "--json"]) == 0
+        runtimes[seed] = json.loads(capsys.readouterr().out)["runtime_s"]
+    assert runtimes["3"] == row["runtime_s"] != runtimes["0"]
+    assert main(["simulate", *flags, "--policy", "metis", "--seed", "-1"]) == 2
+    assert "--seed" in one_placer_error(capsys)
+
