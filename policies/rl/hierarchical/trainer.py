@@ -97,7 +97,8 @@ class HierarchicalTrainer:
         failure_s = failure_runtime_s(self.config.penalty_runtime_s, self.slowest_ok_s)
         runtimes = np.array([scored_runtime_s(m, failure_s) for m in measurements])  # (B,)
         ok = np.array([m.ok for m in measurements])
-        self._track_best(np.where(ok, runtimes, math.inf), op_placements)
+        ok_runtimes = np.where(ok, runtimes, math.inf)  # (B,) a failure ran no step: inf, not the penalty's
+        self._track_best(ok_runtimes, op_placements)
         rewards = torch.from_numpy(-np.sqrt(runtimes)).float()  # (B,)
         advantages = centered_ranks(rewards).numpy()
         summary = self._update(assign, inputs, decoded, advantages)
@@ -106,7 +107,7 @@ class HierarchicalTrainer:
         self.measurements_used += fresh
         self.stalled = 0 if fresh else self.stalled + 1
         self.learner_s.append((t1 - t0) + (t3 - t2))
-        return {**summary, "mean_reward": float(rewards.mean()), "batch_best_runtime_s": float(runtimes.min()),
+        return {**summary, "mean_reward": float(rewards.mean()), "batch_best_runtime_s": float(ok_runtimes.min()),
                 "best_runtime_s": self.best_runtime_s, "num_failed": float((~ok).sum()),
                 "sample_s": t1 - t0, "measure_s": t2 - t1, "update_s": t3 - t2,
                 "measurements_used": float(self.measurements_used)}

@@ -89,6 +89,21 @@ def test_hierarchical__stays_within_budget_and_returns_a_measured_placement(prob
     assert result.seconds_per_update > 0
 
 
+class AllOutOfMemory(Counting):
+    def measure(self, placements):
+        from measurers.base import Measurement
+
+        self.placements += [np.array(p, copy=True) for p in placements]
+        return [Measurement(math.inf, (), "oom", (0,) * self.measurer.machine.num_devices, 0.0) for _ in placements]
+
+
+def test_hierarchical__a_batch_that_all_failed_has_no_best_step(problem):
+    """Its metrics gave the failure penalty (100 s) as the batch's best step beside best_runtime_s inf; every
+    other learner gives inf: a failure ran no step."""
+    metrics = _trainer(problem, AllOutOfMemory(problem)).iterate(4)
+    assert metrics["num_failed"] == 4 and metrics["batch_best_runtime_s"] == math.inf == metrics["best_runtime_s"]
+
+
 def test_hierarchical__update_moves_both_grouper_and_placer(problem):
     trainer = _trainer(problem, entropy_coeff=0.0)  # only the log-probability terms give gradients
     grouper_before = [p.detach().clone() for p in trainer.module.grouper.parameters()]
