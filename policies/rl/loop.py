@@ -81,6 +81,7 @@ class TrainResult:
     stop_reason: str  # "budget" | "time_limit" | "should_stop" | "converged" (STALL_ITERATIONS)
     history: list[IterationMetrics] = field(default_factory=list)
     warm_start_runtime_s: float = math.nan  # the warm start's step (a resumed run's from its checkpoint); nan: none
+    warm_start_note: str = ""  # what the run says of its warm start (a resumed run's from its checkpoint)
 
 
 OnBatch = Callable[[int, np.ndarray, np.ndarray, Sequence[Measurement], np.ndarray], None]
@@ -212,6 +213,7 @@ class _Trainer:
         self.stalled = 0  # iterations in a row that sampled nothing new
         self.warm_started = False  # imitated a warm start (its config is RLConfig.for_warm_start)
         self.warm_start_runtime_s = math.nan  # its step, kept in the checkpoint: a resumed run reports it too
+        self.warm_start_note = ""  # "warm start: candidate K at S s", kept in the checkpoint as well
         self._learner_s: list[float] = []
         self._measure_s: list[float] = []
 
@@ -286,6 +288,7 @@ class _Trainer:
         """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
         self.warm_started = True
         self.warm_start_runtime_s = float(warm.runtime_s)
+        self.warm_start_note = f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s"
         if warm.runtime_s < self.best_runtime_s:
             self.best_runtime_s = float(warm.runtime_s)
             self.best_group_placement = np.asarray(warm.unit_placement, dtype=np.int64).copy()
@@ -408,7 +411,8 @@ class _Trainer:
             seconds_per_update=float(np.mean(self._learner_s)) if self._learner_s else 0.0,
             seconds_per_measure_call=float(np.mean(self._measure_s)) if self._measure_s else 0.0,
             greedy_group_placement=greedy,
-            stop_reason=stop_reason, history=self.history, warm_start_runtime_s=self.warm_start_runtime_s)
+            stop_reason=stop_reason, history=self.history, warm_start_runtime_s=self.warm_start_runtime_s,
+            warm_start_note=self.warm_start_note)
 
     # ---- checkpoints ------------------------------------------------------------------------------
 
@@ -425,7 +429,8 @@ class _Trainer:
             "best_op_placement": _tensor_or_none(self.best_op_placement),
             "window": [(torch.from_numpy(r), torch.from_numpy(a)) for r, a in self.window],
             "imitation_steps": self.imitation_steps, "stalled": self.stalled, "warm_started": self.warm_started,
-            "warm_start_runtime_s": self.warm_start_runtime_s, "memo": memo_state(self.memo, self.env.num_devices),
+            "warm_start_runtime_s": self.warm_start_runtime_s, "warm_start_note": self.warm_start_note,
+            "memo": memo_state(self.memo, self.env.num_devices),
         }
         save_state(state, path)
 
@@ -461,6 +466,7 @@ class _Trainer:
         self.stalled = resumed_stall_count(state)
         self.warm_started = bool(state.get("warm_started", self.warm_started))  # older: as the caller says
         self.warm_start_runtime_s = float(state.get("warm_start_runtime_s", math.nan))  # older: not kept
+        self.warm_start_note = str(state.get("warm_start_note", ""))  # older: not kept (no note on resume)
 
 
 def measure_unseen(memo: dict[bytes, Measurement], keys: Sequence[bytes],

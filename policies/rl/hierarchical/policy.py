@@ -53,7 +53,6 @@ class HierarchicalPolicy:
         checkpoint = ctx.checkpoint_dir
         with deterministic_torch():
             trainer = HierarchicalTrainer(problem, counter, capture, config)
-            notes = ""
             if checkpoint is not None and (checkpoint / CHECKPOINT_FILE).is_file():
                 trainer.load(checkpoint / CHECKPOINT_FILE)
                 counter.budget = max(0, budget - trainer.measurements_used)
@@ -64,10 +63,10 @@ class HierarchicalPolicy:
                 trainer.measurements_used = counter.used
                 if warm is not None:
                     match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
+                    trainer.warm_start_note = (f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s, "
+                                               f"imitated ({match:.0%} of ops on its device greedily); ")
                     if checkpoint is not None:  # a resume must not measure and imitate again
                         self._save(trainer)
-                    notes = (f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s, imitated "
-                             f"({match:.0%} of ops on its device greedily); ")
             stop_reason = "budget"
             while trainer.measurements_used < budget:
                 stopped = early_stop(started, ctx.time_limit_s, ctx.should_stop)
@@ -85,8 +84,8 @@ class HierarchicalPolicy:
             if checkpoint is not None:
                 self._save(trainer)
         per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else 0.0
-        notes += (f"{trainer.iteration} iterations of {config.batch_size}, {trainer.num_groups} groups, "
-                  f"{per_update:.3f} s learner time per iteration")
+        notes = (f"{trainer.warm_start_note}{trainer.iteration} iterations of {config.batch_size}, "
+                 f"{trainer.num_groups} groups, {per_update:.3f} s learner time per iteration")
         found = replace(search_result(self.name, problem, counter, notes),
                         warm_start_runtime_s=trainer.warm_start_runtime_s)  # a resumed run's from its checkpoint
         return with_run_best(found, problem, trainer.best_op_placement, trainer.best_runtime_s,

@@ -65,6 +65,7 @@ class HierarchicalTrainer:
         self.measurements_used = 0
         self.warm_started = False
         self.warm_start_runtime_s = math.nan  # its step, kept in the checkpoint: a resumed run reports it too
+        self.warm_start_note = ""  # what the run says of its warm start, kept in the checkpoint as well
         self.best_runtime_s = math.inf
         self.best_op_placement: np.ndarray | None = None
         self.memo: dict[bytes, Measurement] = {}  # placement_key(op placement) -> its measurement, this run
@@ -196,6 +197,7 @@ class HierarchicalTrainer:
                  "best_op_placement": (None if self.best_op_placement is None
                                        else torch.from_numpy(self.best_op_placement)),
                  "warm_started": self.warm_started, "warm_start_runtime_s": self.warm_start_runtime_s,
+                 "warm_start_note": self.warm_start_note,
                  "entropy_coeff": self.learner.entropy_coeff,
                  "stalled": self.stalled, "memo": memo_state(self.memo, self.problem.num_devices)}
         save_state(state, path)
@@ -220,6 +222,7 @@ class HierarchicalTrainer:
         self.best_op_placement = None if best is None else best.numpy().astype(np.int64)
         self.warm_started = bool(state["warm_started"])
         self.warm_start_runtime_s = float(state.get("warm_start_runtime_s", math.nan))  # older: not kept
+        self.warm_start_note = str(state.get("warm_start_note", ""))  # older: not kept (no note on resume)
         self.learner.entropy_coeff = float(state["entropy_coeff"])
         self.stalled = resumed_stall_count(state)
         self.memo = memo_from_state(state.get("memo"))  # a checkpoint older than the memo: an empty one

@@ -68,8 +68,8 @@ class ReinforcePolicy:
                  f"{result.seconds_per_update:.3f} s learner time per iteration")
         found = replace(search_result(self.name, problem, counter, notes),
                         warm_start_runtime_s=result.warm_start_runtime_s)  # a resumed run's from its checkpoint
-        if warm is not None:
-            found = replace(found, notes=f"{notes}; warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
+        if result.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
+            found = replace(found, notes=f"{notes}; {result.warm_start_note}")
         return with_run_best(found, problem, result.best_op_placement, result.best_runtime_s,
                              measurements=result.measurements_used, stop_reason=result.stop_reason,
                              seconds_per_update=result.seconds_per_update)

@@ -180,6 +180,17 @@ def test_hierarchical__checkpoint_resume_continues_the_counts(problem, tmp_path)
     assert second.best.runtime_s <= first.best.runtime_s
 
 
+def test_hierarchical__a_resumed_run_says_what_its_warm_start_was(problem, tmp_path):
+    """The note "warm start: candidate K at S s, imitated (...)" was written only by the session that measured
+    the candidates: a resumed run's policy_notes lost it (the rest of its result was the same)."""
+    trainer = _trainer(problem)
+    trainer.warm_start_note = "warm start: candidate 0 at 0.0178 s, imitated (100% of ops on its device greedily); "
+    trainer.save(tmp_path / "learner.pt")
+    resumed = _trainer(problem)
+    resumed.load(tmp_path / "learner.pt")
+    assert resumed.warm_start_note == trainer.warm_start_note
+
+
 def test_hierarchical__resume_refuses_a_checkpoint_trained_with_other_network_settings(problem, tmp_path):
     place("hierarchical", problem, Counting(problem), 4, 0, context=RunContext(checkpoint_dir=tmp_path),
           checkpoint_every=1, **OPTIONS)

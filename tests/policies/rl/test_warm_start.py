@@ -173,6 +173,11 @@ def test_train_placer__warm_start_counts_before_and_a_resumed_run_does_not_imita
     resumed = run(17, warm_start=warm, measurements_before=1, resume_from=tmp_path)
     assert resumed.measurements_used == 17 and resumed.best_runtime_s == 0.5
     assert torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)["imitation_steps"] == imitated
+    assert first.warm_start_note == "warm start: candidate 0 at 0.5000 s"
+    # a resumed search passes no warm start (its candidates were measured before): the note is the checkpoint's,
+    # so the result says what a run never stopped says (it lost "; warm start: ..." from its notes)
+    again = run(21, measurements_before=1, resume_from=tmp_path)
+    assert again.warm_start_note == first.warm_start_note and again.warm_start_runtime_s == 0.5
 
 
 class _Recording(_SumMeasurer):
