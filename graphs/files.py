@@ -24,8 +24,8 @@ def atomic_file(path: Path) -> Iterator[Path]:
     removes it once that writer is certainly gone (as ``remove_stale_staging`` does for folders)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        if _is_stale_temp_file(stale, path.name):  # left by a writer of ``path`` that was killed
+    for stale in _temps_of(path.parent, path.name):
+        if stale.is_file() and _owner_gone(stale):  # left by a writer of ``path`` that was killed
             stale.unlink(missing_ok=True)
     tmp = path.with_name(_temp_name(path.name))
     os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
@@ -68,8 +68,7 @@ def atomic_folder(root: Path, name: str) -> Iterator[Path]:
 def being_written(root: Path, name: str) -> bool:
     """Whether ``root`` holds a staging folder of ``name`` (``atomic_folder``'s, of a writer alive or not yet
     cleaned up): a name that will exist once that writer finishes."""
-    return any(match is not None and match["name"] == name
-               for match in (_TEMP.fullmatch(p.name) for p in Path(root).glob(f".{glob.escape(name)}.*.tmp")))
+    return bool(_temps_of(root, name))
 
 
 def _locked(path: Path, named: str) -> int:
@@ -128,8 +127,8 @@ def temp_folder(root: Path, name: str) -> Iterator[Path]:
     whatever it holds: a ``tempfile`` folder of another name was never cleaned up (73 MB of weights per
     killed OpenVINO IR build in the graph cache)."""
     root = Path(root)
-    for stale in root.glob(f".{glob.escape(name)}.*.tmp"):
-        if stale.is_dir() and not stale.is_symlink() and _owner_gone(stale) == name:
+    for stale in _temps_of(root, name):
+        if stale.is_dir() and _owner_gone(stale):
             shutil.rmtree(stale, ignore_errors=True)
     folder = root / _temp_name(name)
     folder.mkdir(mode=0o700)
@@ -190,8 +189,10 @@ def _owner_gone(temp: Path) -> str | None:
     return match["name"]
 
 
-def _is_stale_temp_file(temp: Path, name: str) -> bool:
-    return not temp.is_symlink() and temp.is_file() and _owner_gone(temp) == name
+def _temps_of(root: Path, name: str) -> list[Path]:
+    """``root``'s hidden temporary files and folders (``_temp_name``) written for ``name``, links left out."""
+    return [temp for temp in Path(root).glob(f".{glob.escape(name)}.*.tmp") if not temp.is_symlink()
+            and (match := _TEMP.fullmatch(temp.name)) is not None and match["name"] == name]
 
 
 def _is_stale_staging(folder: Path) -> bool:

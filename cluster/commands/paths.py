@@ -118,8 +118,9 @@ def _writable(folder: Path) -> bool:
         return False
 
 
-INPUT_FILE_ARGS = ("graph", "machine", "profile", "placement", "onnx", "openvino")  # argparse dests of files read
-# (not train's --init: training on from a checkpoint into the same file is a use)
+INPUT_FILE_ARGS = ("graph", "machine", "profile", "placement", "onnx", "openvino",  # argparse dests of files read
+                   "graphs", "machines")  # (train's lists; not its --init: training on from a checkpoint into the
+# same file is a use)
 OUTPUT_FILE_ARGS = ("output", "machine_out", "trace", "out", "module_map")  # ... and files written
 RUN_FOLDER_ARGS = ("placement",)  # ... and run folders read (a run folder or its best placement file)
 
@@ -134,22 +135,31 @@ def check_outputs_spare_inputs(args: argparse.Namespace, stdout_file: tuple[int,
     if not outputs:  # nothing written: no input file (or a graph file's footer) to read for this
         return
     _check_outputs_spare_stdout(outputs, stdout_file)
-    inputs = {}
-    for dest in INPUT_FILE_ARGS:
-        value = getattr(args, dest, None)
-        if isinstance(value, str) and Path(value).expanduser().is_file():
-            read_label = dest if dest in getattr(args, "positional_args", ()) else f"--{dest}"
-            inputs[Path(value).expanduser().resolve()] = f"{read_label.replace('_', '-')} file"
-            if dest == "machine" and (profile := _machine_profile(Path(value).expanduser())) is not None:
-                inputs[profile] = f"profile file of --machine {value}"
-            if dest == "graph":
-                for model_file in _graph_model_files(Path(value).expanduser()):
-                    inputs[model_file] = f"model file of --graph {value}"  # a real measurer rebuilds from it
+    inputs = files_read(args)
     for dest, value in outputs:
         if read_as := inputs.get(Path(value).expanduser().resolve()):
             raise PlacerError(f"--{dest.replace('_', '-')} {value} is the {read_as} this command reads: writing it "
                               "would replace it")
     _check_outputs_outside_runs_read(args)
+
+
+def files_read(args: argparse.Namespace) -> dict[Path, str]:
+    """Each file the command reads (resolved) -> what it is, for messages: "--graph file", "profile file of
+    --machine m.json", "model file of --graph g.parquet" (a real measurer rebuilds from it)."""
+    inputs = {}
+    for dest in INPUT_FILE_ARGS:
+        given = getattr(args, dest, None)
+        for value in given if isinstance(given, list) else [given]:
+            if not isinstance(value, str) or not Path(value).expanduser().is_file():
+                continue
+            read_label = dest if dest in getattr(args, "positional_args", ()) else f"--{dest}"
+            inputs[Path(value).expanduser().resolve()] = f"{read_label.replace('_', '-')} file"
+            if dest in ("machine", "machines") and (profile := _machine_profile(Path(value).expanduser())) is not None:
+                inputs[profile] = f"profile file of --{dest} {value}"
+            if dest in ("graph", "graphs"):
+                for model_file in _graph_model_files(Path(value).expanduser()):
+                    inputs[model_file] = f"model file of --{dest} {value}"
+    return inputs
 
 
 def standard_output_file() -> tuple[int, int] | None:

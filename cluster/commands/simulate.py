@@ -29,6 +29,7 @@ def register(subparsers) -> None:
 def _simulate(args) -> int:
     import time
 
+    from graphs.errors import PlacerError, check_seed
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import load_profile
@@ -36,8 +37,6 @@ def _simulate(args) -> int:
     from measurers.sim.measurer import SimulatorMeasurer
     from measurers.sim.reference import Simulator
     from policies.registry import place_once
-
-    from graphs.errors import PlacerError, check_seed
 
     check_seed(args.seed, "--seed")
     if args.placement and args.seed:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from cluster.commands.console import seconds_text
-from cluster.commands.paths import output_file
+from cluster.commands.paths import files_read, output_file
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
 
@@ -188,15 +188,13 @@ def check_train_args(args: argparse.Namespace):
         raise PlacerError(f"--teacher-budget {args.teacher_budget} for each of {problems} "
                           f"problem{'s' * (problems != 1)} spends {args.teacher_budget * problems} of --budget "
                           f"{args.budget}: too little is left to learn from rewards")
-    read = {Path(name).expanduser().resolve(): flag for flag, names in (("--graphs", graphs), ("--machines",
-            args.machines)) for name in names if Path(name).expanduser().is_file()}
-    for beside, what in ((Path(args.out), "the checkpoint"), (metrics_path(args.out), "the metrics"),
-                         (resume_path(args.out), "the resume state")):
+    read = files_read(args)  # -o itself is checked as every command's output is (cli: check_outputs_spare_inputs)
+    for beside, what in ((metrics_path(args.out), "the metrics"), (resume_path(args.out), "the resume state")):
         if beside.exists() and not beside.is_file():  # found only when training writes it, its budget spent
             raise PlacerError(f"{beside}, where {what} of -o {args.out} go, is not a file: move it or choose "
                               "another -o")
-        if flag := read.get(beside.expanduser().resolve()):  # a graph there was replaced by the metrics, exit 0
-            raise PlacerError(f"{beside}, where {what} of -o {args.out} go, is a {flag} file this command reads: "
+        if read_as := read.get(beside.expanduser().resolve()):  # a graph there was replaced by the metrics, exit 0
+            raise PlacerError(f"{beside}, where {what} of -o {args.out} go, is a {read_as} this command reads: "
                               "writing it would replace it; choose another -o")
     if not args.resume:
         if Path(args.out).exists():
