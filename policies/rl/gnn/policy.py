@@ -137,8 +137,9 @@ class GdpPolicy:
                     start = warm.unit_placement
                     if trainer.config.kind == "gdp":
                         trainer.imitate([slot], [start], trainer.config.imitation_steps)
-                    notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
                 self._zero_shot(trainer, slot, start)
+            if slot.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
+                notes.append(slot.warm_start_note)
             stop_reason = self._fine_tune(trainer, slot, start)
             self._save(trainer, slot)
         if trainer.learner_s:

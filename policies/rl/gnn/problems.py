@@ -40,6 +40,7 @@ class Slot:
     best_units: np.ndarray | None = None  # (G,) int64
     worst_ok_s: float = 0.0
     warm_start_runtime_s: float = math.nan  # the best warm-start candidate's step, once measured here
+    warm_start_note: str = ""  # "warm start: candidate K at S s", what the run says of it (a resume too)
     _start: np.ndarray | None = field(default=None, init=False, repr=False)  # fastest_device_start's answer
 
     def __post_init__(self) -> None:
@@ -74,6 +75,7 @@ class Slot:
                 "best_units": None if self.best_units is None else torch.from_numpy(self.best_units),
                 "num_groups": self.num_groups, "num_devices": self.problem.num_devices,
                 "worst_ok_s": self.worst_ok_s, "warm_start_runtime_s": self.warm_start_runtime_s,
+                "warm_start_note": self.warm_start_note,
                 "memo_units": torch.from_numpy(memo_units.copy()),
                 "memo_cost_s": torch.tensor([self.memo[k] for k in keys], dtype=torch.float64)}
 
@@ -86,6 +88,7 @@ class Slot:
             self.memo[np.ascontiguousarray(units, dtype=np.int64).tobytes()] = float(cost)  # not measured again
         self.worst_ok_s = float(state["worst_ok_s"])
         self.warm_start_runtime_s = float(state.get("warm_start_runtime_s", math.nan))  # older files: none kept
+        self.warm_start_note = str(state.get("warm_start_note", ""))  # older files: none kept (no note on resume)
 
     @property
     def position(self) -> np.ndarray:
@@ -140,6 +143,7 @@ class Slot:
         best = best_candidate(measured)
         if best is not None:
             self.warm_start_runtime_s = best.runtime_s
+            self.warm_start_note = f"warm start: candidate {best.candidate} at {best.runtime_s:.4f} s"
         return best
 
     def scored(self, runtimes: np.ndarray) -> np.ndarray:

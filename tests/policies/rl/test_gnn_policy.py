@@ -133,9 +133,12 @@ def test_a_resumed_run_reports_its_warm_start(setup, kind, tmp_path):
     warm = place("m-etf", problem, measurer, 1, 0).op_placement
     warm_s = _runtime_s(problem, measurer, problem.collapse(warm))
     context = RunContext(checkpoint_dir=tmp_path)
-    make_policy(kind, context=context, warm_start=[warm], **SMALL).place(problem, measurer, 12, 0)
+    first = make_policy(kind, context=context, warm_start=[warm], **SMALL).place(problem, measurer, 12, 0)
     resumed = make_policy(kind, context=context, warm_start=[warm], **SMALL).place(problem, measurer, 24, 0)
     assert resumed.warm_start_runtime_s == pytest.approx(warm_s)
+    # the note "warm start: candidate 0 at S s" was written only by the session that measured the candidates
+    note = f"warm start: candidate 0 at {warm_s:.4f} s"
+    assert note in first.notes and note in resumed.notes
 
 
 def test_a_learner_to_resume_missing_a_section_is_refused_naming_it(setup, tmp_path):

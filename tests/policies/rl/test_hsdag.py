@@ -200,6 +200,21 @@ def test_warm_start_then_a_second_place_on_a_machine_with_a_device_fewer(setup):
     assert policy.trainer.iteration > updates > 0  # the update count goes on: the run's metrics number each once
 
 
+def test_a_resumed_run_says_what_its_warm_start_was(setup, tmp_path):
+    """The note "warm start: candidate K at S s" was written only by the session that measured the candidates:
+    a resumed run's notes lost it (its warm_start_runtime_s was kept)."""
+    from policies.simple import SingleGpuPolicy
+
+    problem, measurer = setup
+    warm = SingleGpuPolicy().place(problem.at_op_level(), measurer, 1, 0)
+    context = RunContext(checkpoint_dir=tmp_path)
+    first = HsdagPolicy(context=context, warm_start=[warm.op_placement], **SMALL).place(problem, measurer, 20, 0)
+    resumed = HsdagPolicy(context=context, warm_start=[warm.op_placement], **SMALL).place(problem, measurer, 40, 0)
+    note = f"warm start: candidate 0 at {warm.best.runtime_s:.4f} s"
+    assert note in first.notes and note in resumed.notes
+    assert resumed.warm_start_runtime_s == pytest.approx(warm.best.runtime_s)
+
+
 def test_resume_measures_nothing_twice(setup, tmp_path):
     problem, measurer = setup
     seen: list[bytes] = []

@@ -83,8 +83,9 @@ class HsdagPolicy:
                 warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
                 if warm is not None:  # in the memo: training never reports worse
                     trainer.imitate(slot, edges, warm.unit_placement, config.imitation_steps)
-                    notes.append(f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s")
                 slot.measure(trainer.greedy(slot, edges)[None])
+            if slot.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
+                notes.append(slot.warm_start_note)
             stop_reason, groups = self._train(trainer, slot, edges)
             self._save(trainer, slot)
         if trainer.learner_s:
