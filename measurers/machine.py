@@ -31,6 +31,8 @@ class Device:
     memory_efficiency: float = 1.0  # fraction of mem_bandwidth_Bps a typical op reaches
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise PlacerError(f"a device's name must be a non-empty string, got {self.name!r}")
         if self.kind not in DEVICE_KINDS:
             raise PlacerError(f"device {self.name!r}: unknown kind {self.kind!r} (known: {', '.join(DEVICE_KINDS)})")
         for key in ("peak_flops", "mem_bandwidth_Bps", "memory_bytes"):
@@ -82,6 +84,8 @@ class Machine:
     meta: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():  # it heads every table and names runs
+            raise PlacerError(f"a machine's name must be a non-empty string, got {self.name!r}")
         names = [d.name for d in self.devices]
         if not names:
             raise PlacerError(f"machine {self.name!r} has no devices")

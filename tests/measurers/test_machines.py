@@ -97,6 +97,11 @@ def test_user_machine_file__largest_int64_memory_is_accepted(tmp_path):
     # One link per ordered pair: a second one silently replaced the first in the simulator (159 s steps).
     (lambda d: d["links"].append({**d["links"][0], "bandwidth_Bps": 1e6}), "two links from 'cpu:0' to 'gpu:0'"),
     (lambda d: d["links"].append({**d["links"][0], "dst": d["links"][0]["src"]}), "a link from 'cpu:0' to itself"),
+    # An empty name was taken: tables read "g1 on : step 5.56 s"
+    (lambda d: d.update(name=""), "a machine's name must be a non-empty string, got ''"),
+    (lambda d: d.update(name=" "), "a machine's name must be a non-empty string, got ' '"),
+    (lambda d: d["devices"][2].update(name="") or d["links"].clear(), "a device's name must be a non-empty string, "
+                                                                      "got ''"),
 ])
 def test_user_machine_file__bad_field_is_one_error_naming_file_and_field(tmp_path, mutate, message):
     path = user_file(tmp_path, mutate)
