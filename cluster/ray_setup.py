@@ -73,8 +73,10 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                          include_dashboard=False, logging_level=logging.WARNING)
     except ConnectionError as exc:  # a port that answers (check_reachable) but a handshake that fails
         no_cluster = "could not find any running ray instance" in str(exc).lower()  # address "auto"
+        client = str(address).startswith("ray://")  # Ray Client's timeout says nothing of tokens
         hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN "
-                "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" and not no_cluster else "")
+                "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" and not no_cluster
+                and not client else "")
         raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}{hint}") from exc
     except Exception as exc:
         if "auth" in str(exc).lower() or "token" in str(exc).lower():
@@ -172,8 +174,35 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
         raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc.strerror or exc}") from None
     if answers_http:
         raise PlacerError(f"{address!r} answers HTTP, as a dashboard does, not Ray's control store; {join}")
-    if not address.startswith("ray://"):  # Ray Client's port speaks its own protocol
+    if address.startswith("ray://"):  # Ray Client's port speaks its own protocol
+        check_not_control_store(address, timeout_s)
+    else:
         check_token_accepted(address, timeout_s)
+
+
+def check_not_control_store(client_address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A ``ray://`` address on a control store's port is one PlacerError saying which port to give: Ray Client
+    waited 30 s there, then blamed a timeout (with a hint about tokens that did not apply). A port that
+    answers the control store's call, or refuses it for want of a token, is a control store's; any other
+    answer (a Ray Client server's UNIMPLEMENTED) is left to ray.init."""
+    try:
+        import grpc
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:
+        return
+    channel = init_grpc_channel(client_address.removeprefix("ray://"))
+    try:
+        gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(gcs_service_pb2.GetClusterIdRequest(),
+                                                                           timeout=timeout_s)
+        control_store = True
+    except grpc.RpcError as exc:
+        control_store = exc.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        channel.close()
+    if control_store:
+        raise PlacerError(f"{client_address!r} is a Ray control store's port, not Ray Client's: give it without "
+                          f"ray:// ({client_address.removeprefix('ray://')}), or Ray Client's port, 10001 by default")
 
 
 def check_token_accepted(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:

@@ -86,6 +86,17 @@ def test_a_client_that_sends_no_token__is_told_to_turn_token_mode_on(token_clust
     assert time.perf_counter() - started < 10.0  # the connect timeout's bound, not Ray's 20 s of retries
 
 
+def test_a_ray_client_address_on_the_control_stores_port__says_which_port_to_give(token_cluster, tmp_path):
+    """ray://HOST:GCS_PORT waited 30 s for Ray Client, then said "connection timeout" with a hint about
+    tokens; a control store that refuses a client without its token answers all the same."""
+    address, _ = token_cluster
+    started = time.perf_counter()
+    err = _one_error(_search(f"ray://{address}", tmp_path / "runs", {**ENV}))
+    assert err == (f"placer: error: 'ray://{address}' is a Ray control store's port, not Ray Client's: give it "
+                   f"without ray:// ({address}), or Ray Client's port, 10001 by default\n")
+    assert time.perf_counter() - started < 25.0 and not (tmp_path / "runs").exists()
+
+
 def test_search_with_a_wrong_token__one_error_line_no_run_folder(token_cluster, tmp_path):
     address, _ = token_cluster
     result = _search(address, tmp_path / "runs", _client(tmp_path, RAY_AUTH_TOKEN=secrets.token_hex(16)))
