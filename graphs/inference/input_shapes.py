@@ -25,7 +25,7 @@ from typing import Sequence
 from graphs.errors import PlacerError
 
 InputShapes = dict[str, tuple[int, ...]]  # input name -> every dim's size
-Dims = tuple  # one entry per axis: its size, or None where the model gives none
+Dims = tuple  # one entry per axis: its size, or None where the model gives none (Dims | None: rank unknown)
 DimNames = dict[str, tuple]  # input name -> each axis's symbolic name (ONNX dim_param), or None
 MAX_SIZE = 2**31 - 1  # one axis; the tensors' byte totals are checked when the graph is assembled
 
@@ -60,7 +60,8 @@ def sized_inputs(where: str, inputs: dict[str, Dims], given: InputShapes,
         raise PlacerError(f"{where}: --input-shape names {', '.join(map(repr, unknown))}, but the model's inputs "
                           f"are {', '.join(map(repr, inputs))}")
     names = dim_names or {}
-    checked = {name: _given(where, name, inputs[name], sizes) for name, sizes in given.items()}
+    checked = {name: sizes if inputs[name] is None else _given(where, name, inputs[name], sizes)
+               for name, sizes in given.items()}  # an input of unknown rank takes the sizes given as they are
     named_sizes = _named_sizes(where, inputs, checked, names)
     # a size given for an input whose own leading dim is open: the others' open leading dims must be given too
     # (restating a fixed input's shape leaves them at 1, as no sizes at all do)
@@ -70,6 +71,9 @@ def sized_inputs(where: str, inputs: dict[str, Dims], given: InputShapes,
     for name, dims in inputs.items():
         if name in checked:
             sized[name] = checked[name]
+            continue
+        if dims is None:  # not even its rank is known: an import costed it 0 FLOPs and bytes, OpenVINO refuses it
+            unsized.append((name, None, None, None))
             continue
         carried = tuple(named_sizes.get(dim_name, size) if size is None else size
                         for size, dim_name in zip(dims, names.get(name) or (None,) * len(dims)))
@@ -88,7 +92,7 @@ def _named_sizes(where: str, inputs: dict[str, Dims], checked: InputShapes, name
     sizes: dict[str, int] = {}
     source: dict[str, str] = {}
     for name, given_sizes in checked.items():
-        for axis, (size, dim_name) in enumerate(zip(inputs[name], names.get(name) or ())):
+        for axis, (size, dim_name) in enumerate(zip(inputs[name] or (), names.get(name) or ())):
             if size is not None or not dim_name:
                 continue
             wanted = given_sizes[axis]
@@ -103,6 +107,10 @@ def _unsized_message(where: str, unsized: list) -> str:
     """One error for every input left without sizes, so a user gives them all at once."""
     parts, flags = [], []
     for name, dims, carried, missing in unsized:
+        if dims is None:
+            parts.append(f"input {name!r} has no known rank (nor any size)")
+            flags.append(f"--input-shape {name}=D0,D1,...")
+            continue
         noun = "axis" if len(missing) == 1 else "axes"
         why = " (sizes are given for other inputs, and no dim name ties its leading dim to theirs)" if 0 in missing \
             else ""

@@ -184,16 +184,15 @@ def _is_weight(node) -> bool:
 
 
 def size_inputs(model, where: str, given: InputShapes) -> InputShapes:
-    """Reshape ``model`` (an ``ov.Model``, in place) so every input has sizes, and return them (those of known
-    rank): ``given`` applied, a leading dim without a size 1 when nothing is given, anything else refused
+    """Reshape ``model`` (an ``ov.Model``, in place) so every input has sizes, and return them: ``given``
+    applied (an input of unknown rank must be given), a leading dim without a size 1 when nothing is given, anything else refused
     (graphs.inference.input_shapes). An IR names no dims, so a size given for one input's leading dim is not
     carried to another's: with sizes given, every input whose leading dim is dynamic must be given too (the
     error names them), rather than left at 1 beside a batch of 8 or guessed to share it (a leading dim need
     not be the batch). A model whose inputs are static and not given is left as it is. The OpenVINO measurer
     calls this with the graph's recorded sizes (every input's, when any was given)."""
     ports = {_input_name(port): port for port in model.inputs}
-    dims = {name: _dims(port.get_partial_shape(), len(given.get(name, ()))) for name, port in ports.items()}
-    dims = {name: value for name, value in dims.items() if value is not None}  # unknown rank, not given
+    dims = {name: _dims(port.get_partial_shape()) for name, port in ports.items()}  # None: unknown rank
     sized = sized_inputs(where, dims, given)
     changed = {ports[name]: list(sizes) for name, sizes in sized.items() if sizes != dims[name]}
     if changed:
@@ -271,10 +270,10 @@ def _input_name(port) -> str:
     return min(names) if names else port.get_node().get_friendly_name()
 
 
-def _dims(shape, given_rank: int) -> tuple | None:
-    """One size per axis (None where dynamic); None for a dynamic rank, unless sizes are given for it."""
+def _dims(shape) -> tuple | None:
+    """One size per axis (None where dynamic); None for a dynamic rank."""
     if shape.rank.is_dynamic:
-        return (None,) * given_rank if given_rank else None
+        return None
     return tuple(dim.get_length() if dim.is_static else None for dim in shape)
 
 

@@ -65,6 +65,23 @@ def test_import__a_dynamic_height_and_width_are_refused_unless_given(tmp_path, i
     assert _conv_flops(importer(path, input_shapes={"x": (2, 3, 8, 8)})) == _expected_conv_flops(model, 2)
 
 
+def test_import_openvino_ir__an_input_of_unknown_rank_is_refused_unless_given(tmp_path):
+    """An IR input of dynamic rank was left out of the sizing: the import wrote 0 FLOPs and 0 bytes for
+    every op after it, and OpenVINO's CPU plugin then refused the step ("Parameter operation with dynamic
+    rank")."""
+    x = ops.parameter(ov.PartialShape.dynamic(), np.float32, name="x")
+    relu = ops.relu(x)
+    relu.set_friendly_name("relu")
+    path = tmp_path / "rank.xml"
+    ov.save_model(ov.Model([ops.result(relu)], [x], "rank"), str(path))
+    with pytest.raises(PlacerError, match=r"input 'x' has no known rank \(nor any size\); give it with "
+                                          r"--input-shape x=D0,D1,..."):
+        import_openvino_ir(str(path))
+    graph = import_openvino_ir(str(path), input_shapes={"x": (2, 3)})
+    assert graph.meta["input_shapes"] == {"x": [2, 3]}
+    assert graph.out_bytes[graph.op_names.tolist().index("relu")] == 2 * 3 * 4
+
+
 @pytest.mark.parametrize("importer, model", [(import_onnx, _onnx_conv), (import_openvino_ir, _ir_conv)])
 def test_import__a_dynamic_batch_alone_counts_as_one(tmp_path, importer, model):
     path = model(tmp_path / ("b.onnx" if model is _onnx_conv else "b.xml"),
