@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 def _profile(args) -> int:
     from graphs.tensorflow_quiet import import_tensorflow_quietly
     from cluster.jobs.config import check_measurer_settings
-    from graphs.errors import PlacerError, check_seed, first_line
+    from graphs.errors import PlacerError, check_seed
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.costs import save_profile
@@ -54,7 +54,7 @@ def _profile(args) -> int:
         raise
     except Exception as exc:  # the user's step failed (out of memory on a GPU, an op that raises): say which
         raise PlacerError(f"the step of {graph.name} failed while it was profiled on {machine.name} "
-                          f"({type(exc).__name__}: {first_line(exc)}); no profile was written") from None
+                          f"({type(exc).__name__}: {_failure(exc, args.measurer)}); no profile was written") from None
     save_profile(profile, args.output)
     models = sorted(set(profile.device_models.tolist()))
     print(f"profiled {len(profile.op_names)} (op, device model) times of {graph.name} on {', '.join(models)} "
@@ -69,6 +69,18 @@ def _profile(args) -> int:
                               f"to {args.machine_out}") from error
         _save_machine(*measured, args.machine_out, args.output)
     return 0
+
+
+def _failure(exc: BaseException, measurer: str) -> str:
+    """What went wrong, in a line: OpenVINO's first line is a C++ source location ("Exception from
+    src/inference/src/cpp/core.cpp:117:"), its reason on the lines after."""
+    from graphs.errors import first_line, one_line
+
+    if measurer == "openvino":
+        from measurers.openvino.inputs import ov_message
+
+        return one_line(ov_message(exc))
+    return first_line(exc)
 
 
 def _note_untimed(untimed: tuple[str, ...]) -> None:

@@ -330,3 +330,22 @@ def test_measure__openvino_on_a_graph_without_a_model_file_is_a_clean_error(caps
                  "--policy", "cpu-only"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("placer: error:") and "names no model file" in err, err
+
+
+def test_profile__openvinos_reason_for_a_failed_step_is_in_the_error(mlp_file, tmp_path, capsys, monkeypatch):
+    """OpenVINO's first line is a C++ source location: the error quoted only "Exception from
+    src/inference/src/cpp/core.cpp:117:", its reason (the line after) left out."""
+    import measurers.profiler
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("Exception from src/inference/src/cpp/core.cpp:117:\nException from src/plugins/intel_cpu/"
+                           "src/node.cpp:41:\nCPU plug-in doesn't support Parameter operation with dynamic rank.\n")
+
+    monkeypatch.setattr(measurers.profiler, "profile_graph", failing)
+    out = tmp_path / "p.json"
+    assert main(["profile", "--graph", str(mlp_file), "--machine", "openvino", "--measurer", "openvino",
+                 "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(RuntimeError: CPU plug-in doesn't support Parameter operation with dynamic " \
+        "rank.); no profile was written" in err, err
+    assert not out.exists()
