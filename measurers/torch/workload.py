@@ -185,6 +185,6 @@ def _real_input(x: torch.Tensor, generator: torch.Generator, bound: int) -> torc
 def _seeded_like(x: torch.Tensor, generator: torch.Generator, bound: int) -> torch.Tensor:
     if x.dtype == torch.bool:
         return torch.zeros(x.shape, dtype=torch.bool)
-    if x.dtype.is_floating_point:
+    if x.dtype.is_floating_point or x.dtype.is_complex:  # randint refuses complex dtypes
         return torch.randn(x.shape, dtype=x.dtype, generator=generator)
     return torch.randint(0, bound, x.shape, dtype=x.dtype, generator=generator)

@@ -431,6 +431,29 @@ def test_torch_measurer__a_tied_model_built_on_the_meta_device_stays_tied_and_is
     assert result.status == "ok", result.error
 
 
+class _ComplexMatmul(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8, 8, dtype=torch.cfloat))
+
+    def forward(self, x):
+        return (x @ self.w).abs()
+
+
+def meta_complex_input():
+    return _ComplexMatmul(), torch.empty(4, 8, dtype=torch.cfloat, device="meta")
+
+
+def test_torch_measurer__a_complex_input_on_the_meta_device_is_drawn(machine):
+    """Drawn with randint ("check_random_bounds handles only integral, floating-point and boolean types"):
+    every measurement of such a model was an error."""
+    workload = TorchWorkload(meta_complex_input, origin="meta complex input")
+    graph = trace_training_step(*meta_complex_input(), name="meta_complex_input")
+    measurer = TorchMeasurer(graph, machine, runs=1, warmup=0, workload=workload, torch_devices=all_cpu)
+    result = measurer.measure([np.zeros(graph.num_ops, dtype=np.int64)])[0]
+    assert result.status == "ok", result.error
+
+
 def test_torch_measurer__gpu_machine_without_cuda_is_an_error_status(rnnlm, machine):
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
