@@ -771,7 +771,11 @@ def test_train__resume_of_a_checkpoint_whose_progress_is_not_numbers_is_one_erro
     for key, value, message in (("measurements_used", "abc", "progress.measurements_used is 'abc', not a whole"),
                                 ("idle", 1.5, "progress.idle is 1.5, not a whole number"),
                                 ("round", ["x"], "progress.round is ['x'], not a list of problem indices"),
-                                ("round", [7], "progress.round names a problem past its 1")):
+                                ("round", [7], "progress.round names a problem past its 1"),
+                                # these three ended it in an AttributeError or a TypeError
+                                ("settings", "abc", "progress.settings is 'abc', not a table of settings"),
+                                ("config", [1, 2], "progress.config is [1, 2], not a table of settings"),
+                                ("problem_digests", 5, "progress.problem_digests is 5, not a list of strings")):
         edited = {**state, "progress": {**state["progress"], key: value}}
         out = tmp_path / f"{key}.pt"
         torch.save(edited, out)

@@ -133,6 +133,13 @@ def _check_progress(path: Path, progress) -> None:
     wall_s = progress.get("wall_s", 0.0)
     if isinstance(wall_s, bool) or not isinstance(wall_s, numbers.Real) or not math.isfinite(wall_s) or wall_s < 0:
         raise PlacerError(f"checkpoint {path}: progress.wall_s is {wall_s!r}, not a time in seconds")
+    for key in ("settings", "config"):  # the resume compares them key by key
+        if not isinstance(progress.get(key, {}), dict):
+            raise PlacerError(f"checkpoint {path}: progress.{key} is {progress[key]!r}, not a table of settings")
+    for key in ("problems", "problem_digests"):  # names and contents of the problems trained on
+        texts = progress.get(key, [])
+        if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
+            raise PlacerError(f"checkpoint {path}: progress.{key} is {texts!r}, not a list of strings")
 
 
 def _whole(value) -> bool:
