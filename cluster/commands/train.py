@@ -13,7 +13,9 @@ import math
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from cluster.commands.console import seconds_text
 from cluster.commands.paths import files_read, output_file
@@ -83,19 +85,29 @@ def run(args: argparse.Namespace) -> int:
         return _run(args)
 
 
-def _checkpoint_lock(out: str):
+@contextmanager
+def _checkpoint_lock(out: str) -> Iterator[None]:
     """``-o PATH.lock`` held while this process trains (removed after): two trains (or two --resume) on one -o
     both ran, one result overwriting the other, and a resume reading while the other saved was refused as "a
-    save was cut short". Taken before any check reads the checkpoint. A -o in a folder not made yet (train makes
-    it at its first save) or one that cannot take the file is left to those checks."""
-    from contextlib import nullcontext
-
-    from graphs.files import file_lock
+    save was cut short". Taken before any check reads the checkpoint. A -o in a folder not made yet gets it
+    made for the lock (two trains into a new folder both ran), and removed again if nothing was saved there;
+    one that cannot take the file is left to those checks."""
+    from graphs.files import file_lock, missing_folders, remove_empty_folders
 
     lock = Path(out + ".lock")
-    if not lock.parent.is_dir() or not os.access(lock.parent, os.W_OK):
-        return nullcontext()
-    return file_lock(lock, f"checkpoint {out}")
+    made = missing_folders(lock.parent)
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:  # under a file, say: the checks say so
+        made = None
+    try:
+        if made is None or not os.access(lock.parent, os.W_OK):
+            yield
+        else:
+            with file_lock(lock, f"checkpoint {out}"):
+                yield
+    finally:
+        remove_empty_folders(made or [])
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -747,6 +747,26 @@ def test_train__a_second_process_on_the_same_checkpoint_is_refused_and_no_lock_f
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "c.pt.metrics.parquet", "c.pt.resume"]
 
 
+def test_train__a_checkpoint_in_a_folder_not_made_yet_is_locked_too(tmp_path, capsys):
+    """No lock was taken where -o's folder did not exist yet: two trains into a new folder both ran, the
+    second overwriting the first's checkpoint, and both reported success."""
+    from cluster.commands.train import _checkpoint_lock
+    from graphs.errors import PlacerError
+
+    out = tmp_path / "new" / "deeper" / "c.pt"
+    with _checkpoint_lock(str(out)):
+        assert Path(f"{out}.lock").is_file()
+        with pytest.raises(PlacerError, match=f"checkpoint {out} is in use by another process"):
+            with _checkpoint_lock(str(out)):
+                pass
+    assert not (tmp_path / "new").exists()  # nothing saved: the folders made for the lock are gone
+    assert _train(out, "--batch", "0", budget=8) == 2  # refused after the lock was taken: nothing left either
+    capsys.readouterr()
+    assert not (tmp_path / "new").exists()
+    assert _train(out, budget=8) == 0
+    assert sorted(p.name for p in out.parent.iterdir()) == ["c.pt", "c.pt.metrics.parquet", "c.pt.resume"]
+
+
 @pytest.mark.parametrize("section", ["optimizers", "rng", "progress"])
 def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(trained, tmp_path, capsys, section):
     import torch
