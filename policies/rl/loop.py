@@ -75,13 +75,21 @@ class TrainResult:
     best_runtime_s: float  # inf if no placement succeeded
     measurements_used: int
     iterations: int
-    seconds_per_update: float  # mean learner cost per iteration: sampling + update, measurement excluded
+    seconds_per_update: float  # mean learner cost per iteration: sampling + update, measurement excluded; nan: none
     seconds_per_measure_call: float  # mean wall time of the batch measure calls this session
     greedy_group_placement: np.ndarray  # (G,) int64: the trained policy's most likely placement
     stop_reason: str  # "budget" | "time_limit" | "should_stop" | "converged" (STALL_ITERATIONS)
     history: list[IterationMetrics] = field(default_factory=list)
     warm_start_runtime_s: float = math.nan  # the warm start's step (a resumed run's from its checkpoint); nan: none
     warm_start_note: str = ""  # what the run says of its warm start (a resumed run's from its checkpoint)
+
+
+def learner_time_note(seconds_per_update: float) -> str:
+    """"0.098 s learner time per iteration", or what a session that ran none says (a resume the time limit
+    stopped at once read "0.000 s")."""
+    if not math.isfinite(seconds_per_update):
+        return "no iteration timed this session"
+    return f"{seconds_per_update:.3f} s learner time per iteration"
 
 
 OnBatch = Callable[[int, np.ndarray, np.ndarray, Sequence[Measurement], np.ndarray], None]
@@ -408,7 +416,7 @@ class _Trainer:
             best_group_placement=self.best_group_placement, best_op_placement=self.best_op_placement,
             best_runtime_s=self.best_runtime_s, measurements_used=self.measurements_used,
             iterations=self.iteration,
-            seconds_per_update=float(np.mean(self._learner_s)) if self._learner_s else 0.0,
+            seconds_per_update=float(np.mean(self._learner_s)) if self._learner_s else math.nan,  # none timed
             seconds_per_measure_call=float(np.mean(self._measure_s)) if self._measure_s else 0.0,
             greedy_group_placement=greedy,
             stop_reason=stop_reason, history=self.history, warm_start_runtime_s=self.warm_start_runtime_s,

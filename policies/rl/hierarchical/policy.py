@@ -13,6 +13,7 @@ overridden by ``place``'s seed argument.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Sequence
@@ -39,7 +40,7 @@ class HierarchicalPolicy:
         import torch
 
         from policies.rl.hierarchical.trainer import HierarchicalTrainer
-        from policies.rl.loop import STALL_ITERATIONS, deterministic_torch
+        from policies.rl.loop import STALL_ITERATIONS, deterministic_torch, learner_time_note
         from policies.rl.warm_start import best_candidate, check_warm_start, measure_candidates
         check_budget(budget)
         if self.warm_start:
@@ -83,9 +84,9 @@ class HierarchicalPolicy:
                     self._save(trainer)
             if checkpoint is not None:
                 self._save(trainer)
-        per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else 0.0
+        per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else math.nan  # none this session
         notes = (f"{trainer.warm_start_note}{trainer.iteration} iterations of {config.batch_size}, "
-                 f"{trainer.num_groups} groups, {per_update:.3f} s learner time per iteration")
+                 f"{trainer.num_groups} groups, {learner_time_note(per_update)}")
         found = replace(search_result(self.name, problem, counter, notes),
                         warm_start_runtime_s=trainer.warm_start_runtime_s)  # a resumed run's from its checkpoint
         return with_run_best(found, problem, trainer.best_op_placement, trainer.best_runtime_s,

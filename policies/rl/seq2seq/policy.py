@@ -20,7 +20,7 @@ import numpy as np
 from policies.base import (BudgetedMeasurer, CounterView, DecisionClock, LastResults, PolicyResult, RunContext,
                            check_budget, check_option_names, search_result, with_run_best)
 from policies.rl.config import RLConfig
-from policies.rl.loop import CHECKPOINT_FILE, resumed_warm_started, train_placer
+from policies.rl.loop import CHECKPOINT_FILE, learner_time_note, resumed_warm_started, train_placer
 from policies.rl.warm_start import best_candidate, measure_candidates
 
 
@@ -64,8 +64,7 @@ class ReinforcePolicy:
                               on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint,
                               warm_start=warm, measurements_before=counter.used, warm_started=warm_started,
                               known=[(c.unit_placement, c.measurement) for c in measured])
-        notes = (f"{result.iterations} iterations of {config.batch_size}, "
-                 f"{result.seconds_per_update:.3f} s learner time per iteration")
+        notes = f"{result.iterations} iterations of {config.batch_size}, {learner_time_note(result.seconds_per_update)}"
         found = replace(search_result(self.name, problem, counter, notes),
                         warm_start_runtime_s=result.warm_start_runtime_s)  # a resumed run's from its checkpoint
         if result.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped

@@ -6,6 +6,8 @@ import os
 
 os.environ.setdefault("RLLIB_TEST_NO_TF_IMPORT", "1")
 
+import math  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from conftest import build_graph  # noqa: E402
@@ -15,7 +17,7 @@ from graphs.grouping import Grouping  # noqa: E402
 from graphs.opgraph import kind_bit  # noqa: E402
 from measurers.catalog import load_machine  # noqa: E402
 from measurers.sim.measurer import SimulatorMeasurer  # noqa: E402
-from policies.base import BudgetedMeasurer, DecisionClock  # noqa: E402
+from policies.base import BudgetedMeasurer, DecisionClock, RunContext  # noqa: E402
 from policies.problem import make_problem  # noqa: E402
 from policies.rl.warm_start import check_warm_start, measure_warm_start  # noqa: E402
 
@@ -229,3 +231,17 @@ def test_resumed_warm_started__as_the_run_began_or_as_given_for_an_older_checkpo
     assert resumed_warm_started(tmp_path, given=True) and not resumed_warm_started(tmp_path, given=False)
     _two_group_run(tmp_path, None, _Recording(), budget=8, resume_from=tmp_path, warm_started=True)
     assert resumed_warm_started(tmp_path, given=False)  # what the resume was told, kept for the next one
+
+
+@pytest.mark.parametrize("policy", ["reinforce", "hierarchical"])
+def test_a_resumed_session_that_runs_no_iteration_times_none(nmt, tmp_path, policy):
+    """A resume the time limit (or a spent budget) stopped before its first iteration reported 0 s learner
+    time per iteration (seconds_per_update 0.0), where the run had measured 0.098 s."""
+    from policies.registry import place
+
+    options = {**OPTIONS, **({"num_groups": 8} if policy == "hierarchical" else {})}
+    context = RunContext(checkpoint_dir=tmp_path)
+    first = place(policy, nmt, SimulatorMeasurer(nmt.graph, nmt.machine), 8, 0, context=context, **options)
+    assert first.seconds_per_update > 0 and "s learner time per iteration" in first.notes
+    again = place(policy, nmt, SimulatorMeasurer(nmt.graph, nmt.machine), 8, 0, context=context, **options)
+    assert math.isnan(again.seconds_per_update) and "no iteration timed this session" in again.notes
