@@ -233,6 +233,27 @@ def test_replay__the_channels_serve_in_request_order_and_the_ops_get_their_final
     assert Simulator(graph, machine, engine="reference").run(device_of).runtime_s == pytest.approx(1.05)
 
 
+def test_replay__a_free_source_runs_after_a_source_before_it_and_channels_serve_in_replayed_order():
+    """op0 (1 s) and op1 (0 s, a free source the scheduler took as done at 0) on gpu:0 send to op2 and op3
+    (0.25 s each, in that order) on gpu:1. The simulator runs op0 first (both ready at 0, op0 earlier in
+    topological order), then op1; both copies are requested at 1 s, op0's served first: op2 runs 1.1-1.35,
+    op3 1.35-1.6. The replay ran the free source first and its copy at 0 (op3 ended at 1.35 s; a reviewer's
+    7-op graph: scheduled 3.8 s, simulated 5.24 s); with op1 in its place but the copies in booking order,
+    op1's first, op3 ended at 1.7 s."""
+    graph = build_graph([(0, 2, TENTH_S), (1, 3, TENTH_S)], flops=[1e12, 0.0, 0.25e12, 0.25e12],
+                        kinds=["aten.mm", "Variable", "aten.mm", "aten.mm"])
+    machine = bus_machine(2)
+    problem = make_problem(graph, machine)
+    finish_s, device_of = np.array([1.0, 0.0, 0.0, 0.0]), np.array([0, 0, -1, -1])
+    book = TransferBook(problem, finish_s, device_of)
+    for op in (3, 2):  # op1's copy booked first: requested at 0 as scheduled
+        book.commit(op, 1)
+    device_of[2:] = 1
+    replayed = replay_finish_s(problem, book, [[0], [2, 3]])  # op1 listed nowhere, as a free source is
+    assert replayed.tolist() == pytest.approx([1.0, 1.0, 1.35, 1.6])
+    assert Simulator(graph, machine, engine="reference").run(device_of).runtime_s == pytest.approx(1.6)
+
+
 def test_send_ahead__a_reader_whose_group_is_placed_gets_its_transfer_when_the_producer_is_placed():
     # op2 is in op1's colocation group: once op1 is on gpu:1, op0's output will be sent there
     graph = build_graph([(0, 2, TENTH_S), (1, 2, 4)], flops=[0.5e12, 0.1e12, 0.1e12], kinds=["aten.mm"] * 3,
