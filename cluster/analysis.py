@@ -34,6 +34,7 @@ from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, re
                             read_run, removed_device_indices, rows_without_devices)
 from cluster.runlog_format import is_seconds, rows_avoiding
 from graphs.errors import PlacerError
+from policies.registry import groups_itself
 
 MAX_DEPTH = 6  # how deep below a folder run folders are looked for (runs/reproduce/EXPERIMENT/CELL/RUN: 4)
 
@@ -300,7 +301,8 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
         measurements=len(measured), cache_hits=len(rows) - len(measured), failures=failures, wall_s=wall_s,
         measurements_per_s=len(measured) / wall_s if wall_s > 0 else math.nan,
         finished=finished, baselines=tuple(_own_baselines(manifest, bests)),
-        proven_bound_s=proven_s, proven_bound_holds_for=proven_for, ratio_to_proven_bound=_ratio(own_best, proven_s),
+        proven_bound_s=proven_s, proven_bound_holds_for=proven_for,
+        ratio_to_proven_bound=math.nan if groups_itself(manifest.policy) else _ratio(own_best, proven_s),
         removed_devices=tuple(RemovedDevice(str(r["device"]), int(r["at_measurement"]), str(r["machine_after"]))
                               for r in device_removals_done(manifest)),
         policy_measurements=len(policy_rows))

@@ -409,8 +409,11 @@ class CellResult:
 
     @property
     def ratio_to_proven_bound(self) -> float:
-        """The fastest method's step time over the proven bound (nan when either is unknown)."""
-        best_s = self.methods[self.winner].runtime_s if self.winner else math.nan
+        """The fastest method's step time over the proven bound (nan when either is unknown, or when the
+        fastest placed groups of its own, for which the bound does not hold)."""
+        from policies.registry import groups_itself
+
+        best_s = self.methods[self.winner].runtime_s if self.winner and not groups_itself(self.winner) else math.nan
         return best_s / self.proven_bound_s if self.proven_bound_s > 0 else math.nan
 
     def to_json(self) -> dict:

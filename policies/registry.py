@@ -129,6 +129,13 @@ def warm_start_names() -> tuple[str, ...]:
     return tuple(name for name, entry in POLICIES.items() if entry.takes_warm_start)
 
 
+def groups_itself(spec: str) -> bool:
+    """Whether ``spec`` places groups of its own making, for which the proven bound of the searched groups
+    does not hold (its placements may go below it); False for a name the registry does not know."""
+    entry = POLICIES.get(spec)
+    return entry is not None and entry.groups_itself
+
+
 def policy_entry(spec: str) -> PolicyEntry:
     """The registry entry of ``spec``; ``device:K`` is a heuristic of its own."""
     if spec.startswith("device:"):

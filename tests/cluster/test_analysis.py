@@ -139,6 +139,20 @@ def test_summarize__proven_bound_from_the_manifest_else_result_json_else_unknown
     assert s.proven_bound_holds_for == "placements of the 8 scope groups of tiny6"
 
 
+@pytest.mark.parametrize("policy", ["hierarchical", "hsdag"])
+def test_summarize__no_ratio_to_the_proven_bound_for_a_policy_that_places_groups_of_its_own(tmp_path, policy):
+    """The bound holds for placements of the searched groups, not for a planner's own: analyze printed
+    "x proven bound 2.305" for an hsdag run where the search's own table says "-" (and a ratio below 1 would
+    have read as a broken proof)."""
+    rows = [(policy, 1.5, "ok", False), (policy, 1.7, "ok", False)]
+    run = write_run(tmp_path, rows=rows, policy=policy)
+    path = run / MANIFEST_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), "proven_bound_s": 0.6,
+                                "proven_bound_holds_for": "placements of the 8 scope groups of tiny6"}))
+    (s,) = summarize([run])
+    assert s.proven_bound_s == 0.6 and math.isnan(s.ratio_to_proven_bound)
+
+
 def test_cli_analyze__every_distinct_proven_bound_is_printed_naming_its_runs_when_a_graph_has_several(tmp_path,
                                                                                                       capsys):
     runs = [write_run(tmp_path / name) for name in ("a", "b", "c")]
@@ -589,3 +603,15 @@ def test_cli_analyze__a_copy_of_a_run_gets_plot_names_no_other_run_has(tmp_path,
                  "--plots", str(tmp_path / "plots")]) == 0
     curves = [entry["plots"]["learning_curve"] for entry in json.loads(capsys.readouterr().out)]
     assert len(curves) == 3 and len(set(curves)) == 3
+
+
+@pytest.mark.parametrize("winner, ratio", [("hierarchical", None), ("cem", 2.0)])
+def test_reproduce_cell__ratio_to_the_proven_bound_only_for_a_winner_that_searched_its_groups(winner, ratio):
+    """A hierarchical2018 cell the planner won showed its step over the bound of the scope groups it never
+    searched."""
+    from cluster.experiments import Cell, CellResult, MethodResult
+
+    methods = {"hierarchical": MethodResult(1.2, "ok"), "cem": MethodResult(1.2, "ok")}
+    cell = CellResult(Cell("nmt-2", "paper-2gpu", 2), "hierarchical", methods, 0.5, 0.0, "cem", winner, (), (), 2,
+                      1.0, True, proven_bound_s=0.6, proven_bound_holds_for="placements of the 32 scope groups")
+    assert (None if math.isnan(cell.ratio_to_proven_bound) else cell.ratio_to_proven_bound) == ratio
