@@ -49,6 +49,13 @@ def test_hetero_family__deterministic_and_varied():
             assert m.devices[0].memory_bytes + m.devices[1].memory_bytes == host
 
 
+def test_hetero_family__a_seed_longer_than_a_file_name_is_a_machine_name_not_a_path():
+    """Python 3.11's is_file raised "File name too long" for 249 digits: the command printed an OS error."""
+    assert load_machine("hetero:" + "1" * 300) == hetero_machine("hetero:" + "1" * 300)
+    with pytest.raises(PlacerError, match="unknown machine 'xxx"):
+        load_machine("x" * 300)
+
+
 @pytest.mark.parametrize("name", ["hetero:", "hetero:x", "hetero:-1", "hetero:1.5", "hetero:007", "hetero:²"])
 def test_hetero_family__bad_names_are_clear_errors(name):
     with pytest.raises(PlacerError, match="hetero:SEED"):
