@@ -76,6 +76,7 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     recorder = OpRecorder(table)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     named_params = dict(model.named_parameters())
+    recorder.real_parameters = {id(p): name for name, p in named_params.items()}
     named_buffers = dict(model.named_buffers())
     with fake_mode:
         fake_params = {k: _fake_like(p, requires_grad=p.requires_grad) for k, p in named_params.items()}

@@ -212,6 +212,7 @@ class OpRecorder(TorchDispatchMode):
         self._schemas: dict = {}
         self._num_consts = 0
         self._scalar_reads = 0  # .item() and bool() of a tensor: each answers 1 (``_one_like``)
+        self.real_parameters: dict[int, str] = {}  # id(the model's own parameter) -> its name (set by the tracer)
 
     # -- registration -----------------------------------------------------------------------------------
     def register(self, t: torch.Tensor, op: int, storage: bool = True) -> None:
@@ -238,10 +239,23 @@ class OpRecorder(TorchDispatchMode):
             return by_tensor[0]
         if by_storage is not None:
             return by_storage[0]
+        if id(t) in self.real_parameters:
+            raise PlacerError(self._parameter_reached_around_its_module(self.real_parameters[id(t)]))
         op = self.table.add(f"const:{self._num_consts}", "Input", "", "other", out_bytes=tensor_bytes(t))
         self._num_consts += 1
         self.register(t, op)
         return op
+
+    @staticmethod
+    def _parameter_reached_around_its_module(name: str) -> str:
+        """A parameter the step reads through a reference made before the trace (a list of
+        ``model.parameters()`` for weight decay, a tied weight kept in a plain list) is the real tensor, not
+        the one traced: it became a constant input, its gradient bypassed the parameter's Variable op, and
+        the measurer refused the step with a mismatch naming neither."""
+        return (f"parameter {name!r} is read through a reference the trace cannot follow (a list, a closure or "
+                f"another object holding the tensor itself, made before the step ran): its gradient would miss "
+                f"the parameter. Read it from the model as the step runs (its attribute {name!r}, or "
+                f"model.parameters() inside the loss function), or hold such tensors in an nn.ParameterList")
 
     def current_scope(self) -> str:
         return self.scope_stack[-1] if self.scope_stack else ""

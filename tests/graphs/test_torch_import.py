@@ -883,3 +883,37 @@ def test_import_torch_spec__a_file_that_is_not_python_is_named_so(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(PlacerError, match=r"x.json' is not a Python file \(.py\)"):
         import_torch_spec(f"{tmp_path / 'x.json'}:f")
+
+
+class _TiedThroughAList(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self._tied = [self.emb.weight]  # the output projection reads it through a plain list
+        self.bias = nn.Parameter(torch.zeros(20))
+
+    def forward(self, x):
+        return F.linear(self.emb(x), self._tied[0], self.bias)
+
+
+def _weight_decay_over_a_saved_list():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+    params = list(model.parameters())  # made before the step: the real tensors, not the ones traced
+    return model, torch.randn(4, 8), lambda out: out.sum() + 1e-4 * sum(p.pow(2).sum() for p in params)
+
+
+@pytest.mark.parametrize("build, name", [(lambda: (_TiedThroughAList(), torch.randint(0, 20, (2, 5))), "emb.weight"),
+                                         (_weight_decay_over_a_saved_list, "0.weight")])
+def test_trace__a_parameter_read_around_its_module_is_one_error_naming_it(build, name):
+    """It became a constant input (const:N), its gradient bypassed the parameter's Variable op, and the import
+    said nothing: the torch measurer then refused the step with a mismatch naming neither."""
+    with pytest.raises(PlacerError, match=f"parameter '{re.escape(name)}' is read through a reference the trace "
+                                          "cannot follow"):
+        trace_training_step(*build())
+
+
+def test_trace__weight_decay_over_the_models_parameters_read_as_the_step_runs_is_traced():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
+    graph = trace_training_step(model, torch.randn(4, 8),
+                                lambda out: out.sum() + 1e-4 * sum(p.pow(2).sum() for p in model.parameters()))
+    assert not any(name.startswith("const:") for name in graph.op_names)
