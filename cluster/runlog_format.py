@@ -226,7 +226,20 @@ def read_table(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = 
     seq = table.column("seq").to_numpy()  # (R,) sorted
     first = np.ones(len(seq), dtype=bool)
     first[1:] = seq[1:] != seq[:-1]
+    if schema.equals(MEASUREMENT_SCHEMA):
+        _check_no_rows_missing(seq[first], folder)
     return table if first.all() else table.filter(pa.array(first))
+
+
+def _check_no_rows_missing(seq: np.ndarray, folder: Path) -> None:
+    """A measurement log numbers its rows 0, 1, 2, ... (``RunLogWriter``): a gap is rows lost (a part file
+    deleted), which the readers took for a run that measured less, and a resume then made permanent."""
+    expected = np.arange(len(seq))  # (R,) seq is sorted and unique
+    if len(seq) and seq[-1] != len(seq) - 1:
+        gap = int(np.flatnonzero(seq != expected)[0])
+        lost_to = int(seq[gap]) - 1
+        raise PlacerError(f"{folder}: the run log lacks its rows of seq {gap}..{lost_to} (a part file deleted or "
+                          "lost): it cannot be read as the run it was")
 
 
 NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status")), (METRIC_SCHEMA, ("seq", "iteration", "name")))
@@ -258,8 +271,9 @@ def check_run_log(folder: str | os.PathLike) -> None:
     _check_log_folder(folder)
     for sub, schema in ((MEASUREMENTS_DIR, MEASUREMENT_SCHEMA), (METRICS_DIR, METRIC_SCHEMA)):
         checked = [name for name in CHECKED_COLUMNS if name in schema.names]  # not a long run's placements
-        read_table(Path(folder) / sub, schema, checked)  # its parts' columns, then the rows _check_rows reads
-    read_best(folder)
+        rows = read_table(Path(folder) / sub, schema, checked)  # its parts' columns, then the rows _check_rows reads
+        if schema is MEASUREMENT_SCHEMA:
+            _check_best_logged(folder, rows.column("seq").to_numpy())
 
 
 CHECKED_COLUMNS = ("seq", "iteration", "name", "status", "runtime_s")  # what _check_rows reads of a log
@@ -301,7 +315,18 @@ def read_run(folder: str | os.PathLike) -> pd.DataFrame:
     read_manifest(folder)
     _check_log_folder(folder)
     rows = _read_dataset(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
+    _check_best_logged(folder, rows["seq"].to_numpy())
     return _fill_placement_level(rows, folder)
+
+
+def _check_best_logged(folder: str | os.PathLike, seq: np.ndarray) -> None:
+    """The best placement file names a row the log holds: it is written after the rows it names (a flush
+    writes the parts first). Without that row the log lost rows at its end, or all of them (every part
+    deleted read as a finished run of 0 measurements, no best, exit 0)."""
+    best = read_best(folder)
+    if best is not None and not (seq == int(best.seq)).any():
+        raise PlacerError(f"{folder}: {BEST_FILE} names the row of seq {best.seq}, which its measurement log "
+                          f"({MEASUREMENTS_DIR}/) lacks: rows were lost (a part file deleted?)")
 
 
 def _fill_placement_level(rows: pd.DataFrame, folder: str | os.PathLike) -> pd.DataFrame:

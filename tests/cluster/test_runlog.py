@@ -363,6 +363,34 @@ def test_runlog__a_row_no_writer_logs_is_damaged(tmp_path, manifest, column, val
             read(run)
 
 
+def _three_parts(tmp_path, manifest) -> Path:
+    """A stopped run of six rows in three parts (two rows each), its best the last row."""
+    log = RunLogWriter.create(tmp_path, manifest, flush_rows=2, flush_interval_s=1e9)
+    for i in range(6):
+        log.append(_result(i, runtime_s=10.0 - i))
+    log.close()
+    return tmp_path / manifest.run_id
+
+
+@pytest.mark.parametrize("lost, message", [
+    ([1], r"the run log lacks its rows of seq 2..3 \(a part file deleted or lost\)"),
+    ([0], r"the run log lacks its rows of seq 0..1"),
+    ([2], r"best_placement.json names the row of seq 5, which its measurement log \(measurements/\) lacks"),
+    ([0, 1, 2], r"best_placement.json names the row of seq 5, which its measurement log"),
+])
+def test_runlog__rows_lost_with_a_deleted_part_are_refused(tmp_path, manifest, lost, message):
+    """A deleted part was read as a run that measured less (the middle one) or nothing at all, "finished",
+    exit 0 (every one); a resume then went on after the gap, and its compaction made the loss permanent."""
+    run = _three_parts(tmp_path, manifest)
+    parts = sorted((run / "measurements").glob("*.parquet"))
+    assert len(parts) == 3
+    for k in lost:
+        parts[k].unlink()
+    for read in (read_run, check_run_log, RunLogWriter.resume):
+        with pytest.raises(PlacerError, match=message):
+            read(run)
+
+
 def test_read_runs__one_path_is_refused_not_read_letter_by_letter(tmp_path):
     """A string is a sequence: read_runs("runs") said "r is not a run folder"."""
     with pytest.raises(PlacerError, match=r"read_runs takes a list of run folders, not one path \('runs'\)"):
