@@ -92,7 +92,7 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
              for t in [named_params.get(name, named_buffers.get(name))]}
     try:
         with _fake_tensor_log_quiet(), without_onednn(), _swapped_in(model, fakes), fake_mode, recorder, \
-                GradFnStamper(recorder):
+                GradFnStamper(recorder), _tolist_unrecorded(recorder):
             output = model(*fake_inputs)
             loss = _loss(output, loss_fn, recorder)
             recorder.stamp_pending()
@@ -117,6 +117,30 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
         meta[TIED_PARAMETERS] = tied
     return _to_opgraph(table, name, batch_size, num_params, source or f"torch trace of {type(model).__name__}",
                        meta)
+
+
+@contextmanager
+def _tolist_unrecorded(recorder: OpRecorder):
+    """``tensor.tolist()`` reads values as ``.item()`` does (each answers 1, counted), without the
+    ``aten.unbind`` a fake tensor's tolist dispatches to get at its elements: a real tensor's reads its data
+    directly, and the torch measurer refused the step ("is aten.unbind in the graph but the step ran
+    aten.select")."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    fake_tolist = FakeTensor.tolist
+
+    def tolist(self):
+        muted, recorder.muted = recorder.muted, True
+        try:
+            return fake_tolist(self)
+        finally:
+            recorder.muted = muted
+
+    FakeTensor.tolist = tolist
+    try:
+        yield
+    finally:
+        FakeTensor.tolist = fake_tolist
 
 
 @contextmanager

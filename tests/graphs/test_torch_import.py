@@ -917,3 +917,23 @@ def test_trace__weight_decay_over_the_models_parameters_read_as_the_step_runs_is
     graph = trace_training_step(model, torch.randn(4, 8),
                                 lambda out: out.sum() + 1e-4 * sum(p.pow(2).sum() for p in model.parameters()))
     assert not any(name.startswith("const:") for name in graph.op_names)
+
+
+class _LengthsAsList(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, lengths):
+        return torch.stack([self.fc(x[i, :n]).sum() for i, n in enumerate(lengths.tolist())])
+
+
+def test_trace__tolist_reads_values_without_an_op_the_real_step_never_runs():
+    """A fake tensor's tolist dispatches an aten.unbind to reach its elements, a real one's reads its data:
+    the graph held the unbind, and the torch measurer refused every step ("is aten.unbind in the graph but the
+    step ran aten.select"). Iterating a tensor unbinds it in a real step too, and stays in the graph."""
+    graph = trace_training_step(_LengthsAsList(), (torch.randn(3, 5, 4), torch.tensor([1, 1, 1])))
+    assert "aten.unbind" not in set(graph.op_kinds) and "aten.select" in set(graph.op_kinds)
+    iterated = trace_training_step(nn.Linear(4, 2), torch.randn(3, 4),
+                                   lambda out: torch.stack([row.sum() for row in out]).sum())
+    assert "aten.unbind" in set(iterated.op_kinds)
