@@ -157,6 +157,7 @@ def _import(args: argparse.Namespace) -> int:
     graph = _read_model_file(args) if args.onnx or args.openvino else _trace_model(args)
     _note_unrolled_layers(graph.meta.get("unrolled_layers") or [])
     _note_own_train_step(graph.meta.get("own_train_step") or "", graph.name)
+    _note_default_step(graph.meta.get("default_step") or "", args.keras or "")
     _warn_ops_without_flops(graph.meta.get("ops_without_flops") or {}, graph.meta.get("bodies_not_costed") or {})
     _warn_loops_counted_once(graph.meta.get("loops_counted_once", 0))
     _warn_tensors_without_size(graph.meta.get("tensors_without_size", 0), graph.meta.get("unsized_tensors_by_op", {}))
@@ -270,6 +271,15 @@ def _note_own_train_step(method: str, model: str) -> None:
               "(forward, the loss compiled or returned, else mean squared error, tape gradients, the optimizer's "
               "update), which the tf measurer and apply_keras run too; if yours computes another loss, return "
               "(model, inputs, targets, loss) with it", file=sys.stderr)
+
+
+def _note_default_step(step: str, spec: str) -> None:
+    """A saved Keras model file without ``compile()``: the importer made its loss and optimizer up
+    (graphs.tf.importer.DEFAULT_STEP), and the tf measurer times that step."""
+    if step:
+        print(f"placer: note: Keras model file {spec!r} was saved without compile(): its training step is traced "
+              f"with {step}; compile it with its loss and optimizer before saving, or import a function that "
+              "returns (model, inputs, targets, loss)", file=sys.stderr)
 
 
 def _warn_ops_without_flops(missing: dict[str, int], not_costed: dict[str, str]) -> None:

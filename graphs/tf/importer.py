@@ -217,13 +217,23 @@ def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrol
         with tf.GradientTape() as tape:
             with unrolled_recurrent_layers(model.name, unrolling):
                 predictions = model(inputs, training=True)
-            value = with_added_losses(loss_fn(targets, predictions), model)
+            value = with_added_losses(_scalar_loss(loss_fn(targets, predictions), model), model)
             scaled = optimizer.scale_loss(value)  # as Keras's own step: a LossScaleOptimizer unscales gradients
         gradients = tape.gradient(scaled, variables)
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
     return train_step, optimizer
+
+
+def _scalar_loss(value, model):
+    """The loss, refused unless it is one number: a loss function returned with the model that gives one per
+    example was summed by the gradient tape without a word, and the step's loss was not the one meant."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and shape.rank is not None and shape.rank > 0 and shape.num_elements() != 1:
+        raise PlacerError(f"the loss of Keras model {model.name!r} has shape {list(shape)}, not one number: "
+                          "return it reduced over the batch (its mean, as compile reduces a loss, or its sum)")
+    return value
 
 
 def with_added_losses(value, model):
@@ -272,11 +282,19 @@ def import_keras_spec(spec: str, batch_size: int | None = None, name: str | None
     return graph
 
 
+DEFAULT_STEP = "default_step"
+"""``meta`` key of a saved model file imported without ``compile()``: the loss and optimizer the step was traced
+with, made up (the CLI says so in a note)."""
+
+
 def _traced_keras_spec(spec: str, batch_size: int | None, name: str | None) -> OpGraph:
     model, inputs, targets, loss = keras_example(spec, batch_size)
     try:
-        return trace_keras_training_step(model, inputs, targets, loss=loss, name=name or _graph_name(spec, model),
-                                         batch_size=batch_size)
+        graph = trace_keras_training_step(model, inputs, targets, loss=loss, name=name or _graph_name(spec, model),
+                                          batch_size=batch_size)
+        if spec.endswith(KERAS_FILE_SUFFIXES) and not getattr(model, "compiled", False):
+            graph.meta[DEFAULT_STEP] = "mean squared error against float targets shaped like its outputs, and Adam"
+        return graph
     except PlacerError:
         raise
     except Exception as err:  # noqa: BLE001  (any tracing failure is bad input, reported as one line)
@@ -549,6 +567,11 @@ def _loss_callable(loss, model):
     if loss is None:
         return keras.losses.MeanSquaredError()
     weights = _compiled_loss_weights(model) if compiled else None
+    if not isinstance(loss, (dict, list, tuple)) and isinstance(weights, (list, tuple)) and len(weights) > 1:
+        # Keras's fit refuses it ("loss_weights must match the number of losses, got 1 losses and 2 weights")
+        raise PlacerError(f"Keras model {model.name!r} is compiled with one loss and {len(weights)} loss_weights, "
+                          "which Keras refuses to train: compile it with one loss per output (a list or a dict) "
+                          "to weigh them")
     if isinstance(loss, (dict, list, tuple)) or _weighs_any(weights):
         return _summed_output_losses(loss, model, weights)
     function = _one_loss_callable(loss)

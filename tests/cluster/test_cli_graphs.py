@@ -420,3 +420,44 @@ def test_graphs_show__a_training_step_says_what_its_parameter_bytes_hold(tmp_pat
     assert figures["forward_flops"] == 2 * 4 * (8 * 16 + 16 * 2)
     assert main(["graphs", "show", str(path)]) == 0
     assert "weights, gradients and optimizer state" in capsys.readouterr().out
+
+
+def test_graphs_import__a_keras_file_saved_without_compile_says_which_step_it_traced(tmp_path, capsys):
+    """It imported with mean squared error and Adam made up, and said nothing: the graph (and the tf
+    measurer's step) was not the training the user meant."""
+    keras = pytest.importorskip("keras")
+
+    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)])
+    model.save(saved := tmp_path / "bare.keras")
+    assert main(["graphs", "import", "--keras", str(saved), "-o", str(tmp_path / "g.parquet")]) == 0
+    err = capsys.readouterr().err
+    assert (f"placer: note: Keras model file '{saved}' was saved without compile(): its training step is traced "
+            "with mean squared error against float targets shaped like its outputs, and Adam") in err
+
+
+@pytest.mark.parametrize("build, message", [
+    ("per_example_loss", "the loss of Keras model 'per_example' has shape [8, 4], not one number"),
+    ("one_loss_two_weights", "Keras model 'two_heads' is compiled with one loss and 2 loss_weights, which Keras "
+                             "refuses to train"),
+])
+def test_graphs_import__a_keras_loss_keras_would_not_train_with_is_one_error(tmp_path, capsys, build, message):
+    """A loss returned with the model that gives one value per example was summed by the gradient tape without
+    a word; one compiled loss with a weight per output imported although Keras's fit refuses the model."""
+    pytest.importorskip("keras")
+    source = tmp_path / "losses.py"
+    source.write_text(
+        "import keras\nimport numpy as np\n\n"
+        "def per_example_loss():\n"
+        "    model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(4)], name='per_example')\n"
+        "    model.compile(optimizer='sgd', loss='mse')\n"
+        "    x, y = np.zeros((8, 16), 'float32'), np.zeros((8, 4), 'float32')\n"
+        "    return model, x, y, (lambda target, prediction: target - prediction)\n\n"
+        "def one_loss_two_weights():\n"
+        "    a = keras.Input((8,))\n"
+        "    h = keras.layers.Dense(16)(a)\n"
+        "    model = keras.Model(a, [keras.layers.Dense(3)(h), keras.layers.Dense(2)(h)], name='two_heads')\n"
+        "    model.compile(optimizer='sgd', loss='mse', loss_weights=[0.25, 4.0])\n"
+        "    return model\n")
+    out = tmp_path / "never.parquet"
+    assert main(["graphs", "import", "--keras", f"{source}:{build}", "-o", str(out)]) == 2
+    assert message in _error_line(capsys) and not out.exists()
