@@ -28,10 +28,14 @@ Every command groups with "scope" into at most 32 groups unless a flag says othe
 ``DEFAULT_MAX_GROUPS``); BENCHMARKS.md ("Grouping", "Learner") has the measurements behind both choices and
 how the methods compare (bytes crossing groups, group costs, speed).
 
-Whatever a method leaves above G (e.g. after splitting a part whose allowed masks conflict) is merged by the
-same heavy-edge passes; parts of the graph that no edge joins (inception-v3's 23 small shape computations)
-are then joined in topological order, so they do not push the edge passes to merge everything else. Results
-depend only on the graph, G, the method and the seed.
+Whatever a method leaves above G is merged by the same heavy-edge passes; parts of the graph that no edge
+joins (inception-v3's 23 small shape computations) are then joined in topological order, so they do not push
+the edge passes to merge everything else. A group's ops run where all of them may, so a part whose ops' allowed
+device kinds differ is split first (a CPU-only op apart from the ops that may run anywhere), and the merges
+join groups of one allowed mask before any other (the restricted pieces with each other while they stay
+under a group's share of the cost): one CPU-only op of no cost no longer pins its layer to the CPU. Where every
+op may run anywhere (every benchmark graph) none of this changes a group. Results depend only on the graph,
+G, the method and the seed.
 
 The seed reaches every method that calls METIS: "metis", and "scope" and "fusion" too (a scope key with
 several groups, and graphs they fall back to METIS for); "colocation" and "topo" ignore it. METIS seeds
@@ -249,7 +253,8 @@ def _fused_units(graph: OpGraph, atoms: _Atoms) -> np.ndarray:
     forest = _Forest(np.arange(atoms.count, dtype=np.int64), anchors, atoms.mask.copy(), atoms.count)
     # The merge skips a pair when the summed "cost" exceeds the cap while both sides exceed ``tiny``: with
     # cost = dense ops, cap 1 and tiny 0, that is exactly when both sides hold a dense op.
-    forest.merge(atoms.of_op[graph.edge_src[fuse]], atoms.of_op[graph.edge_dst[fuse]], 1.0, 0.0, 0)
+    forest.merge(atoms.of_op[graph.edge_src[fuse]], atoms.of_op[graph.edge_dst[fuse]], 1.0, 0.0, 0,
+                 same_mask=True)  # no kernel fuses an op with one its device cannot run
     return forest.labels()[atoms.of_op]
 
 
@@ -293,6 +298,13 @@ def _group_mask_and(op_group: np.ndarray, allowed_mask: np.ndarray, num_groups: 
     return mask
 
 
+def _group_mask_or(op_group: np.ndarray, allowed_mask: np.ndarray, num_groups: int) -> np.ndarray:
+    """(G,) uint8: per group, the device-kind bits any of its ops allows."""
+    mask = np.zeros(num_groups, dtype=np.uint8)
+    np.bitwise_or.at(mask, op_group, allowed_mask.astype(np.uint8))
+    return mask
+
+
 def _contract(src: np.ndarray, dst: np.ndarray, size: np.ndarray, count: int):
     keep = src != dst
     key = src[keep] * np.int64(count) + dst[keep]
@@ -302,13 +314,15 @@ def _contract(src: np.ndarray, dst: np.ndarray, size: np.ndarray, count: int):
 
 
 def _split_by_mask(labels: np.ndarray, atom_mask: np.ndarray) -> np.ndarray:
-    """Split every group whose atoms' masks conflict into one group per restricted mask (unrestricted
-    atoms stay together); the merge passes may join the pieces to compatible neighbours later."""
+    """Split every group whose atoms' masks differ into one group per restricted mask (unrestricted atoms
+    stay together); the merge passes join pieces of one mask first (``_merge_to_limit``). A group kept whole
+    ran where its most restricted op may: one CPU-only op of no cost pinned a scope of 68% of a model's
+    FLOPs to the CPU (a BERT with its Gather ops CPU-only, 3x the single-GPU step)."""
     count = int(labels.max()) + 1
-    bad = _group_mask_and(labels, atom_mask, count) == 0
-    if not bad.any():
+    mixed = _group_mask_and(labels, atom_mask, count) != _group_mask_or(labels, atom_mask, count)
+    if not mixed.any():
         return labels
-    restricted = np.where(bad[labels] & (atom_mask != ANY_DEVICE), atom_mask, 0).astype(np.int64)
+    restricted = np.where(mixed[labels] & (atom_mask != ANY_DEVICE), atom_mask, 0).astype(np.int64)
     return np.unique(labels * 256 + restricted, return_inverse=True)[1].astype(np.int64).ravel()
 
 
@@ -536,11 +550,12 @@ class _Forest:
         return np.unique(self.roots(), return_inverse=True)[1].astype(np.int64).ravel()
 
     def merge(self, u: np.ndarray, v: np.ndarray, cap: float, tiny: float, target: int,
-              tiny_cap: float = np.inf) -> None:
-        """Union the pairs (u[k], v[k]) in order while compatible and under ``cap`` (or one side is below
-        ``tiny`` and the sum under ``tiny_cap``), until ``target`` groups are left."""
+              tiny_cap: float = np.inf, same_mask: bool = False) -> None:
+        """Union the pairs (u[k], v[k]) in order while compatible (``same_mask``: of one allowed mask) and
+        under ``cap`` (or one side is below ``tiny`` and the sum under ``tiny_cap``), until ``target`` groups
+        are left."""
         self.count = _merge_pairs(self.parent, self.cost, self.mask, u.astype(np.int64), v.astype(np.int64),
-                                  cap, tiny, tiny_cap, self.count, target)
+                                  cap, tiny, tiny_cap, self.count, target, same_mask)
 
 
 def _merge_chains(forest: _Forest, atoms: _Atoms, target: int) -> None:
@@ -552,7 +567,7 @@ def _merge_chains(forest: _Forest, atoms: _Atoms, target: int) -> None:
     total = atoms.cost.sum()
     cap = total / target
     forest.merge(atoms.src[chain][order], atoms.dst[chain][order], cap, cap / 64, target,
-                 _tiny_join_cap_s(cap, TINY_JOIN_CHAIN_FACTOR, total))
+                 _tiny_join_cap_s(cap, TINY_JOIN_CHAIN_FACTOR, total), same_mask=True)
 
 
 def _tiny_join_cap_s(cap_s: float, factor: float, total_s: float) -> float:
@@ -562,10 +577,43 @@ def _tiny_join_cap_s(cap_s: float, factor: float, total_s: float) -> float:
 
 def _merge_to_limit(forest: _Forest, atoms: _Atoms, target: int) -> None:
     """Merge along the heaviest group-level edges under a cost cap that doubles each pass; then join
-    groups adjacent in topological order; then any compatible groups. Raises if masks forbid ``target``.
+    groups adjacent in topological order; then groups of equal masks; all of it first among groups of one
+    allowed mask, then (if still above ``target``) among any compatible groups. Raises if masks forbid
+    ``target``.
     Tiny groups join here without a limit on the sum (the doubling cap reaches the whole graph anyway)."""
     if forest.count <= target:
         return
+    # Groups of one allowed mask join first: a restricted op's group joined with an unrestricted one makes
+    # all its ops restricted. Where every op may run anywhere (every benchmark graph), one round does it all.
+    _join_small_restricted(forest, atoms, target)
+    _merge_passes(forest, atoms, target, same_mask=True)
+    if forest.count > target:  # what is left differs in allowed masks: join equal masks
+        roots, topo = _group_topo(forest, atoms)
+        roots = roots[np.lexsort((topo, forest.mask[roots]))]
+        forest.merge(roots[:-1], roots[1:], np.inf, np.inf, target, same_mask=True)
+    if forest.count > target:
+        _merge_passes(forest, atoms, target, same_mask=False)
+    if forest.count > target:
+        raise PlacerError(f"cannot group into {target} groups: {forest.count} groups have pairwise disjoint "
+                          f"allowed device kinds")
+
+
+def _join_small_restricted(forest: _Forest, atoms: _Atoms, target: int) -> None:
+    """Groups that may run on some device kinds only (the CPU-only ops of a TensorFlow import, split out of
+    their scopes) join others of their mask in topological order while the sum stays under a group's share
+    of the cost: their neighbours may run anywhere, so no other pass joins them, and each of a BERT's 16
+    CPU-only Erf ops (0.02 groups' worth of cost each) held a group of its own."""
+    roots, topo = _group_topo(forest, atoms)
+    share = atoms.cost.sum() / target
+    keep = (forest.mask[roots] != ANY_DEVICE) & (forest.cost[roots] <= share)
+    roots, topo = roots[keep], topo[keep]
+    roots = roots[np.lexsort((topo, forest.mask[roots]))]  # by mask, then in topological order
+    forest.merge(roots[:-1], roots[1:], share, share / 64, target, same_mask=True)
+
+
+def _merge_passes(forest: _Forest, atoms: _Atoms, target: int, same_mask: bool) -> None:
+    """Merge along the heaviest group-level edges under a cost cap that doubles each pass, then join groups
+    adjacent in topological order."""
     total = atoms.cost.sum()
     base = cap = total / target
     # No edge joins two components: the edge passes stop one group above ``target`` per component past the
@@ -576,21 +624,14 @@ def _merge_to_limit(forest: _Forest, atoms: _Atoms, target: int) -> None:
         roots = forest.roots()
         u, v, size = _contract(roots[atoms.src], roots[atoms.dst], atoms.bytes, atoms.count)
         order = np.lexsort((v, u, -size))
-        forest.merge(u[order], v[order], cap, base / 64, edge_target)
+        forest.merge(u[order], v[order], cap, base / 64, edge_target, same_mask=same_mask)
         cap *= 2
     cap = base
     while forest.count > target and cap <= 2 * total:  # groups with no edge between them
         roots, topo = _group_topo(forest, atoms)
         roots = roots[np.argsort(topo, kind="stable")]
-        forest.merge(roots[:-1], roots[1:], cap, base / 64, target)
+        forest.merge(roots[:-1], roots[1:], cap, base / 64, target, same_mask=same_mask)
         cap *= 2
-    if forest.count > target:  # what is left differs in allowed masks: join equal masks
-        roots, topo = _group_topo(forest, atoms)
-        roots = roots[np.lexsort((topo, forest.mask[roots]))]
-        forest.merge(roots[:-1], roots[1:], np.inf, np.inf, target)
-    if forest.count > target:
-        raise PlacerError(f"cannot group into {target} groups: {forest.count} groups have pairwise disjoint "
-                          f"allowed device kinds")
 
 
 def _component_count(forest: _Forest, atoms: _Atoms) -> int:
@@ -639,13 +680,13 @@ def _find_all(parent):
 
 
 @njit(cache=True)
-def _merge_pairs(parent, cost, mask, u, v, cap, tiny, tiny_cap, count, target):
+def _merge_pairs(parent, cost, mask, u, v, cap, tiny, tiny_cap, count, target, same_mask):
     for k in range(len(u)):
         if count <= target:
             break
         a = _find(parent, u[k])
         b = _find(parent, v[k])
-        if a == b or (mask[a] & mask[b]) == 0:
+        if a == b or (mask[a] & mask[b]) == 0 or (same_mask and mask[a] != mask[b]):
             continue
         merged = cost[a] + cost[b]
         if merged > cap and (min(cost[a], cost[b]) > tiny or merged > tiny_cap):
