@@ -142,9 +142,10 @@ def _run(args: argparse.Namespace) -> int:
               "placer: train interrupted while its teachers searched: nothing was written", file=sys.stderr)
         return 130
     if result.stop_reason == "time_limit" and not summary["checkpoint"]:  # it said nothing and exited 0
-        print(f"placer: error: --time-limit {args.time_limit_s:g} s ended train while its teachers searched, "
-              f"before its first checkpoint: nothing was written ({result.measurements_used} measurements spent); "
-              "give it more time or a smaller --teacher-budget", file=sys.stderr)
+        while_teaching = " while its teachers searched" if args.teacher_budget else ""
+        print(f"placer: error: --time-limit {args.time_limit_s:g} s ended train{while_teaching} before its first "
+              f"update: nothing was written ({result.measurements_used} measurements spent); give it more time"
+              f"{' or a smaller --teacher-budget' if args.teacher_budget else ''}", file=sys.stderr)
         return 1
     return 0
 

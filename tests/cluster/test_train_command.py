@@ -820,7 +820,23 @@ def test_train__a_time_limit_that_ends_the_teachers_writes_nothing_and_says_so_e
     out = tmp_path / "gdp.pt"
     assert _train(out, "--teacher-budget", "8", "--time-limit", "60", "--json") == 1
     captured = capsys.readouterr()
-    assert captured.err.count("placer: error: --time-limit 60 s ended train while its teachers searched") == 1
+    assert captured.err.count("placer: error: --time-limit 60 s ended train while its teachers searched before its "
+                              "first update") == 1
+    assert json.loads(captured.out)["checkpoint"] is None and list(tmp_path.iterdir()) == []
+
+
+def test_train__a_time_limit_that_ends_it_before_its_first_update_writes_nothing_exit_1(tmp_path, capsys,
+                                                                                         monkeypatch):
+    """Building the learner took longer than --time-limit 3: it exited 0 and wrote a checkpoint of untrained
+    weights, which `search --init` took."""
+    import policies.rl.gnn.family as family
+
+    monkeypatch.setattr(family, "early_stop", lambda started, limit, should_stop: "time_limit")
+    out = tmp_path / "gdp.pt"
+    assert _train(out, "--time-limit", "3", "--json") == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("placer: error: --time-limit 3 s ended train before its first update: nothing was "
+                              "written (0 measurements spent); give it more time\n") == 1
     assert json.loads(captured.out)["checkpoint"] is None and list(tmp_path.iterdir()) == []
 
 

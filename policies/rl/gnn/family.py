@@ -109,6 +109,9 @@ def train_family(problems: Sequence[TrainProblem], config: GnnConfig, budget: in
             save()
         stop_reason = _round_robin(slots, names, trainer, progress, budget, stop_now, on_update,
                                    lambda: progress["updates"] % checkpoint_every == 0 and save())
+        if stop_reason == "time_limit" and progress["updates"] == 0 and not Path(out).exists():
+            # its weights untrained, which `search --init` would take: nothing saved, as for a teacher cut short
+            return FamilyResult(0, progress["measurements_used"], time.perf_counter() - started, stop_reason, out)
         save()
     return FamilyResult(progress["updates"], progress["measurements_used"], float(progress["wall_s"]),
                         stop_reason, out)
