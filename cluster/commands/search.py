@@ -122,6 +122,7 @@ def run(args) -> int:
             measurers_lost = getattr(exc, "error", None)  # every measurer node gone: stopped, as a lost Ray
             text, lost = _interrupted_text(exc, progress.run_dir, run_dir), raylet_watch.lost_message()
             lost = lost or measurers_lost
+            progress.close()  # its last frame drawn before the error line, not after it
             print(f"placer: error: {lost}; {text}" if lost else f"placer: {text}", file=sys.stderr)
             if args.json:  # still one document for a pipe's reader (no run folder yet: nothing to resume)
                 resume = None if config.remove_devices or run_dir is None else ["placer", "search", "--resume",
@@ -217,9 +218,14 @@ class _Progress:
         total = self.budget if stop_reason in ("time_limit", "should_stop") else max(measured, 1)
         self._bar.update(self._task, total=total, completed=min(measured, total))
 
-    def __exit__(self, *exc):
+    def close(self) -> None:
+        """Stop the bar (its last frame drawn), so what is printed next comes after it, not above it."""
         if self._bar is not None:
-            self._bar.__exit__(*exc)
+            self._bar.__exit__(None, None, None)
+            self._bar = None
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def print_result(result) -> None:

@@ -217,6 +217,27 @@ def test_search_cli__json_interrupted_while_the_run_closes_still_prints_its_fold
                                                    "resume": None}
 
 
+def test_search_cli__the_stop_line_comes_after_the_progress_bars_last_frame(tmp_path, capsys, monkeypatch):
+    """The bar was stopped after the line was printed: its last frame came below "placer: error: no measurer
+    actors left ...", which was then not the last thing the user saw."""
+    import cluster.jobs
+    from cluster.cli import main
+
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir(parents=True)
+    (run_dir / "manifest.json").write_text("{}")
+
+    def interrupted_mid_run(*args, on_start=None, progress=None, **kwargs):
+        on_start(run_dir)
+        progress(3, 0.25, 0.1)
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(cluster.jobs, "run_search", interrupted_mid_run)
+    assert main(["search", "--graph", "synthetic:300", "--budget", "8", "--out", str(tmp_path / "runs")]) == 130
+    err = capsys.readouterr().err
+    assert "3/8" in err and err.endswith(f"placer: interrupted; its run folder is {run_dir}\n"), err[-300:]
+
+
 def test_search_cli__interrupted_after_closing_removed_its_folder_names_no_folder(tmp_path, capsys, monkeypatch):
     """Ctrl-C after a new run with nothing measured removed its folder (before its SearchInterrupted): the
     message and --json's run_dir and resume named the folder just removed."""
