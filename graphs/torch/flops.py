@@ -17,6 +17,8 @@ One of torch's formulas is corrected: ``aten.convolution_backward``'s weight gra
 convolution (``_convolution_backward``).
 
 As in torch's ``addmm`` formula, the added term (``addmv``'s vector, ``addbmm``'s matrix) is not counted.
+Every formula but the FFTs' counts real multiply-adds: a product of complex tensors counts 4 times as many
+(a complex multiply-add is 4 real multiplies and 4 adds).
 """
 
 from __future__ import annotations
@@ -118,12 +120,25 @@ OWN_FORMULAS = {
 CORRECTED = {aten.convolution_backward: _convolution_backward}  # torch has a formula, counted differently here
 
 
+FFTS = frozenset({aten._fft_c2c, aten._fft_r2c, aten._fft_c2r})  # counted in real FLOPs already
+COMPLEX_MULTIPLY_ADD = 4  # real FLOPs of a complex multiply-add (8) over a real one's (2)
+
+
 def op_flops(func, args, kwargs, out) -> int:
     """FLOPs of the call ``func(*args, **kwargs) -> out``; 0 for a kernel without a formula (element-wise
-    and data-movement ops: the simulator costs those by their bytes)."""
+    and data-movement ops: the simulator costs those by their bytes). A product of complex tensors (a complex
+    matmul, convolution) counts ``COMPLEX_MULTIPLY_ADD`` times the real formula: it was a quarter of the work."""
     packet = func._overloadpacket
     formula = CORRECTED.get(packet) or flop_registry.get(packet) or flop_registry.get(SAME_FLOPS_AS.get(packet))
     if formula is not None:
-        return formula(*args, out_val=out, **kwargs)
-    own = OWN_FORMULAS.get(packet)
-    return own(*args, **kwargs) if own is not None else 0
+        flops = formula(*args, out_val=out, **kwargs)
+    else:
+        own = OWN_FORMULAS.get(packet)
+        flops = own(*args, **kwargs) if own is not None else 0
+    if flops and packet not in FFTS and _any_complex(args):
+        flops *= COMPLEX_MULTIPLY_ADD
+    return flops
+
+
+def _any_complex(args) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.is_complex() for a in args)

@@ -756,6 +756,23 @@ def test_trace_training_step__ffts_count_five_n_log2_n_per_complex_transform():
     assert np.all(graph.flops[backward & np.char.startswith(graph.op_kinds.astype(str), "aten._fft_")] > 0)
 
 
+class _ComplexLinear(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(width, width, dtype=torch.cfloat))
+
+    def forward(self, x):
+        return (x @ self.w).abs()
+
+
+def test_trace_training_step__a_complex_matmul_counts_its_real_multiply_adds():
+    """Counted with the real formula, 2 M N K: a complex multiply-add is 8 real FLOPs, so complex models were
+    costed at a quarter of their work (the FFTs were already in real FLOPs)."""
+    graph = trace_training_step(_ComplexLinear(8), torch.randn(4, 8, dtype=torch.cfloat), name="cplx")
+    forward = graph.phases == PHASE_CODE["forward"]
+    assert graph.flops[forward & (graph.op_kinds == "aten.mm")].tolist() == [4 * 2 * 4 * 8 * 8]
+
+
 class _MaskRouted(nn.Module):
     """Routes the rows a boolean mask picks to an expert: the picked rows' count depends on the data."""
 
