@@ -70,7 +70,7 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     ``batch_size=0`` takes the leading dimension of the first input.
     """
     inputs = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
-    _check_distinct_inputs(inputs)
+    check_distinct_inputs(inputs)
     started = time.perf_counter()
     table = OpTable()
     recorder = OpRecorder(table)
@@ -233,7 +233,7 @@ def _add_leaf_ops(recorder: OpRecorder, table: OpTable, trainable: dict, params:
             recorder.register(x, table.add(f"input:{index}", "Input", "", "other", out_bytes=tensor_bytes(x)))
 
 
-def _check_distinct_inputs(inputs: tuple) -> None:
+def check_distinct_inputs(inputs: tuple) -> None:
     """One tensor given as two example inputs (an autoencoder's ``(x, x)``) is refused: the graph names a
     tensor once, so one input had no readers, and a placed step fed the other's value to both."""
     first: dict[int, int] = {}

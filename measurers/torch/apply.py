@@ -30,7 +30,7 @@ import torch
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from graphs.specs import function_label
-from graphs.torch.importer import check_spec_result, trace_training_step
+from graphs.torch.importer import check_distinct_inputs, check_spec_result, trace_training_step
 from measurers.machine import Machine
 from measurers.placement import check_placement, framework_devices
 from measurers.torch.measurer import (capture_training_step, check_program_matches, default_torch_devices,
@@ -63,6 +63,15 @@ def trace_user_step(build_fn: Callable[[], tuple], graph_name: str) -> UserTorch
     if any(isinstance(t, torch.Tensor) and t.is_meta for t in inputs):
         raise PlacerError(f"torch function {origin!r}: an example input is on the meta device; applying a "
                           "placement runs the step, so give inputs with values")
+    try:
+        check_distinct_inputs(inputs)
+    except PlacerError as error:
+        raise PlacerError(f"torch function {origin!r}: {error}") from error
+    # Each input its own contiguous copy, as the import traced it and the measurer feeds it: (x, x.view(...))
+    # shared one leaf (the step fed the first's values to both, silently), and slices of one token tensor,
+    # (tok[:, :-1], tok[:, 1:]), ran a clone the graph does not have (every apply refused).
+    inputs = tuple(x.detach().clone(memory_format=torch.contiguous_format) if isinstance(x, torch.Tensor) else x
+                   for x in inputs)
     try:
         graph = trace_training_step(model, inputs, loss_fn, name=graph_name, source=f"torch:{origin}")
     except PlacerError as error:

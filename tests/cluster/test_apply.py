@@ -530,11 +530,56 @@ def test_apply_torch__a_model_returned_in_eval_mode_trains_as_it_was_traced():
         assert torch.allclose(value.float(), eager[name].float(), rtol=1e-5, atol=1e-7), name
 
 
+class _TwoInputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.f, self.g = torch.nn.Linear(4, 2), torch.nn.Linear(4, 2)
+
+    def forward(self, a, b):
+        return (self.f(a) * self.g(b)).sum()
+
+
+def two_inputs_one_storage():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    return _TwoInputs(), (x, x.view(3, 4))  # two tensors, one storage
+
+
+class _ShiftedTokens(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb, self.out = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10)
+
+    def forward(self, tokens, targets):
+        return torch.nn.functional.cross_entropy(self.out(self.emb(tokens)).flatten(0, 1), targets.flatten())
+
+
+def shifted_tokens():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 10, (2, 6))
+    return _ShiftedTokens(), (tokens[:, :-1], tokens[:, 1:])  # a language model's inputs: slices of one tensor
+
+
+@pytest.mark.parametrize("build", [two_inputs_one_storage, shifted_tokens])
+def test_apply_torch__example_inputs_that_share_storage_are_each_fed_on_their_own(build):
+    """A view of one input given as another shared its leaf: the placed step fed the first input's values to
+    both, silently; slices of one token tensor ran a clone the graph does not have (every apply refused:
+    "is aten.view in the graph but the step ran aten.clone"). Import and measurer each take a copy."""
+    model, _ = build()
+    placement = np.random.default_rng(0).integers(0, 3, import_graph_of(build).num_ops)
+    step = apply_torch(placement, build, machine="paper-2gpu", torch_devices=all_cpu)
+    assert None not in step.input_slots
+    torch.manual_seed(3)
+    inputs = ((torch.randn(3, 4), torch.randn(3, 4)) if build is two_inputs_one_storage else
+              (torch.randint(0, 10, (2, 5)), torch.randint(0, 10, (2, 5))))
+    assert float(step(*inputs)) == pytest.approx(float(model(*inputs).detach()), rel=1e-6)
+
+
 def import_graph_of(build_fn):
     from graphs.torch.importer import trace_training_step
 
-    model, inputs, loss_fn = build_fn()
-    return trace_training_step(model, inputs, loss_fn, name=build_fn.__name__)
+    model, inputs, *loss_fn = build_fn()
+    return trace_training_step(model, inputs, *loss_fn, name=build_fn.__name__)
 
 
 def two_alike_blocks():
