@@ -292,8 +292,10 @@ def check_experiment_folder(experiment: Experiment, out: str | os.PathLike, sett
 
 
 def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Settings) -> None:
-    """``check_experiment_folder``, then the settings written (a larger budget replaces the old one)."""
+    """``check_experiment_folder`` and the runs the rows continue (``_check_cell_runs``), then the settings
+    written (a larger budget replaces the old one)."""
     check_experiment_folder(experiment, folder.parent, settings)
+    _check_cell_runs(folder, experiment)
     path = folder / EXPERIMENT_FILE
     payload = {"experiment": experiment.name, "title": experiment.title, "settings": asdict(settings),
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -304,6 +306,19 @@ def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Set
         payload["started_at"] = old.get("started_at", payload["started_at"])
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(payload, indent=2))
+
+
+def _check_cell_runs(folder: Path, experiment: Experiment) -> None:
+    """Every run folder a row would continue or read reads (its manifest and its log): a damaged one was found
+    by the row's search, after a larger --budget was written over the folder's, which then refused the budget
+    its runs were made with."""
+    from cluster.runlog_format import check_run_log
+
+    for cell in experiment.cells:
+        for policy in experiment.searches:
+            run_dir = find_cell_run(folder / cell.folder_name, policy)
+            if run_dir is not None:
+                check_run_log(run_dir)
 
 
 def read_settings(folder: Path) -> Settings:

@@ -206,6 +206,22 @@ def test_run_experiment__a_larger_budget_resumes_each_finished_learner_with_its_
     assert resumed == [(2, True)] * 6  # its own batch; its result file left for the search to retire
 
 
+def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_written(tmp_path, monkeypatch):
+    """The row's search found the damaged manifest after experiment.json took the larger budget: the folder
+    then refused the budget its runs were made with ("a budget of at least 24 (not 16)")."""
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "out" / "mirhoseini2017"
+    small = settings_for(quick=True, budget=2)
+    for cell in get_experiment("mirhoseini2017").cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0)
+    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
+    damaged = next(folder.glob("*/*__reinforce__*"))
+    (damaged / "manifest.json").write_text("{broken")
+    with pytest.raises(PlacerError, match="not a valid run manifest"):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
+    assert json.loads((folder / EXPERIMENT_FILE).read_text())["settings"]["budget"] == 2
+
+
 def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
     folder = tmp_path / "mirhoseini2017"
