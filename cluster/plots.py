@@ -19,6 +19,7 @@ built if missing); the learning curve needs the Parquet log alone.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,9 +216,15 @@ def run_plot_paths(run: RunToPlot, out_dir: str | Path) -> RunPlots:
     best placement gets the learning curve only."""
     prefix = Path(out_dir) / run.run_id
     if run.best is None:
-        return RunPlots(Path(f"{prefix}__learning_curve.png"), None, None, None)
-    return RunPlots(*(Path(f"{prefix}__{name}") for name in ("learning_curve.png", "timeline.png",
-                                                              "device_load.png", "trace.json")))
+        return RunPlots(_written_through(Path(f"{prefix}__learning_curve.png")), None, None, None)
+    return RunPlots(*(_written_through(Path(f"{prefix}__{name}")) for name in ("learning_curve.png", "timeline.png",
+                                                                                "device_load.png", "trace.json")))
+
+
+def _written_through(path: Path) -> Path:
+    """A plot's path that is a symbolic link: the file it names, which the plot replaces (the write is a rename,
+    which replaced the link itself), as every output file's is (cluster/commands/paths.py ``output_file``)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def check_plot_paths(runs: Sequence[RunToPlot], out_dir: str | Path) -> None:
@@ -227,6 +234,9 @@ def check_plot_paths(runs: Sequence[RunToPlot], out_dir: str | Path) -> None:
         for path in vars(run_plot_paths(run, out_dir)).values():
             if path is not None and path.is_dir():
                 raise PlacerError(f"--plots: {path} is a folder, so run {run.run_id}'s plot cannot be written there")
+            if path is not None and path.exists() and not path.is_file():
+                raise PlacerError(f"--plots: {path} is not a regular file (a pipe, a device or a socket), so run "
+                                  f"{run.run_id}'s plot cannot replace it")
 
 
 def best_placement_caption(run: RunToPlot) -> str:

@@ -257,3 +257,20 @@ def test_cli_analyze__a_plot_path_taken_by_a_folder_is_refused_before_any_plot_i
     assert [p.name for p in (tmp_path / "plots").iterdir()] == [blocker.name]
     err = capsys.readouterr().err
     assert err.startswith(f"placer: error: --plots: {blocker} is a folder") and err.count("\n") == 1
+
+
+def test_cli_analyze__a_plot_path_that_is_a_symbolic_link_is_written_through(tmp_path, capsys):
+    """The plot replaced the link with a file of its own, the file it named left as it was; every other output
+    path (--trace, -o) writes through a link, as the README says."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    target = tmp_path / "elsewhere" / "timeline.png"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "plots" / f"{run.name}__timeline.png"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    assert main(["analyze", str(run), "--plots", str(tmp_path / "plots"), "--json"]) == 0
+    capsys.readouterr()
+    assert link.is_symlink() and target.read_bytes().startswith(b"\x89PNG")
