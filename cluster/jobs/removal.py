@@ -197,21 +197,28 @@ class ReducedMachineMeasurer:
 class BestByDevices:
     """The fastest ok placement for each set of devices used: the best so far, and the best on any device
     set (a placement measured before a removal that never used the removed device still counts)."""
-    best: dict[frozenset, tuple[float, np.ndarray]] = field(default_factory=dict)
+    best: dict[frozenset, tuple[float, int, np.ndarray]] = field(default_factory=dict)  # (step, order, placement)
+    recorded: int = 0  # placements recorded so far: a tie goes to the one measured first, as the run log's
 
     def record(self, placements: Sequence[np.ndarray], measurements: Sequence[Measurement]) -> None:
         for placement, m in zip(placements, measurements):
+            self.recorded += 1
             if not (m.ok and math.isfinite(m.runtime_s)):
                 continue
             used = frozenset(np.unique(placement).tolist())
             if used not in self.best or m.runtime_s < self.best[used][0]:
-                self.best[used] = (float(m.runtime_s), np.asarray(placement, dtype=np.int64))
+                self.best[used] = (float(m.runtime_s), self.recorded, np.asarray(placement, dtype=np.int64))
 
     def fastest(self, devices: Sequence[int] | None = None) -> tuple[float, np.ndarray | None]:
-        """(runtime_s, (N,) op placement) of the fastest using only ``devices`` (None: any); (inf, None)."""
+        """(runtime_s, (N,) op placement) of the fastest using only ``devices`` (None: any), of those that tie
+        the one measured first (best_placement.json's; the set of devices first used won: another search
+        result than the file `placer apply` reads); (inf, None)."""
         allowed = None if devices is None else set(int(d) for d in devices)
         found = [v for used, v in self.best.items() if allowed is None or used <= allowed]
-        return min(found, key=lambda v: v[0]) if found else (math.inf, None)
+        if not found:
+            return math.inf, None
+        runtime_s, _, placement = min(found, key=lambda v: v[:2])
+        return runtime_s, placement
 
 
 @dataclass

@@ -281,3 +281,20 @@ def test_remove_device__resume_is_refused_either_way(local_ray, tmp_path_factory
     assert "--remove-device is not supported for resumed runs" in capsys.readouterr().err
     assert main(["search", "--resume", str(run_dir), "--remove-device", "gpu:2@30"]) == 2
     assert capsys.readouterr().err.startswith("placer: error: --remove-device is not supported for resumed runs")
+
+
+def test_best_by_devices__a_tie_goes_to_the_placement_measured_first():
+    """The set of devices first used won a tie: seq 17 (a set an earlier, slower row had used) over seq 16,
+    so search --json's best_placement was not best_placement.json's, which `placer apply` reads."""
+    from cluster.jobs.removal import BestByDevices
+    from measurers.base import Measurement
+
+    def ok(runtime_s):
+        return Measurement(runtime_s, (runtime_s,), "ok", (0,) * 5, 0.0)
+
+    best = BestByDevices()
+    slower, first, tie = np.array([4, 1, 0]), np.array([3, 1, 0]), np.array([4, 0, 1])
+    best.record([slower, first, tie], [ok(2.0), ok(1.0), ok(1.0)])
+    runtime_s, placement = best.fastest([0, 1, 3, 4])
+    assert runtime_s == 1.0 and placement.tolist() == first.tolist()
+    assert best.fastest([0, 1, 4])[1].tolist() == tie.tolist()  # the first on the devices left
