@@ -210,36 +210,41 @@ def read_table(folder: Path, schema: pa.Schema, columns: Sequence[str] | None = 
         return schema.empty_table() if columns is None else schema.empty_table().select(list(columns))
     _check_parts(folder, schema)
     for attempt in range(READ_ATTEMPTS):
+        last = attempt == READ_ATTEMPTS - 1
         try:
             parts = part_files(folder)
             if not parts:
                 return schema.empty_table()
             table = pds.dataset([str(part) for part in parts], format="parquet", schema=schema).to_table(columns)
-            break
         except FileNotFoundError:  # a compaction deleted a part after it was listed: list again
-            if attempt == READ_ATTEMPTS - 1:
+            if last:
                 raise
+            continue
         except pa.ArrowException as exc:  # a part that is not Parquet, or cut short
             raise PlacerError(f"{folder}: a run log file is damaged ({exc})") from None
-    _check_rows(table, folder, schema)
-    table = table.sort_by("seq")
-    seq = table.column("seq").to_numpy()  # (R,) sorted
-    first = np.ones(len(seq), dtype=bool)
-    first[1:] = seq[1:] != seq[:-1]
-    if schema.equals(MEASUREMENT_SCHEMA):
-        _check_no_rows_missing(seq[first], folder)
-    return table if first.all() else table.filter(pa.array(first))
+        _check_rows(table, folder, schema)
+        table = table.sort_by("seq")
+        seq = table.column("seq").to_numpy()  # (R,) sorted
+        first = np.ones(len(seq), dtype=bool)
+        first[1:] = seq[1:] != seq[:-1]
+        gap = _rows_missing(seq[first]) if schema.equals(MEASUREMENT_SCHEMA) else None
+        if gap is None:
+            return table if first.all() else table.filter(pa.array(first))
+        if last:  # (a listing that crossed a compaction, the merged part made after it looked, the old ones
+            # deleted before: listed again)
+            raise PlacerError(f"{folder}: the run log lacks its rows of seq {gap[0]}..{gap[1]} (a part file "
+                              "deleted or lost): it cannot be read as the run it was")
+    raise AssertionError("unreachable")
 
 
-def _check_no_rows_missing(seq: np.ndarray, folder: Path) -> None:
-    """A measurement log numbers its rows 0, 1, 2, ... (``RunLogWriter``): a gap is rows lost (a part file
-    deleted), which the readers took for a run that measured less, and a resume then made permanent."""
-    expected = np.arange(len(seq))  # (R,) seq is sorted and unique
-    if len(seq) and seq[-1] != len(seq) - 1:
-        gap = int(np.flatnonzero(seq != expected)[0])
-        lost_to = int(seq[gap]) - 1
-        raise PlacerError(f"{folder}: the run log lacks its rows of seq {gap}..{lost_to} (a part file deleted or "
-                          "lost): it cannot be read as the run it was")
+def _rows_missing(seq: np.ndarray) -> tuple[int, int] | None:
+    """The first run of seq numbers missing from a measurement log's (R,) sorted, unique ``seq``, or None: a
+    writer numbers its rows 0, 1, 2, ... (``RunLogWriter``), so a gap is rows lost (a part file deleted),
+    which the readers took for a run that measured less, and a resume then made permanent."""
+    if not len(seq) or seq[-1] == len(seq) - 1:
+        return None
+    gap = int(np.flatnonzero(seq != np.arange(len(seq)))[0])
+    return gap, int(seq[gap]) - 1
 
 
 NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status")), (METRIC_SCHEMA, ("seq", "iteration", "name")))
@@ -269,11 +274,12 @@ def check_run_log(folder: str | os.PathLike) -> None:
     writes (its footer is read, not its rows), and its best placement file reads: a damaged file, or no log
     folder at all, is one PlacerError naming it, before a resumed run starts or changes anything."""
     _check_log_folder(folder)
+    best = read_best(folder)  # before the rows: a live run's flush writes its rows first, then this file
     for sub, schema in ((MEASUREMENTS_DIR, MEASUREMENT_SCHEMA), (METRICS_DIR, METRIC_SCHEMA)):
         checked = [name for name in CHECKED_COLUMNS if name in schema.names]  # not a long run's placements
         rows = read_table(Path(folder) / sub, schema, checked)  # its parts' columns, then the rows _check_rows reads
         if schema is MEASUREMENT_SCHEMA:
-            _check_best_logged(folder, rows.column("seq").to_numpy())
+            _check_best_logged(folder, best, rows.column("seq").to_numpy())
 
 
 CHECKED_COLUMNS = ("seq", "iteration", "name", "status", "runtime_s")  # what _check_rows reads of a log
@@ -314,16 +320,16 @@ def read_run(folder: str | os.PathLike) -> pd.DataFrame:
     length for rows written before the column existed."""
     read_manifest(folder)
     _check_log_folder(folder)
+    best = read_best(folder)  # before the rows: a live run's flush writes its rows first, then this file
     rows = _read_dataset(Path(folder) / MEASUREMENTS_DIR, MEASUREMENT_SCHEMA)
-    _check_best_logged(folder, rows["seq"].to_numpy())
+    _check_best_logged(folder, best, rows["seq"].to_numpy())
     return _fill_placement_level(rows, folder)
 
 
-def _check_best_logged(folder: str | os.PathLike, seq: np.ndarray) -> None:
-    """The best placement file names a row the log holds: it is written after the rows it names (a flush
-    writes the parts first). Without that row the log lost rows at its end, or all of them (every part
-    deleted read as a finished run of 0 measurements, no best, exit 0)."""
-    best = read_best(folder)
+def _check_best_logged(folder: str | os.PathLike, best: "BestPlacement | None", seq: np.ndarray) -> None:
+    """The best placement file (read before the rows) names a row the log holds: it is written after the rows
+    it names (a flush writes the parts first). Without that row the log lost rows at its end, or all of them
+    (every part deleted read as a finished run of 0 measurements, no best, exit 0)."""
     if best is not None and not (seq == int(best.seq)).any():
         raise PlacerError(f"{folder}: {BEST_FILE} names the row of seq {best.seq}, which its measurement log "
                           f"({MEASUREMENTS_DIR}/) lacks: rows were lost (a part file deleted?)")

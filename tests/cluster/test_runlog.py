@@ -391,6 +391,47 @@ def test_runlog__rows_lost_with_a_deleted_part_are_refused(tmp_path, manifest, l
             read(run)
 
 
+def test_runlog__a_live_run_read_while_it_flushes_a_new_best_reads(tmp_path, manifest, monkeypatch):
+    """The reader read the parts, then the best file; a flush in between (its rows, then a new best) made the
+    best name a row the reader had not seen: "rows were lost", for a run still being written."""
+    import cluster.runlog_format as runlog_format
+
+    log = RunLogWriter.create(tmp_path, manifest, flush_rows=2, flush_interval_s=1e9)
+    for i in range(4):
+        log.append(_result(i, runtime_s=10.0 - i))
+    read_rows = runlog_format._read_dataset
+
+    def flushed_meanwhile(folder, schema):
+        rows = read_rows(folder, schema)
+        for i in range(4, 6):  # the live writer's next flush: two rows, one a new best
+            log.append(_result(i, runtime_s=10.0 - i))
+        return rows
+
+    monkeypatch.setattr(runlog_format, "_read_dataset", flushed_meanwhile)
+    assert len(read_run(tmp_path / manifest.run_id)) == 4
+    monkeypatch.undo()
+    assert len(read_run(tmp_path / manifest.run_id)) == 6
+
+
+def test_runlog__a_listing_that_crossed_a_compaction_is_listed_again(tmp_path, manifest, monkeypatch):
+    """A listing taken while a compaction ran can miss the merged part and some old ones: a gap that is no
+    loss. It is listed again before the gap is called lost rows."""
+    import cluster.runlog_format as runlog_format
+
+    run = _three_parts(tmp_path, manifest)
+    listed, list_parts = [], runlog_format.part_files
+
+    def crossed_once(folder):
+        parts = list_parts(folder)
+        listed.append(folder)
+        return [parts[0], parts[2]] if len(listed) == 1 and folder.name == "measurements" else parts
+
+    monkeypatch.setattr(runlog_format, "part_files", crossed_once)
+    monkeypatch.setattr(runlog_format, "_check_parts", lambda folder, schema: None)  # its listing is not this one
+    assert read_run(run)["seq"].tolist() == list(range(6))
+    assert len([folder for folder in listed if folder.name == "measurements"]) == 2
+
+
 def test_read_runs__one_path_is_refused_not_read_letter_by_letter(tmp_path):
     """A string is a sequence: read_runs("runs") said "r is not a run folder"."""
     with pytest.raises(PlacerError, match=r"read_runs takes a list of run folders, not one path \('runs'\)"):
