@@ -243,7 +243,8 @@ def fused_unit_ids(graph: OpGraph) -> np.ndarray:
     """(N,) int64: dense id of each op's fused unit: the colocation atoms contracted along the edges
     ``graphs.fusion`` says a runtime would fuse, never joining two units that both hold a dense op (TVM's
     one anchor per fused kernel; without it, colocation chains the kernels of every time step into one
-    unit) nor two whose allowed device kinds are disjoint. Edges are taken in (src, dst) order."""
+    unit) nor two whose allowed device kinds differ (no kernel fuses an op with one its device cannot run).
+    Edges are taken in (src, dst) order."""
     return _fused_units(graph, _Atoms.of(graph))
 
 
@@ -587,10 +588,13 @@ def _merge_to_limit(forest: _Forest, atoms: _Atoms, target: int) -> None:
     # all its ops restricted. Where every op may run anywhere (every benchmark graph), one round does it all.
     _join_small_restricted(forest, atoms, target)
     _merge_passes(forest, atoms, target, same_mask=True)
-    if forest.count > target:  # what is left differs in allowed masks: join equal masks
+    total = atoms.cost.sum()
+    cap = total / target
+    while forest.count > target and cap <= 2 * total:  # what is left differs in allowed masks: join equal masks
         roots, topo = _group_topo(forest, atoms)
         roots = roots[np.lexsort((topo, forest.mask[roots]))]
-        forest.merge(roots[:-1], roots[1:], np.inf, np.inf, target, same_mask=True)
+        forest.merge(roots[:-1], roots[1:], cap, cap / 64, target, same_mask=True)
+        cap *= 2
     if forest.count > target:
         _merge_passes(forest, atoms, target, same_mask=False)
     if forest.count > target:
@@ -608,7 +612,7 @@ def _join_small_restricted(forest: _Forest, atoms: _Atoms, target: int) -> None:
     keep = (forest.mask[roots] != ANY_DEVICE) & (forest.cost[roots] <= share)
     roots, topo = roots[keep], topo[keep]
     roots = roots[np.lexsort((topo, forest.mask[roots]))]  # by mask, then in topological order
-    forest.merge(roots[:-1], roots[1:], share, share / 64, target, same_mask=True)
+    forest.merge(roots[:-1], roots[1:], share, share / 64, target, tiny_cap=share, same_mask=True)
 
 
 def _merge_passes(forest: _Forest, atoms: _Atoms, target: int, same_mask: bool) -> None:

@@ -76,7 +76,8 @@ def trace_training_step(model: nn.Module, example_inputs, loss_fn: Callable | No
     recorder = OpRecorder(table)
     fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     named_params = dict(model.named_parameters())
-    recorder.real_parameters = {id(p): name for name, p in named_params.items()}
+    # (a frozen one read so is a constant in the real step too: it has no gradient to miss)
+    recorder.real_parameters = {id(p): name for name, p in named_params.items() if p.requires_grad}
     named_buffers = dict(model.named_buffers())
     with fake_mode:
         fake_params = {k: _fake_like(p, requires_grad=p.requires_grad) for k, p in named_params.items()}

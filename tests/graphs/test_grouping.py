@@ -70,6 +70,26 @@ def test_group_ops__a_cheap_cpu_only_op_does_not_pin_the_ops_around_it(make_grap
     assert grouping.num_groups == 16 and (grouping.group_allowed_mask == 1).sum() <= 2  # they join each other
 
 
+@pytest.mark.parametrize("method", ["metis", "colocation", "topo"])
+def test_group_ops__restricted_ops_joined_apart_still_make_balanced_groups(make_graph, method):
+    """Eight chains whose every other op may run on a GPU only: the restricted pieces, split from the ops that
+    may run anywhere, were joined with no cap on their sum (one GPU-only group held half the graph's cost, so
+    no placement on 8 GPUs could go below half the serial step)."""
+    chains, length = 8, 100
+    n = chains * length + 1
+    edges = []
+    for c in range(chains):
+        ops = [1 + c * length + i for i in range(length)]
+        edges += [(0, ops[0])] + list(zip(ops, ops[1:]))
+    mask = np.where(np.arange(n) % 2 == 1, 2, 3)
+    graph = make_graph(edges, n, flops=np.full(n, 1e8), allowed_mask=mask)
+    grouping = group_ops(graph, max_groups=16, method=method)
+    cost = np.bincount(grouping.op_group, weights=op_cost_s(graph))
+    assert grouping.num_groups == 16 and cost.max() <= 2.05 * cost.sum() / 16
+    group_mask = grouping.group_allowed_mask[grouping.op_group]
+    assert ((group_mask == 3) == (mask == 3)).all()  # the ops that may run anywhere still may
+
+
 def test_group_ops__two_groups_suffice_for_cpu_only_and_gpu_only_ops(make_graph):
     graph = make_graph([(0, 1), (1, 2), (2, 3)], allowed_mask=[1, 3, 2, 3])
     grouping = group_ops(graph, max_groups=2, method="colocation")

@@ -929,6 +929,14 @@ def test_trace__a_parameter_read_around_its_module_is_one_error_naming_it(build,
         trace_training_step(*build())
 
 
+def test_trace__a_frozen_parameter_read_through_a_list_is_a_constant_as_in_the_real_step():
+    """It has no gradient to miss: refusing it broke a model that imported and measured before."""
+    model = _TiedThroughAList()
+    model.emb.weight.requires_grad_(False)
+    graph = trace_training_step(model, torch.randint(0, 20, (2, 5)))
+    assert any(name.startswith("const:") for name in graph.op_names)
+
+
 def test_trace__weight_decay_over_the_models_parameters_read_as_the_step_runs_is_traced():
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3))
     graph = trace_training_step(model, torch.randn(4, 8),
