@@ -295,7 +295,7 @@ def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Set
     """``check_experiment_folder`` and the runs the rows continue (``_check_cell_runs``), then the settings
     written (a larger budget replaces the old one)."""
     check_experiment_folder(experiment, folder.parent, settings)
-    _check_cell_runs(folder, experiment)
+    _check_cell_runs(folder, experiment, settings)
     path = folder / EXPERIMENT_FILE
     payload = {"experiment": experiment.name, "title": experiment.title, "settings": asdict(settings),
                "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
@@ -308,17 +308,24 @@ def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Set
     write_text_atomic(path, json.dumps(payload, indent=2))
 
 
-def _check_cell_runs(folder: Path, experiment: Experiment) -> None:
+def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -> None:
     """Every run folder a row would continue or read reads (its manifest and its log): a damaged one was found
     by the row's search, after a larger --budget was written over the folder's, which then refused the budget
-    its runs were made with."""
+    its runs were made with. (A search's run of a smaller budget is neither: the row starts a new one.)"""
+    from cluster.jobs import GROUPING_FILE
     from cluster.runlog_format import check_run_log
 
     for cell in experiment.cells:
         for policy in experiment.searches:
             run_dir = find_cell_run(folder / cell.folder_name, policy)
-            if run_dir is not None:
+            if run_dir is not None and not _started_afresh(run_dir, policy, settings) \
+                    and (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
                 check_run_log(run_dir)
+
+
+def _started_afresh(run_dir: Path, policy: str, settings: Settings) -> bool:
+    """A search (not a learner) whose run was made with a smaller budget runs again in a new folder."""
+    return int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget and not policy_entry(policy).learned
 
 
 def read_settings(folder: Path) -> Settings:
@@ -357,7 +364,7 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
     emit = on_event or (lambda event: None)
     run_dir = find_cell_run(cell_dir, policy)
     smaller = run_dir is not None and int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget
-    if smaller and not policy_entry(policy).learned:
+    if run_dir is not None and _started_afresh(run_dir, policy, settings):
         run_dir = None  # a search's placements depend on its budget: a new run (the newest is the cell's)
     if run_dir is not None and (run_dir / RESULT_FILE).is_file() and not smaller:
         emit(RunEvent(index, total, cell, policy, "skipped (finished)"))

@@ -507,8 +507,7 @@ def replay_finish_s(problem: PlacementProblem, book: TransferBook, device_order:
     listed = np.zeros(n, dtype=bool)
     for order in device_order:
         listed[order] = True
-    position = np.empty(n, dtype=np.int64)  # (N,) each op's topological position
-    position[graph.topo_order] = np.arange(n)
+    position = graph.topo_position  # (N,) each op's topological position
     is_source = np.bincount(graph.edge_dst, minlength=n) == 0  # (N,) bool
     succ: list[list[int]] = [[] for _ in range(n)]  # op -> ops or transfer nodes (n + k) after it
     for d, order in enumerate(device_order):

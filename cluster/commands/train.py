@@ -13,7 +13,7 @@ import math
 import os
 import signal
 import sys
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -96,18 +96,29 @@ def _checkpoint_lock(out: str) -> Iterator[None]:
 
     lock = Path(out + ".lock")
     made = missing_folders(lock.parent)
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:  # under a file, say: the checks say so
-        made = None
-    try:
-        if made is None or not os.access(lock.parent, os.W_OK):
+    with ExitStack() as held:
+        for attempt in range(LOCK_ATTEMPTS):
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+            except OSError:  # under a file, say: the checks say so
+                made = None
+                break
+            if not os.access(lock.parent, os.W_OK):
+                break
+            try:
+                held.enter_context(file_lock(lock, f"checkpoint {out}"))
+                break
+            except FileNotFoundError:  # another train that saved nothing removed the folder it had made
+                if attempt == LOCK_ATTEMPTS - 1:
+                    raise
+        try:
             yield
-        else:
-            with file_lock(lock, f"checkpoint {out}"):
-                yield
-    finally:
-        remove_empty_folders(made or [])
+        finally:
+            held.close()  # the lock file removed first, then the folders made for it if nothing was saved
+            remove_empty_folders(made or [])
+
+
+LOCK_ATTEMPTS = 3  # the folder of -o made again when another train removed it between mkdir and the lock
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -67,7 +67,7 @@ def trace_user_step(build_fn: Callable[[], tuple], graph_name: str) -> UserTorch
         check_distinct_inputs(inputs)
     except PlacerError as error:
         raise PlacerError(f"torch function {origin!r}: {error}") from error
-    # Each input its own contiguous copy, as the import traced it and the measurer feeds it: (x, x.view(...))
+    # Each input its own contiguous copy, as the import traced it (fresh, contiguous fakes): (x, x.view(...))
     # shared one leaf (the step fed the first's values to both, silently), and slices of one token tensor,
     # (tok[:, :-1], tok[:, 1:]), ran a clone the graph does not have (every apply refused).
     inputs = tuple(x.detach().clone(memory_format=torch.contiguous_format) if isinstance(x, torch.Tensor) else x

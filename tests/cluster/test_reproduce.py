@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, replace
@@ -215,9 +216,17 @@ def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_writ
     for cell in get_experiment("mirhoseini2017").cells:
         _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0)
     (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
-    damaged = next(folder.glob("*/*__reinforce__*"))
-    (damaged / "manifest.json").write_text("{broken")
+    learners = sorted(folder.glob("*/*__reinforce__*"))
+    for learner in learners:
+        (learner / cluster.jobs.GROUPING_FILE).write_bytes(b"")  # a learner the rows would continue
+    (learners[0] / "manifest.json").write_text("{broken")
     with pytest.raises(PlacerError, match="not a valid run manifest"):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
+    assert json.loads((folder / EXPERIMENT_FILE).read_text())["settings"]["budget"] == 2
+    shutil.rmtree(learners[0])
+    for part in (learners[1] / "measurements").glob("*.parquet"):  # its log lost its rows
+        part.unlink()
+    with pytest.raises(PlacerError, match="which its measurement log"):
         run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
     assert json.loads((folder / EXPERIMENT_FILE).read_text())["settings"]["budget"] == 2
 

@@ -767,6 +767,30 @@ def test_train__a_checkpoint_in_a_folder_not_made_yet_is_locked_too(tmp_path, ca
     assert sorted(p.name for p in out.parent.iterdir()) == ["c.pt", "c.pt.metrics.parquet", "c.pt.resume"]
 
 
+def test_train__a_folder_another_train_removed_before_the_lock_is_made_again(tmp_path, monkeypatch):
+    """Another train that saved nothing removed the folder it had made between this one's mkdir and its lock:
+    "No such file or directory ... c.pt.lock" instead of the lock, which was free."""
+    import shutil
+
+    import graphs.files
+    from cluster.commands.train import _checkpoint_lock
+
+    real_lock, tries = graphs.files.file_lock, []
+
+    def removed_first(path, named):
+        tries.append(path)
+        if len(tries) == 1:
+            shutil.rmtree(path.parent)
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_lock(path, named)
+
+    monkeypatch.setattr(graphs.files, "file_lock", removed_first)
+    (tmp_path / "shared").mkdir()
+    out = tmp_path / "shared" / "c.pt"
+    with _checkpoint_lock(str(out)):
+        assert Path(f"{out}.lock").is_file() and len(tries) == 2
+
+
 @pytest.mark.parametrize("section", ["optimizers", "rng", "progress"])
 def test_train__resume_of_a_checkpoint_without_what_resuming_reads_is_one_error(trained, tmp_path, capsys, section):
     import torch
