@@ -269,6 +269,23 @@ def remove_empty_folders(folders: list[Path]) -> None:
             return
 
 
+def is_file(path: Path) -> bool:
+    """``Path.is_file``, False for a name no file can have: Python 3.11 raises "File name too long" for a name
+    past 255 bytes, such as a benchmark or machine name with a long seed, which is a name, not a path."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def is_dir(path: Path) -> bool:
+    """``Path.is_dir``, False for a name no folder can have (as ``is_file``)."""
+    try:
+        return Path(path).is_dir()
+    except OSError:
+        return False
+
+
 def file_problem(path: Path) -> str:
     """Why ``path`` cannot be read as a file ("is a folder, not a file" / "does not exist"), or "" for a file.
     A folder was reported as missing, which sent users looking for a typo in a path that exists."""

@@ -315,10 +315,16 @@ def validate(graph: OpGraph) -> None:
     e = len(graph.edge_src)
     if len(graph.edge_dst) != e or len(graph.edge_bytes) != e:
         raise PlacerError(f"{where}: edge arrays differ in length")
+    if n == 0:  # every command needs an op to place (simulate said "has no ops", naming no file)
+        raise PlacerError(f"{where} has no ops")
     for key in ("flops", "bytes_accessed"):
         values = getattr(graph, key)
         if not np.all(np.isfinite(values)):
             raise PlacerError(f"{where}: {key} holds a non-finite value")
+        with np.errstate(over="ignore"):  # each finite, the total not: shown as inf, or null
+            total = values.sum(dtype=np.float64)
+        if not np.isfinite(total):
+            raise PlacerError(f"{where}: {key} totals more than a float holds")
     for key in ("flops", "bytes_accessed", "out_bytes", "param_bytes", "edge_bytes"):
         values = getattr(graph, key)
         if values.size and values.min() < 0:
@@ -344,7 +350,19 @@ def validate(graph: OpGraph) -> None:
         raise PlacerError(f"{where}: phase codes must lie in 0..{len(PHASES) - 1}")
     if n and (np.any(graph.allowed_mask == 0) or graph.allowed_mask.max() > ANY_DEVICE):
         raise PlacerError(f"{where}: allowed_mask must be a non-empty subset of {DEVICE_KINDS}")
+    _check_colocated_masks(graph, where)
     graph.topo_order  # raises on a cycle
+
+
+def _check_colocated_masks(graph: OpGraph, where: str) -> None:
+    """Ops that must share a device (a colocation group) have a device kind they may all run on: found only
+    when the graph was grouped, the error named no file."""
+    common = np.full(graph.num_ops, ANY_DEVICE, dtype=np.uint8)  # (N,) by colocation id
+    np.bitwise_and.at(common, graph.colocation, graph.allowed_mask.astype(np.uint8))
+    if np.any(common[graph.colocation] == 0):
+        bad = graph.colocation[int(np.flatnonzero(common[graph.colocation] == 0)[0])]
+        names = ", ".join(repr(x) for x in graph.op_names[graph.colocation == bad][:4])
+        raise PlacerError(f"{where}: colocation group of ops {names} has no device kind allowed for all of its ops")
 
 
 def _topological_order(n: int, src: np.ndarray, dst: np.ndarray, name: str) -> np.ndarray:

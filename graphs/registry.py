@@ -20,6 +20,7 @@ from pathlib import Path
 from graphs.benchmarks import BUILTIN, Benchmark
 from graphs.errors import PlacerError
 from graphs.families import KINDS, family_benchmark, is_family_name, parse_family_name
+from graphs.files import is_dir, is_file
 from graphs.io import FORMAT_VERSION, load_graph_file, save_graph
 from graphs.opgraph import OpGraph
 
@@ -34,7 +35,9 @@ def register(benchmark: Benchmark) -> None:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("PLACER_CACHE", Path.home() / ".cache" / "placer"))
+    """``PLACER_CACHE``, else ``~/.cache/placer`` (an empty one too: it was the current folder, and run from
+    the repository the cache went into the ``graphs`` package)."""
+    return Path(os.environ.get("PLACER_CACHE") or Path.home() / ".cache" / "placer")
 
 
 def _cache_path(benchmark: Benchmark) -> Path:
@@ -46,8 +49,11 @@ def _cache_path(benchmark: Benchmark) -> Path:
         project_version = "dev"
     key = json.dumps([benchmark.name, benchmark.builder, benchmark.config, GRAPHS_VERSION, FORMAT_VERSION,
                       project_version, graphs_source_digest()], sort_keys=True)
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_dir() / "graphs" / f"{benchmark.name}-{digest}.parquet"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]  # of the whole name: a long one is cut in the file's
+    return cache_dir() / "graphs" / f"{benchmark.name[:CACHE_NAME_CHARS]}-{digest}.parquet"
+
+
+CACHE_NAME_CHARS = 96  # of a benchmark's name in its cache file's (a family seed of 240 digits: "File name too long")
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,14 +112,14 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
 
 
 def _unknown_graph(name: str) -> PlacerError:
-    what = "a folder, not a graph file, and not" if Path(name).is_dir() else "not a file and not"
+    what = "a folder, not a graph file, and not" if name and is_dir(Path(name)) else "not a file and not"
     return PlacerError(f"unknown graph {name!r}: {what} a benchmark "
                        f"(benchmarks: {', '.join(sorted(BENCHMARKS))}, synthetic:N[:SEED], "
                        f"family:KIND:SEED with KIND one of {', '.join(KINDS)})")
 
 
 def _names_a_file(name_or_file: str) -> bool:
-    return os.path.sep in name_or_file or name_or_file.endswith(".parquet") or Path(name_or_file).is_file()
+    return os.path.sep in name_or_file or name_or_file.endswith(".parquet") or is_file(Path(name_or_file))
 
 
 def load_graph(name_or_file: str) -> OpGraph:

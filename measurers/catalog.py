@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 
 from graphs.errors import PlacerError
+from graphs.files import is_dir as is_named_dir, is_file as is_named_file
 from measurers.devices import CATALOG_DIR, DEVICES_FILE, device_profiles
 from measurers.machine import Machine
 from measurers.machine_json import machine_from_json, machine_to_json
@@ -33,26 +34,10 @@ def list_machines() -> list[str]:
     return sorted(p.stem for p in CATALOG_DIR.glob("*.json") if p != DEVICES_FILE)
 
 
-def _is_file(path: Path) -> bool:
-    """``Path.is_file``, False for a name no file can have (Python 3.11 raised "File name too long" for a
-    ``hetero:`` seed of 249 digits, which is a machine name, not a path)."""
-    try:
-        return path.is_file()
-    except OSError:
-        return False
-
-
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
 def load_machine(name_or_file: str) -> Machine:
     """A catalog machine name or a machine JSON file; one PlacerError naming the file and field otherwise."""
     path = Path(name_or_file)
-    is_file = _is_file(path)
+    is_file = is_named_file(path)  # a hetero: seed of 249 digits is a name, not a path
     if name_or_file == "local" and not is_file:
         from measurers.local import local_machine  # the devices this process really has
 
@@ -67,7 +52,7 @@ def load_machine(name_or_file: str) -> Machine:
         return hetero_machine(name_or_file)
     if not is_file:
         if name_or_file not in list_machines():
-            what = "a folder, not a machine file, and not" if _is_dir(path) else "not a file and not"
+            what = "a folder, not a machine file, and not" if is_named_dir(path) else "not a file and not"
             raise PlacerError(f"unknown machine {name_or_file!r}: {what} in the catalog "
                               f"(machines: {', '.join(list_machines())}, local, openvino, hetero:SEED)")
         path = CATALOG_DIR / f"{name_or_file}.json"

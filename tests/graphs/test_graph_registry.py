@@ -62,3 +62,28 @@ def test_cached_benchmark__another_source_of_the_graphs_package_is_another_cache
     assert registry.cached_graph_path("rnnlm") is not None
     monkeypatch.setattr(registry, "graphs_source_digest", lambda: "b" * 16)
     assert registry.cached_graph_path("rnnlm") is None
+
+
+def test_cached_benchmark__a_long_family_seed_is_cached_and_read_back(monkeypatch, tmp_path):
+    """Its cache file's name held the whole graph name: built once, then "File name too long" once the cache
+    folder existed."""
+    from graphs import registry
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path))
+    name = "family:rnn:" + "1" * 240
+    first = load_graph(name)
+    assert registry.cached_graph_path(name) is not None
+    assert load_graph(name).content_hash == first.content_hash
+    with pytest.raises(PlacerError, match="unknown graph 'x{300}': not a file"):
+        load_graph("x" * 300)
+
+
+def test_cache_dir__an_empty_placer_cache_is_the_default_not_the_current_folder(monkeypatch, tmp_path):
+    """PLACER_CACHE= put the cache in the current folder (the graphs package, run from the repository)."""
+    from pathlib import Path
+
+    from graphs.registry import cache_dir
+
+    monkeypatch.setenv("PLACER_CACHE", "")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert cache_dir() == Path(tmp_path) / ".cache" / "placer"

@@ -71,6 +71,10 @@ def test_opgraph__csr_views_list_successors_and_predecessors():
     ({"param_bytes": np.array([0, 1, 2])}, "param_bytes has 3 entries for 4 ops"),
     ({"allowed_mask": np.array([0, 3, 3, 3])}, "allowed_mask"),
     ({"out_bytes": np.array([1.5, 2, 3, 4])}, "whole numbers"),
+    # found later, naming no file, or shown as inf: a reviewer's hand-edited graph files
+    ({"flops": np.full(4, 1e308)}, "flops totals more than a float holds"),
+    ({"colocation": np.array([0, 0, 2, 3]), "allowed_mask": np.array([1, 2, 3, 3])},
+     "colocation group of ops 'a', 'b' has no device kind allowed for all of its ops"),
 ])
 def test_opgraph__bad_graph_is_one_clear_error(overrides, problem):
     with pytest.raises(PlacerError, match="diamond") as info:
@@ -342,3 +346,14 @@ def test_opgraph__summary_counts_the_forward_flops_apart():
     """A training step's FLOPs are forward, backward and update together; the forward alone is what a model's
     own count (2 x in x out x batch per Linear) gives."""
     assert _diamond().summary()["forward_flops"] == 2e9 + 1e6
+
+
+def test_opgraph__a_graph_of_no_ops_is_refused():
+    """A graph file of 0 ops was shown and exported; simulate then said "has no ops", naming no file."""
+    empty = {key: np.array([], dtype=dtype) for key, dtype in
+             (("op_kinds", object), ("flops", np.float64), ("bytes_accessed", np.float64), ("out_bytes", np.int64),
+              ("param_bytes", np.int64), ("colocation", np.int64), ("scopes", object), ("phases", np.int8),
+              ("allowed_mask", np.uint8), ("op_names", object), ("edge_src", np.int64), ("edge_dst", np.int64),
+              ("edge_bytes", np.int64))}
+    with pytest.raises(PlacerError, match="graph 'diamond' has no ops"):
+        _diamond(**empty)
