@@ -24,7 +24,8 @@ def register(subparsers) -> None:
     parser.add_argument("--graph", required=True, metavar="NAME_OR_FILE", help="benchmark name or graph file")
     parser.add_argument("--machine", required=True, metavar="NAME_OR_FILE", help="catalog machine or JSON file")
     parser.add_argument("--policies", default=None, metavar="A,B,...",
-                        help="policies to run (default: all; device:K is everything on device K)")
+                        help="policies to run (default: every heuristic and search but exact, which runs only "
+                             "when named; device:K is everything on device K)")
     parser.add_argument("--budget", type=int, default=d.budget, metavar="N",
                         help=f"measurements each search may use (heuristics use one; default {d.budget})")
     parser.add_argument("--groups", type=int, default=None, metavar="G",  # None: not given, d.groups

@@ -227,8 +227,8 @@ def _trace_model(args: argparse.Namespace):
     if args.torch and args.batch_size is not None:
         raise PlacerError("--batch-size applies to --keras only: a --torch function returns its example inputs, "
                           "whose batch the graph takes")
-    if os.getcwd() not in sys.path:  # so `placer graphs import --torch mymodels:build` finds ./mymodels.py
-        sys.path.insert(0, os.getcwd())
+    if os.getcwd() not in sys.path:  # so `placer graphs import --torch mymodels:build` finds ./mymodels.py: at
+        sys.path.append(os.getcwd())  # the end, as a model file's folder (an installed module of the name first)
     if args.torch:
         importer = _importer("graphs.torch.importer", "import_torch_spec", "PyTorch")
     else:
