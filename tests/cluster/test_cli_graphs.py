@@ -461,3 +461,26 @@ def test_graphs_import__a_keras_loss_keras_would_not_train_with_is_one_error(tmp
     out = tmp_path / "never.parquet"
     assert main(["graphs", "import", "--keras", f"{source}:{build}", "-o", str(out)]) == 2
     assert message in _error_line(capsys) and not out.exists()
+
+
+def test_graphs_import__a_file_beside_the_model_does_not_shadow_an_installed_module(tmp_path):
+    """Run from the model's folder, the folder went first on the import path: a neighbour `idna.py` was
+    imported where the installed idna was, against the README (the folder goes at the end)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "idna.py").write_text("SHADOW = True\n")
+    (tmp_path / "model.py").write_text(
+        "import sys\nimport torch\n\n"
+        "def build():\n"
+        "    import idna\n"
+        "    print('idna from', idna.__file__, file=sys.stderr)\n"
+        "    return torch.nn.Linear(4, 2), torch.randn(3, 4)\n")
+    placer = tmp_path / "bin" / "placer.py"  # as the installed `placer` script runs (not `python -m`, `-c`:
+    placer.parent.mkdir()  # those put the current folder first themselves)
+    placer.write_text("import sys\nfrom cluster.cli import console_main\nsys.exit(console_main())\n")
+    done = subprocess.run([sys.executable, str(placer), "graphs", "import", "--torch", "model.py:build", "-o",
+                           str(tmp_path / "g.parquet")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(FIXTURES.parents[1])})
+    assert done.returncode == 0, done.stderr
+    assert "idna from" in done.stderr and str(tmp_path / "idna.py") not in done.stderr
