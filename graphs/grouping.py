@@ -277,12 +277,7 @@ class _Atoms:
         """The colocation groups, or the units of dense ids ``of_op`` (N,) that must be unions of them."""
         of_op = graph.colocation_ids if of_op is None else of_op
         count = int(of_op.max()) + 1 if len(of_op) else 0
-        mask = _group_mask_and(of_op, graph.allowed_mask, count)
-        if count and np.any(mask == 0):
-            bad = int(np.flatnonzero(mask == 0)[0])
-            names = ", ".join(repr(x) for x in graph.op_names[of_op == bad][:4])
-            raise PlacerError(f"graph {graph.name!r}: colocation group of ops {names} has no device kind "
-                              f"allowed for all of its ops")
+        mask = _group_mask_and(of_op, graph.allowed_mask, count)  # never 0: the graph checks its colocation
         topo = first_topo_position(graph, of_op)
         cost = np.bincount(of_op, weights=op_cost_s(graph), minlength=count)
         src, dst, size = group_edges(graph, of_op, count)
