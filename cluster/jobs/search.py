@@ -381,7 +381,7 @@ def _check_search_numbers(config: SearchConfig) -> None:
 def _check_gnn_settings(config: SearchConfig) -> None:
     """--init, --order and --passes belong to the graph-neural policies; their weights are read and checked here
     (a missing pre-trained checkpoint, a damaged file, the other policy's: one error naming the file)."""
-    from policies.rl.gnn.config import GRAPH_NEURAL, KINDS, ORDERS
+    from policies.rl.gnn.config import GRAPH_NEURAL, KINDS, MAX_PASSES, ORDERS
 
     if config.init is not None and config.policy not in GRAPH_NEURAL:
         raise PlacerError(f"--init: only for --policy {' or '.join(GRAPH_NEURAL)}, not {config.policy!r}")
@@ -389,8 +389,8 @@ def _check_gnn_settings(config: SearchConfig) -> None:
         raise PlacerError(f"--order: only for --policy placeto (it visits groups in order), not {config.policy!r}")
     if config.passes is not None and config.policy != "placeto":
         raise PlacerError(f"--passes: only for --policy placeto (its zero-shot decode), not {config.policy!r}")
-    if config.passes is not None and not (is_whole_number(config.passes) and config.passes >= 1):
-        raise PlacerError(f"--passes must be a whole number of at least 1, got {config.passes!r}")
+    if config.passes is not None and not (is_whole_number(config.passes) and 1 <= config.passes <= MAX_PASSES):
+        raise PlacerError(f"--passes must be a whole number from 1 to {MAX_PASSES}, got {config.passes!r}")
     if config.policy == "hsdag" and config.init not in (None, "pretrained", "scratch"):
         raise PlacerError(f"--init: hsdag starts from scratch or pretrained (the encoder of gdp's committed "
                           f"checkpoint), not {config.init!r}")

@@ -464,6 +464,9 @@ def _edited_networks(source: Path, folder: Path) -> list[tuple[Path, str, str]]:
         (edited("other-kind", lambda s: s["architecture"].update(kind="zzz")), "gdp", "holds a 'zzz' network"),
         (edited("bad-shape", lambda s: s["trainer"]["net"].update({first_weight(s): torch.zeros(3)})), "gdp",
          "do not fit its architecture"),
+        # integer weights were taken, read as zeros
+        (edited("int-weights", lambda s: s["trainer"]["net"].update({first_weight(s): s["trainer"]["net"][
+            first_weight(s)].to(torch.int64)})), "gdp", "holds torch.int64, not torch.float32"),
         (edited("nan", lambda s: s["trainer"]["net"][first_weight(s)].fill_(float("nan"))), "gdp",
          "NaN or infinite"),
         (edited("huge", lambda s: s["architecture"].update(num_layers=10**12)), "gdp",  # built: 23 GB and on
@@ -498,7 +501,9 @@ def test_search__bad_init_files_are_one_error_naming_the_file(trained, tmp_path,
     (["--policy", "gdp", "--init", "scratch", "--order", "bfs"], "--order: only for --policy placeto"),
     (["--policy", "placeto", "--init", "scratch", "--order", "sideways"], "--order: unknown order 'sideways'"),
     (["--policy", "gdp", "--passes", "2"], "--passes: only for --policy placeto (its zero-shot decode), not 'gdp'"),
-    (["--policy", "placeto", "--passes", "0"], "--passes must be a whole number of at least 1, got 0"),
+    (["--policy", "placeto", "--passes", "0"], "--passes must be a whole number from 1 to 64, got 0"),
+    # 10**8 passes decoded for minutes before the first measurement, deaf to --time-limit
+    (["--policy", "placeto", "--passes", "100000000"], "--passes must be a whole number from 1 to 64, got 100000000"),
 ])
 def test_search__init_order_and_passes_belong_to_the_graph_neural_policies(tmp_path, capsys, flags, message):
     from cluster.cli import main

@@ -198,6 +198,8 @@ def _mismatch(expected: dict, weights) -> str:
             return f"{name} is a {type(weights[name]).__name__}, not a tensor"
         if weights[name].shape != tensor.shape:
             return f"size mismatch for {name}: {list(weights[name].shape)} in the file, {list(tensor.shape)} here"
+        if weights[name].is_floating_point() != tensor.is_floating_point():  # integer weights loaded as zeros
+            return f"{name} holds {weights[name].dtype}, not {tensor.dtype}"
     return ""
 
 

@@ -17,6 +17,7 @@ GDP_ATTENTION_HEADS = 4  # GDP's attention across groups splits hidden_size amon
 # Changing it needs checkpoint.CHECKPOINT_VERSION raised: no weight's shape shows the head count, so a
 # checkpoint trained with another would load and compute something else.
 MAX_HIDDEN, MAX_LAYERS = 4096, 64  # far above what trains here; a checkpoint claiming more is damaged
+MAX_PASSES = 64  # Placeto's greedy passes (2 by default): 10**8 decoded for minutes, deaf to --time-limit
 MAX_LR = 1.0  # Adam's step size: beyond it the weights become NaN within an update
 COUNTS = ("hidden_size", "num_layers", "batch_size", "episode_steps", "imitation_steps", "greedy_passes")
 
@@ -89,8 +90,8 @@ class GnnConfig:
             raise PlacerError(f"{name('grad_clip')} must be a finite number above 0, got {self.grad_clip}")
         if self.imitation_steps < 0:
             raise PlacerError(f"{name('imitation_steps')} must be at least 0, got {self.imitation_steps}")
-        if self.greedy_passes < 1:
-            raise PlacerError(f"{name('greedy_passes')} must be at least 1, got {self.greedy_passes}")
+        if not 1 <= self.greedy_passes <= MAX_PASSES:
+            raise PlacerError(f"{name('greedy_passes')} must be in 1..{MAX_PASSES}, got {self.greedy_passes}")
         if self.episode_steps < 1:
             raise PlacerError(f"{name('episode_steps')} must be at least 1, got {self.episode_steps}")
         if not 0.0 < self.discount <= 1.0:
