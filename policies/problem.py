@@ -204,8 +204,6 @@ def make_problem(graph: OpGraph, machine: Machine, max_groups: int | None = None
     if not isinstance(graph, OpGraph) or not isinstance(machine, Machine):
         raise PlacerError(f"make_problem needs an OpGraph and a Machine (graphs.registry.load_graph, "
                           f"measurers.catalog.load_machine), got {type(graph).__name__} and {type(machine).__name__}")
-    if graph.num_ops == 0:
-        raise PlacerError(f"graph {graph.name!r} has no ops: nothing to place")
     op_time_s = np.asarray(op_time_matrix(graph, machine, profile), dtype=np.float64)  # (N, D)
     grouping = None
     if max_groups is not None:
