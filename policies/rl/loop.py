@@ -296,7 +296,7 @@ class _Trainer:
         """Best-so-far = the warm start's measurement (a warm-started run never reports worse), then imitate it."""
         self.warm_started = True
         self.warm_start_runtime_s = float(warm.runtime_s)
-        self.warm_start_note = f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s"
+        self.warm_start_note = warm.note
         if warm.runtime_s < self.best_runtime_s:
             self.best_runtime_s = float(warm.runtime_s)
             self.best_group_placement = np.asarray(warm.unit_placement, dtype=np.int64).copy()

@@ -31,6 +31,11 @@ class WarmStart:
     runtime_s: float
     candidate: int  # index into the candidates passed in
 
+    @property
+    def note(self) -> str:
+        """What a run's notes say of it (kept in the learner's checkpoint, so a resumed run says it too)."""
+        return f"warm start: candidate {self.candidate} at {self.runtime_s:.4f} s"
+
 
 @dataclass(frozen=True)
 class MeasuredCandidate:

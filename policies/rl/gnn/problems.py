@@ -143,7 +143,7 @@ class Slot:
         best = best_candidate(measured)
         if best is not None:
             self.warm_start_runtime_s = best.runtime_s
-            self.warm_start_note = f"warm start: candidate {best.candidate} at {best.runtime_s:.4f} s"
+            self.warm_start_note = best.note
         return best
 
     def scored(self, runtimes: np.ndarray) -> np.ndarray:

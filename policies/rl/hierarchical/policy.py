@@ -64,8 +64,7 @@ class HierarchicalPolicy:
                 trainer.measurements_used = counter.used
                 if warm is not None:
                     match = trainer.imitate(warm.unit_placement, warm.runtime_s, warm.op_placement)
-                    trainer.warm_start_note = (f"warm start: candidate {warm.candidate} at {warm.runtime_s:.4f} s, "
-                                               f"imitated ({match:.0%} of ops on its device greedily); ")
+                    trainer.warm_start_note = f"{warm.note}, imitated ({match:.0%} of ops on its device greedily); "
                     if checkpoint is not None:  # a resume must not measure and imitate again
                         self._save(trainer)
             stop_reason = "budget"
