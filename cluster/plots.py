@@ -19,7 +19,6 @@ built if missing); the learning curve needs the Parquet log alone.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from graphs.errors import PlacerError
-from graphs.files import atomic_file
+from graphs.files import atomic_file, written_through
 
 PHASE_COLOURS = {"forward": "#4C72B0", "backward": "#DD8452", "update": "#55A868", "other": "#8C8C8C"}
 FAILURE_COLOUR = "#C44E52"
@@ -216,15 +215,9 @@ def run_plot_paths(run: RunToPlot, out_dir: str | Path) -> RunPlots:
     best placement gets the learning curve only."""
     prefix = Path(out_dir) / run.run_id
     if run.best is None:
-        return RunPlots(_written_through(Path(f"{prefix}__learning_curve.png")), None, None, None)
-    return RunPlots(*(_written_through(Path(f"{prefix}__{name}")) for name in ("learning_curve.png", "timeline.png",
-                                                                                "device_load.png", "trace.json")))
-
-
-def _written_through(path: Path) -> Path:
-    """A plot's path that is a symbolic link: the file it names, which the plot replaces (the write is a rename,
-    which replaced the link itself), as every output file's is (cluster/commands/paths.py ``output_file``)."""
-    return Path(os.path.realpath(path)) if path.is_symlink() else path
+        return RunPlots(written_through(Path(f"{prefix}__learning_curve.png")), None, None, None)
+    return RunPlots(*(written_through(Path(f"{prefix}__{name}")) for name in ("learning_curve.png", "timeline.png",
+                                                                               "device_load.png", "trace.json")))
 
 
 def check_plot_paths(runs: Sequence[RunToPlot], out_dir: str | Path) -> None:

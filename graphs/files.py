@@ -269,6 +269,12 @@ def remove_empty_folders(folders: list[Path]) -> None:
             return
 
 
+def written_through(path: Path) -> Path:
+    """Where writing ``path`` should go: the file a symbolic link names (an atomic write is a rename, which
+    replaced the link itself and left its file as it was), else ``path``."""
+    return Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
+
+
 def is_file(path: Path) -> bool:
     """``Path.is_file``, False for a name no file can have: Python 3.11 raises "File name too long" for a name
     past 255 bytes, such as a benchmark or machine name with a long seed, which is a name, not a path."""

@@ -14,6 +14,8 @@ import os
 import tempfile
 from pathlib import Path
 
+from graphs.files import written_through
+
 
 def _os_errors_refused(check):
     """``check`` with an OSError from the file system (a name longer than it allows, errno 36) as the
@@ -37,10 +39,8 @@ def output_file(text: str) -> str:
     if text.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"{text} names a folder (it ends in /), not a file")
     text = str(Path(text).expanduser())
-    path = Path(text)
-    if path.is_symlink():
-        text = os.path.realpath(text)
-        path = Path(text)
+    path = written_through(Path(text))
+    text = str(path)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
     if path.exists() and not path.is_file():
