@@ -318,14 +318,18 @@ def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -
     for cell in experiment.cells:
         for policy in experiment.searches:
             run_dir = find_cell_run(folder / cell.folder_name, policy)
-            if run_dir is not None and not _started_afresh(run_dir, policy, settings) \
+            if run_dir is not None and not _started_afresh(_smaller_budget(run_dir, settings), policy) \
                     and (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
                 check_run_log(run_dir)
 
 
-def _started_afresh(run_dir: Path, policy: str, settings: Settings) -> bool:
+def _smaller_budget(run_dir: Path, settings: Settings) -> bool:
+    return int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget
+
+
+def _started_afresh(smaller_budget: bool, policy: str) -> bool:
     """A search (not a learner) whose run was made with a smaller budget runs again in a new folder."""
-    return int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget and not policy_entry(policy).learned
+    return smaller_budget and not policy_entry(policy).learned
 
 
 def read_settings(folder: Path) -> Settings:
@@ -363,8 +367,8 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
 
     emit = on_event or (lambda event: None)
     run_dir = find_cell_run(cell_dir, policy)
-    smaller = run_dir is not None and int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget
-    if run_dir is not None and _started_afresh(run_dir, policy, settings):
+    smaller = run_dir is not None and _smaller_budget(run_dir, settings)
+    if _started_afresh(smaller, policy):
         run_dir = None  # a search's placements depend on its budget: a new run (the newest is the cell's)
     if run_dir is not None and (run_dir / RESULT_FILE).is_file() and not smaller:
         emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
