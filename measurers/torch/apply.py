@@ -63,17 +63,14 @@ def trace_user_step(build_fn: Callable[[], tuple], graph_name: str) -> UserTorch
     if any(isinstance(t, torch.Tensor) and t.is_meta for t in inputs):
         raise PlacerError(f"torch function {origin!r}: an example input is on the meta device; applying a "
                           "placement runs the step, so give inputs with values")
-    try:
-        check_distinct_inputs(inputs)
-    except PlacerError as error:
-        raise PlacerError(f"torch function {origin!r}: {error}") from error
     # Each input its own contiguous copy, as the import traced it (fresh, contiguous fakes): (x, x.view(...))
     # shared one leaf (the step fed the first's values to both, silently), and slices of one token tensor,
     # (tok[:, :-1], tok[:, 1:]), ran a clone the graph does not have (every apply refused).
-    inputs = tuple(x.detach().clone(memory_format=torch.contiguous_format) if isinstance(x, torch.Tensor) else x
+    copies = tuple(x.detach().clone(memory_format=torch.contiguous_format) if isinstance(x, torch.Tensor) else x
                    for x in inputs)
     try:
-        graph = trace_training_step(model, inputs, loss_fn, name=graph_name, source=f"torch:{origin}")
+        check_distinct_inputs(inputs)  # the user's own: (x, x) is one tensor given twice, its copies are not
+        graph = trace_training_step(model, copies, loss_fn, name=graph_name, source=f"torch:{origin}")
     except PlacerError as error:
         raise PlacerError(f"torch function {origin!r}: {error}") from error
     except Exception as error:  # the model's own forward/backward failed on the example inputs
@@ -82,7 +79,7 @@ def trace_user_step(build_fn: Callable[[], tuple], graph_name: str) -> UserTorch
     # The model trains in the mode its function returned it in, as it was traced (a model returned in eval
     # mode, BatchNorm's statistics frozen, was switched to train mode here: its step then differed from its
     # graph, and every apply was refused).
-    return UserTorchStep(graph, MaterializedStep(model, inputs, loss_fn, torch.optim.Adam), origin)
+    return UserTorchStep(graph, MaterializedStep(model, copies, loss_fn, torch.optim.Adam), origin)
 
 
 @dataclass
