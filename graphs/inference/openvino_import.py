@@ -185,8 +185,8 @@ def _is_weight(node) -> bool:
 
 def size_inputs(model, where: str, given: InputShapes) -> InputShapes:
     """Reshape ``model`` (an ``ov.Model``, in place) so every input has sizes, and return them: ``given``
-    applied (an input of unknown rank must be given), a leading dim without a size 1 when nothing is given, anything else refused
-    (graphs.inference.input_shapes). An IR names no dims, so a size given for one input's leading dim is not
+    applied (an input of unknown rank must be given), a leading dim without a size 1 when nothing is given,
+    anything else refused (graphs.inference.input_shapes). An IR names no dims, so a size given for one input's leading dim is not
     carried to another's: with sizes given, every input whose leading dim is dynamic must be given too (the
     error names them), rather than left at 1 beside a batch of 8 or guessed to share it (a leading dim need
     not be the batch). A model whose inputs are static and not given is left as it is. The OpenVINO measurer
