@@ -12,20 +12,23 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Iterator
 
 from cluster import raylet_watch
-from graphs.errors import PlacerError
+from graphs.errors import PlacerError, first_line
 
 CONNECT_TIMEOUT_S = 10.0  # to open a TCP connection to a cluster's address before Ray tries (for minutes)
 # How long a local Ray's start waits for its control store to write its port file (Ray's default: 30 s). The first
 # start in a fresh environment on a loaded 2-core machine took longer ("Timed out waiting for file
 # .../gcs_server_port_..."), and the command failed with a traceback; a user's own setting is kept.
 GCS_PORT_WAIT_S = "120"
+LOCAL_START_ATTEMPTS = 2  # a local start that timed out is tried once more (_start_local_ray)
+_START_TIMEOUTS = ("timed out waiting for file", "timed out during startup")  # Ray's words for a start that hung
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
             if address:  # warnings only, as below: Ray's "Connected to Ray cluster." came before a refusal
                 ray.init(address=address, namespace=namespace, log_to_driver=True, logging_level=logging.WARNING)
             else:
-                # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
-                os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
-                # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's
-                # one error line (a real measurer and no GPU node), and says nothing with the dashboard off.
-                ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
-                         include_dashboard=False, logging_level=logging.WARNING)
+                _start_local_ray(num_cpus, num_gpus, namespace, held)
     except ConnectionError as exc:  # a port that answers (check_reachable) but a handshake that fails
         no_cluster = "could not find any running ray instance" in str(exc).lower()  # address "auto"
         client = str(address).startswith("ray://")  # Ray Client's timeout says nothing of tokens
@@ -78,6 +76,8 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
                 "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" and not no_cluster
                 and not client else "")
         raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}{hint}") from exc
+    except PlacerError:
+        raise
     except Exception as exc:
         if "auth" in str(exc).lower() or "token" in str(exc).lower():
             raise PlacerError(f"Ray refused the connection ({exc}); a cluster with token authentication needs its "
@@ -89,6 +89,59 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         shutdown_ray()
         raise KeyboardInterrupt
     return ray.get_runtime_context().gcs_address
+
+
+def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str, held) -> None:
+    """Start a local Ray, once more if its start timed out. Now and then a process Ray started never came
+    up (a control store that wrote no port file in 120 s, a raylet that never registered), once in about
+    five full test runs, each time in a process that had started and stopped Ray before; a second start
+    came up at once. What the failed start left running is stopped first. ``held``: a Ctrl-C during the
+    first start means no second one."""
+    import ray
+
+    # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
+    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        children_before = _child_processes()
+        try:
+            # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's
+            # one error line (a real measurer and no GPU node), and says nothing with the dashboard off.
+            ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus, namespace=namespace,
+                     include_dashboard=False, logging_level=logging.WARNING)
+            return
+        except Exception as exc:
+            if not _start_timed_out(exc):
+                raise
+            ray.shutdown()
+            _stop_processes(_child_processes() - children_before)
+            if held.pressed:  # a Ctrl-C while it started: stop as one does
+                raise KeyboardInterrupt from exc
+            if attempt == LOCAL_START_ATTEMPTS:
+                raise PlacerError(f"the local Ray did not start ({attempt} tries): {first_line(exc)}") from exc
+            print(f"placer: note: the local Ray did not start ({first_line(exc)}); starting it again",
+                  file=sys.stderr, flush=True)
+
+
+
+def _start_timed_out(error: Exception) -> bool:
+    return any(words in str(error).lower() for words in _START_TIMEOUTS)
+
+
+def _child_processes() -> set:
+    """This process's descendants (psutil.Process objects: a pid with its start time, so a reused pid is
+    another process)."""
+    import psutil
+
+    return set(psutil.Process().children(recursive=True))
+
+
+def _stop_processes(processes: set) -> None:
+    import psutil
+
+    for process in processes:
+        with suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(list(processes), timeout=10)
 
 
 @contextmanager
