@@ -61,6 +61,7 @@ from graphs.errors import PlacerError, check_seed, is_whole_number
 from graphs.files import FolderLock, atomic_folder, missing_folders, remove_empty_folders
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
+from policies.base import joined_notes
 from policies.rl.config import CHECKPOINT_EVERY
 
 
@@ -730,9 +731,13 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)
     runtime = result.best.runtime_s if result.best is not None and result.best.ok else math.inf
     stop_reason = "time_limit" if timed_out and result.stop_reason == "should_stop" else result.stop_reason
+    notes = result.notes
+    if time_left_s == 0 and result.measurements == 0:  # said, else "0 distinct placements" was all a user read
+        notes = joined_notes(notes, f"--time-limit {config.time_limit_s:g} s was spent before the policy began "
+                                    "(loading the graph, Ray, the baselines)")
     return _PolicyOutcome(runtime, result.group_placement, result.measurements, stop_reason,
                           result.seconds_per_update, result.warm_start_runtime_s,
-                          SolverFigures.of(result), result.notes)
+                          SolverFigures.of(result), notes)
 
 
 def _after_the_replay(config, past, measurer, first_iteration: int, time_left_s: float | None, should_stop):

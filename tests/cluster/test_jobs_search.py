@@ -159,6 +159,9 @@ def test_search__the_time_limit_counts_from_the_sessions_start(local_ray, tmp_pa
     assert result.stop_reason == "time_limit" and result.measurements == 0
     assert result.wall_s >= 100.0  # the session's clock, the same the limit is counted on
     assert not (read_run(result.run_dir).policy == policy).any()
+    # said in the policy's notes (printed under the table, policy_notes in --json): "0 distinct placements" was all
+    assert "--time-limit 100 s was spent before the policy began (loading the graph, Ray, the baselines)" in \
+        result.policy_notes
 
 
 def test_search__a_resume_whose_time_limit_ends_inside_the_replay_still_reports_the_whole_log(local_ray, tmp_path,
