@@ -16,6 +16,7 @@ position x device index; ties: the placement read in topological order that is l
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -29,9 +30,10 @@ MAX_PERMUTED = 8  # at most 8! = 40,320 relabelings are tried (over every class 
 
 def device_automorphisms(machine: Machine) -> np.ndarray:
     """(K, D) int64: every permutation p of the devices (p[d] = new label of d) that keeps each device's
-    model and every link's bandwidth, latency and channel sharing; the identity first."""
+    figures (every field but its name: a machine file may give one of two GPUs of a model its own
+    peak_flops) and every link's bandwidth, latency and channel sharing; the identity first."""
     d = machine.num_devices
-    models = [(dev.kind, dev.model, dev.memory_bytes) for dev in machine.devices]
+    models = [dataclasses.astuple(dev)[1:] for dev in machine.devices]  # Device.name comes first
     table = link_table(machine)
     link = np.maximum(table.link_of, 0)
     has = table.link_of >= 0

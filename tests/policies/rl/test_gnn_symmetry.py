@@ -106,3 +106,16 @@ def test_canonical_placement_runs_as_fast_on_the_simulator():
     # alike up to the order the simulator breaks ties between events in (device index): < 2%
     np.testing.assert_allclose(runtimes, runtimes[:, :1].repeat(3, axis=1), rtol=2e-2)
     assert len(set(np.round(runtimes[:, 0], 12))) > 1  # the three placements differ
+
+
+def test_gpus_of_one_model_with_other_figures_are_not_alike():
+    """A machine file may give one of two GPUs of a model its own peak_flops: the swap was an automorphism
+    ("changes nothing the simulator sees") while a placement ran 3 s on one GPU and 6 s on the other."""
+    import dataclasses
+
+    machine = load_machine("paper-2gpu")
+    assert len(device_automorphisms(machine)) == 2
+    slow = dataclasses.replace(machine.devices[2], peak_flops=machine.devices[2].peak_flops / 2)
+    assert slow.model == machine.devices[1].model
+    uneven = dataclasses.replace(machine, devices=(*machine.devices[:2], slow))
+    np.testing.assert_array_equal(device_automorphisms(uneven), [np.arange(3)])
