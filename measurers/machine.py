@@ -18,6 +18,9 @@ from graphs.errors import PlacerError
 from graphs.opgraph import DEVICE_KINDS, kind_bit
 
 
+LINK_ARROW = "->"
+
+
 @dataclass(frozen=True)
 class Device:
     name: str  # unique within the machine, e.g. "gpu:0"
@@ -33,6 +36,9 @@ class Device:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
             raise PlacerError(f"a device's name must be a non-empty string, got {self.name!r}")
+        if LINK_ARROW in self.name:  # links are named "src->dst" (simulate --json's link_bytes): two would collide
+            raise PlacerError(f"device {self.name!r}: a device's name may not hold {LINK_ARROW!r}, which names links "
+                              f"(src{LINK_ARROW}dst)")
         if self.kind not in DEVICE_KINDS:
             raise PlacerError(f"device {self.name!r}: unknown kind {self.kind!r} (known: {', '.join(DEVICE_KINDS)})")
         for key in ("peak_flops", "mem_bandwidth_Bps", "memory_bytes"):

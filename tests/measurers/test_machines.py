@@ -102,6 +102,9 @@ def test_user_machine_file__largest_int64_memory_is_accepted(tmp_path):
     (lambda d: d.update(name=" "), "a machine's name must be a non-empty string, got ' '"),
     (lambda d: d["devices"][2].update(name="") or d["links"].clear(), "a device's name must be a non-empty string, "
                                                                       "got ''"),
+    # simulate --json names links "src->dst": devices a, b->c, a->b, c gave links a->b->c twice, one's bytes lost
+    (lambda d: d["devices"][2].update(name="gpu->1") or d["links"].clear(), r"device 'gpu->1': a device's name may "
+                                                                           r"not hold '->', which names links"),
 ])
 def test_user_machine_file__bad_field_is_one_error_naming_file_and_field(tmp_path, mutate, message):
     path = user_file(tmp_path, mutate)
