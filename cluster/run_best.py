@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cluster.runlog_format import (BEST_FILE, RESULT_FILE, BestPlacement, RunManifest, op_placement_of, read_best,
-                                   ran_ok, read_groups, read_manifest, read_run, removed_device_indices,
-                                   rows_without_devices)
+from cluster.runlog_format import (BEST_FILE, MANIFEST_FILE, RESULT_FILE, BestPlacement, RunManifest,
+                                   op_placement_of, ran_ok, read_best, read_groups, read_manifest, read_run,
+                                   removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.catalog import machine_from_json
@@ -82,7 +82,7 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
     from measurers.placement import load_placement_file
 
     path = Path(path)
-    run_dir = path if path.is_dir() else path.parent if path.name == BEST_FILE else None
+    run_dir = path if path.is_dir() else _run_folder_holding(path)
     if run_dir is None:
         return load_placement_file(path, graph, machine)
     run = read_run_best_of(run_dir, graph, f"--placement {path}")
@@ -91,6 +91,15 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
         raise PlacerError(f"--placement {path}: run {run_dir} placed it on machine {run.machine.name!r}, "
                           f"not on {machine.name!r} as it is given{_same_name_differs(placed_on, given)}")
     return run.op_placement(graph)
+
+
+def _run_folder_holding(path: Path) -> Path | None:
+    """The run folder ``path`` is the best placement of (a link to one followed), else None: a user's own
+    placement file may be named best_placement.json too."""
+    if path.name != BEST_FILE:
+        return None
+    folder = path.resolve().parent
+    return folder if (folder / MANIFEST_FILE).is_file() else None
 
 
 def _same_name_differs(placed_on: dict, given: dict) -> str:

@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +122,26 @@ def test_simulate__a_run_folder_is_a_placement_its_best(tmp_path, capsys, monkey
         code = main(["simulate", "--graph", graph, "--machine", machine, "--placement", found["run_dir"]])
         err = capsys.readouterr().err
         assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_simulate__a_file_named_best_placement_json_is_a_run_best_only_inside_a_run_folder(tmp_path, capsys):
+    """A user's own placement file named best_placement.json was refused ("... is not a run folder (no
+    manifest.json)"), and so was a link to a run's best_placement.json from another folder."""
+    common = ["--graph", "synthetic:30:1", "--machine", "paper-2gpu"]
+    assert main(["baselines", *common, "--policies", "m-etf", "--bound-time-limit", "0", "--out",
+                 str(tmp_path / "runs"), "--json"]) == 0
+    run_dir = Path(json.loads(capsys.readouterr().out)["run_dir"])
+    run_best_s = simulate_json(capsys, *common, "--placement", str(run_dir))["runtime_s"]
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "best_placement.json").symlink_to(run_dir / "best_placement.json")
+    assert simulate_json(capsys, *common, "--placement", str(tmp_path / "linked" / "best_placement.json"))[
+        "runtime_s"] == run_best_s
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "best_placement.json").write_text(json.dumps({"ops": ["gpu:0"] * 30}))
+    (tmp_path / "mine" / "other.json").write_text(json.dumps({"ops": ["gpu:0"] * 30}))
+    reports = [simulate_json(capsys, *common, "--placement", str(tmp_path / "mine" / name))
+               for name in ("best_placement.json", "other.json")]
+    assert reports[0]["runtime_s"] == reports[1]["runtime_s"] and reports[0]["devices"] == reports[1]["devices"]
 
 
 def test_simulate__a_trace_inside_the_placement_run_folder_is_refused_and_the_run_kept(tmp_path, capsys):
