@@ -268,7 +268,10 @@ def _graph_hash_of(header: dict, where: str) -> str:
     once its format and version are checked."""
     if header.get("format") != PROFILE_FORMAT or header.get("version") != PROFILE_VERSION:
         raise PlacerError(f"{where}: not a {PROFILE_FORMAT} version {PROFILE_VERSION} file")
-    return str(header.get("graph_hash", ""))
+    graph_hash = header.get("graph_hash", "")
+    if not isinstance(graph_hash, str):  # null was the hash "None", of no graph ("measured on a graph with hash None")
+        raise PlacerError(f"{where}: field 'graph_hash' must be a string, got {json.dumps(graph_hash)}")
+    return graph_hash
 
 
 def _objects(values: list) -> np.ndarray:

@@ -257,6 +257,17 @@ def test_profile__bad_file_is_one_error(tmp_path):
         load_profile(path)
 
 
+@pytest.mark.parametrize("graph_hash", [None, 7])
+def test_profile__a_graph_hash_that_is_no_string_is_one_error(tmp_path, graph_hash):
+    """A hand-written "graph_hash": null was read as the hash "None": "--profile ... was measured on a graph
+    with hash None"."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "graph_hash": graph_hash,
+                                "entries": [{"op": "a", "device_model": "toy", "time_s": 1.0}]}))
+    with pytest.raises(PlacerError, match=f"p.json': field 'graph_hash' must be a string, got {json.dumps(graph_hash)}$"):
+        load_profile(path)
+
+
 def test_profile__parquet_keeps_the_graph_hash_like_json(tmp_path):
     """The Parquet form dropped the hash, so `simulate --profile` took a profile of another graph."""
     import pyarrow as pa
