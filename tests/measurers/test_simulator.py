@@ -440,6 +440,17 @@ def test_placement_file__bad_content_is_one_error_naming_the_file(tmp_path, data
     assert "bad.json" in str(error.value)
 
 
+@pytest.mark.parametrize("text, key", [('{"ops": {"a": 1, "b": 1, "c": 1, "a": 0}}', "a"),
+                                       ('{"ops": ["gpu:0", "gpu:0", "gpu:0"], "machine": "toy", "machine": "x"}',
+                                        "machine")])
+def test_placement_file__a_key_named_twice_is_one_error(tmp_path, text, key):
+    """An op named twice in {"ops": {...}} ran where its last entry said, the first dropped without a word."""
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0), ("c", 1.0, 0)], [])
+    (tmp_path / "twice.json").write_text(text)
+    with pytest.raises(PlacerError, match=f"twice.json': '{key}' is named twice in one object$"):
+        load_placement_file(tmp_path / "twice.json", graph, toy_machine())
+
+
 @pytest.mark.parametrize("text", ["[" + "1" * 5000 + ", 0, 0]", "[" * 100_000 + "]" * 100_000])
 def test_placement_file__json_past_pythons_limits_is_one_error(tmp_path, text):
     """Python's json refuses 4,300+ digits (ValueError) and deep nesting (RecursionError): one error."""
