@@ -46,7 +46,7 @@ def _simulate(args) -> int:
     profile = load_profile(args.profile) if args.profile else None
     if profile is not None:
         profile.check_graph(graph, f"--profile {args.profile}")
-        _note_profile_without_the_machines_devices(profile, machine, args.profile)
+        _note_profile_that_changes_nothing(profile, graph, machine, args.profile)
     if args.placement:
         placement = load_placement(args.placement, graph, machine)
     else:
@@ -86,12 +86,17 @@ def _simulate(args) -> int:
     return 0
 
 
-def _note_profile_without_the_machines_devices(profile, machine, path: str) -> None:
-    """A profile measured on other device models changes no op time: say so rather than print the cost
-    model's figure as if it were the profile's."""
+def _note_profile_that_changes_nothing(profile, graph, machine, path: str) -> None:
+    """A profile measured on other device models, or of ops the graph lacks (another graph's names, a
+    hand-written file's typos), changes no op time: say so rather than print the cost model's figure as if
+    it were the profile's."""
     measured = sorted(set(profile.device_models.tolist()))
     models = sorted({device.model for device in machine.devices})
+    profiled_ops = set(profile.op_names.tolist())
     if not set(measured) & set(models):
         print(f"placer: note: --profile {path} has times for {', '.join(measured) or 'no device model'}, none of "
               f"the device models of machine {machine.name!r} ({', '.join(models)}): it changes nothing",
               file=sys.stderr)
+    elif not profiled_ops & set(graph.op_names):
+        print(f"placer: note: --profile {path} has times for {len(profiled_ops)} ops, none of them an op of graph "
+              f"{graph.name!r}: it changes nothing", file=sys.stderr)

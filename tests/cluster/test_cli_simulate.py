@@ -76,6 +76,14 @@ def test_simulate__profile_changes_the_step_time(tmp_path, capsys):
     assert (f"placer: note: --profile {elsewhere} has times for Ryzen 5, none of the device models of machine "
             "'paper-2gpu' (K80, Xeon-E5-2699v3): it changes nothing"
             in captured.err)
+    misnamed = tmp_path / "misnamed.json"  # K80 times of ops the graph lacks (a hand-written file's names): said too
+    misnamed.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": [
+        {**entry, "op": f"x/{entry['op']}"} for entry in entries]}))
+    assert main(["simulate", *args, "--profile", str(misnamed), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["runtime_s"] < 1
+    assert (f"placer: note: --profile {misnamed} has times for 50 ops, none of them an op of graph 'synthetic:50:0': "
+            "it changes nothing\n" == captured.err)
 
 
 def test_simulate__a_heuristic_plans_with_the_profile_it_is_scored_with(tmp_path, capsys):
