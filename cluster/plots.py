@@ -245,6 +245,21 @@ def best_placement_caption(run: RunToPlot) -> str:
     return f"overall best placement, found by {source}, not by {policy}"
 
 
+def _logged_peak_bytes(rows, seq: int, num_devices: int) -> np.ndarray | None:
+    """(D,) int64 the peak bytes the log holds for row ``seq``, or None where it holds none of D devices (no
+    such row or column, a null, another length)."""
+    if "peak_bytes" not in rows.columns:
+        return None
+    logged = rows.loc[rows["seq"] == seq, "peak_bytes"]
+    value = logged.iloc[0] if len(logged) else None
+    if value is None or np.ndim(value) != 1 or len(value) != num_devices:
+        return None
+    try:
+        return np.asarray(value, dtype=np.int64)
+    except (TypeError, ValueError):  # a null inside
+        return None
+
+
 def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:
     from measurers.sim.reference import Simulator
     from measurers.sim.trace import write_trace
@@ -259,9 +274,8 @@ def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = 
     title = f"{run.title}: {best_placement_caption(run)}"
     timeline_png = plot_timeline(graph, machine, result.timeline, paths.timeline,
                                  f"{title}, {result.runtime_s:.4g} s simulated")
-    measured = rows.loc[rows["seq"] == best.seq, "peak_bytes"]
-    peak = np.asarray(measured.iloc[0], dtype=np.int64) if len(measured) else result.peak_bytes
-    if len(peak) != machine.num_devices:
+    peak = _logged_peak_bytes(rows, best.seq, machine.num_devices)
+    if peak is None:  # none logged (a hand-written log may lack the column): the simulator's
         peak = result.peak_bytes
     source = ""
     if run.best.manifest.config.get("measurer", "sim") != "sim":  # a real one measures GPU memory alone (0 logged

@@ -182,6 +182,33 @@ def test_plot_run__a_real_measurers_unmeasured_peaks_are_the_simulators_and_said
         assert drawn["source"] == "GPUs measured, other devices simulated"
 
 
+@pytest.mark.parametrize("damage", ["null", "no column"])
+def test_plot_run__a_log_without_the_best_rows_peak_bytes_draws_the_simulators(tmp_path, monkeypatch, damage):
+    """A hand-written log without peak_bytes (the reader takes a missing column as nulls), or a null in the best
+    row: `analyze --plots` crashed (TypeError, exit 1, --json printed nothing) after writing two of the plots."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import cluster.plots
+
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs", rows=[("annealing", 1.5, "ok", False)], graph_file=graph_file)
+    (part,) = (run / "measurements").glob("*.parquet")
+    table = pq.read_table(part)
+    index = table.schema.get_field_index("peak_bytes")
+    table = (table.remove_column(index) if damage == "no column" else
+             table.set_column(index, table.schema.field(index), pa.nulls(len(table), table.schema.field(index).type)))
+    pq.write_table(table, part)
+    drawn = {}
+    monkeypatch.setattr(cluster.plots, "plot_device_load",
+                        lambda names, busy_s, peak, capacity, path, title, source: drawn.update(peak=peak))
+    to_plot = read_run_to_plot(run)
+    simulated = Simulator(to_plot.graph, to_plot.best.machine).run(to_plot.op_placement).peak_bytes
+    assert plot_run(run, tmp_path / "plots").trace.is_file()
+    assert list(drawn["peak"]) == list(simulated)
+
+
 def test_cli_analyze__plots_of_no_run_are_written_when_one_run_is_damaged(tmp_path, capsys):
     graph_file = tmp_path / "tiny6.parquet"
     save_graph(_graph(), graph_file)
