@@ -119,6 +119,8 @@ class RunManifest:
             for name in ("runs", "warmup"):  # analyze keys runs by them (a list was a TypeError traceback)
                 if data.get(name) is not None and not (is_whole_number(data[name]) and data[name] >= 0):
                     raise ValueError(f"{name} {data[name]!r} is not a whole number >= 0 or null")
+            if isinstance(data.get("run_id"), str) and not _plain_name(data["run_id"]):  # it names plot files
+                raise ValueError(f"run_id {data['run_id']!r} is not a plain name (a path or empty)")
             if not isinstance(data.get("estimator", ESTIMATOR), str):
                 raise ValueError(f"estimator {data['estimator']!r} is not a string")
             data["graph_file"] = data.get("graph_file") or ""
@@ -132,6 +134,12 @@ _MANIFEST_FIELD_TYPES = {"run_id": str, "config": dict, "graph_name": str, "grap
                          "machine": dict, "policy": str}
 _KIND_NAMES = {str: "a string", dict: "a JSON object"}
 _MANIFEST_TEXT_OR_NULL = ("graph_file", "proven_bound_holds_for")
+
+
+def _plain_name(text: str) -> bool:
+    """A name that is one file name in a folder: `analyze --plots DIR` names a run's plots after its run id, and
+    an id "sub/../../x" wrote them outside DIR."""
+    return bool(text) and text not in (".", "..") and not any(c in text for c in ("/", "\\", "\0"))
 
 
 def _objects(records, name: str) -> list[dict]:

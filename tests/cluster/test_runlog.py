@@ -768,9 +768,11 @@ def test_invocation__placers_command_line_as_a_user_types_it(monkeypatch, argv, 
     assert invocation() == command
 
 
-@pytest.mark.parametrize("name, value", [("config", "x"), ("machine", [1]), ("graph_hash", 5), ("policy", None)])
+@pytest.mark.parametrize("name, value", [("config", "x"), ("machine", [1]), ("graph_hash", 5), ("policy", None),
+                                         ("run_id", "sub/../../escaped"), ("run_id", ".."), ("run_id", "")])
 def test_read_manifest__a_field_of_the_wrong_type_is_one_error(tmp_path, manifest, name, value):
-    """``"config": "x"`` loaded, and `placer apply` failed with an AttributeError."""
+    """``"config": "x"`` loaded, and `placer apply` failed with an AttributeError. A run id names files (`analyze
+    --plots DIR` wrote "sub/../../escaped"'s plots outside DIR)."""
     with RunLogWriter.create(tmp_path, manifest):
         pass
     path = tmp_path / manifest.run_id / MANIFEST_FILE
