@@ -255,8 +255,9 @@ def _rows_missing(seq: np.ndarray) -> tuple[int, int] | None:
     return gap, int(seq[gap]) - 1
 
 
-NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status")), (METRIC_SCHEMA, ("seq", "iteration", "name")))
-"""Columns no row of a log leaves empty: rows are ordered and told apart by seq, counted by status."""
+NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status", "placement")), (METRIC_SCHEMA, ("seq", "iteration", "name")))
+"""Columns no row of a log leaves empty: rows are ordered and told apart by seq, counted by status, and each
+measured a placement (a null one was a traceback where a removed device's rows are left out)."""
 
 
 def _check_rows(table: pa.Table, folder: Path, schema: pa.Schema) -> None:
@@ -264,7 +265,7 @@ def _check_rows(table: pa.Table, folder: Path, schema: pa.Schema) -> None:
     infinite) are a PlacerError naming the folder: read on, they were a traceback or a best of -1 s."""
     required = next((columns for known, columns in NON_NULL_COLUMNS if known.equals(schema)), ())
     for name in required:
-        if table.column(name).null_count:
+        if name in table.column_names and table.column(name).null_count:  # (a reader may ask for some columns)
             raise PlacerError(f"{folder}: a run log file is damaged: {table.column(name).null_count} rows have "
                               f"no {name}")
     if "status" not in required:

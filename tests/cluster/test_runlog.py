@@ -342,12 +342,14 @@ def test_runlog__a_part_without_a_column_every_version_writes_is_damaged(tmp_pat
 @pytest.mark.parametrize("column, value, message", [
     ("seq", None, "1 rows have no seq"),
     ("status", None, "1 rows have no status"),
+    ("placement", None, "1 rows have no placement"),
     ("runtime_s", -1.0, r"1 rows of status ok have a runtime_s that is not a duration \(first: -1.0\)"),
     ("runtime_s", float("nan"), "1 rows of status ok have a runtime_s that is not a duration"),
 ])
 def test_runlog__a_row_no_writer_logs_is_damaged(tmp_path, manifest, column, value, message):
     """A null seq was a traceback on --resume (NaN to int); a null status a row counted nowhere; an ok row of
-    -1 s analysed as a best of -1 s, and a resume copied it into a best placement file every reader refused."""
+    -1 s analysed as a best of -1 s, and a resume copied it into a best placement file every reader refused; a
+    null placement a traceback in analyze of a run that lost a device."""
     with RunLogWriter.create(tmp_path, manifest) as log:
         for i in range(3):
             log.append(_result(i))
@@ -358,7 +360,8 @@ def test_runlog__a_row_no_writer_logs_is_damaged(tmp_path, manifest, column, val
     values[1] = value
     pq.write_table(table.set_column(table.schema.get_field_index(column), column,
                                     pa.array(values, table.schema.field(column).type)), part)
-    for read in (read_run, check_run_log):
+    # (check_run_log, before a resume, reads no placements: a long run's would be most of the log)
+    for read in (read_run,) if column == "placement" else (read_run, check_run_log):
         with pytest.raises(PlacerError, match=f"measurements: a run log file is damaged: {message}"):
             read(run)
 
