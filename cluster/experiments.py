@@ -311,20 +311,31 @@ def _check_or_write_settings(folder: Path, experiment: Experiment, settings: Set
 def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -> None:
     """Every run folder a row would continue or read reads (its manifest and its log): a damaged one was found
     by the row's search, after a larger --budget was written over the folder's, which then refused the budget
-    its runs were made with. (A search's run of a smaller budget is neither: the row starts a new one.)"""
+    its runs were made with. (A search's run of a smaller budget is neither: the row starts a new one.) A run
+    of a larger budget is refused as the folder's settings refuse it: with experiment.json lost, its rows
+    were reported under the smaller budget."""
     from cluster.jobs import GROUPING_FILE
     from cluster.runlog_format import check_run_log
 
     for cell in experiment.cells:
         for policy in experiment.searches:
             run_dir = find_cell_run(folder / cell.folder_name, policy)
-            if run_dir is not None and not _started_afresh(_smaller_budget(run_dir, settings), policy) \
+            if run_dir is None:
+                continue
+            if _run_budget(run_dir) > settings.budget:  # (experiment.json says so too, unless it was lost)
+                raise PlacerError(f"{run_dir} was run with --budget {_run_budget(run_dir)}: pick another --out, or "
+                                  f"a budget of at least {_run_budget(run_dir)} (not {settings.budget})")
+            if not _started_afresh(_smaller_budget(run_dir, settings), policy) \
                     and (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
                 check_run_log(run_dir)
 
 
+def _run_budget(run_dir: Path) -> int:
+    return int(read_manifest(run_dir).config.get("budget", 0))
+
+
 def _smaller_budget(run_dir: Path, settings: Settings) -> bool:
-    return int(read_manifest(run_dir).config.get("budget", 0)) < settings.budget
+    return _run_budget(run_dir) < settings.budget
 
 
 def _started_afresh(smaller_budget: bool, policy: str) -> bool:

@@ -25,12 +25,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _cell_runs(folder: Path, graph: str, machine: str, times: dict[str, float | None], annealing_s: float,
-               finished: bool = True, learned: str = "reinforce") -> None:
+               finished: bool = True, learned: str = "reinforce", budget: int = 100) -> None:
     """A cell with a learned run (every baseline tagged in it; None: oom) and an annealing run."""
     cell = folder / f"{graph}__{machine}"
     rows = [(name, math.nan if t is None else t, "oom" if t is None else "ok", False) for name, t in times.items()]
-    for run in (write_run(cell, rows=rows, policy=learned, budget=100),
-                write_run(cell, rows=[("annealing", annealing_s, "ok", False)], policy="annealing", budget=100)):
+    for run in (write_run(cell, rows=rows, policy=learned, budget=budget),
+                write_run(cell, rows=[("annealing", annealing_s, "ok", False)], policy="annealing", budget=budget)):
         if finished:
             (run / RESULT_FILE).write_text(json.dumps({"lower_bound_s": 0.5, "proven_bound_s": 0.8,
                                                        "proven_bound_holds_for": "placements of the test groups"}))
@@ -134,7 +134,8 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
     run_experiment_settings.write_text(json.dumps({"settings": {**settings.__dict__}}))
     experiment = get_experiment("mirhoseini2017")
     for cell in experiment.cells:
-        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, finished=cell.graph != "nmt-2")
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, finished=cell.graph != "nmt-2",
+                   budget=settings.budget)
     nmt_cells = [folder / c.folder_name for c in experiment.cells if c.graph == "nmt-2"]
     resumable = next(p for p in nmt_cells[0].iterdir() if "__reinforce__" in p.name)
     (resumable / cluster.jobs.GROUPING_FILE).write_bytes(b"")  # killed after the grouping was saved
@@ -185,26 +186,29 @@ def test_run_experiment__a_larger_budget_resumes_each_finished_learner_with_its_
     folder = tmp_path / "out" / "mirhoseini2017"
     small = settings_for(quick=True, budget=2)
     for cell in get_experiment("mirhoseini2017").cells:
-        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0)
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=small.budget)
     for learner in folder.glob("*/*__reinforce__*"):
         manifest = json.loads((learner / "manifest.json").read_text())
         manifest["config"].update(budget=2, batch=small.batch)
         (learner / "manifest.json").write_text(json.dumps(manifest))
         (learner / cluster.jobs.GROUPING_FILE).write_bytes(b"")
     (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
-    resumed = []
+    resumed, started = [], []
 
     def fake_run_search(config, **_):
         if config.resume:
             resumed.append((config.batch, (Path(config.resume) / RESULT_FILE).is_file()))
             return _FakeResult(Path(config.resume))
-        return _FakeResult(write_run(Path(config.out), rows=[], policy=config.policy, budget=config.budget))
+        started.append(config.policy)  # a search of the smaller budget starts afresh: written aside
+        return _FakeResult(write_run(tmp_path / f"new{len(started)}", rows=[], policy=config.policy,
+                                     budget=config.budget))
 
     monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
     larger = settings_for(quick=True, budget=8)
     assert (small.batch, larger.batch) == (2, 4)
     run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", larger)
     assert resumed == [(2, True)] * 6  # its own batch; its result file left for the search to retire
+    assert started == ["annealing"] * 6
 
 
 def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_written(tmp_path, monkeypatch):
@@ -214,7 +218,7 @@ def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_writ
     folder = tmp_path / "out" / "mirhoseini2017"
     small = settings_for(quick=True, budget=2)
     for cell in get_experiment("mirhoseini2017").cells:
-        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0)
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=small.budget)
     (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
     learners = sorted(folder.glob("*/*__reinforce__*"))
     for learner in learners:
@@ -229,6 +233,19 @@ def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_writ
     with pytest.raises(PlacerError, match="which its measurement log"):
         run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
     assert json.loads((folder / EXPERIMENT_FILE).read_text())["settings"]["budget"] == 2
+
+
+def test_run_experiment__runs_of_a_larger_budget_are_refused_without_experiment_json_too(tmp_path, monkeypatch):
+    """With experiment.json lost, --budget 8 skipped the finished runs of budget 100 as its own and reported
+    them under "budget 8" (experiment.json then written with 8)."""
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "out" / "mirhoseini2017"
+    for cell in get_experiment("mirhoseini2017").cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0)  # budget 100
+    with pytest.raises(PlacerError, match=r"__reinforce__.* was run with --budget 100: pick another --out, or a "
+                                          r"budget of at least 100 \(not 8\)"):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
+    assert not (folder / EXPERIMENT_FILE).exists()
 
 
 def test_run_experiment__refuses_a_folder_with_other_settings(tmp_path, monkeypatch):
