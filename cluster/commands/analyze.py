@@ -8,6 +8,7 @@ timeline (Gantt chart and Chrome trace) and per-device load (cluster/plots.py).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from cluster.commands.paths import lies_in, output_folder
 from cluster.jsonout import emit_json
@@ -35,6 +36,7 @@ def run(args) -> int:
         _check_plots_outside_runs(args.plots, summaries)
         to_plot = _distinct_names([read_run_to_plot(s.run_dir) for s in summaries])  # all checked before writing
         check_plot_paths(to_plot, args.plots)
+        _check_plot_links_outside_runs(to_plot, args.plots, summaries)
         plots = [write_run_plots(logged, args.plots, s.lower_bound_s) for logged, s in zip(to_plot, summaries)]
     if args.json:
         payload = [s.to_json() for s in summaries]
@@ -133,14 +135,26 @@ def _distinct_digits(values_s: list[float]) -> int:
 def _check_plots_outside_runs(plots_dir: str, summaries) -> None:
     """--plots may not be, or lie in, a run folder analyze reads: PNGs written into its measurements/
     folder were read back as damaged log parts."""
-    from pathlib import Path
-
     from graphs.errors import PlacerError
 
     for summary in summaries:
         if lies_in(plots_dir, Path(summary.run_dir).resolve()):
             raise PlacerError(f"--plots {plots_dir} lies inside the run folder {summary.run_dir}, which analyze "
                               f"only reads: write the plots elsewhere")
+
+
+def _check_plot_links_outside_runs(to_plot: list, plots_dir: str, summaries) -> None:
+    """A plot file in --plots that is a link into a run folder analyze reads (a trace linked to a manifest):
+    the plot was written through it, over the run's file."""
+    from cluster.plots import run_plot_paths
+    from graphs.errors import PlacerError
+
+    for run in to_plot:
+        for path in filter(None, vars(run_plot_paths(run, plots_dir)).values()):  # links followed
+            for summary in summaries:
+                if lies_in(path, Path(summary.run_dir).resolve()):
+                    raise PlacerError(f"--plots: {path}, where run {run.run_id}'s plot would be written, lies "
+                                      f"inside the run folder {summary.run_dir}, which analyze only reads")
 
 
 def _distinct_names(runs: list) -> list:

@@ -301,3 +301,26 @@ def test_cli_analyze__a_plot_path_that_is_a_symbolic_link_is_written_through(tmp
     assert main(["analyze", str(run), "--plots", str(tmp_path / "plots"), "--json"]) == 0
     capsys.readouterr()
     assert link.is_symlink() and target.read_bytes().startswith(b"\x89PNG")
+
+
+def test_cli_analyze__a_plot_path_linked_into_a_run_it_reads_is_refused_and_the_run_kept(tmp_path, capsys):
+    """A trace path linked to the run's manifest: the trace was written through it, over the manifest (exit 0;
+    every reader refused the run after)."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    before = {path: path.read_bytes() for path in run.rglob("*") if path.is_file()}
+    link = tmp_path / "plots" / f"{run.name}__trace.json"
+    link.parent.mkdir()
+    link.symlink_to(run / "manifest.json")
+    assert main(["analyze", str(run), "--plots", str(tmp_path / "plots")]) == 2
+    assert one_line_error(capsys) == (f"placer: error: --plots: {run / 'manifest.json'}, where run {run.name}'s plot "
+                                      f"would be written, lies inside the run folder {run}, which analyze only reads\n")
+    assert {path: path.read_bytes() for path in run.rglob("*") if path.is_file()} == before
+    assert [p.name for p in (tmp_path / "plots").iterdir()] == [link.name]
+
+
+def one_line_error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    return captured.err
