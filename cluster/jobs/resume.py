@@ -3,7 +3,7 @@ higher budget or a time limit allowed to change (recorded in the manifest) and t
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -14,7 +14,8 @@ from graphs.errors import PlacerError
 
 SESSION_SETTINGS = ("workers", "ray_address", "out")
 """Settings a resume may give for its own session only: how it measures, not what (a resumed run stays
-in its folder, so ``out`` does nothing)."""
+in its folder, so ``out`` does nothing); not given, the defaults, not the stopped session's."""
+_DEFAULTS = {f.name: f.default for f in fields(SearchConfig)}
 GROWABLE_SETTINGS = ("budget", "time_limit_s")
 """Settings a resume may change for the rest of the run (recorded in the manifest): the budget only
 upwards; the time limit bounds each session from its start."""
@@ -43,7 +44,9 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
     if given.get("remove_devices") or saved.remove_devices:
         raise PlacerError(f"--remove-device is not supported for resumed runs (run {run_dir}"
                           + (" removes devices during its search)" if saved.remove_devices else ")"))
-    changes = {}
+    # Not given: this session's defaults, not the last session's (a cluster address of a cluster gone since,
+    # which RAY_ADDRESS in a `ray job submit` job could not override)
+    changes = {name: _DEFAULTS[name] for name in SESSION_SETTINGS if name != "out"}
     for name, value in given.items():
         if name == "resume":
             continue

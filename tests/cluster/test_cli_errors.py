@@ -420,6 +420,26 @@ def test_reproduce__a_real_measurer_with_no_node_for_the_machines_gpus_writes_no
     assert not out.exists()
 
 
+def test_resume_config__the_session_settings_are_this_sessions_not_the_stopped_ones(tmp_path):
+    """A run started with --ray-address, resumed without it (the command a stop prints, or a `ray job submit`
+    job with RAY_ADDRESS set), joined the stopped session's cluster: "cannot reach the Ray cluster at ..."
+    once that cluster was gone."""
+    from test_analysis import write_run
+
+    from cluster.jobs.config import SearchConfig
+    from cluster.jobs.resume import resume_config
+
+    run = write_run(tmp_path / "runs")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"].update(ray_address="192.0.2.1:6379", workers=7)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "grouping.npz").write_bytes(b"")  # a search run's
+    resumed = resume_config(run, {})
+    assert (resumed.ray_address, resumed.workers) == (None, SearchConfig.workers)
+    given = resume_config(run, {"ray_address": "192.0.2.2:6379", "workers": 3})
+    assert (given.ray_address, given.workers) == ("192.0.2.2:6379", 3)
+
+
 def test_search_resume__a_baselines_run_is_no_search_run_whatever_the_flags(tmp_path, capsys):
     """With a flag, --resume of a `placer baselines --out` folder compared the flag with a search's defaults:
     "--policy 'random': run ... searches with 'reinforce'", a policy the folder never ran."""
