@@ -75,7 +75,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         hint = ("; a cluster with token authentication needs RAY_AUTH_MODE=token and its token in RAY_AUTH_TOKEN "
                 "or ~/.ray/auth_token" if os.environ.get("RAY_AUTH_MODE") != "token" and not no_cluster
                 and not client else "")
-        raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {exc}{hint}") from exc
+        raise PlacerError(f"cannot reach the Ray cluster at {address!r}: {_outer_and_inner_lines(exc)}{hint}") from exc
     except PlacerError:
         raise
     except Exception as exc:
@@ -89,6 +89,13 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None, num_gpu
         shutdown_ray()
         raise KeyboardInterrupt
     return ray.get_runtime_context().gcs_address
+
+
+def _outer_and_inner_lines(error: Exception) -> str:
+    """A message of one line as it is; of several (a Ray Client server's "Initialization failure from
+    server:" and its traceback), its first and last lines, which say what failed."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return " ".join(lines[:1] + lines[-1:]) if len(lines) > 1 else str(error)
 
 
 def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str, held) -> None:

@@ -216,3 +216,29 @@ def test_init_ray__a_local_start_that_timed_out_twice_is_one_error(monkeypatch):
         ray_setup.init_ray(num_cpus=1)
     assert calls == ["init", "shutdown", "init", "shutdown"]
     assert all(child.poll() is not None for child in children)
+
+
+def test_init_ray__a_refusal_of_many_lines_is_one_line_naming_what_failed(monkeypatch):
+    """A Ray Client server that failed to start answered "Initialization failure from server:" and the server's
+    traceback, all of it inside the error."""
+    import ray
+
+    from cluster import ray_setup
+    from graphs.errors import PlacerError
+
+    if ray.is_initialized():
+        pytest.skip("another test's Ray is running")
+    refusal = ("Initialization failure from server:\nTraceback (most recent call last):\n  File \".../proxier.py\", "
+               "line 772, in Datapath\n    raise RuntimeError(\nRuntimeError: Starting Ray client server failed. See "
+               "ray_client_server_23000.err for detailed logs.\n")
+
+    def init(**_kwargs):
+        raise ConnectionError(refusal)
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray_setup, "check_reachable", lambda address: None)
+    with pytest.raises(PlacerError) as error:
+        ray_setup.init_ray("ray://127.0.0.1:23917")
+    assert str(error.value) == ("cannot reach the Ray cluster at 'ray://127.0.0.1:23917': Initialization failure from "
+                                "server: RuntimeError: Starting Ray client server failed. See "
+                                "ray_client_server_23000.err for detailed logs.")
