@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
@@ -102,8 +101,8 @@ def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str,
     """Start a local Ray, once more if its start timed out. Now and then a process Ray started never came
     up (a control store that wrote no port file in 120 s, a raylet that never registered), once in about
     five full test runs, each time in a process that had started and stopped Ray before; a second start
-    came up at once. What the failed start left running is stopped first. ``held``: a Ctrl-C during the
-    first start means no second one."""
+    came up at once. What the failed start left running is stopped first. Nothing is printed: a command's
+    stderr is its one error line, or nothing. ``held``: a Ctrl-C during the first start means no second one."""
     import ray
 
     # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
@@ -125,8 +124,6 @@ def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str,
                 raise KeyboardInterrupt from exc
             if attempt == LOCAL_START_ATTEMPTS:
                 raise PlacerError(f"the local Ray did not start ({attempt} tries): {first_line(exc)}") from exc
-            print(f"placer: note: the local Ray did not start ({first_line(exc)}); starting it again",
-                  file=sys.stderr, flush=True)
 
 
 

@@ -199,8 +199,7 @@ def test_init_ray__a_local_start_that_timed_out_is_stopped_and_started_once_more
         ray_setup.init_ray(num_cpus=1)
     assert calls == ["init", "shutdown", "init"]
     assert children[0].poll() is not None  # the first start's process was stopped
-    assert capsys.readouterr().err == ("placer: note: the local Ray did not start (Timed out waiting for file "
-                                       "/tmp/ray/session_x/gcs_server_port_y); starting it again\n")
+    assert capsys.readouterr().err == ""  # a refused command's stderr is its one error line (a CI run's tests)
 
 
 def test_init_ray__a_local_start_that_timed_out_twice_is_one_error(monkeypatch):
