@@ -185,6 +185,11 @@ def build_on(model, input_specs) -> None:
     if model.built and model.trainable_variables:
         return
     model(tf.nest.map_structure(lambda spec: tf.zeros(spec.shape, spec.dtype), input_specs))
+    if any(not layer.built for layer in model._flatten_layers(include_self=False)):
+        # The eager call ran one branch of a tf.cond on the data: the other branch's layers make their weights
+        # in a traced call, which takes both. Made later, inside the traced step, they were left out of the
+        # gradients and the optimizer's update (the import was the step of a model without them).
+        tf.function(model).get_concrete_function(input_specs)
 
 
 def keras_train_step(model, loss=None, optimizer=None, unrolling: RecurrentUnrolling | None = None):

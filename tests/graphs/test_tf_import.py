@@ -293,6 +293,39 @@ def test_keras_step__layers_a_model_calls_in_a_conds_branches_are_scoped_by_thos
         assert len(_ops(graph, "BiasAddGrad", scope=layer, phase="backward")) == 1
     assert len(_ops(graph, "MatMul")) == 6
 
+def test_keras_step__a_model_built_without_its_layers_gets_both_branches_of_a_cond_trained():
+    """``model.build(shape)`` on a subclassed model marks it built, its layers not (Keras warns): the eager call
+    that builds them ran one branch of the cond, and the other branch's layer, built inside the traced step,
+    had no update and no optimizer state (171 ops instead of 227, exit 0)."""
+    import warnings
+
+    import keras
+
+    from graphs.tf.importer import fresh_keras_names, trace_keras_training_step
+
+    class Net(keras.Model):
+        def __init__(self):
+            super().__init__(name="net")
+            self.pos = keras.layers.Dense(8, name="pos")
+            self.neg = keras.layers.Dense(8, name="neg")
+
+        def call(self, x):
+            return keras.ops.cond(keras.ops.mean(x) > 0, lambda: self.pos(x), lambda: self.neg(x))
+
+    graphs = []
+    for build in (False, True):
+        model = Net()
+        if build:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "build() was called on layer 'net', however ..."
+                model.build((None, 8))
+        with fresh_keras_names():
+            graphs.append(trace_keras_training_step(model, np.zeros((4, 8), "float32"), np.zeros((4, 8), "float32"),
+                                                    loss="mse", optimizer="adam", name="net"))
+    assert graphs[1].num_ops == graphs[0].num_ops and graphs[1].content_hash == graphs[0].content_hash
+    assert len(_ops(graphs[1], "AssignSubVariableOp")) == 4  # Adam's update of both layers' kernel and bias
+
+
 def test_keras_step__a_weight_regularizer_adds_its_loss_as_fit_does():
     """``fit`` adds the layers' losses (regularizers, ``add_loss``) to the compiled loss; the step left them out,
     so a model with ``kernel_regularizer="l2"`` imported to the graph of one without, and ``apply_keras`` trained
