@@ -178,6 +178,22 @@ def _temp_name(name: str) -> str:
     return f".{name}.{_host_tag()}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
 
+NAME_MAX_BYTES = 255  # the longest file name ext4, XFS, Btrfs and tmpfs take
+# What _temp_name adds to a name at most (a host tag of 24 + 9 characters, a pid of 7 digits): the same on
+# every host, so a name one machine takes another does too
+TEMP_NAME_EXTRA_BYTES = len(f"..{'h' * 33}.{'9' * 7}.{'0' * 8}.tmp")
+
+
+def name_too_long(name: str) -> str | None:
+    """Why a file or folder named ``name`` cannot be written (its temporary name, ``_temp_name``, is longer,
+    and a name too long for that failed the write after the command's work was done), else None."""
+    size, most = len(name.encode("utf-8", "surrogateescape")), NAME_MAX_BYTES - TEMP_NAME_EXTRA_BYTES
+    if size <= most:
+        return None
+    return f"a name of {size} bytes is too long: at most {most} (it is written under a name " \
+           f"{TEMP_NAME_EXTRA_BYTES} bytes longer first)"
+
+
 _TEMP = re.compile(r"\.(?P<name>.+)\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>[0-9]+)\.[0-9a-f]{8}\.tmp")
 
 

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from graphs.files import written_through
+from graphs.files import name_too_long, written_through
 
 
 def _os_errors_refused(check):
@@ -46,6 +46,8 @@ def output_file(text: str) -> str:
     if path.exists() and not path.is_file():
         raise argparse.ArgumentTypeError(f"{text} is not a regular file (a pipe, a device or a socket): the "
                                          "command writes its result to a new file and would replace it")
+    if problem := name_too_long(path.name):
+        raise argparse.ArgumentTypeError(f"{text}: {problem}")
     _check_parents(path)
     return text
 
@@ -71,6 +73,8 @@ def output_folder(text: str) -> str:
         raise argparse.ArgumentTypeError("an empty path: name a folder (`.` for this one)")
     text = str(Path(text).expanduser())
     path = Path(text)
+    if path.is_symlink() and not path.exists():  # made later, it was "File exists" after Ray and the baselines
+        raise argparse.ArgumentTypeError(f"{text} is a symbolic link to {os.readlink(path)}, which does not exist")
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
     if path.is_dir() and not _writable(path):

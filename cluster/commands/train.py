@@ -168,6 +168,7 @@ def check_train_args(args: argparse.Namespace):
     """(GnnConfig, graph names with families:N expanded, the checked state of the checkpoint --resume
     continues or None); one PlacerError for the first bad input."""
     from cluster.jobs.config import check_counts, check_unique
+    from graphs.files import name_too_long
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
     from policies.rl.gnn.checkpoint import resume_path
@@ -214,6 +215,9 @@ def check_train_args(args: argparse.Namespace):
                           f"{args.budget}: too little is left to learn from rewards")
     read = files_read(args)  # -o itself is checked as every command's output is (cli: check_outputs_spare_inputs)
     for beside, what in ((metrics_path(args.out), "the metrics"), (resume_path(args.out), "the resume state")):
+        if problem := name_too_long(beside.name):  # found when training wrote it, its budget spent
+            raise PlacerError(f"-o {args.out}: {beside.name}, where {what} go, cannot be written: {problem}; "
+                              "choose a shorter -o")
         if beside.exists() and not beside.is_file():  # found only when training writes it, its budget spent
             raise PlacerError(f"{beside}, where {what} of -o {args.out} go, is not a file: move it or choose "
                               "another -o")

@@ -475,6 +475,33 @@ def test_output_file__a_pipe_or_a_trailing_slash_is_refused_and_a_symlink_writte
     assert link.is_symlink() and json.loads(target.read_text())["traceEvents"]
 
 
+def test_output_file__a_name_too_long_for_its_temporary_name_is_refused_before_the_work(tmp_path, capsys):
+    """A file is written under a hidden temporary name up to 56 bytes longer: `profile -o` of a 240-byte name
+    measured the graph, then failed ("File name too long") naming the temporary file."""
+    long_name = tmp_path / ("p" * 230 + ".json")
+    assert _exit_status(["simulate", "--graph", "synthetic:20", "--machine", "paper-2gpu", "--policy", "single-gpu",
+                         "--trace", str(long_name)]) == 2
+    assert one_placer_error(capsys).endswith(f"{long_name}: a name of 235 bytes is too long: at most 199 (it is "
+                                             "written under a name 56 bytes longer first)\n")
+    assert list(tmp_path.iterdir()) == []
+    fits = tmp_path / ("p" * 194 + ".json")
+    assert _exit_status(["simulate", "--graph", "synthetic:20", "--machine", "paper-2gpu", "--policy", "single-gpu",
+                         "--trace", str(fits)]) == 0
+    capsys.readouterr()
+    assert fits.is_file()
+
+
+def test_output_folder__a_link_to_a_missing_folder_is_refused_when_parsed(tmp_path, capsys):
+    """search --out LINK (a dangling link) started Ray and scored the baselines, then said "File exists"."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    assert _exit_status(["baselines", "--graph", "synthetic:20", "--machine", "paper-2gpu", "--policies", "m-etf",
+                         "--out", str(link)]) == 2
+    assert one_placer_error(capsys).endswith(f"{link} is a symbolic link to {tmp_path / 'nowhere'}, which does not "
+                                             "exist\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["link"]
+
+
 def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):
     from cluster.commands.paths import output_file, output_folder
 

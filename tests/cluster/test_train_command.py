@@ -683,6 +683,17 @@ def test_train__a_folder_where_the_metrics_or_the_resume_state_go_is_refused_bef
     assert not out.exists()
 
 
+def test_train__an_out_name_too_long_for_the_metrics_beside_it_is_refused_before_training(tmp_path, capsys):
+    """-o of 215 bytes fits, but its .metrics.parquet's temporary name did not: the whole training ran, then
+    failed without metrics, and a --resume failed the same way at its end."""
+    out = tmp_path / ("c" * 190)
+    assert _train(out) == 2
+    assert one_placer_error(capsys).endswith(f"-o {out}: {out.name}.metrics.parquet, where the metrics go, cannot "
+                                             "be written: a name of 206 bytes is too long: at most 199 (it is "
+                                             "written under a name 56 bytes longer first); choose a shorter -o\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("suffix, what", [(".metrics.parquet", "the metrics"), (".resume", "the resume state")])
 def test_train__a_graph_file_read_where_the_metrics_or_the_resume_state_go_is_refused(tmp_path, capsys, suffix,
                                                                                      what):
