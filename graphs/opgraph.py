@@ -150,7 +150,7 @@ class OpGraph:
         for text in (self.name, self.framework, str(self.batch_size), str(self.num_params)):
             digest.update(text.encode() + b"\0")
         for key in ("op_names", "op_kinds", "scopes"):
-            digest.update("\0".join(getattr(self, key)).encode() + b"\1")
+            digest.update(HASH_SEPARATORS[0].join(getattr(self, key)).encode() + HASH_SEPARATORS[1].encode())
         for key in ("flops", "bytes_accessed", "out_bytes", "param_bytes", "colocation", "phases",
                     "allowed_mask", "edge_src", "edge_dst", "edge_bytes"):
             digest.update(np.ascontiguousarray(getattr(self, key)).tobytes())
@@ -305,6 +305,9 @@ def colocation_groups(num_ops: int, pairs: list) -> np.ndarray:
     return dense_ids(roots)
 
 
+HASH_SEPARATORS = ("\0", "\1")  # content_hash's between names and after a column: no name may hold them
+
+
 def validate(graph: OpGraph) -> None:
     """Raise PlacerError naming the first problem: lengths, ranges, signs, uniqueness, cycles."""
     n, where = graph.num_ops, f"graph {graph.name!r}"
@@ -340,6 +343,10 @@ def validate(graph: OpGraph) -> None:
     if e and np.any(graph.edge_src == graph.edge_dst):
         bad = int(np.flatnonzero(graph.edge_src == graph.edge_dst)[0])
         raise PlacerError(f"{where}: op {graph.op_names[graph.edge_src[bad]]!r} feeds itself (cycle)")
+    for key in ("op_names", "op_kinds", "scopes"):  # content_hash joins them with these: moved, they hashed alike
+        if any(c in "".join(getattr(graph, key)) for c in HASH_SEPARATORS):
+            bad = next(x for x in getattr(graph, key) if any(c in x for c in HASH_SEPARATORS))
+            raise PlacerError(f"{where}: {key} entry {bad!r} holds a control character (NUL or \\x01)")
     if len(set(graph.op_names)) != n:
         seen: set = set()
         dup = next(x for x in graph.op_names if x in seen or seen.add(x))

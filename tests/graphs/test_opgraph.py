@@ -68,6 +68,9 @@ def test_opgraph__csr_views_list_successors_and_predecessors():
     ({"out_bytes": np.array([1, -2, 3, 4])}, "out_bytes[1] is negative"),
     ({"flops": np.array([0.0, np.nan, 0.0, 0.0])}, "non-finite"),
     ({"op_names": np.array(["a", "b", "b", "d"], dtype=object)}, "'b' is not unique"),
+    # the hash joins names with NUL: ["x\0y", "z"] and ["x", "y\0z"] hashed alike
+    ({"op_names": np.array(["a", "b\0c", "d", "e"], dtype=object)}, r"op_names entry 'b\x00c' holds a control"),
+    ({"scopes": np.array(["", "s\1", "", ""], dtype=object)}, r"scopes entry 's\x01' holds a control"),
     ({"param_bytes": np.array([0, 1, 2])}, "param_bytes has 3 entries for 4 ops"),
     ({"allowed_mask": np.array([0, 3, 3, 3])}, "allowed_mask"),
     ({"out_bytes": np.array([1.5, 2, 3, 4])}, "whole numbers"),
