@@ -6,7 +6,8 @@ import pytest
 
 from cluster.cli import main
 from graphs.errors import PlacerError
-from measurers.catalog import device_profiles, list_machines, load_machine, machine_from_json, machine_to_json
+from measurers.catalog import (CATALOG_DIR, device_profiles, list_machines, load_machine, machine_from_json,
+                               machine_to_json)
 
 
 def test_catalog__has_the_papers_and_modern_machines():
@@ -134,6 +135,20 @@ def test_cli_machines__list_show_and_json(capsys):
     assert main(["machines", "show", "nope"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1 and "unknown machine 'nope'" in captured.err
+
+
+def test_cli_machines_show__tiny_and_huge_figures_read_as_figures(tmp_path, capsys):
+    """A 1 MB/s link printed as "0.0" GB/s, a 1,000-byte device as "0.0" GB, and 1e300 B/s as 300 digits
+    that broke the table."""
+    machine = json.loads((CATALOG_DIR / "paper-2gpu.json").read_text())
+    machine["links"][0]["bandwidth_Bps"], machine["links"][1]["bandwidth_Bps"] = 1e6, 1e300
+    machine["devices"][1]["memory_bytes"] = 1000
+    (tmp_path / "m.json").write_text(json.dumps(machine))
+    assert main(["machines", "show", str(tmp_path / "m.json")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].split()[4] == "1e-06"  # memory GB of gpu:0
+    assert lines[6].split()[1] == "0.001" and lines[7].split()[1] == "1e+291"
+    assert len({len(line) for line in lines[2:5]}) == 1  # the device rows keep their columns
 
 
 @pytest.mark.parametrize("overhead_s", [float("nan"), float("inf"), -1e-9])
