@@ -51,3 +51,12 @@ class ProgressLines:
             return
         self._due_s = self._clock() + self._every_s
         self._bar.console.print(self._bar.make_tasks_table(self._bar.tasks))
+
+
+def column_figure(value: float, width: int, decimals: int) -> str:
+    """``value`` right-aligned in ``width`` with ``decimals``, or in 3 significant digits where that shows
+    it as 0 or runs past the column (a 1 MB/s link read "0.0" GB/s, a 1e300 B/s one 300 digits)."""
+    text = f"{value:{width}.{decimals}f}"
+    if len(text) > width or (value > 0 and float(text) == 0):
+        text = f"{value:{width}.3g}"
+    return text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cluster.commands.console import column_figure
 from cluster.jsonout import emit_json
 
 
@@ -38,25 +39,17 @@ def _show(args) -> int:
     print(f"{machine.name}: {machine.description}")
     print(f"{'device':8s} {'model':15s} {'TFLOP/s':>8s} {'GB/s':>7s} {'memory GB':>9s} {'overhead us':>11s}")
     for d in machine.devices:
-        print(f"{d.name:8s} {d.model:15s} {_figure(d.peak_flops / 1e12, 8, 2)} {_figure(d.mem_bandwidth_Bps / 1e9, 7, 0)} "
-              f"{_figure(d.memory_bytes / 1e9, 9, 1)} {_figure(d.op_overhead_s * 1e6, 11, 1)}")
+        print(f"{d.name:8s} {d.model:15s} {column_figure(d.peak_flops / 1e12, 8, 2)} {column_figure(d.mem_bandwidth_Bps / 1e9, 7, 0)} "
+              f"{column_figure(d.memory_bytes / 1e9, 9, 1)} {column_figure(d.op_overhead_s * 1e6, 11, 1)}")
     if not machine.links:  # a header over no rows read as a table that failed to print
         print("links: none (one device)" if machine.num_devices == 1 else "links: none")
     else:
         print(f"{'link':16s} {'GB/s':>7s} {'latency us':>10s}  channel")
     for link in machine.links:
-        print(f"{link.src + '->' + link.dst:16s} {_figure(link.bandwidth_Bps / 1e9, 7, 1)} "
-              f"{_figure(link.latency_s * 1e6, 10, 1)}  {link.channel}")
+        print(f"{link.src + '->' + link.dst:16s} {column_figure(link.bandwidth_Bps / 1e9, 7, 1)} "
+              f"{column_figure(link.latency_s * 1e6, 10, 1)}  {link.channel}")
     if machine.profile:  # the figures above were all a reader saw, as if the simulator used them for every op
         print(f"profile {machine.profile} (measured op times: the simulator uses them, not the device figures, "
               "for the ops it times)")
     return 0
 
-
-def _figure(value: float, width: int, decimals: int) -> str:
-    """``value`` right-aligned in ``width`` with ``decimals``, or in 3 significant digits where that shows
-    it as 0 or runs past the column (a 1 MB/s link read "0.0" GB/s, a 1e300 B/s one 300 digits)."""
-    text = f"{value:{width}.{decimals}f}"
-    if len(text) > width or (value > 0 and float(text) == 0):
-        text = f"{value:{width}.3g}"
-    return text

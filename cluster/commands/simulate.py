@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from cluster.commands.console import column_figure
 from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
 
@@ -80,7 +81,8 @@ def _simulate(args) -> int:
     print(f"{'device':8s} {'busy s':>10s} {'peak GB':>9s} {'capacity GB':>11s}")
     for d in report["devices"]:
         flag = "  OOM" if d["peak_bytes"] > d["capacity_bytes"] else ""
-        print(f"{d['name']:8s} {d['busy_s']:10.4g} {d['peak_bytes'] / 1e9:9.3f} {d['capacity_bytes'] / 1e9:11.1f}{flag}")
+        print(f"{d['name']:8s} {d['busy_s']:10.4g} {column_figure(d['peak_bytes'] / 1e9, 9, 3)} "
+              f"{column_figure(d['capacity_bytes'] / 1e9, 11, 1)}{flag}")
     if args.trace:
         print(f"trace: {args.trace} (Chrome trace format: open it in Perfetto or chrome://tracing)")
     return 0
