@@ -441,6 +441,18 @@ def _add_channel_rows(rows: _Rows, problem, layout, links) -> None:
              np.concatenate([np.ones(c), -busy_ms]), np.zeros(c), np.inf)
 
 
+def _parameters_cannot_fit(problem: PlacementProblem) -> bool:
+    """Whether no placement can fit the memory rows, by two facts that prove it: a unit whose parameters
+    exceed every device it may run on, or parameters that exceed all devices together. The rows are in GB,
+    and HiGHS's feasibility tolerances (1e-7 to 1e-6) took devices of a few bytes holding hundreds as a fit
+    ("optimal" beside an "infeasible" LP)."""
+    param_bytes = np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
+                              minlength=problem.num_units)  # (U,)
+    capacity = problem.capacity_bytes().astype(np.float64)  # (D,)
+    roomiest = np.where(problem.unit_allowed, capacity[None, :], -np.inf).max(axis=1)  # (U,)
+    return bool(np.any(param_bytes > roomiest)) or param_bytes.sum() > capacity.sum()
+
+
 def _parameters_fit(problem: PlacementProblem) -> bool:
     """Whether the memory rows (each unit's parameters on its device, within the device's capacity) leave a
     placement, found greedily: heaviest unit first, onto the allowed device with the most room left. The other
@@ -590,6 +602,8 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     they lift w near placements that measured slow, so ``makespan_s`` is then that model's w, not the
     relaxation's."""
     began = time.perf_counter()
+    if _parameters_cannot_fit(problem):  # proven here: HiGHS's tolerances took an overflow of bytes as a fit
+        return RelaxationResult(None, "infeasible", time.perf_counter() - began, 0, 0)
     lp, layout = _build(problem, integer, placement_weight, forbidden, window_rows, measured)
     highs = quiet_highs()
     highs.setOptionValue("threads", int(threads))

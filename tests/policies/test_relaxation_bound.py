@@ -104,6 +104,20 @@ def test_relaxation__infeasible_is_said_only_where_no_placement_fits(monkeypatch
     assert solve_relaxation(tight, 30.0).status == "infeasible"
 
 
+@pytest.mark.parametrize("param_bytes", [50, 500])
+def test_relaxation__devices_of_a_few_bytes_holding_hundreds_are_infeasible_in_lp_and_mip(param_bytes):
+    """The rows are in GB: HiGHS's tolerances took 50 bytes on devices of 1 byte as a fit (LP and MIP
+    "optimal"), and 500 as a fit for the MIP beside an "infeasible" LP, while no placement fits."""
+    import dataclasses
+
+    tiny = staging_machine(num_gpus=1)
+    tiny = dataclasses.replace(tiny, devices=tuple(dataclasses.replace(d, memory_bytes=1) for d in tiny.devices))
+    problem = make_problem(build_graph([(0, 1, 10), (1, 2, 10)], 3, param_bytes=[param_bytes, 0, 0]), tiny)
+    for integer in (False, True):
+        result = solve_relaxation(problem, 30.0, integer=integer)
+        assert result.status == "infeasible" and result.bound_s is None
+
+
 def test_relaxation__copies_lift_the_mip_bound_above_the_closed_form():
     """A fork of four heavy branches joined again, on two GPUs: the closed form (work / 2) lets the
     branches share the GPUs with free copies; any placement that uses both GPUs pays for copies on the one
