@@ -11,7 +11,7 @@ import re
 import secrets
 import shutil
 import socket
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Iterator
 
@@ -23,17 +23,25 @@ def atomic_file(path: Path) -> Iterator[Path]:
     unreadable to others). A killed writer leaves its hidden temporary file; the next write of ``path``
     removes it once that writer is certainly gone (as ``remove_stale_staging`` does for folders)."""
     path = Path(path)
+    made = missing_folders(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in _temps_of(path.parent, path.name):
         if stale.is_file() and _owner_gone(stale):  # left by a writer of ``path`` that was killed
             stale.unlink(missing_ok=True)
     tmp = path.with_name(_temp_name(path.name))
-    os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
+        os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
         yield tmp
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk, a file size limit: the error names the user's file, not the hidden one
+        if exc.filename is None or str(exc.filename) == str(tmp):
+            exc.filename, exc.filename2 = str(path), None
+        raise
     finally:
-        tmp.unlink(missing_ok=True)
+        with suppress(OSError):  # gone, or never made (a name too long: unlinking it fails as making it did)
+            tmp.unlink()
+        if not os.path.exists(path):  # failed: the folders made for it go too (False for a name too long)
+            remove_empty_folders(made)
 
 
 @contextmanager

@@ -192,6 +192,24 @@ def test_atomic_file__the_next_write_removes_the_temporary_file_of_a_sigkilled_w
         live.wait()
 
 
+def test_atomic_file__a_write_that_fails_names_the_file_and_leaves_no_folder_it_made(tmp_path):
+    """`ulimit -f 4; placer graphs export ... -o new/sub/g.parquet`: "cannot write the output: File too large"
+    named no file, and new/sub stayed, empty; an error opening the temporary file named the hidden one."""
+    import errno
+
+    path = tmp_path / "new" / "sub" / "g.parquet"
+    with pytest.raises(OSError) as error:
+        with atomic_file(path) as tmp:
+            tmp.write_text("half")
+            raise OSError(errno.EFBIG, "File too large")  # what write() raises: no file name
+    assert error.value.filename == str(path)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError) as error:
+        with atomic_file(tmp_path / ("x" * 250)):
+            pass
+    assert error.value.filename == str(tmp_path / ("x" * 250)) and list(tmp_path.iterdir()) == []
+
+
 def test_atomic_file__an_error_mid_write_keeps_the_old_file_and_no_temporary_one(tmp_path):
     path = tmp_path / "graph.parquet"
     path.write_text("old")
