@@ -99,9 +99,9 @@ def _outer_and_inner_lines(error: Exception) -> str:
 
 def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str, held) -> None:
     """Start a local Ray, once more if its start timed out. Now and then a process Ray started never came
-    up (a control store that wrote no port file in 120 s, a raylet that never registered), once in about
-    five full test runs, each time in a process that had started and stopped Ray before; a second start
-    came up at once. What the failed start left running is stopped first. Nothing is printed: a command's
+    up (a control store that wrote no port file, not even its log, in 120 s; a raylet that never registered):
+    in 3 of 4 fresh-clone test runs on one day, each time in a process that had started and stopped Ray
+    before; the second start came up at once. What the failed start left running is stopped first. Nothing is printed: a command's
     stderr is its one error line, or nothing. ``held``: a Ctrl-C during the first start means no second one."""
     import ray
 
@@ -124,7 +124,6 @@ def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str,
                 raise KeyboardInterrupt from exc
             if attempt == LOCAL_START_ATTEMPTS:
                 raise PlacerError(f"the local Ray did not start ({attempt} tries): {first_line(exc)}") from exc
-
 
 
 def _start_timed_out(error: Exception) -> bool:
