@@ -99,6 +99,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     factory = as_factory(spec)  # a real measurer that cannot run this graph here fails now, before the bound and Ray
     problem = make_problem(graph, machine, max_groups=config.groups, grouping_method=config.grouping,
                            seed=config.seed)
+    problem.unit_allowed  # a group no device of the machine may run is one error, as search says (every row skipped)
     from cluster.jobs.bound_solve import proven_bound_once
     from cluster.jobs.search import bound_of_measured_steps
 

@@ -406,6 +406,27 @@ def test_search__a_graph_op_no_device_of_the_machine_may_run_is_refused_before_t
                             "'paper-2gpu-without-cpu:0' that all its ops may run on\n")
 
 
+@pytest.mark.parametrize("out", [False, True])
+def test_baselines__a_gpu_only_op_and_a_machine_without_gpus_is_refused(tmp_path, capsys, out):
+    """baselines skipped every row (exit 0, every figure null); with --out it failed on its own manifest
+    ("lower_bound_s inf is not a number of seconds"), naming a staging folder. search refused it."""
+    from conftest import build_graph
+    from graphs.io import save_graph
+    from measurers.catalog import load_machine
+    from measurers.machine_json import save_machine
+
+    graph = build_graph([(0, 1, 10**6), (1, 2, 10**6)], out_bytes=[10**6] * 3, allowed_mask=[2, 3, 3])
+    save_graph(graph, tmp_path / "gpu_only.parquet")
+    save_machine(load_machine("paper-2gpu").without_devices(["gpu:0", "gpu:1"]), tmp_path / "cpu.json")
+    runs = ["--out", str(tmp_path / "runs")] if out else []
+    assert main(["baselines", "--graph", str(tmp_path / "gpu_only.parquet"), "--machine", str(tmp_path / "cpu.json"),
+                 "--policies", "heft", "--bound-time-limit", "0", *runs, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and not (tmp_path / "runs").exists()
+    assert captured.err == (f"placer: error: group 0 of graph {graph.name!r} has no device on machine "
+                            "'paper-2gpu-without-gpu:0-gpu:1' that all its ops may run on\n")
+
+
 def test_reproduce__a_real_measurer_with_no_node_for_the_machines_gpus_writes_no_experiment_folder(tmp_path, capsys,
                                                                                                      monkeypatch):
     """reproduce --measurer torch and a Ray with no GPU node (this one): the first row's search refused it
