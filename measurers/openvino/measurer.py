@@ -41,7 +41,7 @@ from measurers.machine import Machine
 from measurers.openvino.affinity import apply_affinity, match_ops, node_devices, node_ops
 from measurers.openvino.core import openvino_core
 from measurers.openvino.devices import openvino_device_names
-from measurers.openvino.inputs import ov_message, random_inputs
+from measurers.openvino.inputs import input_tensors, ov_message, random_inputs
 from measurers.openvino.onnx_ops import onnx_ops
 from measurers.openvino.sizes import check_sizes
 from measurers.placement import check_placement
@@ -89,7 +89,7 @@ class OpenVinoMeasurer:
     def infer_once(self, placement, inputs: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
         """The model's outputs (in order) for ``inputs`` (default: the seeded random ones) under ``placement``."""
         compiled = self.compile_for(check_placement(self.graph, self.machine, placement))
-        results = compiled(list(self.inputs if inputs is None else inputs))
+        results = compiled(input_tensors(self.model, self.inputs) if inputs is None else list(inputs))
         return [np.array(results[output]) for output in compiled.outputs]
 
     # -- measuring ------------------------------------------------------------------------------------
@@ -148,12 +148,9 @@ class OpenVinoMeasurer:
 
     def _request(self, placement: np.ndarray, config: dict | None = None):
         """An infer request of the placed model with the random inputs already set (host tensors)."""
-        import openvino as ov
-
         request = self.compile_for(placement, config).create_infer_request()
-        for index, array in enumerate(self.inputs):
-            # np.require keeps a rank-0 input's shape (an If's condition): ascontiguousarray made it (1,)
-            request.set_input_tensor(index, ov.Tensor(np.require(array, requirements="C")))
+        for index, tensor in enumerate(input_tensors(self.model, self.inputs)):
+            request.set_input_tensor(index, tensor)
         return request
 
     def _peaks(self, placement: np.ndarray) -> tuple[int, ...]:
