@@ -192,6 +192,8 @@ def size_inputs(model, where: str, given: InputShapes) -> InputShapes:
     not be the batch). A model whose inputs are static and not given is left as it is. The OpenVINO measurer
     calls this with the graph's recorded sizes (every input's, when any was given)."""
     ports = {_input_name(port): port for port in model.inputs}
+    aliases = {alias: name for name, port in ports.items() for alias in port.get_names()}
+    given = {aliases.get(key, key): sizes for key, sizes in given.items()}  # any of an input's names
     dims = {name: _dims(port.get_partial_shape()) for name, port in ports.items()}  # None: unknown rank
     sized = sized_inputs(where, dims, given)
     changed = {ports[name]: list(sizes) for name, sizes in sized.items() if sizes != dims[name]}
@@ -266,8 +268,12 @@ def reshape_failure(exc: Exception) -> str:
 
 
 def _input_name(port) -> str:
+    """The name an input goes by: its Parameter's, where the port carries it, else the least of the port's
+    tensor names. A converter that removed a Cast after an input gave the port the Cast's output name too
+    ("/layer/Cast_output_0" beside "mask"), and the least of them was the internal one."""
     names = port.get_names()
-    return min(names) if names else port.get_node().get_friendly_name()
+    friendly = port.get_node().get_friendly_name()
+    return friendly if friendly in names or not names else min(names)
 
 
 def _dims(shape) -> tuple | None:

@@ -396,3 +396,18 @@ def test_import_openvino_ir__a_shape_of_reading_a_weight_does_not_own_it(tmp_pat
     assert _by_name(graph, graph.param_bytes)["fc"] == 100 * F32
     assert _by_name(graph, graph.param_bytes)["v_shape"] == 6 * F32
     assert _by_name(graph, graph.flops)["fc"] == 2 * 4 * 20 * 5
+
+
+def test_import_openvino_ir__an_input_goes_by_its_parameters_name_and_any_of_its_ports(tmp_path):
+    """A converter that removed the Cast after an input ("mask") gave its port the Cast's output name too: the
+    input went by the least of the names, "/layer/Cast_output_0", and `--input-shape mask=2,8` was refused
+    ("the model's inputs are 'ids', '/layer/Cast_output_0'")."""
+    mask = ops.parameter([-1, 8], ov.Type.f32, name="mask")
+    mask.output(0).get_tensor().set_names({"mask", "/layer/Cast_output_0"})
+    path = tmp_path / "masked.xml"
+    ov.save_model(ov.Model([ops.relu(mask)], [mask], "masked"), str(path), compress_to_fp16=False)
+    for given in ("mask", "/layer/Cast_output_0"):
+        graph = import_openvino_ir(str(path), input_shapes={given: (2, 8)})
+        assert graph.meta["input_shapes"] == {"mask": [2, 8]} and graph.batch_size == 2
+    with pytest.raises(PlacerError, match="but the model's inputs are 'mask'"):
+        import_openvino_ir(str(path), input_shapes={"ids": (2, 8)})
