@@ -182,6 +182,13 @@ def _torch_device(device) -> torch.device:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if (parsed.index or 0) >= count:
             raise PlacerError(f"torch_devices gave {device!r}, but torch sees only {count} CUDA devices")
+    elif parsed.type == "meta":  # it holds no values: the step failed at its first .item() or copy
+        raise PlacerError(f"torch_devices gave {device!r}: the meta device holds no data, so no step runs there")
+    elif parsed.type != "cpu":
+        try:  # xpu, mps, ...: torch not built with it raised an AssertionError or RuntimeError from deep inside
+            torch.empty(0, device=parsed)
+        except (AssertionError, RuntimeError) as error:
+            raise PlacerError(f"torch_devices gave {device!r}, which this torch cannot use: {error}") from None
     return parsed
 
 
@@ -193,7 +200,9 @@ def _fresh_optimizer(step: MaterializedStep, options: dict) -> torch.optim.Optim
     before = [p.detach().clone() for p in params]
     try:
         optimizer = step.make_optimizer(**options)
-    except (TypeError, ValueError) as error:  # an unknown option; a value Adam refuses (a negative lr)
+    # an unknown option; a value Adam refuses (a negative lr); capturable off CUDA (AssertionError); differentiable
+    # (its in-place update of a leaf that requires grad: RuntimeError)
+    except (TypeError, ValueError, AssertionError, RuntimeError) as error:
         raise PlacerError(f"optimizer options {options}: {error}") from error
     with torch.no_grad():
         for p, value in zip(params, before):

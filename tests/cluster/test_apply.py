@@ -168,6 +168,27 @@ def test_apply_torch__a_cuda_device_torch_lacks_is_refused_naming_it(torch_run):
         apply_torch(run_dir, tiny_torch_classifier, torch_devices=lambda machine: ["cpu", "cuda:0", "cuda:1"])
 
 
+@pytest.mark.parametrize("device, message", [
+    ("meta", "torch_devices gave 'meta': the meta device holds no data"),
+    pytest.param("xpu", "torch_devices gave 'xpu', which this torch cannot use", marks=pytest.mark.skipif(
+        hasattr(torch, "xpu") and torch.xpu.is_available(), reason="needs a torch without XPU")),
+])
+def test_apply_torch__a_device_this_torch_cannot_run_is_refused_naming_it(torch_run, device, message):
+    """xpu: an AssertionError from inside torch ("Torch not compiled with XPU enabled") as the step was built;
+    meta: accepted, then the first step failed (Tensor.item() cannot be called on meta tensors)."""
+    run_dir, _ = torch_run
+    with pytest.raises(PlacerError, match=message):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=lambda machine: ["cpu", "cpu", device])
+
+
+@pytest.mark.parametrize("option", ["capturable", "differentiable"])
+def test_apply_torch__an_optimizer_option_torch_refuses_at_its_first_step_is_one_error(torch_run, option):
+    """capturable off CUDA was an AssertionError, differentiable a RuntimeError (an in-place update of a leaf)."""
+    run_dir, _ = torch_run
+    with pytest.raises(PlacerError, match=f"optimizer options {{'{option}': True}}"):
+        apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu, optimizer_options={option: True})
+
+
 def test_apply_torch__inputs_of_another_shape_are_refused(torch_run):
     run_dir, _ = torch_run
     step = apply_torch(run_dir, tiny_torch_classifier, torch_devices=all_cpu)
