@@ -61,7 +61,7 @@ def _run(args: argparse.Namespace) -> int:
     outcome = run_baselines(config)
     note_groups_above_colocation(groups, outcome.colocation_groups, outcome.table.graph, given=given)
     note_fewer_groups_than_asked(groups, outcome.groups, outcome.colocation_groups, outcome.table.graph,
-                                 args.grouping, given=given)
+                                 outcome.grouping, given=given)
     if args.json:  # the run folder (--out), as `placer search --json` names its own; baselines.json has no need
         emit_json({**outcome.to_json(), "run_dir": None if outcome.run_dir is None else str(outcome.run_dir)})
     else:

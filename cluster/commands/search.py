@@ -135,7 +135,7 @@ def run(args) -> int:
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph, given="groups" in given)
         if not config.split_groups:  # split groups can outnumber --groups
             note_fewer_groups_than_asked(config.groups, result.groups, result.colocation_groups, result.graph,
-                                         config.grouping, given="groups" in given)
+                                         result.grouping, given="groups" in given)
     if args.json:
         emit_json(result.to_json())
     else:

@@ -32,6 +32,7 @@ class BaselinesOutcome:
     bound: object = None  # policies.exact.bound.BoundReport for the searches' groups (`placer bound`'s)
     proven_bound: tuple[float, str] | None = None  # (seconds, what it holds for): bound's, raised to an exact
     # row's own where that holds for every placement of the same groups (as a search's is: solver_raised_bound)
+    grouping: str = ""  # the method that made the groups (scope falls back to metis on a graph without scopes)
 
     def to_json(self) -> dict:
         data = {**self.table.to_json(), "groups": self.groups, "colocation_groups": self.colocation_groups}
@@ -101,6 +102,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
                            seed=config.seed)
     problem.unit_allowed  # a group no device of the machine may run is one error, as search says (every row skipped)
     from cluster.jobs.bound_solve import proven_bound_once
+    from policies.exact.bound import grouping_method
     from cluster.jobs.search import bound_of_measured_steps
 
     bound = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s),  # the searches' groups
@@ -110,7 +112,8 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
         if not config.out:
             table = run_table(problem, measurer, policies, config.budget, config.seed)
             raised = _raised_bound(proven, table, problem, config.measurer)
-            return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound, raised)
+            return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound, raised,
+                                    grouping_method(problem))
         from policies.rl.env import reward_of  # -sqrt(runtime), failures at the default penalty
 
         manifest = _baselines_manifest(config, graph, machine, policies, spec, problem, proven)
@@ -127,7 +130,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
             if raised is not proven:  # the manifest too, so that analyze reads the same
                 record_proven_bound(log.folder, *raised)
             outcome = BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups,
-                                       Path(config.out) / manifest.run_id, bound, raised)
+                                       Path(config.out) / manifest.run_id, bound, raised, grouping_method(problem))
             write_text_atomic(log.folder / BASELINES_FILE, json.dumps(outcome.to_json(), indent=2))
     return outcome
 

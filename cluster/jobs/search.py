@@ -62,6 +62,7 @@ from graphs.files import FolderLock, atomic_folder, missing_folders, remove_empt
 from measurers.base import Measurement
 from measurers.timing import check_noise_std
 from policies.base import joined_notes
+from policies.exact.bound import grouping_method
 from policies.rl.config import CHECKPOINT_EVERY
 
 
@@ -134,6 +135,7 @@ class SearchResult:
     baselines_on_removed_devices: list[str] = field(default_factory=list)  # baselines left out of the best
     warm_start_on_removed_devices: bool = False  # its best candidate uses a device that left: its figures are not
     # a step the final devices can run, nor what the policy's best (on them) is never worse than
+    grouping: str = ""  # the method that made the groups (scope falls back to metis on a graph without scopes)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -868,4 +870,4 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
                         problem.graph.num_colocation_groups, config.measurer,
                         warm.source if warm is not None else None,
                         warm.runtime_s if warm is not None else math.nan, outcome.warm_start_on_groups_s,
-                        solver=outcome.solver, policy_notes=outcome.notes)
+                        solver=outcome.solver, policy_notes=outcome.notes, grouping=grouping_method(problem))

@@ -63,10 +63,15 @@ class BoundReport:
 
 def grouping_name(problem: PlacementProblem) -> str:
     """Which coarsening the problem places, in words."""
+    return f"the {problem.num_units} {grouping_method(problem)} groups of {problem.graph.name}"
+
+
+def grouping_method(problem: PlacementProblem) -> str:
+    """The method that made the problem's groups: its grouping's (scope falls back to metis on a graph
+    without scopes), "colocation" without one."""
     if problem.grouping is None:
-        return f"the {problem.num_units} colocation groups of {problem.graph.name}"
-    method = getattr(problem.grouping, "method", "") or "searched"
-    return f"the {problem.num_units} {method} groups of {problem.graph.name}"
+        return "colocation"
+    return getattr(problem.grouping, "method", "") or "searched"
 
 
 def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 1,

@@ -192,3 +192,24 @@ def test_search_json__exact_reports_its_solver_next_to_the_measured_step_within_
     assert solver["status"] in ("optimal", "time limit") and solver["makespan_s"] > 0
     assert solver["bound_s"] <= solver["makespan_s"] * (1 + 1e-6) and "relaxation (HiGHS" in solver["notes"]
     assert payload["policy_best_runtime_s"] > 0 and 1 <= payload["measurements"] <= 4
+
+
+def test_baselines_and_search__the_fewer_groups_note_names_the_method_used(tmp_path, capsys):
+    """Scope grouping falls back to METIS on a graph without scopes: the note said "the scope grouping made 298
+    groups", the run's grouping.npz said metis (and `graphs show` said metis)."""
+    from conftest import build_graph
+    from graphs.io import save_graph
+
+    fan = build_graph([(0, i, 10**4) for i in range(1, 301)] + [(i, 301, 10**4) for i in range(1, 301)], 302,
+                      name="fan")
+    save_graph(fan, tmp_path / "fan.parquet")
+    common = ["--graph", str(tmp_path / "fan.parquet"), "--machine", "paper-2gpu", "--groups", "301",
+              "--bound-time-limit", "0", "--json"]
+    assert main(["baselines", *common, "--policies", "single-gpu"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("placer: note: the metis grouping made ") and err.count("\n") == 1
+    assert main(["search", *common, "--policy", "random", "--budget", "2", "--workers", "1",
+                 "--out", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["grouping"] == "metis"
+    assert "placer: note: the metis grouping made " in out.err and "scope grouping" not in out.err
