@@ -82,7 +82,7 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
     from measurers.placement import load_placement_file
 
     path = Path(path)
-    run_dir = path if path.is_dir() else _run_folder_holding(path)
+    run_dir = placement_run_folder(path)
     if run_dir is None:
         return load_placement_file(path, graph, machine)
     run = read_run_best_of(run_dir, graph, f"--placement {path}")
@@ -93,9 +93,12 @@ def load_placement(path: str | os.PathLike, graph: OpGraph, machine: Machine) ->
     return run.op_placement(graph)
 
 
-def _run_folder_holding(path: Path) -> Path | None:
-    """The run folder ``path`` is the best placement of (a link to one followed), else None: a user's own
-    placement file may be named best_placement.json too."""
+def placement_run_folder(path: Path) -> Path | None:
+    """The run folder a ``--placement PATH`` names: the folder itself, or the run folder whose best placement
+    file ``path`` is (a link to one followed); None for a placement file (a user's own may be named
+    best_placement.json too)."""
+    if path.is_dir():
+        return path
     if path.name != BEST_FILE:
         return None
     folder = path.resolve().parent

@@ -73,8 +73,7 @@ def output_folder(text: str) -> str:
         raise argparse.ArgumentTypeError("an empty path: name a folder (`.` for this one)")
     text = str(Path(text).expanduser())
     path = Path(text)
-    if path.is_symlink() and not path.exists():  # made later, it was "File exists" after Ray and the baselines
-        raise argparse.ArgumentTypeError(f"{text} is a symbolic link to {os.readlink(path)}, which does not exist")
+    _check_not_dangling(path, path)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
     if path.is_dir() and not _writable(path):
@@ -98,10 +97,20 @@ def runs_folder(text: str) -> str:
     return text
 
 
+def _check_not_dangling(folder: Path, path: Path) -> None:
+    """``folder`` (``path`` or one above it) may not be a symbolic link to nothing: made when written, it
+    failed with "File exists" after the command's work (Ray started, the baselines scored)."""
+    if folder.is_symlink() and not folder.exists():
+        where = "" if folder == path else f", so {path} cannot be written"
+        raise argparse.ArgumentTypeError(f"{folder} is a symbolic link to {os.readlink(folder)}, which does not "
+                                         f"exist{where}")
+
+
 def _check_parents(path: Path) -> None:
     """The nearest existing ancestor of ``path`` must be a folder this process may write into (missing
     ones are made when written; the result is written there under a temporary name, then renamed)."""
     for parent in path.absolute().parents:
+        _check_not_dangling(parent, path)
         if parent.exists():
             if not parent.is_dir():
                 raise argparse.ArgumentTypeError(f"{parent} is a file, so {path} cannot be written")
@@ -256,9 +265,8 @@ def lies_in(path: str | Path, folder: Path) -> bool:
 
 
 def _run_folder_of(path: Path) -> Path | None:
-    """The run folder a ``--placement`` names: the folder itself, or the folder of its best placement file."""
-    if path.is_dir():
-        return path.resolve()
-    from cluster.runlog_format import BEST_FILE  # here: pandas and pyarrow load only for a placement given
+    """The run folder a ``--placement`` names (cluster.run_best.placement_run_folder), resolved."""
+    from cluster.run_best import placement_run_folder  # here: pandas and pyarrow load only for a placement given
 
-    return path.resolve().parent if path.name == BEST_FILE else None
+    folder = placement_run_folder(path)
+    return None if folder is None else folder.resolve()

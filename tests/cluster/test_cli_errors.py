@@ -521,6 +521,13 @@ def test_output_folder__a_link_to_a_missing_folder_is_refused_when_parsed(tmp_pa
     assert one_placer_error(capsys).endswith(f"{link} is a symbolic link to {tmp_path / 'nowhere'}, which does not "
                                              "exist\n")
     assert [p.name for p in tmp_path.iterdir()] == ["link"]
+    for flag, below in (("--out", link / "sub"), ("--trace", link / "t.json")):  # a folder above it, too
+        command = ["baselines", "--graph", "synthetic:20", "--machine", "paper-2gpu", "--policies", "m-etf"] \
+            if flag == "--out" else ["simulate", "--graph", "synthetic:20", "--machine", "paper-2gpu"]
+        assert _exit_status([*command, flag, str(below)]) == 2
+        assert one_placer_error(capsys).endswith(f"{link} is a symbolic link to {tmp_path / 'nowhere'}, which does "
+                                                 f"not exist, so {below} cannot be written\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["link"]
 
 
 def test_output_paths__a_leading_tilde_is_the_home_folder(tmp_path, monkeypatch):

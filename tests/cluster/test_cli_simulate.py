@@ -150,6 +150,10 @@ def test_simulate__a_file_named_best_placement_json_is_a_run_best_only_inside_a_
     reports = [simulate_json(capsys, *common, "--placement", str(tmp_path / "mine" / name))
                for name in ("best_placement.json", "other.json")]
     assert reports[0]["runtime_s"] == reports[1]["runtime_s"] and reports[0]["devices"] == reports[1]["devices"]
+    # nor is its folder a run folder the trace may not be written in ("lies inside the run folder of --placement")
+    simulate_json(capsys, *common, "--placement", str(tmp_path / "mine" / "best_placement.json"), "--trace",
+                  str(tmp_path / "mine" / "trace.json"))
+    assert (tmp_path / "mine" / "trace.json").is_file()
 
 
 def test_simulate__a_trace_inside_the_placement_run_folder_is_refused_and_the_run_kept(tmp_path, capsys):
