@@ -34,8 +34,8 @@ def atomic_file(path: Path) -> Iterator[Path]:
         yield tmp
         os.replace(tmp, path)
     except OSError as exc:  # a full disk, a file size limit: the error names the user's file, not the hidden one
-        if exc.filename is None or str(exc.filename) == str(tmp):
-            exc.filename, exc.filename2 = str(path), None
+        if exc.errno is not None and (exc.filename is None or str(exc.filename) == str(tmp)):
+            raise type(exc)(exc.errno, exc.strerror, str(path)) from exc  # (a message alone, pyarrow's: kept)
         raise
     finally:
         with suppress(OSError):  # gone, or never made (a name too long: unlinking it fails as making it did)

@@ -202,12 +202,15 @@ def test_atomic_file__a_write_that_fails_names_the_file_and_leaves_no_folder_it_
         with atomic_file(path) as tmp:
             tmp.write_text("half")
             raise OSError(errno.EFBIG, "File too large")  # what write() raises: no file name
-    assert error.value.filename == str(path)
+    assert error.value.filename == str(path) and str(error.value) == f"[Errno 27] File too large: '{path}'"
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(OSError) as error:
         with atomic_file(tmp_path / ("x" * 250)):
             pass
     assert error.value.filename == str(tmp_path / ("x" * 250)) and list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError, match="^Parquet writer: column chunk too large$"):  # a message alone: as it was
+        with atomic_file(path):
+            raise OSError("Parquet writer: column chunk too large")
 
 
 def test_atomic_file__an_error_mid_write_keeps_the_old_file_and_no_temporary_one(tmp_path):
