@@ -108,7 +108,7 @@ def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str,
     # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.
     os.environ.setdefault("RAY_gcs_server_port_wait_time_s", GCS_PORT_WAIT_S)
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
-        children_before = _child_processes()
+        children_before = _ray_children()
         try:
             # Warnings only: Ray's "Started a local Ray instance." on stderr preceded a refused command's
             # one error line (a real measurer and no GPU node), and says nothing with the dashboard off.
@@ -119,7 +119,7 @@ def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str,
             if not _start_timed_out(exc):
                 raise
             ray.shutdown()
-            _stop_processes(_child_processes() - children_before)
+            _stop_process_trees(_ray_children() - children_before)
             if held.pressed:  # a Ctrl-C while it started: stop as one does
                 raise KeyboardInterrupt from exc
             if attempt == LOCAL_START_ATTEMPTS:
@@ -130,21 +130,34 @@ def _start_timed_out(error: Exception) -> bool:
     return any(words in str(error).lower() for words in _START_TIMEOUTS)
 
 
-def _child_processes() -> set:
-    """This process's descendants (psutil.Process objects: a pid with its start time, so a reused pid is
-    another process)."""
+def _ray_children() -> set:
+    """This process's children that a Ray start makes (psutil.Process objects: a pid with its start time, so a
+    reused pid is another process): Ray's programs (control store, raylet, reaper), and copies of this process
+    not yet running theirs (forked, not yet exec'd: where a start hangs). Other children are no business of it."""
     import psutil
 
-    return set(psutil.Process().children(recursive=True))
+    me = psutil.Process()
+    own = me.cmdline()
+    found = set()
+    for child in me.children():
+        with suppress(psutil.Error):
+            command = child.cmdline()
+            if command == own or any("ray" in part for part in command):
+                found.add(child)
+    return found
 
 
-def _stop_processes(processes: set) -> None:
+def _stop_process_trees(processes: set) -> None:
     import psutil
 
+    tree = set(processes)
     for process in processes:
         with suppress(psutil.Error):
+            tree.update(process.children(recursive=True))
+    for process in tree:
+        with suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(list(processes), timeout=10)
+    psutil.wait_procs(list(tree), timeout=10)
 
 
 @contextmanager

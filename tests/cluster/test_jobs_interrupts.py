@@ -163,25 +163,37 @@ def test_init_ray__a_local_start_waits_120_s_for_the_control_stores_port_unless_
     assert seen == [expected_wait_s]
 
 
-def _ray_init_timing_out(monkeypatch, times: int, then: Exception) -> tuple[list, list]:
-    """ray.init replaced: its first ``times`` calls start a child process (as Ray starts its control store)
-    and raise Ray's start timeout, the next raises ``then``. Returns the calls seen and the children."""
+def _ray_init_timing_out(monkeypatch, times: int, then: Exception) -> tuple[list, list, list]:
+    """ray.init replaced: its first ``times`` calls start a child process named as Ray's control store is
+    (.../ray/core/src/ray/gcs/gcs_server) and one that is not Ray's (as another thread might meanwhile), then
+    raise Ray's start timeout; the next raises ``then``. Returns the calls seen, Ray's children and the others."""
     import subprocess
+    import sys
 
     import ray
 
-    calls, children = [], []
+    calls, children, others = [], [], []
 
     def init(**_kwargs):
         calls.append("init")
         if calls.count("init") > times:
             raise then
-        children.append(subprocess.Popen(["sleep", "600"]))
+        children.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)",
+                                          "ray/core/src/ray/gcs/gcs_server"]))
+        others.append(subprocess.Popen(["sleep", "600"]))
         raise RuntimeError("Timed out waiting for file /tmp/ray/session_x/gcs_server_port_y")
 
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.setattr(ray, "shutdown", lambda: calls.append("shutdown"))
-    return calls, children
+    return calls, children, others
+
+
+def _alive_then_stopped(processes: list) -> bool:
+    alive = all(process.poll() is None for process in processes)
+    for process in processes:
+        process.kill()
+        process.wait()
+    return alive
 
 
 def test_init_ray__a_local_start_that_timed_out_is_stopped_and_started_once_more(monkeypatch, capsys):
@@ -194,11 +206,12 @@ def test_init_ray__a_local_start_that_timed_out_is_stopped_and_started_once_more
 
     if ray.is_initialized():
         pytest.skip("another test's Ray is running")
-    calls, children = _ray_init_timing_out(monkeypatch, 1, RuntimeError("the second start, in this test"))
+    calls, children, others = _ray_init_timing_out(monkeypatch, 1, RuntimeError("the second start, in this test"))
     with pytest.raises(RuntimeError, match="the second start, in this test"):
         ray_setup.init_ray(num_cpus=1)
     assert calls == ["init", "shutdown", "init"]
     assert children[0].poll() is not None  # the first start's process was stopped
+    assert _alive_then_stopped(others)  # a child that is not Ray's is none of its business
     assert capsys.readouterr().err == ""  # a refused command's stderr is its one error line (a CI run's tests)
 
 
@@ -210,11 +223,12 @@ def test_init_ray__a_local_start_that_timed_out_twice_is_one_error(monkeypatch):
 
     if ray.is_initialized():
         pytest.skip("another test's Ray is running")
-    calls, children = _ray_init_timing_out(monkeypatch, 2, AssertionError("no third start"))
+    calls, children, others = _ray_init_timing_out(monkeypatch, 2, AssertionError("no third start"))
     with pytest.raises(PlacerError, match=r"^the local Ray did not start \(2 tries\): Timed out waiting for file "):
         ray_setup.init_ray(num_cpus=1)
     assert calls == ["init", "shutdown", "init", "shutdown"]
     assert all(child.poll() is not None for child in children)
+    assert _alive_then_stopped(others)
 
 
 def test_init_ray__a_refusal_of_many_lines_is_one_line_naming_what_failed(monkeypatch):
