@@ -254,10 +254,8 @@ def _logged_peak_bytes(rows, seq: int, num_devices: int) -> np.ndarray | None:
     value = logged.iloc[0] if len(logged) else None
     if value is None or np.ndim(value) != 1 or len(value) != num_devices:
         return None
-    try:
-        return np.asarray(value, dtype=np.int64)
-    except (TypeError, ValueError):  # a null inside
-        return None
+    values = np.asarray(value, dtype=np.float64)  # a null inside is NaN here (as int64 it was -9.2e18 bytes)
+    return values.astype(np.int64) if np.isfinite(values).all() else None
 
 
 def write_run_plots(run: RunToPlot, out_dir: str | Path, lower_bound_s: float = math.nan) -> RunPlots:

@@ -182,7 +182,7 @@ def test_plot_run__a_real_measurers_unmeasured_peaks_are_the_simulators_and_said
         assert drawn["source"] == "GPUs measured, other devices simulated"
 
 
-@pytest.mark.parametrize("damage", ["null", "no column"])
+@pytest.mark.parametrize("damage", ["null", "no column", "a null inside"])
 def test_plot_run__a_log_without_the_best_rows_peak_bytes_draws_the_simulators(tmp_path, monkeypatch, damage):
     """A hand-written log without peak_bytes (the reader takes a missing column as nulls), or a null in the best
     row: `analyze --plots` crashed (TypeError, exit 1, --json printed nothing) after writing two of the plots."""
@@ -197,8 +197,13 @@ def test_plot_run__a_log_without_the_best_rows_peak_bytes_draws_the_simulators(t
     (part,) = (run / "measurements").glob("*.parquet")
     table = pq.read_table(part)
     index = table.schema.get_field_index("peak_bytes")
-    table = (table.remove_column(index) if damage == "no column" else
-             table.set_column(index, table.schema.field(index), pa.nulls(len(table), table.schema.field(index).type)))
+    field = table.schema.field(index)
+    if damage == "no column":
+        table = table.remove_column(index)
+    elif damage == "null":
+        table = table.set_column(index, field, pa.nulls(len(table), field.type))
+    else:  # pandas reads [1000, null, 0] as floats with a NaN
+        table = table.set_column(index, field, pa.array([[1000, None, 0]] * len(table), field.type))
     pq.write_table(table, part)
     drawn = {}
     monkeypatch.setattr(cluster.plots, "plot_device_load",
