@@ -193,7 +193,14 @@ def size_inputs(model, where: str, given: InputShapes) -> InputShapes:
     calls this with the graph's recorded sizes (every input's, when any was given)."""
     ports = {_input_name(port): port for port in model.inputs}
     aliases = {alias: name for name, port in ports.items() for alias in port.get_names()}
-    given = {aliases.get(key, key): sizes for key, sizes in given.items()}  # any of an input's names
+    named = {}  # any of an input's names, once
+    for key, sizes in given.items():
+        name = aliases.get(key, key)
+        if name in named:
+            raise PlacerError(f"{where}: --input-shape gives input {name!r} twice ({named[name][0]!r} and {key!r} "
+                              f"are its names)")
+        named[name] = (key, sizes)
+    given = {name: sizes for name, (_, sizes) in named.items()}
     dims = {name: _dims(port.get_partial_shape()) for name, port in ports.items()}  # None: unknown rank
     sized = sized_inputs(where, dims, given)
     changed = {ports[name]: list(sizes) for name, sizes in sized.items() if sizes != dims[name]}

@@ -411,3 +411,6 @@ def test_import_openvino_ir__an_input_goes_by_its_parameters_name_and_any_of_its
         assert graph.meta["input_shapes"] == {"mask": [2, 8]} and graph.batch_size == 2
     with pytest.raises(PlacerError, match="but the model's inputs are 'mask'"):
         import_openvino_ir(str(path), input_shapes={"ids": (2, 8)})
+    with pytest.raises(PlacerError, match=r"--input-shape gives input 'mask' twice \('mask' and "
+                                          r"'/layer/Cast_output_0' are its names\)"):
+        import_openvino_ir(str(path), input_shapes={"mask": (2, 8), "/layer/Cast_output_0": (4, 8)})
