@@ -203,6 +203,8 @@ def _fresh_optimizer(step: MaterializedStep, options: dict) -> torch.optim.Optim
     # an unknown option; a value Adam refuses (a negative lr); capturable off CUDA (AssertionError); differentiable
     # (its in-place update of a leaf that requires grad: RuntimeError)
     except (TypeError, ValueError, AssertionError, RuntimeError) as error:
+        if not options and isinstance(error, (AssertionError, RuntimeError)):
+            raise  # no option to blame (the warm-up step's own failure, e.g. a sparse gradient)
         raise PlacerError(f"optimizer options {options}: {error}") from error
     with torch.no_grad():
         for p, value in zip(params, before):
