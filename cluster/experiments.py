@@ -313,7 +313,8 @@ def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -
     by the row's search, after a larger --budget was written over the folder's, which then refused the budget
     its runs were made with. (A search's run of a smaller budget is neither: the row starts a new one.) A run
     of a larger budget is refused as the folder's settings refuse it: with experiment.json lost, its rows
-    were reported under the smaller budget."""
+    were reported under the smaller budget. (A log's placements are not read here, a long run's being most of
+    it: a row with none is found by the row's resume.)"""
     from cluster.jobs import GROUPING_FILE
     from cluster.runlog_format import check_run_log
 
