@@ -323,10 +323,11 @@ def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -
             run_dir = find_cell_run(folder / cell.folder_name, policy)
             if run_dir is None:
                 continue
-            if _run_budget(run_dir) > settings.budget:  # (experiment.json says so too, unless it was lost)
-                raise PlacerError(f"{run_dir} was run with --budget {_run_budget(run_dir)}: pick another --out, or "
-                                  f"a budget of at least {_run_budget(run_dir)} (not {settings.budget})")
-            if not _started_afresh(_smaller_budget(run_dir, settings), policy) \
+            budget = _run_budget(run_dir)
+            if budget > settings.budget:  # (experiment.json says so too, unless it was lost)
+                raise PlacerError(f"{run_dir} was run with --budget {budget}: pick another --out, or a budget of "
+                                  f"at least {budget} (not {settings.budget})")
+            if not _started_afresh(budget < settings.budget, policy) \
                     and (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
                 check_run_log(run_dir)
 

@@ -102,8 +102,8 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
                            seed=config.seed)
     problem.unit_allowed  # a group no device of the machine may run is one error, as search says (every row skipped)
     from cluster.jobs.bound_solve import proven_bound_once
-    from policies.exact.bound import grouping_method
     from cluster.jobs.search import bound_of_measured_steps
+    from policies.exact.bound import grouping_method
 
     bound = bound_of_measured_steps(proven_bound_once(problem, config.bound_time_limit_s),  # the searches' groups
                                     config.measurer)

@@ -441,13 +441,18 @@ def _add_channel_rows(rows: _Rows, problem, layout, links) -> None:
              np.concatenate([np.ones(c), -busy_ms]), np.zeros(c), np.inf)
 
 
+def _unit_param_bytes(problem: PlacementProblem) -> np.ndarray:
+    """(U,) float64: each unit's parameter bytes, what the memory rows hold on its device."""
+    return np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
+                       minlength=problem.num_units)
+
+
 def _parameters_cannot_fit(problem: PlacementProblem) -> bool:
     """Whether no placement can fit the memory rows, by two facts that prove it: a unit whose parameters
     exceed every device it may run on, or parameters that exceed all devices together. The rows are in GB,
     and HiGHS's feasibility tolerances (1e-7 to 1e-6) took devices of a few bytes holding hundreds as a fit
     ("optimal" beside an "infeasible" LP)."""
-    param_bytes = np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
-                              minlength=problem.num_units)  # (U,)
+    param_bytes = _unit_param_bytes(problem)  # (U,)
     capacity = problem.capacity_bytes().astype(np.float64)  # (D,)
     roomiest = np.where(problem.unit_allowed, capacity[None, :], -np.inf).max(axis=1)  # (U,)
     return bool(np.any(param_bytes > roomiest)) or param_bytes.sum() > capacity.sum()
@@ -458,8 +463,7 @@ def _parameters_fit(problem: PlacementProblem) -> bool:
     placement, found greedily: heaviest unit first, onto the allowed device with the most room left. The other
     rows always hold with a long enough step, so a relaxation HiGHS calls infeasible while this finds one is
     HiGHS's numerics (a machine whose figures span a dozen orders of magnitude), not a proof."""
-    param_bytes = np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
-                              minlength=problem.num_units)  # (U,)
+    param_bytes = _unit_param_bytes(problem)  # (U,)
     room = problem.capacity_bytes().astype(np.float64)  # (D,)
     for unit in np.argsort(-param_bytes, kind="stable").tolist():
         options = np.flatnonzero(problem.unit_allowed[unit])
@@ -473,8 +477,7 @@ def _parameters_fit(problem: PlacementProblem) -> bool:
 
 
 def _add_memory_rows(rows: _Rows, problem, layout) -> None:
-    param_gb = np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
-                           minlength=problem.num_units) / GB
+    param_gb = _unit_param_bytes(problem) / GB
     u, d = np.nonzero(layout.x_col >= 0)
     devices = problem.num_devices
     rows.add(d, layout.x_col[u, d], param_gb[u], np.full(devices, -np.inf), problem.capacity_bytes() / GB)
