@@ -164,19 +164,29 @@ def _stop_process_trees(processes: set) -> None:
 def _no_ray_sigterm_handler() -> Iterator[None]:
     """ray.init sets SIGTERM handlers of its own while it starts (exit at once); ``_stop_on_sigterm`` replaces
     them once it has returned, so within this block they are not set at all (Ray's one helper for it,
-    ``ray._private.utils.set_sigterm_handler``, does nothing here; a Ray without it is left as it is)."""
+    ``ray._private.utils.set_sigterm_handler``, does nothing here; a Ray without it is left as it is).
+
+    Nor does the driver's core worker install its failure signal handler (Abseil's, for SIGTERM among
+    others): ray.shutdown uninstalls it by setting SIGTERM's action in the kernel back to the default, behind
+    Python's back, and a SIGTERM in the second or so before ``shutdown_ray`` set the handler again ended the
+    process with status 143, no output and no ``result.json``. Ray's workers and daemons keep theirs; the
+    driver loses only the handler's stack dump on a crash of its own."""
     try:
+        import ray._private.ray_constants as ray_constants
         import ray._private.utils as ray_utils
 
         original = ray_utils.set_sigterm_handler
+        failure_handler_off = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
     except (ImportError, AttributeError):
         yield
         return
     ray_utils.set_sigterm_handler = lambda handler: None
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read when the driver's core worker is made
     try:
         yield
     finally:
         ray_utils.set_sigterm_handler = original
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = failure_handler_off
 
 
 _SIGTERM_BEFORE: list = []  # the handler before ray.init, put back by shutdown_ray

@@ -4,6 +4,7 @@ Signals are sent with ``signal.raise_signal``: delivered to this thread and hand
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -69,6 +70,35 @@ def test_shutdown_ray__puts_back_the_sigterm_handler_from_before_ray_not_rays():
     finally:
         ray_setup.shutdown_ray()
         signal.signal(signal.SIGTERM, before)
+
+
+def _kernel_catches(signum: int) -> bool:
+    """Whether the kernel's action for ``signum`` is a handler (/proc's SigCgt), which Python cannot see:
+    ``signal.getsignal`` reports the handler Python set last, whatever C code did since."""
+    with open(f"/proc/{os.getpid()}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
+def test_shutdown_ray__sigterm_stays_caught_while_ray_shuts_down():
+    """ray.shutdown set SIGTERM's action back to the default in the kernel (the driver's failure signal
+    handler uninstalled): a search sent SIGTERM while it closed its run log ended with status 143, nothing
+    printed and no result.json. Held in a block as the search holds it, a SIGTERM now waits for the block."""
+    import ray
+
+    from cluster import ray_setup
+
+    if ray.is_initialized():
+        pytest.skip("another test's Ray is running")
+    ray_setup.init_ray(num_cpus=1)
+    try:
+        with interrupts_deferred(signals=(signal.SIGINT, signal.SIGTERM)) as held:
+            ray.shutdown()  # shutdown_ray's own call: SIGTERM must be caught right after it
+            assert _kernel_catches(signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert held.pressed
+    finally:
+        ray_setup.shutdown_ray()
 
 
 def test_init_ray__a_ctrl_c_while_ray_starts_waits_for_it_then_shuts_it_down(monkeypatch, capsys):
