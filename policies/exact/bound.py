@@ -13,9 +13,9 @@
   relaxations left (ticks rounded down keep it one; the dispatch rule's model is not used: rounding can
   reorder near-ties). On coarse groups its model (groups run whole) is no relaxation, so it is not used.
 
-``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerance (1e-6
-relative, ``SOLVER_SLACK``): the MIP's optimum of one group came out a few ulps above the simulated step of
-that very placement. (The closed form is the lower bound every table prints, already lowered by its summing
+``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerances (1e-6
+relative, ``SOLVER_SLACK``, and absolute: ``relaxation.proven_s``): the MIP's optimum of one group came out a
+few ulps above the simulated step of that very placement, and on steps of nanoseconds up to 4% above. (The closed form is the lower bound every table prints, already lowered by its summing
 margin; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it
 holds. ``time_limit_s`` is shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
 """
@@ -40,7 +40,7 @@ class BoundReport:
     graph: str
     machine: str
     closed_form_s: float  # holds for every placement
-    lp_s: float | None  # HiGHS's value as solved (best_s takes it less SOLVER_SLACK); None: not solved
+    lp_s: float | None  # HiGHS's value as solved (best_s takes it less its tolerances); None: not solved
     # (skipped, or cut short: an unfinished LP proves nothing)
     lp_status: str
     lp_wall_s: float
@@ -79,7 +79,7 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
     """The closed-form, LP, MIP and CP-SAT bounds of the module docstring within ``time_limit_s`` seconds, or
     until ``stop`` is set (by another thread: what was proven by then; the solve it ended says "stopped",
     those it kept from starting "skipped")."""
-    from policies.exact.relaxation import SOLVER_SLACK, solve_relaxation
+    from policies.exact.relaxation import proven_s, solve_relaxation
 
     if not isinstance(time_limit_s, numbers.Real) or not time_limit_s >= 0 or math.isinf(time_limit_s):
         raise PlacerError(f"the bound's time limit must be a finite number of seconds >= 0, got {time_limit_s}")
@@ -95,7 +95,7 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
     exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads, stop)
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
-    candidates += [(r.bound_s * (1.0 - SOLVER_SLACK), f"placements of {grouping}") for r in (lp, mip)
+    candidates += [(proven_s(r.bound_s, problem), f"placements of {grouping}") for r in (lp, mip)
                    if r is not None and r.bound_s is not None]
     if exact is not None and math.isfinite(exact.bound_s):
         candidates.append((exact.bound_s, f"placements of {grouping}"))

@@ -48,7 +48,7 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size, ticks_fit
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
-from policies.exact.relaxation import SOLVER_SLACK, relaxed_step_s
+from policies.exact.relaxation import proven_s, relaxed_step_s
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
 from policies.spill import STILL_OUT_OF_MEMORY, fit_units_in_memory
@@ -322,7 +322,7 @@ class ExactPolicy:
 def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, str]:
     """HiGHS's bound, or the closed form where that is higher (HiGHS stopped at its limit before its dual bound
     passed it); nan without a HiGHS bound. With its words for the notes."""
-    highs_s = run.bound_s * (1 - SOLVER_SLACK)  # HiGHS's own can sit a few ulps above the optimum
+    highs_s = proven_s(run.bound_s, problem) if math.isfinite(run.bound_s) else math.nan  # less its tolerances
     if not math.isfinite(highs_s):
         return highs_s, f"no bound ({run.bound_status})"
     if highs_s < problem.lower_bound_s:

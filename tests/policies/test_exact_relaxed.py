@@ -84,7 +84,7 @@ def test_relaxed_bound__the_closed_form_where_highs_stopped_below_it():
     """HiGHS stopped at its limit before its dual bound passed the closed form (a loaded machine, a short
     limit): exact reports the closed form, which holds for every placement, and says so."""
     from policies.exact.policy import _relaxed_bound
-    from policies.exact.relaxation import SOLVER_SLACK
+    from policies.exact.relaxation import proven_s
     from policies.exact.relaxed_search import RelaxedRun
 
     graph, machine = random_dag(7, 6), own_channels_machine()
@@ -93,7 +93,7 @@ def test_relaxed_bound__the_closed_form_where_highs_stopped_below_it():
     bound_s, words = _relaxed_bound(problem, RelaxedRun(bound_s=0.5 * closed_s, bound_status="time_limit"))
     assert bound_s == closed_s and "the closed form's" in words and "time_limit" in words
     bound_s, words = _relaxed_bound(problem, RelaxedRun(bound_s=2 * closed_s, bound_status="optimal"))
-    assert bound_s == pytest.approx(2 * closed_s * (1 - SOLVER_SLACK), rel=1e-12) and "closed form" not in words
+    assert bound_s == proven_s(2 * closed_s, problem) < 2 * closed_s and "closed form" not in words
     bound_s, words = _relaxed_bound(problem, RelaxedRun(bound_status="infeasible"))
     assert math.isnan(bound_s) and words == "no bound (infeasible)"
 
