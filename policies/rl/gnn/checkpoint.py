@@ -196,6 +196,9 @@ def _mismatch(expected: dict, weights) -> str:
     for name, tensor in expected.items():
         if not torch.is_tensor(weights[name]):
             return f"{name} is a {type(weights[name]).__name__}, not a tensor"
+        if weights[name].layout != torch.strided or weights[name].device.type != "cpu":  # sparse, or meta
+            return (f"{name} is not a dense CPU tensor ({str(weights[name].layout).removeprefix('torch.')} on "
+                    f"{weights[name].device.type})")
         if weights[name].shape != tensor.shape:
             return f"size mismatch for {name}: {list(weights[name].shape)} in the file, {list(tensor.shape)} here"
         if weights[name].is_floating_point() != tensor.is_floating_point():  # integer weights loaded as zeros

@@ -368,6 +368,9 @@ def test_a_machine_with_one_allowed_device_per_group_measures_once_and_stops(set
     (lambda t: t["net"].update({next(iter(t["net"])): torch.zeros(3, 3)}), "do not fit its architecture"),
     (lambda t: next(iter(t["net"].values())).fill_(float("nan")), "NaN or infinite"),
     (lambda t: t["config"].update(hidden_size="8"), "needs whole numbers"),
+    (lambda t: t["net"].update({(k := next(iter(t["net"]))): t["net"][k].to_sparse()}), "not a dense CPU tensor"),
+    (lambda t: t["net"].update({(k := next(iter(t["net"]))): torch.empty_like(t["net"][k], device="meta")}),
+     "not a dense CPU tensor"),
 ])
 def test_a_learner_to_resume_with_weights_the_run_cannot_use_is_refused_naming_it(setup, tmp_path, edit, message):
     """Checked as an --init checkpoint is, when the policy is made (a search makes it before it changes its
