@@ -35,7 +35,9 @@ def output_file(text: str) -> str:
     ``~`` is the user's home (a quoted one reaches a Ray job's command line unexpanded). A symbolic link is
     written through: the file it names is replaced (the write is a rename, which replaced the link itself);
     a path that names something other than a file (a pipe, a device: ``/dev/null`` as root was replaced by a
-    file) or ends in ``/`` is refused."""
+    file) or ends in ``/`` is refused, and so is an empty path (`-o "$FILE"` with FILE unset: it read as ".")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path: name a file")
     if text.endswith(("/", os.sep)):
         raise argparse.ArgumentTypeError(f"{text} names a folder (it ends in /), not a file")
     text = str(Path(text).expanduser())

@@ -758,6 +758,16 @@ def test_cli__an_argument_that_is_not_utf8_is_one_error_before_anything_runs(tmp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("words", [["graphs", "export", "synthetic:5", "-o"],
+                                   ["simulate", "--graph", "synthetic:5", "--trace"]])
+def test_an_empty_file_path_is_refused_naming_it_empty_not_as_this_folder(tmp_path, monkeypatch, capsys, words):
+    """`-o "$FILE"` with FILE unset: Path("") is ".", and the error said ". is a folder", a path nobody typed."""
+    monkeypatch.chdir(tmp_path)
+    assert _exit_status([*words, ""]) == 2
+    assert one_placer_error(capsys).endswith(": an empty path: name a file\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("argv", [["graphs", "list"], ["graphs", "export", "synthetic:5", "-o", "never.parquet"]])
 def test_cli__a_closed_stdout_is_one_error_line_before_the_command_runs(tmp_path, argv):
     """`placer graphs list >&-`: Python starts without a sys.stdout, the command printed nothing, then failed
