@@ -7,6 +7,7 @@ import math
 import time
 
 PROGRESS_LINE_EVERY_S = 30.0  # a progress bar's line in a log (a Ray job's, a file): the first, then this often
+PROGRESS_LINE_WIDTH = 160  # columns of that line: room for a long problem name beside the count
 
 
 def text_console(**options):
@@ -45,6 +46,8 @@ class ProgressLines:
     def __init__(self, bar, every_s: float = PROGRESS_LINE_EVERY_S, clock=time.monotonic):
         self._bar, self._every_s, self._clock = bar, every_s, clock
         self._due_s = None if bar.console.is_terminal else -math.inf  # None: the live bar shows progress
+        if not bar.console.is_terminal:  # a log's 80 columns cut train's line before its count of the budget
+            bar.console.width = max(bar.console.width, PROGRESS_LINE_WIDTH)
 
     def tick(self) -> None:
         if self._due_s is None or self._clock() < self._due_s:

@@ -361,6 +361,24 @@ def test_progress_lines__every_interval_in_a_log_and_never_on_a_terminal(capsys)
                                                                                          "search 3/64"], printed
 
 
+def test_progress_lines__a_log_line_keeps_every_column_of_trains_bar():
+    """train's line in a log (80 columns there) lost its count of the budget and its elapsed time."""
+    import io
+    from types import SimpleNamespace
+
+    from cluster.commands.train import _Progress
+
+    with _Progress(2048) as progress:
+        progress._bar.console.file = io.StringIO()
+        assert not progress._bar.console.is_terminal
+        metrics = SimpleNamespace(problem="synthetic:40@/a/rather/long/folder/of/machines/cpu-only.json",
+                                measurements_used=64, batch_best_runtime_s=0.0213)
+        progress.update(metrics)
+        printed = progress._bar.console.file.getvalue()
+    line = " ".join(printed.split())
+    assert "64/2048" in line and "cpu-only.json: batch best 0.0213 s" in line and "0:00:0" in line, printed
+
+
 def test_search_cli__the_tf_measurers_actors_print_no_tensorflow_start_up_lines(tmp_path):
     """`--measurer tf` through the pool: each actor's TensorFlow wrote its C++ start-up lines (oneDNN, "could
     not find cuda drivers", CPU features) to stderr, which Ray forwarded to the user's terminal."""
