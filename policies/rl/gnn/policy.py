@@ -137,6 +137,8 @@ class GdpPolicy:
                     start = warm.unit_placement
                     if trainer.config.kind == "gdp":
                         trainer.imitate([slot], [start], trainer.config.imitation_steps)
+                if slot.counter.left < 1:  # the placements it would measure were dropped without a word
+                    notes.append("no zero-shot placement measured: the warm start took the whole budget")
                 self._zero_shot(trainer, slot, start)
             if slot.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
                 notes.append(slot.warm_start_note)
