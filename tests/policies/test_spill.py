@@ -145,14 +145,44 @@ def test_spill__moves_a_region_when_no_single_group_move_lowers_the_peak():
     assert len(result.regions) == 1 and result.regions[0] == len(result.moves)
     assert all(move.from_device == 1 and move.to_device == 2 for move in result.moves)
     assert "1 region" in result.notes(problem) and "fits now" in result.notes(problem)
-    single_only = spill(problem, placement, graph.out_bytes.astype(np.int64), preference, max_regions=0)
+    single_only = spill(problem, placement, graph.out_bytes.astype(np.int64), preference, max_regions=0,
+                        max_descent_simulations=0)
     assert not single_only.fits and single_only.stop == "no move lowers the peak"
     # the one unit with an estimate fits nowhere; the others were tried too, and the notes say so (they said
     # "no unit fits elsewhere" alone, as if nothing could move)
     one_big = np.zeros(problem.num_units, dtype=np.int64)
     one_big[problem.op_unit[0]] = 10**9
-    stuck = spill(problem, placement, one_big, preference, max_regions=0)
+    stuck = spill(problem, placement, one_big, preference, max_regions=0, max_descent_simulations=0)
     assert stuck.stop == "no unit fits elsewhere; of the units of no estimate, no move lowers the peak"
+
+
+def test_spill__its_last_step_fits_what_only_several_moves_together_fit():
+    """A reviewer's 5 ops on paper-2gpu of 1400 / 900 / 600 MB: 10 of the 243 placements fit, and m-TOPO's
+    ends 1 MB over on gpu:1, where every single move still overflows; m-TOPO, m-ETF and m-SCT ended out of
+    memory. The tabu search of the last step reaches a placement that fits."""
+    mb = 10**6
+    graph = build_graph([(0, 1, 220 * mb), (1, 2, 170 * mb), (0, 2, 170 * mb), (1, 3, 50 * mb), (2, 4, 200 * mb)], 5,
+                        flops=[1e9] * 5, out_bytes=[220 * mb, 170 * mb, 200 * mb, mb, mb],
+                        param_bytes=[100 * mb, 100 * mb, 400 * mb, 400 * mb, 400 * mb])
+    base = load_machine("paper-2gpu")
+    machine = dataclasses.replace(base, devices=tuple(dataclasses.replace(d, memory_bytes=size * mb) for d, size
+                                                      in zip(base.devices, (1400, 900, 600))))
+    problem, simulator = make_problem(graph, machine), Simulator(graph, machine)
+    start = np.array([1, 1, 0, 0, 2])  # m-TOPO's fill
+    assert simulator.run(start).status == "oom"
+    for op in range(5):  # the premise: no single move fits
+        for device in range(3):
+            assert simulator.run(np.where(np.arange(5) == op, device, start)).status == "oom"
+    without = spill(problem, start, graph.param_bytes, np.zeros(3), max_descent_simulations=0)
+    assert not without.fits
+    result = spill(problem, start, graph.param_bytes, np.zeros(3))
+    assert result.fits and result.stop == "fits" and "fits now" in result.notes(problem)
+    assert simulator.run(result.op_placement).status == "ok"
+    assert np.array_equal(result.units, problem.collapse(result.op_placement))
+    for name in ("m-topo", "m-etf", "m-sct"):
+        assert place(name, problem, SimulatorMeasurer(graph, machine), 1, 0).best.ok, name
+    never_the_host = spill(problem, start, graph.param_bytes, np.array([np.inf, 0.0, 0.0]))
+    assert all(move.to_device != 0 for move in never_the_host.moves)  # infinite preference: no target there either
 
 
 def test_spill__a_region_leaves_behind_a_holder_that_may_run_nowhere_else():
@@ -247,7 +277,7 @@ def test_spill__peaks_are_the_problems_own_op_times_a_profiles():
     profiled = dataclasses.replace(problem, op_time_s=problem.op_time_s * rng.uniform(0.2, 5.0, (graph.num_ops, 1)))
     placement = profiled.expand(profiled.repair_allowed(rng.integers(0, machine.num_devices, problem.num_units)))
     repair = spill(profiled, placement, np.zeros(problem.num_units, dtype=np.int64), np.zeros(machine.num_devices),
-                   max_moves=0, max_regions=0)
+                   max_moves=0, max_regions=0, max_descent_simulations=0)
     profile_peaks = Simulator(graph, machine, op_time_s=profiled.op_time_s).run(placement).peak_bytes
     assert np.array_equal(repair.peak_bytes_before, profile_peaks)
     assert not np.array_equal(profile_peaks, Simulator(graph, machine).run(placement).peak_bytes)  # they differ

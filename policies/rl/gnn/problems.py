@@ -175,7 +175,8 @@ class Slot:
         model, as ``single_device_peak_bytes``) overflows, to the first of ``devices`` after it where the group
         fits: each move takes the group that adds the fewest cut bytes per byte it frees (the heuristics'
         memory model, ``unit_memory_bytes``). ``policies.spill.spill`` with a shortlist of one: the heuristics'
-        repair, by the estimate alone, without its region moves (the start stays the one the RL figures had)."""
+        repair, by the estimate alone, without its region moves and last step (the start stays the one the RL
+        figures had)."""
         from policies.problem import unit_memory_bytes
         from policies.spill import spill
 
@@ -185,7 +186,7 @@ class Slot:
         edges = (self.inputs.edge_index[0], self.inputs.edge_index[1], self.inputs.edge_bytes)
         result = spill(self.problem, self.problem.expand(units), group_bytes, preference,
                        max_moves=self.num_groups * len(devices), shortlist=1, edges=edges,
-                       max_regions=0)
+                       max_regions=0, max_descent_simulations=0)
         return result.units
 
     def fitted(self, units: np.ndarray) -> np.ndarray:
