@@ -95,7 +95,7 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
     exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads, stop)
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
-    candidates += [(proven_s(r.bound_s, problem), f"placements of {grouping}") for r in (lp, mip)
+    candidates += [(proven_s(r.bound_s), f"placements of {grouping}") for r in (lp, mip)
                    if r is not None and r.bound_s is not None]
     if exact is not None and math.isfinite(exact.bound_s):
         candidates.append((exact.bound_s, f"placements of {grouping}"))

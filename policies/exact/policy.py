@@ -322,7 +322,7 @@ class ExactPolicy:
 def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, str]:
     """HiGHS's bound, or the closed form where that is higher (HiGHS stopped at its limit before its dual bound
     passed it); nan without a HiGHS bound. With its words for the notes."""
-    highs_s = proven_s(run.bound_s, problem) if math.isfinite(run.bound_s) else math.nan  # less its tolerances
+    highs_s = proven_s(run.bound_s) if math.isfinite(run.bound_s) else math.nan  # less its tolerances
     if not math.isfinite(highs_s):
         return highs_s, f"no bound ({run.bound_status})"
     if highs_s < problem.lower_bound_s:

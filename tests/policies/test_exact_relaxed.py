@@ -93,7 +93,7 @@ def test_relaxed_bound__the_closed_form_where_highs_stopped_below_it():
     bound_s, words = _relaxed_bound(problem, RelaxedRun(bound_s=0.5 * closed_s, bound_status="time_limit"))
     assert bound_s == closed_s and "the closed form's" in words and "time_limit" in words
     bound_s, words = _relaxed_bound(problem, RelaxedRun(bound_s=2 * closed_s, bound_status="optimal"))
-    assert bound_s == proven_s(2 * closed_s, problem) < 2 * closed_s and "closed form" not in words
+    assert bound_s == proven_s(2 * closed_s) < 2 * closed_s and "closed form" not in words
     bound_s, words = _relaxed_bound(problem, RelaxedRun(bound_status="infeasible"))
     assert math.isnan(bound_s) and words == "no bound (infeasible)"
 
