@@ -78,11 +78,31 @@ def op_time_matrix(graph: OpGraph, machine: Machine, profile: "OpProfile | None"
     if profile is not None:
         profile.check_graph(graph, where)
         profile.apply(graph, machine, times)
-    allowed = (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0  # (N, D) bool
+    allowed = allowed_cells(graph, machine)  # (N, D) bool
     times[~allowed] = np.inf
     _check_op_times(graph, machine, times, allowed)
     _check_transfer_times(graph, machine)
     return times
+
+
+def allowed_cells(graph: OpGraph, machine: Machine) -> np.ndarray:
+    """(N, D) bool: the (op, device) pairs allowed_mask lets run."""
+    return (graph.allowed_mask[:, None] & machine.kind_bits[None, :]) != 0
+
+
+def check_given_op_times(graph: OpGraph, machine: Machine, times: np.ndarray) -> None:
+    """Op times a caller made (``Simulator(op_time_s=...)``) checked as ``op_time_matrix`` checks its own:
+    a NaN or negative time where the op may run made the fast engine loop forever (or write past its arrays
+    with a timeline), and an ``inf`` there read as a device the op may not run on."""
+    allowed = allowed_cells(graph, machine)
+    with np.errstate(invalid="ignore"):
+        bad = allowed & ~(np.isfinite(times) & (times >= 0))  # (N, D) bool
+    if bad.any():
+        i, d = (int(k) for k in np.argwhere(bad)[0])
+        raise PlacerError(f"op_time_s holds {times[i, d]} s for op {graph.op_names[i]!r} on device "
+                          f"{machine.devices[d].name!r}, where it may run: op times there must be finite and >= 0 "
+                          "(inf marks a device the op may not run on)")
+    _check_op_times(graph, machine, times, allowed)
 
 
 def _read_named_profile(path: str | os.PathLike, named_by: str) -> tuple[str, "OpProfile"]:

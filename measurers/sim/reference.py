@@ -45,7 +45,8 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.sim.costs import OpProfile, load_profile, op_class_codes, op_time_matrix, OP_CLASSES
+from measurers.sim.costs import (OpProfile, check_given_op_times, load_profile, op_class_codes, op_time_matrix,
+                                  OP_CLASSES)
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.sim.links import link_table
@@ -84,6 +85,7 @@ class Simulator:
                               + (" and a profile" if profile is not None else ""))
         else:
             self.op_time_s = np.asarray(op_time_s, dtype=np.float64)
+            check_given_op_times(graph, machine, self.op_time_s)
         self.alloc_bytes = output_alloc_bytes(graph)  # (N,) int64
         _check_memory_totals(graph, self.alloc_bytes)
         self._fast = None

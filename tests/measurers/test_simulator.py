@@ -250,6 +250,23 @@ def test_simulator__op_times_given_instead_of_a_profile_time_the_step(engine):
         Simulator(graph, machine, profile, op_time_s=times)
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("bad_s, words", [(-5.0, "must be finite and >= 0"), (np.nan, "must be finite and >= 0"),
+                                          (np.inf, "must be finite and >= 0"), (1e300, "too extreme to simulate")])
+def test_simulator__op_times_given_that_no_step_could_take_are_refused(engine, bad_s, words):
+    """Checked only when the cost model made them: NaN or a negative time looped the fast engine forever (or
+    crashed it writing a timeline), inf on an allowed device read as one the op may not run on, 1e300 s was
+    an "ok" step of inf."""
+    from measurers.sim.reference import Simulator
+
+    graph = toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)])
+    machine = toy_machine(num_gpus=1)
+    times = op_time_matrix(graph, machine)
+    times[0, 1] = bad_s
+    with pytest.raises(PlacerError, match=words):
+        Simulator(graph, machine, engine=engine, op_time_s=times)
+
+
 def test_profile__bad_file_is_one_error(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": [{"op": "a"}]}))
