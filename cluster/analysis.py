@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY, FILE_POLICY
+from cluster.jobs.config import BASELINES_FILE, BASELINES_POLICY, FILE_POLICY, warm_start_label
 from cluster.jsonout import json_safe
 from cluster.runlog import (MANIFEST_FILE, RunManifest, device_removals_done, read_manifest, read_result_json,
                             read_run, removed_device_indices, rows_without_devices)
@@ -279,6 +279,8 @@ def _summary(run: Path, manifest: RunManifest, rows: pd.DataFrame, usable: pd.Da
     own = bests.get(manifest.policy)
     own_best = own.runtime_s if own is not None else math.nan
     overall, overall_source = _fastest(usable[usable["status"] == "ok"])
+    if overall_source == FILE_POLICY:  # named as result.json names it
+        overall_source = warm_start_label(str(manifest.config.get("warm_start")))
     finished = read_result_json(run) is not None
     if manifest.policy == BASELINES_POLICY:  # a `placer baselines --out` run: its best is the best baseline
         own_best, finished = overall, (run / BASELINES_FILE).is_file()

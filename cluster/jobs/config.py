@@ -25,6 +25,12 @@ FILE_POLICY = "warm-start"  # the run log's policy of the one measurement of a w
 CHECKPOINT_DIR = "checkpoint"
 
 
+def warm_start_label(source: str) -> str:
+    """Who found a run's best when a warm start read from ``source`` (the --warm-start text) did, as
+    result.json and `placer analyze` both name it."""
+    return f"warm start ({source})"
+
+
 
 @dataclass
 class SearchConfig:

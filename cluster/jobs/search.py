@@ -44,7 +44,7 @@ import numpy as np
 from cluster.jobs.bound_solve import BoundSolve, bound_solve
 from cluster.jobs.config import (CHECKPOINT_DIR, FILE_POLICY, GROUPING_FILE, MAX_WORKERS, SearchConfig,
                                  check_bound_time_limit, check_counts, check_measurer_settings,
-                                 check_policy_groups)
+                                 check_policy_groups, warm_start_label)
 from cluster.jobs.interrupts import interrupts_deferred
 from cluster.jobs.logged import LoggedPoolMeasurer, PastRows, log_placement, past_rows
 from cluster.jobs.removal import (DeviceRemoval, check_removals, check_removals_for_problem,
@@ -812,7 +812,7 @@ def _on_final_devices(result: SearchResult, problem, outcome: _PolicyOutcome, pl
             left_out.append(b.policy)
     named = {b.policy for b in result.baselines}
     if warm is not None and warm.source not in named and math.isfinite(warm.runtime_s) and fits(warm.candidates[0]):
-        candidates.append((warm.runtime_s, f"warm start ({warm.source})", warm.candidates[0]))
+        candidates.append((warm.runtime_s, warm_start_label(warm.source), warm.candidates[0]))
     if fits(outcome.best_op_placement):
         candidates.append((outcome.best_runtime_s, result.policy, outcome.best_op_placement))
     devices = [problem.machine.devices[i].name for i in outcome.final_devices]
@@ -859,7 +859,7 @@ def _result(config, run_dir, problem, baselines, outcome, stop_reason, wall_s,
     # `placer analyze` have it (by name, "annealing" took a tie from the expert row it had only re-measured).
     candidates = [(b.runtime_s, b.policy) for b in baselines if not math.isnan(b.runtime_s)]
     if warm is not None and warm.source not in {b.policy for b in baselines} and math.isfinite(warm.runtime_s):
-        candidates.append((warm.runtime_s, f"warm start ({warm.source})"))  # a file's, scored on its own
+        candidates.append((warm.runtime_s, warm_start_label(warm.source)))  # a file's, scored on its own
     candidates.append((outcome.best_runtime_s, config.policy))
     best_runtime_s, best_source = min(candidates, key=lambda c: c[0])
     if not math.isfinite(best_runtime_s):

@@ -48,12 +48,12 @@ def _graph():
 
 def write_run(root: Path, rows=ROWS, policy: str = "annealing", graph=None, machine: str = "paper-2gpu",
               close: bool = True, graph_file: Path | None = None, start: str = STARTED,
-              budget: int | None = None, placements=None) -> Path:
+              budget: int | None = None, placements=None, warm_start: str | None = None) -> Path:
     """A run folder with one measurement per entry of ``rows``, finished 1 s apart from T0 + 1 (each row's
     op placement from ``placements``, else spread over every device)."""
     graph = graph if graph is not None else _graph()
     config = {"graph": str(graph_file) if graph_file is not None else graph.name,
-              "budget": len(rows) if budget is None else budget}
+              "budget": len(rows) if budget is None else budget, "warm_start": warm_start}
     manifest = new_manifest(make_run_id(graph.name, policy, 0, when=T0), graph, load_machine(machine),
                             seed=0, policy=policy, config=config, command=["test"])
     manifest = dataclasses.replace(manifest, started_at=start)
@@ -234,6 +234,14 @@ def test_summarize__a_warm_starts_re_measurement_is_no_baseline(tmp_path):
     assert (first.best_baseline, first.best_baseline_s, first.best_baseline_run) == ("m-etf", 1.5, b.name)
     assert (second.best_baseline, second.best_baseline_s) == ("m-etf", 1.5)
     assert [b.policy for b in second.baselines] == ["m-etf"]
+
+
+def test_summarize__a_best_from_a_warm_start_file_is_named_as_result_json_names_it(tmp_path):
+    """analyze said "warm-start" (the log's tag), result.json "warm start (runs/old)"."""
+    run = write_run(tmp_path / "a", policy="giph", warm_start="runs/old",
+                    rows=[("warm-start", 0.9, "ok", False), ("giph", 0.97, "ok", False)])
+    (summary,) = summarize([run])
+    assert (summary.overall_best_runtime_s, summary.overall_best_source) == (0.9, "warm start (runs/old)")
 
 
 def test_summarize__the_policys_best_and_the_overall_best_are_named_apart(tmp_path, capsys):
