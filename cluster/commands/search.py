@@ -130,7 +130,7 @@ def run(args) -> int:
                 emit_json(raylet_watch.stop_fields(measurers_lost)
                           | {"run_dir": None if run_dir is None else str(run_dir), "resume": resume})
             return 1 if lost else 130
-        progress.finish(result.measurements, result.stop_reason)
+        progress.finish(result.measurements, result.stop_reason, result.policy_best_runtime_s, result.lower_bound_s)
     if not config.resume and config.policy != "hsdag":  # a resumed run keeps its own grouping; hsdag makes its own
         note_groups_above_colocation(config.groups, result.colocation_groups, result.graph, given="groups" in given)
         if not config.split_groups:  # split groups can outnumber --groups
@@ -203,20 +203,20 @@ class _Progress:
             return
         task = self._bar.tasks[0]
         rate = (measured - self._measured_before) / task.elapsed if task.elapsed else 0.0
-        best = "best -" if math.isinf(best_runtime_s) else f"best {seconds_text(best_runtime_s)} s"
-        if lower_bound_s and math.isfinite(best_runtime_s):
-            best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"
-        self._bar.update(self._task, completed=min(measured, self.budget), best=best, rate=f"{rate:.1f}/s")
+        self._bar.update(self._task, completed=min(measured, self.budget),
+                         best=_best_text(best_runtime_s, lower_bound_s), rate=f"{rate:.1f}/s")
         self._lines.tick()
 
-    def finish(self, measured: int, stop_reason: str) -> None:
+    def finish(self, measured: int, stop_reason: str, best_runtime_s: float, lower_bound_s: float) -> None:
         """The search ended. Unless a time limit or a stop cut it short, the bar ends full at what the policy
         measured: a heuristic measures one placement of a budget of 2,048, a converged learner fewer than
-        its budget, and a resumed run whose every measurement was logged reported none to the bar."""
+        its budget, and a resumed run whose every measurement was logged reported none to the bar (nor its
+        best: the policy's best is shown here)."""
         if self._bar is None:
             return
         total = self.budget if stop_reason in ("time_limit", "should_stop") else max(measured, 1)
-        self._bar.update(self._task, total=total, completed=min(measured, total))
+        best = {"best": _best_text(best_runtime_s, lower_bound_s)} if math.isfinite(best_runtime_s) else {}
+        self._bar.update(self._task, total=total, completed=min(measured, total), **best)
 
     def close(self) -> None:
         """Stop the bar (its last frame drawn), so what is printed next comes after it, not above it."""
@@ -226,6 +226,13 @@ class _Progress:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _best_text(best_runtime_s: float, lower_bound_s: float | None) -> str:
+    best = "best -" if not math.isfinite(best_runtime_s) else f"best {seconds_text(best_runtime_s)} s"
+    if lower_bound_s and math.isfinite(best_runtime_s):
+        best += f" ({best_runtime_s / lower_bound_s:.2f}x LB)"
+    return best
 
 
 def print_result(result) -> None:

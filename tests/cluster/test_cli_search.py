@@ -301,9 +301,10 @@ def test_search_progress__ends_full_unless_the_search_was_cut_short(measured, st
 
     with _Progress(2048, enabled=True) as progress:
         progress.start()
-        progress.finish(measured, stop_reason)
+        progress.finish(measured, stop_reason, 0.5, 0.25)
         task = progress._bar.tasks[0]
         assert (task.completed, task.total) == shown
+        assert task.fields["best"] == "best 0.5000 s (2.00x LB)"  # a resumed run's bar showed "best -"
 
 
 def test_search_progress__in_a_log_a_line_at_the_first_update_not_only_at_the_end(capsys):
