@@ -43,9 +43,9 @@ each round simulates every one-unit move to every device the unit may run on and
 the least overflow summed over the devices, even one that adds some, with the units moved in the last
 ``U // 2`` rounds held where they are. A fitting placement ends it; without one the repair's placement stays
 as the moves above left it. Single moves that must each lower the overflowing device's peak, and regions of
-one buffer's holders, can stop where only several moves together reach a fitting placement: a reviewer's
-random graphs of 5-8 ops with tight memory, where m-TOPO, m-ETF, m-SCT and HEFT ended out of memory in 27
-of 144 runs that a placement could fit; 5 after this step.
+one buffer's holders, can stop where only several moves together reach a fitting placement: on random
+graphs of 5-8 ops with tight memory, m-TOPO, m-ETF, m-SCT and HEFT ended out of memory in 25 of 140 runs
+that a placement could fit, 3 with this step (tests/bench/bench_memory_repair_small.py; BENCHMARKS.md).
 
 Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
 would take every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their
@@ -142,7 +142,7 @@ def unit_edges(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.nd
 def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.ndarray, preference: np.ndarray,
           max_moves: int = MAX_MOVES, shortlist: int = SHORTLIST,
           edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None, max_regions: int = MAX_REGIONS,
-          max_descent_simulations: int = DESCENT_SIMULATIONS) -> Spill:
+          max_descent_simulations: int | None = None) -> Spill:
     """Move units of ``op_placement`` (N,) until every device's simulated peak fits its capacity (module
     docstring); a moved unit's ops all go to its target, the other ops stay where they are.
 
@@ -150,7 +150,8 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
     ``preference`` (D,): lower first as a target, inf: never one; ``edges``: (from unit, to unit, bytes),
     both directions (default ``unit_edges``). With ``shortlist=1`` the estimate alone picks each move;
     ``max_regions``: region moves at most, once single moves stop (0: single moves only);
-    ``max_descent_simulations``: placements the last step may simulate (0: no last step)."""
+    ``max_descent_simulations``: placements the last step may simulate (0: no last step; default
+    ``DESCENT_SIMULATIONS``, read when called)."""
     simulator = problem.simulator()  # the problem's op times: a profile's order of ops sets the peaks
     placement = np.array(op_placement, dtype=np.int64)
     units = problem.collapse(placement)
@@ -185,6 +186,7 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
         seen.add(_digest(placement))
         stop = "fits"
     fitted = None
+    max_descent_simulations = DESCENT_SIMULATIONS if max_descent_simulations is None else max_descent_simulations
     if (peaks > capacity).any() and max_descent_simulations > 0:
         fitted = _overflow_descent(problem, simulator, placement, units, peaks, preference, max_descent_simulations)
     if fitted is not None:
