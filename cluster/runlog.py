@@ -131,6 +131,7 @@ def make_run_id(graph_name: str, policy: str, seed: int, when: float | None = No
     takes 255 bytes a name, less the staging folder's suffix (graphs/files.py ``_temp_name``)."""
     stamp = dt.datetime.fromtimestamp(time.time() if when is None else when, dt.timezone.utc)
     graph_part = re.sub(r"[^A-Za-z0-9_.=-]", "-", graph_name)
+    graph_part = re.sub(r"^[.-]+", "", graph_part) or "graph"  # ".x" hid the run (analyze skips dot-named folders)
     if len(graph_part) > RUN_ID_GRAPH_CHARS:
         digest = hashlib.sha1(graph_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
         graph_part = f"{graph_part[:RUN_ID_GRAPH_CHARS - 9]}-{digest}"

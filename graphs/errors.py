@@ -24,6 +24,7 @@ def one_line(error: BaseException | str, max_chars: int = 400, empty: str = "no 
     ``max_chars``: where the first line says nothing ("Exception encountered when calling Sequential.call()."),
     what follows it is the point, and the error stays one line."""
     text = " ".join(ANSI_ESCAPE.sub("", str(error)).split())
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)  # a raw byte in pyarrow's words
     if not text:
         return empty
     return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."

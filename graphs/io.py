@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphs.errors import PlacerError, is_whole_number
+from graphs.errors import PlacerError, is_whole_number, one_line
 from graphs.files import atomic_file, file_problem
 from graphs.opgraph import OpGraph, checked_meta
 
@@ -89,9 +89,12 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
     if problem := file_problem(path):
         raise PlacerError(f"graph file {str(path)!r} {problem}")
     try:
+        _check_unique_columns(pq.read_schema(path))  # read_table's own error dumped the whole schema
         table = pq.read_table(path)
+    except PlacerError as exc:
+        raise PlacerError(f"graph file {str(path)!r}: {exc}") from None
     except Exception as exc:  # pyarrow raises several types for truncated / non-Parquet files
-        raise PlacerError(f"graph file {str(path)!r} is damaged or not a graph file: {exc}"
+        raise PlacerError(f"graph file {str(path)!r} is damaged or not a graph file: {one_line(exc)}"
                           f"{_import_hint(path)}") from None
     raw = (table.schema.metadata or {}).get(_META_KEY)
     if raw is None:
@@ -101,21 +104,39 @@ def load_graph_file(path: str | os.PathLike) -> OpGraph:
         version = meta.get("format_version")
     except (ValueError, AttributeError) as exc:
         raise PlacerError(f"graph file {str(path)!r} is damaged: its metadata is not a JSON object ({exc})") from None
-    if version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:  # true and 1.0 equal 1 in Python
         raise PlacerError(f"graph file {str(path)!r} has format version {json.dumps(version)}; "
                           f"this placer reads version {FORMAT_VERSION}")
+    recorded = meta.get("content_hash")
     try:
-        _check_header(meta)
-        graph = _graph_from_table(table, meta, path)
-        content_hash = graph.content_hash
+        _check_header(meta)  # the metadata is outside the hash
+        _check_columns(table)  # a column of another kind, or nulls: a hand-made file, not flipped bytes
     except PlacerError as exc:
         raise PlacerError(f"graph file {str(path)!r}: {exc}") from None
+    try:
+        graph = _graph_from_table(table, meta, path)
+        content_hash = graph.content_hash
+    except PlacerError as exc:  # with a hash recorded, flipped bytes read as a bad value: say both
+        maybe = " (damaged, or edited without its content hash)" if isinstance(recorded, str) else ""
+        raise PlacerError(f"graph file {str(path)!r}{maybe}: {exc}") from None
     except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
-        raise PlacerError(f"graph file {str(path)!r} is malformed: {exc}") from None
-    if content_hash != meta.get("content_hash"):
+        raise PlacerError(f"graph file {str(path)!r} is malformed: {one_line(exc)}") from None
+    if recorded is None:
+        raise PlacerError(f"graph file {str(path)!r} records no content hash: its metadata needs content_hash "
+                          f"({graph.content_hash} for the graph it holds)")
+    if content_hash != recorded:
+        shown = recorded if isinstance(recorded, str) else json.dumps(recorded)
         raise PlacerError(f"graph file {str(path)!r} is damaged: content hash {graph.content_hash} "
-                          f"does not match the recorded {meta.get('content_hash')}")
+                          f"does not match the recorded {shown}")
     return graph
+
+
+def _check_unique_columns(schema: pa.Schema) -> None:
+    seen: set[str] = set()
+    for name in schema.names:
+        if name in seen:
+            raise PlacerError(f"column {name!r} appears twice")
+        seen.add(name)
 
 
 def _check_header(meta: dict) -> None:
@@ -167,7 +188,7 @@ def _plain(array: pa.Array) -> pa.Array:
 
 
 def _graph_from_table(table: pa.Table, meta: dict, path: Path) -> OpGraph:
-    _check_columns(table)
+    """The graph of a table whose columns ``_check_columns`` passed."""
     columns = {name: _plain(table.column(name).combine_chunks()) for name in table.column_names}
     in_src, in_bytes = columns["in_src"], columns["in_bytes"]
     lengths = in_src.value_lengths().fill_null(0).to_numpy()

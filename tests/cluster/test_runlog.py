@@ -744,6 +744,16 @@ def test_run_id__an_overlong_graph_name_is_cut_and_hashed_so_the_folder_can_be_m
     assert make_run_id("nmt-2", "cem", 0, when=0.0).startswith("nmt-2__cem__0__")  # short names unchanged
 
 
+@pytest.mark.parametrize("graph_name, start", [(".hidden", "hidden__"), ("../../x", "x__"), ("-", "graph__"),
+                                               ("...", "graph__")])
+def test_run_id__never_starts_with_a_dot_or_a_dash(graph_name, start):
+    """A graph named ".hidden" made a hidden run folder, which `placer analyze DIR` skips (dot-named folders
+    are staging) and `ls` hides; a leading dash reads as an option on a command line."""
+    from cluster.runlog import make_run_id
+
+    assert make_run_id(graph_name, "cem", 0, when=0.0).startswith(start)
+
+
 def test_runlog__a_resumed_learner_replaying_logged_iterations_does_not_log_their_metrics_twice(tmp_path, manifest):
     with RunLogWriter.create(tmp_path, manifest) as log:
         for iteration in range(4):

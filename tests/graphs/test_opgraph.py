@@ -106,7 +106,8 @@ def test_io__in_bytes_lists_shorter_or_longer_than_in_src_are_one_clear_error(tm
         in_bytes[3] = in_bytes[3][:-1] if change < 0 else in_bytes[3] + [7]
         edited = table.set_column(index, "in_bytes", pa.array(in_bytes, pa.list_(pa.int64())))
         pq.write_table(edited.replace_schema_metadata(table.schema.metadata), path)
-        with pytest.raises(PlacerError, match="g.parquet': op 3's in_src and in_bytes lists differ in length"):
+        with pytest.raises(PlacerError, match="g.parquet' \\(damaged, or edited without its content hash\\): op 3's "
+                                              "in_src and in_bytes lists differ in length"):
             load_graph_file(path)
 
 
@@ -238,6 +239,38 @@ def test_io__wrong_version_and_foreign_parquet_are_clear_errors(tmp_path):
         pq.write_table(table.replace_schema_metadata({b"placer.opgraph": junk}), path)
         with pytest.raises(PlacerError, match="g.parquet' is damaged: its metadata is not a JSON object"):
             load_graph_file(path)
+
+
+def test_io__odd_versions_duplicate_columns_and_a_missing_hash_are_named(tmp_path):
+    """``true`` and 1.0 read as version 1; a duplicate column was pyarrow's 18-line schema dump; a missing
+    hash was "does not match the recorded None"."""
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    meta = json.loads(table.schema.metadata[b"placer.opgraph"])
+    for version in (True, 1.0):
+        pq.write_table(table.replace_schema_metadata({b"placer.opgraph": json.dumps(
+            {**meta, "format_version": version}).encode()}), path)
+        with pytest.raises(PlacerError, match=f"format version {json.dumps(version)}; this placer reads version 1"):
+            load_graph_file(path)
+    pq.write_table(table.replace_schema_metadata({b"placer.opgraph": json.dumps(
+        {k: v for k, v in meta.items() if k != "content_hash"}).encode()}), path)
+    with pytest.raises(PlacerError, match=f"records no content hash: .*needs content_hash \\({meta['content_hash']} "):
+        load_graph_file(path)
+    doubled = table.append_column("flops", table.column("flops")).replace_schema_metadata(table.schema.metadata)
+    pq.write_table(doubled, path)
+    with pytest.raises(PlacerError, match="g.parquet': column 'flops' appears twice$"):
+        load_graph_file(path)
+
+
+def test_io__a_bad_value_under_a_recorded_hash_may_be_damage_and_says_so(tmp_path):
+    """Flipped bytes decode as a negative flops or a repeated name: the error blamed the content alone."""
+    path = save_graph(_diamond(), tmp_path / "g.parquet")
+    table = pq.read_table(path)
+    flops = pa.array([-1.0] + table.column("flops").to_pylist()[1:])
+    edited = table.set_column(table.schema.get_field_index("flops"), "flops", flops)
+    pq.write_table(edited.replace_schema_metadata(table.schema.metadata), path)
+    with pytest.raises(PlacerError, match="g.parquet' \\(damaged, or edited without its content hash\\): .*negative"):
+        load_graph_file(path)
 
 
 @pytest.mark.parametrize("key, value, expected", [
