@@ -199,6 +199,8 @@ def _times_by_op(infos, op_of_name: dict[str, int]) -> dict[int, float]:
 def model_file_of(graph: OpGraph) -> str:
     """The model file the graph was imported from (``graph.meta["model_file"]``); PlacerError if absent."""
     model_file = graph.meta.get("model_file")
+    if model_file and not isinstance(model_file, str):  # a hand-edited graph file's metadata
+        raise PlacerError(f"graph {graph.name!r}: meta['model_file'] is {model_file!r}, not a path")
     if not model_file:
         raise PlacerError(f"graph {graph.name!r} names no model file (meta['model_file']); the OpenVINO "
                           f"measurer needs a graph imported from an OpenVINO IR or ONNX file")

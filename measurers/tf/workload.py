@@ -68,12 +68,17 @@ def tf_workload_from_graph(graph: OpGraph) -> TFWorkload:
     settings) or a graph imported from a Keras spec (``meta["keras_spec"]``)."""
     step = graph.meta.get("keras_step")
     if isinstance(step, dict) and step.get("function"):
+        if not isinstance(step["function"], str) or not isinstance(step.get("kwargs", {}), dict):
+            raise PlacerError(f"graph {graph.name!r}: meta['keras_step'] is {step!r}, not a step function's "
+                              "name (a string) with its keyword arguments (an object)")
         from graphs.specs import spec_function
 
         function, _ = spec_function(step["function"], "keras")
         kwargs = dict(step.get("kwargs", {}))
         return TFWorkload(lambda: function(**kwargs), f"{step['function']} {kwargs}")
     spec = graph.meta.get("keras_spec")
+    if spec and not isinstance(spec, str):
+        raise PlacerError(f"graph {graph.name!r}: meta['keras_spec'] is {spec!r}, not a spec (FILE.py:FUNCTION)")
     if not spec:
         raise PlacerError(f"graph {graph.name!r} (source {graph.source!r}) cannot be rebuilt as a real TensorFlow "
                           "step: the tf measurer needs a Keras benchmark or a graph imported from a Keras spec")

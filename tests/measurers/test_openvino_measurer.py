@@ -11,6 +11,7 @@ ov = pytest.importorskip("openvino")
 
 from graphs.errors import PlacerError  # noqa: E402
 from graphs.opgraph import OpGraph  # noqa: E402
+from graphs.synthetic import synthetic_graph  # noqa: E402
 from measurers.factory import MeasurerSpec, build_measurer  # noqa: E402
 from measurers.machine import Device, Link, Machine  # noqa: E402
 from measurers.openvino.affinity import match_ops, node_devices  # noqa: E402
@@ -711,3 +712,15 @@ def test_ir_rewritten_since_the_import__refused_naming_the_first_op_that_differs
     assert str(caught.value) == (f"graph 'conv' does not match model file '{graph.meta['model_file']}': {problem} "
                                  "(the model changed since the import?)")
     assert OpenVinoMeasurer(import_openvino_ir(str(path)), openvino_machine()).matched  # imported again: measured
+
+
+def test_model_file_of__a_model_file_that_is_no_path_is_named():
+    """A hand-edited graph file's meta['model_file'] of 5: `placer profile` said the step failed, with a
+    TypeError."""
+    from dataclasses import replace
+
+    from measurers.openvino.measurer import model_file_of
+
+    graph = replace(synthetic_graph(10), meta={"model_file": 5})
+    with pytest.raises(PlacerError, match=r"meta\['model_file'\] is 5, not a path"):
+        model_file_of(graph)

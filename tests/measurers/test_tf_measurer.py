@@ -580,3 +580,14 @@ def test_placed_graph_def__an_identity_of_a_calls_output_runs_where_the_callee_m
     identity = next(node for node in graph_def.node if node.op == "Identity" and "sq_1/" in node.name)
     assert identity.input[0].startswith("functional") and "PartitionedCall" in identity.input[0]
     assert identity.device == "/device:CPU:1"
+
+
+@pytest.mark.parametrize("meta, words", [({"keras_step": {"function": 5}}, r"meta\['keras_step'\] is .*not a step"),
+                                         ({"keras_step": {"function": "f", "kwargs": [1]}}, "not a step"),
+                                         ({"keras_spec": 7}, r"meta\['keras_spec'\] is 7, not a spec")])
+def test_tf_workload__a_step_named_by_values_of_other_types_is_named(meta, words):
+    """A hand-edited graph file's metadata: `placer profile` said the step failed (an AttributeError)."""
+    from dataclasses import replace
+
+    with pytest.raises(PlacerError, match=words):
+        tf_workload_from_graph(replace(synthetic_graph(10), meta=meta))
