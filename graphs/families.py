@@ -24,7 +24,7 @@ Kinds and ranges (inclusive; "step" is the grid a value is drawn on):
   image 32-224 (step 16), batch 32-256 (step 32), classes 10-1,000.
 
 The batch ranges set the scale of a step's memory: one GPU's peak is 2-63% of a K80's 12 GiB across
-``families:24`` (the held-out graphs: 28-101%; nmt-2, nmt-4, rnnlm: 38-71%). Until 6 December 2026 they were
+``families:24`` (the held-out graphs: 27-101%; nmt-2, nmt-4, rnnlm: 38-71%). Until 6 December 2026 they were
 4x smaller (peaks of 1-18%), and GDP trained on them put heavy groups of resnet-50 on the CPU
 (BENCHMARKS.md, issue 14).
 
