@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cluster.commands.console import seconds_text
+from cluster.commands.notes import note_groups_above_colocation
 from cluster.commands.paths import files_read, output_file
 from cluster.jsonout import emit_json
 from graphs.errors import PlacerError
@@ -293,6 +294,7 @@ def held_out_notes(problems: list) -> list[str]:
 
 
 def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) -> list:
+    from graphs.grouping import DEFAULT_MAX_GROUPS
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
@@ -301,6 +303,10 @@ def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) 
 
     loaded = {m: load_machine(m) for m in machines}
     graphs_by_name = {g: load_graph(g) for g in graphs}
+    if args.groups != [DEFAULT_MAX_GROUPS]:  # asked for: a count above a graph's colocation groups is noted
+        for graph in graphs_by_name.values():
+            for groups in args.groups:
+                note_groups_above_colocation(groups, graph.num_colocation_groups, graph.name, given=True)
     problems = []
     for name, graph_name, machine_name, groups in _problem_specs(graphs, machines, args.groups):
         graph, machine = graphs_by_name[graph_name], loaded[machine_name]

@@ -325,6 +325,20 @@ def test_train__families_expand_and_held_out_benchmarks_are_noted(capsys, monkey
     assert err[0].startswith("placer: note: training on held-out benchmark transformer: the committed")
 
 
+def test_train__groups_above_a_graphs_colocation_groups_are_noted(capsys):
+    """`--groups 16 32 64` on a graph of 6 colocation groups trained one problem three times, saying nothing
+    (search, baselines and graphs show say "using 6")."""
+    from cluster.commands import train
+
+    args = SimpleNamespace(groups=[4, 64], grouping=None, seed=0)
+    problems = train._problems(["synthetic:30"], ["paper-2gpu"], args)
+    colocation = problems[0].problem.graph.num_colocation_groups
+    assert 4 < colocation < 64
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"placer: note: --groups 64 is more than the {colocation} colocation groups of graph "
+                   f"'synthetic:30:0'; using {colocation}"]
+
+
 def _problem(graph, machine_name: str = "paper-2gpu"):
     return SimpleNamespace(problem=SimpleNamespace(graph=graph, machine=SimpleNamespace(name=machine_name)))
 
