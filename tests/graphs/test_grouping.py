@@ -480,3 +480,24 @@ def test_metis__ops_holding_nearly_all_the_cost_still_get_the_groups_asked_for(h
     assert [group_ops(graph, groups, "metis", 0).num_groups for groups in (4, 8)] == [4, 8]
     assert group_ops(graph, 32, "metis", 0).num_groups >= 24
 
+
+
+def test_metis__its_printed_warnings_never_reach_stdout(tmp_path):
+    """A chain of 200 matmuls, one of them 1e18 FLOP: METIS printed "***Cannot bisect a graph with 0
+    vertices!" with printf, on file descriptor 1, in the middle of `placer graphs show`'s table."""
+    import os
+    import subprocess
+    import sys
+
+    from graphs.io import save_graph
+    from conftest import build_graph
+
+    flops = np.ones(200)
+    flops[0] = 1e18
+    save_graph(build_graph([(i, i + 1) for i in range(199)], 200, flops=flops, kinds=["aten.mm"] * 200,
+                           name="heavy"), tmp_path / "heavy.parquet")
+    done = subprocess.run([sys.executable, "-m", "cluster.cli", "graphs", "show", str(tmp_path / "heavy.parquet"),
+                           "--groups", "150", "--method", "metis"], env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "graph heavy" in done.stdout and "***" not in done.stdout + done.stderr
