@@ -47,7 +47,7 @@ from typing import Sequence
 import numpy as np
 
 from policies.base import FAILED_COST_S, BudgetedMeasurer
-from policies.exact.relaxation import solve_relaxation
+from policies.exact.relaxation import proven_s, solve_relaxation
 from policies.problem import PlacementProblem
 from policies.spill import fit_units_in_memory
 
@@ -77,9 +77,12 @@ class RelaxedRun:
         return _looked_up(self.weight_of, unit_placement)
 
     def reached(self, counter: BudgetedMeasurer) -> bool:
-        """The best measured step is at the proven bound (within HiGHS's tolerance). One below it proves
-        nothing: the measurer is not the noise-free simulator the bound holds for (``--noise``, a real one)."""
-        return self.bound_s * (1 - 1e-6) <= counter.best_cost_s <= self.bound_s * (1 + 1e-6)
+        """The best measured step is at the proven bound: within 2e-6 of the bound less HiGHS's tolerances
+        (``proven_s``; HiGHS's own figure can sit above the optimum, by 1% on a step of 54 ns, and a best
+        there is not proven). One below it proves nothing: the measurer is not the noise-free simulator the
+        bound holds for (``--noise``, a real one)."""
+        proven = proven_s(self.bound_s)
+        return proven * (1 - 1e-6) <= counter.best_cost_s <= proven + 2e-6 * self.bound_s
 
 
 def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float,

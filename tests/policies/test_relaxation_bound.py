@@ -238,10 +238,8 @@ def test_bound__never_above_a_simulated_step_time_not_even_by_an_ulp():
     assert report.best_s <= fastest_s
 
 
-def test_bound__a_step_of_nanoseconds_is_not_proven_above_a_placements_simulated_step():
-    """A reviewer's 4-op graph stepping in 76 ns: HiGHS's MIP prunes within 1e-6 of its incumbent in the
-    model's milliseconds (1 ns), and its dual bound came out 0.9% above this placement's simulated step; a
-    relative slack alone cannot cover an absolute tolerance."""
+def nanosecond_problem():
+    """A reviewer's 4-op graph stepping in about 55-76 ns, on a CPU and a GPU with fast links."""
     cpu = Device("cpu:0", "cpu", "Xeon-E5-2699v3", 2.8e14, 1.5e12, 10**11, 1e-9)
     gpu = Device("gpu:0", "gpu", "K80", 1.0e14, 9.8e13, 10**10, 0.0)
     machine = Machine("ns", (cpu, gpu), (Link("cpu:0", "gpu:0", 1.76e12, 1e-9, "a"),
@@ -251,11 +249,32 @@ def test_bound__a_step_of_nanoseconds_is_not_proven_above_a_placements_simulated
                         out_bytes=[50_000_000, 1000, 1_000_000, 100_000], param_bytes=[0, 29_909_047, 0, 0],
                         kinds=["Sum", "Relu", "MatMul", "MatMul"], allowed_mask=np.array([1, 3, 3, 1], dtype=np.uint8),
                         name="nanoseconds")
-    problem = make_problem(graph, machine)
-    step_s = Simulator(graph, machine, engine="reference").run(np.array([0, 0, 1, 0])).runtime_s
+    return make_problem(graph, machine)
+
+
+def test_bound__a_step_of_nanoseconds_is_not_proven_above_a_placements_simulated_step():
+    """HiGHS's MIP prunes within 1e-6 of its incumbent in the model's milliseconds (1 ns), and its dual bound
+    came out 0.9% above this placement's simulated step; a relative slack alone cannot cover an absolute
+    tolerance."""
+    problem = nanosecond_problem()
+    step_s = Simulator(problem.graph, problem.machine, engine="reference").run(np.array([0, 0, 1, 0])).runtime_s
     report = proven_bound(problem, 10.0)
     assert report.mip_status == "optimal" and report.mip_s > step_s  # HiGHS's own figure, as it solved
     assert report.best_s <= step_s
+
+
+def test_exact__a_best_at_highs_own_bound_is_not_taken_as_proven_where_that_bound_is_too_high():
+    """Warm-started at the placement HiGHS calls optimal (54.93 ns), exact stopped "converged" and called it
+    proven best, while (0, 0, 1, 0) steps in 54.24 ns."""
+    from measurers.sim.measurer import SimulatorMeasurer
+    from policies.registry import place
+
+    problem = nanosecond_problem()
+    measurer = SimulatorMeasurer(problem.graph, problem.machine)
+    result = place("exact", problem, measurer, 2, 0, solver="highs", time_limit_s=10,
+                   warm_start=[problem.expand(np.array([0, 0, 0, 0]))])
+    best_s = Simulator(problem.graph, problem.machine).run(np.array([0, 0, 1, 0])).runtime_s
+    assert result.stop_reason != "converged" and result.best.runtime_s == pytest.approx(best_s, rel=1e-9)
 
 
 def test_relaxation__not_solved_when_building_the_model_took_the_whole_time_limit(rnnlm_problem):
