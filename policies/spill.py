@@ -38,7 +38,9 @@ repair has been at is skipped, so the region grows to its next size (a return's 
 which would have ended the growth).
 
 Last, where all that left the step out of memory and one round of the search below takes at most
-``DESCENT_SIMULATIONS`` simulations (a few tens of groups), a tabu search looks for a placement that fits:
+``DESCENT_SIMULATIONS`` simulations and ``DESCENT_OP_SIMULATIONS`` simulated ops in all (a few tens of groups
+of a graph of a few thousand ops; not where the parameters alone exceed the devices' memory), a tabu search
+looks for a placement that fits:
 each round simulates every one-unit move to every device the unit may run on and makes the one that leaves
 the least overflow summed over the devices, even one that adds some, with the units moved in the last
 ``U // 2`` rounds held where they are. A fitting placement ends it; without one the repair's placement stays
@@ -70,6 +72,7 @@ MAX_REGIONS = 16  # region moves it makes at most, besides (each: a timeline, th
 SHORTLIST = 8  # units simulated together per move: the best of them moves
 TRIALS = 4  # shortlists a move may try before giving up on lowering the peak
 DESCENT_SIMULATIONS = 1024  # placements the last step (_overflow_descent) simulates at most
+DESCENT_OP_SIMULATIONS = 4 * 10**6  # and ops simulated in all (about half a second): less on larger graphs
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,9 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
         stop = "fits"
     fitted = None
     max_descent_simulations = DESCENT_SIMULATIONS if max_descent_simulations is None else max_descent_simulations
-    if (peaks > capacity).any() and max_descent_simulations > 0:
+    max_descent_simulations = min(max_descent_simulations, DESCENT_OP_SIMULATIONS // max(problem.graph.num_ops, 1))
+    hopeless = problem.graph.param_bytes.sum() > capacity.sum()  # the parameters alone fit nowhere
+    if (peaks > capacity).any() and max_descent_simulations > 0 and not hopeless:
         fitted = _overflow_descent(problem, simulator, placement, units, peaks, preference, max_descent_simulations)
     if fitted is not None:
         fitted_units, placement, peaks = fitted
