@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphs.grouping import c_stdout_dropped
 from policies.base import DecisionClock, check_budget, finish
 from policies.problem import PlacementProblem
 
@@ -70,8 +71,9 @@ def metis_units(problem: PlacementProblem, seed: int = 0) -> tuple[np.ndarray, f
     compute_s = problem.unit_time_s[:, gpus]
     vweights = _scaled(np.where(np.isfinite(compute_s), compute_s, 0.0).min(axis=1))
     options = pymetis.Options(seed=int(seed))
-    _, parts = pymetis.part_graph(len(gpus), xadj=xadj.tolist(), adjncy=both_dst[order].tolist(),
-                                  vweights=vweights.tolist(), eweights=both_w[order].tolist(), options=options)
+    with c_stdout_dropped():  # METIS's printf warnings, on stdout
+        _, parts = pymetis.part_graph(len(gpus), xadj=xadj.tolist(), adjncy=both_dst[order].tolist(),
+                                      vweights=vweights.tolist(), eweights=both_w[order].tolist(), options=options)
     units = gpus[np.asarray(parts, dtype=np.int64)]
     cut = float(nbytes[units[src] != units[dst]].sum())
     return problem.repair_allowed(units), cut

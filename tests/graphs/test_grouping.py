@@ -496,8 +496,33 @@ def test_metis__its_printed_warnings_never_reach_stdout(tmp_path):
     flops[0] = 1e18
     save_graph(build_graph([(i, i + 1) for i in range(199)], 200, flops=flops, kinds=["aten.mm"] * 200,
                            name="heavy"), tmp_path / "heavy.parquet")
-    done = subprocess.run([sys.executable, "-m", "cluster.cli", "graphs", "show", str(tmp_path / "heavy.parquet"),
-                           "--groups", "150", "--method", "metis"], env={**os.environ, "RAY_AUTH_MODE": "disabled"},
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "graph heavy" in done.stdout and "***" not in done.stdout + done.stderr
+    for command, shown in ((["graphs", "show", str(tmp_path / "heavy.parquet"), "--groups", "150", "--method",
+                             "metis"], "graph heavy"),
+                           (["simulate", "--graph", str(tmp_path / "heavy.parquet"), "--machine", "paper-4gpu",
+                             "--policy", "metis"], "heavy on paper-4gpu")):  # the metis baseline's own call
+        done = subprocess.run([sys.executable, "-m", "cluster.cli", *command], capture_output=True, text=True,
+                              env={**os.environ, "RAY_AUTH_MODE": "disabled"}, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert shown in done.stdout and "***" not in done.stdout + done.stderr, done.stdout
+
+
+def test_c_stdout_dropped__threads_at_once_leave_stdout_as_it_was():
+    """Two threads' redirects interleaved: one saved the other's /dev/null as "stdout" and put it back."""
+    import os
+    import threading
+
+    from graphs.grouping import c_stdout_dropped
+
+    before = os.readlink("/proc/self/fd/1")
+
+    def hold():
+        for _ in range(50):
+            with c_stdout_dropped():
+                pass
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert os.readlink("/proc/self/fd/1") == before
