@@ -171,22 +171,28 @@ def _no_ray_sigterm_handler() -> Iterator[None]:
     Python's back, and a SIGTERM in the second or so before ``shutdown_ray`` set the handler again ended the
     process with status 143, no output and no ``result.json``. Ray's workers and daemons keep theirs; the
     driver loses only the handler's stack dump on a crash of its own."""
-    try:
-        import ray._private.ray_constants as ray_constants
-        import ray._private.utils as ray_utils
+    with _patched("ray._private.utils", "set_sigterm_handler", lambda handler: None), \
+            _patched("ray._private.ray_constants", "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", True):  # read when the
+        yield  # driver's core worker is made
 
-        original = ray_utils.set_sigterm_handler
-        failure_handler_off = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+
+@contextmanager
+def _patched(module_name: str, name: str, value) -> Iterator[None]:
+    """``module.name`` set to ``value`` while the block runs, where the module has it (each of Ray's
+    internals on its own: a Ray without one still gets the other)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+        original = getattr(module, name)
     except (ImportError, AttributeError):
         yield
         return
-    ray_utils.set_sigterm_handler = lambda handler: None
-    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # read when the driver's core worker is made
+    setattr(module, name, value)
     try:
         yield
     finally:
-        ray_utils.set_sigterm_handler = original
-        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = failure_handler_off
+        setattr(module, name, original)
 
 
 _SIGTERM_BEFORE: list = []  # the handler before ray.init, put back by shutdown_ray
