@@ -52,7 +52,7 @@ def register(subparsers) -> None:
     p.add_argument("--budget", required=True, type=int, metavar="N", help="simulator measurements over all problems")
     p.add_argument("-o", "--out", required=True, metavar="CHECKPOINT", type=output_file,
                    help="checkpoint file to write")
-    p.add_argument("--groups", type=int, nargs="+", default=[DEFAULT_MAX_GROUPS], metavar="G",
+    p.add_argument("--groups", type=int, nargs="+", default=None, metavar="G",
                    help=f"groups per graph (default {DEFAULT_MAX_GROUPS}); several values train on each graph "
                         "grouped each way")
     p.add_argument("--teacher-budget", type=int, default=0, metavar="N",
@@ -175,6 +175,10 @@ def check_train_args(args: argparse.Namespace):
     from policies.rl.gnn.checkpoint import resume_path
     from policies.rl.gnn.config import GnnConfig
 
+    from graphs.grouping import DEFAULT_MAX_GROUPS
+
+    args.groups_given = args.groups is not None  # its notes name the default as the default
+    args.groups = args.groups if args.groups is not None else [DEFAULT_MAX_GROUPS]
     giph = {key: value for key, value in (("episode_steps", args.episode_steps), ("discount", args.discount))
             if value is not None}  # giph-only flags that were given
     if giph and args.policy != "giph":
@@ -294,7 +298,6 @@ def held_out_notes(problems: list) -> list[str]:
 
 
 def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) -> list:
-    from graphs.grouping import DEFAULT_MAX_GROUPS
     from graphs.registry import load_graph
     from measurers.catalog import load_machine
     from measurers.sim.measurer import SimulatorMeasurer
@@ -303,10 +306,10 @@ def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) 
 
     loaded = {m: load_machine(m) for m in machines}
     graphs_by_name = {g: load_graph(g) for g in graphs}
-    if args.groups != [DEFAULT_MAX_GROUPS]:  # asked for: a count above a graph's colocation groups is noted
-        for graph in graphs_by_name.values():
-            for groups in args.groups:
-                note_groups_above_colocation(groups, graph.num_colocation_groups, graph.name, given=True)
+    for graph in graphs_by_name.values():  # as search notes it
+        for groups in args.groups:
+            note_groups_above_colocation(groups, graph.num_colocation_groups, graph.name,
+                                         given=getattr(args, "groups_given", True))
     problems = []
     for name, graph_name, machine_name, groups in _problem_specs(graphs, machines, args.groups):
         graph, machine = graphs_by_name[graph_name], loaded[machine_name]
