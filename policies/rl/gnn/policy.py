@@ -137,9 +137,8 @@ class GdpPolicy:
                     start = warm.unit_placement
                     if trainer.config.kind == "gdp":
                         trainer.imitate([slot], [start], trainer.config.imitation_steps)
-                if slot.counter.left < 1:  # the placements it would measure were dropped without a word
+                if math.isinf(self._zero_shot(trainer, slot, start)):  # past the budget: dropped without a word
                     notes.append("no zero-shot placement measured: the warm start took the whole budget")
-                self._zero_shot(trainer, slot, start)
             if slot.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
                 notes.append(slot.warm_start_note)
             stop_reason = self._fine_tune(trainer, slot, start)
@@ -162,17 +161,17 @@ class GdpPolicy:
             self.trainer.stalled = 0  # another problem: its stalls count from nothing
         return self.trainer
 
-    def _zero_shot(self, trainer, slot: Slot, start: np.ndarray | None) -> None:
+    def _zero_shot(self, trainer, slot: Slot, start: np.ndarray | None) -> float:
         """Measure the policy's zero-shot placement (GiPH: the start, then its greedy moves one by one, when
         the budget holds them all: the walk's end, repaired where it would overflow, is the zero-shot answer,
-        which a larger budget must measure too)."""
+        which a larger budget must measure too); its cost, inf where the budget was spent before it (a
+        placement measured before costs nothing: the memo has it)."""
         if trainer.config.kind != "giph" or slot.counter.left < 1 + trainer.config.episode_steps:
-            slot.measure(slot.fitted(trainer.greedy(slot, start))[None])
-            return
+            return float(slot.measure(slot.fitted(trainer.greedy(slot, start))[None])[0])
         start = slot.fastest_device_start() if start is None else start
         slot.measure(start[None])
         end = trainer.giph_rollout(slot, start, measure=True)
-        slot.measure(slot.fitted(end)[None])  # free when the end fits: the memo has it
+        return float(slot.measure(slot.fitted(end)[None])[0])  # free when the end fits: the memo has it
 
     def _fine_tune(self, trainer, slot: Slot, start: np.ndarray | None) -> str:
         """Update until the budget, the time limit, the stop flag or a stall ends the run; the stop reason.
