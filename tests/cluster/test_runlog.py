@@ -383,13 +383,16 @@ def _three_parts(tmp_path, manifest) -> Path:
 ])
 def test_runlog__rows_lost_with_a_deleted_part_are_refused(tmp_path, manifest, lost, message):
     """A deleted part was read as a run that measured less (the middle one) or nothing at all, "finished",
-    exit 0 (every one); a resume then went on after the gap, and its compaction made the loss permanent."""
+    exit 0 (every one); a resume then went on after the gap, and its compaction made the loss permanent. The
+    commands that read a run's best (simulate --placement, apply, --warm-start RUN_DIR) took it too."""
+    from cluster.run_best import read_run_best
+
     run = _three_parts(tmp_path, manifest)
     parts = sorted((run / "measurements").glob("*.parquet"))
     assert len(parts) == 3
     for k in lost:
         parts[k].unlink()
-    for read in (read_run, check_run_log, RunLogWriter.resume):
+    for read in (read_run, check_run_log, RunLogWriter.resume, read_run_best):
         with pytest.raises(PlacerError, match=message):
             read(run)
 
