@@ -371,7 +371,7 @@ def _metis(count: int, cost: np.ndarray, src: np.ndarray, dst: np.ndarray, size:
     return np.unique(np.asarray(result.vertex_part), return_inverse=True)[1].astype(np.int64).ravel()
 
 
-_C_STDOUT_LOCK = threading.Lock()  # fd 1 is the process's: one redirect at a time (c_stdout_dropped)
+_C_STDOUT_LOCK = threading.RLock()  # fd 1 is the process's: one redirect at a time (c_stdout_dropped; nested: fine)
 
 
 @contextmanager
