@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cluster.runlog_format import (BEST_FILE, MANIFEST_FILE, RESULT_FILE, BestPlacement, RunManifest, check_run_log,
-                                   op_placement_of, ran_ok, read_best, read_groups, read_manifest, read_run,
-                                   removed_device_indices, rows_without_devices)
+from cluster.runlog_format import (BEST_FILE, MANIFEST_FILE, RESULT_FILE, BestPlacement, RunManifest,
+                                   check_measurement_log, op_placement_of, ran_ok, read_best, read_groups,
+                                   read_manifest, read_run, removed_device_indices, rows_without_devices)
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
 from measurers.catalog import machine_from_json
@@ -43,11 +43,11 @@ class RunBest:
 
 def read_run_best(run_dir: str | os.PathLike) -> RunBest:
     """PlacerError when ``run_dir`` is not a run folder, has no best placement yet or a damaged one, or its
-    log is damaged (a part file lost: analyze and --resume refuse it, and so do the commands reading its
-    best: a best whose row the log lacks is no run's best)."""
+    measurement log is damaged (a part file lost: analyze and --resume refuse it, and so do the commands
+    reading its best: a best whose row the log lacks is no run's best)."""
     run_dir = Path(run_dir)
     manifest = read_manifest(run_dir)
-    check_run_log(run_dir)
+    check_measurement_log(run_dir)
     best = read_best(run_dir)
     if best is None:
         raise PlacerError(f"run {run_dir} has no best placement (no {BEST_FILE}): {_why_no_best(run_dir, manifest)}")
