@@ -385,6 +385,8 @@ def c_stdout_dropped() -> Iterator[None]:
         try:
             saved = os.dup(1)
         except OSError:  # closed
+            saved = None
+        if saved is None:
             yield
             return
         libc = ctypes.CDLL(None)

@@ -507,22 +507,48 @@ def test_metis__its_printed_warnings_never_reach_stdout(tmp_path):
 
 
 def test_c_stdout_dropped__threads_at_once_leave_stdout_as_it_was():
-    """Two threads' redirects interleaved: one saved the other's /dev/null as "stdout" and put it back."""
+    """Two threads' redirects interleaved (A in, B in, A out, B out): B saved A's /dev/null as "stdout" and
+    put it back last. With the lock B waits for A, so A's wait for B below times out."""
     import os
     import threading
 
     from graphs.grouping import c_stdout_dropped
 
     before = os.readlink("/proc/self/fd/1")
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
 
-    def hold():
-        for _ in range(50):
-            with c_stdout_dropped():
-                pass
+    def first():
+        with c_stdout_dropped():
+            a_in.set()
+            b_in.wait(timeout=0.5)
+        a_out.set()
 
-    threads = [threading.Thread(target=hold) for _ in range(4)]
+    def second():
+        a_in.wait(timeout=5)
+        with c_stdout_dropped():
+            b_in.set()
+            a_out.wait(timeout=5)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=10)
     assert os.readlink("/proc/self/fd/1") == before
+
+
+def test_c_stdout_dropped__a_closed_stdout_is_left_closed_and_the_block_runs():
+    import os
+
+    from graphs.grouping import c_stdout_dropped
+
+    saved = os.dup(1)
+    ran = False
+    try:
+        os.close(1)
+        with c_stdout_dropped():
+            ran = True
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    assert ran
