@@ -31,14 +31,16 @@ def _placer(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout_s)
 
 
-def test_baselines_json__metis_warnings_on_fd1_go_to_stderr():
+def test_baselines_json__metis_warnings_on_fd1_reach_neither_stream():
+    """METIS asked for more parts than it can make prints "***You are trying to partition a graph into too many
+    parts!" on descriptor 1: it went to stderr under --json, and into the table without it; now nowhere
+    (graphs.grouping.c_stdout_dropped; tests/graphs/test_grouping.py shows METIS still prints there)."""
     done = _placer("baselines", "--graph", SMALL_GRAPH, "--machine", "paper-8gpu", "--groups", "256",
                    "--policies", "metis,single-gpu", "--budget", "2", "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     payload = json.loads(done.stdout)  # the whole of stdout: one document, nothing before or after it
     assert [row["policy"] for row in payload["results"]] == ["metis", "single-gpu"]
-    # Without this the test would prove nothing: METIS must still have written to descriptor 1.
-    assert "***You are trying to partition a graph into too many parts!" in done.stderr
+    assert "***" not in done.stderr
 
 
 def test_baselines_json__groups_above_colocation_groups_is_one_note_and_the_real_count(capsys):
