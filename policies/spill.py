@@ -40,10 +40,9 @@ which would have ended the growth).
 Last, where all that left the step out of memory and one round of the search below takes at most
 ``DESCENT_SIMULATIONS`` simulations and ``DESCENT_OP_SIMULATIONS`` simulated ops in all (a few tens of groups
 of a graph of a few thousand ops; not where the parameters alone exceed the devices' memory), a tabu search
-looks for a placement that fits:
-each round simulates every one-unit move to every device the unit may run on and makes the one that leaves
-the least overflow summed over the devices, even one that adds some, with the units moved in the last
-``U // 2`` rounds held where they are. A fitting placement ends it; without one the repair's placement stays
+looks for a placement that fits: each round simulates every one-unit move to every device the unit may run
+on and makes the one that leaves the least overflow summed over the devices, even one that adds some, with
+the units moved in the last ``U // 2`` rounds held where they are. A fitting placement ends it; without one the repair's placement stays
 as the moves above left it. Single moves that must each lower the overflowing device's peak, and regions of
 one buffer's holders, can stop where only several moves together reach a fitting placement: on random
 graphs of 5-8 ops with tight memory, m-TOPO, m-ETF, m-SCT and HEFT ended out of memory in 25 of 140 runs
