@@ -101,8 +101,9 @@ def _start_local_ray(num_cpus: int | None, num_gpus: int | None, namespace: str,
     """Start a local Ray, once more if its start timed out. Now and then a process Ray started never came
     up (a control store that wrote no port file, not even its log, in 120 s; a raylet that never registered):
     in 3 of 4 fresh-clone test runs on one day, each time in a process that had started and stopped Ray
-    before; the second start came up at once. What the failed start left running is stopped first. Nothing is printed: a command's
-    stderr is its one error line, or nothing. ``held``: a Ctrl-C during the first start means no second one."""
+    before; the second start came up at once. What the failed start left running is stopped first. Nothing
+    is printed: a command's stderr is its one error line, or nothing. ``held``: a Ctrl-C during the first start
+    means no second one."""
     import ray
 
     # "local": a plain ray.init() would join whatever cluster /tmp/ray/ray_current_cluster names.

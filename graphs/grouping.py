@@ -47,17 +47,12 @@ tests/bench/bench_giph.py, whose seed-1 and seed-2 figures BENCHMARKS.md records
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 from numba import njit
 
+from graphs.c_stdout import c_stdout_dropped
 from graphs.errors import PlacerError, check_seed, is_whole_number
 from graphs.fusion import fusible_edges, fusion_anchors
 from graphs.opgraph import ANY_DEVICE, DEVICE_KINDS, OpGraph
@@ -365,42 +360,10 @@ def _metis(count: int, cost: np.ndarray, src: np.ndarray, dst: np.ndarray, size:
     cost = _clamped(cost, parts)
     vweights = np.maximum(1, np.round(cost / cost.sum() * 1e8)).astype(np.int64)
     eweights = 1 + np.round(size / max(int(size.max(initial=0)), 1) * 1e3).astype(np.int64)  # coarse: faster
-    with c_stdout_dropped():
+    with c_stdout_dropped():  # METIS prints its warnings ("***Cannot bisect a graph with 0 vertices!") there
         result = pymetis.part_graph(parts, pymetis.CSRAdjacency(starts, dst), vweights=vweights,
                                     eweights=eweights, options=pymetis.Options(seed=int(seed)))
     return np.unique(np.asarray(result.vertex_part), return_inverse=True)[1].astype(np.int64).ravel()
-
-
-_C_STDOUT_LOCK = threading.RLock()  # fd 1 is the process's: one redirect at a time (c_stdout_dropped; nested: fine)
-
-
-@contextmanager
-def c_stdout_dropped() -> Iterator[None]:
-    """File descriptor 1 sent to /dev/null while the block runs, C's stdio buffers flushed at both ends:
-    METIS prints its warnings ("***Cannot bisect a graph with 0 vertices!") with printf, which landed in the
-    middle of a command's table on stdout; a grouping that made fewer groups than asked is a note of ours.
-    One block at a time (two threads' blocks interleaved left fd 1 at /dev/null for good); where fd 1 is
-    closed there is nothing to keep clean, and the block runs as it is."""
-    with _C_STDOUT_LOCK:
-        try:
-            saved = os.dup(1)
-        except OSError:  # closed
-            saved = None
-        if saved is None:
-            yield
-            return
-        libc = ctypes.CDLL(None)
-        if sys.stdout is not None:
-            sys.stdout.flush()
-        libc.fflush(None)
-        try:
-            with open(os.devnull, "w") as devnull:
-                os.dup2(devnull.fileno(), 1)
-                yield
-        finally:
-            libc.fflush(None)
-            os.dup2(saved, 1)
-            os.close(saved)
 
 
 def _clamped(cost: np.ndarray, parts: int) -> np.ndarray:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphs.grouping import c_stdout_dropped
+from graphs.c_stdout import c_stdout_dropped
 from policies.base import DecisionClock, check_budget, finish
 from policies.problem import PlacementProblem
 

@@ -180,6 +180,21 @@ def unit_memory_bytes(problem: PlacementProblem, model: str = "auto",
 
 
 
+def unit_param_bytes(problem: PlacementProblem) -> np.ndarray:
+    """(U,) float64: each unit's parameter bytes, resident on its device whatever the schedule."""
+    return np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
+                       minlength=problem.num_units)
+
+
+def parameters_cannot_fit(problem: PlacementProblem) -> bool:
+    """Whether no placement can fit in memory, by two facts that prove it: a unit whose parameters exceed
+    every device it may run on, or parameters that exceed all devices together."""
+    param_bytes = unit_param_bytes(problem)  # (U,)
+    capacity = problem.capacity_bytes().astype(np.float64)  # (D,)
+    roomiest = np.where(problem.unit_allowed, capacity[None, :], -np.inf).max(axis=1)  # (U,)
+    return bool(np.any(param_bytes > roomiest)) or param_bytes.sum() > capacity.sum()
+
+
 def device_indices(values, length: int, num_devices: int, what: str) -> np.ndarray:
     """``values`` as int64 device indices, checked: a last axis of ``length``, integers (not floats or
     bools), each in 0..num_devices-1; else one PlacerError naming ``what``."""

@@ -42,11 +42,12 @@ Last, where all that left the step out of memory and one round of the search bel
 of a graph of a few thousand ops; not where the parameters alone exceed the devices' memory), a tabu search
 looks for a placement that fits: each round simulates every one-unit move to every device the unit may run
 on and makes the one that leaves the least overflow summed over the devices, even one that adds some, with
-the units moved in the last ``U // 2`` rounds held where they are. A fitting placement ends it; without one the repair's placement stays
-as the moves above left it. Single moves that must each lower the overflowing device's peak, and regions of
-one buffer's holders, can stop where only several moves together reach a fitting placement: on random
-graphs of 5-8 ops with tight memory, m-TOPO, m-ETF, m-SCT and HEFT ended out of memory in 25 of 140 runs
-that a placement could fit, 3 with this step (tests/bench/bench_memory_repair_small.py; BENCHMARKS.md).
+the units moved in the last ``U // 2`` rounds held where they are. A fitting placement ends it; without one
+the repair's placement stays as the moves above left it. Single moves that must each lower the overflowing
+device's peak, and regions of one buffer's holders, can stop where only several moves together reach a
+fitting placement: on random graphs of 5-8 ops with tight memory, m-TOPO, m-ETF, m-SCT and HEFT ended out of
+memory in 25 of 140 runs that a placement could fit, 3 with this step (tests/bench/bench_memory_repair_small.py;
+BENCHMARKS.md).
 
 Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
 would take every move, and the CPU is 4-5x slower than a GPU; the heuristics prefer the devices their
@@ -64,7 +65,7 @@ from typing import Sequence
 
 import numpy as np
 
-from policies.problem import PlacementProblem
+from policies.problem import PlacementProblem, parameters_cannot_fit
 
 MAX_MOVES = 256  # single moves fit_in_memory makes at most (each simulates up to SHORTLIST * TRIALS placements)
 MAX_REGIONS = 16  # region moves it makes at most, besides (each: a timeline, then log2(live buffers) + 2 at most)
@@ -190,8 +191,7 @@ def spill(problem: PlacementProblem, op_placement: np.ndarray, unit_bytes: np.nd
     fitted = None
     max_descent_simulations = DESCENT_SIMULATIONS if max_descent_simulations is None else max_descent_simulations
     max_descent_simulations = min(max_descent_simulations, DESCENT_OP_SIMULATIONS // max(problem.graph.num_ops, 1))
-    hopeless = problem.graph.param_bytes.sum() > capacity.sum()  # the parameters alone fit nowhere
-    if (peaks > capacity).any() and max_descent_simulations > 0 and not hopeless:
+    if (peaks > capacity).any() and max_descent_simulations > 0 and not parameters_cannot_fit(problem):
         fitted = _overflow_descent(problem, simulator, placement, units, peaks, preference, max_descent_simulations)
     if fitted is not None:
         fitted_units, placement, peaks = fitted

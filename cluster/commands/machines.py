@@ -39,8 +39,9 @@ def _show(args) -> int:
     print(f"{machine.name}: {machine.description}")
     print(f"{'device':8s} {'model':15s} {'TFLOP/s':>8s} {'GB/s':>7s} {'memory GB':>9s} {'overhead us':>11s}")
     for d in machine.devices:
-        print(f"{d.name:8s} {d.model:15s} {column_figure(d.peak_flops / 1e12, 8, 2)} {column_figure(d.mem_bandwidth_Bps / 1e9, 7, 0)} "
-              f"{column_figure(d.memory_bytes / 1e9, 9, 1)} {column_figure(d.op_overhead_s * 1e6, 11, 1)}")
+        print(f"{d.name:8s} {d.model:15s} {column_figure(d.peak_flops / 1e12, 8, 2)} "
+              f"{column_figure(d.mem_bandwidth_Bps / 1e9, 7, 0)} {column_figure(d.memory_bytes / 1e9, 9, 1)} "
+              f"{column_figure(d.op_overhead_s * 1e6, 11, 1)}")
     if not machine.links:  # a header over no rows read as a table that failed to print
         print("links: none (one device)" if machine.num_devices == 1 else "links: none")
     else:
@@ -52,4 +53,3 @@ def _show(args) -> int:
         print(f"profile {machine.profile} (measured op times: the simulator uses them, not the device figures, "
               "for the ops it times)")
     return 0
-

@@ -170,12 +170,11 @@ def check_train_args(args: argparse.Namespace):
     continues or None); one PlacerError for the first bad input."""
     from cluster.jobs.config import check_counts, check_unique
     from graphs.files import name_too_long
+    from graphs.grouping import DEFAULT_MAX_GROUPS
     from graphs.registry import check_graph_name
     from measurers.catalog import load_machine
     from policies.rl.gnn.checkpoint import resume_path
     from policies.rl.gnn.config import GnnConfig
-
-    from graphs.grouping import DEFAULT_MAX_GROUPS
 
     args.groups_given = args.groups is not None  # its notes name the default as the default
     args.groups = args.groups if args.groups is not None else [DEFAULT_MAX_GROUPS]

@@ -15,9 +15,10 @@
 
 ``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerances (1e-6
 relative, ``SOLVER_SLACK``, and absolute: ``relaxation.proven_s``): the MIP's optimum of one group came out a
-few ulps above the simulated step of that very placement, and on steps of nanoseconds up to 4% above. (The closed form is the lower bound every table prints, already lowered by its summing
-margin; CP-SAT's ticks are rounded down already.) ``holds_for`` says for which placements it
-holds. ``time_limit_s`` is shared: the LP gets it, the MIP what the LP left; 0 gives the closed form alone.
+few ulps above the simulated step of that very placement, and on steps of nanoseconds up to 4% above. (The
+closed form is the lower bound every table prints, already lowered by its summing margin; CP-SAT's ticks are
+rounded down already.) ``holds_for`` says for which placements it holds. ``time_limit_s`` is shared: the LP
+gets it, the MIP what the LP left; 0 gives the closed form alone.
 """
 
 from __future__ import annotations

@@ -75,9 +75,7 @@ its incumbent): ``proven_s`` takes them off a bound, relative and absolute.
 from __future__ import annotations
 
 import math
-import os
 import signal
-import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -87,9 +85,10 @@ from typing import Sequence
 import highspy
 import numpy as np
 
+from graphs.c_stdout import c_stdout_dropped
 from graphs.errors import PlacerError
 from measurers.sim.links import link_table
-from policies.problem import PlacementProblem
+from policies.problem import PlacementProblem, parameters_cannot_fit, unit_param_bytes
 
 MS_PER_S = 1e3
 GB = 1e9
@@ -444,29 +443,12 @@ def _add_channel_rows(rows: _Rows, problem, layout, links) -> None:
              np.concatenate([np.ones(c), -busy_ms]), np.zeros(c), np.inf)
 
 
-def _unit_param_bytes(problem: PlacementProblem) -> np.ndarray:
-    """(U,) float64: each unit's parameter bytes, what the memory rows hold on its device."""
-    return np.bincount(problem.op_unit, weights=problem.graph.param_bytes.astype(np.float64),
-                       minlength=problem.num_units)
-
-
-def _parameters_cannot_fit(problem: PlacementProblem) -> bool:
-    """Whether no placement can fit the memory rows, by two facts that prove it: a unit whose parameters
-    exceed every device it may run on, or parameters that exceed all devices together. The rows are in GB,
-    and HiGHS's feasibility tolerances (1e-7 to 1e-6) took devices of a few bytes holding hundreds as a fit
-    ("optimal" beside an "infeasible" LP)."""
-    param_bytes = _unit_param_bytes(problem)  # (U,)
-    capacity = problem.capacity_bytes().astype(np.float64)  # (D,)
-    roomiest = np.where(problem.unit_allowed, capacity[None, :], -np.inf).max(axis=1)  # (U,)
-    return bool(np.any(param_bytes > roomiest)) or param_bytes.sum() > capacity.sum()
-
-
 def _parameters_fit(problem: PlacementProblem) -> bool:
     """Whether the memory rows (each unit's parameters on its device, within the device's capacity) leave a
     placement, found greedily: heaviest unit first, onto the allowed device with the most room left. The other
     rows always hold with a long enough step, so a relaxation HiGHS calls infeasible while this finds one is
     HiGHS's numerics (a machine whose figures span a dozen orders of magnitude), not a proof."""
-    param_bytes = _unit_param_bytes(problem)  # (U,)
+    param_bytes = unit_param_bytes(problem)  # (U,)
     room = problem.capacity_bytes().astype(np.float64)  # (D,)
     for unit in np.argsort(-param_bytes, kind="stable").tolist():
         options = np.flatnonzero(problem.unit_allowed[unit])
@@ -480,7 +462,7 @@ def _parameters_fit(problem: PlacementProblem) -> bool:
 
 
 def _add_memory_rows(rows: _Rows, problem, layout) -> None:
-    param_gb = _unit_param_bytes(problem) / GB
+    param_gb = unit_param_bytes(problem) / GB
     u, d = np.nonzero(layout.x_col >= 0)
     devices = problem.num_devices
     rows.add(d, layout.x_col[u, d], param_gb[u], np.full(devices, -np.inf), problem.capacity_bytes() / GB)
@@ -608,7 +590,9 @@ def solve_relaxation(problem: PlacementProblem, time_limit_s: float, integer: bo
     they lift w near placements that measured slow, so ``makespan_s`` is then that model's w, not the
     relaxation's."""
     began = time.perf_counter()
-    if _parameters_cannot_fit(problem):  # proven here: HiGHS's tolerances took an overflow of bytes as a fit
+    # proven here: the memory rows are in GB, and HiGHS's feasibility tolerances (1e-7 to 1e-6) took devices of
+    # a few bytes holding hundreds as a fit ("optimal" beside an "infeasible" LP)
+    if parameters_cannot_fit(problem):
         return RelaxationResult(None, "infeasible", time.perf_counter() - began, 0, 0)
     lp, layout = _build(problem, integer, placement_weight, forbidden, window_rows, measured)
     highs = quiet_highs()
@@ -790,15 +774,8 @@ def silence_highs_banner() -> None:
     main thread's output."""
     if _BANNER_SILENCED:
         return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 1)
-            highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+    with c_stdout_dropped():
+        highspy.Highs()
     _BANNER_SILENCED.append(True)
 
 

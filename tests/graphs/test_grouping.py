@@ -512,7 +512,7 @@ def test_c_stdout_dropped__threads_at_once_leave_stdout_as_it_was():
     import os
     import threading
 
-    from graphs.grouping import c_stdout_dropped
+    from graphs.c_stdout import c_stdout_dropped
 
     before = os.readlink("/proc/self/fd/1")
     a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
@@ -540,7 +540,7 @@ def test_c_stdout_dropped__threads_at_once_leave_stdout_as_it_was():
 def test_c_stdout_dropped__a_closed_stdout_is_left_closed_and_the_block_runs():
     import os
 
-    from graphs.grouping import c_stdout_dropped
+    from graphs.c_stdout import c_stdout_dropped
 
     saved = os.dup(1)
     ran = False
