@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
+
 from cluster.commands.console import column_figure
 from cluster.commands.paths import output_file
 from cluster.jsonout import emit_json
@@ -90,8 +92,8 @@ def _simulate(args) -> int:
 
 def _note_profile_that_changes_nothing(profile, graph, machine, path: str) -> None:
     """A profile measured on other device models, or of ops the graph lacks (another graph's names, a
-    hand-written file's typos), changes no op time: say so rather than print the cost model's figure as if
-    it were the profile's."""
+    hand-written file's typos), or whose ops of this graph were all measured on models the machine lacks,
+    changes no op time: say so rather than print the cost model's figure as if it were the profile's."""
     measured = sorted(set(profile.device_models.tolist()))
     models = sorted({device.model for device in machine.devices})
     profiled_ops = set(profile.op_names.tolist())
@@ -102,3 +104,7 @@ def _note_profile_that_changes_nothing(profile, graph, machine, path: str) -> No
     elif not profiled_ops & set(graph.op_names):
         print(f"placer: note: --profile {path} has times for {len(profiled_ops)} ops, none of them an op of graph "
               f"{graph.name!r}: it changes nothing", file=sys.stderr)
+    elif profile.apply(graph, machine, np.zeros((graph.num_ops, machine.num_devices))) == 0:
+        print(f"placer: note: --profile {path} has no time of an op of graph {graph.name!r} on a device model of "
+              f"machine {machine.name!r} (this graph's ops were timed on other models): it changes nothing",
+              file=sys.stderr)

@@ -84,6 +84,16 @@ def test_simulate__profile_changes_the_step_time(tmp_path, capsys):
     assert json.loads(captured.out)["runtime_s"] < 1
     assert (f"placer: note: --profile {misnamed} has times for 50 ops, none of them an op of graph 'synthetic:50:0': "
             "it changes nothing\n" == captured.err)
+    crossed = tmp_path / "crossed.json"  # this graph's ops timed on a CPU model, another graph's on K80s: no pair
+    crossed.write_text(json.dumps({"format": "placer-op-profile", "version": 1, "entries": [
+        {"op": graph.op_names[0], "device_model": "Ryzen 5", "time_s": 0.5},
+        {"op": "elsewhere/op", "device_model": "K80", "time_s": 0.5}]}))
+    assert main(["simulate", *args, "--profile", str(crossed), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["runtime_s"] < 1
+    assert (f"placer: note: --profile {crossed} has no time of an op of graph 'synthetic:50:0' on a device model of "
+            "machine 'paper-2gpu' (this graph's ops were timed on other models): it changes nothing\n"
+            == captured.err)
 
 
 def test_simulate__a_heuristic_plans_with_the_profile_it_is_scored_with(tmp_path, capsys):
