@@ -89,11 +89,13 @@ def graph_inputs(problem: PlacementProblem) -> GraphInputs:
     whole_share = np.clip(np.log2(peak_bytes / memory), -4.0, 4.0) / 4.0  # (D,)
     pair = np.stack([np.log10(np.minimum(slowdown, 1e3)) / 3.0, np.minimum(param_share, 2.0),
                      np.broadcast_to(whole_share, slowdown.shape), allowed.astype(np.float64)], axis=2)
-    for name, array in (("group", node), ("edge", edge), ("pair", pair)):
+    device = device_features(problem, best_s)  # (D, F_DEVICE)
+    for name, array in (("group", node), ("edge", edge), ("pair", pair), ("device", device)):
         if not np.isfinite(array).all():
-            raise PlacerError(f"graph {problem.graph.name!r}: non-finite {name} features (a cost of NaN or inf?)")
+            raise PlacerError(f"graph {problem.graph.name!r} on machine {problem.machine.name!r}: non-finite "
+                              f"{name} features (a cost of NaN or inf?)")
     return GraphInputs(node=node.astype(np.float32), edge_index=edge_index, edge=edge.astype(np.float32),
-                       device=device_features(problem, best_s).astype(np.float32), pair=pair.astype(np.float32),
+                       device=device.astype(np.float32), pair=pair.astype(np.float32),
                        allowed=allowed.copy(), work_s=work_s.copy(), edge_bytes=np.concatenate([nbytes, nbytes]))
 
 
@@ -127,7 +129,7 @@ def _mean_bandwidth_Bps(problem: PlacementProblem) -> np.ndarray:
     kinds = np.array([device.kind for device in problem.machine.devices])
     for i in range(d):
         peers = [j for j in range(d) if j != i and kinds[j] == kinds[i]] or [j for j in range(d) if j != i]
-        out[i] = table.bandwidth_Bps[table.link_of[i, peers]].mean()
+        out[i] = _finite_mean(table.bandwidth_Bps[table.link_of[i, peers]])
     return out
 
 
@@ -140,4 +142,17 @@ def _gpu_bandwidth_Bps(problem: PlacementProblem) -> float:
     if len(members) < 2 or not len(table.bandwidth_Bps):
         return 1e9
     links = table.link_of[np.ix_(members, members)][~np.eye(len(members), dtype=bool)]
-    return float(np.median(table.bandwidth_Bps[links]))
+    bandwidth_Bps = np.sort(table.bandwidth_Bps[links])  # (L,)
+    middle = len(bandwidth_Bps) // 2
+    return _finite_mean(bandwidth_Bps[middle - 1 + len(bandwidth_Bps) % 2: middle + 1])  # the median
+
+
+def _finite_mean(values: np.ndarray) -> float:
+    """The mean of finite ``values``, also where their sum overflows (links of 1e308 B/s a machine file may
+    give: the features turned inf and the network's sampling failed)."""
+    with np.errstate(over="ignore"):
+        mean = float(values.mean())
+    if np.isfinite(mean):
+        return mean
+    largest = float(values.max())
+    return float((values / largest).mean()) * largest

@@ -274,3 +274,16 @@ def test_a_graph_that_needs_no_memory_gets_the_lowest_whole_share_without_a_warn
     with np.errstate(all="raise"):
         x = graph_inputs(problem)
     assert (x.pair[..., PAIR_COLUMNS.index("log2_graph_memory_share")] == -1.0).all()
+
+
+def test_links_near_the_largest_float_give_finite_features(graph):
+    """Links of 1.5e308 B/s (a machine file may give them): the mean of two overflowed to inf, the device
+    features turned inf and gdp, placeto and giph failed in torch.multinomial with a traceback."""
+    machine = load_machine("paper-4gpu")
+    machine = dataclasses.replace(machine, links=tuple(dataclasses.replace(link, bandwidth_Bps=1.5e308)
+                                                       for link in machine.links))
+    with np.errstate(over="raise", invalid="raise"):
+        x = graph_inputs(make_problem(graph, machine, max_groups=8))
+    bandwidth = x.device[:, DEVICE_COLUMNS.index("log_mean_bandwidth_gbps")]
+    assert np.isfinite(x.device).all() and np.allclose(bandwidth, np.log10(1.5e308 / 1e9))
+    assert np.isfinite(x.node).all() and np.isfinite(x.edge).all()
