@@ -103,7 +103,7 @@ def measurement_cost_s(measurement: Measurement, capacity_bytes: np.ndarray) -> 
     peaks = np.asarray(measurement.peak_bytes, dtype=np.float64)
     if measurement.status != "oom" or len(peaks) != len(capacity_bytes):
         return FAILED_COST_S * 2
-    overflow = np.maximum(peaks - capacity_bytes, 0.0).sum() / capacity_bytes.sum()
+    overflow = np.maximum(peaks - capacity_bytes, 0.0).sum() / np.sum(capacity_bytes, dtype=np.float64)
     return FAILED_COST_S * (1.0 + float(overflow))
 
 

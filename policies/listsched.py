@@ -49,7 +49,7 @@ def candidate_devices(problem: PlacementProblem, use: str) -> np.ndarray:
 def gpus_hold_the_model(problem: PlacementProblem) -> bool:
     gpus = problem.gpu_indices()
     unit_bytes, _ = unit_memory_bytes(problem, "auto", gpus)
-    return bool(gpus) and unit_bytes.sum() <= problem.usable_bytes()[gpus].sum()
+    return bool(gpus) and unit_bytes.sum() <= problem.usable_bytes()[gpus].sum(dtype=np.float64)
 
 
 def memory_model_devices(problem: PlacementProblem, cand: np.ndarray) -> np.ndarray:

@@ -164,7 +164,8 @@ def unit_memory_bytes(problem: PlacementProblem, model: str = "auto",
     memory of ``devices`` (default: all), else the lighter ``saved`` model (a conservative model that
     fits nowhere would make every memory-constrained heuristic give up)."""
     models = MEMORY_MODELS if model == "auto" else (model,)
-    capacity = problem.usable_bytes()[list(devices) if devices is not None else slice(None)].sum()
+    usable = problem.usable_bytes()[list(devices) if devices is not None else slice(None)]  # (K,)
+    capacity = usable.sum(dtype=np.float64)  # an int64 sum wrapped past 2**63 bytes and took the wrong model
     for name in models:
         per_unit = np.bincount(problem.op_unit, weights=op_memory_bytes(problem.graph, name),
                                minlength=problem.num_units).astype(np.float64)

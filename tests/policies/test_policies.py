@@ -281,6 +281,28 @@ def test_baselines_on_nmt2__single_gpu_fits_as_the_memory_model_says_and_feasibl
     assert all(t >= table.lower_bound_s * (1 - 1e-9) for t, _ in feasible)
 
 
+@pytest.mark.parametrize("memory_bytes", [4 * 10**18, 9 * 10**18])
+def test_memory_model__more_memory_never_takes_the_lighter_model(graph, machine, memory_bytes):
+    """Two GPUs of 9e18 bytes: their usable memory summed as int64 wrapped past 2**63 to a negative total, so
+    the conservative model "did not fit" and m-TOPO took the saved one, measured 734x slower than at 4e18."""
+    from policies.listsched import gpus_hold_the_model
+    from policies.problem import unit_memory_bytes
+
+    problem = problem_for(graph, with_gpu_memory(machine, memory_bytes))
+    gpus = problem.gpu_indices()
+    assert unit_memory_bytes(problem, "auto", gpus)[1] == "conservative"
+    assert gpus_hold_the_model(problem)
+
+
+def test_measurement_cost__an_overflow_on_devices_of_exabytes_ranks_as_out_of_memory():
+    from measurers.base import Measurement
+    from policies.base import FAILED_COST_S, measurement_cost_s
+
+    capacity = np.array([9 * 10**18, 9 * 10**18, 9 * 10**18], dtype=np.int64)  # sums past 2**63
+    oom = Measurement(runtime_s=1.0, samples_s=(1.0,), status="oom", peak_bytes=(10**19, 0, 0), measure_s=0.0)
+    assert FAILED_COST_S < measurement_cost_s(oom, capacity) < FAILED_COST_S * 1.1
+
+
 def test_baselines__a_zero_second_single_gpu_step_gives_no_ratio_instead_of_dividing_by_zero(machine):
     from policies.table import run_baselines
 
