@@ -16,11 +16,10 @@ out every field. ``machine_to_json`` writes the fully spelled-out form, which lo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from graphs.errors import PlacerError
-from graphs.files import is_dir as is_named_dir, is_file as is_named_file
+from graphs.files import is_dir as is_named_dir, is_file as is_named_file, loads_json_once
 from measurers.devices import CATALOG_DIR, DEVICES_FILE, device_profiles
 from measurers.machine import Machine
 from measurers.machine_json import machine_from_json, machine_to_json
@@ -57,7 +56,9 @@ def load_machine(name_or_file: str) -> Machine:
                               f"(machines: {', '.join(list_machines())}, local, openvino, hetero:SEED)")
         path = CATALOG_DIR / f"{name_or_file}.json"
     try:
-        data = json.loads(path.read_text())
+        data = loads_json_once(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, 4,300+ digits
         raise PlacerError(f"machine file {str(path)!r} is not readable JSON: {exc}") from None
+    except PlacerError as exc:
+        raise PlacerError(f"machine file {str(path)!r}: {exc}") from None
     return machine_from_json(data, where=f"machine file {str(path)!r}", base_dir=path.parent)

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from graphs.errors import PlacerError
-from graphs.files import atomic_file
+from graphs.files import atomic_file, loads_json_once
 from graphs.opgraph import OpGraph, dense_ids
 from graphs.synthetic import full_graph_name
 from measurers.machine import Machine
@@ -76,7 +76,7 @@ def load_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machin
     path = Path(path)
     where = f"placement file {str(path)!r}"
     try:
-        data = json.loads(path.read_text(), object_pairs_hook=_refuse_a_key_twice)
+        data = loads_json_once(path.read_text())
     except FileNotFoundError:
         raise PlacerError(f"{where} does not exist") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, 4,300+ digits
@@ -87,17 +87,6 @@ def load_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machin
         return check_placement(graph, machine, _op_devices(data, graph, machine, _op_groups(graph, grouping)))
     except PlacerError as exc:
         raise PlacerError(f"{where}: {exc}") from None
-
-
-def _refuse_a_key_twice(pairs: list[tuple[str, object]]) -> dict:
-    """A JSON object's keys, each once: ``{"ops": {"a": "gpu:1", ..., "a": "cpu:0"}}`` ran op a on the CPU
-    without a word, the first entry dropped by the JSON reader."""
-    seen = set()
-    for key, _value in pairs:
-        if key in seen:
-            raise PlacerError(f"{key!r} is named twice in one object")
-        seen.add(key)
-    return dict(pairs)
 
 
 def save_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machine, placement) -> Path:

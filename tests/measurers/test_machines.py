@@ -125,6 +125,16 @@ def test_load_machine__unknown_name_or_bad_json(tmp_path):
             load_machine(str(tmp_path / "bad.json"))
 
 
+def test_load_machine__a_key_named_twice_is_one_error(tmp_path):
+    """A device's "memory_bytes": 1000 then 32e9 loaded as 32 GB, the first dropped without a word, where a
+    placement file refuses the same."""
+    path = tmp_path / "dup.json"
+    path.write_text('{"name": "dup", "devices": [{"name": "gpu:0", "model": "V100", "memory_bytes": 1000, '
+                    '"memory_bytes": 32000000000}], "links": []}')
+    with pytest.raises(PlacerError, match="dup.json': 'memory_bytes' is named twice in one object$"):
+        load_machine(str(path))
+
+
 def test_cli_machines__list_show_and_json(capsys):
     assert main(["machines", "list"]) == 0
     assert "paper-4gpu" in capsys.readouterr().out

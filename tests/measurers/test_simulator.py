@@ -274,6 +274,14 @@ def test_profile__bad_file_is_one_error(tmp_path):
         load_profile(path)
 
 
+def test_profile__a_key_named_twice_is_one_error(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text('{"format": "placer-op-profile", "version": 1, "entries": '
+                    '[{"op": "a", "device_model": "toy", "time_s": 1.0, "time_s": 2.0}]}')
+    with pytest.raises(PlacerError, match="p.json': 'time_s' is named twice in one object$"):
+        load_profile(path)
+
+
 @pytest.mark.parametrize("graph_hash", [None, 7])
 def test_profile__a_graph_hash_that_is_no_string_is_one_error(tmp_path, graph_hash):
     """A hand-written "graph_hash": null was read as the hash "None": "--profile ... was measured on a graph
