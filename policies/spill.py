@@ -130,7 +130,9 @@ STILL_OUT_OF_MEMORY = "STILL OUT OF MEMORY"  # in a repair's notes when its move
 
 
 def _mb(nbytes) -> str:
-    return f"{int(nbytes) / 1e6:.1f} MB"
+    """Megabytes to one decimal; bytes below 0.1 MB (a machine file's 1-byte device read "0.0 MB of 0.0 MB")."""
+    nbytes = int(nbytes)
+    return f"{nbytes:,} B" if nbytes < 100_000 else f"{nbytes / 1e6:.1f} MB"
 
 
 def unit_edges(problem: PlacementProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -111,6 +111,18 @@ def test_spill__says_plainly_when_it_cannot_fit():
     assert "STILL OUT OF MEMORY" in result.notes(problem)
 
 
+def test_spill__notes_give_bytes_where_megabytes_round_to_zero(make_graph):
+    """Devices of 1 byte (a machine file's): the notes read "0.0 MB of 0.0 MB", an overflow of nothing."""
+    base = load_machine("paper-2gpu")
+    machine = dataclasses.replace(base, devices=tuple(dataclasses.replace(d, memory_bytes=1) for d in base.devices))
+    graph = make_graph([(0, 1, 160), (1, 2, 160)], flops=[1e6] * 3, name="tiny-memory")
+    problem = make_problem(graph, machine)
+    placement = np.full(graph.num_ops, 1, dtype=np.int64)
+    notes = spill(problem, placement, np.ones(problem.num_units, dtype=np.int64), np.zeros(problem.num_devices),
+                  max_moves=2).notes(problem)
+    assert "STILL OUT OF MEMORY" in notes and "of 1 B" in notes and "0.0 MB" not in notes
+
+
 def test_spill__each_move_lowers_the_overflowing_peak_or_keeps_it():
     machine = with_gpu_memory(load_machine("paper-2gpu"), 300 * 10**6)
     problem = make_problem(load_graph("synthetic:300"), machine)
