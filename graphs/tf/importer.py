@@ -569,8 +569,9 @@ def _loss_callable(loss, model):
 
     compiled = loss is None
     loss = loss if loss is not None else getattr(model, "loss", None)
-    if loss is None:
-        return keras.losses.MeanSquaredError()
+    if loss is None:  # as compile("mse") would apply it: to each output of several, summed (the one loss
+        # taken on all outputs stacked them, and failed on outputs of other shapes or a dict of them)
+        return _each_output_when_several(keras.losses.MeanSquaredError(), _summed_output_losses("mse", model))
     weights = _compiled_loss_weights(model) if compiled else None
     if not isinstance(loss, (dict, list, tuple)) and isinstance(weights, (list, tuple)) and len(weights) > 1:
         # Keras's fit refuses it ("loss_weights must match the number of losses, got 1 losses and 2 weights")

@@ -608,6 +608,30 @@ def test_import_keras_spec__saved_keras_file_uses_model_shapes(tmp_path):
     assert graph.flops[matmul] == 2 * 10 * 6 * 2 and graph.num_params == 14
 
 
+@pytest.mark.parametrize("outputs", ["list", "dict"])
+def test_import_keras_spec__a_saved_model_of_several_outputs_uncompiled_is_stepped_as_compile_mse(tmp_path, outputs):
+    """Saved without compile(), a model of two outputs (shapes 2 and 3, or a dict) failed to import: the one mean
+    squared error took both outputs at once ("Dimension 1 in both shapes must be equal"). Now each output's, summed,
+    as compile("mse") with Adam steps it: the same ops."""
+    import keras
+
+    from graphs.tf.importer import import_keras_spec
+
+    def build():
+        x = keras.Input((5,), name="x")
+        hidden = keras.layers.Dense(4, name="hidden")(x)
+        heads = [keras.layers.Dense(2, name="a")(hidden), keras.layers.Dense(3, name="b")(hidden)]
+        return keras.Model(x, heads if outputs == "list" else {"a": heads[0], "b": heads[1]}, name="two_heads")
+
+    build().save(tmp_path / "plain.keras")
+    compiled = build()
+    compiled.compile(optimizer="adam", loss="mse")
+    compiled.save(tmp_path / "compiled.keras")
+    plain = import_keras_spec(str(tmp_path / "plain.keras"), batch_size=4)
+    reference = import_keras_spec(str(tmp_path / "compiled.keras"), batch_size=4)
+    assert plain.num_ops == reference.num_ops and plain.flops.sum() == reference.flops.sum()  # names: adam, adam_1
+
+
 @pytest.mark.parametrize("spec, message", [
     ("no_such_module_xyz:build", "no_such_module_xyz"),
     ("graphs.opgraph:no_such_function", "no_such_function"),
