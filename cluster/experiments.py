@@ -27,7 +27,8 @@ from typing import Callable, Sequence
 
 from cluster.analysis import lower_bound_of, policy_bests, proven_bound_of
 from cluster.jobs.config import SearchConfig, check_unique
-from cluster.runlog import MANIFEST_FILE, RESULT_FILE, read_manifest, read_run, write_text_atomic
+from cluster.runlog import (MANIFEST_FILE, RESULT_FILE, read_manifest, read_result_json, read_run,
+                            write_text_atomic)
 from graphs.errors import PlacerError, check_seed, is_whole_number
 from graphs.files import FolderLock, missing_folders, remove_empty_folders
 from graphs.grouping import DEFAULT_MAX_GROUPS, DEFAULT_METHOD
@@ -279,6 +280,10 @@ def check_experiment_folder(experiment: Experiment, out: str | os.PathLike, sett
     if (folder / EXPERIMENT_FILE).exists() and not (folder / EXPERIMENT_FILE).is_file():
         raise PlacerError(f"{folder / EXPERIMENT_FILE} is not a file, so {folder} holds no experiment this "
                           f"placer can continue: pick another --out")
+    for cell in experiment.cells:
+        cell_dir = folder / cell.folder_name
+        if cell_dir.exists() and not cell_dir.is_dir():  # its row's search failed after experiment.json was written
+            raise PlacerError(f"{cell_dir} is a file, not a row's folder: remove it, or pick another --out")
     if not (folder / EXPERIMENT_FILE).is_file():
         return
     old = asdict(read_settings(folder))
@@ -323,17 +328,41 @@ def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -
             run_dir = find_cell_run(folder / cell.folder_name, policy)
             if run_dir is None:
                 continue
+            _check_run_settings(run_dir, settings)
             budget = _run_budget(run_dir)
             if budget > settings.budget:  # (experiment.json says so too, unless it was lost)
                 raise PlacerError(f"{run_dir} was run with --budget {budget}: pick another --out, or a budget of "
                                   f"at least {budget} (not {settings.budget})")
-            if not _started_afresh(budget < settings.budget, policy) \
-                    and (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
+            if _started_afresh(budget < settings.budget, policy):
+                continue
+            if (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
                 check_run_log(run_dir)
+            elif (run_dir / RESULT_FILE).is_file() and budget < settings.budget:  # was set aside and run again
+                raise PlacerError(f"{run_dir} is finished but its {GROUPING_FILE} is missing, so it cannot go on to "
+                                  f"--budget {settings.budget}: restore the file, or pick another --out")
+
+
+RUN_SETTINGS = ("measurer", "groups", "grouping", "hidden_size")  # the run manifest's config keys of Settings
+
+
+def _check_run_settings(run_dir: Path, settings: Settings) -> None:
+    """A row's run made with the experiment's settings: with experiment.json lost, the runs of seed 0 and 4
+    groups were reported (and the folder written) as those of the seed and groups asked for."""
+    manifest = read_manifest(run_dir)
+    ran = {key: manifest.config.get(key) for key in RUN_SETTINGS} | {"seed": manifest.seed}
+    for key, value in ran.items():
+        if value is not None and value != getattr(settings, key):  # (None: an older run's manifest lacks it)
+            flag = "--quick" if key == "hidden_size" else f"--{key}"
+            raise PlacerError(f"{run_dir} was run with {key} {value!r}, not {getattr(settings, key)!r}: pick "
+                              f"another --out, or give the {flag} it was run with")
 
 
 def _run_budget(run_dir: Path) -> int:
-    return int(read_manifest(run_dir).config.get("budget", 0))
+    budget = read_manifest(run_dir).config.get("budget", 0)
+    if not is_whole_number(budget):  # int("four") and int(None) were tracebacks
+        raise PlacerError(f"{run_dir / MANIFEST_FILE} is damaged: config.budget is {json.dumps(budget)}, not a "
+                          "whole number")
+    return int(budget)
 
 
 def _smaller_budget(run_dir: Path, settings: Settings) -> bool:
@@ -383,10 +412,11 @@ def _run_cell_search(cell_dir: Path, cell: Cell, policy: str, baselines: tuple[s
     smaller = run_dir is not None and _smaller_budget(run_dir, settings)
     if _started_afresh(smaller, policy):
         run_dir = None  # a search's placements depend on its budget: a new run (the newest is the cell's)
-    if run_dir is not None and (run_dir / RESULT_FILE).is_file() and not smaller:
+    if run_dir is not None and read_result_json(run_dir) is not None and not smaller:
         emit(RunEvent(index, total, cell, policy, "skipped (finished)"))
-        return  # (with a larger budget, the finished learner goes on from its checkpoint)
-    if run_dir is not None and not (run_dir / GROUPING_FILE).is_file():
+        return  # (with a larger budget, the finished learner goes on from its checkpoint; a damaged result
+        # file, as analyze reads it, is a run not finished: resumed, it writes the file again)
+    if run_dir is not None and not (run_dir / GROUPING_FILE).is_file() and not (run_dir / RESULT_FILE).exists():
         run_dir.rename(run_dir.with_name(f".broken-{time.time_ns()}-{run_dir.name}"))  # died before it could resume
         run_dir = None
     cell_dir.mkdir(parents=True, exist_ok=True)
@@ -445,6 +475,7 @@ class CellResult:
     proven_bound_s: float = math.nan  # best proven bound of the cell's searched groups (from its run folders)
     proven_bound_holds_for: str = ""
     rl_batch: int | None = None  # the batch its learned run searched with (its manifest's); None: not run
+    grouping: str = ""  # the method that made its runs' groups (result.json's: scope falls back to metis)
 
     @property
     def ratio_to_proven_bound(self) -> float:
@@ -474,7 +505,7 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
 
     methods = {m: MethodResult(math.nan, "not run") for m in experiment.methods}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
-    proven, proven_for, rl_batch = math.nan, "", None
+    proven, proven_for, rl_batch, grouping = math.nan, "", None, ""
     for policy in experiment.searches:
         run_dir = find_cell_run(cell_dir, policy)
         if run_dir is None:
@@ -494,14 +525,16 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
         runs.append(str(run_dir))
         measured += int((~rows["cache_hit"].astype(bool)).sum())
         wall += wall_s_of(rows, manifest)
-        finished &= (run_dir / RESULT_FILE).is_file()
+        result = read_result_json(run_dir)
+        finished &= result is not None
+        grouping = grouping or (result or {}).get("grouping", "")
     baseline = _best_of(methods, PAPER_BASELINES)
     rl = methods[experiment.learned].runtime_s
     gain = methods[baseline].runtime_s / rl - 1 if baseline and rl > 0 else math.nan
     winner = _best_of(methods, experiment.methods)
     claims = _claims(experiment, cell, methods, gain, baseline)
     return CellResult(cell, experiment.learned, methods, lower, gain, baseline, winner, claims, tuple(runs),
-                      measured, wall, finished, proven, proven_for, rl_batch)
+                      measured, wall, finished, proven, proven_for, rl_batch, grouping)
 
 
 def _batch_of(config: dict) -> int | None:

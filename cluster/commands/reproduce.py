@@ -174,8 +174,10 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
     measured = sum(r.measurements for r in results)
     wall = sum(r.wall_s for r in results)
     unfinished = [r.cell.folder_name for r in results if not r.finished]
+    grouping = ", ".join(sorted({r.grouping for r in results if r.grouping})) or settings.grouping  # (scope on a
+    # graph of more top-level scopes than groups is metis)
     console.print(f"{experiment.notes}. Bold: fastest method here. Proven bound (placer bound): for placements "
-                  f"of the searched groups ({settings.groups} {settings.grouping} groups) when above the lower "
+                  f"of the searched groups ({settings.groups} {grouping} groups) when above the lower "
                   f"bound; best x proven: the fastest method over it (heuristics place finer groups and may go "
                   f"below it).")
     console.print(f"budget {settings.budget} measurements per search (RL batch {_batch_text(settings, results)}), "

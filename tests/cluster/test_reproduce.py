@@ -169,13 +169,17 @@ def test_run_experiment__skips_finished_resumes_unfinished_restarts_broken(tmp_p
     run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings, on_event=events.append)
     assert {e.action for e in events} == {"skipped (finished)"} and len(events) == 12
     events.clear()
+    with pytest.raises(PlacerError, match="is finished but its grouping.npz is missing"):  # (rnnlm's learners)
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", replace(settings, budget=200))
+    for learner in folder.glob("*/*__reinforce__*"):
+        (learner / cluster.jobs.GROUPING_FILE).write_bytes(b"")
     run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", replace(settings, budget=200),
                    on_event=events.append)
     actions = [(e.cell.graph, e.policy, e.action) for e in events if e.action != "done"]
     assert not [a for a in actions if a[2] == "skipped (finished)"]  # a larger budget: every finished run goes on
-    # the learners of nmt-2 from their checkpoints (the others have no grouping: started afresh); every
-    # search starts again in a new run folder, its placements depending on its budget (annealing's schedule)
-    assert [a for a in actions if a[2] == "resumed"] == [("nmt-2", "reinforce", "resumed")] * 2
+    # the learners from their checkpoints; every search starts again in a new run folder, its placements
+    # depending on its budget (annealing's schedule)
+    assert [a for a in actions if a[2] == "resumed"] == [(c.graph, "reinforce", "resumed") for c in experiment.cells]
     assert {a[2] for a in actions if a[1] != "reinforce"} == {"started"}
 
 
@@ -474,3 +478,105 @@ def test_cli_reproduce__a_default_out_under_a_file_is_one_error(tmp_path, monkey
     assert main(["reproduce", "mirhoseini2017", "--quick"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("placer: error: --out (default runs/reproduce-quick):")
+
+
+def _edit_manifests(folder: Path, pattern: str, **config) -> None:
+    for run in folder.glob(pattern):
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest["config"].update(config)
+        (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("asked, words", [(dict(groups=8), "was run with groups 4, not 8"),
+                                          (dict(groups=4, seed=7), "was run with seed 0, not 7")])
+def test_run_experiment__runs_of_other_settings_are_refused_without_experiment_json(tmp_path, monkeypatch, asked,
+                                                                                    words):
+    """With experiment.json lost, --seed 7 --groups 8 skipped the finished runs of seed 0 and 4 groups as its
+    own, reported them under seed 7 and 8 groups, and wrote experiment.json so."""
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "out" / "mirhoseini2017"
+    for cell in get_experiment("mirhoseini2017").cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=8)
+    _edit_manifests(folder, "*/*__*", groups=4, grouping="scope", measurer="sim")
+    with pytest.raises(PlacerError, match=words):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8, **asked))
+    assert not (folder / EXPERIMENT_FILE).exists()
+
+
+def test_run_experiment__a_finished_learner_that_lost_its_grouping_is_refused_not_set_aside(tmp_path, monkeypatch):
+    """A larger --budget renamed the finished learner (result.json and all) to .broken-..., which analyze skips,
+    and started it afresh without a word."""
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "out" / "mirhoseini2017"
+    small = settings_for(quick=True, budget=2)
+    for cell in get_experiment("mirhoseini2017").cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=small.budget)
+    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
+    with pytest.raises(PlacerError, match="__reinforce__.* is finished but its grouping.npz is missing, so it "
+                                          "cannot go on to --budget 8: restore the file, or pick another --out"):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
+    assert not list(folder.glob("*/.broken-*")) and read_settings(folder).budget == 2
+
+
+@pytest.mark.parametrize("budget", ["four", None])
+def test_run_experiment__a_run_budget_that_is_no_number_is_a_damaged_manifest(tmp_path, monkeypatch, budget):
+    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
+    folder = tmp_path / "out" / "mirhoseini2017"
+    for cell in get_experiment("mirhoseini2017").cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=8)
+    _edit_manifests(folder, "rnnlm__paper-2gpu/*__annealing__*", budget=budget)
+    with pytest.raises(PlacerError, match=f"manifest.json is damaged: config.budget is {json.dumps(budget)}, not a "
+                                          "whole number"):
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
+
+
+def test_run_experiment__a_damaged_result_file_is_a_run_not_finished(tmp_path, monkeypatch):
+    """reproduce skipped a run whose result.json was cut short as finished (analyze reads it as not)."""
+    experiment = get_experiment("mirhoseini2017").select(("rnnlm",))
+    folder = tmp_path / "out" / "mirhoseini2017"
+    settings = settings_for(quick=True, budget=8)
+    for cell in experiment.cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=8)
+    for run in folder.glob("*/*__*"):
+        (run / cluster.jobs.GROUPING_FILE).write_bytes(b"")
+    (damaged,) = folder.glob("rnnlm__paper-2gpu/*__annealing__*")
+    (damaged / RESULT_FILE).write_text('{"trunc')
+    assert [r.finished for r in cell_results(experiment, folder)] == [False, True]
+    resumed = []
+
+    def fake_run_search(config, **_):
+        resumed.append(config.resume)
+        (Path(config.resume) / RESULT_FILE).write_text(json.dumps(_FakeResult(Path(config.resume)).to_json()))
+        return _FakeResult(Path(config.resume))
+
+    monkeypatch.setattr(cluster.jobs, "run_search", fake_run_search)
+    run_experiment(experiment, tmp_path / "out", settings)
+    assert resumed == [str(damaged)]
+    assert [r.finished for r in cell_results(experiment, folder)] == [True, True]
+
+
+def test_run_experiment__a_file_where_a_rows_folder_goes_is_refused_before_anything_is_written(tmp_path):
+    from cluster.experiments import check_experiment_folder
+
+    experiment = get_experiment("mirhoseini2017").select(("rnnlm",))
+    folder = tmp_path / "mirhoseini2017"
+    folder.mkdir()
+    (folder / "rnnlm__paper-2gpu").write_text("x")
+    with pytest.raises(PlacerError, match="rnnlm__paper-2gpu is a file, not a row's folder: remove it, or pick "
+                                          "another --out"):
+        check_experiment_folder(experiment, tmp_path, settings_for(quick=True))
+    assert sorted(p.name for p in folder.iterdir()) == ["rnnlm__paper-2gpu"]
+
+
+def test_print_table__names_the_grouping_the_runs_used(tmp_path, capsys):
+    """--groups 1 on rnnlm: scope falls back to METIS (more top-level scopes than groups); the footer said
+    "1 scope groups" where the runs' bound held for "the 1 metis groups"."""
+    experiment = get_experiment("mirhoseini2017").select(("rnnlm",))
+    folder = tmp_path / "mirhoseini2017"
+    for cell in experiment.cells:
+        _cell_runs(folder, cell.graph, cell.machine, {"single-gpu": 2.0, "reinforce": 1.0}, 1.5)
+    for result in folder.glob(f"*/*/{RESULT_FILE}"):
+        result.write_text(json.dumps({**json.loads(result.read_text()), "grouping": "metis"}))
+    settings = settings_for(quick=True, budget=8, groups=1)
+    print_table(experiment, settings, cell_results(experiment, folder), folder, 1.0)
+    assert "(1 metis groups)" in " ".join(capsys.readouterr().out.split())
