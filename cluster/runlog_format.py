@@ -259,9 +259,12 @@ def _rows_missing(seq: np.ndarray) -> tuple[int, int] | None:
     return gap, int(seq[gap]) - 1
 
 
-NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status", "placement")), (METRIC_SCHEMA, ("seq", "iteration", "name")))
-"""Columns no row of a log leaves empty: rows are ordered and told apart by seq, counted by status, and each
-measured a placement (a null one was a traceback where a removed device's rows are left out)."""
+NON_NULL_COLUMNS = ((MEASUREMENT_SCHEMA, ("seq", "status", "placement", "policy", "cache_hit")),
+                    (METRIC_SCHEMA, ("seq", "iteration", "name")))
+"""Columns no row of a log leaves empty: rows are ordered and told apart by seq, counted by status, each
+measured a placement (a null one was a traceback where a removed device's rows are left out), was made by a
+policy (a null one was reported as the best's source "nan") and was measured or taken from the cache (a null
+cache_hit was counted as measured)."""
 
 
 def _check_rows(table: pa.Table, folder: Path, schema: pa.Schema) -> None:
@@ -304,7 +307,7 @@ def _checked_columns(schema: pa.Schema) -> list[str]:
     return [name for name in CHECKED_COLUMNS if name in schema.names]
 
 
-CHECKED_COLUMNS = ("seq", "iteration", "name", "status", "runtime_s")  # what _check_rows reads of a log
+CHECKED_COLUMNS = ("seq", "iteration", "name", "status", "runtime_s", "policy", "cache_hit")  # what _check_rows reads
 
 
 def _check_parts(folder: Path, schema: pa.Schema) -> None:

@@ -343,13 +343,16 @@ def test_runlog__a_part_without_a_column_every_version_writes_is_damaged(tmp_pat
     ("seq", None, "1 rows have no seq"),
     ("status", None, "1 rows have no status"),
     ("placement", None, "1 rows have no placement"),
+    ("policy", None, "1 rows have no policy"),
+    ("cache_hit", None, "1 rows have no cache_hit"),
     ("runtime_s", -1.0, r"1 rows of status ok have a runtime_s that is not a duration \(first: -1.0\)"),
     ("runtime_s", float("nan"), "1 rows of status ok have a runtime_s that is not a duration"),
 ])
 def test_runlog__a_row_no_writer_logs_is_damaged(tmp_path, manifest, column, value, message):
     """A null seq was a traceback on --resume (NaN to int); a null status a row counted nowhere; an ok row of
     -1 s analysed as a best of -1 s, and a resume copied it into a best placement file every reader refused; a
-    null placement a traceback in analyze of a run that lost a device."""
+    null placement a traceback in analyze of a run that lost a device; a null policy the best's source "nan"; a
+    null cache_hit a row counted as measured."""
     with RunLogWriter.create(tmp_path, manifest) as log:
         for i in range(3):
             log.append(_result(i))
