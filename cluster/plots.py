@@ -181,7 +181,7 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     learning curve needs neither (a moved profile failed every run's plots)."""
     from cluster.analysis import learning_curve
     from cluster.run_best import read_run_best, run_graph
-    from cluster.runlog import read_best, read_manifest, read_run
+    from cluster.runlog import ran_ok, read_best, read_manifest, read_run
     from measurers.catalog import machine_from_json
 
     run_dir = Path(run_dir)
@@ -192,7 +192,7 @@ def read_run_to_plot(run_dir: str | Path) -> RunToPlot:
     own = manifest.policy if manifest.policy and (rows.policy == manifest.policy).any() else None
     curve = learning_curve(rows, policy=own, manifest=manifest)  # the manifest's sessions set its wall time
     best = graph = None
-    if read_best(run_dir) is not None:
+    if read_best(run_dir) is not None or ran_ok(rows).any():  # (ok rows and no file: the note says it was lost)
         try:  # the machine first: a profile its file names that has moved since is a note too, as a graph is
             machine_from_json(manifest.machine, where=f"{run_dir}/manifest.json")
             best = read_run_best(run_dir)
@@ -221,10 +221,15 @@ def run_plot_paths(run: RunToPlot, out_dir: str | Path) -> RunPlots:
 
 
 def check_plot_paths(runs: Sequence[RunToPlot], out_dir: str | Path) -> None:
-    """One PlacerError, before any plot is written, when a plot's path is taken by a folder: the runs
-    plotted before it kept their files (`placer analyze --plots` left them half-written)."""
+    """One PlacerError, before any plot is written, when a plot's path is taken by a folder, or its name is too
+    long (a hand-written run id of 240 characters): the runs plotted before it kept their files (`placer
+    analyze --plots` left them half-written)."""
+    from graphs.files import name_too_long
+
     for run in runs:
         for path in vars(run_plot_paths(run, out_dir)).values():
+            if path is not None and (problem := name_too_long(path.name)):
+                raise PlacerError(f"--plots: run {run.run_id}'s plot {path.name} cannot be written: {problem}")
             if path is not None and path.is_dir():
                 raise PlacerError(f"--plots: {path} is a folder, so run {run.run_id}'s plot cannot be written there")
             if path is not None and path.exists() and not path.is_file():

@@ -85,7 +85,7 @@ def print_summaries(summaries) -> None:
     for s in summaries:
         if s.overall_best_source and s.overall_best_source != s.policy and s.policy != BASELINES_POLICY:
             console.print(f"{s.run_id}: its overall best, {s.overall_best_runtime_s:.4g} s, was found by "
-                          f"{s.overall_best_source}, not by {s.policy} (best_placement.json holds it)")
+                          f"{s.overall_best_source}, not by {s.policy} ({_best_file_text(s.run_dir)})")
         if s.best_baseline_run:
             console.print(f"{s.run_id}: its best baseline, {s.best_baseline}, was logged by run {s.best_baseline_run} "
                           f"(same graph, machine, measurer, noise and timing)")
@@ -93,6 +93,12 @@ def print_summaries(summaries) -> None:
         for removed in s.removed_devices:
             console.print(f"{s.run_id}: {removed.device} left after {removed.at_measurement} measurements (then "
                           f"{removed.machine_after}); its bests count only placements without it")
+
+
+def _best_file_text(run_dir) -> str:
+    from cluster.runlog import BEST_FILE
+
+    return f"{BEST_FILE} holds it" if (Path(run_dir) / BEST_FILE).is_file() else f"its {BEST_FILE} is missing"
 
 
 def measurements_cell(s) -> str:

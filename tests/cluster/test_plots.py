@@ -329,3 +329,37 @@ def one_line_error(capsys) -> str:
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     return captured.err
+
+
+def test_cli_analyze__a_lost_best_placement_file_is_said_not_claimed(tmp_path, capsys):
+    """With best_placement.json deleted, analyze said "(best_placement.json holds it)" and left out the
+    timeline, device load and trace without a word."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    run = write_run(tmp_path / "runs", rows=[("annealing", 2.0, "ok", False), ("m-etf", 1.2, "ok", False)],
+                    graph_file=graph_file)
+    (run / "best_placement.json").unlink()
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots")]) == 0
+    captured = capsys.readouterr()
+    assert "was found by m-etf, not by annealing (its best_placement.json is missing)" in " ".join(
+        captured.out.split())
+    assert captured.err == (f"placer: note: no timeline of run {run.name}'s best placement: run {run} has no best "
+                            "placement (no best_placement.json): its log holds 2 placements measured ok, so the "
+                            "file was removed or lost after it was written\n")
+    assert [p.name.split("__")[-1] for p in (tmp_path / "plots").iterdir()] == ["learning_curve.png"]
+
+
+def test_cli_analyze__a_plot_name_too_long_is_refused_before_any_plot_is_written(tmp_path, capsys):
+    """A hand-written run id of 240 characters: the other runs' plots were written, then "File name too long"."""
+    graph_file = tmp_path / "tiny6.parquet"
+    save_graph(_graph(), graph_file)
+    write_run(tmp_path / "runs" / "a", graph_file=graph_file)
+    long = write_run(tmp_path / "runs" / "b", graph_file=graph_file, policy="cem")
+    manifest = json.loads((long / "manifest.json").read_text())
+    manifest["run_id"] = "r" * 240
+    (long / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["analyze", str(tmp_path / "runs"), "--plots", str(tmp_path / "plots")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"placer: error: --plots: run {'r' * 240}'s plot {'r' * 240}__learning_curve.png cannot "
+                          "be written: a name of ") and err.count("\n") == 1
+    assert not (tmp_path / "plots").exists() or not list((tmp_path / "plots").iterdir())
