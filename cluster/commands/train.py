@@ -9,6 +9,7 @@ rewritten whole at least whenever the checkpoint is; a resumed run appends to it
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
@@ -298,13 +299,16 @@ def held_out_notes(problems: list) -> list[str]:
 
 def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) -> list:
     from graphs.registry import load_graph
-    from measurers.catalog import load_machine
+    from measurers.catalog import load_machine, machine_to_json
     from measurers.sim.measurer import SimulatorMeasurer
     from policies.problem import make_problem
     from policies.rl.gnn.family import TrainProblem
 
     loaded = {m: load_machine(m) for m in machines}
     graphs_by_name = {g: load_graph(g) for g in graphs}
+    _refuse_one_given_twice("--graphs", {g: graph.content_hash for g, graph in graphs_by_name.items()})
+    _refuse_one_given_twice("--machines", {m: json.dumps(machine_to_json(machine), sort_keys=True)
+                                           for m, machine in loaded.items()})
     for graph in graphs_by_name.values():  # as search notes it
         for groups in args.groups:
             note_groups_above_colocation(groups, graph.num_colocation_groups, graph.name,
@@ -315,6 +319,17 @@ def _problems(graphs: list[str], machines: list[str], args: argparse.Namespace) 
         problem = make_problem(graph, machine, max_groups=groups, grouping_method=args.grouping, seed=args.seed)
         problems.append(TrainProblem(name, problem, SimulatorMeasurer(graph, machine)))
     return problems
+
+
+def _refuse_one_given_twice(flag: str, content_of: dict[str, str]) -> None:
+    """Two spellings of one graph or machine (``synthetic:30`` and ``synthetic:30:0``, a file by two paths):
+    trained twice as often as the others, each with a memo of its own."""
+    first_of: dict[str, str] = {}
+    for given, content in content_of.items():
+        if content in first_of:
+            raise PlacerError(f"{flag}: {first_of[content]!r} and {given!r} are the same "
+                              f"{flag[2:-1]}: give it once")
+        first_of[content] = given
 
 
 def _problem_specs(graphs: list[str], machines: list[str], group_counts: list[int]) -> list[tuple]:

@@ -151,6 +151,10 @@ def test_train__the_least_budget_accepted_makes_an_update(tmp_path, capsys, poli
     (["--teacher-budget", "7"], "--teacher-budget 7 for each of 1 problem spends 7 of --budget 8"),
     (["--hidden", "7"], "gdp's --hidden must be a multiple of 4"),
     (["--resume"], "no such file"),
+    (["--graphs", "synthetic:30", "synthetic:30:0"], "--graphs: 'synthetic:30' and 'synthetic:30:0' are the same "
+                                                     "graph: give it once"),  # trained twice as often
+    (["--machines", "paper-2gpu", "measurers/catalog/paper-2gpu.json"], "--machines: 'paper-2gpu' and "
+     "'measurers/catalog/paper-2gpu.json' are the same machine: give it once"),
 ])
 def test_train__bad_input_is_one_error_and_writes_nothing(tmp_path, capsys, flags, message):
     from cluster.cli import main
