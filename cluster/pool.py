@@ -43,7 +43,7 @@ from cluster.actors import ActorInfo, ChunkOutcome, error_measurement, remote_ac
 from cluster.runlog import LoggedPlacement
 from graphs.errors import PlacerError
 from measurers.base import Measurement
-from measurers.factory import MeasurerFactory, MeasurerSpec, as_factory
+from measurers.factory import MeasurerFactory, MeasurerSpec, SpecFactory, as_factory
 from measurers.timing import REAL_TIMING
 
 
@@ -257,7 +257,9 @@ class MeasurerPool:
         self.run_log = run_log
         self.on_node_lost = on_node_lost  # called once per GPU node that left, when the pool sees it
         self._lost: list[LostNode] = []
-        default_timeout_s = measurer.timeout_s if isinstance(measurer, MeasurerSpec) else REAL_TIMING.timeout_s
+        spec = measurer.spec if isinstance(measurer, SpecFactory) else measurer  # (what the jobs pass: as_factory's)
+        spec = spec if isinstance(spec, MeasurerSpec) else None
+        default_timeout_s = spec.timeout_s if spec is not None else REAL_TIMING.timeout_s
         self.timeout_s = self.config.timeout_s or default_timeout_s
         self._factory_ref = ray.put(as_factory(measurer))
         self._tickets = itertools.count()
@@ -272,7 +274,7 @@ class MeasurerPool:
         self._slots: list[_Slot] = []
         self._next_node_check = time.monotonic() + self.config.node_check_interval_s
         self._add_slots()
-        real = isinstance(measurer, MeasurerSpec) and measurer.kind in REAL_MEASURERS  # actors build its step first
+        real = spec is not None and spec.kind in REAL_MEASURERS  # actors build its step first
         self.wait_ready(start_timeout_s + (self.timeout_s if real else 0.0))
 
     # ---- public API --------------------------------------------------------------------------------
@@ -369,9 +371,12 @@ class MeasurerPool:
             self._pump(min(self.config.poll_interval_s, max(0.0, deadline - time.monotonic())))
         if not self.actors:
             timed_out = time.monotonic() >= deadline  # else every start was given up (its node left) before it
+            lost = {node.node_id for node in self._lost}
+            departed = not timed_out and all(slot.node_id in lost for slot in self._slots)
             self.close()
-            raise PlacerError("no measurer actor started" + (f" within {timeout_s:g} s" if timed_out else "")
-                              + (f": {self._last_error}" if self._last_error else self._no_start_hint()))
+            error = MeasurersLost if departed else PlacerError  # nodes that left: a run-time failure, not bad input
+            raise error("no measurer actor started" + (f" within {timeout_s:g} s" if timed_out else "")
+                        + (f": {self._last_error}" if self._last_error else self._no_start_hint()))
         return self.actors
 
     def _no_start_hint(self) -> str:
