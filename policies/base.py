@@ -85,6 +85,13 @@ def early_stop(started: float, time_limit_s: float | None, should_stop: Callable
     return None
 
 
+def stopped_before_start(context: RunContext) -> bool:
+    """Whether a policy must not measure even its first batch (a zero shot, a warm start): the time the job left
+    it is spent already (``time_limit_s`` 0), or the stop flag is up. gdp, placeto and giph measured their zero
+    shot first and checked only then."""
+    return early_stop(time.perf_counter(), context.time_limit_s, context.should_stop) is not None
+
+
 class Policy(Protocol):
     name: str
 

@@ -40,7 +40,7 @@ import torch
 
 from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
-                           search_result)
+                           search_result, stopped_before_start)
 from policies.rl.gnn.checkpoint import check_network, pretrained_path, read_checkpoint
 from policies.rl.gnn.config import GnnConfig
 from policies.rl.gnn.problems import Slot, resume_learner, resumed_trainer, save_learner
@@ -131,7 +131,7 @@ class GdpPolicy:
             resumed = first and self._resume(trainer, slot)
             start = None
             notes = [f"weights: {self.initial.source}" if first else "weights: kept from the previous place call"]
-            if not resumed:
+            if not resumed and not stopped_before_start(self.context):
                 warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
                 if warm is not None:  # in the memo: fine-tuning improves on it, and never reports worse
                     start = warm.unit_placement

@@ -49,6 +49,16 @@ def _greedy(kind: str, problem, seed: int = 0) -> np.ndarray:
         return trainer.greedy(Slot(problem, counter=None))
 
 
+@pytest.mark.parametrize("kind", (*KINDS, "giph"))
+def test_a_time_limit_spent_before_the_start_measures_nothing(setup, kind):
+    """`--time-limit 0.5` spent by the job's start: reinforce measured nothing, gdp, placeto and giph their zero
+    shot (giph's walk: up to 1 + episode_steps placements), and only then saw the limit."""
+    problem, measurer = setup
+    counted = CountingMeasurer(measurer)
+    result = make_policy(kind, context=RunContext(time_limit_s=0.0), **SMALL).place(problem, counted, 50, 0)
+    assert counted.used == 0 and result.measurements == 0 and result.stop_reason == "time_limit"
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_budget_of_one_measures_the_zero_shot_placement_once(setup, kind):
     problem, measurer = setup

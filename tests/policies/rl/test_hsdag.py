@@ -246,6 +246,13 @@ def test_budget_of_one_measures_the_greedy_parse(setup):
     assert counted.used == result.measurements == 1 and result.best.ok
 
 
+def test_a_time_limit_spent_before_the_start_measures_nothing(setup):
+    problem, measurer = setup
+    counted = CountingMeasurer(measurer)
+    result = HsdagPolicy(context=RunContext(time_limit_s=0.0), **SMALL).place(problem, counted, 20, 0)
+    assert counted.used == result.measurements == 0 and result.stop_reason == "time_limit"
+
+
 def test_heat_raises_the_temperature_by_its_growth_up_to_the_cap():
     from policies.rl.gnn.hsdag.config import HsdagConfig
     from policies.rl.gnn.hsdag.trainer import HsdagTrainer

@@ -35,7 +35,7 @@ import torch
 
 from graphs.errors import PlacerError
 from policies.base import (BudgetedMeasurer, DecisionClock, PolicyResult, RunContext, check_budget, early_stop,
-                           search_result, with_run_best)
+                           search_result, stopped_before_start, with_run_best)
 from policies.rl.gnn.checkpoint import check_weights
 from policies.rl.gnn.hsdag.config import HsdagConfig
 from policies.rl.gnn.hsdag.parser import HsdagNet, ParseEdges
@@ -79,7 +79,8 @@ class HsdagPolicy:
         with deterministic_torch():
             first = self.trainer is None
             trainer = self._trainer(config)
-            if not (first and self._resume(trainer, slot)):  # a later call is another problem: nothing to resume
+            if not (first and self._resume(trainer, slot)) and not stopped_before_start(self.context):  # (a later
+                # call is another problem: nothing to resume)
                 warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
                 if warm is not None:  # in the memo: training never reports worse
                     trainer.imitate(slot, edges, warm.unit_placement, config.imitation_steps)
