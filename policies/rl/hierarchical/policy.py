@@ -84,7 +84,7 @@ class HierarchicalPolicy:
             if checkpoint is not None:
                 self._save(trainer)
         per_update = float(np.mean(trainer.learner_s)) if trainer.learner_s else math.nan  # none this session
-        notes = (f"{trainer.warm_start_note}{trainer.iteration} iterations of {config.batch_size}, "
+        notes = (f"{trainer.warm_start_note}{trainer.iteration} iterations of {min(config.batch_size, budget)}, "
                  f"{trainer.num_groups} groups, {learner_time_note(per_update)}")
         found = replace(search_result(self.name, problem, counter, notes),
                         warm_start_runtime_s=trainer.warm_start_runtime_s)  # a resumed run's from its checkpoint

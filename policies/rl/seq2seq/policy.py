@@ -64,7 +64,8 @@ class ReinforcePolicy:
                               on_iteration=on_iteration, before_checkpoint=ctx.before_checkpoint,
                               warm_start=warm, measurements_before=counter.used, warm_started=warm_started,
                               known=[(c.unit_placement, c.measurement) for c in measured])
-        notes = f"{result.iterations} iterations of {config.batch_size}, {learner_time_note(result.seconds_per_update)}"
+        batch = min(config.batch_size, budget)  # (a --batch above the budget samples the budget: "1 iterations of 100000")
+        notes = f"{result.iterations} iterations of {batch}, {learner_time_note(result.seconds_per_update)}"
         found = replace(search_result(self.name, problem, counter, notes),
                         warm_start_runtime_s=result.warm_start_runtime_s)  # a resumed run's from its checkpoint
         if result.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped

@@ -87,6 +87,8 @@ def test_hierarchical__stays_within_budget_and_returns_a_measured_placement(prob
     again = SimulatorMeasurer(problem.graph, problem.machine).measure([result.op_placement])[0]
     assert again.runtime_s == pytest.approx(result.best.runtime_s)
     assert result.seconds_per_update > 0
+    large = place("hierarchical", problem, Counting(problem), 6, 0, **{**OPTIONS, "batch_size": 100000})
+    assert "1 iterations of 6, " in large.notes  # the batch sampled, not the --batch asked for
 
 
 class AllOutOfMemory(Counting):

@@ -108,6 +108,9 @@ def test_reinforce__warm_started_run_never_reports_worse_than_its_warm_start(nmt
     assert measurer.calls[0] == 1 and sum(measurer.calls) == 10 == result.measurements
     assert result.best.runtime_s <= warm_runtime_s
     assert "warm start: candidate 0" in result.notes
+    large = place("reinforce", nmt, _Counting(SimulatorMeasurer(nmt.graph, nmt.machine)), 6, 0,
+                  **{**OPTIONS, "batch_size": 100000})
+    assert "1 iterations of 6, " in large.notes  # the batch sampled, not the --batch asked for
 
 
 def _toy_trainer(config):
