@@ -372,7 +372,7 @@ class MeasurerPool:
         if not self.actors:
             timed_out = time.monotonic() >= deadline  # else every start was given up (its node left) before it
             lost = {node.node_id for node in self._lost}
-            departed = not timed_out and all(slot.node_id in lost for slot in self._slots)
+            departed = not timed_out and bool(self._slots) and all(slot.node_id in lost for slot in self._slots)
             self.close()
             error = MeasurersLost if departed else PlacerError  # nodes that left: a run-time failure, not bad input
             raise error("no measurer actor started" + (f" within {timeout_s:g} s" if timed_out else "")

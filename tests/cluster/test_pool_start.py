@@ -49,3 +49,6 @@ def test_pool__every_node_gone_before_its_actor_started_is_measurers_lost_not_ba
     with pytest.raises(PlacerError) as error:
         failed.wait_ready(1.0)
     assert not isinstance(error.value, MeasurersLost)
+    with pytest.raises(PlacerError) as error:  # no node to start an actor on at all (each held by another job)
+        _pool_with([], []).wait_ready(1.0)
+    assert not isinstance(error.value, MeasurersLost)

@@ -131,7 +131,8 @@ class GdpPolicy:
             resumed = first and self._resume(trainer, slot)
             start = None
             notes = [f"weights: {self.initial.source}" if first else "weights: kept from the previous place call"]
-            if not resumed and not stopped_before_start(self.context):
+            began = resumed or not stopped_before_start(self.context)  # else no learner saved: a resume begins
+            if not resumed and began:
                 warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
                 if warm is not None:  # in the memo: fine-tuning improves on it, and never reports worse
                     start = warm.unit_placement
@@ -142,7 +143,8 @@ class GdpPolicy:
             if slot.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
                 notes.append(slot.warm_start_note)
             stop_reason = self._fine_tune(trainer, slot, start)
-            self._save(trainer, slot)
+            if began:
+                self._save(trainer, slot)
         if trainer.learner_s:
             notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each")
         found = replace(search_result(self.name, problem, counter, "; ".join(notes)),

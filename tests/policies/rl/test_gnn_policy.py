@@ -50,13 +50,18 @@ def _greedy(kind: str, problem, seed: int = 0) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kind", (*KINDS, "giph"))
-def test_a_time_limit_spent_before_the_start_measures_nothing(setup, kind):
+def test_a_time_limit_spent_before_the_start_measures_nothing(setup, kind, tmp_path):
     """`--time-limit 0.5` spent by the job's start: reinforce measured nothing, gdp, placeto and giph their zero
-    shot (giph's walk: up to 1 + episode_steps placements), and only then saw the limit."""
+    shot (giph's walk: up to 1 + episode_steps placements), and only then saw the limit. Nor is a learner saved,
+    which a resume would take for one that had begun, and never measure the zero shot."""
     problem, measurer = setup
     counted = CountingMeasurer(measurer)
-    result = make_policy(kind, context=RunContext(time_limit_s=0.0), **SMALL).place(problem, counted, 50, 0)
+    stopped = make_policy(kind, context=RunContext(checkpoint_dir=tmp_path, time_limit_s=0.0), **SMALL)
+    result = stopped.place(problem, counted, 50, 0)
     assert counted.used == 0 and result.measurements == 0 and result.stop_reason == "time_limit"
+    assert list(tmp_path.iterdir()) == []
+    resumed = make_policy(kind, context=RunContext(checkpoint_dir=tmp_path), **SMALL).place(problem, counted, 1, 0)
+    assert resumed.measurements == 1 and "weights: scratch" in resumed.notes
 
 
 @pytest.mark.parametrize("kind", KINDS)

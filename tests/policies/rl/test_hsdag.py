@@ -246,11 +246,15 @@ def test_budget_of_one_measures_the_greedy_parse(setup):
     assert counted.used == result.measurements == 1 and result.best.ok
 
 
-def test_a_time_limit_spent_before_the_start_measures_nothing(setup):
+def test_a_time_limit_spent_before_the_start_measures_nothing(setup, tmp_path):
+    """Nor does it save a learner, which a resume would take for one that had begun (its greedy parse never
+    measured)."""
     problem, measurer = setup
     counted = CountingMeasurer(measurer)
-    result = HsdagPolicy(context=RunContext(time_limit_s=0.0), **SMALL).place(problem, counted, 20, 0)
+    context = RunContext(checkpoint_dir=tmp_path, time_limit_s=0.0)
+    result = HsdagPolicy(context=context, **SMALL).place(problem, counted, 20, 0)
     assert counted.used == result.measurements == 0 and result.stop_reason == "time_limit"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_heat_raises_the_temperature_by_its_growth_up_to_the_cap():

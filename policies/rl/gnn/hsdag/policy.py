@@ -79,8 +79,9 @@ class HsdagPolicy:
         with deterministic_torch():
             first = self.trainer is None
             trainer = self._trainer(config)
-            if not (first and self._resume(trainer, slot)) and not stopped_before_start(self.context):  # (a later
-                # call is another problem: nothing to resume)
+            resumed = first and self._resume(trainer, slot)  # a later call is another problem: nothing to resume
+            began = resumed or not stopped_before_start(self.context)  # else no learner saved: a resume begins
+            if not resumed and began:
                 warm = slot.measure_warm_start(self.warm_start) if self.warm_start else None
                 if warm is not None:  # in the memo: training never reports worse
                     trainer.imitate(slot, edges, warm.unit_placement, config.imitation_steps)
@@ -88,7 +89,8 @@ class HsdagPolicy:
             if slot.warm_start_note:  # a resumed run's from its checkpoint: the same words as had it never stopped
                 notes.append(slot.warm_start_note)
             stop_reason, groups = self._train(trainer, slot, edges)
-            self._save(trainer, slot)
+            if began:
+                self._save(trainer, slot)
         if trainer.learner_s:
             notes.append(f"{trainer.iteration} updates, {np.mean(trainer.learner_s):.3f} s learner time each; "
                          f"groups per sample: {groups[0]:.1f} first batch, {groups[-1]:.1f} last")
