@@ -337,7 +337,10 @@ def _check_cell_runs(folder: Path, experiment: Experiment, settings: Settings) -
                 continue
             if (run_dir / GROUPING_FILE).is_file():  # (one without died before it could resume: set aside)
                 check_run_log(run_dir)
-            elif (run_dir / RESULT_FILE).is_file() and budget < settings.budget:  # was set aside and run again
+            elif (run_dir / RESULT_FILE).exists() and read_result_json(run_dir) is None:  # resumed to write it
+                raise PlacerError(f"{run_dir} has a damaged {RESULT_FILE} and no {GROUPING_FILE}, so it cannot be "
+                                  "resumed to finish it: remove the run folder, or pick another --out")
+            elif (run_dir / RESULT_FILE).exists() and budget < settings.budget:  # was set aside and run again
                 raise PlacerError(f"{run_dir} is finished but its {GROUPING_FILE} is missing, so it cannot go on to "
                                   f"--budget {settings.budget}: restore the file, or pick another --out")
 
@@ -352,9 +355,9 @@ def _check_run_settings(run_dir: Path, settings: Settings) -> None:
     ran = {key: manifest.config.get(key) for key in RUN_SETTINGS} | {"seed": manifest.seed}
     for key, value in ran.items():
         if value is not None and value != getattr(settings, key):  # (None: an older run's manifest lacks it)
-            flag = "--quick" if key == "hidden_size" else f"--{key}"
+            flag = {"hidden_size": "--quick", "grouping": None}.get(key, f"--{key}")  # (reproduce has no --grouping)
             raise PlacerError(f"{run_dir} was run with {key} {value!r}, not {getattr(settings, key)!r}: pick "
-                              f"another --out, or give the {flag} it was run with")
+                              f"another --out" + (f", or give the {flag} it was run with" if flag else ""))
 
 
 def _run_budget(run_dir: Path) -> int:

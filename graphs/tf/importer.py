@@ -590,11 +590,16 @@ def _loss_callable(loss, model):
 
 def _each_output_when_several(single, per_output):
     """One loss (compiled, or by name) as ``compile`` applies it: to each output of a model with several, summed
-    (a model of dict outputs compiled with "mse" failed to import: the loss got the whole dict)."""
+    (a model of dict outputs compiled with "mse" failed to import: the loss got the whole dict); to the one
+    output of a list or dict of one (the structures of its targets and predictions differ)."""
     import tensorflow as tf
 
     def loss(targets, predictions):
-        return (per_output if len(tf.nest.flatten(predictions)) > 1 else single)(targets, predictions)
+        if len(tf.nest.flatten(predictions)) > 1:
+            return per_output(targets, predictions)
+        if tf.is_tensor(predictions) and tf.is_tensor(targets):  # (one output: taken as it is, its graph as before)
+            return single(targets, predictions)
+        return single(tf.nest.flatten(targets)[0], tf.nest.flatten(predictions)[0])  # a list or dict of one
 
     return loss
 

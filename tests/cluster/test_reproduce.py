@@ -487,8 +487,11 @@ def _edit_manifests(folder: Path, pattern: str, **config) -> None:
         (run / "manifest.json").write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("asked, words", [(dict(groups=8), "was run with groups 4, not 8"),
-                                          (dict(groups=4, seed=7), "was run with seed 0, not 7")])
+@pytest.mark.parametrize("asked, words", [(dict(groups=8), "was run with groups 4, not 8: pick another --out, or "
+                                                           "give the --groups it was run with"),
+                                          (dict(groups=4, seed=7), "was run with seed 0, not 7"),
+                                          (dict(groups=4, grouping="metis"), "was run with grouping 'scope', not "
+                                                                              "'metis': pick another --out$")])
 def test_run_experiment__runs_of_other_settings_are_refused_without_experiment_json(tmp_path, monkeypatch, asked,
                                                                                     words):
     """With experiment.json lost, --seed 7 --groups 8 skipped the finished runs of seed 0 and 4 groups as its
@@ -498,8 +501,11 @@ def test_run_experiment__runs_of_other_settings_are_refused_without_experiment_j
     for cell in get_experiment("mirhoseini2017").cells:
         _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=8)
     _edit_manifests(folder, "*/*__*", groups=4, grouping="scope", measurer="sim")
+    grouping = asked.pop("grouping", None)  # (reproduce has no --grouping: an older version's runs had METIS)
+    settings = settings_for(quick=True, budget=8, **asked)
+    settings = replace(settings, grouping=grouping) if grouping else settings
     with pytest.raises(PlacerError, match=words):
-        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8, **asked))
+        run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings)
     assert not (folder / EXPERIMENT_FILE).exists()
 
 
@@ -553,6 +559,11 @@ def test_run_experiment__a_damaged_result_file_is_a_run_not_finished(tmp_path, m
     run_experiment(experiment, tmp_path / "out", settings)
     assert resumed == [str(damaged)]
     assert [r.finished for r in cell_results(experiment, folder)] == [True, True]
+    (damaged / RESULT_FILE).write_text('{"trunc')  # and no grouping: it cannot be resumed (a search refuses it)
+    (damaged / cluster.jobs.GROUPING_FILE).unlink()
+    with pytest.raises(PlacerError, match="has a damaged result.json and no grouping.npz, so it cannot be resumed"):
+        run_experiment(experiment, tmp_path / "out", settings)
+    assert resumed == [str(damaged)]
 
 
 def test_run_experiment__a_file_where_a_rows_folder_goes_is_refused_before_anything_is_written(tmp_path):

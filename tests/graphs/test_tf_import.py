@@ -608,7 +608,7 @@ def test_import_keras_spec__saved_keras_file_uses_model_shapes(tmp_path):
     assert graph.flops[matmul] == 2 * 10 * 6 * 2 and graph.num_params == 14
 
 
-@pytest.mark.parametrize("outputs", ["list", "dict"])
+@pytest.mark.parametrize("outputs", ["list", "dict", "list of one", "dict of one"])
 def test_import_keras_spec__a_saved_model_of_several_outputs_uncompiled_is_stepped_as_compile_mse(tmp_path, outputs):
     """Saved without compile(), a model of two outputs (shapes 2 and 3, or a dict) failed to import: the one mean
     squared error took both outputs at once ("Dimension 1 in both shapes must be equal"). Now each output's, summed,
@@ -621,7 +621,9 @@ def test_import_keras_spec__a_saved_model_of_several_outputs_uncompiled_is_stepp
         x = keras.Input((5,), name="x")
         hidden = keras.layers.Dense(4, name="hidden")(x)
         heads = [keras.layers.Dense(2, name="a")(hidden), keras.layers.Dense(3, name="b")(hidden)]
-        return keras.Model(x, heads if outputs == "list" else {"a": heads[0], "b": heads[1]}, name="two_heads")
+        heads = heads[:1] if outputs.endswith("of one") else heads
+        named = dict(zip("ab", heads))
+        return keras.Model(x, heads if outputs.startswith("list") else named, name="two_heads")
 
     build().save(tmp_path / "plain.keras")
     compiled = build()
