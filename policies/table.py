@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -65,13 +65,16 @@ def _number(x):
 
 def run_baselines(problem: PlacementProblem, measurer: Measurer, policies: Sequence[str], budget: int,
                   seed: int = 0,
-                  on_measurement: Callable[[str, np.ndarray, Measurement], None] | None = None) -> BaselineTable:
-    """Run each named policy (``budget`` measurements at most each) and score them side by side."""
+                  on_measurement: Callable[[str, np.ndarray, Measurement], None] | None = None,
+                  options: Mapping[str, dict] | None = None) -> BaselineTable:
+    """Run each named policy (``budget`` measurements at most each, with its ``options``, if any) and score
+    them side by side."""
     results: list[tuple[str, PolicyResult | None, str]] = []
     for name in policies:
         callback = None if on_measurement is None else _tagged(on_measurement, name)
         try:
-            results.append((name, place(name, problem, measurer, budget, seed, callback), ""))
+            results.append((name, place(name, problem, measurer, budget, seed, callback,
+                                        **(options or {}).get(name, {})), ""))
         except PlacerError as exc:
             results.append((name, None, str(exc)))
     single = next((r for n, r, _ in results if n == "single-gpu" and r is not None), None)

@@ -68,6 +68,11 @@ def _raised_bound(bound: tuple[float, str], table, problem, measurer: str) -> tu
     return bound
 
 
+def _options(config: BaselinesConfig) -> dict[str, dict]:
+    """What a policy of the table is told of the measurer: exact's bounds hold for the noise-free simulator."""
+    return {"exact": {"noise_free": config.measurer == "sim"}}  # (baselines' simulator has no noise)
+
+
 def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     """Score every policy of ``config`` side by side through one measurer; log it when ``out`` is set.
     Bad input (a name, a count, a measurer that cannot run the graph, an unreachable cluster) fails before
@@ -110,7 +115,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
     proven = (float(bound.best_s), bound.holds_for)
     with _measurer(spec, factory, config.ray_address) as measurer:
         if not config.out:
-            table = run_table(problem, measurer, policies, config.budget, config.seed)
+            table = run_table(problem, measurer, policies, config.budget, config.seed, options=_options(config))
             raised = _raised_bound(proven, table, problem, config.measurer)
             return BaselinesOutcome(table, problem.num_units, graph.num_colocation_groups, None, bound, raised,
                                     grouping_method(problem))
@@ -122,7 +127,7 @@ def run_baselines(config: BaselinesConfig) -> BaselinesOutcome:
             finished = False
             try:
                 table = run_table(problem, measurer, policies, config.budget, config.seed,
-                                  on_measurement=_baseline_logger(log, measurer))
+                                  on_measurement=_baseline_logger(log, measurer), options=_options(config))
                 finished = True
             finally:
                 log.close(compact=finished)

@@ -728,6 +728,8 @@ def _run_policy(problem, pool, config, past, run_dir, writer, progress, should_s
         options["warm_start"] = warm.candidates  # (N,) op placements, best-first
     if entry.takes_time_limit and config.time_limit_s is not None:
         options["time_limit_s"] = config.time_limit_s  # exact: its solver's wall time
+    if config.policy == "exact":  # its bounds hold for the noise-free simulator: no proof of the best otherwise
+        options["noise_free"] = config.measurer == "sim" and not config.noise_std
     if removals:
         return _run_with_removals(problem, pool, config, writer, measurer, options, removals, tracker)
     result = place(config.policy, problem, measurer, config.budget, config.seed, **options)

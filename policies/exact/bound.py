@@ -12,6 +12,8 @@
   of the simulator: a few single-op groups (``policies.exact.policy.cpsat_is_exact``), with the time the
   relaxations left (ticks rounded down keep it one; the dispatch rule's model is not used: rounding can
   reorder near-ties). On coarse groups its model (groups run whole) is no relaxation, so it is not used.
+  CP-SAT has called a bound optimal that a placement's simulated step undercuts (policies/exact/refute.py):
+  one refuted so is left out, its status says by what.
 
 ``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerances (1e-6
 relative, ``SOLVER_SLACK``, and absolute: ``relaxation.proven_s``): the MIP's optimum of one group came out a
@@ -30,6 +32,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from graphs.errors import PlacerError
+from policies.exact.refute import refuting_step
 from policies.problem import PlacementProblem
 
 EVERY_PLACEMENT = "every placement"
@@ -94,11 +97,15 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
             mip = solve_relaxation(problem, left_s, integer=True, threads=threads, stop=stop)
     stopped = stop is not None and stop.is_set()
     exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads, stop)
+    exact_status = _exact_status(exact, stop)
+    refuted = None if exact is None else refuting_step(problem, exact.bound_s, _solution_starts(exact, mip))
+    if refuted is not None:  # a solver error: no bound
+        exact_status = f"refuted: a placement of these groups simulates {refuted.step_s:.6g} s (a CP-SAT error)"
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
     candidates += [(proven_s(r.bound_s), f"placements of {grouping}") for r in (lp, mip)
                    if r is not None and r.bound_s is not None]
-    if exact is not None and math.isfinite(exact.bound_s):
+    if exact is not None and math.isfinite(exact.bound_s) and refuted is None:
         candidates.append((exact.bound_s, f"placements of {grouping}"))
     best_s, holds_for = max(candidates, key=lambda c: c[0])  # ties: the first, the wider claim
     return BoundReport(problem.graph.name, problem.machine.name, closed_s,
@@ -107,7 +114,7 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
                        None if mip is None else mip.bound_s, SKIPPED if mip is None else mip.status,
                        0.0 if mip is None else mip.wall_s,
                        None if exact is None or not math.isfinite(exact.bound_s) else exact.bound_s,
-                       _exact_status(exact, stop), 0.0 if exact is None else exact.wall_s,
+                       exact_status, 0.0 if exact is None else exact.wall_s,
                        grouping, best_s, holds_for, float(time_limit_s), time.perf_counter() - began)
 
 
@@ -126,6 +133,11 @@ def _exact_bound(problem: PlacementProblem, left_s: float, threads: int, stop: t
         return None
     model = ExactModel(quotient, problem.machine, problem.capacity_bytes(), dispatch=False)
     return model.solve(left_s, num_workers=threads, stop=stop)
+
+
+def _solution_starts(exact, mip) -> list:
+    """The (U,) placements the solves found, where a refutation of CP-SAT's bound may begin."""
+    return [p for p in (exact.unit_placement, None if mip is None else mip.unit_placement) if p is not None]
 
 
 def _exact_status(exact, stop: threading.Event | None) -> str:

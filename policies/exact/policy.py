@@ -48,6 +48,7 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size, ticks_fit
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
+from policies.exact.refute import Refutation, refuting_step
 from policies.exact.relaxation import proven_s, relaxed_step_s
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
@@ -77,6 +78,8 @@ class ExactPolicy:
     dispatch: str = "auto"  # "on": the simulator's FIFO dispatch; "off": free order; "auto": DISPATCH_MAX_GROUPS
     split: str = "auto"  # groups as pieces: "rounds", "none" (Moirai's blocks); "auto": MAX_PIECES_PER_GROUP
     max_rounds: int | None = None  # split "rounds": at most this many pieces per group (quotient.py)
+    noise_free: bool = True  # the measurer is the noise-free simulator the bounds hold for: else a step at the
+    # bound is no proof of the best (a noisy step lands above or below it), and the run never stops there
 
     def place(self, problem: PlacementProblem, measurer, budget, seed, on_measurement=None) -> PolicyResult:
         check_budget(budget)
@@ -147,13 +150,20 @@ class ExactPolicy:
         def below(bound_s: float) -> bool:  # under a bound that holds for the simulator: a noisy or real measurer
             return quotient.single_op and counter.best_cost_s < bound_s - run.tolerance_s
 
-        if solution.bound_s < target_s:
+        if solution.bound_s < target_s or not self.noise_free or run.refuted is not None:
             return False
         if proof_deadline is None:
-            return not below(solution.bound_s)
-        if run.proof is None:
-            run.proof = self._free_order_bound(problem, quotient, run, proof_deadline, seed)
-        return run.proof is not None and run.proof.bound_s >= target_s and not below(run.proof.bound_s)
+            reached = not below(solution.bound_s)
+        else:
+            if run.proof is None:
+                run.proof = self._free_order_bound(problem, quotient, run, proof_deadline, seed)
+            reached = run.proof is not None and run.proof.bound_s >= target_s and not below(run.proof.bound_s)
+        if reached and quotient.single_op:  # a bound CP-SAT called proven that a placement undercuts: no stop
+            run.refuted = refuting_step(problem, run.bound_s(proof_deadline is not None),
+                                        [solution.unit_placement, *_measured_best(problem, counter)])
+            if run.refuted is not None and counter.left > 0:
+                counter.measure([problem.expand(run.refuted.unit_placement)])
+        return reached and run.refuted is None
 
     def _place_relaxed(self, problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> PolicyResult:
         """solver "highs": placements of the simulator's relaxation, measured (policies/exact/relaxed_search.py)."""
@@ -162,7 +172,8 @@ class ExactPolicy:
                               f"{MAX_GROUPS} groups): place fewer, coarser groups (--groups)")
         warm = self._measured_warm_start(problem, counter)
         measured = [] if warm is None else [warm.unit_placement]
-        run = relaxed_search(problem, counter, deadline, self._hint(problem)[0], measured)
+        run = relaxed_search(problem, counter, deadline, self._hint(problem)[0], measured,
+                             proof_holds=self.noise_free)
         warm_s = math.nan if warm is None else warm.runtime_s
         bound_s, bound = _relaxed_bound(problem, run)
         if counter.best_placement is None:
@@ -297,9 +308,16 @@ class ExactPolicy:
         model = (f"{quotient.num_groups} groups as {quotient.num_pieces} pieces, "
                  f"{'dispatch rule' if dispatch else 'free order'}")
         bound_s = run.bound_s(dispatch)
+        if quotient.single_op and run.refuted is None:  # its bound is the run's proven one (the job takes it)
+            run.refuted = refuting_step(problem, bound_s, [run.chosen.unit_placement, *_measured_best(problem, counter)])
         proof = ""
-        if counter.best_cost_s < bound_s - run.tolerance_s:  # a relaxation only for single ops: blocks run whole
+        if run.refuted is not None:
+            proof = (f" (the solver's bound is refuted: a placement of these groups simulates "
+                     f"{run.refuted.step_s:.6g} s, below it; a CP-SAT error)")
+        elif counter.best_cost_s < bound_s - run.tolerance_s:  # a relaxation only for single ops: blocks run whole
             proof = f" ({BELOW_BOUND if quotient.single_op else BELOW_BLOCKS_BOUND})"
+        elif not self.noise_free:
+            proof = f" ({NO_PROOF})"
         elif quotient.single_op and bound_s >= counter.best_cost_s - run.tolerance_s:
             # within the ticks' rounding: a slow link's worst case makes the horizon, and so the tick, long
             proof = f" (proven best for the measurer to within {run.tolerance_s:.2g} s, the model's rounding to ticks)"
@@ -315,8 +333,14 @@ class ExactPolicy:
                  f"measured {measured}{chosen}{proof}")
         return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
                        solver_makespan_s=float(run.chosen.makespan_s) if solver_best else math.nan,
-                       solver_bound_s=float(bound_s),
-                       solver_status=run.first.status, solver_bound_every_placement=quotient.single_op)
+                       solver_bound_s=math.nan if run.refuted is not None else float(bound_s),
+                       solver_status=run.first.status,
+                       solver_bound_every_placement=quotient.single_op and run.refuted is None)
+
+
+def _measured_best(problem: PlacementProblem, counter: BudgetedMeasurer) -> list[np.ndarray]:
+    """[(U,) the best placement measured], or [] before one."""
+    return [] if counter.best_placement is None else [problem.collapse(counter.best_placement)]
 
 
 def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, str]:
@@ -332,6 +356,7 @@ def _relaxed_bound(problem: PlacementProblem, run: RelaxedRun) -> tuple[float, s
 
 
 BELOW_BOUND = "measured below the bound: the measurer is not the noise-free simulator it holds for"
+NO_PROOF = "no proof of the best: the measurer is not the noise-free simulator the bound holds for"
 BELOW_BLOCKS_BOUND = "measured below the model's bound, which holds for its groups run as whole blocks only"
 
 
@@ -369,6 +394,7 @@ class SolveRun:
     converged: bool = False  # the model's bound reached the best measured step
     tolerance_s: float = 0.0  # how far below the truth the model's rounded ticks can put its bound
     proof: Solution | None = None  # with the dispatch rule: the free-order model's solve, whose bound is valid
+    refuted: Refutation | None = None  # a placement simulated below the bound CP-SAT proved: a solver error
 
     def bound_s(self, dispatch: bool) -> float:
         """The bound to report: the first solve's, or with the dispatch rule (whose rounded ticks can reorder

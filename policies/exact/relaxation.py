@@ -667,7 +667,8 @@ def relaxed_step_s(problem: PlacementProblem, unit_placement: np.ndarray, time_l
         highs.run()
     if highs.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return math.nan
-    return float(highs.getInfo().objective_function_value) / MS_PER_S
+    # less HiGHS's tolerances, as every bound here: as solved it came out an ulp above the simulated step
+    return proven_s(float(highs.getInfo().objective_function_value) / MS_PER_S)
 
 
 def _distinct(points: list, best: np.ndarray | None) -> list[tuple[np.ndarray, float]]:

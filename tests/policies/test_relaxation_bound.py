@@ -238,6 +238,20 @@ def test_bound__never_above_a_simulated_step_time_not_even_by_an_ulp():
     assert report.best_s <= fastest_s
 
 
+def test_relaxed_step__never_above_the_placements_simulated_step(make_graph):
+    """A reviewer's 2-op graph: the relaxation's least step of a placement came out one ulp above its simulated
+    step (0.0005747465501698912 > ...911), where the README says it never is."""
+    from policies.exact.relaxation import relaxed_step_s
+
+    graph = make_graph([(0, 1, 1000)], flops=[1e9, 1e9 / 3], bytes_accessed=[1e6, 1e6], out_bytes=[1000, 0],
+                       name="one")
+    problem = make_problem(graph, load_machine("paper-2gpu"))
+    for units in itertools.product(range(problem.num_devices), repeat=problem.num_units):
+        placement = np.array(units)
+        step_s = problem.simulator().run(problem.expand(placement)).runtime_s
+        assert relaxed_step_s(problem, placement, 5.0) <= step_s
+
+
 def nanosecond_problem():
     """A reviewer's 4-op graph stepping in about 55-76 ns, on a CPU and a GPU with fast links."""
     cpu = Device("cpu:0", "cpu", "Xeon-E5-2699v3", 2.8e14, 1.5e12, 10**11, 1e-9)

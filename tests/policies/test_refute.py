@@ -1,0 +1,95 @@
+"""A bound CP-SAT calls proven is checked against placements the simulator steps faster (policies/exact/refute.py),
+and ``exact`` claims no proven best for a measurer that is not the noise-free simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphs.opgraph import OpGraph
+from graphs.synthetic import synthetic_graph
+from measurers.catalog import load_machine
+from measurers.machine_json import machine_from_json
+from measurers.sim.measurer import SimulatorMeasurer
+from policies.exact.bound import proven_bound
+from policies.exact.refute import refuting_step
+from policies.problem import make_problem
+from policies.registry import place
+
+FAST_PLACEMENT = np.array([1, 0, 1, 1, 1])  # op 1 on the CPU, the rest on the GPU: 0.002111 s simulated
+
+
+@pytest.fixture(scope="module")
+def problem():
+    """A reviewer's 5-op graph: CP-SAT 9.15 with one worker called 0.002997 s optimal for its free-order model,
+    which with FAST_PLACEMENT fixed solves to 0.002107 s (the simulator steps it in 0.002111 s)."""
+    graph = OpGraph(name="g94", framework="manual", op_names=np.array([f"op{i}" for i in range(5)], dtype=object),
+                    op_kinds=np.array(["MatMul"] * 5, dtype=object),
+                    flops=np.array([1e8, 1e6, 0, 1e9, 1e9]), bytes_accessed=np.array([1e5, 1e7, 1e5, 0, 1e7]),
+                    out_bytes=np.array([10_000_000, 1_000_000, 0, 1_000_000, 10_000_000]),
+                    param_bytes=np.array([1_000_000, 0, 0, 1_000_000, 0]),
+                    edge_src=np.array([0, 1, 1, 2]), edge_dst=np.array([2, 3, 4, 3]),
+                    edge_bytes=np.array([50_000_000, 1_000_000, 1_000_000, 100_000]))
+    device = {"op_overhead_s": 0.0, "compute_efficiency": 1.0, "memory_efficiency": 1.0}
+    machine = machine_from_json({"name": "m94", "devices": [
+        {"name": "cpu:0", "model": "Xeon-E5-2699v3", "peak_flops": 1e11, "mem_bandwidth_Bps": 1e11,
+         "memory_bytes": 250_000_000, **device},
+        {"name": "gpu:1", "model": "K80", "peak_flops": 1e12, "mem_bandwidth_Bps": 1e10,
+         "memory_bytes": 10**12, **device}], "links": [
+        {"src": "cpu:0", "dst": "gpu:1", "bandwidth_Bps": 1e11, "latency_s": 1e-6, "channel": "b"},
+        {"src": "gpu:1", "dst": "cpu:0", "bandwidth_Bps": 1e6, "latency_s": 1e-6, "channel": "c"}]})
+    return make_problem(graph, machine, max_groups=5)
+
+
+def _fast_step_s(problem) -> float:
+    return problem.simulator().run(problem.expand(FAST_PLACEMENT)).runtime_s
+
+
+def test_refuting_step__finds_a_placement_below_a_bound_too_high_and_none_below_a_sound_one(problem):
+    step_s = _fast_step_s(problem)
+    assert step_s == pytest.approx(0.002111)
+    refuted = refuting_step(problem, 0.002997)
+    assert refuted is not None and refuted.step_s < 0.002997
+    assert refuted.step_s == problem.simulator().run(problem.expand(refuted.unit_placement)).runtime_s
+    assert refuting_step(problem, step_s) is None  # the optimum itself: nothing below it (every placement: 32)
+    steps = [problem.simulator().run(problem.expand(np.array([(k >> i) & 1 for i in range(5)]))).runtime_s
+             for k in range(32)]
+    assert min(steps) == step_s
+
+
+def test_proven_bound__never_above_a_placements_simulated_step(problem):
+    """The bound `placer bound` printed, 0.002997 s "optimal", was CP-SAT's, 42% above this placement's step:
+    refuted now, it is left out and its status says by what."""
+    report = proven_bound(problem, 5.0)
+    assert report.best_s <= _fast_step_s(problem)
+    if report.exact_s is not None and report.exact_s > _fast_step_s(problem):  # (a CP-SAT that errs so)
+        assert report.exact_status.startswith("refuted: a placement of these groups simulates 0.002111 s")
+
+
+def test_exact__a_bound_refuted_is_no_proof_and_no_bound_of_the_run(problem, monkeypatch):
+    """CP-SAT's error made to happen (every solve's bound raised to the 0.002997 s it once proved): the run
+    measures the refuting placement, claims no proof, does not stop at the bound, and gives the job no bound
+    (a single-op run's bound raises the run's proven bound)."""
+    from dataclasses import replace
+
+    from policies.exact.cpsat import ExactModel
+
+    solve = ExactModel.solve
+    monkeypatch.setattr(ExactModel, "solve", lambda *a, **k: replace(solve(*a, **k), bound_s=0.002997))
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 20, 0, time_limit_s=10,
+                   num_workers=1)
+    assert result.best.runtime_s <= _fast_step_s(problem) and result.stop_reason != "converged"
+    assert "(the solver's bound is refuted: a placement of these groups simulates 0.002111 s" in result.notes
+    assert np.isnan(result.solver_bound_s) and not result.solver_bound_every_placement
+
+
+@pytest.mark.parametrize("solver", ["cpsat", "highs"])
+def test_exact__no_proven_best_for_a_measurer_that_is_not_the_noise_free_simulator(solver):
+    """With --noise, a step measured just above the bound was called "proven best for the measurer" and the
+    run stopped as converged after one measurement."""
+    small = make_problem(synthetic_graph(4, 0), load_machine("paper-2gpu"))
+    measurer = SimulatorMeasurer(small.graph, small.machine)
+    proven = place("exact", small, measurer, 8, 0, time_limit_s=5, num_workers=1, solver=solver)
+    assert proven.stop_reason == "converged" and "proven best" in proven.notes and proven.measurements == 1
+    noisy = place("exact", small, measurer, 8, 0, time_limit_s=5, num_workers=1, solver=solver, noise_free=False)
+    assert noisy.stop_reason != "converged" and "proven best" not in noisy.notes and noisy.measurements > 1
