@@ -12,8 +12,9 @@ that has one, a ShapeOf last (a Constant lives where its data is read), else of 
 was made), else the first device of the placement. The same rule (``node_ops``) says which op a node's
 time in OpenVINO's performance counters belongs to.
 
-An ONNX op of ELIDED_ONNX_OPS (``Identity``, ``Dropout``: they compute nothing at inference) has no node of its
-own: OpenVINO's reader may drop it, and its tensors are its producer's (measurers.openvino.onnx_ops). It runs
+An ONNX op that computes nothing at inference (``onnx_ops.elided``: ``Identity``, ``Dropout``, a ``Sum`` of
+one input) has no node of its own: OpenVINO's reader may drop it, and its tensors are its producer's
+(measurers.openvino.onnx_ops). It runs
 no kernel, so it needs no device and takes 0 s; any other op without a node means the model file is not the
 graph's, an error.
 """
@@ -27,13 +28,13 @@ import numpy as np
 from graphs.errors import PlacerError
 from graphs.inference.openvino_import import SHAPE_READERS
 from graphs.opgraph import OpGraph
-from measurers.openvino.onnx_ops import ELIDED_ONNX_OPS
 
 
 def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int] | None = None,
               every_op: bool = True) -> dict[str, int]:
     """Unique node name (``node.get_name()``) -> graph op index, for the nodes that are ops; PlacerError
-    unless every graph op has a node, ops of ELIDED_ONNX_OPS types of an ONNX graph aside. ``tensor_ops``:
+    unless every graph op has a node, an ONNX graph's ops that own no tensor in ``tensor_ops`` aside (they
+    compute nothing: ``onnx_ops.elided``). ``tensor_ops``:
     tensor name -> op index (an ONNX graph, onnx_ops), checked before names; a node whose outputs carry the
     tensors of several ops is the first op's. ``every_op=False``: no op needs a node (a model resized to the
     graph's input sizes, checked with every op as read: its reshape folds the shape arithmetic over a dynamic
@@ -47,8 +48,9 @@ def match_ops(model, graph: OpGraph, model_file: str, tensor_ops: dict[str, int]
         if op is not None:
             matched[node.get_name()] = op
     missing = sorted(set(range(graph.num_ops)) - set(matched.values()))
-    if tensor_ops:  # an ONNX graph: its ops that compute nothing follow their producers
-        missing = [op for op in missing if graph.op_kinds[op] not in ELIDED_ONNX_OPS]
+    if tensor_ops:  # an ONNX graph: its ops that compute nothing own no tensor, their producers' ops do
+        owning = set(tensor_ops.values())
+        missing = [op for op in missing if op in owning]
     if missing and every_op:
         raise PlacerError(f"graph {graph.name!r} does not match model file {model_file!r}: {len(missing)} ops "
                           f"are not nodes of the model, e.g. {graph.op_names[missing[0]]!r}")

@@ -9,9 +9,10 @@ out: graphs.inference.onnx_constants.op_nodes; that order is checked here op for
 before it is relied on. A Constant's tensor belongs to no op: OpenVINO's
 Constant node of it follows its reader (measurers.openvino.affinity), as an initializer's does.
 
-OpenVINO's reader drops ONNX ops that compute nothing at inference (``ELIDED_ONNX_OPS``): a ``Dropout``
-leaves no node, its producer's node taking its name and output tensor name; an ``Identity`` may stay an
-OpenVINO Identity or go the same way. Such an op follows its producer: its tensors are its producer's op's.
+OpenVINO's reader drops ONNX ops that compute nothing at inference (``elided``): a ``Dropout``, and a
+``Sum``, ``Max`` or ``Min`` of one input, leaves no node, its producer's node taking its name and output
+tensor name; an ``Identity`` may stay an OpenVINO Identity or go the same way. Such an op follows its
+producer: its tensors are its producer's op's.
 
 ``onnx_ops`` also says what the file holds now for the measurer's size check (measurers.openvino.sizes): each
 op's own output tensors, and the weight bytes each op owns, counted as the importer counted ``param_bytes``
@@ -30,6 +31,14 @@ from graphs.inference.onnx_import import SUBGRAPH_OPS
 from graphs.opgraph import OpGraph
 
 ELIDED_ONNX_OPS = frozenset({"Identity", "Dropout"})  # ONNX op types OpenVINO's reader may leave no node of
+ONE_INPUT_ELIDED_ONNX_OPS = frozenset({"Sum", "Max", "Min"})  # variadic ops it leaves none of with one input
+
+
+def elided(node) -> bool:
+    """Whether OpenVINO's reader may leave no node of the ONNX ``node``: it computes nothing at inference."""
+    if node.op_type in ELIDED_ONNX_OPS:
+        return True
+    return node.op_type in ONE_INPUT_ELIDED_ONNX_OPS and sum(1 for t in node.input if t) == 1
 
 
 class OnnxOps(NamedTuple):
@@ -41,7 +50,7 @@ class OnnxOps(NamedTuple):
 
 
 def onnx_tensor_ops(graph: OpGraph, model_file: str) -> dict[str, int]:
-    """ONNX tensor name -> index of the graph op producing it (for an op of ELIDED_ONNX_OPS, its producer's; a
+    """ONNX tensor name -> index of the graph op producing it (for an ``elided`` op, its producer's; a
     Constant's tensor none, a weight as an initializer's); empty unless ``model_file`` is ONNX and the graph
     was imported from it (framework "onnx")."""
     found = onnx_ops(graph, model_file)
@@ -103,6 +112,6 @@ def _tensor_owners(nodes: list) -> dict[str, int]:
     chain of them resolves to the first op that computes); an elided node reading a graph input keeps its own."""
     owners: dict[str, int] = {}
     for i, node in enumerate(nodes):
-        source = node.input[0] if node.op_type in ELIDED_ONNX_OPS and node.input else ""
+        source = next((t for t in node.input if t), "") if elided(node) else ""
         owners.update({tensor: owners.get(source, i) for tensor in node.output if tensor})
     return owners
