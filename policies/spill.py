@@ -213,7 +213,7 @@ def _overflow_descent(problem, simulator, placement, units, peaks, preference,
     """The last step (module docstring): a tabu search over one-unit moves from ``placement`` (N,) and its
     ``units`` (U,). Each round simulates every move of a unit to another device it may run on (of finite
     ``preference``) and makes the one of least summed overflow (of equal overflows, the faster step), even
-    one that raises it, where no unit moved in the last ``U // 2`` rounds. The first placement that fits
+    one that raises it, where no unit moved in the last ``U // 2`` rounds and to no placement it was at before. The first placement that fits
     comes back: ((U,) units, (N,) op placement, the simulated peaks); None when none did before the next
     round would pass ``max_simulations`` (one round must fit in it: a few tens of groups at most)."""
     capacity = problem.capacity_bytes()
@@ -221,12 +221,14 @@ def _overflow_descent(problem, simulator, placement, units, peaks, preference,
     options = [(u, d) for u in range(problem.num_units) for d in np.flatnonzero(targets[u]).tolist()]
     tenure = problem.num_units // 2
     current, here = units.copy(), placement.copy()  # (U,), (N,)
+    visited = {current.tobytes()}  # a move back to one is no move: the tenure alone let a 6-move cycle repeat
     last_moved = np.full(problem.num_units, -problem.num_units - 1)
     simulated, rounds = 0, 0
     while simulated + len(options) <= max_simulations:
         round_key, pick = None, None
         for unit, device in options:
-            if current[unit] == device or rounds - last_moved[unit] <= tenure:
+            if current[unit] == device or rounds - last_moved[unit] <= tenure or _moved_to(current, unit, device) \
+                    in visited:
                 continue
             result = simulator.run(np.where(problem.op_unit == unit, device, here))
             simulated += 1
@@ -237,10 +239,18 @@ def _overflow_descent(problem, simulator, placement, units, peaks, preference,
             return None
         current[pick[0]], last_moved[pick[0]] = pick[1], rounds
         here[problem.op_unit == pick[0]] = pick[1]
+        visited.add(current.tobytes())
         rounds += 1
         if round_key[0] == 0:
             return current, here, after
     return None
+
+
+def _moved_to(units: np.ndarray, unit: int, device: int) -> bytes:
+    """The key of ``units`` (U,) with ``unit`` on ``device``."""
+    moved = units.copy()
+    moved[unit] = device
+    return moved.tobytes()
 
 
 def _single_move(problem, simulator, placement, units, moved, unit_bytes, preference, edges, peaks, here,

@@ -289,7 +289,11 @@ class ExactPolicy:
             counter.measure([problem.expand(hint)])
         status = first.status if first is not None else "unknown"
         bound_s = first.bound_s if first is not None and status != "unknown" else math.nan  # unknown: CP-SAT's is 0
-        if status == "infeasible":  # proved at once, not cut short: no placement's parameters fit
+        if first is None and counter.left <= 0:  # the warm start took the budget: no solve ran
+            notes = (f"the budget was spent measuring the warm start before any solve of the {quotient.num_groups} "
+                     f"groups: returning {hint_name}")
+            stop_reason = "budget"
+        elif status == "infeasible":  # proved at once, not cut short: no placement's parameters fit
             notes = (f"no placement of the {quotient.num_groups} groups fits in device memory (CP-SAT proved its "
                      f"model infeasible): returning {hint_name}")
             stop_reason = "converged"

@@ -473,3 +473,18 @@ except KeyboardInterrupt:
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "KeyboardInterrupt", (done.returncode, done.stderr[-2000:])
+
+
+def test_exact__a_warm_start_that_takes_the_whole_budget_says_so_not_that_the_solver_timed_out():
+    """Budget 1 and a warm start: the warm start took the one measurement, no solve ran, and the notes said "the
+    solver found no placement of the 6 groups within 5 s (unknown)", stop reason time_limit, after 0.8 s."""
+    from graphs.registry import load_graph
+    from policies.registry import heuristic_op_placement
+
+    graph, machine = load_graph("synthetic:12"), load_machine("paper-2gpu")
+    problem = make_problem(graph, machine, max_groups=6)
+    warm = heuristic_op_placement("m-etf", problem)
+    result = place("exact", problem, SimulatorMeasurer(graph, machine), 1, 0, time_limit_s=5, solver="cpsat",
+                   num_workers=1, warm_start=[warm])
+    assert result.measurements == 1 and result.stop_reason == "budget"
+    assert "the budget was spent measuring the warm start before any solve of the 6 groups" in result.notes

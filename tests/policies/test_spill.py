@@ -320,3 +320,31 @@ def test_spill__the_move_freeing_the_most_peak_per_cut_byte_wins():
     assert result.moves == (SpillMove(1, 1, 2),)
     assert result.op_placement.tolist() == [1, 2, 1]
     assert result.peak_bytes.tolist() == [0, 3 * mb + 8, 3 * mb + 4]
+
+
+@pytest.mark.parametrize("name", ["m-etf", "m-sct"])
+def test_spill__the_last_step_never_returns_to_a_placement_it_was_at(name):
+    """A reviewer's 5-op graph on a CPU and a GPU, one of its 32 placements fitting: the last step walked a cycle
+    of six placements until its 1,024 simulations ran out (the tenure of U // 2 rounds alone let it), and
+    m-ETF and m-SCT came back out of memory."""
+    import itertools
+
+    from measurers.machine_json import machine_from_json
+
+    graph = build_graph([(0, 1, 10_000), (0, 2, 10_000_000), (0, 3, 1_000_000), (1, 4, 1_000_000)], 5,
+                        flops=[1e6, 1e6, 1e6, 1e8, 1e9], bytes_accessed=[0.0] * 5,
+                        out_bytes=[50_000_000, 10_000_000, 50_000_000, 1_000_000, 1_000_000],
+                        param_bytes=[0, 0, 10_000_000, 0, 0], kinds=["aten.add"] * 5, name="s20")
+    device = {"op_overhead_s": 0.0, "compute_efficiency": 1.0, "memory_efficiency": 1.0, "mem_bandwidth_Bps": 1e10}
+    machine = machine_from_json({"name": "m20", "devices": [
+        {"name": "cpu:0", "model": "Xeon-E5-2699v3", "peak_flops": 1e12, "memory_bytes": 77_183_349, **device},
+        {"name": "gpu:1", "model": "K80", "peak_flops": 1e10, "memory_bytes": 60_021_403, **device}], "links": [
+        {"src": "cpu:0", "dst": "gpu:1", "bandwidth_Bps": 1e10, "latency_s": 1e-5, "channel": "c01"},
+        {"src": "gpu:1", "dst": "cpu:0", "bandwidth_Bps": 1e8, "latency_s": 1e-5, "channel": "c10"}]})
+    problem = make_problem(graph, machine)
+    simulator = problem.simulator()
+    fitting = [units for units in itertools.product(range(2), repeat=5)
+               if simulator.run(problem.expand(np.array(units))).status == "ok"]
+    assert fitting == [(1, 1, 0, 0, 0)]
+    result = place(name, problem, SimulatorMeasurer(graph, machine), 1, 0)
+    assert result.best.status == "ok" and "fits now" in result.notes
