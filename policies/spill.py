@@ -42,11 +42,12 @@ Last, where all that left the step out of memory and one round of the search bel
 of a graph of a few thousand ops; not where the parameters alone exceed the devices' memory), a tabu search
 looks for a placement that fits: each round simulates every one-unit move to every device the unit may run
 on and makes the one that leaves the least overflow summed over the devices, even one that adds some, with
-the units moved in the last ``U // 2`` rounds held where they are. A fitting placement ends it; without one
+the units moved in the last ``U // 2`` rounds held where they are and no move back to a placement it was at
+(the tenure alone let a cycle of six placements spend its budget). A fitting placement ends it; without one
 the repair's placement stays as the moves above left it. Single moves that must each lower the overflowing
 device's peak, and regions of one buffer's holders, can stop where only several moves together reach a
 fitting placement: on random graphs of 5-8 ops with tight memory, m-TOPO, m-ETF, m-SCT and HEFT ended out of
-memory in 25 of 140 runs that a placement could fit, 3 with this step (tests/bench/bench_memory_repair_small.py;
+memory in 25 of 140 runs that a placement could fit, none with this step (tests/bench/bench_memory_repair_small.py;
 BENCHMARKS.md).
 
 Why not the most free memory alone, as a target of single moves: on the paper machines the host's 256 GB
