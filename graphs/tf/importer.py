@@ -571,7 +571,8 @@ def _loss_callable(loss, model):
     loss = loss if loss is not None else getattr(model, "loss", None)
     if loss is None:  # as compile("mse") would apply it: to each output of several, summed (the one loss
         # taken on all outputs stacked them, and failed on outputs of other shapes or a dict of them)
-        return _each_output_when_several(keras.losses.MeanSquaredError(), _summed_output_losses("mse", model))
+        return _each_output_when_several(keras.losses.MeanSquaredError(), _summed_output_losses("mse", model),
+                                         unwrap_targets=True)
     weights = _compiled_loss_weights(model) if compiled else None
     if not isinstance(loss, (dict, list, tuple)) and isinstance(weights, (list, tuple)) and len(weights) > 1:
         # Keras's fit refuses it ("loss_weights must match the number of losses, got 1 losses and 2 weights")
@@ -588,17 +589,18 @@ def _loss_callable(loss, model):
     return _each_output_when_several(function, _summed_output_losses(loss, model))
 
 
-def _each_output_when_several(single, per_output):
+def _each_output_when_several(single, per_output, unwrap_targets: bool = False):
     """One loss (compiled, or by name) as ``compile`` applies it: to each output of a model with several, summed
     (a model of dict outputs compiled with "mse" failed to import: the loss got the whole dict); to the one
-    output of a list or dict of one (the structures of its targets and predictions differ)."""
+    output of a dict of one, and with ``unwrap_targets`` (the made-up loss of an uncompiled model, a Keras Loss
+    that refuses it) of a list of one, whose targets are a list where the prediction is a tensor."""
     import tensorflow as tf
 
     def loss(targets, predictions):
         if len(tf.nest.flatten(predictions)) > 1:
             return per_output(targets, predictions)
-        if tf.is_tensor(predictions) and tf.is_tensor(targets):  # (one output: taken as it is, its graph as before)
-            return single(targets, predictions)
+        if tf.is_tensor(predictions) and (tf.is_tensor(targets) or not unwrap_targets):  # (one output: taken as it
+            return single(targets, predictions)  # is, its graph as before; a compiled loss takes a list of one)
         return single(tf.nest.flatten(targets)[0], tf.nest.flatten(predictions)[0])  # a list or dict of one
 
     return loss

@@ -12,8 +12,9 @@
   of the simulator: a few single-op groups (``policies.exact.policy.cpsat_is_exact``), with the time the
   relaxations left (ticks rounded down keep it one; the dispatch rule's model is not used: rounding can
   reorder near-ties). On coarse groups its model (groups run whole) is no relaxation, so it is not used.
-  CP-SAT has called a bound optimal that a placement's simulated step undercuts (policies/exact/refute.py):
-  one refuted so is left out, its status says by what.
+  CP-SAT, and HiGHS's presolve, have called a bound optimal that a placement's simulated step undercuts
+  (policies/exact/refute.py): placements are simulated first, and a bound one of them refutes is left out,
+  its status saying by what.
 
 ``best_s`` is the largest of them, the LP's and the MIP's rounded down by HiGHS's tolerances (1e-6
 relative, ``SOLVER_SLACK``, and absolute: ``relaxation.proven_s``): the MIP's optimum of one group came out a
@@ -32,7 +33,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from graphs.errors import PlacerError
-from policies.exact.refute import refuting_step
+from policies.exact.refute import REFUTED_REL, refuting_step
 from policies.problem import PlacementProblem
 
 EVERY_PLACEMENT = "every placement"
@@ -97,24 +98,26 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
             mip = solve_relaxation(problem, left_s, integer=True, threads=threads, stop=stop)
     stopped = stop is not None and stop.is_set()
     exact = None if stopped else _exact_bound(problem, time_limit_s - (time.perf_counter() - began), threads, stop)
-    exact_status = _exact_status(exact, stop)
-    refuted = None if exact is None else refuting_step(problem, exact.bound_s, _solution_starts(exact, mip))
-    if refuted is not None:  # a solver error: no bound
-        exact_status = f"refuted: a placement of these groups simulates {refuted.step_s:.6g} s (a CP-SAT error)"
+    solved = {"LP": None if lp is None or lp.bound_s is None else proven_s(lp.bound_s),
+              "MIP": None if mip is None or mip.bound_s is None else proven_s(mip.bound_s),
+              "CP-SAT": None if exact is None or not math.isfinite(exact.bound_s) else exact.bound_s}
+    statuses = {"LP": SKIPPED if lp is None else lp.status, "MIP": SKIPPED if mip is None else mip.status,
+                "CP-SAT": _exact_status(exact, stop)}
+    highest = max((b for b in solved.values() if b is not None), default=-math.inf)
+    refuted = refuting_step(problem, highest, _solution_starts(exact, mip)) if highest > closed_s else None
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
-    candidates += [(proven_s(r.bound_s), f"placements of {grouping}") for r in (lp, mip)
-                   if r is not None and r.bound_s is not None]
-    if exact is not None and math.isfinite(exact.bound_s) and refuted is None:
-        candidates.append((exact.bound_s, f"placements of {grouping}"))
+    for solver, bound_s in solved.items():
+        if bound_s is not None and refuted is not None and bound_s >= refuted.step_s * (1 - REFUTED_REL):
+            statuses[solver] = (f"refuted: a placement of these groups simulates {refuted.step_s:.6g} s (a "
+                                f"{'CP-SAT' if solver == 'CP-SAT' else 'HiGHS'} error)")
+        elif bound_s is not None:
+            candidates.append((bound_s, f"placements of {grouping}"))
     best_s, holds_for = max(candidates, key=lambda c: c[0])  # ties: the first, the wider claim
     return BoundReport(problem.graph.name, problem.machine.name, closed_s,
-                       None if lp is None else lp.bound_s, SKIPPED if lp is None else lp.status,
-                       0.0 if lp is None else lp.wall_s,
-                       None if mip is None else mip.bound_s, SKIPPED if mip is None else mip.status,
-                       0.0 if mip is None else mip.wall_s,
-                       None if exact is None or not math.isfinite(exact.bound_s) else exact.bound_s,
-                       exact_status, 0.0 if exact is None else exact.wall_s,
+                       None if lp is None else lp.bound_s, statuses["LP"], 0.0 if lp is None else lp.wall_s,
+                       None if mip is None else mip.bound_s, statuses["MIP"], 0.0 if mip is None else mip.wall_s,
+                       solved["CP-SAT"], statuses["CP-SAT"], 0.0 if exact is None else exact.wall_s,
                        grouping, best_s, holds_for, float(time_limit_s), time.perf_counter() - began)
 
 
@@ -136,8 +139,9 @@ def _exact_bound(problem: PlacementProblem, left_s: float, threads: int, stop: t
 
 
 def _solution_starts(exact, mip) -> list:
-    """The (U,) placements the solves found, where a refutation of CP-SAT's bound may begin."""
-    return [p for p in (exact.unit_placement, None if mip is None else mip.unit_placement) if p is not None]
+    """The (U,) placements the solves found, where a refutation of their bounds may begin."""
+    return [p for p in (None if exact is None else exact.unit_placement, None if mip is None else mip.unit_placement)
+            if p is not None]
 
 
 def _exact_status(exact, stop: threading.Event | None) -> str:

@@ -190,15 +190,20 @@ class ExactPolicy:
                            solver_bound_every_placement=True)
         result = search_result(self.name, problem, counter)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
+        refuted = refuting_step(problem, bound_s, _measured_best(problem, counter))
+        converged = run.converged and refuted is None
         below = counter.best_cost_s < bound_s
         model_s, chosen = self._chosen(problem, run, result.group_placement, deadline)
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
                  f"{bound} for every placement of these groups; {chosen}; measured {measured}"
-                 + (f" ({BELOW_BOUND})" if below else " (proven best for the measurer)" if run.converged else "")
+                 + (f" ({_refuted_text(refuted, 'HiGHS')})" if refuted is not None else f" ({BELOW_BOUND})" if below
+                    else f" ({NO_PROOF})" if not self.noise_free
+                    else " (proven best for the measurer)" if converged else "")
                  + _overrun(time.perf_counter() - deadline))
-        return replace(result, notes=notes, stop_reason=_stop_reason(run.converged, counter),
-                       warm_start_runtime_s=warm_s, solver_makespan_s=model_s, solver_bound_s=bound_s,
-                       solver_status=run.bound_status, solver_bound_every_placement=True)
+        return replace(result, notes=notes, stop_reason=_stop_reason(converged, counter),
+                       warm_start_runtime_s=warm_s, solver_makespan_s=model_s,
+                       solver_bound_s=math.nan if refuted is not None else bound_s,
+                       solver_status=run.bound_status, solver_bound_every_placement=refuted is None)
 
     @staticmethod
     def _chosen(problem: PlacementProblem, run: RelaxedRun, group_placement, deadline: float) -> tuple[float, str]:
@@ -316,8 +321,7 @@ class ExactPolicy:
             run.refuted = refuting_step(problem, bound_s, [run.chosen.unit_placement, *_measured_best(problem, counter)])
         proof = ""
         if run.refuted is not None:
-            proof = (f" (the solver's bound is refuted: a placement of these groups simulates "
-                     f"{run.refuted.step_s:.6g} s, below it; a CP-SAT error)")
+            proof = f" ({_refuted_text(run.refuted, 'CP-SAT')})"
         elif counter.best_cost_s < bound_s - run.tolerance_s:  # a relaxation only for single ops: blocks run whole
             proof = f" ({BELOW_BOUND if quotient.single_op else BELOW_BLOCKS_BOUND})"
         elif not self.noise_free:
@@ -340,6 +344,11 @@ class ExactPolicy:
                        solver_bound_s=math.nan if run.refuted is not None else float(bound_s),
                        solver_status=run.first.status,
                        solver_bound_every_placement=quotient.single_op and run.refuted is None)
+
+
+def _refuted_text(refuted: Refutation, solver: str) -> str:
+    return (f"the solver's bound is refuted: a placement of these groups simulates {refuted.step_s:.6g} s, below "
+            f"it; a {solver} error")
 
 
 def _measured_best(problem: PlacementProblem, counter: BudgetedMeasurer) -> list[np.ndarray]:

@@ -634,6 +634,25 @@ def test_import_keras_spec__a_saved_model_of_several_outputs_uncompiled_is_stepp
     assert plain.num_ops == reference.num_ops and plain.flops.sum() == reference.flops.sum()  # names: adam, adam_1
 
 
+def test_trace_keras_step__a_compiled_loss_takes_a_list_of_one_target_as_it_did():
+    """The list of one (a tensor output, its target given in a list) is unwrapped for the made-up loss of an
+    uncompiled model only: a compiled one took it as it is (Keras stacks it: Pack, Reshape, Sum), and its graph
+    must not change under a re-import."""
+    import keras
+
+    from graphs.tf.importer import trace_keras_training_step
+
+    x = keras.Input((5,), name="x")
+    model = keras.Model(x, keras.layers.Dense(2, name="a")(keras.layers.Dense(4, name="h")(x)))
+    inputs, target = np.zeros((3, 5), np.float32), np.zeros((3, 2), np.float32)
+    plain = trace_keras_training_step(model, inputs, [target], name="t")  # (it failed: MeanSquaredError refused it)
+    model.compile(optimizer="adam", loss="mse")
+    compiled = trace_keras_training_step(model, inputs, [target], name="t")
+    bare = trace_keras_training_step(model, inputs, target, name="t")
+    assert compiled.num_ops == bare.num_ops + 3 and "Pack" in set(compiled.op_kinds.tolist())
+    assert plain.num_ops == bare.num_ops and "Pack" not in set(plain.op_kinds.tolist())
+
+
 @pytest.mark.parametrize("spec, message", [
     ("no_such_module_xyz:build", "no_such_module_xyz"),
     ("graphs.opgraph:no_such_function", "no_such_function"),

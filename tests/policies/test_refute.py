@@ -93,3 +93,69 @@ def test_exact__no_proven_best_for_a_measurer_that_is_not_the_noise_free_simulat
     assert proven.stop_reason == "converged" and "proven best" in proven.notes and proven.measurements == 1
     noisy = place("exact", small, measurer, 8, 0, time_limit_s=5, num_workers=1, solver=solver, noise_free=False)
     assert noisy.stop_reason != "converged" and "proven best" not in noisy.notes and noisy.measurements > 1
+
+
+def test_proven_bound__a_mip_bound_highs_presolve_put_above_a_placement_is_refuted():
+    """A reviewer's 7-op graph with given op times: HiGHS 1.16 called its relaxation's optimum 6.001 s with
+    presolve (6.000001 s without), above placement (1, 0, 1, 0, 0)'s simulated 6.0000010001 s."""
+    from dataclasses import replace
+
+    from measurers.machine import Device, Link, Machine
+    from measurers.sim.lower_bound import lower_bound_from_times
+
+    graph = OpGraph(name="g", framework="manual", op_names=[f"op{i}" for i in range(7)],
+                    op_kinds=["Add", "Reshape", "Variable", "Reshape", "Placeholder", "Placeholder", "Reshape"],
+                    flops=[0.0] * 7, bytes_accessed=[0.0] * 7, out_bytes=[0, 10**9, 10**6, 1, 0, 10**9, 0],
+                    param_bytes=[1, 0, 10**10, 10**6, 0, 10**10, 0], edge_src=[1, 1, 2, 3, 5, 5],
+                    edge_dst=[3, 4, 1, 4, 0, 4], edge_bytes=[10**6, 0, 1000, 1, 0, 1],
+                    colocation=[4, 1, 2, 3, 4, 5, 4], allowed_mask=[3, 3, 3, 3, 3, 1, 3])
+
+    def link(a, b, bandwidth_Bps, latency_s):
+        return Link(f"cpu:{a}", f"cpu:{b}", bandwidth_Bps, latency_s, "bus")
+
+    machine = Machine("m", tuple(Device(f"cpu:{i}", "cpu", "x", 1e9, 1e9, memory, 0.0)
+                                 for i, memory in enumerate([10**12, 2**62, 10**10])),
+                      (link(0, 1, 1e9, 0.0), link(0, 2, 1e9, 1.0), link(1, 0, 1e10, 0.0), link(1, 2, 1e9, 0.0),
+                       link(2, 0, 1e9, 0.0), link(2, 1, 1e10, 0.5)))
+    times = np.array([[0, 1, 2], [3, 3, 3], [.5, 1, .5], [3, 2, 2], [.5, 3, 3], [3, 0, 2], [1, .5, .5]], dtype=float)
+    problem = make_problem(graph, machine)
+    problem = replace(problem, op_time_s=times, lower_bound_s=lower_bound_from_times(graph, times, 3))
+    placed = problem.simulator().run(problem.expand(np.array([1, 0, 1, 0, 0])))
+    assert placed.status == "ok" and placed.runtime_s == pytest.approx(6.0000010001)
+    report = proven_bound(problem, 10.0)
+    assert report.best_s <= placed.runtime_s
+    if report.mip_s is not None and report.mip_s > placed.runtime_s:  # (a HiGHS that errs so)
+        assert report.mip_status.startswith("refuted: a placement of these groups simulates") and "HiGHS" in \
+            report.mip_status
+
+
+def test_exact_highs__a_bound_refuted_is_no_proof_and_no_bound_of_the_run(problem, monkeypatch):
+    """HiGHS's presolve error made to happen on the relaxed path (its first solve's bound raised to 0.002997 s):
+    no proven best, no bound handed to the run."""
+    from dataclasses import replace
+
+    import policies.exact.relaxed_search as relaxed_search
+
+    solve = relaxed_search.solve_relaxation
+    raised = []
+
+    def raised_first(*args, **kwargs):
+        found = solve(*args, **kwargs)
+        raised.append(found)
+        return replace(found, bound_s=0.002997) if len(raised) == 1 else found
+
+    monkeypatch.setattr(relaxed_search, "solve_relaxation", raised_first)
+    result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 20, 0, time_limit_s=10,
+                   solver="highs")
+    assert "(the solver's bound is refuted: a placement of these groups simulates" in result.notes
+    assert "a HiGHS error" in result.notes and result.stop_reason != "converged"
+    assert np.isnan(result.solver_bound_s) and not result.solver_bound_every_placement
+
+
+def test_exact_highs__every_placement_measured_with_noise_is_no_proven_best():
+    """2 ops on paper-2gpu: HiGHS ran out of placements to cut (every one measured) and called the best "proven
+    best for the measurer" under a noisy measurer, where CP-SAT's path said there was no proof."""
+    small = make_problem(synthetic_graph(2, 0), load_machine("paper-2gpu"))
+    measurer = SimulatorMeasurer(small.graph, small.machine)
+    result = place("exact", small, measurer, 16, 0, time_limit_s=5, solver="highs", noise_free=False)
+    assert "proven best" not in result.notes and "no proof of the best" in result.notes
