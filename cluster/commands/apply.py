@@ -40,10 +40,8 @@ def run(args) -> int:
     if args.depth < 1:
         raise PlacerError(f"--depth must be at least 1, got {args.depth}")
     run, summary = run_summary(args.run_dir, args.graph, args.depth)
-    if args.module_map and Path(args.run_dir).resolve() in Path(args.module_map).resolve().parents:
-        raise PlacerError(f"--module-map {args.module_map} lies inside the run folder {args.run_dir}, which apply "
-                          "never changes: write the map elsewhere")
     if args.module_map:
+        _check_spares_runs(Path(args.module_map))
         _check_spares_graphs(Path(args.module_map), run.manifest.graph_file)
     if args.module_map:
         tied = summary.to_json()["tied"]
@@ -56,6 +54,17 @@ def run(args) -> int:
         return 0
     _print(run, summary, args.module_map)
     return 0
+
+
+def _check_spares_runs(module_map) -> None:
+    """The map may not land in a run folder, this run's or another's (it replaced the other's manifest.json)."""
+    from cluster.runlog import MANIFEST_FILE
+    from graphs.errors import PlacerError
+
+    folder = next((f for f in module_map.resolve().parents if (f / MANIFEST_FILE).is_file()), None)
+    if folder is not None:
+        raise PlacerError(f"--module-map {module_map} lies inside the run folder {folder}, which apply never "
+                          "changes: write the map elsewhere")
 
 
 def _check_spares_graphs(module_map, graph_file: str) -> None:

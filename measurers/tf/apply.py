@@ -155,9 +155,10 @@ class PlacedKerasStep:
             return
         try:
             tf.nest.assert_same_structure(self.user.structure, (inputs, targets), check_types=False)
-        except (ValueError, TypeError) as error:
-            raise PlacerError(f"inputs and targets must be nested as {self.user.origin!r} returned them "
-                              f"({_shape_of(self.user.structure)}): {error}") from None
+        except (ValueError, TypeError):  # (its words print the arrays given: a 4.5 kB error of 135 lines)
+            given = tf.nest.map_structure(lambda _: None, (inputs, targets))
+            raise PlacerError(f"inputs and targets must be nested as the step of {self.user.origin!r} was traced "
+                              f"({_shape_of(self.user.structure)}), not as given ({_shape_of(given)})") from None
 
     def close(self) -> None:
         self.session.__exit__(None, None, None)

@@ -366,8 +366,10 @@ def test_apply_keras__inputs_nested_otherwise_or_of_a_dtype_that_would_change_ar
     run_dir, _ = keras_run
     x, y = keras_batches(1)[0]
     with apply_keras(run_dir, tiny_keras_classifier, batch_size=8, seed=0) as step:
-        with pytest.raises(PlacerError, match=r"inputs and targets must be nested as .* \(\(array, array\)\)"):
+        with pytest.raises(PlacerError, match=r"inputs and targets must be nested as .* \(\(array, array\)\), not "
+                                              r"as given \(\(array, \[array\]\)\)$") as refused:
             step(x, [y])
+        assert "\n" not in str(refused.value) and len(str(refused.value)) < 300  # no arrays printed
         with pytest.raises(PlacerError, match="array 1 of the step holds float64, which int32 .* cannot hold"):
             step(x, y + 0.7)
         assert np.isfinite(step(x.astype(np.float64), y.astype(np.int64)))  # same kind: cast as before
@@ -485,6 +487,19 @@ def test_placer_apply__a_module_map_inside_the_run_folder_is_refused(torch_run, 
     err = capsys.readouterr().err
     assert err.startswith("placer: error: --module-map ") and "lies inside the run folder" in err
     assert {p.relative_to(run_dir): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+
+
+def test_placer_apply__a_module_map_inside_another_run_folder_is_refused(torch_run, tmp_path, capsys):
+    """`--module-map OTHER_RUN/manifest.json` replaced another run's manifest, and that run was ruined."""
+    import shutil
+
+    run_dir, _ = torch_run
+    other = shutil.copytree(run_dir, tmp_path / "other" / run_dir.name)
+    manifest = (other / "manifest.json").read_bytes()
+    assert main(["apply", str(run_dir), "--module-map", str(other / "manifest.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("placer: error: --module-map ") and f"lies inside the run folder {other}," in err
+    assert (other / "manifest.json").read_bytes() == manifest
 
 
 def test_placer_apply__a_graph_file_gone_is_named_where_the_run_read_it(tmp_path, monkeypatch, capsys):
