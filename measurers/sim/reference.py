@@ -45,8 +45,8 @@ import numpy as np
 
 from graphs.errors import PlacerError
 from graphs.opgraph import OpGraph
-from measurers.sim.costs import (OpProfile, check_given_op_times, load_profile, op_class_codes, op_time_matrix,
-                                  OP_CLASSES)
+from measurers.sim.costs import (OpProfile, allowed_cells, check_given_op_times, load_profile, op_class_codes,
+                                  op_time_matrix, OP_CLASSES)
 from measurers.machine import Machine
 from measurers.placement import check_placement
 from measurers.sim.links import link_table
@@ -84,8 +84,12 @@ class Simulator:
                               f"given instead of a profile, got shape {np.shape(op_time_s)}"
                               + (" and a profile" if profile is not None else ""))
         else:
-            self.op_time_s = np.asarray(op_time_s, dtype=np.float64)
-            check_given_op_times(graph, machine, self.op_time_s)
+            given = np.asarray(op_time_s, dtype=np.float64)
+            check_given_op_times(graph, machine, given)
+            # a copy (the reference engine read the caller's array on every run, the fast one its copy: a change
+            # after made them disagree), inf where an op may not run, as op_time_matrix gives (the lower bound
+            # took a CPU-only op's time on the GPU: 0.002 s where every placement steps 2 s)
+            self.op_time_s = np.where(allowed_cells(graph, machine), given, np.inf)  # (N, D)
         self.alloc_bytes = output_alloc_bytes(graph)  # (N,) int64
         _check_memory_totals(graph, self.alloc_bytes)
         self._fast = None

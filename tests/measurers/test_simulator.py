@@ -4,6 +4,7 @@ The toy machine makes every number round: a "MatMul" op with F flops takes F / 1
 twice that on the CPU (no overhead, efficiency 1); a link moves 1e9 bytes per second with no latency.
 """
 
+import dataclasses
 import json
 import os
 
@@ -248,6 +249,22 @@ def test_simulator__op_times_given_instead_of_a_profile_time_the_step(engine):
         Simulator(graph, machine, op_time_s=np.ones((2, 3)))
     with pytest.raises(PlacerError, match="and a profile"):
         Simulator(graph, machine, profile, op_time_s=times)
+
+
+def test_simulator__op_times_given_are_copied_and_none_counts_where_an_op_may_not_run():
+    """Two CPU-only ops timed 1 s on the CPU and 1 ms on the GPU, where they may not run: the lower bound took
+    the GPU's 2 ms against steps of 2 s; and a change to the caller's array after made the engines disagree
+    (the reference engine read it on every run, the fast one its copy)."""
+    from measurers.sim.reference import Simulator
+
+    graph = dataclasses.replace(toy_graph([("a", 1.0, 0), ("b", 1.0, 0)], [("a", "b", 8)]),
+                                allowed_mask=np.array([1, 1], dtype=np.uint8))  # the CPU only
+    machine = toy_machine(num_gpus=1)
+    times = np.array([[1.0, 0.001], [1.0, 0.001]])
+    fast, reference = (Simulator(graph, machine, engine=e, op_time_s=times) for e in ("fast", "reference"))
+    assert fast.lower_bound_s == pytest.approx(2.0, rel=1e-3)
+    times[:, 0] = 5.0
+    assert fast.run(np.array([0, 0])).runtime_s == reference.run(np.array([0, 0])).runtime_s == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
