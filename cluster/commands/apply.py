@@ -57,11 +57,14 @@ def run(args) -> int:
 
 
 def _check_spares_runs(module_map) -> None:
-    """The map may not land in a run folder, this run's or another's (it replaced the other's manifest.json)."""
+    """The map may not land in a run folder, this run's or another's (it replaced the other's manifest.json):
+    a folder with a manifest and a measurement log (a web project's manifest.json alone is no run)."""
     from cluster.runlog import MANIFEST_FILE
+    from cluster.runlog_format import MEASUREMENTS_DIR
     from graphs.errors import PlacerError
 
-    folder = next((f for f in module_map.resolve().parents if (f / MANIFEST_FILE).is_file()), None)
+    folder = next((f for f in module_map.resolve().parents
+                   if (f / MANIFEST_FILE).is_file() and (f / MEASUREMENTS_DIR).is_dir()), None)
     if folder is not None:
         raise PlacerError(f"--module-map {module_map} lies inside the run folder {folder}, which apply never "
                           "changes: write the map elsewhere")

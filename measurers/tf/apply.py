@@ -156,9 +156,12 @@ class PlacedKerasStep:
         try:
             tf.nest.assert_same_structure(self.user.structure, (inputs, targets), check_types=False)
         except (ValueError, TypeError):  # (its words print the arrays given: a 4.5 kB error of 135 lines)
-            given = tf.nest.map_structure(lambda _: None, (inputs, targets))
+            try:
+                given = _shape_of(tf.nest.map_structure(lambda _: None, (inputs, targets)))
+            except (ValueError, TypeError):  # a nesting tf.nest cannot read (a dict of int and str keys)
+                given = f"a {type(inputs).__name__} and a {type(targets).__name__}"
             raise PlacerError(f"inputs and targets must be nested as the step of {self.user.origin!r} was traced "
-                              f"({_shape_of(self.user.structure)}), not as given ({_shape_of(given)})") from None
+                              f"({_shape_of(self.user.structure)}), not as given ({given})") from None
 
     def close(self) -> None:
         self.session.__exit__(None, None, None)

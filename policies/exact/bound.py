@@ -103,15 +103,18 @@ def proven_bound(problem: PlacementProblem, time_limit_s: float, threads: int = 
               "CP-SAT": None if exact is None or not math.isfinite(exact.bound_s) else exact.bound_s}
     statuses = {"LP": SKIPPED if lp is None else lp.status, "MIP": SKIPPED if mip is None else mip.status,
                 "CP-SAT": _exact_status(exact, stop)}
-    highest = max((b for b in solved.values() if b is not None), default=-math.inf)
-    refuted = refuting_step(problem, highest, _solution_starts(exact, mip)) if highest > closed_s else None
     grouping = grouping_name(problem)
     candidates = [(closed_s, EVERY_PLACEMENT)]
-    for solver, bound_s in solved.items():
-        if bound_s is not None and refuted is not None and bound_s >= refuted.step_s * (1 - REFUTED_REL):
+    starts, refuted, survived = _solution_starts(exact, mip), None, False
+    for solver, bound_s in sorted(((k, b) for k, b in solved.items() if b is not None), key=lambda kb: -kb[1]):
+        if not survived and (refuted is None or bound_s < refuted.step_s * (1 - REFUTED_REL)):  # highest first
+            found = refuting_step(problem, bound_s, starts) if bound_s > closed_s else None
+            refuted, survived = found or refuted, found is None  # (the bounds below a survivor cannot be best)
+            starts += [] if found is None else [found.unit_placement]
+        if refuted is not None and bound_s >= refuted.step_s * (1 - REFUTED_REL):
             statuses[solver] = (f"refuted: a placement of these groups simulates {refuted.step_s:.6g} s (a "
                                 f"{'CP-SAT' if solver == 'CP-SAT' else 'HiGHS'} error)")
-        elif bound_s is not None:
+        else:
             candidates.append((bound_s, f"placements of {grouping}"))
     best_s, holds_for = max(candidates, key=lambda c: c[0])  # ties: the first, the wider claim
     return BoundReport(problem.graph.name, problem.machine.name, closed_s,

@@ -190,8 +190,9 @@ class ExactPolicy:
                            solver_bound_every_placement=True)
         result = search_result(self.name, problem, counter)
         measured = f"{result.best.runtime_s:.6g} s" if result.best.ok else result.best.status
-        refuted = refuting_step(problem, bound_s, _measured_best(problem, counter))
-        converged = run.converged and refuted is None
+        refuted = run.refuted or refuting_step(problem, bound_s, _measured_best(problem, counter))
+        converged = run.converged and (refuted is None or run.refuted is not None)  # refuted early: the search
+        # never stopped at the bound, so a run that converged measured every placement
         below = counter.best_cost_s < bound_s
         model_s, chosen = self._chosen(problem, run, result.group_placement, deadline)
         notes = (f"relaxation (HiGHS, {problem.num_units} groups, {run.solves} solve(s) in {run.solve_s:.3g} s): "
@@ -296,7 +297,7 @@ class ExactPolicy:
         bound_s = first.bound_s if first is not None and status != "unknown" else math.nan  # unknown: CP-SAT's is 0
         if first is None and counter.left <= 0:  # the warm start took the budget: no solve ran
             notes = (f"the budget was spent measuring the warm start before any solve of the {quotient.num_groups} "
-                     f"groups: returning {hint_name}")
+                     "groups: returning it as measured")
             stop_reason = "budget"
         elif status == "infeasible":  # proved at once, not cut short: no placement's parameters fit
             notes = (f"no placement of the {quotient.num_groups} groups fits in device memory (CP-SAT proved its "

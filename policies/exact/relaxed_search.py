@@ -47,6 +47,7 @@ from typing import Sequence
 import numpy as np
 
 from policies.base import FAILED_COST_S, BudgetedMeasurer
+from policies.exact.refute import Refutation, refuting_step
 from policies.exact.relaxation import proven_s, solve_relaxation
 from policies.problem import PlacementProblem
 from policies.spill import fit_units_in_memory
@@ -71,6 +72,7 @@ class RelaxedRun:
     solve_s: float = 0.0  # wall time of the solves, building the models included
     converged: bool = False  # the best measured step reached the proven bound, or every placement was measured
     proof_holds: bool = True  # the measurer is the noise-free simulator the bound holds for (else never reached)
+    refuted: Refutation | None = None  # a placement the simulator steps below the bound: a HiGHS error
     steps: list[tuple[np.ndarray, float]] = field(default_factory=list)  # ((U,) placement, measured s), ok ones
 
     def model_s(self, unit_placement: np.ndarray | None) -> float:
@@ -106,10 +108,11 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
     first = solve_relaxation(problem, left_s, threads=threads, incumbent_after_s=BOUND_SHARE * left_s, start=start)
     run.solves, run.bound_status, run.solve_s = 1, first.status, first.wall_s
     run.bound_s = first.bound_s if first.bound_s is not None else math.nan
+    measured = [np.asarray(placement, dtype=np.int64) for placement in measured]
+    measured += _check_bound(problem, counter, run, first)
     if first.unit_placement is None:
         run.converged = run.reached(counter)  # a measured warm start can sit at the bound
         return run
-    measured = [np.asarray(placement, dtype=np.int64) for placement in measured]
     sweep, best_weight, best_s = list(COMM_WEIGHTS), PLACEMENT_WEIGHT, math.inf
     found, weight = first, 0.0
     while counter.left > 0 and not run.reached(counter):
@@ -138,6 +141,21 @@ def relaxed_search(problem: PlacementProblem, counter: BudgetedMeasurer, deadlin
             return run
     run.converged = run.reached(counter)
     return run
+
+
+def _check_bound(problem: PlacementProblem, counter: BudgetedMeasurer, run: RelaxedRun, first) -> list:
+    """Before the bound may end the search: a placement the simulator steps below it refutes it (HiGHS 1.16's
+    presolve cut off a relaxation's optimum: policies/exact/refute.py); the search then never stops at it and
+    measures that placement, in the budget. Returns [(U,) the placement measured], or []."""
+    starts = [] if first.unit_placement is None else [first.unit_placement]
+    run.refuted = refuting_step(problem, run.bound_s, starts)
+    if run.refuted is None:
+        return []
+    run.proof_holds = False
+    if counter.left <= 0:
+        return []
+    counter.measure([problem.expand(run.refuted.unit_placement)])
+    return [run.refuted.unit_placement]
 
 
 def _looked_up(of: dict[bytes, float], unit_placement: np.ndarray | None) -> float:

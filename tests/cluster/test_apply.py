@@ -370,6 +370,8 @@ def test_apply_keras__inputs_nested_otherwise_or_of_a_dtype_that_would_change_ar
                                               r"as given \(\(array, \[array\]\)\)$") as refused:
             step(x, [y])
         assert "\n" not in str(refused.value) and len(str(refused.value)) < 300  # no arrays printed
+        with pytest.raises(PlacerError, match=r"not as given \(a dict and a ndarray\)$"):  # tf.nest cannot sort it
+            step({1: x, "a": x}, y)
         with pytest.raises(PlacerError, match="array 1 of the step holds float64, which int32 .* cannot hold"):
             step(x, y + 0.7)
         assert np.isfinite(step(x.astype(np.float64), y.astype(np.int64)))  # same kind: cast as before
@@ -500,6 +502,11 @@ def test_placer_apply__a_module_map_inside_another_run_folder_is_refused(torch_r
     err = capsys.readouterr().err
     assert err.startswith("placer: error: --module-map ") and f"lies inside the run folder {other}," in err
     assert (other / "manifest.json").read_bytes() == manifest
+    project = tmp_path / "project"  # a web project's manifest.json alone makes no run folder
+    project.mkdir()
+    (project / "manifest.json").write_text('{"name": "my-extension", "manifest_version": 3}')
+    assert main(["apply", str(run_dir), "--module-map", str(project / "maps" / "modules.json")]) == 0
+    assert (project / "maps" / "modules.json").is_file()
 
 
 def test_placer_apply__a_graph_file_gone_is_named_where_the_run_read_it(tmp_path, monkeypatch, capsys):

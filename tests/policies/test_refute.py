@@ -139,17 +139,40 @@ def test_exact_highs__a_bound_refuted_is_no_proof_and_no_bound_of_the_run(proble
     solve = relaxed_search.solve_relaxation
     raised = []
 
-    def raised_first(*args, **kwargs):
+    def raised_first(*args, **kwargs):  # to its own point's step: a best measured there is "at the bound"
         found = solve(*args, **kwargs)
         raised.append(found)
-        return replace(found, bound_s=0.002997) if len(raised) == 1 else found
+        first_s = problem.simulator().run(problem.expand(found.unit_placement)).runtime_s
+        return replace(found, bound_s=first_s) if len(raised) == 1 else found
 
     monkeypatch.setattr(relaxed_search, "solve_relaxation", raised_first)
     result = place("exact", problem, SimulatorMeasurer(problem.graph, problem.machine), 20, 0, time_limit_s=10,
                    solver="highs")
     assert "(the solver's bound is refuted: a placement of these groups simulates" in result.notes
-    assert "a HiGHS error" in result.notes and result.stop_reason != "converged"
+    assert "a HiGHS error" in result.notes and result.measurements > 1  # it stopped at its first point's step
+    assert result.best.runtime_s == pytest.approx(_fast_step_s(problem))  # the refuting placement measured, and on
     assert np.isnan(result.solver_bound_s) and not result.solver_bound_every_placement
+
+
+def test_proven_bound__each_bound_a_placement_undercuts_is_refuted_not_only_the_highest(problem, monkeypatch):
+    """CP-SAT's bound raised to 0.00312 s and the MIP's to 0.003 s: the step that refuted CP-SAT's (0.003 s)
+    was no refutation of the MIP's, which became the best "proven" bound above a 0.002111 s placement."""
+    from dataclasses import replace
+
+    import policies.exact.relaxation as relaxation
+    from policies.exact.cpsat import ExactModel
+
+    solve_cpsat, solve_highs = ExactModel.solve, relaxation.solve_relaxation
+    monkeypatch.setattr(ExactModel, "solve", lambda *a, **k: replace(solve_cpsat(*a, **k), bound_s=0.00312))
+
+    def raised_mip(problem, time_limit_s, integer=True, **kwargs):
+        found = solve_highs(problem, time_limit_s, integer=integer, **kwargs)
+        return replace(found, bound_s=0.003) if integer else found
+
+    monkeypatch.setattr(relaxation, "solve_relaxation", raised_mip)
+    report = proven_bound(problem, 5.0)
+    assert report.best_s <= _fast_step_s(problem)
+    assert report.mip_status.startswith("refuted") and report.exact_status.startswith("refuted")
 
 
 def test_exact_highs__every_placement_measured_with_noise_is_no_proven_best():
