@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 from graphs.benchmarks import BUILTIN, Benchmark
@@ -96,9 +97,13 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
     path = _cache_path(benchmark)
     if use_cache and path.is_file():
         try:
-            return load_graph_file(path)
+            cached = load_graph_file(path)
+            if _model_file_present(cached):  # an inference benchmark's model file cleared away: built again
+                return cached
         except PlacerError:
-            path.unlink(missing_ok=True)  # a damaged cache entry is rebuilt
+            pass  # a damaged cache entry is rebuilt
+        with suppress(OSError):  # a cache this user cannot write: built and used, and said so below
+            path.unlink(missing_ok=True)
     graph = benchmark.build()
     if use_cache:
         try:
@@ -109,6 +114,13 @@ def benchmark_graph(name: str, use_cache: bool = True) -> OpGraph:
             print(f"placer: note: {name} is not cached: cannot write the graph cache {path.parent} ({why}); set "
                   "PLACER_CACHE to a folder this user can write", file=sys.stderr)
     return graph
+
+
+def _model_file_present(graph: OpGraph) -> bool:
+    """Whether the model file a cached graph names (an inference benchmark's ONNX or IR, kept in the cache's
+    models folder, which a user may clear to win back its space), if any, is there."""
+    model_file = graph.meta.get("model_file")
+    return not isinstance(model_file, str) or not model_file or Path(model_file).is_file()
 
 
 def _unknown_graph(name: str) -> PlacerError:

@@ -72,18 +72,14 @@ def _check_spares_runs(module_map) -> None:
 
 def _check_spares_graphs(module_map, graph_file: str) -> None:
     """The map may not overwrite the graph file the run read (found from its manifest, which --graph's own
-    check does not see) nor a cached graph: the next apply found the graph damaged."""
+    check does not see): the next apply found the graph damaged. (A cached graph every command's output check
+    spares: paths.check_outputs_spare_inputs.)"""
     from pathlib import Path
 
     from graphs.errors import PlacerError
-    from graphs.registry import cache_dir
 
-    target = module_map.resolve()
-    if graph_file and target == Path(graph_file).resolve():
+    if graph_file and module_map.resolve() == Path(graph_file).resolve():
         raise PlacerError(f"--module-map {module_map} is the graph file the run read ({graph_file}): write the map "
-                          "elsewhere")
-    if cache_dir().resolve() in target.parents:
-        raise PlacerError(f"--module-map {module_map} lies in placer's cache ({cache_dir()}): write the map "
                           "elsewhere")
 
 

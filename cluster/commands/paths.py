@@ -150,6 +150,7 @@ def check_outputs_spare_inputs(args: argparse.Namespace, stdout_file: tuple[int,
     if not outputs:  # nothing written: no input file (or a graph file's footer) to read for this
         return
     _check_outputs_spare_stdout(outputs, stdout_file)
+    _check_outputs_outside_cache(outputs)
     inputs = files_read(args)
     for dest, value in outputs:
         if read_as := inputs.get(Path(value).expanduser().resolve()):
@@ -258,6 +259,24 @@ def _check_outputs_outside_runs_read(args: argparse.Namespace) -> None:
                 raise PlacerError(f"--{dest.replace('_', '-')} {value} lies inside the run folder of "
                                   f"--{read_as.replace('_', '-')} {given}, which this command only reads: write "
                                   "it elsewhere")
+
+
+CACHED = ("graphs", "models")  # the folders of placer's cache that hold what commands read (graphs.registry)
+
+
+def _check_outputs_outside_cache(outputs: list[tuple[str, str]]) -> None:
+    """No file the command writes may lie in placer's cache of graphs and model files: `placer profile --graph
+    bert-base-infer -o CACHE/models/bert-base-infer-....onnx` replaced the model with the profile, and every
+    real measurer's command on that benchmark failed from then on (the cached graph itself was fine, so the
+    cache never rebuilt the model)."""
+    from graphs.errors import PlacerError
+    from graphs.registry import cache_dir
+
+    folders = [(cache_dir() / name).resolve() for name in CACHED]
+    for dest, value in outputs:
+        if any(lies_in(value, folder) for folder in folders):
+            raise PlacerError(f"--{dest.replace('_', '-')} {value} lies in placer's cache ({cache_dir()}), which "
+                              "holds the graphs and model files commands read: write it elsewhere")
 
 
 def lies_in(path: str | Path, folder: Path) -> bool:

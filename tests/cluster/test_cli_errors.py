@@ -791,3 +791,18 @@ def test_an_empty_folder_path_is_refused_not_taken_as_this_folder(tmp_path, monk
     assert one_placer_error(capsys).endswith(": an empty path: name a folder (`.` for this one)\n")
     assert list(tmp_path.iterdir()) == []
 
+
+
+@pytest.mark.parametrize("folder", ["models", "graphs"])
+def test_output_paths__placers_cache_of_graphs_and_models_is_refused(tmp_path, monkeypatch, capsys, folder):
+    """`profile -o` or `simulate --trace` on a benchmark's cached ONNX model replaced the 438 MB model with a
+    profile; the cached graph was fine, so the cache never rebuilt the model and every real measurer's command
+    on that benchmark failed from then on."""
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    cached = tmp_path / "cache" / folder / "bert-base-infer-0123.onnx"
+    cached.parent.mkdir(parents=True)
+    cached.write_bytes(b"a model")
+    assert main(["simulate", "--graph", "synthetic:30", "--machine", "paper-2gpu", "--policy", "single-gpu",
+                 "--trace", str(cached)]) == 2
+    assert f"--trace {cached} lies in placer's cache ({tmp_path / 'cache'})" in one_placer_error(capsys)
+    assert cached.read_bytes() == b"a model"

@@ -87,3 +87,56 @@ def test_cache_dir__an_empty_placer_cache_is_the_default_not_the_current_folder(
     monkeypatch.setenv("PLACER_CACHE", "")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert cache_dir() == Path(tmp_path) / ".cache" / "placer"
+
+
+def _counted_build(graph, builds: list):
+    def build(self):
+        builds.append(self.name)
+        return graph
+    return build
+
+
+def test_cached_benchmark__one_whose_model_file_was_cleared_away_is_built_again(monkeypatch, tmp_path):
+    """An inference benchmark's cached graph was read though the model file it names had been deleted (a user
+    clearing the cache's models folder): every real measurer's command failed on it, and it was never rebuilt."""
+    import dataclasses
+
+    from graphs import registry
+    from graphs.benchmarks import Benchmark
+    from graphs.synthetic import synthetic_graph
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    model_file = tmp_path / "cache" / "models" / "tiny.onnx"
+    graph = dataclasses.replace(synthetic_graph(10, 0), name="tiny-infer", meta={"model_file": str(model_file)})
+    builds = []
+    monkeypatch.setattr(Benchmark, "build", _counted_build(graph, builds))
+    monkeypatch.setitem(registry.BENCHMARKS, "tiny-infer", Benchmark("tiny-infer", "x:y", "a test"))
+    model_file.parent.mkdir(parents=True)
+    model_file.write_bytes(b"model")
+    registry.benchmark_graph("tiny-infer")
+    registry.benchmark_graph("tiny-infer")
+    assert builds == ["tiny-infer"]  # cached
+    model_file.unlink()
+    registry.benchmark_graph("tiny-infer")
+    assert builds == ["tiny-infer"] * 2
+
+
+def test_cached_benchmark__a_damaged_entry_in_a_cache_this_user_cannot_write_is_built_and_noted(monkeypatch, tmp_path,
+                                                                                             capsys):
+    """Removing the damaged entry failed ("Operation not permitted", exit 2, the entry unnamed), where a missing
+    entry in the same cache is built and used with a note."""
+    from graphs import registry
+
+    monkeypatch.setenv("PLACER_CACHE", str(tmp_path / "cache"))
+    registry.benchmark_graph("family:cnn:0")
+    entry = registry.cached_graph_path("family:cnn:0")
+    entry.write_bytes(entry.read_bytes()[:500])
+
+    def refused(self, missing_ok=False):
+        raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(type(entry), "unlink", refused)
+    monkeypatch.setattr(registry, "save_graph", lambda graph, path: refused(path))
+    graph = registry.benchmark_graph("family:cnn:0")
+    assert graph.name == "family:cnn:0"
+    assert "placer: note: family:cnn:0 is not cached: cannot write the graph cache" in capsys.readouterr().err
