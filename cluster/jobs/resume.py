@@ -53,7 +53,7 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         value = tuple(value) if name == "baselines" else value
         was = getattr(saved, name)
         used = _default_used(name, saved, run_dir) if value is not None and was is None else was
-        if _same(name, value, used, saved) or name in SESSION_SETTINGS:
+        if _same(name, value, used, saved, run_dir) or name in SESSION_SETTINGS:
             changes[name] = value
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
@@ -99,13 +99,26 @@ def _check_budget(run_dir, saved: SearchConfig, changes: dict) -> None:
 
 
 
-def _same(name: str, value, used, saved: SearchConfig) -> bool:
+def _same(name: str, value, used, saved: SearchConfig, run_dir) -> bool:
     """A given value that changes nothing: what the run used (its saved value, or where it recorded none,
-    ``_default_used``), or ``--init pretrained`` where a gdp, placeto or giph run took the default, which is
-    the committed checkpoint."""
+    ``_default_used``), ``--init pretrained`` where a gdp, placeto or giph run took the default, which is
+    the committed checkpoint, or the grouping method that made its groups."""
     from policies.rl.gnn.config import KINDS
 
-    return value == used or (name == "init" and saved.policy in KINDS and {value, used} <= {None, "pretrained"})
+    return (value == used or (name == "init" and saved.policy in KINDS and {value, used} <= {None, "pretrained"})
+            or (name == "grouping" and value == _grouping_made(run_dir)))
+
+
+def _grouping_made(run_dir) -> str | None:
+    """The method that made a run's groups, as its grouping.npz records it (scope falls back to metis on a graph
+    of more top-level scopes than groups, and every output names "metis"); None where it records none."""
+    import numpy as np
+
+    try:
+        with np.load(Path(run_dir) / GROUPING_FILE) as arrays:
+            return str(arrays["method"]) if "method" in arrays else None
+    except (OSError, ValueError):  # unreadable: the resume refuses it, saying why
+        return None
 
 
 def _default_used(name: str, saved: SearchConfig, run_dir):

@@ -364,6 +364,27 @@ def test_resume__a_flag_given_with_the_default_the_run_used_is_no_change_and_ano
             resume_config(runs[policy], flags)
 
 
+def test_resume__the_grouping_method_that_made_the_runs_groups_is_no_change(tmp_path):
+    """The run asked for scope groups and got metis ones (a graph with no scopes): every output names "metis",
+    and `--resume RUN --grouping metis` was refused as "searches with 'scope'"."""
+    import numpy as np
+    from test_analysis import write_run
+
+    from cluster.jobs.resume import resume_config
+    from graphs.errors import PlacerError
+
+    run = write_run(tmp_path / "runs", graph=load_graph("synthetic:60"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["grouping"] = "scope"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    np.savez(run / "grouping.npz", op_group=np.zeros(60, dtype=np.int64), group_allowed_mask=np.array([3]),
+             method=np.array("metis"))
+    assert resume_config(run, {"grouping": "metis"}).grouping == "metis"
+    assert resume_config(run, {"grouping": "scope"}).grouping == "scope"
+    with pytest.raises(PlacerError, match="--grouping 'topo': run .* searches with 'scope'"):
+        resume_config(run, {"grouping": "topo"})
+
+
 @pytest.mark.parametrize("command", ["search", "baselines"])
 def test_search__a_real_measurer_with_no_node_for_the_machines_gpus_is_refused_before_the_run(tmp_path, capsys,
                                                                                                   monkeypatch, command):
