@@ -120,7 +120,10 @@ def _model_file_present(graph: OpGraph) -> bool:
     """Whether the model file a cached graph names (an inference benchmark's ONNX or IR, kept in the cache's
     models folder, which a user may clear to win back its space), if any, is there."""
     model_file = graph.meta.get("model_file")
-    return not isinstance(model_file, str) or not model_file or Path(model_file).is_file()
+    if not isinstance(model_file, str) or not model_file:
+        return True
+    weights = [Path(model_file).with_suffix(".bin")] if model_file.endswith(".xml") else []  # an IR's weights
+    return all(path.is_file() for path in [Path(model_file), *weights])
 
 
 def _unknown_graph(name: str) -> PlacerError:

@@ -272,7 +272,10 @@ def _check_outputs_outside_cache(outputs: list[tuple[str, str]]) -> None:
     from graphs.errors import PlacerError
     from graphs.registry import cache_dir
 
-    folders = [(cache_dir() / name).resolve() for name in CACHED]
+    try:
+        folders = [(cache_dir() / name).resolve() for name in CACHED]
+    except (RuntimeError, OSError):  # no home folder (a uid without one, HOME unset), a symbolic-link loop:
+        return  # no cache this command could read either
     for dest, value in outputs:
         if any(lies_in(value, folder) for folder in folders):
             raise PlacerError(f"--{dest.replace('_', '-')} {value} lies in placer's cache ({cache_dir()}), which "

@@ -54,7 +54,8 @@ def resume_config(run_dir: str | Path, given: Mapping[str, object]) -> SearchCon
         was = getattr(saved, name)
         used = _default_used(name, saved, run_dir) if value is not None and was is None else was
         if _same(name, value, used, saved, run_dir) or name in SESSION_SETTINGS:
-            changes[name] = value
+            changes[name] = was if name == "grouping" else value  # (the method asked for: a hierarchical run's
+            # learner checks its prior against it)
         elif name in GROWABLE_SETTINGS:
             changes[name] = _grown(name, value, saved, run_dir)
         else:

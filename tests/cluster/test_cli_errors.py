@@ -379,7 +379,7 @@ def test_resume__the_grouping_method_that_made_the_runs_groups_is_no_change(tmp_
     (run / "manifest.json").write_text(json.dumps(manifest))
     np.savez(run / "grouping.npz", op_group=np.zeros(60, dtype=np.int64), group_allowed_mask=np.array([3]),
              method=np.array("metis"))
-    assert resume_config(run, {"grouping": "metis"}).grouping == "metis"
+    assert resume_config(run, {"grouping": "metis"}).grouping == "scope"  # the run's own, as asked for
     assert resume_config(run, {"grouping": "scope"}).grouping == "scope"
     with pytest.raises(PlacerError, match="--grouping 'topo': run .* searches with 'scope'"):
         resume_config(run, {"grouping": "topo"})
@@ -827,3 +827,18 @@ def test_output_paths__placers_cache_of_graphs_and_models_is_refused(tmp_path, m
                  "--trace", str(cached)]) == 2
     assert f"--trace {cached} lies in placer's cache ({tmp_path / 'cache'})" in one_placer_error(capsys)
     assert cached.read_bytes() == b"a model"
+
+
+def test_output_paths__a_cache_that_cannot_be_located_keeps_no_output_from_being_written(tmp_path, monkeypatch):
+    """No home folder (a uid without one, HOME unset): the cache check's Path.home() was a RuntimeError traceback
+    for a command that never reads the cache."""
+    import graphs.registry
+
+    def nowhere():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(graphs.registry, "cache_dir", nowhere)
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "--graph", "synthetic:30", "--machine", "paper-2gpu", "--policy", "single-gpu",
+                 "--trace", str(trace)]) == 0
+    assert trace.is_file()

@@ -119,6 +119,17 @@ def test_cached_benchmark__one_whose_model_file_was_cleared_away_is_built_again(
     model_file.unlink()
     registry.benchmark_graph("tiny-infer")
     assert builds == ["tiny-infer"] * 2
+    ir = model_file.with_suffix(".xml")  # an OpenVINO IR: its weights beside it are needed too
+    ir.write_bytes(b"ir")
+    ir.with_suffix(".bin").write_bytes(b"weights")
+    monkeypatch.setattr(Benchmark, "build", _counted_build(dataclasses.replace(graph, meta={"model_file": str(ir)}),
+                                                           builds))
+    registry.benchmark_graph("tiny-infer")  # the entry's model file is gone: built again, naming the IR
+    registry.benchmark_graph("tiny-infer")
+    assert len(builds) == 3
+    ir.with_suffix(".bin").unlink()
+    registry.benchmark_graph("tiny-infer")
+    assert len(builds) == 4
 
 
 def test_cached_benchmark__a_damaged_entry_in_a_cache_this_user_cannot_write_is_built_and_noted(monkeypatch, tmp_path,
