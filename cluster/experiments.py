@@ -479,6 +479,7 @@ class CellResult:
     proven_bound_holds_for: str = ""
     rl_batch: int | None = None  # the batch its learned run searched with (its manifest's); None: not run
     grouping: str = ""  # the method that made its runs' groups (result.json's: scope falls back to metis)
+    groups: int | None = None  # how many groups its runs searched (result.json's: scope can give fewer)
 
     @property
     def ratio_to_proven_bound(self) -> float:
@@ -508,7 +509,7 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
 
     methods = {m: MethodResult(math.nan, "not run") for m in experiment.methods}
     lower, runs, measured, wall, finished = math.nan, [], 0, 0.0, True
-    proven, proven_for, rl_batch, grouping = math.nan, "", None, ""
+    proven, proven_for, rl_batch, grouping, groups = math.nan, "", None, "", None
     for policy in experiment.searches:
         run_dir = find_cell_run(cell_dir, policy)
         if run_dir is None:
@@ -531,18 +532,22 @@ def _cell_result(experiment: Experiment, cell: Cell, cell_dir: Path) -> CellResu
         result = read_result_json(run_dir)
         finished &= result is not None
         grouping = grouping or (result or {}).get("grouping", "")
+        groups = groups or _whole_or_none((result or {}).get("groups"))
     baseline = _best_of(methods, PAPER_BASELINES)
     rl = methods[experiment.learned].runtime_s
     gain = methods[baseline].runtime_s / rl - 1 if baseline and rl > 0 else math.nan
     winner = _best_of(methods, experiment.methods)
     claims = _claims(experiment, cell, methods, gain, baseline)
     return CellResult(cell, experiment.learned, methods, lower, gain, baseline, winner, claims, tuple(runs),
-                      measured, wall, finished, proven, proven_for, rl_batch, grouping)
+                      measured, wall, finished, proven, proven_for, rl_batch, grouping, groups)
 
 
 def _batch_of(config: dict) -> int | None:
-    batch = config.get("batch")
-    return int(batch) if is_whole_number(batch) else None
+    return _whole_or_none(config.get("batch"))
+
+
+def _whole_or_none(value) -> int | None:
+    return int(value) if is_whole_number(value) else None
 
 
 def batch_used(results: Sequence[CellResult], planned: int) -> int | None:

@@ -136,6 +136,13 @@ def _paper_cells(paper, learned: str) -> dict[str, str]:
             learned: f(paper.rl_s)}
 
 
+def _groups_text(asked: int, searched: list[int]) -> str:
+    """``--groups`` and, where the runs searched fewer, how many."""
+    if searched == [asked]:
+        return f"{asked} groups"
+    return f"{asked} groups asked, {', '.join(map(str, searched))} searched"
+
+
 def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()) -> None:
     from cluster.commands.console import text_console
     from rich.table import Table
@@ -176,12 +183,15 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
     unfinished = [r.cell.folder_name for r in results if not r.finished]
     grouping = ", ".join(sorted({r.grouping for r in results if r.grouping})) or settings.grouping  # (scope on a
     # graph of more top-level scopes than groups is metis)
+    searched = sorted({r.groups for r in results if r.groups is not None}) or [settings.groups]  # (scope can
+    # give fewer than asked)
     console.print(f"{experiment.notes}. Bold: fastest method here. Proven bound (placer bound): for placements "
-                  f"of the searched groups ({settings.groups} {grouping} groups) when above the lower "
+                  f"of the searched groups ({', '.join(map(str, searched))} {grouping} groups) when above the lower "
                   f"bound; best x proven: the fastest method over it (heuristics place finer groups and may go "
                   f"below it).")
     console.print(f"budget {settings.budget} measurements per search (RL batch {_batch_text(settings, results)}), "
-                  f"{settings.groups} groups, seed {settings.seed}; {measured} measurements, {wall:.0f} s of search "
+                  f"{_groups_text(settings.groups, searched)}, seed {settings.seed}; {measured} measurements, "
+                  f"{wall:.0f} s of search "
                   f"wall time in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
     if unfinished:
         console.print(f"unfinished rows: {', '.join(unfinished)}")

@@ -303,5 +303,6 @@ def print_result(result) -> None:
         console.print(f"overall best on the devices left ({', '.join(result.final_devices)})"
                       + (f"; left out, on a removed device: {', '.join(result.baselines_on_removed_devices)}"
                          if result.baselines_on_removed_devices else ""))
-    console.print(f"{result.measurements} measurements, stopped by {result.stop_reason}, {result.wall_s:.1f} s; "
-                  f"run folder: {result.run_dir}")
+    searched = f"{result.groups} {result.grouping} groups" if result.grouping else f"{result.groups} groups"
+    console.print(f"{searched} searched, {result.measurements} measurements, stopped by {result.stop_reason}, "
+                  f"{result.wall_s:.1f} s; run folder: {result.run_dir}")  # (the method: scope can fall back)

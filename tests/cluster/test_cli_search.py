@@ -84,7 +84,7 @@ def test_search_cli__first_run_prints_no_rllib_noise_and_never_imports_tensorflo
     noise = [line for line in done.stderr.splitlines() if any(n.lower() in line.lower() for n in RLLIB_NOISE)]
     assert noise == [], "\n".join(noise[:5])
     assert "imported: True False" in done.stderr  # RLlib yes, TensorFlow no
-    assert "32 measurements, stopped by budget" in done.stdout.replace("\n", " ")
+    assert "32 scope groups searched, 32 measurements, stopped by budget" in " ".join(done.stdout.split())
 
 
 def test_search_cli__measurer_that_cannot_run_the_graph_writes_nothing(tmp_path, capsys):

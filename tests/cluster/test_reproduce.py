@@ -587,7 +587,13 @@ def test_print_table__names_the_grouping_the_runs_used(tmp_path, capsys):
     for cell in experiment.cells:
         _cell_runs(folder, cell.graph, cell.machine, {"single-gpu": 2.0, "reinforce": 1.0}, 1.5)
     for result in folder.glob(f"*/*/{RESULT_FILE}"):
-        result.write_text(json.dumps({**json.loads(result.read_text()), "grouping": "metis"}))
+        result.write_text(json.dumps({**json.loads(result.read_text()), "grouping": "metis", "groups": 1}))
     settings = settings_for(quick=True, budget=8, groups=1)
     print_table(experiment, settings, cell_results(experiment, folder), folder, 1.0)
     assert "(1 metis groups)" in " ".join(capsys.readouterr().out.split())
+    for result in folder.glob(f"*/*/{RESULT_FILE}"):  # --groups 256 on rnnlm: scope makes 194
+        result.write_text(json.dumps({**json.loads(result.read_text()), "grouping": "scope", "groups": 194}))
+    print_table(experiment, settings_for(quick=True, budget=8, groups=256), cell_results(experiment, folder),
+                folder, 1.0)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(194 scope groups)" in out and "256 groups asked, 194 searched, seed 0" in out
