@@ -215,15 +215,21 @@ def test_run_experiment__a_larger_budget_resumes_each_finished_learner_with_its_
     assert started == ["annealing"] * 6
 
 
-def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_written(tmp_path, monkeypatch):
-    """The row's search found the damaged manifest after experiment.json took the larger budget: the folder
-    then refused the budget its runs were made with ("a budget of at least 24 (not 16)")."""
+def _finished_at_budget_2(tmp_path, monkeypatch):
+    """(the experiment folder, its settings): every row's runs finished at --quick --budget 2; no search may run."""
     monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
     folder = tmp_path / "out" / "mirhoseini2017"
     small = settings_for(quick=True, budget=2)
     for cell in get_experiment("mirhoseini2017").cells:
         _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=small.budget)
     (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
+    return folder, small
+
+
+def test_run_experiment__a_damaged_run_is_refused_before_a_larger_budget_is_written(tmp_path, monkeypatch):
+    """The row's search found the damaged manifest after experiment.json took the larger budget: the folder
+    then refused the budget its runs were made with ("a budget of at least 24 (not 16)")."""
+    folder, small = _finished_at_budget_2(tmp_path, monkeypatch)
     learners = sorted(folder.glob("*/*__reinforce__*"))
     for learner in learners:
         (learner / cluster.jobs.GROUPING_FILE).write_bytes(b"")  # a learner the rows would continue
@@ -512,12 +518,7 @@ def test_run_experiment__runs_of_other_settings_are_refused_without_experiment_j
 def test_run_experiment__a_finished_learner_that_lost_its_grouping_is_refused_not_set_aside(tmp_path, monkeypatch):
     """A larger --budget renamed the finished learner (result.json and all) to .broken-..., which analyze skips,
     and started it afresh without a word."""
-    monkeypatch.setattr(cluster.jobs, "run_search", lambda *a, **k: pytest.fail("must not search"))
-    folder = tmp_path / "out" / "mirhoseini2017"
-    small = settings_for(quick=True, budget=2)
-    for cell in get_experiment("mirhoseini2017").cells:
-        _cell_runs(folder, cell.graph, cell.machine, {"reinforce": 1.0}, 1.0, budget=small.budget)
-    (folder / EXPERIMENT_FILE).write_text(json.dumps({"settings": {**small.__dict__}}))
+    folder, small = _finished_at_budget_2(tmp_path, monkeypatch)
     with pytest.raises(PlacerError, match="__reinforce__.* is finished but its grouping.npz is missing, so it "
                                           "cannot go on to --budget 8: restore the file, or pick another --out"):
         run_experiment(get_experiment("mirhoseini2017"), tmp_path / "out", settings_for(quick=True, budget=8))
