@@ -631,6 +631,10 @@ def test_import_keras_spec__a_saved_model_of_several_outputs_uncompiled_is_stepp
     compiled.save(tmp_path / "compiled.keras")
     plain = import_keras_spec(str(tmp_path / "plain.keras"), batch_size=4)
     reference = import_keras_spec(str(tmp_path / "compiled.keras"), batch_size=4)
+    if outputs == "list of one":  # compile's loss takes the list of one target as it is (Keras stacks it: Pack,
+        # Reshape, Sum), the made-up one the tensor in it
+        assert plain.num_ops + 3 == reference.num_ops and "Pack" not in set(plain.op_kinds.tolist())
+        return
     assert plain.num_ops == reference.num_ops and plain.flops.sum() == reference.flops.sum()  # names: adam, adam_1
 
 
