@@ -5,10 +5,10 @@ placement of those ops simulates 0.002111 s and its model, with that placement f
 a solver error, not the model's (the same model with two workers or another seed says 0.002107 s). HiGHS
 1.16's presolve likewise cut off a 7-op relaxation's optimum (6.001 s "optimal" where a placement steps
 6.000001 s; without presolve it proves 6.000001 s). A bound above a placement's simulated step is no
-bound, so before one is reported as proven, ``refuting_step``
-looks for such a placement: every single-device placement and the given ``starts``, each moved one group at
-a time while a move lowers its step. It finds none for a sound bound, and a
-placement it finds disproves the bound; finding none proves nothing more than the solver did.
+bound, so before one is reported as proven, ``refuting_step`` looks for such a placement: every
+single-device placement and the given ``starts``, each moved one group at a time while a move lowers its
+step. It finds none for a sound bound, and a placement it finds disproves the bound; finding none proves
+nothing more than the solver did.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class Refutation:
 def refuting_step(problem: PlacementProblem, bound_s: float,
                   starts: Sequence[np.ndarray] = ()) -> Refutation | None:
     """A placement of ``problem``'s groups that fits in memory and simulates below ``bound_s``; None when
-    none is found within MAX_SIMULATIONS (see the module docstring)."""
+    none is found within MAX_SIMULATIONS and MAX_SIMULATED_OPS (see the module docstring)."""
     if not math.isfinite(bound_s):
         return None
     simulator, seen = problem.simulator(), {}
