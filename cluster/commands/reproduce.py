@@ -136,11 +136,14 @@ def _paper_cells(paper, learned: str) -> dict[str, str]:
             learned: f(paper.rl_s)}
 
 
-def _groups_text(asked: int, searched: list[int]) -> str:
-    """``--groups`` and, where the runs searched fewer, how many."""
-    if searched == [asked]:
-        return f"{asked} groups"
-    return f"{asked} groups asked, {', '.join(map(str, searched))} searched"
+def _searched_text(settings, results) -> str:
+    """The groups the rows' runs searched, each count with its method ("194 scope, 256 metis groups": scope can
+    give fewer than --groups, and falls back to metis), from their result.json; the settings' where none says."""
+    pairs = sorted({(r.groups, r.grouping or settings.grouping) for r in results if r.groups is not None})
+    if not pairs:
+        return f"{settings.groups} {settings.grouping} groups"
+    unknown = any(r.groups is None for r in results)  # runs of an older version record no count
+    return ", ".join(f"{count} {method}" for count, method in pairs) + " groups" + (" where known" if unknown else "")
 
 
 def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()) -> None:
@@ -181,16 +184,12 @@ def print_table(experiment, settings, results, folder, elapsed_s: float, rows=()
     measured = sum(r.measurements for r in results)
     wall = sum(r.wall_s for r in results)
     unfinished = [r.cell.folder_name for r in results if not r.finished]
-    grouping = ", ".join(sorted({r.grouping for r in results if r.grouping})) or settings.grouping  # (scope on a
-    # graph of more top-level scopes than groups is metis)
-    searched = sorted({r.groups for r in results if r.groups is not None}) or [settings.groups]  # (scope can
-    # give fewer than asked)
     console.print(f"{experiment.notes}. Bold: fastest method here. Proven bound (placer bound): for placements "
-                  f"of the searched groups ({', '.join(map(str, searched))} {grouping} groups) when above the lower "
+                  f"of the searched groups ({_searched_text(settings, results)}) when above the lower "
                   f"bound; best x proven: the fastest method over it (heuristics place finer groups and may go "
                   f"below it).")
     console.print(f"budget {settings.budget} measurements per search (RL batch {_batch_text(settings, results)}), "
-                  f"{_groups_text(settings.groups, searched)}, seed {settings.seed}; {measured} measurements, "
+                  f"{settings.groups} groups asked, seed {settings.seed}; {measured} measurements, "
                   f"{wall:.0f} s of search "
                   f"wall time in all runs, {elapsed_s:.0f} s this invocation{' (QUICK)' if settings.quick else ''}")
     if unfinished:

@@ -303,6 +303,8 @@ def print_result(result) -> None:
         console.print(f"overall best on the devices left ({', '.join(result.final_devices)})"
                       + (f"; left out, on a removed device: {', '.join(result.baselines_on_removed_devices)}"
                          if result.baselines_on_removed_devices else ""))
-    searched = f"{result.groups} {result.grouping} groups" if result.grouping else f"{result.groups} groups"
-    console.print(f"{searched} searched, {result.measurements} measurements, stopped by {result.stop_reason}, "
-                  f"{result.wall_s:.1f} s; run folder: {result.run_dir}")  # (the method: scope can fall back)
+    method = "" if result.grouping in ("", "searched") else f"{result.grouping} "  # (scope can fall back to metis)
+    searched = (f"{result.policy} placed groups of its own" if entry.groups_itself else
+                f"{result.groups} {method}groups searched")
+    console.print(f"{searched}, {result.measurements} measurements, stopped by {result.stop_reason}, "
+                  f"{result.wall_s:.1f} s; run folder: {result.run_dir}")

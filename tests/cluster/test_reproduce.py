@@ -597,4 +597,16 @@ def test_print_table__names_the_grouping_the_runs_used(tmp_path, capsys):
     print_table(experiment, settings_for(quick=True, budget=8, groups=256), cell_results(experiment, folder),
                 folder, 1.0)
     out = " ".join(capsys.readouterr().out.split())
-    assert "(194 scope groups)" in out and "256 groups asked, 194 searched, seed 0" in out
+    assert "(194 scope groups)" in out and "256 groups asked, seed 0" in out
+    _, second = sorted(folder.iterdir())[:2]  # each count with its method; a run of no count said
+    for result in second.glob(f"*/{RESULT_FILE}"):
+        result.write_text(json.dumps({**json.loads(result.read_text()), "grouping": "metis", "groups": 256}))
+    print_table(experiment, settings_for(quick=True, budget=8, groups=256), cell_results(experiment, folder),
+                folder, 1.0)
+    assert "(194 scope, 256 metis groups)" in " ".join(capsys.readouterr().out.split())
+    for result in second.glob(f"*/{RESULT_FILE}"):
+        result.write_text(json.dumps({key: value for key, value in json.loads(result.read_text()).items()
+                                      if key != "groups"}))
+    print_table(experiment, settings_for(quick=True, budget=8, groups=256), cell_results(experiment, folder),
+                folder, 1.0)
+    assert "(194 scope groups where known)" in " ".join(capsys.readouterr().out.split())
