@@ -324,21 +324,20 @@ def file_problem(path: Path) -> str:
     return "is a folder, not a file" if path.is_dir() else "does not exist"
 
 
-def loads_json_once(text: str):
-    """``json.loads`` of a file a user writes, refusing an object that names a key twice (PlacerError): the
-    JSON reader keeps the last and drops the first without a word (a placement's op run on the wrong device,
-    a machine's memory_bytes given twice)."""
+def loads_json_once(text: str, where: str):
+    """``json.loads`` of a file a user writes (``where``: how errors name it), refusing an object that names a
+    key twice (PlacerError): the JSON reader keeps the last and drops the first without a word (a placement's
+    op run on the wrong device, a machine's memory_bytes given twice)."""
     import json
 
-    return json.loads(text, object_pairs_hook=_refuse_a_key_twice)
-
-
-def _refuse_a_key_twice(pairs: list[tuple[str, object]]) -> dict:
     from graphs.errors import PlacerError
 
-    seen = set()
-    for key, _value in pairs:
-        if key in seen:
-            raise PlacerError(f"{key!r} is named twice in one object")
-        seen.add(key)
-    return dict(pairs)
+    def refuse_a_key_twice(pairs: list[tuple[str, object]]) -> dict:
+        seen = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise PlacerError(f"{where}: {key!r} is named twice in one object")
+            seen.add(key)
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=refuse_a_key_twice)

@@ -56,9 +56,7 @@ def load_machine(name_or_file: str) -> Machine:
                               f"(machines: {', '.join(list_machines())}, local, openvino, hetero:SEED)")
         path = CATALOG_DIR / f"{name_or_file}.json"
     try:
-        data = loads_json_once(path.read_text())
+        data = loads_json_once(path.read_text(), f"machine file {str(path)!r}")
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, 4,300+ digits
         raise PlacerError(f"machine file {str(path)!r} is not readable JSON: {exc}") from None
-    except PlacerError as exc:
-        raise PlacerError(f"machine file {str(path)!r}: {exc}") from None
     return machine_from_json(data, where=f"machine file {str(path)!r}", base_dir=path.parent)

@@ -76,13 +76,11 @@ def load_placement_file(path: str | os.PathLike, graph: OpGraph, machine: Machin
     path = Path(path)
     where = f"placement file {str(path)!r}"
     try:
-        data = loads_json_once(path.read_text())
+        data = loads_json_once(path.read_text(), where)
     except FileNotFoundError:
         raise PlacerError(f"{where} does not exist") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: bad JSON, bad UTF-8, 4,300+ digits
         raise PlacerError(f"{where} is not readable JSON: {exc}") from None
-    except PlacerError as exc:
-        raise PlacerError(f"{where}: {exc}") from None
     try:
         return check_placement(graph, machine, _op_devices(data, graph, machine, _op_groups(graph, grouping)))
     except PlacerError as exc:

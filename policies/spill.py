@@ -214,9 +214,10 @@ def _overflow_descent(problem, simulator, placement, units, peaks, preference,
     """The last step (module docstring): a tabu search over one-unit moves from ``placement`` (N,) and its
     ``units`` (U,). Each round simulates every move of a unit to another device it may run on (of finite
     ``preference``) and makes the one of least summed overflow (of equal overflows, the faster step), even
-    one that raises it, where no unit moved in the last ``U // 2`` rounds and to no placement it was at before. The first placement that fits
-    comes back: ((U,) units, (N,) op placement, the simulated peaks); None when none did before the next
-    round would pass ``max_simulations`` (one round must fit in it: a few tens of groups at most)."""
+    one that raises it, where no unit moved in the last ``U // 2`` rounds and to no placement it was at before.
+    The first placement that fits comes back: ((U,) units, (N,) op placement, the simulated peaks); None when
+    none did before the next round would pass ``max_simulations`` (one round must fit in it: a few tens of
+    groups at most)."""
     capacity = problem.capacity_bytes()
     targets = problem.unit_allowed & np.isfinite(preference)  # (U, D)
     options = [(u, d) for u in range(problem.num_units) for d in np.flatnonzero(targets[u]).tolist()]

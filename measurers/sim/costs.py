@@ -243,7 +243,7 @@ def load_profile(path: str | os.PathLike) -> OpProfile:
             table = table.to_pydict()
             columns = {key: table[key] for key in ("op", "device_model", "time_s")}
         else:
-            data = _profile_json(path.read_text(), where)
+            data = loads_json_once(path.read_text(), where)
             graph_hash = _graph_hash_of(data, where)
             entries = data["entries"]
             columns = {key: [entry[key] for entry in entries] for key in ("op", "device_model", "time_s")}
@@ -261,13 +261,6 @@ def load_profile(path: str | os.PathLike) -> OpProfile:
         return OpProfile(_objects(columns["op"]), _objects(columns["device_model"]),
                          np.array(times, dtype=np.float64), graph_hash)
     except PlacerError as exc:
-        raise PlacerError(f"{where}: {exc}") from None
-
-
-def _profile_json(text: str, where: str):
-    try:
-        return loads_json_once(text)
-    except PlacerError as exc:  # a key named twice
         raise PlacerError(f"{where}: {exc}") from None
 
 

@@ -48,7 +48,7 @@ from graphs.errors import PlacerError
 from policies.base import BudgetedMeasurer, DecisionClock, PolicyResult, check_budget, search_result
 from policies.exact.cpsat import ExactModel, Solution, model_size, ticks_fit
 from policies.exact.quotient import SPLITS, QuotientGraph, quotient_graph
-from policies.exact.refute import Refutation, refuting_step
+from policies.exact.refute import Refutation, measured_refutation, refuting_step
 from policies.exact.relaxation import proven_s, relaxed_step_s
 from policies.exact.relaxed_search import RelaxedRun, relaxed_search
 from policies.problem import PlacementProblem
@@ -159,10 +159,8 @@ class ExactPolicy:
                 run.proof = self._free_order_bound(problem, quotient, run, proof_deadline, seed)
             reached = run.proof is not None and run.proof.bound_s >= target_s and not below(run.proof.bound_s)
         if reached and quotient.single_op:  # a bound CP-SAT called proven that a placement undercuts: no stop
-            run.refuted = refuting_step(problem, run.bound_s(proof_deadline is not None),
-                                        [solution.unit_placement, *_measured_best(problem, counter)])
-            if run.refuted is not None and counter.left > 0:
-                counter.measure([problem.expand(run.refuted.unit_placement)])
+            run.refuted = measured_refutation(problem, counter, run.bound_s(proof_deadline is not None),
+                                              [solution.unit_placement, *_measured_best(problem, counter)])
         return reached and run.refuted is None
 
     def _place_relaxed(self, problem: PlacementProblem, counter: BudgetedMeasurer, deadline: float) -> PolicyResult:

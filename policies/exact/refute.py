@@ -64,6 +64,16 @@ def refuting_step(problem: PlacementProblem, bound_s: float,
     return None
 
 
+def measured_refutation(problem: PlacementProblem, counter, bound_s: float,
+                        starts: Sequence[np.ndarray] = ()) -> Refutation | None:
+    """``refuting_step``, and its placement measured by ``counter`` (a BudgetedMeasurer) while the budget lasts:
+    the best a search returns is then never worse than the placement that disproved its solver."""
+    refuted = refuting_step(problem, bound_s, starts)
+    if refuted is not None and counter.left > 0:
+        counter.measure([problem.expand(refuted.unit_placement)])
+    return refuted
+
+
 def _best_move(problem: PlacementProblem, units: np.ndarray, step_s, most: int) -> np.ndarray | None:
     """The fastest placement one group's move away from ``units`` (at most ``most`` new ones simulated)."""
     best, tried = None, 0

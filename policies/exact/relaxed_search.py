@@ -47,7 +47,7 @@ from typing import Sequence
 import numpy as np
 
 from policies.base import FAILED_COST_S, BudgetedMeasurer
-from policies.exact.refute import Refutation, refuting_step
+from policies.exact.refute import Refutation, measured_refutation
 from policies.exact.relaxation import proven_s, solve_relaxation
 from policies.problem import PlacementProblem
 from policies.spill import fit_units_in_memory
@@ -147,15 +147,13 @@ def _check_bound(problem: PlacementProblem, counter: BudgetedMeasurer, run: Rela
     """Before the bound may end the search: a placement the simulator steps below it refutes it (HiGHS 1.16's
     presolve cut off a relaxation's optimum: policies/exact/refute.py); the search then never stops at it and
     measures that placement, in the budget. Returns [(U,) the placement measured], or []."""
-    starts = [] if first.unit_placement is None else [first.unit_placement]
-    run.refuted = refuting_step(problem, run.bound_s, starts)
+    had_budget = counter.left > 0
+    run.refuted = measured_refutation(problem, counter, run.bound_s,
+                                      [] if first.unit_placement is None else [first.unit_placement])
     if run.refuted is None:
         return []
     run.proof_holds = False
-    if counter.left <= 0:
-        return []
-    counter.measure([problem.expand(run.refuted.unit_placement)])
-    return [run.refuted.unit_placement]
+    return [run.refuted.unit_placement] if had_budget else []
 
 
 def _looked_up(of: dict[bytes, float], unit_placement: np.ndarray | None) -> float:

@@ -464,7 +464,7 @@ def test_exact_highs__stops_measuring_a_solves_points_once_the_bound_is_reached(
 
     monkeypatch.setattr(relaxed_search, "solve_relaxation", bound_at_its_best)
     # the made-up bound is no bound: placements the simulator steps faster refute it (policies/exact/refute.py)
-    for where in ("policies.exact.policy", "policies.exact.relaxed_search"):
+    for where in ("policies.exact.policy", "policies.exact.refute"):
         monkeypatch.setattr(f"{where}.refuting_step", lambda *args, **kwargs: None)
     result = place("exact", problem, measurer, 40, 0, time_limit_s=20, solver="highs")
     assert solves[0] >= 1 and len(solves) == 1  # it had earlier points, and nothing was solved after it

@@ -129,7 +129,7 @@ def _mean_bandwidth_Bps(problem: PlacementProblem) -> np.ndarray:
     kinds = np.array([device.kind for device in problem.machine.devices])
     for i in range(d):
         peers = [j for j in range(d) if j != i and kinds[j] == kinds[i]] or [j for j in range(d) if j != i]
-        out[i] = _finite_mean(table.bandwidth_Bps[table.link_of[i, peers]])
+        out[i] = _without_overflow(np.mean, table.bandwidth_Bps[table.link_of[i, peers]])
     return out
 
 
@@ -142,17 +142,15 @@ def _gpu_bandwidth_Bps(problem: PlacementProblem) -> float:
     if len(members) < 2 or not len(table.bandwidth_Bps):
         return 1e9
     links = table.link_of[np.ix_(members, members)][~np.eye(len(members), dtype=bool)]
-    bandwidth_Bps = np.sort(table.bandwidth_Bps[links])  # (L,)
-    middle = len(bandwidth_Bps) // 2
-    return _finite_mean(bandwidth_Bps[middle - 1 + len(bandwidth_Bps) % 2: middle + 1])  # the median
+    return _without_overflow(np.median, table.bandwidth_Bps[links])
 
 
-def _finite_mean(values: np.ndarray) -> float:
-    """The mean of finite ``values``, also where their sum overflows (links of 1e308 B/s a machine file may
-    give: the features turned inf and the network's sampling failed)."""
+def _without_overflow(average, values: np.ndarray) -> float:
+    """``average(values)`` (np.mean, np.median) of finite ``values``, also where their sum overflows (links of
+    1e308 B/s a machine file may give: the features turned inf and the network's sampling failed)."""
     with np.errstate(over="ignore"):
-        mean = float(values.mean())
-    if np.isfinite(mean):
-        return mean
+        value = float(average(values))
+    if np.isfinite(value):
+        return value
     largest = float(values.max())
-    return float((values / largest).mean()) * largest
+    return float(average(values / largest)) * largest
